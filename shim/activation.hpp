@@ -1,0 +1,36 @@
+// One-time activation of the shim, on the first intercepted launch rather than at load time:
+// a process that never touches CUDA (a shell, a compiler, Python) must not read settings,
+// attach an NVTX tool, create threads or print anything.
+#pragma once
+
+#include <nvtx3/nvToolsExt.h>
+
+#include <atomic>
+
+#include "settings.hpp"
+
+namespace ferrum {
+
+namespace detail {
+enum Phase : int { kUntouched = 0, kActivating = 1, kActive = 2, kPassThrough = 3 };
+extern std::atomic<int> g_phase;
+bool activate_slow();
+}  // namespace detail
+
+// True when launches get ranges; false for FERRUM_REPLAY=off, or while re-entered from the
+// NVTX tool's own initialisation (which may call CUDA and must not wait for itself).
+// Fast path: one acquire load and a branch.
+inline bool shim_active() {
+  if (__builtin_expect(detail::g_phase.load(std::memory_order_acquire) == detail::kActive, 1))
+    return true;
+  return detail::activate_slow();
+}
+
+// The user's settings, read from the environment once, on first need (which is never in a
+// process that does not use CUDA). Valid for the life of the process.
+const Settings &settings();
+
+// Our NVTX domain; null when no NVTX tool is attached (NVTX then ignores every call).
+nvtxDomainHandle_t shim_domain();
+
+}  // namespace ferrum

@@ -1,0 +1,82 @@
+// The balanced range around one graph launch, and the per-thread depth guard.
+//
+// Invariant: every push this shim issues is followed by exactly one pop on the same thread
+// and domain — whatever the push returned (a tool rejects with a negative value and then
+// swallows the matching pop), whether the launch failed, and whatever unwinds through the
+// launch (the pop is in a destructor; the shim is built with unwind tables and a
+// personality routine, see unwind_support.cpp).
+//
+// Modelled on nvtx3.hpp's scoped_range_in: cannot be copied, moved or heap-allocated.
+#pragma once
+
+#include <nvtx3/nvToolsExt.h>
+
+#include "activation.hpp"
+#include "graph_registry.hpp"
+
+namespace ferrum {
+
+// Launch scopes open on this thread. The runtime's cudaGraphLaunch reaches the driver's
+// cuGraphLaunch underneath; both are intercepted, and the inner one must not open a second
+// range. Initial-exec TLS: a plain %fs-relative access, no __tls_get_addr call per launch.
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local unsigned t_launch_depth;
+
+class LaunchRange {
+ public:
+  LaunchRange(GraphRecord &record, nvtxDomainHandle_t domain) : record_(record), domain_(domain) {
+    ++t_launch_depth;
+    nvtxEventAttributes_t attributes{};
+    attributes.version = NVTX_VERSION;
+    attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    attributes.category = record.ordinal;
+    attributes.colorType = NVTX_COLOR_ARGB;
+    attributes.color = record.color;
+    // Payload: this graph's replay number (1-based), so summaries group by name while each
+    // instance stays identifiable.
+    attributes.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
+    attributes.payload.ullValue = record.launches.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (record.message) {
+      attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+      attributes.message.registered = record.message;
+    } else {
+      attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+      attributes.message.ascii = record.name;
+    }
+    const int depth = nvtxDomainRangePushEx(domain_, &attributes);
+    // -2 (NVTX_NO_PUSH_POP_TRACKING) means no tool; other negatives are a tool's refusal.
+    if (depth < 0 && depth != NVTX_NO_PUSH_POP_TRACKING)
+      record.rejected_pushes.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  ~LaunchRange() {
+    nvtxDomainRangePop(domain_);  // unconditionally: see the invariant above
+    --t_launch_depth;
+  }
+
+  void note_failed_launch() { record_.failed_launches.fetch_add(1, std::memory_order_relaxed); }
+
+  LaunchRange(const LaunchRange &) = delete;
+  LaunchRange &operator=(const LaunchRange &) = delete;
+  LaunchRange(LaunchRange &&) = delete;
+  LaunchRange &operator=(LaunchRange &&) = delete;
+  static void *operator new(decltype(sizeof 0)) = delete;
+  static void *operator new[](decltype(sizeof 0)) = delete;
+
+ private:
+  GraphRecord &record_;
+  nvtxDomainHandle_t domain_;
+};
+
+// Runs `call` (the real launch) inside one range named after `exec`, unless this thread is
+// already inside a launch scope or the shim is off. The result is returned unchanged.
+template <typename Result, typename Call>
+inline Result launch_in_range(const void *exec, Result success, Call &&call) {
+  if (t_launch_depth != 0 || !shim_active()) return call();
+  nvtxDomainHandle_t domain = shim_domain();
+  LaunchRange range(graph_registry().record_for_launch(exec, domain), domain);
+  Result result = call();
+  if (result != success) range.note_failed_launch();
+  return result;
+}
+
+}  // namespace ferrum

@@ -1,0 +1,26 @@
+// The C library's own dlsym, dlvsym and dlopen, found without going through the dynamic
+// linker's symbol lookup — which would hand us back our own exports of those names.
+//
+// Why not dlvsym(RTLD_NEXT, "dlsym", ...): we export dlvsym too, and a versioned reference
+// from this library binds to our unversioned definition (glibc accepts an unversioned
+// definition for a versioned reference), so every route through the dynamic linker ends
+// in our own code. Instead we read the exported symbol table of the first object after us
+// in load order that defines the name (what RTLD_NEXT would find), via dl_iterate_phdr and
+// its GNU hash table. Resolved once, lazily; safe to race (the answer is the same).
+#pragma once
+
+namespace ferrum {
+
+using DlsymFunction = void *(*)(void *, const char *);
+using DlvsymFunction = void *(*)(void *, const char *, const char *);
+using DlopenFunction = void *(*)(const char *, int);
+
+DlsymFunction libc_dlsym();
+DlvsymFunction libc_dlvsym();
+DlopenFunction libc_dlopen();
+
+// The definition of `name` in the first object after the shim (load order) that exports it;
+// null if none. Exposed for tests.
+void *find_definition_after_shim(const char *name);
+
+}  // namespace ferrum

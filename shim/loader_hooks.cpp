@@ -1,0 +1,72 @@
+#include "loader_hooks.hpp"
+
+#include <dlfcn.h>
+#include <string.h>
+
+#include <atomic>
+
+#include "activation.hpp"
+#include "libc_symbols.hpp"
+#include "log.hpp"
+#include "lookup_wrappers.hpp"
+
+namespace ferrum {
+
+bool is_cuda_library_name(const char *file) {
+  if (!file) return false;
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  // The driver, the runtime, and the libraries that launch graphs through them.
+  static const char *const kPrefixes[] = {"libcuda.",  "libcudart",   "libtorch_cuda",
+                                          "libcublas", "libcudnn",    "libnccl",
+                                          "libnvrtc",  "libtensorrt", "libnvinfer"};
+  for (const char *prefix : kPrefixes)
+    if (strncmp(base, prefix, strlen(prefix)) == 0) return true;
+  return false;
+}
+
+}  // namespace ferrum
+
+namespace {
+std::atomic<bool> g_deepbind_reported{false};
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("hidden"))) void *ferrum_libc_dlsym_address() {
+  return reinterpret_cast<void *>(ferrum::libc_dlsym());
+}
+
+__attribute__((visibility("hidden"))) void *ferrum_libc_dlvsym_address() {
+  return reinterpret_cast<void *>(ferrum::libc_dlvsym());
+}
+
+__attribute__((visibility("hidden"))) void *ferrum_dlopen_prologue(const char *file, int mode) {
+  if ((mode & RTLD_DEEPBIND) && ferrum::is_cuda_library_name(file) &&
+      !g_deepbind_reported.exchange(true, std::memory_order_relaxed)) {
+    (void)ferrum::settings();  // the log level
+    ferrum::log_line(ferrum::LogLevel::error,
+                     "dlopen(\"%s\", RTLD_DEEPBIND): a library loaded with RTLD_DEEPBIND binds to "
+                     "its own dependencies first, so graph launches it makes may bypass "
+                     "ferrum-replay and have no range",
+                     file);
+  }
+  return reinterpret_cast<void *>(ferrum::libc_dlopen());
+}
+
+__attribute__((visibility("hidden"))) void *ferrum_dlsym_on_handle(void *handle, const char *name) {
+  ferrum::DlsymFunction real = ferrum::libc_dlsym();
+  if (!real) return nullptr;
+  void *found = real(handle, name);
+  return found ? ferrum::wrap_loaded_symbol(name, found) : found;
+}
+
+__attribute__((visibility("hidden"))) void *ferrum_dlvsym_on_handle(void *handle, const char *name,
+                                                                    const char *version) {
+  ferrum::DlvsymFunction real = ferrum::libc_dlvsym();
+  if (!real) return nullptr;
+  void *found = real(handle, name, version);
+  return found ? ferrum::wrap_loaded_symbol(name, found) : found;
+}
+
+}  // extern "C"

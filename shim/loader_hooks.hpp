@@ -1,0 +1,19 @@
+// The C++ side of the exported dlsym / dlvsym / dlopen (loader_stubs_<arch>.S).
+#pragma once
+
+extern "C" {
+// Explicit-handle lookups: the real answer, or our wrapper when it is a driver entry point
+// we intercept (lookup_wrappers.hpp).
+void *ferrum_dlsym_on_handle(void *handle, const char *name);
+void *ferrum_dlvsym_on_handle(void *handle, const char *name, const char *version);
+// For the stubs' tail jumps: the C library's definitions (null if none).
+void *ferrum_libc_dlsym_address();
+void *ferrum_libc_dlvsym_address();
+// Notes dlopen(file, RTLD_DEEPBIND) of a CUDA library (once), returns libc's dlopen.
+void *ferrum_dlopen_prologue(const char *file, int mode);
+}
+
+namespace ferrum {
+// True for file names of libraries whose graph launches RTLD_DEEPBIND would hide from us.
+bool is_cuda_library_name(const char *file);
+}  // namespace ferrum

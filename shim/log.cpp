@@ -1,0 +1,55 @@
+#include "log.hpp"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <atomic>
+
+namespace ferrum {
+namespace {
+
+std::atomic<LogLevel> g_level{LogLevel::silent};
+
+void write_line(const char *format, va_list args) {
+  constexpr char kPrefix[] = "ferrum-replay: ";
+  char line[512];
+  int used = snprintf(line, sizeof line, "%s", kPrefix);
+  int body = vsnprintf(line + used, sizeof line - used - 1, format, args);
+  if (body < 0) return;
+  size_t length = static_cast<size_t>(used) + static_cast<size_t>(body);
+  if (length > sizeof line - 2) length = sizeof line - 2;  // truncated: still end the line
+  line[length++] = '\n';
+  int saved_errno = errno;  // the host program may be between a call and its errno check
+  ssize_t ignored = write(STDERR_FILENO, line, length);
+  (void)ignored;
+  errno = saved_errno;
+}
+
+}  // namespace
+
+void set_log_level(LogLevel level) {
+  g_level.store(level, std::memory_order_relaxed);
+}
+
+bool log_enabled(LogLevel level) {
+  return level != LogLevel::silent && level <= g_level.load(std::memory_order_relaxed);
+}
+
+void log_line(LogLevel level, const char *format, ...) {
+  if (!log_enabled(level)) return;
+  va_list args;
+  va_start(args, format);
+  write_line(format, args);
+  va_end(args);
+}
+
+void warn_line(const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  write_line(format, args);
+  va_end(args);
+}
+
+}  // namespace ferrum

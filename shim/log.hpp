@@ -1,0 +1,23 @@
+// Diagnostics of the shim: one line per message, written straight to stderr with write(2).
+//
+// Why not stdio: the host program owns stdout/stderr buffering, and a preloaded library
+// that touches FILE* state (or allocates for it) can change what the program prints.
+// A single write() of a complete line also keeps lines whole when threads log at once.
+#pragma once
+
+#include "settings.hpp"
+
+namespace ferrum {
+
+// The level chosen by FERRUM_REPLAY_LOG; `silent` until settings are read.
+void set_log_level(LogLevel level);
+bool log_enabled(LogLevel level);
+
+// Formats printf-style into a bounded stack buffer and writes "ferrum-replay: <text>\n".
+// Never called on the launch hot path with a level that is disabled by default.
+void log_line(LogLevel level, const char *format, ...) __attribute__((format(printf, 2, 3)));
+
+// Unconditional line: the user gave an invalid setting, which must be said even when silent.
+void warn_line(const char *format, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace ferrum

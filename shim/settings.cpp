@@ -1,0 +1,133 @@
+#include "settings.hpp"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+namespace ferrum {
+namespace {
+
+bool equals_any(const char *value, const char *const *choices) {
+  for (; *choices; ++choices)
+    if (strcasecmp(value, *choices) == 0) return true;
+  return false;
+}
+
+// Quotes at most 40 bytes of a user value, replacing control bytes, so that a hostile or
+// binary value cannot garble the terminal or produce more than one line.
+void quote_value(const char *value, char *out, size_t out_size) {
+  size_t used = 0;
+  for (size_t i = 0; value[i] && used + 4 < out_size; ++i) {
+    if (i == 40) {
+      memcpy(out + used, "...", 3);
+      used += 3;
+      break;
+    }
+    unsigned char byte = static_cast<unsigned char>(value[i]);
+    out[used++] = (byte < 0x20 || byte == 0x7f) ? '?' : static_cast<char>(byte);
+  }
+  out[used] = '\0';
+}
+
+struct Reader {
+  EnvLookup lookup;
+  void *lookup_context;
+  ComplaintSink complain;
+  void *complain_context;
+
+  // Null for unset or empty: an empty variable is how shells and containers "unset" things.
+  const char *get(const char *name) const {
+    const char *value = lookup(name, lookup_context);
+    return (value && *value) ? value : nullptr;
+  }
+
+  void reject(const char *name, const char *value, const char *expected,
+              const char *fallback) const {
+    char quoted[64];
+    quote_value(value, quoted, sizeof quoted);
+    char sentence[256];
+    snprintf(sentence, sizeof sentence, "%s='%s' is invalid (expected %s); using %s", name, quoted,
+             expected, fallback);
+    complain(sentence, complain_context);
+  }
+};
+
+void read_enabled(const Reader &reader, Settings &settings) {
+  static const char *const kOn[] = {"on", "1", "true", "yes", nullptr};
+  static const char *const kOff[] = {"off", "0", "false", "no", nullptr};
+  const char *value = reader.get("FERRUM_REPLAY");
+  if (!value) return;
+  if (equals_any(value, kOff)) {
+    settings.enabled = false;
+  } else if (!equals_any(value, kOn)) {
+    reader.reject("FERRUM_REPLAY", value, "on or off", "on");
+  }
+}
+
+void read_log_level(const Reader &reader, Settings &settings) {
+  const char *value = reader.get("FERRUM_REPLAY_LOG");
+  if (!value) return;
+  static const char *const kSilent[] = {"silent", "off", "none", "0", nullptr};
+  static const char *const kError[] = {"error", "1", nullptr};
+  static const char *const kInfo[] = {"info", "2", nullptr};
+  static const char *const kDebug[] = {"debug", "3", nullptr};
+  if (equals_any(value, kSilent)) {
+    settings.log_level = LogLevel::silent;
+  } else if (equals_any(value, kError)) {
+    settings.log_level = LogLevel::error;
+  } else if (equals_any(value, kInfo)) {
+    settings.log_level = LogLevel::info;
+  } else if (equals_any(value, kDebug)) {
+    settings.log_level = LogLevel::debug;
+  } else {
+    reader.reject("FERRUM_REPLAY_LOG", value, "silent, error, info or debug", "silent");
+  }
+}
+
+void read_domain(const Reader &reader, Settings &settings) {
+  const char *value = reader.get("FERRUM_REPLAY_DOMAIN");
+  if (!value) return;
+  size_t length = strlen(value);
+  bool printable = true;
+  for (size_t i = 0; i < length; ++i) {
+    unsigned char byte = static_cast<unsigned char>(value[i]);
+    if (byte < 0x20 || byte == 0x7f) printable = false;
+  }
+  if (length > kMaxDomainLength || !printable) {
+    reader.reject("FERRUM_REPLAY_DOMAIN", value, "1 to 63 printable bytes", kDefaultDomain);
+  } else if (strcmp(value, "MPI") == 0) {
+    // Nsight Systems filters the domain named MPI out of its NVTX views.
+    reader.reject("FERRUM_REPLAY_DOMAIN", value, "a name other than MPI, which Nsight hides",
+                  kDefaultDomain);
+  } else {
+    memcpy(settings.domain, value, length + 1);
+  }
+}
+
+}  // namespace
+
+Settings read_settings(EnvLookup lookup, void *lookup_context, ComplaintSink complain,
+                       void *complain_context) {
+  Reader reader{lookup, lookup_context, complain, complain_context};
+  Settings settings;
+  read_enabled(reader, settings);
+  read_log_level(reader, settings);
+  read_domain(reader, settings);
+  return settings;
+}
+
+const char *log_level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::silent:
+      return "silent";
+    case LogLevel::error:
+      return "error";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::debug:
+      return "debug";
+  }
+  return "?";
+}
+
+}  // namespace ferrum
