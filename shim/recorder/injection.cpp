@@ -1,0 +1,282 @@
+// The NVTX side of the recorder: the entry point NVTX's loader calls (once per module that uses
+// NVTX, possibly from several threads at once), the handlers it installs in each module's callback
+// tables, and the exit hook that writes the report.
+//
+// NVTX_INJECTION64_PATH=/path/libferrum-replay-recorder.so makes every NVTX3 module of a process
+// report to this library; no Nsight Systems needed. See settings.hpp for FERRUM_RECORD_*.
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "clock.hpp"
+#include "exit_report.hpp"
+#include "name_registry.hpp"
+#include "nvtx_tool.hpp"
+#include "recorder.hpp"
+#include "settings.hpp"
+#include "utf8.hpp"
+
+namespace ferrum_replay::recorder {
+namespace {
+
+// The process-wide recorder. Created once, never destroyed: threads may still be recording while
+// the exit report is written, and C++ static destructors would race with them.
+std::atomic<Recorder *> g_recorder{nullptr};
+Settings *g_settings = nullptr;  // written once under g_init_mu before g_recorder is published
+std::string *g_cwd = nullptr;
+std::mutex g_init_mu;
+std::atomic<bool> g_reported{false};
+
+inline Recorder &rec() {
+  return *g_recorder.load(std::memory_order_acquire);
+}
+
+inline const nvtxDomainRegistration_st &domain_of(nvtxDomainHandle_t domain) {
+  return domain ? *domain : rec().names().global_domain();
+}
+
+// Scratch for wide-character messages, which must become UTF-8 before they are interned.
+std::string &wide_scratch() {
+  thread_local std::string scratch;
+  scratch.clear();
+  return scratch;
+}
+
+// nvtxEventAttributes_t carries its own size so that older callers pass shorter structs: read a
+// field only if the caller's struct reaches past its end.
+#define FERRUM_ATTR_HAS(attr, field) \
+  ((attr)->size >= offsetof(nvtxEventAttributes_t, field) + sizeof((attr)->field))
+
+int push_attributes(const nvtxDomainRegistration_st &domain, const nvtxEventAttributes_t *attr) {
+  RangeAttrs attrs;
+  std::string_view message;
+  bool stable = true;
+  if (attr) {
+    if (FERRUM_ATTR_HAS(attr, category)) attrs.category = attr->category;
+    if (FERRUM_ATTR_HAS(attr, color) && attr->colorType == NVTX_COLOR_ARGB) {
+      attrs.has_color = true;
+      attrs.color = attr->color;
+    }
+    if (FERRUM_ATTR_HAS(attr, payload)) {
+      Payload &p = attrs.payload;
+      switch (attr->payloadType) {
+        case NVTX_PAYLOAD_TYPE_UNSIGNED_INT64:
+          p.kind = PayloadKind::u64, p.u = attr->payload.ullValue;
+          break;
+        case NVTX_PAYLOAD_TYPE_INT64:
+          p.kind = PayloadKind::i64, p.i = attr->payload.llValue;
+          break;
+        case NVTX_PAYLOAD_TYPE_DOUBLE:
+          p.kind = PayloadKind::f64, p.d = attr->payload.dValue;
+          break;
+        case NVTX_PAYLOAD_TYPE_UNSIGNED_INT32:
+          p.kind = PayloadKind::u64, p.u = attr->payload.uiValue;
+          break;
+        case NVTX_PAYLOAD_TYPE_INT32:
+          p.kind = PayloadKind::i64, p.i = attr->payload.iValue;
+          break;
+        case NVTX_PAYLOAD_TYPE_FLOAT:
+          p.kind = PayloadKind::f64, p.d = attr->payload.fValue;
+          break;
+        default:
+          break;
+      }
+    }
+    if (FERRUM_ATTR_HAS(attr, message)) {
+      switch (attr->messageType) {
+        case NVTX_MESSAGE_TYPE_ASCII:
+          if (attr->message.ascii) message = attr->message.ascii, stable = false;
+          break;
+        case NVTX_MESSAGE_TYPE_UNICODE: {
+          std::string &utf8 = wide_scratch();
+          append_wide_as_utf8(utf8, attr->message.unicode);
+          message = utf8, stable = false;
+          break;
+        }
+        case NVTX_MESSAGE_TYPE_REGISTERED:
+          // Registered strings live as long as the recorder: no copy per range.
+          if (attr->message.registered) message = attr->message.registered->text;
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  if (stable && message.empty()) message = "";
+  return rec().push(domain, message, stable, attrs);
+}
+
+#undef FERRUM_ATTR_HAS
+
+// ---- NVTX_CB_MODULE_CORE ----
+
+int NVTX_API range_push_ex(const nvtxEventAttributes_t *attr) {
+  return push_attributes(rec().names().global_domain(), attr);
+}
+
+int NVTX_API range_push_a(const char *message) {
+  return rec().push(rec().names().global_domain(), message ? message : "", !message, {});
+}
+
+int NVTX_API range_push_w(const wchar_t *message) {
+  std::string &utf8 = wide_scratch();
+  append_wide_as_utf8(utf8, message);
+  return rec().push(rec().names().global_domain(), utf8, false, {});
+}
+
+int NVTX_API range_pop() {
+  return rec().pop(rec().names().global_domain());
+}
+
+void NVTX_API name_os_thread_a(uint32_t thread_id, const char *name) {
+  rec().names().name_thread(thread_id, name ? name : "");
+}
+
+void NVTX_API name_os_thread_w(uint32_t thread_id, const wchar_t *name) {
+  std::string utf8;
+  append_wide_as_utf8(utf8, name);
+  rec().names().name_thread(thread_id, utf8);
+}
+
+// ---- NVTX_CB_MODULE_CORE2 ----
+
+int NVTX_API domain_range_push_ex(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
+  return push_attributes(domain_of(domain), attr);
+}
+
+int NVTX_API domain_range_pop(nvtxDomainHandle_t domain) {
+  return rec().pop(domain_of(domain));
+}
+
+nvtxDomainHandle_t NVTX_API domain_create_a(const char *name) {
+  return rec().names().create_domain(name ? name : "");
+}
+
+nvtxDomainHandle_t NVTX_API domain_create_w(const wchar_t *name) {
+  std::string utf8;
+  append_wide_as_utf8(utf8, name);
+  return rec().names().create_domain(utf8);
+}
+
+// Handles stay valid: completed ranges refer to the domain, and a module may recreate it.
+void NVTX_API domain_destroy(nvtxDomainHandle_t) {}
+
+nvtxStringHandle_t NVTX_API domain_register_string_a(nvtxDomainHandle_t, const char *text) {
+  return rec().names().register_string(text ? text : "");
+}
+
+nvtxStringHandle_t NVTX_API domain_register_string_w(nvtxDomainHandle_t, const wchar_t *text) {
+  std::string utf8;
+  append_wide_as_utf8(utf8, text);
+  return rec().names().register_string(utf8);
+}
+
+// ---- installation ----
+
+template <class Fn>
+void install(NvtxFunctionTable table, unsigned size, unsigned id, Fn handler) {
+  // A module built against an older NVTX has a shorter table: never write past its end.
+  if (!table || id >= size || !table[id]) return;
+  *table[id] = reinterpret_cast<NvtxFunctionPointer>(handler);
+}
+
+bool install_core(const NvtxExportTableCallbacks &callbacks) {
+  NvtxFunctionTable t = nullptr;
+  unsigned n = 0;
+  if (!callbacks.GetModuleFunctionTable(NVTX_CB_MODULE_CORE, &t, &n) || !t) return false;
+  // Marks and start/end ranges are left to NVTX's no-ops: they are not push/pop ranges, and the
+  // recorder's job is the push/pop protocol.
+  install<nvtxRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushEx, range_push_ex);
+  install<nvtxRangePushA_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushA, range_push_a);
+  install<nvtxRangePushW_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushW, range_push_w);
+  install<nvtxRangePop_impl_fntype>(t, n, NVTX_CBID_CORE_RangePop, range_pop);
+  install<nvtxNameOsThreadA_impl_fntype>(t, n, NVTX_CBID_CORE_NameOsThreadA, name_os_thread_a);
+  install<nvtxNameOsThreadW_impl_fntype>(t, n, NVTX_CBID_CORE_NameOsThreadW, name_os_thread_w);
+  return true;
+}
+
+bool install_core2(const NvtxExportTableCallbacks &callbacks) {
+  NvtxFunctionTable t = nullptr;
+  unsigned n = 0;
+  if (!callbacks.GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &t, &n) || !t) return false;
+  install<nvtxDomainRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePushEx,
+                                             domain_range_push_ex);
+  install<nvtxDomainRangePop_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePop, domain_range_pop);
+  install<nvtxDomainCreateA_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainCreateA, domain_create_a);
+  install<nvtxDomainCreateW_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainCreateW, domain_create_w);
+  install<nvtxDomainDestroy_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainDestroy, domain_destroy);
+  install<nvtxDomainRegisterStringA_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRegisterStringA,
+                                                 domain_register_string_a);
+  install<nvtxDomainRegisterStringW_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRegisterStringW,
+                                                 domain_register_string_w);
+  return true;
+}
+
+void before_fork() {
+  rec().before_fork();
+}
+void after_fork_in_parent() {
+  rec().after_fork_in_parent();
+}
+void after_fork_in_child() {
+  rec().after_fork_in_child();
+}
+
+// Creates the process-wide recorder on the first call from any module; later calls only return
+// it. Must not call NVTX: we are inside NVTX's initialisation of some module.
+Recorder *ensure_recorder() {
+  if (Recorder *r = g_recorder.load(std::memory_order_acquire)) return r;
+  std::lock_guard lock(g_init_mu);
+  if (Recorder *r = g_recorder.load(std::memory_order_relaxed)) return r;
+
+  std::vector<std::string> warnings;
+  g_settings = new Settings(parse_settings(process_env, nullptr, &warnings));
+  for (const std::string &w : warnings) write_stderr(w);
+
+  // Relative output paths name a file where the process started, as nsys -o does, even if the
+  // program changes directory before it exits.
+  std::vector<char> buf(4096);
+  g_cwd = new std::string(getcwd(buf.data(), buf.size()) ? buf.data() : ".");
+
+  auto *r = new Recorder(*g_settings, now_ns());
+  g_recorder.store(r, std::memory_order_release);
+  pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+  return r;
+}
+
+// Runs when the process exits normally (exit() from any thread, or return from main) and after
+// every atexit handler, so that ranges closed by the program's own exit handlers are complete.
+// _exit() and fatal signals skip it: that data is lost by design.
+__attribute__((destructor)) void report_at_exit() {
+  Recorder *r = g_recorder.load(std::memory_order_acquire);
+  if (!r || g_reported.exchange(true)) return;
+  write_exit_report(*r, *g_settings, *g_cwd);
+}
+
+}  // namespace
+}  // namespace ferrum_replay::recorder
+
+extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
+    NvtxGetExportTableFunc_t get_export_table) {
+  using namespace ferrum_replay::recorder;
+  if (!get_export_table) return 0;
+  const auto *callbacks =
+      static_cast<const NvtxExportTableCallbacks *>(get_export_table(NVTX_ETID_CALLBACKS));
+  if (!callbacks || callbacks->struct_size < sizeof(NvtxExportTableCallbacks) ||
+      !callbacks->GetModuleFunctionTable)
+    return 0;
+
+  if (!ensure_recorder()) return 0;
+
+  // Each module has its own tables, so this part runs on every call.
+  const bool core = install_core(*callbacks);
+  const bool core2 = install_core2(*callbacks);
+  // Returning 0 makes NVTX unload us for this module; only do that if nothing could be attached.
+  return core || core2 ? 1 : 0;
+}

@@ -1,0 +1,59 @@
+#include "name_registry.hpp"
+
+#include <cstring>
+
+namespace ferrum_replay::recorder {
+
+NameRegistry::NameRegistry(bool reject_all, std::string reject_domain)
+    : reject_all_(reject_all), reject_domain_(std::move(reject_domain)) {
+  global_.id = 0;
+  global_.reject_target = reject_all_ || reject_domain_ == kGlobalDomainName;
+  domain_names_.emplace_back(kGlobalDomainName);
+}
+
+NameRegistry::~NameRegistry() = default;
+
+nvtxDomainRegistration_st *NameRegistry::create_domain(std::string_view name) {
+  std::lock_guard lock(mu_);
+  std::string key(name);
+  auto it = domains_.find(key);
+  if (it != domains_.end()) return it->second.get();
+  auto handle = std::make_unique<nvtxDomainRegistration_st>();
+  handle->id = static_cast<uint32_t>(domain_names_.size());
+  handle->reject_target = reject_all_ || name == reject_domain_;
+  domain_names_.push_back(key);
+  return domains_.emplace(std::move(key), std::move(handle)).first->second.get();
+}
+
+nvtxStringRegistration_st *NameRegistry::register_string(std::string_view text) {
+  std::lock_guard lock(mu_);
+  std::string key(text);
+  auto it = strings_.find(key);
+  if (it != strings_.end()) return &it->second->handle;
+  auto entry = std::make_unique<StringEntry>();
+  entry->storage.reset(new char[text.size() + 1]);
+  std::memcpy(entry->storage.get(), text.data(), text.size());
+  entry->storage[text.size()] = '\0';
+  entry->handle.text = entry->storage.get();
+  return &strings_.emplace(std::move(key), std::move(entry)).first->second->handle;
+}
+
+void NameRegistry::name_thread(uint32_t tid, std::string_view name) {
+  std::lock_guard lock(mu_);
+  thread_names_[tid] = std::string(name);
+}
+
+std::vector<std::string> NameRegistry::domain_names() const {
+  std::lock_guard lock(mu_);
+  return domain_names_;
+}
+
+bool NameRegistry::thread_name(uint32_t tid, std::string *name) const {
+  std::lock_guard lock(mu_);
+  auto it = thread_names_.find(tid);
+  if (it == thread_names_.end()) return false;
+  *name = it->second;
+  return true;
+}
+
+}  // namespace ferrum_replay::recorder

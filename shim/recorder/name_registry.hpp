@@ -1,0 +1,71 @@
+// Process-wide names: NVTX domains, registered strings and thread names. These are created rarely
+// (once per domain, per graph name, per thread), so a mutex is fine here; the per-range path only
+// dereferences the handles handed out, which stay valid for the life of the process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+// NVTX only forward-declares these; each tool defines what its handles point to. They are defined
+// here, outside any namespace, so that the handles NVTX passes back are ours without any cast.
+struct nvtxDomainRegistration_st {
+  uint32_t id;         // index into NameRegistry::domain_names(); 0 is the global domain
+  bool reject_target;  // pushes in this domain are subject to FERRUM_RECORD_REJECT
+};
+struct nvtxStringRegistration_st {
+  const char *text;  // NUL-terminated, never freed while the recorder lives
+};
+
+namespace ferrum_replay::recorder {
+
+// The name under which NVTX's global (NULL) domain appears in traces and tables.
+inline constexpr std::string_view kGlobalDomainName = "global";
+
+class NameRegistry {
+ public:
+  // `reject_all`: every domain is a rejection target; otherwise only `reject_domain` is
+  // ("global" naming the NULL domain).
+  NameRegistry(bool reject_all, std::string reject_domain);
+  ~NameRegistry();
+  NameRegistry(const NameRegistry &) = delete;
+  NameRegistry &operator=(const NameRegistry &) = delete;
+
+  const nvtxDomainRegistration_st &global_domain() const { return global_; }
+
+  // The same name always yields the same handle, as several modules (each with its own NVTX
+  // state) may create "the same" domain and their ranges must land in one place.
+  nvtxDomainRegistration_st *create_domain(std::string_view name);
+  nvtxStringRegistration_st *register_string(std::string_view text);
+  void name_thread(uint32_t tid, std::string_view name);
+
+  // Display names indexed by domain id; [0] is "global".
+  std::vector<std::string> domain_names() const;
+  // Whether a thread was named through nvtxNameOsThread; fills `name` if so.
+  bool thread_name(uint32_t tid, std::string *name) const;
+
+  // Held across fork() so that the child never inherits a locked mutex.
+  std::mutex &mutex() { return mu_; }
+
+ private:
+  struct StringEntry {
+    nvtxStringRegistration_st handle;
+    std::unique_ptr<char[]> storage;
+  };
+
+  bool reject_all_;
+  std::string reject_domain_;
+  nvtxDomainRegistration_st global_;
+
+  mutable std::mutex mu_;
+  std::vector<std::string> domain_names_;  // by id
+  std::unordered_map<std::string, std::unique_ptr<nvtxDomainRegistration_st>> domains_;
+  std::unordered_map<std::string, std::unique_ptr<StringEntry>> strings_;
+  std::unordered_map<uint32_t, std::string> thread_names_;
+};
+
+}  // namespace ferrum_replay::recorder

@@ -1,0 +1,197 @@
+#include "recorder.hpp"
+
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "clock.hpp"
+
+namespace ferrum_replay::recorder {
+
+namespace {
+
+std::atomic<uint64_t> g_next_generation{1};
+
+struct ThreadSlot {
+  uint64_t generation = 0;
+  ThreadBuffer *buffer = nullptr;
+};
+// Trivially constructible and destructible: no TLS destructor runs at thread exit, and the
+// buffer it points to outlives the thread on purpose.
+thread_local ThreadSlot t_slot;
+
+uint32_t os_thread_id() {
+  return static_cast<uint32_t>(syscall(SYS_gettid));
+}
+
+std::string own_thread_name() {
+  char name[17] = {};
+  if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0) return {};
+  return name;
+}
+
+// First line of a /proc file without its newline; empty if unreadable (e.g. the thread is gone).
+std::string read_proc_line(const char *path) {
+  std::string out;
+  if (FILE *f = std::fopen(path, "re")) {
+    char buf[256];
+    if (std::fgets(buf, sizeof buf, f)) out = buf;
+    std::fclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+Recorder::Recorder(const Settings &settings, uint64_t origin_ns)
+    : settings_(settings),
+      origin_ns_(origin_ns),
+      generation_(g_next_generation.fetch_add(1, std::memory_order_relaxed)),
+      names_(settings.reject != RejectMode::none && !settings.reject_domain_only,
+             settings.reject != RejectMode::none && settings.reject_domain_only
+                 ? settings.reject_domain
+                 : std::string()) {}
+
+Recorder::~Recorder() {
+  for (ThreadBuffer *t : threads_) delete t;
+  for (ThreadBuffer *t : orphans_) delete t;
+}
+
+ThreadBuffer &Recorder::current_thread() {
+  ThreadSlot &slot = t_slot;
+  if (slot.generation == generation_) [[likely]]
+    return *slot.buffer;
+  auto *buffer = new ThreadBuffer(os_thread_id(), own_thread_name());
+  {
+    std::lock_guard lock(threads_mu_);
+    threads_.push_back(buffer);
+  }
+  slot.buffer = buffer;
+  slot.generation = generation_;
+  return *buffer;
+}
+
+bool Recorder::should_reject(const nvtxDomainRegistration_st &domain) noexcept {
+  // reject_target is only ever true when some rejection mode is active.
+  if (!domain.reject_target) return false;
+  if (settings_.reject == RejectMode::all) return true;
+  const uint64_t n = push_counter_.fetch_add(1, std::memory_order_relaxed) + 1;
+  return n % settings_.reject_every == 0;
+}
+
+int Recorder::push(const nvtxDomainRegistration_st &domain, std::string_view message,
+                   bool message_is_stable, RangeAttrs attrs) noexcept {
+  ThreadBuffer &thread = current_thread();
+  std::vector<Frame> &stack = thread.stack(domain.id);
+  Frame frame{};
+  frame.depth = static_cast<uint32_t>(stack.size());
+  frame.rejected = should_reject(domain);
+  if (!frame.rejected) {
+    attrs.name = message_is_stable ? message.data() : thread.intern(message);
+    frame.attrs = attrs;
+  }
+  stack.push_back(frame);
+  thread.opened();
+  if (frame.rejected) {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    return kRejected;
+  }
+  // Read the clock last so that the recorder's own bookkeeping is not part of the range.
+  stack.back().start_ns = now_ns();
+  return static_cast<int>(frame.depth);
+}
+
+int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
+  // Read the clock first, for the same reason.
+  const uint64_t end = now_ns();
+  ThreadBuffer &thread = current_thread();
+  std::vector<Frame> *stack = thread.find_stack(domain.id);
+  if (!stack || stack->empty()) {
+    (thread.open_frames() > 0 ? pop_wrong_domain_ : pop_without_push_)
+        .fetch_add(1, std::memory_order_relaxed);
+    return kRejected;
+  }
+  const Frame frame = stack->back();
+  stack->pop_back();
+  thread.closed();
+  // The pop of a rejected push is swallowed: the caller did the right thing.
+  if (frame.rejected) return static_cast<int>(frame.depth);
+  Event event{};
+  event.start_ns = frame.start_ns;
+  event.end_ns = end;
+  event.attrs = frame.attrs;
+  event.domain_id = domain.id;
+  event.depth = frame.depth;
+  thread.append(event);
+  return static_cast<int>(frame.depth);
+}
+
+Snapshot Recorder::snapshot() const {
+  Snapshot snap;
+  snap.pid = static_cast<long>(getpid());
+  snap.process_name = read_proc_line("/proc/self/comm");
+  snap.origin_ns = origin_ns_;
+  snap.domain_names = names_.domain_names();
+
+  std::vector<ThreadBuffer *> threads;
+  {
+    std::lock_guard lock(threads_mu_);
+    threads = threads_;
+  }
+  for (const ThreadBuffer *t : threads) {
+    ThreadSnapshot ts;
+    ts.tid = t->tid();
+    // An explicit nvtxNameOsThread wins; then the live name (a thread may be named after its
+    // first range); then the name it had when it first recorded (it may have exited since).
+    if (!names_.thread_name(ts.tid, &ts.name)) {
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/self/task/%u/comm", ts.tid);
+      ts.name = read_proc_line(path);
+      if (ts.name.empty()) ts.name = t->initial_name();
+    }
+    ts.open_frames = t->published_open_frames();
+    t->for_each_event([&](const Event &e) { ts.events.push_back(e); });
+    sort_events(ts.events);
+    snap.errors.open_at_exit += ts.open_frames;
+    snap.threads.push_back(std::move(ts));
+  }
+  snap.rejected_pushes = rejected_.load(std::memory_order_relaxed);
+  snap.errors.pop_without_push = pop_without_push_.load(std::memory_order_relaxed);
+  snap.errors.pop_wrong_domain = pop_wrong_domain_.load(std::memory_order_relaxed);
+  return snap;
+}
+
+void Recorder::before_fork() {
+  threads_mu_.lock();
+  names_.mutex().lock();
+}
+
+void Recorder::after_fork_in_parent() {
+  names_.mutex().unlock();
+  threads_mu_.unlock();
+}
+
+void Recorder::after_fork_in_child() {
+  names_.mutex().unlock();
+  // Only the forking thread exists in the child. The parent's other threads, their open ranges
+  // and every range completed before the fork belong to the parent's trace.
+  ThreadBuffer *self = t_slot.generation == generation_ ? t_slot.buffer : nullptr;
+  for (ThreadBuffer *t : threads_)
+    if (t != self) orphans_.push_back(t);
+  threads_.clear();
+  if (self) {
+    self->restart_after_fork(os_thread_id());
+    threads_.push_back(self);
+  }
+  push_counter_.store(0, std::memory_order_relaxed);
+  rejected_.store(0, std::memory_order_relaxed);
+  pop_without_push_.store(0, std::memory_order_relaxed);
+  pop_wrong_domain_.store(0, std::memory_order_relaxed);
+  threads_mu_.unlock();
+}
+
+}  // namespace ferrum_replay::recorder

@@ -1,0 +1,79 @@
+// The recording core: push/pop semantics per (thread, domain), fault injection, protocol-error
+// counting and the exit snapshot. Knows nothing of NVTX's calling conventions (injection.cpp
+// decodes those), so tests can drive it directly.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "event.hpp"
+#include "name_registry.hpp"
+#include "settings.hpp"
+#include "snapshot.hpp"
+#include "thread_buffer.hpp"
+
+namespace ferrum_replay::recorder {
+
+// Returned by push and pop on a rejected push or an unmatched pop. NVTX reserves -2
+// (NVTX_NO_PUSH_POP_TRACKING) for "no tool attached"; -1 keeps the two distinguishable.
+inline constexpr int kRejected = -1;
+
+class Recorder {
+ public:
+  Recorder(const Settings &settings, uint64_t origin_ns);
+  // Only test instances are ever destroyed; the process-wide one lives until the process ends,
+  // because other threads may still be recording while exit runs.
+  ~Recorder();
+  Recorder(const Recorder &) = delete;
+  Recorder &operator=(const Recorder &) = delete;
+
+  NameRegistry &names() { return names_; }
+  const NameRegistry &names() const { return names_; }
+  uint64_t origin_ns() const { return origin_ns_; }
+
+  // Opens a range on the calling thread. `message_is_stable`: `message` outlives the recorder (a
+  // registered string or a literal), so it need not be copied. Returns the 0-based level of the
+  // new range in its (thread, domain) stack, as NVTX specifies, or kRejected.
+  int push(const nvtxDomainRegistration_st &domain, std::string_view message,
+           bool message_is_stable, RangeAttrs attrs) noexcept;
+  // Closes the innermost range of `domain` on the calling thread. Returns its level, or
+  // kRejected (and counts a protocol error) if that stack is empty.
+  int pop(const nvtxDomainRegistration_st &domain) noexcept;
+
+  // The calling thread's buffer, registered on first use. Exposed for the injection layer (thread
+  // naming) and for tests.
+  ThreadBuffer &current_thread();
+
+  // Copies everything recorded so far. Safe while other threads keep recording: what they
+  // complete after their buffer has been read is simply not included.
+  Snapshot snapshot() const;
+
+  // fork() support, see pthread_atfork in injection.cpp.
+  void before_fork();
+  void after_fork_in_parent();
+  void after_fork_in_child();
+
+ private:
+  bool should_reject(const nvtxDomainRegistration_st &domain) noexcept;
+
+  const Settings settings_;
+  const uint64_t origin_ns_;
+  // Distinguishes this instance in the thread-local cache, so that a test creating a second
+  // recorder at the address of a destroyed one never reuses a stale buffer.
+  const uint64_t generation_;
+  NameRegistry names_;
+
+  mutable std::mutex threads_mu_;  // thread registration, snapshot and fork only
+  std::vector<ThreadBuffer *> threads_;
+  std::vector<ThreadBuffer *> orphans_;  // buffers of threads that did not survive a fork
+
+  std::atomic<uint64_t> push_counter_{0};  // pushes eligible for every-Nth rejection
+  std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> pop_without_push_{0};
+  std::atomic<uint64_t> pop_wrong_domain_{0};
+};
+
+}  // namespace ferrum_replay::recorder

@@ -1,0 +1,49 @@
+// Environment settings of the recorder, read once when NVTX first initialises it.
+//
+//   FERRUM_RECORD_OUT            trace path; %p = pid, %h = host name, %q{VAR} = value of VAR
+//                                (empty if unset), %% = %. Default: ferrum-replay.%p.json,
+//                                relative paths resolved against the working directory at init.
+//   FERRUM_RECORD_TABLE=0        no summary table on stderr (also false/no/off).
+//   FERRUM_RECORD_REJECT         fault injection, to test that callers keep push and pop
+//                                balanced when a tool refuses a range:
+//                                  all  every push returns -1;
+//                                  N    (positive integer) every Nth push of the process returns
+//                                       -1 (one counter for all threads).
+//                                A rejected push is not recorded, but its frame stays on the
+//                                (thread, domain) stack so that the matching pop is swallowed
+//                                silently; it is counted as "rejectedPushes", never as an error.
+//                                Anything else prints one line on stderr and rejects nothing.
+//   FERRUM_RECORD_REJECT_DOMAIN  limit rejection (and the every-Nth counter) to pushes in the
+//                                domain of that name; "global" means NVTX's default domain.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferrum_replay::recorder {
+
+enum class RejectMode { none, all, every_nth };
+
+struct Settings {
+  RejectMode reject = RejectMode::none;
+  uint64_t reject_every = 0;
+  bool reject_domain_only = false;
+  std::string reject_domain;  // meaningful when reject_domain_only
+  std::string out_pattern = "ferrum-replay.%p.json";
+  bool table = true;
+};
+
+// A getenv stand-in, so that tests can parse settings without touching the process environment.
+using EnvLookup = const char *(*)(const char *name, void *context);
+
+const char *process_env(const char *name, void *context);
+
+// Parses settings; appends one complete stderr line (with '\n') per invalid value to `warnings`.
+Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *warnings);
+
+// Exposed for tests: a decimal number > 0 that fits in 64 bits, nothing else.
+bool parse_positive_u64(std::string_view text, uint64_t *value);
+
+}  // namespace ferrum_replay::recorder

@@ -1,0 +1,75 @@
+#include "thread_buffer.hpp"
+
+#include <cstring>
+
+namespace ferrum_replay::recorder {
+
+namespace {
+// Names are short and few (one per distinct range name and thread); 16 KiB holds hundreds.
+constexpr size_t kArenaBlock = 16 * 1024;
+}  // namespace
+
+ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name)
+    : tid_(tid), initial_name_(std::move(initial_name)), head_(new Chunk), tail_(head_) {}
+
+ThreadBuffer::~ThreadBuffer() {
+  free_chunks();
+  for (const Block &b : blocks_) delete[] b.data;
+}
+
+void ThreadBuffer::free_chunks() {
+  for (Chunk *c = head_; c;) {
+    Chunk *next = c->next.load(std::memory_order_relaxed);
+    delete c;
+    c = next;
+  }
+  head_ = tail_ = nullptr;
+}
+
+std::vector<Frame> &ThreadBuffer::stack(uint32_t domain_id) {
+  if (domain_id >= stacks_.size()) stacks_.resize(domain_id + 1);
+  return stacks_[domain_id];
+}
+
+std::vector<Frame> *ThreadBuffer::find_stack(uint32_t domain_id) {
+  return domain_id < stacks_.size() ? &stacks_[domain_id] : nullptr;
+}
+
+const char *ThreadBuffer::intern(std::string_view text) {
+  if (text.empty()) return "";
+  if (auto it = interned_.find(text); it != interned_.end()) return it->data();
+  const size_t need = text.size() + 1;
+  if (blocks_.empty() || blocks_.back().size - blocks_.back().used < need) {
+    const size_t size = need > kArenaBlock ? need : kArenaBlock;
+    blocks_.push_back(Block{new char[size], 0, size});
+  }
+  Block &b = blocks_.back();
+  char *copy = b.data + b.used;
+  std::memcpy(copy, text.data(), text.size());
+  copy[text.size()] = '\0';
+  b.used += need;
+  interned_.insert(std::string_view(copy, text.size()));
+  return copy;
+}
+
+void ThreadBuffer::append(const Event &event) {
+  uint32_t n = tail_->count.load(std::memory_order_relaxed);
+  if (n == Chunk::kCapacity) {
+    Chunk *fresh = new Chunk;
+    tail_->next.store(fresh, std::memory_order_release);
+    tail_ = fresh;
+    n = 0;
+  }
+  tail_->events[n] = event;
+  // Publishes the event: a reader that sees the new count also sees its contents.
+  tail_->count.store(n + 1, std::memory_order_release);
+}
+
+void ThreadBuffer::restart_after_fork(uint32_t tid) {
+  // Only this thread exists in the child, so nobody can be reading the chunks being replaced.
+  free_chunks();
+  head_ = tail_ = new Chunk;
+  tid_ = tid;
+}
+
+}  // namespace ferrum_replay::recorder

@@ -1,0 +1,26 @@
+// Text conversions the recorder needs: NVTX accepts wchar_t messages and arbitrary bytes, while
+// the trace is JSON (UTF-8) and the table is read in a terminal.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace ferrum_replay::recorder {
+
+inline constexpr char32_t kReplacementChar = 0xFFFD;
+
+void append_utf8(std::string &out, char32_t cp);
+
+// wchar_t is UTF-32 on Linux; surrogates and values above U+10FFFF become U+FFFD.
+void append_wide_as_utf8(std::string &out, const wchar_t *text);
+
+// Length of the well-formed UTF-8 sequence starting at s[i] (1..4), storing its code point;
+// 0 if the bytes there are not well-formed (overlong, surrogate, truncated, out of range).
+size_t decode_utf8(std::string_view s, size_t i, char32_t *cp);
+
+// Terminal columns `s` takes: one per code point (or malformed byte), two for East Asian wide
+// characters. Good enough to align the summary table.
+size_t display_width(std::string_view s);
+
+}  // namespace ferrum_replay::recorder

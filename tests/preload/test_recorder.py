@@ -1,0 +1,412 @@
+#!/usr/bin/env python3
+"""End-to-end tests of libferrum-replay-recorder.so, the NVTX tool that is our test oracle.
+
+Drives tests/tools/nvtx_client (a plain NVTX3 program, no shim) with the recorder attached
+through NVTX_INJECTION64_PATH and compares the trace with the client's own account.
+Environment (set by shim/recorder/meson.build): FERRUM_RECORDER_LIB, NVTX_CLIENT.
+Run all tests, or name some on the command line. Prints ok/FAIL per test and a closing
+"N passed, N failed" line; exits 1 if any failed, 77 if the environment is missing.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unicodedata
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import trace_check  # noqa: E402
+
+DOMAIN = "mydomain"
+TABLE_HEADER = re.compile(r"^domain\s+range\s+count\s+total ms\s+mean us\s+min us\s+max us$")
+
+
+class Client:
+    """One finished nvtx_client process and what it left behind."""
+
+    def __init__(self, argv, done, tmp, trace_path):
+        self.argv = argv
+        self.returncode = done.returncode
+        self.stdout = done.stdout
+        self.stderr = done.stderr
+        self.tmp = tmp
+        self.values = {}
+        self.counts = {}
+        for line in self.stdout.splitlines():
+            fields = line.split("\t")
+            if fields[0] == "range" and len(fields) == 4:
+                self.counts[(fields[1], fields[2])] = int(fields[3])
+            elif len(fields) == 2 and fields[1].isdigit():
+                self.values[fields[0]] = int(fields[1])
+        self.trace_path = trace_path
+        if trace_path is None and "pid" in self.values:
+            self.trace_path = os.path.join(tmp, f"t.{self.values['pid']}.json")
+        self._trace = None
+
+    @property
+    def trace(self):
+        if self._trace is None:
+            expect(self.trace_path and os.path.exists(self.trace_path),
+                   f"no trace at {self.trace_path}", self)
+            self._trace = trace_check.load(self.trace_path)
+        return self._trace
+
+    def summary(self):
+        return trace_check.protocol_errors(self.trace)
+
+    def describe(self):
+        return (f"\n  argv: {' '.join(self.argv)}\n  exit: {self.returncode}\n"
+                f"  stdout:\n{indent(self.stdout)}\n  stderr:\n{indent(self.stderr)}")
+
+
+def indent(text):
+    return "\n".join("    " + line for line in text.splitlines()[:40])
+
+
+def expect(condition, message, client=None):
+    if not condition:
+        raise AssertionError(message + (client.describe() if client else ""))
+
+
+def environment_path(variable):
+    value = os.environ.get(variable)
+    if not value or not os.path.exists(value):
+        print(f"test_recorder: {variable} is not set or missing (run through meson test)")
+        sys.exit(77)
+    return value
+
+
+def run_client(tmp, *args, env=None, out=None, attach=True, cwd=None, timeout=120):
+    """Runs nvtx_client with the recorder attached; the trace goes to tmp/t.%p.json unless
+    `out` names another pattern (then Client.trace_path is that pattern, unexpanded)."""
+    child_env = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("FERRUM_RECORD", "NVTX_"))}
+    if attach:
+        child_env["NVTX_INJECTION64_PATH"] = environment_path("FERRUM_RECORDER_LIB")
+    child_env["FERRUM_RECORD_OUT"] = out if out is not None else os.path.join(tmp, "t.%p.json")
+    child_env.update(env or {})
+    argv = [environment_path("NVTX_CLIENT"), *map(str, args)]
+    done = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd or tmp, errors="replace")
+    return Client(argv, done, tmp, out if out is not None and "%" not in out else None)
+
+
+def expect_counts_match(client, skip=()):
+    """The trace holds exactly the ranges the client says were accepted ((domain, name) pairs
+    in `skip` are not compared)."""
+    recorded = trace_check.counts_by_domain_and_name(client.trace)
+    claimed = {key: n for key, n in client.counts.items() if key not in skip}
+    recorded = {key: n for key, n in recorded.items() if key not in skip}
+    expect(recorded == claimed, f"trace counts {recorded} != client counts {claimed}", client)
+    expect(client.summary()["ranges"] == sum(trace_check.counts_by_domain_and_name(
+        client.trace).values()), "ferrumReplay.ranges disagrees with the X events", client)
+
+
+def expect_clean(client):
+    expect(client.returncode == 0, "client failed", client)
+    problems = trace_check.check_nesting(client.trace)
+    expect(not problems, f"ranges do not nest: {problems[:3]}", client)
+    errors = client.summary()["protocolErrors"]
+    expect(not any(errors.values()), f"protocol errors: {errors}", client)
+
+
+CLIENT_LINE = re.compile(r"^(pid|pushes|rejected|untracked|open|child|child_status)\t\d+$"
+                         r"|^range\t[^\t]*\t[^\t]*\t\d+$")
+
+
+def expect_stdout_is_clients_own(client):
+    for line in client.stdout.splitlines():
+        expect(CLIENT_LINE.match(line), f"unexpected stdout line {line!r}", client)
+
+
+# ---- the tests ----
+
+def test_basic_counts_and_attributes(tmp):
+    c = run_client(tmp, "--iters", 50, "--domain", DOMAIN, "--registered", "--nested", 3,
+                   "--unicode", "--cxx")
+    expect_clean(c)
+    expect_counts_match(c)
+    expect(c.values["rejected"] == 0 and c.values["untracked"] == 0,
+           "pushes were not all accepted", c)
+    names = trace_check.counts_by_name(c.trace, DOMAIN)
+    expect(names == {"dom-registered": 50, "dom-wide-\u00fc": 50}, f"domain ranges {names}", c)
+    expect(trace_check.counts_by_name(c.trace, "global").get("wide-\u00e9\u4e2d") == 50,
+           "unicode global ranges missing", c)
+    dom = trace_check.ranges(c.trace, DOMAIN, "dom-registered")[0]
+    expect(dom["args"]["category"] == 7 and dom["args"]["color"] == "#00a0ff"
+           and isinstance(dom["args"]["payload"], int), f"attributes lost: {dom}", c)
+    nest = trace_check.ranges(c.trace, "global", "nest2")
+    expect({r["args"]["depth"] for r in nest} == {2}, "nest2 should be at depth 2", c)
+    expect(sorted(r["args"]["payload"] for r in nest) == list(range(50)), "int64 payloads", c)
+    step = trace_check.ranges(c.trace, "global", "step")[0]
+    expect("payload" not in step["args"] and step["args"]["depth"] == 0,
+           f"plain push has no payload: {step}", c)
+    summary = c.summary()
+    expect(summary["version"] == 1 and summary["pid"] == c.values["pid"], f"{summary}", c)
+    expect(summary["domains"] == ["global", DOMAIN], f"domains {summary['domains']}", c)
+    meta = [e for e in c.trace["traceEvents"] if e.get("ph") == "M"]
+    expect(any(e["name"] == "process_name" and e["args"]["name"] == "nvtx_client" for e in meta),
+           "process_name metadata", c)
+    expect(c.trace["displayTimeUnit"] == "ns", "displayTimeUnit", c)
+    for event in trace_check.ranges(c.trace):
+        expect(event["pid"] == c.values["pid"] and event["dur"] >= 0 and event["ts"] >= 0,
+               f"bad event {event}", c)
+
+
+def test_multithreaded_loses_nothing(tmp):
+    c = run_client(tmp, "--threads", 8, "--iters", 1000, "--domain", DOMAIN, "--registered",
+                   "--nested", 2, "--name-threads")
+    expect_clean(c)
+    expect_counts_match(c)
+    expect(c.counts[("global", "step")] == 8000, "client did not push 8000 steps", c)
+    tids = {e["tid"] for e in trace_check.ranges(c.trace)}
+    expect(len(tids) == 8, f"{len(tids)} threads in the trace, expected 8", c)
+    names = {e["args"]["name"] for e in c.trace["traceEvents"]
+             if e.get("ph") == "M" and e["name"] == "thread_name" and e["tid"] in tids}
+    expect(names == {f"worker-{i}" for i in range(8)}, f"thread names {names}", c)
+
+
+def test_second_module(tmp):
+    module = environment_path("NVTX_CLIENT_MODULE")
+    c = run_client(tmp, "--threads", 4, "--iters", 100, "--domain", DOMAIN, "--module", module)
+    expect_clean(c)
+    expect_counts_match(c)
+    expect(c.counts.get(("global", "module-step")) == 400, "module ranges not accepted", c)
+    expect(trace_check.counts_by_name(c.trace, DOMAIN).get("module-dom") == 400,
+           "the module's domain must be the client's domain", c)
+    expect(c.summary()["domains"] == ["global", DOMAIN], f"{c.summary()['domains']}", c)
+
+
+def test_reject_all(tmp):
+    c = run_client(tmp, "--iters", 20, "--domain", DOMAIN, "--nested", 2,
+                   env={"FERRUM_RECORD_REJECT": "all"})
+    expect_clean(c)
+    expect(c.values["rejected"] == c.values["pushes"] == 60, "every push must return -1", c)
+    expect(not trace_check.ranges(c.trace), "rejected pushes were recorded", c)
+    expect(c.summary()["rejectedPushes"] == 60, f"rejectedPushes {c.summary()}", c)
+    expect("rejected pushes: 60" in c.stderr, "table lacks the rejected line", c)
+
+
+def test_reject_every_nth(tmp):
+    c = run_client(tmp, "--threads", 4, "--iters", 250, "--domain", DOMAIN, "--nested", 3,
+                   env={"FERRUM_RECORD_REJECT": "7"})
+    expect_clean(c)
+    expect_counts_match(c)
+    pushes = c.values["pushes"]
+    expect(c.values["rejected"] == pushes // 7, f"{c.values['rejected']} of {pushes} rejected", c)
+    expect(c.summary()["rejectedPushes"] == pushes // 7, f"{c.summary()}", c)
+
+
+def test_reject_limited_to_domain(tmp):
+    c = run_client(tmp, "--threads", 2, "--iters", 100, "--domain", DOMAIN, "--registered",
+                   "--nested", 2, env={"FERRUM_RECORD_REJECT": "all",
+                                       "FERRUM_RECORD_REJECT_DOMAIN": DOMAIN})
+    expect_clean(c)
+    expect_counts_match(c)
+    expect(not trace_check.ranges(c.trace, DOMAIN), "the rejected domain has ranges", c)
+    glob = trace_check.counts_by_name(c.trace, "global")
+    expect(glob == {"step": 200, "nest1": 200}, f"global ranges damaged: {glob}", c)
+    expect(c.summary()["rejectedPushes"] == 200, f"{c.summary()}", c)
+
+
+def test_reject_global_domain_every_nth(tmp):
+    c = run_client(tmp, "--iters", 90, "--domain", DOMAIN, env={
+        "FERRUM_RECORD_REJECT": "3", "FERRUM_RECORD_REJECT_DOMAIN": "global"})
+    expect_clean(c)
+    expect_counts_match(c)
+    expect(trace_check.counts_by_name(c.trace, DOMAIN) == {"dom-ascii": 90},
+           "domain ranges must be untouched", c)
+    expect(trace_check.counts_by_name(c.trace, "global") == {"step": 60},
+           "every third global push rejected", c)
+
+
+def test_invalid_reject_value(tmp):
+    c = run_client(tmp, "--iters", 5, env={"FERRUM_RECORD_REJECT": "sometimes"})
+    expect_clean(c)
+    expect_counts_match(c)
+    line = ("ferrum-replay recorder: FERRUM_RECORD_REJECT='sometimes' is invalid "
+            "(expected all or a positive integer); not rejecting")
+    expect(c.stderr.count(line) == 1, "the warning must appear exactly once", c)
+    expect(c.values["rejected"] == 0, "nothing may be rejected", c)
+
+
+def test_pop_without_push(tmp):
+    c = run_client(tmp, "--iters", 3, "--unbalanced-pop")
+    expect_counts_match(c)
+    errors = c.summary()["protocolErrors"]
+    expect(errors == {"popWithoutPush": 1, "popWrongDomain": 0, "openAtExit": 0}, f"{errors}", c)
+    expect("protocol errors: 1 pop without push" in c.stderr, "table line", c)
+
+
+def test_pop_in_wrong_domain(tmp):
+    c = run_client(tmp, "--iters", 3, "--domain", DOMAIN, "--wrong-domain-pop")
+    expect_counts_match(c)
+    errors = c.summary()["protocolErrors"]
+    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 1, "openAtExit": 0}, f"{errors}", c)
+    expect(trace_check.counts_by_name(c.trace, "global").get("holder") == 1,
+           "the range held open across the bad pop must still be recorded", c)
+    expect("protocol errors: 1 popped in wrong domain" in c.stderr, "table line", c)
+
+
+def test_open_at_exit(tmp):
+    c = run_client(tmp, "--iters", 3, "--leave-open", 2, "--leave-open-in-thread", 3)
+    expect_counts_match(c)
+    expect(c.values["open"] == 5, "client should have left 5 ranges open", c)
+    errors = c.summary()["protocolErrors"]
+    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 0, "openAtExit": 5}, f"{errors}", c)
+    expect("protocol errors: 5 open at exit" in c.stderr, "table line", c)
+
+
+def test_all_protocol_errors_in_one_line(tmp):
+    c = run_client(tmp, "--unbalanced-pop", "--wrong-domain-pop", "--leave-open", 1)
+    expect("protocol errors: 1 pop without push, 1 popped in wrong domain, 1 open at exit"
+           in c.stderr, "combined table line", c)
+
+
+def test_pid_expansion(tmp):
+    c = run_client(tmp, "--iters", 1)
+    expect(os.path.exists(os.path.join(tmp, f"t.{c.values['pid']}.json")), "t.<pid>.json", c)
+    expect(not [f for f in os.listdir(tmp) if f.endswith(".tmp")], "temporary left behind", c)
+
+
+def test_env_var_expansion(tmp):
+    out = os.path.join(tmp, "q.%q{FERRUM_TEST_TAG}.%q{FERRUM_TEST_UNSET}100%%.json")
+    c = run_client(tmp, "--iters", 1, out=out, env={"FERRUM_TEST_TAG": "rank3"})
+    expect(c.returncode == 0, "client failed", c)
+    path = os.path.join(tmp, "q.rank3.100%.json")
+    expect(os.path.exists(path), f"{path} missing; dir has {os.listdir(tmp)}", c)
+    expect(path in c.stderr, "the table names the absolute trace path", c)
+
+
+def test_default_output_in_working_directory(tmp):
+    child_env = {"FERRUM_RECORD_OUT": ""}
+    c = run_client(tmp, "--iters", 1, env=child_env)
+    path = os.path.join(tmp, f"ferrum-replay.{c.values['pid']}.json")
+    expect(os.path.exists(path), f"{path} missing; dir has {os.listdir(tmp)}", c)
+
+
+def test_unwritable_output(tmp):
+    out = os.path.join(tmp, "no-such-dir", "t.json")
+    c = run_client(tmp, "--iters", 2, "--exit-code", 3, out=out,
+                   env={"FERRUM_RECORD_TABLE": "0"})
+    expect(c.returncode == 3, "the program's exit code must be kept", c)
+    expect(c.stderr == f"ferrum-replay recorder: cannot write trace to {out}: "
+           "No such file or directory\n", "exactly one stderr line expected", c)
+    expect_stdout_is_clients_own(c)
+
+
+def test_no_stdout_pollution_and_table(tmp):
+    c = run_client(tmp, "--iters", 10, "--domain", DOMAIN, "--registered", "--unicode")
+    expect_stdout_is_clients_own(c)
+    lines = c.stderr.splitlines()
+    expect(lines and re.match(r"^ferrum-replay recorder: \d+ ranges on 1 threads, trace: /",
+                              lines[0]), "table header line", c)
+    expect(any(TABLE_HEADER.match(line) for line in lines), "column header", c)
+    for domain, name in c.counts:
+        expect(any(re.match(rf"^{re.escape(domain)}\s+{re.escape(name)}\s+10\s", line)
+                   for line in lines), f"no table row for {domain}/{name}", c)
+    expect(lines[-1] == "protocol errors: none", "closing line", c)
+    # Numeric columns are right-aligned: every row is equally wide on a terminal.
+    widths = {sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in row)
+              for row in lines[1:-1]}
+    expect(len(widths) == 1, f"table columns are not aligned: widths {widths}", c)
+
+
+def test_table_switched_off(tmp):
+    c = run_client(tmp, "--iters", 3, env={"FERRUM_RECORD_TABLE": "0"})
+    expect_clean(c)
+    expect(c.stderr == "", "stderr must stay silent", c)
+
+
+def test_exit_from_another_thread(tmp):
+    c = run_client(tmp, "--threads", 2, "--iters", 100, "--exit-in-thread", "--exit-code", 5)
+    expect(c.returncode == 5, "exit code from the exiting thread", c)
+    expect_counts_match(c)
+    expect(not trace_check.check_nesting(c.trace), "nesting", c)
+
+
+def test_thread_recording_during_exit(tmp):
+    for _ in range(3):
+        c = run_client(tmp, "--threads", 2, "--iters", 200, "--spinner")
+        expect(c.returncode == 0, "client crashed while a thread kept recording", c)
+        # The spinner's ranges are not counted by the client: it never stops.
+        expect_counts_match(c, skip={("global", "spin")})
+        expect(not trace_check.check_nesting(c.trace), "nesting", c)
+        os.unlink(c.trace_path)
+
+
+def test_fork_child_writes_its_own_trace(tmp):
+    c = run_client(tmp, "--threads", 2, "--iters", 30, "--fork")
+    expect_clean(c)
+    expect_counts_match(c)
+    expect(c.values.get("child_status") == 0, "the child failed", c)
+    child = trace_check.load(os.path.join(tmp, f"t.{c.values['child']}.json"))
+    counts = trace_check.counts_by_domain_and_name(child)
+    expect(counts == {("global", "child-step"): 30, ("global", "around-fork"): 1},
+           f"the child's trace must hold only its own ranges: {counts}", c)
+    summary = trace_check.protocol_errors(child)
+    expect(summary["pid"] == c.values["child"] and not any(summary["protocolErrors"].values()),
+           f"child summary {summary}", c)
+    expect(not trace_check.check_nesting(child), "child nesting", c)
+
+
+def test_no_tool_no_trace(tmp):
+    c = run_client(tmp, "--iters", 3, attach=False)
+    expect(c.returncode == 0 and c.values["untracked"] == c.values["pushes"],
+           "without a tool NVTX returns -2 for every push", c)
+    expect(not os.listdir(tmp) and c.stderr == "", "nothing may be written without the tool", c)
+
+
+def test_trace_check_cli(tmp):
+    c = run_client(tmp, "--iters", 4, "--domain", DOMAIN)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
+                          "trace_check.py")
+    ok = subprocess.run([sys.executable, script, c.trace_path, "--domain", DOMAIN,
+                         "--expect", "dom-ascii=4", "--expect-total", "4", "--no-protocol-errors"],
+                        capture_output=True, text=True)
+    expect(ok.returncode == 0 and ok.stdout == "", f"CLI rejected a good trace: {ok.stdout}", c)
+    bad = subprocess.run([sys.executable, script, c.trace_path, "--expect", "step=5",
+                          "--expect", "nothing=1"], capture_output=True, text=True)
+    expect(bad.returncode == 1 and bad.stdout.splitlines() == [
+        "step: 4 ranges, expected 5", "nothing: 0 ranges, expected 1"],
+        f"CLI output for failed expectations: {bad.stdout!r}", c)
+    summary = subprocess.run([sys.executable, script, c.trace_path, "--summary"],
+                             capture_output=True, text=True)
+    expect(summary.returncode == 0 and f"{DOMAIN}\tdom-ascii\t4" in summary.stdout.splitlines(),
+           f"--summary output {summary.stdout!r}", c)
+    broken = os.path.join(tmp, "broken.json")
+    with open(broken, "w") as handle:
+        handle.write("{\"traceEvents\": [")
+    res = subprocess.run([sys.executable, script, broken], capture_output=True, text=True)
+    expect(res.returncode == 2 and "not valid JSON" in res.stderr, f"broken: {res.stderr}", c)
+
+
+TESTS = {name[len("test_"):]: fn for name, fn in globals().items() if name.startswith("test_")}
+
+
+def main():
+    environment_path("FERRUM_RECORDER_LIB")
+    environment_path("NVTX_CLIENT")
+    names = sys.argv[1:] or list(TESTS)
+    passed = failed = 0
+    for name in names:
+        if name not in TESTS:
+            print(f"FAIL {name}: no such test")
+            failed += 1
+            continue
+        with tempfile.TemporaryDirectory(prefix="ferrum-recorder-") as tmp:
+            try:
+                TESTS[name](tmp)
+            except (AssertionError, trace_check.TraceError, KeyError,
+                    subprocess.TimeoutExpired) as error:
+                failed += 1
+                print(f"FAIL {name}: {type(error).__name__}: {error}")
+                continue
+        passed += 1
+        print(f"ok   {name}")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,350 @@
+// nvtx_client: a plain NVTX3 client (the real header implementation, no shim) that drives the
+// recorder end to end. It pushes and pops ranges the way applications do and prints on stdout
+// what it did, so a test can compare the trace with the program's own account.
+//
+//   nvtx_client [--threads N] [--iters N] [--domain NAME] [--registered] [--unicode]
+//               [--nested K] [--cxx] [--name-threads] [--unbalanced-pop] [--wrong-domain-pop]
+//               [--leave-open K] [--leave-open-in-thread K] [--spinner] [--exit-in-thread]
+//               [--exit-code N] [--module PATH] [--fork]
+//
+// Each iteration of each worker thread:
+//   push global "step" (RangePushA)
+//     push global "nest1".."nest<K-1>" (RangePushEx, category = level, int64 payload = iteration)
+//       push DOMAIN "dom-ascii" or, with --registered, "dom-registered" (DomainRangePushEx,
+//         category 7, uint64 payload, ARGB color)
+//         --unicode: global "wide-é中" (RangePushW) and DOMAIN "dom-wide-ü" (UNICODE message)
+//         --cxx: global "cxx-scoped" through nvtx3::scoped_range (NVTX's CORE2 path)
+//         --module: global "module-step" and DOMAIN "module-dom", pushed by a second NVTX module
+//         (this file built as a shared object with NVTX_CLIENT_MODULE, dlopen'ed by the client),
+//         which has its own NVTX state and so initialises the tool a second time
+//   ...popped in reverse order.
+// --fork: after the workers, the main thread opens global "around-fork", forks, and closes it in
+//   both processes; the child also records --iters global "child-step" ranges and leaves through
+//   exit(), so it writes its own trace. The parent prints "child <pid>" and the child's status.
+// Output, one record per line, tab-separated:
+//   pid <pid>
+//   pushes <n>         every push the program made (spinner excluded)
+//   rejected <n>       pushes that returned a negative value other than -2
+//   untracked <n>      pushes that returned -2 (no tool attached)
+//   open <n>           accepted pushes deliberately left open (--leave-open*)
+//   range <domain> <name> <count>   accepted pushes per (domain, name); domain "global" for NULL
+#include <dlfcn.h>
+#include <nvtx3/nvToolsExt.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nvtx3/nvtx3.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+// The second module's only job. Results of its two pushes go to `results`, so the program can
+// count what was accepted.
+extern "C" __attribute__((visibility("default"))) void nvtx_client_module_work(
+    const char *domain_name, int results[2]);
+using ModuleWork = void (*)(const char *, int[2]);
+
+#ifdef NVTX_CLIENT_MODULE
+
+void nvtx_client_module_work(const char *domain_name, int results[2]) {
+  // Domains are per name, not per module: the tool must hand back the client's domain.
+  static nvtxDomainHandle_t domain = nvtxDomainCreateA(domain_name);
+  results[0] = nvtxRangePushA("module-step");
+  nvtxEventAttributes_t a;
+  std::memset(&a, 0, sizeof a);
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  a.message.ascii = "module-dom";
+  results[1] = nvtxDomainRangePushEx(domain, &a);
+  nvtxDomainRangePop(domain);
+  nvtxRangePop();
+}
+
+#else  // the program
+
+namespace {
+
+struct Options {
+  int threads = 1;
+  int iters = 10;
+  std::string domain = "client";
+  bool registered = false;
+  bool unicode = false;
+  int nested = 1;
+  bool cxx = false;
+  bool name_threads = false;
+  bool unbalanced_pop = false;
+  bool wrong_domain_pop = false;
+  int leave_open = 0;
+  int leave_open_in_thread = 0;
+  bool spinner = false;
+  bool exit_in_thread = false;
+  int exit_code = 0;
+  std::string module;
+  bool fork = false;
+};
+
+[[noreturn]] void usage(const char *why) {
+  std::fprintf(stderr, "nvtx_client: %s\n", why);
+  std::exit(2);
+}
+
+Options parse(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> const char * {
+      if (i + 1 >= argc) usage(("missing value for " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "--threads")
+      o.threads = std::atoi(value());
+    else if (a == "--iters")
+      o.iters = std::atoi(value());
+    else if (a == "--domain")
+      o.domain = value();
+    else if (a == "--registered")
+      o.registered = true;
+    else if (a == "--unicode")
+      o.unicode = true;
+    else if (a == "--nested")
+      o.nested = std::atoi(value());
+    else if (a == "--cxx")
+      o.cxx = true;
+    else if (a == "--name-threads")
+      o.name_threads = true;
+    else if (a == "--unbalanced-pop")
+      o.unbalanced_pop = true;
+    else if (a == "--wrong-domain-pop")
+      o.wrong_domain_pop = true;
+    else if (a == "--leave-open")
+      o.leave_open = std::atoi(value());
+    else if (a == "--leave-open-in-thread")
+      o.leave_open_in_thread = std::atoi(value());
+    else if (a == "--spinner")
+      o.spinner = true;
+    else if (a == "--exit-in-thread")
+      o.exit_in_thread = true;
+    else if (a == "--exit-code")
+      o.exit_code = std::atoi(value());
+    else if (a == "--module")
+      o.module = value();
+    else if (a == "--fork")
+      o.fork = true;
+    else
+      usage(("unknown option " + a).c_str());
+  }
+  if (o.threads < 1 || o.iters < 0 || o.nested < 1) usage("bad numbers");
+  return o;
+}
+
+// What the program itself believes it recorded, merged from all threads at the end.
+class Tally {
+ public:
+  void count(const std::string &domain, const std::string &name, int result) {
+    ++pushes_;
+    if (result >= 0)
+      ++ranges_[{domain, name}];
+    else if (result == NVTX_NO_PUSH_POP_TRACKING)
+      ++untracked_;
+    else
+      ++rejected_;
+  }
+  // A push deliberately left open: never a completed range in the trace.
+  void count_open(int result) {
+    ++pushes_;
+    if (result >= 0)
+      ++open_;
+    else if (result == NVTX_NO_PUSH_POP_TRACKING)
+      ++untracked_;
+    else
+      ++rejected_;
+  }
+  void merge(const Tally &other) {
+    std::lock_guard lock(mu_);
+    pushes_ += other.pushes_;
+    rejected_ += other.rejected_;
+    untracked_ += other.untracked_;
+    open_ += other.open_;
+    for (const auto &[key, n] : other.ranges_) ranges_[key] += n;
+  }
+  void print() const {
+    std::printf("pid\t%ld\npushes\t%lu\nrejected\t%lu\nuntracked\t%lu\nopen\t%lu\n",
+                static_cast<long>(getpid()), pushes_, rejected_, untracked_, open_);
+    for (const auto &[key, n] : ranges_)
+      std::printf("range\t%s\t%s\t%lu\n", key.first.c_str(), key.second.c_str(), n);
+    std::fflush(stdout);
+  }
+
+ private:
+  std::mutex mu_;
+  unsigned long pushes_ = 0, rejected_ = 0, untracked_ = 0, open_ = 0;
+  std::map<std::pair<std::string, std::string>, unsigned long> ranges_;
+};
+
+nvtxEventAttributes_t attributes() {
+  nvtxEventAttributes_t a;
+  std::memset(&a, 0, sizeof a);
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  return a;
+}
+
+void worker(const Options &o, int index, nvtxDomainHandle_t domain, nvtxStringHandle_t registered,
+            ModuleWork module_work, Tally &total) {
+  Tally mine;
+  if (o.name_threads) {
+    const std::string name = "worker-" + std::to_string(index);
+    nvtxNameOsThreadA(static_cast<uint32_t>(syscall(SYS_gettid)), name.c_str());
+  }
+  for (int i = 0; i < o.iters; ++i) {
+    mine.count("global", "step", nvtxRangePushA("step"));
+    for (int k = 1; k < o.nested; ++k) {
+      nvtxEventAttributes_t a = attributes();
+      const std::string name = "nest" + std::to_string(k);
+      a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+      a.message.ascii = name.c_str();
+      a.category = static_cast<uint32_t>(k);
+      a.payloadType = NVTX_PAYLOAD_TYPE_INT64;
+      a.payload.llValue = i;
+      mine.count("global", name, nvtxRangePushEx(&a));
+    }
+    {
+      nvtxEventAttributes_t a = attributes();
+      a.category = 7;
+      a.colorType = NVTX_COLOR_ARGB;
+      a.color = 0xFF00A0FF;
+      a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
+      a.payload.ullValue = static_cast<uint64_t>(i);
+      if (o.registered) {
+        a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+        a.message.registered = registered;
+      } else {
+        a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+        a.message.ascii = "dom-ascii";
+      }
+      mine.count(o.domain, o.registered ? "dom-registered" : "dom-ascii",
+                 nvtxDomainRangePushEx(domain, &a));
+    }
+    if (o.unicode) {
+      mine.count("global", "wide-\u00e9\u4e2d", nvtxRangePushW(L"wide-\u00e9\u4e2d"));
+      nvtxRangePop();
+      nvtxEventAttributes_t a = attributes();
+      a.messageType = NVTX_MESSAGE_TYPE_UNICODE;
+      a.message.unicode = L"dom-wide-\u00fc";
+      mine.count(o.domain, "dom-wide-\u00fc", nvtxDomainRangePushEx(domain, &a));
+      nvtxDomainRangePop(domain);
+    }
+    if (module_work) {
+      int results[2];
+      module_work(o.domain.c_str(), results);
+      mine.count("global", "module-step", results[0]);
+      mine.count(o.domain, "module-dom", results[1]);
+    }
+    if (o.cxx) {
+      // nvtx3.hpp sends even global ranges through nvtxDomainRangePushEx(NULL, ...); its RAII
+      // type does not expose the push result, so count it as accepted unless rejecting.
+      nvtx3::scoped_range r{"cxx-scoped"};
+      mine.count("global", "cxx-scoped", 0);
+    }
+    nvtxDomainRangePop(domain);
+    for (int k = 1; k < o.nested; ++k) nvtxRangePop();
+    nvtxRangePop();
+  }
+  total.merge(mine);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const Options o = parse(argc, argv);
+  nvtxDomainHandle_t domain = nvtxDomainCreateA(o.domain.c_str());
+  nvtxStringHandle_t registered = nvtxDomainRegisterStringA(domain, "dom-registered");
+
+  if (o.spinner) {
+    // Keeps pushing until the process is gone, so the exit report runs while a thread records.
+    std::thread([] {
+      for (;;) {
+        nvtxRangePushA("spin");
+        nvtxRangePop();
+      }
+    }).detach();
+  }
+
+  ModuleWork module_work = nullptr;
+  if (!o.module.empty()) {
+    void *handle = dlopen(o.module.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) usage(dlerror());
+    module_work = reinterpret_cast<ModuleWork>(dlsym(handle, "nvtx_client_module_work"));
+    if (!module_work) usage("module lacks nvtx_client_module_work");
+  }
+
+  Tally total;
+  std::vector<std::thread> threads;
+  // All workers start at once, so the second module's first NVTX call (and with it the tool's
+  // initialisation for that module) races between threads.
+  for (int t = 0; t < o.threads; ++t)
+    threads.emplace_back(worker, std::cref(o), t, domain, registered, module_work, std::ref(total));
+  for (auto &t : threads) t.join();
+
+  if (o.wrong_domain_pop) {
+    Tally mine;
+    mine.count("global", "holder", nvtxRangePushA("holder"));
+    nvtxDomainRangePop(domain);  // nothing open in this domain, but "holder" is open: wrong domain
+    nvtxRangePop();
+    total.merge(mine);
+  }
+  if (o.unbalanced_pop) nvtxRangePop();  // nothing open anywhere: pop without push
+  if (o.leave_open_in_thread > 0) {
+    // A thread that ends with open ranges: its buffer must outlive it.
+    std::thread([&] {
+      Tally mine;
+      for (int k = 0; k < o.leave_open_in_thread; ++k)
+        mine.count_open(nvtxRangePushA("left-open-thread"));
+      total.merge(mine);
+    }).join();
+  }
+  for (int k = 0; k < o.leave_open; ++k) {
+    Tally mine;
+    mine.count_open(nvtxRangePushA("left-open"));
+    total.merge(mine);
+  }
+
+  if (o.fork) {
+    Tally mine;
+    mine.count("global", "around-fork", nvtxRangePushA("around-fork"));
+    std::fflush(stdout);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      for (int i = 0; i < o.iters; ++i) {
+        nvtxRangePushA("child-step");
+        nvtxRangePop();
+      }
+      nvtxRangePop();
+      std::exit(0);
+    }
+    nvtxRangePop();
+    int status = 0;
+    waitpid(child, &status, 0);
+    std::printf("child\t%ld\nchild_status\t%d\n", static_cast<long>(child), status);
+    total.merge(mine);
+  }
+
+  total.print();
+  if (o.exit_in_thread) {
+    std::thread([&] { std::exit(o.exit_code); }).detach();
+    for (;;) pause();
+  }
+  return o.exit_code;
+}
+
+#endif  // NVTX_CLIENT_MODULE

@@ -1,0 +1,251 @@
+// The recording core without NVTX: push/pop levels, protocol errors, fault injection, many
+// threads, and the trace file.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "recorder.hpp"
+#include "trace_writer.hpp"
+
+using namespace ferrum_replay::recorder;
+
+namespace {
+
+Settings reject_settings(RejectMode mode, uint64_t every = 0, const char *domain = nullptr) {
+  Settings s;
+  s.reject = mode;
+  s.reject_every = every;
+  if (domain) {
+    s.reject_domain_only = true;
+    s.reject_domain = domain;
+  }
+  return s;
+}
+
+int push(Recorder &r, const nvtxDomainRegistration_st &d, const char *name) {
+  return r.push(d, name, false, {});
+}
+
+size_t count_named(const Snapshot &s, const std::string &name) {
+  size_t n = 0;
+  for (const ThreadSnapshot &t : s.threads)
+    for (const Event &e : t.events) n += name == e.attrs.name;
+  return n;
+}
+
+std::string read_file(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("push returns the 0-based level, pop the level it closed") {
+  Recorder r(Settings{}, 0);
+  const auto &g = r.names().global_domain();
+  auto *d = r.names().create_domain("mine");
+  CHECK(push(r, g, "a") == 0);
+  CHECK(push(r, g, "b") == 1);
+  CHECK(push(r, *d, "c") == 0);  // levels are per domain
+  CHECK(r.pop(*d) == 0);
+  CHECK(r.pop(g) == 1);
+  CHECK(r.pop(g) == 0);
+  const Snapshot s = r.snapshot();
+  CHECK(s.range_count() == 3);
+  CHECK(s.errors.none());
+  REQUIRE(s.threads.size() == 1);
+  // Trace order: by start, enclosing ranges first.
+  CHECK(std::string(s.threads[0].events[0].attrs.name) == "a");
+  CHECK(s.threads[0].events[0].depth == 0);
+  CHECK(s.threads[0].events[1].depth == 1);
+}
+
+TEST_CASE("domains and registered strings are interned") {
+  Recorder r(Settings{}, 0);
+  CHECK(r.names().create_domain("x") == r.names().create_domain("x"));
+  CHECK(r.names().create_domain("x") != r.names().create_domain("y"));
+  CHECK(r.names().create_domain("x")->id == 1);
+  auto *h = r.names().register_string("graph 1");
+  CHECK(h == r.names().register_string("graph 1"));
+  CHECK(std::string(h->text) == "graph 1");
+  CHECK(r.names().domain_names() == std::vector<std::string>{"global", "x", "y"});
+}
+
+TEST_CASE("messages are copied unless stable") {
+  Recorder r(Settings{}, 0);
+  const auto &g = r.names().global_domain();
+  char buffer[] = "before";
+  r.push(g, buffer, false, {});
+  r.pop(g);
+  std::snprintf(buffer, sizeof buffer, "after");
+  CHECK(count_named(r.snapshot(), "before") == 1);
+}
+
+TEST_CASE("protocol errors") {
+  Recorder r(Settings{}, 0);
+  const auto &g = r.names().global_domain();
+  auto *d = r.names().create_domain("d");
+  CHECK(r.pop(g) == kRejected);  // nothing open anywhere
+  push(r, g, "held");
+  CHECK(r.pop(*d) == kRejected);  // d is empty while global has a range open
+  CHECK(r.pop(g) == 0);
+  push(r, *d, "left open");
+  const Snapshot s = r.snapshot();
+  CHECK(s.errors.pop_without_push == 1);
+  CHECK(s.errors.pop_wrong_domain == 1);
+  CHECK(s.errors.open_at_exit == 1);
+  CHECK(s.range_count() == 1);
+}
+
+TEST_CASE("reject all keeps frames so pops are swallowed") {
+  Recorder r(reject_settings(RejectMode::all), 0);
+  const auto &g = r.names().global_domain();
+  CHECK(push(r, g, "a") == kRejected);
+  CHECK(push(r, g, "b") == kRejected);
+  CHECK(r.pop(g) >= 0);
+  CHECK(r.pop(g) >= 0);
+  const Snapshot s = r.snapshot();
+  CHECK(s.range_count() == 0);
+  CHECK(s.rejected_pushes == 2);
+  CHECK(s.errors.none());
+}
+
+TEST_CASE("reject every Nth push") {
+  Recorder r(reject_settings(RejectMode::every_nth, 3), 0);
+  const auto &g = r.names().global_domain();
+  std::vector<int> results;
+  for (int i = 0; i < 9; ++i) {
+    results.push_back(push(r, g, "x"));
+    r.pop(g);
+  }
+  CHECK(results == std::vector<int>{0, 0, -1, 0, 0, -1, 0, 0, -1});
+  const Snapshot s = r.snapshot();
+  CHECK(s.range_count() == 6);
+  CHECK(s.rejected_pushes == 3);
+  CHECK(s.errors.none());
+}
+
+TEST_CASE("reject limited to one domain") {
+  SUBCASE("named domain") {
+    Recorder r(reject_settings(RejectMode::all, 0, "victim"), 0);
+    const auto &g = r.names().global_domain();
+    auto *v = r.names().create_domain("victim");
+    auto *o = r.names().create_domain("other");
+    CHECK(push(r, g, "outer") == 0);
+    CHECK(push(r, *v, "rejected") == kRejected);
+    CHECK(push(r, *o, "kept") == 0);
+    CHECK(r.pop(*o) == 0);
+    CHECK(r.pop(*v) >= 0);
+    CHECK(r.pop(g) == 0);
+    const Snapshot s = r.snapshot();
+    CHECK(count_named(s, "outer") == 1);
+    CHECK(count_named(s, "kept") == 1);
+    CHECK(count_named(s, "rejected") == 0);
+    CHECK(s.rejected_pushes == 1);
+    CHECK(s.errors.none());
+  }
+  SUBCASE("global") {
+    Recorder r(reject_settings(RejectMode::every_nth, 2, "global"), 0);
+    const auto &g = r.names().global_domain();
+    auto *d = r.names().create_domain("d");
+    for (int i = 0; i < 4; ++i) {
+      push(r, *d, "dom");
+      push(r, g, "glob");
+      r.pop(g);
+      r.pop(*d);
+    }
+    const Snapshot s = r.snapshot();
+    CHECK(count_named(s, "dom") == 4);
+    CHECK(count_named(s, "glob") == 2);
+    CHECK(s.rejected_pushes == 2);
+  }
+}
+
+TEST_CASE("many threads lose nothing and keep their own stacks") {
+  Recorder r(Settings{}, 0);
+  auto *d = r.names().create_domain("mt");
+  constexpr int kThreads = 8, kIters = 1000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      const auto &g = r.names().global_domain();
+      for (int i = 0; i < kIters; ++i) {
+        push(r, g, "outer");
+        push(r, *d, "inner");
+        r.pop(*d);
+        r.pop(g);
+      }
+    });
+  // A snapshot taken while the threads run must be readable (and is simply partial).
+  const Snapshot partial = r.snapshot();
+  CHECK(partial.range_count() <= 2u * kThreads * kIters);
+  for (auto &t : threads) t.join();
+  const Snapshot s = r.snapshot();
+  CHECK(s.threads.size() == kThreads);
+  CHECK(count_named(s, "outer") == kThreads * kIters);
+  CHECK(count_named(s, "inner") == kThreads * kIters);
+  CHECK(s.errors.none());
+}
+
+TEST_CASE("trace JSON carries events, metadata and counters") {
+  Recorder r(Settings{}, 0);
+  const auto &g = r.names().global_domain();
+  RangeAttrs attrs;
+  attrs.category = 7;
+  attrs.payload.kind = PayloadKind::i64;
+  attrs.payload.i = -5;
+  attrs.has_color = true;
+  attrs.color = 0xFF00FF00;
+  r.push(g, "with \"attrs\"", false, attrs);
+  r.pop(g);
+  r.pop(g);
+  const std::string json = render_trace(r.snapshot());
+  CHECK(json.rfind("{\"traceEvents\":[", 0) == 0);
+  CHECK(json.find("\"name\":\"process_name\"") != std::string::npos);
+  CHECK(json.find("\"name\":\"thread_name\"") != std::string::npos);
+  CHECK(json.find("\"name\":\"with \\\"attrs\\\"\",\"cat\":\"global\"") != std::string::npos);
+  CHECK(json.find("\"args\":{\"category\":7,\"payload\":-5,\"color\":\"#00ff00\",\"depth\":0}") !=
+        std::string::npos);
+  CHECK(json.find("\"displayTimeUnit\":\"ns\"") != std::string::npos);
+  CHECK(json.find("\"protocolErrors\":{\"popWithoutPush\":1,\"popWrongDomain\":0,"
+                  "\"openAtExit\":0}") != std::string::npos);
+  CHECK(json.find("\"domains\":[\"global\"]") != std::string::npos);
+}
+
+TEST_CASE("trace file is written atomically, errors are reported") {
+  char dir_template[] = "/tmp/recorder-test-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  Recorder r(Settings{}, 0);
+  r.push(r.names().global_domain(), "x", false, {});
+  r.pop(r.names().global_domain());
+  const Snapshot s = r.snapshot();
+
+  std::string error;
+  const std::string path = dir + "/t.json";
+  REQUIRE(write_trace_file(path, s, &error));
+  CHECK(read_file(path) == render_trace(s));
+  struct stat st;
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  const mode_t mask = umask(0);
+  umask(mask);
+  CHECK((st.st_mode & 0777) == (0644 & ~mask));
+  // Rewriting replaces the file.
+  REQUIRE(write_trace_file(path, s, &error));
+
+  CHECK_FALSE(write_trace_file(dir + "/missing/t.json", s, &error));
+  CHECK(error == "No such file or directory");
+
+  unlink(path.c_str());
+  // No temporary files left behind.
+  CHECK(rmdir(dir.c_str()) == 0);
+}

@@ -1,0 +1,76 @@
+// FERRUM_RECORD_* parsing, including the one-line warning for a bad FERRUM_RECORD_REJECT.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "settings.hpp"
+
+using namespace ferrum_replay::recorder;
+
+namespace {
+using Env = std::map<std::string, std::string>;
+const char *lookup(const char *name, void *context) {
+  const Env &env = *static_cast<Env *>(context);
+  auto it = env.find(name);
+  return it == env.end() ? nullptr : it->second.c_str();
+}
+Settings parse(Env env, std::vector<std::string> *warnings = nullptr) {
+  return parse_settings(lookup, &env, warnings);
+}
+}  // namespace
+
+TEST_CASE("defaults") {
+  std::vector<std::string> w;
+  const Settings s = parse({}, &w);
+  CHECK(s.reject == RejectMode::none);
+  CHECK_FALSE(s.reject_domain_only);
+  CHECK(s.out_pattern == "ferrum-replay.%p.json");
+  CHECK(s.table);
+  CHECK(w.empty());
+}
+
+TEST_CASE("output and table") {
+  CHECK(parse({{"FERRUM_RECORD_OUT", "/x/%p.json"}}).out_pattern == "/x/%p.json");
+  CHECK(parse({{"FERRUM_RECORD_OUT", ""}}).out_pattern == "ferrum-replay.%p.json");
+  CHECK_FALSE(parse({{"FERRUM_RECORD_TABLE", "0"}}).table);
+  CHECK_FALSE(parse({{"FERRUM_RECORD_TABLE", "off"}}).table);
+  CHECK(parse({{"FERRUM_RECORD_TABLE", "1"}}).table);
+}
+
+TEST_CASE("reject modes") {
+  CHECK(parse({{"FERRUM_RECORD_REJECT", "all"}}).reject == RejectMode::all);
+  CHECK(parse({{"FERRUM_RECORD_REJECT", "1"}}).reject == RejectMode::all);
+  const Settings every = parse({{"FERRUM_RECORD_REJECT", "7"}});
+  CHECK(every.reject == RejectMode::every_nth);
+  CHECK(every.reject_every == 7);
+  const Settings dom =
+      parse({{"FERRUM_RECORD_REJECT", "all"}, {"FERRUM_RECORD_REJECT_DOMAIN", "global"}});
+  CHECK(dom.reject_domain_only);
+  CHECK(dom.reject_domain == "global");
+}
+
+TEST_CASE("invalid reject value warns once and rejects nothing") {
+  for (const char *bad : {"x", "0", "-3", "2x", " 5", "99999999999999999999999"}) {
+    CAPTURE(bad);
+    std::vector<std::string> w;
+    const Settings s = parse({{"FERRUM_RECORD_REJECT", bad}}, &w);
+    CHECK(s.reject == RejectMode::none);
+    REQUIRE(w.size() == 1);
+    CHECK(w[0] == std::string("ferrum-replay recorder: FERRUM_RECORD_REJECT='") + bad +
+                      "' is invalid (expected all or a positive integer); not rejecting\n");
+  }
+  std::vector<std::string> w;
+  CHECK(parse({{"FERRUM_RECORD_REJECT", ""}}, &w).reject == RejectMode::none);
+  CHECK(w.empty());
+}
+
+TEST_CASE("parse_positive_u64") {
+  uint64_t v = 0;
+  CHECK(parse_positive_u64("18446744073709551615", &v));
+  CHECK(v == UINT64_MAX);
+  CHECK_FALSE(parse_positive_u64("18446744073709551616", &v));
+  CHECK_FALSE(parse_positive_u64("", &v));
+  CHECK_FALSE(parse_positive_u64("+1", &v));
+}

@@ -1,0 +1,112 @@
+// The stderr summary: statistics per (domain, name) and the exact shape of the text.
+#include <doctest/doctest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "summary_table.hpp"
+#include "utf8.hpp"
+
+using namespace ferrum_replay::recorder;
+
+namespace {
+
+Event event(uint32_t domain, const char *name, uint64_t start, uint64_t end) {
+  Event e{};
+  e.domain_id = domain;
+  e.attrs.name = name;
+  e.start_ns = start;
+  e.end_ns = end;
+  return e;
+}
+
+Snapshot sample() {
+  Snapshot s;
+  s.domain_names = {"global", "ferrum-replay"};
+  ThreadSnapshot a, b;
+  a.tid = 1;
+  b.tid = 2;
+  a.events = {event(1, "prefill", 0, 100000), event(1, "prefill", 0, 150000),
+              event(0, "app step", 0, 2000)};
+  // Same text, different pointer (another thread's copy): must merge into one row.
+  static const char other_copy[] = "prefill";
+  b.events = {event(1, other_copy, 0, 125000)};
+  s.threads = {a, b};
+  return s;
+}
+
+std::vector<std::string> lines(const std::string &text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("aggregate merges by text and sorts by domain then name") {
+  const std::vector<RangeStats> rows = aggregate(sample());
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].domain == "ferrum-replay");
+  CHECK(rows[0].name == "prefill");
+  CHECK(rows[0].count == 3);
+  CHECK(rows[0].total_ns == 375000);
+  CHECK(rows[0].min_ns == 100000);
+  CHECK(rows[0].max_ns == 150000);
+  CHECK(rows[1].domain == "global");
+  CHECK(rows[1].name == "app step");
+  CHECK(rows[1].count == 1);
+}
+
+TEST_CASE("summary text") {
+  const Snapshot s = sample();
+  const std::vector<std::string> l = lines(format_summary(s, aggregate(s), "/abs/t.json"));
+  REQUIRE(l.size() == 5);
+  CHECK(l[0] == "ferrum-replay recorder: 4 ranges on 2 threads, trace: /abs/t.json");
+  CHECK(l[1] == "domain          range      count   total ms    mean us     min us     max us");
+  CHECK(l[2] == "ferrum-replay   prefill    3          0.375    125.000    100.000    150.000");
+  CHECK(l[3] == "global          app step   1          0.002      2.000      2.000      2.000");
+  CHECK(l[4] == "protocol errors: none");
+}
+
+TEST_CASE("protocol errors, rejected pushes and unwritten trace") {
+  Snapshot s = sample();
+  s.errors.pop_without_push = 2;
+  s.errors.open_at_exit = 3;
+  s.rejected_pushes = 5;
+  const std::vector<std::string> l = lines(format_summary(s, aggregate(s), ""));
+  CHECK(l.front() == "ferrum-replay recorder: 4 ranges on 2 threads, trace not written");
+  CHECK(l[l.size() - 2] == "protocol errors: 2 pop without push, 3 open at exit");
+  CHECK(l.back() == "rejected pushes: 5");
+
+  s.errors = {};
+  s.errors.pop_wrong_domain = 1;
+  s.rejected_pushes = 0;
+  CHECK(lines(format_summary(s, aggregate(s), "x")).back() ==
+        "protocol errors: 1 popped in wrong domain");
+}
+
+TEST_CASE("empty run prints no column header") {
+  const Snapshot s;
+  const std::vector<std::string> l = lines(format_summary(s, aggregate(s), "/t.json"));
+  REQUIRE(l.size() == 2);
+  CHECK(l[0] == "ferrum-replay recorder: 0 ranges on 0 threads, trace: /t.json");
+  CHECK(l[1] == "protocol errors: none");
+}
+
+TEST_CASE("names with control characters stay on one line and align by code points") {
+  Snapshot s;
+  s.domain_names = {"global"};
+  ThreadSnapshot t;
+  t.events = {event(0, "a\nb", 0, 1000), event(0, "caf\xc3\xa9", 0, 1000)};
+  s.threads = {t};
+  const std::vector<std::string> l = lines(format_summary(s, aggregate(s), "/t"));
+  REQUIRE(l.size() == 5);
+  CHECK(l[2].find("a?b") != std::string::npos);
+  // "café" is 5 bytes but 4 columns wide: the count column starts at the same column.
+  const auto count_column = [](const std::string &row) {
+    return display_width(std::string_view(row).substr(0, row.find('1')));
+  };
+  CHECK(count_column(l[2]) == count_column(l[3]));
+}
