@@ -1,0 +1,281 @@
+// The part every launch_* test program shares: the command line, the launch loop (threads,
+// the app's own NVTX ranges, exceptions), and what is printed at the end. Each program supplies
+// a Backend: how it reaches the CUDA driver or runtime.
+//
+// Common options (each program's usage comment says which it honours):
+//   --graphs G        graphs to create and instantiate (default 2)
+//   --iters N         rounds; each round launches every graph once, in order (default 10)
+//   --threads T       run the rounds in T threads at once, each with its own stream; the
+//                     graphs are shared (default 1)
+//   --stream KIND     created (default; cuStreamCreate/cudaStreamCreate per thread), null (0),
+//                     legacy (0x1: CU_STREAM_LEGACY / cudaStreamLegacy), ptsz (0x2:
+//                     CU_STREAM_PER_THREAD / cudaStreamPerThread)
+//   --ptsz            call the _ptsz launch entry point explicitly
+//   --app-ranges      push an NVTX range "app step" (global domain, nvtxRangePushA) around each
+//                     launch and pop it after, also when the launch threw
+//   --instantiate HOW flags (default: cuGraphInstantiate/cudaGraphInstantiate, i.e.
+//                     ...WithFlags) or params (...WithParams, _ptsz in a per-thread build)
+//   --upload          upload each graph once after instantiating it (not a launch)
+//   --reinstantiate K every K rounds destroy all graph execs (in order) and instantiate them
+//                     again (in order): the stand-in driver hands the destroyed handles out
+//                     again, swapped when G=2 (needs --threads 1)
+//   --flags F         launch_procaddress, launch_entry_point: lookup flags 0, 1 or 2
+//   --version V       launch_procaddress, launch_entry_point: CUDA version of the lookup
+//   --self-query Q    launch_procaddress: 12000 (default), 11030 or none
+//   --dlopen-flags F  launch_dlopen_driver, launch_procaddress: local (default), global or
+//                     deepbind (RTLD_LOCAL | RTLD_DEEPBIND)
+//
+// Output on stdout, the last line always in this form:
+//   per_graph=<launches of graph 0>,<graph 1>,...
+//   exceptions=<launches that threw>
+//   launches=<N> failed=<F> result=<R>
+// N counts launches attempted, F those that did not return success (a throw counts as failed),
+// R is the code (CUresult or cudaError_t, as the program's API returns) of the last launch that
+// returned — with several threads, of the first thread whose last launch failed — or 0.
+// Exit status: 0 when every launch succeeded, 3 when any failed or threw, 1 on a setup error
+// (message on stderr), 2 on a usage error.
+
+#pragma once
+
+#include <nvtx3/nvToolsExt.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+struct CUstream_st;
+
+namespace harness {
+
+enum class StreamKind { kCreated, kNull, kLegacy, kPerThread };
+
+struct Options {
+  int graphs = 2;
+  int iters = 10;
+  int threads = 1;
+  StreamKind stream = StreamKind::kCreated;
+  bool ptsz = false;
+  bool app_ranges = false;
+  bool instantiate_with_params = false;
+  bool upload = false;
+  int reinstantiate_every = 0;
+  unsigned long long flags = 0;
+  int version = 0;  // 0: the program's default
+  std::string self_query = "12000";
+  std::string dlopen_flags = "local";
+};
+
+// The special stream handles have the same values in the driver and the runtime API.
+inline CUstream_st *special_stream(StreamKind kind) {
+  switch (kind) {
+    case StreamKind::kLegacy:
+      return reinterpret_cast<CUstream_st *>(0x1);
+    case StreamKind::kPerThread:
+      return reinterpret_cast<CUstream_st *>(0x2);
+    default:
+      return nullptr;
+  }
+}
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Each returns 0 or an API error code; `what` names the failing call.
+  virtual int setup(const Options &opt, const char **what) = 0;  // init, context, G graphs
+  virtual int instantiate(int graph, const char **what) = 0;
+  virtual int upload(int graph, CUstream_st *stream, const char **what) = 0;
+  virtual int destroy_exec(int graph, const char **what) = 0;
+  // On a new thread: make the context current and create the stream if asked to.
+  virtual int thread_begin(CUstream_st **stream, const char **what) = 0;
+  virtual int launch(int graph, CUstream_st *stream) = 0;              // the call under test
+  virtual int thread_end(CUstream_st *stream, const char **what) = 0;  // sync, destroy stream
+  virtual int teardown(const char **what) = 0;
+  virtual const char *error_name(int code) = 0;
+};
+
+[[noreturn]] inline void usage(const char *usage_text, const char *problem) {
+  std::fprintf(stderr, "error: %s\n%s", problem, usage_text);
+  std::exit(2);
+}
+
+inline Options parse(int argc, char **argv, const char *usage_text) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(usage_text, (a + " needs a value").c_str());
+      return argv[++i];
+    };
+    auto number = [&]() -> long long {
+      const std::string v = value();
+      char *end = nullptr;
+      const long long n = std::strtoll(v.c_str(), &end, 0);
+      if (v.empty() || *end != '\0' || n < 0) usage(usage_text, (a + ": bad number").c_str());
+      return n;
+    };
+    if (a == "--graphs") {
+      o.graphs = static_cast<int>(number());
+    } else if (a == "--iters") {
+      o.iters = static_cast<int>(number());
+    } else if (a == "--threads") {
+      o.threads = static_cast<int>(number());
+    } else if (a == "--stream") {
+      const std::string v = value();
+      if (v == "created") {
+        o.stream = StreamKind::kCreated;
+      } else if (v == "null") {
+        o.stream = StreamKind::kNull;
+      } else if (v == "legacy") {
+        o.stream = StreamKind::kLegacy;
+      } else if (v == "ptsz") {
+        o.stream = StreamKind::kPerThread;
+      } else {
+        usage(usage_text, "--stream: created, null, legacy or ptsz");
+      }
+    } else if (a == "--ptsz") {
+      o.ptsz = true;
+    } else if (a == "--app-ranges") {
+      o.app_ranges = true;
+    } else if (a == "--instantiate") {
+      const std::string v = value();
+      if (v != "flags" && v != "params") usage(usage_text, "--instantiate: flags or params");
+      o.instantiate_with_params = v == "params";
+    } else if (a == "--upload") {
+      o.upload = true;
+    } else if (a == "--reinstantiate") {
+      o.reinstantiate_every = static_cast<int>(number());
+    } else if (a == "--flags") {
+      o.flags = static_cast<unsigned long long>(number());
+    } else if (a == "--version") {
+      o.version = static_cast<int>(number());
+    } else if (a == "--self-query") {
+      o.self_query = value();
+      if (o.self_query != "12000" && o.self_query != "11030" && o.self_query != "none") {
+        usage(usage_text, "--self-query: 12000, 11030 or none");
+      }
+    } else if (a == "--dlopen-flags") {
+      o.dlopen_flags = value();
+      if (o.dlopen_flags != "local" && o.dlopen_flags != "global" && o.dlopen_flags != "deepbind") {
+        usage(usage_text, "--dlopen-flags: local, global or deepbind");
+      }
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(usage_text, stdout);
+      std::exit(0);
+    } else {
+      usage(usage_text, ("unknown option " + a).c_str());
+    }
+  }
+  if (o.graphs < 1 || o.threads < 1) usage(usage_text, "--graphs and --threads must be >= 1");
+  if (o.reinstantiate_every > 0 && o.threads != 1) {
+    usage(usage_text, "--reinstantiate needs --threads 1");
+  }
+  return o;
+}
+
+struct ThreadResult {
+  unsigned long long launches = 0;
+  unsigned long long failed = 0;
+  unsigned long long exceptions = 0;
+  int last_result = 0;
+  std::vector<unsigned long long> per_graph;
+};
+
+[[noreturn]] inline void die(Backend &b, const char *what, int code) {
+  std::fprintf(stderr, "error: %s failed: %s (%d)\n", what, b.error_name(code), code);
+  std::fflush(stdout);
+  std::exit(1);
+}
+
+inline void run_thread(Backend &b, const Options &o, ThreadResult &r) {
+  r.per_graph.assign(static_cast<size_t>(o.graphs), 0);
+  const char *what = "";
+  CUstream_st *stream = special_stream(o.stream);
+  if (int e = b.thread_begin(&stream, &what); e != 0) die(b, what, e);
+  for (int it = 0; it < o.iters; ++it) {
+    if (o.reinstantiate_every > 0 && it > 0 && it % o.reinstantiate_every == 0) {
+      for (int g = 0; g < o.graphs; ++g) {
+        if (int e = b.destroy_exec(g, &what); e != 0) die(b, what, e);
+      }
+      for (int g = 0; g < o.graphs; ++g) {
+        if (int e = b.instantiate(g, &what); e != 0) die(b, what, e);
+      }
+    }
+    for (int g = 0; g < o.graphs; ++g) {
+      if (o.app_ranges) nvtxRangePushA("app step");
+      bool returned = false;
+      int result = 0;
+      try {
+        result = b.launch(g, stream);
+        returned = true;
+      } catch (const std::exception &ex) {
+        ++r.exceptions;
+      }
+      if (o.app_ranges) nvtxRangePop();
+      ++r.launches;
+      ++r.per_graph[static_cast<size_t>(g)];
+      if (returned) r.last_result = result;
+      if (!returned || result != 0) ++r.failed;
+    }
+  }
+  if (int e = b.thread_end(stream, &what); e != 0) die(b, what, e);
+}
+
+inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
+  const Options o = parse(argc, argv, usage_text);
+  const char *what = "";
+  if (int e = b.setup(o, &what); e != 0) die(b, what, e);
+  for (int g = 0; g < o.graphs; ++g) {
+    if (int e = b.instantiate(g, &what); e != 0) die(b, what, e);
+  }
+  if (o.upload) {
+    CUstream_st *stream = special_stream(o.stream);
+    if (int e = b.thread_begin(&stream, &what); e != 0) die(b, what, e);
+    for (int g = 0; g < o.graphs; ++g) {
+      if (int e = b.upload(g, stream, &what); e != 0) die(b, what, e);
+    }
+    if (int e = b.thread_end(stream, &what); e != 0) die(b, what, e);
+  }
+
+  std::vector<ThreadResult> results(static_cast<size_t>(o.threads));
+  if (o.threads == 1) {
+    run_thread(b, o, results[0]);
+  } else {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < o.threads; ++t) {
+      threads.emplace_back([&, t] { run_thread(b, o, results[static_cast<size_t>(t)]); });
+    }
+    for (std::thread &t : threads) t.join();
+  }
+
+  for (int g = 0; g < o.graphs; ++g) {
+    if (int e = b.destroy_exec(g, &what); e != 0) die(b, what, e);
+  }
+  if (int e = b.teardown(&what); e != 0) die(b, what, e);
+
+  ThreadResult total;
+  total.per_graph.assign(static_cast<size_t>(o.graphs), 0);
+  int result = 0;
+  for (const ThreadResult &r : results) {
+    total.launches += r.launches;
+    total.failed += r.failed;
+    total.exceptions += r.exceptions;
+    for (size_t g = 0; g < r.per_graph.size(); ++g) total.per_graph[g] += r.per_graph[g];
+    if (result == 0) result = r.last_result;
+  }
+  std::printf("per_graph=");
+  for (size_t g = 0; g < total.per_graph.size(); ++g) {
+    std::printf("%s%llu", g == 0 ? "" : ",", total.per_graph[g]);
+  }
+  std::printf("\nexceptions=%llu\n", total.exceptions);
+  std::printf("launches=%llu failed=%llu result=%d\n", total.launches, total.failed, result);
+  std::fflush(stdout);
+  return total.failed == 0 ? 0 : 3;
+}
+
+}  // namespace harness

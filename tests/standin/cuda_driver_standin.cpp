@@ -1,0 +1,1005 @@
+// Stand-in for NVIDIA's CUDA driver library, libcuda.so.1 (driver API 13.0), for machines
+// without a GPU. Built as libcuda.so.1 (SONAME libcuda.so.1); it exports, unversioned like the
+// real driver, only CUDA driver API names (see cuda_driver_standin.map) plus the int
+// `ferrum_standin_driver_marker`, by which a program can tell it runs against the stand-in.
+//
+// Prototypes come from the real <cuda.h>/<cudaTypedefs.h>, compiled with
+// __CUDA_API_VERSION_INTERNAL as NVIDIA builds its driver: the header then declares every
+// exported name (legacy cuGraphInstantiate, cuGraphInstantiate_v2, cuGraphLaunch and
+// cuGraphLaunch_ptsz, the 4-argument cuGetProcAddress and the 5-argument cuGetProcAddress_v2,
+// cuCtxCreate .. cuCtxCreate_v4, ...) with its exact signature, and the compiler checks ours.
+//
+// What is faithful:
+// - cuGetProcAddress/_v2 look symbols up in a table of {name, version it appeared in, legacy
+//   function, per-thread-stream (_ptsz) function}. The entry with the highest version <= the
+//   requested one wins (cuGraphInstantiate@10000 -> legacy 5-argument cuGraphInstantiate,
+//   @11000 -> cuGraphInstantiate_v2, @12000 -> cuGraphInstantiateWithFlags; the self-query
+//   "cuGetProcAddress" answers the 4-argument function below 12000, cuGetProcAddress_v2 from
+//   12000 on). Unknown or empty name: CUDA_ERROR_NOT_FOUND, SYMBOL_NOT_FOUND; name known but
+//   only from a later version: CUDA_ERROR_NOT_FOUND, VERSION_NOT_SUFFICIENT; *pfn is NULL on
+//   failure; symbolStatus may be NULL. Flag CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (2)
+//   answers the _ptsz variant where one exists (cuGraphLaunch, cuGraphUpload,
+//   cuGraphInstantiateWithParams, cuStreamSynchronize), 0 and LEGACY_STREAM (1) the legacy one.
+// - The pointers handed out are, by default, the driver's *internal* functions (static, not
+//   exported), as the real driver's are; every exported function is a thin wrapper that calls
+//   the same internal function, so a replay counts once whichever way it arrives.
+// - cuGraphLaunch and cuGraphLaunch_ptsz are different functions (counted separately).
+// - Graph exec handles are heap objects recycled through a LIFO free list: an instantiate right
+//   after a cuGraphExecDestroy gets the destroyed handle's address back, as real drivers often
+//   do. Launch, upload or destroy of a handle that is not live: CUDA_ERROR_INVALID_VALUE.
+// - Calls other than cuDriverGetVersion, cuGetErrorName/String and cuGetProcAddress fail with
+//   CUDA_ERROR_NOT_INITIALIZED before cuInit. Contexts are current per thread (cuCtxCreate,
+//   cuCtxSetCurrent, primary context); creating streams, allocating and synchronizing need one.
+//
+// What is simplified: one device (ordinal 0); nothing executes (memset and kernel nodes are
+// validated and stored, never run; cuMemAlloc is malloc); streams are not validated by a launch;
+// no context stack (cuCtxCreate makes the new context current, cuCtxDestroy of the current one
+// leaves none); only the functions listed in the version script exist; the legacy 32-bit
+// cuMemAlloc/cuMemFree are not provided.
+//
+// Environment, read once, lazily at first use (never in a constructor):
+//   FERRUM_STANDIN_PROC_EXPORTED=1   cuGetProcAddress returns the addresses of the exported,
+//                                    interposable symbols as the dynamic linker resolves them
+//                                    (a preloaded library's cuGraphLaunch, if there is one)
+//                                    instead of the internal functions.
+//   FERRUM_STANDIN_LAUNCH_RESULT=<n> every cuGraphLaunch/_ptsz returns CUresult n (after counting
+//                                    the call, whatever the handle).
+//   FERRUM_STANDIN_LAUNCH_THROW=1    every cuGraphLaunch/_ptsz throws std::runtime_error (after
+//                                    counting), to test unwinding through an interposer.
+//   FERRUM_STANDIN_LAUNCH_SLEEP_US=<n> each cuGraphLaunch/_ptsz sleeps n microseconds, so ranges
+//                                    around launches have a visible duration.
+//   FERRUM_STANDIN_TRACE=1           print each cuGetProcAddress query to stderr as
+//                                    `ferrum-standin-driver: cuGetProcAddress symbol=<s>
+//                                    version=<v> flags=<f> status=<0|1|2>` (the status is a
+//                                    CUdriverProcAddressQueryResult; 3 marks an invalid call).
+//   FERRUM_STANDIN_REPORT=<path>     at exit, append one line
+//                                    `driver launches=<N> launches_ptsz=<M> instantiates=<K>
+//                                    procaddress_queries=<Q>` (read at exit).
+//   (the empty name prints as `symbol=`)
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+extern "C" {
+__attribute__((visibility("default"))) extern const int ferrum_standin_driver_marker;
+const int ferrum_standin_driver_marker = 1;
+}
+
+// The driver's objects behind the opaque handle types of <cuda.h>.
+struct CUctx_st {
+  CUdevice device;
+};
+struct CUstream_st {
+  CUcontext ctx;
+  unsigned int flags;
+};
+struct CUgraphNode_st {
+  CUgraph owner;
+  CUgraphNodeType type;
+  CUDA_MEMSET_NODE_PARAMS memset;  // valid for CU_GRAPH_NODE_TYPE_MEMSET
+};
+struct CUgraph_st {
+  std::vector<std::unique_ptr<CUgraphNode_st>> nodes;
+};
+struct CUgraphExec_st {
+  std::atomic<bool> live;
+  size_t node_count;
+  CUgraphExec_st *next_free;
+};
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Configuration and counters
+
+struct Config {
+  bool proc_exported = false;
+  bool has_launch_result = false;
+  CUresult launch_result = CUDA_SUCCESS;
+  bool launch_throw = false;
+  unsigned long sleep_us = 0;
+  bool trace = false;
+};
+
+bool env_flag(const char *name) {
+  const char *v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
+Config read_config() {
+  Config c;
+  c.proc_exported = env_flag("FERRUM_STANDIN_PROC_EXPORTED");
+  if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_RESULT"); v != nullptr && v[0] != '\0') {
+    c.has_launch_result = true;
+    c.launch_result = static_cast<CUresult>(std::strtol(v, nullptr, 0));
+  }
+  c.launch_throw = env_flag("FERRUM_STANDIN_LAUNCH_THROW");
+  if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_SLEEP_US"); v != nullptr) {
+    c.sleep_us = std::strtoul(v, nullptr, 0);
+  }
+  c.trace = env_flag("FERRUM_STANDIN_TRACE");
+  return c;
+}
+
+const Config &config() {
+  static const Config c = read_config();
+  return c;
+}
+
+std::atomic<unsigned long long> g_launches{0};
+std::atomic<unsigned long long> g_launches_ptsz{0};
+std::atomic<unsigned long long> g_instantiates{0};
+std::atomic<unsigned long long> g_queries{0};
+
+__attribute__((destructor)) void write_report() {
+  const char *path = std::getenv("FERRUM_STANDIN_REPORT");
+  if (path == nullptr || path[0] == '\0') return;
+  char line[256];
+  const int n = std::snprintf(line, sizeof line,
+                              "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
+                              "procaddress_queries=%llu\n",
+                              g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(),
+                              g_queries.load());
+  const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  if (n > 0) {
+    // One write of a short line to an O_APPEND file: lines of concurrent processes don't mix.
+    [[maybe_unused]] const ssize_t written = write(fd, line, static_cast<size_t>(n));
+  }
+  close(fd);
+}
+
+// ---------------------------------------------------------------------------------------------
+// State
+
+std::atomic<bool> g_initialized{false};
+thread_local CUcontext t_current = nullptr;
+
+struct State {
+  std::mutex mutex;  // guards the members below and the exec pool's free list
+  CUctx_st primary{0};
+  int primary_refs = 0;
+  std::unordered_set<CUcontext> contexts;  // created with cuCtxCreate
+  std::unordered_set<CUstream> streams;
+  std::unordered_set<CUgraph> graphs;
+  std::unordered_set<CUdeviceptr> allocations;
+};
+
+// Created at first use and never destroyed, so that calls made while the process exits (from
+// other libraries' destructors) still find it.
+State &st() {
+  static State *s = new State;
+  return *s;
+}
+
+constexpr char kDeviceName[] = "ferrum-replay stand-in device";
+
+bool initialized() {
+  return g_initialized.load(std::memory_order_acquire);
+}
+
+bool context_valid_locked(CUcontext ctx) {
+  return ctx == &st().primary || st().contexts.count(ctx) != 0;
+}
+
+// Graph exec handles: objects in chunks that are never freed, so a launch can check a handle
+// without a lock; destroyed ones go on a LIFO free list and are handed out again first.
+constexpr size_t kExecChunk = 1024;
+constexpr size_t kMaxExecChunks = 1024;
+std::atomic<CUgraphExec_st *> g_exec_chunks[kMaxExecChunks];
+std::atomic<size_t> g_exec_chunk_count{0};
+size_t g_exec_used_in_last_chunk = kExecChunk;  // under st().mutex
+CUgraphExec_st *g_exec_free = nullptr;          // under st().mutex
+
+bool exec_live(CUgraphExec h) {
+  const auto p = reinterpret_cast<uintptr_t>(h);
+  const size_t chunks = g_exec_chunk_count.load(std::memory_order_acquire);
+  for (size_t i = 0; i < chunks; ++i) {
+    const auto base = reinterpret_cast<uintptr_t>(g_exec_chunks[i].load(std::memory_order_acquire));
+    if (p >= base && p < base + kExecChunk * sizeof(CUgraphExec_st) &&
+        (p - base) % sizeof(CUgraphExec_st) == 0) {
+      return h->live.load(std::memory_order_acquire);
+    }
+  }
+  return false;
+}
+
+// Under st().mutex.
+CUgraphExec exec_take_locked() {
+  if (g_exec_free != nullptr) {
+    CUgraphExec e = g_exec_free;
+    g_exec_free = e->next_free;
+    return e;
+  }
+  if (g_exec_used_in_last_chunk == kExecChunk) {
+    const size_t n = g_exec_chunk_count.load(std::memory_order_relaxed);
+    if (n == kMaxExecChunks) return nullptr;
+    auto *chunk = new CUgraphExec_st[kExecChunk]();
+    g_exec_chunks[n].store(chunk, std::memory_order_release);
+    g_exec_chunk_count.store(n + 1, std::memory_order_release);
+    g_exec_used_in_last_chunk = 0;
+  }
+  const size_t n = g_exec_chunk_count.load(std::memory_order_relaxed);
+  return &g_exec_chunks[n - 1].load(std::memory_order_relaxed)[g_exec_used_in_last_chunk++];
+}
+
+#define STANDIN_REQUIRE_INIT()                             \
+  do {                                                     \
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED; \
+  } while (0)
+
+// ---------------------------------------------------------------------------------------------
+// Internal functions: what cuGetProcAddress hands out by default. noinline/noipa keep each one a
+// function of its own, distinct from the exported wrapper that calls it.
+
+#define INTERNAL static __attribute__((noinline, noipa))
+
+INTERNAL CUresult i_cuGetErrorString(CUresult error, const char **pStr);
+INTERNAL CUresult i_cuGetErrorName(CUresult error, const char **pStr);
+
+struct ErrorText {
+  CUresult code;
+  const char *name;
+  const char *text;
+};
+constexpr ErrorText kErrors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
+     "an illegal memory access was encountered"},
+    {CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT",
+     "the launch timed out and was terminated"},
+    {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+const ErrorText *find_error(CUresult error) {
+  for (const ErrorText &e : kErrors) {
+    if (e.code == error) return &e;
+  }
+  return nullptr;
+}
+
+INTERNAL CUresult i_cuGetErrorString(CUresult error, const char **pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const ErrorText *e = find_error(error);
+  *pStr = e != nullptr ? e->text : nullptr;
+  return e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+INTERNAL CUresult i_cuGetErrorName(CUresult error, const char **pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const ErrorText *e = find_error(error);
+  *pStr = e != nullptr ? e->name : nullptr;
+  return e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+INTERNAL CUresult i_cuInit(unsigned int Flags) {
+  if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  g_initialized.store(true, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuDriverGetVersion(int *driverVersion) {
+  if (driverVersion == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *driverVersion = CUDA_VERSION;  // 13000
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuDeviceGet(CUdevice *device, int ordinal) {
+  STANDIN_REQUIRE_INIT();
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuDeviceGetCount(int *count) {
+  STANDIN_REQUIRE_INIT();
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *count = 1;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuDeviceGetName(char *name, int len, CUdevice dev) {
+  STANDIN_REQUIRE_INIT();
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(name, static_cast<size_t>(len), "%s", kDeviceName);
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  STANDIN_REQUIRE_INIT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  ++st().primary_refs;
+  *pctx = &st().primary;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuDevicePrimaryCtxRelease(CUdevice dev) {
+  STANDIN_REQUIRE_INIT();
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --st().primary_refs;
+  return CUDA_SUCCESS;
+}
+
+CUresult create_context(CUcontext *pctx, CUdevice dev) {
+  STANDIN_REQUIRE_INIT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  auto *ctx = new CUctx_st{dev};
+  {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    st().contexts.insert(ctx);
+  }
+  t_current = ctx;
+  *pctx = ctx;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+  (void)flags;
+  return create_context(pctx, dev);
+}
+
+INTERNAL CUresult i_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                                   unsigned int flags, CUdevice dev) {
+  if (numParams < 0 || (numParams > 0 && paramsArray == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  (void)flags;
+  return create_context(pctx, dev);
+}
+
+INTERNAL CUresult i_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                                   unsigned int flags, CUdevice dev) {
+  (void)ctxCreateParams;
+  (void)flags;
+  return create_context(pctx, dev);
+}
+
+INTERNAL CUresult i_cuCtxDestroy(CUcontext ctx) {
+  STANDIN_REQUIRE_INIT();
+  {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (st().contexts.erase(ctx) == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  if (t_current == ctx) t_current = nullptr;
+  delete ctx;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuCtxSetCurrent(CUcontext ctx) {
+  STANDIN_REQUIRE_INIT();
+  if (ctx != nullptr) {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (!context_valid_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  t_current = ctx;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuCtxGetCurrent(CUcontext *pctx) {
+  STANDIN_REQUIRE_INIT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = t_current;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuCtxSynchronize() {
+  STANDIN_REQUIRE_INIT();
+  return t_current != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+INTERNAL CUresult i_cuCtxSynchronize_v2(CUcontext ctx) {
+  STANDIN_REQUIRE_INIT();
+  if (ctx == nullptr) ctx = t_current;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  return context_valid_locked(ctx) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+INTERNAL CUresult i_cuStreamCreate(CUstream *phStream, unsigned int Flags) {
+  STANDIN_REQUIRE_INIT();
+  if (phStream == nullptr || (Flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  auto *s = new CUstream_st{t_current, Flags};
+  std::lock_guard<std::mutex> lock(st().mutex);
+  st().streams.insert(s);
+  *phStream = s;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuStreamDestroy(CUstream hStream) {
+  STANDIN_REQUIRE_INIT();
+  {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (st().streams.erase(hStream) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  delete hStream;
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_synchronize(CUstream hStream) {
+  STANDIN_REQUIRE_INIT();
+  if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
+    return t_current != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  }
+  std::lock_guard<std::mutex> lock(st().mutex);
+  return st().streams.count(hStream) != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+INTERNAL CUresult i_cuStreamSynchronize(CUstream hStream) {
+  return stream_synchronize(hStream);
+}
+
+INTERNAL CUresult i_cuStreamSynchronize_ptsz(CUstream hStream) {
+  return stream_synchronize(hStream);
+}
+
+INTERNAL CUresult i_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+  STANDIN_REQUIRE_INIT();
+  if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  void *p = std::malloc(bytesize);
+  if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto d = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
+  std::lock_guard<std::mutex> lock(st().mutex);
+  st().allocations.insert(d);
+  *dptr = d;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuMemFree_v2(CUdeviceptr dptr) {
+  STANDIN_REQUIRE_INIT();
+  {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (st().allocations.erase(dptr) == 0) return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::free(reinterpret_cast<void *>(static_cast<uintptr_t>(dptr)));
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
+  STANDIN_REQUIRE_INIT();
+  if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  auto *g = new CUgraph_st;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  st().graphs.insert(g);
+  *phGraph = g;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuGraphDestroy(CUgraph hGraph) {
+  STANDIN_REQUIRE_INIT();
+  {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (st().graphs.erase(hGraph) == 0) return CUDA_ERROR_INVALID_VALUE;
+  }
+  delete hGraph;
+  return CUDA_SUCCESS;
+}
+
+// Under st().mutex: the graph is live and every dependency is one of its nodes.
+bool graph_and_dependencies_valid_locked(CUgraph g, const CUgraphNode *deps, size_t n) {
+  if (st().graphs.count(g) == 0) return false;
+  if (n > 0 && deps == nullptr) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (deps[i] == nullptr || deps[i]->owner != g) return false;
+  }
+  return true;
+}
+
+CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                  size_t numDependencies, CUgraphNodeType type,
+                  const CUDA_MEMSET_NODE_PARAMS *memset) {
+  STANDIN_REQUIRE_INIT();
+  if (phGraphNode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (!graph_and_dependencies_valid_locked(hGraph, dependencies, numDependencies)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto node = std::make_unique<CUgraphNode_st>();
+  node->owner = hGraph;
+  node->type = type;
+  if (memset != nullptr) node->memset = *memset;
+  *phGraphNode = node.get();
+  hGraph->nodes.push_back(std::move(node));
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                        const CUgraphNode *dependencies, size_t numDependencies) {
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_EMPTY,
+                  nullptr);
+}
+
+INTERNAL CUresult i_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies, size_t numDependencies,
+                                         const CUDA_MEMSET_NODE_PARAMS *memsetParams,
+                                         CUcontext ctx) {
+  STANDIN_REQUIRE_INIT();
+  if (memsetParams == nullptr || memsetParams->dst == 0 || memsetParams->width == 0 ||
+      memsetParams->height == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const unsigned es = memsetParams->elementSize;
+  if (es != 1 && es != 2 && es != 4) return CUDA_ERROR_INVALID_VALUE;
+  if (memsetParams->height > 1 && memsetParams->pitch < memsetParams->width * es) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (ctx == nullptr) ctx = t_current;
+  {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (ctx == nullptr || !context_valid_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_MEMSET,
+                  memsetParams);
+}
+
+INTERNAL CUresult i_cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies, size_t numDependencies,
+                                         const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
+  if (nodeParams == nullptr || nodeParams->func == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_KERNEL,
+                  nullptr);
+}
+
+INTERNAL CUresult i_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                            const CUgraphNode *dependencies, size_t numDependencies,
+                                            const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
+  if (nodeParams == nullptr || (nodeParams->func == nullptr && nodeParams->kern == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_KERNEL,
+                  nullptr);
+}
+
+constexpr unsigned long long kKnownInstantiateFlags =
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+    CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+
+CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
+  STANDIN_REQUIRE_INIT();
+  if (phGraphExec == nullptr || (flags & ~kKnownInstantiateFlags) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().graphs.count(hGraph) == 0) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphExec e = exec_take_locked();
+  if (e == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  e->node_count = hGraph->nodes.size();
+  e->next_free = nullptr;
+  e->live.store(true, std::memory_order_release);
+  *phGraphExec = e;
+  g_instantiates.fetch_add(1, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
+// The legacy 5-argument form (cuGraphInstantiate, CUDA 10.0) and its CUDA 11.0 twin.
+CUresult instantiate_with_log(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                              char *logBuffer, size_t bufferSize) {
+  const CUresult r = instantiate(phGraphExec, hGraph, 0);
+  if (phErrorNode != nullptr) *phErrorNode = nullptr;
+  if (logBuffer != nullptr && bufferSize > 0) logBuffer[0] = '\0';
+  return r;
+}
+
+INTERNAL CUresult i_cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                       CUgraphNode *phErrorNode, char *logBuffer,
+                                       size_t bufferSize) {
+  return instantiate_with_log(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+
+INTERNAL CUresult i_cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                          CUgraphNode *phErrorNode, char *logBuffer,
+                                          size_t bufferSize) {
+  return instantiate_with_log(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+
+INTERNAL CUresult i_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                unsigned long long flags) {
+  return instantiate(phGraphExec, hGraph, flags);
+}
+
+CUresult instantiate_with_params(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                 CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = instantiate(phGraphExec, hGraph, params->flags);
+  params->hErrNode_out = nullptr;
+  params->result_out =
+      r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
+}
+
+INTERNAL CUresult i_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                 CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
+  return instantiate_with_params(phGraphExec, hGraph, params);
+}
+
+INTERNAL CUresult i_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                      CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
+  return instantiate_with_params(phGraphExec, hGraph, params);
+}
+
+CUresult upload(CUgraphExec hGraphExec) {
+  STANDIN_REQUIRE_INIT();
+  return exec_live(hGraphExec) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+INTERNAL CUresult i_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+  (void)hStream;
+  return upload(hGraphExec);
+}
+
+INTERNAL CUresult i_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  (void)hStream;
+  return upload(hGraphExec);
+}
+
+CUresult launch(CUgraphExec hGraphExec, std::atomic<unsigned long long> &counter) {
+  counter.fetch_add(1, std::memory_order_relaxed);
+  const Config &c = config();
+  if (c.sleep_us != 0) std::this_thread::sleep_for(std::chrono::microseconds(c.sleep_us));
+  if (c.launch_throw) {
+    throw std::runtime_error("ferrum-replay stand-in driver: injected exception in cuGraphLaunch");
+  }
+  if (c.has_launch_result) return c.launch_result;
+  STANDIN_REQUIRE_INIT();
+  return exec_live(hGraphExec) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+INTERNAL CUresult i_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  (void)hStream;
+  return launch(hGraphExec, g_launches);
+}
+
+INTERNAL CUresult i_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  (void)hStream;
+  return launch(hGraphExec, g_launches_ptsz);
+}
+
+INTERNAL CUresult i_cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  STANDIN_REQUIRE_INIT();
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (!exec_live(hGraphExec)) return CUDA_ERROR_INVALID_VALUE;
+  hGraphExec->live.store(false, std::memory_order_release);
+  hGraphExec->next_free = g_exec_free;
+  g_exec_free = hGraphExec;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                        cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+
+INTERNAL CUresult i_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags) {
+  return i_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Exported functions: thin wrappers around the internal ones (names as the real driver exports).
+
+extern "C" {
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
+  return i_cuGetErrorString(error, pStr);
+}
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
+  return i_cuGetErrorName(error, pStr);
+}
+CUresult CUDAAPI cuInit(unsigned int Flags) {
+  return i_cuInit(Flags);
+}
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion) {
+  return i_cuDriverGetVersion(driverVersion);
+}
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
+  return i_cuDeviceGet(device, ordinal);
+}
+CUresult CUDAAPI cuDeviceGetCount(int *count) {
+  return i_cuDeviceGetCount(count);
+}
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
+  return i_cuDeviceGetName(name, len, dev);
+}
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  return i_cuDevicePrimaryCtxRetain(pctx, dev);
+}
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return i_cuDevicePrimaryCtxRelease(dev);
+}
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return i_cuDevicePrimaryCtxRelease(dev);
+}
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+  return i_cuCtxCreate(pctx, flags, dev);
+}
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+  return i_cuCtxCreate(pctx, flags, dev);
+}
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                                unsigned int flags, CUdevice dev) {
+  return i_cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
+}
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                                unsigned int flags, CUdevice dev) {
+  return i_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
+}
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
+  return i_cuCtxDestroy(ctx);
+}
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
+  return i_cuCtxDestroy(ctx);
+}
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  return i_cuCtxSetCurrent(ctx);
+}
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
+  return i_cuCtxGetCurrent(pctx);
+}
+CUresult CUDAAPI cuCtxSynchronize(void) {
+  return i_cuCtxSynchronize();
+}
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
+  return i_cuCtxSynchronize_v2(ctx);
+}
+CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags) {
+  return i_cuStreamCreate(phStream, Flags);
+}
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
+  return i_cuStreamDestroy(hStream);
+}
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
+  return i_cuStreamDestroy(hStream);
+}
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+  return i_cuStreamSynchronize(hStream);
+}
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) {
+  return i_cuStreamSynchronize_ptsz(hStream);
+}
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+  return i_cuMemAlloc_v2(dptr, bytesize);
+}
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+  return i_cuMemFree_v2(dptr);
+}
+CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
+  return i_cuGraphCreate(phGraph, flags);
+}
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
+  return i_cuGraphDestroy(hGraph);
+}
+CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                     const CUgraphNode *dependencies, size_t numDependencies) {
+  return i_cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+}
+CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx) {
+  return i_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams,
+                                ctx);
+}
+CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
+  return i_cuGraphAddKernelNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+}
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies, size_t numDependencies,
+                                         const CUDA_KERNEL_NODE_PARAMS *nodeParams) {
+  return i_cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+}
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                    CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
+  return i_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                       CUgraphNode *phErrorNode, char *logBuffer,
+                                       size_t bufferSize) {
+  return i_cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             unsigned long long flags) {
+  return i_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
+}
+CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+  return i_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
+}
+CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+  return i_cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams);
+}
+CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+  return i_cuGraphUpload(hGraphExec, hStream);
+}
+CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return i_cuGraphUpload_ptsz(hGraphExec, hStream);
+}
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  return i_cuGraphLaunch(hGraphExec, hStream);
+}
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return i_cuGraphLaunch_ptsz(hGraphExec, hStream);
+}
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  return i_cuGraphExecDestroy(hGraphExec);
+}
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                  cuuint64_t flags) {
+  return i_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+}
+CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *symbolStatus) {
+  return i_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+}  // extern "C"
+
+// ---------------------------------------------------------------------------------------------
+// cuGetProcAddress
+
+namespace {
+
+struct ProcEntry {
+  const char *name;
+  int version;          // CUDA version that introduced this ABI of the symbol
+  void *internal;       // legacy-stream variant
+  void *internal_ptsz;  // per-thread-default-stream variant, or nullptr
+  void *exported;       // the same functions as exported symbols
+  void *exported_ptsz;
+};
+
+template <class Fn>
+void *fn_addr(Fn *f) {
+  return reinterpret_cast<void *>(f);
+}
+
+// Both the internal and the exported address of each function; the exported one is taken in
+// -fPIC code without -Bsymbolic, so it comes from the GOT and honours interposition.
+#define ENTRY(name, version, internal, exported) \
+  { name, version, fn_addr(&internal), nullptr, fn_addr(&exported), nullptr }
+#define ENTRY_PTSZ(name, version, internal, exported)                                 \
+  {                                                                                   \
+    name, version, fn_addr(&internal), fn_addr(&internal##_ptsz), fn_addr(&exported), \
+        fn_addr(&exported##_ptsz)                                                     \
+  }
+
+const std::vector<ProcEntry> &proc_table() {
+  // Built at first use; one row per ABI version of each function this stand-in implements.
+  static const std::vector<ProcEntry> *table = new std::vector<ProcEntry>{
+      ENTRY("cuGetErrorString", 6000, i_cuGetErrorString, cuGetErrorString),
+      ENTRY("cuGetErrorName", 6000, i_cuGetErrorName, cuGetErrorName),
+      ENTRY("cuInit", 2000, i_cuInit, cuInit),
+      ENTRY("cuDriverGetVersion", 2020, i_cuDriverGetVersion, cuDriverGetVersion),
+      ENTRY("cuDeviceGet", 2000, i_cuDeviceGet, cuDeviceGet),
+      ENTRY("cuDeviceGetCount", 2000, i_cuDeviceGetCount, cuDeviceGetCount),
+      ENTRY("cuDeviceGetName", 2000, i_cuDeviceGetName, cuDeviceGetName),
+      ENTRY("cuDevicePrimaryCtxRetain", 7000, i_cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain),
+      ENTRY("cuDevicePrimaryCtxRelease", 7000, i_cuDevicePrimaryCtxRelease,
+            cuDevicePrimaryCtxRelease),
+      ENTRY("cuDevicePrimaryCtxRelease", 11000, i_cuDevicePrimaryCtxRelease,
+            cuDevicePrimaryCtxRelease_v2),
+      ENTRY("cuCtxCreate", 2000, i_cuCtxCreate, cuCtxCreate),
+      ENTRY("cuCtxCreate", 3020, i_cuCtxCreate, cuCtxCreate_v2),
+      ENTRY("cuCtxCreate", 11040, i_cuCtxCreate_v3, cuCtxCreate_v3),
+      ENTRY("cuCtxCreate", 12050, i_cuCtxCreate_v4, cuCtxCreate_v4),
+      ENTRY("cuCtxDestroy", 2000, i_cuCtxDestroy, cuCtxDestroy),
+      ENTRY("cuCtxDestroy", 4000, i_cuCtxDestroy, cuCtxDestroy_v2),
+      ENTRY("cuCtxSetCurrent", 4000, i_cuCtxSetCurrent, cuCtxSetCurrent),
+      ENTRY("cuCtxGetCurrent", 4000, i_cuCtxGetCurrent, cuCtxGetCurrent),
+      ENTRY("cuCtxSynchronize", 2000, i_cuCtxSynchronize, cuCtxSynchronize),
+      ENTRY("cuCtxSynchronize", 13000, i_cuCtxSynchronize_v2, cuCtxSynchronize_v2),
+      ENTRY("cuStreamCreate", 2000, i_cuStreamCreate, cuStreamCreate),
+      ENTRY("cuStreamDestroy", 2000, i_cuStreamDestroy, cuStreamDestroy),
+      ENTRY("cuStreamDestroy", 4000, i_cuStreamDestroy, cuStreamDestroy_v2),
+      ENTRY_PTSZ("cuStreamSynchronize", 2000, i_cuStreamSynchronize, cuStreamSynchronize),
+      ENTRY("cuMemAlloc", 3020, i_cuMemAlloc_v2, cuMemAlloc_v2),
+      ENTRY("cuMemFree", 3020, i_cuMemFree_v2, cuMemFree_v2),
+      ENTRY("cuGraphCreate", 10000, i_cuGraphCreate, cuGraphCreate),
+      ENTRY("cuGraphDestroy", 10000, i_cuGraphDestroy, cuGraphDestroy),
+      ENTRY("cuGraphAddEmptyNode", 10000, i_cuGraphAddEmptyNode, cuGraphAddEmptyNode),
+      ENTRY("cuGraphAddMemsetNode", 10000, i_cuGraphAddMemsetNode, cuGraphAddMemsetNode),
+      ENTRY("cuGraphAddKernelNode", 10000, i_cuGraphAddKernelNode, cuGraphAddKernelNode),
+      ENTRY("cuGraphAddKernelNode", 12000, i_cuGraphAddKernelNode_v2, cuGraphAddKernelNode_v2),
+      ENTRY("cuGraphInstantiate", 10000, i_cuGraphInstantiate, cuGraphInstantiate),
+      ENTRY("cuGraphInstantiate", 11000, i_cuGraphInstantiate_v2, cuGraphInstantiate_v2),
+      ENTRY("cuGraphInstantiate", 12000, i_cuGraphInstantiateWithFlags,
+            cuGraphInstantiateWithFlags),
+      ENTRY("cuGraphInstantiateWithFlags", 11040, i_cuGraphInstantiateWithFlags,
+            cuGraphInstantiateWithFlags),
+      ENTRY_PTSZ("cuGraphInstantiateWithParams", 12000, i_cuGraphInstantiateWithParams,
+                 cuGraphInstantiateWithParams),
+      ENTRY_PTSZ("cuGraphUpload", 11010, i_cuGraphUpload, cuGraphUpload),
+      ENTRY_PTSZ("cuGraphLaunch", 10000, i_cuGraphLaunch, cuGraphLaunch),
+      ENTRY("cuGraphExecDestroy", 10000, i_cuGraphExecDestroy, cuGraphExecDestroy),
+      ENTRY("cuGetProcAddress", 11030, i_cuGetProcAddress, cuGetProcAddress),
+      ENTRY("cuGetProcAddress", 12000, i_cuGetProcAddress_v2, cuGetProcAddress_v2),
+  };
+  return *table;
+}
+
+void trace_query(const Config &c, const char *symbol, int cudaVersion, cuuint64_t flags,
+                 int status) {
+  if (!c.trace) return;
+  std::fprintf(stderr,
+               "ferrum-standin-driver: cuGetProcAddress symbol=%s version=%d flags=%llu "
+               "status=%d\n",
+               symbol != nullptr ? symbol : "(null)", cudaVersion,
+               static_cast<unsigned long long>(flags), status);
+}
+
+INTERNAL CUresult i_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                        cuuint64_t flags, CUdriverProcAddressQueryResult *status) {
+  g_queries.fetch_add(1, std::memory_order_relaxed);
+  const Config &c = config();
+  constexpr cuuint64_t kKnownFlags =
+      CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  if (symbol == nullptr || pfn == nullptr || cudaVersion < 0 || (flags & ~kKnownFlags) != 0) {
+    trace_query(c, symbol, cudaVersion, flags, 3);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *pfn = nullptr;
+  const ProcEntry *best = nullptr;
+  bool name_known = false;
+  for (const ProcEntry &e : proc_table()) {
+    if (std::strcmp(e.name, symbol) != 0) continue;
+    name_known = true;
+    if (e.version <= cudaVersion && (best == nullptr || e.version > best->version)) best = &e;
+  }
+  CUdriverProcAddressQueryResult result = CU_GET_PROC_ADDRESS_SUCCESS;
+  if (!name_known) {
+    result = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  } else if (best == nullptr) {
+    result = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+  }
+  trace_query(c, symbol, cudaVersion, flags, result);
+  if (status != nullptr) *status = result;
+  if (result != CU_GET_PROC_ADDRESS_SUCCESS) return CUDA_ERROR_NOT_FOUND;
+  const bool ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0 &&
+                    best->internal_ptsz != nullptr;
+  if (c.proc_exported) {
+    *pfn = ptsz ? best->exported_ptsz : best->exported;
+  } else {
+    *pfn = ptsz ? best->internal_ptsz : best->internal;
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
