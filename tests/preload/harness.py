@@ -1,0 +1,131 @@
+"""Runs test programs as real processes, with and without the preloaded shim, and reads what
+the recorder (the NVTX tool that stands in for Nsight Systems here) saw.
+
+Paths come from the environment that tests/preload/meson.build sets: FERRUM_SHIM,
+FERRUM_RECORDER_LIB, STANDIN_DIR (holds the stand-in libcuda.so.1 / libcudart.so.13) and one
+variable per test program (LAUNCH_DRIVER, LAUNCH_RUNTIME, ...).
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import trace_check  # noqa: E402
+
+DOMAIN = "ferrum-replay"
+
+
+def path_of(variable):
+    value = os.environ.get(variable)
+    if not value:
+        raise SystemExit(f"harness: {variable} is not set (run through meson test)")
+    return value
+
+
+class Run:
+    """One finished process: exit code, output, the program's own count line, the trace."""
+
+    def __init__(self, argv, returncode, stdout, stderr, trace, report):
+        self.argv = argv
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.trace = trace
+        self.report = report  # the stand-in driver's counters, a dict (may be empty)
+
+    def program_counts(self):
+        """The test program's closing line: launches=N failed=F result=R."""
+        match = re.search(r"launches=(\d+) failed=(\d+) result=(-?\d+)", self.stdout)
+        if not match:
+            raise AssertionError(f"no 'launches=' line from {self.argv}:\n{self.stdout}\n{self.stderr}")
+        return {"launches": int(match[1]), "failed": int(match[2]), "result": int(match[3])}
+
+    def ranges(self, domain=DOMAIN, name=None):
+        assert self.trace is not None, "no trace was recorded"
+        return trace_check.ranges(self.trace, domain=domain, name=name)
+
+    def describe(self):
+        return (f"argv={self.argv}\nexit={self.returncode}\nstdout:\n{self.stdout}\n"
+                f"stderr:\n{self.stderr}")
+
+
+def run(argv, preload=True, record=True, env=None, timeout=120):
+    """Runs argv with the stand-in libraries on LD_LIBRARY_PATH; preloads the shim and attaches
+    the recorder when asked. Returns a Run."""
+    with tempfile.TemporaryDirectory(prefix="ferrum-test-") as tmp:
+        child_env = dict(os.environ)
+        for key in [k for k in child_env if k.startswith(("FERRUM_", "NVTX_"))]:
+            if key not in ("FERRUM_SHIM", "FERRUM_RECORDER_LIB"):
+                del child_env[key]
+        child_env.pop("LD_PRELOAD", None)
+        child_env["LD_LIBRARY_PATH"] = path_of("STANDIN_DIR")
+        report_path = os.path.join(tmp, "driver-report.txt")
+        child_env["FERRUM_STANDIN_REPORT"] = report_path
+        trace_path = os.path.join(tmp, "trace.json")
+        if preload:
+            child_env["LD_PRELOAD"] = path_of("FERRUM_SHIM")
+        if record:
+            child_env["NVTX_INJECTION64_PATH"] = path_of("FERRUM_RECORDER_LIB")
+            child_env["FERRUM_RECORD_OUT"] = trace_path
+            child_env["FERRUM_RECORD_TABLE"] = "0"
+        child_env.update(env or {})
+        done = subprocess.run(argv, env=child_env, capture_output=True, text=True,
+                              timeout=timeout, errors="replace")
+        trace = trace_check.load(trace_path) if record and os.path.exists(trace_path) else None
+        report = {}
+        if os.path.exists(report_path):
+            with open(report_path) as handle:
+                for line in handle:
+                    report.update({k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)})
+        return Run(argv, done.returncode, done.stdout, done.stderr, trace, report)
+
+
+def expect(condition, message, run_=None):
+    if not condition:
+        raise AssertionError(message + ("\n" + run_.describe() if run_ else ""))
+
+
+def expect_balanced(run_):
+    """Every range the recorder saw nests, and no push/pop protocol error happened."""
+    expect(run_.trace is not None, "the recorder wrote no trace", run_)
+    problems = trace_check.check_nesting(run_.trace)
+    expect(not problems, f"ranges overlap without nesting: {problems[:3]}", run_)
+    errors = trace_check.protocol_errors(run_.trace)
+    bad = {k: v for k, v in errors.get("protocolErrors", {}).items() if v}
+    expect(not bad, f"NVTX protocol errors: {bad}", run_)
+
+
+def expect_one_range_per_launch(run_, launches):
+    ours = run_.ranges()
+    expect(len(ours) == launches,
+           f"{len(ours)} ranges in domain {DOMAIN} for {launches} launches", run_)
+    nested = [r for r in ours if r.get("args", {}).get("depth", 0) != 0]
+    expect(not nested, f"{len(nested)} of our ranges are nested in another of ours "
+           "(one replay became two ranges)", run_)
+
+
+def main(scenarios):
+    """CLI: harness-based test files call main(dict name -> function); argv[1] picks one, or
+    all run. Prints ok/FAIL per scenario; exit 1 on any failure."""
+    names = sys.argv[1:] or list(scenarios)
+    failed = 0
+    for name in names:
+        try:
+            outcome = scenarios[name]()
+        except AssertionError as error:
+            failed += 1
+            print(f"FAIL {name}: {error}")
+            continue
+        except Exception as error:  # a crash, a hang, a missing file: still a named failure
+            failed += 1
+            print(f"FAIL {name}: {type(error).__name__}: {error}")
+            continue
+        if outcome == "skip":
+            print(f"SKIP {name}")
+            if len(names) == 1:
+                sys.exit(77)
+        else:
+            print(f"ok   {name}")
+    sys.exit(1 if failed else 0)

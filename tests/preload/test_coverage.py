@@ -1,0 +1,144 @@
+"""Issue 3 scenarios: every way a program reaches a graph launch — dlsym on a private
+handle, cuGetProcAddress (flags 0 and 2), the shared and the static runtime, the runtime's
+cudaGetDriverEntryPoint, Python ctypes, stacked interposers, an interposable driver, many
+threads — each a real process under LD_PRELOAD, each asserting one balanced range per
+launch and an unchanged result."""
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (expect, expect_balanced, expect_one_range_per_launch, main,  # noqa: E402
+                     path_of, run)
+
+GRAPHS, ITERS = 2, 25
+LAUNCHES = GRAPHS * ITERS
+
+
+def launch(program_variable, *extra, **kwargs):
+    argv = [path_of(program_variable), "--graphs", str(GRAPHS), "--iters", str(ITERS), *extra]
+    return run(argv, **kwargs)
+
+
+def expect_covered(run_, report_key="launches", launches=LAUNCHES):
+    expect(run_.returncode == 0, "program failed", run_)
+    counts = run_.program_counts()
+    expect(counts["launches"] == launches, f"program made {counts['launches']} launches", run_)
+    if report_key:
+        expect(run_.report.get(report_key) == launches,
+               f"stand-in driver saw {run_.report}, expected {report_key}={launches}", run_)
+    expect_one_range_per_launch(run_, launches)
+    expect_balanced(run_)
+
+
+def dlopen_local_dlsym():
+    """dlopen("libcuda.so.1", RTLD_LOCAL) + dlsym(handle, "cuGraphLaunch"): out of reach of
+    symbol interposition; caught by our dlsym."""
+    expect_covered(launch("LAUNCH_DLOPEN_DRIVER"))
+
+
+def procaddress_flags_0():
+    expect_covered(launch("LAUNCH_PROCADDRESS", "--flags", "0"))
+
+
+def procaddress_flags_2():
+    """Flags 2 hands out cuGraphLaunch_ptsz, a different driver function: its own wrapper."""
+    expect_covered(launch("LAUNCH_PROCADDRESS", "--flags", "2"), report_key="launches_ptsz")
+
+
+def procaddress_legacy_self_query():
+    """A pre-12.0 program: self-query at 11030 gets the 4-argument ABI back."""
+    expect_covered(launch("LAUNCH_PROCADDRESS", "--self-query", "11030"))
+
+
+def shared_runtime_table():
+    """The shared runtime stand-in reaches the driver only through its cuGetProcAddress
+    table; one range per launch, not two (our cudaGraphLaunch export and the table's
+    wrapper are both crossed)."""
+    run_ = launch("LAUNCH_RUNTIME", env={"FERRUM_REPLAY_LOG": "debug"})
+    expect_covered(run_)
+    log = run_.stderr
+    expect(re.search(r'cuGetProcAddress self-query: answered with the shim\'s cuGetProcAddress_v2',
+                     log), "the runtime's self-query at 12000 was not answered by the shim", run_)
+    for flags in ("0", "2"):
+        expect(re.search(rf'cuGetProcAddress\("cuGraphLaunch", \d+, flags {flags}\): wrapped', log),
+               f"cuGraphLaunch with flags {flags} was not wrapped in the runtime's table", run_)
+
+
+def static_runtime():
+    """A static runtime: cudaGraphLaunch is a hidden local symbol of the program; only the
+    cuGetProcAddress table route can see the launch."""
+    expect_covered(launch("LAUNCH_STATIC_RUNTIME"))
+    expect_covered(launch("LAUNCH_STATIC_RUNTIME", "--stream", "ptsz"), report_key="launches_ptsz")
+
+
+def runtime_driver_entry_point():
+    """cudaGetDriverEntryPoint answers from the runtime's stored (replaced) lookup pointer."""
+    for flags in ("0", "2"):
+        key = "launches_ptsz" if flags == "2" else "launches"
+        expect_covered(launch("LAUNCH_ENTRY_POINT", "--flags", flags), report_key=key)
+
+
+def python_ctypes():
+    run_ = run([sys.executable, path_of("LAUNCH_CTYPES"), "--graphs", str(GRAPHS),
+                "--iters", str(ITERS)])
+    expect_covered(run_)
+
+
+def stacked_interposers_both_orders():
+    """Another interposer that finds the next cuGraphLaunch with dlsym(RTLD_NEXT): before us
+    and after us in LD_PRELOAD, every launch passes both layers once, one range each."""
+    other = path_of("COUNTING_INTERPOSER")
+    for order in ("ours-first", "theirs-first"):
+        with tempfile.TemporaryDirectory() as tmp:
+            count_file = os.path.join(tmp, "count")
+            preload = [path_of("FERRUM_SHIM"), other]
+            if order == "theirs-first":
+                preload.reverse()
+            run_ = launch("LAUNCH_DRIVER", env={"LD_PRELOAD": " ".join(preload),
+                                                "COUNTING_INTERPOSER_OUT": count_file},
+                          timeout=60)
+            expect_covered(run_)
+            with open(count_file) as handle:
+                seen = int(handle.read().split("=")[1])
+            expect(seen == LAUNCHES, f"{order}: the other interposer saw {seen} launches", run_)
+
+
+def interposable_driver():
+    """A driver whose lookup returns its exported (interposable) symbols, i.e. ours: no loop,
+    no double range, the genuine function still reached."""
+    env = {"FERRUM_STANDIN_PROC_EXPORTED": "1"}
+    expect_covered(launch("LAUNCH_RUNTIME", env=env, timeout=60))
+    expect_covered(launch("LAUNCH_STATIC_RUNTIME", env=env, timeout=60))
+    expect_covered(launch("LAUNCH_PROCADDRESS", "--flags", "2", env=env, timeout=60),
+                   report_key="launches_ptsz")
+
+
+def eight_threads_resolving():
+    """8 threads resolve the driver (dlopen, dlsym, cuGetProcAddress) and launch at once."""
+    for program in ("LAUNCH_PROCADDRESS", "LAUNCH_STATIC_RUNTIME", "LAUNCH_DLOPEN_DRIVER"):
+        run_ = launch(program, "--threads", "8")
+        expect_covered(run_, launches=8 * LAUNCHES)
+
+
+def deepbind_reported_once():
+    """dlopen(libcuda, RTLD_DEEPBIND) defeats interposition: one line when logs are asked
+    for, silence otherwise; the program's result unchanged."""
+    loud = launch("LAUNCH_DLOPEN_DRIVER", "--dlopen-flags", "deepbind",
+                  env={"FERRUM_REPLAY_LOG": "error"})
+    expect(loud.returncode == 0, "program failed", loud)
+    lines = [l for l in loud.stderr.splitlines() if "RTLD_DEEPBIND" in l]
+    expect(len(lines) == 1, "expected one RTLD_DEEPBIND line", loud)
+    quiet = launch("LAUNCH_DLOPEN_DRIVER", "--dlopen-flags", "deepbind")
+    expect(quiet.returncode == 0 and quiet.stderr == "", "not silent by default", quiet)
+
+
+SCENARIOS = {f.__name__: f for f in (
+    dlopen_local_dlsym, procaddress_flags_0, procaddress_flags_2, procaddress_legacy_self_query,
+    shared_runtime_table, static_runtime, runtime_driver_entry_point, python_ctypes,
+    stacked_interposers_both_orders, interposable_driver, eight_threads_resolving,
+    deepbind_reported_once)}
+
+if __name__ == "__main__":
+    main(SCENARIOS)

@@ -1,0 +1,216 @@
+"""Issue 2 scenarios: a program that calls a graph launch by name, under the preloaded shim,
+with the recorder as the NVTX tool. Each asserts what a user would see: one balanced range
+per launch, the launch's result unchanged, and silence where nothing was asked for."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (DOMAIN, expect, expect_balanced, expect_one_range_per_launch, main,  # noqa: E402
+                     path_of, run)
+
+GRAPHS, ITERS = 3, 40
+LAUNCHES = GRAPHS * ITERS
+CUDA_ERROR_LAUNCH_FAILED = 719
+
+
+def launch(program_variable, *extra, **kwargs):
+    argv = [path_of(program_variable), "--graphs", str(GRAPHS), "--iters", str(ITERS), *extra]
+    return run(argv, **kwargs)
+
+
+def check_named_graphs(run_):
+    names = sorted({r["name"] for r in run_.ranges()})
+    expect(names == [f"graph {i}" for i in range(1, GRAPHS + 1)],
+           f"range names {names}, expected graph 1..{GRAPHS}", run_)
+    for i in range(1, GRAPHS + 1):
+        count = len(run_.ranges(name=f"graph {i}"))
+        expect(count == ITERS, f"graph {i} has {count} ranges, expected {ITERS}", run_)
+
+
+def plain_launch(program_variable, report_key, *extra):
+    run_ = launch(program_variable, *extra)
+    expect(run_.returncode == 0, "program failed", run_)
+    counts = run_.program_counts()
+    expect(counts["launches"] == LAUNCHES, f"program made {counts['launches']} launches", run_)
+    expect(run_.report.get(report_key) == LAUNCHES,
+           f"stand-in driver saw {run_.report} (expected {report_key}={LAUNCHES})", run_)
+    expect_one_range_per_launch(run_, LAUNCHES)
+    expect_balanced(run_)
+    check_named_graphs(run_)
+
+
+def runtime_launch():
+    """cudaGraphLaunch of the shared runtime reaches the driver underneath: one range, not two."""
+    plain_launch("LAUNCH_RUNTIME", "launches")
+
+
+def driver_launch():
+    plain_launch("LAUNCH_DRIVER", "launches")
+
+
+def runtime_ptsz():
+    """A program built with CUDA_API_PER_THREAD_DEFAULT_STREAM imports cudaGraphLaunch_ptsz."""
+    plain_launch("LAUNCH_RUNTIME_PTSZ", "launches_ptsz")
+
+
+def driver_ptsz():
+    plain_launch("LAUNCH_DRIVER_PTSZ", "launches_ptsz")
+
+
+def runtime_stream_handles():
+    """Stream handles 0, 0x1 (legacy) and 0x2 (per-thread) pass through untouched."""
+    for stream, key in (("null", "launches"), ("legacy", "launches"), ("ptsz", "launches_ptsz")):
+        plain_launch("LAUNCH_RUNTIME", key, "--stream", stream)
+
+
+def failing_launch():
+    """A failing launch: the same result code and output as without the shim, range balanced."""
+    env = {"FERRUM_STANDIN_LAUNCH_RESULT": str(CUDA_ERROR_LAUNCH_FAILED)}
+    for program in ("LAUNCH_DRIVER", "LAUNCH_RUNTIME"):
+        bare = launch(program, preload=False, record=False, env=env)
+        shimmed = launch(program, env=env)
+        expect(bare.returncode == 3, "the stand-in failure did not reach the program", bare)
+        expect(shimmed.returncode == bare.returncode and shimmed.stdout == bare.stdout,
+               f"{program}: result differs under the shim:\nwithout:\n{bare.describe()}", shimmed)
+        expect(shimmed.program_counts()["failed"] == LAUNCHES, "not every launch failed", shimmed)
+        expect_one_range_per_launch(shimmed, LAUNCHES)
+        expect_balanced(shimmed)
+
+
+def exception_through_launch():
+    """A C++ exception thrown below the shim unwinds through the launch: the range is still
+    popped (our destructor runs), and the program sees its exception unchanged."""
+    env = {"FERRUM_STANDIN_LAUNCH_THROW": "1"}
+    for program in ("LAUNCH_DRIVER", "LAUNCH_RUNTIME"):
+        bare = launch(program, "--app-ranges", preload=False, record=False, env=env)
+        shimmed = launch(program, "--app-ranges", env=env)
+        expect(f"exceptions={LAUNCHES}" in bare.stdout, "the stand-in did not throw", bare)
+        expect(shimmed.returncode == bare.returncode and shimmed.stdout == bare.stdout,
+               f"{program}: outcome differs under the shim:\nwithout:\n{bare.describe()}", shimmed)
+        expect_one_range_per_launch(shimmed, LAUNCHES)
+        expect_balanced(shimmed)
+        app = shimmed.ranges(domain="global", name="app step")
+        expect(len(app) == LAUNCHES, f"{len(app)} app ranges for {LAUNCHES} launches", shimmed)
+
+
+def rejecting_tool():
+    """A tool that rejects our pushes: we still pop exactly once (the tool swallows it), so the
+    application's own ranges stay intact and no protocol error occurs."""
+    env = {"FERRUM_RECORD_REJECT": "all", "FERRUM_RECORD_REJECT_DOMAIN": DOMAIN}
+    run_ = launch("LAUNCH_DRIVER", "--app-ranges", env=env)
+    expect(run_.returncode == 0, "program failed", run_)
+    expect(not run_.ranges(), "the tool rejected every push of ours, yet ranges were recorded", run_)
+    app = run_.ranges(domain="global", name="app step")
+    expect(len(app) == LAUNCHES, f"{len(app)} app ranges for {LAUNCHES} launches", run_)
+    expect_balanced(run_)
+    rejected = run_.trace["ferrumReplay"]["rejectedPushes"]
+    expect(rejected == LAUNCHES, f"recorder counted {rejected} rejected pushes", run_)
+
+
+def rejecting_every_third_push():
+    """Rejections interleaved with acceptances, across both our domain and the app's."""
+    run_ = launch("LAUNCH_DRIVER", "--app-ranges", env={"FERRUM_RECORD_REJECT": "3"})
+    expect(run_.returncode == 0, "program failed", run_)
+    expect_balanced(run_)
+    recorded = len(run_.ranges()) + len(run_.ranges(domain="global"))
+    rejected = run_.trace["ferrumReplay"]["rejectedPushes"]
+    expect(recorded + rejected == 2 * LAUNCHES,
+           f"{recorded} recorded + {rejected} rejected != {2 * LAUNCHES} pushes", run_)
+    expect(rejected == 2 * LAUNCHES // 3, f"{rejected} rejected, expected every third", run_)
+
+
+def no_tool_attached():
+    """No NVTX tool: the shim is a silent pass-through; output identical to a bare run."""
+    for program in ("LAUNCH_DRIVER", "LAUNCH_RUNTIME"):
+        bare = launch(program, preload=False, record=False)
+        shimmed = launch(program, record=False)
+        for field in ("returncode", "stdout", "stderr"):
+            expect(getattr(bare, field) == getattr(shimmed, field),
+                   f"{program}: {field} differs with the shim and no tool:\nwithout:\n"
+                   f"{bare.describe()}", shimmed)
+        expect(shimmed.report.get("launches") == LAUNCHES, "launches did not reach the driver",
+               shimmed)
+
+
+def switched_off():
+    """FERRUM_REPLAY=off: pure pass-through even with a tool attached."""
+    for value in ("off", "0"):
+        # The app's own ranges load the recorder, so an absence of ours means something.
+        run_ = launch("LAUNCH_RUNTIME", "--app-ranges", env={"FERRUM_REPLAY": value})
+        expect(run_.returncode == 0 and run_.stderr == "", "output changed", run_)
+        expect(len(run_.ranges(domain="global")) == LAUNCHES, "the app's ranges are missing", run_)
+        expect(not run_.ranges(), f"FERRUM_REPLAY={value} still produced ranges", run_)
+        expect(run_.report.get("launches") == LAUNCHES, "launches did not reach the driver", run_)
+
+
+def eight_threads():
+    """8 threads launching at once: every launch has its range, balanced per thread."""
+    run_ = launch("LAUNCH_DRIVER", "--threads", "8")
+    expect(run_.returncode == 0, "program failed", run_)
+    total = run_.program_counts()["launches"]
+    expect(total == 8 * LAUNCHES, f"program reports {total} launches", run_)
+    expect_one_range_per_launch(run_, total)
+    expect_balanced(run_)
+    threads = {r["tid"] for r in run_.ranges()}
+    expect(len(threads) == 8, f"ranges on {len(threads)} threads, expected 8", run_)
+
+
+def invalid_setting_one_line():
+    """An invalid setting is one clear line; the default then applies."""
+    run_ = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY_DOMAIN": "MPI"})
+    lines = run_.stderr.splitlines()
+    expect(len(lines) == 1 and "FERRUM_REPLAY_DOMAIN='MPI' is invalid" in lines[0],
+           "expected exactly one line about FERRUM_REPLAY_DOMAIN", run_)
+    expect_one_range_per_launch(run_, LAUNCHES)  # in the default domain
+
+
+def custom_domain():
+    run_ = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY_DOMAIN": "my graphs"})
+    expect(run_.stderr == "", "a valid setting printed something", run_)
+    expect_one_range_per_launch_in(run_, "my graphs")
+
+
+def expect_one_range_per_launch_in(run_, domain):
+    count = len(run_.ranges(domain=domain))
+    expect(count == LAUNCHES, f"{count} ranges in domain {domain!r}", run_)
+    expect(not run_.ranges(), "ranges still went to the default domain", run_)
+
+
+def log_levels():
+    """Silent by default; FERRUM_REPLAY_LOG=info says once that it is active and where."""
+    quiet = launch("LAUNCH_DRIVER")
+    expect(quiet.stderr == "", "the shim printed without being asked", quiet)
+    info = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY_LOG": "info"})
+    active = [l for l in info.stderr.splitlines() if l.startswith("ferrum-replay: active")]
+    expect(len(active) == 1, "no single 'active' line at FERRUM_REPLAY_LOG=info", info)
+    expect("an NVTX tool is attached" in active[0], "the line does not say a tool is attached", info)
+    debug = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY_LOG": "debug"})
+    first_seen = [l for l in debug.stderr.splitlines() if "first seen" in l]
+    expect(len(first_seen) == GRAPHS, "debug log does not name each new graph once", debug)
+
+
+def non_cuda_processes():
+    """Processes that never touch CUDA behave exactly as without the shim — even with an
+    invalid setting in the environment, which only a CUDA-using process would report."""
+    commands = [
+        ["bash", "-c", "echo out; echo err >&2; ls / >/dev/null; exit 7"],
+        [sys.executable, "-c", "import sys, json; print(json.dumps([1, 2])); "
+         "sys.stderr.write('e\\n'); sys.exit(5)"],
+    ]
+    for argv in commands:
+        bare = run(argv, preload=False, record=False)
+        for env in ({}, {"FERRUM_REPLAY": "bogus", "FERRUM_REPLAY_LOG": "debug"}):
+            shimmed = run(argv, record=False, env=env)
+            for field in ("returncode", "stdout", "stderr"):
+                expect(getattr(bare, field) == getattr(shimmed, field),
+                       f"{argv[0]}: {field} differs under the shim with {env}:\nwithout:\n"
+                       f"{bare.describe()}", shimmed)
+
+
+SCENARIOS = {f.__name__: f for f in (
+    runtime_launch, driver_launch, runtime_ptsz, driver_ptsz, runtime_stream_handles,
+    failing_launch, exception_through_launch, rejecting_tool, rejecting_every_third_push, no_tool_attached, switched_off,
+    eight_threads, invalid_setting_one_line, custom_domain, log_levels, non_cuda_processes)}
+
+if __name__ == "__main__":
+    main(SCENARIOS)

@@ -1,0 +1,109 @@
+// FERRUM_REPLAY* parsing: what a user who sets a variable gets, and what is said when the
+// value is wrong (one sentence, then the default).
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "settings.hpp"
+
+namespace {
+
+struct Environment {
+  std::map<std::string, std::string> values;
+  std::vector<std::string> complaints;
+
+  ferrum::Settings read() {
+    return ferrum::read_settings(
+        [](const char *name, void *self) -> const char * {
+          auto &values = static_cast<Environment *>(self)->values;
+          auto found = values.find(name);
+          return found == values.end() ? nullptr : found->second.c_str();
+        },
+        this,
+        [](const char *sentence, void *self) {
+          static_cast<Environment *>(self)->complaints.emplace_back(sentence);
+        },
+        this);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("defaults: on, silent, domain ferrum-replay, nothing said") {
+  Environment env;
+  ferrum::Settings settings = env.read();
+  CHECK(settings.enabled);
+  CHECK(settings.log_level == ferrum::LogLevel::silent);
+  CHECK(std::string(settings.domain) == "ferrum-replay");
+  CHECK(env.complaints.empty());
+}
+
+TEST_CASE("FERRUM_REPLAY switches the shim off with off, 0, false or no, any case") {
+  for (const char *off : {"off", "0", "false", "no", "OFF", "False"}) {
+    Environment env;
+    env.values["FERRUM_REPLAY"] = off;
+    CHECK_MESSAGE(!env.read().enabled, off);
+    CHECK(env.complaints.empty());
+  }
+  for (const char *on : {"on", "1", "true", "yes", "ON"}) {
+    Environment env;
+    env.values["FERRUM_REPLAY"] = on;
+    CHECK_MESSAGE(env.read().enabled, on);
+  }
+}
+
+TEST_CASE("an empty variable counts as unset") {
+  Environment env;
+  env.values["FERRUM_REPLAY"] = "";
+  env.values["FERRUM_REPLAY_DOMAIN"] = "";
+  ferrum::Settings settings = env.read();
+  CHECK(settings.enabled);
+  CHECK(std::string(settings.domain) == "ferrum-replay");
+  CHECK(env.complaints.empty());
+}
+
+TEST_CASE("an invalid FERRUM_REPLAY is one sentence naming variable, value and fallback") {
+  Environment env;
+  env.values["FERRUM_REPLAY"] = "maybe";
+  CHECK(env.read().enabled);
+  REQUIRE(env.complaints.size() == 1);
+  CHECK(env.complaints[0] == "FERRUM_REPLAY='maybe' is invalid (expected on or off); using on");
+}
+
+TEST_CASE("log levels by name or number; an unknown one stays silent and is reported") {
+  const std::pair<const char *, ferrum::LogLevel> cases[] = {
+      {"error", ferrum::LogLevel::error}, {"info", ferrum::LogLevel::info},
+      {"debug", ferrum::LogLevel::debug}, {"3", ferrum::LogLevel::debug},
+      {"off", ferrum::LogLevel::silent},  {"silent", ferrum::LogLevel::silent}};
+  for (auto [text, level] : cases) {
+    Environment env;
+    env.values["FERRUM_REPLAY_LOG"] = text;
+    CHECK_MESSAGE(env.read().log_level == level, text);
+  }
+  Environment env;
+  env.values["FERRUM_REPLAY_LOG"] = "verbose";
+  CHECK(env.read().log_level == ferrum::LogLevel::silent);
+  REQUIRE(env.complaints.size() == 1);
+  CHECK(env.complaints[0].find("FERRUM_REPLAY_LOG='verbose'") == 0);
+}
+
+TEST_CASE("domain: any printable name up to 63 bytes, UTF-8 included") {
+  Environment env;
+  env.values["FERRUM_REPLAY_DOMAIN"] = "décodeur graphs";
+  CHECK(std::string(env.read().domain) == "décodeur graphs");
+  CHECK(env.complaints.empty());
+}
+
+TEST_CASE("domain: too long, control bytes or MPI fall back to the default with one line") {
+  for (std::string bad : {std::string(64, 'x'), std::string("tab\there"), std::string("MPI")}) {
+    Environment env;
+    env.values["FERRUM_REPLAY_DOMAIN"] = bad;
+    CHECK(std::string(env.read().domain) == "ferrum-replay");
+    REQUIRE(env.complaints.size() == 1);
+    // The quoted value never carries a control byte or more than 40 bytes of the input.
+    for (char c : env.complaints[0]) CHECK(static_cast<unsigned char>(c) >= 0x20);
+    CHECK(env.complaints[0].size() < 200);
+  }
+}
