@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "graph_naming.hpp"
 #include "log.hpp"
 
 namespace ferrum {
@@ -35,6 +36,7 @@ int activate() {
     return detail::kPassThrough;
   }
   g_domain = nvtxDomainCreateA(g_settings.domain);
+  load_names_file(g_settings.names_path);
   log_line(LogLevel::info, "active: ranges in NVTX domain '%s'; %s", g_settings.domain,
            g_domain ? "an NVTX tool is attached"
                     : "no NVTX tool is attached (NVTX_INJECTION64_PATH unset or the tool failed), "
@@ -82,7 +84,7 @@ const Settings &settings() {
   if (__builtin_expect(g_settings_state.load(std::memory_order_acquire) == 2, 1)) return g_settings;
   int expected = 0;
   if (g_settings_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-    g_settings = read_settings(lookup_environment, nullptr, complain_on_stderr, nullptr);
+    read_settings(g_settings, lookup_environment, nullptr, complain_on_stderr, nullptr);
     set_log_level(g_settings.log_level);
     g_settings_state.store(2, std::memory_order_release);
   } else {

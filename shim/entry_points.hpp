@@ -1,7 +1,14 @@
 // The shim's exported functions that lookups can hand out as wrappers (lookup_wrappers.cpp).
 #pragma once
 
+#include <cuda.h>
+
 namespace ferrum {
+
+// cuGraphInstantiate before CUDA 12 and cuGraphInstantiate_v2 (cudaTypedefs.h declares their
+// PFN types only when compiled as NVIDIA compiles the driver).
+using PfnGraphInstantiateLegacy = CUresult(CUDAAPI *)(CUgraphExec *, CUgraph, CUgraphNode *, char *,
+                                                      size_t);
 
 enum class ProcAddressAbi {
   v11030,  // cuGetProcAddress(symbol, pfn, version, flags)

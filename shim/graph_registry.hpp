@@ -1,10 +1,15 @@
-// Identity of every executable graph the shim has seen: an ordinal in first-seen order, a
-// name, the NVTX message registered once for that name, and per-graph counters.
+// Identity of every executable graph: an ordinal in instantiation order, its call site,
+// content and name, the NVTX message registered for that name, and per-graph counters.
 //
-// Lookups (every launch) take no lock and allocate nothing: an open-addressing table of
-// fixed capacity in zero-initialised static storage, keyed by the graph-exec handle. Only
-// the first sight of a handle writes (a compare-and-swap claims the slot, then the record
-// is filled and published); racing first sights of the same handle wait for the winner.
+// Launch path (every replay): lock-free and allocation-free. An open-addressing table keyed
+// by the graph-exec handle holds a pointer to the handle's current record; the record holds
+// a pointer to its current, immutable label. Instantiation, destruction and naming replace
+// those pointers under a mutex; records and labels are never freed (a launch in flight may
+// still read an old one), so a replaced label stays valid.
+//
+// A handle the driver reuses after a destroy gets a new record: a new ordinal and name,
+// never the stale one. A graph first seen at launch (instantiated before the shim could
+// see it) is registered there.
 #pragma once
 
 #include <nvtx3/nvToolsExt.h>
@@ -15,58 +20,153 @@
 
 namespace ferrum {
 
-inline constexpr size_t kMaxGraphNameLength = 63;
+inline constexpr size_t kMaxMessageLength = 159;
+inline constexpr size_t kMaxNameLength = 127;
+inline constexpr size_t kMaxSiteLength = 127;
+inline constexpr size_t kMaxContentLength = 127;
 
-struct alignas(64) GraphRecord {
-  std::atomic<uintptr_t> handle{0};  // the CUgraphExec / cudaGraphExec_t; 0 = free slot
-  std::atomic<uint32_t> published{0};
-  uint32_t ordinal = 0;  // 1, 2, 3... in first-seen order; 0 for the overflow record
-  uint32_t color = 0;    // ARGB, stable per name
-  nvtxStringHandle_t message = nullptr;  // registered once; null when no NVTX tool answers
+// What a launch pushes: immutable once published.
+struct GraphLabel {
+  nvtxStringHandle_t message = nullptr;  // registered; null when no NVTX tool answers
+  uint32_t color = 0;                    // ARGB, stable per name
+  char text[kMaxMessageLength + 1] = {};
+};
+
+struct GraphRecord {
+  uint32_t ordinal = 0;  // 1, 2, 3... in registration order; 0 for the overflow record
+  std::atomic<const GraphLabel *> label{nullptr};
+  std::atomic<bool> site_pending{false};  // FERRUM_REPLAY_SITE=launch: named at first launch
   std::atomic<uint64_t> launches{0};
   std::atomic<uint64_t> failed_launches{0};
   std::atomic<uint64_t> rejected_pushes{0};
-  char name[kMaxGraphNameLength + 1] = {};
+  // Below: written under the registry mutex only; never read on the launch path.
+  const char *api = "";  // the function that instantiated it, or "launch"
+  bool user_named = false;
+  bool live = true;                    // false once destroyed
+  char name[kMaxNameLength + 1] = {};  // the {name} field
+  char site[kMaxSiteLength + 1] = {};
+  char content[kMaxContentLength + 1] = {};
 };
+
+namespace detail {
+
+// Fixed-size objects in chunks mapped on demand and never unmapped: a launch in flight may
+// hold a pointer to an old label, and a record's address is its identity.
+template <typename T>
+struct ChunkPool {
+  static constexpr size_t kChunkSize = 4096;
+  static constexpr size_t kMaxChunks = 256;  // 1M objects: far beyond any real process
+  T *chunks[kMaxChunks] = {};
+  size_t used = 0;
+  T *allocate();  // under the registry mutex; null when exhausted or out of memory
+  T *at(size_t index) const {
+    const size_t chunk = index / kChunkSize;
+    return chunk < kMaxChunks && chunks[chunk] ? &chunks[chunk][index % kChunkSize] : nullptr;
+  }
+};
+
+// How many live graphs show each message (by hash): the memory of the uniqueness rule.
+struct MessageCounts {
+  static constexpr size_t kSize = size_t{1} << 17;
+  uint64_t *hashes = nullptr;  // mapped on first use
+  uint32_t *counts = nullptr;
+  bool in_use(uint64_t hash);
+  void add(uint64_t hash);
+  void remove(uint64_t hash);
+
+ private:
+  uint32_t *find(uint64_t hash, bool insert);
+};
+
+}  // namespace detail
 
 class GraphRegistry {
  public:
-  static constexpr size_t kCapacity = size_t{1} << 15;
-  // Beyond this many graphs new handles share the overflow record rather than degrading
-  // every lookup with long probe sequences.
-  static constexpr size_t kMaxGraphs = kCapacity / 4 * 3;
+  static constexpr size_t kSlotBits = 17;
+  static constexpr size_t kSlotCount = size_t{1} << kSlotBits;
+  // Distinct handle values beyond this share the overflow record instead of lengthening
+  // every probe sequence.
+  static constexpr size_t kMaxHandles = kSlotCount / 4 * 3;
 
   constexpr GraphRegistry() = default;
   GraphRegistry(const GraphRegistry &) = delete;
   GraphRegistry &operator=(const GraphRegistry &) = delete;
 
-  // The record of `exec`, created on first sight (registration may format and register an
-  // NVTX string; later lookups only read). Never null.
-  GraphRecord &record_for_launch(const void *exec, nvtxDomainHandle_t domain);
+  // The launch path: the current record of `exec`, registered on first sight. Never null.
+  GraphRecord &record_for_launch(const void *exec) {
+    GraphRecord *record = find(exec);
+    if (__builtin_expect(record == nullptr, 0)) return register_at_launch(exec);
+    if (__builtin_expect(record->site_pending.load(std::memory_order_relaxed), 0))
+      name_at_first_launch(*record);
+    return *record;
+  }
 
-  // Number of distinct graphs registered.
-  size_t size() const { return count_.load(std::memory_order_acquire); }
+  // A new identity for `exec` (instantiated from `graph`, a CUgraph, by `api`).
+  void on_instantiate(const void *exec, const void *graph, const char *api);
+  // `exec` is about to be destroyed: its handle may be reused for another graph.
+  void on_destroy(const void *exec);
+  // The user's name for `exec` (registering it if unseen). 0, or a negative errno value.
+  int name_graph(const void *exec, const char *name);
 
-  // Calls visit(record) for every published record, overflow last if it was used.
+  // Distinct graphs registered so far (overflow excluded).
+  size_t size() const { return records_issued_.load(std::memory_order_acquire); }
+
+  // Calls visit(record) for every record in ordinal order, overflow last if it was used.
   template <typename Visit>
   void for_each(Visit &&visit) const {
-    for (const GraphRecord &record : slots_)
-      if (record.published.load(std::memory_order_acquire)) visit(record);
-    if (overflow_.launches.load(std::memory_order_relaxed)) visit(overflow_);
+    const size_t count = size();
+    for (size_t i = 1; i <= count; ++i)
+      if (const GraphRecord *record = record_at(i)) visit(*record);
+    if (const GraphRecord *overflow = record_at(0);
+        overflow && overflow->launches.load(std::memory_order_relaxed))
+      visit(*overflow);
   }
 
  private:
-  GraphRecord &register_new(GraphRecord &slot, nvtxDomainHandle_t domain);
-  GraphRecord &overflow(nvtxDomainHandle_t domain);
+  struct Slot {
+    std::atomic<uintptr_t> handle{0};
+    std::atomic<GraphRecord *> record{nullptr};
+  };
 
-  GraphRecord slots_[kCapacity];
-  GraphRecord overflow_;
-  std::atomic<uint32_t> count_{0};
-  std::atomic<uint32_t> ordinals_issued_{0};  // all-zero state keeps the table in .bss
-  std::atomic<int> overflow_state_{0};
+  GraphRecord *find(const void *exec) const {
+    const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
+    size_t index = slot_index(handle);
+    for (size_t probes = 0; probes < kSlotCount; ++probes) {
+      const uintptr_t seen = slots_[index].handle.load(std::memory_order_acquire);
+      if (seen == handle && handle != 0)
+        return slots_[index].record.load(std::memory_order_acquire);
+      if (seen == 0) return nullptr;
+      index = (index + 1) & (kSlotCount - 1);
+    }
+    return nullptr;
+  }
+
+  static size_t slot_index(uintptr_t handle) {
+    // Fibonacci hashing: handles are aligned heap addresses, so the low bits carry little.
+    return static_cast<size_t>((handle * 0x9E3779B97F4A7C15ull) >> (64 - kSlotBits));
+  }
+
+  GraphRecord &register_at_launch(const void *exec);
+  void name_at_first_launch(GraphRecord &record);
+  const GraphRecord *record_at(size_t ordinal) const;
+  // Below: under the registry mutex.
+  GraphRecord *create_record(const void *exec, const char *api, const char *site,
+                             const char *content, bool site_pending);
+  Slot *claim_slot(uintptr_t handle);
+  void relabel(GraphRecord &record);
+  void retire(GraphRecord &record);
+  GraphRecord &overflow();
+
+  Slot slots_[kSlotCount];
+  std::atomic<size_t> records_issued_{0};
+  size_t handles_used_ = 0;
+  detail::ChunkPool<GraphRecord> records_;
+  detail::ChunkPool<GraphLabel> labels_;
+  detail::MessageCounts messages_;
+  GraphRecord *overflow_ = nullptr;
 };
 
-// The process-wide registry (static storage: costs nothing until a graph is seen).
+// The process-wide registry (zero-initialised static storage: costs nothing until used).
 GraphRegistry &graph_registry();
 
 // A colour derived from the name alone, so a graph keeps its colour across runs.

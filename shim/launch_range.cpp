@@ -2,6 +2,6 @@
 
 namespace ferrum {
 
-constinit __attribute__((tls_model("initial-exec"))) thread_local unsigned t_launch_depth = 0;
+constinit __attribute__((tls_model("initial-exec"))) thread_local unsigned t_intercept_depth = 0;
 
 }  // namespace ferrum

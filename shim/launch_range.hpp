@@ -16,31 +16,33 @@
 
 namespace ferrum {
 
-// Launch scopes open on this thread. The runtime's cudaGraphLaunch reaches the driver's
-// cuGraphLaunch underneath; both are intercepted, and the inner one must not open a second
-// range. Initial-exec TLS: a plain %fs-relative access, no __tls_get_addr call per launch.
-extern constinit __attribute__((tls_model("initial-exec"))) thread_local unsigned t_launch_depth;
+// Intercepted calls open on this thread. The runtime's cudaGraphLaunch reaches the driver's
+// cuGraphLaunch underneath (and cudaGraphInstantiate the driver's instantiate); both layers
+// are intercepted, and the inner one must not open a second range or register the graph
+// twice. Initial-exec TLS: a plain %fs-relative access, no __tls_get_addr call per launch.
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local unsigned t_intercept_depth;
 
 class LaunchRange {
  public:
   LaunchRange(GraphRecord &record, nvtxDomainHandle_t domain) : record_(record), domain_(domain) {
-    ++t_launch_depth;
+    ++t_intercept_depth;
+    const GraphLabel &label = *record.label.load(std::memory_order_acquire);
     nvtxEventAttributes_t attributes{};
     attributes.version = NVTX_VERSION;
     attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
     attributes.category = record.ordinal;
     attributes.colorType = NVTX_COLOR_ARGB;
-    attributes.color = record.color;
+    attributes.color = label.color;
     // Payload: this graph's replay number (1-based), so summaries group by name while each
     // instance stays identifiable.
     attributes.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
     attributes.payload.ullValue = record.launches.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (record.message) {
+    if (label.message) {
       attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-      attributes.message.registered = record.message;
+      attributes.message.registered = label.message;
     } else {
       attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
-      attributes.message.ascii = record.name;
+      attributes.message.ascii = label.text;
     }
     const int depth = nvtxDomainRangePushEx(domain_, &attributes);
     // -2 (NVTX_NO_PUSH_POP_TRACKING) means no tool; other negatives are a tool's refusal.
@@ -50,7 +52,7 @@ class LaunchRange {
 
   ~LaunchRange() {
     nvtxDomainRangePop(domain_);  // unconditionally: see the invariant above
-    --t_launch_depth;
+    --t_intercept_depth;
   }
 
   void note_failed_launch() { record_.failed_launches.fetch_add(1, std::memory_order_relaxed); }
@@ -71,12 +73,51 @@ class LaunchRange {
 // already inside a launch scope or the shim is off. The result is returned unchanged.
 template <typename Result, typename Call>
 inline Result launch_in_range(const void *exec, Result success, Call &&call) {
-  if (t_launch_depth != 0 || !shim_active()) return call();
-  nvtxDomainHandle_t domain = shim_domain();
-  LaunchRange range(graph_registry().record_for_launch(exec, domain), domain);
+  if (t_intercept_depth != 0 || !shim_active()) return call();
+  LaunchRange range(graph_registry().record_for_launch(exec), shim_domain());
   Result result = call();
   if (result != success) range.note_failed_launch();
   return result;
+}
+
+}  // namespace ferrum
+
+namespace ferrum {
+
+// Marks this thread as inside an intercepted call for the scope (see t_intercept_depth).
+class InterceptScope {
+ public:
+  InterceptScope() { ++t_intercept_depth; }
+  ~InterceptScope() { --t_intercept_depth; }
+  InterceptScope(const InterceptScope &) = delete;
+  InterceptScope &operator=(const InterceptScope &) = delete;
+};
+
+// Runs `call` (a real instantiate) and gives the new executable graph an identity: ordinal,
+// call site, content and name. The outermost layer registers (the runtime's instantiate
+// reaches the driver's underneath). The result is returned unchanged.
+template <typename Result, typename Exec, typename Call>
+inline Result instantiate_and_register(Result success, Exec *out_exec, const void *graph,
+                                       const char *api, Call &&call) {
+  if (t_intercept_depth != 0 || !shim_active()) return call();
+  Result result;
+  {
+    InterceptScope scope;
+    result = call();
+  }
+  if (result == success && out_exec && *out_exec)
+    graph_registry().on_instantiate(*out_exec, graph, api);
+  return result;
+}
+
+// Forgets `exec` before the real destroy runs: once destroyed, the driver may hand the same
+// handle to another graph at any moment.
+template <typename Exec, typename Call>
+inline auto destroy_and_forget(Exec exec, Call &&call) {
+  if (t_intercept_depth != 0 || !shim_active()) return call();
+  graph_registry().on_destroy(exec);
+  InterceptScope scope;
+  return call();
 }
 
 }  // namespace ferrum

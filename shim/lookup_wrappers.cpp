@@ -5,9 +5,8 @@
 #include <string.h>
 
 #include <array>
-#include <utility>
-
 #include <atomic>
+#include <utility>
 
 #include "entry_points.hpp"
 #include "launch_range.hpp"
@@ -17,71 +16,170 @@
 namespace ferrum {
 namespace {
 
-// One wrapper per distinct genuine launch function handed out (legacy and per-thread-stream
-// are different driver functions; a second driver library would add more). A wrapper must
-// be a distinct function to know which genuine function it calls, hence a fixed set,
-// instantiated from a template.
-constexpr int kLaunchWrapperCount = 8;
-std::atomic<PFN_cuGraphLaunch_v10000> g_launch_targets[kLaunchWrapperCount];
+// ---- what each wrapper does around the genuine function ----
 
-template <int Index>
-CUresult CUDAAPI launch_wrapper(CUgraphExec exec, CUstream stream) {
-  PFN_cuGraphLaunch_v10000 genuine = g_launch_targets[Index].load(std::memory_order_acquire);
-  return launch_in_range(exec, CUDA_SUCCESS, [&] { return genuine(exec, stream); });
-}
+struct LaunchHook {
+  using Function = PFN_cuGraphLaunch_v10000;
+  static constexpr const char *kWhat = "cuGraphLaunch";
+  static CUresult call(Function genuine, CUgraphExec exec, CUstream stream) {
+    return launch_in_range(exec, CUDA_SUCCESS, [&] { return genuine(exec, stream); });
+  }
+};
 
-template <int... Index>
-constexpr auto make_launch_wrappers(std::integer_sequence<int, Index...>) {
-  return std::array<PFN_cuGraphLaunch_v10000, sizeof...(Index)>{&launch_wrapper<Index>...};
-}
-constexpr auto kLaunchWrappers =
-    make_launch_wrappers(std::make_integer_sequence<int, kLaunchWrapperCount>{});
+// cuGraphInstantiate before 12.0 and cuGraphInstantiate_v2: five arguments.
+struct InstantiateLegacyHook {
+  using Function = PfnGraphInstantiateLegacy;
+  static constexpr const char *kWhat = "cuGraphInstantiate";
+  static CUresult call(Function genuine, CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node,
+                       char *log, size_t log_size) {
+    return instantiate_and_register(CUDA_SUCCESS, exec, graph, kWhat, [&] {
+      return genuine(exec, graph, error_node, log, log_size);
+    });
+  }
+};
 
-void *launch_wrapper_for(const char *how, void *found) {
-  // Already ours (our export reached through an interposable driver, or a wrapper handed
-  // out before): return it as is — wrapping it again would loop or double the range.
-  if (is_own_address(found)) {
-    log_line(LogLevel::debug, "%s: the lookup returned the shim's own %p; kept", how, found);
+// cuGraphInstantiateWithFlags, and cuGraphInstantiate from 12.0 on.
+struct InstantiateFlagsHook {
+  using Function = PFN_cuGraphInstantiateWithFlags_v11040;
+  static constexpr const char *kWhat = "cuGraphInstantiateWithFlags";
+  static CUresult call(Function genuine, CUgraphExec *exec, CUgraph graph,
+                       unsigned long long flags) {
+    return instantiate_and_register(CUDA_SUCCESS, exec, graph, kWhat,
+                                    [&] { return genuine(exec, graph, flags); });
+  }
+};
+
+struct InstantiateParamsHook {
+  using Function = PFN_cuGraphInstantiateWithParams_v12000;
+  static constexpr const char *kWhat = "cuGraphInstantiateWithParams";
+  static CUresult call(Function genuine, CUgraphExec *exec, CUgraph graph,
+                       CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
+    return instantiate_and_register(CUDA_SUCCESS, exec, graph, kWhat,
+                                    [&] { return genuine(exec, graph, params); });
+  }
+};
+
+struct ExecDestroyHook {
+  using Function = PFN_cuGraphExecDestroy_v10000;
+  static constexpr const char *kWhat = "cuGraphExecDestroy";
+  static CUresult call(Function genuine, CUgraphExec exec) {
+    return destroy_and_forget(exec, [&] { return genuine(exec); });
+  }
+};
+
+// ---- one wrapper per distinct genuine function handed out ----
+// A wrapper must be a distinct function to know which genuine function it calls (legacy and
+// per-thread-stream launches are different driver functions; a second driver library would
+// add more), hence a fixed set per hook, instantiated from a template.
+
+template <typename Hook, typename Function = typename Hook::Function>
+struct WrapperSet;
+
+template <typename Hook, typename Result, typename... Args>
+struct WrapperSet<Hook, Result(CUDAAPI *)(Args...)> {
+  using Function = Result(CUDAAPI *)(Args...);
+  static constexpr int kCount = 8;
+  static inline std::atomic<Function> targets[kCount];
+
+  template <int Index>
+  static Result CUDAAPI wrapper(Args... args) {
+    return Hook::call(targets[Index].load(std::memory_order_acquire), args...);
+  }
+
+  template <int... Index>
+  static constexpr std::array<Function, kCount> make(std::integer_sequence<int, Index...>) {
+    return {&wrapper<Index>...};
+  }
+  static constexpr std::array<Function, kCount> kWrappers =
+      make(std::make_integer_sequence<int, kCount>{});
+
+  static void *wrap(const char *how, void *found) {
+    // Already ours (our export reached through an interposable driver, or a wrapper handed
+    // out before): as is — wrapping it again would loop or double the range.
+    if (is_own_address(found)) {
+      log_line(LogLevel::debug, "%s: the lookup returned the shim's own %p; kept", how, found);
+      return found;
+    }
+    auto genuine = reinterpret_cast<Function>(found);
+    note_driver_library(found);
+    for (int i = 0; i < kCount; ++i) {
+      Function target = targets[i].load(std::memory_order_acquire);
+      if (target == nullptr &&
+          targets[i].compare_exchange_strong(target, genuine, std::memory_order_acq_rel))
+        target = genuine;
+      if (target == genuine) {
+        log_line(LogLevel::debug, "%s: wrapped %s %p as wrapper %d", how, Hook::kWhat, found, i);
+        return reinterpret_cast<void *>(kWrappers[i]);
+      }
+    }
+    log_line(LogLevel::error, "%s: more than %d distinct %s functions; %p is not wrapped", how,
+             kCount, Hook::kWhat, found);
     return found;
   }
-  auto genuine = reinterpret_cast<PFN_cuGraphLaunch_v10000>(found);
-  note_driver_library(found);
-  for (int i = 0; i < kLaunchWrapperCount; ++i) {
-    PFN_cuGraphLaunch_v10000 target = g_launch_targets[i].load(std::memory_order_acquire);
-    if (target == nullptr &&
-        g_launch_targets[i].compare_exchange_strong(target, genuine, std::memory_order_acq_rel))
-      target = genuine;
-    if (target == genuine) {
-      log_line(LogLevel::debug, "%s: wrapped cuGraphLaunch %p as wrapper %d", how, found, i);
-      return reinterpret_cast<void *>(kLaunchWrappers[i]);
-    }
+};
+
+enum class Kind {
+  none,
+  launch,
+  instantiate_legacy,
+  instantiate_flags,
+  instantiate_params,
+  destroy
+};
+
+void *wrap_kind(Kind kind, const char *how, void *found) {
+  switch (kind) {
+    case Kind::launch:
+      return WrapperSet<LaunchHook>::wrap(how, found);
+    case Kind::instantiate_legacy:
+      return WrapperSet<InstantiateLegacyHook>::wrap(how, found);
+    case Kind::instantiate_flags:
+      return WrapperSet<InstantiateFlagsHook>::wrap(how, found);
+    case Kind::instantiate_params:
+      return WrapperSet<InstantiateParamsHook>::wrap(how, found);
+    case Kind::destroy:
+      return WrapperSet<ExecDestroyHook>::wrap(how, found);
+    case Kind::none:
+      break;
   }
-  log_line(LogLevel::error, "%s: more than %d distinct cuGraphLaunch functions; %p is not wrapped",
-           how, kLaunchWrapperCount, found);
   return found;
 }
 
-bool is_launch_name(const char *name) {
-  return strcmp(name, "cuGraphLaunch") == 0 || strcmp(name, "cuGraphLaunch_ptsz") == 0;
+// The ABI of an exported driver name (what dlsym finds under that name).
+Kind kind_of_export(const char *name) {
+  if (strcmp(name, "cuGraphLaunch") == 0 || strcmp(name, "cuGraphLaunch_ptsz") == 0)
+    return Kind::launch;
+  if (strcmp(name, "cuGraphInstantiate") == 0 || strcmp(name, "cuGraphInstantiate_v2") == 0)
+    return Kind::instantiate_legacy;
+  if (strcmp(name, "cuGraphInstantiateWithFlags") == 0) return Kind::instantiate_flags;
+  if (strcmp(name, "cuGraphInstantiateWithParams") == 0 ||
+      strcmp(name, "cuGraphInstantiateWithParams_ptsz") == 0)
+    return Kind::instantiate_params;
+  if (strcmp(name, "cuGraphExecDestroy") == 0) return Kind::destroy;
+  return Kind::none;
+}
+
+// The ABI of a cuGetProcAddress answer: by name and, for cuGraphInstantiate, by version.
+Kind kind_of_answer(const char *symbol, int cuda_version) {
+  if (strcmp(symbol, "cuGraphInstantiate") == 0)
+    return cuda_version >= 12000 ? Kind::instantiate_flags : Kind::instantiate_legacy;
+  return kind_of_export(symbol);
 }
 
 }  // namespace
 
 void *wrap_loaded_symbol(const char *name, void *found) {
-  // Every dlsym of the process passes here: reject the common case with one comparison.
-  if (!name || name[0] != 'c' || name[1] != 'u' || name[2] == 'd') return found;
-  char how[96];
-  if (strcmp(name, "cuGetProcAddress") == 0) {
+  // Every dlsym of the process passes here: reject the common case at once.
+  if (!name || name[0] != 'c' || name[1] != 'u' || name[2] < 'A' || name[2] > 'Z') return found;
+  if (strcmp(name, "cuGetProcAddress") == 0)
     return proc_address_wrapper_for(ProcAddressAbi::v11030, found, "dlsym");
-  }
-  if (strcmp(name, "cuGetProcAddress_v2") == 0) {
+  if (strcmp(name, "cuGetProcAddress_v2") == 0)
     return proc_address_wrapper_for(ProcAddressAbi::v12000, found, "dlsym");
-  }
-  if (is_launch_name(name)) {
-    snprintf(how, sizeof how, "dlsym(\"%s\")", name);
-    return launch_wrapper_for(how, found);
-  }
-  return found;
+  const Kind kind = kind_of_export(name);
+  if (kind == Kind::none) return found;
+  char how[96];
+  snprintf(how, sizeof how, "dlsym(\"%s\")", name);
+  return wrap_kind(kind, how, found);
 }
 
 void *wrap_proc_address_answer(const char *symbol, void *found, int cuda_version,
@@ -93,13 +191,12 @@ void *wrap_proc_address_answer(const char *symbol, void *found, int cuda_version
     ProcAddressAbi abi = cuda_version >= 12000 ? ProcAddressAbi::v12000 : ProcAddressAbi::v11030;
     return proc_address_wrapper_for(abi, found, "cuGetProcAddress self-query");
   }
-  if (is_launch_name(symbol)) {
-    char how[96];
-    snprintf(how, sizeof how, "cuGetProcAddress(\"%s\", %d, flags %llu)", symbol, cuda_version,
-             static_cast<unsigned long long>(flags));
-    return launch_wrapper_for(how, found);
-  }
-  return found;
+  const Kind kind = kind_of_answer(symbol, cuda_version);
+  if (kind == Kind::none) return found;
+  char how[96];
+  snprintf(how, sizeof how, "cuGetProcAddress(\"%s\", %d, flags %llu)", symbol, cuda_version,
+           static_cast<unsigned long long>(flags));
+  return wrap_kind(kind, how, found);
 }
 
 }  // namespace ferrum

@@ -45,7 +45,7 @@ struct Reader {
               const char *fallback) const {
     char quoted[64];
     quote_value(value, quoted, sizeof quoted);
-    char sentence[256];
+    char sentence[512];
     snprintf(sentence, sizeof sentence, "%s='%s' is invalid (expected %s); using %s", name, quoted,
              expected, fallback);
     complain(sentence, complain_context);
@@ -104,16 +104,76 @@ void read_domain(const Reader &reader, Settings &settings) {
   }
 }
 
+bool read_switch(const Reader &reader, const char *name, bool fallback) {
+  static const char *const kOn[] = {"on", "1", "true", "yes", nullptr};
+  static const char *const kOff[] = {"off", "0", "false", "no", nullptr};
+  const char *value = reader.get(name);
+  if (!value) return fallback;
+  if (equals_any(value, kOn)) return true;
+  if (equals_any(value, kOff)) return false;
+  reader.reject(name, value, "on or off", fallback ? "on" : "off");
+  return fallback;
+}
+
+void read_site_mode(const Reader &reader, Settings &settings) {
+  const char *value = reader.get("FERRUM_REPLAY_SITE");
+  if (!value) return;
+  static const char *const kOff[] = {"off", "0", "no", "false", nullptr};
+  if (strcasecmp(value, "instantiate") == 0) {
+    settings.site_mode = SiteMode::instantiate;
+  } else if (strcasecmp(value, "launch") == 0) {
+    settings.site_mode = SiteMode::launch;
+  } else if (equals_any(value, kOff)) {
+    settings.site_mode = SiteMode::off;
+  } else {
+    reader.reject("FERRUM_REPLAY_SITE", value, "instantiate, launch or off", "instantiate");
+  }
+}
+
+// A value copied verbatim into a fixed buffer; too long is an error, not a truncation.
+void read_text(const Reader &reader, const char *name, char *out, size_t out_size,
+               const char *what) {
+  const char *value = reader.get(name);
+  if (!value) return;
+  size_t length = strlen(value);
+  if (length >= out_size) {
+    reader.reject(name, value, what, "none");
+    return;
+  }
+  memcpy(out, value, length + 1);
+}
+
+void read_format(const Reader &reader, Settings &settings) {
+  const char *value = reader.get("FERRUM_REPLAY_FORMAT");
+  char error[160];
+  if (value && parse_message_template(value, settings.message_template, error, sizeof error))
+    return;
+  if (value) {
+    char expected[200];
+    snprintf(expected, sizeof expected, "a template such as '{name} #{ordinal}': %s", error);
+    reader.reject("FERRUM_REPLAY_FORMAT", value, expected, kDefaultMessageTemplate);
+  }
+  parse_message_template(kDefaultMessageTemplate, settings.message_template, error, sizeof error);
+}
+
 }  // namespace
 
-Settings read_settings(EnvLookup lookup, void *lookup_context, ComplaintSink complain,
-                       void *complain_context) {
+void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
+                   ComplaintSink complain, void *complain_context) {
   Reader reader{lookup, lookup_context, complain, complain_context};
-  Settings settings;
+  settings = Settings{};
   read_enabled(reader, settings);
   read_log_level(reader, settings);
   read_domain(reader, settings);
-  return settings;
+  read_site_mode(reader, settings);
+  read_text(reader, "FERRUM_REPLAY_SITE_SKIP", settings.site_skip, sizeof settings.site_skip,
+            "a comma-separated list shorter than 256 bytes");
+  settings.content = read_switch(reader, "FERRUM_REPLAY_CONTENT", false);
+  read_text(reader, "FERRUM_REPLAY_NAMES", settings.names_path, sizeof settings.names_path,
+            "a path shorter than 1024 bytes");
+  read_format(reader, settings);
+  read_text(reader, "FERRUM_REPLAY_SUMMARY", settings.summary, sizeof settings.summary,
+            "stderr or a path shorter than 1024 bytes");
 }
 
 const char *log_level_name(LogLevel level) {

@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "message_template.hpp"
+
 namespace ferrum {
 
 enum class LogLevel : unsigned char { silent = 0, error = 1, info = 2, debug = 3 };
@@ -11,10 +13,21 @@ enum class LogLevel : unsigned char { silent = 0, error = 1, info = 2, debug = 3
 inline constexpr size_t kMaxDomainLength = 63;
 inline constexpr char kDefaultDomain[] = "ferrum-replay";
 
+// When a graph's call site is taken (FERRUM_REPLAY_SITE).
+enum class SiteMode : unsigned char { instantiate, launch, off };
+
+inline constexpr size_t kMaxPathLength = 1024;
+
 struct Settings {
   bool enabled = true;                    // FERRUM_REPLAY=off|0 makes the shim a pass-through
   LogLevel log_level = LogLevel::silent;  // FERRUM_REPLAY_LOG
   char domain[kMaxDomainLength + 1] = "ferrum-replay";  // FERRUM_REPLAY_DOMAIN
+  SiteMode site_mode = SiteMode::instantiate;           // FERRUM_REPLAY_SITE
+  char site_skip[256] = "";              // FERRUM_REPLAY_SITE_SKIP: comma-separated frame prefixes
+  bool content = false;                  // FERRUM_REPLAY_CONTENT: describe graphs by their kernels
+  char names_path[kMaxPathLength] = "";  // FERRUM_REPLAY_NAMES: the names file
+  MessageTemplate message_template;      // FERRUM_REPLAY_FORMAT, parsed
+  char summary[kMaxPathLength] = "";     // FERRUM_REPLAY_SUMMARY: "", "stderr" or a path
 };
 
 // Looks a variable up (getenv in the shim, a table in tests); null when unset.
@@ -22,8 +35,9 @@ using EnvLookup = const char *(*)(const char *name, void *context);
 // Receives one complete sentence per invalid setting; the default applies after it.
 using ComplaintSink = void (*)(const char *sentence, void *context);
 
-Settings read_settings(EnvLookup lookup, void *lookup_context, ComplaintSink complain,
-                       void *complain_context);
+// Parses every FERRUM_REPLAY* variable. `settings` is filled in place (it is large).
+void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
+                   ComplaintSink complain, void *complain_context);
 
 const char *log_level_name(LogLevel level);
 

@@ -15,7 +15,9 @@ struct Environment {
   std::vector<std::string> complaints;
 
   ferrum::Settings read() {
-    return ferrum::read_settings(
+    ferrum::Settings settings;
+    ferrum::read_settings(
+        settings,
         [](const char *name, void *self) -> const char * {
           auto &values = static_cast<Environment *>(self)->values;
           auto found = values.find(name);
@@ -26,6 +28,7 @@ struct Environment {
           static_cast<Environment *>(self)->complaints.emplace_back(sentence);
         },
         this);
+    return settings;
   }
 };
 

@@ -1,0 +1,287 @@
+#include "call_site.hpp"
+
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+
+#include "libc_symbols.hpp"
+#include "log.hpp"
+#include "real_functions.hpp"
+#include "text_util.hpp"
+
+#if FERRUM_HAVE_LIBUNWIND_H
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+#endif
+
+namespace ferrum {
+namespace {
+
+constexpr int kMaxFrames = 64;
+
+const char *base_name(const char *path) {
+  if (!path) return "";
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+bool has_prefix(const char *text, const char *prefix, size_t prefix_length) {
+  return prefix_length && strncmp(text, prefix, prefix_length) == 0;
+}
+
+// ---- symbol names ----
+
+using Demangle = char *(*)(const char *, char *, size_t *, int *);
+
+// __cxa_demangle lives in libstdc++, which the shim does not link; a C++ program has it.
+Demangle find_demangler() {
+  static std::atomic<Demangle> demangler{nullptr};
+  static std::atomic<bool> looked{false};
+  if (!looked.load(std::memory_order_acquire)) {
+    DlsymFunction lookup = libc_dlsym();
+    if (lookup)
+      demangler.store(reinterpret_cast<Demangle>(lookup(RTLD_DEFAULT, "__cxa_demangle")),
+                      std::memory_order_release);
+    looked.store(true, std::memory_order_release);
+  }
+  return demangler.load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+void readable_symbol_name(const char *mangled, char *out, size_t out_size) {
+  out[0] = '\0';
+  if (!mangled || !*mangled) return;
+  char *demangled = nullptr;
+  if (Demangle demangle = find_demangler(); demangle && mangled[0] == '_' && mangled[1] == 'Z') {
+    int status = 0;
+    demangled = demangle(mangled, nullptr, nullptr, &status);  // malloc'd by libstdc++
+    if (status != 0) demangled = nullptr;
+  }
+  copy_printable_utf8(demangled ? demangled : mangled, out, out_size);
+  free(demangled);
+  strip_parameters(out);
+}
+
+namespace {
+
+// ---- the symbolization cache, by return address ----
+
+struct CachedSite {
+  uintptr_t address;
+  char site[128];
+};
+constexpr size_t kCacheSize = 1024;  // distinct instantiation sites of a process: a handful
+CachedSite g_cache[kCacheSize];
+pthread_mutex_t g_cache_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+bool cached_site(uintptr_t address, char *out, size_t out_size) {
+  pthread_mutex_lock(&g_cache_mutex);
+  bool found = false;
+  for (size_t i = address % kCacheSize, probes = 0; probes < kCacheSize;
+       ++probes, i = (i + 1) % kCacheSize) {
+    if (g_cache[i].address == 0) break;
+    if (g_cache[i].address == address) {
+      copy_printable_utf8(g_cache[i].site, out, out_size);
+      found = true;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_cache_mutex);
+  return found;
+}
+
+void remember_site(uintptr_t address, const char *site) {
+  pthread_mutex_lock(&g_cache_mutex);
+  for (size_t i = address % kCacheSize, probes = 0; probes < kCacheSize;
+       ++probes, i = (i + 1) % kCacheSize) {
+    if (g_cache[i].address == 0 || g_cache[i].address == address) {
+      g_cache[i].address = address;
+      copy_printable_utf8(site, g_cache[i].site, sizeof g_cache[i].site);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_cache_mutex);
+}
+
+// "module+0xoffset" for a frame without a symbol.
+void module_and_offset(const Dl_info &info, uintptr_t address, char *out, size_t out_size) {
+  snprintf(out, out_size, "%s+0x%lx", base_name(info.dli_fname),
+           static_cast<unsigned long>(address - reinterpret_cast<uintptr_t>(info.dli_fbase)));
+}
+
+// ---- stack walking ----
+
+// Decides a frame: `symbol_of` names it (expensive, only called when the module is not
+// skipped and the address is not cached). Returns true when `out` holds the site.
+template <typename SymbolOf>
+bool try_frame(uintptr_t address, const char *skip_prefixes, char *out, size_t out_size,
+               SymbolOf &&symbol_of) {
+  Dl_info info{};
+  if (!address || !dladdr(reinterpret_cast<void *>(address), &info) || !info.dli_fname)
+    return false;
+  if (is_own_address(reinterpret_cast<void *>(address))) return false;
+  if (is_skipped_frame(info.dli_fname, "", skip_prefixes)) return false;
+  if (cached_site(address, out, out_size)) return out[0] != '\0';
+  char symbol[256];
+  symbol_of(info, symbol, sizeof symbol);
+  if (is_skipped_frame(info.dli_fname, symbol, skip_prefixes)) {
+    remember_site(address, "");  // skipped: remember that too
+    return false;
+  }
+  if (symbol[0])
+    copy_printable_utf8(symbol, out, out_size);
+  else
+    module_and_offset(info, address, out, out_size);
+  remember_site(address, out);
+  return true;
+}
+
+#if FERRUM_HAVE_LIBUNWIND_H
+struct Libunwind {
+  int (*getcontext)(unw_context_t *);
+  int (*init_local)(unw_cursor_t *, unw_context_t *);
+  int (*step)(unw_cursor_t *);
+  int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+  int (*get_proc_name)(unw_cursor_t *, char *, size_t, unw_word_t *);
+};
+
+// Opened once; null members when libunwind.so.8 is not installed.
+const Libunwind *libunwind() {
+  static Libunwind functions;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  static bool available = false;
+  pthread_once(&once, [] {
+    DlopenFunction open_library = libc_dlopen();
+    DlsymFunction lookup = libc_dlsym();
+    void *library =
+        open_library && lookup ? open_library("libunwind.so.8", RTLD_NOW | RTLD_LOCAL) : nullptr;
+    if (!library) {
+      log_line(LogLevel::info, "libunwind.so.8 not found: call sites from exported symbols only");
+      return;
+    }
+    functions.getcontext =
+        reinterpret_cast<int (*)(unw_context_t *)>(lookup(library, "_Ux86_64_getcontext"));
+    functions.init_local = reinterpret_cast<int (*)(unw_cursor_t *, unw_context_t *)>(
+        lookup(library, "_ULx86_64_init_local"));
+    functions.step = reinterpret_cast<int (*)(unw_cursor_t *)>(lookup(library, "_ULx86_64_step"));
+    functions.get_reg = reinterpret_cast<int (*)(unw_cursor_t *, unw_regnum_t, unw_word_t *)>(
+        lookup(library, "_ULx86_64_get_reg"));
+    functions.get_proc_name =
+        reinterpret_cast<int (*)(unw_cursor_t *, char *, size_t, unw_word_t *)>(
+            lookup(library, "_ULx86_64_get_proc_name"));
+    available = functions.getcontext && functions.init_local && functions.step &&
+                functions.get_reg && functions.get_proc_name;
+  });
+  return available ? &functions : nullptr;
+}
+
+bool walk_with_libunwind(const char *skip_prefixes, char *out, size_t out_size) {
+  const Libunwind *unwind = libunwind();
+  if (!unwind) return false;
+  unw_context_t context;
+  unw_cursor_t cursor;
+  if (unwind->getcontext(&context) != 0 || unwind->init_local(&cursor, &context) != 0) return false;
+  for (int frame = 0; frame < kMaxFrames && unwind->step(&cursor) > 0; ++frame) {
+    unw_word_t ip = 0;
+    if (unwind->get_reg(&cursor, UNW_REG_IP, &ip) != 0) break;
+    // A return address points after the call; one byte back lies inside the caller's call.
+    const uintptr_t address = ip ? static_cast<uintptr_t>(ip) - 1 : 0;
+    if (try_frame(address, skip_prefixes, out, out_size,
+                  [&](const Dl_info &, char *symbol, size_t size) {
+                    char mangled[512];
+                    unw_word_t offset = 0;
+                    if (unwind->get_proc_name(&cursor, mangled, sizeof mangled, &offset) == 0)
+                      readable_symbol_name(mangled, symbol, size);
+                    else
+                      symbol[0] = '\0';
+                  }))
+      return true;
+  }
+  out[0] = '\0';
+  return true;  // walked: no frame qualifies
+}
+#else
+bool walk_with_libunwind(const char *, char *, size_t) {
+  return false;
+}
+#endif
+
+void walk_with_backtrace(const char *skip_prefixes, char *out, size_t out_size) {
+  void *frames[kMaxFrames];
+  const int count = backtrace(frames, kMaxFrames);
+  for (int i = 1; i < count; ++i) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(frames[i]) - 1;
+    if (try_frame(address, skip_prefixes, out, out_size,
+                  [](const Dl_info &info, char *symbol, size_t size) {
+                    readable_symbol_name(info.dli_sname, symbol, size);
+                  }))
+      return;
+  }
+  out[0] = '\0';
+}
+
+// Built-in skips: the driver and runtime libraries, the static runtime's functions inside
+// the program, and NVIDIA's other libraries that call graph APIs on a program's behalf.
+constexpr const char *kSkippedModules[] = {"libcuda.",   "libcudart", "libferrum-replay",
+                                           "libnvidia-", "libcublas", "libcudnn"};
+constexpr const char *kSkippedSymbolPrefixes[] = {"__cuda", "cudart::", "libcudart"};
+
+// cudaGraphInstantiate, cuGraphInstantiateWithFlags...: the API itself, inside a program
+// that links the static runtime. A user function "cuda_capture" is not skipped.
+bool is_cuda_api_name(const char *symbol) {
+  const size_t skip = strncmp(symbol, "cuda", 4) == 0 ? 4 : strncmp(symbol, "cu", 2) == 0 ? 2 : 0;
+  return skip && symbol[skip] >= 'A' && symbol[skip] <= 'Z';
+}
+
+}  // namespace
+
+void strip_parameters(char *name) {
+  int depth = 0;
+  for (char *p = name; *p; ++p) {
+    if (*p == '<' || *p == '{' || *p == '[') ++depth;
+    if ((*p == '>' || *p == '}' || *p == ']') && depth > 0) --depth;
+    if (*p == '(' && depth == 0) {
+      if (p - name >= 8 && strncmp(p - 8, "operator", 8) == 0 && p[1] == ')') {
+        ++p;  // "operator()" is a name, not a parameter list
+        continue;
+      }
+      *p = '\0';
+      return;
+    }
+  }
+}
+
+bool is_skipped_frame(const char *module, const char *symbol, const char *skip_prefixes) {
+  const char *module_name = base_name(module);
+  for (const char *prefix : kSkippedModules)
+    if (has_prefix(module_name, prefix, strlen(prefix))) return true;
+  if (symbol && *symbol) {
+    if (is_cuda_api_name(symbol)) return true;
+    for (const char *prefix : kSkippedSymbolPrefixes)
+      if (has_prefix(symbol, prefix, strlen(prefix))) return true;
+  }
+  for (const char *item = skip_prefixes; item && *item;) {
+    const char *comma = strchr(item, ',');
+    const size_t length = comma ? static_cast<size_t>(comma - item) : strlen(item);
+    if (has_prefix(module_name, item, length) || (symbol && has_prefix(symbol, item, length)))
+      return true;
+    item = comma ? comma + 1 : item + length;
+  }
+  return false;
+}
+
+void capture_call_site(char *out, size_t out_size, const char *skip_prefixes) {
+  if (out_size == 0) return;
+  out[0] = '\0';
+  if (!walk_with_libunwind(skip_prefixes, out, out_size))
+    walk_with_backtrace(skip_prefixes, out, out_size);
+}
+
+}  // namespace ferrum

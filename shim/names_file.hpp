@@ -1,0 +1,42 @@
+// FERRUM_REPLAY_NAMES: a file that names graphs without touching the program. Pure parser
+// and lookup, unit-tested and fuzzed; the shim reads the file once, at activation.
+//
+//   # comment
+//   3 = prefill                       graph number 3 (instantiation order)
+//   site:*capture_decode* = decode    graphs instantiated from a matching call site
+//   content:*flash_fwd* = attention   graphs whose content description matches
+//
+// Patterns are shell globs (fnmatch). The first matching line wins. A bad line is reported
+// with its number and skipped; the others still apply.
+#pragma once
+
+#include <stddef.h>
+
+namespace ferrum {
+
+struct NameRule {
+  enum class Kind : unsigned char { ordinal, site, content } kind;
+  unsigned ordinal;
+  int line;
+  char pattern[128];
+  char name[128];
+};
+
+struct NameRules {
+  NameRule *rules = nullptr;  // malloc'd; owned
+  size_t count = 0;
+};
+
+// Receives "line N: <what is wrong>" for each bad line.
+using NamesFileComplaint = void (*)(int line, const char *problem, void *context);
+
+// Parses `length` bytes of `text` (not necessarily terminated). Returns the valid rules.
+NameRules parse_names_file(const char *text, size_t length, NamesFileComplaint complain,
+                           void *context);
+void free_name_rules(NameRules &rules);
+
+// The name the first matching rule gives, or null. `site`/`content` may be null or "".
+const char *find_rule_name(const NameRules &rules, unsigned ordinal, const char *site,
+                           const char *content);
+
+}  // namespace ferrum

@@ -1,0 +1,193 @@
+// The parsers and formatters behind names: FERRUM_REPLAY_FORMAT templates, the names file,
+// call-site cleanup, content descriptions, output paths.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "call_site.hpp"
+#include "exit_summary.hpp"
+#include "graph_content.hpp"
+#include "message_template.hpp"
+#include "names_file.hpp"
+
+namespace {
+
+std::string render(const char *text, const ferrum::TemplateValues &values) {
+  ferrum::MessageTemplate tmpl;
+  char error[160];
+  REQUIRE_MESSAGE(ferrum::parse_message_template(text, tmpl, error, sizeof error), error);
+  char out[160];
+  ferrum::render_message(tmpl, values, out, sizeof out);
+  return out;
+}
+
+std::string template_error(const char *text) {
+  ferrum::MessageTemplate tmpl;
+  char error[160] = "";
+  if (ferrum::parse_message_template(text, tmpl, error, sizeof error)) return "";
+  return error;
+}
+
+struct ParsedNames {
+  ferrum::NameRules rules;
+  std::vector<std::pair<int, std::string>> complaints;
+  ~ParsedNames() { ferrum::free_name_rules(rules); }
+};
+
+void parse_names(const std::string &text, ParsedNames &parsed) {
+  parsed.rules = ferrum::parse_names_file(
+      text.data(), text.size(),
+      [](int line, const char *problem, void *context) {
+        static_cast<ParsedNames *>(context)->complaints.emplace_back(line, problem);
+      },
+      &parsed);
+}
+
+}  // namespace
+
+TEST_CASE("message templates render every field, with literal braces") {
+  const ferrum::TemplateValues values{"decode", 7, "capture_decode", "3 nodes: gemm x3",
+                                      "cuGraphInstantiateWithFlags"};
+  CHECK(render("{name}", values) == "decode");
+  CHECK(render("{name} #{ordinal}", values) == "decode #7");
+  CHECK(render("{{{site}}} [{content}] via {api}", values) ==
+        "{capture_decode} [3 nodes: gemm x3] via cuGraphInstantiateWithFlags");
+}
+
+TEST_CASE("bad templates are refused with a reason") {
+  CHECK(template_error("{nmae}").find("unknown field") != std::string::npos);
+  CHECK(template_error("{name").find("no matching '}'") != std::string::npos);
+  CHECK(template_error("name}").find("no matching '{'") != std::string::npos);
+  CHECK(template_error("").find("empty") != std::string::npos);
+  CHECK(template_error(std::string(300, 'x').c_str()).find("too long") != std::string::npos);
+  CHECK(template_error("{name}{name}{name}{name}{name}{name}{name}{name}{name}{name}{name}"
+                       "{name}{name}{name}{name}{name}{name}{name}{name}{name}{name}{name}"
+                       "{name}{name}{name}{name}{name}{name}{name}{name}{name}{name}{name}")
+            .find("too many") != std::string::npos);
+}
+
+TEST_CASE("rendering keeps output printable and whole characters when it must cut") {
+  const ferrum::TemplateValues values{
+      "a\x01"
+      "b",
+      1, "", "", ""};
+  CHECK(render("{name}", values) == "a?b");
+  ferrum::MessageTemplate tmpl;
+  char error[160];
+  REQUIRE(ferrum::parse_message_template("{name}", tmpl, error, sizeof error));
+  const ferrum::TemplateValues wide{"ééééé", 1, "", "", ""};
+  char small[6];  // room for two é (4 bytes) and not half of a third
+  ferrum::render_message(tmpl, wide, small, sizeof small);
+  CHECK(std::string(small) == "éé");
+}
+
+TEST_CASE("names file: ordinals, site and content patterns; first match wins") {
+  ParsedNames parsed;
+  parse_names(
+      "# names for the server\n"
+      "1 = prefill\n"
+      "  site:*capture_decode* =  decode  \n"
+      "content:*flash* = attention\n"
+      "\n"
+      "site:* = anything else\n",
+      parsed);
+  CHECK(parsed.complaints.empty());
+  REQUIRE(parsed.rules.count == 4);
+  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 1, "capture_decode", "")) == "prefill");
+  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 2, "Server::capture_decode", "")) ==
+        "decode");
+  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 3, "", "4 nodes: flash_fwd x4")) ==
+        "attention");
+  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 4, "main", "")) == "anything else");
+  CHECK(ferrum::find_rule_name(parsed.rules, 5, "", "") == nullptr);
+}
+
+TEST_CASE("names file: each bad line is reported with its number; good lines still apply") {
+  ParsedNames parsed;
+  parse_names(
+      "1 = ok\n"
+      "no equals sign\n"
+      "0 = zero\n"
+      "x1 = not a number\n"
+      "2 =\n"
+      "= nameless\n"
+      "99999999999 = too big\n"
+      "site: = empty pattern\n"
+      "3 = " +
+          std::string(200, 'n') +
+          "\n"
+          "4 = fine\r\n",
+      parsed);
+  CHECK(parsed.rules.count == 2);
+  std::vector<int> lines;
+  for (auto &[line, problem] : parsed.complaints) lines.push_back(line);
+  CHECK(lines == std::vector<int>{2, 3, 4, 5, 6, 7, 8, 9});
+  CHECK(parsed.complaints[0].second.find("KEY = NAME") != std::string::npos);
+  CHECK(parsed.complaints[1].second.find("start at 1") != std::string::npos);
+  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 4, "", "")) == "fine");
+}
+
+TEST_CASE("names file: a NUL byte or no final newline is handled") {
+  ParsedNames parsed;
+  parse_names(std::string("1 = a\n2 = b") + std::string(1, '\0') + "c\n3 = last", parsed);
+  CHECK(parsed.rules.count == 2);
+  CHECK(parsed.complaints.size() == 1);
+  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 3, "", "")) == "last");
+}
+
+TEST_CASE("call-site names: parameters stripped, operators and templates kept") {
+  auto strip = [](const char *in) {
+    char buffer[256];
+    std::strcpy(buffer, in);
+    ferrum::strip_parameters(buffer);
+    return std::string(buffer);
+  };
+  CHECK(strip("Server::capture_decode(int, float)") == "Server::capture_decode");
+  CHECK(strip("capture_prefill") == "capture_prefill");
+  CHECK(strip("std::vector<int (*)(int)>::push_back(int)") ==
+        "std::vector<int (*)(int)>::push_back");
+  CHECK(strip("main::{lambda()#1}::operator()() const") == "main::{lambda()#1}::operator()");
+}
+
+TEST_CASE("call-site frames: CUDA libraries, the static runtime and user prefixes are skipped") {
+  CHECK(ferrum::is_skipped_frame("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "", ""));
+  CHECK(ferrum::is_skipped_frame("/opt/cuda/lib64/libcudart.so.13", "", ""));
+  CHECK(ferrum::is_skipped_frame("/x/libferrum-replay.so", "", ""));
+  CHECK(ferrum::is_skipped_frame("/app/server", "cudaGraphInstantiate", ""));
+  CHECK(ferrum::is_skipped_frame("/app/server", "cuGraphInstantiateWithFlags", ""));
+  CHECK(ferrum::is_skipped_frame("/app/server", "cudart::globalState::init", ""));
+  CHECK_FALSE(ferrum::is_skipped_frame("/app/server", "cuda_capture_graphs", ""));
+  CHECK_FALSE(ferrum::is_skipped_frame("/app/server", "capture_decode", ""));
+  CHECK(ferrum::is_skipped_frame("/app/libtorch_cuda.so", "at::cuda::CUDAGraph::capture_end",
+                                 "at::cuda::,c10::"));
+  CHECK(ferrum::is_skipped_frame("/app/libtorch_cuda.so", "x", "libtorch"));
+  CHECK_FALSE(ferrum::is_skipped_frame("/app/server", "main", "at::cuda::,c10::"));
+}
+
+TEST_CASE("content descriptions: most frequent first, ties by name, at most three") {
+  ferrum::NodeTally tallies[] = {
+      {"memset", 2}, {"rmsnorm", 2}, {"decode_attention", 4}, {"empty", 1}};
+  char out[128];
+  ferrum::format_content(9, tallies, 4, 3, out, sizeof out);
+  CHECK(std::string(out) == "9 nodes: decode_attention x4, memset x2, rmsnorm x2, ...");
+  ferrum::NodeTally one[] = {{"empty", 1}};
+  ferrum::format_content(1, one, 1, 3, out, sizeof out);
+  CHECK(std::string(out) == "1 node: empty x1");
+  ferrum::format_content(0, nullptr, 0, 3, out, sizeof out);
+  CHECK(std::string(out) == "0 nodes");
+}
+
+TEST_CASE("output paths expand %p, %h, %q{VAR} and %%") {
+  setenv("FERRUM_TEST_RANK", "3", 1);
+  char out[256];
+  REQUIRE(ferrum::expand_output_path("s.%q{FERRUM_TEST_RANK}.%p.%%.%x.txt", out, sizeof out));
+  CHECK(std::string(out) == "s.3." + std::to_string(getpid()) + ".%.%x.txt");
+  REQUIRE(ferrum::expand_output_path("%q{FERRUM_TEST_UNSET_VARIABLE}-x", out, sizeof out));
+  CHECK(std::string(out) == "-x");
+  CHECK_FALSE(ferrum::expand_output_path(std::string(300, 'x').c_str(), out, sizeof out));
+}
