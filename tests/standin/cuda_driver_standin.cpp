@@ -48,6 +48,11 @@
 //                                    counting), to test unwinding through an interposer.
 //   FERRUM_STANDIN_LAUNCH_SLEEP_US=<n> each cuGraphLaunch/_ptsz sleeps n microseconds, so ranges
 //                                    around launches have a visible duration.
+//   FERRUM_STANDIN_BENCH=1           benchmark fast path (bench/): cuGraphLaunch/_ptsz do nothing
+//                                    but return CUDA_SUCCESS for a non-null handle — no counter
+//                                    (a cache line every thread would write), no handle or init
+//                                    check — so that the shim's added nanoseconds stand out
+//                                    against the cheapest possible real call into libcuda.
 //   FERRUM_STANDIN_TRACE=1           print each cuGetProcAddress query to stderr as
 //                                    `ferrum-standin-driver: cuGetProcAddress symbol=<s>
 //                                    version=<v> flags=<f> status=<0|1|2>` (the status is a
@@ -114,6 +119,7 @@ struct Config {
   bool launch_throw = false;
   unsigned long sleep_us = 0;
   bool trace = false;
+  bool bench = false;
 };
 
 bool env_flag(const char *name) {
@@ -133,6 +139,7 @@ Config read_config() {
     c.sleep_us = std::strtoul(v, nullptr, 0);
   }
   c.trace = env_flag("FERRUM_STANDIN_TRACE");
+  c.bench = env_flag("FERRUM_STANDIN_BENCH");
   return c;
 }
 
@@ -669,8 +676,9 @@ INTERNAL CUresult i_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 }
 
 CUresult launch(CUgraphExec hGraphExec, std::atomic<unsigned long long> &counter) {
-  counter.fetch_add(1, std::memory_order_relaxed);
   const Config &c = config();
+  if (c.bench) return hGraphExec != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  counter.fetch_add(1, std::memory_order_relaxed);
   if (c.sleep_us != 0) std::this_thread::sleep_for(std::chrono::microseconds(c.sleep_us));
   if (c.launch_throw) {
     throw std::runtime_error("ferrum-replay stand-in driver: injected exception in cuGraphLaunch");

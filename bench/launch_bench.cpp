@@ -1,0 +1,284 @@
+// ferrum-bench-launch: what one graph launch costs in *this* process, through each route a
+// real program takes to the driver. bench/run_bench.py runs it several times — without a
+// preload (the baseline), under libferrum-replay.so with no NVTX tool, with the recorder, with
+// FERRUM_REPLAY=off, and under the naive interposer (bench/naive_interposer.c) — and reports
+// the differences. Run it against the stand-ins with FERRUM_STANDIN_BENCH=1, which makes the
+// stand-in driver's launch the cheapest real call into libcuda.so.1 there can be.
+//
+// Routes (each a benchmark):
+//   runtime     cudaGraphLaunch of the shared runtime (libcudart.so.13), called through the PLT
+//   driver      cuGraphLaunch of the driver (libcuda.so.1), called through the PLT
+//   procaddress the pointer the runtime itself would use: dlopen("libcuda.so.1", RTLD_LOCAL),
+//               dlsym "cuGetProcAddress_v2", the "cuGetProcAddress"@12000 self-query, then
+//               "cuGraphLaunch"@10000 with flags 0 through the self-query's answer
+//
+// Modes:
+//   (default)          Google Benchmark; every --benchmark_* flag is honoured. Extra flags:
+//     --ferrum-iterations=N   fixed iterations per repetition (the recorder keeps every event
+//                             in memory: keep its runs bounded)
+//     --ferrum-warmup=N       launch graph 0 N times through each route first (with
+//                             --ferrum-iterations, which excludes Google Benchmark's warm-up)
+//     --ferrum-set=S          launch (runtime, driver and procaddress at 1 graph), scaling
+//                             (procaddress at 10,000 graphs and at 1/8 threads), all (default)
+//   --rss=N1,N2        N2 launches round-robin over 8 graphs and the three routes; prints
+//                      rss_kib_at_<N1>= and rss_kib_at_<N2>= (VmRSS after N1 and after N2
+//                      launches), minor_faults_between= (page faults in between: 0 when the
+//                      launch path touches no new memory), then end_monotonic_ns= just before main
+//                      returns (the parent times what runs after it: a tool's exit report)
+//   --loop=ROUTE,G,N   N launches through one route, round-robin over G graphs, and nothing
+//                      else: for valgrind --tool=callgrind (instructions per launch)
+//
+// Each graph is one empty node, instantiated through the driver; the runtime launches the same
+// executable graphs (both stand-ins share the driver's handles, as NVIDIA's do).
+#include <benchmark/benchmark.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kManyGraphs = 10000;  // "10,000 live graphs"
+constexpr int kThreadsMax = 8;
+
+std::vector<CUgraphExec> g_execs;               // kManyGraphs of them
+PFN_cuGraphLaunch_v10000 g_procaddress_launch;  // the trampoline route's pointer
+
+[[noreturn]] void die(const char *what, int code) {
+  std::fprintf(stderr, "ferrum-bench-launch: %s failed (%d)\n", what, code);
+  std::exit(1);
+}
+
+void check(CUresult r, const char *what) {
+  if (r != CUDA_SUCCESS) die(what, static_cast<int>(r));
+}
+
+void set_up() {
+  check(cuInit(0), "cuInit");
+  CUdevice dev = 0;
+  check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+  CUcontext ctx = nullptr;
+  check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  g_execs.resize(kManyGraphs);
+  for (CUgraphExec &exec : g_execs) {
+    CUgraph graph = nullptr;
+    CUgraphNode node = nullptr;
+    check(cuGraphCreate(&graph, 0), "cuGraphCreate");
+    check(cuGraphAddEmptyNode(&node, graph, nullptr, 0), "cuGraphAddEmptyNode");
+    check(cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+  }
+  // The runtime initialises (dlopen of libcuda, self-query, table) at its first call.
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) die("cudaGetDeviceCount", e);
+
+  // The trampoline route, exactly as the CUDA runtime takes it (DESIGN.md section 1).
+  void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!driver) die("dlopen(libcuda.so.1)", 0);
+  auto lookup = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(driver, "cuGetProcAddress_v2"));
+  if (!lookup) die("dlsym(cuGetProcAddress_v2)", 0);
+  void *self = nullptr;
+  CUdriverProcAddressQueryResult status{};
+  check(lookup("cuGetProcAddress", &self, 12000, 0, &status), "cuGetProcAddress self-query");
+  lookup = reinterpret_cast<PFN_cuGetProcAddress_v12000>(self);
+  void *launch = nullptr;
+  check(lookup("cuGraphLaunch", &launch, 10000, 0, &status), "cuGetProcAddress(cuGraphLaunch)");
+  g_procaddress_launch = reinterpret_cast<PFN_cuGraphLaunch_v10000>(launch);
+}
+
+// ---- the benchmarks: identical loops, only the call differs ----
+
+// Round-robin over `graphs` executable graphs; a thread of a multi-threaded run launches its
+// own graph (CUDA requires launches of one graph exec to be serialised by the caller), or,
+// with `shared`, every thread the same one.
+template <typename Launch>
+void launch_loop(benchmark::State &state, Launch &&launch) {
+  const int graphs = static_cast<int>(state.range(0));
+  const bool shared = state.range(1) != 0;
+  CUgraphExec *execs = g_execs.data();
+  if (graphs == 1 && !shared) execs += state.thread_index();
+  int next = 0;
+  long failures = 0;
+  for (auto _ : state) {
+    failures += launch(execs[next], static_cast<CUstream>(nullptr)) != 0;
+    if (++next == graphs) next = 0;
+  }
+  if (failures) state.SkipWithError("a launch failed");
+}
+
+void BM_runtime(benchmark::State &state) {
+  launch_loop(state, [](CUgraphExec e, CUstream s) {
+    return static_cast<int>(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(e), s));
+  });
+}
+void BM_driver(benchmark::State &state) {
+  launch_loop(state,
+              [](CUgraphExec e, CUstream s) { return static_cast<int>(cuGraphLaunch(e, s)); });
+}
+void BM_procaddress(benchmark::State &state) {
+  const PFN_cuGraphLaunch_v10000 launch = g_procaddress_launch;
+  launch_loop(state,
+              [launch](CUgraphExec e, CUstream s) { return static_cast<int>(launch(e, s)); });
+}
+
+void register_benchmarks(const std::string &set, long fixed_iterations) {
+  // Warm-up: --benchmark_min_warmup_time (a per-benchmark MinWarmUpTime cannot be combined
+  // with fixed iterations), or --ferrum-warmup.
+  auto finish = [&](benchmark::internal::Benchmark *b) {
+    if (fixed_iterations > 0) b->Iterations(fixed_iterations);
+    return b;
+  };
+  if (set == "all" || set == "launch") {
+    finish(benchmark::RegisterBenchmark("runtime", BM_runtime)->Args({1, 0}));
+    finish(benchmark::RegisterBenchmark("driver", BM_driver)->Args({1, 0}));
+    finish(benchmark::RegisterBenchmark("procaddress", BM_procaddress)->Args({1, 0}));
+  }
+  if (set == "all" || set == "scaling") {
+    finish(benchmark::RegisterBenchmark("procaddress", BM_procaddress)->Args({kManyGraphs, 0}));
+    // Thread CPU time (Google Benchmark's default): total CPU of all threads / all launches.
+    // This machine may have fewer cores than threads; wall time would measure the scheduler.
+    finish(benchmark::RegisterBenchmark("procaddress", BM_procaddress)->Args({1, 0})->Threads(1));
+    finish(benchmark::RegisterBenchmark("procaddress", BM_procaddress)
+               ->Args({1, 0})
+               ->Threads(kThreadsMax));
+    finish(benchmark::RegisterBenchmark("procaddress", BM_procaddress)
+               ->Args({1, 1})
+               ->Threads(kThreadsMax));
+  }
+}
+
+// ---- --rss mode ----
+
+// VmRSS in KiB, read without allocating (the point is to see the launch path's growth).
+long rss_kib() {
+  char buf[4096];
+  const int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  const char *line = std::strstr(buf, "VmRSS:");
+  return line ? std::strtol(line + 6, nullptr, 10) : -1;
+}
+
+int rss_mode(const char *spec) {
+  char *end = nullptr;
+  const long first = std::strtol(spec, &end, 10);
+  const long total = (end && *end == ',') ? std::strtol(end + 1, nullptr, 10) : 0;
+  if (first <= 0 || total < first) {
+    std::fprintf(stderr, "ferrum-bench-launch: --rss=N1,N2 with 0 < N1 <= N2\n");
+    return 2;
+  }
+  constexpr int kGraphs = 8;
+  long rss_first = -1, faults_first = 0, failures = 0;
+  rusage usage{};
+  for (long i = 0; i < total; ++i) {
+    CUgraphExec exec = g_execs[static_cast<size_t>(i % kGraphs)];
+    switch (i % 3) {
+      case 0:
+        failures += cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(exec), nullptr) != 0;
+        break;
+      case 1:
+        failures += cuGraphLaunch(exec, nullptr) != 0;
+        break;
+      default:
+        failures += g_procaddress_launch(exec, nullptr) != 0;
+        break;
+    }
+    if (i + 1 == first) {
+      rss_first = rss_kib();
+      getrusage(RUSAGE_SELF, &usage);
+      faults_first = usage.ru_minflt;
+    }
+  }
+  const long rss_total = rss_kib();
+  getrusage(RUSAGE_SELF, &usage);
+  // Reading VmRSS (open, read, close) faults nothing in: what remains is the launches'.
+  const long faults_between = usage.ru_minflt - faults_first;
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  std::printf("launches=%ld failed=%ld\nrss_kib_at_%ld=%ld\nrss_kib_at_%ld=%ld\n", total, failures,
+              first, rss_first, total, rss_total);
+  std::printf("minor_faults_between=%ld\n", faults_between);
+  std::printf("end_monotonic_ns=%lld\n",
+              static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec);
+  std::fflush(stdout);
+  return failures ? 3 : 0;
+}
+
+// ---- --loop mode: one route, nothing else (for valgrind --tool=callgrind) ----
+
+int loop_mode(const char *spec) {
+  char route[32] = "";
+  long graphs = 0, total = 0;
+  if (std::sscanf(spec, "%31[a-z],%ld,%ld", route, &graphs, &total) != 3 || graphs < 1 ||
+      graphs > kManyGraphs || total < 1) {
+    std::fprintf(stderr, "ferrum-bench-launch: --loop=runtime|driver|procaddress,GRAPHS,N\n");
+    return 2;
+  }
+  int (*launch)(CUgraphExec) = nullptr;
+  if (std::strcmp(route, "runtime") == 0)
+    launch = [](CUgraphExec e) {
+      return static_cast<int>(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(e), nullptr));
+    };
+  else if (std::strcmp(route, "driver") == 0)
+    launch = [](CUgraphExec e) { return static_cast<int>(cuGraphLaunch(e, nullptr)); };
+  else
+    launch = [](CUgraphExec e) { return static_cast<int>(g_procaddress_launch(e, nullptr)); };
+  long failures = 0;
+  for (long i = 0; i < total; ++i)
+    failures += launch(g_execs[static_cast<size_t>(i % graphs)]) != 0;
+  std::printf("launches=%ld failed=%ld\n", total, failures);
+  return failures ? 3 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  std::string set = "all";
+  long fixed_iterations = 0, warmup = 0;
+  const char *rss = nullptr, *loop = nullptr;
+  std::vector<char *> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--ferrum-iterations=", 20) == 0)
+      fixed_iterations = std::strtol(argv[i] + 20, nullptr, 10);
+    else if (std::strncmp(argv[i], "--ferrum-warmup=", 16) == 0)
+      warmup = std::strtol(argv[i] + 16, nullptr, 10);
+    else if (std::strncmp(argv[i], "--ferrum-set=", 13) == 0)
+      set = argv[i] + 13;
+    else if (std::strncmp(argv[i], "--rss=", 6) == 0)
+      rss = argv[i] + 6;
+    else if (std::strncmp(argv[i], "--loop=", 7) == 0)
+      loop = argv[i] + 7;
+    else
+      rest.push_back(argv[i]);
+  }
+  set_up();
+  if (rss) return rss_mode(rss);
+  if (loop) return loop_mode(loop);
+
+  int rest_argc = static_cast<int>(rest.size());
+  rest.push_back(nullptr);
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
+  for (long i = 0; i < warmup; ++i) {
+    (void)cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(g_execs[0]), nullptr);
+    (void)cuGraphLaunch(g_execs[0], nullptr);
+    (void)g_procaddress_launch(g_execs[0], nullptr);
+  }
+  register_benchmarks(set, fixed_iterations);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
