@@ -29,13 +29,40 @@
 //   do. Launch, upload or destroy of a handle that is not live: CUDA_ERROR_INVALID_VALUE.
 // - Calls other than cuDriverGetVersion, cuGetErrorName/String and cuGetProcAddress fail with
 //   CUDA_ERROR_NOT_INITIALIZED before cuInit. Contexts are current per thread (cuCtxCreate,
-//   cuCtxSetCurrent, primary context); creating streams, allocating and synchronizing need one.
+//   cuCtxSetCurrent, primary context); creating streams, allocating, synchronizing and loading
+//   a module need one.
+// - Modules and libraries from PTX text, as the real driver JIT-compiles it:
+//   cuModuleLoadData[Ex] (needs a current context) and cuLibraryLoadData (does not) make one
+//   function, or kernel, per `.entry` the PTX defines (`.func`s and declarations are not
+//   kernels), with the parameter layout its argument list declares (type sizes, .align,
+//   arrays). The PTX must start with `.version` (at most 9.0, else
+//   CUDA_ERROR_UNSUPPORTED_PTX_VERSION) and `.target`, with balanced braces, else
+//   CUDA_ERROR_INVALID_PTX, the reason in the CU_JIT_ERROR_LOG_BUFFER option when given.
+//   cuModuleGetFunction/cuLibraryGetKernel of an unknown name: CUDA_ERROR_NOT_FOUND.
+//   cuFuncGetName/cuKernelGetName give the .entry name as written (mangled names stay mangled);
+//   cuKernelGetFunction gives the kernel's function. Unloading invalidates the handles: the
+//   name calls then return CUDA_ERROR_INVALID_VALUE.
+// - Kernel nodes (cuGraphAddKernelNode, CUDA 10.0 ABI, and _v2, CUDA 12.0 ABI with kern and
+//   ctx): a live func, else (func NULL) a live kern; non-zero grid and block, at most 1024
+//   threads a block; arguments from kernelParams (one pointer per declared parameter) or extra
+//   (CU_LAUNCH_PARAM_BUFFER_POINTER/_SIZE), not both — copied into the node, which owns them.
+//   cuGraphKernelNodeGetParams_v2 returns func as added (NULL for a kern node, whose kern and
+//   ctx it returns; kern and ctx are NULL when func was set) and kernelParams/extra pointing
+//   into the node's copy; the legacy cuGraphKernelNodeGetParams (CUDA 10.0 ABI) returns a kern
+//   node's function (what cuKernelGetFunction gives). Other node types: CUDA_ERROR_INVALID_VALUE.
+// - cuGraphGetNodes: nodes == NULL gives the count in *numNodes; otherwise it fills
+//   min(count, *numNodes) entries in the order the nodes were added, sets the rest of the array
+//   to NULL and *numNodes to the number filled. cuGraphNodeGetType of a node of a destroyed
+//   graph: CUDA_ERROR_INVALID_VALUE.
 //
 // What is simplified: one device (ordinal 0); nothing executes (memset and kernel nodes are
 // validated and stored, never run; cuMemAlloc is malloc); streams are not validated by a launch;
 // no context stack (cuCtxCreate makes the new context current, cuCtxDestroy of the current one
 // leaves none); only the functions listed in the version script exist; the legacy 32-bit
-// cuMemAlloc/cuMemFree are not provided.
+// cuMemAlloc/cuMemFree are not provided; the only module image understood is PTX text (a cubin
+// or fatbin, recognised by its magic number, gives CUDA_ERROR_NO_BINARY_FOR_GPU), of which only
+// the directives above and the `.entry` signatures are read, and JIT options other than the
+// log buffers are ignored; a kernel's function is the same in every context.
 //
 // Environment, read once, lazily at first use (never in a constructor):
 //   FERRUM_STANDIN_PROC_EXPORTED=1   cuGetProcAddress returns the addresses of the exported,
@@ -57,6 +84,11 @@
 //                                    `ferrum-standin-driver: cuGetProcAddress symbol=<s>
 //                                    version=<v> flags=<f> status=<0|1|2>` (the status is a
 //                                    CUdriverProcAddressQueryResult; 3 marks an invalid call).
+//   FERRUM_STANDIN_INSTANTIATE_LOG=<path>  at each successful instantiation, append one line
+//                                    `instantiate=<n> nodes=<N> kernel_nodes=<K>
+//                                    kernels=<name>,<name>,...` (n counts instantiations from 1;
+//                                    the kernel nodes' names in the order they were added), so
+//                                    that a test can compare a graph's content with its name.
 //   FERRUM_STANDIN_REPORT=<path>     at exit, append one line
 //                                    `driver launches=<N> launches_ptsz=<M> instantiates=<K>
 //                                    procaddress_queries=<Q>` (read at exit).
@@ -68,6 +100,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -76,8 +109,10 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -93,10 +128,43 @@ struct CUstream_st {
   CUcontext ctx;
   unsigned int flags;
 };
+// A kernel as its PTX `.entry` declares it: the name (mangled names stay mangled) and the
+// offset and size of each parameter, so that a kernel node can copy its arguments.
+struct KernelSignature {
+  std::string name;
+  std::vector<std::pair<size_t, size_t>> params;  // {offset, size}
+  size_t param_bytes = 0;
+};
+struct CUfunc_st {
+  CUmodule module;  // the module it was loaded with, or nullptr for a library kernel's function
+  CUkernel kernel;  // the library kernel it belongs to, or nullptr
+  KernelSignature signature;
+};
+struct CUmod_st {
+  CUcontext ctx;
+  std::vector<std::unique_ptr<CUfunc_st>> functions;
+};
+struct CUkern_st {
+  CUlibrary library;
+  CUfunc_st function;  // what cuKernelGetFunction returns (one device, so one function)
+};
+struct CUlib_st {
+  std::vector<std::unique_ptr<CUkern_st>> kernels;
+};
+// A kernel node's parameters, owned by the node as the real driver owns them: kernelParams
+// (or extra) point into arg_bytes, extra into extra_list.
+struct KernelNodeParams {
+  CUDA_KERNEL_NODE_PARAMS_v2 params{};
+  std::vector<unsigned char> arg_bytes;
+  std::vector<void *> arg_pointers;
+  size_t extra_size = 0;
+  std::vector<void *> extra_list;
+};
 struct CUgraphNode_st {
   CUgraph owner;
   CUgraphNodeType type;
   CUDA_MEMSET_NODE_PARAMS memset;  // valid for CU_GRAPH_NODE_TYPE_MEMSET
+  KernelNodeParams kernel;         // valid for CU_GRAPH_NODE_TYPE_KERNEL
 };
 struct CUgraph_st {
   std::vector<std::unique_ptr<CUgraphNode_st>> nodes;
@@ -120,6 +188,7 @@ struct Config {
   unsigned long sleep_us = 0;
   bool trace = false;
   bool bench = false;
+  const char *instantiate_log = nullptr;
 };
 
 bool env_flag(const char *name) {
@@ -140,6 +209,9 @@ Config read_config() {
   }
   c.trace = env_flag("FERRUM_STANDIN_TRACE");
   c.bench = env_flag("FERRUM_STANDIN_BENCH");
+  if (const char *v = std::getenv("FERRUM_STANDIN_INSTANTIATE_LOG"); v != nullptr && v[0] != '\0') {
+    c.instantiate_log = v;
+  }
   return c;
 }
 
@@ -184,7 +256,12 @@ struct State {
   std::unordered_set<CUcontext> contexts;  // created with cuCtxCreate
   std::unordered_set<CUstream> streams;
   std::unordered_set<CUgraph> graphs;
+  std::unordered_set<CUgraphNode> nodes;  // the nodes of live graphs
   std::unordered_set<CUdeviceptr> allocations;
+  std::unordered_set<CUmodule> modules;
+  std::unordered_set<CUfunction> functions;  // of live modules and libraries
+  std::unordered_set<CUlibrary> libraries;
+  std::unordered_set<CUkernel> kernels;
 };
 
 // Created at first use and never destroyed, so that calls made while the process exits (from
@@ -272,7 +349,13 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
     {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU",
+     "no kernel image is available for execution on the device"},
+    {CUDA_ERROR_INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+    {CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+     "the provided PTX was compiled with an unsupported toolchain."},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
@@ -498,6 +581,411 @@ INTERNAL CUresult i_cuMemFree_v2(CUdeviceptr dptr) {
   return CUDA_SUCCESS;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Modules and libraries. The only image format the stand-in understands is PTX text (which the
+// real driver JIT-compiles): it reads the `.entry` declarations and makes one function (module)
+// or kernel (library) of each, with the parameter layout its argument list declares. Bodies are
+// checked for balanced braces only.
+
+// The newest PTX ISA the CUDA 13.0 driver's JIT accepts.
+constexpr int kMaxPtxVersion = 9 * 10 + 0;
+
+bool ptx_word_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '$' || c == '%' || c == '.';
+}
+
+// PTX identifiers: [a-zA-Z][a-zA-Z0-9_$]* or [_$%][a-zA-Z0-9_$]+.
+bool ptx_identifier(const std::string &s) {
+  if (s.empty()) return false;
+  auto follow = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '$';
+  };
+  const char c0 = s[0];
+  const bool letter = (c0 >= 'a' && c0 <= 'z') || (c0 >= 'A' && c0 <= 'Z');
+  if (!letter && !((c0 == '_' || c0 == '$' || c0 == '%') && s.size() > 1)) return false;
+  for (size_t i = 1; i < s.size(); ++i) {
+    if (!follow(s[i])) return false;
+  }
+  return true;
+}
+
+// Splits PTX text into words (directives, identifiers, numbers) and single punctuation
+// characters, dropping comments and string literals. False on an unterminated comment.
+bool ptx_tokens(const char *text, std::vector<std::string> &out) {
+  const char *p = text;
+  while (*p != '\0') {
+    const char c = *p;
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+      ++p;
+    } else if (c == '/' && p[1] == '/') {
+      while (*p != '\0' && *p != '\n') ++p;
+    } else if (c == '/' && p[1] == '*') {
+      const char *end = std::strstr(p + 2, "*/");
+      if (end == nullptr) return false;
+      p = end + 2;
+    } else if (c == '"') {
+      ++p;
+      while (*p != '\0' && *p != '"') ++p;
+      if (*p == '\0') return false;
+      ++p;
+      out.emplace_back("\"\"");
+    } else if (ptx_word_char(c)) {
+      const char *start = p;
+      while (ptx_word_char(*p)) ++p;
+      out.emplace_back(start, static_cast<size_t>(p - start));
+    } else {
+      out.emplace_back(1, c);
+      ++p;
+    }
+  }
+  return true;
+}
+
+size_t ptx_type_size(const std::string &t) {
+  static const std::pair<const char *, size_t> kTypes[] = {
+      {".u8", 1},   {".s8", 1},     {".b8", 1},         {".u16", 2},    {".s16", 2},
+      {".b16", 2},  {".f16", 2},    {".u32", 4},        {".s32", 4},    {".b32", 4},
+      {".f32", 4},  {".u64", 8},    {".s64", 8},        {".b64", 8},    {".f64", 8},
+      {".pred", 1}, {".texref", 8}, {".samplerref", 8}, {".surfref", 8}};
+  for (const auto &[name, size] : kTypes) {
+    if (t == name) return size;
+  }
+  return 0;
+}
+
+bool parse_number(const std::string &s, size_t &out) {
+  if (s.empty()) return false;
+  char *end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+  if (*end != '\0') return false;
+  out = static_cast<size_t>(v);
+  return true;
+}
+
+// One parameter declaration, e.g. `.param .u64 .ptr .global .align 16 p` or
+// `.param .align 8 .b8 s[24]`, added to `sig` at its aligned offset.
+bool parse_ptx_param(const std::vector<std::string> &t, KernelSignature &sig, std::string &error) {
+  if (t.empty() || t[0] != ".param") {
+    error = "kernel parameter without .param";
+    return false;
+  }
+  size_t align = 0, size = 0, count = 1;
+  bool named = false;
+  for (size_t i = 1; i < t.size(); ++i) {
+    if (t[i] == ".align") {
+      if (i + 1 >= t.size() || !parse_number(t[i + 1], align) || align == 0 ||
+          (align & (align - 1)) != 0) {
+        error = "bad .align in a kernel parameter";
+        return false;
+      }
+      ++i;
+    } else if (t[i] == ".ptr" || t[i] == ".global" || t[i] == ".const" || t[i] == ".local" ||
+               t[i] == ".shared") {
+      // attributes of a pointer parameter
+    } else if (size == 0 && ptx_type_size(t[i]) != 0) {
+      size = ptx_type_size(t[i]);
+    } else if (!named && size != 0 && ptx_identifier(t[i])) {
+      named = true;
+    } else if (named && t[i] == "[" && i + 2 < t.size() && t[i + 2] == "]") {
+      if (!parse_number(t[i + 1], count) || count == 0) {
+        error = "bad array size in a kernel parameter";
+        return false;
+      }
+      i += 2;
+    } else {
+      error = "unexpected '" + t[i] + "' in a kernel parameter";
+      return false;
+    }
+  }
+  if (size == 0 || !named) {
+    error = "kernel parameter without a type or a name";
+    return false;
+  }
+  if (align < size) align = size;
+  const size_t offset = (sig.param_bytes + align - 1) / align * align;
+  sig.params.emplace_back(offset, size * count);
+  sig.param_bytes = offset + size * count;
+  return true;
+}
+
+// Parses a module image. CUDA_SUCCESS with the kernels it defines, or the driver's error for
+// it with a message (for the JIT error log).
+CUresult parse_image(const void *image, std::vector<KernelSignature> &kernels, std::string &error) {
+  const auto *bytes = static_cast<const unsigned char *>(image);
+  static constexpr unsigned char kElf[] = {0x7f, 'E', 'L', 'F'};
+  static constexpr unsigned char kFatbin[] = {0x50, 0xed, 0x55, 0xba};      // fatbin data
+  static constexpr unsigned char kFatbinWrap[] = {0xb1, 0x43, 0x62, 0x46};  // __fatBinC_Wrapper_t
+  auto starts_with = [bytes](const unsigned char(&magic)[4]) {
+    for (size_t i = 0; i < 4; ++i) {
+      if (bytes[i] != magic[i]) return false;  // stops at a text image's NUL
+    }
+    return true;
+  };
+  if (starts_with(kElf) || starts_with(kFatbin) || starts_with(kFatbinWrap)) {
+    error = "the stand-in runs no device code: only PTX images are accepted";
+    return CUDA_ERROR_NO_BINARY_FOR_GPU;
+  }
+  std::vector<std::string> t;
+  if (!ptx_tokens(static_cast<const char *>(image), t)) {
+    error = "unterminated comment or string";
+    return CUDA_ERROR_INVALID_PTX;
+  }
+  auto invalid = [&](std::string message) {
+    error = std::move(message);
+    return CUDA_ERROR_INVALID_PTX;
+  };
+  // .version major.minor, then .target, before anything else.
+  if (t.size() < 4 || t[0] != ".version") return invalid("missing .version directive");
+  const std::string &v = t[1];
+  const size_t dot = v.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 >= v.size()) return invalid("bad .version");
+  const int version = std::atoi(v.substr(0, dot).c_str()) * 10 + std::atoi(v.c_str() + dot + 1);
+  if (version > kMaxPtxVersion) {
+    error = "PTX ISA version " + v + " is newer than this driver's JIT";
+    return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+  }
+  if (t[2] != ".target") return invalid("missing .target directive");
+  int depth = 0;
+  for (size_t i = 2; i < t.size(); ++i) {
+    if (t[i] == "{") {
+      ++depth;
+      continue;
+    }
+    if (t[i] == "}") {
+      if (--depth < 0) return invalid("unbalanced '}'");
+      continue;
+    }
+    if (depth > 0 || t[i] != ".entry") continue;
+    if (++i >= t.size() || !ptx_identifier(t[i])) return invalid(".entry without a valid name");
+    KernelSignature sig;
+    sig.name = t[i++];
+    if (i < t.size() && t[i] == "(") {
+      std::vector<std::string> param;
+      for (++i;; ++i) {
+        if (i >= t.size()) return invalid("unterminated parameter list of " + sig.name);
+        if (t[i] == "," || t[i] == ")") {
+          if (!param.empty() && !parse_ptx_param(param, sig, error)) return CUDA_ERROR_INVALID_PTX;
+          if (param.empty() && (t[i] == "," || !sig.params.empty())) {
+            return invalid("empty parameter in " + sig.name);
+          }
+          param.clear();
+          if (t[i] == ")") break;
+        } else {
+          param.push_back(t[i]);
+        }
+      }
+      ++i;
+    }
+    // Performance directives (.maxntid 128, 1, 1 ...) up to the body, or `;` for a declaration.
+    while (i < t.size() && t[i] != "{" && t[i] != ";") ++i;
+    if (i >= t.size()) return invalid(".entry " + sig.name + " without a body");
+    if (t[i] == ";") continue;  // a declaration defines nothing
+    for (const KernelSignature &k : kernels) {
+      if (k.name == sig.name) return invalid("duplicate .entry " + sig.name);
+    }
+    kernels.push_back(std::move(sig));
+    --i;  // let the loop count the body's '{'
+  }
+  if (depth != 0) return invalid("unbalanced '{'");
+  return CUDA_SUCCESS;
+}
+
+// JIT options of cuModuleLoadDataEx/cuLibraryLoadData: the stand-in honours only the log
+// buffers, writing the parse error into the error log and nothing into the info log (the SIZE
+// options are in/out: buffer size in, bytes written out).
+void write_jit_logs(CUjit_option *options, void **values, unsigned int n,
+                    const std::string &error) {
+  char *error_log = nullptr, *info_log = nullptr;
+  size_t error_size = 0, info_size = 0;
+  for (unsigned int i = 0; i < n; ++i) {
+    const auto as_size = [&] {
+      return static_cast<size_t>(reinterpret_cast<uintptr_t>(values[i]));
+    };
+    switch (options[i]) {
+      case CU_JIT_ERROR_LOG_BUFFER:
+        error_log = static_cast<char *>(values[i]);
+        break;
+      case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
+        error_size = as_size();
+        break;
+      case CU_JIT_INFO_LOG_BUFFER:
+        info_log = static_cast<char *>(values[i]);
+        break;
+      case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+        info_size = as_size();
+        break;
+      default:
+        break;
+    }
+  }
+  size_t error_written = 0;
+  if (error_log != nullptr && error_size > 0) {
+    error_written = std::min(error.size(), error_size - 1);
+    std::memcpy(error_log, error.data(), error_written);
+    error_log[error_written] = '\0';
+    if (error_written > 0) ++error_written;
+  }
+  if (info_log != nullptr && info_size > 0) info_log[0] = '\0';
+  for (unsigned int i = 0; i < n; ++i) {
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
+      values[i] = reinterpret_cast<void *>(static_cast<uintptr_t>(error_written));
+    } else if (options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES) {
+      values[i] = nullptr;
+    }
+  }
+}
+
+CUresult load_module(CUmodule *module, const void *image, unsigned int numOptions,
+                     CUjit_option *options, void **optionValues) {
+  STANDIN_REQUIRE_INIT();
+  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (numOptions > 0 && (options == nullptr || optionValues == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  std::vector<KernelSignature> kernels;
+  std::string error;
+  const CUresult r = parse_image(image, kernels, error);
+  if (numOptions > 0) write_jit_logs(options, optionValues, numOptions, error);
+  if (r != CUDA_SUCCESS) return r;
+  auto *m = new CUmod_st{t_current, {}};
+  std::lock_guard<std::mutex> lock(st().mutex);
+  for (KernelSignature &k : kernels) {
+    m->functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{m, nullptr, std::move(k)}));
+    st().functions.insert(m->functions.back().get());
+  }
+  st().modules.insert(m);
+  *module = m;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuModuleLoadData(CUmodule *module, const void *image) {
+  return load_module(module, image, 0, nullptr, nullptr);
+}
+
+INTERNAL CUresult i_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                                       CUjit_option *options, void **optionValues) {
+  return load_module(module, image, numOptions, options, optionValues);
+}
+
+INTERNAL CUresult i_cuModuleUnload(CUmodule hmod) {
+  STANDIN_REQUIRE_INIT();
+  {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (st().modules.erase(hmod) == 0) return CUDA_ERROR_INVALID_VALUE;
+    for (const auto &f : hmod->functions) st().functions.erase(f.get());
+  }
+  delete hmod;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
+  STANDIN_REQUIRE_INIT();
+  if (hfunc == nullptr || hmod == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().modules.count(hmod) == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto &f : hmod->functions) {
+    if (f->signature.name == name) {
+      *hfunc = f.get();
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+INTERNAL CUresult i_cuFuncGetName(const char **name, CUfunction hfunc) {
+  STANDIN_REQUIRE_INIT();
+  if (name == nullptr || hfunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().functions.count(hfunc) == 0) return CUDA_ERROR_INVALID_VALUE;
+  *name = hfunc->signature.name.c_str();
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuLibraryLoadData(CUlibrary *library, const void *code,
+                                      CUjit_option *jitOptions, void **jitOptionsValues,
+                                      unsigned int numJitOptions, CUlibraryOption *libraryOptions,
+                                      void **libraryOptionValues, unsigned int numLibraryOptions) {
+  STANDIN_REQUIRE_INIT();
+  if (library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if ((numJitOptions > 0 && (jitOptions == nullptr || jitOptionsValues == nullptr)) ||
+      (numLibraryOptions > 0 && (libraryOptions == nullptr || libraryOptionValues == nullptr))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (unsigned int i = 0; i < numLibraryOptions; ++i) {
+    if (libraryOptions[i] < 0 || libraryOptions[i] >= CU_LIBRARY_NUM_OPTIONS) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  std::vector<KernelSignature> kernels;
+  std::string error;
+  const CUresult r = parse_image(code, kernels, error);
+  if (numJitOptions > 0) write_jit_logs(jitOptions, jitOptionsValues, numJitOptions, error);
+  if (r != CUDA_SUCCESS) return r;
+  auto *lib = new CUlib_st;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  for (KernelSignature &k : kernels) {
+    auto kern = std::make_unique<CUkern_st>();
+    kern->library = lib;
+    kern->function = CUfunc_st{nullptr, kern.get(), std::move(k)};
+    st().kernels.insert(kern.get());
+    st().functions.insert(&kern->function);
+    lib->kernels.push_back(std::move(kern));
+  }
+  st().libraries.insert(lib);
+  *library = lib;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuLibraryUnload(CUlibrary library) {
+  STANDIN_REQUIRE_INIT();
+  {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (st().libraries.erase(library) == 0) return CUDA_ERROR_INVALID_VALUE;
+    for (const auto &k : library->kernels) {
+      st().kernels.erase(k.get());
+      st().functions.erase(&k->function);
+    }
+  }
+  delete library;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name) {
+  STANDIN_REQUIRE_INIT();
+  if (pKernel == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().libraries.count(library) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  for (const auto &k : library->kernels) {
+    if (k->function.signature.name == name) {
+      *pKernel = k.get();
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+INTERNAL CUresult i_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
+  STANDIN_REQUIRE_INIT();
+  if (pFunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().kernels.count(kernel) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  *pFunc = &kernel->function;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuKernelGetName(const char **name, CUkernel hfunc) {
+  STANDIN_REQUIRE_INIT();
+  if (name == nullptr || hfunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().kernels.count(hfunc) == 0) return CUDA_ERROR_INVALID_VALUE;
+  *name = hfunc->function.signature.name.c_str();
+  return CUDA_SUCCESS;
+}
+
 INTERNAL CUresult i_cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
   STANDIN_REQUIRE_INIT();
   if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -513,6 +1001,7 @@ INTERNAL CUresult i_cuGraphDestroy(CUgraph hGraph) {
   {
     std::lock_guard<std::mutex> lock(st().mutex);
     if (st().graphs.erase(hGraph) == 0) return CUDA_ERROR_INVALID_VALUE;
+    for (const auto &node : hGraph->nodes) st().nodes.erase(node.get());
   }
   delete hGraph;
   return CUDA_SUCCESS;
@@ -528,9 +1017,77 @@ bool graph_and_dependencies_valid_locked(CUgraph g, const CUgraphNode *deps, siz
   return true;
 }
 
+// Under st().mutex: validates a kernel node's parameters and copies them, with the argument
+// values, into `out` (in place: `out` holds pointers into itself). The function is `func`, or
+// `kern` when func is NULL; either must be live. The arguments come from kernelParams (one
+// pointer per parameter the kernel's PTX declares) or from extra (CU_LAUNCH_PARAM_BUFFER_POINTER
+// and _SIZE), not both, as cuGraphAddKernelNode documents.
+CUresult copy_kernel_params_locked(const CUDA_KERNEL_NODE_PARAMS_v2 &p, KernelNodeParams &out) {
+  const CUfunc_st *f = nullptr;
+  if (p.func != nullptr) {
+    if (st().functions.count(p.func) == 0) return CUDA_ERROR_INVALID_VALUE;
+    f = p.func;
+  } else if (p.kern != nullptr) {
+    if (st().kernels.count(p.kern) == 0) return CUDA_ERROR_INVALID_VALUE;
+    const CUcontext ctx = p.ctx != nullptr ? p.ctx : t_current;
+    if (ctx == nullptr || !context_valid_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    f = &p.kern->function;
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (p.gridDimX == 0 || p.gridDimY == 0 || p.gridDimZ == 0 || p.blockDimX == 0 ||
+      p.blockDimY == 0 || p.blockDimZ == 0 ||
+      static_cast<unsigned long long>(p.blockDimX) * p.blockDimY * p.blockDimZ > 1024) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (p.kernelParams != nullptr && p.extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const KernelSignature &sig = f->signature;
+  out.params = p;
+  out.params.kernelParams = nullptr;
+  out.params.extra = nullptr;
+  if (p.func != nullptr) {  // kern and ctx are ignored when func is set
+    out.params.kern = nullptr;
+    out.params.ctx = nullptr;
+  }
+  if (sig.params.empty()) return CUDA_SUCCESS;
+  if (p.kernelParams != nullptr) {
+    out.arg_bytes.assign(sig.param_bytes, 0);
+    for (const auto &[offset, size] : sig.params) {
+      if (p.kernelParams[out.arg_pointers.size()] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      std::memcpy(out.arg_bytes.data() + offset, p.kernelParams[out.arg_pointers.size()], size);
+      out.arg_pointers.push_back(out.arg_bytes.data() + offset);
+    }
+    out.params.kernelParams = out.arg_pointers.data();
+    return CUDA_SUCCESS;
+  }
+  if (p.extra == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const void *buffer = nullptr;
+  const size_t *buffer_size = nullptr;
+  for (size_t i = 0; p.extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (p.extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      buffer = p.extra[i + 1];
+    } else if (p.extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      buffer_size = static_cast<const size_t *>(p.extra[i + 1]);
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  if (buffer == nullptr || buffer_size == nullptr || *buffer_size < sig.param_bytes) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const auto *bytes = static_cast<const unsigned char *>(buffer);
+  out.arg_bytes.assign(bytes, bytes + *buffer_size);
+  out.extra_size = *buffer_size;
+  out.extra_list = {CU_LAUNCH_PARAM_BUFFER_POINTER, out.arg_bytes.data(),
+                    CU_LAUNCH_PARAM_BUFFER_SIZE, &out.extra_size, CU_LAUNCH_PARAM_END};
+  out.params.extra = out.extra_list.data();
+  return CUDA_SUCCESS;
+}
+
 CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                   size_t numDependencies, CUgraphNodeType type,
-                  const CUDA_MEMSET_NODE_PARAMS *memset) {
+                  const CUDA_MEMSET_NODE_PARAMS *memset,
+                  const CUDA_KERNEL_NODE_PARAMS_v2 *kernel = nullptr) {
   STANDIN_REQUIRE_INIT();
   if (phGraphNode == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -541,7 +1098,13 @@ CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *d
   node->owner = hGraph;
   node->type = type;
   if (memset != nullptr) node->memset = *memset;
+  if (kernel != nullptr) {
+    if (const CUresult r = copy_kernel_params_locked(*kernel, node->kernel); r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
   *phGraphNode = node.get();
+  st().nodes.insert(node.get());
   hGraph->nodes.push_back(std::move(node));
   return CUDA_SUCCESS;
 }
@@ -579,8 +1142,19 @@ INTERNAL CUresult i_cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGrap
                                          const CUgraphNode *dependencies, size_t numDependencies,
                                          const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
   if (nodeParams == nullptr || nodeParams->func == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_KERNEL_NODE_PARAMS_v2 p{};
+  p.func = nodeParams->func;
+  p.gridDimX = nodeParams->gridDimX;
+  p.gridDimY = nodeParams->gridDimY;
+  p.gridDimZ = nodeParams->gridDimZ;
+  p.blockDimX = nodeParams->blockDimX;
+  p.blockDimY = nodeParams->blockDimY;
+  p.blockDimZ = nodeParams->blockDimZ;
+  p.sharedMemBytes = nodeParams->sharedMemBytes;
+  p.kernelParams = nodeParams->kernelParams;
+  p.extra = nodeParams->extra;
   return add_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_KERNEL,
-                  nullptr);
+                  nullptr, &p);
 }
 
 INTERNAL CUresult i_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
@@ -590,12 +1164,108 @@ INTERNAL CUresult i_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hG
     return CUDA_ERROR_INVALID_VALUE;
   }
   return add_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_KERNEL,
-                  nullptr);
+                  nullptr, nodeParams);
+}
+
+// Two-call protocol: nodes == NULL gives the count; otherwise the first min(count, *numNodes)
+// nodes (in the order they were added), NULL in the remaining entries, and *numNodes set to
+// the number filled.
+INTERNAL CUresult i_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {
+  STANDIN_REQUIRE_INIT();
+  if (numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().graphs.count(hGraph) == 0) return CUDA_ERROR_INVALID_VALUE;
+  const size_t count = hGraph->nodes.size();
+  if (nodes == nullptr) {
+    *numNodes = count;
+    return CUDA_SUCCESS;
+  }
+  const size_t filled = std::min(count, *numNodes);
+  for (size_t i = 0; i < *numNodes; ++i) nodes[i] = i < filled ? hGraph->nodes[i].get() : nullptr;
+  *numNodes = filled;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) {
+  STANDIN_REQUIRE_INIT();
+  if (type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().nodes.count(hNode) == 0) return CUDA_ERROR_INVALID_VALUE;
+  *type = hNode->type;
+  return CUDA_SUCCESS;
+}
+
+// Under st().mutex: the node's kernel parameters, or nullptr if it is not a live kernel node.
+const CUDA_KERNEL_NODE_PARAMS_v2 *kernel_params_locked(CUgraphNode hNode) {
+  if (st().nodes.count(hNode) == 0 || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL) return nullptr;
+  return &hNode->kernel.params;
+}
+
+// The CUDA 10.0 ABI: no kern field, so a node made from a CUkernel reports that kernel's
+// function (what cuKernelGetFunction returns).
+INTERNAL CUresult i_cuGraphKernelNodeGetParams(CUgraphNode hNode,
+                                               CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
+  STANDIN_REQUIRE_INIT();
+  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  const CUDA_KERNEL_NODE_PARAMS_v2 *p = kernel_params_locked(hNode);
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  nodeParams->func = p->func;
+  if (p->func == nullptr && st().kernels.count(p->kern) != 0) nodeParams->func = &p->kern->function;
+  nodeParams->gridDimX = p->gridDimX;
+  nodeParams->gridDimY = p->gridDimY;
+  nodeParams->gridDimZ = p->gridDimZ;
+  nodeParams->blockDimX = p->blockDimX;
+  nodeParams->blockDimY = p->blockDimY;
+  nodeParams->blockDimZ = p->blockDimZ;
+  nodeParams->sharedMemBytes = p->sharedMemBytes;
+  nodeParams->kernelParams = p->kernelParams;
+  nodeParams->extra = p->extra;
+  return CUDA_SUCCESS;
+}
+
+// The CUDA 12.0 ABI: func as added (NULL for a node made from a CUkernel), kern and ctx.
+INTERNAL CUresult i_cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
+                                                  CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
+  STANDIN_REQUIRE_INIT();
+  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  const CUDA_KERNEL_NODE_PARAMS_v2 *p = kernel_params_locked(hNode);
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *nodeParams = *p;
+  return CUDA_SUCCESS;
 }
 
 constexpr unsigned long long kKnownInstantiateFlags =
     CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
     CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+
+// Under st().mutex: one line for FERRUM_STANDIN_INSTANTIATE_LOG,
+// `instantiate=<ordinal> nodes=<N> kernel_nodes=<K> kernels=<name>,<name>,...` (kernels in node
+// order, `kernels=` empty when there are none).
+void log_instantiate_locked(unsigned long long ordinal, CUgraph g) {
+  std::string kernels;
+  size_t kernel_nodes = 0;
+  for (const auto &node : g->nodes) {
+    if (node->type != CU_GRAPH_NODE_TYPE_KERNEL) continue;
+    const CUDA_KERNEL_NODE_PARAMS_v2 &p = node->kernel.params;
+    const char *name = "?";
+    if (p.func != nullptr && st().functions.count(p.func) != 0) {
+      name = p.func->signature.name.c_str();
+    } else if (p.func == nullptr && st().kernels.count(p.kern) != 0) {
+      name = p.kern->function.signature.name.c_str();
+    }
+    kernels += (kernel_nodes++ == 0 ? "" : ",");
+    kernels += name;
+  }
+  const std::string line =
+      "instantiate=" + std::to_string(ordinal) + " nodes=" + std::to_string(g->nodes.size()) +
+      " kernel_nodes=" + std::to_string(kernel_nodes) + " kernels=" + kernels + "\n";
+  const int fd = open(config().instantiate_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  [[maybe_unused]] const ssize_t written = write(fd, line.data(), line.size());
+  close(fd);
+}
 
 CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
   STANDIN_REQUIRE_INIT();
@@ -610,7 +1280,8 @@ CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long lon
   e->next_free = nullptr;
   e->live.store(true, std::memory_order_release);
   *phGraphExec = e;
-  g_instantiates.fetch_add(1, std::memory_order_relaxed);
+  const unsigned long long ordinal = g_instantiates.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (config().instantiate_log != nullptr) log_instantiate_locked(ordinal, hGraph);
   return CUDA_SUCCESS;
 }
 
@@ -806,6 +1477,41 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   return i_cuMemFree_v2(dptr);
 }
+CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image) {
+  return i_cuModuleLoadData(module, image);
+}
+CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                                    CUjit_option *options, void **optionValues) {
+  return i_cuModuleLoadDataEx(module, image, numOptions, options, optionValues);
+}
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
+  return i_cuModuleUnload(hmod);
+}
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
+  return i_cuModuleGetFunction(hfunc, hmod, name);
+}
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc) {
+  return i_cuFuncGetName(name, hfunc);
+}
+CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                                   void **jitOptionsValues, unsigned int numJitOptions,
+                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                   unsigned int numLibraryOptions) {
+  return i_cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions,
+                             libraryOptions, libraryOptionValues, numLibraryOptions);
+}
+CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
+  return i_cuLibraryUnload(library);
+}
+CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name) {
+  return i_cuLibraryGetKernel(pKernel, library, name);
+}
+CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
+  return i_cuKernelGetFunction(pFunc, kernel);
+}
+CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc) {
+  return i_cuKernelGetName(name, hfunc);
+}
 CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
   return i_cuGraphCreate(phGraph, flags);
 }
@@ -831,6 +1537,20 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
                                          const CUgraphNode *dependencies, size_t numDependencies,
                                          const CUDA_KERNEL_NODE_PARAMS *nodeParams) {
   return i_cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+}
+CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {
+  return i_cuGraphGetNodes(hGraph, nodes, numNodes);
+}
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) {
+  return i_cuGraphNodeGetType(hNode, type);
+}
+CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode hNode,
+                                            CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
+  return i_cuGraphKernelNodeGetParams(hNode, nodeParams);
+}
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
+                                               CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
+  return i_cuGraphKernelNodeGetParams_v2(hNode, nodeParams);
 }
 CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
                                     CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
@@ -940,12 +1660,28 @@ const std::vector<ProcEntry> &proc_table() {
       ENTRY_PTSZ("cuStreamSynchronize", 2000, i_cuStreamSynchronize, cuStreamSynchronize),
       ENTRY("cuMemAlloc", 3020, i_cuMemAlloc_v2, cuMemAlloc_v2),
       ENTRY("cuMemFree", 3020, i_cuMemFree_v2, cuMemFree_v2),
+      ENTRY("cuModuleLoadData", 2000, i_cuModuleLoadData, cuModuleLoadData),
+      ENTRY("cuModuleLoadDataEx", 2010, i_cuModuleLoadDataEx, cuModuleLoadDataEx),
+      ENTRY("cuModuleUnload", 2000, i_cuModuleUnload, cuModuleUnload),
+      ENTRY("cuModuleGetFunction", 2000, i_cuModuleGetFunction, cuModuleGetFunction),
+      ENTRY("cuFuncGetName", 12030, i_cuFuncGetName, cuFuncGetName),
+      ENTRY("cuLibraryLoadData", 12000, i_cuLibraryLoadData, cuLibraryLoadData),
+      ENTRY("cuLibraryUnload", 12000, i_cuLibraryUnload, cuLibraryUnload),
+      ENTRY("cuLibraryGetKernel", 12000, i_cuLibraryGetKernel, cuLibraryGetKernel),
+      ENTRY("cuKernelGetFunction", 12000, i_cuKernelGetFunction, cuKernelGetFunction),
+      ENTRY("cuKernelGetName", 12030, i_cuKernelGetName, cuKernelGetName),
       ENTRY("cuGraphCreate", 10000, i_cuGraphCreate, cuGraphCreate),
       ENTRY("cuGraphDestroy", 10000, i_cuGraphDestroy, cuGraphDestroy),
       ENTRY("cuGraphAddEmptyNode", 10000, i_cuGraphAddEmptyNode, cuGraphAddEmptyNode),
       ENTRY("cuGraphAddMemsetNode", 10000, i_cuGraphAddMemsetNode, cuGraphAddMemsetNode),
       ENTRY("cuGraphAddKernelNode", 10000, i_cuGraphAddKernelNode, cuGraphAddKernelNode),
       ENTRY("cuGraphAddKernelNode", 12000, i_cuGraphAddKernelNode_v2, cuGraphAddKernelNode_v2),
+      ENTRY("cuGraphGetNodes", 10000, i_cuGraphGetNodes, cuGraphGetNodes),
+      ENTRY("cuGraphNodeGetType", 10000, i_cuGraphNodeGetType, cuGraphNodeGetType),
+      ENTRY("cuGraphKernelNodeGetParams", 10000, i_cuGraphKernelNodeGetParams,
+            cuGraphKernelNodeGetParams),
+      ENTRY("cuGraphKernelNodeGetParams", 12000, i_cuGraphKernelNodeGetParams_v2,
+            cuGraphKernelNodeGetParams_v2),
       ENTRY("cuGraphInstantiate", 10000, i_cuGraphInstantiate, cuGraphInstantiate),
       ENTRY("cuGraphInstantiate", 11000, i_cuGraphInstantiate_v2, cuGraphInstantiate_v2),
       ENTRY("cuGraphInstantiate", 12000, i_cuGraphInstantiateWithFlags,
