@@ -6,12 +6,17 @@ dlsym(handle, name): a preloaded cuGraphLaunch is not what it finds.
 
 Usage: python3 launch_ctypes.py [--graphs G] [--iters N]
                                 [--stream created|null|legacy|ptsz] [--ptsz]
+                                [--name-graphs P]
   --graphs G   graphs (each one empty node) to create and instantiate (default 2)
   --iters N    rounds; each round launches every graph once (default 10)
   --stream     created (cuStreamCreate, default), null (0), legacy (0x1), ptsz (0x2)
   --ptsz       call cuGraphLaunch_ptsz instead of cuGraphLaunch
+  --name-graphs P  after instantiating, name graph i `P i` (from 0) with
+               ferrum_replay_name_graph_exec, found with ctypes.CDLL(None) (dlopen(NULL): the
+               global scope, where a preloaded shim is); silently skipped when absent
 
 Output, as the C++ launch_* programs (see launch_harness.hpp):
+  names: calls=<C> failed=<F>  or  names: absent   (only with --name-graphs)
   per_graph=<n>,<n>,...
   exceptions=0
   launches=<N> failed=<F> result=<last CUresult>
@@ -25,12 +30,25 @@ import sys
 STREAMS = {"null": 0, "legacy": 0x1, "ptsz": 0x2}
 
 
+def name_graph_exec_function():
+    """The shim's ferrum_replay_name_graph_exec if a loaded library exports it, else None: how
+    a Python program names its graphs without depending on the shim."""
+    try:
+        fn = ctypes.CDLL(None).ferrum_replay_name_graph_exec
+    except AttributeError:
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", type=int, default=2)
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--stream", choices=["created", "null", "legacy", "ptsz"], default="created")
     parser.add_argument("--ptsz", action="store_true")
+    parser.add_argument("--name-graphs", metavar="P")
     args = parser.parse_args()
 
     try:
@@ -76,6 +94,15 @@ def main() -> int:
         graphs.append(graph)
         execs.append(exec_)
 
+    names = None
+    if args.name_graphs is not None:
+        name_graph_exec = name_graph_exec_function()
+        names = "names: absent"
+        if name_graph_exec is not None:
+            failures = sum(name_graph_exec(exec_, f"{args.name_graphs} {g}".encode()) != 0
+                           for g, exec_ in enumerate(execs))
+            names = f"names: calls={len(execs)} failed={failures}"
+
     per_graph = [0] * args.graphs
     launches = failed = result = 0
     for _ in range(args.iters):
@@ -94,6 +121,8 @@ def main() -> int:
         check(cuda.cuStreamDestroy_v2(stream), "cuStreamDestroy_v2")
     check(cuda.cuCtxDestroy_v2(ctx), "cuCtxDestroy_v2")
 
+    if names is not None:
+        print(names)
     print("per_graph=" + ",".join(str(n) for n in per_graph))
     print("exceptions=0")
     print(f"launches={launches} failed={failed} result={result}", flush=True)

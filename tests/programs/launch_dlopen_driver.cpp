@@ -7,6 +7,8 @@
 //                             [--stream created|null|legacy|ptsz] [--ptsz] [--app-ranges]
 //                             [--instantiate flags|params] [--upload] [--reinstantiate K]
 //                             [--dlopen-flags local|global|deepbind]
+//                             [--kernels LIST] [--graph-kernels L] [--name-graphs P]
+//                             [--name-from-threads]
 // (options: see launch_harness.hpp). --ptsz looks up and calls "cuGraphLaunch_ptsz".
 // --dlopen-flags: RTLD_NOW | RTLD_LOCAL (default), RTLD_NOW | RTLD_GLOBAL, or
 // RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND.
@@ -24,7 +26,9 @@ constexpr char kUsage[] =
     "usage: launch_dlopen_driver [--graphs G] [--iters N] [--threads T]\n"
     "                            [--stream created|null|legacy|ptsz] [--ptsz] [--app-ranges]\n"
     "                            [--instantiate flags|params] [--upload] [--reinstantiate K]\n"
-    "                            [--dlopen-flags local|global|deepbind]\n";
+    "                            [--dlopen-flags local|global|deepbind]\n"
+    "                            [--kernels LIST] [--graph-kernels L] [--name-graphs P]\n"
+    "                            [--name-from-threads]\n";
 
 int dlopen_mode(const std::string &flags) {
   if (flags == "global") return RTLD_NOW | RTLD_GLOBAL;
@@ -69,6 +73,10 @@ class DlopenDriver final : public DriverBackend {
     sym(api.graphInstantiateWithParams, "cuGraphInstantiateWithParams");
     sym(api.graphUpload, "cuGraphUpload");
     sym(api.graphExecDestroy, "cuGraphExecDestroy");
+    sym(api.moduleLoadData, "cuModuleLoadData");
+    sym(api.moduleGetFunction, "cuModuleGetFunction");
+    sym(api.moduleUnload, "cuModuleUnload");
+    sym(api.graphAddKernelNode, "cuGraphAddKernelNode_v2");
     sym(launch_, opt.ptsz ? "cuGraphLaunch_ptsz" : "cuGraphLaunch");
     if (!ok) {
       *what = "dlsym";

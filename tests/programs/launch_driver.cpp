@@ -3,6 +3,8 @@
 // Usage: launch_driver [--graphs G] [--iters N] [--threads T]
 //                      [--stream created|null|legacy|ptsz] [--ptsz] [--app-ranges]
 //                      [--instantiate flags|params] [--upload] [--reinstantiate K]
+//                      [--kernels LIST] [--graph-kernels L] [--name-graphs P]
+//                      [--name-from-threads]
 // (options: see launch_harness.hpp). Each launch is a direct call of cuGraphLaunch through the
 // PLT; --ptsz calls cuGraphLaunch_ptsz instead.
 //
@@ -22,7 +24,9 @@ namespace {
 constexpr char kUsage[] =
     "usage: launch_driver [--graphs G] [--iters N] [--threads T]\n"
     "                     [--stream created|null|legacy|ptsz] [--ptsz] [--app-ranges]\n"
-    "                     [--instantiate flags|params] [--upload] [--reinstantiate K]\n";
+    "                     [--instantiate flags|params] [--upload] [--reinstantiate K]\n"
+    "                     [--kernels LIST] [--graph-kernels L] [--name-graphs P]\n"
+    "                     [--name-from-threads]\n";
 
 class LinkedDriver final : public DriverBackend {
  public:
@@ -47,6 +51,10 @@ class LinkedDriver final : public DriverBackend {
     api.graphInstantiateWithParams = &cuGraphInstantiateWithParams;
     api.graphUpload = &cuGraphUpload;
     api.graphExecDestroy = &cuGraphExecDestroy;
+    api.moduleLoadData = &cuModuleLoadData;
+    api.moduleGetFunction = &cuModuleGetFunction;
+    api.moduleUnload = &cuModuleUnload;
+    api.graphAddKernelNode = &cuGraphAddKernelNode;
     return 0;
   }
 

@@ -7,6 +7,7 @@
 //                           [--stream created|null|legacy|ptsz] [--app-ranges]
 //                           [--instantiate flags|params] [--upload] [--reinstantiate K]
 //                           [--flags 0|1|2] [--ptsz] [--version V]
+//                           [--name-graphs P] [--name-from-threads]
 // (options: see launch_harness.hpp).
 //   --flags F    cudaEnableDefault (0, default), cudaEnableLegacyStream (1) or
 //                cudaEnablePerThreadDefaultStream (2); --ptsz is the same as --flags 2.
@@ -27,7 +28,8 @@ constexpr char kUsage[] =
     "usage: launch_entry_point [--graphs G] [--iters N] [--threads T]\n"
     "                          [--stream created|null|legacy|ptsz] [--app-ranges]\n"
     "                          [--instantiate flags|params] [--upload] [--reinstantiate K]\n"
-    "                          [--flags 0|1|2] [--ptsz] [--version V]\n";
+    "                          [--flags 0|1|2] [--ptsz] [--version V]\n"
+    "                          [--name-graphs P] [--name-from-threads]\n";
 
 class EntryPoint final : public RuntimeBackend {
  public:

@@ -19,13 +19,32 @@
 //   --reinstantiate K every K rounds destroy all graph execs (in order) and instantiate them
 //                     again (in order): the stand-in driver hands the destroyed handles out
 //                     again, swapped when G=2 (needs --threads 1)
+//   --kernels LIST    driver-API programs: give every graph kernel nodes, one per name in the
+//                     comma-separated LIST, `name*count` for count nodes of that kernel
+//                     (e.g. `rmsnorm*4,attention`); names are PTX identifiers, used as the
+//                     .entry names of a PTX module built in memory (cuModuleLoadData,
+//                     cuModuleGetFunction, cuGraphAddKernelNode), chained after the memset node
+//   --graph-kernels L kernel nodes per graph, in addition to --kernels: L is one LIST per graph,
+//                     separated by ';' (graph 0's list first; an empty list adds none; graphs
+//                     beyond the lists get none), e.g. `prefill*2;decode;decode,sample`
+//   --name-graphs P   after each instantiation (and re-instantiation), name graph i `P i` (i as
+//                     in per_graph=, from 0) with ferrum_replay_name_graph_exec, looked up with
+//                     dlsym(RTLD_DEFAULT); silently skipped when no library exports it
+//   --name-from-threads  with --name-graphs: name from two threads at once, racing, each naming
+//                     every graph (the second in reverse order) in kNameRounds rounds
 //   --flags F         launch_procaddress, launch_entry_point: lookup flags 0, 1 or 2
 //   --version V       launch_procaddress, launch_entry_point: CUDA version of the lookup
 //   --self-query Q    launch_procaddress: 12000 (default), 11030 or none
 //   --dlopen-flags F  launch_dlopen_driver, launch_procaddress: local (default), global or
 //                     deepbind (RTLD_LOCAL | RTLD_DEEPBIND)
 //
-// Output on stdout, the last line always in this form:
+// Graphs are instantiated by the programs' named functions instantiate_graphs() (first
+// instantiation) and reinstantiate_graphs() (--reinstantiate), non-static and noinline, each
+// calling the instantiate entry point itself, so that a call-site name shows which one.
+//
+// Output on stdout, ending with these lines, the last always in this form:
+//   names: calls=<C> failed=<F>     (only with --name-graphs; F counts non-zero returns)
+//   names: absent                   (instead, when no ferrum_replay_name_graph_exec was found)
 //   per_graph=<launches of graph 0>,<graph 1>,...
 //   exceptions=<launches that threw>
 //   launches=<N> failed=<F> result=<R>
@@ -39,7 +58,10 @@
 
 #include <nvtx3/nvToolsExt.h>
 
+#include <dlfcn.h>
+
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -69,7 +91,31 @@ struct Options {
   int version = 0;  // 0: the program's default
   std::string self_query = "12000";
   std::string dlopen_flags = "local";
+  std::vector<std::string> kernels;                     // every graph's, expanded (name*2 -> 2)
+  std::vector<std::vector<std::string>> graph_kernels;  // graph i's own, expanded
+  bool name_graphs = false;
+  std::string name_prefix;
+  bool name_from_threads = false;
+
+  // The kernel nodes of graph g, in the order they are added: --kernels, then its --graph-kernels.
+  std::vector<std::string> kernels_of(int g) const {
+    std::vector<std::string> k = kernels;
+    if (static_cast<size_t>(g) < graph_kernels.size()) {
+      const auto &own = graph_kernels[static_cast<size_t>(g)];
+      k.insert(k.end(), own.begin(), own.end());
+    }
+    return k;
+  }
+  bool any_kernels() const {
+    for (int g = 0; g < graphs; ++g) {
+      if (!kernels_of(g).empty()) return true;
+    }
+    return false;
+  }
 };
+
+// Rounds of naming per thread with --name-from-threads.
+constexpr int kNameRounds = 64;
 
 // The special stream handles have the same values in the driver and the runtime API.
 inline CUstream_st *special_stream(StreamKind kind) {
@@ -88,7 +134,11 @@ class Backend {
   virtual ~Backend() = default;
   // Each returns 0 or an API error code; `what` names the failing call.
   virtual int setup(const Options &opt, const char **what) = 0;  // init, context, G graphs
-  virtual int instantiate(int graph, const char **what) = 0;
+  // Instantiate every graph, in order: the first time (again = false) through the program's
+  // instantiate_graphs(), after destroy_exec of all of them through reinstantiate_graphs().
+  virtual int instantiate_all(bool again, const char **what) = 0;
+  virtual void *exec_handle(int graph) = 0;                 // CUgraphExec / cudaGraphExec_t
+  virtual bool adds_kernel_nodes() const { return false; }  // honours --kernels?
   virtual int upload(int graph, CUstream_st *stream, const char **what) = 0;
   virtual int destroy_exec(int graph, const char **what) = 0;
   // On a new thread: make the context current and create the stream if asked to.
@@ -102,6 +152,36 @@ class Backend {
 [[noreturn]] inline void usage(const char *usage_text, const char *problem) {
   std::fprintf(stderr, "error: %s\n%s", problem, usage_text);
   std::exit(2);
+}
+
+// A kernel list `name[*count],...` appended to `out`, expanded.
+inline void parse_kernel_list(const std::string &list, std::vector<std::string> &out,
+                              const char *usage_text) {
+  size_t start = 0;
+  while (start < list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    long count = 1;
+    if (const size_t star = item.find('*'); star != std::string::npos) {
+      char *stop = nullptr;
+      const std::string n = item.substr(star + 1);
+      count = std::strtol(n.c_str(), &stop, 10);
+      if (n.empty() || *stop != '\0' || count < 1 || count > 100000) {
+        usage(usage_text, ("kernel list: bad count in '" + item + "'").c_str());
+      }
+      item.resize(star);
+    }
+    // A PTX identifier: [a-zA-Z][a-zA-Z0-9_$]* or [_$][a-zA-Z0-9_$]+.
+    bool ok = !item.empty() && (std::isalpha(static_cast<unsigned char>(item[0])) ||
+                                ((item[0] == '_' || item[0] == '$') && item.size() > 1));
+    for (char c : item)
+      ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$');
+    if (!ok) usage(usage_text, ("kernel list: '" + item + "' is not a PTX identifier").c_str());
+    out.insert(out.end(), static_cast<size_t>(count), item);
+  }
 }
 
 inline Options parse(int argc, char **argv, const char *usage_text) {
@@ -164,6 +244,25 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       if (o.dlopen_flags != "local" && o.dlopen_flags != "global" && o.dlopen_flags != "deepbind") {
         usage(usage_text, "--dlopen-flags: local, global or deepbind");
       }
+    } else if (a == "--kernels") {
+      parse_kernel_list(value(), o.kernels, usage_text);
+    } else if (a == "--graph-kernels") {
+      const std::string v = value();
+      o.graph_kernels.clear();
+      size_t start = 0;
+      while (true) {
+        const size_t end = v.find(';', start);
+        o.graph_kernels.emplace_back();
+        parse_kernel_list(v.substr(start, end == std::string::npos ? end : end - start),
+                          o.graph_kernels.back(), usage_text);
+        if (end == std::string::npos) break;
+        start = end + 1;
+      }
+    } else if (a == "--name-graphs") {
+      o.name_graphs = true;
+      o.name_prefix = value();
+    } else if (a == "--name-from-threads") {
+      o.name_from_threads = true;
     } else if (a == "--help" || a == "-h") {
       std::fputs(usage_text, stdout);
       std::exit(0);
@@ -174,6 +273,9 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
   if (o.graphs < 1 || o.threads < 1) usage(usage_text, "--graphs and --threads must be >= 1");
   if (o.reinstantiate_every > 0 && o.threads != 1) {
     usage(usage_text, "--reinstantiate needs --threads 1");
+  }
+  if (o.name_from_threads && !o.name_graphs) {
+    usage(usage_text, "--name-from-threads needs --name-graphs");
   }
   return o;
 }
@@ -192,7 +294,53 @@ struct ThreadResult {
   std::exit(1);
 }
 
-inline void run_thread(Backend &b, const Options &o, ThreadResult &r) {
+// --name-graphs: the shim's naming function, if a loaded library exports it (the way a program
+// that opts in finds it: no link dependency, and a null pointer without the shim).
+using NameGraphExecFn = int (*)(void *graph_exec, const char *name);
+
+struct Naming {
+  NameGraphExecFn fn = nullptr;
+  bool looked_up = false;
+  std::atomic<unsigned long long> calls{0};
+  std::atomic<unsigned long long> failed{0};
+};
+
+inline void name_graphs_in_order(Backend &b, const Options &o, Naming &n, bool reverse,
+                                 int rounds) {
+  for (int round = 0; round < rounds; ++round) {
+    for (int i = 0; i < o.graphs; ++i) {
+      const int g = reverse ? o.graphs - 1 - i : i;
+      const std::string name = o.name_prefix + " " + std::to_string(g);
+      ++n.calls;
+      if (n.fn(b.exec_handle(g), name.c_str()) != 0) ++n.failed;
+    }
+  }
+}
+
+inline void name_graphs(Backend &b, const Options &o, Naming &n) {
+  if (!o.name_graphs) return;
+  if (!n.looked_up) {
+    n.fn = reinterpret_cast<NameGraphExecFn>(dlsym(RTLD_DEFAULT, "ferrum_replay_name_graph_exec"));
+    n.looked_up = true;
+  }
+  if (n.fn == nullptr) return;
+  if (!o.name_from_threads) {
+    name_graphs_in_order(b, o, n, false, 1);
+    return;
+  }
+  std::atomic<int> ready{0};
+  auto racer = [&](bool reverse) {
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+    }
+    name_graphs_in_order(b, o, n, reverse, kNameRounds);
+  };
+  std::thread first(racer, false), second(racer, true);
+  first.join();
+  second.join();
+}
+
+inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResult &r) {
   r.per_graph.assign(static_cast<size_t>(o.graphs), 0);
   const char *what = "";
   CUstream_st *stream = special_stream(o.stream);
@@ -202,9 +350,8 @@ inline void run_thread(Backend &b, const Options &o, ThreadResult &r) {
       for (int g = 0; g < o.graphs; ++g) {
         if (int e = b.destroy_exec(g, &what); e != 0) die(b, what, e);
       }
-      for (int g = 0; g < o.graphs; ++g) {
-        if (int e = b.instantiate(g, &what); e != 0) die(b, what, e);
-      }
+      if (int e = b.instantiate_all(true, &what); e != 0) die(b, what, e);
+      name_graphs(b, o, naming);
     }
     for (int g = 0; g < o.graphs; ++g) {
       if (o.app_ranges) nvtxRangePushA("app step");
@@ -228,11 +375,14 @@ inline void run_thread(Backend &b, const Options &o, ThreadResult &r) {
 
 inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
   const Options o = parse(argc, argv, usage_text);
-  const char *what = "";
-  if (int e = b.setup(o, &what); e != 0) die(b, what, e);
-  for (int g = 0; g < o.graphs; ++g) {
-    if (int e = b.instantiate(g, &what); e != 0) die(b, what, e);
+  if (o.any_kernels() && !b.adds_kernel_nodes()) {
+    usage(usage_text, "--kernels/--graph-kernels: this program adds no kernel nodes");
   }
+  const char *what = "";
+  Naming naming;
+  if (int e = b.setup(o, &what); e != 0) die(b, what, e);
+  if (int e = b.instantiate_all(false, &what); e != 0) die(b, what, e);
+  name_graphs(b, o, naming);
   if (o.upload) {
     CUstream_st *stream = special_stream(o.stream);
     if (int e = b.thread_begin(&stream, &what); e != 0) die(b, what, e);
@@ -244,11 +394,11 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
 
   std::vector<ThreadResult> results(static_cast<size_t>(o.threads));
   if (o.threads == 1) {
-    run_thread(b, o, results[0]);
+    run_thread(b, o, naming, results[0]);
   } else {
     std::vector<std::thread> threads;
     for (int t = 0; t < o.threads; ++t) {
-      threads.emplace_back([&, t] { run_thread(b, o, results[static_cast<size_t>(t)]); });
+      threads.emplace_back([&, t] { run_thread(b, o, naming, results[static_cast<size_t>(t)]); });
     }
     for (std::thread &t : threads) t.join();
   }
@@ -267,6 +417,13 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
     total.exceptions += r.exceptions;
     for (size_t g = 0; g < r.per_graph.size(); ++g) total.per_graph[g] += r.per_graph[g];
     if (result == 0) result = r.last_result;
+  }
+  if (o.name_graphs) {
+    if (naming.fn == nullptr) {
+      std::printf("names: absent\n");
+    } else {
+      std::printf("names: calls=%llu failed=%llu\n", naming.calls.load(), naming.failed.load());
+    }
   }
   std::printf("per_graph=");
   for (size_t g = 0; g < total.per_graph.size(); ++g) {

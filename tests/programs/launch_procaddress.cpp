@@ -9,6 +9,8 @@
 //                           [--flags 0|1|2] [--ptsz] [--version V]
 //                           [--self-query 12000|11030|none]
 //                           [--dlopen-flags local|global|deepbind]
+//                           [--kernels LIST] [--graph-kernels L] [--name-graphs P]
+//                           [--name-from-threads]
 // (options: see launch_harness.hpp).
 //   --flags F       flags of the "cuGraphLaunch" lookup (2 =
 //                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM gives cuGraphLaunch_ptsz);
@@ -32,7 +34,9 @@ constexpr char kUsage[] =
     "                          [--instantiate flags|params] [--upload] [--reinstantiate K]\n"
     "                          [--flags 0|1|2] [--ptsz] [--version V]\n"
     "                          [--self-query 12000|11030|none]\n"
-    "                          [--dlopen-flags local|global|deepbind]\n";
+    "                          [--dlopen-flags local|global|deepbind]\n"
+    "                          [--kernels LIST] [--graph-kernels L] [--name-graphs P]\n"
+    "                          [--name-from-threads]\n";
 
 int dlopen_mode(const std::string &flags) {
   if (flags == "global") return RTLD_NOW | RTLD_GLOBAL;
@@ -106,6 +110,10 @@ class ProcAddressDriver final : public DriverBackend {
     get(api.graphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000, 0);
     get(api.graphUpload, "cuGraphUpload", 11010, 0);
     get(api.graphExecDestroy, "cuGraphExecDestroy", 10000, 0);
+    get(api.moduleLoadData, "cuModuleLoadData", 2000, 0);
+    get(api.moduleGetFunction, "cuModuleGetFunction", 2000, 0);
+    get(api.moduleUnload, "cuModuleUnload", 2000, 0);
+    get(api.graphAddKernelNode, "cuGraphAddKernelNode", 12000, 0);
     get(launch_, "cuGraphLaunch", opt.version != 0 ? opt.version : 12000, launch_flags);
     if (r != CUDA_SUCCESS) *what = "cuGetProcAddress";
     return r;

@@ -4,6 +4,7 @@
 // Usage: launch_runtime [--graphs G] [--iters N] [--threads T]
 //                       [--stream created|null|legacy|ptsz] [--ptsz] [--app-ranges]
 //                       [--instantiate flags|params] [--upload] [--reinstantiate K]
+//                       [--name-graphs P] [--name-from-threads]
 // (options: see launch_harness.hpp). --stream null/legacy/ptsz pass 0, cudaStreamLegacy (0x1),
 // cudaStreamPerThread (0x2); --ptsz calls cudaGraphLaunch_ptsz explicitly. The final result=
 // is a cudaError_t.
@@ -26,7 +27,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: launch_runtime [--graphs G] [--iters N] [--threads T]\n"
     "                      [--stream created|null|legacy|ptsz] [--ptsz] [--app-ranges]\n"
-    "                      [--instantiate flags|params] [--upload] [--reinstantiate K]\n";
+    "                      [--instantiate flags|params] [--upload] [--reinstantiate K]\n"
+    "                      [--name-graphs P] [--name-from-threads]\n";
 
 class Runtime final : public RuntimeBackend {
  public:

@@ -3,7 +3,11 @@
 //
 // Each graph: an empty node, a memset node writing the graph's index into its own slice of one
 // cudaMalloc'd buffer, an empty node. Launch results are cudaError_t codes, except where a
-// program launches through a driver function pointer.
+// program launches through a driver function pointer. --kernels is not supported (no kernel
+// nodes: the stand-in runtime has no module registration).
+//
+// This header defines the non-inline functions instantiate_graphs() and reinstantiate_graphs():
+// include it in one translation unit per program.
 
 #pragma once
 
@@ -12,6 +16,33 @@
 #include <vector>
 
 #include "launch_harness.hpp"
+
+namespace runtime_detail {
+
+inline int fail(const char **what, const char *call, cudaError_t e) {
+  *what = call;
+  return static_cast<int>(e);
+}
+
+// Inlined into each named function below, so that the runtime's instantiate function is called
+// from that function's own frame.
+__attribute__((always_inline)) inline int instantiate_one(bool with_params, cudaGraphExec_t *exec,
+                                                          cudaGraph_t graph, const char **what) {
+  if (!with_params) {
+    const cudaError_t e = cudaGraphInstantiate(exec, graph, 0);
+    return e == cudaSuccess ? 0 : fail(what, "cudaGraphInstantiate", e);
+  }
+  cudaGraphInstantiateParams p{};
+  const cudaError_t e = cudaGraphInstantiateWithParams(exec, graph, &p);
+  return e == cudaSuccess ? 0 : fail(what, "cudaGraphInstantiateWithParams", e);
+}
+
+}  // namespace runtime_detail
+
+class RuntimeBackend;
+// The call sites of every instantiation (see launch_harness.hpp), defined below the class.
+int instantiate_graphs(RuntimeBackend &b, const char **what);
+int reinstantiate_graphs(RuntimeBackend &b, const char **what);
 
 class RuntimeBackend : public harness::Backend {
  public:
@@ -49,17 +80,11 @@ class RuntimeBackend : public harness::Backend {
     return 0;
   }
 
-  int instantiate(int g, const char **what) override {
-    cudaGraphExec_t &exec = execs_[static_cast<size_t>(g)];
-    if (!opt_->instantiate_with_params) {
-      const cudaError_t e = cudaGraphInstantiate(&exec, graphs_[static_cast<size_t>(g)], 0);
-      return e == cudaSuccess ? 0 : fail(what, "cudaGraphInstantiate", e);
-    }
-    cudaGraphInstantiateParams p{};
-    const cudaError_t e =
-        cudaGraphInstantiateWithParams(&exec, graphs_[static_cast<size_t>(g)], &p);
-    return e == cudaSuccess ? 0 : fail(what, "cudaGraphInstantiateWithParams", e);
+  int instantiate_all(bool again, const char **what) override {
+    return again ? reinstantiate_graphs(*this, what) : instantiate_graphs(*this, what);
   }
+
+  void *exec_handle(int g) override { return exec(g); }
 
   int upload(int g, CUstream_st *stream, const char **what) override {
     const cudaError_t e = cudaGraphUpload(exec(g), stream);
@@ -114,7 +139,34 @@ class RuntimeBackend : public harness::Backend {
   const harness::Options *opt_ = nullptr;
 
  private:
+  friend int instantiate_graphs(RuntimeBackend &b, const char **what);
+  friend int reinstantiate_graphs(RuntimeBackend &b, const char **what);
+
   void *buffer_ = nullptr;
   std::vector<cudaGraph_t> graphs_;
   std::vector<cudaGraphExec_t> execs_;
 };
+
+// External linkage, never inlined, never merged with each other (noipa; their bodies differ
+// too), so that each is the frame that calls the runtime's instantiate function.
+__attribute__((noinline, noipa)) int instantiate_graphs(RuntimeBackend &b, const char **what) {
+  const bool with_params = b.opt_->instantiate_with_params;
+  b.execs_.assign(b.graphs_.size(), nullptr);
+  for (size_t g = 0; g < b.graphs_.size(); ++g) {
+    const int e = runtime_detail::instantiate_one(with_params, &b.execs_[g], b.graphs_[g], what);
+    if (e != 0) return e;
+  }
+  return 0;
+}
+
+__attribute__((noinline, noipa)) int reinstantiate_graphs(RuntimeBackend &b, const char **what) {
+  const bool with_params = b.opt_->instantiate_with_params;
+  for (size_t g = 0; g < b.graphs_.size(); ++g) {
+    if (b.execs_[g] != nullptr) {  // not destroyed first
+      return runtime_detail::fail(what, "reinstantiate_graphs", cudaErrorInvalidValue);
+    }
+    const int e = runtime_detail::instantiate_one(with_params, &b.execs_[g], b.graphs_[g], what);
+    if (e != 0) return e;
+  }
+  return 0;
+}
