@@ -18,7 +18,8 @@ What it runs, each in its own processes (a preload cannot be added to a running 
               Against the stand-in driver with FERRUM_STANDIN_BENCH=1: its launch does nothing
               but return, so the baseline is the cheapest real call into libcuda.so.1.
   start-up    bench/ferrum-bench-spawn: /bin/true and `python3 -c pass`, spawned in pairs
-              without/with the preload; medians and the median of the pairs' ratios.
+              without/with the preload; medians and the median of the pairs' ratios. An empty
+              preloaded library (bench/empty_preload.c) gives the floor any preload pays.
   side effects  bench/ferrum-bench-probe without/with the preload (threads, descriptors,
               environment, libraries mapped, stderr), and, where strace exists, every file
               /bin/true and python3 open and every thread they create.
@@ -58,6 +59,7 @@ def locate(args):
     paths = {
         "launch": path("FERRUM_BENCH_LAUNCH", "bench", "ferrum-bench-launch"),
         "naive": path("FERRUM_BENCH_NAIVE", "bench", "libferrum-bench-naive.so"),
+        "empty": path("FERRUM_BENCH_EMPTY", "bench", "libferrum-bench-empty.so"),
         "spawn": path("FERRUM_BENCH_SPAWN", "bench", "ferrum-bench-spawn"),
         "probe": path("FERRUM_BENCH_PROBE", "bench", "ferrum-bench-probe"),
         "shim": path("FERRUM_SHIM", "shim", "libferrum-replay.so"),
@@ -166,8 +168,8 @@ def measure_launches(paths, env, tmpdir, opts, progress):
 # ---------------------------------------------------------------------------------------------
 # Start-up, side effects, memory
 
-def measure_startup(paths, env, program, count, warmup):
-    p = run([paths["spawn"], paths["shim"], str(count), str(warmup)] + program, env,
+def measure_startup(paths, env, program, count, warmup, preload=None):
+    p = run([paths["spawn"], preload or paths["shim"], str(count), str(warmup)] + program, env,
             f"ferrum-bench-spawn {program[0]}")
     kv = keyvalues(p.stdout)
     return (int(kv["median_without_ns"]) / 1e6, int(kv["median_with_ns"]) / 1e6,
@@ -266,7 +268,8 @@ MANY = "/10000/0"
 T1 = "/1/0/threads:1"
 T8 = "/1/0/threads:8"
 T8_SHARED = "/1/1/threads:8"
-EXPECTED_ROWS = 20 + 5 + 5 + 4  # launch, scaling, a process that never uses CUDA, memory
+GRAPHS_IN_PROCESS = 10_000  # ferrum-bench-launch instantiates this many at start
+EXPECTED_ROWS = 20 + 5 + 6 + 4  # launch, scaling, a process that never uses CUDA, memory
 
 
 class Table:
@@ -377,6 +380,7 @@ def build_table(launch, startup, effects, memory, opts):
     t.section("A process that never uses CUDA")
     for label, (without, with_, pair_ratio), target in (
             ("start-up, /bin/true", startup["true"], "≤ 1.1×"),
+            ("  floor: an empty preloaded library instead, /bin/true", startup["empty"], ""),
             ("start-up, python3 -c pass", startup["python"], "")):
         t.row(label + " (median of spawns)", f"{with_:.3f} ms", f"{without:.3f} ms",
               f"{pair_ratio:.3f}× (+{(with_ - without) * 1000:.0f} µs)", target,
@@ -415,9 +419,10 @@ def build_table(launch, startup, effects, memory, opts):
           f"{growth:+d} KiB, {m['faults_between']} page faults", "+0", growth <= 0 and
           m["faults_between"] == 0)
     b = memory["baseline"]
-    t.row("  resident size with the shim vs without, same launches",
+    extra = m["rss_total"] - b["rss_total"]
+    t.row(f"  resident size with the shim vs without ({GRAPHS_IN_PROCESS:,} live graphs)",
           f"{m['rss_total']} KiB", f"{b['rss_total']} KiB",
-          f"{m['rss_total'] - b['rss_total']:+d} KiB", "", None)
+          f"{extra:+d} KiB ({extra * 1024 / GRAPHS_IN_PROCESS:.0f} B per graph)", "", None)
     r = memory["recorder"]
     events = opts["recorder_events"] - opts["rss_first"]
     per_event = (r["rss_total"] - r["rss_first"]) * 1024 / events
@@ -469,6 +474,9 @@ def main():
         progress("start-up: /bin/true")
         startup = {"true": measure_startup(paths, env, ["/bin/true"], opts["spawn_count"],
                                            opts["spawn_warmup"])}
+        progress("start-up: /bin/true with an empty preloaded library")
+        startup["empty"] = measure_startup(paths, env, ["/bin/true"], opts["spawn_count"],
+                                           opts["spawn_warmup"], paths["empty"])
         progress("start-up: python3 -c pass")
         startup["python"] = measure_startup(paths, env, [sys.executable, "-c", "pass"],
                                             opts["python_count"], opts["spawn_warmup"])
