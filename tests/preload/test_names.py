@@ -1,0 +1,199 @@
+"""Issue 4 scenarios: names that tell graphs apart in unmodified programs — call sites,
+content, the program's own names, a names file, the message template, handle reuse, and
+the exit summary — each in a real process under the shim with the recorder attached."""
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (expect, expect_balanced, expect_one_range_per_launch, main,  # noqa: E402
+                     path_of, run)
+
+GRAPHS, ITERS = 3, 10
+LAUNCHES = GRAPHS * ITERS
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+
+
+def launch(*extra, program="LAUNCH_DRIVER", graphs=GRAPHS, iters=ITERS, **kwargs):
+    argv = [path_of(program), "--graphs", str(graphs), "--iters", str(iters), *extra]
+    return run(argv, **kwargs)
+
+
+def counts_by_name(run_):
+    counts = {}
+    for r in run_.ranges():
+        counts[r["name"]] = counts.get(r["name"], 0) + 1
+    return counts
+
+
+def with_file(text):
+    handle = tempfile.NamedTemporaryFile("w", suffix=".names", delete=False)
+    handle.write(text)
+    handle.close()
+    return handle.name
+
+
+def call_site_names():
+    """Unnamed graphs take the name of the program's function that instantiated them; graphs
+    from the same site are kept apart by their number; never a CUDA or shim function."""
+    run_ = launch()
+    expect(run_.returncode == 0, "program failed", run_)
+    counts = counts_by_name(run_)
+    expect(len(counts) == GRAPHS, f"expected {GRAPHS} names, got {counts}", run_)
+    site = min(counts, key=len)  # the first graph of the site carries it bare
+    expect(not re.match(r"(cu|cuda)[A-Z]|graph \d|ferrum", site),
+           f"the call site {site!r} is not the program's function", run_)
+    expect(all(n == site or n.startswith(site + " (graph ") for n in counts),
+           f"graphs from one site are not '{site}' and '{site} (graph N)': {counts}", run_)
+    expect(set(counts.values()) == {ITERS}, f"counts {counts}", run_)
+
+
+def site_at_launch():
+    """FERRUM_REPLAY_SITE=launch names graphs where they are first launched."""
+    run_ = launch(env={"FERRUM_REPLAY_SITE": "launch"})
+    expect_one_range_per_launch(run_, LAUNCHES)
+    expect(len(counts_by_name(run_)) == GRAPHS, "graphs share names", run_)
+
+
+def handle_reuse_gets_new_identity():
+    """The stand-in hands destroyed handles out again (swapped, with two graphs): each
+    re-instantiated graph is a new graph with a new number, never a stale name."""
+    iters, every = 20, 5
+    run_ = launch("--reinstantiate", str(every), graphs=2, iters=iters,
+                  env={"FERRUM_REPLAY_SITE": "off", "FERRUM_REPLAY_SUMMARY": "stderr"})
+    expect(run_.returncode == 0, "program failed", run_)
+    counts = counts_by_name(run_)
+    generations = iters // every
+    expect(len(counts) == 2 * generations,
+           f"expected {2 * generations} identities, got {sorted(counts)}", run_)
+    expect(set(counts.values()) == {every}, f"each identity has {every} launches: {counts}", run_)
+    # The summary agrees: every graph launched `every` times, none more.
+    rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(.+)$", run_.stderr, re.M)
+    expect(len(rows) == 2 * generations and all(int(r[1]) == every for r in rows),
+           f"summary rows {rows}", run_)
+    expect_balanced(run_)
+
+
+def user_names():
+    """ferrum_replay_name_graph_exec, looked up with dlsym(RTLD_DEFAULT)."""
+    run_ = launch("--name-graphs", "decode batch")
+    counts = counts_by_name(run_)
+    expect(sorted(counts) == [f"decode batch {i}" for i in range(GRAPHS)],
+           f"names {sorted(counts)}", run_)
+    # Without the shim the program runs unchanged.
+    bare = launch("--name-graphs", "decode batch", preload=False, record=False)
+    expect(bare.returncode == 0 and bare.program_counts()["launches"] == LAUNCHES,
+           "the program needs the shim to run", bare)
+
+
+def user_names_from_two_threads():
+    run_ = launch("--name-graphs", "racing", "--name-from-threads")
+    expect(run_.returncode == 0, "program failed", run_)
+    counts = counts_by_name(run_)
+    expect(sorted(counts) == [f"racing {i}" for i in range(GRAPHS)], f"names {counts}", run_)
+    expect_balanced(run_)
+
+
+def unusual_names():
+    """Long, UTF-8 and control-byte names reach the trace printable and whole (the cut at
+    127 bytes itself is unit-tested)."""
+    run_ = launch("--name-graphs", "décodeur\tbatch 批" + "x" * 100)
+    names = list(counts_by_name(run_))
+    expect(len(names) == GRAPHS, f"names {names}", run_)
+    for name in names:
+        expect(name.startswith("décodeur?batch 批x"), f"name {name!r}", run_)
+        expect(len(name.encode()) <= 127, f"{len(name.encode())} bytes: not cut", run_)
+
+
+def python_ctypes_names():
+    """The documented Python example: names through ctypes, unchanged without the shim."""
+    script = os.path.join(EXAMPLES, "name_graphs_ctypes.py")
+    run_ = run([sys.executable, script, "4"])
+    expect("named=yes launches=8" in run_.stdout, "the example did not name", run_)
+    expect(counts_by_name(run_) == {"embedding lookup": 4, "sampler": 4},
+           f"names {counts_by_name(run_)}", run_)
+    bare = run([sys.executable, script, "4"], preload=False, record=False)
+    expect("named=no launches=8" in bare.stdout and bare.returncode == 0, "fails without the shim",
+           bare)
+
+
+def names_file():
+    """Ordinals and site patterns name graphs; each bad line is one numbered error."""
+    path = with_file("# the server's graphs\n1 = prefill\nsite:* = decoder\nbogus line\n0 = x\n")
+    try:
+        run_ = launch(env={"FERRUM_REPLAY_NAMES": path})
+    finally:
+        os.unlink(path)
+    counts = counts_by_name(run_)
+    # Graph 1 by number; the other two share the site rule's name (chosen by a person).
+    expect(counts == {"prefill": ITERS, "decoder": 2 * ITERS}, f"names {counts}", run_)
+    errors = [l for l in run_.stderr.splitlines() if "FERRUM_REPLAY_NAMES" in l]
+    expect(len(errors) == 2 and "line 4:" in errors[0] and "line 5:" in errors[1],
+           "expected one error for line 4 and one for line 5", run_)
+    missing = launch(env={"FERRUM_REPLAY_NAMES": "/nonexistent/names"})
+    expect(missing.returncode == 0 and missing.stderr.count("\n") == 1 and
+           "cannot be read" in missing.stderr, "a missing file is not one clear line", missing)
+
+
+def message_template():
+    run_ = launch(env={"FERRUM_REPLAY_FORMAT": "{name} #{ordinal} via {api}",
+                       "FERRUM_REPLAY_SITE": "off"})
+    counts = counts_by_name(run_)
+    expect(sorted(counts) == [f"graph {i} #{i} via cuGraphInstantiateWithFlags"
+                              for i in range(1, GRAPHS + 1)], f"messages {sorted(counts)}", run_)
+    bad = launch(env={"FERRUM_REPLAY_FORMAT": "{nmae}"})
+    lines = bad.stderr.splitlines()
+    expect(len(lines) == 1 and "FERRUM_REPLAY_FORMAT='{nmae}' is invalid" in lines[0],
+           "an invalid template is not one clear line", bad)
+    expect_one_range_per_launch(bad, LAUNCHES)
+
+
+def template_collisions_stay_apart():
+    """A template that renders alike for different graphs still gives distinct messages."""
+    run_ = launch(env={"FERRUM_REPLAY_FORMAT": "{api}"})
+    expect(len(counts_by_name(run_)) == GRAPHS, f"messages {counts_by_name(run_)}", run_)
+
+
+def content_names():
+    """Graphs from one call site, told apart by their kernels."""
+    kernels = "gemm*3,softmax;flash_fwd*2;rmsnorm"
+    run_ = launch("--graph-kernels", kernels,
+                  env={"FERRUM_REPLAY_CONTENT": "on", "FERRUM_REPLAY_FORMAT": "{content}"})
+    names = sorted(counts_by_name(run_))
+    expect(len(names) == GRAPHS, f"names {names}", run_)
+    expect(any("gemm x3" in n for n in names) and any("flash_fwd x2" in n for n in names) and
+           any("rmsnorm x1" in n for n in names), f"content not described: {names}", run_)
+
+
+def summary_file():
+    """FERRUM_REPLAY_SUMMARY=PATH: per-graph launches, failures, rejected pushes; an existing
+    file is never replaced."""
+    with tempfile.TemporaryDirectory() as tmp:
+        target = os.path.join(tmp, "summary.%p.txt")
+        env = {"FERRUM_REPLAY_SUMMARY": target, "FERRUM_STANDIN_LAUNCH_RESULT": "719",
+               "FERRUM_RECORD_REJECT": "all", "FERRUM_RECORD_REJECT_DOMAIN": "ferrum-replay"}
+        run_ = launch(env=env)
+        files = os.listdir(tmp)
+        expect(len(files) == 1 and files[0].startswith("summary."), f"files {files}", run_)
+        with open(os.path.join(tmp, files[0])) as handle:
+            text = handle.read()
+        expect(f"{GRAPHS} graphs, {LAUNCHES} launches, {LAUNCHES} failed, {LAUNCHES} rejected"
+               in text, f"summary:\n{text}", run_)
+        planted = os.path.join(tmp, "fixed.txt")
+        with open(planted, "w") as handle:
+            handle.write("not ours\n")
+        again = launch(env={"FERRUM_REPLAY_SUMMARY": planted})
+        with open(planted) as handle:
+            expect(handle.read() == "not ours\n", "an existing file was overwritten", again)
+        expect(os.path.exists(planted + ".1") and "is in" in again.stderr,
+               "the summary did not go to a fresh name with a line saying so", again)
+
+
+SCENARIOS = {f.__name__: f for f in (
+    call_site_names, site_at_launch, handle_reuse_gets_new_identity, user_names,
+    user_names_from_two_threads, unusual_names, python_ctypes_names, names_file,
+    message_template, template_collisions_stay_apart, content_names, summary_file)}
+
+if __name__ == "__main__":
+    main(SCENARIOS)
