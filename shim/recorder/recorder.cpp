@@ -47,9 +47,10 @@ std::string read_proc_line(const char *path) {
 
 }  // namespace
 
-Recorder::Recorder(const Settings &settings, uint64_t origin_ns)
+Recorder::Recorder(const Settings &settings, uint64_t origin_ns, uint64_t origin_realtime_ns)
     : settings_(settings),
       origin_ns_(origin_ns),
+      origin_realtime_ns_(origin_realtime_ns),
       generation_(g_next_generation.fetch_add(1, std::memory_order_relaxed)),
       names_(settings.reject != RejectMode::none && !settings.reject_domain_only,
              settings.reject != RejectMode::none && settings.reject_domain_only
@@ -135,6 +136,9 @@ Snapshot Recorder::snapshot() const {
   snap.pid = static_cast<long>(getpid());
   snap.process_name = read_proc_line("/proc/self/comm");
   snap.origin_ns = origin_ns_;
+  snap.origin_realtime_ns = origin_realtime_ns_;
+  snap.rank_variable = settings_.rank_variable;
+  snap.rank_value = settings_.rank_value;
   snap.domain_names = names_.domain_names();
 
   std::vector<ThreadBuffer *> threads;

@@ -23,7 +23,9 @@ inline constexpr int kRejected = -1;
 
 class Recorder {
  public:
-  Recorder(const Settings &settings, uint64_t origin_ns);
+  // `origin_realtime_ns`: the wall-clock time at `origin_ns`, so that traces of several
+  // processes can be aligned (0: unknown).
+  Recorder(const Settings &settings, uint64_t origin_ns, uint64_t origin_realtime_ns = 0);
   // Only test instances are ever destroyed; the process-wide one lives until the process ends,
   // because other threads may still be recording while exit runs.
   ~Recorder();
@@ -33,6 +35,7 @@ class Recorder {
   NameRegistry &names() { return names_; }
   const NameRegistry &names() const { return names_; }
   uint64_t origin_ns() const { return origin_ns_; }
+  uint64_t origin_realtime_ns() const { return origin_realtime_ns_; }
 
   // Opens a range on the calling thread. `message_is_stable`: `message` outlives the recorder (a
   // registered string or a literal), so it need not be copied. Returns the 0-based level of the
@@ -61,6 +64,7 @@ class Recorder {
 
   const Settings settings_;
   const uint64_t origin_ns_;
+  const uint64_t origin_realtime_ns_;
   // Distinguishes this instance in the thread-local cache, so that a test creating a second
   // recorder at the address of a destroyed one never reuses a stale buffer.
   const uint64_t generation_;

@@ -35,14 +35,47 @@ bool equals_ignore_case(std::string_view a, std::string_view b) {
   return true;
 }
 
+// A rank is a short decimal number; anything else (empty, a path, a word) is not used in a file
+// name.
+bool is_rank(const char *value) {
+  if (!value || !*value) return false;
+  size_t n = 0;
+  for (const char *p = value; *p; ++p, ++n)
+    if (*p < '0' || *p > '9' || n >= 9) return false;
+  return true;
+}
+
 }  // namespace
+
+std::string default_out_name(EnvLookup env, void *context, Settings *settings) {
+  // Global ranks first: a local rank repeats on every node, so its name also carries the host.
+  for (const char *var : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "LOCAL_RANK"}) {
+    const char *value = env(var, context);
+    if (!is_rank(value)) continue;
+    settings->rank_variable = var;
+    settings->rank_value = value;
+    // The value read now, not %q{VAR}: the program may change its environment before exit.
+    return std::string(var) == "LOCAL_RANK"
+               ? "ferrum-replay.%h.localrank" + settings->rank_value + ".%p.json"
+               : "ferrum-replay.rank" + settings->rank_value + ".%p.json";
+  }
+  return "ferrum-replay.%p.json";
+}
 
 Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *warnings) {
   Settings s;
 
   // An empty FERRUM_RECORD_OUT is what `FERRUM_RECORD_OUT= cmd` leaves behind: treat as unset
   // rather than trying to write a file with an empty name.
-  if (const char *out = env("FERRUM_RECORD_OUT", context); out && *out) s.out_pattern = out;
+  s.out_pattern = default_out_name(env, context, &s);
+  if (const char *out = env("FERRUM_RECORD_OUT", context); out && *out) {
+    const std::string_view o(out);
+    // A directory: the default name inside it.
+    s.out_pattern = o.back() == '/' ? std::string(o) + s.out_pattern : std::string(o);
+  }
+
+  if (const char *session = env("FERRUM_RECORD_SESSION", context); session && *session)
+    s.session_file = session;
 
   if (const char *table = env("FERRUM_RECORD_TABLE", context)) {
     const std::string_view t(table);

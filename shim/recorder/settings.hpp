@@ -1,8 +1,22 @@
 // Environment settings of the recorder, read once when NVTX first initialises it.
 //
 //   FERRUM_RECORD_OUT            trace path; %p = pid, %h = host name, %q{VAR} = value of VAR
-//                                (empty if unset), %% = %. Default: ferrum-replay.%p.json,
-//                                relative paths resolved against the working directory at init.
+//                                (empty if unset), %% = %. Relative paths are resolved against
+//                                the working directory at init. A value ending in '/' names a
+//                                directory that gets the default file name. Default, chosen at
+//                                init: ferrum-replay.%p.json, or, in one rank of a multi-process
+//                                job, with the rank's value at init in it: ferrum-replay.rankR.%p
+//                                .json, R from the first of RANK, OMPI_COMM_WORLD_RANK,
+//                                SLURM_PROCID that is a decimal number, else (LOCAL_RANK only)
+//                                ferrum-replay.%h.localrankR.%p.json. Each process writes its own
+//                                file; if the expanded name (a pattern without %p) was already
+//                                written by another process since this one started, ".<pid>"
+//                                goes before the extension instead of overwriting that trace
+//                                (see exit_report.cpp).
+//   FERRUM_RECORD_SESSION        a file whose modification time marks the start of the recording
+//                                session (scripts/ferrum-replay record sets it): a trace written
+//                                since then by another process is never overwritten, even by a
+//                                process that started after it was written.
 //   FERRUM_RECORD_TABLE=0        no summary table on stderr (also false/no/off).
 //   FERRUM_RECORD_REJECT         fault injection, to test that callers keep push and pop
 //                                balanced when a tool refuses a range:
@@ -33,6 +47,10 @@ struct Settings {
   std::string reject_domain;  // meaningful when reject_domain_only
   std::string out_pattern = "ferrum-replay.%p.json";
   bool table = true;
+  // The rank variable that named the default output (also reported in the trace), if any.
+  std::string rank_variable;
+  std::string rank_value;
+  std::string session_file;  // FERRUM_RECORD_SESSION, empty if unset
 };
 
 // A getenv stand-in, so that tests can parse settings without touching the process environment.
@@ -42,6 +60,10 @@ const char *process_env(const char *name, void *context);
 
 // Parses settings; appends one complete stderr line (with '\n') per invalid value to `warnings`.
 Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *warnings);
+
+// The default output name: ferrum-replay.%p.json, or with the rank of a multi-process job (see
+// above); sets settings->rank_variable/rank_value when a rank variable is used.
+std::string default_out_name(EnvLookup env, void *context, Settings *settings);
 
 // Exposed for tests: a decimal number > 0 that fits in 64 bits, nothing else.
 bool parse_positive_u64(std::string_view text, uint64_t *value);

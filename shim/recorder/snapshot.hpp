@@ -27,7 +27,10 @@ struct ThreadSnapshot {
 struct Snapshot {
   long pid = 0;
   std::string process_name;
-  uint64_t origin_ns = 0;                 // ts 0 in the trace
+  uint64_t origin_ns = 0;                 // ts 0 in the trace (CLOCK_MONOTONIC)
+  uint64_t origin_realtime_ns = 0;        // the same instant in CLOCK_REALTIME; 0 if unknown
+  std::string host;                       // host name, filled in by the exit report
+  std::string rank_variable, rank_value;  // the job rank (settings.hpp), if any
   std::vector<std::string> domain_names;  // display names by domain id ([0] = "global")
   std::vector<ThreadSnapshot> threads;
   uint64_t rejected_pushes = 0;

@@ -137,7 +137,21 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
     first = false;
     append_json_string(out, d);
   }
-  out += "]}}\n";
+  out += "]";
+  // Where and when: lets `ferrum-replay merge` put several processes' traces on one time line
+  // (monotonic origins on one host, wall-clock origins across hosts) and name them by rank.
+  out += ",\"host\":";
+  append_json_string(out, snap.host);
+  out += ",\"clock\":{\"originMonotonicNs\":" + std::to_string(snap.origin_ns) +
+         ",\"originRealtimeNs\":" + std::to_string(snap.origin_realtime_ns) + "}";
+  if (!snap.rank_variable.empty()) {
+    out += ",\"rank\":{\"variable\":";
+    append_json_string(out, snap.rank_variable);
+    out += ",\"value\":";
+    append_json_string(out, snap.rank_value);
+    out += "}";
+  }
+  out += "}}\n";
   return sink(out, context);
 }
 

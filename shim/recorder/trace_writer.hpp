@@ -8,12 +8,15 @@
 //    "displayTimeUnit": "ns",
 //    "ferrumReplay": {"version":1,"pid":P,"ranges":N,"rejectedPushes":N,
 //                     "protocolErrors":{"popWithoutPush":N,"popWrongDomain":N,"openAtExit":N},
-//                     "domains":["ferrum-replay","global"]}}
+//                     "domains":["ferrum-replay","global"],"host":"name",
+//                     "clock":{"originMonotonicNs":N,"originRealtimeNs":N},
+//                     "rank":{"variable":"RANK","value":"3"}}}      (rank only in a job rank)
 //
 // ts/dur are microseconds with three decimals (ns resolution), ts relative to the recorder's
-// start; cat is the domain name, "global" for NVTX's default domain; payload and color appear only
-// when the caller set them; depth is the level push returned. "X" events of one thread are in
-// start order with enclosing ranges first.
+// start (clock.originMonotonicNs; originRealtimeNs is the same instant in wall-clock time, both
+// integers in ns); cat is the domain name, "global" for NVTX's default domain; payload and color
+// appear only when the caller set them; depth is the level push returned. "X" events of one
+// thread are in start order with enclosing ranges first.
 #pragma once
 
 #include <string>
