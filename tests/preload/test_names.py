@@ -3,6 +3,8 @@ content, the program's own names, a names file, the message template, handle reu
 the exit summary — each in a real process under the shim with the recorder attached."""
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -47,6 +49,45 @@ def call_site_names():
     expect(all(n == site or n.startswith(site + " (graph ") for n in counts),
            f"graphs from one site are not '{site}' and '{site} (graph N)': {counts}", run_)
     expect(set(counts.values()) == {ITERS}, f"counts {counts}", run_)
+
+
+def stripped_binary_sites():
+    """In a stripped program the call site degrades to module+offset, still distinct."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stripped = os.path.join(tmp, "server_stripped")
+        shutil.copy(path_of("LAUNCH_DRIVER"), stripped)
+        subprocess.run(["strip", "--strip-all", stripped], check=True)
+        run_ = run([stripped, "--graphs", str(GRAPHS), "--iters", str(ITERS)])
+    names = sorted(counts_by_name(run_))
+    expect(len(names) == GRAPHS, f"names {names}", run_)
+    expect(re.fullmatch(r"server_stripped\+0x[0-9a-f]+", names[0]) is not None,
+           f"expected module+offset, got {names}", run_)
+
+
+def runtime_instantiation_registers_once():
+    """cudaGraphInstantiate reaches the driver's instantiate underneath (shared runtime) or
+    only the driver's (static runtime): either way one identity per graph, from the
+    outermost API the program called."""
+    for program, api in (("LAUNCH_RUNTIME", "cudaGraphInstantiate"),
+                         ("LAUNCH_STATIC_RUNTIME", "cuGraphInstantiate")):
+        run_ = launch(program=program, env={"FERRUM_REPLAY_LOG": "debug"})
+        registered = re.findall(r"registered by (\w+) as graph (\d+)", run_.stderr)
+        expect(len(registered) == GRAPHS, f"{program}: registrations {registered}", run_)
+        expect(all(found.startswith(api) for found, _ in registered),
+               f"{program}: registered by {registered}, expected {api}*", run_)
+        expect_one_range_per_launch(run_, LAUNCHES)
+
+
+def category_and_payload():
+    """Category = the graph's number, payload = its replay number (1, 2, 3...)."""
+    run_ = launch(env={"FERRUM_REPLAY_SITE": "off"})
+    for ordinal in range(1, GRAPHS + 1):
+        ranges = sorted(run_.ranges(name=f"graph {ordinal}"), key=lambda r: r["ts"])
+        expect({r["args"].get("category") for r in ranges} == {ordinal},
+               f"graph {ordinal}: categories {[r['args'] for r in ranges[:2]]}", run_)
+        expect([r["args"].get("payload") for r in ranges] == list(range(1, ITERS + 1)),
+               f"graph {ordinal}: payloads are not the replay numbers", run_)
+        expect(len({r["args"].get("color") for r in ranges}) == 1, "colour not stable", run_)
 
 
 def site_at_launch():
@@ -191,7 +232,8 @@ def summary_file():
 
 
 SCENARIOS = {f.__name__: f for f in (
-    call_site_names, site_at_launch, handle_reuse_gets_new_identity, user_names,
+    call_site_names, stripped_binary_sites, runtime_instantiation_registers_once,
+    category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, names_file,
     message_template, template_collisions_stay_apart, content_names, summary_file)}
 
