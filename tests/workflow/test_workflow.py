@@ -1,0 +1,848 @@
+"""The profiling workflow, run as a user runs it: scripts/ferrum-replay (record, nsys, run, env,
+summary, merge, demo, check), scripts/ci-smoke-profile, scripts/gpu-smoke's no-GPU paths, and
+the installed tree. Programs run against the stand-in driver; `nsys` is tests/workflow/fake-nsys
+(real Nsight Systems is not installable here).
+
+    test_workflow.py SCENARIO...     (meson test runs one scenario per test)
+
+Paths come from tests/workflow/meson.build. The wrapper runs with FERRUM_REPLAY_BUILD=0 and
+FERRUM_BUILD_DIR=<the build under test>, so it never starts a build inside the test run. Range
+names are not assumed (the shim names graphs by call site): counts are compared per name and in
+total, and FERRUM_REPLAY_SITE=off gives "graph N" where a test needs known names.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+import trace_check  # noqa: E402  (the independent reader of traces)
+
+DOMAIN = "ferrum-replay"
+
+
+def env_path(name):
+    value = os.environ.get(name)
+    if not value:
+        print(f"test_workflow: {name} is not set (run through meson test)")
+        sys.exit(77)
+    return value
+
+
+SOURCE = env_path("FERRUM_SOURCE_ROOT")
+BUILD = env_path("FERRUM_BUILD_ROOT")
+WRAPPER = os.path.join(SOURCE, "scripts", "ferrum-replay")
+CI_SMOKE = os.path.join(SOURCE, "scripts", "ci-smoke-profile")
+GPU_SMOKE = os.path.join(SOURCE, "scripts", "gpu-smoke")
+ARGV_ECHO = os.path.join(HERE, "argv_echo.py")
+RANK_LAUNCHER = os.path.join(HERE, "rank_launcher.py")
+FORK_LAUNCH = os.path.join(HERE, "fork_launch.py")
+FAKE_NSYS = os.path.join(HERE, "fake-nsys")
+
+
+class Done:
+    def __init__(self, argv, returncode, stdout, stderr, pid=None):
+        self.argv, self.returncode, self.stdout, self.stderr, self.pid = (
+            argv, returncode, stdout, stderr, pid)
+
+    def describe(self):
+        return (f"\nargv={self.argv}\nexit={self.returncode}\nstdout:\n{self.stdout[-3000:]}\n"
+                f"stderr:\n{self.stderr[-3000:]}")
+
+
+def expect(condition, message, done=None):
+    if not condition:
+        raise AssertionError(message + (done.describe() if done else ""))
+
+
+def base_env(extra=None):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FERRUM_", "NVTX_", "FAKE_NSYS", "RANK", "LOCAL_RANK",
+                                "OMPI_", "SLURM_"))
+           and k != "LD_PRELOAD"}
+    env.update({
+        "LD_LIBRARY_PATH": env_path("STANDIN_DIR"),
+        "FERRUM_BUILD_DIR": BUILD,
+        "FERRUM_REPLAY_BUILD": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    })
+    env.update(extra or {})
+    return env
+
+
+def run(argv, cwd, env=None, timeout=120):
+    """Runs argv (environment: base_env + env); returns Done with the process's pid."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=base_env(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{argv} timed out:\n{out}\n{err}")
+    return Done(argv, proc.returncode, out, err, proc.pid)
+
+
+def wrapper(*args, cwd, env=None, timeout=120):
+    return run([WRAPPER, *args], cwd, env, timeout)
+
+
+def launch_driver():
+    return env_path("LAUNCH_DRIVER")
+
+
+def program_counts(done):
+    match = re.search(r"launches=(\d+) failed=(\d+)", done.stdout)
+    expect(match, "no launches= line from the program", done)
+    return int(match[1])
+
+
+def traces_in(directory, pattern=r".*\.json$"):
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                  if re.match(pattern, f) and not f.endswith(".tmp"))
+
+
+def our_ranges(trace):
+    return trace_check.ranges(trace, domain=DOMAIN)
+
+
+def expect_good_trace(path, done=None, launches=None):
+    """Valid JSON, X events nest per thread, no protocol error; returns the trace."""
+    trace = trace_check.load(path)  # raises TraceError when it is not valid JSON
+    problems = trace_check.check_nesting(trace)
+    expect(not problems, f"{path}: ranges do not nest: {problems[:2]}", done)
+    errors = trace_check.protocol_errors(trace)["protocolErrors"]
+    expect(not any(errors.values()), f"{path}: protocol errors {errors}", done)
+    if launches is not None:
+        expect(len(our_ranges(trace)) == launches,
+               f"{path}: {len(our_ranges(trace))} ranges for {launches} launches", done)
+    return trace
+
+
+def fake_nsys_path(tmp):
+    """A PATH with `nsys` = fake-nsys in front."""
+    bindir = os.path.join(tmp, "fake-bin")
+    os.makedirs(bindir, exist_ok=True)
+    link = os.path.join(bindir, "nsys")
+    if not os.path.exists(link):
+        os.symlink(FAKE_NSYS, link)
+    return bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
+
+
+def nsys_calls(log):
+    if not os.path.exists(log):
+        return []
+    with open(log, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def nsys_env(tmp, extra=None):
+    env = {"PATH": fake_nsys_path(tmp), "FAKE_NSYS_LOG": os.path.join(tmp, "nsys-calls.jsonl"),
+           "FAKE_NSYS_NVTX_TOOL": env_path("FERRUM_RECORDER_LIB")}
+    env.update(extra or {})
+    return env
+
+
+TRICKY_ARGS = ["plain", "with space", "it's", 'double "quoted"', "--", "-o", "x.json", "",
+               "$HOME", "*", "back\\slash", "new\nline", "%p %h %q{HOME}", "\ttab", "-e",
+               "LD_PRELOAD=/x.so", "--trace=none", "ünï©ødé"]
+
+
+# ---- the wrapper's command line -------------------------------------------------------------
+
+def test_help_and_version(tmp):
+    done = wrapper("--help", cwd=tmp)
+    expect(done.returncode == 0, "--help failed", done)
+    for word in ("record", "nsys", "run", "env", "summary", "merge", "demo", "check",
+                 "--version", "-t cuda,nvtx", "--cuda-graph-trace=graph", "%q{VAR}"):
+        expect(word in done.stdout, f"--help does not mention {word}", done)
+    done = wrapper("--version", cwd=tmp)
+    expect(done.returncode == 0 and done.stdout == f"ferrum-replay {env_path('PROJECT_VERSION')}\n",
+           "--version must print the project's version", done)
+    done = wrapper(cwd=tmp)
+    expect(done.returncode == 2 and "record" in done.stderr, "no arguments: usage, exit 2", done)
+    done = wrapper("frobnicate", cwd=tmp)
+    expect(done.returncode == 2 and "unknown subcommand 'frobnicate'" in done.stderr,
+           "unknown subcommand", done)
+    done = wrapper("record", "--bogus", "x", cwd=tmp)
+    expect(done.returncode == 2 and "unknown option --bogus" in done.stderr, "bad option", done)
+
+
+def echoed(done):
+    """What argv_echo.py printed (other programs, nsys, may print around it)."""
+    lines = [l for l in done.stdout.splitlines() if l.startswith('{"argv"')]
+    expect(len(lines) == 1, "argv_echo.py's line", done)
+    return json.loads(lines[0])
+
+
+def test_arguments_verbatim(tmp):
+    """Spaces, quotes, an empty word, a newline, a `--` inside the program's arguments: the
+    program sees exactly what was given, under every subcommand that runs one; our library
+    goes in front of the user's own LD_PRELOAD, once."""
+    shim = env_path("FERRUM_SHIM")
+    user_lib = env_path("FERRUM_RECORDER_LIB")  # any loadable library stands in for the user's
+    cases = [
+        ("run", ["run", "--", ARGV_ECHO], {}),
+        ("run without --", ["run", ARGV_ECHO], {}),
+        ("record", ["record", "-o", os.path.join(tmp, "t.%p.json"), "--", ARGV_ECHO], {}),
+        ("record without --", ["record", ARGV_ECHO], {}),
+        ("nsys", ["nsys", "--", ARGV_ECHO], nsys_env(tmp)),
+        ("nsys with options", ["nsys", "-s", "none", "--", ARGV_ECHO], nsys_env(tmp)),
+    ]
+    for label, args, env in cases:
+        for preload in ("", user_lib, f"{shim} {user_lib}"):
+            extra = dict(env, LD_PRELOAD=preload) if preload else env
+            done = wrapper(*args, *TRICKY_ARGS, cwd=tmp, env=extra)
+            expect(done.returncode == 0, f"{label}: failed", done)
+            seen = echoed(done)
+            expect(seen["argv"] == TRICKY_ARGS, f"{label}: arguments changed: {seen['argv']}",
+                   done)
+            want = f"{shim} {user_lib}" if preload else shim
+            expect(seen["LD_PRELOAD"] == want,
+                   f"{label}: program's LD_PRELOAD {seen['LD_PRELOAD']!r}, expected {want!r}",
+                   done)
+    # An argument that looks like a wrapper option, after the program, is the program's.
+    done = wrapper("record", ARGV_ECHO, "-o", "--help", cwd=tmp)
+    expect(echoed(done)["argv"] == ["-o", "--help"],
+           "options after the program belong to the program", done)
+
+
+def test_exit_codes(tmp):
+    nenv = nsys_env(tmp)
+    for label, args, env in (("run", ["run", "--"], {}), ("record", ["record", "--"], {}),
+                             ("nsys", ["nsys", "--"], nenv)):
+        for code in (0, 1, 3, 42, 255):
+            done = wrapper(*args, ARGV_ECHO, cwd=tmp, env=dict(env, ARGV_ECHO_EXIT=str(code)))
+            expect(done.returncode == code, f"{label}: exit {code} not kept", done)
+        done = wrapper(*args, ARGV_ECHO, cwd=tmp, env=dict(env, ARGV_ECHO_SIGNAL="15"))
+        if label == "run":
+            # run execs the program: the caller sees the very same signal (a shell: 143).
+            expect(done.returncode == -signal.SIGTERM, "run: the signal must be kept", done)
+        else:
+            expect(done.returncode == 128 + signal.SIGTERM, f"{label}: a signal -> 128+n", done)
+    # The launch programs' own failure status (3: a launch failed) under record.
+    done = wrapper("record", "--", launch_driver(), "--iters", "2", cwd=tmp,
+                   env={"FERRUM_STANDIN_LAUNCH_RESULT": "1"})
+    expect(done.returncode == 3, "a failing program's status is kept", done)
+
+
+def test_program_checks(tmp):
+    missing = os.path.join(tmp, "no-such-program")
+    plain = os.path.join(tmp, "not-executable")
+    with open(plain, "w") as handle:
+        handle.write("#!/bin/sh\n")
+    os.chmod(plain, 0o644)
+    directory = os.path.join(tmp, "a-directory")
+    os.mkdir(directory)
+    path_dir = os.path.join(tmp, "path-dir")
+    os.mkdir(path_dir)
+    shutil.copy(plain, os.path.join(path_dir, "unrunnable"))
+    os.chmod(os.path.join(path_dir, "unrunnable"), 0o644)
+    path = path_dir + os.pathsep + fake_nsys_path(tmp)
+    nenv = nsys_env(tmp, {"PATH": path})
+    cases = [
+        (missing, 127, "no such file or directory"),
+        (plain, 126, "permission denied (not executable)"),
+        (directory, 126, "is a directory"),
+        ("no-such-command-anywhere", 127, "command not found in PATH"),
+        ("unrunnable", 126, "is not executable"),
+    ]
+    for sub in ("run", "record", "nsys"):
+        for program, code, message in cases:
+            done = wrapper(sub, "--", program, "arg", cwd=tmp, env=nenv)
+            expect(done.returncode == code and message in done.stderr,
+                   f"{sub} {program}: expected exit {code} and '{message}'", done)
+            expect(len(done.stderr.splitlines()) == 1, f"{sub}: one line of complaint", done)
+    expect(not nsys_calls(nenv["FAKE_NSYS_LOG"]), "nsys must not run for a missing program")
+    done = wrapper("record", cwd=tmp)
+    expect(done.returncode == 2 and "no program given" in done.stderr, "no program", done)
+
+
+# ---- record ---------------------------------------------------------------------------------
+
+def test_record_trace(tmp):
+    """Output patterns (%p, %h, %q{VAR}, a directory with a space), a valid trace whose X
+    events nest per thread, one range per launch, the table, and where the trace is."""
+    out_dir = os.path.join(tmp, "dir with space")
+    os.mkdir(out_dir)
+    done = wrapper("record", "-o", os.path.join(out_dir, "t.%h.%q{TAG}.%p.json"), "--",
+                   launch_driver(), "--threads", "3", "--iters", "20", "--graphs", "2",
+                   "--app-ranges", cwd=tmp, env={"TAG": "abc"})
+    expect(done.returncode == 0, "record failed", done)
+    traces = traces_in(out_dir)
+    expect(len(traces) == 1, f"one trace expected, found {traces}", done)
+    host = socket.gethostname()
+    name = os.path.basename(traces[0])
+    expect(re.fullmatch(rf"t\.{re.escape(host)}\.abc\.\d+\.json", name), f"name {name}", done)
+    trace = expect_good_trace(traces[0], done, launches=program_counts(done))
+    pid = trace_check.protocol_errors(trace)["pid"]
+    expect(name == f"t.{host}.abc.{pid}.json", "%p is the program's pid", done)
+    expect(len({e["tid"] for e in our_ranges(trace)}) == 3, "three threads' ranges", done)
+    expect(trace_check.counts_by_name(trace, "global").get("app step") == 120,
+           "the program's own ranges are recorded too", done)
+    expect(re.search(r"^ferrum-replay recorder: \d+ ranges on 3 threads, trace: ", done.stderr,
+                     re.M), "the recorder's table", done)
+    expect(f"ferrum-replay: trace: {traces[0]} (open it in" in done.stderr,
+           "the wrapper says where the trace is", done)
+
+    # Relative and default outputs land in the working directory; a directory is created.
+    work = os.path.join(tmp, "work")
+    os.mkdir(work)
+    done = wrapper("record", launch_driver(), "--iters", "2", cwd=work)
+    expect(done.returncode == 0, "default output", done)
+    pid_files = traces_in(work, r"ferrum-replay\.\d+\.json$")
+    expect(len(pid_files) == 1, f"default name ferrum-replay.<pid>.json: {os.listdir(work)}", done)
+    done = wrapper("record", "-o", "sub/", launch_driver(), "--iters", "2", cwd=work,
+                   env={"RANK": "5"})
+    expect(done.returncode == 0, "directory output", done)
+    expect(len(traces_in(os.path.join(work, "sub"), r"ferrum-replay\.rank5\.\d+\.json$")) == 1,
+           f"rank in the default name inside the directory: {os.listdir(work)}", done)
+    done = wrapper("record", "-o", "rel.json", launch_driver(), "--iters", "2", cwd=work)
+    expect(os.path.exists(os.path.join(work, "rel.json")), "relative -o", done)
+
+    # A program that never launches a graph writes no trace, and the wrapper says so.
+    done = wrapper("record", "--", ARGV_ECHO, cwd=work)
+    expect(done.returncode == 0 and "no trace was written" in done.stderr, "no trace", done)
+
+
+def test_record_fixed_name_keeps_every_process(tmp):
+    """With a name without %p, processes of one run never overwrite each other's traces
+    (the recorder adds .<pid>), while a rerun still replaces the old file."""
+    out = os.path.join(tmp, "job.json")
+    done = wrapper("record", "-o", out, "--", sys.executable, RANK_LAUNCHER, "--nproc", "3",
+                   "--stagger", "--", launch_driver(), "--iters", "4", cwd=tmp)
+    expect(done.returncode == 0, "launcher failed", done)
+    traces = traces_in(tmp, r"job(\.\d+)?\.json$")
+    expect(len(traces) == 3, f"three traces expected, found {traces}", done)
+    total = sum(len(our_ranges(expect_good_trace(t, done))) for t in traces)
+    expect(total == 3 * 8, f"{total} ranges in all, expected 24: a trace was lost", done)
+    ranks = sorted(trace_check.protocol_errors(trace_check.load(t))["rank"]["value"]
+                   for t in traces)
+    expect(ranks == ["0", "1", "2"], f"ranks {ranks}", done)
+    time.sleep(0.05)  # a rerun starts after the old file's (coarse) time stamp
+    done = wrapper("record", "-o", os.path.join(tmp, "single.json"), "--", launch_driver(),
+                   "--iters", "1", cwd=tmp)
+    time.sleep(0.05)
+    done = wrapper("record", "-o", os.path.join(tmp, "single.json"), "--", launch_driver(),
+                   "--iters", "3", cwd=tmp)
+    expect(traces_in(tmp, r"single.*") == [os.path.join(tmp, "single.json")],
+           f"a rerun replaces its old trace: {os.listdir(tmp)}", done)
+    expect(len(our_ranges(trace_check.load(os.path.join(tmp, "single.json")))) == 6,
+           "the new trace", done)
+
+
+# ---- multi-process --------------------------------------------------------------------------
+
+def test_multi_rank_launcher(tmp):
+    """torchrun/mpirun/srun-style launchers: every rank keeps the preload and writes its own
+    trace, named by its rank; the launcher (no CUDA) writes none."""
+    host = socket.gethostname()
+    for style, variable, name in (("torch", "RANK", r"ferrum-replay\.rank{r}\.\d+\.json"),
+                                  ("mpi", "OMPI_COMM_WORLD_RANK",
+                                   r"ferrum-replay\.rank{r}\.\d+\.json"),
+                                  ("slurm", "SLURM_PROCID", r"ferrum-replay\.rank{r}\.\d+\.json"),
+                                  ("local", "LOCAL_RANK",
+                                   rf"ferrum-replay\.{re.escape(host)}\.localrank{{r}}\.\d+\.json")):
+        work = os.path.join(tmp, style)
+        os.mkdir(work)
+        done = wrapper("record", "--", sys.executable, RANK_LAUNCHER, "--nproc", "3",
+                       "--style", style, "--", launch_driver(), "--iters", "5", "--graphs", "3",
+                       cwd=work)
+        expect(done.returncode == 0, f"{style}: launcher failed", done)
+        files = traces_in(work)
+        expect(len(files) == 3, f"{style}: 3 traces expected, found {os.listdir(work)}", done)
+        for rank in range(3):
+            match = [f for f in files if re.fullmatch(name.format(r=rank), os.path.basename(f))]
+            expect(len(match) == 1, f"{style}: no trace named for rank {rank}: {files}", done)
+            trace = expect_good_trace(match[0], done, launches=15)
+            summary = trace_check.protocol_errors(trace)
+            expect(summary["rank"] == {"variable": variable, "value": str(rank)},
+                   f"{style}: rank in the trace {summary.get('rank')}", done)
+        expect("3 traces (one per process)" in done.stderr, f"{style}: the wrapper lists them",
+               done)
+    # A launcher's exit status is the first failing rank's.
+    done = wrapper("record", "--", sys.executable, RANK_LAUNCHER, "--nproc", "2", "--",
+                   launch_driver(), "--iters", "1", cwd=tmp,
+                   env={"FERRUM_STANDIN_LAUNCH_RESULT": "1"})
+    expect(done.returncode == 3, "the launcher's status is kept", done)
+
+
+def test_fork_without_exec(tmp):
+    """A child forked before CUDA starts, and one forked after (it exits first): each process
+    writes its own complete trace, with default names and with one fixed name."""
+    for label, args in (("default names", []), ("fixed name", ["-o", "fork.json"])):
+        work = os.path.join(tmp, label.replace(" ", "-"))
+        os.mkdir(work)
+        done = wrapper("record", *args, "--", sys.executable, FORK_LAUNCH, cwd=work)
+        expect(done.returncode == 0, f"{label}: fork_launch failed", done)
+        lines = re.findall(r"process=(\w+) pid=(\d+) launches=(\d+)", done.stdout)
+        expect([l[0] for l in lines][-1:] == ["parent"] and len(lines) == 3,
+               f"{label}: program output", done)
+        expect(lines.index(next(l for l in lines if l[0] == "child")) <
+               lines.index(next(l for l in lines if l[0] == "parent")),
+               "the child exits first", done)
+        files = traces_in(work)
+        expect(len(files) == 3, f"{label}: 3 traces expected: {os.listdir(work)}", done)
+        by_pid = {}
+        for path in files:
+            trace = expect_good_trace(path, done)
+            by_pid[str(trace_check.protocol_errors(trace)["pid"])] = len(our_ranges(trace))
+        for process, pid, launches in lines:
+            expect(by_pid.get(pid) == int(launches),
+                   f"{label}: {process} (pid {pid}) launched {launches}, trace has "
+                   f"{by_pid.get(pid)}", done)
+
+
+# ---- nsys -----------------------------------------------------------------------------------
+
+def test_nsys_command_line(tmp):
+    shim = env_path("FERRUM_SHIM")
+    env = nsys_env(tmp)
+    log = env["FAKE_NSYS_LOG"]
+    program = [launch_driver(), "--iters", "4", "--graphs", "2"]
+
+    def nsys(*args, extra=None, cwd=tmp):
+        if os.path.exists(log):
+            os.unlink(log)
+        done = wrapper("nsys", *args, cwd=cwd, env=dict(env, **(extra or {})))
+        return done, nsys_calls(log)
+
+    # Defaults, our -o, our library for the target only, then nsys stats.
+    done, calls = nsys("--", *program)
+    expect(done.returncode == 0, "nsys run failed", done)
+    expect(len(calls) == 2, f"profile then stats expected: {[c['argv'] for c in calls]}", done)
+    profile, stats = calls[0]["argv"], calls[1]["argv"]
+    out = f"ferrum-replay-nsys.{done.pid}"
+    expect(profile == ["profile", "-t", "cuda,nvtx", "--cuda-graph-trace=graph", "-e",
+                       f"LD_PRELOAD={shim}", "-o", out, *program],
+           f"profile command line: {profile}", done)
+    expect("LD_PRELOAD" not in calls[0]["env"], "nsys itself must not get our LD_PRELOAD", done)
+    report = os.path.join(tmp, out + ".nsys-rep")
+    expect(os.path.exists(report), "the report", done)
+    expect(stats[0] == "stats" and "nvtx_sum,nvtx_gpu_proj_sum" in stats and stats[-1] == report
+           and os.path.join(tmp, out) in stats, f"stats command line: {stats}", done)
+    rows = [l for l in done.stderr.splitlines() if l.startswith(DOMAIN + " ")]
+    expect(len(rows) == 2 and all(re.search(r"\s4\s", r) for r in rows),
+           "a table row per graph, 4 ranges each", done)
+    expect(f"{out}_nvtx_sum.csv" in done.stderr and "WARNING" not in done.stderr,
+           "CSV files named, no warning", done)
+
+    # The user's own LD_PRELOAD stays, behind ours, for the target; nsys keeps the user's.
+    user = env_path("FERRUM_RECORDER_LIB")
+    done, calls = nsys("-s", "none", "--", *program, extra={"LD_PRELOAD": user})
+    profile = calls[0]["argv"]
+    expect(f"LD_PRELOAD={shim} {user}" in profile and profile[-len(program) - 3:-len(program)]
+           == [f"LD_PRELOAD={shim} {user}", "-o", f"ferrum-replay-nsys.{done.pid}"],
+           f"user's LD_PRELOAD: {profile}", done)
+    expect(calls[0]["env"].get("LD_PRELOAD") == user, "nsys runs with the user's environment",
+           done)
+    expect(profile[:5] == ["profile", "-t", "cuda,nvtx", "--cuda-graph-trace=graph", "-s"],
+           f"user options kept after the defaults: {profile}", done)
+
+    # The user's choices of trace and graph mode win; every spelling is recognised.
+    for given, has_nvtx in ((["-t", "cuda"], False), (["--trace=cuda,nvtx"], True),
+                            (["--trace", "cuda,nvtx,osrt"], True), (["-tnvtx,cuda"], True)):
+        done, calls = nsys(*given, "--cuda-graph-trace", "node", "--", *program)
+        profile = calls[0]["argv"]
+        expect(profile[1:1 + len(given)] == given and "cuda,nvtx" not in profile[1 + len(given):]
+               and "--cuda-graph-trace=graph" not in profile
+               and profile[1 + len(given):3 + len(given)] == ["--cuda-graph-trace", "node"],
+               f"{given}: no defaults expected: {profile}", done)
+        expect(("has no nvtx" in done.stderr) != has_nvtx, f"{given}: nvtx warning", done)
+    done, calls = nsys("--cuda-graph-trace=node", "--", *program)
+    expect(calls[0]["argv"][:4] == ["profile", "-t", "cuda,nvtx", "--cuda-graph-trace=node"],
+           f"--cuda-graph-trace=: {calls[0]['argv']}", done)
+
+    # -o expanded by the wrapper (%p = the wrapper's pid), any spelling.
+    for spelling in (["-o", "rep.%q{TAG}.%h.%p"], ["--output=rep.%q{TAG}.%h.%p"],
+                     ["--output", "rep.%q{TAG}.%h.%p"]):
+        done, calls = nsys(*spelling, "--", *program, extra={"TAG": "t1"})
+        name = f"rep.t1.{socket.gethostname()}.{done.pid}"
+        expect(calls[0]["argv"][-len(program) - 2:-len(program)] == ["-o", name],
+               f"{spelling}: {calls[0]['argv']}", done)
+        expect(os.path.exists(os.path.join(tmp, name + ".nsys-rep")), "report", done)
+
+    # -e: other variables stay, the program's LD_PRELOAD joins ours.
+    done, calls = nsys("-e", f"FOO=1,LD_PRELOAD={user}", "--env-var=BAR=2", "--", *program)
+    profile = calls[0]["argv"]
+    expect(profile[4:10] == ["-e", "FOO=1", "-e", "BAR=2", "-e", f"LD_PRELOAD={shim} {user}"],
+           f"-e handling: {profile}", done)
+
+    # Commas cannot pass through nsys -e: refuse clearly, run nothing.
+    done, calls = nsys("--", *program, extra={"LD_PRELOAD": user + ",other.so"})
+    expect(done.returncode == 2 and "comma" in done.stderr and not calls, "comma", done)
+    # Options without the -- separator.
+    done, calls = nsys("-t", "cuda", *program)
+    expect(done.returncode == 2 and "put -- between" in done.stderr and not calls, "--", done)
+    # Without options the -- may be left out, even when the program's arguments hold one.
+    done, calls = nsys(ARGV_ECHO, "--", "-t", "x")
+    expect(done.returncode == 0 and calls[0]["argv"][-4:] == [ARGV_ECHO, "--", "-t", "x"]
+           and calls[0]["argv"][1:3] == ["-t", "cuda,nvtx"] and
+           echoed(done)["argv"] == ["--", "-t", "x"], "no -- before the program", done)
+
+    # No range of our domain in the report: a clear warning; the exit status stays the
+    # program's.
+    done, calls = nsys("--", *program, extra={"FERRUM_REPLAY": "off"})
+    expect(done.returncode == 0 and "WARNING: the report holds no range of domain "
+           "'ferrum-replay'" in done.stderr, "no-range warning", done)
+    done, calls = nsys("--", ARGV_ECHO, extra={"ARGV_ECHO_EXIT": "7"})
+    expect(done.returncode == 7, "program's exit code through nsys", done)
+    # Another domain name is followed.
+    done, calls = nsys("--", *program, extra={"FERRUM_REPLAY_DOMAIN": "my-dom"})
+    expect(len([l for l in done.stderr.splitlines() if l.startswith("my-dom ")]) == 2,
+           "FERRUM_REPLAY_DOMAIN", done)
+    # nsys stats failing leaves the report and the status alone.
+    done, calls = nsys("--", *program, extra={"FAKE_NSYS_STATS_FAIL": "1"})
+    expect(done.returncode == 0 and "nsys stats failed" in done.stderr, "stats failure", done)
+    # An earlier report is not overwritten without -f true, and not mistaken for this run's.
+    done, calls = nsys("-o", "same", "--", *program)
+    done, calls = nsys("-o", "same", "--", *program)
+    expect(done.returncode != 0 and "from an earlier run" in done.stderr and len(calls) == 1,
+           "stale report", done)
+    done, calls = nsys("-o", "same", "-f", "true", "--", *program)
+    expect(done.returncode == 0 and len(calls) == 2, "-f true", done)
+    # No nsys at all.
+    done = wrapper("nsys", "--", *program, cwd=tmp, env={"PATH": "/usr/bin:/bin"})
+    expect(done.returncode == 127 and "nsys is not in PATH" in done.stderr, "no nsys", done)
+
+
+# ---- summary and merge ----------------------------------------------------------------------
+
+def record_ranks(tmp):
+    """Two processes' traces: rank 0 (2 graphs x 6, 2 threads) and rank 1 (3 graphs x 4)."""
+    paths = []
+    for rank, args in ((0, ["--graphs", "2", "--iters", "6", "--threads", "2"]),
+                       (1, ["--graphs", "3", "--iters", "4"])):
+        out = os.path.join(tmp, f"r{rank}.json")
+        done = wrapper("record", "-o", out, "--", launch_driver(), *args, cwd=tmp,
+                       env={"RANK": str(rank), "FERRUM_REPLAY_SITE": "off",
+                            "FERRUM_STANDIN_LAUNCH_SLEEP_US": "20"})
+        expect(done.returncode == 0, "record failed", done)
+        paths.append(out)
+    return paths
+
+
+def summary_rows(text):
+    return {(m[1], m[2]): int(m[3]) for m in
+            re.finditer(r"^(\S+)\s+(graph \d+)\s+(\d+)\s", text, re.M)}
+
+
+def test_summary_and_merge(tmp):
+    r0, r1 = record_ranks(tmp)
+    done = wrapper("summary", r0, r1, cwd=tmp)
+    expect(done.returncode == 0, "summary failed", done)
+    expect(done.stdout.startswith("ferrum-replay summary: 36 ranges in 2 traces (2 processes)"),
+           "summary header", done)
+    expect(summary_rows(done.stdout) == {(DOMAIN, "graph 1"): 16, (DOMAIN, "graph 2"): 16,
+                                         (DOMAIN, "graph 3"): 4},
+           f"summary rows {summary_rows(done.stdout)}", done)
+    expect(done.stdout.rstrip().endswith("protocol errors: none"), "errors line", done)
+    done = wrapper("summary", "--by-process", r0, r1, cwd=tmp)
+    expect(re.search(r"^rank 0 \(launch_driver, pid \d+\)\s+ferrum-replay\s+graph 1\s+12\s",
+                     done.stdout, re.M) and
+           re.search(r"^rank 1 \(launch_driver, pid \d+\)\s+ferrum-replay\s+graph 3\s+4\s",
+                     done.stdout, re.M), "--by-process rows", done)
+    done = wrapper("summary", "--domain", "global", r0, cwd=tmp)
+    expect("0 ranges in domain global" in done.stdout, "--domain filter", done)
+
+    done = wrapper("merge", "-o", "merged.%p.json", r0, r1, cwd=tmp)
+    expect(done.returncode == 0, "merge failed", done)
+    merged_path = os.path.join(tmp, f"merged.{done.pid}.json")
+    expect(os.path.exists(merged_path), "merge expands %p in -o", done)
+    merged = expect_good_trace(merged_path, done)
+    inputs = [trace_check.load(r0), trace_check.load(r1)]
+    pids = {e["pid"] for e in trace_check.ranges(merged)}
+    expect(len(pids) == 2, f"one process track per input: {pids}", done)
+    names = sorted(e["args"]["name"] for e in merged["traceEvents"]
+                   if e.get("ph") == "M" and e.get("name") == "process_name")
+    expect(len(names) == 2 and names[0].startswith("rank 0 ") and names[1].startswith("rank 1 ")
+           and "r0.json" in names[0], f"processes named by rank and file: {names}", done)
+    expect(len(trace_check.ranges(merged)) == sum(len(trace_check.ranges(t)) for t in inputs),
+           "every range kept", done)
+    # Aligned: each input's events moved by its origin's distance from the earliest.
+    origins = [t["ferrumReplay"]["clock"]["originMonotonicNs"] for t in inputs]
+    for trace, origin in zip(inputs, origins):
+        pid = trace["ferrumReplay"]["pid"]
+        first = trace_check.ranges(trace)[0]
+        moved = [e for e in trace_check.ranges(merged) if e["pid"] == pid
+                 and e["tid"] == first["tid"] and e["name"] == first["name"]
+                 and e["args"] == first["args"]]
+        expect(moved, "event found in the merged trace", done)
+        shift = (origin - min(origins)) / 1000
+        expect(abs(moved[0]["ts"] - (first["ts"] + shift)) < 0.002,
+               f"ts not aligned: {moved[0]['ts']} vs {first['ts']} + {shift}", done)
+    # The merged trace reads like any other: the same summary rows.
+    again = wrapper("summary", merged_path, cwd=tmp)
+    expect(summary_rows(again.stdout) == summary_rows(wrapper("summary", r0, r1, cwd=tmp).stdout)
+           and "(2 processes)" in again.stdout, "summary of the merged trace", again)
+    # Same pid twice (a copied file, or two hosts): the tracks stay apart.
+    copy = os.path.join(tmp, "copy.json")
+    shutil.copy(r0, copy)
+    done = wrapper("merge", "-o", "dup.json", r0, copy, cwd=tmp)
+    dup = trace_check.load(os.path.join(tmp, "dup.json"))
+    expect(len({e["pid"] for e in trace_check.ranges(dup)}) == 2, "duplicate pids", done)
+    # Bad input and usage.
+    broken = os.path.join(tmp, "broken.json")
+    with open(broken, "w") as handle:
+        handle.write('{"traceEvents": [')
+    done = wrapper("merge", "-o", "x.json", r0, broken, cwd=tmp)
+    expect(done.returncode == 2 and "not valid JSON" in done.stderr, "broken input", done)
+    done = wrapper("merge", r0, cwd=tmp)
+    expect(done.returncode == 2, "merge without -o", done)
+    done = wrapper("summary", cwd=tmp)
+    expect(done.returncode == 2, "summary without traces", done)
+
+
+# ---- env, run, demo -------------------------------------------------------------------------
+
+def test_env_and_run(tmp):
+    shim = env_path("FERRUM_SHIM")
+    recorder = env_path("FERRUM_RECORDER_LIB")
+    done = wrapper("env", cwd=tmp)
+    expect(done.returncode == 0, "env failed", done)
+    expect(f"export LD_PRELOAD='{shim}'" in done.stdout.splitlines() and
+           f"export NVTX_INJECTION64_PATH='{recorder}'" in done.stdout.splitlines(),
+           "env output", done)
+    # Used as documented: eval in a shell, then any program records.
+    script = (f'eval "$({WRAPPER} env -o {tmp}/env.%p.json)" && '
+              f'FERRUM_RECORD_TABLE=0 exec {launch_driver()} --iters 3')
+    done = run(["sh", "-c", script], tmp)
+    expect(done.returncode == 0, "eval env", done)
+    expect_good_trace(traces_in(tmp, r"env\.\d+\.json$")[0], done, launches=6)
+    done = wrapper("env", "--no-record", cwd=tmp, env={"LD_PRELOAD": recorder})
+    expect(done.stdout == f"export LD_PRELOAD='{shim} {recorder}'\n",
+           "--no-record: only LD_PRELOAD, the user's kept", done)
+    done = wrapper("env", "--docker", "-o", "/traces/", cwd=tmp)
+    lines = done.stdout.splitlines()
+    expect(f'ENV LD_PRELOAD="{shim}"' in lines and
+           f'ENV NVTX_INJECTION64_PATH="{recorder}"' in lines and
+           'ENV FERRUM_RECORD_OUT="/traces/"' in lines, "--docker", done)
+    done = wrapper("env", "--bogus", cwd=tmp)
+    expect(done.returncode == 2, "bad env argument", done)
+    # run: only the preload; no recorder attached.
+    done = wrapper("run", "--", ARGV_ECHO, cwd=tmp)
+    seen = echoed(done)
+    expect(seen["LD_PRELOAD"] == shim and seen["NVTX_INJECTION64_PATH"] is None, "run", done)
+
+
+def test_demo(tmp):
+    done = wrapper("demo", cwd=tmp, env={"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.txt")})
+    expect(done.returncode == 0, "demo failed", done)
+    replays = [int(n) for n in re.findall(r"=(\d+)", re.search(r"^replays: (.*)$", done.stdout,
+                                                                re.M)[1])]
+    traces = traces_in(tmp, r"ferrum-replay-demo\.\d+\.json$")
+    expect(len(traces) == 1, "the demo's trace in the working directory", done)
+    trace = expect_good_trace(traces[0], done)
+    counts = sorted(trace_check.counts_by_name(trace, DOMAIN).values())
+    expect(len(replays) == 5 and counts == sorted(replays),
+           f"one range per replay: {counts} vs {replays}", done)
+    expect("driver: ferrum-replay stand-in (no GPU on this machine)" in done.stdout and
+           "protocol errors: none" in done.stderr and "open the trace in" in done.stderr,
+           "the demo's output", done)
+
+
+# ---- ci-smoke-profile -----------------------------------------------------------------------
+
+def ci_smoke(*args, cwd, env=None):
+    return run([CI_SMOKE, *args], cwd, env)
+
+
+def expect_verdict(done, ok, text=""):
+    lines = done.stdout.splitlines()
+    verdicts = [l for l in lines if l.startswith("ci-smoke-profile: ")]
+    expect(len(verdicts) == 1, "exactly one verdict line on stdout", done)
+    word = "OK" if ok else "FAIL"
+    expect(verdicts[0].startswith(f"ci-smoke-profile: {word}: ") and text in verdicts[0],
+           f"expected {word} with '{text}', got {verdicts[0]!r}", done)
+    expect((done.returncode == 0) == ok, "exit status", done)
+
+
+def write(path, text):
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+def test_ci_smoke_profile(tmp):
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    named = {"FERRUM_REPLAY_SITE": "off", "FERRUM_STANDIN_LAUNCH_SLEEP_US": "300"}
+    expectations = write(os.path.join(tmp, "expect.txt"),
+                         "# name-pattern min-count [max-mean-ms]\n"
+                         '"graph 1" 10\n'
+                         "'graph *' 20 100   # generous: a stand-in replay takes 0.3 ms\n"
+                         "\n")
+    # Pass: counts from the shim's summary, balance, expectations; one line.
+    done = ci_smoke("--expect", expectations, "--", *program, cwd=tmp, env=named)
+    expect_verdict(done, True, "20 ranges of 2 graphs in 1 process, balanced; the shim's 20 "
+                               "launches all have their range; 2 expectations met")
+    # Every process of a multi-process workload counts.
+    done = ci_smoke("--", sys.executable, RANK_LAUNCHER, "--nproc", "2", "--", *program, cwd=tmp)
+    expect_verdict(done, True, "40 ranges of 2 graphs in 2 processes")
+    # Failures, one line each.
+    cases = [
+        ("min count", ["--expect", write(os.path.join(tmp, "e1"), '"graph 2" 11\n')], program,
+         named, "expectation line 1: 10 ranges match 'graph 2', expected at least 11"),
+        ("mean", ["--expect", write(os.path.join(tmp, "e2"), "graph* 1 0.05\n")], program,
+         named, "take"),
+        ("workload status", [], program, dict(named, FERRUM_STANDIN_LAUNCH_RESULT="1"),
+         "the workload exited with status 3"),
+        ("no graph", [], [ARGV_ECHO], {}, "no trace was written"),
+        ("no range", [], program, {"FERRUM_REPLAY": "off"}, "no trace was written"),
+        ("unbalanced", [], [env_path("NVTX_CLIENT"), "--domain", DOMAIN, "--iters", "2",
+                            "--unbalanced-pop"], {}, "unbalanced ranges: 1 pop without push"),
+        ("left open", [], [env_path("NVTX_CLIENT"), "--domain", DOMAIN, "--iters", "2",
+                           "--leave-open", "1"], {}, "open at exit"),
+        ("bad expectations", ["--expect", write(os.path.join(tmp, "e3"), "graph* x\n")],
+         program, named, "min-count must be an integer"),
+        ("missing program", [], [os.path.join(tmp, "nope")], {},
+         "the workload could not be started (status 127"),
+    ]
+    for label, options, workload, env, why in cases:
+        done = ci_smoke(*options, "--", *workload, cwd=tmp, env=env)
+        expect_verdict(done, False, why)
+        expect(done.returncode != 0, f"{label}: non-zero exit", done)
+    done = ci_smoke("--allow-no-ranges", "--", ARGV_ECHO, cwd=tmp)
+    expect_verdict(done, True, "0 ranges of 0 graphs in 0 processes")
+
+    # The shim's launch summary is the reference: a launch without its range fails. A wrapper
+    # program adds a line for a graph whose launches the recorder never saw.
+    liar = write(os.path.join(tmp, "liar.sh"),
+                 "#!/bin/sh\n\"$@\"; status=$?\n"
+                 "printf '  %5s  %10s  %8s  %8s  %s\\n' graph launches failed rejected name "
+                 "  9 5 0 0 'ghost graph' >\"$(printf %s \"$FERRUM_REPLAY_SUMMARY\" | "
+                 "sed \"s/%p/$$/\")\"\nexit $status\n")
+    os.chmod(liar, 0o755)
+    done = ci_smoke("--", liar, *program, cwd=tmp, env=named)
+    expect_verdict(done, False, "launches without their range: ghost graph: 5 launches, 0 ranges")
+
+    # --out keeps the traces and the shim's summaries.
+    keep = os.path.join(tmp, "kept")
+    done = ci_smoke("--out", keep, "--", *program, cwd=tmp)
+    expect_verdict(done, True)
+    expect(traces_in(os.path.join(keep, "traces")) and
+           [f for f in os.listdir(keep) if f.startswith("launches.")], "kept files", done)
+
+    # --nsys: the same verdicts from an Nsight Systems report (fake-nsys here).
+    nenv = dict(nsys_env(tmp), **named)
+    done = ci_smoke("--nsys", "--expect", expectations, "--", *program, cwd=tmp, env=nenv)
+    expect_verdict(done, True, "20 ranges of 2 graphs (Nsight Systems report); the shim's 20 "
+                               "launches all have their range")
+    done = ci_smoke("--nsys", "--", *program, cwd=tmp, env=dict(nenv, FERRUM_REPLAY="off"))
+    expect_verdict(done, False, "no range of domain 'ferrum-replay' was recorded")
+    done = ci_smoke("--bogus", cwd=tmp)
+    expect(done.returncode == 2, "usage error", done)
+
+
+# ---- gpu-smoke without a GPU ----------------------------------------------------------------
+
+def test_gpu_smoke_without_gpu(tmp):
+    done = run([GPU_SMOKE], tmp, env={"FERRUM_GPU_SMOKE_NVIDIACTL": os.path.join(tmp, "none")})
+    expect(done.returncode == 77 and "SKIP: no NVIDIA GPU" in done.stdout and
+           done.stdout.endswith("0 passed, 0 failed, 0 skipped\n"), "no device node", done)
+    # A device node, but nvidia-smi fails (a container without the GPU passed through).
+    bindir = os.path.join(tmp, "bin")
+    os.mkdir(bindir)
+    write(os.path.join(bindir, "nvidia-smi"), "#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\n"
+          "exit 9\n")
+    os.chmod(os.path.join(bindir, "nvidia-smi"), 0o755)
+    node = write(os.path.join(tmp, "nvidiactl"), "")
+    env = {"FERRUM_GPU_SMOKE_NVIDIACTL": node, "PATH": bindir + os.pathsep + os.environ["PATH"]}
+    done = run([GPU_SMOKE], tmp, env=env)
+    expect(done.returncode == 77 and "SKIP: nvidia-smi fails" in done.stdout, "nvidia-smi", done)
+    # nvidia-smi succeeds but there is no GPU behind it: every case runs, fails and says why,
+    # and the closing line counts them (no build: --no-build).
+    write(os.path.join(bindir, "nvidia-smi"), "#!/bin/sh\nexit 0\n")
+    done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, FERRUM_GPU_SMOKE_DIR=os.path.join(
+        tmp, "smoke"), FERRUM_GPU_SMOKE_TIMEOUT="60"), timeout=300)
+    verdicts = re.findall(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.+)$", done.stdout, re.M)
+    names = [v[1] for v in verdicts]
+    expect(names == ["real-static-runtime", "real-shared-runtime", "real-per-thread-stream",
+                     "demo", "torch"], f"one verdict per case: {names}", done)
+    expect(all(v[0] != "PASS" for v in verdicts), "nothing passes without a GPU", done)
+    failed = sum(v[0] == "FAIL" for v in verdicts)
+    skipped = sum(v[0] == "SKIP" for v in verdicts)
+    expect(done.stdout.endswith(f"0 passed, {failed} failed, {skipped} skipped\n")
+           and done.returncode == (1 if failed else 0), "closing line and status", done)
+
+
+# ---- the installed tree ---------------------------------------------------------------------
+
+def test_install_tree(tmp):
+    """meson install --destdir, then the installed wrapper finds its libraries relative to
+    itself (no build tree involved) and records, runs, and checks."""
+    dest = os.path.join(tmp, "dest")
+    done = run([env_path("MESON"), "install", "-C", BUILD, "--destdir", dest, "--no-rebuild",
+                "--quiet"], tmp)
+    expect(done.returncode == 0, "meson install failed", done)
+    wrappers = [os.path.join(d, f) for d, _, files in os.walk(dest) for f in files
+                if f == "ferrum-replay"]
+    expect(len(wrappers) == 1, f"one installed wrapper: {wrappers}", done)
+    installed = wrappers[0]
+    prefix = os.path.dirname(os.path.dirname(installed))
+    libs = {f: d for d, _, files in os.walk(prefix) for f in files}
+    for name in ("libferrum-replay.so", "libferrum-replay-recorder.so",
+                 "ferrum_replay_traces.py", "ferrum-replay-ci-smoke-profile"):
+        expect(name in libs, f"{name} not installed: {sorted(libs)}", done)
+    expect(libs["libferrum-replay.so"] == libs["libferrum-replay-recorder.so"] ==
+           libs["ferrum_replay_traces.py"] and
+           libs["libferrum-replay.so"].endswith(os.sep + "ferrum-replay"),
+           "shim, recorder and helper together in <libdir>/ferrum-replay", done)
+    expect(os.stat(installed).st_mode & stat.S_IXUSR, "the wrapper is executable", done)
+    # Nothing of the build tree may be used: a bogus build dir and another working directory.
+    env = {"FERRUM_BUILD_DIR": os.path.join(tmp, "no-build"), "FERRUM_REPLAY_BUILD": "1"}
+    done = run([installed, "env"], tmp, env)
+    expect(done.returncode == 0 and libs["libferrum-replay.so"] in done.stdout
+           and BUILD not in done.stdout, "installed env names the installed libraries", done)
+    done = run([installed, "record", "-o", "inst.%p.json", "--", launch_driver(), "--iters",
+                "3"], tmp, env)
+    expect(done.returncode == 0, "installed record", done)
+    trace = traces_in(tmp, r"inst\.\d+\.json$")
+    expect_good_trace(trace[0], done, launches=6)
+    done = run([installed, "summary", trace[0]], tmp, env)
+    expect(done.returncode == 0 and "6 ranges in 1 trace" in done.stdout, "installed summary",
+               done)
+    done = run([os.path.join(os.path.dirname(installed), "ferrum-replay-ci-smoke-profile"),
+                "--", launch_driver(), "--iters", "2"], tmp, env)
+    expect_verdict(done, True, "4 ranges")
+    done = run([installed, "--version"], tmp, env)
+    expect(done.stdout == f"ferrum-replay {env_path('PROJECT_VERSION')}\n", "version", done)
+    # The configured copy in the build directory works as well.
+    done = run([os.path.join(BUILD, "scripts", "ferrum-replay"), "run", "--", ARGV_ECHO],
+               tmp, {"FERRUM_BUILD_DIR": os.path.join(tmp, "no-build")})
+    expect(echoed(done)["LD_PRELOAD"] == env_path("FERRUM_SHIM"),
+           "build/scripts/ferrum-replay finds build/shim", done)
+
+
+TESTS = {name[len("test_"):]: fn for name, fn in globals().items() if name.startswith("test_")}
+
+
+def main():
+    names = sys.argv[1:] or list(TESTS)
+    failed = 0
+    for name in names:
+        if name not in TESTS:
+            print(f"FAIL {name}: no such scenario")
+            failed += 1
+            continue
+        with tempfile.TemporaryDirectory(prefix="ferrum-workflow-") as tmp:
+            try:
+                TESTS[name](os.path.realpath(tmp))
+            except (AssertionError, trace_check.TraceError, KeyError, IndexError, ValueError,
+                    OSError) as error:
+                failed += 1
+                print(f"FAIL {name}: {type(error).__name__}: {error}")
+                continue
+        print(f"ok   {name}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
