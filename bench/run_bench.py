@@ -18,8 +18,9 @@ What it runs, each in its own processes (a preload cannot be added to a running 
               Against the stand-in driver with FERRUM_STANDIN_BENCH=1: its launch does nothing
               but return, so the baseline is the cheapest real call into libcuda.so.1.
   start-up    bench/ferrum-bench-spawn: /bin/true and `python3 -c pass`, spawned in pairs
-              without/with the preload; medians and the median of the pairs' ratios. An empty
-              preloaded library (bench/empty_preload.c) gives the floor any preload pays.
+              without/with the preload; medians, and the median of the pairs' ratios and
+              differences (the vs-baseline column). An empty preloaded library
+              (bench/empty_preload.c) gives the floor any preload pays.
   side effects  bench/ferrum-bench-probe without/with the preload (threads, descriptors,
               environment, libraries mapped, stderr), and, where strace exists, every file
               /bin/true and python3 open and every thread they create.
@@ -173,7 +174,7 @@ def measure_startup(paths, env, program, count, warmup, preload=None):
             f"ferrum-bench-spawn {program[0]}")
     kv = keyvalues(p.stdout)
     return (int(kv["median_without_ns"]) / 1e6, int(kv["median_with_ns"]) / 1e6,
-            float(kv["median_pair_ratio"]))
+            float(kv["median_pair_ratio"]), int(kv["median_pair_diff_ns"]) / 1e3)
 
 
 def probe(paths, env, preload):
@@ -378,12 +379,12 @@ def build_table(launch, startup, effects, memory, opts):
                           med("baseline", "procaddress" + T1))), "", None)
 
     t.section("A process that never uses CUDA")
-    for label, (without, with_, pair_ratio), target in (
+    for label, (without, with_, pair_ratio, pair_diff_us), target in (
             ("start-up, /bin/true", startup["true"], "≤ 1.1×"),
             ("  floor: an empty preloaded library instead, /bin/true", startup["empty"], ""),
             ("start-up, python3 -c pass", startup["python"], "")):
         t.row(label + " (median of spawns)", f"{with_:.3f} ms", f"{without:.3f} ms",
-              f"{pair_ratio:.3f}× (+{(with_ - without) * 1000:.0f} µs)", target,
+              f"{pair_ratio:.3f}× ({pair_diff_us:+.0f} µs)", target,
               pair_ratio <= 1.1 if target else None)
     w, wo = effects["with"], effects["without"]
     added_libs = sorted(w["libs"] - wo["libs"])

@@ -11,6 +11,7 @@
  *   median_without_ns=<n>
  *   median_with_ns=<n>
  *   median_pair_ratio=<with/without of each pair, median>
+ *   median_pair_diff_ns=<with - without of each pair, median>
  * Exit status 1 if any spawn failed or a child did not exit 0. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -91,7 +92,8 @@ int main(int argc, char **argv) {
   long long *t_without = calloc((size_t)count, sizeof *t_without);
   long long *t_with = calloc((size_t)count, sizeof *t_with);
   double *ratios = calloc((size_t)count, sizeof *ratios);
-  if (!t_without || !t_with || !ratios) return 1;
+  long long *diffs = calloc((size_t)count, sizeof *diffs);
+  if (!t_without || !t_with || !ratios || !diffs) return 1;
   for (int i = -warmup; i < count; ++i) {
     /* Alternate which of the pair goes first, so neither always follows the other. */
     long long a, b;
@@ -106,10 +108,12 @@ int main(int argc, char **argv) {
       fprintf(stderr, "ferrum-bench-spawn: %s failed or exited non-zero\n", program[0]);
       return 1;
     }
-    if (i >= 0) t_without[i] = a, t_with[i] = b, ratios[i] = (double)b / (double)a;
+    if (i >= 0)
+      t_without[i] = a, t_with[i] = b, ratios[i] = (double)b / (double)a, diffs[i] = b - a;
   }
   printf("median_without_ns=%lld\n", median_ll(t_without, count));
   printf("median_with_ns=%lld\n", median_ll(t_with, count));
   printf("median_pair_ratio=%.4f\n", median_d(ratios, count));
+  printf("median_pair_diff_ns=%lld\n", median_ll(diffs, count));
   return 0;
 }
