@@ -10,13 +10,13 @@
 namespace ferrum {
 namespace detail {
 std::atomic<int> g_phase{kUntouched};
+nvtxDomainHandle_t g_domain = nullptr;
 }  // namespace detail
 
 namespace {
 
 Settings g_settings;
 std::atomic<int> g_settings_state{0};  // 0: unread, 1: being read, 2: read
-nvtxDomainHandle_t g_domain = nullptr;
 
 // Set while this thread activates: NVTX attaches its tool inside nvtxDomainCreateA, and a
 // tool (Nsight's injection) may call CUDA from there. Such a re-entrant launch passes through.
@@ -35,12 +35,13 @@ int activate() {
     log_line(LogLevel::info, "FERRUM_REPLAY=off: every launch passes through untouched");
     return detail::kPassThrough;
   }
-  g_domain = nvtxDomainCreateA(g_settings.domain);
+  detail::g_domain = nvtxDomainCreateA(g_settings.domain);
   load_names_file(g_settings.names_path);
   log_line(LogLevel::info, "active: ranges in NVTX domain '%s'; %s", g_settings.domain,
-           g_domain ? "an NVTX tool is attached"
-                    : "no NVTX tool is attached (NVTX_INJECTION64_PATH unset or the tool failed), "
-                      "so ranges cost almost nothing and go nowhere");
+           detail::g_domain
+               ? "an NVTX tool is attached"
+               : "no NVTX tool is attached (NVTX_INJECTION64_PATH unset or the tool failed), "
+                 "so ranges cost almost nothing and go nowhere");
   return detail::kActive;
 }
 
@@ -92,10 +93,6 @@ const Settings &settings() {
     while (g_settings_state.load(std::memory_order_acquire) != 2) sched_yield();
   }
   return g_settings;
-}
-
-nvtxDomainHandle_t shim_domain() {
-  return g_domain;
 }
 
 }  // namespace ferrum

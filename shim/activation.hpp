@@ -14,6 +14,7 @@ namespace ferrum {
 namespace detail {
 enum Phase : int { kUntouched = 0, kActivating = 1, kActive = 2, kPassThrough = 3 };
 extern std::atomic<int> g_phase;
+extern nvtxDomainHandle_t g_domain;  // written once, before g_phase becomes kActive
 bool activate_slow();
 }  // namespace detail
 
@@ -31,6 +32,9 @@ inline bool shim_active() {
 const Settings &settings();
 
 // Our NVTX domain; null when no NVTX tool is attached (NVTX then ignores every call).
-nvtxDomainHandle_t shim_domain();
+// Inline: read on every launch, after shim_active() has ordered it.
+inline nvtxDomainHandle_t shim_domain() {
+  return detail::g_domain;
+}
 
 }  // namespace ferrum

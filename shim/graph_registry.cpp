@@ -50,8 +50,6 @@ void install_fork_handlers() {
   pthread_atfork(lock_before_fork, unlock_after_fork, reset_in_child);
 }
 
-constinit GraphRegistry g_registry;
-
 // What the slow paths learn outside the mutex: walking the stack and querying the driver
 // take the loader's lock, which a thread inside dlopen may hold while it calls CUDA.
 struct Observation {
@@ -115,11 +113,9 @@ void MessageCounts::remove(uint64_t hash) {
 template struct ChunkPool<GraphRecord>;
 template struct ChunkPool<GraphLabel>;
 
-}  // namespace detail
+constinit GraphRegistry g_registry;
 
-GraphRegistry &graph_registry() {
-  return g_registry;
-}
+}  // namespace detail
 
 uint32_t color_for_name(const char *name) {
   const uint64_t hash = hash_text(name);

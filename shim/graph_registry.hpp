@@ -166,8 +166,15 @@ class GraphRegistry {
   GraphRecord *overflow_ = nullptr;
 };
 
+namespace detail {
+extern GraphRegistry g_registry;
+}  // namespace detail
+
 // The process-wide registry (zero-initialised static storage: costs nothing until used).
-GraphRegistry &graph_registry();
+// Inline: read on every launch.
+inline GraphRegistry &graph_registry() {
+  return detail::g_registry;
+}
 
 // A colour derived from the name alone, so a graph keeps its colour across runs.
 uint32_t color_for_name(const char *name);
