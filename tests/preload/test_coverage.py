@@ -134,7 +134,20 @@ def deepbind_reported_once():
     expect(quiet.returncode == 0 and quiet.stderr == "", "not silent by default", quiet)
 
 
+def loader_passthrough():
+    """dlsym/dlvsym/dlopen for anything that is not a CUDA entry point answer exactly as
+    without the shim: same addresses (RTLD_NEXT too), same NULL and dlerror on failure."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "coverage",
+                          "loader_passthrough.py")
+    bare = run([sys.executable, script], preload=False, record=False)
+    shimmed = run([sys.executable, script], record=False)
+    expect(bare.returncode == 0, "the script failed", bare)
+    expect(shimmed.stdout == bare.stdout and shimmed.stderr == bare.stderr,
+           f"loader answers differ under the shim:\nwithout:\n{bare.describe()}", shimmed)
+
+
 SCENARIOS = {f.__name__: f for f in (
+    loader_passthrough,
     dlopen_local_dlsym, procaddress_flags_0, procaddress_flags_2, procaddress_legacy_self_query,
     shared_runtime_table, static_runtime, runtime_driver_entry_point, python_ctypes,
     stacked_interposers_both_orders, interposable_driver, eight_threads_resolving,
