@@ -102,9 +102,14 @@ uint64_t run_start_ns(uint64_t origin_realtime_ns, const std::string &session_fi
 // file. The choice is made under an flock of the directory and claimed at once (a placeholder
 // is created, or the old file's time stamp refreshed), so processes that exit at the same
 // moment choose one after the other. Returns the path to write; *created is set when a
-// placeholder was created (to be removed if the trace cannot be written).
-std::string claim_output(const std::string &absolute, long pid, uint64_t start, bool *created) {
+// placeholder was created (to be removed if the trace cannot be written), *claimed when the
+// file at the returned path may be replaced (the placeholder, or an earlier trace of ours).
+// An older file that is not a ferrum-replay trace is neither touched nor claimed unless
+// `force`: write_trace_file then leaves it alone and writes NAME.1.EXT (trace_writer.hpp).
+std::string claim_output(const std::string &absolute, long pid, uint64_t start, bool force,
+                         bool *created, bool *claimed) {
   *created = false;
+  *claimed = false;
   const size_t slash = absolute.rfind('/');
   const std::string dir = slash == 0 ? "/" : absolute.substr(0, slash);
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -117,8 +122,9 @@ std::string claim_output(const std::string &absolute, long pid, uint64_t start, 
     constexpr uint64_t kMarginNs = 10'000'000;
     if (start != 0 && mtime_ns(st) + kMarginNs >= start) {
       chosen = with_pid(absolute, pid);  // a sibling's trace: keep it
-    } else {
+    } else if (force || is_ferrum_trace_file(absolute)) {
       ::utimensat(AT_FDCWD, absolute.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);  // ours now
+      *claimed = true;
     }
   }
   if (chosen != absolute || ::lstat(chosen.c_str(), &st) != 0) {
@@ -126,7 +132,7 @@ std::string claim_output(const std::string &absolute, long pid, uint64_t start, 
                           0644);
     if (fd >= 0) {
       ::close(fd);
-      *created = true;
+      *created = *claimed = true;
     }
   }
   ::flock(dir_fd, LOCK_UN);
@@ -134,10 +140,17 @@ std::string claim_output(const std::string &absolute, long pid, uint64_t start, 
   return chosen;
 }
 
+// One line per message, whatever bytes the path holds (it may come from %q{VAR}).
+std::string one_line(const std::string &text) {
+  std::string out;
+  for (char c : text) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) ? '?' : c;
+  return out;
+}
+
 }  // namespace
 
-void write_exit_report(const Recorder &recorder, const Settings &settings, const std::string &cwd) {
-  Snapshot snap = recorder.snapshot();
+void write_exit_report(Recorder &recorder, const Settings &settings, const std::string &cwd) {
+  Snapshot snap = recorder.snapshot_for_report();
 
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
@@ -146,22 +159,31 @@ void write_exit_report(const Recorder &recorder, const Settings &settings, const
       expand_output_path(settings.out_pattern, snap.pid, host, process_env, nullptr);
   std::string absolute = absolute_path(path, cwd);
   bool placeholder = false;
+  bool claimed = false;
   if (const std::string chosen = claim_output(
           absolute, snap.pid, run_start_ns(snap.origin_realtime_ns, settings.session_file),
-          &placeholder);
+          settings.force, &placeholder, &claimed);
       chosen != absolute) {
     path = with_pid(path, snap.pid);
     absolute = chosen;
   }
 
-  std::string error;
-  const bool written = write_trace_file(absolute, snap, &error);
+  TraceFileOptions options;
+  options.force = settings.force || claimed;
+  TraceFileOutcome outcome;
+  const bool written = write_trace_file(absolute, snap, options, &outcome);
   if (!written && placeholder) ::unlink(absolute.c_str());
   if (!written)
-    write_stderr("ferrum-replay recorder: cannot write trace to " + path + ": " + error + "\n");
+    write_stderr("ferrum-replay recorder: cannot write trace to " + one_line(path) + ": " +
+                 outcome.error + "\n");
+  else if (outcome.diverted)
+    write_stderr("ferrum-replay recorder: " + one_line(absolute) +
+                 " exists and is not a ferrum-replay trace; left it alone and wrote " +
+                 one_line(outcome.written_path) + " (FERRUM_RECORD_FORCE=1 replaces it)\n");
 
   if (settings.table)
-    write_stderr(format_summary(snap, aggregate(snap), written ? absolute : std::string()));
+    write_stderr(format_summary(snap, aggregate(snap),
+                                written ? one_line(outcome.written_path) : std::string()));
 }
 
 }  // namespace ferrum_replay::recorder

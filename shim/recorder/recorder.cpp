@@ -66,7 +66,8 @@ ThreadBuffer &Recorder::current_thread() {
   ThreadSlot &slot = t_slot;
   if (slot.generation == generation_) [[likely]]
     return *slot.buffer;
-  auto *buffer = new ThreadBuffer(os_thread_id(), own_thread_name());
+  auto *buffer = new ThreadBuffer(os_thread_id(), own_thread_name(),
+                                  settings_.spill ? &spill_ : nullptr);
   {
     std::lock_guard lock(threads_mu_);
     threads_.push_back(buffer);
@@ -132,6 +133,16 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
 }
 
 Snapshot Recorder::snapshot() const {
+  return take_snapshot(true);
+}
+
+Snapshot Recorder::snapshot_for_report() {
+  Snapshot snap = take_snapshot(false);
+  for (ThreadSnapshot &t : snap.threads) compact_runs(spill_, t.runs);
+  return snap;
+}
+
+Snapshot Recorder::take_snapshot(bool materialize) const {
   Snapshot snap;
   snap.pid = static_cast<long>(getpid());
   snap.process_name = read_proc_line("/proc/self/comm");
@@ -158,11 +169,20 @@ Snapshot Recorder::snapshot() const {
       if (ts.name.empty()) ts.name = t->initial_name();
     }
     ts.open_frames = t->published_open_frames();
-    t->for_each_event([&](const Event &e) { ts.events.push_back(e); });
+    t->collect(&ts.events, &ts.runs);
     sort_events(ts.events);
+    if (!ts.runs.empty()) snap.spill = &spill_;
+    if (materialize && !ts.runs.empty()) {
+      std::vector<Event> all;
+      all.reserve(ts.event_count());
+      for_each_event_in_order(snap, ts, [&](const Event &e) { all.push_back(e); });
+      ts.events.swap(all);
+      ts.runs.clear();
+    }
     snap.errors.open_at_exit += ts.open_frames;
     snap.threads.push_back(std::move(ts));
   }
+  if (materialize) snap.spill = nullptr;
   snap.rejected_pushes = rejected_.load(std::memory_order_relaxed);
   snap.errors.pop_without_push = pop_without_push_.load(std::memory_order_relaxed);
   snap.errors.pop_wrong_domain = pop_wrong_domain_.load(std::memory_order_relaxed);
@@ -172,14 +192,18 @@ Snapshot Recorder::snapshot() const {
 void Recorder::before_fork() {
   threads_mu_.lock();
   names_.mutex().lock();
+  spill_.lock_for_fork();
 }
 
 void Recorder::after_fork_in_parent() {
+  spill_.unlock_after_fork();
   names_.mutex().unlock();
   threads_mu_.unlock();
 }
 
 void Recorder::after_fork_in_child() {
+  spill_.unlock_after_fork();
+  spill_.forget_after_fork();
   names_.mutex().unlock();
   // Only the forking thread exists in the child. The parent's other threads, their open ranges
   // and every range completed before the fork belong to the parent's trace.

@@ -50,9 +50,17 @@ class Recorder {
   // naming) and for tests.
   ThreadBuffer &current_thread();
 
-  // Copies everything recorded so far. Safe while other threads keep recording: what they
-  // complete after their buffer has been read is simply not included.
+  // Copies everything recorded so far, spilled events included, into memory. Safe while other
+  // threads keep recording: what they complete after their buffer has been read is simply not
+  // included.
   Snapshot snapshot() const;
+  // The same, but spilled events stay in the spill file (Snapshot::spill, ThreadSnapshot::runs),
+  // merged as the trace is written: what the exit report uses, so that writing a long run's
+  // trace does not need the whole run in memory.
+  Snapshot snapshot_for_report();
+
+  // The process's spill file (tests: how much was spilled).
+  const SpillFile &spill_file() const { return spill_; }
 
   // fork() support, see pthread_atfork in injection.cpp.
   void before_fork();
@@ -61,6 +69,7 @@ class Recorder {
 
  private:
   bool should_reject(const nvtxDomainRegistration_st &domain) noexcept;
+  Snapshot take_snapshot(bool materialize) const;
 
   const Settings settings_;
   const uint64_t origin_ns_;
@@ -69,6 +78,9 @@ class Recorder {
   // recorder at the address of a destroyed one never reuses a stale buffer.
   const uint64_t generation_;
   NameRegistry names_;
+  // Before threads_: buffers may spill until the very end, so it outlives them (it is declared
+  // first, destroyed last). Null in ThreadBuffers when spilling is switched off.
+  SpillFile spill_;
 
   mutable std::mutex threads_mu_;  // thread registration, snapshot and fork only
   std::vector<ThreadBuffer *> threads_;

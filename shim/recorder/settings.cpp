@@ -99,6 +99,20 @@ Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *
     }
   }
 
+  if (const char *force = env("FERRUM_RECORD_FORCE", context); force && *force) {
+    const std::string_view f(force);
+    if (f == "1" || equals_ignore_case(f, "true") || equals_ignore_case(f, "yes") ||
+        equals_ignore_case(f, "on")) {
+      s.force = true;
+    } else if (!(f == "0" || equals_ignore_case(f, "false") || equals_ignore_case(f, "no") ||
+                 equals_ignore_case(f, "off")) &&
+               warnings) {
+      warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_FORCE='" + std::string(f) +
+                          "' is invalid (expected 1 or 0); not replacing files that are not "
+                          "ferrum-replay traces\n");
+    }
+  }
+
   if (const char *dom = env("FERRUM_RECORD_REJECT_DOMAIN", context); dom && *dom) {
     s.reject_domain_only = true;
     s.reject_domain = dom;

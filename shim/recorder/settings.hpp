@@ -18,6 +18,10 @@
 //                                since then by another process is never overwritten, even by a
 //                                process that started after it was written.
 //   FERRUM_RECORD_TABLE=0        no summary table on stderr (also false/no/off).
+//   FERRUM_RECORD_FORCE=1        replace whatever file or symbolic link is at the trace path
+//                                (also true/yes/on). By default only an earlier ferrum-replay
+//                                trace is replaced; anything else is left alone and the trace
+//                                goes to NAME.1.EXT, NAME.2.EXT, ... (trace_writer.hpp).
 //   FERRUM_RECORD_REJECT         fault injection, to test that callers keep push and pop
 //                                balanced when a tool refuses a range:
 //                                  all  every push returns -1;
@@ -51,6 +55,8 @@ struct Settings {
   std::string rank_variable;
   std::string rank_value;
   std::string session_file;  // FERRUM_RECORD_SESSION, empty if unset
+  bool force = false;  // FERRUM_RECORD_FORCE: replace an existing file that is not our trace
+  bool spill = true;   // spill full chunks of events to a temporary file (tests switch it off)
 };
 
 // A getenv stand-in, so that tests can parse settings without touching the process environment.

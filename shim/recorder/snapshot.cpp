@@ -4,9 +4,15 @@
 
 namespace ferrum_replay::recorder {
 
+uint64_t ThreadSnapshot::event_count() const {
+  uint64_t n = events.size();
+  for (const SpillRun &run : runs) n += run.count;
+  return n;
+}
+
 uint64_t Snapshot::range_count() const {
   uint64_t n = 0;
-  for (const ThreadSnapshot &t : threads) n += t.events.size();
+  for (const ThreadSnapshot &t : threads) n += t.event_count();
   return n;
 }
 
@@ -14,9 +20,12 @@ std::vector<std::string> Snapshot::used_domains() const {
   std::vector<bool> used(domain_names.size(), false);
   // Every created domain is listed (ids >= 1); the implicit global domain only when used.
   for (size_t id = 1; id < used.size(); ++id) used[id] = true;
-  for (const ThreadSnapshot &t : threads)
+  for (const ThreadSnapshot &t : threads) {
     for (const Event &e : t.events)
       if (e.domain_id < used.size()) used[e.domain_id] = true;
+    for (const SpillRun &run : t.runs)
+      if (run.uses_global_domain && !used.empty()) used[0] = true;
+  }
   std::vector<std::string> out;
   for (size_t id = 0; id < used.size(); ++id)
     if (used[id]) out.push_back(domain_names[id]);
@@ -25,16 +34,111 @@ std::vector<std::string> Snapshot::used_domains() const {
   return out;
 }
 
-void sort_events(std::vector<Event> &events) {
+bool event_before(const Event &a, const Event &b) {
   // Events are stored in the order ranges *ended*; viewers want start order with an enclosing
   // range before the ranges it contains, which "earlier start, then later end" guarantees. Equal
   // intervals (possible at clock resolution) keep the outer range first by depth.
-  std::sort(events.begin(), events.end(), [](const Event &a, const Event &b) {
-    if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
-    if (a.end_ns != b.end_ns) return a.end_ns > b.end_ns;
-    if (a.domain_id != b.domain_id) return a.domain_id < b.domain_id;
-    return a.depth < b.depth;
-  });
+  if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
+  if (a.end_ns != b.end_ns) return a.end_ns > b.end_ns;
+  if (a.domain_id != b.domain_id) return a.domain_id < b.domain_id;
+  return a.depth < b.depth;
+}
+
+void sort_events(Event *begin, Event *end) {
+  std::sort(begin, end, event_before);
+}
+
+void sort_events(std::vector<Event> &events) {
+  sort_events(events.data(), events.data() + events.size());
+}
+
+MergedEvents::MergedEvents(const Snapshot &snap, const ThreadSnapshot &thread)
+    : memory_(thread.events) {
+  if (snap.spill) {
+    readers_.reserve(thread.runs.size());
+    for (const SpillRun &run : thread.runs) readers_.emplace_back(*snap.spill, run);
+  }
+  for (size_t source = 0; source <= readers_.size(); ++source)
+    if (head(source)) heap_.push_back(source);
+  // std heaps put the largest first: "larger" here means later in trace order.
+  std::make_heap(heap_.begin(), heap_.end(),
+                 [this](size_t a, size_t b) { return source_before(b, a); });
+}
+
+const Event *MergedEvents::head(size_t source) {
+  if (source == 0) return memory_pos_ < memory_.size() ? &memory_[memory_pos_] : nullptr;
+  return readers_[source - 1].peek();
+}
+
+bool MergedEvents::source_before(size_t a, size_t b) {
+  const Event *x = head(a);
+  const Event *y = head(b);
+  if (event_before(*x, *y)) return true;
+  if (event_before(*y, *x)) return false;
+  return a < b;  // equal events: a fixed order, memory first
+}
+
+const Event *MergedEvents::next() {
+  const auto later = [this](size_t a, size_t b) { return source_before(b, a); };
+  if (current_ != SIZE_MAX) {
+    if (current_ == 0)
+      ++memory_pos_;
+    else
+      readers_[current_ - 1].advance();
+    if (head(current_)) {
+      heap_.push_back(current_);
+      std::push_heap(heap_.begin(), heap_.end(), later);
+    }
+    current_ = SIZE_MAX;
+  }
+  if (heap_.empty()) return nullptr;
+  std::pop_heap(heap_.begin(), heap_.end(), later);
+  current_ = heap_.back();
+  heap_.pop_back();
+  return head(current_);
+}
+
+void compact_runs(SpillFile &spill, std::vector<SpillRun> &runs, size_t max_runs) {
+  if (max_runs < 2) max_runs = 2;
+  while (runs.size() > max_runs) {
+    std::vector<SpillRun> merged_runs;
+    for (size_t first = 0; first < runs.size(); first += max_runs) {
+      const size_t last = std::min(runs.size(), first + max_runs);
+      if (last - first == 1) {
+        merged_runs.push_back(runs[first]);
+        continue;
+      }
+      // Merge runs[first, last) through a throwaway snapshot that holds only them.
+      Snapshot part;
+      part.spill = &spill;
+      ThreadSnapshot group;
+      group.runs.assign(runs.begin() + static_cast<ptrdiff_t>(first),
+                        runs.begin() + static_cast<ptrdiff_t>(last));
+      const uint64_t count = group.event_count();
+      SpillRun out;
+      if (count > UINT32_MAX || !spill.reserve(count, &out)) return;
+      MergedEvents merged(part, group);
+      constexpr uint32_t kBatch = 1024;
+      std::vector<Event> batch;
+      batch.reserve(kBatch);
+      uint32_t written = 0;
+      for (const Event *e = merged.next();; e = merged.next()) {
+        if (e) {
+          batch.push_back(*e);
+          out.uses_global_domain |= e->domain_id == 0;
+        }
+        if (batch.size() == kBatch || (!e && !batch.empty())) {
+          if (!spill.write(out, written, batch.data(), static_cast<uint32_t>(batch.size()))) return;
+          written += static_cast<uint32_t>(batch.size());
+          batch.clear();
+        }
+        if (!e) break;
+      }
+      if (written != out.count) return;  // a run became unreadable: keep the originals
+      merged_runs.push_back(out);
+    }
+    runs.swap(merged_runs);
+  }
 }
 
 }  // namespace ferrum_replay::recorder

@@ -2,11 +2,13 @@
 // the table work on this copy only, so they are pure functions that unit tests can feed directly.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "event.hpp"
+#include "spill_file.hpp"
 
 namespace ferrum_replay::recorder {
 
@@ -21,7 +23,12 @@ struct ThreadSnapshot {
   uint32_t tid = 0;
   std::string name;
   std::vector<Event> events;  // sorted by start, longer first on ties (so parents precede children)
+  // Events spilled to Snapshot::spill while recording, each run sorted like `events`. The trace
+  // order is the merge of `events` and every run (for_each_event_in_order).
+  std::vector<SpillRun> runs;
   uint32_t open_frames = 0;
+
+  uint64_t event_count() const;
 };
 
 struct Snapshot {
@@ -33,6 +40,7 @@ struct Snapshot {
   std::string rank_variable, rank_value;  // the job rank (settings.hpp), if any
   std::vector<std::string> domain_names;  // display names by domain id ([0] = "global")
   std::vector<ThreadSnapshot> threads;
+  const SpillFile *spill = nullptr;  // holds the threads' runs; null when none has any
   uint64_t rejected_pushes = 0;
   ProtocolErrors errors;
 
@@ -41,7 +49,52 @@ struct Snapshot {
   std::vector<std::string> used_domains() const;
 };
 
+// Trace order: earlier start first; on equal starts the longer (enclosing) range first.
+bool event_before(const Event &a, const Event &b);
+
 // Sorts one thread's events into trace order.
 void sort_events(std::vector<Event> &events);
+void sort_events(Event *begin, Event *end);
+
+// A thread's events in trace order, `events` merged with the spilled runs. Reads the runs in
+// small batches: memory stays bounded by the number of runs, not of events.
+class MergedEvents {
+ public:
+  MergedEvents(const Snapshot &snap, const ThreadSnapshot &thread);
+  // The next event in trace order, or nullptr at the end.
+  const Event *next();
+
+ private:
+  bool source_before(size_t a, size_t b);
+  const Event *head(size_t source);
+
+  const std::vector<Event> &memory_;
+  size_t memory_pos_ = 0;
+  std::vector<RunReader> readers_;  // source i + 1
+  std::vector<size_t> heap_;        // sources that still have events, a min-heap by head()
+  size_t current_ = SIZE_MAX;       // the source whose head was returned last
+};
+
+template <class F>
+void for_each_event_in_order(const Snapshot &snap, const ThreadSnapshot &thread, F &&f) {
+  MergedEvents merged(snap, thread);
+  while (const Event *e = merged.next()) f(*e);
+}
+
+// Any order, cheaper: for statistics.
+template <class F>
+void for_each_event(const Snapshot &snap, const ThreadSnapshot &thread, F &&f) {
+  for (const Event &e : thread.events) f(e);
+  if (thread.runs.empty() || !snap.spill) return;
+  for (const SpillRun &run : thread.runs) {
+    RunReader reader(*snap.spill, run);
+    for (const Event *e = reader.peek(); e; reader.advance(), e = reader.peek()) f(*e);
+  }
+}
+
+// Merges groups of runs into longer runs (appended to `spill`) until at most `max_runs` remain,
+// so that MergedEvents never reads from more than `max_runs` + 1 sources at once. Keeps `runs`
+// unchanged if the spill file cannot be written.
+void compact_runs(SpillFile &spill, std::vector<SpillRun> &runs, size_t max_runs = 256);
 
 }  // namespace ferrum_replay::recorder

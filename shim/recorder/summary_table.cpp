@@ -15,14 +15,14 @@ std::vector<RangeStats> aggregate(const Snapshot &snap) {
   std::map<std::pair<std::string, std::string>, RangeStats> by_text;
   for (const ThreadSnapshot &t : snap.threads) {
     std::map<std::pair<uint32_t, const char *>, RangeStats> by_pointer;
-    for (const Event &e : t.events) {
+    for_each_event(snap, t, [&](const Event &e) {
       RangeStats &s = by_pointer[{e.domain_id, e.attrs.name}];
       const uint64_t dur = e.end_ns - e.start_ns;
       s.min_ns = s.count == 0 ? dur : std::min(s.min_ns, dur);
       s.max_ns = std::max(s.max_ns, dur);
       s.total_ns += dur;
       ++s.count;
-    }
+    });
     for (const auto &[key, s] : by_pointer) {
       const std::string domain =
           key.first < snap.domain_names.size() ? snap.domain_names[key.first] : "?";
@@ -78,7 +78,7 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
   std::string out = "ferrum-replay recorder: ";
   size_t threads_with_ranges = 0;
   for (const ThreadSnapshot &t : snap.threads)
-    if (!t.events.empty()) ++threads_with_ranges;
+    if (t.event_count() != 0) ++threads_with_ranges;
   out += std::to_string(snap.range_count()) + " ranges on " + std::to_string(threads_with_ranges) +
          " threads";  // fixed wording, even for 1: scripts parse this line
   out += trace_path.empty() ? ", trace not written\n" : ", trace: " + trace_path + "\n";

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "snapshot.hpp"
+
 namespace ferrum_replay::recorder {
 
 namespace {
@@ -9,8 +11,12 @@ namespace {
 constexpr size_t kArenaBlock = 16 * 1024;
 }  // namespace
 
-ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name)
-    : tid_(tid), initial_name_(std::move(initial_name)), head_(new Chunk), tail_(head_) {}
+ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill)
+    : tid_(tid),
+      initial_name_(std::move(initial_name)),
+      head_(new Chunk),
+      tail_(head_),
+      spill_(spill) {}
 
 ThreadBuffer::~ThreadBuffer() {
   free_chunks();
@@ -52,23 +58,49 @@ const char *ThreadBuffer::intern(std::string_view text) {
   return copy;
 }
 
-void ThreadBuffer::append(const Event &event) {
-  uint32_t n = tail_->count.load(std::memory_order_relaxed);
-  if (n == Chunk::kCapacity) {
-    Chunk *fresh = new Chunk;
-    tail_->next.store(fresh, std::memory_order_release);
-    tail_ = fresh;
-    n = 0;
+void ThreadBuffer::make_room() {
+  if (spill_ && head_ == tail_) {
+    std::lock_guard lock(mu_);
+    Chunk &chunk = *tail_;
+    // Sorted runs let the exit writer merge instead of sorting everything in memory.
+    sort_events(chunk.events, chunk.events + Chunk::kCapacity);
+    SpillRun run;
+    if (spill_->append(chunk.events, Chunk::kCapacity, &run)) {
+      for (const Event &e : chunk.events) run.uses_global_domain |= e.domain_id == 0;
+      runs_.push_back(run);
+      chunk.count.store(0, std::memory_order_relaxed);  // readers hold mu_: none is looking
+      return;
+    }
   }
+  Chunk *fresh = new Chunk;
+  tail_->next.store(fresh, std::memory_order_release);
+  tail_ = fresh;
+}
+
+void ThreadBuffer::append(const Event &event) {
+  if (tail_->count.load(std::memory_order_relaxed) == Chunk::kCapacity) make_room();
+  const uint32_t n = tail_->count.load(std::memory_order_relaxed);
   tail_->events[n] = event;
   // Publishes the event: a reader that sees the new count also sees its contents.
   tail_->count.store(n + 1, std::memory_order_release);
 }
 
+void ThreadBuffer::collect(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled) const {
+  std::lock_guard lock(mu_);
+  if (spilled) *spilled = runs_;
+  for (const Chunk *c = head_; c; c = c->next.load(std::memory_order_acquire)) {
+    const uint32_t n = c->count.load(std::memory_order_acquire);
+    in_memory->insert(in_memory->end(), c->events, c->events + n);
+  }
+}
+
 void ThreadBuffer::restart_after_fork(uint32_t tid) {
   // Only this thread exists in the child, so nobody can be reading the chunks being replaced.
+  // A reader in the parent may have held mu_ at the fork: the child's copy starts afresh.
+  new (&mu_) std::mutex;
   free_chunks();
   head_ = tail_ = new Chunk;
+  runs_.clear();  // they are in the parent's spill file, and belong to the parent's trace
   tid_ = tid;
 }
 

@@ -1,21 +1,30 @@
 // Per-thread storage of ranges. The owning thread is the only writer, so recording a range takes
 // no lock; the exit writer (possibly on another thread, possibly while this thread is still
 // pushing) reads concurrently:
-//   - completed events live in a linked list of fixed-size chunks that never move; each chunk's
-//     count is published with a release store after the event is written, and read with acquire;
+//   - completed events go into a fixed-size chunk; its count is published with a release store
+//     after the event is written, and read with acquire;
+//   - when the chunk is full, the owner sorts it into trace order and spills it to the process's
+//     SpillFile as one run, then reuses the chunk: memory stays bounded however long the thread
+//     records. Spilling and reading take the buffer's mutex (once per chunk for the owner), so a
+//     reader never sees a chunk being recycled. If spilling fails, a fresh chunk is linked
+//     instead and nothing is lost (memory then grows, as it would without a spill file);
 //   - the number of open frames is mirrored in an atomic for the open-at-exit count;
 //   - names are copied into an append-only arena owned by the thread, so an event's name pointer
-//     stays valid even after the thread exits (buffers are kept until the process ends).
+//     stays valid even after the thread exits (buffers are kept until the process ends). This is
+//     the one part that grows on a long run: by the distinct names a thread records, not by the
+//     number of ranges.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
 
 #include "event.hpp"
+#include "spill_file.hpp"
 
 namespace ferrum_replay::recorder {
 
@@ -30,7 +39,8 @@ struct Frame {
 
 class ThreadBuffer {
  public:
-  ThreadBuffer(uint32_t tid, std::string initial_name);
+  // `spill` may be null: then every event stays in memory.
+  ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill = nullptr);
   ~ThreadBuffer();
   ThreadBuffer(const ThreadBuffer &) = delete;
   ThreadBuffer &operator=(const ThreadBuffer &) = delete;
@@ -52,13 +62,8 @@ class ThreadBuffer {
 
   // ---- any thread ----
   uint32_t published_open_frames() const { return open_published_.load(std::memory_order_relaxed); }
-  template <class F>
-  void for_each_event(F &&f) const {
-    for (const Chunk *c = head_; c; c = c->next.load(std::memory_order_acquire)) {
-      const uint32_t n = c->count.load(std::memory_order_acquire);
-      for (uint32_t i = 0; i < n; ++i) f(c->events[i]);
-    }
-  }
+  // Copies the events still in memory (in the order they ended) and the runs already spilled.
+  void collect(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled) const;
 
   // ---- in a fork() child, where the calling thread is the only one left ----
   // Drops the parent's completed events (they belong to the parent's trace) and adopts the
@@ -78,6 +83,8 @@ class ThreadBuffer {
   };
 
   void free_chunks();
+  // The tail chunk is full: spill it and reuse it, or link a new one.
+  void make_room();
 
   uint32_t tid_;
   std::string initial_name_;
@@ -88,6 +95,12 @@ class ThreadBuffer {
   std::atomic<uint32_t> open_published_{0};
   std::vector<Block> blocks_;
   std::unordered_set<std::string_view> interned_;
+
+  SpillFile *spill_;
+  // Guards recycling the tail chunk and runs_: taken by the owner only when a chunk is full, and
+  // by readers (collect).
+  mutable std::mutex mu_;
+  std::vector<SpillRun> runs_;
 };
 
 }  // namespace ferrum_replay::recorder

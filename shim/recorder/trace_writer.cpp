@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -117,9 +119,10 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
     append_metadata(out, "thread_name", snap.pid, t.tid, t.name);
   }
   for (const ThreadSnapshot &t : snap.threads) {
-    for (const Event &e : t.events) {
+    MergedEvents events(snap, t);
+    while (const Event *e = events.next()) {
       out += ",\n";
-      append_event(out, snap, t.tid, e);
+      append_event(out, snap, t.tid, *e);
       if (!flush_if_full()) return false;
     }
   }
@@ -161,7 +164,60 @@ std::string render_trace(const Snapshot &snap) {
   return out;
 }
 
-bool write_trace_file(const std::string &path, const Snapshot &snap, std::string *error) {
+namespace {
+
+// Gives `tmp` the name `target` unless something already has it. EEXIST if something does.
+int link_no_replace(const std::string &tmp, const std::string &target) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return errno;
+  // A file system without RENAME_NOREPLACE: link() is just as exclusive.
+  if (::link(tmp.c_str(), target.c_str()) != 0) return errno;
+  ::unlink(tmp.c_str());
+  return 0;
+}
+
+}  // namespace
+
+bool is_ferrum_trace_file(const std::string &path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ours = false;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    static constexpr char kHead[] = "{\"traceEvents\":[";
+    static constexpr char kMarker[] = "\"ferrumReplay\":{\"version\":";
+    char head[sizeof kHead - 1];
+    // Our block is at the very end, after the event list: the last 64 KiB hold it.
+    std::string tail(st.st_size < 65536 ? static_cast<size_t>(st.st_size) : 65536, '\0');
+    if (::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head) &&
+        std::memcmp(head, kHead, sizeof head) == 0 &&
+        ::pread(fd, tail.data(), tail.size(), st.st_size - static_cast<off_t>(tail.size())) ==
+            static_cast<ssize_t>(tail.size()))
+      ours = tail.find(kMarker) != std::string::npos;
+  }
+  ::close(fd);
+  return ours;
+}
+
+std::string numbered_path(const std::string &path, unsigned n) {
+  const size_t slash = path.rfind('/');
+  const size_t base = slash == std::string::npos ? 0 : slash + 1;
+  size_t dot = path.rfind('.');
+  // A leading dot names a hidden file, not an extension.
+  if (dot == std::string::npos || dot <= base) dot = path.size();
+  return path.substr(0, dot) + "." + std::to_string(n) + path.substr(dot);
+}
+
+bool write_trace_file(const std::string &path, const Snapshot &snap, const TraceFileOptions &options,
+                      TraceFileOutcome *result) {
+  // Filled locally: `path` may be result->written_path of an earlier call.
+  TraceFileOutcome local;
+  TraceFileOutcome *outcome = &local;
+  if (path.empty() || path.back() == '/') {
+    outcome->error = std::strerror(path.empty() ? ENOENT : EISDIR);
+    *result = std::move(local);
+    return false;
+  }
   // A per-process name plus O_EXCL: two processes writing the same path never share a temporary,
   // and a leftover from a crashed run (or a planted symlink) is skipped instead of followed.
   int fd = -1;
@@ -174,7 +230,8 @@ bool write_trace_file(const std::string &path, const Snapshot &snap, std::string
     if (fd < 0 && open_errno != EEXIST) break;
   }
   if (fd < 0) {
-    *error = std::strerror(open_errno);
+    outcome->error = std::strerror(open_errno);
+    *result = std::move(local);
     return false;
   }
   FdSink sink{fd};
@@ -184,14 +241,46 @@ bool write_trace_file(const std::string &path, const Snapshot &snap, std::string
     ok = false;
     err = errno;
   }
-  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ok = false;
-    err = errno;
+  if (ok) {
+    err = link_no_replace(tmp, path);
+    if (err == 0) {
+      outcome->written_path = path;
+    } else if (err == EEXIST) {
+      struct stat st;
+      const bool exists = ::lstat(path.c_str(), &st) == 0;
+      const bool replaceable =
+          exists &&
+          ((S_ISREG(st.st_mode) && (options.force || is_ferrum_trace_file(path))) ||
+           (S_ISLNK(st.st_mode) && options.force));
+      if (exists && S_ISDIR(st.st_mode)) {
+        err = EISDIR;  // a directory is a mistake in the setting, not a file to step around
+      } else if (replaceable) {
+        // rename() replaces the directory entry itself: a symbolic link is never followed.
+        err = ::rename(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
+        if (err == 0) outcome->written_path = path;
+      } else {
+        outcome->diverted = true;
+        for (unsigned n = 1; n <= 1000 && err == EEXIST; ++n) {
+          const std::string candidate = numbered_path(path, n);
+          err = link_no_replace(tmp, candidate);
+          if (err == 0) outcome->written_path = candidate;
+        }
+      }
+    }
+    ok = err == 0;
   }
   if (!ok) {
     ::unlink(tmp.c_str());
-    *error = std::strerror(err ? err : EIO);
+    outcome->error = std::strerror(err ? err : EIO);
   }
+  *result = std::move(local);
+  return ok;
+}
+
+bool write_trace_file(const std::string &path, const Snapshot &snap, std::string *error) {
+  TraceFileOutcome outcome;
+  const bool ok = write_trace_file(path, snap, TraceFileOptions{}, &outcome);
+  if (!ok) *error = outcome.error;
   return ok;
 }
 
