@@ -51,6 +51,15 @@ class Run:
                 f"stderr:\n{self.stderr}")
 
 
+def preload_first(child_env):
+    """Sanitizer builds (scripts/test): FERRUM_TEST_PRELOAD_FIRST names the sanitizer runtime,
+    which must come first in the initial library list, as heaptrack puts it before its own
+    library. Prepended to whatever LD_PRELOAD a scenario chose; nothing changes when unset."""
+    first = os.environ.get("FERRUM_TEST_PRELOAD_FIRST")
+    if first:  # also without the shim: the stand-ins and the recorder are instrumented too
+        child_env["LD_PRELOAD"] = " ".join(filter(None, [first, child_env.get("LD_PRELOAD")]))
+
+
 def run(argv, preload=True, record=True, env=None, timeout=120):
     """Runs argv with the stand-in libraries on LD_LIBRARY_PATH; preloads the shim and attaches
     the recorder when asked. Returns a Run."""
@@ -71,6 +80,7 @@ def run(argv, preload=True, record=True, env=None, timeout=120):
             child_env["FERRUM_RECORD_OUT"] = trace_path
             child_env["FERRUM_RECORD_TABLE"] = "0"
         child_env.update(env or {})
+        preload_first(child_env)
         done = subprocess.run(argv, env=child_env, capture_output=True, text=True,
                               timeout=timeout, errors="replace")
         trace = trace_check.load(trace_path) if record and os.path.exists(trace_path) else None
