@@ -470,6 +470,7 @@ def main():
             sys.stderr.flush()
 
     started = time.monotonic()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ferrum-bench.") as tmpdir:
         launch, context = measure_launches(paths, env, tmpdir, opts, progress)
         progress("start-up: /bin/true")
@@ -509,7 +510,9 @@ def main():
     header = (f"ferrum-replay benchmarks{' (smoke run: figures not meaningful)' if args.smoke else ''}"
               f" — {model}, {os.cpu_count()} CPUs, {context.get('mhz_per_cpu', '?')} MHz; "
               f"stand-in driver (FERRUM_STANDIN_BENCH=1); {opts['rounds']} rounds × "
-              f"{opts['repetitions']} repetitions, medians; {time.monotonic() - started:.0f} s")
+              f"{opts['repetitions']} repetitions, medians; {time.monotonic() - started:.0f} s; "
+              f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after "
+              f"(other work on the machine widens the ± spreads)")
     text = header + "\n\n" + table.render() + "\n"
     missed = [what for what, ok in table.verdicts if not ok]
     text += (f"\ntargets: {len(table.verdicts) - len(missed)} PASS, {len(missed)} MISS"
