@@ -144,15 +144,25 @@ bool try_frame(uintptr_t address, const char *skip_prefixes, char *out, size_t o
 }
 
 #if FERRUM_HAVE_LIBUNWIND_H
+// libunwind's API names are macros for per-architecture symbols (unw_step is _ULx86_64_step
+// on x86-64, _ULaarch64_step on aarch64): look up whatever the header maps them to.
+#define FERRUM_SYMBOL_NAME(macro) FERRUM_SYMBOL_STRING(macro)
+#define FERRUM_SYMBOL_STRING(name) #name
+
 struct Libunwind {
-  int (*getcontext)(unw_context_t *);
+  int (*getcontext)(unw_context_t *);  // null where unw_getcontext is inline assembly
   int (*init_local)(unw_cursor_t *, unw_context_t *);
   int (*step)(unw_cursor_t *);
   int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
   int (*get_proc_name)(unw_cursor_t *, char *, size_t, unw_word_t *);
 };
 
-// Opened once; null members when libunwind.so.8 is not installed.
+template <typename Function>
+void find(void *library, DlsymFunction lookup, const char *name, Function &function) {
+  function = reinterpret_cast<Function>(lookup(library, name));
+}
+
+// Opened once; null when libunwind.so.8 is not installed.
 const Libunwind *libunwind() {
   static Libunwind functions;
   static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -160,24 +170,24 @@ const Libunwind *libunwind() {
   pthread_once(&once, [] {
     DlopenFunction open_library = libc_dlopen();
     DlsymFunction lookup = libc_dlsym();
-    void *library =
-        open_library && lookup ? open_library("libunwind.so.8", RTLD_NOW | RTLD_LOCAL) : nullptr;
+    void *library = open_library && lookup ? open_library("libunwind.so.8", RTLD_NOW | RTLD_LOCAL)
+                                           : nullptr;
     if (!library) {
       log_line(LogLevel::info, "libunwind.so.8 not found: call sites from exported symbols only");
       return;
     }
-    functions.getcontext =
-        reinterpret_cast<int (*)(unw_context_t *)>(lookup(library, "_Ux86_64_getcontext"));
-    functions.init_local = reinterpret_cast<int (*)(unw_cursor_t *, unw_context_t *)>(
-        lookup(library, "_ULx86_64_init_local"));
-    functions.step = reinterpret_cast<int (*)(unw_cursor_t *)>(lookup(library, "_ULx86_64_step"));
-    functions.get_reg = reinterpret_cast<int (*)(unw_cursor_t *, unw_regnum_t, unw_word_t *)>(
-        lookup(library, "_ULx86_64_get_reg"));
-    functions.get_proc_name =
-        reinterpret_cast<int (*)(unw_cursor_t *, char *, size_t, unw_word_t *)>(
-            lookup(library, "_ULx86_64_get_proc_name"));
-    available = functions.getcontext && functions.init_local && functions.step &&
-                functions.get_reg && functions.get_proc_name;
+#if defined(__x86_64__)
+    find(library, lookup, "_Ux86_64_getcontext", functions.getcontext);
+#endif
+    find(library, lookup, FERRUM_SYMBOL_NAME(unw_init_local), functions.init_local);
+    find(library, lookup, FERRUM_SYMBOL_NAME(unw_step), functions.step);
+    find(library, lookup, FERRUM_SYMBOL_NAME(unw_get_reg), functions.get_reg);
+    find(library, lookup, FERRUM_SYMBOL_NAME(unw_get_proc_name), functions.get_proc_name);
+    available = functions.init_local && functions.step && functions.get_reg &&
+                functions.get_proc_name;
+#if defined(__x86_64__)
+    available = available && functions.getcontext;
+#endif
   });
   return available ? &functions : nullptr;
 }

@@ -60,6 +60,22 @@ def preload_first(child_env):
         child_env["LD_PRELOAD"] = " ".join(filter(None, [first, child_env.get("LD_PRELOAD")]))
 
 
+# Cross-architecture runs (scripts/test-aarch64): FERRUM_TEST_EMULATOR names qemu-user. The
+# loader variables must reach the emulated program, not the (host) emulator: they travel in
+# QEMU_SET_ENV.
+EMULATOR = os.environ.get("FERRUM_TEST_EMULATOR", "")
+LOADER_VARIABLES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "NVTX_INJECTION64_PATH")
+
+
+def under_emulator(argv, child_env):
+    if not EMULATOR:
+        return argv
+    settings = [f"{key}={child_env.pop(key)}" for key in LOADER_VARIABLES if key in child_env]
+    if settings:
+        child_env["QEMU_SET_ENV"] = ",".join(settings)  # values never hold commas here
+    return [EMULATOR, *argv]
+
+
 def run(argv, preload=True, record=True, env=None, timeout=120):
     """Runs argv with the stand-in libraries on LD_LIBRARY_PATH; preloads the shim and attaches
     the recorder when asked. Returns a Run."""
@@ -81,7 +97,8 @@ def run(argv, preload=True, record=True, env=None, timeout=120):
             child_env["FERRUM_RECORD_TABLE"] = "0"
         child_env.update(env or {})
         preload_first(child_env)
-        done = subprocess.run(argv, env=child_env, capture_output=True, text=True,
+        argv_run = under_emulator(argv, child_env)
+        done = subprocess.run(argv_run, env=child_env, capture_output=True, text=True,
                               timeout=timeout, errors="replace")
         trace = trace_check.load(trace_path) if record and os.path.exists(trace_path) else None
         report = {}
