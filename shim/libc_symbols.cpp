@@ -10,6 +10,15 @@
 namespace ferrum {
 namespace {
 
+// Runs inside sanitizer runtimes' own initialisation (ASan/TSan resolve their interceptors
+// with dlsym(RTLD_NEXT), i.e. through us, before their interceptors work): nothing on this
+// path may call an interceptable libc function — no strcmp, no dl_iterate_phdr.
+bool same_name(const char *a, const char *b) {
+  for (; *a && *a == *b; ++a, ++b) {
+  }
+  return *a == *b;
+}
+
 uint32_t gnu_hash(const char *name) {
   uint32_t hash = 5381;
   for (const unsigned char *p = reinterpret_cast<const unsigned char *>(name); *p; ++p)
@@ -26,39 +35,36 @@ struct DynamicTables {
 
 // The loader relocates d_ptr entries in place on most architectures but not all; an
 // address below the load base is still file-relative.
-const void *dynamic_pointer(const dl_phdr_info *info, ElfW(Addr) value) {
-  if (value < info->dlpi_addr) value += info->dlpi_addr;
+const void *dynamic_pointer(ElfW(Addr) base, ElfW(Addr) value) {
+  if (value < base) value += base;
   return reinterpret_cast<const void *>(value);
 }
 
-bool read_dynamic_tables(const dl_phdr_info *info, DynamicTables &tables) {
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    if (info->dlpi_phdr[i].p_type != PT_DYNAMIC) continue;
-    auto *entry = reinterpret_cast<const ElfW(Dyn) *>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    for (; entry->d_tag != DT_NULL; ++entry) {
-      switch (entry->d_tag) {
-        case DT_SYMTAB:
-          tables.symbols = static_cast<const ElfW(Sym) *>(dynamic_pointer(info, entry->d_un.d_ptr));
-          break;
-        case DT_STRTAB:
-          tables.strings = static_cast<const char *>(dynamic_pointer(info, entry->d_un.d_ptr));
-          break;
-        case DT_GNU_HASH:
-          tables.gnu_hash = static_cast<const uint32_t *>(dynamic_pointer(info, entry->d_un.d_ptr));
-          break;
-        case DT_VERSYM:
-          tables.versions =
-              static_cast<const ElfW(Half) *>(dynamic_pointer(info, entry->d_un.d_ptr));
-          break;
-      }
+bool read_dynamic_tables(const link_map *object, DynamicTables &tables) {
+  const ElfW(Addr) base = object->l_addr;
+  const ElfW(Dyn) *entry = object->l_ld;
+  if (!entry) return false;
+  for (; entry->d_tag != DT_NULL; ++entry) {
+    switch (entry->d_tag) {
+      case DT_SYMTAB:
+        tables.symbols = static_cast<const ElfW(Sym) *>(dynamic_pointer(base, entry->d_un.d_ptr));
+        break;
+      case DT_STRTAB:
+        tables.strings = static_cast<const char *>(dynamic_pointer(base, entry->d_un.d_ptr));
+        break;
+      case DT_GNU_HASH:
+        tables.gnu_hash = static_cast<const uint32_t *>(dynamic_pointer(base, entry->d_un.d_ptr));
+        break;
+      case DT_VERSYM:
+        tables.versions = static_cast<const ElfW(Half) *>(dynamic_pointer(base, entry->d_un.d_ptr));
+        break;
     }
-    return tables.symbols && tables.strings && tables.gnu_hash;
   }
-  return false;
+  return tables.symbols && tables.strings && tables.gnu_hash;
 }
 
 // A defined function named `name` in this object, preferring its default version.
-void *lookup_gnu_hash(const dl_phdr_info *info, const DynamicTables &tables, const char *name) {
+void *lookup_gnu_hash(ElfW(Addr) base, const DynamicTables &tables, const char *name) {
   const uint32_t bucket_count = tables.gnu_hash[0];
   const uint32_t first_symbol = tables.gnu_hash[1];
   const uint32_t bloom_words = tables.gnu_hash[2];
@@ -75,8 +81,8 @@ void *lookup_gnu_hash(const dl_phdr_info *info, const DynamicTables &tables, con
     const ElfW(Sym) &symbol = tables.symbols[index];
     if ((chained | 1) == (hash | 1) && symbol.st_shndx != SHN_UNDEF &&
         ELF64_ST_TYPE(symbol.st_info) == STT_FUNC &&
-        strcmp(tables.strings + symbol.st_name, name) == 0) {
-      void *address = reinterpret_cast<void *>(info->dlpi_addr + symbol.st_value);
+        same_name(tables.strings + symbol.st_name, name)) {
+      void *address = reinterpret_cast<void *>(base + symbol.st_value);
       const bool hidden_version = tables.versions && (tables.versions[index] & 0x8000);
       if (!hidden_version) return address;
       if (!fallback) fallback = address;
@@ -86,31 +92,15 @@ void *lookup_gnu_hash(const dl_phdr_info *info, const DynamicTables &tables, con
   return fallback;
 }
 
-struct Search {
-  const char *name;
-  uintptr_t own_base;
-  bool past_own = false;
-  void *found = nullptr;
-};
-
-int search_object(dl_phdr_info *info, size_t, void *data) {
-  auto &search = *static_cast<Search *>(data);
-  if (info->dlpi_addr == search.own_base) {
-    search.past_own = true;
-    return 0;
-  }
-  if (!search.past_own) return 0;
-  DynamicTables tables;
-  if (!read_dynamic_tables(info, tables)) return 0;
-  search.found = lookup_gnu_hash(info, tables, search.name);
-  return search.found ? 1 : 0;
-}
-
-uintptr_t own_base() {
+// The loader's record of the object holding the shim's code (the shim, or the program in
+// unit tests). dladdr1 is not one of our exports and no sanitizer intercepts it.
+const link_map *own_object() {
   Dl_info self{};
-  // dladdr is not one of our exports; it answers for our own address without recursion.
-  if (!dladdr(reinterpret_cast<void *>(&own_base), &self)) return 0;
-  return reinterpret_cast<uintptr_t>(self.dli_fbase);
+  link_map *object = nullptr;
+  if (!dladdr1(reinterpret_cast<void *>(&own_object), &self, reinterpret_cast<void **>(&object),
+               RTLD_DL_LINKMAP))
+    return nullptr;
+  return object;
 }
 
 template <typename Function>
@@ -130,11 +120,21 @@ std::atomic<DlopenFunction> g_dlopen{nullptr};
 }  // namespace
 
 void *find_definition_after_shim(const char *name) {
-  // When the shim's code is linked into a program (unit tests), "after the shim" means
-  // after the main program, whose base dladdr reports just the same.
-  Search search{name, own_base()};
-  dl_iterate_phdr(search_object, &search);
-  return search.found;
+  // The loader's own list, in load order (what dl_iterate_phdr walks, without calling
+  // anything). When the shim's code is linked into a program (unit tests), "after the
+  // shim" means after the main program.
+  const link_map *own = own_object();
+  bool past_own = false;
+  for (const link_map *object = _r_debug.r_map; object; object = object->l_next) {
+    if (object == own) {
+      past_own = true;
+      continue;
+    }
+    DynamicTables tables;
+    if (!past_own || !read_dynamic_tables(object, tables)) continue;
+    if (void *found = lookup_gnu_hash(object->l_addr, tables, name)) return found;
+  }
+  return nullptr;
 }
 
 DlsymFunction libc_dlsym() {
