@@ -170,8 +170,8 @@ const Libunwind *libunwind() {
   pthread_once(&once, [] {
     DlopenFunction open_library = libc_dlopen();
     DlsymFunction lookup = libc_dlsym();
-    void *library = open_library && lookup ? open_library("libunwind.so.8", RTLD_NOW | RTLD_LOCAL)
-                                           : nullptr;
+    void *library =
+        open_library && lookup ? open_library("libunwind.so.8", RTLD_NOW | RTLD_LOCAL) : nullptr;
     if (!library) {
       log_line(LogLevel::info, "libunwind.so.8 not found: call sites from exported symbols only");
       return;
@@ -183,8 +183,8 @@ const Libunwind *libunwind() {
     find(library, lookup, FERRUM_SYMBOL_NAME(unw_step), functions.step);
     find(library, lookup, FERRUM_SYMBOL_NAME(unw_get_reg), functions.get_reg);
     find(library, lookup, FERRUM_SYMBOL_NAME(unw_get_proc_name), functions.get_proc_name);
-    available = functions.init_local && functions.step && functions.get_reg &&
-                functions.get_proc_name;
+    available =
+        functions.init_local && functions.step && functions.get_reg && functions.get_proc_name;
 #if defined(__x86_64__)
     available = available && functions.getcontext;
 #endif
