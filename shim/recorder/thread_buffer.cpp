@@ -1,5 +1,8 @@
 #include "thread_buffer.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "snapshot.hpp"
@@ -60,15 +63,22 @@ const char *ThreadBuffer::intern(std::string_view text) {
 
 void ThreadBuffer::make_room() {
   if (spill_ && head_ == tail_) {
-    std::lock_guard lock(mu_);
+    // Sort a copy and write it without the lock: readers may go on reading the chunk, which
+    // only this thread ever changes. Sorted runs let the exit writer merge, not sort.
+    if (!scratch_) scratch_.reset(new Event[Chunk::kCapacity]);
     Chunk &chunk = *tail_;
-    // Sorted runs let the exit writer merge instead of sorting everything in memory.
-    sort_events(chunk.events, chunk.events + Chunk::kCapacity);
+    std::copy(chunk.events, chunk.events + Chunk::kCapacity, scratch_.get());
+    sort_events(scratch_.get(), scratch_.get() + Chunk::kCapacity);
     SpillRun run;
-    if (spill_->append(chunk.events, Chunk::kCapacity, &run)) {
+    if (spill_->append(scratch_.get(), Chunk::kCapacity, &run)) {
       for (const Event &e : chunk.events) run.uses_global_domain |= e.domain_id == 0;
+      // The run and the emptied chunk become visible together.
+      mu_.lock();
+      holder_.store(tid_, std::memory_order_relaxed);
       runs_.push_back(run);
       chunk.count.store(0, std::memory_order_relaxed);  // readers hold mu_: none is looking
+      holder_.store(0, std::memory_order_relaxed);
+      mu_.unlock();
       return;
     }
   }
@@ -86,7 +96,13 @@ void ThreadBuffer::append(const Event &event) {
 }
 
 void ThreadBuffer::collect(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled) const {
-  std::lock_guard lock(mu_);
+  if (!mu_.try_lock()) {
+    // Held by this very thread: exit() from a signal handler that interrupted the few
+    // instructions above. Waiting would never end; this thread's ranges are given up instead.
+    if (holder_.load(std::memory_order_relaxed) == static_cast<uint32_t>(::gettid())) return;
+    mu_.lock();
+  }
+  std::lock_guard lock(mu_, std::adopt_lock);
   if (spilled) *spilled = runs_;
   for (const Chunk *c = head_; c; c = c->next.load(std::memory_order_acquire)) {
     const uint32_t n = c->count.load(std::memory_order_acquire);

@@ -5,8 +5,9 @@
 //     after the event is written, and read with acquire;
 //   - when the chunk is full, the owner sorts it into trace order and spills it to the process's
 //     SpillFile as one run, then reuses the chunk: memory stays bounded however long the thread
-//     records. Spilling and reading take the buffer's mutex (once per chunk for the owner), so a
-//     reader never sees a chunk being recycled. If spilling fails, a fresh chunk is linked
+//     records. The sorted copy is written without a lock; publishing the run and emptying the
+//     chunk take the buffer's mutex (a few instructions, once per chunk), as reading does, so a
+//     reader never sees a chunk being recycled nor an event twice. If spilling fails, a fresh chunk is linked
 //     instead and nothing is lost (memory then grows, as it would without a spill file);
 //   - the number of open frames is mirrored in an atomic for the open-at-exit count;
 //   - names are copied into an append-only arena owned by the thread, so an event's name pointer
@@ -17,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -100,7 +102,9 @@ class ThreadBuffer {
   // Guards recycling the tail chunk and runs_: taken by the owner only when a chunk is full, and
   // by readers (collect).
   mutable std::mutex mu_;
+  std::atomic<uint32_t> holder_{0};  // the owner's tid while it holds mu_ (see collect)
   std::vector<SpillRun> runs_;
+  std::unique_ptr<Event[]> scratch_;  // a chunk's sorted copy, on its way to the spill file
 };
 
 }  // namespace ferrum_replay::recorder
