@@ -1,0 +1,258 @@
+// fault_program: the programs of the fault-injection matrix (tests/reliability/test_faults.py).
+// Not linked against libcuda: the driver is dlopen'ed (when a mode needs it) and every launch
+// goes through a pointer from dlsym — the shim's own export for RTLD_DEFAULT lookups, the
+// shim's wrapper for lookups on the driver's handle.
+//
+// Usage: fault_program MODE [--launches N] [--threads T]
+//   no-driver      libcuda is never loaded. Looks up cuGraphLaunch, cuGraphLaunch_ptsz,
+//                  cudaGraphLaunch, cuGraphInstantiateWithFlags, cuGraphExecDestroy and
+//                  ferrum_replay_name_graph_exec with dlsym(RTLD_DEFAULT) (found: the shim's
+//                  exports) and calls each with a made-up handle. Prints `<name>=<result>`
+//                  (or `<name>=absent`) per function.
+//   late-driver    launches once through dlsym(RTLD_DEFAULT, "cuGraphLaunch") before libcuda is
+//                  loaded (prints first_launch=<result>), then dlopens the driver, sets up a
+//                  graph and launches N times through the same pointer.
+//   fork-in-launch a worker thread launches in a loop (make each launch slow with
+//                  FERRUM_STANDIN_LAUNCH_SLEEP_US); meanwhile the main thread forks. The child
+//                  launches N times on its own and exits normally; the parent waits for it, then
+//                  stops the worker. Prints child_pid=, child_status=, child_launches=,
+//                  worker_launches=.
+//   exit-from-worker  T threads launch in a loop; thread 0 calls exit(0) after N launches while
+//                  the others are launching.
+//   underscore-exit   N launches, then _exit(0).
+//   sigterm        installs a SIGTERM handler that calls exit(42), prints `ready` and launches
+//                  until the signal comes (at most 60 s, then exit 1).
+// Every mode except no-driver prints `launches=<N> failed=<F>` for what it completed before
+// its ending (exit-from-worker and sigterm print it only from their exit path, on stderr).
+// Exit status: as the mode says, else 0; 1 on set-up errors.
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using LaunchFn = CUresult (*)(CUgraphExec, CUstream);
+
+struct Driver {
+  void *handle = nullptr;
+  CUresult (*init)(unsigned) = nullptr;
+  CUresult (*deviceGet)(CUdevice *, int) = nullptr;
+  CUresult (*ctxCreate)(CUcontext *, CUctxCreateParams *, unsigned, CUdevice) = nullptr;
+  CUresult (*ctxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*graphCreate)(CUgraph *, unsigned) = nullptr;
+  CUresult (*graphAddEmptyNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t) = nullptr;
+  CUresult (*graphInstantiate)(CUgraphExec *, CUgraph, unsigned long long) = nullptr;
+  LaunchFn launch = nullptr;
+  CUcontext ctx = nullptr;
+  CUgraphExec exec = nullptr;
+};
+
+[[noreturn]] void die(const char *what) {
+  std::fprintf(stderr, "fault_program: %s\n", what);
+  std::exit(1);
+}
+
+template <typename T>
+void lookup(void *handle, const char *name, T &out) {
+  out = reinterpret_cast<T>(dlsym(handle, name));
+  if (!out) die((std::string("no ") + name + " in the driver").c_str());
+}
+
+// Loads libcuda.so.1, creates a context and one graph exec.
+Driver load_driver() {
+  Driver d;
+  d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!d.handle) die(dlerror());
+  lookup(d.handle, "cuInit", d.init);
+  lookup(d.handle, "cuDeviceGet", d.deviceGet);
+  lookup(d.handle, "cuCtxCreate_v4", d.ctxCreate);
+  lookup(d.handle, "cuCtxSetCurrent", d.ctxSetCurrent);
+  lookup(d.handle, "cuGraphCreate", d.graphCreate);
+  lookup(d.handle, "cuGraphAddEmptyNode", d.graphAddEmptyNode);
+  lookup(d.handle, "cuGraphInstantiateWithFlags", d.graphInstantiate);
+  lookup(d.handle, "cuGraphLaunch", d.launch);
+  CUdevice device = 0;
+  CUgraph graph = nullptr;
+  CUgraphNode node = nullptr;
+  if (d.init(0) != CUDA_SUCCESS || d.deviceGet(&device, 0) != CUDA_SUCCESS ||
+      d.ctxCreate(&d.ctx, nullptr, 0, device) != CUDA_SUCCESS ||
+      d.graphCreate(&graph, 0) != CUDA_SUCCESS ||
+      d.graphAddEmptyNode(&node, graph, nullptr, 0) != CUDA_SUCCESS ||
+      d.graphInstantiate(&d.exec, graph, 0) != CUDA_SUCCESS)
+    die("driver set-up failed");
+  return d;
+}
+
+struct Counts {
+  std::atomic<unsigned long long> launches{0}, failed{0};
+};
+
+void launch_once(const Driver &d, Counts &c) {
+  const CUresult r = d.launch(d.exec, nullptr);
+  c.launches.fetch_add(1);
+  if (r != CUDA_SUCCESS) c.failed.fetch_add(1);
+}
+
+void print_counts(const Counts &c, FILE *to) {
+  std::fprintf(to, "launches=%llu failed=%llu\n", c.launches.load(), c.failed.load());
+  std::fflush(to);
+}
+
+int no_driver() {
+  const auto fake = reinterpret_cast<CUgraphExec>(0x1000);
+  const auto report = [](const char *name, void *fn) {
+    if (!fn) std::printf("%s=absent\n", name);
+    return fn;
+  };
+  if (auto fn = reinterpret_cast<LaunchFn>(report("cuGraphLaunch", dlsym(RTLD_DEFAULT, "cuGraphLaunch"))))
+    std::printf("cuGraphLaunch=%d\n", fn(fake, nullptr));
+  if (auto fn = reinterpret_cast<LaunchFn>(
+          report("cuGraphLaunch_ptsz", dlsym(RTLD_DEFAULT, "cuGraphLaunch_ptsz"))))
+    std::printf("cuGraphLaunch_ptsz=%d\n", fn(fake, nullptr));
+  using RtLaunch = int (*)(void *, void *);
+  if (auto fn = reinterpret_cast<RtLaunch>(
+          report("cudaGraphLaunch", dlsym(RTLD_DEFAULT, "cudaGraphLaunch"))))
+    std::printf("cudaGraphLaunch=%d\n", fn(reinterpret_cast<void *>(fake), nullptr));
+  using Instantiate = CUresult (*)(CUgraphExec *, CUgraph, unsigned long long);
+  if (auto fn = reinterpret_cast<Instantiate>(report(
+          "cuGraphInstantiateWithFlags", dlsym(RTLD_DEFAULT, "cuGraphInstantiateWithFlags")))) {
+    CUgraphExec exec = nullptr;
+    std::printf("cuGraphInstantiateWithFlags=%d\n",
+                fn(&exec, reinterpret_cast<CUgraph>(0x2000), 0));
+  }
+  using Destroy = CUresult (*)(CUgraphExec);
+  if (auto fn = reinterpret_cast<Destroy>(
+          report("cuGraphExecDestroy", dlsym(RTLD_DEFAULT, "cuGraphExecDestroy"))))
+    std::printf("cuGraphExecDestroy=%d\n", fn(fake));
+  using Name = int (*)(void *, const char *);
+  if (auto fn = reinterpret_cast<Name>(report("ferrum_replay_name_graph_exec",
+                                              dlsym(RTLD_DEFAULT, "ferrum_replay_name_graph_exec"))))
+    std::printf("ferrum_replay_name_graph_exec=%d\n", fn(reinterpret_cast<void *>(fake), "x"));
+  return 0;
+}
+
+int late_driver(long n) {
+  const auto early = reinterpret_cast<LaunchFn>(dlsym(RTLD_DEFAULT, "cuGraphLaunch"));
+  if (!early) die("cuGraphLaunch not found with RTLD_DEFAULT (is the shim preloaded?)");
+  std::printf("first_launch=%d\n", early(reinterpret_cast<CUgraphExec>(0x1000), nullptr));
+  Driver d = load_driver();
+  d.launch = early;  // the pointer taken before the driver existed
+  Counts c;
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  print_counts(c, stdout);
+  return c.failed.load() == 0 ? 0 : 3;
+}
+
+int fork_in_launch(long n) {
+  Driver d = load_driver();
+  Counts worker;
+  std::atomic<bool> stop{false}, started{false};
+  std::thread t([&] {
+    d.ctxSetCurrent(d.ctx);
+    while (!stop.load()) {
+      started.store(true);
+      launch_once(d, worker);
+    }
+  });
+  while (!started.load()) std::this_thread::yield();
+  // With FERRUM_STANDIN_LAUNCH_SLEEP_US the worker spends nearly all its time inside a launch.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const pid_t child = fork();
+  if (child < 0) die("fork failed");
+  if (child == 0) {
+    Counts mine;
+    for (long i = 0; i < n; ++i) launch_once(d, mine);
+    std::printf("child_launches=%llu child_failed=%llu\n", mine.launches.load(),
+                mine.failed.load());
+    std::fflush(stdout);
+    std::exit(mine.failed.load() == 0 ? 0 : 3);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  stop.store(true);
+  t.join();
+  std::printf("child_pid=%d\nchild_status=%d\nworker_launches=%llu\n", child,
+              WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+              worker.launches.load());
+  print_counts(worker, stdout);
+  return 0;
+}
+
+int exit_from_worker(long n, int threads) {
+  Driver d = load_driver();
+  static Counts counts;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&d, n, t] {
+      d.ctxSetCurrent(d.ctx);
+      for (long i = 0;; ++i) {
+        if (t == 0 && i == n) {
+          print_counts(counts, stderr);
+          std::exit(0);  // the others are still launching
+        }
+        launch_once(d, counts);
+      }
+    });
+  }
+  for (std::thread &t : pool) t.join();  // never returns: thread 0 exits the process
+  return 1;
+}
+
+int underscore_exit(long n) {
+  Driver d = load_driver();
+  Counts c;
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  print_counts(c, stdout);
+  _exit(0);
+}
+
+Counts g_sigterm_counts;
+void on_sigterm(int) {
+  // What real programs do (Python's default handlers, many servers): exit from the handler.
+  std::exit(42);
+}
+
+int sigterm() {
+  Driver d = load_driver();
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) launch_once(d, g_sigterm_counts);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2) die("usage: fault_program MODE [--launches N] [--threads T]");
+  const std::string mode = argv[1];
+  long n = 100;
+  int threads = 4;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--launches") == 0) n = std::strtol(argv[i + 1], nullptr, 10);
+    if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+  }
+  if (mode == "no-driver") return no_driver();
+  if (mode == "late-driver") return late_driver(n);
+  if (mode == "fork-in-launch") return fork_in_launch(n);
+  if (mode == "exit-from-worker") return exit_from_worker(n, threads);
+  if (mode == "underscore-exit") return underscore_exit(n);
+  if (mode == "sigterm") return sigterm();
+  die(("unknown mode " + mode).c_str());
+}

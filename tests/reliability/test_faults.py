@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""The fault-injection matrix: each scenario a real process under the shim and the recorder,
+with one thing going wrong, and what the program and the trace keep afterwards.
+
+Scenario                     the program                       the trace keeps
+---------------------------  --------------------------------  ------------------------------------
+real_function_missing        our exported cuGraphLaunch etc.   nothing (no range is opened for a
+                             found with dlsym(RTLD_DEFAULT),   call that cannot reach a driver)
+                             no libcuda: each returns
+                             CUDA_ERROR_NOT_FOUND (500) /
+                             cudaErrorSymbolNotFound, no crash
+driver_loaded_after_first    first launch: 500; after dlopen   one range per launch made once the
+_launch                      of the driver the same pointer    driver is there
+                             launches normally
+tool_init_fails              unchanged (exit code, output),    no trace (no tool); nothing printed
+                             also for a tool path that does
+                             not exist
+tool_rejects_every_push      unchanged                         no range, rejectedPushes = launches,
+                                                               no protocol error (balanced)
+launch_error_classes         every CUresult returned as the    one balanced range per launch,
+                             driver gave it (1, 2, 3, 4, 100,  failed or not
+                             201, 400, 700, 702, 719, 999 and
+                             an unknown 12345); runtime too
+fork_while_in_launch         parent and child both finish;     parent: every launch of its threads;
+                             no deadlock                       child (own file): its own launches,
+                                                               nothing open from the parent's
+                                                               thread that was inside a launch
+exit_from_worker             exit code 0 from exit(0) on a     every range completed before the exit
+                             worker while others launch        report; the ones other threads had
+                                                               open then are counted in openAtExit
+                                                               (at most one per other thread)
+underscore_exit              exit code kept                    no trace (_exit runs no exit hook),
+                                                               no file left behind
+sigterm_handler_exits        exit code 42 from the handler     every completed launch; the one the
+                                                               signal interrupted, if any, is open
+                                                               at exit (openAtExit <= 1)
+Uses tests/preload/harness.py; run through meson (suite reliability).
+"""
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "preload"))
+import harness  # noqa: E402
+from harness import expect, expect_balanced  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import trace_check  # noqa: E402
+
+PROGRAM = None  # --program
+FAILING_TOOL = None  # --failing-tool
+
+
+def fault(mode, *args, **kwargs):
+    return harness.run([PROGRAM, mode, *args], **kwargs)
+
+
+def footer(trace):
+    return trace.get("ferrumReplay", {})
+
+
+def values(text):
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(-?\d+)", text)}
+
+
+def real_function_missing():
+    run_ = fault("no-driver")
+    expect(run_.returncode == 0, "the program did not survive calls with no driver", run_)
+    got = dict(re.findall(r"(\w+)=(\S+)", run_.stdout))
+    for name in ("cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphInstantiateWithFlags",
+                 "cuGraphExecDestroy"):
+        expect(got.get(name) == "500", f"{name} returned {got.get(name)}, expected 500 "
+               "(CUDA_ERROR_NOT_FOUND)", run_)
+    expect(got.get("cudaGraphLaunch") == "500", "cudaGraphLaunch did not return "
+           "cudaErrorSymbolNotFound (500)", run_)
+    expect(got.get("ferrum_replay_name_graph_exec") in ("0", "absent"),
+           "naming a graph with no driver failed", run_)
+    expect(run_.stderr == "", "the shim printed without being asked", run_)
+    expect_balanced(run_)
+    expect(not run_.ranges(), "a range was opened for a launch that reached no driver", run_)
+
+
+def driver_loaded_after_first_launch():
+    run_ = fault("late-driver", "--launches", "50")
+    expect(run_.returncode == 0, "launches failed once the driver was loaded", run_)
+    got = values(run_.stdout)
+    expect(got.get("first_launch") == 500, "the launch before the driver did not return 500", run_)
+    expect(got.get("launches") == 50 and got.get("failed") == 0, "launches failed", run_)
+    expect_balanced(run_)
+    harness.expect_one_range_per_launch(run_, 50)
+
+
+def unchanged(run_, bare, what):
+    expect(run_.returncode == bare.returncode and run_.stdout == bare.stdout,
+           f"{what}: the program's exit code or output changed", run_)
+    expect(run_.stderr == "", f"{what}: something was printed", run_)
+
+
+def tool_init_fails():
+    argv = [harness.path_of("LAUNCH_DRIVER"), "--graphs", "2", "--iters", "20", "--app-ranges"]
+    bare = harness.run(argv, preload=False, record=False)
+    for tool in (FAILING_TOOL, "/nonexistent/libtool.so"):
+        run_ = harness.run(argv, record=False, env={"NVTX_INJECTION64_PATH": tool})
+        unchanged(run_, bare, f"NVTX_INJECTION64_PATH={tool}")
+
+
+def tool_rejects_every_push():
+    argv = [harness.path_of("LAUNCH_DRIVER"), "--graphs", "2", "--iters", "20", "--app-ranges"]
+    bare = harness.run(argv, preload=False, record=False)
+    run_ = harness.run(argv, env={"FERRUM_RECORD_REJECT": "all"})
+    unchanged(run_, bare, "FERRUM_RECORD_REJECT=all")
+    expect_balanced(run_)
+    expect(not run_.ranges(), "a rejected push was recorded", run_)
+    expect(footer(run_.trace).get("rejectedPushes") == 80, "expected 80 rejected pushes (40 "
+           "launches, 40 app ranges)", run_)
+
+
+LAUNCH_RESULTS = [1, 2, 3, 4, 100, 201, 400, 700, 702, 719, 999, 12345]
+
+
+def launch_error_classes():
+    argv = [harness.path_of("LAUNCH_DRIVER"), "--graphs", "2", "--iters", "5"]
+    for code in LAUNCH_RESULTS:
+        env = {"FERRUM_STANDIN_LAUNCH_RESULT": str(code)}
+        run_ = harness.run(argv, env=env)
+        counts = run_.program_counts()
+        expect(counts["result"] == code and counts["failed"] == 10,
+               f"CUresult {code} was not returned unchanged", run_)
+        expect(run_.returncode == 3, f"CUresult {code}: exit status changed", run_)
+        expect_balanced(run_)
+        harness.expect_one_range_per_launch(run_, 10)
+    # The runtime's own error, whatever it maps the driver's to, is the same with the shim.
+    argv = [harness.path_of("LAUNCH_RUNTIME"), "--graphs", "2", "--iters", "5"]
+    for code in (2, 700, 999):
+        env = {"FERRUM_STANDIN_LAUNCH_RESULT": str(code)}
+        bare = harness.run(argv, preload=False, record=False, env=env)
+        run_ = harness.run(argv, env=env)
+        expect(run_.returncode == bare.returncode and run_.stdout == bare.stdout,
+               f"runtime, CUresult {code}: result differs under the shim", run_)
+        expect_balanced(run_)
+        harness.expect_one_range_per_launch(run_, 10)
+
+
+def traces_in(directory):
+    return {int(re.search(r"\.(\d+)\.json$", p)[1]): trace_check.load(p)
+            for p in glob.glob(os.path.join(directory, "t.*.json"))}
+
+
+def fork_while_in_launch():
+    for attempt in range(3):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {"FERRUM_STANDIN_LAUNCH_SLEEP_US": "2000",
+                   "FERRUM_RECORD_OUT": os.path.join(tmp, "t.%p.json")}
+            run_ = fault("fork-in-launch", "--launches", "20", env=env, timeout=60)
+            expect(run_.returncode == 0, "the parent failed", run_)
+            got = values(run_.stdout)
+            expect(got.get("child_status") == 0 and got.get("child_launches") == 20,
+                   "the child did not finish its own launches", run_)
+            traces = traces_in(tmp)
+            child = traces.get(got["child_pid"])
+            expect(child is not None, "the child wrote no trace", run_)
+            parent = [t for pid, t in traces.items() if pid != got["child_pid"]]
+            expect(len(parent) == 1, f"expected one parent trace, got {len(parent)}", run_)
+            parent = parent[0]
+            for trace, who in ((child, "child"), (parent, "parent")):
+                problems = trace_check.check_nesting(trace)
+                expect(not problems, f"{who}: ranges do not nest: {problems[:3]}", run_)
+                errors = footer(trace).get("protocolErrors", {})
+                expect(not any(errors.values()), f"{who}: protocol errors {errors}", run_)
+            child_ranges = trace_check.ranges(child, domain=harness.DOMAIN)
+            expect(len(child_ranges) == 20, f"child: {len(child_ranges)} ranges for 20 launches",
+                   run_)
+            parent_ranges = trace_check.ranges(parent, domain=harness.DOMAIN)
+            expect(len(parent_ranges) == got["worker_launches"],
+                   f"parent: {len(parent_ranges)} ranges for {got['worker_launches']} launches",
+                   run_)
+
+
+def exit_from_worker():
+    threads, launches = 4, 3000
+    for attempt in range(5):
+        run_ = fault("exit-from-worker", "--launches", str(launches), "--threads", str(threads),
+                     timeout=60)
+        expect(run_.returncode == 0, "exit(0) from a worker did not exit 0", run_)
+        expect_nesting_only(run_)
+        errors = footer(run_.trace).get("protocolErrors", {})
+        expect(errors.get("popWithoutPush") == 0 and errors.get("popWrongDomain") == 0,
+               f"protocol errors {errors}", run_)
+        expect(errors.get("openAtExit", 0) <= threads - 1,
+               f"{errors.get('openAtExit')} ranges open at exit, at most {threads - 1} expected",
+               run_)
+        ours = run_.ranges()
+        by_tid = {}
+        for r in ours:
+            by_tid[r["tid"]] = by_tid.get(r["tid"], 0) + 1
+        expect(launches in by_tid.values(), "the exiting thread's launches are not all in the "
+               f"trace: {by_tid}", run_)
+
+
+def expect_nesting_only(run_):
+    expect(run_.trace is not None, "the recorder wrote no trace", run_)
+    problems = trace_check.check_nesting(run_.trace)
+    expect(not problems, f"ranges overlap without nesting: {problems[:3]}", run_)
+
+
+def underscore_exit():
+    with tempfile.TemporaryDirectory() as tmp:
+        run_ = fault("underscore-exit", "--launches", "200",
+                     env={"FERRUM_RECORD_OUT": os.path.join(tmp, "t.json"), "TMPDIR": tmp})
+        expect(run_.returncode == 0, "_exit(0) did not exit 0", run_)
+        expect(values(run_.stdout).get("launches") == 200, "launches missing", run_)
+        left = os.listdir(tmp)
+        expect(not left, f"_exit left files behind: {left}", run_)
+
+
+def sigterm_handler_exits():
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_path = os.path.join(tmp, "t.json")
+        report_path = os.path.join(tmp, "driver-report.txt")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRUM_", "NVTX_"))}
+        env.update({
+            "LD_LIBRARY_PATH": harness.path_of("STANDIN_DIR"),
+            "LD_PRELOAD": harness.path_of("FERRUM_SHIM"),
+            "NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
+            "FERRUM_RECORD_OUT": trace_path,
+            "FERRUM_RECORD_TABLE": "0",
+            "FERRUM_STANDIN_REPORT": report_path,
+            "FERRUM_STANDIN_LAUNCH_SLEEP_US": "50",  # a few thousand launches, not millions
+        })
+        harness.preload_first(env)
+        child = subprocess.Popen([PROGRAM, "sigterm"], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        ready = child.stdout.readline()
+        expect(ready.strip() == "ready", f"the program did not start: {ready!r}")
+        import time
+        time.sleep(0.2)  # let it launch for a while
+        child.send_signal(signal.SIGTERM)
+        try:
+            out, err = child.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise AssertionError("the program hung after SIGTERM (deadlock in an exit hook?)")
+        expect(child.returncode == 42, f"exit status {child.returncode}, expected 42 from the "
+               f"handler\nstderr: {err}")
+        expect(os.path.exists(trace_path), f"no trace after exit from the handler\nstderr: {err}")
+        trace = trace_check.load(trace_path)
+        problems = trace_check.check_nesting(trace)
+        expect(not problems, f"ranges do not nest: {problems[:3]}")
+        errors = footer(trace).get("protocolErrors", {})
+        expect(errors.get("popWithoutPush") == 0 and errors.get("popWrongDomain") == 0
+               and errors.get("openAtExit", 0) <= 1, f"protocol errors {errors}")
+        ranges = len(trace_check.ranges(trace, domain=harness.DOMAIN))
+        with open(report_path) as handle:
+            driver = values(handle.read()).get("launches", 0)
+        expect(ranges >= 1 and driver - 1 <= ranges <= driver,
+               f"{ranges} ranges for {driver} launches the driver saw")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    while args and args[0].startswith("--"):
+        if args[0] == "--program":
+            PROGRAM = args[1]
+        elif args[0] == "--failing-tool":
+            FAILING_TOOL = args[1]
+        args = args[2:]
+    sys.argv[1:] = args
+    harness.main({
+        "real_function_missing": real_function_missing,
+        "driver_loaded_after_first_launch": driver_loaded_after_first_launch,
+        "tool_init_fails": tool_init_fails,
+        "tool_rejects_every_push": tool_rejects_every_push,
+        "launch_error_classes": launch_error_classes,
+        "fork_while_in_launch": fork_while_in_launch,
+        "exit_from_worker": exit_from_worker,
+        "underscore_exit": underscore_exit,
+        "sigterm_handler_exits": sigterm_handler_exits,
+    })
