@@ -15,7 +15,7 @@
 // Modes:
 //   (default)          Google Benchmark; every --benchmark_* flag is honoured. Extra flags:
 //     --ferrum-iterations=N   fixed iterations per repetition (the recorder keeps every event
-//                             in memory: keep its runs bounded)
+//                             until exit, in memory or its spill file: keep its runs bounded)
 //     --ferrum-warmup=N       launch graph 0 N times through each route first (with
 //                             --ferrum-iterations, which excludes Google Benchmark's warm-up)
 //     --ferrum-set=S          launch (runtime, driver and procaddress at 1 graph), scaling
@@ -23,8 +23,10 @@
 //   --rss=N1,N2        N2 launches round-robin over 8 graphs and the three routes; prints
 //                      rss_kib_at_<N1>= and rss_kib_at_<N2>= (VmRSS after N1 and after N2
 //                      launches), minor_faults_between= (page faults in between: 0 when the
-//                      launch path touches no new memory), then end_monotonic_ns= just before main
-//                      returns (the parent times what runs after it: a tool's exit report)
+//                      launch path touches no new memory), unnamed_file_bytes= (held in
+//                      open files without a name: a tool's spill file), then
+//                      end_monotonic_ns= just before main returns (the parent times what runs
+//                      after it: a tool's exit report)
 //   --loop=ROUTE,G,N   N launches through one route, round-robin over G graphs, and nothing
 //                      else: for valgrind --tool=callgrind (instructions per launch)
 //
@@ -34,9 +36,11 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -172,6 +176,29 @@ long rss_kib() {
   return line ? std::strtol(line + 6, nullptr, 10) : -1;
 }
 
+// Bytes held in open files that have no name (O_TMPFILE, or unlinked): where a tool may keep
+// what it records instead of resident memory (the recorder spills full chunks of events there).
+long long unnamed_file_bytes() {
+  long long total = 0;
+  DIR *dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  for (dirent *e; (e = readdir(dir));) {
+    if (e->d_name[0] == '.') continue;
+    char link[300], target[4096];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    const ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    const char *deleted = std::strstr(target, " (deleted)");
+    struct stat st {};
+    if (deleted && deleted[10] == '\0' && fstat(std::atoi(e->d_name), &st) == 0 &&
+        S_ISREG(st.st_mode))
+      total += st.st_size;
+  }
+  closedir(dir);
+  return total;
+}
+
 int rss_mode(const char *spec) {
   char *end = nullptr;
   const long first = std::strtol(spec, &end, 10);
@@ -206,11 +233,12 @@ int rss_mode(const char *spec) {
   getrusage(RUSAGE_SELF, &usage);
   // Reading VmRSS (open, read, close) faults nothing in: what remains is the launches'.
   const long faults_between = usage.ru_minflt - faults_first;
+  const long long unnamed_bytes = unnamed_file_bytes();
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC, &now);
   std::printf("launches=%ld failed=%ld\nrss_kib_at_%ld=%ld\nrss_kib_at_%ld=%ld\n", total, failures,
               first, rss_first, total, rss_total);
-  std::printf("minor_faults_between=%ld\n", faults_between);
+  std::printf("minor_faults_between=%ld\nunnamed_file_bytes=%lld\n", faults_between, unnamed_bytes);
   std::printf("end_monotonic_ns=%lld\n",
               static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec);
   std::fflush(stdout);

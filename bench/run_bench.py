@@ -26,7 +26,8 @@ What it runs, each in its own processes (a preload cannot be added to a running 
               /bin/true and python3 open and every thread they create.
   memory      ferrum-bench-launch --rss: resident size and minor page faults after 10 thousand
               and after 10 million launches (shim, no tool); with the recorder, its memory per
-              event, and the time its exit report takes (trace file size / time).
+              event (resident, and in its unnamed spill file), and the time its exit report
+              takes (trace file size / time).
 
 Exit status: 0 when every row was measured (targets missed or not: timings never fail this),
 1 when something could not run.
@@ -247,6 +248,7 @@ def measure_rss(paths, env, tmpdir, first, total, preload, recorder):
         "rss_first": int(kv[f"rss_kib_at_{first}"]),
         "rss_total": int(kv[f"rss_kib_at_{total}"]),
         "faults_between": int(kv["minor_faults_between"]),
+        "unnamed_bytes": int(kv["unnamed_file_bytes"]),
         "exit_s": (exited - int(kv["end_monotonic_ns"])) / 1e9,
     }
     if trace:
@@ -427,8 +429,9 @@ def build_table(launch, startup, effects, memory, opts):
     r = memory["recorder"]
     events = opts["recorder_events"] - opts["rss_first"]
     per_event = (r["rss_total"] - r["rss_first"]) * 1024 / events
-    t.row(f"recorder: memory per range ({events:,} ranges)", f"{per_event:.0f} B",
-          "", "", "", None)
+    spilled = r["unnamed_bytes"] / opts["recorder_events"]
+    t.row(f"recorder: memory per range ({events:,} ranges)", f"{per_event:.0f} B resident",
+          f"{spilled:.0f} B in its spill file", "", "", None)
     ranges = r["ranges"] or opts["recorder_events"]
     exit_s = max(r["exit_s"] - m["exit_s"], 1e-9)  # minus the exit of a process without it
     t.row(f"recorder: trace written at exit ({ranges:,} ranges)",
