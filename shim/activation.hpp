@@ -18,12 +18,14 @@ extern nvtxDomainHandle_t g_domain;  // written once, before g_phase becomes kAc
 bool activate_slow();
 }  // namespace detail
 
-// True when launches get ranges; false for FERRUM_REPLAY=off, or while re-entered from the
-// NVTX tool's own initialisation (which may call CUDA and must not wait for itself).
-// Fast path: one acquire load and a branch.
+// True when launches get ranges; false when there is nothing to do — FERRUM_REPLAY=off, or
+// no NVTX tool attached and no summary asked for (ranges would go nowhere) — and while
+// re-entered from the NVTX tool's own initialisation (which may call CUDA and must not wait
+// for itself). Fast path: one acquire load and a branch, either way.
 inline bool shim_active() {
-  if (__builtin_expect(detail::g_phase.load(std::memory_order_acquire) == detail::kActive, 1))
-    return true;
+  const int phase = detail::g_phase.load(std::memory_order_acquire);
+  if (__builtin_expect(phase == detail::kActive, 1)) return true;
+  if (phase == detail::kPassThrough) return false;
   return detail::activate_slow();
 }
 

@@ -78,35 +78,43 @@ struct CachedSite {
   char site[128];
 };
 constexpr size_t kCacheSize = 1024;  // distinct instantiation sites of a process: a handful
-CachedSite g_cache[kCacheSize];
+// Allocated on first use (under the cache mutex): .bss would cost every process at start-up.
+CachedSite *g_cache = nullptr;
+
+bool ensure_cache() {
+  if (!g_cache) g_cache = static_cast<CachedSite *>(calloc(kCacheSize, sizeof(CachedSite)));
+  return g_cache != nullptr;
+}
 pthread_mutex_t g_cache_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 bool cached_site(uintptr_t address, char *out, size_t out_size) {
   pthread_mutex_lock(&g_cache_mutex);
   bool found = false;
-  for (size_t i = address % kCacheSize, probes = 0; probes < kCacheSize;
-       ++probes, i = (i + 1) % kCacheSize) {
-    if (g_cache[i].address == 0) break;
-    if (g_cache[i].address == address) {
-      copy_printable_utf8(g_cache[i].site, out, out_size);
-      found = true;
-      break;
+  if (ensure_cache())
+    for (size_t i = address % kCacheSize, probes = 0; probes < kCacheSize;
+         ++probes, i = (i + 1) % kCacheSize) {
+      if (g_cache[i].address == 0) break;
+      if (g_cache[i].address == address) {
+        copy_printable_utf8(g_cache[i].site, out, out_size);
+        found = true;
+        break;
+      }
     }
-  }
   pthread_mutex_unlock(&g_cache_mutex);
   return found;
 }
 
 void remember_site(uintptr_t address, const char *site) {
   pthread_mutex_lock(&g_cache_mutex);
-  for (size_t i = address % kCacheSize, probes = 0; probes < kCacheSize;
-       ++probes, i = (i + 1) % kCacheSize) {
-    if (g_cache[i].address == 0 || g_cache[i].address == address) {
-      g_cache[i].address = address;
-      copy_printable_utf8(site, g_cache[i].site, sizeof g_cache[i].site);
-      break;
+  if (ensure_cache())
+    for (size_t i = address % kCacheSize, probes = 0; probes < kCacheSize;
+         ++probes, i = (i + 1) % kCacheSize) {
+      if (g_cache[i].address == 0 || g_cache[i].address == address) {
+        g_cache[i].address = address;
+        copy_printable_utf8(site, g_cache[i].site, sizeof g_cache[i].site);
+        break;
+      }
     }
-  }
   pthread_mutex_unlock(&g_cache_mutex);
 }
 

@@ -132,15 +132,21 @@ const GraphRecord *GraphRegistry::record_at(size_t ordinal) const {
 }
 
 GraphRegistry::Slot *GraphRegistry::claim_slot(uintptr_t handle) {
+  Slot *slots = slots_.load(std::memory_order_relaxed);
+  if (!slots) {
+    slots = static_cast<Slot *>(map_zeroed(kSlotCount * sizeof(Slot)));  // all-zero = free
+    if (!slots) return nullptr;
+    slots_.store(slots, std::memory_order_release);
+  }
   size_t index = slot_index(handle);
   for (size_t probes = 0; probes < kSlotCount; ++probes, index = (index + 1) & (kSlotCount - 1)) {
-    const uintptr_t seen = slots_[index].handle.load(std::memory_order_relaxed);
-    if (seen == handle) return &slots_[index];
+    const uintptr_t seen = slots[index].handle.load(std::memory_order_relaxed);
+    if (seen == handle) return &slots[index];
     if (seen == 0) {
       if (handles_used_ >= kMaxHandles) return nullptr;
       ++handles_used_;
-      slots_[index].handle.store(handle, std::memory_order_release);
-      return &slots_[index];
+      slots[index].handle.store(handle, std::memory_order_release);
+      return &slots[index];
     }
   }
   return nullptr;
@@ -231,14 +237,16 @@ void GraphRegistry::on_destroy(const void *exec) {
   if (!exec) return;
   Lock lock;
   const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
+  Slot *slots = slots_.load(std::memory_order_relaxed);
+  if (!slots) return;
   size_t index = slot_index(handle);
   for (size_t probes = 0; probes < kSlotCount; ++probes, index = (index + 1) & (kSlotCount - 1)) {
-    const uintptr_t seen = slots_[index].handle.load(std::memory_order_relaxed);
+    const uintptr_t seen = slots[index].handle.load(std::memory_order_relaxed);
     if (seen == 0) return;
     if (seen != handle) continue;
-    if (GraphRecord *record = slots_[index].record.load(std::memory_order_relaxed)) {
+    if (GraphRecord *record = slots[index].record.load(std::memory_order_relaxed)) {
       retire(*record);
-      slots_[index].record.store(nullptr, std::memory_order_release);
+      slots[index].record.store(nullptr, std::memory_order_release);
       log_line(LogLevel::debug, "graph exec %p (graph %u) destroyed", exec, record->ordinal);
     }
     return;

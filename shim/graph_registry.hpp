@@ -130,11 +130,12 @@ class GraphRegistry {
 
   GraphRecord *find(const void *exec) const {
     const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
+    const Slot *slots = slots_.load(std::memory_order_acquire);
+    if (__builtin_expect(slots == nullptr, 0)) return nullptr;  // nothing registered yet
     size_t index = slot_index(handle);
     for (size_t probes = 0; probes < kSlotCount; ++probes) {
-      const uintptr_t seen = slots_[index].handle.load(std::memory_order_acquire);
-      if (seen == handle && handle != 0)
-        return slots_[index].record.load(std::memory_order_acquire);
+      const uintptr_t seen = slots[index].handle.load(std::memory_order_acquire);
+      if (seen == handle && handle != 0) return slots[index].record.load(std::memory_order_acquire);
       if (seen == 0) return nullptr;
       index = (index + 1) & (kSlotCount - 1);
     }
@@ -157,7 +158,9 @@ class GraphRegistry {
   void retire(GraphRecord &record);
   GraphRecord &overflow();
 
-  Slot slots_[kSlotCount];
+  // kSlotCount slots, mapped at the first registration: 2 MiB of .bss would cost every
+  // process that inherits LD_PRELOAD a few microseconds at start-up.
+  std::atomic<Slot *> slots_{nullptr};
   std::atomic<size_t> records_issued_{0};
   size_t handles_used_ = 0;
   detail::ChunkPool<GraphRecord> records_;

@@ -128,6 +128,9 @@ enum class Kind {
 };
 
 void *wrap_kind(Kind kind, const char *how, void *found) {
+  // Nothing to record (FERRUM_REPLAY=off, or no tool and no summary): the genuine function,
+  // so that such a process pays nothing per launch, not even our check.
+  if (!shim_active()) return found;
   switch (kind) {
     case Kind::launch:
       return WrapperSet<LaunchHook>::wrap(how, found);

@@ -23,7 +23,7 @@ struct MessageTemplate {
     unsigned short length;
   };
   static constexpr int kMaxPieces = 32;
-  Piece pieces[kMaxPieces];
+  Piece pieces[kMaxPieces] = {};
   int piece_count = 0;
   char literals[256] = {};
   bool uses_name_only = false;  // exactly "{name}": the common case
