@@ -176,6 +176,10 @@ void GraphRegistry::relabel(GraphRecord &record) {
   label->message = nvtxDomainRegisterStringA(domain, label->text);
   if (record.ordinal) nvtxDomainNameCategoryA(domain, record.ordinal, label->text);
   if (record.live) messages_.add(hash_text(label->text));
+  // A launch racing with a rename may pair the old colour with the new message, or read
+  // the old label's text: either is a label this graph really had.
+  record.color.store(label->color, std::memory_order_relaxed);
+  record.message.store(label->message, std::memory_order_relaxed);
   record.label.store(label, std::memory_order_release);
 }
 

@@ -32,8 +32,13 @@ struct GraphLabel {
   char text[kMaxMessageLength + 1] = {};
 };
 
-struct GraphRecord {
-  uint32_t ordinal = 0;  // 1, 2, 3... in registration order; 0 for the overflow record
+// The first cache line holds all a launch touches — the label's message and colour are
+// copied here, so a launch reads the slot and this line and not the label (with 10,000 live
+// graphs each line is a cache miss). The label is read only when no message was registered.
+struct alignas(64) GraphRecord {
+  uint32_t ordinal = 0;            // 1, 2, 3... in registration order; 0 for the overflow record
+  std::atomic<uint32_t> color{0};  // of the current label
+  std::atomic<nvtxStringHandle_t> message{nullptr};  // of the current label
   std::atomic<const GraphLabel *> label{nullptr};
   std::atomic<bool> site_pending{false};  // FERRUM_REPLAY_SITE=launch: named at first launch
   std::atomic<uint64_t> launches{0};

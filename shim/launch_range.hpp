@@ -26,23 +26,22 @@ class LaunchRange {
  public:
   LaunchRange(GraphRecord &record, nvtxDomainHandle_t domain) : record_(record), domain_(domain) {
     ++t_intercept_depth;
-    const GraphLabel &label = *record.label.load(std::memory_order_acquire);
     nvtxEventAttributes_t attributes{};
     attributes.version = NVTX_VERSION;
     attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
     attributes.category = record.ordinal;
     attributes.colorType = NVTX_COLOR_ARGB;
-    attributes.color = label.color;
+    attributes.color = record.color.load(std::memory_order_relaxed);
     // Payload: this graph's replay number (1-based), so summaries group by name while each
     // instance stays identifiable.
     attributes.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
     attributes.payload.ullValue = record.launches.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (label.message) {
+    if (nvtxStringHandle_t message = record.message.load(std::memory_order_acquire)) {
       attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-      attributes.message.registered = label.message;
-    } else {
+      attributes.message.registered = message;
+    } else {  // the tool registers no strings: the label's text, which outlives us
       attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
-      attributes.message.ascii = label.text;
+      attributes.message.ascii = record.label.load(std::memory_order_acquire)->text;
     }
     const int depth = nvtxDomainRangePushEx(domain_, &attributes);
     // -2 (NVTX_NO_PUSH_POP_TRACKING) means no tool; other negatives are a tool's refusal.
