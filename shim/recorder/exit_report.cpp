@@ -118,7 +118,7 @@ std::string claim_output(const std::string &absolute, long pid, uint64_t start, 
   }
   std::string chosen = absolute;
   struct stat st {};
-  if (::lstat(absolute.c_str(), &st) == 0) {
+  if (::lstat(absolute.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {  // a directory: an error
     constexpr uint64_t kMarginNs = 10'000'000;
     if (start != 0 && mtime_ns(st) + kMarginNs >= start) {
       chosen = with_pid(absolute, pid);  // a sibling's trace: keep it

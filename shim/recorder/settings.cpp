@@ -24,6 +24,22 @@ bool parse_positive_u64(std::string_view text, uint64_t *value) {
 
 namespace {
 
+// A user's value, quoted back in a warning: at most 40 bytes, control bytes and bytes that are
+// not plain ASCII replaced, so that a hostile or binary value can neither garble the terminal
+// (C0, DEL, a lone 0x9B CSI) nor make the warning more than one line.
+std::string quoted(std::string_view value) {
+  std::string out;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (i == 40) {
+      out += "...";
+      break;
+    }
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    out += (c < 0x20 || c >= 0x7F) ? '?' : static_cast<char>(c);
+  }
+  return out;
+}
+
 bool equals_ignore_case(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -94,7 +110,7 @@ Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *
       s.reject = n == 1 ? RejectMode::all : RejectMode::every_nth;
       s.reject_every = n;
     } else if (warnings) {
-      warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_REJECT='" + std::string(r) +
+      warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_REJECT='" + quoted(r) +
                           "' is invalid (expected all or a positive integer); not rejecting\n");
     }
   }
@@ -107,7 +123,7 @@ Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *
     } else if (!(f == "0" || equals_ignore_case(f, "false") || equals_ignore_case(f, "no") ||
                  equals_ignore_case(f, "off")) &&
                warnings) {
-      warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_FORCE='" + std::string(f) +
+      warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_FORCE='" + quoted(f) +
                           "' is invalid (expected 1 or 0); not replacing files that are not "
                           "ferrum-replay traces\n");
     }
