@@ -20,7 +20,7 @@ tool_rejects_every_push      unchanged                         no range, rejecte
 launch_error_classes         every CUresult returned as the    one balanced range per launch,
                              driver gave it (1, 2, 3, 4, 100,  failed or not
                              201, 400, 700, 702, 719, 999 and
-                             an unknown 12345); runtime too
+                             998, which has no name); runtime
 fork_while_in_launch         parent and child both finish;     parent: every launch of its threads;
                              no deadlock                       child (own file): its own launches,
                                                                nothing open from the parent's
@@ -119,7 +119,9 @@ def tool_rejects_every_push():
            "launches, 40 app ranges)", run_)
 
 
-LAUNCH_RESULTS = [1, 2, 3, 4, 100, 201, 400, 700, 702, 719, 999, 12345]
+# 998: a code our headers do not name (a newer driver's). Codes past 1023 are not used: they
+# are outside CUresult's range of values, which C++ makes undefined to even load.
+LAUNCH_RESULTS = [1, 2, 3, 4, 100, 201, 400, 700, 702, 719, 998, 999]
 
 
 def launch_error_classes():
@@ -182,9 +184,15 @@ def fork_while_in_launch():
 
 def exit_from_worker():
     threads, launches = 4, 3000
+    # Under ASan, LeakSanitizer's exit-time check stops the world while the other threads are
+    # still launching, and its tracer crashes ("Tracer caught signal 11"): an LSan limitation
+    # with exit() from one thread of many. ASan's other checks stay on.
+    env = {}
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+        env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     for attempt in range(5):
         run_ = fault("exit-from-worker", "--launches", str(launches), "--threads", str(threads),
-                     timeout=60)
+                     timeout=60, env=env)
         expect(run_.returncode == 0, "exit(0) from a worker did not exit 0", run_)
         expect_nesting_only(run_)
         errors = footer(run_.trace).get("protocolErrors", {})
@@ -231,6 +239,11 @@ def sigterm_handler_exits():
             "FERRUM_STANDIN_REPORT": report_path,
             "FERRUM_STANDIN_LAUNCH_SLEEP_US": "50",  # a few thousand launches, not millions
         })
+        # Under TSan: exit() from a handler runs every exit hook of the process (libc's stdio
+        # flush as much as our trace) in signal context. That is the scenario itself — what
+        # such programs do — so TSan's signal-unsafe-call report would flag the premise, not us.
+        if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+            env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + ":report_signal_unsafe=0"
         harness.preload_first(env)
         child = subprocess.Popen([PROGRAM, "sigterm"], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)

@@ -164,6 +164,54 @@ def bad_paths_one_line():
         expect(len(lines) == 1 and "a?b" in lines[0], "a newline in the path split the line", run_)
 
 
+def summary_file_never_followed():
+    """The shim's own exit summary (FERRUM_REPLAY_SUMMARY=path) takes a fresh name beside a
+    planted symlink or an existing file and says where, in one line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        victim = os.path.join(tmp, "victim.txt")
+        with open(victim, "w") as handle:
+            handle.write("precious\n")
+        summary = os.path.join(tmp, "summary.txt")
+        os.symlink(victim, summary)
+        run_ = harness.run([harness.path_of("LAUNCH_DRIVER"), *ARGS], record=False,
+                           env={"FERRUM_REPLAY_SUMMARY": summary})
+        expect_program_unharmed(run_)
+        with open(victim) as handle:
+            expect(handle.read() == "precious\n", "the summary was written through a symlink", run_)
+        expect(os.path.islink(summary), "the planted symlink was replaced", run_)
+        written = [n for n in os.listdir(tmp) if n.startswith("summary.txt.")]
+        expect(len(written) == 1, f"expected one fresh summary file beside the link: {written}",
+               run_)
+        expect(len([l for l in run_.stderr.splitlines() if written[0] in l]) == 1,
+               "no single line saying where the summary went", run_)
+        mode = stat.S_IMODE(os.stat(os.path.join(tmp, written[0])).st_mode)
+        expect(mode & 0o022 == 0 and mode & 0o600 == 0o600, f"summary mode {mode:o}", run_)
+
+
+def merge_output_never_followed():
+    """`ferrum-replay merge -o OUT`: the temporary file it writes first must not follow a
+    symlink planted at its (predictable) name OUT.<pid>.tmp. Expected to fail until
+    FINDINGS.md F5 is fixed (it is opened with plain open(tmp, "w"))."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "scripts"))
+    import contextlib
+    import io
+    import ferrum_replay_traces as traces
+    with tempfile.TemporaryDirectory() as tmp:
+        first = os.path.join(tmp, "a.json")
+        launch(first)
+        victim = os.path.join(tmp, "victim.txt")
+        with open(victim, "w") as handle:
+            handle.write("precious\n")
+        out = os.path.join(tmp, "merged.json")
+        os.symlink(victim, f"{out}.{os.getpid()}.tmp")
+        with contextlib.redirect_stderr(io.StringIO()):
+            traces.main(["merge", "-o", out, first])
+        with open(victim) as handle:
+            expect(handle.read() == "precious\n",
+                   "merge wrote its output through a symlink planted at its temporary name")
+
+
 if __name__ == "__main__":
     harness.main({
         "symlink_planted": symlink_planted,
@@ -171,4 +219,6 @@ if __name__ == "__main__":
         "earlier_trace_replaced": earlier_trace_replaced,
         "mode_respects_umask": mode_respects_umask,
         "bad_paths_one_line": bad_paths_one_line,
+        "summary_file_never_followed": summary_file_never_followed,
+        "merge_output_never_followed": merge_output_never_followed,
     })
