@@ -22,6 +22,8 @@ import csv
 import fnmatch
 import glob
 import json
+import tempfile
+import math
 import os
 import re
 import shlex
@@ -45,9 +47,60 @@ def load_trace(path):
         raise InputError(f"{path}: cannot read: {error.strerror or error}") from error
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise InputError(f"{path}: not valid JSON: {error}") from error
+    except RecursionError as error:
+        raise InputError(f"{path}: JSON nested too deeply for a trace") from error
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise InputError(f"{path}: no traceEvents list: not a Chrome trace-event file")
+    validate_trace(path, trace)
     return trace
+
+
+def _is_number(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and abs(value) < 1e18)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 63
+
+
+def validate_trace(path, trace):
+    """Refuses, with one line naming the file and the event, a trace whose fields have types
+    the readers do not expect (a hand-edited or foreign file), instead of a traceback."""
+    meta_value = trace.get("ferrumReplay")
+    if meta_value is not None:
+        if not isinstance(meta_value, dict):
+            raise InputError(f"{path}: ferrumReplay is not an object")
+        for key, value in meta_value.items():
+            if isinstance(value, float) and not _is_number(value):
+                raise InputError(f"{path}: ferrumReplay.{key} is not a finite number")
+            if isinstance(value, int) and not isinstance(value, bool) and not _is_int(value):
+                raise InputError(f"{path}: ferrumReplay.{key} is out of range")
+        for key in ("pid", "ranges", "rejectedPushes"):
+            if key in meta_value and not _is_int(meta_value[key]):
+                raise InputError(f"{path}: ferrumReplay.{key} is not an integer")
+        rank = meta_value.get("rank")
+        if rank is not None and not (isinstance(rank, dict) and
+                                     all(isinstance(v, (str, type(None))) or _is_int(v)
+                                         for v in rank.values())):
+            raise InputError(f"{path}: ferrumReplay.rank is not a {{variable, value}} object")
+        errors = meta_value.get("protocolErrors", {})
+        if not isinstance(errors, dict) or not all(_is_int(v) for v in errors.values()):
+            raise InputError(f"{path}: ferrumReplay.protocolErrors is not a table of counts")
+    for index, event in enumerate(trace["traceEvents"]):
+        if not isinstance(event, dict) or event.get("ph") not in ("X", "M"):
+            continue
+        for key in ("name", "cat"):
+            if key in event and not isinstance(event[key], str):
+                raise InputError(f"{path}: event {index}: {key} is not text")
+        for key in ("ts", "dur"):
+            if key in event and not _is_number(event[key]):
+                raise InputError(f"{path}: event {index}: {key} is not a finite number")
+        for key in ("pid", "tid"):
+            if key in event and not _is_int(event[key]):
+                raise InputError(f"{path}: event {index}: {key} is not an integer")
+        if "args" in event and not isinstance(event["args"], dict):
+            raise InputError(f"{path}: event {index}: args is not an object")
 
 
 def meta(trace):
@@ -342,15 +395,23 @@ def cmd_merge(args):
         },
     }
     out = os.path.abspath(expand_output(args.output))
-    tmp = f"{out}.{os.getpid()}.tmp"
+    tmp = None
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
+        # A fresh, unpredictable temporary beside the output (O_EXCL, never through a link
+        # someone planted), made 0644 less the umask, then renamed over the output.
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(out) + ".", suffix=".tmp",
+                                   dir=os.path.dirname(out))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o644 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(document, handle, separators=(",", ":"))
             handle.write("\n")
         os.replace(tmp, out)
     except OSError as error:
         try:
-            os.unlink(tmp)
+            if tmp:
+                os.unlink(tmp)
         except OSError:
             pass
         raise InputError(f"{out}: cannot write: {error.strerror or error}") from error
@@ -746,7 +807,12 @@ def main(argv=None):
 
     args = parser.parse_args(argv)
     try:
-        return args.run(args)
+        try:
+            return args.run(args)
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError,
+                RecursionError) as error:  # a value validate_trace() let through
+            raise InputError(f"a trace holds a value of an unexpected kind ({type(error).__name__}: "
+                             f"{error})") from error
     except InputError as error:
         prog = getattr(args, "prog", "ferrum-replay")
         if args.command == "check":

@@ -15,7 +15,7 @@ nvtxDomainHandle_t g_domain = nullptr;
 
 namespace {
 
-constinit Settings g_settings;  // no load-time constructor: costs nothing at start-up
+constinit Settings g_settings;         // no load-time constructor: costs nothing at start-up
 std::atomic<int> g_settings_state{0};  // 0: unread, 1: being read, 2: read
 
 // Set while this thread activates: NVTX attaches its tool inside nvtxDomainCreateA, and a

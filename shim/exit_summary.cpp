@@ -118,24 +118,48 @@ bool expand_output_path(const char *pattern, char *out, size_t out_size) {
   return true;
 }
 
+namespace {
+
+// Rows in ordinal order: records are visited in allocation order, which recycling breaks.
+int by_ordinal(const void *a, const void *b) {
+  const uint32_t left = (*static_cast<const GraphRecord *const *>(a))->ordinal;
+  const uint32_t right = (*static_cast<const GraphRecord *const *>(b))->ordinal;
+  // The overflow record (ordinal 0) goes last.
+  if ((left == 0) != (right == 0)) return left == 0 ? 1 : -1;
+  return left < right ? -1 : left > right;
+}
+
+}  // namespace
+
 void write_exit_summary() {
   const char *target = settings().summary;
   GraphRegistry &registry = graph_registry();
+  const GraphRegistry::Recycled &recycled = registry.recycled();
   Text text;
-  uint64_t launches = 0, failed = 0, rejected = 0;
-  size_t graphs = 0;
+  uint64_t launches = recycled.launches, failed = recycled.failed_launches,
+           rejected = recycled.rejected_pushes;
+  size_t graphs = recycled.graphs, held = 0;
   registry.for_each([&](const GraphRecord &record) {
-    ++graphs;
+    ++held;
     launches += record.launches.load(std::memory_order_relaxed);
     failed += record.failed_launches.load(std::memory_order_relaxed);
     rejected += record.rejected_pushes.load(std::memory_order_relaxed);
   });
+  graphs += held;
+  auto **rows = static_cast<const GraphRecord **>(calloc(held ? held : 1, sizeof(GraphRecord *)));
+  if (!rows) return;
+  size_t filled = 0;
+  registry.for_each([&](const GraphRecord &record) {
+    if (filled < held) rows[filled++] = &record;
+  });
+  qsort(rows, filled, sizeof *rows, by_ordinal);
   text.append(
       "ferrum-replay: %zu graphs, %llu launches, %llu failed, %llu rejected pushes (pid %d)\n",
       graphs, static_cast<unsigned long long>(launches), static_cast<unsigned long long>(failed),
       static_cast<unsigned long long>(rejected), static_cast<int>(getpid()));
   text.append("  %5s  %10s  %8s  %8s  %s\n", "graph", "launches", "failed", "rejected", "name");
-  registry.for_each([&](const GraphRecord &record) {
+  for (size_t i = 0; i < filled; ++i) {
+    const GraphRecord &record = *rows[i];
     const GraphLabel *label = record.label.load(std::memory_order_acquire);
     text.append(
         "  %5u  %10llu  %8llu  %8llu  %s\n", record.ordinal,
@@ -143,7 +167,14 @@ void write_exit_summary() {
         static_cast<unsigned long long>(record.failed_launches.load(std::memory_order_relaxed)),
         static_cast<unsigned long long>(record.rejected_pushes.load(std::memory_order_relaxed)),
         label ? label->text : record.name);
-  });
+  }
+  free(rows);
+  if (recycled.graphs)  // destroyed long ago, their records reused: totals only
+    text.append("  %5s  %10llu  %8llu  %8llu  (%llu earlier graphs, destroyed)\n", "-",
+                static_cast<unsigned long long>(recycled.launches),
+                static_cast<unsigned long long>(recycled.failed_launches),
+                static_cast<unsigned long long>(recycled.rejected_pushes),
+                static_cast<unsigned long long>(recycled.graphs));
   if (!text.data) return;
   if (strcmp(target, "stderr") == 0) {
     write_all(STDERR_FILENO, text.data, text.length);

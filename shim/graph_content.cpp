@@ -81,12 +81,13 @@ void tally(NodeTally *tallies, size_t &count, size_t capacity, const char *name)
 void format_content(size_t node_count, NodeTally *tallies, size_t tally_count, size_t shown,
                     char *out, size_t out_size) {
   // Most frequent first, ties by name: stable across runs.
-  qsort(tallies, tally_count, sizeof(NodeTally), [](const void *a, const void *b) {
-    auto *left = static_cast<const NodeTally *>(a);
-    auto *right = static_cast<const NodeTally *>(b);
-    if (left->count != right->count) return left->count > right->count ? -1 : 1;
-    return strcmp(left->name, right->name);
-  });
+  if (tally_count > 1)  // (qsort's pointer must not be null, even for no element)
+    qsort(tallies, tally_count, sizeof(NodeTally), [](const void *a, const void *b) {
+      auto *left = static_cast<const NodeTally *>(a);
+      auto *right = static_cast<const NodeTally *>(b);
+      if (left->count != right->count) return left->count > right->count ? -1 : 1;
+      return strcmp(left->name, right->name);
+    });
   int used = snprintf(out, out_size, "%zu node%s", node_count, node_count == 1 ? "" : "s");
   for (size_t i = 0;
        i < tally_count && i < shown && used > 0 && static_cast<size_t>(used) < out_size; ++i) {

@@ -69,6 +69,10 @@ namespace detail {
 
 template <typename T>
 T *ChunkPool<T>::allocate() {
+  if (T *reused = free_head) {
+    free_head = reused->next_free;
+    return new (reused) T();
+  }
   const size_t chunk = used / kChunkSize;
   if (chunk == kMaxChunks) return nullptr;
   if (!chunks[chunk]) {
@@ -76,6 +80,29 @@ T *ChunkPool<T>::allocate() {
     if (!chunks[chunk]) return nullptr;
   }
   return new (&chunks[chunk][used++ % kChunkSize]) T();
+}
+
+template <typename T>
+T *ChunkPool<T>::retire(T *object) {
+  if (!quarantine) {
+    quarantine = static_cast<T **>(map_zeroed(kQuarantine * sizeof(T *)));
+    if (!quarantine) return nullptr;  // no quarantine, no reuse: it simply stays
+  }
+  T *leaving = nullptr;
+  if (quarantine_count == kQuarantine) {
+    leaving = quarantine[quarantine_head];
+    quarantine_head = (quarantine_head + 1) % kQuarantine;
+    --quarantine_count;
+  }
+  quarantine[(quarantine_head + quarantine_count) % kQuarantine] = object;
+  ++quarantine_count;
+  return leaving;
+}
+
+template <typename T>
+void ChunkPool<T>::release(T *object) {
+  object->next_free = free_head;
+  free_head = object;
 }
 
 uint32_t *MessageCounts::find(uint64_t hash, bool insert) {
@@ -126,11 +153,6 @@ uint32_t color_for_name(const char *name) {
   return 0xFF000000u | (r << 16) | (g << 8) | b;
 }
 
-const GraphRecord *GraphRegistry::record_at(size_t ordinal) const {
-  if (ordinal == 0) return overflow_;
-  return records_.at(ordinal - 1);  // records are allocated in ordinal order
-}
-
 GraphRegistry::Slot *GraphRegistry::claim_slot(uintptr_t handle) {
   Slot *slots = slots_.load(std::memory_order_relaxed);
   if (!slots) {
@@ -160,6 +182,7 @@ void GraphRegistry::relabel(GraphRecord &record) {
   }
   const GraphLabel *old = record.label.load(std::memory_order_relaxed);
   if (old && record.live) messages_.remove(hash_text(old->text));
+  retire_label(old);
   char text[kMaxMessageLength + 1];
   const bool chosen_by_person = compose_message(record, text, sizeof text);
   if (!chosen_by_person && messages_.in_use(hash_text(text))) {
@@ -178,9 +201,16 @@ void GraphRegistry::relabel(GraphRecord &record) {
   if (record.live) messages_.add(hash_text(label->text));
   // A launch racing with a rename may pair the old colour with the new message, or read
   // the old label's text: either is a label this graph really had.
+  // Release: a launcher that sees the new message also sees the tool's string behind it.
   record.color.store(label->color, std::memory_order_relaxed);
-  record.message.store(label->message, std::memory_order_relaxed);
+  record.message.store(label->message, std::memory_order_release);
   record.label.store(label, std::memory_order_release);
+}
+
+void GraphRegistry::retire_label(const GraphLabel *label) {
+  if (!label) return;
+  if (GraphLabel *leaving = labels_.retire(const_cast<GraphLabel *>(label)))
+    labels_.release(leaving);
 }
 
 void GraphRegistry::retire(GraphRecord &record) {
@@ -188,6 +218,16 @@ void GraphRegistry::retire(GraphRecord &record) {
   if (const GraphLabel *label = record.label.load(std::memory_order_relaxed))
     messages_.remove(hash_text(label->text));
   record.live = false;
+  GraphRecord *leaving = records_.retire(&record);
+  if (!leaving) return;
+  // Long destroyed: keep its totals for the summary, recycle it and its label.
+  ++recycled_.graphs;
+  recycled_.launches += leaving->launches.load(std::memory_order_relaxed);
+  recycled_.failed_launches += leaving->failed_launches.load(std::memory_order_relaxed);
+  recycled_.rejected_pushes += leaving->rejected_pushes.load(std::memory_order_relaxed);
+  retire_label(leaving->label.load(std::memory_order_relaxed));
+  leaving->in_use = false;
+  records_.release(leaving);
 }
 
 GraphRecord &GraphRegistry::overflow() {
@@ -213,6 +253,7 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   Slot *slot = handle ? claim_slot(handle) : nullptr;
   GraphRecord *record = slot ? records_.allocate() : nullptr;
   if (!record) return &overflow();
+  record->in_use = true;
   record->ordinal = static_cast<uint32_t>(records_issued_.load(std::memory_order_relaxed) + 1);
   record->api = api;
   copy_printable_utf8(site, record->site, sizeof record->site);
@@ -220,6 +261,12 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   record->site_pending.store(site_pending, std::memory_order_relaxed);
   if (GraphRecord *previous = slot->record.load(std::memory_order_relaxed)) retire(*previous);
   relabel(*record);
+  if (!record->label.load(std::memory_order_relaxed)) {  // no label to be had: never publish
+    record->in_use = false;                              // a record a launch cannot read
+    records_.release(record);
+    slot->record.store(nullptr, std::memory_order_release);
+    return &overflow();
+  }
   records_issued_.store(record->ordinal, std::memory_order_release);
   slot->record.store(record, std::memory_order_release);
   log_line(LogLevel::debug, "graph exec %p registered by %s as graph %u: '%s'", exec, api,

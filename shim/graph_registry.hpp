@@ -28,6 +28,7 @@ inline constexpr size_t kMaxContentLength = 127;
 // What a launch pushes: immutable once published.
 struct GraphLabel {
   nvtxStringHandle_t message = nullptr;  // registered; null when no NVTX tool answers
+  GraphLabel *next_free = nullptr;       // the pool's free list (registry mutex)
   uint32_t color = 0;                    // ARGB, stable per name
   char text[kMaxMessageLength + 1] = {};
 };
@@ -45,7 +46,9 @@ struct alignas(64) GraphRecord {
   std::atomic<uint64_t> failed_launches{0};
   std::atomic<uint64_t> rejected_pushes{0};
   // Below: written under the registry mutex only; never read on the launch path.
-  const char *api = "";  // the function that instantiated it, or "launch"
+  const char *api = "";              // the function that instantiated it, or "launch"
+  GraphRecord *next_free = nullptr;  // the pool's free list
+  bool in_use = false;               // allocated (live or retired-in-quarantine), not free
   bool user_named = false;
   bool live = true;                    // false once destroyed
   char name[kMaxNameLength + 1] = {};  // the {name} field
@@ -55,15 +58,27 @@ struct alignas(64) GraphRecord {
 
 namespace detail {
 
-// Fixed-size objects in chunks mapped on demand and never unmapped: a launch in flight may
-// hold a pointer to an old label, and a record's address is its identity.
+// Fixed-size objects in chunks mapped on demand and never unmapped, recycled through a
+// quarantine: a retired object (a destroyed graph's record, a replaced label) waits behind
+// kQuarantine others before reuse, so a launch still holding it (a thread preempted
+// mid-launch) reads a stale but valid object — never freed memory — and a process that
+// re-instantiates or renames graphs forever uses bounded memory.
 template <typename T>
 struct ChunkPool {
   static constexpr size_t kChunkSize = 4096;
-  static constexpr size_t kMaxChunks = 256;  // 1M objects: far beyond any real process
+  static constexpr size_t kMaxChunks = 256;  // 1M objects in use at once: far beyond need
+  static constexpr size_t kQuarantine = 4096;
   T *chunks[kMaxChunks] = {};
   size_t used = 0;
-  T *allocate();  // under the registry mutex; null when exhausted or out of memory
+  T **quarantine = nullptr;  // a ring of kQuarantine, mapped on first use
+  size_t quarantine_head = 0, quarantine_count = 0;
+  T *free_head = nullptr;
+  // Under the registry mutex. Null when exhausted or out of memory.
+  T *allocate();
+  // `object` is unreachable for new launches. Returns the object that leaves the quarantine
+  // (now free for reuse, after the caller read what it needs), or null.
+  T *retire(T *object);
+  void release(T *object);  // back on the free list
   T *at(size_t index) const {
     const size_t chunk = index / kChunkSize;
     return chunk < kMaxChunks && chunks[chunk] ? &chunks[chunk][index % kChunkSize] : nullptr;
@@ -116,15 +131,19 @@ class GraphRegistry {
   // Distinct graphs registered so far (overflow excluded).
   size_t size() const { return records_issued_.load(std::memory_order_acquire); }
 
-  // Calls visit(record) for every record in ordinal order, overflow last if it was used.
+  // Graphs whose records were recycled (destroyed long ago): their totals, for the summary.
+  struct Recycled {
+    uint64_t graphs = 0, launches = 0, failed_launches = 0, rejected_pushes = 0;
+  };
+  const Recycled &recycled() const { return recycled_; }
+
+  // Calls visit(record) for every record still held — live graphs and recently destroyed
+  // ones — in allocation order (ordinal order until records are recycled), overflow last.
   template <typename Visit>
   void for_each(Visit &&visit) const {
-    const size_t count = size();
-    for (size_t i = 1; i <= count; ++i)
-      if (const GraphRecord *record = record_at(i)) visit(*record);
-    if (const GraphRecord *overflow = record_at(0);
-        overflow && overflow->launches.load(std::memory_order_relaxed))
-      visit(*overflow);
+    for (size_t i = 0; i < records_.used; ++i)
+      if (const GraphRecord *record = records_.at(i); record && record->in_use) visit(*record);
+    if (overflow_ && overflow_->launches.load(std::memory_order_relaxed)) visit(*overflow_);
   }
 
  private:
@@ -154,13 +173,13 @@ class GraphRegistry {
 
   GraphRecord &register_at_launch(const void *exec);
   void name_at_first_launch(GraphRecord &record);
-  const GraphRecord *record_at(size_t ordinal) const;
   // Below: under the registry mutex.
   GraphRecord *create_record(const void *exec, const char *api, const char *site,
                              const char *content, bool site_pending);
   Slot *claim_slot(uintptr_t handle);
   void relabel(GraphRecord &record);
   void retire(GraphRecord &record);
+  void retire_label(const GraphLabel *label);
   GraphRecord &overflow();
 
   // kSlotCount slots, mapped at the first registration: 2 MiB of .bss would cost every
@@ -172,6 +191,7 @@ class GraphRegistry {
   detail::ChunkPool<GraphLabel> labels_;
   detail::MessageCounts messages_;
   GraphRecord *overflow_ = nullptr;
+  Recycled recycled_;
 };
 
 namespace detail {

@@ -1,5 +1,7 @@
 #include "settings.hpp"
 
+#include "text_util.hpp"
+
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -13,20 +15,14 @@ bool equals_any(const char *value, const char *const *choices) {
   return false;
 }
 
-// Quotes at most 40 bytes of a user value, replacing control bytes, so that a hostile or
-// binary value cannot garble the terminal or produce more than one line.
+// Quotes at most 40 bytes of a user value as printable UTF-8 (control bytes and malformed
+// sequences become '?', a character is never cut), so that a hostile or binary value cannot
+// garble the terminal or produce more than one line.
 void quote_value(const char *value, char *out, size_t out_size) {
-  size_t used = 0;
-  for (size_t i = 0; value[i] && used + 4 < out_size; ++i) {
-    if (i == 40) {
-      memcpy(out + used, "...", 3);
-      used += 3;
-      break;
-    }
-    unsigned char byte = static_cast<unsigned char>(value[i]);
-    out[used++] = (byte < 0x20 || byte == 0x7f) ? '?' : static_cast<char>(byte);
-  }
-  out[used] = '\0';
+  const size_t length = strlen(value);
+  const size_t shown = length > 40 ? 40 : length;
+  copy_printable_utf8(value, shown, out, out_size - 3);
+  if (shown < length) strcat(out, "...");
 }
 
 struct Reader {
@@ -88,11 +84,11 @@ void read_domain(const Reader &reader, Settings &settings) {
   const char *value = reader.get("FERRUM_REPLAY_DOMAIN");
   if (!value) return;
   size_t length = strlen(value);
-  bool printable = true;
-  for (size_t i = 0; i < length; ++i) {
-    unsigned char byte = static_cast<unsigned char>(value[i]);
-    if (byte < 0x20 || byte == 0x7f) printable = false;
-  }
+  // Printable UTF-8 only: the domain name is shown by every NVTX tool.
+  char checked[kMaxDomainLength * 4 + 1];
+  const bool printable = length < sizeof checked &&
+                         copy_printable_utf8(value, length, checked, sizeof checked) == length &&
+                         memcmp(checked, value, length) == 0;
   if (length > kMaxDomainLength || !printable) {
     reader.reject("FERRUM_REPLAY_DOMAIN", value, "1 to 63 printable bytes", kDefaultDomain);
   } else if (strcmp(value, "MPI") == 0) {
