@@ -128,8 +128,8 @@ std::string claim_output(const std::string &absolute, long pid, uint64_t start, 
     }
   }
   if (chosen != absolute || ::lstat(chosen.c_str(), &st) != 0) {
-    const int fd = ::open(chosen.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                          0644);
+    const int fd =
+        ::open(chosen.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd >= 0) {
       ::close(fd);
       *created = *claimed = true;
@@ -155,8 +155,7 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   snap.host = host;
-  std::string path =
-      expand_output_path(settings.out_pattern, snap.pid, host, process_env, nullptr);
+  std::string path = expand_output_path(settings.out_pattern, snap.pid, host, process_env, nullptr);
   std::string absolute = absolute_path(path, cwd);
   bool placeholder = false;
   bool claimed = false;

@@ -66,8 +66,8 @@ ThreadBuffer &Recorder::current_thread() {
   ThreadSlot &slot = t_slot;
   if (slot.generation == generation_) [[likely]]
     return *slot.buffer;
-  auto *buffer = new ThreadBuffer(os_thread_id(), own_thread_name(),
-                                  settings_.spill ? &spill_ : nullptr);
+  auto *buffer =
+      new ThreadBuffer(os_thread_id(), own_thread_name(), settings_.spill ? &spill_ : nullptr);
   {
     std::lock_guard lock(threads_mu_);
     threads_.push_back(buffer);

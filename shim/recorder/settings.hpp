@@ -55,8 +55,8 @@ struct Settings {
   std::string rank_variable;
   std::string rank_value;
   std::string session_file;  // FERRUM_RECORD_SESSION, empty if unset
-  bool force = false;  // FERRUM_RECORD_FORCE: replace an existing file that is not our trace
-  bool spill = true;   // spill full chunks of events to a temporary file (tests switch it off)
+  bool force = false;        // FERRUM_RECORD_FORCE: replace an existing file that is not our trace
+  bool spill = true;  // spill full chunks of events to a temporary file (tests switch it off)
 };
 
 // A getenv stand-in, so that tests can parse settings without touching the process environment.

@@ -53,8 +53,9 @@ class SpillFile {
   // pthread_atfork: no thread may be creating the file while another forks.
   void lock_for_fork();
   void unlock_after_fork();
-  // In a fork() child, after unlock_after_fork: the inherited file description is shared with the parent, whose runs it
-  // holds. Forget it (the child's events go to a file of its own, created when needed).
+  // In a fork() child, after unlock_after_fork: the inherited file description is shared with the
+  // parent, whose runs it holds. Forget it (the child's events go to a file of its own, created
+  // when needed).
   void forget_after_fork();
 
  private:

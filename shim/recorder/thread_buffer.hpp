@@ -7,8 +7,8 @@
 //     SpillFile as one run, then reuses the chunk: memory stays bounded however long the thread
 //     records. The sorted copy is written without a lock; publishing the run and emptying the
 //     chunk take the buffer's mutex (a few instructions, once per chunk), as reading does, so a
-//     reader never sees a chunk being recycled nor an event twice. If spilling fails, a fresh chunk is linked
-//     instead and nothing is lost (memory then grows, as it would without a spill file);
+//     reader never sees a chunk being recycled nor an event twice. If spilling fails, a fresh chunk
+//     is linked instead and nothing is lost (memory then grows, as it would without a spill file);
 //   - the number of open frames is mirrored in an atomic for the open-at-exit count;
 //   - names are copied into an append-only arena owned by the thread, so an event's name pointer
 //     stays valid even after the thread exits (buffers are kept until the process ends). This is

@@ -208,8 +208,8 @@ std::string numbered_path(const std::string &path, unsigned n) {
   return path.substr(0, dot) + "." + std::to_string(n) + path.substr(dot);
 }
 
-bool write_trace_file(const std::string &path, const Snapshot &snap, const TraceFileOptions &options,
-                      TraceFileOutcome *result) {
+bool write_trace_file(const std::string &path, const Snapshot &snap,
+                      const TraceFileOptions &options, TraceFileOutcome *result) {
   // Filled locally: `path` may be result->written_path of an earlier call.
   TraceFileOutcome local;
   TraceFileOutcome *outcome = &local;
@@ -249,9 +249,8 @@ bool write_trace_file(const std::string &path, const Snapshot &snap, const Trace
       struct stat st;
       const bool exists = ::lstat(path.c_str(), &st) == 0;
       const bool replaceable =
-          exists &&
-          ((S_ISREG(st.st_mode) && (options.force || is_ferrum_trace_file(path))) ||
-           (S_ISLNK(st.st_mode) && options.force));
+          exists && ((S_ISREG(st.st_mode) && (options.force || is_ferrum_trace_file(path))) ||
+                     (S_ISLNK(st.st_mode) && options.force));
       if (exists && S_ISDIR(st.st_mode)) {
         err = EISDIR;  // a directory is a mistake in the setting, not a file to step around
       } else if (replaceable) {

@@ -57,8 +57,8 @@ struct TraceFileOutcome {
   bool diverted = false;     // the requested name held something that is not our trace
   std::string error;         // strerror text, when not written
 };
-bool write_trace_file(const std::string &path, const Snapshot &snap, const TraceFileOptions &options,
-                      TraceFileOutcome *outcome);
+bool write_trace_file(const std::string &path, const Snapshot &snap,
+                      const TraceFileOptions &options, TraceFileOutcome *outcome);
 
 // The default options; on failure returns false and sets `error` to a strerror text. No
 // temporary file is left behind either way.

@@ -12,12 +12,12 @@
 namespace fuzz {
 
 // A failed property: print it and abort, so libFuzzer saves the input as a crash.
-#define FUZZ_CHECK(condition)                                                              \
-  do {                                                                                     \
-    if (!(condition)) {                                                                    \
+#define FUZZ_CHECK(condition)                                                               \
+  do {                                                                                      \
+    if (!(condition)) {                                                                     \
       std::fprintf(stderr, "%s:%d: property failed: %s\n", __FILE__, __LINE__, #condition); \
-      std::abort();                                                                        \
-    }                                                                                      \
+      std::abort();                                                                         \
+    }                                                                                       \
   } while (0)
 
 // The input as a fake environment: NUL-separated fields, field i the value of names[i]; a

@@ -26,8 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   FUZZ_CHECK(tmpl.piece_count >= 0 && tmpl.piece_count <= ferrum::MessageTemplate::kMaxPieces);
   const unsigned ordinal = parts[5].empty() ? 0 : static_cast<unsigned char>(parts[5][0]) * 997u;
-  const ferrum::TemplateValues values{parts[1].c_str(), ordinal, parts[2].c_str(),
-                                      parts[3].c_str(), parts[4].c_str()};
+  const ferrum::TemplateValues values{parts[1].c_str(), ordinal, parts[2].c_str(), parts[3].c_str(),
+                                      parts[4].c_str()};
   for (size_t out_size : {size_t{1}, size_t{2}, size_t{5}, size_t{16}, size_t{160}, size_t{4096}}) {
     std::string out(out_size + 8, '\xAA');  // guard bytes after the buffer
     const size_t n = ferrum::render_message(tmpl, values, out.data(), out_size);

@@ -27,8 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const std::string host = rest.substr(0, nul2);
   const std::string value = nul2 == std::string::npos ? "" : rest.substr(nul2 + 1);
 
-  const std::string out = expand_output_path(pattern, 4242, host, any_var,
-                                             const_cast<std::string *>(&value));
+  const std::string out =
+      expand_output_path(pattern, 4242, host, any_var, const_cast<std::string *>(&value));
   if (pattern.find('%') == std::string::npos) FUZZ_CHECK(out == pattern);
   size_t placeholders = 0;
   for (char c : pattern) placeholders += c == '%';

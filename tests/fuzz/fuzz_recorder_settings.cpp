@@ -10,11 +10,11 @@
 using namespace ferrum_replay::recorder;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fuzz::Environment env({"FERRUM_RECORD_OUT", "FERRUM_RECORD_TABLE", "FERRUM_RECORD_FORCE",
-                         "FERRUM_RECORD_REJECT", "FERRUM_RECORD_REJECT_DOMAIN",
-                         "FERRUM_RECORD_SESSION", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
-                         "LOCAL_RANK"},
-                        data, size);
+  fuzz::Environment env(
+      {"FERRUM_RECORD_OUT", "FERRUM_RECORD_TABLE", "FERRUM_RECORD_FORCE", "FERRUM_RECORD_REJECT",
+       "FERRUM_RECORD_REJECT_DOMAIN", "FERRUM_RECORD_SESSION", "RANK", "OMPI_COMM_WORLD_RANK",
+       "SLURM_PROCID", "LOCAL_RANK"},
+      data, size);
   std::vector<std::string> warnings;
   Settings s = parse_settings(fuzz::Environment::lookup, &env, &warnings);
   for (const std::string &w : warnings) {  // one printable line each

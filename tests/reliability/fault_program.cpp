@@ -116,7 +116,8 @@ int no_driver() {
     if (!fn) std::printf("%s=absent\n", name);
     return fn;
   };
-  if (auto fn = reinterpret_cast<LaunchFn>(report("cuGraphLaunch", dlsym(RTLD_DEFAULT, "cuGraphLaunch"))))
+  if (auto fn =
+          reinterpret_cast<LaunchFn>(report("cuGraphLaunch", dlsym(RTLD_DEFAULT, "cuGraphLaunch"))))
     std::printf("cuGraphLaunch=%d\n", fn(fake, nullptr));
   if (auto fn = reinterpret_cast<LaunchFn>(
           report("cuGraphLaunch_ptsz", dlsym(RTLD_DEFAULT, "cuGraphLaunch_ptsz"))))
@@ -137,8 +138,8 @@ int no_driver() {
           report("cuGraphExecDestroy", dlsym(RTLD_DEFAULT, "cuGraphExecDestroy"))))
     std::printf("cuGraphExecDestroy=%d\n", fn(fake));
   using Name = int (*)(void *, const char *);
-  if (auto fn = reinterpret_cast<Name>(report("ferrum_replay_name_graph_exec",
-                                              dlsym(RTLD_DEFAULT, "ferrum_replay_name_graph_exec"))))
+  if (auto fn = reinterpret_cast<Name>(report(
+          "ferrum_replay_name_graph_exec", dlsym(RTLD_DEFAULT, "ferrum_replay_name_graph_exec"))))
     std::printf("ferrum_replay_name_graph_exec=%d\n", fn(reinterpret_cast<void *>(fake), "x"));
   return 0;
 }

@@ -193,7 +193,8 @@ TEST_CASE("a fork child records into its own spill file") {
     record_nested(r, 2 * kChunk, "child");
     const Snapshot s = r.snapshot_for_report();
     failures |= (s.range_count() != 6u * kChunk) << 2;
-    failures |= (s.threads.size() != 1 || s.threads[0].runs.size() != 5) << 3;  // the 6th chunk is full, not yet spilled
+    failures |= (s.threads.size() != 1 || s.threads[0].runs.size() != 5)
+                << 3;  // the 6th chunk is full, not yet spilled
     failures |= (render_trace(s) != render_trace(r.snapshot())) << 4;
     _exit(failures);
   }

@@ -113,8 +113,8 @@ int main(int argc, char **argv) {
   }
   if (o.threads < 1 || o.launches < 0 || o.churn_threads < 0) return 2;
 
-  const auto name_graph = reinterpret_cast<NameGraphFn>(
-      dlsym(RTLD_DEFAULT, "ferrum_replay_name_graph_exec"));
+  const auto name_graph =
+      reinterpret_cast<NameGraphFn>(dlsym(RTLD_DEFAULT, "ferrum_replay_name_graph_exec"));
 
   check(cuInit(0), "cuInit");
   CUdevice device = 0;
