@@ -16,6 +16,7 @@
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <dlfcn.h>
 
 #include <string>
 #include <vector>
@@ -62,6 +63,20 @@ inline std::string kernel_module_ptx(const std::vector<std::string> &names) {
 }
 
 namespace driver_detail {
+
+// dlopen("libcuda.so.1") as a program that resolves the driver itself does; `flags` is
+// --dlopen-flags (local, global or deepbind). Null, with a message, when it cannot.
+inline void *open_driver(const std::string &flags, const char **what) {
+  int mode = RTLD_NOW | RTLD_LOCAL;
+  if (flags == "global") mode = RTLD_NOW | RTLD_GLOBAL;
+  if (flags == "deepbind") mode = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+  void *handle = dlopen("libcuda.so.1", mode);
+  if (handle == nullptr) {
+    std::fprintf(stderr, "error: dlopen(libcuda.so.1): %s\n", dlerror());
+    *what = "dlopen(libcuda.so.1)";
+  }
+  return handle;
+}
 
 inline int fail(const char **what, const char *call, CUresult r) {
   *what = call;

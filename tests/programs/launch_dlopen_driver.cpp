@@ -30,21 +30,11 @@ constexpr char kUsage[] =
     "                            [--kernels LIST] [--graph-kernels L] [--name-graphs P]\n"
     "                            [--name-from-threads]\n";
 
-int dlopen_mode(const std::string &flags) {
-  if (flags == "global") return RTLD_NOW | RTLD_GLOBAL;
-  if (flags == "deepbind") return RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
-  return RTLD_NOW | RTLD_LOCAL;
-}
-
 class DlopenDriver final : public DriverBackend {
  public:
   int load(const harness::Options &opt, const char **what) override {
-    void *h = dlopen("libcuda.so.1", dlopen_mode(opt.dlopen_flags));
-    if (h == nullptr) {
-      std::fprintf(stderr, "error: dlopen(libcuda.so.1): %s\n", dlerror());
-      *what = "dlopen(libcuda.so.1)";
-      return CUDA_ERROR_NOT_FOUND;
-    }
+    void *h = driver_detail::open_driver(opt.dlopen_flags, what);
+    if (h == nullptr) return CUDA_ERROR_NOT_FOUND;
     bool ok = true;
     auto sym = [&](auto &out, const char *name) {
       void *p = dlsym(h, name);

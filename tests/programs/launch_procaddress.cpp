@@ -38,21 +38,11 @@ constexpr char kUsage[] =
     "                          [--kernels LIST] [--graph-kernels L] [--name-graphs P]\n"
     "                          [--name-from-threads]\n";
 
-int dlopen_mode(const std::string &flags) {
-  if (flags == "global") return RTLD_NOW | RTLD_GLOBAL;
-  if (flags == "deepbind") return RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
-  return RTLD_NOW | RTLD_LOCAL;
-}
-
 class ProcAddressDriver final : public DriverBackend {
  public:
   int load(const harness::Options &opt, const char **what) override {
-    void *h = dlopen("libcuda.so.1", dlopen_mode(opt.dlopen_flags));
-    if (h == nullptr) {
-      std::fprintf(stderr, "error: dlopen(libcuda.so.1): %s\n", dlerror());
-      *what = "dlopen(libcuda.so.1)";
-      return CUDA_ERROR_NOT_FOUND;
-    }
+    void *h = driver_detail::open_driver(opt.dlopen_flags, what);
+    if (h == nullptr) return CUDA_ERROR_NOT_FOUND;
     gpa12_ = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(h, "cuGetProcAddress_v2"));
     if (gpa12_ == nullptr) {
       std::fprintf(stderr, "error: dlsym(cuGetProcAddress_v2): %s\n", dlerror());
