@@ -1,4 +1,4 @@
-// How a graph's name and message are chosen (README "Naming rules"):
+// How a graph's name and message are chosen (docs/naming.md):
 //   name    = the user's name (ferrum_replay_name_graph_exec), else the names file's
 //             (FERRUM_REPLAY_NAMES), else the call site, else "graph N";
 //   message = FERRUM_REPLAY_FORMAT rendered with that name (default "{name}").

@@ -18,7 +18,7 @@
  *       name_graph(ctypes.c_void_p(exec_handle), b"decode batch 8")
  *
  * (torch.cuda.CUDAGraph does not expose its cudaGraphExec_t; names files and call-site
- * names cover PyTorch, see the README.)
+ * names cover PyTorch, see docs/naming.md.)
  */
 #ifndef FERRUM_REPLAY_FERRUM_REPLAY_H
 #define FERRUM_REPLAY_FERRUM_REPLAY_H
