@@ -19,11 +19,8 @@
 // guard keeps a runtime launch that reaches the driver underneath to one range.
 #include "entry_points.hpp"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_runtime_api.h>
-
 #include "activation.hpp"
+#include "hook_table.hpp"
 #include "launch_range.hpp"
 #include "log.hpp"
 #include "lookup_wrappers.hpp"
@@ -41,43 +38,16 @@ cudaError_t CUDARTAPI cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGrap
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
                                                    CUDA_GRAPH_INSTANTIATE_PARAMS *params);
-CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                       CUgraphNode *phErrorNode, char *logBuffer,
-                                       size_t bufferSize);
 }
 
 namespace ferrum {
 namespace {
 
-using RuntimeGraphLaunch = cudaError_t (*)(cudaGraphExec_t, cudaStream_t);
-using RuntimeInstantiate = cudaError_t (*)(cudaGraphExec_t *, cudaGraph_t, unsigned long long);
-using RuntimeInstantiateParams = cudaError_t (*)(cudaGraphExec_t *, cudaGraph_t,
-                                                 cudaGraphInstantiateParams *);
-using RuntimeExecDestroy = cudaError_t (*)(cudaGraphExec_t);
-
-constinit RealFunction<RuntimeGraphLaunch> g_cudaGraphLaunch{"cudaGraphLaunch"};
-constinit RealFunction<RuntimeGraphLaunch> g_cudaGraphLaunch_ptsz{"cudaGraphLaunch_ptsz"};
-constinit RealFunction<PFN_cuGraphLaunch_v10000> g_cuGraphLaunch{"cuGraphLaunch"};
-constinit RealFunction<PFN_cuGraphLaunch_v10000_ptsz> g_cuGraphLaunch_ptsz{"cuGraphLaunch_ptsz"};
-constinit RealFunction<RuntimeInstantiate> g_cudaGraphInstantiate{"cudaGraphInstantiate"};
-constinit RealFunction<RuntimeInstantiate> g_cudaGraphInstantiateWithFlags{
-    "cudaGraphInstantiateWithFlags"};
-constinit RealFunction<RuntimeInstantiateParams> g_cudaGraphInstantiateWithParams{
-    "cudaGraphInstantiateWithParams"};
-constinit RealFunction<RuntimeInstantiateParams> g_cudaGraphInstantiateWithParams_ptsz{
-    "cudaGraphInstantiateWithParams_ptsz"};
-constinit RealFunction<RuntimeExecDestroy> g_cudaGraphExecDestroy{"cudaGraphExecDestroy"};
-constinit RealFunction<PfnGraphInstantiateLegacy> g_cuGraphInstantiate{"cuGraphInstantiate"};
-constinit RealFunction<PfnGraphInstantiateLegacy> g_cuGraphInstantiate_v2{"cuGraphInstantiate_v2"};
-constinit RealFunction<PFN_cuGraphInstantiateWithFlags_v11040> g_cuGraphInstantiateWithFlags{
-    "cuGraphInstantiateWithFlags"};
-constinit RealFunction<PFN_cuGraphInstantiateWithParams_v12000> g_cuGraphInstantiateWithParams{
-    "cuGraphInstantiateWithParams"};
-constinit RealFunction<PFN_cuGraphInstantiateWithParams_v12000_ptsz>
-    g_cuGraphInstantiateWithParams_ptsz{"cuGraphInstantiateWithParams_ptsz"};
-constinit RealFunction<PFN_cuGraphExecDestroy_v10000> g_cuGraphExecDestroy{"cuGraphExecDestroy"};
-constinit RealFunction<PFN_cuGetProcAddress_v11030> g_cuGetProcAddress{"cuGetProcAddress"};
-constinit RealFunction<PFN_cuGetProcAddress_v12000> g_cuGetProcAddress_v2{"cuGetProcAddress_v2"};
+// The real function behind every row of the table: g_cudaGraphLaunch, g_cuGraphLaunch, ...
+#define HOOK(KIND, API, NAME, PARAMS, ...) \
+  constinit RealFunction<FERRUM_HOOK_FUNCTION_TYPE(API, PARAMS)> g_##NAME{#NAME};
+#include "hooked_functions.def"
+#undef HOOK
 
 // No real definition is loaded (the program found our export without loading CUDA, say).
 // Say so where asked, and answer as the missing library's absence would.
@@ -107,7 +77,9 @@ Result intercept_instantiate(RealFunction<Function> &function, Result success, R
 }
 
 template <typename Result, typename Function, typename Exec>
-Result intercept_destroy(RealFunction<Function> &function, Result not_found, Exec exec) {
+Result intercept_destroy(RealFunction<Function> &function, Result success, Result not_found,
+                         Exec exec) {
+  (void)success;
   Function real = function.get();
   if (__builtin_expect(real == nullptr, 0)) return missing(function, not_found);
   return destroy_and_forget(exec, [&] { return real(exec); });
@@ -116,109 +88,25 @@ Result intercept_destroy(RealFunction<Function> &function, Result not_found, Exe
 }  // namespace
 }  // namespace ferrum
 
-using ferrum::intercept_destroy;
-using ferrum::intercept_instantiate;
-using ferrum::intercept_launch;
+// ---- every launch, instantiate and destroy function, called by name ----
+// One definition per row of hooked_functions.def, by its KIND; the lookups are written below.
+#define FERRUM_DEFINE_HOOK(INTERCEPT, API, NAME, PARAMS, ...)                                  \
+  extern "C" __attribute__((visibility(                                                        \
+      "default"))) ::ferrum::ApiResult<::ferrum::HookApi::API>::Type CUDAAPI NAME PARAMS {     \
+    using Api = ::ferrum::ApiResult<::ferrum::HookApi::API>;                                   \
+    return ::ferrum::INTERCEPT(::ferrum::g_##NAME, Api::success, Api::not_found, __VA_ARGS__); \
+  }
+#define FERRUM_DEFINE_launch(...) FERRUM_DEFINE_HOOK(intercept_launch, __VA_ARGS__)
+#define FERRUM_DEFINE_instantiate_legacy(...) FERRUM_DEFINE_HOOK(intercept_instantiate, __VA_ARGS__)
+#define FERRUM_DEFINE_instantiate_flags(...) FERRUM_DEFINE_HOOK(intercept_instantiate, __VA_ARGS__)
+#define FERRUM_DEFINE_instantiate_params(...) FERRUM_DEFINE_HOOK(intercept_instantiate, __VA_ARGS__)
+#define FERRUM_DEFINE_destroy(...) FERRUM_DEFINE_HOOK(intercept_destroy, __VA_ARGS__)
+#define FERRUM_DEFINE_lookup(...)
+#define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_DEFINE_##KIND(API, NAME, PARAMS, __VA_ARGS__)
+#include "hooked_functions.def"
+#undef HOOK
 
 extern "C" {
-
-// ---- graph launches called by name ----
-
-__attribute__((visibility("default"))) cudaError_t CUDARTAPI
-cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
-  return intercept_launch(ferrum::g_cudaGraphLaunch, cudaSuccess, cudaErrorSymbolNotFound,
-                          graphExec, stream);
-}
-
-__attribute__((visibility("default"))) cudaError_t CUDARTAPI
-cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream) {
-  return intercept_launch(ferrum::g_cudaGraphLaunch_ptsz, cudaSuccess, cudaErrorSymbolNotFound,
-                          graphExec, stream);
-}
-
-__attribute__((visibility("default"))) CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec,
-                                                                      CUstream hStream) {
-  return intercept_launch(ferrum::g_cuGraphLaunch, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, hGraphExec,
-                          hStream);
-}
-
-__attribute__((visibility("default"))) CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec,
-                                                                           CUstream hStream) {
-  return intercept_launch(ferrum::g_cuGraphLaunch_ptsz, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND,
-                          hGraphExec, hStream);
-}
-
-// ---- instantiation and destruction called by name ----
-
-__attribute__((visibility("default"))) cudaError_t CUDARTAPI
-cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags) {
-  return intercept_instantiate(ferrum::g_cudaGraphInstantiate, cudaSuccess, cudaErrorSymbolNotFound,
-                               pGraphExec, graph, flags);
-}
-
-__attribute__((visibility("default"))) cudaError_t CUDARTAPI cudaGraphInstantiateWithFlags(
-    cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags) {
-  return intercept_instantiate(ferrum::g_cudaGraphInstantiateWithFlags, cudaSuccess,
-                               cudaErrorSymbolNotFound, pGraphExec, graph, flags);
-}
-
-__attribute__((visibility("default"))) cudaError_t CUDARTAPI cudaGraphInstantiateWithParams(
-    cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *params) {
-  return intercept_instantiate(ferrum::g_cudaGraphInstantiateWithParams, cudaSuccess,
-                               cudaErrorSymbolNotFound, pGraphExec, graph, params);
-}
-
-__attribute__((visibility("default"))) cudaError_t CUDARTAPI cudaGraphInstantiateWithParams_ptsz(
-    cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *params) {
-  return intercept_instantiate(ferrum::g_cudaGraphInstantiateWithParams_ptsz, cudaSuccess,
-                               cudaErrorSymbolNotFound, pGraphExec, graph, params);
-}
-
-__attribute__((visibility("default"))) cudaError_t CUDARTAPI
-cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
-  return intercept_destroy(ferrum::g_cudaGraphExecDestroy, cudaErrorSymbolNotFound, graphExec);
-}
-
-// cuda.h maps cuGraphInstantiate to ...WithFlags; the driver still exports the legacy one.
-#undef cuGraphInstantiate
-__attribute__((visibility("default"))) CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec,
-                                                                           CUgraph hGraph,
-                                                                           CUgraphNode *phErrorNode,
-                                                                           char *logBuffer,
-                                                                           size_t bufferSize) {
-  return intercept_instantiate(ferrum::g_cuGraphInstantiate, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND,
-                               phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
-}
-
-__attribute__((visibility("default"))) CUresult CUDAAPI
-cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
-                      char *logBuffer, size_t bufferSize) {
-  return intercept_instantiate(ferrum::g_cuGraphInstantiate_v2, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND,
-                               phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
-}
-
-__attribute__((visibility("default"))) CUresult CUDAAPI
-cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
-  return intercept_instantiate(ferrum::g_cuGraphInstantiateWithFlags, CUDA_SUCCESS,
-                               CUDA_ERROR_NOT_FOUND, phGraphExec, hGraph, flags);
-}
-
-#undef cuGraphInstantiateWithParams
-__attribute__((visibility("default"))) CUresult CUDAAPI cuGraphInstantiateWithParams(
-    CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
-  return intercept_instantiate(ferrum::g_cuGraphInstantiateWithParams, CUDA_SUCCESS,
-                               CUDA_ERROR_NOT_FOUND, phGraphExec, hGraph, params);
-}
-
-__attribute__((visibility("default"))) CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
-    CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
-  return intercept_instantiate(ferrum::g_cuGraphInstantiateWithParams_ptsz, CUDA_SUCCESS,
-                               CUDA_ERROR_NOT_FOUND, phGraphExec, hGraph, params);
-}
-
-__attribute__((visibility("default"))) CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
-  return intercept_destroy(ferrum::g_cuGraphExecDestroy, CUDA_ERROR_NOT_FOUND, hGraphExec);
-}
 
 // ---- the program's own names ----
 
@@ -254,8 +142,6 @@ ferrum_cuGetProcAddress_v12000(const char *symbol, void **pfn, int cudaVersion, 
   return result;
 }
 
-// cuda.h maps cuGetProcAddress to the _v2 name; the driver still exports the 4-argument one.
-#undef cuGetProcAddress
 __attribute__((visibility("default"))) CUresult CUDAAPI
 cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
     __attribute__((alias("ferrum_cuGetProcAddress_v11030")));

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "entry_points.hpp"
+#include "hook_table.hpp"
 #include "launch_range.hpp"
 #include "log.hpp"
 #include "real_functions.hpp"
@@ -118,55 +119,60 @@ struct WrapperSet<Hook, Result(CUDAAPI *)(Args...)> {
   }
 };
 
-enum class Kind {
-  none,
-  launch,
-  instantiate_legacy,
-  instantiate_flags,
-  instantiate_params,
-  destroy
-};
-
-void *wrap_kind(Kind kind, const char *how, void *found) {
+void *wrap_kind(HookKind kind, const char *how, void *found) {
   // Nothing to record (FERRUM_REPLAY=off, or no tool and no summary): the genuine function,
   // so that such a process pays nothing per launch, not even our check.
   if (!shim_active()) return found;
   switch (kind) {
-    case Kind::launch:
+    case HookKind::launch:
       return WrapperSet<LaunchHook>::wrap(how, found);
-    case Kind::instantiate_legacy:
+    case HookKind::instantiate_legacy:
       return WrapperSet<InstantiateLegacyHook>::wrap(how, found);
-    case Kind::instantiate_flags:
+    case HookKind::instantiate_flags:
       return WrapperSet<InstantiateFlagsHook>::wrap(how, found);
-    case Kind::instantiate_params:
+    case HookKind::instantiate_params:
       return WrapperSet<InstantiateParamsHook>::wrap(how, found);
-    case Kind::destroy:
+    case HookKind::destroy:
       return WrapperSet<ExecDestroyHook>::wrap(how, found);
-    case Kind::none:
+    case HookKind::none:
+    case HookKind::lookup:
       break;
   }
   return found;
 }
 
-// The ABI of an exported driver name (what dlsym finds under that name).
-Kind kind_of_export(const char *name) {
-  if (strcmp(name, "cuGraphLaunch") == 0 || strcmp(name, "cuGraphLaunch_ptsz") == 0)
-    return Kind::launch;
-  if (strcmp(name, "cuGraphInstantiate") == 0 || strcmp(name, "cuGraphInstantiate_v2") == 0)
-    return Kind::instantiate_legacy;
-  if (strcmp(name, "cuGraphInstantiateWithFlags") == 0) return Kind::instantiate_flags;
-  if (strcmp(name, "cuGraphInstantiateWithParams") == 0 ||
-      strcmp(name, "cuGraphInstantiateWithParams_ptsz") == 0)
-    return Kind::instantiate_params;
-  if (strcmp(name, "cuGraphExecDestroy") == 0) return Kind::destroy;
-  return Kind::none;
+// The KIND of a driver function a lookup answered with, by its name, from the table
+// (hooked_functions.def); none for every other name. Runtime functions are never a lookup's
+// answer, so only the table's driver rows count.
+HookKind driver_hook_kind(const char *name) {
+  struct Row {
+    const char *name;
+    HookKind kind;
+  };
+  static constexpr Row kRows[] = {
+#define HOOK(KIND, API, NAME, PARAMS, ...) \
+  {#NAME, HookApi::API == HookApi::driver ? HookKind::KIND : HookKind::none},
+#include "hooked_functions.def"
+#undef HOOK
+  };
+  for (const Row &row : kRows)
+    if (strcmp(row.name, name) == 0) return row.kind;
+  return HookKind::none;
 }
 
-// The ABI of a cuGetProcAddress answer: by name and, for cuGraphInstantiate, by version.
-Kind kind_of_answer(const char *symbol, int cuda_version) {
-  if (strcmp(symbol, "cuGraphInstantiate") == 0)
-    return cuda_version >= 12000 ? Kind::instantiate_flags : Kind::instantiate_legacy;
-  return kind_of_export(symbol);
+// The KIND of a cuGetProcAddress answer: by name and, for cuGraphInstantiate, by version (the
+// name meant the 5-argument function before CUDA 12, the flags one from 12.0 on).
+HookKind kind_of_answer(const char *symbol, int cuda_version) {
+  const HookKind kind = driver_hook_kind(symbol);
+  if (kind == HookKind::instantiate_legacy && strcmp(symbol, "cuGraphInstantiate") == 0 &&
+      cuda_version >= 12000)
+    return HookKind::instantiate_flags;
+  return kind;
+}
+
+// The cuGetProcAddress ABI a lookup name stands for.
+ProcAddressAbi lookup_abi(const char *name) {
+  return strcmp(name, "cuGetProcAddress_v2") == 0 ? ProcAddressAbi::v12000 : ProcAddressAbi::v11030;
 }
 
 }  // namespace
@@ -174,12 +180,9 @@ Kind kind_of_answer(const char *symbol, int cuda_version) {
 void *wrap_loaded_symbol(const char *name, void *found) {
   // Every dlsym of the process passes here: reject the common case at once.
   if (!name || name[0] != 'c' || name[1] != 'u' || name[2] < 'A' || name[2] > 'Z') return found;
-  if (strcmp(name, "cuGetProcAddress") == 0)
-    return proc_address_wrapper_for(ProcAddressAbi::v11030, found, "dlsym");
-  if (strcmp(name, "cuGetProcAddress_v2") == 0)
-    return proc_address_wrapper_for(ProcAddressAbi::v12000, found, "dlsym");
-  const Kind kind = kind_of_export(name);
-  if (kind == Kind::none) return found;
+  const HookKind kind = driver_hook_kind(name);
+  if (kind == HookKind::none) return found;
+  if (kind == HookKind::lookup) return proc_address_wrapper_for(lookup_abi(name), found, "dlsym");
   char how[96];
   snprintf(how, sizeof how, "dlsym(\"%s\")", name);
   return wrap_kind(kind, how, found);
@@ -194,8 +197,8 @@ void *wrap_proc_address_answer(const char *symbol, void *found, int cuda_version
     ProcAddressAbi abi = cuda_version >= 12000 ? ProcAddressAbi::v12000 : ProcAddressAbi::v11030;
     return proc_address_wrapper_for(abi, found, "cuGetProcAddress self-query");
   }
-  const Kind kind = kind_of_answer(symbol, cuda_version);
-  if (kind == Kind::none) return found;
+  const HookKind kind = kind_of_answer(symbol, cuda_version);
+  if (kind == HookKind::none || kind == HookKind::lookup) return found;
   char how[96];
   snprintf(how, sizeof how, "cuGetProcAddress(\"%s\", %d, flags %llu)", symbol, cuda_version,
            static_cast<unsigned long long>(flags));
