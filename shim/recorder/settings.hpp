@@ -4,17 +4,17 @@
 //                                (empty if unset, named in one warning), %% = %
 //                                (docs/text-rules.md). Relative paths are resolved against the
 //                                working directory at init: the process's first NVTX call (with
-//                                the shim, its first graph launch), not its start. A value ending in '/' names a
-//                                directory that gets the default file name. Default, chosen at
-//                                init: ferrum-replay.%p.json, or, in one rank of a multi-process
-//                                job, with the rank's value at init in it: ferrum-replay.rankR.%p
-//                                .json, R from the first of RANK, OMPI_COMM_WORLD_RANK,
-//                                SLURM_PROCID that is a decimal number, else (LOCAL_RANK only)
-//                                ferrum-replay.%h.localrankR.%p.json. Each process writes its own
-//                                file; if the expanded name (a pattern without %p) was already
-//                                written by another process since this one started, ".<pid>"
-//                                goes before the extension instead of overwriting that trace
-//                                (see exit_report.cpp).
+//                                the shim, its first graph launch), not its start. A value
+//                                ending in '/' names a directory that gets the default file name.
+//                                Default, chosen at init: ferrum-replay.%p.json, or, in one rank of
+//                                a multi-process job, with the rank's value at init in it:
+//                                ferrum-replay.rankR.%p .json, R from the first of RANK,
+//                                OMPI_COMM_WORLD_RANK, SLURM_PROCID that is a decimal number, else
+//                                (LOCAL_RANK only) ferrum-replay.%h.localrankR.%p.json. Each
+//                                process writes its own file; if the expanded name (a pattern
+//                                without %p) was already written by another process since this one
+//                                started, ".<pid>" goes before the extension instead of overwriting
+//                                that trace (see trace_writer.hpp).
 //   FERRUM_RECORD_SESSION        a file whose modification time marks the start of the recording
 //                                session (scripts/ferrum-replay record sets it): a trace written
 //                                since then by another process is never overwritten, even by a
