@@ -11,6 +11,8 @@
 #include "activation.hpp"
 #include "graph_registry.hpp"
 #include "log.hpp"
+#include "output_file.hpp"
+#include "text_rules.hpp"
 
 namespace ferrum {
 namespace {
@@ -40,30 +42,15 @@ struct Text {
   ~Text() { free(data); }
 };
 
-bool write_all(int fd, const char *data, size_t length) {
-  while (length) {
-    const ssize_t written = write(fd, data, length);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return false;
-    data += written;
-    length -= static_cast<size_t>(written);
-  }
-  return true;
+const char *process_env(const char *name, void *) {
+  return getenv(name);
 }
 
-// Never follows a planted symlink, never replaces an existing file.
-int create_fresh(const char *path, char *chosen, size_t chosen_size) {
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    if (attempt == 0)
-      snprintf(chosen, chosen_size, "%s", path);
-    else
-      snprintf(chosen, chosen_size, "%s.%d", path, attempt);
-    const int fd = open(chosen, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd >= 0 || errno != EEXIST) return fd;
-  }
-  errno = EEXIST;
-  return -1;
-}
+// A value as it stands in a message: printable, at most 200 bytes (docs/text-rules.md).
+struct Quoted {
+  char text[ferrum_common::kQuotedSize];
+  explicit Quoted(const char *value) { ferrum_common::printable_quote(value, text, sizeof text); }
+};
 
 __attribute__((destructor)) void summary_at_exit() {
   // Only a process that activated the shim (one that used CUDA) has anything to say.
@@ -73,49 +60,12 @@ __attribute__((destructor)) void summary_at_exit() {
 
 }  // namespace
 
-bool expand_output_path(const char *pattern, char *out, size_t out_size) {
-  size_t used = 0;
-  auto put = [&](const char *text, size_t length) {
-    if (used + length >= out_size) return false;
-    memcpy(out + used, text, length);
-    used += length;
-    return true;
-  };
-  for (const char *p = pattern; *p; ++p) {
-    bool ok = true;
-    if (*p != '%') {
-      ok = put(p, 1);
-    } else if (p[1] == 'p') {
-      char pid[16];
-      ok = put(pid,
-               static_cast<size_t>(snprintf(pid, sizeof pid, "%d", static_cast<int>(getpid()))));
-      ++p;
-    } else if (p[1] == 'h') {
-      char host[256] = "";
-      gethostname(host, sizeof host - 1);
-      ok = put(host, strlen(host));
-      ++p;
-    } else if (p[1] == '%') {
-      ok = put("%", 1);
-      ++p;
-    } else if (p[1] == 'q' && p[2] == '{' && strchr(p + 3, '}')) {
-      const char *close = strchr(p + 3, '}');
-      char name[128];
-      const size_t length = static_cast<size_t>(close - (p + 3));
-      if (length < sizeof name) {
-        memcpy(name, p + 3, length);
-        name[length] = '\0';
-        const char *value = getenv(name);
-        ok = !value || put(value, strlen(value));
-      }
-      p = close;
-    } else {
-      ok = put(p, 1);  // an unknown %x stays as it is
-    }
-    if (!ok) return false;
-  }
-  out[used] = '\0';
-  return true;
+bool expand_output_path(const char *pattern, char *out, size_t out_size, char *unset,
+                        size_t unset_size) {
+  char host[256];
+  ferrum_common::host_name(host, sizeof host);
+  return ferrum_common::expand_pattern(pattern, static_cast<long>(getpid()), host, process_env,
+                                       nullptr, out, out_size, unset, unset_size);
 }
 
 namespace {
@@ -177,24 +127,57 @@ void write_exit_summary() {
                 static_cast<unsigned long long>(recycled.graphs));
   if (!text.data) return;
   if (strcmp(target, "stderr") == 0) {
-    write_all(STDERR_FILENO, text.data, text.length);
+    write_text("/dev/stderr", text.data, text.length);
     return;
   }
-  char path[kMaxPathLength], chosen[kMaxPathLength + 8];
-  if (!expand_output_path(target, path, sizeof path)) {
-    warn_line("FERRUM_REPLAY_SUMMARY=%s: the expanded path is too long; no summary written",
-              target);
+  char path[ferrum_common::kMaxExpandedPath + 1], unset[256];
+  if (!expand_output_path(target, path, sizeof path, unset, sizeof unset)) {
+    warn_line("FERRUM_REPLAY_SUMMARY='%s' expands to more than 4095 bytes; no summary written",
+              Quoted(target).text);
     return;
   }
-  const int fd = create_fresh(path, chosen, sizeof chosen);
+  if (unset[0])
+    warn_line("FERRUM_REPLAY_SUMMARY: not set: %s (each %%q{NAME} expanded to nothing)", unset);
+  write_text(path, text.data, text.length);
+}
+
+void write_text(const char *path, const char *data, size_t length) {
+  if (ferrum_common::is_stream_target(path)) {
+    // A device, FIFO or descriptor: written as the stream it is, nothing created or renamed.
+    ferrum_common::Stream stream;
+    int error = ferrum_common::open_stream(path, &stream);
+    if (error == 0) {
+      error = ferrum_common::stream_write(&stream, data, length);
+      ferrum_common::close_stream(&stream);
+    }
+    if (error)
+      warn_line("cannot write the summary to '%s': %s%s", Quoted(path).text, strerror(error),
+                error == ENXIO       ? " (no process is reading it)"
+                : error == ETIMEDOUT ? " (its reader made no room for 2 s)"
+                                     : "");
+    return;
+  }
+  // A file: written aside first, so that the name never holds half a summary, then given the
+  // name, or if that is taken (a file, a symbolic link: never followed nor replaced) the first
+  // free PATH.1.EXT .. PATH.99.EXT.
+  ferrum_common::remove_dead_temps(path, "ferrum-replay: ");
+  char tmp[ferrum_common::kMaxExpandedPath + 1 + 64];
+  const int fd = ferrum_common::create_temp_beside(path, tmp, sizeof tmp);
   if (fd < 0) {
-    warn_line("cannot write the summary to %s: %s", path, strerror(errno));
+    warn_line("cannot write the summary to '%s': %s", Quoted(path).text, strerror(-fd));
     return;
   }
-  const bool complete = write_all(fd, text.data, text.length);
-  close(fd);
-  if (!complete) warn_line("the summary in %s is incomplete: %s", chosen, strerror(errno));
-  if (strcmp(chosen, path) != 0) warn_line("%s exists; the summary is in %s", path, chosen);
+  int error = ferrum_common::write_all(fd, data, length);
+  if (close(fd) != 0 && error == 0) error = errno;
+  char placed[sizeof tmp];
+  if (error == 0) error = ferrum_common::place_fresh(tmp, path, placed, sizeof placed);
+  if (error) {
+    unlink(tmp);
+    warn_line("cannot write the summary to '%s': %s", Quoted(path).text, strerror(error));
+    return;
+  }
+  if (strcmp(placed, path) != 0)
+    warn_line("'%s' exists; the summary is in '%s'", Quoted(path).text, Quoted(placed).text);
 }
 
 }  // namespace ferrum

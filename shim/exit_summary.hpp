@@ -1,7 +1,11 @@
 // FERRUM_REPLAY_SUMMARY=stderr|PATH: at exit, one line per graph — launches, failed
 // launches, pushes an NVTX tool rejected, name — so that a run without any NVTX tool still
-// tells what ran. PATH expands %p (pid), %h (host name), %q{VAR} and %%; an existing file
-// is never replaced: the summary goes to PATH.1, PATH.2, ... and says so.
+// tells what ran. PATH expands %p (pid), %h (host name), %q{VAR} and %% (docs/text-rules.md;
+// an unset VAR is named in one warning). A device, FIFO or descriptor path (/dev/null,
+// /dev/stderr, /proc/self/fd/N) is written as a stream, never created or renamed, with a
+// bounded wait. Otherwise the summary is written aside and then takes the name; an existing
+// file or symbolic link is never replaced nor followed: the summary goes to PATH.1.EXT,
+// PATH.2.EXT, ... and says so (common/output_file.hpp).
 //
 //   ferrum-replay: 5 graphs, 340 launches, 0 failed, 0 rejected pushes (pid 4242)
 //     graph  launches  failed  rejected  name
@@ -12,8 +16,14 @@
 
 namespace ferrum {
 
-// Expands %p, %h, %q{VAR} and %% of `pattern` into `out`; false if it does not fit.
-bool expand_output_path(const char *pattern, char *out, size_t out_size);
+// Expands %p, %h, %q{VAR} and %% of `pattern` into `out` (common/text_rules.hpp, this process's
+// pid, host name and environment); false if it does not fit or exceeds 4095 bytes. The unset
+// variables' names go to `unset` when given.
+bool expand_output_path(const char *pattern, char *out, size_t out_size, char *unset = nullptr,
+                        size_t unset_size = 0);
+
+// Writes `length` bytes to `path` by the summary's rules above; one warning line on failure.
+void write_text(const char *path, const char *data, size_t length);
 
 // Writes the summary (called from the shim's exit hook; exposed for tests).
 void write_exit_summary();

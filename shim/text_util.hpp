@@ -5,10 +5,11 @@
 
 namespace ferrum {
 
-// Copies `in` into `out` (size > 0, always terminated) as printable UTF-8: control bytes and
-// malformed sequences become '?', and truncation never splits a character. Returns the
-// length written. Names come from programs, files and the environment: they must not be
-// able to garble a terminal, a table or a trace.
+// Copies `in` into `out` (size > 0, always terminated) as printable UTF-8 by the rule of
+// docs/text-rules.md (common/text_rules.hpp): C0, DEL, C1, U+2028/U+2029 and each byte of a
+// malformed sequence become '?', and truncation never splits a character; a NUL ends `in`. Returns
+// the length written. Names come from programs, files and the environment: they must not be able to
+// garble a terminal, a table or a trace.
 size_t copy_printable_utf8(const char *in, size_t in_length, char *out, size_t out_size);
 size_t copy_printable_utf8(const char *in, char *out, size_t out_size);
 

@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,22 +10,27 @@
 #include <cstring>
 #include <ctime>
 
+#include "output_file.hpp"
 #include "output_path.hpp"
 #include "summary_table.hpp"
+#include "text_rules.hpp"
 #include "trace_writer.hpp"
 
 namespace ferrum_replay::recorder {
 
 void write_stderr(const std::string &text) {
-  const char *p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t n = ::write(STDERR_FILENO, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  // As a stream: a full or closed stderr pipe costs at most 2 s and never a SIGPIPE.
+  ferrum_common::Stream stream;
+  if (ferrum_common::open_stream("/dev/stderr", &stream) != 0) return;
+  ferrum_common::stream_write(&stream, text.data(), text.size());
+  ferrum_common::close_stream(&stream);
+}
+
+std::string quoted_for_message(const std::string &text) {
+  char out[ferrum_common::kQuotedSize];
+  ferrum_common::printable_quote(text.data(), text.size(), ferrum_common::kMessageLimit, out,
+                                 sizeof out);
+  return std::string("'") + out + "'";
 }
 
 namespace {
@@ -64,15 +68,6 @@ uint64_t process_start_realtime_ns() {
   return uptime >= since_boot ? ns(real) - (uptime - since_boot) : 0;
 }
 
-// `path` with ".<pid>" before the extension of its last component.
-std::string with_pid(const std::string &path, long pid) {
-  const size_t slash = path.rfind('/');
-  const size_t dot = path.rfind('.');
-  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
-  const std::string tag = "." + std::to_string(pid);
-  return has_ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
-}
-
 uint64_t mtime_ns(const struct stat &st) {
   return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
          static_cast<uint64_t>(st.st_mtim.tv_nsec);
@@ -93,96 +88,71 @@ uint64_t run_start_ns(uint64_t origin_realtime_ns, const std::string &session_fi
   return start;
 }
 
-// A pattern without %p gives every process of a job the same file name (a forked child, the
-// ranks of a launcher). The last process to exit must not erase the others' traces: when the
-// file was written since this run started, it belongs to a sibling, and this process writes
-// beside it (".<pid>" before the extension). An older file is a previous run's and is
-// replaced, as always. File time stamps lag by up to a kernel tick (<= 10 ms), hence the
-// margin; the start time, in clock ticks, is rounded down, which only errs towards keeping a
-// file. The choice is made under an flock of the directory and claimed at once (a placeholder
-// is created, or the old file's time stamp refreshed), so processes that exit at the same
-// moment choose one after the other. Returns the path to write; *created is set when a
-// placeholder was created (to be removed if the trace cannot be written), *claimed when the
-// file at the returned path may be replaced (the placeholder, or an earlier trace of ours).
-// An older file that is not a ferrum-replay trace is neither touched nor claimed unless
-// `force`: write_trace_file then leaves it alone and writes NAME.1.EXT (trace_writer.hpp).
-std::string claim_output(const std::string &absolute, long pid, uint64_t start, bool force,
-                         bool *created, bool *claimed) {
-  *created = false;
-  *claimed = false;
-  const size_t slash = absolute.rfind('/');
-  const std::string dir = slash == 0 ? "/" : absolute.substr(0, slash);
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return absolute;  // writing will fail and say why
-  while (::flock(dir_fd, LOCK_EX) != 0 && errno == EINTR) {
-  }
-  std::string chosen = absolute;
-  struct stat st {};
-  if (::lstat(absolute.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {  // a directory: an error
-    constexpr uint64_t kMarginNs = 10'000'000;
-    if (start != 0 && mtime_ns(st) + kMarginNs >= start) {
-      chosen = with_pid(absolute, pid);  // a sibling's trace: keep it
-    } else if (force || is_ferrum_trace_file(absolute)) {
-      ::utimensat(AT_FDCWD, absolute.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);  // ours now
-      *claimed = true;
-    }
-  }
-  if (chosen != absolute || ::lstat(chosen.c_str(), &st) != 0) {
-    const int fd =
-        ::open(chosen.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::close(fd);
-      *created = *claimed = true;
-    }
-  }
-  ::flock(dir_fd, LOCK_UN);
-  ::close(dir_fd);
-  return chosen;
-}
-
-// One line per message, whatever bytes the path holds (it may come from %q{VAR}).
-std::string one_line(const std::string &text) {
-  std::string out;
-  for (char c : text) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) ? '?' : c;
-  return out;
+// What was recorded deserves a file: a range, a rejected push or a protocol error. A process
+// that never launched a graph nor used NVTX itself (a CPU-only worker forked by a launcher)
+// leaves no file and prints no table, and the job's chosen name goes to a process that has data.
+bool recorded_anything(const Snapshot &snap) {
+  return snap.range_count() != 0 || snap.rejected_pushes != 0 || !snap.errors.none();
 }
 
 }  // namespace
 
 void write_exit_report(Recorder &recorder, const Settings &settings, const std::string &cwd) {
   Snapshot snap = recorder.snapshot_for_report();
+  if (!recorded_anything(snap)) return;
 
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  char host[256];
+  ferrum_common::host_name(host, sizeof host);
   snap.host = host;
-  std::string path = expand_output_path(settings.out_pattern, snap.pid, host, process_env, nullptr);
-  std::string absolute = absolute_path(path, cwd);
-  bool placeholder = false;
-  bool claimed = false;
-  if (const std::string chosen = claim_output(
-          absolute, snap.pid, run_start_ns(snap.origin_realtime_ns, settings.session_file),
-          settings.force, &placeholder, &claimed);
-      chosen != absolute) {
-    path = with_pid(path, snap.pid);
-    absolute = chosen;
-  }
+  const ExpandedPath expanded =
+      expand_output_pattern(settings.out_pattern, snap.pid, host, process_env, nullptr);
+  if (!expanded.unset.empty())
+    write_stderr("ferrum-replay recorder: FERRUM_RECORD_OUT: not set: " + expanded.unset +
+                 " (each %q{NAME} expanded to nothing)\n");
 
-  TraceFileOptions options;
-  options.force = settings.force || claimed;
   TraceFileOutcome outcome;
-  const bool written = write_trace_file(absolute, snap, options, &outcome);
-  if (!written && placeholder) ::unlink(absolute.c_str());
-  if (!written)
-    write_stderr("ferrum-replay recorder: cannot write trace to " + one_line(path) + ": " +
-                 outcome.error + "\n");
-  else if (outcome.diverted)
-    write_stderr("ferrum-replay recorder: " + one_line(absolute) +
-                 " exists and is not a ferrum-replay trace; left it alone and wrote " +
-                 one_line(outcome.written_path) + " (FERRUM_RECORD_FORCE=1 replaces it)\n");
+  bool written = false;
+  if (expanded.too_long) {
+    outcome.error = "the expanded name is longer than 4095 bytes";
+  } else {
+    const std::string absolute = absolute_path(expanded.path, cwd);
+    TraceFileOptions options;
+    options.force = settings.force;
+    options.run_start_ns = run_start_ns(snap.origin_realtime_ns, settings.session_file);
+    written = write_trace_file(absolute, snap, options, &outcome);
+    if (!written) {
+      write_stderr(
+          "ferrum-replay recorder: cannot write trace to " +
+          quoted_for_message(expanded.path.empty() ? settings.out_pattern : expanded.path) + ": " +
+          outcome.error + "\n");
+    } else if (outcome.diverted) {
+      write_stderr("ferrum-replay recorder: " + quoted_for_message(absolute) +
+                   " exists and is not a ferrum-replay trace; left it alone and wrote " +
+                   quoted_for_message(outcome.written_path) +
+                   (outcome.foreign_regular
+                        ? " (FERRUM_RECORD_FORCE=1 replaces a regular file of yours)\n"
+                        : " (a symbolic link or special file is never replaced)\n"));
+    } else if (outcome.unlocked && !outcome.sibling && outcome.written_path != absolute) {
+      write_stderr(
+          "ferrum-replay recorder: another ferrum-replay process held the output lock "
+          "of the directory for 2 s; replaced nothing and wrote " +
+          quoted_for_message(outcome.written_path) + "\n");
+    }
+  }
+  if (expanded.too_long)
+    write_stderr("ferrum-replay recorder: cannot write trace: FERRUM_RECORD_OUT=" +
+                 quoted_for_message(settings.out_pattern) + " expands to more than 4095 bytes\n");
 
-  if (settings.table)
-    write_stderr(format_summary(snap, aggregate(snap),
-                                written ? one_line(outcome.written_path) : std::string()));
+  if (settings.table) {
+    std::string shown;
+    if (written) {
+      char out[ferrum_common::kQuotedSize];
+      ferrum_common::printable_quote(outcome.written_path.data(), outcome.written_path.size(),
+                                     ferrum_common::kMessageLimit, out, sizeof out);
+      shown = out;
+    }
+    write_stderr(format_summary(snap, aggregate(snap), shown));
+  }
 }
 
 }  // namespace ferrum_replay::recorder

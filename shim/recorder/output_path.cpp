@@ -1,41 +1,31 @@
 #include "output_path.hpp"
 
+#include <cstring>
+#include <vector>
+
+#include "text_rules.hpp"
+
 namespace ferrum_replay::recorder {
+
+ExpandedPath expand_output_pattern(std::string_view pattern, long pid, std::string_view hostname,
+                                   EnvLookup env, void *context) {
+  // The rule works on C strings: a NUL ends the pattern, as it would in the environment.
+  const std::string pattern_text(pattern.substr(0, pattern.find('\0')));
+  const std::string host_text(hostname.substr(0, hostname.find('\0')));
+  std::vector<char> out(ferrum_common::kMaxExpandedPath + 1);
+  char unset[512];
+  ExpandedPath result;
+  result.too_long =
+      !ferrum_common::expand_pattern(pattern_text.c_str(), pid, host_text.c_str(), env, context,
+                                     out.data(), out.size(), unset, sizeof unset);
+  if (!result.too_long) result.path = out.data();
+  result.unset = unset;
+  return result;
+}
 
 std::string expand_output_path(std::string_view pattern, long pid, std::string_view hostname,
                                EnvLookup env, void *context) {
-  std::string out;
-  out.reserve(pattern.size() + 16);
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    const char c = pattern[i];
-    if (c != '%' || i + 1 == pattern.size()) {
-      out += c;
-      continue;
-    }
-    const char spec = pattern[i + 1];
-    if (spec == 'p') {
-      out += std::to_string(pid);
-      ++i;
-    } else if (spec == 'h') {
-      out += hostname;
-      ++i;
-    } else if (spec == '%') {
-      out += '%';
-      ++i;
-    } else if (spec == 'q' && i + 2 < pattern.size() && pattern[i + 2] == '{') {
-      const size_t close = pattern.find('}', i + 3);
-      if (close == std::string_view::npos) {
-        out += c;
-        continue;
-      }
-      const std::string var(pattern.substr(i + 3, close - (i + 3)));
-      if (const char *value = var.empty() ? nullptr : env(var.c_str(), context)) out += value;
-      i = close;
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return expand_output_pattern(pattern, pid, hostname, env, context).path;
 }
 
 std::string absolute_path(std::string_view path, std::string_view cwd) {

@@ -1,5 +1,7 @@
 // Turning FERRUM_RECORD_OUT into a file name. The placeholders are the ones `nsys profile -o`
 // understands, so that one pattern can name both outputs in a wrapper or a multi-process job.
+// The rule itself (docs/text-rules.md) is implemented once, in common/text_rules.cpp, for the
+// recorder and the shim alike.
 #pragma once
 
 #include <string>
@@ -9,9 +11,20 @@
 
 namespace ferrum_replay::recorder {
 
-// %p -> pid, %h -> host name, %q{VAR} -> value of VAR (empty if unset), %% -> %. Anything else
-// (an unknown %x, a lone trailing %, an unterminated %q{) is kept literally: a surprising file
-// name is easier to diagnose than a missing trace.
+struct ExpandedPath {
+  std::string path;       // empty when too_long
+  std::string unset;      // the %q{NAME} variables that were not set, ", "-separated; "" if none
+  bool too_long = false;  // longer than 4095 bytes: not to be written
+};
+
+// %p -> pid, %h -> host name, %q{NAME} -> value of NAME (nothing if unset, and NAME reported),
+// %% -> %. Anything else (an unknown %x, a lone trailing %, an unterminated %q{, %q{}, an
+// invalid name) is kept literally: a surprising file name is easier to diagnose than a
+// missing trace.
+ExpandedPath expand_output_pattern(std::string_view pattern, long pid, std::string_view hostname,
+                                   EnvLookup env, void *context);
+
+// The expanded path alone ("" when it is too long).
 std::string expand_output_path(std::string_view pattern, long pid, std::string_view hostname,
                                EnvLookup env, void *context);
 

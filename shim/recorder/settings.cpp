@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "text_rules.hpp"
+
 namespace ferrum_replay::recorder {
 
 const char *process_env(const char *name, void *) {
@@ -24,19 +26,13 @@ bool parse_positive_u64(std::string_view text, uint64_t *value) {
 
 namespace {
 
-// A user's value, quoted back in a warning: at most 40 bytes, control bytes and bytes that are
-// not plain ASCII replaced, so that a hostile or binary value can neither garble the terminal
-// (C0, DEL, a lone 0x9B CSI) nor make the warning more than one line.
+// A user's value, quoted back in a warning: printable by the one rule of docs/text-rules.md
+// (common/text_rules.hpp), so that a hostile or binary value can neither garble the terminal
+// nor make the warning more than one line, and at most 200 bytes.
 std::string quoted(std::string_view value) {
-  std::string out;
-  for (size_t i = 0; i < value.size(); ++i) {
-    if (i == 40) {
-      out += "...";
-      break;
-    }
-    const unsigned char c = static_cast<unsigned char>(value[i]);
-    out += (c < 0x20 || c >= 0x7F) ? '?' : static_cast<char>(c);
-  }
+  char out[ferrum_common::kQuotedSize];
+  ferrum_common::printable_quote(value.data(), value.size(), ferrum_common::kMessageLimit, out,
+                                 sizeof out);
   return out;
 }
 

@@ -1,27 +1,31 @@
 // Environment settings of the recorder, read once when NVTX first initialises it.
 //
 //   FERRUM_RECORD_OUT            trace path; %p = pid, %h = host name, %q{VAR} = value of VAR
-//                                (empty if unset), %% = %. Relative paths are resolved against
-//                                the working directory at init. A value ending in '/' names a
-//                                directory that gets the default file name. Default, chosen at
-//                                init: ferrum-replay.%p.json, or, in one rank of a multi-process
-//                                job, with the rank's value at init in it: ferrum-replay.rankR.%p
-//                                .json, R from the first of RANK, OMPI_COMM_WORLD_RANK,
-//                                SLURM_PROCID that is a decimal number, else (LOCAL_RANK only)
-//                                ferrum-replay.%h.localrankR.%p.json. Each process writes its own
-//                                file; if the expanded name (a pattern without %p) was already
-//                                written by another process since this one started, ".<pid>"
-//                                goes before the extension instead of overwriting that trace
-//                                (see exit_report.cpp).
+//                                (empty if unset, named in one warning), %% = %
+//                                (docs/text-rules.md). Relative paths are resolved against the
+//                                working directory at init: the process's first NVTX call (with
+//                                the shim, its first graph launch), not its start. A value
+//                                ending in '/' names a directory that gets the default file name.
+//                                Default, chosen at init: ferrum-replay.%p.json, or, in one rank of
+//                                a multi-process job, with the rank's value at init in it:
+//                                ferrum-replay.rankR.%p .json, R from the first of RANK,
+//                                OMPI_COMM_WORLD_RANK, SLURM_PROCID that is a decimal number, else
+//                                (LOCAL_RANK only) ferrum-replay.%h.localrankR.%p.json. Each
+//                                process writes its own file; if the expanded name (a pattern
+//                                without %p) was already written by another process since this one
+//                                started, ".<pid>" goes before the extension instead of overwriting
+//                                that trace (see trace_writer.hpp).
 //   FERRUM_RECORD_SESSION        a file whose modification time marks the start of the recording
 //                                session (scripts/ferrum-replay record sets it): a trace written
 //                                since then by another process is never overwritten, even by a
 //                                process that started after it was written.
 //   FERRUM_RECORD_TABLE=0        no summary table on stderr (also false/no/off).
-//   FERRUM_RECORD_FORCE=1        replace whatever file or symbolic link is at the trace path
-//                                (also true/yes/on). By default only an earlier ferrum-replay
-//                                trace is replaced; anything else is left alone and the trace
-//                                goes to NAME.1.EXT, NAME.2.EXT, ... (trace_writer.hpp).
+//   FERRUM_RECORD_FORCE=1        also replace a regular file of this user's at the trace path
+//                                (also true/yes/on); a symbolic link (never followed) or a
+//                                special file is never replaced. By default only an earlier
+//                                ferrum-replay trace is replaced; anything else is left alone
+//                                and the trace goes to NAME.1.EXT, NAME.2.EXT, ...
+//                                (trace_writer.hpp).
 //   FERRUM_RECORD_REJECT         fault injection, to test that callers keep push and pop
 //                                balanced when a tool refuses a range:
 //                                  all  every push returns -1;

@@ -10,6 +10,8 @@
 #include <cstring>
 
 #include "json_text.hpp"
+#include "output_file.hpp"
+#include "text_rules.hpp"
 
 namespace ferrum_replay::recorder {
 
@@ -84,19 +86,8 @@ struct FdSink {
 
 bool fd_sink(const std::string &piece, void *context) {
   auto *s = static_cast<FdSink *>(context);
-  const char *p = piece.data();
-  size_t left = piece.size();
-  while (left > 0) {
-    const ssize_t n = ::write(s->fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      s->error = errno;
-      return false;
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  return true;
+  s->error = ferrum_common::write_all(s->fd, piece.data(), piece.size());
+  return s->error == 0;
 }
 
 }  // namespace
@@ -164,20 +155,6 @@ std::string render_trace(const Snapshot &snap) {
   return out;
 }
 
-namespace {
-
-// Gives `tmp` the name `target` unless something already has it. EEXIST if something does.
-int link_no_replace(const std::string &tmp, const std::string &target) {
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) == 0) return 0;
-  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return errno;
-  // A file system without RENAME_NOREPLACE: link() is just as exclusive.
-  if (::link(tmp.c_str(), target.c_str()) != 0) return errno;
-  ::unlink(tmp.c_str());
-  return 0;
-}
-
-}  // namespace
-
 bool is_ferrum_trace_file(const std::string &path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;
@@ -199,41 +176,125 @@ bool is_ferrum_trace_file(const std::string &path) {
   return ours;
 }
 
-std::string numbered_path(const std::string &path, unsigned n) {
-  const size_t slash = path.rfind('/');
-  const size_t base = slash == std::string::npos ? 0 : slash + 1;
-  size_t dot = path.rfind('.');
-  // A leading dot names a hidden file, not an extension.
-  if (dot == std::string::npos || dot <= base) dot = path.size();
-  return path.substr(0, dot) + "." + std::to_string(n) + path.substr(dot);
+std::string numbered_path(const std::string &path, unsigned long n) {
+  std::string out(path.size() + 24, '\0');
+  if (!ferrum_common::fresh_name(path.c_str(), n, out.data(), out.size())) return path;
+  out.resize(std::strlen(out.c_str()));
+  return out;
 }
+
+namespace {
+
+struct StreamSink {
+  ferrum_common::Stream stream;
+  int error = 0;
+};
+
+bool stream_sink(const std::string &piece, void *context) {
+  auto *s = static_cast<StreamSink *>(context);
+  s->error = ferrum_common::stream_write(&s->stream, piece.data(), piece.size());
+  return s->error == 0;
+}
+
+bool write_trace_stream(const std::string &path, const Snapshot &snap, TraceFileOutcome *outcome) {
+  outcome->stream = true;
+  StreamSink sink;
+  int err = ferrum_common::open_stream(path.c_str(), &sink.stream);
+  if (err == 0) {
+    render_trace(snap, stream_sink, &sink);
+    err = sink.error;
+    ferrum_common::close_stream(&sink.stream);
+  }
+  if (err == 0) {
+    outcome->written_path = path;
+    return true;
+  }
+  outcome->error = std::strerror(err);
+  if (err == ENXIO) outcome->error += " (no process is reading it)";
+  if (err == ETIMEDOUT)
+    outcome->error += " (its reader made no room for 2 s; the trace is incomplete)";
+  return false;
+}
+
+uint64_t mtime_ns(const struct stat &st) {
+  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
+         static_cast<uint64_t>(st.st_mtim.tv_nsec);
+}
+
+// Gives the finished temporary `tmp` its final name (the rules in trace_writer.hpp); 0 or errno.
+int place_trace(const std::string &tmp, const std::string &path, const TraceFileOptions &options,
+                bool locked, TraceFileOutcome *outcome) {
+  // A pattern without %p gives every process of a job the same name (a forked child, the ranks
+  // of a launcher). The last process to exit must not erase the others' traces: a file written
+  // since this run started belongs to a sibling, and this process writes beside it. File time
+  // stamps lag by up to a kernel tick (<= 10 ms), hence the margin; the start time is rounded
+  // down, which only errs towards keeping a file. Decided under the output lock, and the
+  // temporary takes its name before the lock is released, so processes that exit at the same
+  // moment decide one after the other.
+  constexpr uint64_t kMarginNs = 10'000'000;
+  char placed[8192];
+  for (int round = 0; round < 8; ++round) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno != ENOENT) return errno;
+      const int err = ferrum_common::rename_no_replace(tmp.c_str(), path.c_str());
+      if (err == 0) outcome->written_path = path;
+      if (err != EEXIST) return err;
+      continue;  // it appeared meanwhile: decide again
+    }
+    if (S_ISDIR(st.st_mode)) return EISDIR;  // a mistake in the setting, not a file to avoid
+    const bool sibling =
+        options.run_start_ns != 0 && mtime_ns(st) + kMarginNs >= options.run_start_ns;
+    if (sibling || !locked) {
+      outcome->sibling = sibling;
+      const std::string own = numbered_path(path, static_cast<unsigned long>(::getpid()));
+      const int err = ferrum_common::place_fresh(tmp.c_str(), own.c_str(), placed, sizeof placed);
+      if (err == 0) outcome->written_path = placed;
+      return err;
+    }
+    const bool regular_mine = S_ISREG(st.st_mode) && st.st_uid == ::geteuid();
+    if (S_ISREG(st.st_mode) && ((options.force && regular_mine) || is_ferrum_trace_file(path))) {
+      // rename() replaces the directory entry itself; the lock keeps siblings out meanwhile.
+      if (::rename(tmp.c_str(), path.c_str()) != 0) return errno;
+      outcome->written_path = path;
+      return 0;
+    }
+    outcome->diverted = true;
+    outcome->foreign_regular = regular_mine;
+    const int err = ferrum_common::place_fresh(tmp.c_str(), path.c_str(), placed, sizeof placed);
+    if (err == 0) outcome->written_path = placed;
+    return err;
+  }
+  return EEXIST;
+}
+
+}  // namespace
 
 bool write_trace_file(const std::string &path, const Snapshot &snap,
                       const TraceFileOptions &options, TraceFileOutcome *result) {
   // Filled locally: `path` may be result->written_path of an earlier call.
   TraceFileOutcome local;
   TraceFileOutcome *outcome = &local;
+  const auto done = [&](bool ok) {
+    *result = std::move(local);
+    return ok;
+  };
   if (path.empty() || path.back() == '/') {
     outcome->error = std::strerror(path.empty() ? ENOENT : EISDIR);
-    *result = std::move(local);
-    return false;
+    return done(false);
   }
-  // A per-process name plus O_EXCL: two processes writing the same path never share a temporary,
-  // and a leftover from a crashed run (or a planted symlink) is skipped instead of followed.
-  int fd = -1;
-  std::string tmp;
-  int open_errno = 0;
-  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
-    tmp = path + "." + std::to_string(getpid()) + "." + std::to_string(attempt) + ".tmp";
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    open_errno = errno;
-    if (fd < 0 && open_errno != EEXIST) break;
-  }
+  if (ferrum_common::is_stream_target(path.c_str()))
+    return done(write_trace_stream(path, snap, outcome));
+
+  static constexpr char kHeader[] = "{\"traceEvents\":[";
+  ferrum_common::remove_dead_temps(path.c_str(), kHeader);
+  char tmp_name[8192];
+  const int fd = ferrum_common::create_temp_beside(path.c_str(), tmp_name, sizeof tmp_name);
   if (fd < 0) {
-    outcome->error = std::strerror(open_errno);
-    *result = std::move(local);
-    return false;
+    outcome->error = std::strerror(-fd);
+    return done(false);
   }
+  const std::string tmp = tmp_name;
   FdSink sink{fd};
   bool ok = render_trace(snap, fd_sink, &sink);
   int err = sink.error;
@@ -242,38 +303,21 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
     err = errno;
   }
   if (ok) {
-    err = link_no_replace(tmp, path);
-    if (err == 0) {
-      outcome->written_path = path;
-    } else if (err == EEXIST) {
-      struct stat st;
-      const bool exists = ::lstat(path.c_str(), &st) == 0;
-      const bool replaceable =
-          exists && ((S_ISREG(st.st_mode) && (options.force || is_ferrum_trace_file(path))) ||
-                     (S_ISLNK(st.st_mode) && options.force));
-      if (exists && S_ISDIR(st.st_mode)) {
-        err = EISDIR;  // a directory is a mistake in the setting, not a file to step around
-      } else if (replaceable) {
-        // rename() replaces the directory entry itself: a symbolic link is never followed.
-        err = ::rename(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
-        if (err == 0) outcome->written_path = path;
-      } else {
-        outcome->diverted = true;
-        for (unsigned n = 1; n <= 1000 && err == EEXIST; ++n) {
-          const std::string candidate = numbered_path(path, n);
-          err = link_no_replace(tmp, candidate);
-          if (err == 0) outcome->written_path = candidate;
-        }
-      }
-    }
+    char dir[8192];
+    const int lock = ferrum_common::directory_of(path.c_str(), dir, sizeof dir)
+                         ? ferrum_common::lock_output_dir(dir, options.lock_timeout_ms)
+                         : -1;
+    outcome->unlocked = lock < 0;
+    err = place_trace(tmp, path, options, lock >= 0, outcome);
+    ferrum_common::unlock_output_dir(lock);
     ok = err == 0;
   }
   if (!ok) {
     ::unlink(tmp.c_str());
+    outcome->written_path.clear();
     outcome->error = std::strerror(err ? err : EIO);
   }
-  *result = std::move(local);
-  return ok;
+  return done(ok);
 }
 
 bool write_trace_file(const std::string &path, const Snapshot &snap, std::string *error) {

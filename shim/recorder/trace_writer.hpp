@@ -19,6 +19,7 @@
 // thread are in start order with enclosing ranges first.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "snapshot.hpp"
@@ -35,27 +36,45 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
 // Convenience for tests: the whole document as one string.
 std::string render_trace(const Snapshot &snap);
 
-// Writing the trace file safely. The trace goes to a temporary file in the same directory
-// (created O_EXCL|O_NOFOLLOW, mode 0644 minus umask), which then takes the requested name in one
-// step, so that a reader never sees half a trace. What is at that name decides how:
-//   - nothing: the temporary is renamed with RENAME_NOREPLACE (or hard-linked), so a file that
-//     appears meanwhile is never clobbered;
-//   - an earlier ferrum-replay trace (a regular file that starts with {"traceEvents":[ and
-//     carries our "ferrumReplay" block): replaced atomically by rename;
-//   - a directory: an error (EISDIR);
-//   - anything else (another program's file, a symbolic link, a FIFO, a device): left alone;
-//     the trace goes to the first free name of NAME.1.EXT, NAME.2.EXT, ... and `diverted` is set.
-//     With force (FERRUM_RECORD_FORCE=1) an existing regular file or symbolic link is replaced
-//     instead; the link itself is replaced, never followed. Special files are never replaced.
-// Nothing ever opens the requested name for writing, so a planted symbolic link can never
-// redirect or truncate another file.
+// Writing the trace file safely (the rules are common/output_file.hpp's, shared with the
+// shim's summary file):
+//   - a stream target (a character device such as /dev/null, a FIFO, a socket, /dev/stdout,
+//     /dev/fd/N, /proc/self/fd/N) is written as a stream: nothing is created or renamed, a FIFO
+//     without a reader is an error (ENXIO) and a reader that makes no room for 2 s ends the
+//     write (ETIMEDOUT); `stream` is set;
+//   - anything else: the trace is first written to a temporary beside the name
+//     (PATH.HOSTTAG.PID.N.tmp, O_EXCL|O_NOFOLLOW, 0644 minus umask), so the final name never
+//     holds a partial trace; temporaries that dead processes of ours left for this name are
+//     removed first. Then, under the directory's output lock (common/output_file.hpp: only
+//     ferrum-replay takes it, at most `lock_timeout_ms` of waiting, never the directory
+//     itself), the temporary takes its name in one step. What is at the name decides which:
+//       nothing: the name itself (RENAME_NOREPLACE: a file that appears meanwhile is kept);
+//       a file written since `run_start_ns` (a sibling process of the same job wrote it):
+//         NAME.<pid>.EXT beside it (`sibling`);
+//       an earlier ferrum-replay trace (a regular file that starts with {"traceEvents":[ and
+//         carries our "ferrumReplay" block): replaced atomically by rename;
+//       with `force`, a regular file owned by this user: replaced likewise;
+//       a directory: an error (EISDIR);
+//       anything else (another program's file, a symbolic link, a FIFO, a device): left alone,
+//         not even its time stamp touched; the trace goes to the first free NAME.1.EXT ..
+//         NAME.99.EXT and `diverted` is set. A symbolic link is never followed nor replaced.
+//     Without the lock (held by another process for the whole wait) nothing is replaced: a
+//     taken name sends the trace to NAME.<pid>.EXT, and `unlocked` is set.
+// Nothing ever opens a file name for writing except the fresh temporary, so a planted symbolic
+// link can never redirect or truncate another file.
 struct TraceFileOptions {
   bool force = false;
+  uint64_t run_start_ns = 0;   // CLOCK_REALTIME; 0: no sibling rule
+  int lock_timeout_ms = 2000;  // the longest wait for the output lock
 };
 struct TraceFileOutcome {
-  std::string written_path;  // where the trace is, when written
-  bool diverted = false;     // the requested name held something that is not our trace
-  std::string error;         // strerror text, when not written
+  std::string written_path;      // where the trace is, when written
+  bool diverted = false;         // the requested name held something that is not our trace
+  bool sibling = false;          // the name held a trace written during this run: NAME.<pid>.EXT
+  bool unlocked = false;         // the output lock was not had in time
+  bool stream = false;           // written to a stream (device, FIFO, descriptor)
+  bool foreign_regular = false;  // diverted from a regular file of this user (FORCE would do)
+  std::string error;             // strerror text, when not written
 };
 bool write_trace_file(const std::string &path, const Snapshot &snap,
                       const TraceFileOptions &options, TraceFileOutcome *outcome);
@@ -67,7 +86,8 @@ bool write_trace_file(const std::string &path, const Snapshot &snap, std::string
 // Whether `path` is a regular file (not a symbolic link) that holds a ferrum-replay trace.
 bool is_ferrum_trace_file(const std::string &path);
 
-// NAME.EXT -> NAME.N.EXT (NAME.N without an extension); the directory part is kept.
-std::string numbered_path(const std::string &path, unsigned n);
+// The fresh-name rule (docs/text-rules.md): NAME.EXT -> NAME.N.EXT (NAME.N without an
+// extension); the directory part is kept.
+std::string numbered_path(const std::string &path, unsigned long n);
 
 }  // namespace ferrum_replay::recorder

@@ -1,11 +1,18 @@
-// libFuzzer target: FERRUM_RECORD_OUT expansion (shim/recorder/output_path.hpp). The input is
-// the pattern, then after a NUL the host name and the value of every %q{VAR}. Properties: no
-// crash or UB; a pattern without '%' expands to itself; the expansion never exceeds the
-// pattern by more than what the placeholders can add; absolute_path is absolute.
+// libFuzzer target: output-pattern expansion, the one rule of docs/text-rules.md, in
+// common/text_rules.cpp (used by the shim's summary) and through the recorder's
+// expand_output_pattern (shim/recorder/output_path.hpp), plus the fresh-name and printable
+// rules on the result. The input is the pattern, then after a NUL the host name and the value
+// of every %q{VAR} (a VAR named UNSET... is unset). Properties: no crash or UB; both entry
+// points agree; a pattern without '%' expands to itself; the expansion never exceeds the
+// pattern by more than what the placeholders can add, nor 4095 bytes; every reported unset
+// name is a valid name that appears in the pattern; absolute_path is absolute; the fresh name
+// holds the token; the printable form is printable UTF-8 within its limit.
+#include <cstring>
 #include <string>
 
 #include "fuzz_common.hpp"
 #include "output_path.hpp"
+#include "text_rules.hpp"
 
 using namespace ferrum_replay::recorder;
 
@@ -13,7 +20,18 @@ namespace {
 
 const char *any_var(const char *name, void *context) {
   FUZZ_CHECK(name != nullptr && *name != '\0');
+  if (std::strncmp(name, "UNSET", 5) == 0) return nullptr;
   return static_cast<const std::string *>(context)->c_str();
+}
+
+bool valid_name(const std::string &name) {
+  if (name.empty()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+    if (!alpha && !(i > 0 && c >= '0' && c <= '9')) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -26,14 +44,45 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const size_t nul2 = rest.find('\0');
   const std::string host = rest.substr(0, nul2);
   const std::string value = nul2 == std::string::npos ? "" : rest.substr(nul2 + 1);
+  void *context = const_cast<std::string *>(&value);
 
-  const std::string out =
-      expand_output_path(pattern, 4242, host, any_var, const_cast<std::string *>(&value));
-  if (pattern.find('%') == std::string::npos) FUZZ_CHECK(out == pattern);
+  static char out[ferrum_common::kMaxExpandedPath + 1];
+  char unset[512];
+  const bool ok = ferrum_common::expand_pattern(pattern.c_str(), 4242, host.c_str(), any_var,
+                                                context, out, sizeof out, unset, sizeof unset);
+  const ExpandedPath recorder = expand_output_pattern(pattern, 4242, host, any_var, context);
+  FUZZ_CHECK(ok == !recorder.too_long);
+  if (!ok) {
+    FUZZ_CHECK(out[0] == '\0' && recorder.path.empty());
+    return 0;
+  }
+  const std::string expanded(out);
+  FUZZ_CHECK(expanded == recorder.path && recorder.unset == unset);
+  FUZZ_CHECK(expanded.size() <= ferrum_common::kMaxExpandedPath);
+  if (pattern.find('%') == std::string::npos) FUZZ_CHECK(expanded == pattern);
   size_t placeholders = 0;
   for (char c : pattern) placeholders += c == '%';
-  FUZZ_CHECK(out.size() <= pattern.size() + placeholders * (host.size() + value.size() + 20));
-  const std::string absolute = absolute_path(out, "/work/dir");
+  FUZZ_CHECK(expanded.size() <= pattern.size() + placeholders * (host.size() + value.size() + 20));
+  for (size_t start = 0; unset[0] && start != std::string::npos;) {
+    const std::string list(unset);
+    const size_t end = list.find(", ", start);
+    const std::string name = list.substr(start, end == std::string::npos ? end : end - start);
+    FUZZ_CHECK(valid_name(name) && name.compare(0, 5, "UNSET") == 0);
+    FUZZ_CHECK(pattern.find("%q{" + name + "}") != std::string::npos);
+    start = end == std::string::npos ? end : end + 2;
+  }
+  const std::string absolute = absolute_path(expanded, "/work/dir");
   FUZZ_CHECK(!absolute.empty() && absolute.front() == '/');
+
+  static char fresh[ferrum_common::kMaxExpandedPath + 32];
+  if (ferrum_common::fresh_name(expanded.c_str(), "4242", fresh, sizeof fresh)) {
+    FUZZ_CHECK(std::strlen(fresh) == expanded.size() + 5);
+    FUZZ_CHECK(std::strstr(fresh, ".4242") != nullptr);
+  }
+  char quoted[ferrum_common::kQuotedSize];
+  const size_t length = ferrum_common::printable_quote(
+      expanded.data(), expanded.size(), ferrum_common::kMessageLimit, quoted, sizeof quoted);
+  FUZZ_CHECK(length == std::strlen(quoted) && length <= ferrum_common::kMessageLimit + 3);
+  FUZZ_CHECK(fuzz::printable_utf8(quoted));
   return 0;
 }

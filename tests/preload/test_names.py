@@ -227,7 +227,7 @@ def summary_file():
         again = launch(env={"FERRUM_REPLAY_SUMMARY": planted})
         with open(planted) as handle:
             expect(handle.read() == "not ours\n", "an existing file was overwritten", again)
-        expect(os.path.exists(planted + ".1") and "is in" in again.stderr,
+        expect(os.path.exists(os.path.join(tmp, "fixed.1.txt")) and "is in" in again.stderr,
                "the summary did not go to a fresh name with a line saying so", again)
 
 

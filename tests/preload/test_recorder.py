@@ -290,7 +290,7 @@ def test_unwritable_output(tmp):
     c = run_client(tmp, "--iters", 2, "--exit-code", 3, out=out,
                    env={"FERRUM_RECORD_TABLE": "0"})
     expect(c.returncode == 3, "the program's exit code must be kept", c)
-    expect(c.stderr == f"ferrum-replay recorder: cannot write trace to {out}: "
+    expect(c.stderr == f"ferrum-replay recorder: cannot write trace to '{out}': "
            "No such file or directory\n", "exactly one stderr line expected", c)
     expect_stdout_is_clients_own(c)
 

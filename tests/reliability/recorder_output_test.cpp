@@ -2,11 +2,22 @@
 //   - events spill to a temporary file as they complete, and the trace written from the spill
 //     file is byte for byte the trace written from memory;
 //   - the trace file never follows a symbolic link planted at its path, never replaces a file
-//     that is not a ferrum-replay trace unless forced, and is created 0644 minus umask.
+//     that is not a ferrum-replay trace unless forced (and then only a regular file), and is
+//     created 0644 minus umask;
+//   - writing it never waits on a lock we did not create (an flock on the directory is
+//     irrelevant, our own lock is bounded), a kill mid-write leaves nothing at the final name
+//     and the next run removes the dead process's temporary, devices/FIFOs/descriptors are
+//     written as streams with a bounded wait.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <dirent.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,12 +27,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "output_file.hpp"
 #include "recorder.hpp"
 #include "snapshot.hpp"
 #include "spill_file.hpp"
@@ -266,13 +280,14 @@ TEST_CASE("a symbolic link planted at the trace path is never followed") {
   CHECK(outcome.written_path == dir / "dangling.1.json");
   CHECK(access((dir / "created-through-link").c_str(), F_OK) != 0);
 
-  SUBCASE("forced: the link itself is replaced, its target untouched") {
+  SUBCASE("forced: a symbolic link is still neither followed nor replaced") {
     TraceFileOptions force;
     force.force = true;
     REQUIRE(write_trace_file(path, s, force, &outcome));
-    CHECK_FALSE(outcome.diverted);
-    CHECK(outcome.written_path == path);
-    CHECK(S_ISREG(mode_of(path)));
+    CHECK(outcome.diverted);
+    CHECK_FALSE(outcome.foreign_regular);  // the message must not suggest FORCE
+    CHECK(outcome.written_path == dir / "trace.2.json");
+    CHECK(S_ISLNK(mode_of(path)));
     CHECK(read_file(victim) == "precious\n");
   }
 }
@@ -316,14 +331,17 @@ TEST_CASE("special files and directories at the trace path") {
   const Snapshot s = small_snapshot(r);
   TraceFileOutcome outcome;
 
-  // A FIFO is never opened (that would block) nor replaced, even when forced.
+  // A FIFO is a stream: without a reader it is an error at once (never a wait), and nothing is
+  // created beside it nor is it replaced, even when forced.
   const std::string fifo = dir / "fifo";
   REQUIRE(mkfifo(fifo.c_str(), 0644) == 0);
   TraceFileOptions force;
   force.force = true;
-  REQUIRE(write_trace_file(fifo, s, force, &outcome));
-  CHECK(outcome.written_path == dir / "fifo.1");
+  CHECK_FALSE(write_trace_file(fifo, s, force, &outcome));
+  CHECK(outcome.stream);
+  CHECK(outcome.error.find(std::strerror(ENXIO)) == 0);
   CHECK(S_ISFIFO(mode_of(fifo)));
+  CHECK(access((dir / "fifo.1").c_str(), F_OK) != 0);
 
   REQUIRE(mkdir((dir / "d.json").c_str(), 0755) == 0);
   CHECK_FALSE(write_trace_file(dir / "d.json", s, TraceFileOptions{}, &outcome));
@@ -331,7 +349,8 @@ TEST_CASE("special files and directories at the trace path") {
 
   CHECK_FALSE(write_trace_file(dir / "missing/t.json", s, TraceFileOptions{}, &outcome));
   CHECK(outcome.error == std::strerror(ENOENT));
-  CHECK_FALSE(write_trace_file(dir / "fifo/t.json", s, TraceFileOptions{}, &outcome));
+  write_file(dir / "plain", "x");
+  CHECK_FALSE(write_trace_file(dir / "plain/t.json", s, TraceFileOptions{}, &outcome));
   CHECK(outcome.error == std::strerror(ENOTDIR));
   CHECK_FALSE(write_trace_file("", s, TraceFileOptions{}, &outcome));
   CHECK_FALSE(write_trace_file(dir.path + "/", s, TraceFileOptions{}, &outcome));
@@ -365,4 +384,330 @@ TEST_CASE("numbered names keep the extension") {
   CHECK(numbered_path("/a.d/trace", 3) == "/a.d/trace.3");
   CHECK(numbered_path("/a/.hidden", 1) == "/a/.hidden.1");
   CHECK(numbered_path("trace.json", 1) == "trace.1.json");
+}
+
+// ---- common/output_file: never block, never leave a partial file, streams ----
+
+namespace {
+
+double seconds_since(const timespec &start) {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<double>(now.tv_sec - start.tv_sec) +
+         static_cast<double>(now.tv_nsec - start.tv_nsec) / 1e9;
+}
+
+timespec now_monotonic() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t;
+}
+
+uint64_t realtime_ns_now() {
+  timespec t{};
+  clock_gettime(CLOCK_REALTIME, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000u + static_cast<uint64_t>(t.tv_nsec);
+}
+
+// Holds the output lock of `dir` the way another ferrum-replay process would.
+int hold_output_lock(const std::string &dir) {
+  char name[200];
+  REQUIRE(ferrum_common::output_lock_name(dir.c_str(), name, sizeof name));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path + 1, name, std::strlen(name));
+  const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(sock >= 0);
+  REQUIRE(bind(sock, reinterpret_cast<sockaddr *>(&address),
+               static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + std::strlen(name))) ==
+          0);
+  return sock;
+}
+
+std::vector<std::string> listing(const std::string &dir) {
+  std::vector<std::string> names;
+  if (DIR *d = opendir(dir.c_str())) {
+    while (const dirent *e = readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+        names.push_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A pid that is certainly not alive: a child that has exited and was reaped.
+pid_t dead_pid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("an flock on the output directory, by this process or another, never delays the trace") {
+  TempDir dir;
+  Recorder r(Settings{}, 0);
+  const Snapshot s = small_snapshot(r);
+  TraceFileOutcome outcome;
+  SUBCASE("the program's own singleton lock on its directory") {
+    const int mine = open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(flock(mine, LOCK_EX) == 0);
+    const timespec start = now_monotonic();
+    REQUIRE(write_trace_file(dir / "t.json", s, TraceFileOptions{}, &outcome));
+    CHECK(seconds_since(start) < 1.0);
+    close(mine);
+  }
+  SUBCASE("another process's lock") {
+    int ready[2];
+    REQUIRE(pipe(ready) == 0);
+    const pid_t holder = fork();
+    if (holder == 0) {
+      const int fd = open(dir.path.c_str(), O_RDONLY | O_DIRECTORY);
+      flock(fd, LOCK_EX);
+      (void)!write(ready[1], "x", 1);
+      pause();
+      _exit(0);
+    }
+    char byte;
+    REQUIRE(read(ready[0], &byte, 1) == 1);
+    const timespec start = now_monotonic();
+    REQUIRE(write_trace_file(dir / "t.json", s, TraceFileOptions{}, &outcome));
+    CHECK(seconds_since(start) < 1.0);
+    kill(holder, SIGKILL);
+    waitpid(holder, nullptr, 0);
+    close(ready[0]);
+    close(ready[1]);
+  }
+  CHECK(outcome.written_path == dir / "t.json");
+  CHECK_FALSE(outcome.unlocked);
+  CHECK(read_file(dir / "t.json") == render_trace(s));
+}
+
+TEST_CASE("the output lock held elsewhere costs at most ~2 s and then nothing is replaced") {
+  TempDir dir;
+  Recorder r(Settings{}, 0);
+  const Snapshot s = small_snapshot(r);
+  const std::string path = dir / "t.json";
+  REQUIRE(write_trace_file(path, s, TraceFileOptions{}, &*std::make_unique<TraceFileOutcome>()));
+  const std::string earlier = read_file(path);
+  const int lock = hold_output_lock(dir.path);
+  TraceFileOptions options;
+  options.lock_timeout_ms = 300;
+  const timespec start = now_monotonic();
+  TraceFileOutcome outcome;
+  REQUIRE(write_trace_file(path, s, options, &outcome));
+  const double waited = seconds_since(start);
+  CHECK(waited >= 0.25);
+  CHECK(waited < 1.5);
+  CHECK(outcome.unlocked);
+  // Our earlier trace would be replaced under the lock; without it, the trace goes beside.
+  CHECK(outcome.written_path == numbered_path(path, static_cast<unsigned long>(getpid())));
+  CHECK(read_file(path) == earlier);
+  close(lock);
+  // The default bound.
+  const int again = hold_output_lock(dir.path);
+  const timespec start2 = now_monotonic();
+  REQUIRE(write_trace_file(dir / "u.json", s, TraceFileOptions{}, &outcome));
+  CHECK(seconds_since(start2) < 3.0);  // nothing at u.json: written without waiting on others
+  close(again);
+}
+
+TEST_CASE("leftover temporaries of dead processes of ours are removed; nothing else is") {
+  TempDir dir;
+  Recorder r(Settings{}, 0);
+  const Snapshot s = small_snapshot(r);
+  const std::string path = dir / "t.json";
+  // What our own temporary's name looks like on this host.
+  char tmp[4200];
+  const int fd = ferrum_common::create_temp_beside(path.c_str(), tmp, sizeof tmp);
+  REQUIRE(fd >= 0);
+  close(fd);
+  unlink(tmp);
+  const std::string own(tmp);
+  const std::string host_part = own.substr(path.size() + 1, 8);  // PATH.HOSTTAG.PID.N.tmp
+  const auto temp_of = [&](long pid, int n) {
+    return path + "." + host_part + "." + std::to_string(pid) + "." + std::to_string(n) + ".tmp";
+  };
+  const pid_t dead = dead_pid();
+  const std::string header = "{\"traceEvents\":[\n{\"ph\":\"M\"";
+  write_file(temp_of(dead, 0), header + std::string(100000, ' '));  // killed mid-write
+  write_file(temp_of(dead, 1), "");                                 // killed before writing
+  write_file(temp_of(dead, 2), "someone else's data");              // not ours: kept
+  write_file(temp_of(getppid(), 0), header);                        // alive: kept
+  write_file(path + ".0badc0de." + std::to_string(dead) + ".0.tmp", header);  // another host
+  REQUIRE(symlink("/etc/hostname", temp_of(dead, 3).c_str()) == 0);           // a link: kept
+
+  TraceFileOutcome outcome;
+  REQUIRE(write_trace_file(path, s, TraceFileOptions{}, &outcome));
+  CHECK(outcome.written_path == path);
+  const std::vector<std::string> left = listing(dir.path);
+  const auto has = [&](const std::string &full) {
+    return std::find(left.begin(), left.end(), full.substr(dir.path.size() + 1)) != left.end();
+  };
+  CHECK_FALSE(has(temp_of(dead, 0)));
+  CHECK_FALSE(has(temp_of(dead, 1)));
+  CHECK(has(temp_of(dead, 2)));
+  CHECK(has(temp_of(getppid(), 0)));
+  CHECK(has(path + ".0badc0de." + std::to_string(dead) + ".0.tmp"));
+  CHECK(has(temp_of(dead, 3)));
+  CHECK(has(path));
+  CHECK(left.size() == 5);
+}
+
+TEST_CASE("a trace killed mid-write leaves no file at the final name") {
+  TempDir dir;
+  const std::string path = dir / "big.json";
+  const pid_t child = fork();
+  if (child == 0) {
+    Recorder r(Settings{}, 0);
+    record_nested(r, 200000);  // a trace of tens of MB: long enough to be killed in the middle
+    const Snapshot s = r.snapshot_for_report();
+    TraceFileOutcome outcome;
+    write_trace_file(path, s, TraceFileOptions{}, &outcome);
+    _exit(0);
+  }
+  // Kill it once its temporary has grown.
+  bool killed_mid_write = false;
+  for (int i = 0; i < 4000 && !killed_mid_write; ++i) {
+    for (const std::string &name : listing(dir.path)) {
+      struct stat st {};
+      if (name.find(".tmp") != std::string::npos && stat((dir / name).c_str(), &st) == 0 &&
+          st.st_size > 4096) {
+        kill(child, SIGKILL);
+        killed_mid_write = true;
+      }
+    }
+    if (!killed_mid_write) usleep(2000);
+  }
+  waitpid(child, nullptr, 0);
+  REQUIRE(killed_mid_write);
+  CHECK(access(path.c_str(), F_OK) != 0);  // never a partial trace (nor a placeholder) at the name
+
+  // The next run writing to that name takes it and cleans up.
+  Recorder r(Settings{}, 0);
+  const Snapshot s = small_snapshot(r);
+  TraceFileOutcome outcome;
+  REQUIRE(write_trace_file(path, s, TraceFileOptions{}, &outcome));
+  CHECK(outcome.written_path == path);
+  CHECK_FALSE(outcome.diverted);
+  CHECK(listing(dir.path) == std::vector<std::string>{"big.json"});
+}
+
+TEST_CASE("a file written during this run is a sibling's: written beside it, never replaced") {
+  TempDir dir;
+  Recorder r(Settings{}, 0);
+  const Snapshot s = small_snapshot(r);
+  const std::string path = dir / "job.json";
+  TraceFileOptions options;
+  options.run_start_ns = realtime_ns_now() - 1000000000ull;  // this run started 1 s ago
+  TraceFileOutcome outcome;
+  REQUIRE(write_trace_file(path, s, options, &outcome));  // the first process takes the name
+  CHECK(outcome.written_path == path);
+  const std::string first = read_file(path);
+  REQUIRE(write_trace_file(path, s, options, &outcome));  // a sibling exits later
+  CHECK(outcome.sibling);
+  CHECK(outcome.written_path == numbered_path(path, static_cast<unsigned long>(getpid())));
+  CHECK(read_file(path) == first);
+  // A later run (started after both were written) replaces the earlier trace of ours.
+  options.run_start_ns = realtime_ns_now() + 1000000000ull;
+  REQUIRE(write_trace_file(path, s, options, &outcome));
+  CHECK(outcome.written_path == path);
+  CHECK_FALSE(outcome.sibling);
+}
+
+TEST_CASE("stream targets: devices, FIFOs and descriptors are written, never created or renamed") {
+  CHECK(ferrum_common::is_stream_target("/dev/null"));
+  CHECK(ferrum_common::is_stream_target("/dev/stdout"));
+  CHECK(ferrum_common::is_stream_target("/dev/stderr"));
+  CHECK(ferrum_common::is_stream_target("/proc/self/fd/1"));
+  CHECK(ferrum_common::is_stream_target("/dev/fd/2"));
+  CHECK_FALSE(ferrum_common::is_stream_target("/tmp"));
+  CHECK_FALSE(ferrum_common::is_stream_target("/etc/hostname"));
+  CHECK_FALSE(ferrum_common::is_stream_target("/nonexistent/x.json"));
+
+  Recorder r(Settings{}, 0);
+  const Snapshot s = small_snapshot(r);
+  TraceFileOutcome outcome;
+  REQUIRE(write_trace_file("/dev/null", s, TraceFileOptions{}, &outcome));
+  CHECK(outcome.stream);
+  CHECK(outcome.written_path == "/dev/null");
+  CHECK(access("/dev/null.1", F_OK) != 0);
+
+  CHECK_FALSE(write_trace_file("/dev/full", s, TraceFileOptions{}, &outcome));
+  CHECK(outcome.error == std::strerror(ENOSPC));
+
+  // A pipe given as /proc/self/fd/N: the trace arrives through it.
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  std::string got;
+  std::thread reader([&] {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  });
+  REQUIRE(
+      write_trace_file("/proc/self/fd/" + std::to_string(fds[1]), s, TraceFileOptions{}, &outcome));
+  close(fds[1]);
+  reader.join();
+  close(fds[0]);
+  CHECK(got == render_trace(s));
+
+  // A full pipe nobody reads: given up after the stall bound, not a hang.
+  REQUIRE(pipe(fds) == 0);
+  Recorder big(Settings{}, 0);
+  record_nested(big, 3000);  // more than a pipe holds
+  const Snapshot bs = big.snapshot_for_report();
+  const timespec start = now_monotonic();
+  CHECK_FALSE(
+      write_trace_file("/dev/fd/" + std::to_string(fds[1]), bs, TraceFileOptions{}, &outcome));
+  CHECK(outcome.error.find(std::strerror(ETIMEDOUT)) == 0);
+  CHECK(seconds_since(start) < 4.0);
+
+  // Its reader gone: EPIPE, and no SIGPIPE kills the process (we are still here).
+  close(fds[0]);
+  CHECK_FALSE(
+      write_trace_file("/dev/fd/" + std::to_string(fds[1]), bs, TraceFileOptions{}, &outcome));
+  CHECK(outcome.error == std::strerror(EPIPE));
+  sigset_t pending;
+  sigpending(&pending);
+  CHECK_FALSE(sigismember(&pending, SIGPIPE));
+  close(fds[1]);
+
+  // A descriptor that is not open.
+  CHECK_FALSE(write_trace_file("/proc/self/fd/987654", s, TraceFileOptions{}, &outcome));
+  CHECK(outcome.error == std::strerror(EBADF));
+}
+
+TEST_CASE("FERRUM_RECORD_FORCE replaces only a regular file, never a link to one") {
+  TempDir dir;
+  Recorder r(Settings{}, 0);
+  const Snapshot s = small_snapshot(r);
+  write_file(dir / "real.json", "user data\n");
+  REQUIRE(symlink((dir / "real.json").c_str(), (dir / "link.json").c_str()) == 0);
+  TraceFileOptions force;
+  force.force = true;
+  TraceFileOutcome outcome;
+  REQUIRE(write_trace_file(dir / "link.json", s, force, &outcome));
+  CHECK(outcome.diverted);
+  CHECK(outcome.written_path == dir / "link.1.json");
+  CHECK(S_ISLNK(mode_of(dir / "link.json")));
+  CHECK(read_file(dir / "real.json") == "user data\n");
+  REQUIRE(write_trace_file(dir / "real.json", s, force, &outcome));
+  CHECK_FALSE(outcome.diverted);
+  CHECK(read_file(dir / "real.json") == render_trace(s));
+}
+
+TEST_CASE("fresh names follow the one rule, at most 99 of them") {
+  TempDir dir;
+  Recorder r(Settings{}, 0);
+  const Snapshot s = small_snapshot(r);
+  write_file(dir / "x.json", "foreign");
+  for (int n = 1; n <= 99; ++n) write_file(dir / ("x." + std::to_string(n) + ".json"), "foreign");
+  TraceFileOutcome outcome;
+  CHECK_FALSE(write_trace_file(dir / "x.json", s, TraceFileOptions{}, &outcome));
+  CHECK(outcome.error == std::strerror(EEXIST));
+  CHECK(access((dir / "x.100.json").c_str(), F_OK) != 0);
 }

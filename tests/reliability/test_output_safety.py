@@ -9,11 +9,19 @@ What is guaranteed (and checked here):
     an earlier ferrum-replay trace is replaced (as before);
   - the trace is created 0644 minus the umask;
   - a bad or unwritable path is one clear line on stderr; the program's exit code and output
-    are unchanged, nothing crashes.
+    are unchanged, nothing crashes;
+  - exit never waits on a lock we did not create: an flock on the output directory, held by
+    the program itself or by another process, changes nothing; our own output lock, held
+    elsewhere, costs at most ~2 s and then nothing is replaced (one line);
+  - a temporary left by a killed process of ours is removed by the next run to that name;
+  - a device, FIFO or descriptor path is written as a stream (never NAME.1 beside /dev/null);
+    a FIFO without a reader and /dev/full are one line each; the summary file likewise;
+  - a process that recorded nothing writes no trace and prints no table.
 Uses tests/preload/harness.py; run through meson (suite reliability).
 """
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -74,16 +82,18 @@ def symlink_planted():
         diverted = os.path.join(tmp, "trace.1.json")
         expect_our_trace(diverted, run_)
         notices = [l for l in recorder_lines(run_) if "is not a ferrum-replay trace" in l]
-        expect(len(notices) == 1 and diverted in notices[0] and "FERRUM_RECORD_FORCE=1" in notices[0],
+        expect(len(notices) == 1 and f"'{diverted}'" in notices[0]
+               and "symbolic link" in notices[0] and "FORCE" not in notices[0],
                "no single line saying where the trace went instead", run_)
         expect(any(l.endswith("trace: " + diverted) for l in recorder_lines(run_)),
                "the table line does not name the file written", run_)
 
-        # Forced: the link itself is replaced by the trace; its target still untouched.
+        # Forced: a symbolic link is still neither replaced nor followed (FORCE replaces only a
+        # regular file of the user's).
         forced = launch(out, FERRUM_RECORD_FORCE="1")
         expect_program_unharmed(forced)
-        expect(not os.path.islink(out), "FERRUM_RECORD_FORCE=1 did not replace the link", forced)
-        expect_our_trace(out, forced)
+        expect(os.path.islink(out), "FERRUM_RECORD_FORCE=1 replaced the link", forced)
+        expect_our_trace(os.path.join(tmp, "trace.2.json"), forced)
         with open(victim) as handle:
             expect(handle.read() == "precious\n", "forcing wrote through the symlink", forced)
 
@@ -101,6 +111,9 @@ def foreign_file_kept():
             expect(handle.read() == '{"accuracy": 0.93}\n', "a foreign file was replaced", run_)
         expect(os.stat(out).st_mtime == old, "a foreign file's time stamp was touched", run_)
         expect_our_trace(os.path.join(tmp, "results.1.json"), run_)
+        notices = [l for l in recorder_lines(run_) if "is not a ferrum-replay trace" in l]
+        expect(len(notices) == 1 and "FERRUM_RECORD_FORCE=1 replaces a regular file" in notices[0],
+               "the notice does not say how to replace the file", run_)
         forced = launch(out, FERRUM_RECORD_FORCE="1")
         expect_program_unharmed(forced)
         expect_our_trace(out, forced)
@@ -179,7 +192,8 @@ def summary_file_never_followed():
         with open(victim) as handle:
             expect(handle.read() == "precious\n", "the summary was written through a symlink", run_)
         expect(os.path.islink(summary), "the planted symlink was replaced", run_)
-        written = [n for n in os.listdir(tmp) if n.startswith("summary.txt.")]
+        written = [n for n in os.listdir(tmp) if n.startswith("summary.") and n != "summary.txt"]
+        expect(written == ["summary.1.txt"], f"not the fresh name summary.1.txt: {written}", run_)
         expect(len(written) == 1, f"expected one fresh summary file beside the link: {written}",
                run_)
         expect(len([l for l in run_.stderr.splitlines() if written[0] in l]) == 1,
@@ -212,6 +226,200 @@ def merge_output_never_followed():
                    "merge wrote its output through a symlink planted at its temporary name")
 
 
+def timed_launch(argv, out, timeout=30, **env):
+    """Runs argv with the recorder writing to `out`, table on; returns (run, seconds)."""
+    run_env = {"FERRUM_RECORD_OUT": out, "FERRUM_RECORD_TABLE": "1"}
+    run_env.update(env)
+    started = time.monotonic()
+    run_ = harness.run(argv, env=run_env, timeout=timeout)
+    return run_, time.monotonic() - started
+
+
+def locked_directory_never_blocks():
+    """The output directory flock'ed (LOCK_EX) by the program itself, then by another process:
+    the exit completes at once and the trace is written (it used to hang forever)."""
+    import fcntl
+    program = [harness.path_of("LAUNCH_DRIVER"), *ARGS]
+    with tempfile.TemporaryDirectory() as tmp:
+        # The program's own singleton lock: taken before exec, so the program holds it.
+        locker = ("import fcntl, os, sys\n"
+                  "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+                  "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+                  "os.set_inheritable(fd, True)\n"
+                  "os.execv(sys.argv[2], sys.argv[2:])\n")
+        out = os.path.join(tmp, "own.json")
+        run_, took = timed_launch([sys.executable, "-c", locker, tmp, *program], out)
+        expect_program_unharmed(run_)
+        expect(took < 10, f"exit took {took:.1f} s with the program holding a lock on its dir", run_)
+        expect_our_trace(out, run_)
+        # Another process's lock.
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            out = os.path.join(tmp, "other.json")
+            run_, took = timed_launch(program, out)
+            expect_program_unharmed(run_)
+            expect(took < 10, f"exit took {took:.1f} s with another process locking the dir", run_)
+            expect_our_trace(out, run_)
+        finally:
+            os.close(fd)
+
+
+def output_lock_held_elsewhere():
+    """Our own lock (an abstract socket per directory), held by a stuck ferrum-replay process:
+    at most ~2 s, then the trace goes beside anything at the name, with one line."""
+    import socket
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "t.json")
+        first = launch(out)
+        expect_our_trace(out, first)
+        old = time.time() - 3600
+        os.utime(out, (old, old))
+        st = os.stat(tmp)
+        holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        holder.bind(f"\0ferrum-replay-output-{st.st_dev:x}-{st.st_ino:x}")
+        try:
+            run_, took = timed_launch([harness.path_of("LAUNCH_DRIVER"), *ARGS], out)
+        finally:
+            holder.close()
+        expect_program_unharmed(run_)
+        expect(1.5 < took < 10, f"took {took:.1f} s; expected the bounded ~2 s wait", run_)
+        expect(os.stat(out).st_mtime == old, "the earlier trace was replaced without the lock", run_)
+        beside = [n for n in os.listdir(tmp) if n not in ("t.json",)]
+        expect(len(beside) == 1 and re.fullmatch(r"t\.\d+\.json", beside[0]),
+               f"expected t.<pid>.json beside: {beside}", run_)
+        expect_our_trace(os.path.join(tmp, beside[0]), run_)
+        lines = [l for l in recorder_lines(run_) if "output lock" in l]
+        expect(len(lines) == 1 and beside[0] in lines[0], "no single line about the lock", run_)
+
+
+def host_tag():
+    """The 8 hex digits our temporaries carry: 32-bit FNV-1a of the host name."""
+    value = 2166136261
+    for byte in socket_hostname().encode():
+        value = ((value ^ byte) * 16777619) & 0xFFFFFFFF
+    return f"{value:08x}"
+
+
+def socket_hostname():
+    import socket
+    return socket.gethostname()
+
+
+def dead_pid():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def dead_leftovers_removed():
+    """What a SIGKILL mid-write leaves (a temporary with our header, no file at the name) is
+    removed by the next run to that name, which takes the name; foreign files stay."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "t.json")
+        dead = dead_pid()
+        leftover = f"{out}.{host_tag()}.{dead}.0.tmp"
+        with open(leftover, "w") as handle:
+            handle.write('{"traceEvents":[\n{"ph":"M","name":"process_name"' + " " * 100000)
+        foreign = f"{out}.{host_tag()}.{dead}.1.tmp"
+        with open(foreign, "w") as handle:
+            handle.write("not ours\n")
+        run_ = launch(out)
+        expect_program_unharmed(run_)
+        expect_our_trace(out, run_)
+        expect(not os.path.exists(leftover), "the dead process's temporary was not removed", run_)
+        expect(os.path.exists(foreign), "a file that is not our trace was removed", run_)
+        expect(sorted(os.listdir(tmp)) == sorted(["t.json", os.path.basename(foreign)]),
+               f"unexpected files: {os.listdir(tmp)}", run_)
+        expect(not [l for l in recorder_lines(run_) if "is not a ferrum-replay trace" in l],
+               "the next run was diverted", run_)
+
+
+def stream_outputs():
+    """Devices, FIFOs and descriptor paths are streams: written, never created beside."""
+    program = [harness.path_of("LAUNCH_DRIVER"), *ARGS]
+    for device in ("/dev/null", "/dev/stderr"):
+        run_ = launch(device)
+        expect_program_unharmed(run_)
+        expect(not os.path.exists(device + ".1"), f"{device}.1 was created", run_)
+        expect(not [l for l in recorder_lines(run_) if "cannot write" in l or "exists" in l],
+               f"{device}: a complaint", run_)
+        if device == "/dev/stderr":
+            expect('"ferrumReplay"' in run_.stderr, "the trace did not reach stderr", run_)
+    run_ = launch("/dev/full")
+    expect_program_unharmed(run_)
+    lines = [l for l in recorder_lines(run_) if "cannot write trace" in l]
+    expect(len(lines) == 1 and lines[0].endswith("'/dev/full': No space left on device"),
+           "/dev/full: not one line saying ENOSPC", run_)
+    with tempfile.TemporaryDirectory() as tmp:
+        fifo = os.path.join(tmp, "fifo")
+        os.mkfifo(fifo)
+        run_, took = timed_launch(program, fifo)
+        expect_program_unharmed(run_)
+        expect(took < 10, f"a FIFO without a reader held the exit {took:.1f} s", run_)
+        lines = [l for l in recorder_lines(run_) if "cannot write trace" in l]
+        expect(len(lines) == 1 and "no process is reading it" in lines[0],
+               "a FIFO without a reader: not one line", run_)
+        expect(sorted(os.listdir(tmp)) == ["fifo"], f"files created: {os.listdir(tmp)}", run_)
+        # Forced, a FIFO is still not replaced.
+        run_ = launch(fifo, FERRUM_RECORD_FORCE="1")
+        expect(stat.S_ISFIFO(os.lstat(fifo).st_mode), "FORCE replaced a FIFO", run_)
+    # The shim's summary follows the same rules.
+    for device in ("/dev/null", "/dev/stderr"):
+        run_ = harness.run(program, record=False, env={"FERRUM_REPLAY_SUMMARY": device})
+        expect_program_unharmed(run_)
+        expect(not os.path.exists(device + ".1"), f"summary: {device}.1 was created", run_)
+        if device == "/dev/stderr":
+            expect("ferrum-replay: 2 graphs, 10 launches" in run_.stderr,
+                   "the summary did not reach stderr", run_)
+    run_ = harness.run(program, record=False, env={"FERRUM_REPLAY_SUMMARY": "/dev/full"})
+    expect_program_unharmed(run_)
+    expect(len([l for l in run_.stderr.splitlines() if "No space left on device" in l]) == 1,
+           "summary to /dev/full: not one line", run_)
+
+
+def unset_variable_named():
+    """%q{UNSET} expands to nothing and one line names the variable (trace and summary)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run_ = launch(os.path.join(tmp, "r%q{FERRUM_TEST_NOT_SET}.json"))
+        expect_program_unharmed(run_)
+        expect_our_trace(os.path.join(tmp, "r.json"), run_)
+        lines = [l for l in recorder_lines(run_) if "FERRUM_TEST_NOT_SET" in l]
+        expect(len(lines) == 1, "no single line naming the unset variable", run_)
+        run_ = harness.run([harness.path_of("LAUNCH_DRIVER"), *ARGS], record=False,
+                           env={"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s%q{NOPE_X}.txt")})
+        expect(os.path.exists(os.path.join(tmp, "s.txt")), "no summary at s.txt", run_)
+        expect(len([l for l in run_.stderr.splitlines() if "NOPE_X" in l]) == 1,
+               "summary: no single line naming the unset variable", run_)
+        # A very long path is printed cut, never whole.
+        long_dir = os.path.join(tmp, "missing", "d" * 3000)
+        run_ = launch(os.path.join(long_dir, "t.json"))
+        lines = [l for l in recorder_lines(run_) if "cannot write trace" in l]
+        expect(len(lines) == 1 and len(lines[0]) < 400 and "...'" in lines[0],
+               "a long path was not cut in the message", run_)
+
+
+def nothing_recorded_nothing_written():
+    """A child forked after CUDA started that launches nothing writes no trace, prints no table,
+    and leaves the job's fixed name to the process with data."""
+    fork_launch = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workflow",
+                               "fork_launch.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "job.json")
+        run_ = harness.run([sys.executable, fork_launch, "--early", "0", "--before", "2",
+                            "--child", "0", "--after", "1"],
+                           env={"FERRUM_RECORD_OUT": out, "FERRUM_RECORD_TABLE": "1"})
+        expect(run_.returncode == 0, "fork_launch failed", run_)
+        expect(sorted(os.listdir(tmp)) == ["job.json"], f"files: {os.listdir(tmp)}", run_)
+        trace = load_trace(out)
+        ours = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == harness.DOMAIN]
+        expect(len(ours) == 3, f"job.json holds {len(ours)} ranges, not the parent's 3", run_)
+        tables = [l for l in recorder_lines(run_) if " ranges on " in l]
+        expect(len(tables) == 1, f"{len(tables)} tables printed, expected the parent's only", run_)
+
+
 if __name__ == "__main__":
     harness.main({
         "symlink_planted": symlink_planted,
@@ -221,4 +429,10 @@ if __name__ == "__main__":
         "bad_paths_one_line": bad_paths_one_line,
         "summary_file_never_followed": summary_file_never_followed,
         "merge_output_never_followed": merge_output_never_followed,
+        "locked_directory_never_blocks": locked_directory_never_blocks,
+        "output_lock_held_elsewhere": output_lock_held_elsewhere,
+        "dead_leftovers_removed": dead_leftovers_removed,
+        "stream_outputs": stream_outputs,
+        "unset_variable_named": unset_variable_named,
+        "nothing_recorded_nothing_written": nothing_recorded_nothing_written,
     })

@@ -29,7 +29,21 @@ TEST_CASE("%q{VAR}") {
   CHECK(expand("rank%q{RANK}.json") == "rank3.json");
   CHECK(expand("x%q{UNSET}y") == "xy");
   CHECK(expand("x%q{EMPTY}y") == "xy");
-  CHECK(expand("x%q{}y") == "xy");
+  CHECK(expand("x%q{}y") == "x%q{}y");  // not a variable name: kept (docs/text-rules.md)
+}
+
+TEST_CASE("unset variables are reported, each once; an expansion over 4095 bytes is an error") {
+  const ExpandedPath e =
+      expand_output_pattern("%q{NOPE}/%q{RANK}/%q{NOPE}%q{ALSO}.json", 1, "h", fake_env, nullptr);
+  CHECK(e.path == "/3/.json");
+  CHECK(e.unset == "NOPE, ALSO");
+  CHECK_FALSE(e.too_long);
+  CHECK(expand_output_pattern("x%q{EMPTY}", 1, "h", fake_env, nullptr).unset.empty());
+  const ExpandedPath big =
+      expand_output_pattern(std::string(4094, 'x') + "%p", 4242, "h", fake_env, nullptr);
+  CHECK(big.too_long);
+  CHECK(big.path.empty());
+  CHECK(expand(std::string(4095, 'x')).size() == 4095);
 }
 
 TEST_CASE("%% and literal leftovers") {

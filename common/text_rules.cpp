@@ -1,0 +1,217 @@
+#include "text_rules.hpp"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+namespace ferrum_common {
+namespace {
+
+// Appends into a bounded buffer; `full` once something did not fit.
+struct Writer {
+  char *out;
+  size_t capacity;  // bytes usable for text (the NUL excluded)
+  size_t used = 0;
+  bool full = false;
+
+  void put(const char *text, size_t length) {
+    if (full || length > capacity - used) {
+      full = true;
+      return;
+    }
+    memcpy(out + used, text, length);
+    used += length;
+  }
+};
+
+bool name_start(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+bool name_char(char c) {
+  return name_start(c) || (c >= '0' && c <= '9');
+}
+
+// Adds `name` (length bytes) to the ", "-separated list in `unset` unless it is there already.
+void note_unset(const char *name, size_t length, char *unset, size_t unset_size) {
+  if (!unset || unset_size == 0) return;
+  const size_t used = strlen(unset);
+  for (const char *p = unset; *p;) {
+    const char *end = strstr(p, ", ");
+    const size_t item = end ? static_cast<size_t>(end - p) : strlen(p);
+    if (item == length && memcmp(p, name, length) == 0) return;
+    if (!end) break;
+    p = end + 2;
+  }
+  const size_t separator = used ? 2 : 0;
+  if (used + separator + length + 1 > unset_size) return;  // keeps whole names only
+  if (separator) memcpy(unset + used, ", ", 2);
+  memcpy(unset + used + separator, name, length);
+  unset[used + separator + length] = '\0';
+}
+
+// Length of the well-formed UTF-8 sequence at `in`, or 0 if malformed (overlong, surrogate,
+// beyond U+10FFFF, truncated).
+size_t sequence_length(const unsigned char *in, size_t available) {
+  const unsigned char lead = in[0];
+  size_t length;
+  unsigned min_second = 0x80, max_second = 0xBF;
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) min_second = 0xA0;
+    if (lead == 0xED) max_second = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) min_second = 0x90;
+    if (lead == 0xF4) max_second = 0x8F;
+  } else {
+    return 0;
+  }
+  if (available < length) return 0;
+  if (in[1] < min_second || in[1] > max_second) return 0;
+  for (size_t i = 2; i < length; ++i)
+    if (in[i] < 0x80 || in[i] > 0xBF) return 0;
+  return length;
+}
+
+// Whether the well-formed sequence `in` (length bytes) is a character the rule replaces.
+bool unprintable(const unsigned char *in, size_t length) {
+  if (length == 1) return in[0] < 0x20 || in[0] == 0x7F;
+  if (length == 2) return in[0] == 0xC2 && in[1] <= 0x9F;  // C1: U+0080..U+009F
+  if (length == 3) return in[0] == 0xE2 && in[1] == 0x80 && (in[2] == 0xA8 || in[2] == 0xA9);
+  return false;
+}
+
+}  // namespace
+
+bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup env, void *context,
+                    char *out, size_t out_size, char *unset, size_t unset_size) {
+  if (unset && unset_size) unset[0] = '\0';
+  if (!out || out_size == 0) return false;
+  const size_t capacity = out_size - 1 < kMaxExpandedPath ? out_size - 1 : kMaxExpandedPath;
+  Writer w{out, capacity};
+  for (const char *p = pattern ? pattern : ""; *p && !w.full; ++p) {
+    if (*p != '%' || !p[1]) {
+      w.put(p, 1);
+    } else if (p[1] == 'p') {
+      char digits[24];
+      const int n = snprintf(digits, sizeof digits, "%ld", pid);
+      w.put(digits, n > 0 ? static_cast<size_t>(n) : 0);
+      ++p;
+    } else if (p[1] == 'h') {
+      if (host) w.put(host, strlen(host));
+      ++p;
+    } else if (p[1] == '%') {
+      w.put("%", 1);
+      ++p;
+    } else if (p[1] == 'q' && p[2] == '{' && name_start(p[3])) {
+      const char *name = p + 3, *end = name;
+      while (name_char(*end)) ++end;
+      if (*end != '}') {  // an invalid name or no '}': literal
+        w.put(p, 1);
+        continue;
+      }
+      char variable[kMaxExpandedPath + 1];
+      const size_t length = static_cast<size_t>(end - name);
+      if (length >= sizeof variable) {  // longer than any output: unset as far as we can tell
+        note_unset(name, 64, unset, unset_size);
+      } else {
+        memcpy(variable, name, length);
+        variable[length] = '\0';
+        const char *value = env ? env(variable, context) : nullptr;
+        if (value)
+          w.put(value, strlen(value));
+        else
+          note_unset(name, length, unset, unset_size);
+      }
+      p = end;
+    } else {
+      w.put(p, 1);  // %x, %q without {, %q{}: kept
+    }
+  }
+  if (w.full) {
+    out[0] = '\0';
+    return false;
+  }
+  out[w.used] = '\0';
+  return true;
+}
+
+void host_name(char *out, size_t out_size) {
+  if (out_size == 0) return;
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  snprintf(out, out_size, "%s", host);
+}
+
+bool fresh_name(const char *path, const char *token, char *out, size_t out_size) {
+  const size_t length = strlen(path);
+  const char *slash = strrchr(path, '/');
+  const size_t base = slash ? static_cast<size_t>(slash - path) + 1 : 0;
+  const char *dot = strrchr(path + base, '.');
+  size_t split = length;  // where ".TOKEN" goes
+  if (dot && dot != path + base && dot != path + length - 1)
+    split = static_cast<size_t>(dot - path);
+  const size_t token_length = strlen(token);
+  if (length + 1 + token_length + 1 > out_size) return false;
+  memmove(out, path, split);  // memmove: out may be path itself
+  // Build from the end so that out == path works too.
+  memmove(out + split + 1 + token_length, path + split, length - split + 1);
+  out[split] = '.';
+  memcpy(out + split + 1, token, token_length);
+  return true;
+}
+
+bool fresh_name(const char *path, unsigned long token, char *out, size_t out_size) {
+  char digits[24];
+  snprintf(digits, sizeof digits, "%lu", token);
+  return fresh_name(path, digits, out, out_size);
+}
+
+size_t printable_copy(const char *in, size_t in_length, char *out, size_t out_size, bool *cut) {
+  if (cut) *cut = false;
+  if (out_size == 0) {
+    if (cut) *cut = in_length > 0;
+    return 0;
+  }
+  const auto *bytes = reinterpret_cast<const unsigned char *>(in);
+  size_t used = 0, i = 0;
+  while (i < in_length) {
+    const size_t length = sequence_length(bytes + i, in_length - i);
+    const bool replace = length == 0 || unprintable(bytes + i, length);
+    const size_t emit = replace ? 1 : length;
+    if (used + emit > out_size - 1) break;
+    if (replace)
+      out[used] = '?';
+    else
+      memcpy(out + used, bytes + i, length);
+    used += emit;
+    i += length ? length : 1;
+  }
+  out[used] = '\0';
+  if (cut) *cut = i < in_length;
+  return used;
+}
+
+size_t printable_quote(const char *in, size_t in_length, size_t limit, char *out, size_t out_size) {
+  if (out_size < 4) {
+    if (out_size) out[0] = '\0';
+    return 0;
+  }
+  if (limit > out_size - 4) limit = out_size - 4;
+  bool cut = false;
+  size_t used = printable_copy(in, in_length, out, limit + 1, &cut);
+  if (cut) {
+    memcpy(out + used, "...", 4);
+    used += 3;
+  }
+  return used;
+}
+
+size_t printable_quote(const char *in, char *out, size_t out_size) {
+  return printable_quote(in ? in : "", in ? strlen(in) : 0, kMessageLimit, out, out_size);
+}
+
+}  // namespace ferrum_common

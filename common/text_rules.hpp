@@ -1,0 +1,55 @@
+// The text rules of docs/text-rules.md, implemented once for every C++ part: output patterns
+// (%p, %h, %q{VAR}, %%), fresh names (NAME.TOKEN.EXT) and printable quoting. Linked by both the
+// shim, which cannot use libstdc++, and the recorder: plain functions writing into the caller's
+// buffers; no allocation, no exceptions, no std::string. The table of cases every
+// implementation is tested against is tests/cases/text_rules.json (tests/tools/
+// text_rules_probe.cpp runs it against this file).
+#pragma once
+
+#include <stddef.h>
+
+namespace ferrum_common {
+
+// The longest expansion of an output pattern (bytes, without the terminating NUL).
+inline constexpr size_t kMaxExpandedPath = 4095;
+// The byte limit of a user value quoted in a message.
+inline constexpr size_t kMessageLimit = 200;
+// A buffer that holds any quoted message value: the limit, "..." and the NUL.
+inline constexpr size_t kQuotedSize = kMessageLimit + 4;
+
+// A getenv stand-in: tests and probes give a fake environment.
+using EnvLookup = const char *(*)(const char *name, void *context);
+
+// Expands `pattern` into `out` (terminated). %p -> `pid`, %h -> `host` (null: empty),
+// %q{NAME} -> the value of NAME ([A-Za-z_][A-Za-z0-9_]*), %% -> %; anything else after '%' is
+// kept literally. Each NAME that is unset is written once into `unset` (", " between names;
+// "" when none; cut at a name boundary if it does not fit; `unset` may be null). Returns false
+// when the expansion is longer than kMaxExpandedPath or than `out_size` - 1 allows (out is then
+// empty).
+bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup env, void *context,
+                    char *out, size_t out_size, char *unset, size_t unset_size);
+
+// This host's name for %h ("" if it cannot be read); `out_size` >= 1.
+void host_name(char *out, size_t out_size);
+
+// NAME.TOKEN.EXT (NAME.TOKEN when the last component has no extension: no '.', or only one at
+// its first or last character). False if it does not fit into `out`.
+bool fresh_name(const char *path, const char *token, char *out, size_t out_size);
+// The same with a decimal number as the token.
+bool fresh_name(const char *path, unsigned long token, char *out, size_t out_size);
+
+// `in` (in_length bytes, NULs included) as printable UTF-8 in `out`, terminated: well-formed
+// UTF-8 kept; C0, DEL, C1, U+2028/U+2029 and each byte of a malformed sequence become '?'.
+// Stops before a character that would not fit into out_size - 1 bytes (never splits one);
+// *cut (if not null) says whether anything was left out. Returns the length written.
+size_t printable_copy(const char *in, size_t in_length, char *out, size_t out_size,
+                      bool *cut = nullptr);
+
+// The printable form limited to `limit` bytes, "..." appended when anything was cut: the form a
+// value takes in a message (without the single quotes around it). `out_size` must be at least
+// limit + 4 (a smaller buffer lowers the limit). Returns the length.
+size_t printable_quote(const char *in, size_t in_length, size_t limit, char *out, size_t out_size);
+// Of a NUL-terminated string (null is ""), with kMessageLimit.
+size_t printable_quote(const char *in, char *out, size_t out_size);
+
+}  // namespace ferrum_common
