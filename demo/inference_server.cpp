@@ -19,8 +19,8 @@
 //   prefill (capture_prefill):            memset x4, rmsnorm x4, prefill_attention x4, sampling
 //   decode, batch B (capture_decode(B)):  memset x4, rmsnorm x4, decode_attention x4, sampling
 //
-// Names, as ferrum-replay gives them (see docs/naming.md): the prefill graph is left unnamed, so its
-// range is named by its call site, the function that instantiated it: capture_prefill. The
+// Names, as ferrum-replay gives them (see docs/naming.md): the prefill graph is left unnamed, so
+// its range is named by its call site, the function that instantiated it: capture_prefill. The
 // decode graphs are all instantiated in capture_decode, so the server names them itself,
 // "decode batch 1" ... "decode batch 8", with ferrum_replay_name_graph_exec — looked up with
 // dlsym(RTLD_DEFAULT), which finds it only when the shim is preloaded: no link dependency, and
