@@ -218,3 +218,24 @@ TEST_CASE("a spill directory where nothing can be created keeps every event in m
   CHECK(s.threads[0].runs.empty());
   CHECK(s.range_count() == 6000);
 }
+
+TEST_CASE("the trace's range count is the events it holds") {
+  // A snapshot whose bookkeeping claims a run that cannot be read: the footer says what the
+  // trace holds (2 ranges), never the 1,026 the bookkeeping claims.
+  Recorder r(Settings{}, 0);
+  record(r, 1);
+  Snapshot s = r.snapshot();
+  static SpillFile empty_spill;
+  s.spill = &empty_spill;
+  SpillRun unreadable;
+  unreadable.count = 1024;
+  s.threads[0].runs = {unreadable};
+  REQUIRE(s.range_count() == 1026);
+  const std::string json = render_trace(s);
+  size_t events = 0;
+  for (size_t at = json.find("\"ph\":\"X\""); at != std::string::npos;
+       at = json.find("\"ph\":\"X\"", at + 1))
+    ++events;
+  CHECK(events == 2);
+  CHECK(json.find("\"ranges\":2,") != std::string::npos);
+}
