@@ -96,12 +96,13 @@ class SpillFile {
   std::atomic<bool> failed_{false};
   std::atomic<uint64_t> end_{0};      // bytes reserved
   std::atomic<uint64_t> written_{0};  // bytes written
-  std::mutex create_mu_;  // segment creation only
+  std::mutex create_mu_;              // segment creation only
   const char *directory_for_tests_ = nullptr;
 };
 
 // Reads a run back in small batches, for the k-way merge at exit. Pages it has read are
-// released (SpillFile::release) as it goes.
+// released (SpillFile::release) as it goes; the kernel maps up to 64 KiB around a faulting page
+// (fault-around), so a reader holds at most about that much of its run resident.
 class RunReader {
  public:
   RunReader(const SpillFile &file, SpillRun run) : file_(&file), run_(run) {}
@@ -111,7 +112,7 @@ class RunReader {
 
  private:
   static constexpr uint32_t kBatch = 64;
-  static constexpr uint32_t kReleaseEvery = 1024;  // events between two releases
+  static constexpr uint32_t kReleaseEvery = 256;  // events (16 KiB) between two releases
   const SpillFile *file_;
   SpillRun run_;
   uint32_t next_ = 0;      // first event of the run not yet read into batch_
