@@ -12,7 +12,8 @@
 //                  more. Then checks that its files still hold exactly its bytes, leaves them
 //                  in DIR (own0..own3, for the test to check again after exit) and prints
 //                  `own_files=ok` (or `own_files=changed <name>`) and `launches=N failed=F`.
-//   unload         dlopens the driver (RTLD_LOCAL), launches a graph 3000 times, dlcloses it and
+//   unload         dlopens the driver (RTLD_LOCAL), launches a graph 3000 times, destroys the
+//                  graph and its context, dlcloses the driver and
 //                  prints `still_loaded=1` if dlopen(RTLD_NOLOAD) still finds it, else
 //                  `still_loaded=0`; then `launches=N failed=F`.
 // Exit status 0, 1 on set-up errors.
@@ -32,11 +33,34 @@ namespace {
 
 using LaunchFn = CUresult (*)(CUgraphExec, CUstream);
 
+[[noreturn]] void die(const char *what);
+
+template <typename T>
+void lookup_in(void *handle, const char *name, T &out) {
+  out = reinterpret_cast<T>(dlsym(handle, name));
+  if (!out) die((std::string("no ") + name + " in the driver").c_str());
+}
+
 struct Driver {
   void *handle = nullptr;
   LaunchFn launch = nullptr;
   CUgraphExec exec = nullptr;
+  CUgraph graph = nullptr;
+  CUcontext ctx = nullptr;
   unsigned long long launches = 0, failed = 0;
+
+  // What a tidy program does before it unloads the driver.
+  void tear_down() {
+    CUresult (*exec_destroy)(CUgraphExec) = nullptr;
+    CUresult (*graph_destroy)(CUgraph) = nullptr;
+    CUresult (*ctx_destroy)(CUcontext) = nullptr;
+    lookup_in(handle, "cuGraphExecDestroy", exec_destroy);
+    lookup_in(handle, "cuGraphDestroy", graph_destroy);
+    lookup_in(handle, "cuCtxDestroy_v2", ctx_destroy);
+    if (exec_destroy(exec) != CUDA_SUCCESS || graph_destroy(graph) != CUDA_SUCCESS ||
+        ctx_destroy(ctx) != CUDA_SUCCESS)
+      std::fprintf(stderr, "host_resources: tear-down failed\n");
+  }
 
   void launch_n(long n) {
     for (long i = 0; i < n; ++i) {
@@ -53,8 +77,7 @@ struct Driver {
 
 template <typename T>
 void lookup(void *handle, const char *name, T &out) {
-  out = reinterpret_cast<T>(dlsym(handle, name));
-  if (!out) die((std::string("no ") + name + " in the driver").c_str());
+  lookup_in(handle, name, out);
 }
 
 Driver load_driver() {
@@ -75,14 +98,12 @@ Driver load_driver() {
   lookup(d.handle, "cuGraphInstantiateWithFlags", instantiate);
   lookup(d.handle, "cuGraphLaunch", d.launch);
   CUdevice device = 0;
-  CUcontext ctx = nullptr;
-  CUgraph graph = nullptr;
   CUgraphNode node = nullptr;
   if (init(0) != CUDA_SUCCESS || device_get(&device, 0) != CUDA_SUCCESS ||
-      ctx_create(&ctx, nullptr, 0, device) != CUDA_SUCCESS ||
-      graph_create(&graph, 0) != CUDA_SUCCESS ||
-      add_empty(&node, graph, nullptr, 0) != CUDA_SUCCESS ||
-      instantiate(&d.exec, graph, 0) != CUDA_SUCCESS)
+      ctx_create(&d.ctx, nullptr, 0, device) != CUDA_SUCCESS ||
+      graph_create(&d.graph, 0) != CUDA_SUCCESS ||
+      add_empty(&node, d.graph, nullptr, 0) != CUDA_SUCCESS ||
+      instantiate(&d.exec, d.graph, 0) != CUDA_SUCCESS)
     die("driver set-up failed");
   return d;
 }
@@ -150,6 +171,7 @@ int descriptors(const std::string &dir, long per_phase, bool use_dup2) {
 int unload() {
   Driver d = load_driver();
   d.launch_n(3000);
+  d.tear_down();
   if (dlclose(d.handle) != 0) die(dlerror());
   void *again = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
   std::printf("still_loaded=%d\n", again != nullptr);

@@ -90,10 +90,16 @@ def descriptors_replaced():
 
 
 def driver_unloadable():
-    bare = harness.run([PROGRAM, "unload"], preload=False, record=False)
+    # Under LeakSanitizer (scripts/test's asan stage): the stand-in driver keeps its state for
+    # the life of the process, and once it is unloaded nothing points there any more, with or
+    # without the shim. Leak checking of the shim and the recorder is left to the other scenarios.
+    quiet = {}
+    if "ASAN_OPTIONS" in os.environ:
+        quiet["ASAN_OPTIONS"] = os.environ["ASAN_OPTIONS"] + ":detect_leaks=0"
+    bare = harness.run([PROGRAM, "unload"], preload=False, record=False, env=quiet)
     expect(bare.returncode == 0 and values(bare.stdout).get("still_loaded") == 0,
            "without the shim the driver is not unloaded either: this test could not fail", bare)
-    run_ = harness.run([PROGRAM, "unload"])
+    run_ = harness.run([PROGRAM, "unload"], env=quiet)
     expect(run_.returncode == 0, "the program failed", run_)
     expect(values(run_.stdout).get("still_loaded") == 0,
            "with the shim and the recorder attached, dlclose no longer unloads the driver", run_)
