@@ -1,11 +1,16 @@
 #include "activation.hpp"
 
+#include <link.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "graph_naming.hpp"
 #include "log.hpp"
+#include "text_util.hpp"
 
 namespace ferrum {
 namespace detail {
@@ -29,6 +34,53 @@ void complain_on_stderr(const char *sentence, void *) {
   warn_line("%s", sentence);
 }
 
+struct ToolSearch {
+  const char *path;
+  struct stat file;
+  bool have_file;
+  bool found;
+};
+
+int match_tool(dl_phdr_info *info, size_t, void *context) {
+  auto *search = static_cast<ToolSearch *>(context);
+  const char *name = info->dlpi_name;
+  if (!name || !name[0]) return 0;
+  struct stat st;
+  if (strcmp(name, search->path) == 0 ||
+      (search->have_file && stat(name, &st) == 0 && st.st_dev == search->file.st_dev &&
+       st.st_ino == search->file.st_ino))
+    search->found = true;
+  return search->found ? 1 : 0;
+}
+
+// Why no NVTX tool answered nvtxDomainCreateA, in words that say what happened: no tool was
+// named, the named one is not loaded (it could not be, or NVTX unloaded it because its
+// initialisation failed), or it is loaded and simply installed no handler for domains.
+// Whether it is loaded is read from the loader's list, without taking a reference to it.
+void describe_missing_tool(char *out, size_t size) {
+  const char *path = getenv("NVTX_INJECTION64_PATH");
+  if (!path || !path[0]) {
+    snprintf(out, size, "no NVTX tool is attached (NVTX_INJECTION64_PATH is unset)");
+    return;
+  }
+  ToolSearch search{path, {}, false, false};
+  search.have_file = stat(path, &search.file) == 0;
+  dl_iterate_phdr(match_tool, &search);
+  char shown[208];
+  copy_printable_utf8(path, shown, 201);
+  if (strlen(path) > 200) strcat(shown, "...");
+  if (search.found)
+    snprintf(out, size,
+             "the NVTX tool '%s' is loaded but answered no nvtxDomainCreateA (it installed no "
+             "handler for domains), so no tool sees ranges",
+             shown);
+  else
+    snprintf(out, size,
+             "the NVTX tool '%s' is not loaded (it could not be loaded or its initialisation "
+             "failed)",
+             shown);
+}
+
 int activate() {
   (void)settings();
   if (!g_settings.enabled) {
@@ -36,18 +88,21 @@ int activate() {
     return detail::kPassThrough;
   }
   detail::g_domain = nvtxDomainCreateA(g_settings.domain);
+  char why[512] = "";
+  if (!detail::g_domain && log_enabled(LogLevel::info)) describe_missing_tool(why, sizeof why);
   if (!detail::g_domain && !g_settings.summary[0]) {
     // No tool answered (NVTX's no-op state lasts for the process) and no summary to count
     // for: every launch passes straight through, lookups hand out the genuine functions.
     log_line(LogLevel::info,
-             "no NVTX tool is attached (NVTX_INJECTION64_PATH unset or the tool failed) and no "
-             "FERRUM_REPLAY_SUMMARY: every launch passes through untouched");
+             "%s, and no FERRUM_REPLAY_SUMMARY: every launch passes through untouched", why);
     return detail::kPassThrough;
   }
   load_names_file(g_settings.names_path);
-  log_line(LogLevel::info, "active: ranges in NVTX domain '%s'; %s", g_settings.domain,
-           detail::g_domain ? "an NVTX tool is attached"
-                            : "no NVTX tool is attached: only FERRUM_REPLAY_SUMMARY counts");
+  if (detail::g_domain)
+    log_line(LogLevel::info, "active: ranges in NVTX domain '%s'; an NVTX tool is attached",
+             g_settings.domain);
+  else
+    log_line(LogLevel::info, "active: only FERRUM_REPLAY_SUMMARY counts; %s", why);
   return detail::kActive;
 }
 

@@ -1,6 +1,7 @@
 #include "real_functions.hpp"
 
 #include <dlfcn.h>
+#include <string.h>
 
 #include "libc_symbols.hpp"
 #include "log.hpp"
@@ -8,7 +9,11 @@
 namespace ferrum {
 namespace {
 
-std::atomic<void *> g_driver_library{nullptr};  // a dlopen(RTLD_NOLOAD) handle
+// The file name of the library that owns the real driver, copied. No handle is kept: a
+// reference of ours would keep the driver loaded after the program's own dlclose. A lookup
+// takes a dlopen(RTLD_NOLOAD) reference for the time of one dlsym only.
+char g_driver_path[4096];
+std::atomic<int> g_driver_path_state{0};  // 0: unknown, 1: being written, 2: known
 
 const void *own_base() {
   static std::atomic<const void *> base{nullptr};
@@ -30,18 +35,17 @@ bool is_own_address(const void *address) {
 }
 
 void note_driver_library(const void *real_driver_function) {
-  if (g_driver_library.load(std::memory_order_acquire)) return;
+  if (g_driver_path_state.load(std::memory_order_acquire) != 0) return;
   Dl_info owner{};
-  if (!dladdr(real_driver_function, &owner) || !owner.dli_fname) return;
-  DlopenFunction libc_open = libc_dlopen();
-  // RTLD_NOLOAD: only a reference to the already-loaded library, never a new load.
-  void *handle = libc_open ? libc_open(owner.dli_fname, RTLD_LAZY | RTLD_NOLOAD) : nullptr;
-  if (!handle) return;
-  void *expected = nullptr;
-  if (g_driver_library.compare_exchange_strong(expected, handle, std::memory_order_acq_rel))
-    log_line(LogLevel::debug, "driver library: %s", owner.dli_fname);
-  else
-    dlclose(handle);
+  // The main program has an empty name: nothing to open by name there.
+  if (!dladdr(real_driver_function, &owner) || !owner.dli_fname || !owner.dli_fname[0]) return;
+  const size_t length = strlen(owner.dli_fname);
+  if (length >= sizeof g_driver_path) return;
+  int expected = 0;
+  if (!g_driver_path_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
+  memcpy(g_driver_path, owner.dli_fname, length + 1);
+  g_driver_path_state.store(2, std::memory_order_release);
+  log_line(LogLevel::debug, "driver library: %s", g_driver_path);
 }
 
 void *find_next_definition(const char *name) {
@@ -50,10 +54,14 @@ void *find_next_definition(const char *name) {
   // Called from here, libc's dlsym resolves RTLD_NEXT relative to the shim.
   void *address = libc_lookup(RTLD_NEXT, name);
   if (address && is_own_address(address)) address = nullptr;
-  if (!address) {
-    if (void *driver = g_driver_library.load(std::memory_order_acquire)) {
+  if (!address && g_driver_path_state.load(std::memory_order_acquire) == 2) {
+    // RTLD_NOLOAD: only while the driver is still loaded, never a new load; the reference is
+    // dropped at once (the program may unload the driver whenever it likes).
+    DlopenFunction libc_open = libc_dlopen();
+    if (void *driver = libc_open ? libc_open(g_driver_path, RTLD_LAZY | RTLD_NOLOAD) : nullptr) {
       address = libc_lookup(driver, name);
       if (address && is_own_address(address)) address = nullptr;
+      dlclose(driver);
     }
   }
   log_line(LogLevel::debug, "real %s resolved to %p", name, address);

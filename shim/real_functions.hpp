@@ -17,7 +17,8 @@ namespace ferrum {
 bool is_own_address(const void *address);
 
 // Remembers the library that defines `real_driver_function` (a genuine driver entry point)
-// as the place to resolve other driver functions from.
+// as the place to resolve other driver functions from: its file name only, never a handle (the
+// program must stay able to unload the driver).
 void note_driver_library(const void *real_driver_function);
 
 // The next definition of `name` after the shim, else the driver library's own; never ours.

@@ -89,11 +89,17 @@ Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *
   if (const char *session = env("FERRUM_RECORD_SESSION", context); session && *session)
     s.session_file = session;
 
-  if (const char *table = env("FERRUM_RECORD_TABLE", context)) {
+  if (const char *table = env("FERRUM_RECORD_TABLE", context); table && *table) {
     const std::string_view t(table);
     if (t == "0" || equals_ignore_case(t, "false") || equals_ignore_case(t, "no") ||
-        equals_ignore_case(t, "off"))
+        equals_ignore_case(t, "off")) {
       s.table = false;
+    } else if (!(t == "1" || equals_ignore_case(t, "true") || equals_ignore_case(t, "yes") ||
+                 equals_ignore_case(t, "on")) &&
+               warnings) {
+      warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_TABLE='" + quoted(t) +
+                          "' is invalid (expected 1 or 0); printing the table\n");
+    }
   }
 
   if (const char *reject = env("FERRUM_RECORD_REJECT", context); reject && *reject) {

@@ -19,7 +19,9 @@
 //                                session (scripts/ferrum-replay record sets it): a trace written
 //                                since then by another process is never overwritten, even by a
 //                                process that started after it was written.
-//   FERRUM_RECORD_TABLE=0        no summary table on stderr (also false/no/off).
+//   FERRUM_RECORD_TABLE=0        no summary table on stderr (also false/no/off); 1/true/yes/on
+//                                or empty: the table (the default). Anything else prints one
+//                                line on stderr and keeps the table.
 //   FERRUM_RECORD_FORCE=1        also replace a regular file of this user's at the trace path
 //                                (also true/yes/on); a symbolic link (never followed) or a
 //                                special file is never replaced. By default only an earlier

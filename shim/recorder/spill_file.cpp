@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -12,69 +14,159 @@ namespace ferrum_replay::recorder {
 
 namespace {
 
-std::string spill_directory() {
-  const char *dir = std::getenv("TMPDIR");
-  return dir && *dir == '/' ? dir : "/tmp";
+constexpr uint64_t kFirstSegment = uint64_t{1} << 20;  // 1 MiB
+constexpr unsigned kDoublings = 7;                     // 1, 2, ... 64 MiB
+constexpr uint64_t kLargeSegment = kFirstSegment << (kDoublings - 1);
+constexpr uint64_t kDoublingBytes = (kFirstSegment << kDoublings) - kFirstSegment;  // 127 MiB
+
+uint64_t segment_size(unsigned index) {
+  return index < kDoublings ? kFirstSegment << index : kLargeSegment;
 }
 
-bool write_all_at(int fd, const char *data, size_t size, uint64_t offset) {
-  while (size > 0) {
-    const ssize_t n = ::pwrite(fd, data, size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return true;
+size_t page_size() {
+  static const size_t size = [] {
+    const long n = sysconf(_SC_PAGESIZE);
+    return n > 0 ? static_cast<size_t>(n) : size_t{4096};
+  }();
+  return size;
 }
 
-}  // namespace
-
-SpillFile::~SpillFile() {
-  const int fd = fd_.load(std::memory_order_relaxed);
-  if (fd >= 0) ::close(fd);
-}
-
-int SpillFile::open_fd() {
-  int fd = fd_.load(std::memory_order_acquire);
-  if (fd >= 0) return fd;
-  std::lock_guard lock(open_mu_);
-  fd = fd_.load(std::memory_order_relaxed);
-  if (fd >= 0 || failed_.load(std::memory_order_relaxed)) return fd;
-  const std::string dir = spill_directory();
-  // Unnamed where the kernel and file system allow it; otherwise a private name, unlinked as
-  // soon as it exists. Mode 0600 either way: the events are nobody else's business.
-  fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+// An unnamed file of `size` bytes, mapped shared, its descriptor already closed; nullptr if it
+// cannot be made. The descriptor is checked to still be the file this function created before
+// each use: should another thread of the program close it and open a file of its own under the
+// same number meanwhile, that file is left alone.
+char *map_unnamed_file(const std::string &dir, uint64_t size) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     std::string name = dir + "/ferrum-replay-spill.XXXXXX";
     fd = ::mkostemp(name.data(), O_CLOEXEC);
     if (fd >= 0) ::unlink(name.c_str());
   }
-  if (fd < 0) {
-    failed_.store(true, std::memory_order_relaxed);
-    return -1;
+  if (fd < 0) return nullptr;
+  struct stat created {};
+  const auto still_ours = [&]() {
+    struct stat now {};
+    return ::fstat(fd, &now) == 0 && now.st_dev == created.st_dev && now.st_ino == created.st_ino &&
+           now.st_nlink == 0;
+  };
+  void *mapping = MAP_FAILED;
+  if (::fstat(fd, &created) == 0 && S_ISREG(created.st_mode) && created.st_nlink == 0 &&
+      created.st_size == 0) {
+    // Real blocks, not a sparse file: a store through the mapping must never meet a full disk
+    // (SIGBUS). posix_fallocate falls back to writing where fallocate is not supported.
+    if (still_ours() && ::posix_fallocate(fd, 0, static_cast<off_t>(size)) == 0 && still_ours())
+      mapping = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (mapping != MAP_FAILED && !still_ours()) {
+      ::munmap(mapping, size);
+      mapping = MAP_FAILED;
+      fd = -1;  // not ours any more: not ours to close either
+    }
   }
-  fd_.store(fd, std::memory_order_release);
-  return fd;
+  if (fd >= 0) ::close(fd);
+  return mapping == MAP_FAILED ? nullptr : static_cast<char *>(mapping);
+}
+
+}  // namespace
+
+void SpillFile::segment_of(uint64_t offset, unsigned *index, uint64_t *base, uint64_t *size) {
+  if (offset < kDoublingBytes) {
+    // Segment k starts at (2^k - 1) MiB.
+    const uint64_t mib = offset / kFirstSegment + 1;
+    unsigned k = 0;
+    while ((uint64_t{2} << k) <= mib) ++k;
+    *index = k;
+    *base = ((uint64_t{1} << k) - 1) * kFirstSegment;
+    *size = kFirstSegment << k;
+    return;
+  }
+  const uint64_t beyond = (offset - kDoublingBytes) / kLargeSegment;
+  *index = beyond >= kMaxSegments ? kMaxSegments : kDoublings + static_cast<unsigned>(beyond);
+  *base = kDoublingBytes + beyond * kLargeSegment;
+  *size = kLargeSegment;
+}
+
+SpillFile::~SpillFile() {
+  for (unsigned i = 0; i < kMaxSegments; ++i) {
+    char *p = segments_[i].load(std::memory_order_relaxed);
+    if (!p) continue;
+    ::munmap(p, segment_size(i));
+  }
+}
+
+unsigned SpillFile::segments() const {
+  unsigned n = 0;
+  for (const auto &s : segments_) n += s.load(std::memory_order_relaxed) != nullptr;
+  return n;
+}
+
+char *SpillFile::create_segment(unsigned index, uint64_t size) {
+  std::lock_guard lock(create_mu_);
+  if (char *p = segments_[index].load(std::memory_order_relaxed)) return p;
+  if (failed_.load(std::memory_order_relaxed)) return nullptr;
+  std::string dir;
+  if (directory_for_tests_) {
+    dir = directory_for_tests_;
+  } else {
+    const char *tmpdir = std::getenv("TMPDIR");
+    dir = tmpdir && *tmpdir == '/' ? tmpdir : "/tmp";
+  }
+  char *p = map_unnamed_file(dir, size);
+  if (!p) {
+    failed_.store(true, std::memory_order_relaxed);
+    return nullptr;
+  }
+  segments_[index].store(p, std::memory_order_release);
+  return p;
+}
+
+char *SpillFile::segment(unsigned index, bool create) {
+  if (index >= kMaxSegments) return nullptr;
+  if (char *p = segments_[index].load(std::memory_order_acquire)) return p;
+  if (!create) return nullptr;
+  return create_segment(index, segment_size(index));
+}
+
+template <class F>
+bool SpillFile::for_each_piece(uint64_t offset, uint64_t bytes, bool create, F &&f) const {
+  while (bytes > 0) {
+    unsigned index;
+    uint64_t base, size;
+    segment_of(offset, &index, &base, &size);
+    char *p = const_cast<SpillFile *>(this)->segment(index, create);
+    if (!p) return false;
+    const uint64_t within = offset - base;
+    const uint64_t n = bytes < size - within ? bytes : size - within;
+    f(p + within, n);
+    offset += n;
+    bytes -= n;
+  }
+  return true;
 }
 
 bool SpillFile::reserve(uint64_t count, SpillRun *run) {
-  if (count > UINT32_MAX || failed_.load(std::memory_order_relaxed) || open_fd() < 0) return false;
+  if (count > UINT32_MAX || failed_.load(std::memory_order_relaxed)) return false;
   run->offset = end_.fetch_add(count * sizeof(Event), std::memory_order_relaxed);
   run->count = static_cast<uint32_t>(count);
   return true;
 }
 
 bool SpillFile::write(const SpillRun &run, uint32_t first, const Event *events, uint32_t n) {
-  const int fd = fd_.load(std::memory_order_acquire);
-  if (fd < 0 || first > run.count || n > run.count - first) return false;
-  if (!write_all_at(fd, reinterpret_cast<const char *>(events), size_t{n} * sizeof(Event),
-                    run.offset + uint64_t{first} * sizeof(Event))) {
+  if (first > run.count || n > run.count - first) return false;
+  const char *from = reinterpret_cast<const char *>(events);
+  const uint64_t offset = run.offset + uint64_t{first} * sizeof(Event);
+  const uint64_t bytes = uint64_t{n} * sizeof(Event);
+  if (!for_each_piece(offset, bytes, true, [&](char *to, uint64_t piece) {
+        std::memcpy(to, from, piece);
+        from += piece;
+      })) {
     // The space reserved for this run stays a hole; later runs are not attempted.
     failed_.store(true, std::memory_order_relaxed);
     return false;
   }
+  written_.fetch_add(bytes, std::memory_order_relaxed);
+  // Written: the pages may go back to the file (another thread writing into a shared edge
+  // page loses nothing, MADV_DONTNEED on a shared mapping only unmaps).
+  release(run, first, n);
   return true;
 }
 
@@ -86,43 +178,64 @@ bool SpillFile::append(const Event *events, uint32_t count, SpillRun *run) {
 }
 
 bool SpillFile::read(const SpillRun &run, uint32_t first, uint32_t count, Event *out) const {
-  const int fd = fd_.load(std::memory_order_acquire);
-  if (fd < 0 || first > run.count || count > run.count - first) return false;
-  char *p = reinterpret_cast<char *>(out);
-  size_t left = size_t{count} * sizeof(Event);
-  uint64_t offset = run.offset + uint64_t{first} * sizeof(Event);
-  while (left > 0) {
-    const ssize_t n = ::pread(fd, p, left, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    left -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return true;
+  if (first > run.count || count > run.count - first) return false;
+  char *to = reinterpret_cast<char *>(out);
+  return for_each_piece(run.offset + uint64_t{first} * sizeof(Event),
+                        uint64_t{count} * sizeof(Event), false, [&](char *from, uint64_t piece) {
+                          std::memcpy(to, from, piece);
+                          to += piece;
+                        });
+}
+
+void SpillFile::release(const SpillRun &run, uint32_t first, uint32_t count) const {
+  if (first > run.count || count > run.count - first) return;
+  const uintptr_t page = page_size();
+  for_each_piece(run.offset + uint64_t{first} * sizeof(Event), uint64_t{count} * sizeof(Event),
+                 false, [&](char *from, uint64_t piece) {
+                   const uintptr_t begin =
+                       (reinterpret_cast<uintptr_t>(from) + page - 1) & ~(page - 1);
+                   const uintptr_t end = (reinterpret_cast<uintptr_t>(from) + piece) & ~(page - 1);
+                   if (end > begin)
+                     ::madvise(reinterpret_cast<void *>(begin), end - begin, MADV_DONTNEED);
+                 });
 }
 
 void SpillFile::lock_for_fork() {
-  open_mu_.lock();
+  create_mu_.lock();
 }
 
 void SpillFile::unlock_after_fork() {
-  open_mu_.unlock();
+  create_mu_.unlock();
 }
 
 void SpillFile::forget_after_fork() {
-  const int fd = fd_.exchange(-1, std::memory_order_relaxed);
-  if (fd >= 0) ::close(fd);
+  for (unsigned i = 0; i < kMaxSegments; ++i) {
+    char *p = segments_[i].exchange(nullptr, std::memory_order_relaxed);
+    if (!p) continue;
+    ::munmap(p, segment_size(i));
+  }
   failed_.store(false, std::memory_order_relaxed);
   end_.store(0, std::memory_order_relaxed);
+  written_.store(0, std::memory_order_relaxed);
 }
 
 const Event *RunReader::peek() {
   if (pos_ < len_) return &batch_[pos_];
-  if (next_ >= run_.count) return nullptr;
+  if (next_ - released_ >= kReleaseEvery) {
+    file_->release(run_, released_, next_ - released_);
+    released_ = next_;
+  }
+  if (next_ >= run_.count) {
+    if (released_ < next_) {
+      file_->release(run_, released_, next_ - released_);
+      released_ = next_;
+    }
+    return nullptr;
+  }
   const uint32_t n = run_.count - next_ < kBatch ? run_.count - next_ : kBatch;
   if (!file_->read(run_, next_, n, batch_)) {
     next_ = run_.count;  // unreadable: treat the rest of the run as gone, never loop
+    released_ = next_;
     len_ = pos_ = 0;
     return nullptr;
   }

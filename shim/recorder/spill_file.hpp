@@ -4,14 +4,23 @@
 // (and what is still in memory) back into one sorted sequence. The JSON is the same as if every
 // event had stayed in memory.
 //
-// The file is unnamed (O_TMPFILE in $TMPDIR, else /tmp; or a mkstemp name unlinked at once): it
-// never appears in a directory listing, cannot be reached through a planted symlink, and vanishes
-// with the process however it ends. Runs are written with pwrite at offsets reserved by an atomic
-// add, so threads spill without a lock. Events hold pointers (range names), which stay valid
-// because only this process, with the same address space, reads the file back.
+// The spill holds no descriptor. It is a series of segments, each an unnamed temporary file
+// (O_TMPFILE in $TMPDIR, else /tmp; or a mkostemp name unlinked at once, mode 0600) that is given
+// its full size (posix_fallocate, so that writing through the mapping can never fault for lack of
+// space), mapped MAP_SHARED and closed at once: the descriptor lives for four system calls, and
+// the mapping alone keeps the file. Whatever the program then does to its descriptors (closes every
+// one of them, dup2s its own files over them) cannot reach the spilled data, and the spill never
+// writes into or reads back from a file of the program's. Runs are written and read with memcpy
+// at offsets reserved by an atomic add, so threads spill without a lock (a new segment is created
+// under a mutex, once per segment). Pages already written or read are handed back to the file
+// with MADV_DONTNEED (data-safe for a shared file mapping), so spilled ranges do not count as the
+// process's resident memory. Events hold pointers (range names), which stay valid because only
+// this process, with the same address space, reads the segments back.
 //
-// If the file cannot be created or written (no TMPDIR space, a read-only /tmp), spilling is
-// switched off and events simply stay in memory, as before: nothing is lost.
+// If a segment cannot be created (no TMPDIR space, a read-only /tmp, no address space), spilling
+// is switched off and events simply stay in memory, as before: nothing is lost. In a fork() child
+// the parent's segments are unmapped (they hold the parent's runs, which the child must neither
+// write nor report); the child's events go to segments of its own.
 #pragma once
 
 #include <atomic>
@@ -25,7 +34,7 @@ namespace ferrum_replay::recorder {
 
 // One spilled, sorted run of one thread's events.
 struct SpillRun {
-  uint64_t offset = 0;              // bytes into the spill file
+  uint64_t offset = 0;              // bytes into the spill's logical address space
   uint32_t count = 0;               // events
   bool uses_global_domain = false;  // some event is in NVTX's global domain (id 0)
 };
@@ -38,36 +47,62 @@ class SpillFile {
   SpillFile &operator=(const SpillFile &) = delete;
 
   // Appends `count` events; fills `run` and returns true, or returns false (and never tries
-  // again) if the file could not be created or written.
+  // again) if a segment could not be created.
   bool append(const Event *events, uint32_t count, SpillRun *run);
   // The same in two steps, for a run written in pieces: reserve room for `count` events, then
   // write them (events [first, first + n) of the run) in any number of calls.
   bool reserve(uint64_t count, SpillRun *run);
   bool write(const SpillRun &run, uint32_t first, const Event *events, uint32_t n);
-  // Reads `count` events of a run starting at event `first` into `out`. False on a read error.
+  // Reads `count` events of a run starting at event `first` into `out`. False if the run is not
+  // in a segment of this process (never for a run that write() completed).
   bool read(const SpillRun &run, uint32_t first, uint32_t count, Event *out) const;
+  // Hands the whole pages of events [first, first + count) of `run` back to their file: a later
+  // read faults them in again. Only memory use changes, never what a read returns.
+  void release(const SpillRun &run, uint32_t first, uint32_t count) const;
 
-  // Bytes spilled so far (for tests and the stress figures).
-  uint64_t size() const { return end_.load(std::memory_order_relaxed); }
+  // Bytes written so far (for tests and the stress figures).
+  uint64_t size() const { return written_.load(std::memory_order_relaxed); }
+  // Segments mapped now (tests).
+  unsigned segments() const;
+  // Whether spilling has been switched off after a failure (tests).
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
 
-  // pthread_atfork: no thread may be creating the file while another forks.
+  // pthread_atfork: no thread may be creating a segment while another forks.
   void lock_for_fork();
   void unlock_after_fork();
-  // In a fork() child, after unlock_after_fork: the inherited file description is shared with the
-  // parent, whose runs it holds. Forget it (the child's events go to a file of its own, created
-  // when needed).
+  // In a fork() child, after unlock_after_fork: unmaps the parent's segments (a shared mapping:
+  // writing them would change the parent's runs) and starts empty.
   void forget_after_fork();
 
- private:
-  int open_fd();
+  // Tests: the directory segments are created in (nullptr: $TMPDIR, else /tmp).
+  void set_directory_for_tests(const char *dir) { directory_for_tests_ = dir; }
 
-  std::atomic<int> fd_{-1};
+  // Geometry of the logical address space: segment k (0-based) is 1 MiB << k for k < 7, then
+  // 64 MiB each (small programs reserve little, long ones map few segments); at most
+  // kMaxSegments (about 128 GiB in all).
+  static constexpr unsigned kMaxSegments = 2048;
+  static void segment_of(uint64_t offset, unsigned *index, uint64_t *base, uint64_t *size);
+
+ private:
+  // The mapping of segment `index`, created if `create`; nullptr if it cannot be.
+  char *segment(unsigned index, bool create);
+  char *create_segment(unsigned index, uint64_t size);
+  // Calls `f(address, bytes)` for each segment piece of [offset, offset + bytes); false if a
+  // segment is missing (and `create` is false, or it cannot be created).
+  template <class F>
+  bool for_each_piece(uint64_t offset, uint64_t bytes, bool create, F &&f) const;
+
+  std::atomic<char *> segments_[kMaxSegments] = {};
   std::atomic<bool> failed_{false};
-  std::atomic<uint64_t> end_{0};
-  std::mutex open_mu_;  // creation only
+  std::atomic<uint64_t> end_{0};      // bytes reserved
+  std::atomic<uint64_t> written_{0};  // bytes written
+  std::mutex create_mu_;              // segment creation only
+  const char *directory_for_tests_ = nullptr;
 };
 
-// Reads a run back in small batches, for the k-way merge at exit.
+// Reads a run back in small batches, for the k-way merge at exit. Pages it has read are
+// released (SpillFile::release) as it goes; the kernel maps up to 64 KiB around a faulting page
+// (fault-around), so a reader holds at most about that much of its run resident.
 class RunReader {
  public:
   RunReader(const SpillFile &file, SpillRun run) : file_(&file), run_(run) {}
@@ -77,9 +112,11 @@ class RunReader {
 
  private:
   static constexpr uint32_t kBatch = 64;
+  static constexpr uint32_t kReleaseEvery = 256;  // events (16 KiB) between two releases
   const SpillFile *file_;
   SpillRun run_;
-  uint32_t next_ = 0;  // first event of the run not yet read into batch_
+  uint32_t next_ = 0;      // first event of the run not yet read into batch_
+  uint32_t released_ = 0;  // events of the run whose pages were released
   uint32_t pos_ = 0, len_ = 0;
   Event batch_[kBatch];
 };

@@ -73,15 +73,42 @@ std::string fixed3(double value) {
 
 }  // namespace
 
-std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &rows,
-                           const std::string &trace_path) {
+std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &all_rows,
+                           const std::string &trace_path, size_t max_rows) {
   std::string out = "ferrum-replay recorder: ";
   size_t threads_with_ranges = 0;
   for (const ThreadSnapshot &t : snap.threads)
     if (t.event_count() != 0) ++threads_with_ranges;
-  out += std::to_string(snap.range_count()) + " ranges on " + std::to_string(threads_with_ranges) +
+  // The ranges the rows were computed from, not a figure kept elsewhere: the first line and the
+  // rows always agree.
+  uint64_t ranges = 0;
+  for (const RangeStats &r : all_rows) ranges += r.count;
+  out += std::to_string(ranges) + " ranges on " + std::to_string(threads_with_ranges) +
          " threads";  // fixed wording, even for 1: scripts parse this line
   out += trace_path.empty() ? ", trace not written\n" : ", trace: " + trace_path + "\n";
+
+  // A run with many distinct names (a graph re-instantiated 50,000 times gets 50,000 names)
+  // shows its busiest rows and one line for the rest; the trace keeps every range.
+  std::vector<RangeStats> busiest;
+  uint64_t rest_rows = 0, rest_ranges = 0, rest_ns = 0;
+  if (max_rows > 0 && all_rows.size() > max_rows) {
+    std::vector<const RangeStats *> order;
+    order.reserve(all_rows.size());
+    for (const RangeStats &r : all_rows) order.push_back(&r);
+    std::stable_sort(order.begin(), order.end(), [](const RangeStats *a, const RangeStats *b) {
+      return a->total_ns > b->total_ns;
+    });
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (i < max_rows) {
+        busiest.push_back(*order[i]);
+      } else {
+        ++rest_rows;
+        rest_ranges += order[i]->count;
+        rest_ns += order[i]->total_ns;
+      }
+    }
+  }
+  const std::vector<RangeStats> &rows = rest_rows ? busiest : all_rows;
 
   if (!rows.empty()) {
     struct Cells {
@@ -120,6 +147,10 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
       pad_right_aligned(line, c.max, w[6] + 4);
       out += line + "\n";
     }
+    if (rest_rows)
+      out += "... and " + std::to_string(rest_rows) + " more range names (" +
+             std::to_string(rest_ranges) + " ranges, total " +
+             fixed3(static_cast<double>(rest_ns) / 1e6) + " ms); the trace has every range\n";
   }
 
   const ProtocolErrors &e = snap.errors;

@@ -116,7 +116,7 @@ void ThreadBuffer::restart_after_fork(uint32_t tid) {
   new (&mu_) std::mutex;
   free_chunks();
   head_ = tail_ = new Chunk;
-  runs_.clear();  // they are in the parent's spill file, and belong to the parent's trace
+  runs_.clear();  // they are in the parent's segments, and belong to the parent's trace
   tid_ = tid;
 }
 

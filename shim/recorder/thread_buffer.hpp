@@ -4,7 +4,8 @@
 //   - completed events go into a fixed-size chunk; its count is published with a release store
 //     after the event is written, and read with acquire;
 //   - when the chunk is full, the owner sorts it into trace order and spills it to the process's
-//     SpillFile as one run, then reuses the chunk: memory stays bounded however long the thread
+//     SpillFile (shared mappings of unnamed files, no descriptor held) as one run, then reuses the
+//     chunk: memory stays bounded however long the thread
 //     records. The sorted copy is written without a lock; publishing the run and emptying the
 //     chunk take the buffer's mutex (a few instructions, once per chunk), as reading does, so a
 //     reader never sees a chunk being recycled nor an event twice. If spilling fails, a fresh chunk

@@ -39,6 +39,36 @@ TEST_CASE("output and table") {
   CHECK(parse({{"FERRUM_RECORD_TABLE", "1"}}).table);
 }
 
+TEST_CASE("every table value: the valid ones silently, anything else with one quoted warning") {
+  for (const char *off : {"0", "false", "No", "OFF"}) {
+    CAPTURE(off);
+    std::vector<std::string> w;
+    CHECK_FALSE(parse({{"FERRUM_RECORD_TABLE", off}}, &w).table);
+    CHECK(w.empty());
+  }
+  for (const char *on : {"1", "true", "YES", "on", ""}) {
+    CAPTURE(on);
+    std::vector<std::string> w;
+    CHECK(parse({{"FERRUM_RECORD_TABLE", on}}, &w).table);
+    CHECK(w.empty());
+  }
+  for (const char *bad : {"bogus", "2", " 0", "offf", "nein"}) {
+    CAPTURE(bad);
+    std::vector<std::string> w;
+    CHECK(parse({{"FERRUM_RECORD_TABLE", bad}}, &w).table);  // the default
+    REQUIRE(w.size() == 1);
+    CHECK(w[0] == std::string("ferrum-replay recorder: FERRUM_RECORD_TABLE='") + bad +
+                      "' is invalid (expected 1 or 0); printing the table\n");
+  }
+  // The value is quoted printable: it cannot add a line or garble a terminal.
+  std::vector<std::string> w;
+  parse({{"FERRUM_RECORD_TABLE", "x\n\x1b[2Jy"}}, &w);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] ==
+        "ferrum-replay recorder: FERRUM_RECORD_TABLE='x??[2Jy' is invalid (expected 1 or "
+        "0); printing the table\n");
+}
+
 TEST_CASE("reject modes") {
   CHECK(parse({{"FERRUM_RECORD_REJECT", "all"}}).reject == RejectMode::all);
   CHECK(parse({{"FERRUM_RECORD_REJECT", "1"}}).reject == RejectMode::all);

@@ -1,6 +1,7 @@
 // The stderr summary: statistics per (domain, name) and the exact shape of the text.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -109,4 +110,56 @@ TEST_CASE("names with control characters stay on one line and align by code poin
     return display_width(std::string_view(row).substr(0, row.find('1')));
   };
   CHECK(count_column(l[2]) == count_column(l[3]));
+}
+
+TEST_CASE("many distinct names: the busiest rows, then one line for the rest") {
+  Snapshot s;
+  s.domain_names = {"global"};
+  ThreadSnapshot t;
+  t.tid = 1;
+  // 50,004 names ("graph N" re-instantiated): name i runs (i + 1) us once; "graph 0" twice.
+  static std::vector<std::string> names;
+  names.clear();
+  for (int i = 0; i < 50004; ++i) names.push_back("graph " + std::to_string(i));
+  for (int i = 0; i < 50004; ++i)
+    t.events.push_back(event(0, names[i].c_str(), 0, 1000 * static_cast<uint64_t>(i + 1)));
+  t.events.push_back(event(0, names[0].c_str(), 0, 1000));
+  s.threads = {t};
+  const std::vector<RangeStats> rows = aggregate(s);
+  REQUIRE(rows.size() == 50004);
+  const std::vector<std::string> l = lines(format_summary(s, rows, "/t.json"));
+  REQUIRE(l.size() == 1 + 1 + 50 + 1 + 1);
+  CHECK(l[0] == "ferrum-replay recorder: 50005 ranges on 1 threads, trace: /t.json");
+  CHECK(l[2].rfind("global   graph 50003 ", 0) == 0);   // the busiest first
+  CHECK(l[51].rfind("global   graph 49954 ", 0) == 0);  // the 50th busiest
+  // The other 49,954 names: 49,955 ranges (graph 0 twice) of 1..49,954 us, plus 1 us.
+  const uint64_t rest_ns = 1000ull * 49954 * 49955 / 2 + 1000;
+  char expected[160];
+  std::snprintf(expected, sizeof expected,
+                "... and 49954 more range names (49955 ranges, total %.3f ms); the trace has "
+                "every range",
+                static_cast<double>(rest_ns) / 1e6);
+  CHECK(l[52] == expected);
+  CHECK(l[53] == "protocol errors: none");
+
+  // At the limit nothing is cut, and the order stays domain then name.
+  s.threads[0].events.resize(50);
+  const std::vector<std::string> all = lines(format_summary(s, aggregate(s), "/t.json"));
+  CHECK(all.size() == 1 + 1 + 50 + 1);
+  CHECK(all[2].rfind("global   graph 0 ", 0) == 0);
+  CHECK(lines(format_summary(s, aggregate(s), "/t.json", 0)).size() == all.size());
+}
+
+TEST_CASE("the first line counts the ranges the rows hold") {
+  // A thread whose spilled run is not readable (no segment there): the rows count what could
+  // be read, and so does the first line, instead of the 104 the snapshot's bookkeeping claims.
+  static SpillFile empty_spill;
+  Snapshot s = sample();
+  s.spill = &empty_spill;
+  SpillRun unreadable;
+  unreadable.count = 100;
+  s.threads[0].runs = {unreadable};
+  CHECK(s.range_count() == 104);
+  const std::vector<std::string> l = lines(format_summary(s, aggregate(s), "/t.json"));
+  CHECK(l[0] == "ferrum-replay recorder: 4 ranges on 2 threads, trace: /t.json");
 }

@@ -1,0 +1,193 @@
+// host_resources: programs that do to their own resources what real programs do, while the
+// shim and the recorder are attached (tests/reliability/test_host_resources.py). The driver is
+// dlopen'ed and every launch goes through dlsym on its handle (the shim's wrapper).
+//
+// Usage: host_resources MODE [ARGS]
+//   descriptors DIR PHASE_LAUNCHES [close|dup2]
+//                  Launches PHASE_LAUNCHES times, closes every descriptor 3..1023 (as a daemon
+//                  does after fork) and launches PHASE_LAUNCHES times with them closed; then opens
+//                  four files of its own in DIR (they get the lowest numbers), writes 512 KiB of
+//                  known bytes to each and launches PHASE_LAUNCHES times; with dup2, also dup2s
+//                  those files over every number from 3 to 63 and launches PHASE_LAUNCHES times
+//                  more. Then checks that its files still hold exactly its bytes, leaves them
+//                  in DIR (own0..own3, for the test to check again after exit) and prints
+//                  `own_files=ok` (or `own_files=changed <name>`) and `launches=N failed=F`.
+//   unload         dlopens the driver (RTLD_LOCAL), launches a graph 3000 times, destroys the
+//                  graph and its context, dlcloses the driver and
+//                  prints `still_loaded=1` if dlopen(RTLD_NOLOAD) still finds it, else
+//                  `still_loaded=0`; then `launches=N failed=F`.
+// Exit status 0, 1 on set-up errors.
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using LaunchFn = CUresult (*)(CUgraphExec, CUstream);
+
+[[noreturn]] void die(const char *what);
+
+template <typename T>
+void lookup_in(void *handle, const char *name, T &out) {
+  out = reinterpret_cast<T>(dlsym(handle, name));
+  if (!out) die((std::string("no ") + name + " in the driver").c_str());
+}
+
+struct Driver {
+  void *handle = nullptr;
+  LaunchFn launch = nullptr;
+  CUgraphExec exec = nullptr;
+  CUgraph graph = nullptr;
+  CUcontext ctx = nullptr;
+  unsigned long long launches = 0, failed = 0;
+
+  // What a tidy program does before it unloads the driver.
+  void tear_down() {
+    CUresult (*exec_destroy)(CUgraphExec) = nullptr;
+    CUresult (*graph_destroy)(CUgraph) = nullptr;
+    CUresult (*ctx_destroy)(CUcontext) = nullptr;
+    lookup_in(handle, "cuGraphExecDestroy", exec_destroy);
+    lookup_in(handle, "cuGraphDestroy", graph_destroy);
+    lookup_in(handle, "cuCtxDestroy_v2", ctx_destroy);
+    if (exec_destroy(exec) != CUDA_SUCCESS || graph_destroy(graph) != CUDA_SUCCESS ||
+        ctx_destroy(ctx) != CUDA_SUCCESS)
+      std::fprintf(stderr, "host_resources: tear-down failed\n");
+  }
+
+  void launch_n(long n) {
+    for (long i = 0; i < n; ++i) {
+      ++launches;
+      if (launch(exec, nullptr) != CUDA_SUCCESS) ++failed;
+    }
+  }
+};
+
+[[noreturn]] void die(const char *what) {
+  std::fprintf(stderr, "host_resources: %s\n", what);
+  std::exit(1);
+}
+
+template <typename T>
+void lookup(void *handle, const char *name, T &out) {
+  lookup_in(handle, name, out);
+}
+
+Driver load_driver() {
+  Driver d;
+  d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!d.handle) die(dlerror());
+  CUresult (*init)(unsigned) = nullptr;
+  CUresult (*device_get)(CUdevice *, int) = nullptr;
+  CUresult (*ctx_create)(CUcontext *, CUctxCreateParams *, unsigned, CUdevice) = nullptr;
+  CUresult (*graph_create)(CUgraph *, unsigned) = nullptr;
+  CUresult (*add_empty)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t) = nullptr;
+  CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long) = nullptr;
+  lookup(d.handle, "cuInit", init);
+  lookup(d.handle, "cuDeviceGet", device_get);
+  lookup(d.handle, "cuCtxCreate_v4", ctx_create);
+  lookup(d.handle, "cuGraphCreate", graph_create);
+  lookup(d.handle, "cuGraphAddEmptyNode", add_empty);
+  lookup(d.handle, "cuGraphInstantiateWithFlags", instantiate);
+  lookup(d.handle, "cuGraphLaunch", d.launch);
+  CUdevice device = 0;
+  CUgraphNode node = nullptr;
+  if (init(0) != CUDA_SUCCESS || device_get(&device, 0) != CUDA_SUCCESS ||
+      ctx_create(&d.ctx, nullptr, 0, device) != CUDA_SUCCESS ||
+      graph_create(&d.graph, 0) != CUDA_SUCCESS ||
+      add_empty(&node, d.graph, nullptr, 0) != CUDA_SUCCESS ||
+      instantiate(&d.exec, d.graph, 0) != CUDA_SUCCESS)
+    die("driver set-up failed");
+  return d;
+}
+
+// The known bytes of file `index`: a pattern no event or pointer looks like.
+std::string known_bytes(int index) {
+  std::string bytes(512 * 1024, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>("own-file-"[i % 9] ^ (index + 1));
+  return bytes;
+}
+
+std::string read_all(const std::string &path) {
+  std::string out;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "<unreadable>";
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+int descriptors(const std::string &dir, long per_phase, bool use_dup2) {
+  // Flush what stdio holds before the standard streams' neighbours go away.
+  std::fflush(stdout);
+  Driver d = load_driver();
+  d.launch_n(per_phase);
+  for (int fd = 3; fd < 1024; ++fd) close(fd);
+  d.launch_n(per_phase);  // closed, not reused
+
+  int own[4];
+  for (int i = 0; i < 4; ++i) {
+    const std::string path = dir + "/own" + std::to_string(i);
+    own[i] = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (own[i] < 0) die("cannot create an own file");
+    const std::string bytes = known_bytes(i);
+    if (write(own[i], bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size()))
+      die("cannot write an own file");
+  }
+  d.launch_n(per_phase);  // the program's files hold the lowest numbers
+
+  if (use_dup2) {
+    for (int target = 3; target < 64; ++target) {
+      bool is_own = false;
+      for (int fd : own) is_own |= fd == target;
+      if (!is_own && dup2(own[target % 4], target) != target) die("dup2 failed");
+    }
+    d.launch_n(per_phase);  // and every number up to 63
+  }
+
+  std::string changed;
+  for (int i = 0; i < 4 && changed.empty(); ++i)
+    if (read_all(dir + "/own" + std::to_string(i)) != known_bytes(i))
+      changed = "own" + std::to_string(i);
+  if (!changed.empty())
+    std::printf("own_files=changed %s\n", changed.c_str());
+  else
+    std::printf("own_files=ok\n");
+  std::printf("launches=%llu failed=%llu\n", d.launches, d.failed);
+  std::fflush(stdout);
+  return 0;
+}
+
+int unload() {
+  Driver d = load_driver();
+  d.launch_n(3000);
+  d.tear_down();
+  if (dlclose(d.handle) != 0) die(dlerror());
+  void *again = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  std::printf("still_loaded=%d\n", again != nullptr);
+  if (again) dlclose(again);
+  std::printf("launches=%llu failed=%llu\n", d.launches, d.failed);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "descriptors" && argc >= 4)
+    return descriptors(argv[2], std::atol(argv[3]), argc > 4 && std::strcmp(argv[4], "dup2") == 0);
+  if (mode == "unload") return unload();
+  std::fprintf(stderr, "usage: host_resources descriptors DIR N [close|dup2] | unload\n");
+  return 1;
+}

@@ -1,0 +1,241 @@
+// The spill holds no descriptor: what the program does to its descriptors (closes all of them,
+// dup2s its own files over them) can neither take spilled ranges away nor make the recorder
+// write into or read back from a file of the program's.
+#include <dirent.h>
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "recorder.hpp"
+#include "snapshot.hpp"
+#include "spill_file.hpp"
+#include "trace_writer.hpp"
+
+using namespace ferrum_replay::recorder;
+
+namespace {
+
+std::set<int> open_descriptors() {
+  std::set<int> fds;
+  DIR *dir = opendir("/proc/self/fd");
+  REQUIRE(dir != nullptr);
+  const int own = dirfd(dir);
+  while (const dirent *e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd != own) fds.insert(fd);
+  }
+  closedir(dir);
+  return fds;
+}
+
+std::vector<Event> numbered_events(uint32_t first, uint32_t count) {
+  std::vector<Event> events(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    events[i].start_ns = first + i;
+    events[i].end_ns = first + i + 1;
+    events[i].attrs.name = "spilled";
+    events[i].depth = i % 3;
+  }
+  return events;
+}
+
+bool holds(const SpillFile &spill, const SpillRun &run, const std::vector<Event> &expected) {
+  std::vector<Event> back(run.count);
+  if (!spill.read(run, 0, run.count, back.data())) return false;
+  return back.size() == expected.size() &&
+         std::memcmp(back.data(), expected.data(), back.size() * sizeof(Event)) == 0;
+}
+
+// Nested ranges in the global domain: `rounds` * 2 ranges.
+void record(Recorder &r, int rounds) {
+  const auto &g = r.names().global_domain();
+  for (int i = 0; i < rounds; ++i) {
+    r.push(g, "outer", true, {});
+    r.push(g, "inner", false, {});
+    r.pop(g);
+    r.pop(g);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("segment geometry covers the address space without gaps") {
+  uint64_t expected_base = 0;
+  for (unsigned k = 0; k < 40; ++k) {
+    unsigned index;
+    uint64_t base, size;
+    SpillFile::segment_of(expected_base, &index, &base, &size);
+    CHECK(index == k);
+    CHECK(base == expected_base);
+    CHECK(size == (k < 7 ? (uint64_t{1} << 20) << k : uint64_t{64} << 20));
+    unsigned last_index;
+    uint64_t last_base, last_size;
+    SpillFile::segment_of(base + size - 1, &last_index, &last_base, &last_size);
+    CHECK(last_index == k);
+    CHECK(last_base == base);
+    expected_base = base + size;
+  }
+  unsigned index;
+  uint64_t base, size;
+  SpillFile::segment_of(UINT64_MAX / 2, &index, &base, &size);
+  CHECK(index == SpillFile::kMaxSegments);  // beyond the last segment: nothing maps there
+}
+
+TEST_CASE("spilling holds no descriptor, before or after") {
+  const std::set<int> before = open_descriptors();
+  SpillFile spill;
+  const std::vector<Event> events = numbered_events(0, 4096);
+  SpillRun run;
+  REQUIRE(spill.append(events.data(), 4096, &run));
+  CHECK(spill.segments() == 1);
+  CHECK(open_descriptors() == before);
+  CHECK(holds(spill, run, events));
+}
+
+TEST_CASE("a run across segments reads back whole") {
+  SpillFile spill;
+  // 1 MiB + a bit: the first run fills most of segment 0, the second straddles into segment 1.
+  const uint32_t first_count = (1u << 20) / sizeof(Event) - 10;
+  const std::vector<Event> a = numbered_events(0, first_count), b = numbered_events(7, 100);
+  SpillRun ra, rb;
+  REQUIRE(spill.append(a.data(), first_count, &ra));
+  REQUIRE(spill.append(b.data(), 100, &rb));
+  CHECK(spill.segments() == 2);
+  CHECK(holds(spill, ra, a));
+  CHECK(holds(spill, rb, b));
+  std::vector<Event> part(50);
+  REQUIRE(spill.read(rb, 5, 50, part.data()));
+  CHECK(std::memcmp(part.data(), b.data() + 5, 50 * sizeof(Event)) == 0);
+  spill.release(rb, 0, 100);  // only memory use changes
+  CHECK(holds(spill, rb, b));
+}
+
+TEST_CASE("spilled runs survive the program closing every descriptor and reusing the numbers") {
+  char tmpl[] = "/tmp/ferrum-spill-test-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const std::set<int> kept = open_descriptors();
+
+  Recorder r(Settings{}, 0);
+  record(r, 3000);  // 6,000 ranges: 5 runs spilled, the rest in memory
+  REQUIRE(r.spill_file().size() >= 5u * 1024 * sizeof(Event));
+
+  // What a daemon does after fork: close everything but the standard streams (and what the test
+  // runner itself holds), then open files of its own, which get the lowest numbers, and dup2 them
+  // over other numbers.
+  for (int fd = 3; fd < 1024; ++fd)
+    if (!kept.count(fd)) close(fd);
+  const std::string payload(512 * 1024, 'P');
+  std::vector<std::string> paths;
+  std::vector<int> own;
+  for (int i = 0; i < 4; ++i) {
+    paths.push_back(dir + "/own" + std::to_string(i));
+    const int fd = open(paths.back().c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, payload.data(), payload.size()) == static_cast<ssize_t>(payload.size()));
+    own.push_back(fd);
+  }
+  for (int target = 3; target < 64; ++target)
+    if (!kept.count(target) && target != own[0] && target != own[1] && target != own[2] &&
+        target != own[3])
+      REQUIRE(dup2(own[target % 4], target) == target);
+
+  record(r, 3000);  // 6,000 more, spilled while the program's files hold every low number
+  const Snapshot s = r.snapshot_for_report();
+  CHECK(s.range_count() == 12000);
+  uint64_t outer = 0, inner = 0, listed = 0;
+  for_each_event(s, s.threads[0], [&](const Event &e) {
+    ++listed;
+    outer += std::strcmp(e.attrs.name, "outer") == 0;
+    inner += std::strcmp(e.attrs.name, "inner") == 0;
+  });
+  CHECK(listed == 12000);
+  CHECK(outer == 6000);
+  CHECK(inner == 6000);
+  CHECK(render_trace(s) == render_trace(r.snapshot()));
+
+  for (int target = 3; target < 64; ++target)
+    if (!kept.count(target)) close(target);
+  for (const std::string &path : paths) {
+    struct stat st {};
+    REQUIRE(stat(path.c_str(), &st) == 0);
+    CHECK(st.st_size == static_cast<off_t>(payload.size()));
+    std::string back(payload.size(), '\0');
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    CHECK(read(fd, back.data(), back.size()) == static_cast<ssize_t>(back.size()));
+    close(fd);
+    CHECK(back == payload);
+    unlink(path.c_str());
+  }
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("a fork child never writes the parent's segments") {
+  Recorder r(Settings{}, 0);
+  record(r, 2048);  // 4 runs
+  const Snapshot before = r.snapshot();
+  const std::string parent_trace = render_trace(before);
+  r.before_fork();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    r.after_fork_in_child();
+    int failures = 0;
+    failures |= (r.spill_file().segments() != 0) << 0;
+    record(r, 4096);  // 8 runs of the child's own
+    const Snapshot s = r.snapshot_for_report();
+    failures |= (s.range_count() != 8192) << 1;
+    failures |= (r.spill_file().segments() == 0) << 2;
+    _exit(failures);
+  }
+  r.after_fork_in_parent();
+  REQUIRE(pid > 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(render_trace(r.snapshot()) == parent_trace);
+}
+
+TEST_CASE("a spill directory where nothing can be created keeps every event in memory") {
+  Settings settings;
+  Recorder r(settings, 0);
+  const_cast<SpillFile &>(r.spill_file()).set_directory_for_tests("/proc/self/no-such-directory");
+  record(r, 3000);
+  CHECK(r.spill_file().failed());
+  CHECK(r.spill_file().size() == 0);
+  CHECK(r.spill_file().segments() == 0);
+  const Snapshot s = r.snapshot_for_report();
+  CHECK(s.threads[0].runs.empty());
+  CHECK(s.range_count() == 6000);
+}
+
+TEST_CASE("the trace's range count is the events it holds") {
+  // A snapshot whose bookkeeping claims a run that cannot be read: the footer says what the
+  // trace holds (2 ranges), never the 1,026 the bookkeeping claims.
+  Recorder r(Settings{}, 0);
+  record(r, 1);
+  Snapshot s = r.snapshot();
+  static SpillFile empty_spill;
+  s.spill = &empty_spill;
+  SpillRun unreadable;
+  unreadable.count = 1024;
+  s.threads[0].runs = {unreadable};
+  REQUIRE(s.range_count() == 1026);
+  const std::string json = render_trace(s);
+  size_t events = 0;
+  for (size_t at = json.find("\"ph\":\"X\""); at != std::string::npos;
+       at = json.find("\"ph\":\"X\"", at + 1))
+    ++events;
+  CHECK(events == 2);
+  CHECK(json.find("\"ranges\":2,") != std::string::npos);
+}
