@@ -105,36 +105,72 @@ void ChunkPool<T>::release(T *object) {
   free_head = object;
 }
 
-uint32_t *MessageCounts::find(uint64_t hash, bool insert) {
-  if (!hashes) {
-    hashes = static_cast<uint64_t *>(map_zeroed(kSize * (sizeof(uint64_t) + sizeof(uint32_t))));
-    if (!hashes) return nullptr;
-    counts = reinterpret_cast<uint32_t *>(hashes + kSize);
+MessageCounts::Entry *MessageCounts::find(uint64_t key) const {
+  if (!entries) return nullptr;
+  for (size_t i = home(key);; i = (i + 1) & (capacity - 1)) {  // never full: ends at a free one
+    if (entries[i].hash == key) return &entries[i];
+    if (entries[i].hash == 0) return nullptr;
   }
-  hash |= 1;  // 0 marks a free entry
-  for (size_t probes = 0, i = hash & (kSize - 1); probes < kSize;
-       ++probes, i = (i + 1) & (kSize - 1)) {
-    if (hashes[i] == hash) return &counts[i];
-    if (hashes[i] == 0) {
-      if (!insert) return nullptr;
-      hashes[i] = hash;
-      return &counts[i];
-    }
-  }
-  return nullptr;
 }
 
-bool MessageCounts::in_use(uint64_t hash) {
-  uint32_t *count = find(hash, false);
-  return count && *count > 0;
+bool MessageCounts::resize(unsigned new_bits) {
+  const size_t new_capacity = size_t{1} << new_bits;
+  auto *fresh = static_cast<Entry *>(map_zeroed(new_capacity * sizeof(Entry)));
+  if (!fresh) return false;
+  Entry *old = entries;
+  const size_t old_capacity = capacity;
+  entries = fresh;
+  capacity = new_capacity;
+  bits = new_bits;
+  for (size_t i = 0; i < old_capacity; ++i) {
+    if (!old[i].hash) continue;
+    size_t j = home(old[i].hash);
+    while (entries[j].hash) j = (j + 1) & (capacity - 1);
+    entries[j] = old[i];
+  }
+  if (old) munmap(old, old_capacity * sizeof(Entry));
+  return true;
+}
+
+bool MessageCounts::in_use(uint64_t hash) const {
+  return find(hash | 1) != nullptr;  // present entries count at least 1
 }
 
 void MessageCounts::add(uint64_t hash) {
-  if (uint32_t *count = find(hash, true)) ++*count;
+  const uint64_t key = hash | 1;  // 0 marks a free entry
+  if (Entry *entry = find(key)) {
+    ++entry->count;
+    return;
+  }
+  if ((used + 1) * 4 > capacity * 3) {
+    unsigned new_bits = bits ? bits + 1 : 0;
+    while ((size_t{1} << new_bits) < kMinCapacity) ++new_bits;
+    // Out of memory: carry on while an entry stays free (probes end there); else forget it.
+    if (!resize(new_bits) && used + 1 >= capacity) return;
+  }
+  size_t i = home(key);
+  while (entries[i].hash) i = (i + 1) & (capacity - 1);
+  entries[i] = Entry{key, 1};
+  ++used;
 }
 
 void MessageCounts::remove(uint64_t hash) {
-  if (uint32_t *count = find(hash, false); count && *count) --*count;
+  Entry *entry = find(hash | 1);
+  if (!entry || --entry->count) return;
+  // Backward-shift deletion: pull later entries of the run into the hole when their home
+  // allows, so lookups still end at the first free entry and no tombstone accumulates.
+  const size_t mask = capacity - 1;
+  size_t hole = static_cast<size_t>(entry - entries);
+  for (size_t next = (hole + 1) & mask; entries[next].hash; next = (next + 1) & mask) {
+    const size_t wanted = home(entries[next].hash);
+    if (((next - wanted) & mask) >= ((next - hole) & mask)) {
+      entries[hole] = entries[next];
+      hole = next;
+    }
+  }
+  entries[hole] = Entry{};
+  --used;
+  if (capacity > kMinCapacity && used * 8 < capacity) resize(bits - 1);  // failure: stay big
 }
 
 template struct ChunkPool<GraphRecord>;
@@ -153,25 +189,96 @@ uint32_t color_for_name(const char *name) {
   return 0xFF000000u | (r << 16) | (g << 8) | b;
 }
 
-GraphRegistry::Slot *GraphRegistry::claim_slot(uintptr_t handle) {
-  Slot *slots = slots_.load(std::memory_order_relaxed);
-  if (!slots) {
-    slots = static_cast<Slot *>(map_zeroed(kSlotCount * sizeof(Slot)));  // all-zero = free
-    if (!slots) return nullptr;
-    slots_.store(slots, std::memory_order_release);
-  }
-  size_t index = slot_index(handle);
-  for (size_t probes = 0; probes < kSlotCount; ++probes, index = (index + 1) & (kSlotCount - 1)) {
-    const uintptr_t seen = slots[index].handle.load(std::memory_order_relaxed);
-    if (seen == handle) return &slots[index];
-    if (seen == 0) {
-      if (handles_used_ >= kMaxHandles) return nullptr;
-      ++handles_used_;
-      slots[index].handle.store(handle, std::memory_order_release);
-      return &slots[index];
-    }
+GraphRegistry::Slot *GraphRegistry::slot_of(uintptr_t handle) const {
+  const SlotTable *table = table_.load(std::memory_order_relaxed);
+  if (!table || handle == 0 || handle == kTombstone) return nullptr;
+  size_t index = table->index(handle);
+  for (size_t probes = 0; probes <= table->mask; ++probes, index = (index + 1) & table->mask) {
+    const uintptr_t seen = table->slots[index].handle.load(std::memory_order_relaxed);
+    if (seen == handle) return &table->slots[index];
+    if (seen == 0) return nullptr;
   }
   return nullptr;
+}
+
+// The slot holding `handle`, or the free one (a tombstone first) it would go in: a rebuild
+// may come first. Null when the table cannot hold one more live graph.
+GraphRegistry::Slot *GraphRegistry::claim_slot(uintptr_t handle) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (const SlotTable *table = table_.load(std::memory_order_relaxed)) {
+      Slot *tombstone = nullptr;
+      size_t index = table->index(handle);
+      for (size_t probes = 0; probes <= table->mask; ++probes, index = (index + 1) & table->mask) {
+        Slot &slot = table->slots[index];
+        const uintptr_t seen = slot.handle.load(std::memory_order_relaxed);
+        if (seen == handle) return &slot;
+        if (seen == kTombstone && !tombstone) tombstone = &slot;
+        if (seen != 0) continue;
+        if (tombstone) return tombstone;  // reusing one keeps the load as it is
+        if ((live_slots_ + dead_slots_ + 1) * 4 <= (table->mask + 1) * 3) return &slot;
+        break;  // too full: rebuild
+      }
+      if (attempt == 0 && tombstone) return tombstone;
+    }
+    if (attempt == 1 || !rebuild(live_slots_ + 1)) return nullptr;
+  }
+  return nullptr;
+}
+
+// A table with no tombstones, room for `live_needed` live graphs in at most half of it, and
+// a quarter of it free: published once complete.
+bool GraphRegistry::rebuild(size_t live_needed) {
+  const SlotTable *old = table_.load(std::memory_order_relaxed);
+  unsigned bits = old ? old->bits : kMinTableBits;
+  while (live_needed * 2 > (size_t{1} << bits) && bits <= kMaxTableBits) ++bits;
+  if (bits > kMaxTableBits) return false;
+  SlotTable &fresh = tables_[bits][old == &tables_[bits][0] ? 1 : 0];
+  if (!fresh.slots) {
+    fresh.slots = static_cast<Slot *>(map_zeroed((size_t{1} << bits) * sizeof(Slot)));  // free
+    if (!fresh.slots) return false;
+    fresh.mask = (size_t{1} << bits) - 1;
+    fresh.bits = bits;
+  } else {  // replaced two rebuilds ago: a stalled launch may still probe it (see find)
+    for (size_t i = 0; i <= fresh.mask; ++i) {
+      fresh.slots[i].handle.store(0, std::memory_order_relaxed);
+      fresh.slots[i].record.store(nullptr, std::memory_order_relaxed);
+    }
+  }
+  size_t live = 0;
+  for (size_t i = 0; old && i <= old->mask; ++i) {
+    const uintptr_t handle = old->slots[i].handle.load(std::memory_order_relaxed);
+    GraphRecord *record = old->slots[i].record.load(std::memory_order_relaxed);
+    if (handle == 0 || handle == kTombstone || !record) continue;
+    size_t index = fresh.index(handle);
+    while (fresh.slots[index].handle.load(std::memory_order_relaxed) != 0)
+      index = (index + 1) & fresh.mask;
+    fresh.slots[index].record.store(record, std::memory_order_release);
+    fresh.slots[index].handle.store(handle, std::memory_order_release);
+    ++live;
+  }
+  table_.store(&fresh, std::memory_order_release);
+  live_slots_ = live;
+  dead_slots_ = 0;
+  log_line(LogLevel::debug, "graph table rebuilt: %zu slots, %zu live", fresh.mask + 1, live);
+  return true;
+}
+
+// `slot` (from claim_slot) now holds `record` for `handle`.
+void GraphRegistry::publish(Slot &slot, uintptr_t handle, GraphRecord *record) {
+  const uintptr_t seen = slot.handle.load(std::memory_order_relaxed);
+  slot.record.store(record, std::memory_order_release);
+  if (seen == handle) return;
+  if (seen == kTombstone) --dead_slots_;
+  ++live_slots_;
+  slot.handle.store(handle, std::memory_order_release);
+}
+
+// The graph in `slot` is gone: its slot becomes a tombstone.
+void GraphRegistry::vacate(Slot &slot) {
+  slot.record.store(nullptr, std::memory_order_release);
+  slot.handle.store(kTombstone, std::memory_order_release);
+  --live_slots_;
+  ++dead_slots_;
 }
 
 void GraphRegistry::relabel(GraphRecord &record) {
@@ -217,6 +324,7 @@ void GraphRegistry::retire(GraphRecord &record) {
   if (!record.live || &record == overflow_) return;
   if (const GraphLabel *label = record.label.load(std::memory_order_relaxed))
     messages_.remove(hash_text(label->text));
+  if (!record.confirmed) unlink_unconfirmed(record);
   record.live = false;
   GraphRecord *leaving = records_.retire(&record);
   if (!leaving) return;
@@ -239,39 +347,97 @@ GraphRecord &GraphRegistry::overflow() {
     relabel(*record);
     overflow_ = record;
     log_line(LogLevel::info,
-             "a launch with a null handle, or more graphs than the registry holds (%zu): such "
-             "launches share the range name '%s'",
-             kMaxHandles, record->name);
+             "a launch with a null handle, or more live graphs than the registry holds (%zu): "
+             "such launches share the range name '%s'",
+             kMaxLiveGraphs, record->name);
   }
   return *overflow_;
 }
 
+void GraphRegistry::unlink_unconfirmed(GraphRecord &record) {
+  (record.older ? record.older->newer : unconfirmed_oldest_) = record.newer;
+  (record.newer ? record.newer->older : unconfirmed_newest_) = record.older;
+  record.older = record.newer = nullptr;
+  --unconfirmed_;
+}
+
+// `record` joins the unconfirmed graphs; past kMaxUnconfirmed, the oldest one not launched
+// since it was last looked at leaves. Each look moves a launched one to the back, so a scan
+// ends within one pass; if every other one is being launched, none leaves.
+void GraphRegistry::hold_unconfirmed(GraphRecord &record) {
+  record.older = unconfirmed_newest_;
+  record.newer = nullptr;
+  (unconfirmed_newest_ ? unconfirmed_newest_->newer : unconfirmed_oldest_) = &record;
+  unconfirmed_newest_ = &record;
+  ++unconfirmed_;
+  for (size_t looked = 1; unconfirmed_ > kMaxUnconfirmed && looked < unconfirmed_; ++looked) {
+    GraphRecord &oldest = *unconfirmed_oldest_;
+    const uint64_t launches = oldest.launches.load(std::memory_order_relaxed);
+    if (launches != oldest.launches_seen) {  // in use: a second chance, at the back
+      oldest.launches_seen = launches;
+      unlink_unconfirmed(oldest);
+      oldest.older = unconfirmed_newest_;
+      (unconfirmed_newest_ ? unconfirmed_newest_->newer : unconfirmed_oldest_) = &oldest;
+      unconfirmed_newest_ = &oldest;
+      ++unconfirmed_;
+      continue;
+    }
+    log_line(LogLevel::debug, "graph %u (exec %p, never seen instantiated) forgotten",
+             oldest.ordinal,
+             reinterpret_cast<void *>(oldest.handle.load(std::memory_order_relaxed)));
+    if (Slot *slot = slot_of(oldest.handle.load(std::memory_order_relaxed));
+        slot && slot->record.load(std::memory_order_relaxed) == &oldest)
+      vacate(*slot);
+    retire(oldest);  // unlinks it
+  }
+}
+
 GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, const char *site,
-                                          const char *content, bool site_pending) {
+                                          const char *content, bool site_pending, bool confirmed) {
   pthread_once(&g_fork_handlers_once, install_fork_handlers);
   const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
-  Slot *slot = handle ? claim_slot(handle) : nullptr;
+  Slot *slot = handle && handle != kTombstone ? claim_slot(handle) : nullptr;
   GraphRecord *record = slot ? records_.allocate() : nullptr;
   if (!record) return &overflow();
   record->in_use = true;
   record->ordinal = static_cast<uint32_t>(records_issued_.load(std::memory_order_relaxed) + 1);
   record->api = api;
+  record->handle.store(handle, std::memory_order_relaxed);
+  record->confirmed = confirmed;
   copy_printable_utf8(site, record->site, sizeof record->site);
   copy_printable_utf8(content, record->content, sizeof record->content);
   record->site_pending.store(site_pending, std::memory_order_relaxed);
-  if (GraphRecord *previous = slot->record.load(std::memory_order_relaxed)) retire(*previous);
+  GraphRecord *previous = slot->handle.load(std::memory_order_relaxed) == handle
+                              ? slot->record.load(std::memory_order_relaxed)
+                              : nullptr;
+  if (previous) retire(*previous);
   relabel(*record);
   if (!record->label.load(std::memory_order_relaxed)) {  // no label to be had: never publish
     record->in_use = false;                              // a record a launch cannot read
+    record->live = false;
     records_.release(record);
-    slot->record.store(nullptr, std::memory_order_release);
+    if (previous) vacate(*slot);
     return &overflow();
   }
   records_issued_.store(record->ordinal, std::memory_order_release);
-  slot->record.store(record, std::memory_order_release);
+  publish(*slot, handle, record);
+  if (!confirmed) hold_unconfirmed(*record);
   log_line(LogLevel::debug, "graph exec %p registered by %s as graph %u: '%s'", exec, api,
            record->ordinal, record->label.load(std::memory_order_relaxed)->text);
   return record;
+}
+
+GraphRegistry::Occupancy GraphRegistry::occupancy() const {
+  Lock lock;
+  Occupancy now;
+  now.live_graphs = live_slots_;
+  now.tombstones = dead_slots_;
+  if (const SlotTable *table = table_.load(std::memory_order_relaxed))
+    now.table_slots = table->mask + 1;
+  now.unconfirmed = unconfirmed_;
+  now.messages = messages_.used;
+  now.message_capacity = messages_.capacity;
+  return now;
 }
 
 void GraphRegistry::on_instantiate(const void *exec, const void *graph, const char *api) {
@@ -281,27 +447,19 @@ void GraphRegistry::on_instantiate(const void *exec, const void *graph, const ch
   if (config.site_mode == SiteMode::instantiate) observe_site(seen);
   if (config.content && graph) describe_graph_content(graph, seen.content, sizeof seen.content);
   Lock lock;
-  create_record(exec, api, seen.site, seen.content, config.site_mode == SiteMode::launch);
+  create_record(exec, api, seen.site, seen.content, config.site_mode == SiteMode::launch, true);
 }
 
 void GraphRegistry::on_destroy(const void *exec) {
   if (!exec) return;
   Lock lock;
-  const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
-  Slot *slots = slots_.load(std::memory_order_relaxed);
-  if (!slots) return;
-  size_t index = slot_index(handle);
-  for (size_t probes = 0; probes < kSlotCount; ++probes, index = (index + 1) & (kSlotCount - 1)) {
-    const uintptr_t seen = slots[index].handle.load(std::memory_order_relaxed);
-    if (seen == 0) return;
-    if (seen != handle) continue;
-    if (GraphRecord *record = slots[index].record.load(std::memory_order_relaxed)) {
-      retire(*record);
-      slots[index].record.store(nullptr, std::memory_order_release);
-      log_line(LogLevel::debug, "graph exec %p (graph %u) destroyed", exec, record->ordinal);
-    }
-    return;
-  }
+  Slot *slot = slot_of(reinterpret_cast<uintptr_t>(exec));
+  if (!slot) return;
+  GraphRecord *record = slot->record.load(std::memory_order_relaxed);
+  if (record) retire(*record);
+  vacate(*slot);
+  if (record)
+    log_line(LogLevel::debug, "graph exec %p (graph %u) destroyed", exec, record->ordinal);
 }
 
 GraphRecord &GraphRegistry::register_at_launch(const void *exec) {
@@ -313,7 +471,7 @@ GraphRecord &GraphRegistry::register_at_launch(const void *exec) {
   observe_site(seen);  // the launch's own call site: the best we know of a graph seen late
   Lock lock;
   if (GraphRecord *record = find(exec)) return *record;  // another thread was first
-  return *create_record(exec, "launch", seen.site, "", false);
+  return *create_record(exec, "launch", seen.site, "", false, false);
 }
 
 void GraphRegistry::name_at_first_launch(GraphRecord &record) {
@@ -332,7 +490,8 @@ int GraphRegistry::name_graph(const void *exec, const char *name) {
   if (!find(exec)) observe_site(seen);
   Lock lock;
   GraphRecord *record = find(exec);
-  if (!record) record = create_record(exec, "ferrum_replay_name_graph_exec", seen.site, "", false);
+  if (!record)
+    record = create_record(exec, "ferrum_replay_name_graph_exec", seen.site, "", false, false);
   if (record == overflow_) return -ENOSPC;
   record->user_named = true;
   copy_printable_utf8(name, record->name, sizeof record->name);

@@ -4,12 +4,35 @@
 // Launch path (every replay): lock-free and allocation-free. An open-addressing table keyed
 // by the graph-exec handle holds a pointer to the handle's current record; the record holds
 // a pointer to its current, immutable label. Instantiation, destruction and naming replace
-// those pointers under a mutex; records and labels are never freed (a launch in flight may
+// those pointers under a mutex; records and labels are never unmapped (a launch in flight may
 // still read an old one), so a replaced label stays valid.
 //
 // A handle the driver reuses after a destroy gets a new record: a new ordinal and name,
 // never the stale one. A graph first seen at launch (instantiated before the shim could
 // see it) is registered there.
+//
+// Bounded under churn: what the registry holds depends on the graphs live now, never on how
+// many handles, names or graphs the process went through.
+//   - Handle table: a destroyed graph's slot becomes a tombstone, reused by later handles; when
+//     live slots plus tombstones pass 3/4 of the table it is rebuilt without tombstones (twice
+//     as large when more than half of it is live), into the other of two tables of that size,
+//     then published in one store. A launch still probing the old table sees a complete
+//     snapshot; one stalled across two rebuilds may see a table being refilled, so a found
+//     record counts only when it names the same handle (GraphRecord::handle), and a launch that
+//     finds nothing takes the slow path, which looks again under the mutex. A rebuild costs one
+//     pass over the table after at least a quarter of it was filled: O(1) amortised.
+//   - Records and labels: recycled behind a quarantine of 4096 (ChunkPool).
+//   - Messages shown by live graphs: counted by hash; an entry leaves when its count reaches 0
+//     (backward-shift deletion, no tombstones), and the table shrinks and grows with them.
+//   - Graphs the registry cannot know are destroyed — first seen at launch, or named before any
+//     instantiation the shim saw (a stale handle, say) — are "unconfirmed": at most
+//     kMaxUnconfirmed of them are held. Past that, the oldest that has not been launched since
+//     it was last looked at leaves (as if destroyed; launched again, it is registered anew).
+//     Graphs the shim saw instantiated leave only when destroyed or their handle is reused.
+// So memory is bounded by the largest number of graphs live at once, plus the quarantines and
+// the unconfirmed graphs; instantiation, destruction, naming and launch are O(1) amortised.
+// The table holds at most kMaxLiveGraphs live graphs; beyond that, graphs share the overflow
+// record "graph (unregistered)".
 #pragma once
 
 #include <nvtx3/nvToolsExt.h>
@@ -41,6 +64,7 @@ struct alignas(64) GraphRecord {
   std::atomic<uint32_t> color{0};  // of the current label
   std::atomic<nvtxStringHandle_t> message{nullptr};  // of the current label
   std::atomic<const GraphLabel *> label{nullptr};
+  std::atomic<uintptr_t> handle{0};       // the exec handle this record was registered for
   std::atomic<bool> site_pending{false};  // FERRUM_REPLAY_SITE=launch: named at first launch
   std::atomic<uint64_t> launches{0};
   std::atomic<uint64_t> failed_launches{0};
@@ -50,11 +74,17 @@ struct alignas(64) GraphRecord {
   GraphRecord *next_free = nullptr;  // the pool's free list
   bool in_use = false;               // allocated (live or retired-in-quarantine), not free
   bool user_named = false;
-  bool live = true;                    // false once destroyed
+  bool live = true;              // false once destroyed
+  bool confirmed = false;        // its instantiation was seen: its destroy will be too
+  GraphRecord *older = nullptr;  // the unconfirmed list, oldest first (unconfirmed only)
+  GraphRecord *newer = nullptr;
+  uint64_t launches_seen = 0;          // launches when the unconfirmed list last looked at it
   char name[kMaxNameLength + 1] = {};  // the {name} field
   char site[kMaxSiteLength + 1] = {};
   char content[kMaxContentLength + 1] = {};
 };
+static_assert(offsetof(GraphRecord, rejected_pushes) + sizeof(uint64_t) <= 64,
+              "what a launch touches fits in the record's first cache line");
 
 namespace detail {
 
@@ -86,27 +116,41 @@ struct ChunkPool {
 };
 
 // How many live graphs show each message (by hash): the memory of the uniqueness rule.
+// Linear probing; an entry leaves when its count reaches 0 (backward-shift deletion), so the
+// table holds only the messages live graphs show. Grows past 3/4 full, shrinks below 1/8.
+// Used under the registry mutex only (no launch reads it), so a resized table is unmapped.
 struct MessageCounts {
-  static constexpr size_t kSize = size_t{1} << 17;
-  uint64_t *hashes = nullptr;  // mapped on first use
-  uint32_t *counts = nullptr;
-  bool in_use(uint64_t hash);
+  static constexpr size_t kMinCapacity = 256;
+  struct Entry {
+    uint64_t hash;  // 0: free
+    uint64_t count;
+  };
+  Entry *entries = nullptr;  // mapped on first use
+  size_t capacity = 0, used = 0;
+  unsigned bits = 0;
+  bool in_use(uint64_t hash) const;
   void add(uint64_t hash);
   void remove(uint64_t hash);
 
  private:
-  uint32_t *find(uint64_t hash, bool insert);
+  size_t home(uint64_t key) const {
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+  }
+  Entry *find(uint64_t key) const;
+  bool resize(unsigned new_bits);
 };
 
 }  // namespace detail
 
 class GraphRegistry {
  public:
-  static constexpr size_t kSlotBits = 17;
-  static constexpr size_t kSlotCount = size_t{1} << kSlotBits;
-  // Distinct handle values beyond this share the overflow record instead of lengthening
-  // every probe sequence.
-  static constexpr size_t kMaxHandles = kSlotCount / 4 * 3;
+  // The handle table: 2^kMinTableBits slots at first, doubling up to 2^kMaxTableBits (16 bytes
+  // a slot), at most half of them live.
+  static constexpr unsigned kMinTableBits = 10;
+  static constexpr unsigned kMaxTableBits = 21;
+  static constexpr size_t kMaxLiveGraphs = size_t{1} << (kMaxTableBits - 1);
+  // Graphs first seen at launch or by naming, held at once (see the header comment).
+  static constexpr size_t kMaxUnconfirmed = 4096;
 
   constexpr GraphRegistry() = default;
   GraphRegistry(const GraphRegistry &) = delete;
@@ -137,6 +181,13 @@ class GraphRegistry {
   };
   const Recycled &recycled() const { return recycled_; }
 
+  // What the registry holds now (for tests and the debug log).
+  struct Occupancy {
+    size_t live_graphs = 0, tombstones = 0, table_slots = 0, unconfirmed = 0, messages = 0,
+           message_capacity = 0;
+  };
+  Occupancy occupancy() const;
+
   // Calls visit(record) for every record still held — live graphs and recently destroyed
   // ones — in allocation order (ordinal order until records are recycled), overflow last.
   template <typename Visit>
@@ -147,49 +198,74 @@ class GraphRegistry {
   }
 
  private:
+  // Handle values 0 (a free slot) and kTombstone (a destroyed graph's slot) are never
+  // registered: such launches share the overflow record.
+  static constexpr uintptr_t kTombstone = ~uintptr_t{0};
+
   struct Slot {
     std::atomic<uintptr_t> handle{0};
     std::atomic<GraphRecord *> record{nullptr};
   };
 
+  // One handle table. Mapped on first use and never unmapped nor moved: a launch may still
+  // probe a table that was replaced.
+  struct SlotTable {
+    Slot *slots = nullptr;
+    size_t mask = 0;
+    unsigned bits = 0;
+    size_t index(uintptr_t handle) const {
+      // Fibonacci hashing: handles are aligned heap addresses, so the low bits carry little.
+      return static_cast<size_t>((handle * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+    }
+  };
+
   GraphRecord *find(const void *exec) const {
     const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
-    const Slot *slots = slots_.load(std::memory_order_acquire);
-    if (__builtin_expect(slots == nullptr, 0)) return nullptr;  // nothing registered yet
-    size_t index = slot_index(handle);
-    for (size_t probes = 0; probes < kSlotCount; ++probes) {
-      const uintptr_t seen = slots[index].handle.load(std::memory_order_acquire);
-      if (seen == handle && handle != 0) return slots[index].record.load(std::memory_order_acquire);
+    const SlotTable *table = table_.load(std::memory_order_acquire);
+    if (__builtin_expect(table == nullptr, 0)) return nullptr;  // nothing registered yet
+    size_t index = table->index(handle);
+    for (size_t probes = 0; probes <= table->mask; ++probes) {
+      const Slot &slot = table->slots[index];
+      const uintptr_t seen = slot.handle.load(std::memory_order_acquire);
+      if (seen == handle) {
+        GraphRecord *record = slot.record.load(std::memory_order_acquire);
+        // A table refilled under a stalled launch may pair the handle with another's record.
+        return record && record->handle.load(std::memory_order_relaxed) == handle ? record
+                                                                                  : nullptr;
+      }
       if (seen == 0) return nullptr;
-      index = (index + 1) & (kSlotCount - 1);
+      index = (index + 1) & table->mask;
     }
     return nullptr;
-  }
-
-  static size_t slot_index(uintptr_t handle) {
-    // Fibonacci hashing: handles are aligned heap addresses, so the low bits carry little.
-    return static_cast<size_t>((handle * 0x9E3779B97F4A7C15ull) >> (64 - kSlotBits));
   }
 
   GraphRecord &register_at_launch(const void *exec);
   void name_at_first_launch(GraphRecord &record);
   // Below: under the registry mutex.
   GraphRecord *create_record(const void *exec, const char *api, const char *site,
-                             const char *content, bool site_pending);
+                             const char *content, bool site_pending, bool confirmed);
+  Slot *slot_of(uintptr_t handle) const;
   Slot *claim_slot(uintptr_t handle);
+  bool rebuild(size_t live_needed);
+  void publish(Slot &slot, uintptr_t handle, GraphRecord *record);
+  void vacate(Slot &slot);
   void relabel(GraphRecord &record);
   void retire(GraphRecord &record);
   void retire_label(const GraphLabel *label);
+  void hold_unconfirmed(GraphRecord &record);
+  void unlink_unconfirmed(GraphRecord &record);
   GraphRecord &overflow();
 
-  // kSlotCount slots, mapped at the first registration: 2 MiB of .bss would cost every
-  // process that inherits LD_PRELOAD a few microseconds at start-up.
-  std::atomic<Slot *> slots_{nullptr};
+  std::atomic<const SlotTable *> table_{nullptr};
+  // [bits][0 or 1]: two tables of each size, so a rebuild never refills the one in use.
+  SlotTable tables_[kMaxTableBits + 1][2] = {};
+  size_t live_slots_ = 0, dead_slots_ = 0;
   std::atomic<size_t> records_issued_{0};
-  size_t handles_used_ = 0;
   detail::ChunkPool<GraphRecord> records_;
   detail::ChunkPool<GraphLabel> labels_;
   detail::MessageCounts messages_;
+  GraphRecord *unconfirmed_oldest_ = nullptr, *unconfirmed_newest_ = nullptr;
+  size_t unconfirmed_ = 0;
   GraphRecord *overflow_ = nullptr;
   Recycled recycled_;
 };

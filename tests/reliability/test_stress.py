@@ -14,9 +14,12 @@ Checked (tests/reliability/stress_launch.cpp is the program):
   - whether naming was exercised (ferrum_replay_name_graph_exec found by dlsym) is reported,
     and required when the shim exports it.
 
-  test_stress.py --program STRESS_LAUNCH [default|long|churn]
+  test_stress.py --program STRESS_LAUNCH [default|long|churn|no_reuse|distinct_labels|renames]
       long: 16 x 1,000,000 launches, only with FERRUM_STRESS=long (skipped otherwise);
-      FERRUM_STRESS_LAUNCHES overrides the count per thread of either
+      FERRUM_STRESS_LAUNCHES overrides the count per thread of either;
+      no_reuse, distinct_labels, renames: the registry bounded under churn (see each);
+      FERRUM_STRESS_CYCLES overrides their count (default 1,000,000 / 300,000 / 300,000, and
+      50,000 under a sanitizer runtime, where only correctness is checked, not time or memory)
 """
 import os
 import re
@@ -146,6 +149,104 @@ def churn():
            f"peak resident memory {peak} KiB after {cycles} cycles, bound {MAX_RSS_KIB} KiB", run_)
 
 
+def sanitized():
+    return bool(os.environ.get("FERRUM_TEST_PRELOAD_FIRST"))
+
+
+def cycles_wanted(default):
+    return int(os.environ.get("FERRUM_STRESS_CYCLES", "50000" if sanitized() else default))
+
+
+TABLE_ROW = re.compile(r"^" + re.escape(harness.DOMAIN) + r" {3,}(\S+) +(\d+) ")
+
+
+def range_counts(run_):
+    """Range name -> count in our domain, from the recorder's table on stderr."""
+    return {m[1]: int(m[2]) for m in map(TABLE_ROW.match, run_.stderr.splitlines()) if m}
+
+
+def run_cycles(argv, env):
+    with tempfile.TemporaryDirectory(prefix="ferrum-cycles-") as tmp:
+        env = dict(env, FERRUM_RECORD_OUT=os.path.join(tmp, "cycles.json"),
+                   FERRUM_RECORD_TABLE="1")
+        started = time.monotonic()
+        run_ = harness.run([PROGRAM] + argv, env=env, timeout=900)
+        elapsed = time.monotonic() - started
+    expect(run_.returncode == 0, "the program failed (a launch or a naming call failed)", run_)
+    fields = dict(re.findall(r"(\w+)=([\w.,]+)", run_.stdout))
+    expect("launches" in fields, "the program's output is incomplete", run_)
+    expect(fields.get("naming") == "exercised", "the shim's naming function was not found", run_)
+    return run_, fields, elapsed
+
+
+def expect_linear(run_, seconds, what):
+    """The later half of the work took at most twice the earlier half (plus a second of noise):
+    no cost grows with what the process went through."""
+    if sanitized():
+        return
+    first, second = sum(seconds[:len(seconds) // 2]), sum(seconds[len(seconds) // 2:])
+    expect(second <= 2 * first + 1.0,
+           f"{what}: the second half took {second:.2f} s, the first {first:.2f} s", run_)
+
+
+def expect_churn_names(run_, fields, cycles, kept):
+    counts = range_counts(run_)
+    expected = {f"churn-{k}": cycles // 8 + (1 if k < cycles % 8 else 0) for k in range(8)}
+    expected.update({f"kept-{k}": cycles // kept + (1 if k < cycles % kept else 0)
+                     for k in range(kept)})
+    expect(counts == expected, f"ranges by name {counts}, expected {expected} (every graph keeps "
+           "its own name; none is 'graph (unregistered)')", run_)
+    expect(fields["name_failures"] == "0", "a naming call failed", run_)
+
+
+def no_reuse():
+    """1,000,000 cycles of instantiate, name, launch, destroy, and name the destroyed handle,
+    with two graphs launched in between that stay live the whole time, against a driver that
+    never hands out a handle value twice (FERRUM_STANDIN_NO_HANDLE_REUSE=1): every range
+    carries its graph's name, naming never fails, the time per cycle does not grow and the
+    resident memory stays flat. Before the registry freed slots, after ~98,000 distinct handles
+    new graphs were 'graph (unregistered)' and naming returned -ENOSPC."""
+    cycles = cycles_wanted("1000000")
+    run_, fields, elapsed = run_cycles(["--cycles", str(cycles), "--kept", "2", "--name-stale"],
+                                       {"FERRUM_STANDIN_NO_HANDLE_REUSE": "1"})
+    expect(fields["reused_handles"] == "0", "the stand-in driver reused handle values", run_)
+    expect_churn_names(run_, fields, cycles, 2)
+    quarters = [float(x) for x in fields["quarter_seconds"].split(",")]
+    rss = [int(x) for x in fields["quarter_rss_kib"].split(",")]
+    expect_linear(run_, quarters, f"{cycles} cycles")
+    expect(sanitized() or rss[-1] - rss[1] <= 8 * 1024,
+           f"resident memory grew from {rss[1]} KiB to {rss[-1]} KiB over the second half", run_)
+    print(f"no handle reuse: {cycles} cycles in {elapsed:.1f} s, quarters {quarters} s, "
+          f"RSS {rss} KiB")
+
+
+def distinct_labels():
+    """300,000 instantiate/name/launch/destroy cycles where every new graph's own message is
+    distinct ("graph N", call sites off), one graph live throughout: the time per cycle does
+    not grow. Before the message counts forgot, past ~131,000 distinct labels every relabel
+    scanned the whole table under the registry's lock (200,000 cycles: 9.3 s, 100,000: 0.3 s).
+    The NVTX tool keeps every string registered with it, so memory is not bounded here."""
+    cycles = cycles_wanted("300000")
+    run_, fields, elapsed = run_cycles(["--cycles", str(cycles), "--kept", "1"],
+                                       {"FERRUM_REPLAY_SITE": "off"})
+    expect_churn_names(run_, fields, cycles, 1)
+    quarters = [float(x) for x in fields["quarter_seconds"].split(",")]
+    expect_linear(run_, quarters, f"{cycles} cycles")
+    print(f"distinct labels: {cycles} cycles in {elapsed:.1f} s, quarters {quarters} s")
+
+
+def renames():
+    """One graph renamed 300,000 times, each name distinct: the time per rename does not grow,
+    and the graph ends with its last name. Before: 100,000 renames 0.03 s, 300,000: 21 s."""
+    count = cycles_wanted("300000")
+    run_, fields, elapsed = run_cycles(["--renames", str(count)], {})
+    expect(range_counts(run_) == {"renamed-final": 1},
+           f"ranges by name {range_counts(run_)}, expected one 'renamed-final'", run_)
+    halves = [float(x) for x in fields["half_seconds"].split(",")]
+    expect_linear(run_, halves, f"{count} renames")
+    print(f"renames: {count} in {elapsed:.1f} s, halves {halves} s")
+
+
 def default():
     stress(int(os.environ.get("FERRUM_STRESS_LAUNCHES", "100000")))
 
@@ -159,7 +260,9 @@ def long():
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] != "--program":
-        raise SystemExit("usage: test_stress.py --program STRESS_LAUNCH [default|long]")
+        raise SystemExit("usage: test_stress.py --program STRESS_LAUNCH [default|long|churn|"
+                         "no_reuse|distinct_labels|renames]")
     PROGRAM = sys.argv[2]
     del sys.argv[1:3]
-    harness.main({"default": default, "long": long, "churn": churn})
+    harness.main({"default": default, "long": long, "churn": churn, "no_reuse": no_reuse,
+                  "distinct_labels": distinct_labels, "renames": renames})

@@ -27,6 +27,8 @@
 // - Graph exec handles are heap objects recycled through a LIFO free list: an instantiate right
 //   after a cuGraphExecDestroy gets the destroyed handle's address back, as real drivers often
 //   do. Launch, upload or destroy of a handle that is not live: CUDA_ERROR_INVALID_VALUE.
+//   With FERRUM_STANDIN_NO_HANDLE_REUSE=1 every instantiation returns a handle value never
+//   returned before (the objects behind them are still recycled: memory stays flat).
 // - Calls other than cuDriverGetVersion, cuGetErrorName/String and cuGetProcAddress fail with
 //   CUDA_ERROR_NOT_INITIALIZED before cuInit. Contexts are current per thread (cuCtxCreate,
 //   cuCtxSetCurrent, primary context); creating streams, allocating, synchronizing and loading
@@ -89,6 +91,11 @@
 //                                    kernels=<name>,<name>,...` (n counts instantiations from 1;
 //                                    the kernel nodes' names in the order they were added), so
 //                                    that a test can compare a graph's content with its name.
+//   FERRUM_STANDIN_NO_HANDLE_REUSE=1 graph exec handles are opaque values, one per
+//                                    instantiation, never handed out again (as a driver that
+//                                    numbers its handles would): ((serial << 20 | index) << 4),
+//                                    serial counting instantiations from 1, index the recycled
+//                                    object's. Up to 2^40 instantiations.
 //   FERRUM_STANDIN_REPORT=<path>     at exit, append one line
 //                                    `driver launches=<N> launches_ptsz=<M> instantiates=<K>
 //                                    procaddress_queries=<Q>` (read at exit).
@@ -173,6 +180,8 @@ struct CUgraphExec_st {
   std::atomic<bool> live;
   size_t node_count;
   CUgraphExec_st *next_free;
+  size_t index;                            // position among all exec objects
+  std::atomic<unsigned long long> serial;  // FERRUM_STANDIN_NO_HANDLE_REUSE: the live handle's
 };
 
 namespace {
@@ -188,6 +197,7 @@ struct Config {
   unsigned long sleep_us = 0;
   bool trace = false;
   bool bench = false;
+  bool no_handle_reuse = false;
   const char *instantiate_log = nullptr;
 };
 
@@ -209,6 +219,7 @@ Config read_config() {
   }
   c.trace = env_flag("FERRUM_STANDIN_TRACE");
   c.bench = env_flag("FERRUM_STANDIN_BENCH");
+  c.no_handle_reuse = env_flag("FERRUM_STANDIN_NO_HANDLE_REUSE");
   if (const char *v = std::getenv("FERRUM_STANDIN_INSTANTIATE_LOG"); v != nullptr && v[0] != '\0') {
     c.instantiate_log = v;
   }
@@ -290,17 +301,49 @@ std::atomic<size_t> g_exec_chunk_count{0};
 size_t g_exec_used_in_last_chunk = kExecChunk;  // under st().mutex
 CUgraphExec_st *g_exec_free = nullptr;          // under st().mutex
 
-bool exec_live(CUgraphExec h) {
+// FERRUM_STANDIN_NO_HANDLE_REUSE: handles are ((serial << 20 | index) << 4), never reused.
+constexpr unsigned kIndexBits = 20;    // kExecChunk * kMaxExecChunks objects
+unsigned long long g_exec_serial = 0;  // under st().mutex
+
+CUgraphExec_st *exec_object(size_t index) {
+  const size_t chunk = index / kExecChunk;
+  if (chunk >= g_exec_chunk_count.load(std::memory_order_acquire)) return nullptr;
+  return &g_exec_chunks[chunk].load(std::memory_order_acquire)[index % kExecChunk];
+}
+
+// The object behind a handle, or null when the handle was never handed out.
+CUgraphExec_st *exec_resolve(CUgraphExec h) {
   const auto p = reinterpret_cast<uintptr_t>(h);
+  if (config().no_handle_reuse) {
+    const uintptr_t code = p >> 4;
+    CUgraphExec_st *e =
+        (p & 15) == 0 ? exec_object(code & ((uintptr_t{1} << kIndexBits) - 1)) : nullptr;
+    return e != nullptr && e->serial.load(std::memory_order_acquire) == (code >> kIndexBits)
+               ? e
+               : nullptr;
+  }
   const size_t chunks = g_exec_chunk_count.load(std::memory_order_acquire);
   for (size_t i = 0; i < chunks; ++i) {
     const auto base = reinterpret_cast<uintptr_t>(g_exec_chunks[i].load(std::memory_order_acquire));
     if (p >= base && p < base + kExecChunk * sizeof(CUgraphExec_st) &&
         (p - base) % sizeof(CUgraphExec_st) == 0) {
-      return h->live.load(std::memory_order_acquire);
+      return h;
     }
   }
-  return false;
+  return nullptr;
+}
+
+bool exec_live(CUgraphExec h) {
+  const CUgraphExec_st *e = exec_resolve(h);
+  return e != nullptr && e->live.load(std::memory_order_acquire);
+}
+
+// The handle that names `e` now (under st().mutex).
+CUgraphExec exec_handle_locked(CUgraphExec_st *e) {
+  if (!config().no_handle_reuse) return e;
+  const unsigned long long serial = ++g_exec_serial;
+  e->serial.store(serial, std::memory_order_release);
+  return reinterpret_cast<CUgraphExec>(((uintptr_t{serial} << kIndexBits) | e->index) << 4);
 }
 
 // Under st().mutex.
@@ -319,7 +362,9 @@ CUgraphExec exec_take_locked() {
     g_exec_used_in_last_chunk = 0;
   }
   const size_t n = g_exec_chunk_count.load(std::memory_order_relaxed);
-  return &g_exec_chunks[n - 1].load(std::memory_order_relaxed)[g_exec_used_in_last_chunk++];
+  CUgraphExec e = &g_exec_chunks[n - 1].load(std::memory_order_relaxed)[g_exec_used_in_last_chunk];
+  e->index = (n - 1) * kExecChunk + g_exec_used_in_last_chunk++;
+  return e;
 }
 
 #define STANDIN_REQUIRE_INIT()                             \
@@ -1279,7 +1324,7 @@ CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long lon
   e->node_count = hGraph->nodes.size();
   e->next_free = nullptr;
   e->live.store(true, std::memory_order_release);
-  *phGraphExec = e;
+  *phGraphExec = exec_handle_locked(e);
   const unsigned long long ordinal = g_instantiates.fetch_add(1, std::memory_order_relaxed) + 1;
   if (config().instantiate_log != nullptr) log_instantiate_locked(ordinal, hGraph);
   return CUDA_SUCCESS;
@@ -1373,9 +1418,11 @@ INTERNAL CUresult i_cuGraphExecDestroy(CUgraphExec hGraphExec) {
   STANDIN_REQUIRE_INIT();
   std::lock_guard<std::mutex> lock(st().mutex);
   if (!exec_live(hGraphExec)) return CUDA_ERROR_INVALID_VALUE;
-  hGraphExec->live.store(false, std::memory_order_release);
-  hGraphExec->next_free = g_exec_free;
-  g_exec_free = hGraphExec;
+  CUgraphExec_st *e = exec_resolve(hGraphExec);
+  e->live.store(false, std::memory_order_release);
+  e->serial.store(0, std::memory_order_release);
+  e->next_free = g_exec_free;
+  g_exec_free = e;
   return CUDA_SUCCESS;
 }
 

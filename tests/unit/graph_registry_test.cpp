@@ -1,11 +1,15 @@
 // The graph registry: identities in registration order, a new identity when the driver
-// reuses a destroyed handle, user names, and one record per handle when threads see a new
-// handle at the same moment. Run with FERRUM_REPLAY_SITE=off (tests/unit/meson.build), so
-// unnamed graphs are "graph N".
+// reuses a destroyed handle, user names, one record per handle when threads see a new
+// handle at the same moment, and bounded tables under churn (issue 10). Run with
+// FERRUM_REPLAY_SITE=off (tests/unit/meson.build), so unnamed graphs are "graph N".
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -168,4 +172,203 @@ TEST_CASE("for_each visits graphs in ordinal order") {
   registry->for_each([&](const ferrum::GraphRecord &record) { order.push_back(record.ordinal); });
   REQUIRE(order.size() == 10);
   for (size_t i = 0; i < order.size(); ++i) CHECK(order[i] == i + 1);
+}
+
+// --- Bounded under churn: what the registry holds depends on the live graphs only. ---
+
+TEST_CASE("message counts: an entry leaves when its count reaches 0; the table follows the live") {
+  ferrum::detail::MessageCounts counts;
+  std::map<uint64_t, int> model;
+  std::mt19937_64 random(12345);
+  size_t biggest = 0;
+  int wrong = 0;
+  for (int step = 0; step < 400000; ++step) {
+    // A few popular messages (counts above 1) and many passing ones; the live set rises to
+    // ~20,000 and falls back to nothing, twice.
+    const bool growing = (step / 100000) % 2 == 0;
+    const uint64_t key =
+        (random() % 4 == 0 ? random() % 16 : random() % 1000000) * 0x9E3779B97F4A7C15ull | 1;
+    if (growing ? random() % 5 != 0 : false) {
+      counts.add(key);
+      ++model[key];
+    } else if (!model.empty()) {
+      auto it = model.lower_bound(growing ? key : random());
+      if (it == model.end()) it = model.begin();
+      counts.remove(it->first);
+      if (--it->second == 0) model.erase(it);
+    }
+    if (counts.in_use(key) != (model.count(key) != 0)) ++wrong;
+    biggest = std::max(biggest, counts.capacity);
+    if (step % 50000 == 0)
+      for (const auto &[live_key, n] : model) wrong += !counts.in_use(live_key);
+  }
+  CHECK(wrong == 0);
+  CHECK(counts.used == model.size());
+  CHECK(model.empty());
+  // Never more than 4 entries per live message, and it shrinks back when they leave.
+  CHECK(biggest <= 4 * 20000 * 2);
+  CHECK(counts.capacity == ferrum::detail::MessageCounts::kMinCapacity);
+  // One long run: keys whose home is slot 0, and keys whose home lies inside the run (the
+  // table's hash is key * golden >> (64 - bits); key = x * golden^-1 makes it x >> (64 - bits)).
+  uint64_t inverse = 0x9E3779B97F4A7C15ull;  // Newton: inverse * golden == 1 (mod 2^64)
+  for (int i = 0; i < 6; ++i) inverse *= 2 - 0x9E3779B97F4A7C15ull * inverse;
+  ferrum::detail::MessageCounts run;
+  std::vector<uint64_t> keys;
+  for (uint64_t x = 1; x < 120; x += 2) keys.push_back(x * inverse);            // home 0
+  for (uint64_t j = 1; j < 40; ++j) keys.push_back(((j << 56) | 1) * inverse);  // home j (256)
+  for (uint64_t k : keys) run.add(k);
+  REQUIRE(run.capacity == 256);
+  for (size_t i = 0; i < keys.size(); i += 3) run.remove(keys[i]);
+  for (size_t i = 0; i < keys.size(); ++i) CHECK(run.in_use(keys[i]) == (i % 3 != 0));
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (i % 3 != 0) run.remove(keys[i]);
+  CHECK(run.used == 0);
+  for (uint64_t k : keys) CHECK_FALSE(run.in_use(k));
+}
+
+TEST_CASE("300,000 graphs with handles never reused, two kept live: every one registered") {
+  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  registry->on_instantiate(handle(1), nullptr, "x");
+  registry->on_instantiate(handle(2), nullptr, "x");
+  REQUIRE(registry->name_graph(handle(1), "kept 1") == 0);
+  REQUIRE(registry->name_graph(handle(2), "kept 2") == 0);
+  ferrum::GraphRecord *kept[2] = {&registry->record_for_launch(handle(1)),
+                                  &registry->record_for_launch(handle(2))};
+  size_t overflowed = 0, naming_failed = 0, lost = 0, max_slots = 0;
+  for (uintptr_t n = 0; n < 300000; ++n) {
+    const void *exec = handle(1000 + n);
+    registry->on_instantiate(exec, nullptr, "x");
+    naming_failed += registry->name_graph(exec, "churn") != 0;
+    ferrum::GraphRecord &record = registry->record_for_launch(exec);
+    overflowed += record.ordinal == 0;
+    record.launches.fetch_add(1);
+    ferrum::GraphRecord &keeper = registry->record_for_launch(handle(1 + n % 2));
+    lost += &keeper != kept[n % 2];
+    keeper.launches.fetch_add(1);
+    registry->on_destroy(exec);
+    if (n % 1000 == 0) max_slots = std::max(max_slots, registry->occupancy().table_slots);
+  }
+  CHECK(overflowed == 0);
+  CHECK(naming_failed == 0);
+  CHECK(lost == 0);
+  CHECK(message_of(*kept[0]) == "kept 1");
+  CHECK(message_of(*kept[1]) == "kept 2");
+  const ferrum::GraphRegistry::Occupancy now = registry->occupancy();
+  CHECK(now.live_graphs == 2);
+  CHECK(now.unconfirmed == 0);
+  CHECK(now.messages == 2);  // "kept 1", "kept 2": the churn's are forgotten
+  CHECK(max_slots == size_t{1} << ferrum::GraphRegistry::kMinTableBits);
+  // The exit summary's totals: records held plus recycled ones account for every graph and
+  // every launch.
+  uint64_t graphs = registry->recycled().graphs, launches = registry->recycled().launches;
+  registry->for_each([&](const ferrum::GraphRecord &record) {
+    ++graphs;
+    launches += record.launches.load();
+  });
+  CHECK(graphs == 300002);
+  CHECK(registry->size() == 300002);
+  CHECK(launches == 600000);
+}
+
+TEST_CASE("one graph renamed 300,000 times: only its current message is counted") {
+  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  registry->on_instantiate(handle(1), nullptr, "x");
+  int failed = 0;
+  for (int n = 0; n < 300000; ++n)
+    failed += registry->name_graph(handle(1), ("name " + std::to_string(n)).c_str()) != 0;
+  CHECK(failed == 0);
+  CHECK(message_of(registry->record_for_launch(handle(1))) == "name 299999");
+  const ferrum::GraphRegistry::Occupancy now = registry->occupancy();
+  CHECK(now.messages == 1);
+  CHECK(now.message_capacity == ferrum::detail::MessageCounts::kMinCapacity);
+}
+
+TEST_CASE("graphs the registry never saw instantiated: held up to a bound, launched ones kept") {
+  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  registry->on_instantiate(handle(1), nullptr, "x");
+  REQUIRE(registry->name_graph(handle(1), "instantiated") == 0);
+  ferrum::GraphRecord &instantiated = registry->record_for_launch(handle(1));
+  // First seen at launch (instantiated before the shim was there), named, launched often.
+  ferrum::GraphRecord &busy = registry->record_for_launch(handle(2));
+  REQUIRE(registry->name_graph(handle(2), "busy") == 0);
+  const uint32_t busy_ordinal = busy.ordinal;
+  size_t failed = 0, moved = 0, most_unconfirmed = 0;
+  constexpr uintptr_t kStale = 100000;  // a program naming handles it already destroyed
+  for (uintptr_t n = 0; n < 50000; ++n) {
+    failed += registry->name_graph(handle(kStale + n), "stale") != 0;
+    if (n % 1000 == 0) {
+      ferrum::GraphRecord &now = registry->record_for_launch(handle(2));
+      moved += &now != &busy;
+      now.launches.fetch_add(1);
+      most_unconfirmed = std::max(most_unconfirmed, registry->occupancy().unconfirmed);
+    }
+  }
+  CHECK(failed == 0);
+  CHECK(moved == 0);
+  CHECK(message_of(busy) == "busy");
+  CHECK(busy.ordinal == busy_ordinal);
+  CHECK(&registry->record_for_launch(handle(1)) == &instantiated);
+  CHECK(message_of(instantiated) == "instantiated");
+  CHECK(most_unconfirmed <= ferrum::GraphRegistry::kMaxUnconfirmed);
+  const ferrum::GraphRegistry::Occupancy now = registry->occupancy();
+  CHECK(now.live_graphs <= ferrum::GraphRegistry::kMaxUnconfirmed + 1);
+  CHECK(now.table_slots <= 4 * ferrum::GraphRegistry::kMaxUnconfirmed);
+  CHECK(now.messages <= 3);  // "instantiated", "busy", "stale"
+  // A forgotten one launched after all: registered anew, never under the old name.
+  ferrum::GraphRecord &again = registry->record_for_launch(handle(kStale));
+  CHECK(again.ordinal > busy_ordinal + 40000);
+  CHECK(message_of(again) != "stale");
+  // Destroying a forgotten handle, or one never seen, changes nothing.
+  const size_t live = registry->occupancy().live_graphs;
+  CHECK(live == now.live_graphs);  // `again` took the place of the next one forgotten
+  registry->on_destroy(handle(kStale + 1));
+  registry->on_destroy(handle(999999999));
+  CHECK(registry->occupancy().live_graphs == live);
+}
+
+TEST_CASE("launches find their graphs while other threads churn handles through table rebuilds") {
+  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  constexpr int kLaunchers = 4;
+  for (uintptr_t g = 1; g <= 2 * kLaunchers; ++g) {
+    registry->on_instantiate(handle(g), nullptr, "x");
+    REQUIRE(registry->name_graph(handle(g), ("kept " + std::to_string(g)).c_str()) == 0);
+  }
+  std::vector<ferrum::GraphRecord *> kept;
+  for (uintptr_t g = 1; g <= 2 * kLaunchers; ++g)
+    kept.push_back(&registry->record_for_launch(handle(g)));
+  std::atomic<bool> churning{true};
+  std::atomic<size_t> wrong{0}, launches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kLaunchers; ++t) {
+    threads.emplace_back([&, t] {
+      size_t mine = 0, bad = 0;
+      for (uint64_t i = 0; churning.load(std::memory_order_relaxed) || i < 1000; ++i) {
+        const uintptr_t g = 1 + 2 * static_cast<uintptr_t>(t) + (i & 1);
+        const ferrum::GraphRecord &record = registry->record_for_launch(handle(g));
+        bad += &record != kept[g - 1] ||
+               std::strcmp(record.label.load()->text, ("kept " + std::to_string(g)).c_str()) != 0;
+        ++mine;
+      }
+      wrong += bad;
+      launches += mine;
+    });
+  }
+  // Instantiate/name/destroy with fresh handles, and name stale ones: the table is rebuilt
+  // every few hundred cycles and unconfirmed graphs are forgotten, all while launches run.
+  threads.emplace_back([&] {
+    for (uintptr_t n = 0; n < 20000; ++n) {
+      const void *exec = handle(1000 + n);
+      registry->on_instantiate(exec, nullptr, "x");
+      registry->name_graph(exec, "churn");
+      registry->record_for_launch(exec);
+      registry->on_destroy(exec);
+      registry->name_graph(exec, "stale");
+    }
+    churning = false;
+  });
+  for (auto &thread : threads) thread.join();
+  CHECK(wrong == 0);
+  CHECK(launches >= kLaunchers * 1000);
+  CHECK(registry->occupancy().live_graphs <=
+        2 * kLaunchers + ferrum::GraphRegistry::kMaxUnconfirmed);
 }
