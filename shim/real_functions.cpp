@@ -39,7 +39,7 @@ void note_driver_library(const void *real_driver_function) {
   if (!handle) return;
   void *expected = nullptr;
   if (g_driver_library.compare_exchange_strong(expected, handle, std::memory_order_acq_rel))
-    log_line(LogLevel::debug, "driver library: %s", owner.dli_fname);
+    log_line(LogLevel::debug, "driver library: '%s'", message_value(owner.dli_fname).text);
   else
     dlclose(handle);
 }

@@ -177,6 +177,67 @@ def names_file():
            "cannot be read" in missing.stderr, "a missing file is not one clear line", missing)
 
 
+def names_file_not_a_regular_file():
+    """FERRUM_REPLAY_NAMES at a FIFO with no writer, /dev/zero or a directory: never opened or
+    waited for — the program finishes at once with its own result and every range, and one
+    line says what was skipped (with the recorder attached, and with only a summary asked)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fifo = os.path.join(tmp, "names.fifo")
+        os.mkfifo(fifo)
+        for path, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device"),
+                           (tmp, "a directory")):
+            for record, extra in ((True, {}), (False, {"FERRUM_REPLAY_SUMMARY": "stderr"})):
+                for log in ("silent", "info"):
+                    env = {"FERRUM_REPLAY_NAMES": path, "FERRUM_REPLAY_LOG": log, **extra}
+                    run_ = launch(env=env, record=record, timeout=30)
+                    expect(run_.returncode == 0 and run_.program_counts()["launches"] == LAUNCHES,
+                           f"{path}: the program did not finish normally", run_)
+                    lines = [l for l in run_.stderr.splitlines() if "FERRUM_REPLAY_NAMES" in l]
+                    expect(len(lines) == 1 and f"FERRUM_REPLAY_NAMES='{path}' is {kind}, not a "
+                           "regular file; skipped" in lines[0],
+                           f"{path}: expected one line saying it was skipped", run_)
+                    if record:
+                        expect_one_range_per_launch(run_, LAUNCHES)
+
+
+def names_file_many_bad_lines():
+    """A names file of 100,000 bad lines: 20 reported, then one line with the rest's count;
+    a file over 1 MiB is skipped whole in one line. The good lines still apply."""
+    path = with_file("1 = kept\n" + "bogus\n" * 100000)
+    try:
+        run_ = launch(env={"FERRUM_REPLAY_NAMES": path, "FERRUM_REPLAY_SITE": "off"})
+    finally:
+        os.unlink(path)
+    lines = [l for l in run_.stderr.splitlines() if "FERRUM_REPLAY_NAMES" in l]
+    expect(len(lines) == 21 and "line 21:" in lines[19] and
+           lines[20].endswith("... and 99980 more bad lines, each ignored"),
+           f"{len(lines)} lines about the names file, expected 20 and one count", run_)
+    expect(counts_by_name(run_).get("kept") == ITERS, "the good line did not apply", run_)
+    huge = with_file("# padding\n" * 200000)
+    try:
+        big = launch(env={"FERRUM_REPLAY_NAMES": huge})
+    finally:
+        os.unlink(huge)
+    expect(big.returncode == 0 and big.stderr.count("\n") == 1 and
+           "larger than 1 MiB" in big.stderr, "a huge file is not one line", big)
+
+
+def echoed_paths_cannot_forge_lines():
+    """A path with a newline and an escape sequence is echoed printable and quoted: one line,
+    no control byte, nothing that reads as a second message."""
+    forged = "/nonexistent/names\n\x1b[32mferrum-replay: all good"
+    run_ = launch(env={"FERRUM_REPLAY_NAMES": forged})
+    lines = run_.stderr.splitlines()
+    expect(len(lines) == 1 and "\x1b" not in run_.stderr, "the path forged a line", run_)
+    expect(lines[0].startswith("ferrum-replay: FERRUM_REPLAY_NAMES='/nonexistent/names??[32m"
+                               "ferrum-replay: all good' cannot be read"), "not quoted", run_)
+    long_path = "/nonexistent/" + "p" * 4000  # too long for a setting: refused, quoted, cut
+    refused = launch(env={"FERRUM_REPLAY_NAMES": long_path})
+    expect(refused.stderr.count("\n") == 1 and "p" * 188 not in refused.stderr and
+           "...' is invalid" in refused.stderr, "an overlong path is not cut at 200 bytes",
+           refused)
+
+
 def message_template():
     run_ = launch(env={"FERRUM_REPLAY_FORMAT": "{name} #{ordinal} via {api}",
                        "FERRUM_REPLAY_SITE": "off"})
@@ -235,6 +296,7 @@ SCENARIOS = {f.__name__: f for f in (
     call_site_names, stripped_binary_sites, runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, names_file,
+    names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
     message_template, template_collisions_stay_apart, content_names, summary_file)}
 
 if __name__ == "__main__":
