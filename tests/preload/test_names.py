@@ -64,6 +64,44 @@ def stripped_binary_sites():
            f"expected module+offset, got {names}", run_)
 
 
+def site_past_symbol_end():
+    """A call site in a local function right after an exported one: unstripped, the local
+    function's own name; stripped, module+offset — never the exported neighbour, which is only
+    the nearest symbol below the address (the same class as libffi's unexported call stub
+    answered as ffi_prep_go_closure)."""
+    run_ = run([path_of("SITE_AFTER_EXPORT"), "3"])
+    names = sorted(counts_by_name(run_))
+    expect(run_.returncode == 0 and names[0] == "(anonymous namespace)::instantiate_after_neighbour",
+           f"unstripped: names {names}", run_)
+    with tempfile.TemporaryDirectory() as tmp:
+        stripped = os.path.join(tmp, "site_stripped")
+        shutil.copy(path_of("SITE_AFTER_EXPORT"), stripped)
+        subprocess.run(["strip", "--strip-all", stripped], check=True)
+        run_ = run([stripped, "3"])
+    names = sorted(counts_by_name(run_))
+    expect(len(names) == 3 and not any("exported_neighbour" in n for n in names),
+           f"stripped: named after the neighbouring export: {names}", run_)
+    expect(re.fullmatch(r"site_stripped\+0x[0-9a-f]+", names[0]) is not None,
+           f"stripped: expected module+offset, got {names}", run_)
+
+
+def ctypes_call_sites():
+    """Graphs instantiated from Python through ctypes: the FFI layers (libffi's call stub,
+    the _ctypes module) are skipped like the CUDA libraries, so no graph is named after an
+    FFI function; graphs from the one site stay apart by number."""
+    run_ = run([sys.executable, path_of("LAUNCH_CTYPES"), "--graphs", str(GRAPHS),
+                "--iters", str(ITERS)])
+    expect(run_.returncode == 0, "program failed", run_)
+    counts = counts_by_name(run_)
+    expect(len(counts) == GRAPHS and set(counts.values()) == {ITERS}, f"names {counts}", run_)
+    for name in counts:
+        expect(not re.search(r"ffi|closure|_ctypes|libffi", name),
+               f"a graph is named after the FFI layer: {name!r}", run_)
+    site = min(counts, key=len)
+    expect(all(n == site or n.startswith(site + " (graph ") for n in counts),
+           f"graphs from one site are not '{site}' and '{site} (graph N)': {counts}", run_)
+
+
 def runtime_instantiation_registers_once():
     """cudaGraphInstantiate reaches the driver's instantiate underneath (shared runtime) or
     only the driver's (static runtime): either way one identity per graph, from the
@@ -293,7 +331,8 @@ def summary_file():
 
 
 SCENARIOS = {f.__name__: f for f in (
-    call_site_names, stripped_binary_sites, runtime_instantiation_registers_once,
+    call_site_names, stripped_binary_sites, site_past_symbol_end, ctypes_call_sites,
+    runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, names_file,
     names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,

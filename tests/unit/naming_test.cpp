@@ -266,12 +266,21 @@ TEST_CASE("call-site names: parameters stripped, operators and templates kept") 
   CHECK(strip("std::vector<int (*)(int)>::push_back(int)") ==
         "std::vector<int (*)(int)>::push_back");
   CHECK(strip("main::{lambda()#1}::operator()() const") == "main::{lambda()#1}::operator()");
+  CHECK(strip("(anonymous namespace)::instantiate(CUgraphExec_st**)") ==
+        "(anonymous namespace)::instantiate");
+  CHECK(strip("ns::(anonymous namespace)::f<int>(int)") == "ns::(anonymous namespace)::f<int>");
 }
 
 TEST_CASE("call-site frames: CUDA libraries, the static runtime and user prefixes are skipped") {
   CHECK(ferrum::is_skipped_frame("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "", ""));
   CHECK(ferrum::is_skipped_frame("/opt/cuda/lib64/libcudart.so.13", "", ""));
   CHECK(ferrum::is_skipped_frame("/x/libferrum-replay.so", "", ""));
+  // The foreign-function layers Python calls through: libffi's stubs, ctypes, cffi.
+  CHECK(ferrum::is_skipped_frame("/usr/lib/x86_64-linux-gnu/libffi.so.8", "ffi_call", ""));
+  CHECK(ferrum::is_skipped_frame(
+      "/usr/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so", "", ""));
+  CHECK(ferrum::is_skipped_frame("/venv/_cffi_backend.cpython-311-x86_64-linux-gnu.so", "", ""));
+  CHECK_FALSE(ferrum::is_skipped_frame("/app/libffi_user_code.so", "", ""));
   CHECK(ferrum::is_skipped_frame("/app/server", "cudaGraphInstantiate", ""));
   CHECK(ferrum::is_skipped_frame("/app/server", "cuGraphInstantiateWithFlags", ""));
   CHECK(ferrum::is_skipped_frame("/app/server", "cudart::globalState::init", ""));
