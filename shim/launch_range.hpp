@@ -52,6 +52,11 @@ bool close_abandoned_call();
 // Calls left by a non-local jump and closed late, in this process.
 unsigned long long abandoned_calls();
 
+// On a function that holds an OutermostCall: its frame must be on the thread's real stack.
+// AddressSanitizer's use-after-return detection moves instrumented functions' locals to heap
+// "fake stacks", where frame addresses are not ordered by depth. No effect in other builds.
+#define FERRUM_REAL_STACK_FRAME __attribute__((no_sanitize_address))
+
 // Claims the outermost-call guard of this thread for the scope, unless a call is open on
 // this thread further up the same stack (then this call is nested in it and passes through).
 //
@@ -126,8 +131,12 @@ class LaunchRange {
   }
 
   ~LaunchRange() {
-    nvtxDomainRangePop(domain_);  // unconditionally: see the invariant above
+    // Whatever the push returned: see the invariant above. Not when the pop was issued
+    // already — only if a call nested in this one was taken for a new call after an abandoned
+    // one (a stack this guard cannot order), which then closed this range early; balance holds.
+    if (!t_calls.pop_pending) return;
     t_calls.pop_pending = false;
+    nvtxDomainRangePop(domain_);
   }
 
   void note_failed_launch() { record_.failed_launches.fetch_add(1, std::memory_order_relaxed); }
@@ -147,7 +156,8 @@ class LaunchRange {
 // Runs `call` (the real launch) inside one range named after `exec`, unless this thread is
 // already inside an intercepted call or the shim is off. The result is returned unchanged.
 template <typename Result, typename Call>
-inline Result launch_in_range(const void *exec, Result success, Call &&call) {
+FERRUM_REAL_STACK_FRAME inline Result launch_in_range(const void *exec, Result success,
+                                                      Call &&call) {
   OutermostCall outermost;
   if (!outermost.claimed() || !shim_active()) return call();
   LaunchRange range(graph_registry().record_for_launch(exec), shim_domain());
@@ -164,8 +174,9 @@ namespace ferrum {
 // call site, content and name. The outermost layer registers (the runtime's instantiate
 // reaches the driver's underneath). The result is returned unchanged.
 template <typename Result, typename Exec, typename Call>
-inline Result instantiate_and_register(Result success, Exec *out_exec, const void *graph,
-                                       const char *api, Call &&call) {
+FERRUM_REAL_STACK_FRAME inline Result instantiate_and_register(Result success, Exec *out_exec,
+                                                               const void *graph, const char *api,
+                                                               Call &&call) {
   Result result;
   {
     OutermostCall outermost;
@@ -180,7 +191,7 @@ inline Result instantiate_and_register(Result success, Exec *out_exec, const voi
 // Forgets `exec` before the real destroy runs: once destroyed, the driver may hand the same
 // handle to another graph at any moment.
 template <typename Exec, typename Call>
-inline auto destroy_and_forget(Exec exec, Call &&call) {
+FERRUM_REAL_STACK_FRAME inline auto destroy_and_forget(Exec exec, Call &&call) {
   OutermostCall outermost;
   if (!outermost.claimed() || !shim_active()) return call();
   graph_registry().on_destroy(exec);

@@ -20,7 +20,7 @@ bool open_call() {
 }
 
 // Claims the guard, marks a push as owed, and leaves without running any destructor.
-__attribute__((noinline)) void abandon_a_call() {
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) void abandon_a_call() {
   ferrum::OutermostCall call;
   REQUIRE(call.claimed());
   ferrum::t_calls.pop_domain = nullptr;  // no tool in this process: NVTX ignores the pop
@@ -33,28 +33,42 @@ void abandon() {
   REQUIRE(open_call());  // the guard is still held by the dead frame
 }
 
-__attribute__((noinline)) bool claim_here() {
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool claim_here() {
   ferrum::OutermostCall call;
   return call.claimed();
 }
 
 // A claim `depth` frames deeper, each frame writing its whole buffer (the stack is reused).
-__attribute__((noinline)) bool claim_deeper(int depth) {
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool claim_deeper(int depth) {
   volatile char scribble[512];
   memset(const_cast<char *>(scribble), 0x5a, sizeof scribble);
   const bool claimed = depth == 0 ? claim_here() : claim_deeper(depth - 1);
   return claimed && scribble[0] == 0x5a;
 }
 
-__attribute__((noinline)) bool nested_claim_inside() {
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool nested_claim_inside() {
   ferrum::OutermostCall outer;
   REQUIRE(outer.claimed());
   return claim_deeper(2);  // the runtime's launch reaching the driver's underneath
 }
 
+// The test body itself calls from above the abandoned call's frame.
+FERRUM_REAL_STACK_FRAME bool claim_from_above() {
+  ferrum::OutermostCall call;
+  return call.claimed();
+}
+
 bool g_claimed_in_handler = true;
 void handler_claims(int) {
   g_claimed_in_handler = claim_here();
+}
+
+// True when the handler ran (on the alternate stack) while the call stayed open.
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool signal_inside_open_call() {
+  ferrum::OutermostCall open;
+  if (!open.claimed()) return false;
+  raise(SIGUSR2);
+  return open_call();  // still the open call's
 }
 
 }  // namespace
@@ -73,10 +87,7 @@ TEST_CASE("a call left by siglongjmp is closed at the next call, from any depth"
   CHECK_FALSE(ferrum::t_calls.pop_pending);  // the owed pop was issued
   CHECK(!open_call());
   abandon();
-  {
-    ferrum::OutermostCall from_above;
-    CHECK(from_above.claimed());
-  }
+  CHECK(claim_from_above());
   // From deeper, after the dead frame's stack was reused: its marker no longer holds the
   // cookie.
   abandon();
@@ -98,14 +109,10 @@ TEST_CASE("a signal handler on the alternate stack, inside an open call, is nest
   sigemptyset(&action.sa_mask);
   REQUIRE(sigaction(SIGUSR2, &action, &previous) == 0);
   const unsigned long long before = ferrum::abandoned_calls();
-  {
-    ferrum::OutermostCall open;
-    REQUIRE(open.claimed());
-    raise(SIGUSR2);
-    CHECK_FALSE(g_claimed_in_handler);
-    CHECK(open_call());  // still the open call's
-  }
+  CHECK(signal_inside_open_call());
+  CHECK_FALSE(g_claimed_in_handler);
   CHECK(ferrum::abandoned_calls() == before);
+  CHECK(!open_call());
   sigaction(SIGUSR2, &previous, nullptr);
   alternate.ss_flags = SS_DISABLE;
   sigaltstack(&alternate, nullptr);
