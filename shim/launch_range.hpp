@@ -68,7 +68,9 @@ unsigned long long abandoned_calls();
 // because the stack was reused — cannot be nested: the open call was abandoned.
 class OutermostCall {
  public:
-  OutermostCall() {
+  // Not instrumented either: the marker it may read lies in a frame that is not instrumented
+  // (or in a stack area that has been reused since).
+  FERRUM_REAL_STACK_FRAME OutermostCall() {
     ThreadCalls &calls = t_calls;
     if (calls.open) {
       const uintptr_t here = reinterpret_cast<uintptr_t>(&marker_);
