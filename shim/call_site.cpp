@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -124,6 +125,26 @@ void module_and_offset(const Dl_info &info, uintptr_t address, char *out, size_t
            static_cast<unsigned long>(address - reinterpret_cast<uintptr_t>(info.dli_fbase)));
 }
 
+// ---- symbol extents ----
+
+// What dladdr1 knows of a frame's address: its module and the nearest exported (dynamic)
+// symbol, with that symbol's size.
+struct FrameModule {
+  Dl_info info{};
+  const ElfW(Sym) *symbol = nullptr;
+};
+
+// Whether `address` lies inside the dynamic symbol dladdr1 reported. A name is only as good
+// as this: the nearest export *below* an address (libffi's unexported call stub, answered as
+// ffi_prep_go_closure; glibc's __libc_start_call_main, as __libc_init_first) is another
+// function. A symbol without a size covers only its first byte.
+bool dynamic_symbol_covers(const FrameModule &frame, uintptr_t address) {
+  if (!frame.info.dli_sname || !frame.info.dli_saddr || !frame.symbol) return false;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(frame.info.dli_saddr);
+  const uintptr_t size = frame.symbol->st_size ? frame.symbol->st_size : 1;
+  return address >= start && address - start < size;
+}
+
 // ---- stack walking ----
 
 // Decides a frame: `symbol_of` names it (expensive, only called when the module is not
@@ -131,14 +152,19 @@ void module_and_offset(const Dl_info &info, uintptr_t address, char *out, size_t
 template <typename SymbolOf>
 bool try_frame(uintptr_t address, const char *skip_prefixes, char *out, size_t out_size,
                SymbolOf &&symbol_of) {
-  Dl_info info{};
-  if (!address || !dladdr(reinterpret_cast<void *>(address), &info) || !info.dli_fname)
+  FrameModule frame;
+  Dl_info &info = frame.info;
+  void *symbol_entry = nullptr;
+  if (!address ||
+      !dladdr1(reinterpret_cast<void *>(address), &info, &symbol_entry, RTLD_DL_SYMENT) ||
+      !info.dli_fname)
     return false;
+  frame.symbol = static_cast<const ElfW(Sym) *>(symbol_entry);
   if (is_own_address(reinterpret_cast<void *>(address))) return false;
   if (is_skipped_frame(info.dli_fname, "", skip_prefixes)) return false;
   if (cached_site(address, out, out_size)) return out[0] != '\0';
   char symbol[256];
-  symbol_of(info, symbol, sizeof symbol);
+  symbol_of(frame, symbol, sizeof symbol);
   if (is_skipped_frame(info.dli_fname, symbol, skip_prefixes)) {
     remember_site(address, "");  // skipped: remember that too
     return false;
@@ -163,6 +189,7 @@ struct Libunwind {
   int (*step)(unw_cursor_t *);
   int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
   int (*get_proc_name)(unw_cursor_t *, char *, size_t, unw_word_t *);
+  int (*get_proc_info)(unw_cursor_t *, unw_proc_info_t *);  // optional
 };
 
 template <typename Function>
@@ -191,6 +218,7 @@ const Libunwind *libunwind() {
     find(library, lookup, FERRUM_SYMBOL_NAME(unw_step), functions.step);
     find(library, lookup, FERRUM_SYMBOL_NAME(unw_get_reg), functions.get_reg);
     find(library, lookup, FERRUM_SYMBOL_NAME(unw_get_proc_name), functions.get_proc_name);
+    find(library, lookup, FERRUM_SYMBOL_NAME(unw_get_proc_info), functions.get_proc_info);
     available =
         functions.init_local && functions.step && functions.get_reg && functions.get_proc_name;
 #if defined(__x86_64__)
@@ -198,6 +226,21 @@ const Libunwind *libunwind() {
 #endif
   });
   return available ? &functions : nullptr;
+}
+
+// Whether the symbol libunwind named for `address`, starting at `start`, is the function that
+// contains it. libunwind takes the nearest symbol below the address (from .symtab when the
+// module has one), whatever its size: when that is the dynamic symbol dladdr1 reports, its
+// size decides; otherwise (a local symbol) no procedure of the unwind information may begin
+// between the symbol and the address.
+bool libunwind_symbol_covers(const Libunwind &unwind, unw_cursor_t &cursor,
+                             const FrameModule &module, uintptr_t start, uintptr_t address) {
+  if (start > address) return false;
+  if (module.info.dli_saddr && reinterpret_cast<uintptr_t>(module.info.dli_saddr) == start)
+    return dynamic_symbol_covers(module, address);
+  unw_proc_info_t procedure{};
+  if (!unwind.get_proc_info || unwind.get_proc_info(&cursor, &procedure) != 0) return false;
+  return procedure.start_ip <= address && address < procedure.end_ip && start >= procedure.start_ip;
 }
 
 bool walk_with_libunwind(const char *skip_prefixes, char *out, size_t out_size) {
@@ -212,13 +255,16 @@ bool walk_with_libunwind(const char *skip_prefixes, char *out, size_t out_size) 
     // A return address points after the call; one byte back lies inside the caller's call.
     const uintptr_t address = ip ? static_cast<uintptr_t>(ip) - 1 : 0;
     if (try_frame(address, skip_prefixes, out, out_size,
-                  [&](const Dl_info &, char *symbol, size_t size) {
+                  [&](const FrameModule &module, char *symbol, size_t size) {
                     char mangled[512];
                     unw_word_t offset = 0;
-                    if (unwind->get_proc_name(&cursor, mangled, sizeof mangled, &offset) == 0)
-                      readable_symbol_name(mangled, symbol, size);
-                    else
-                      symbol[0] = '\0';
+                    const char *name = nullptr;
+                    if (unwind->get_proc_name(&cursor, mangled, sizeof mangled, &offset) == 0 &&
+                        libunwind_symbol_covers(*unwind, cursor, module, ip - offset, address))
+                      name = mangled;
+                    else if (dynamic_symbol_covers(module, address))
+                      name = module.info.dli_sname;
+                    readable_symbol_name(name, symbol, size);
                   }))
       return true;
   }
@@ -237,8 +283,10 @@ void walk_with_backtrace(const char *skip_prefixes, char *out, size_t out_size) 
   for (int i = 1; i < count; ++i) {
     const uintptr_t address = reinterpret_cast<uintptr_t>(frames[i]) - 1;
     if (try_frame(address, skip_prefixes, out, out_size,
-                  [](const Dl_info &info, char *symbol, size_t size) {
-                    readable_symbol_name(info.dli_sname, symbol, size);
+                  [address](const FrameModule &module, char *symbol, size_t size) {
+                    readable_symbol_name(
+                        dynamic_symbol_covers(module, address) ? module.info.dli_sname : nullptr,
+                        symbol, size);
                   }))
       return;
   }
@@ -246,9 +294,12 @@ void walk_with_backtrace(const char *skip_prefixes, char *out, size_t out_size) 
 }
 
 // Built-in skips: the driver and runtime libraries, the static runtime's functions inside
-// the program, and NVIDIA's other libraries that call graph APIs on a program's behalf.
+// the program, NVIDIA's other libraries that call graph APIs on a program's behalf, and the
+// foreign-function layers through which Python calls them (libffi's call stubs, the ctypes
+// and cffi modules): never a call site a person wrote.
 constexpr const char *kSkippedModules[] = {"libcuda.",   "libcudart", "libferrum-replay",
-                                           "libnvidia-", "libcublas", "libcudnn"};
+                                           "libnvidia-", "libcublas", "libcudnn",
+                                           "libffi.",    "_ctypes.",  "_cffi_backend."};
 constexpr const char *kSkippedSymbolPrefixes[] = {"__cuda", "cudart::", "libcudart"};
 
 // cudaGraphInstantiate, cuGraphInstantiateWithFlags...: the API itself, inside a program
@@ -265,6 +316,10 @@ void strip_parameters(char *name) {
   for (char *p = name; *p; ++p) {
     if (*p == '<' || *p == '{' || *p == '[') ++depth;
     if ((*p == '>' || *p == '}' || *p == ']') && depth > 0) --depth;
+    if (*p == '(' && strncmp(p, "(anonymous namespace)", 21) == 0) {
+      p += 20;  // a name part, not a parameter list
+      continue;
+    }
     if (*p == '(' && depth == 0) {
       if (p - name >= 8 && strncmp(p - 8, "operator", 8) == 0 && p[1] == ')') {
         ++p;  // "operator()" is a name, not a parameter list

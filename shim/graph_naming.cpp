@@ -19,42 +19,14 @@ namespace {
 
 NameRules g_rules;  // written once at activation, before any registration reads it
 
-struct Complaint {
-  const char *path;
-};
-
-void complain_about_line(int line, const char *problem, void *context) {
-  warn_line("FERRUM_REPLAY_NAMES=%s line %d: %s; line ignored",
-            static_cast<Complaint *>(context)->path, line, problem);
+void say_on_stderr(const char *sentence, void *) {
+  warn_line("%s", sentence);
 }
 
 }  // namespace
 
 void load_names_file(const char *path) {
-  if (!path || !*path) return;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    warn_line("FERRUM_REPLAY_NAMES=%s cannot be read (%s); no names file applies", path,
-              strerror(errno));
-    return;
-  }
-  constexpr size_t kMaxFile = 1 << 20;  // a names file is a few lines; refuse anything huge
-  char *text = static_cast<char *>(malloc(kMaxFile));
-  size_t length = 0;
-  ssize_t got = 0;
-  while (text && length < kMaxFile && (got = read(fd, text + length, kMaxFile - length)) > 0)
-    length += static_cast<size_t>(got);
-  close(fd);
-  if (!text || got < 0) {
-    warn_line("FERRUM_REPLAY_NAMES=%s cannot be read; no names file applies", path);
-    free(text);
-    return;
-  }
-  if (length == kMaxFile) warn_line("FERRUM_REPLAY_NAMES=%s: only its first 1 MiB is read", path);
-  Complaint complaint{path};
-  g_rules = parse_names_file(text, length, complain_about_line, &complaint);
-  free(text);
-  log_line(LogLevel::info, "names file %s: %zu rules", path, g_rules.count);
+  g_rules = read_names_file(path, say_on_stderr, nullptr);
 }
 
 bool compose_message(GraphRecord &record, char *out, size_t out_size) {

@@ -1,31 +1,111 @@
-// The balanced range around one graph launch, and the per-thread depth guard.
+// The balanced range around one graph launch, and the per-thread guard that keeps nested
+// intercepted calls to one range.
 //
 // Invariant: every push this shim issues is followed by exactly one pop on the same thread
 // and domain — whatever the push returned (a tool rejects with a negative value and then
 // swallows the matching pop), whether the launch failed, and whatever unwinds through the
 // launch (the pop is in a destructor; the shim is built with unwind tables and a
-// personality routine, see unwind_support.cpp).
+// personality routine, see unwind_support.cpp). A launch left by a non-local jump (a
+// watchdog's siglongjmp out of a signal handler) runs no destructor: its pop is issued late,
+// at the thread's next intercepted call, which notices the abandoned call (see OutermostCall).
 //
 // Modelled on nvtx3.hpp's scoped_range_in: cannot be copied, moved or heap-allocated.
 #pragma once
 
 #include <nvtx3/nvToolsExt.h>
+#include <stdint.h>
 
 #include "activation.hpp"
 #include "graph_registry.hpp"
 
 namespace ferrum {
 
-// Intercepted calls open on this thread. The runtime's cudaGraphLaunch reaches the driver's
-// cuGraphLaunch underneath (and cudaGraphInstantiate the driver's instantiate); both layers
-// are intercepted, and the inner one must not open a second range or register the graph
-// twice. Initial-exec TLS: a plain %fs-relative access, no __tls_get_addr call per launch.
-extern constinit __attribute__((tls_model("initial-exec"))) thread_local unsigned t_intercept_depth;
+// This thread's open outermost intercepted call (launch, instantiate or destroy). The
+// runtime's cudaGraphLaunch reaches the driver's cuGraphLaunch underneath (and
+// cudaGraphInstantiate the driver's instantiate); both layers are intercepted, and the inner
+// one must not open a second range or register the graph twice. Initial-exec TLS: plain
+// %fs-relative accesses, no __tls_get_addr call per launch.
+struct ThreadCalls {
+  // The marker in the frame of the open outermost call, null when none is open; while that
+  // call runs, the marker holds `cookie` (unique per call on this thread).
+  const volatile uintptr_t *open;
+  uintptr_t cookie;
+  uintptr_t entered;  // outermost calls entered on this thread, for the cookies
+  // The range the open call pushed and has not popped yet, if any.
+  nvtxDomainHandle_t pop_domain;
+  bool pop_pending;
+};
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadCalls t_calls;
+
+// How far below an open call's frame a call nested in it can be: the CUDA library's own
+// frames between the two layers, a tool's callback, a signal frame. Only within this reach is
+// the open call's marker read (it is then on the live part of the same stack).
+inline constexpr uintptr_t kNestingReach = 256 * 1024;
+
+// The slow path of OutermostCall: the open call's frame is not above this one (or out of
+// reach), so unless this thread runs on its alternate signal stack (a handler that
+// interrupted the open call), that call was left by a non-local jump: its range gets its
+// pop now, it is counted, and the guard is cleared. Returns false when the call is nested
+// after all (on the alternate signal stack).
+bool close_abandoned_call();
+
+// Calls left by a non-local jump and closed late, in this process.
+unsigned long long abandoned_calls();
+
+// On a function that holds an OutermostCall: its frame must be on the thread's real stack.
+// AddressSanitizer's use-after-return detection moves instrumented functions' locals to heap
+// "fake stacks", where frame addresses are not ordered by depth. No effect in other builds.
+#define FERRUM_REAL_STACK_FRAME __attribute__((no_sanitize_address))
+
+// Claims the outermost-call guard of this thread for the scope, unless a call is open on
+// this thread further up the same stack (then this call is nested in it and passes through).
+//
+// Why a frame address and a cookie rather than a depth counter: siglongjmp out of a call (a
+// watchdog pattern) skips its destructor, and a counter would stay raised for ever — every
+// later launch of the thread would get no range. Stacks grow down on every supported
+// architecture, so a call nested in the open one has its frame below the open call's; a call
+// whose frame is at or above it — or far away, or whose marker no longer holds the cookie
+// because the stack was reused — cannot be nested: the open call was abandoned.
+class OutermostCall {
+ public:
+  // Not instrumented either: the marker it may read lies in a frame that is not instrumented
+  // (or in a stack area that has been reused since).
+  FERRUM_REAL_STACK_FRAME OutermostCall() {
+    ThreadCalls &calls = t_calls;
+    if (calls.open) {
+      const uintptr_t here = reinterpret_cast<uintptr_t>(&marker_);
+      const uintptr_t open = reinterpret_cast<uintptr_t>(calls.open);
+      if (here < open && open - here < kNestingReach && *calls.open == calls.cookie) return;
+      if (!close_abandoned_call()) return;
+    }
+    const uintptr_t cookie = (++calls.entered * 0x9E3779B97F4A7C15ull) | 1;  // never 0
+    marker_ = cookie;
+    calls.cookie = cookie;
+    calls.open = &marker_;
+    claimed_ = true;
+  }
+
+  ~OutermostCall() {
+    if (!claimed_) return;
+    marker_ = 0;
+    t_calls.open = nullptr;
+  }
+
+  bool claimed() const { return claimed_; }
+
+  OutermostCall(const OutermostCall &) = delete;
+  OutermostCall &operator=(const OutermostCall &) = delete;
+  static void *operator new(decltype(sizeof 0)) = delete;
+
+ private:
+  volatile uintptr_t marker_ = 0;
+  bool claimed_ = false;
+};
 
 class LaunchRange {
  public:
+  // Only inside a claimed OutermostCall.
   LaunchRange(GraphRecord &record, nvtxDomainHandle_t domain) : record_(record), domain_(domain) {
-    ++t_intercept_depth;
     nvtxEventAttributes_t attributes{};
     attributes.version = NVTX_VERSION;
     attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
@@ -43,6 +123,9 @@ class LaunchRange {
       attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
       attributes.message.ascii = record.label.load(std::memory_order_acquire)->text;
     }
+    // Owed from the moment it is issued: a jump out of the push itself still gets its pop.
+    t_calls.pop_domain = domain_;
+    t_calls.pop_pending = true;
     const int depth = nvtxDomainRangePushEx(domain_, &attributes);
     // -2 (NVTX_NO_PUSH_POP_TRACKING) means no tool; other negatives are a tool's refusal.
     if (depth < 0 && depth != NVTX_NO_PUSH_POP_TRACKING)
@@ -50,8 +133,12 @@ class LaunchRange {
   }
 
   ~LaunchRange() {
-    nvtxDomainRangePop(domain_);  // unconditionally: see the invariant above
-    --t_intercept_depth;
+    // Whatever the push returned: see the invariant above. Not when the pop was issued
+    // already — only if a call nested in this one was taken for a new call after an abandoned
+    // one (a stack this guard cannot order), which then closed this range early; balance holds.
+    if (!t_calls.pop_pending) return;
+    t_calls.pop_pending = false;
+    nvtxDomainRangePop(domain_);
   }
 
   void note_failed_launch() { record_.failed_launches.fetch_add(1, std::memory_order_relaxed); }
@@ -69,10 +156,12 @@ class LaunchRange {
 };
 
 // Runs `call` (the real launch) inside one range named after `exec`, unless this thread is
-// already inside a launch scope or the shim is off. The result is returned unchanged.
+// already inside an intercepted call or the shim is off. The result is returned unchanged.
 template <typename Result, typename Call>
-inline Result launch_in_range(const void *exec, Result success, Call &&call) {
-  if (t_intercept_depth != 0 || !shim_active()) return call();
+FERRUM_REAL_STACK_FRAME inline Result launch_in_range(const void *exec, Result success,
+                                                      Call &&call) {
+  OutermostCall outermost;
+  if (!outermost.claimed() || !shim_active()) return call();
   LaunchRange range(graph_registry().record_for_launch(exec), shim_domain());
   Result result = call();
   if (result != success) range.note_failed_launch();
@@ -83,25 +172,17 @@ inline Result launch_in_range(const void *exec, Result success, Call &&call) {
 
 namespace ferrum {
 
-// Marks this thread as inside an intercepted call for the scope (see t_intercept_depth).
-class InterceptScope {
- public:
-  InterceptScope() { ++t_intercept_depth; }
-  ~InterceptScope() { --t_intercept_depth; }
-  InterceptScope(const InterceptScope &) = delete;
-  InterceptScope &operator=(const InterceptScope &) = delete;
-};
-
 // Runs `call` (a real instantiate) and gives the new executable graph an identity: ordinal,
 // call site, content and name. The outermost layer registers (the runtime's instantiate
 // reaches the driver's underneath). The result is returned unchanged.
 template <typename Result, typename Exec, typename Call>
-inline Result instantiate_and_register(Result success, Exec *out_exec, const void *graph,
-                                       const char *api, Call &&call) {
-  if (t_intercept_depth != 0 || !shim_active()) return call();
+FERRUM_REAL_STACK_FRAME inline Result instantiate_and_register(Result success, Exec *out_exec,
+                                                               const void *graph, const char *api,
+                                                               Call &&call) {
   Result result;
   {
-    InterceptScope scope;
+    OutermostCall outermost;
+    if (!outermost.claimed() || !shim_active()) return call();
     result = call();
   }
   if (result == success && out_exec && *out_exec)
@@ -112,10 +193,10 @@ inline Result instantiate_and_register(Result success, Exec *out_exec, const voi
 // Forgets `exec` before the real destroy runs: once destroyed, the driver may hand the same
 // handle to another graph at any moment.
 template <typename Exec, typename Call>
-inline auto destroy_and_forget(Exec exec, Call &&call) {
-  if (t_intercept_depth != 0 || !shim_active()) return call();
+FERRUM_REAL_STACK_FRAME inline auto destroy_and_forget(Exec exec, Call &&call) {
+  OutermostCall outermost;
+  if (!outermost.claimed() || !shim_active()) return call();
   graph_registry().on_destroy(exec);
-  InterceptScope scope;
   return call();
 }
 

@@ -46,10 +46,10 @@ __attribute__((visibility("hidden"))) void *ferrum_dlopen_prologue(const char *f
       !g_deepbind_reported.exchange(true, std::memory_order_relaxed)) {
     (void)ferrum::settings();  // the log level
     ferrum::log_line(ferrum::LogLevel::error,
-                     "dlopen(\"%s\", RTLD_DEEPBIND): a library loaded with RTLD_DEEPBIND binds to "
+                     "dlopen('%s', RTLD_DEEPBIND): a library loaded with RTLD_DEEPBIND binds to "
                      "its own dependencies first, so graph launches it makes may bypass "
                      "ferrum-replay and have no range",
-                     file);
+                     ferrum::message_value(file).text);
   }
   return reinterpret_cast<void *>(ferrum::libc_dlopen());
 }

@@ -14,7 +14,7 @@ std::atomic<LogLevel> g_level{LogLevel::silent};
 
 void write_line(const char *format, va_list args) {
   constexpr char kPrefix[] = "ferrum-replay: ";
-  char line[512];
+  char line[1024];
   int used = snprintf(line, sizeof line, "%s", kPrefix);
   int body = vsnprintf(line + used, sizeof line - used - 1, format, args);
   if (body < 0) return;

@@ -45,7 +45,7 @@ void note_driver_library(const void *real_driver_function) {
   if (!g_driver_path_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
   memcpy(g_driver_path, owner.dli_fname, length + 1);
   g_driver_path_state.store(2, std::memory_order_release);
-  log_line(LogLevel::debug, "driver library: %s", g_driver_path);
+  log_line(LogLevel::debug, "driver library: '%s'", message_value(g_driver_path).text);
 }
 
 void *find_next_definition(const char *name) {

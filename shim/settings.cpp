@@ -15,16 +15,6 @@ bool equals_any(const char *value, const char *const *choices) {
   return false;
 }
 
-// Quotes at most 40 bytes of a user value as printable UTF-8 (control bytes and malformed
-// sequences become '?', a character is never cut), so that a hostile or binary value cannot
-// garble the terminal or produce more than one line.
-void quote_value(const char *value, char *out, size_t out_size) {
-  const size_t length = strlen(value);
-  const size_t shown = length > 40 ? 40 : length;
-  copy_printable_utf8(value, shown, out, out_size - 3);
-  if (shown < length) strcat(out, "...");
-}
-
 struct Reader {
   EnvLookup lookup;
   void *lookup_context;
@@ -39,11 +29,9 @@ struct Reader {
 
   void reject(const char *name, const char *value, const char *expected,
               const char *fallback) const {
-    char quoted[64];
-    quote_value(value, quoted, sizeof quoted);
-    char sentence[512];
-    snprintf(sentence, sizeof sentence, "%s='%s' is invalid (expected %s); using %s", name, quoted,
-             expected, fallback);
+    char sentence[640];
+    snprintf(sentence, sizeof sentence, "%s='%s' is invalid (expected %s); using %s", name,
+             message_value(value).text, expected, fallback);
     complain(sentence, complain_context);
   }
 };
@@ -153,6 +141,20 @@ void read_format(const Reader &reader, Settings &settings) {
 }
 
 }  // namespace
+
+MessageValue message_value(const char *value, size_t length) {
+  MessageValue shown;
+  // One byte more than the limit tells whether anything was left out.
+  char probe[kMessageValueLimit + 5];
+  const size_t whole = copy_printable_utf8(value, length, probe, sizeof probe);
+  copy_printable_utf8(value, length, shown.text, kMessageValueLimit + 1);
+  if (whole > kMessageValueLimit) strcat(shown.text, "...");
+  return shown;
+}
+
+MessageValue message_value(const char *value) {
+  return message_value(value, value ? strlen(value) : 0);
+}
 
 void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context) {

@@ -41,4 +41,15 @@ void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
 
 const char *log_level_name(LogLevel level);
 
+// A user value (a setting, a path, a name) as a message shows it (docs/text-rules.md, section
+// 3): printable UTF-8 (control bytes, malformed sequences -> '?'), at most 200 bytes, cut at a
+// character boundary with "..." appended — so that it can neither garble a terminal nor forge
+// a second line. The message puts it in single quotes: "FERRUM_REPLAY_NAMES='%s' ...".
+inline constexpr size_t kMessageValueLimit = 200;
+struct MessageValue {
+  char text[kMessageValueLimit + 4];
+};
+MessageValue message_value(const char *value);
+MessageValue message_value(const char *value, size_t length);
+
 }  // namespace ferrum

@@ -2,6 +2,7 @@
 with the recorder as the NVTX tool. Each asserts what a user would see: one balanced range
 per launch, the launch's result unchanged, and silence where nothing was asked for."""
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -103,6 +104,32 @@ def exception_through_launch():
         expect_balanced(shimmed)
         app = shimmed.ranges(domain="global", name="app step")
         expect(len(app) == LAUNCHES, f"{len(app)} app ranges for {LAUNCHES} launches", shimmed)
+
+
+def longjmp_out_of_launch():
+    """A watchdog leaves launches with siglongjmp from a signal handler (raised inside the
+    stand-in driver's launch): no destructor runs, yet every launch — the abandoned ones and
+    every one after them, on every thread — has its range and is counted, and every push has
+    its pop (the abandoned range's pop is issued at the thread's next launch)."""
+    jumps = 5
+    env = {"FERRUM_STANDIN_LAUNCH_RAISE": str(int(signal.SIGUSR1)),
+           "FERRUM_REPLAY_SUMMARY": "stderr"}
+    for program in ("LAUNCH_DRIVER", "LAUNCH_RUNTIME"):
+        for threads in (1, 4):
+            run_ = launch(program, "--jump-out", str(jumps), "--threads", str(threads), env=env)
+            expect(f"jumped={jumps * threads}" in run_.stdout, "the watchdog did not jump", run_)
+            expect(run_.returncode == 3, "a jumped launch is a failed one for the program", run_)
+            total = LAUNCHES * threads
+            expect(run_.report.get("launches") == total, "launches did not reach the driver",
+                   run_)
+            expect_one_range_per_launch(run_, total)
+            expect_balanced(run_)
+            open_at_exit = run_.trace["ferrumReplay"]["protocolErrors"]["openAtExit"]
+            expect(open_at_exit == 0, f"{open_at_exit} ranges open at exit", run_)
+            expect(f"{GRAPHS} graphs, {total} launches" in run_.stderr,
+                   "the summary does not count every launch", run_)
+            expect(len({r["tid"] for r in run_.ranges()}) == threads, "ranges missing on a thread",
+                   run_)
 
 
 def rejecting_tool():
@@ -220,9 +247,10 @@ def non_cuda_processes():
 
 
 SCENARIOS = {f.__name__: f for f in (
-    numbered_names_without_sites, runtime_launch, driver_launch, runtime_ptsz, driver_ptsz, runtime_stream_handles,
-    failing_launch, exception_through_launch, rejecting_tool, rejecting_every_third_push, no_tool_attached, switched_off,
-    eight_threads, invalid_setting_one_line, custom_domain, log_levels, non_cuda_processes)}
+    numbered_names_without_sites, runtime_launch, driver_launch, runtime_ptsz, driver_ptsz,
+    runtime_stream_handles, failing_launch, exception_through_launch, longjmp_out_of_launch,
+    rejecting_tool, rejecting_every_third_push, no_tool_attached, switched_off, eight_threads,
+    invalid_setting_one_line, custom_domain, log_levels, non_cuda_processes)}
 
 if __name__ == "__main__":
     main(SCENARIOS)

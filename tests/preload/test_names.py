@@ -64,6 +64,44 @@ def stripped_binary_sites():
            f"expected module+offset, got {names}", run_)
 
 
+def site_past_symbol_end():
+    """A call site in a local function right after an exported one: unstripped, the local
+    function's own name; stripped, module+offset — never the exported neighbour, which is only
+    the nearest symbol below the address (the same class as libffi's unexported call stub
+    answered as ffi_prep_go_closure)."""
+    run_ = run([path_of("SITE_AFTER_EXPORT"), "3"])
+    names = sorted(counts_by_name(run_))
+    expect(run_.returncode == 0 and names[0] == "(anonymous namespace)::instantiate_after_neighbour",
+           f"unstripped: names {names}", run_)
+    with tempfile.TemporaryDirectory() as tmp:
+        stripped = os.path.join(tmp, "site_stripped")
+        shutil.copy(path_of("SITE_AFTER_EXPORT"), stripped)
+        subprocess.run(["strip", "--strip-all", stripped], check=True)
+        run_ = run([stripped, "3"])
+    names = sorted(counts_by_name(run_))
+    expect(len(names) == 3 and not any("exported_neighbour" in n for n in names),
+           f"stripped: named after the neighbouring export: {names}", run_)
+    expect(re.fullmatch(r"site_stripped\+0x[0-9a-f]+", names[0]) is not None,
+           f"stripped: expected module+offset, got {names}", run_)
+
+
+def ctypes_call_sites():
+    """Graphs instantiated from Python through ctypes: the FFI layers (libffi's call stub,
+    the _ctypes module) are skipped like the CUDA libraries, so no graph is named after an
+    FFI function; graphs from the one site stay apart by number."""
+    run_ = run([sys.executable, path_of("LAUNCH_CTYPES"), "--graphs", str(GRAPHS),
+                "--iters", str(ITERS)])
+    expect(run_.returncode == 0, "program failed", run_)
+    counts = counts_by_name(run_)
+    expect(len(counts) == GRAPHS and set(counts.values()) == {ITERS}, f"names {counts}", run_)
+    for name in counts:
+        expect(not re.search(r"ffi|closure|_ctypes|libffi", name),
+               f"a graph is named after the FFI layer: {name!r}", run_)
+    site = min(counts, key=len)
+    expect(all(n == site or n.startswith(site + " (graph ") for n in counts),
+           f"graphs from one site are not '{site}' and '{site} (graph N)': {counts}", run_)
+
+
 def runtime_instantiation_registers_once():
     """cudaGraphInstantiate reaches the driver's instantiate underneath (shared runtime) or
     only the driver's (static runtime): either way one identity per graph, from the
@@ -177,6 +215,67 @@ def names_file():
            "cannot be read" in missing.stderr, "a missing file is not one clear line", missing)
 
 
+def names_file_not_a_regular_file():
+    """FERRUM_REPLAY_NAMES at a FIFO with no writer, /dev/zero or a directory: never opened or
+    waited for — the program finishes at once with its own result and every range, and one
+    line says what was skipped (with the recorder attached, and with only a summary asked)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fifo = os.path.join(tmp, "names.fifo")
+        os.mkfifo(fifo)
+        for path, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device"),
+                           (tmp, "a directory")):
+            for record, extra in ((True, {}), (False, {"FERRUM_REPLAY_SUMMARY": "stderr"})):
+                for log in ("silent", "info"):
+                    env = {"FERRUM_REPLAY_NAMES": path, "FERRUM_REPLAY_LOG": log, **extra}
+                    run_ = launch(env=env, record=record, timeout=30)
+                    expect(run_.returncode == 0 and run_.program_counts()["launches"] == LAUNCHES,
+                           f"{path}: the program did not finish normally", run_)
+                    lines = [l for l in run_.stderr.splitlines() if "FERRUM_REPLAY_NAMES" in l]
+                    expect(len(lines) == 1 and f"FERRUM_REPLAY_NAMES='{path}' is {kind}, not a "
+                           "regular file; skipped" in lines[0],
+                           f"{path}: expected one line saying it was skipped", run_)
+                    if record:
+                        expect_one_range_per_launch(run_, LAUNCHES)
+
+
+def names_file_many_bad_lines():
+    """A names file of 100,000 bad lines: 20 reported, then one line with the rest's count;
+    a file over 1 MiB is skipped whole in one line. The good lines still apply."""
+    path = with_file("1 = kept\n" + "bogus\n" * 100000)
+    try:
+        run_ = launch(env={"FERRUM_REPLAY_NAMES": path, "FERRUM_REPLAY_SITE": "off"})
+    finally:
+        os.unlink(path)
+    lines = [l for l in run_.stderr.splitlines() if "FERRUM_REPLAY_NAMES" in l]
+    expect(len(lines) == 21 and "line 21:" in lines[19] and
+           lines[20].endswith("... and 99980 more bad lines, each ignored"),
+           f"{len(lines)} lines about the names file, expected 20 and one count", run_)
+    expect(counts_by_name(run_).get("kept") == ITERS, "the good line did not apply", run_)
+    huge = with_file("# padding\n" * 200000)
+    try:
+        big = launch(env={"FERRUM_REPLAY_NAMES": huge})
+    finally:
+        os.unlink(huge)
+    expect(big.returncode == 0 and big.stderr.count("\n") == 1 and
+           "larger than 1 MiB" in big.stderr, "a huge file is not one line", big)
+
+
+def echoed_paths_cannot_forge_lines():
+    """A path with a newline and an escape sequence is echoed printable and quoted: one line,
+    no control byte, nothing that reads as a second message."""
+    forged = "/nonexistent/names\n\x1b[32mferrum-replay: all good"
+    run_ = launch(env={"FERRUM_REPLAY_NAMES": forged})
+    lines = run_.stderr.splitlines()
+    expect(len(lines) == 1 and "\x1b" not in run_.stderr, "the path forged a line", run_)
+    expect(lines[0].startswith("ferrum-replay: FERRUM_REPLAY_NAMES='/nonexistent/names??[32m"
+                               "ferrum-replay: all good' cannot be read"), "not quoted", run_)
+    long_path = "/nonexistent/" + "p" * 4000  # too long for a setting: refused, quoted, cut
+    refused = launch(env={"FERRUM_REPLAY_NAMES": long_path})
+    expect(refused.stderr.count("\n") == 1 and "p" * 188 not in refused.stderr and
+           "...' is invalid" in refused.stderr, "an overlong path is not cut at 200 bytes",
+           refused)
+
+
 def message_template():
     run_ = launch(env={"FERRUM_REPLAY_FORMAT": "{name} #{ordinal} via {api}",
                        "FERRUM_REPLAY_SITE": "off"})
@@ -232,9 +331,11 @@ def summary_file():
 
 
 SCENARIOS = {f.__name__: f for f in (
-    call_site_names, stripped_binary_sites, runtime_instantiation_registers_once,
+    call_site_names, stripped_binary_sites, site_past_symbol_end, ctypes_call_sites,
+    runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, names_file,
+    names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
     message_template, template_collisions_stay_apart, content_names, summary_file)}
 
 if __name__ == "__main__":

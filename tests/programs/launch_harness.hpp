@@ -37,6 +37,12 @@
 //   --self-query Q    launch_procaddress: 12000 (default), 11030 or none
 //   --dlopen-flags F  launch_dlopen_driver, launch_procaddress: local (default), global or
 //                     deepbind (RTLD_LOCAL | RTLD_DEEPBIND)
+//   --jump-out K      a watchdog that abandons launches: installs a SIGUSR1 handler and, for
+//                     the first K launches of each thread, leaves the launch with siglongjmp
+//                     when the signal arrives during it (the stand-in driver raises it inside
+//                     every launch with FERRUM_STANDIN_LAUNCH_RAISE=<SIGUSR1's number>); later
+//                     signals are ignored by the handler and those launches return normally.
+//                     A launch left this way counts as failed and in jumped=
 //
 // Graphs are instantiated by the programs' named functions instantiate_graphs() (first
 // instantiation) and reinstantiate_graphs() (--reinstantiate), non-static and noinline, each
@@ -47,6 +53,7 @@
 //   names: absent                   (instead, when no ferrum_replay_name_graph_exec was found)
 //   per_graph=<launches of graph 0>,<graph 1>,...
 //   exceptions=<launches that threw>
+//   jumped=<launches left by siglongjmp>   (only with --jump-out)
 //   launches=<N> failed=<F> result=<R>
 // N counts launches attempted, F those that did not return success (a throw counts as failed),
 // R is the code (CUresult or cudaError_t, as the program's API returns) of the last launch that
@@ -59,6 +66,8 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <dlfcn.h>
+#include <setjmp.h>
+#include <signal.h>
 
 #include <atomic>
 #include <cctype>
@@ -96,6 +105,7 @@ struct Options {
   bool name_graphs = false;
   std::string name_prefix;
   bool name_from_threads = false;
+  int jump_out = 0;  // --jump-out K
 
   // The kernel nodes of graph g, in the order they are added: --kernels, then its --graph-kernels.
   std::vector<std::string> kernels_of(int g) const {
@@ -261,6 +271,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
     } else if (a == "--name-graphs") {
       o.name_graphs = true;
       o.name_prefix = value();
+    } else if (a == "--jump-out") {
+      o.jump_out = static_cast<int>(number());
     } else if (a == "--name-from-threads") {
       o.name_from_threads = true;
     } else if (a == "--help" || a == "-h") {
@@ -284,6 +296,7 @@ struct ThreadResult {
   unsigned long long launches = 0;
   unsigned long long failed = 0;
   unsigned long long exceptions = 0;
+  unsigned long long jumped = 0;
   int last_result = 0;
   std::vector<unsigned long long> per_graph;
 };
@@ -340,6 +353,33 @@ inline void name_graphs(Backend &b, const Options &o, Naming &n) {
   second.join();
 }
 
+// --jump-out: the watchdog. Armed around a launch, the handler leaves it with siglongjmp.
+inline thread_local sigjmp_buf t_watchdog_jump;
+inline thread_local volatile sig_atomic_t t_watchdog_armed = 0;
+
+inline void watchdog_handler(int) {
+  if (!t_watchdog_armed) return;
+  t_watchdog_armed = 0;
+  siglongjmp(t_watchdog_jump, 1);
+}
+
+inline void install_watchdog() {
+  struct sigaction action {};
+  action.sa_handler = watchdog_handler;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGUSR1, &action, nullptr);
+}
+
+// One launch under the armed watchdog: false when it was left by siglongjmp.
+__attribute__((noinline)) inline bool launch_under_watchdog(Backend &b, int g, CUstream_st *stream,
+                                                            int *result) {
+  if (sigsetjmp(t_watchdog_jump, 1) != 0) return false;  // the handler jumped out of the launch
+  t_watchdog_armed = 1;
+  *result = b.launch(g, stream);
+  t_watchdog_armed = 0;
+  return true;
+}
+
 inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResult &r) {
   r.per_graph.assign(static_cast<size_t>(o.graphs), 0);
   const char *what = "";
@@ -358,8 +398,13 @@ inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResul
       bool returned = false;
       int result = 0;
       try {
-        result = b.launch(g, stream);
-        returned = true;
+        if (r.launches < static_cast<unsigned long long>(o.jump_out)) {
+          returned = launch_under_watchdog(b, g, stream, &result);
+          if (!returned) ++r.jumped;
+        } else {
+          result = b.launch(g, stream);
+          returned = true;
+        }
       } catch (const std::exception &ex) {
         ++r.exceptions;
       }
@@ -380,6 +425,7 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
   }
   const char *what = "";
   Naming naming;
+  if (o.jump_out > 0) install_watchdog();
   if (int e = b.setup(o, &what); e != 0) die(b, what, e);
   if (int e = b.instantiate_all(false, &what); e != 0) die(b, what, e);
   name_graphs(b, o, naming);
@@ -415,6 +461,7 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
     total.launches += r.launches;
     total.failed += r.failed;
     total.exceptions += r.exceptions;
+    total.jumped += r.jumped;
     for (size_t g = 0; g < r.per_graph.size(); ++g) total.per_graph[g] += r.per_graph[g];
     if (result == 0) result = r.last_result;
   }
@@ -430,6 +477,7 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
     std::printf("%s%llu", g == 0 ? "" : ",", total.per_graph[g]);
   }
   std::printf("\nexceptions=%llu\n", total.exceptions);
+  if (o.jump_out > 0) std::printf("jumped=%llu\n", total.jumped);
   std::printf("launches=%llu failed=%llu result=%d\n", total.launches, total.failed, result);
   std::fflush(stdout);
   return total.failed == 0 ? 0 : 3;

@@ -75,6 +75,9 @@
 //                                    the call, whatever the handle).
 //   FERRUM_STANDIN_LAUNCH_THROW=1    every cuGraphLaunch/_ptsz throws std::runtime_error (after
 //                                    counting), to test unwinding through an interposer.
+//   FERRUM_STANDIN_LAUNCH_RAISE=<sig> every cuGraphLaunch/_ptsz raises signal number sig (after
+//                                    counting, before returning), so that a handler can leave
+//                                    the launch with siglongjmp (a watchdog pattern).
 //   FERRUM_STANDIN_LAUNCH_SLEEP_US=<n> each cuGraphLaunch/_ptsz sleeps n microseconds, so ranges
 //                                    around launches have a visible duration.
 //   FERRUM_STANDIN_BENCH=1           benchmark fast path (bench/): cuGraphLaunch/_ptsz do nothing
@@ -110,6 +113,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -194,6 +198,7 @@ struct Config {
   bool has_launch_result = false;
   CUresult launch_result = CUDA_SUCCESS;
   bool launch_throw = false;
+  int launch_raise = 0;
   unsigned long sleep_us = 0;
   bool trace = false;
   bool bench = false;
@@ -214,6 +219,9 @@ Config read_config() {
     c.launch_result = static_cast<CUresult>(std::strtol(v, nullptr, 0));
   }
   c.launch_throw = env_flag("FERRUM_STANDIN_LAUNCH_THROW");
+  if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_RAISE"); v != nullptr && v[0] != '\0') {
+    c.launch_raise = static_cast<int>(std::strtol(v, nullptr, 0));
+  }
   if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_SLEEP_US"); v != nullptr) {
     c.sleep_us = std::strtoul(v, nullptr, 0);
   }
@@ -1396,6 +1404,7 @@ CUresult launch(CUgraphExec hGraphExec, std::atomic<unsigned long long> &counter
   if (c.bench) return hGraphExec != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   counter.fetch_add(1, std::memory_order_relaxed);
   if (c.sleep_us != 0) std::this_thread::sleep_for(std::chrono::microseconds(c.sleep_us));
+  if (c.launch_raise != 0) std::raise(c.launch_raise);
   if (c.launch_throw) {
     throw std::runtime_error("ferrum-replay stand-in driver: injected exception in cuGraphLaunch");
   }

@@ -2,7 +2,9 @@
 // call-site cleanup, content descriptions, output paths.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -140,6 +142,118 @@ TEST_CASE("names file: a NUL byte or no final newline is handled") {
   CHECK(std::string(ferrum::find_rule_name(parsed.rules, 3, "", "")) == "last");
 }
 
+namespace {
+
+// read_names_file on `path`: the rules and every sentence it says.
+struct ReadNames {
+  ferrum::NameRules rules;
+  std::vector<std::string> said;
+  explicit ReadNames(const char *path) {
+    rules = ferrum::read_names_file(
+        path,
+        [](const char *sentence, void *self) {
+          static_cast<ReadNames *>(self)->said.emplace_back(sentence);
+        },
+        this);
+  }
+  ~ReadNames() { ferrum::free_name_rules(rules); }
+};
+
+std::string temporary_file(const std::string &text) {
+  char path[] = "/tmp/ferrum-names-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+bool printable_line(const std::string &sentence) {
+  for (unsigned char c : sentence)
+    if (c < 0x20 || c == 0x7f) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("names file at a FIFO, a device or a directory: skipped at once, one sentence") {
+  char dir[] = "/tmp/ferrum-names-dir-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string fifo = std::string(dir) + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);  // no writer: a blocking open would never return
+  const std::pair<std::string, const char *> cases[] = {
+      {fifo, "is a FIFO"}, {"/dev/zero", "is a character device"}, {dir, "is a directory"}};
+  for (const auto &[path, kind] : cases) {
+    ReadNames read(path.c_str());
+    CHECK(read.rules.count == 0);
+    REQUIRE_MESSAGE(read.said.size() == 1, path);
+    CHECK_MESSAGE(read.said[0].find(kind) != std::string::npos, read.said[0]);
+    CHECK(read.said[0].find("FERRUM_REPLAY_NAMES='" + path + "'") == 0);
+  }
+  unlink(fifo.c_str());
+  rmdir(dir);
+}
+
+TEST_CASE("names file larger than 1 MiB: skipped whole, one sentence") {
+  const std::string path =
+      temporary_file(std::string(ferrum::kMaxNamesFileSize, '#') + "\n1 = a\n");
+  ReadNames read(path.c_str());
+  unlink(path.c_str());
+  CHECK(read.rules.count == 0);
+  REQUIRE(read.said.size() == 1);
+  CHECK(read.said[0].find("larger than 1 MiB") != std::string::npos);
+}
+
+TEST_CASE("names file with many bad lines: the first 20 reported, then one count") {
+  std::string text = "1 = kept\n";
+  for (int i = 0; i < 100000; ++i) text += "bogus\n";  // 600 kB
+  const std::string path = temporary_file(text);
+  ReadNames read(path.c_str());
+  unlink(path.c_str());
+  CHECK(read.rules.count == 1);
+  REQUIRE(read.said.size() == ferrum::kMaxReportedBadLines + 1);
+  CHECK(read.said[0].find("line 2:") != std::string::npos);
+  CHECK(read.said[19].find("line 21:") != std::string::npos);
+  CHECK(read.said[20] ==
+        "FERRUM_REPLAY_NAMES='" + path + "': ... and 99980 more bad lines, each ignored");
+  // Exactly 20 bad lines: no closing sentence.
+  std::string twenty;
+  for (int i = 0; i < 20; ++i) twenty += "bogus\n";
+  const std::string second = temporary_file(twenty);
+  ReadNames exact(second.c_str());
+  unlink(second.c_str());
+  CHECK(exact.said.size() == 20);
+}
+
+TEST_CASE("names file path in sentences: printable, quoted, at most 200 bytes") {
+  // A newline and an escape sequence in the path cannot forge a second line or colour it.
+  const std::string forged = "/nonexistent/x\n\x1b[32mferrum-replay: all good";
+  ReadNames read(forged.c_str());
+  REQUIRE(read.said.size() == 1);
+  CHECK(printable_line(read.said[0]));
+  CHECK(read.said[0].find("FERRUM_REPLAY_NAMES='/nonexistent/x??[32mferrum-replay: all good' "
+                          "cannot be read") == 0);
+  const std::string long_path = "/nonexistent/" + std::string(300, 'p');
+  ReadNames long_read(long_path.c_str());
+  REQUIRE(long_read.said.size() == 1);
+  CHECK(long_read.said[0].find("FERRUM_REPLAY_NAMES='/nonexistent/" + std::string(187, 'p') +
+                               "...' cannot be read") == 0);
+  // And in the bad-line sentences of a readable file whose name has a control byte.
+  char dir[] = "/tmp/ferrum-names-dir-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string odd = std::string(dir) + "/a\tb.names";
+  FILE *file = fopen(odd.c_str(), "w");
+  REQUIRE(file != nullptr);
+  fputs("bogus\n", file);
+  fclose(file);
+  ReadNames bad(odd.c_str());
+  unlink(odd.c_str());
+  rmdir(dir);
+  REQUIRE(bad.said.size() == 1);
+  CHECK(printable_line(bad.said[0]));
+  CHECK(bad.said[0].find(std::string(dir) + "/a?b.names' line 1:") != std::string::npos);
+}
+
 TEST_CASE("call-site names: parameters stripped, operators and templates kept") {
   auto strip = [](const char *in) {
     char buffer[256];
@@ -152,12 +266,21 @@ TEST_CASE("call-site names: parameters stripped, operators and templates kept") 
   CHECK(strip("std::vector<int (*)(int)>::push_back(int)") ==
         "std::vector<int (*)(int)>::push_back");
   CHECK(strip("main::{lambda()#1}::operator()() const") == "main::{lambda()#1}::operator()");
+  CHECK(strip("(anonymous namespace)::instantiate(CUgraphExec_st**)") ==
+        "(anonymous namespace)::instantiate");
+  CHECK(strip("ns::(anonymous namespace)::f<int>(int)") == "ns::(anonymous namespace)::f<int>");
 }
 
 TEST_CASE("call-site frames: CUDA libraries, the static runtime and user prefixes are skipped") {
   CHECK(ferrum::is_skipped_frame("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "", ""));
   CHECK(ferrum::is_skipped_frame("/opt/cuda/lib64/libcudart.so.13", "", ""));
   CHECK(ferrum::is_skipped_frame("/x/libferrum-replay.so", "", ""));
+  // The foreign-function layers Python calls through: libffi's stubs, ctypes, cffi.
+  CHECK(ferrum::is_skipped_frame("/usr/lib/x86_64-linux-gnu/libffi.so.8", "ffi_call", ""));
+  CHECK(ferrum::is_skipped_frame(
+      "/usr/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so", "", ""));
+  CHECK(ferrum::is_skipped_frame("/venv/_cffi_backend.cpython-311-x86_64-linux-gnu.so", "", ""));
+  CHECK_FALSE(ferrum::is_skipped_frame("/app/libffi_user_code.so", "", ""));
   CHECK(ferrum::is_skipped_frame("/app/server", "cudaGraphInstantiate", ""));
   CHECK(ferrum::is_skipped_frame("/app/server", "cuGraphInstantiateWithFlags", ""));
   CHECK(ferrum::is_skipped_frame("/app/server", "cudart::globalState::init", ""));

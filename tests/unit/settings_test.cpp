@@ -105,8 +105,34 @@ TEST_CASE("domain: too long, control bytes or MPI fall back to the default with 
     env.values["FERRUM_REPLAY_DOMAIN"] = bad;
     CHECK(std::string(env.read().domain) == "ferrum-replay");
     REQUIRE(env.complaints.size() == 1);
-    // The quoted value never carries a control byte or more than 40 bytes of the input.
+    // The quoted value never carries a control byte.
     for (char c : env.complaints[0]) CHECK(static_cast<unsigned char>(c) >= 0x20);
-    CHECK(env.complaints[0].size() < 200);
+  }
+}
+
+TEST_CASE("every echoed value: printable, quoted, cut at 200 bytes on a character boundary") {
+  // docs/text-rules.md, section 3, as the shim's messages apply it.
+  CHECK(std::string(ferrum::message_value("plain").text) == "plain");
+  CHECK(std::string(ferrum::message_value("a\nb\x1b[31m\x7f").text) == "a?b?[31m?");
+  CHECK(std::string(ferrum::message_value(std::string(200, 'b').c_str()).text) ==
+        std::string(200, 'b'));
+  CHECK(std::string(ferrum::message_value(std::string(201, 'b').c_str()).text) ==
+        std::string(200, 'b') + "...");
+  std::string accents = "a";
+  for (int i = 0; i < 150; ++i) accents += "\xc3\xa9";  // 2 bytes each: 'a' + 99 fit in 200
+  std::string expected = "a";
+  for (int i = 0; i < 99; ++i) expected += "\xc3\xa9";
+  CHECK(std::string(ferrum::message_value(accents.c_str()).text) == expected + "...");
+  // Settings that are echoed when refused: the same rule, never a second line.
+  for (const char *name : {"FERRUM_REPLAY_NAMES", "FERRUM_REPLAY_SUMMARY", "FERRUM_REPLAY_LOG",
+                           "FERRUM_REPLAY_SITE_SKIP", "FERRUM_REPLAY_FORMAT"}) {
+    Environment env;
+    env.values[name] = "x\n\x1b[32mferrum-replay: all good" + std::string(2000, 'y');
+    env.read();
+    REQUIRE_MESSAGE(env.complaints.size() == 1, name);
+    const std::string &line = env.complaints[0];
+    CHECK(line.find(std::string(name) + "='x??[32mferrum-replay: all good" +
+                    std::string(200 - 30, 'y') + "...' is invalid") == 0);
+    for (char c : line) CHECK(static_cast<unsigned char>(c) >= 0x20);
   }
 }

@@ -1,0 +1,126 @@
+// Reading FERRUM_REPLAY_NAMES: the user's path, opened so that nothing at that path can stall
+// or disturb the program. (The parser, names_file.cpp, stays pure for the fuzzer.)
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.hpp"
+#include "names_file.hpp"
+#include "settings.hpp"
+
+namespace ferrum {
+namespace {
+
+const char *kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+struct Reader {
+  const char *shown;  // the path, quoted for messages
+  NamesFileSink say;
+  void *context;
+  size_t bad_lines = 0;
+
+  void sentence(const char *format, ...) const __attribute__((format(printf, 2, 3))) {
+    char text[768];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(text, sizeof text, format, args);
+    va_end(args);
+    say(text, context);
+  }
+};
+
+void complain_about_line(int line, const char *problem, void *context) {
+  auto &reader = *static_cast<Reader *>(context);
+  if (++reader.bad_lines <= kMaxReportedBadLines)
+    reader.sentence("FERRUM_REPLAY_NAMES='%s' line %d: %s; line ignored", reader.shown, line,
+                    problem);
+}
+
+// Reads at most kMaxNamesFileSize bytes of the regular file `fd`; false when it holds more
+// (it may have grown since fstat) or a read fails.
+bool read_all(int fd, char *text, size_t &length) {
+  length = 0;
+  for (;;) {
+    const ssize_t got = read(fd, text + length, kMaxNamesFileSize + 1 - length);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return false;
+    if (got == 0) return true;
+    length += static_cast<size_t>(got);
+    if (length > kMaxNamesFileSize) return false;
+  }
+}
+
+}  // namespace
+
+NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
+  if (!path || !*path) return NameRules{};
+  const MessageValue shown = message_value(path);
+  Reader reader{shown.text, say, context};
+  const int saved_errno = errno;  // the host program may be between a call and its check
+  NameRules rules;
+  // What is at the path is looked at before it is opened: a FIFO with no writer, a terminal or
+  // a device must not be opened at all (opening can block, or have effects of its own).
+  struct stat named {};
+  if (stat(path, &named) != 0) {
+    reader.sentence("FERRUM_REPLAY_NAMES='%s' cannot be read (%s); no names file applies",
+                    shown.text, strerror(errno));
+  } else if (!S_ISREG(named.st_mode)) {
+    reader.sentence(
+        "FERRUM_REPLAY_NAMES='%s' is %s, not a regular file; skipped, no names file "
+        "applies",
+        shown.text, kind_of(named.st_mode));
+  } else if (named.st_size > static_cast<off_t>(kMaxNamesFileSize)) {
+    reader.sentence(
+        "FERRUM_REPLAY_NAMES='%s' is larger than 1 MiB (%lld bytes); skipped, no "
+        "names file applies",
+        shown.text, static_cast<long long>(named.st_size));
+  } else {
+    // Non-blocking and never our controlling terminal, in case something else took the name
+    // since; what was opened must still be a regular file.
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat opened {};
+    char *text = nullptr;
+    size_t length = 0;
+    if (fd < 0) {
+      reader.sentence("FERRUM_REPLAY_NAMES='%s' cannot be read (%s); no names file applies",
+                      shown.text, strerror(errno));
+    } else if (fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode)) {
+      reader.sentence(
+          "FERRUM_REPLAY_NAMES='%s' changed while it was opened; skipped, no names "
+          "file applies",
+          shown.text);
+    } else if (!(text = static_cast<char *>(malloc(kMaxNamesFileSize + 1)))) {
+      reader.sentence("FERRUM_REPLAY_NAMES='%s': no memory to read it; no names file applies",
+                      shown.text);
+    } else if (!read_all(fd, text, length)) {
+      reader.sentence(
+          "FERRUM_REPLAY_NAMES='%s' cannot be read completely (larger than 1 MiB or "
+          "a read error); skipped, no names file applies",
+          shown.text);
+    } else {
+      rules = parse_names_file(text, length, complain_about_line, &reader);
+      if (reader.bad_lines > kMaxReportedBadLines)
+        reader.sentence("FERRUM_REPLAY_NAMES='%s': ... and %zu more bad lines, each ignored",
+                        shown.text, reader.bad_lines - kMaxReportedBadLines);
+      log_line(LogLevel::info, "names file '%s': %zu rules", shown.text, rules.count);
+    }
+    free(text);
+    if (fd >= 0) close(fd);
+  }
+  errno = saved_errno;
+  return rules;
+}
+
+}  // namespace ferrum

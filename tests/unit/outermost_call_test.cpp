@@ -1,0 +1,119 @@
+// The per-thread guard that keeps nested intercepted calls to one range (launch_range.hpp):
+// nested calls pass through, and a call left by siglongjmp is noticed and closed at the
+// thread's next call — from above, from the same depth or from deeper in the stack.
+#include <doctest/doctest.h>
+
+#include <setjmp.h>
+#include <signal.h>
+#include <string.h>
+
+#include <vector>
+
+#include "launch_range.hpp"
+
+namespace {
+
+sigjmp_buf g_jump;
+
+bool open_call() {
+  return ferrum::t_calls.open != nullptr;
+}
+
+// Claims the guard, marks a push as owed, and leaves without running any destructor.
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) void abandon_a_call() {
+  ferrum::OutermostCall call;
+  REQUIRE(call.claimed());
+  ferrum::t_calls.pop_domain = nullptr;  // no tool in this process: NVTX ignores the pop
+  ferrum::t_calls.pop_pending = true;
+  siglongjmp(g_jump, 1);
+}
+
+void abandon() {
+  if (sigsetjmp(g_jump, 1) == 0) abandon_a_call();
+  REQUIRE(open_call());  // the guard is still held by the dead frame
+}
+
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool claim_here() {
+  ferrum::OutermostCall call;
+  return call.claimed();
+}
+
+// A claim `depth` frames deeper, each frame writing its whole buffer (the stack is reused).
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool claim_deeper(int depth) {
+  volatile char scribble[512];
+  memset(const_cast<char *>(scribble), 0x5a, sizeof scribble);
+  const bool claimed = depth == 0 ? claim_here() : claim_deeper(depth - 1);
+  return claimed && scribble[0] == 0x5a;
+}
+
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool nested_claim_inside() {
+  ferrum::OutermostCall outer;
+  REQUIRE(outer.claimed());
+  return claim_deeper(2);  // the runtime's launch reaching the driver's underneath
+}
+
+// The test body itself calls from above the abandoned call's frame.
+FERRUM_REAL_STACK_FRAME bool claim_from_above() {
+  ferrum::OutermostCall call;
+  return call.claimed();
+}
+
+bool g_claimed_in_handler = true;
+void handler_claims(int) {
+  g_claimed_in_handler = claim_here();
+}
+
+// True when the handler ran (on the alternate stack) while the call stayed open.
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool signal_inside_open_call() {
+  ferrum::OutermostCall open;
+  if (!open.claimed()) return false;
+  raise(SIGUSR2);
+  return open_call();  // still the open call's
+}
+
+}  // namespace
+
+TEST_CASE("a call nested in an open call passes through; the guard is free afterwards") {
+  CHECK_FALSE(nested_claim_inside());
+  CHECK(!open_call());
+  CHECK(claim_here());
+}
+
+TEST_CASE("a call left by siglongjmp is closed at the next call, from any depth") {
+  const unsigned long long before = ferrum::abandoned_calls();
+  // From the same depth and from above: the dead frame is not above this one.
+  abandon();
+  CHECK(claim_here());
+  CHECK_FALSE(ferrum::t_calls.pop_pending);  // the owed pop was issued
+  CHECK(!open_call());
+  abandon();
+  CHECK(claim_from_above());
+  // From deeper, after the dead frame's stack was reused: its marker no longer holds the
+  // cookie.
+  abandon();
+  CHECK(claim_deeper(8));
+  CHECK(ferrum::abandoned_calls() == before + 3);
+  CHECK(!open_call());
+}
+
+TEST_CASE("a signal handler on the alternate stack, inside an open call, is nested in it") {
+  std::vector<char> stack(64 * 1024);
+  stack_t alternate{};
+  alternate.ss_sp = stack.data();
+  alternate.ss_size = stack.size();
+  REQUIRE(sigaltstack(&alternate, nullptr) == 0);
+  struct sigaction action {
+  }, previous{};
+  action.sa_handler = handler_claims;
+  action.sa_flags = SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  REQUIRE(sigaction(SIGUSR2, &action, &previous) == 0);
+  const unsigned long long before = ferrum::abandoned_calls();
+  CHECK(signal_inside_open_call());
+  CHECK_FALSE(g_claimed_in_handler);
+  CHECK(ferrum::abandoned_calls() == before);
+  CHECK(!open_call());
+  sigaction(SIGUSR2, &previous, nullptr);
+  alternate.ss_flags = SS_DISABLE;
+  sigaltstack(&alternate, nullptr);
+}
