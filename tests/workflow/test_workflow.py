@@ -173,7 +173,7 @@ def test_help_and_version(tmp):
     expect(done.returncode == 2 and "unknown subcommand 'frobnicate'" in done.stderr,
            "unknown subcommand", done)
     done = wrapper("record", "--bogus", "x", cwd=tmp)
-    expect(done.returncode == 2 and "unknown option --bogus" in done.stderr, "bad option", done)
+    expect(done.returncode == 2 and "unknown option '--bogus'" in done.stderr, "bad option", done)
 
 
 def echoed(done):
@@ -290,7 +290,7 @@ def test_record_trace(tmp):
            "the program's own ranges are recorded too", done)
     expect(re.search(r"^ferrum-replay recorder: \d+ ranges on 3 threads, trace: ", done.stderr,
                      re.M), "the recorder's table", done)
-    expect(f"ferrum-replay: trace: {traces[0]} (open it in" in done.stderr,
+    expect(f"ferrum-replay: trace: '{traces[0]}' (open it in" in done.stderr,
            "the wrapper says where the trace is", done)
 
     # Relative and default outputs land in the working directory; a directory is created.
@@ -723,12 +723,16 @@ def test_ci_smoke_profile(tmp):
     done = ci_smoke("--", liar, *program, cwd=tmp, env=named)
     expect_verdict(done, False, "launches without their range: ghost graph: 5 launches, 0 ranges")
 
-    # --out keeps the traces and the shim's summaries.
+    # --out keeps the traces and the shim's summaries, in a directory of this run's own.
     keep = os.path.join(tmp, "kept")
     done = ci_smoke("--out", keep, "--", *program, cwd=tmp)
     expect_verdict(done, True)
-    expect(traces_in(os.path.join(keep, "traces")) and
-           [f for f in os.listdir(keep) if f.startswith("launches.")], "kept files", done)
+    runs = os.listdir(keep)
+    expect(len(runs) == 1 and f"this run's files: '{os.path.join(keep, runs[0])}'" in done.stderr,
+           f"one run directory, named on stderr: {runs}", done)
+    run_dir = os.path.join(keep, runs[0])
+    expect(traces_in(os.path.join(run_dir, "traces")) and
+           [f for f in os.listdir(run_dir) if f.startswith("launches.")], "kept files", done)
 
     # --nsys: the same verdicts from an Nsight Systems report (fake-nsys here).
     nenv = dict(nsys_env(tmp), **named)
