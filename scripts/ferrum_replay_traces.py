@@ -1001,6 +1001,9 @@ def cmd_record_report(args):
         if target and os.path.isdir(target):
             note(f"no trace was written: {quoted(target)} is a directory (end -o with '/' to "
                  "write the traces into it)")
+        elif target and not os.path.isdir(os.path.dirname(target) or "."):
+            note(f"no trace was written: the directory {quoted(os.path.dirname(target))} does "
+                 "not exist (end -o with '/' to have a directory created)")
         elif killed:
             note(f"no trace was written: the program was ended by {killed}; a process killed "
                  "by a signal writes no trace")
