@@ -230,6 +230,7 @@ class TraceReader:
             self.fill()
 
     def value(self, what="a value"):
+        self.peek()
         while True:
             try:
                 obj, end = _decoder.raw_decode(self.buf, self.pos)
