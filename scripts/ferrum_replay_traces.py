@@ -1363,7 +1363,30 @@ def _counts(text):
         raise argparse.ArgumentTypeError(f"expected N,N,... got {text!r}") from None
 
 
+_PARSER = []
+
+
 def main(argv=None):
+    if not _PARSER:
+        _PARSER.append(build_parser())
+    args = _PARSER[0].parse_args(argv)
+    try:
+        try:
+            return args.run(args)
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError,
+                RecursionError) as error:  # a value the validation let through
+            raise InputError(f"a trace holds a value of an unexpected kind ({type(error).__name__}: "
+                             f"{printable(str(error), MESSAGE_LIMIT)})") from error
+    except InputError as error:
+        prog = getattr(args, "prog", "ferrum-replay")
+        if args.command == "check":
+            print(f"{prog}: FAIL: {error}")
+            return 1
+        print(f"ferrum-replay: {error}", file=sys.stderr)
+        return 2
+
+
+def build_parser():
     parser = argparse.ArgumentParser(prog="ferrum_replay_traces.py",
                                      description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -1431,22 +1454,7 @@ def main(argv=None):
     p.add_argument("--allow-no-ranges", action="store_true")
     p.add_argument("traces", nargs="*", metavar="TRACE")
     p.set_defaults(run=cmd_check)
-
-    args = parser.parse_args(argv)
-    try:
-        try:
-            return args.run(args)
-        except (TypeError, ValueError, KeyError, AttributeError, OverflowError,
-                RecursionError) as error:  # a value the validation let through
-            raise InputError(f"a trace holds a value of an unexpected kind ({type(error).__name__}: "
-                             f"{printable(str(error), MESSAGE_LIMIT)})") from error
-    except InputError as error:
-        prog = getattr(args, "prog", "ferrum-replay")
-        if args.command == "check":
-            print(f"{prog}: FAIL: {error}")
-            return 1
-        print(f"ferrum-replay: {error}", file=sys.stderr)
-        return 2
+    return parser
 
 
 if __name__ == "__main__":
