@@ -5,30 +5,41 @@ reports once a program has run. Standard library only; installed beside the libr
     summary [--domain D] [--by-process] TRACE...
         the recorder's per-range table, over saved traces (one or many processes)
     merge -o OUT TRACE...
-        one Chrome/Perfetto trace from per-process (per-rank) traces: one process track each,
-        pids kept distinct, processes named by rank and file, time stamps aligned
+        one Chrome/Perfetto trace from per-process (per-rank) traces, or from merged traces:
+        one process track each, pids kept distinct, processes named by rank and file, time
+        stamps aligned
     written --since STAMP PATTERN
-        the trace files matching a recorder output pattern written after STAMP was
+        the traces of one recording session: files matching a recorder output pattern that
+        hold a trace whose recorder started after STAMP was made
     nsys-table --domain D --stats-base BASE REPORT
         our domain's rows of `nsys stats` nvtx_sum / nvtx_gpu_proj_sum CSV files
     check [options] TRACE...
         the CI smoke verdict (see `check --help`): one line, exit 0 (pass) or 1 (fail)
 
-Trace format: shim/recorder/trace_writer.hpp. Exit status 2: unreadable input or bad usage.
+Hidden helpers of the sh wrapper (one implementation of docs/text-rules.md): expand, fresh,
+quote, record-output, record-report.
+
+Trace format: shim/recorder/trace_writer.hpp. Every reader streams: memory does not grow with
+the number of events (one event or metadata value may be at most MAX_VALUE bytes). Inputs
+named twice (the same file by another path) are read once. Exit status 2: unreadable input or
+bad usage.
 """
 import argparse
+import codecs
 import collections
 import csv
 import fnmatch
 import glob
 import json
-import tempfile
 import math
 import os
 import re
 import shlex
+import signal
 import socket
+import stat
 import sys
+import tempfile
 
 DEFAULT_DOMAIN = os.environ.get("FERRUM_REPLAY_DOMAIN") or "ferrum-replay"
 
@@ -37,22 +48,319 @@ class InputError(Exception):
     """A file we were given cannot be used; the message names it."""
 
 
-# ---- reading traces ----
+# ---- text rules (docs/text-rules.md; cases: tests/cases/text_rules.json) ----
 
-def load_trace(path):
+MESSAGE_LIMIT = 200  # bytes of a value echoed in a message
+EXPAND_LIMIT = 4095  # bytes of an expanded output pattern
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+codecs.register_error("ferrum-replay-qmark", lambda e: ("?" * (e.end - e.start), e.end))
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _as_bytes(value):
+    if isinstance(value, bytes):
+        return value
+    # Text from argv or the file system: undecodable bytes come back as themselves.
+    return str(value).encode("utf-8", "surrogateescape")
+
+
+def printable(value, limit=None):
+    """Section 3: well-formed UTF-8 is kept except C0, DEL, C1, U+2028/U+2029 (each '?');
+    every byte of a malformed sequence is '?'. With a limit (bytes), cut at a character
+    boundary and append '...'."""
+    text = _UNPRINTABLE.sub("?", _as_bytes(value).decode("utf-8", "ferrum-replay-qmark"))
+    if limit is not None and len(text.encode("utf-8")) > limit:
+        out, used = [], 0
+        for char in text:
+            size = len(char.encode("utf-8"))
+            if used + size > limit:
+                break
+            out.append(char)
+            used += size
+        text = "".join(out) + "..."
+    return text
+
+
+def quoted(value):
+    """A user-supplied value as it stands in a message: printable, limited, single-quoted."""
+    return f"'{printable(value, MESSAGE_LIMIT)}'"
+
+
+def expand_output(pattern, pid=None, host=None, env=None):
+    """Section 1: (expansion, [names of unset variables]). %p is the pid of the ferrum-replay
+    wrapper that started us (FERRUM_REPLAY_PID), else ours. Raises InputError when the
+    expansion is longer than EXPAND_LIMIT bytes."""
+    if pid is None:
+        pid = os.environ.get("FERRUM_REPLAY_PID") or os.getpid()
+    if env is None:
+        env = os.environ
+    out, unset, i, n = [], [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        spec = pattern[i + 1] if i + 1 < n else ""
+        if c != "%" or spec == "":
+            out.append(c)
+            i += 1
+        elif spec == "p":
+            out.append(str(pid))
+            i += 2
+        elif spec == "h":
+            if host is None:
+                try:
+                    host = socket.gethostname()
+                except OSError:
+                    host = ""
+            out.append(host)
+            i += 2
+        elif spec == "%":
+            out.append("%")
+            i += 2
+        elif spec == "q" and pattern.startswith("{", i + 2) and "}" in pattern[i + 3:]:
+            close = pattern.index("}", i + 3)
+            name = pattern[i + 3:close]
+            if _VARIABLE.match(name):
+                value = env.get(name)
+                if value is None:
+                    if name not in unset:
+                        unset.append(name)
+                else:
+                    out.append(value)
+            else:
+                out.append(pattern[i:close + 1])  # not a variable name: kept literally
+            i = close + 1
+        else:
+            out.append(c)
+            i += 1
+    text = "".join(out)
+    if len(_as_bytes(text)) > EXPAND_LIMIT:
+        raise InputError(f"{quoted(pattern)} expands to more than {EXPAND_LIMIT} bytes")
+    return text, unset
+
+
+def unset_warning(pattern, unset):
+    names = ", ".join(f"%q{{{name}}}" for name in unset)
+    return (f"warning: {names} in {quoted(pattern)}: {'these variables are' if len(unset) > 1 else 'the variable is'} "
+            "not set (expanded to nothing)")
+
+
+def fresh_name(path, token):
+    """Section 2: NAME.TOKEN.EXT (NAME.TOKEN without an extension) in the last component."""
+    base = path.rfind("/") + 1
+    dot = path.rfind(".")
+    if base < dot < len(path) - 1:
+        return f"{path[:dot]}.{token}{path[dot:]}"
+    return f"{path}.{token}"
+
+
+# ---- reading traces: one streaming reader ----
+
+CHUNK = 1 << 20        # characters read at a time
+MAX_VALUE = 16 << 20   # one event, or one top-level value other than traceEvents
+_decoder = json.JSONDecoder()
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def open_regular(path, binary=False):
+    """Opens a regular file for reading, or refuses in one line: a FIFO, a device such as
+    /dev/zero, a directory or a socket is never read (nor waited on: O_NONBLOCK)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            trace = json.load(handle)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
-        raise InputError(f"{path}: cannot read: {error.strerror or error}") from error
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON: {error}") from error
-    except RecursionError as error:
-        raise InputError(f"{path}: JSON nested too deeply for a trace") from error
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise InputError(f"{path}: no traceEvents list: not a Chrome trace-event file")
-    validate_trace(path, trace)
-    return trace
+        raise InputError(f"{quoted(path)}: cannot read: {error.strerror or error}") from error
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else
+                    "a FIFO" if stat.S_ISFIFO(st.st_mode) else
+                    "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+            raise InputError(f"{quoted(path)}: {kind}, not a trace file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    if binary:
+        return os.fdopen(fd, "rb")
+    return os.fdopen(fd, "r", encoding="utf-8", newline="")
+
+
+class TraceReader:
+    """Reads a Chrome trace-event object {"traceEvents": [...], ...} incrementally: events
+    are handed to a callback in batches; every other top-level value is kept (each at most
+    MAX_VALUE bytes) and returned. Memory: the buffer (about CHUNK, or one event), not the
+    trace. Lines that are whole events (the recorder writes one per line) are decoded many
+    at a time by the C decoder; anything else one value at a time."""
+
+    def __init__(self, path):
+        self.path = path
+        self.handle = open_regular(path)
+        self.buf, self.pos, self.eof, self.dropped = "", 0, False, 0
+        self.fast = True  # whether whole lines may be decoded at once (reset by fill)
+
+    def close(self):
+        self.handle.close()
+
+    def fail(self, what, at=None):
+        where = f" (character {self.dropped + (self.pos if at is None else at)})"
+        raise InputError(f"{quoted(self.path)}: not valid JSON: {what}{where}")
+
+    def fill(self):
+        try:
+            data = self.handle.read(CHUNK)
+        except UnicodeDecodeError as error:
+            raise InputError(f"{quoted(self.path)}: not valid JSON: not UTF-8 text "
+                             f"({error.reason})") from error
+        except OSError as error:
+            raise InputError(f"{quoted(self.path)}: cannot read: "
+                             f"{error.strerror or error}") from error
+        if not data:
+            self.eof = True
+            return
+        self.dropped += self.pos
+        self.buf = self.buf[self.pos:] + data
+        self.pos = 0
+        self.fast = True
+
+    def peek(self):
+        """The next character that is not whitespace ('' at the end), not consumed."""
+        while True:
+            self.pos = _WHITESPACE.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or self.eof:
+                return self.buf[self.pos:self.pos + 1]
+            self.fill()
+
+    def value(self, what="a value"):
+        self.peek()
+        while True:
+            try:
+                obj, end = _decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as error:
+                incomplete = (error.pos >= len(self.buf) - 8 or
+                              error.msg.startswith("Unterminated string"))
+                if self.eof or not incomplete:
+                    self.fail(error.msg, error.pos)
+                if len(self.buf) - self.pos > MAX_VALUE:
+                    raise InputError(f"{quoted(self.path)}: {what} larger than "
+                                     f"{MAX_VALUE >> 20} MiB: not a trace this tool reads")
+                self.fill()
+                continue
+            except RecursionError as error:
+                raise InputError(f"{quoted(self.path)}: JSON nested too deeply for a "
+                                 "trace") from error
+            if end == len(self.buf) and not self.eof:  # a number may go on
+                self.fill()
+                continue
+            self.pos = end
+            return obj
+
+    def events(self, on_batch):
+        """After '[': the array's elements, in batches, to on_batch(list)."""
+        if self.peek() == "]":
+            self.pos += 1
+            return
+        loads = json.loads
+        while True:
+            # Whole lines ending in ',' are a list of elements when "[" + lines + "]" decodes
+            # (it cannot decode if the lines end the array or cut an element).
+            # The array's end is the first "\n]" (a raw line break is never inside a string):
+            # cut before it. One failed attempt per buffer; then one value at a time.
+            if self.fast:
+                limit = self.buf.find("\n]", self.pos)
+                nl = self.buf.rfind("\n", self.pos, len(self.buf) if limit < 0 else limit)
+                piece = self.buf[self.pos:nl].rstrip() if nl > self.pos else ""
+                batch = None
+                if len(piece) > 1 and piece[-1] == ",":
+                    try:
+                        batch = loads("[" + piece[:-1] + "]")
+                    except (ValueError, RecursionError):
+                        batch = None
+                if batch:
+                    on_batch(batch)
+                    self.pos = nl + 1
+                    if self.peek() in ("]", ""):
+                        self.fail("a ',' before the end of the array")
+                    continue
+                self.fast = False
+            on_batch([self.value("an event")])
+            c = self.peek()
+            if c == ",":
+                self.pos += 1
+                if self.peek() in ("]", ""):
+                    self.fail("a ',' before the end of the array")
+            elif c == "]":
+                self.pos += 1
+                return
+            else:
+                self.fail("expected ',' or ']' after an event")
+
+    def read(self, on_batch):
+        """Streams the document; returns its top-level values other than traceEvents."""
+        try:
+            c = self.peek()
+            if c == "":
+                self.fail("the file is empty")
+            if c != "{":
+                self.value()  # valid JSON of another shape, or an error naming the spot
+                raise InputError(f"{quoted(self.path)}: no traceEvents list: not a Chrome "
+                                 "trace-event file")
+            self.pos += 1
+            top, seen = {}, False
+            c = self.peek()
+            while c != "}":
+                if c != '"':
+                    self.fail("expected a key")
+                key = self.value("a key")
+                if self.peek() != ":":
+                    self.fail("expected ':'")
+                self.pos += 1
+                if key == "traceEvents" and self.peek() == "[":
+                    if seen:
+                        raise InputError(f"{quoted(self.path)}: traceEvents given twice")
+                    self.pos += 1
+                    self.events(on_batch)
+                    seen = True
+                    top.pop(key, None)
+                else:
+                    top[key] = self.value(f"the value of {key[:40]!r}")
+                c = self.peek()
+                if c == ",":
+                    self.pos += 1
+                    c = self.peek()
+                    if c == "}":
+                        self.fail("a ',' before '}'")
+                elif c != "}":
+                    self.fail("expected ',' or '}'")
+            self.pos += 1
+            if self.peek() != "":
+                self.fail("extra data after the trace object")
+            if not seen or "traceEvents" in top:
+                raise InputError(f"{quoted(self.path)}: no traceEvents list: not a Chrome "
+                                 "trace-event file")
+            return top
+        finally:
+            self.close()
+
+
+def tail_metadata(path):
+    """The ferrumReplay object of a trace, read from the end of the file, where the recorder
+    and merge write it; None when it is not found there (the caller then reads the file)."""
+    with open_regular(path, binary=True) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        handle.seek(max(0, size - (1 << 20)))
+        text = handle.read().decode("utf-8", "replace")
+    key = '"ferrumReplay":'
+    at = len(text)
+    while True:
+        at = text.rfind(key, 0, at)
+        if at < 0:
+            return None
+        try:
+            start = _WHITESPACE.match(text, at + len(key)).end()
+            obj, end = _decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(obj, dict) and text[end:].strip() == "}":
+            return obj
 
 
 def _is_number(value):
@@ -64,54 +372,55 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 63
 
 
-def validate_trace(path, trace):
-    """Refuses, with one line naming the file and the event, a trace whose fields have types
+def validate_meta(path, meta_value):
+    """Refuses, with one line naming the file, a ferrumReplay object whose fields have types
     the readers do not expect (a hand-edited or foreign file), instead of a traceback."""
-    meta_value = trace.get("ferrumReplay")
-    if meta_value is not None:
-        if not isinstance(meta_value, dict):
-            raise InputError(f"{path}: ferrumReplay is not an object")
-        for key, value in meta_value.items():
-            if isinstance(value, float) and not _is_number(value):
-                raise InputError(f"{path}: ferrumReplay.{key} is not a finite number")
-            if isinstance(value, int) and not isinstance(value, bool) and not _is_int(value):
-                raise InputError(f"{path}: ferrumReplay.{key} is out of range")
-        for key in ("pid", "ranges", "rejectedPushes"):
-            if key in meta_value and not _is_int(meta_value[key]):
-                raise InputError(f"{path}: ferrumReplay.{key} is not an integer")
-        rank = meta_value.get("rank")
-        if rank is not None and not (isinstance(rank, dict) and
-                                     all(isinstance(v, (str, type(None))) or _is_int(v)
-                                         for v in rank.values())):
-            raise InputError(f"{path}: ferrumReplay.rank is not a {{variable, value}} object")
-        errors = meta_value.get("protocolErrors", {})
-        if not isinstance(errors, dict) or not all(_is_int(v) for v in errors.values()):
-            raise InputError(f"{path}: ferrumReplay.protocolErrors is not a table of counts")
-    for index, event in enumerate(trace["traceEvents"]):
-        if not isinstance(event, dict) or event.get("ph") not in ("X", "M"):
-            continue
-        for key in ("name", "cat"):
-            if key in event and not isinstance(event[key], str):
-                raise InputError(f"{path}: event {index}: {key} is not text")
-        for key in ("ts", "dur"):
-            if key in event and not _is_number(event[key]):
-                raise InputError(f"{path}: event {index}: {key} is not a finite number")
-        for key in ("pid", "tid"):
-            if key in event and not _is_int(event[key]):
-                raise InputError(f"{path}: event {index}: {key} is not an integer")
-        if "args" in event and not isinstance(event["args"], dict):
-            raise InputError(f"{path}: event {index}: args is not an object")
+    if meta_value is None:
+        return
+    if not isinstance(meta_value, dict):
+        raise InputError(f"{quoted(path)}: ferrumReplay is not an object")
+    for key, value in meta_value.items():
+        if isinstance(value, float) and not _is_number(value):
+            raise InputError(f"{quoted(path)}: ferrumReplay.{key} is not a finite number")
+        if isinstance(value, int) and not isinstance(value, bool) and not _is_int(value):
+            raise InputError(f"{quoted(path)}: ferrumReplay.{key} is out of range")
+    for key in ("pid", "ranges", "rejectedPushes"):
+        if key in meta_value and not _is_int(meta_value[key]):
+            raise InputError(f"{quoted(path)}: ferrumReplay.{key} is not an integer")
+    rank = meta_value.get("rank")
+    if rank is not None and not (isinstance(rank, dict) and
+                                 all(isinstance(v, (str, type(None))) or _is_int(v)
+                                     for v in rank.values())):
+        raise InputError(f"{quoted(path)}: ferrumReplay.rank is not a {{variable, value}} object")
+    errors = meta_value.get("protocolErrors", {})
+    if not isinstance(errors, dict) or not all(_is_int(v) for v in errors.values()):
+        raise InputError(f"{quoted(path)}: ferrumReplay.protocolErrors is not a table of counts")
+    clock = meta_value.get("clock")
+    if clock is not None and not (isinstance(clock, dict) and
+                                  all(_is_int(v) for v in clock.values())):
+        raise InputError(f"{quoted(path)}: ferrumReplay.clock is not a table of integers")
+    merged = meta_value.get("merged")
+    if merged is not None and not (isinstance(merged, list) and
+                                   all(isinstance(m, dict) for m in merged)):
+        raise InputError(f"{quoted(path)}: ferrumReplay.merged is not a list of objects")
+    domains = meta_value.get("domains")
+    if domains is not None and not (isinstance(domains, list) and
+                                    all(isinstance(d, str) for d in domains)):
+        raise InputError(f"{quoted(path)}: ferrumReplay.domains is not a list of names")
 
 
-def meta(trace):
-    value = trace.get("ferrumReplay")
-    return value if isinstance(value, dict) else {}
-
-
-def ranges(trace, domain=None):
-    return [e for e in trace["traceEvents"]
-            if isinstance(e, dict) and e.get("ph") == "X"
-            and (domain is None or e.get("cat") == domain)]
+def validate_event(path, index, event):
+    for key in ("name", "cat"):
+        if key in event and not isinstance(event[key], str):
+            raise InputError(f"{quoted(path)}: event {index}: {key} is not text")
+    for key in ("ts", "dur"):
+        if key in event and not _is_number(event[key]):
+            raise InputError(f"{quoted(path)}: event {index}: {key} is not a finite number")
+    for key in ("pid", "tid"):
+        if key in event and not _is_int(event[key]):
+            raise InputError(f"{quoted(path)}: event {index}: {key} is not an integer")
+    if "args" in event and not isinstance(event["args"], dict):
+        raise InputError(f"{quoted(path)}: event {index}: args is not an object")
 
 
 def _ns(value):
@@ -120,37 +429,139 @@ def _ns(value):
     return round(float(value) * 1000)
 
 
-def nesting_problems(trace):
-    """X events of one (pid, tid) that overlap without one containing the other."""
-    by_thread = collections.defaultdict(list)
-    for event in ranges(trace):
-        start = _ns(event.get("ts", 0))
-        by_thread[(event.get("pid"), event.get("tid"))].append(
-            (start, start + _ns(event.get("dur", 0)), event))
-    problems = []
-    for (pid, tid), events in by_thread.items():
-        events.sort(key=lambda item: (item[0], -item[1]))
-        open_ranges = []
-        for start, end, event in events:
-            while open_ranges and open_ranges[-1][1] <= start:
-                open_ranges.pop()
-            if open_ranges and end > open_ranges[-1][1]:
-                problems.append(f"pid {pid} tid {tid}: {event.get('cat')}/{event.get('name')} "
-                                f"at {event.get('ts')} us overlaps its enclosing range")
+def file_identity(path):
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def distinct_inputs(paths):
+    """The paths in order, each file once: another path to a file already given (./a.json,
+    a symbolic link, a hard link) is dropped, with a note on stderr."""
+    kept, seen = [], {}
+    for path in paths:
+        try:
+            identity = file_identity(path)
+        except OSError:
+            kept.append(path)  # reading it says why it cannot be read
+            continue
+        if identity in seen:
+            print(f"ferrum-replay: note: {quoted(path)} is the same file as "
+                  f"{quoted(seen[identity])}: read once", file=sys.stderr)
+            continue
+        seen[identity] = path
+        kept.append(path)
+    return kept
+
+
+class Scan:
+    """What the readers need of one trace, gathered in one streaming pass: per (pid, domain,
+    name) the count, total, minimum and maximum duration (ns); the nesting check per thread;
+    the process names; the ferrumReplay object. Memory grows with the distinct names,
+    threads and nesting depth, never with the number of events."""
+
+    def __init__(self, path):
+        self.path = path
+        self.stats = {}           # (pid, cat, name) -> [count, total, low, high]
+        self.process_names = {}   # pid -> name (first process_name event)
+        self.threads = {}         # (pid, tid) -> [last (start, -end), stack of ends]
+        self.problems = []        # the first few nesting problems
+        self.problem_count = 0
+        self.events = 0
+        self.meta = {}
+        top = TraceReader(path).read(self.batch)
+        value = top.get("ferrumReplay")
+        validate_meta(path, value)
+        self.meta = value if isinstance(value, dict) else {}
+
+    def problem(self, text):
+        self.problem_count += 1
+        if len(self.problems) < 4:
+            self.problems.append(text)
+
+    def batch(self, batch):
+        path, stats, threads, validate = self.path, self.stats, self.threads, validate_event
+        index = self.events - 1
+        self.events += len(batch)
+        for event in batch:
+            index += 1
+            if type(event) is not dict:
                 continue
-            open_ranges.append((start, end, event))
-    return problems
+            ph = event.get("ph")
+            if ph == "X":
+                ts = event.get("ts", 0)
+                dur = event.get("dur", 0)
+                pid = event.get("pid")
+                tid = event.get("tid")
+                cat = event.get("cat")
+                name = event.get("name")
+                # The usual event in a few type tests; anything else gets the full check
+                # (which raises InputError naming the field, or finds it acceptable).
+                if not ((type(ts) is float or type(ts) is int) and -1e18 < ts < 1e18 and
+                        (type(dur) is float or type(dur) is int) and -1e18 < dur < 1e18 and
+                        type(pid) is int and type(tid) is int and type(cat) is str and
+                        type(name) is str and -9223372036854775808 < pid < 9223372036854775808
+                        and -9223372036854775808 < tid < 9223372036854775808 and
+                        type(event.get("args", stats)) is not list):
+                    validate(path, index, event)
+                    cat, name = str(cat), str(name)
+                start = round(ts * 1000.0)
+                dur = round(dur * 1000.0)
+                key = (pid, cat, name)
+                entry = stats.get(key)
+                if entry is None:
+                    stats[key] = [1, dur, dur, dur]
+                else:
+                    entry[0] += 1
+                    entry[1] += dur
+                    if dur < entry[2]:
+                        entry[2] = dur
+                    elif dur > entry[3]:
+                        entry[3] = dur
+                # Nesting, per thread, as the events come: each thread's ranges are in start
+                # order, enclosing ranges first (trace_writer.hpp; merge keeps that order).
+                end = start + dur
+                thread = threads.get((pid, tid))
+                if thread is None:
+                    threads[(pid, tid)] = [start, end, [end]]
+                    continue
+                if start < thread[0] or (start == thread[0] and end > thread[1]):
+                    self.problem(f"pid {pid} tid {tid}: {cat}/{name} at {ts} us is out of "
+                                 "start order")
+                    continue
+                thread[0] = start
+                thread[1] = end
+                stack = thread[2]
+                while stack and stack[-1] <= start:
+                    stack.pop()
+                if stack and end > stack[-1]:
+                    self.problem(f"pid {pid} tid {tid}: {cat}/{name} at {ts} us overlaps its "
+                                 "enclosing range")
+                    continue
+                stack.append(end)
+            elif ph == "M":
+                validate(path, index, event)
+                if event.get("name") == "process_name":
+                    pid = event.get("pid")
+                    if pid not in self.process_names:
+                        self.process_names[pid] = (event.get("args") or {}).get("name")
+
+    @property
+    def merged(self):
+        return "merged" in self.meta
+
+    def range_count(self, domain=None):
+        return sum(s[0] for k, s in self.stats.items() if domain is None or k[1] == domain)
+
+    def nesting_line(self):
+        if not self.problems:
+            return None
+        more = self.problem_count - 1
+        return self.problems[0] + (f" (and {more} more)" if more else "")
 
 
-def process_label(trace, path):
-    m = meta(trace)
-    rank = m.get("rank") if isinstance(m.get("rank"), dict) else None
-    pid = m.get("pid")
-    name = None
-    for e in trace["traceEvents"]:
-        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name":
-            name = (e.get("args") or {}).get("name")
-            break
+def process_label(meta_value, path, name=None):
+    rank = meta_value.get("rank") if isinstance(meta_value.get("rank"), dict) else None
+    pid = meta_value.get("pid")
     parts = []
     if rank:
         kind = "local rank" if rank.get("variable") == "LOCAL_RANK" else "rank"
@@ -159,72 +570,59 @@ def process_label(trace, path):
         parts.append(str(name))
     if pid is not None:
         parts.append(f"pid {pid}")
-    if m.get("host") and m.get("host") != socket.gethostname():
-        parts.append(f"on {m['host']}")
+    try:
+        here = socket.gethostname()
+    except OSError:
+        here = ""
+    if meta_value.get("host") and meta_value.get("host") != here:
+        parts.append(f"on {meta_value['host']}")
     label = " ".join(parts[:1]) + (f" ({', '.join(parts[1:])})" if len(parts) > 1 else "")
     return label or os.path.basename(path)
 
 
-# ---- summary ----
-
-class Stats:
-    __slots__ = ("count", "total", "low", "high")
-
-    def __init__(self):
-        self.count, self.total, self.low, self.high = 0, 0, None, 0
-
-    def add(self, dur_ns):
-        self.count += 1
-        self.total += dur_ns
-        self.low = dur_ns if self.low is None else min(self.low, dur_ns)
-        self.high = max(self.high, dur_ns)
-
-    @property
-    def mean(self):
-        return self.total / self.count if self.count else 0.0
-
-
-def pid_labels(trace, path):
+def pid_labels(scan):
     """{pid: label}: a merged trace names its processes in process_name events; a recorder
     trace is one process, named from its ferrumReplay object."""
-    if "merged" in meta(trace):
-        return {e.get("pid"): str((e.get("args") or {}).get("name"))
-                for e in trace["traceEvents"]
-                if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name"}
-    label = process_label(trace, path)
-    return {e.get("pid"): label for e in trace["traceEvents"] if isinstance(e, dict)}
+    if scan.merged:
+        return {pid: str(name) for pid, name in scan.process_names.items()}
+    label = process_label(scan.meta, scan.path, scan.process_names.get(scan.meta.get("pid")))
+    return {key[0]: label for key in scan.stats}
 
 
-def processes(traces):
-    """Distinct processes over all traces: (host, pid) of recorder traces, or the pids a
-    merged trace holds."""
-    seen = set()
-    for index, (_, trace) in enumerate(traces):
-        m = meta(trace)
-        if "merged" in m:
-            seen.update((index, e.get("pid")) for e in ranges(trace))
-        else:
-            seen.add((m.get("host"), m.get("pid")))
-    return len(seen)
+def process_keys(scan):
+    """The processes a trace holds, as (host, pid, recorder start): the recorder's own, or
+    those a merged trace lists (older merged traces: the pids of its ranges)."""
+    m = scan.meta
+    if scan.merged:
+        entries = [e for e in m["merged"] if isinstance(e, dict)]
+        if entries and all("pid" in e for e in entries):
+            return {(str(e.get("host")), str(e.get("pid")),
+                     str((e.get("clock") or {}).get("originRealtimeNs")
+                         if isinstance(e.get("clock"), dict) else None)) for e in entries}
+        return {(scan.path, str(k[0]), None) for k in scan.stats}
+    clock = m.get("clock") if isinstance(m.get("clock"), dict) else {}
+    if not m:
+        return {(scan.path, None, None)}
+    return {(str(m.get("host")), str(m.get("pid")), str(clock.get("originRealtimeNs")))}
 
 
-def aggregate(traces, domain=None, by_process=False):
-    """{(process label or "", domain, name): Stats}"""
-    table = collections.defaultdict(Stats)
-    for path, trace in traces:
-        labels = pid_labels(trace, path) if by_process else None
-        for e in ranges(trace, domain):
-            label = labels.get(e.get("pid"), str(e.get("pid"))) if by_process else ""
-            table[(label, str(e.get("cat")), str(e.get("name")))].add(_ns(e.get("dur", 0)))
-    return table
+def count_processes(scans):
+    keys = set()
+    for scan in scans:
+        keys |= process_keys(scan)
+    return len(keys)
 
 
-def totals(traces):
+def scan_all(paths):
+    return [Scan(path) for path in distinct_inputs(paths)]
+
+
+def totals(scans):
     """Sums of the recorders' own counters over every trace."""
     out = {"ranges": 0, "rejectedPushes": 0, "popWithoutPush": 0, "popWrongDomain": 0,
            "openAtExit": 0, "without_summary": 0}
-    for _, trace in traces:
-        m = meta(trace)
+    for scan in scans:
+        m = scan.meta
         if not m:
             out["without_summary"] += 1
             continue
@@ -235,20 +633,42 @@ def totals(traces):
     return out
 
 
-def printable(text):
-    text = "".join("?" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in text)
-    return text or '""'
+# ---- summary ----
+
+def aggregate(scans, domain=None, by_process=False):
+    """{(process label or "", domain, name): [count, total, low, high]}"""
+    table = {}
+    for scan in scans:
+        labels = pid_labels(scan) if by_process else None
+        for (pid, cat, name), s in scan.stats.items():
+            if domain is not None and cat != domain:
+                continue
+            label = labels.get(pid, str(pid)) if by_process else ""
+            entry = table.get((label, cat, name))
+            if entry is None:
+                table[(label, cat, name)] = list(s)
+            else:
+                entry[0] += s[0]
+                entry[1] += s[1]
+                entry[2] = min(entry[2], s[2])
+                entry[3] = max(entry[3], s[3])
+    return table
+
+
+def cell(text):
+    return printable(text) or '""'
 
 
 def format_table(table, by_process):
     header = (["process"] if by_process else []) + [
         "domain", "range", "count", "total ms", "mean us", "min us", "max us"]
     rows = [header]
-    for key in sorted(table, key=lambda k: (k[0], k[1], k[2])):
-        s = table[key]
-        rows.append(([printable(key[0])] if by_process else []) + [
-            printable(key[1]), printable(key[2]), str(s.count), f"{s.total / 1e6:.3f}",
-            f"{s.mean / 1e3:.3f}", f"{(s.low or 0) / 1e3:.3f}", f"{s.high / 1e3:.3f}"])
+    for key in sorted(table):
+        count, total, low, high = table[key]
+        mean = total / count if count else 0.0
+        rows.append(([cell(key[0])] if by_process else []) + [
+            cell(key[1]), cell(key[2]), str(count), f"{total / 1e6:.3f}",
+            f"{mean / 1e3:.3f}", f"{low / 1e3:.3f}", f"{high / 1e3:.3f}"])
     text_cols = len(header) - 4  # left-aligned: process?, domain, range, count
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = []
@@ -268,199 +688,375 @@ def errors_line(t):
 
 
 def cmd_summary(args):
-    traces = [(path, load_trace(path)) for path in args.traces]
-    table = aggregate(traces, args.domain, args.by_process)
-    t = totals(traces)
-    n = sum(s.count for s in table.values())
-    where = f" in domain {args.domain}" if args.domain else ""
-    count = processes(traces)
-    print(f"ferrum-replay summary: {n} ranges{where} in {len(traces)} "
-          f"trace{'s' if len(traces) != 1 else ''} ({count} process{'es' if count != 1 else ''})")
+    scans = scan_all(args.traces)
+    table = aggregate(scans, args.domain, args.by_process)
+    t = totals(scans)
+    n = sum(s[0] for s in table.values())
+    where = f" in domain {cell(args.domain)}" if args.domain else ""
+    count = count_processes(scans)
+    print(f"ferrum-replay summary: {n} ranges{where} in {len(scans)} "
+          f"trace{'s' if len(scans) != 1 else ''} ({count} process{'es' if count != 1 else ''})")
     if table:
         print("\n".join(format_table(table, args.by_process)))
     print(errors_line(t))
     if t["rejectedPushes"]:
         print(f"rejected pushes: {t['rejectedPushes']}")
-    for path, trace in traces:
-        problems = nesting_problems(trace)
-        if problems:
-            print(f"{path}: ranges do not nest: {problems[0]}"
-                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    for scan in scans:
+        line = scan.nesting_line()
+        if line:
+            print(f"{printable(scan.path)}: ranges do not nest: {printable(line)}")
     return 0
 
 
 # ---- merge ----
 
-def expand_output(pattern, pid=None):
-    """%p, %h, %q{VAR}, %% as the recorder and nsys expand them; anything else stays. %p is
-    the pid of the ferrum-replay wrapper that started us (FERRUM_REPLAY_PID), else ours."""
-    if pid is None:
-        pid = os.environ.get("FERRUM_REPLAY_PID") or os.getpid()
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c != "%" or i + 1 == len(pattern):
-            out.append(c)
-            i += 1
-            continue
-        spec = pattern[i + 1]
-        if spec == "p":
-            out.append(str(pid))
-            i += 2
-        elif spec == "h":
-            out.append(socket.gethostname())
-            i += 2
-        elif spec == "%":
-            out.append("%")
-            i += 2
-        elif spec == "q" and pattern[i + 2:i + 3] == "{" and "}" in pattern[i + 3:]:
-            close = pattern.index("}", i + 3)
-            out.append(os.environ.get(pattern[i + 3:close], ""))
-            i = close + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+def clock_of(m):
+    clock = m.get("clock")
+    return clock if isinstance(clock, dict) else {}
 
 
-def alignment(traces):
-    """Shift in microseconds to add to each trace's ts, and how the traces were aligned.
+def alignment(metas):
+    """Shift in microseconds to add to each trace's ts, how the traces were aligned, and the
+    merged trace's own clock (the origin its ts count from).
 
-    ts is relative to each recorder's start. On one host the monotonic origins share a clock
-    (exact); across hosts the wall-clock origins are used (as good as the hosts' clock sync).
-    """
-    clocks = [(meta(t).get("clock") or {}) for _, t in traces]
-    hosts = {meta(t).get("host") for _, t in traces}
-    if all(c.get("originMonotonicNs") is not None for c in clocks) and len(hosts) == 1:
-        key, how = "originMonotonicNs", "monotonic clock (one host)"
+    ts is relative to each trace's origin (a recorder's start, or a merged trace's). On one
+    host the monotonic origins share a clock (exact); across hosts the wall-clock origins are
+    used (as good as the hosts' clock sync). A merged input carries the clock of its origin,
+    so merged traces merge again."""
+    clocks = [clock_of(m) for m in metas]
+    hosts = {m.get("host") for m in metas}
+    if all(c.get("originMonotonicNs") is not None for c in clocks) and len(hosts) == 1 \
+            and None not in hosts:
+        key, how = "originMonotonicNs", "aligned by monotonic clock (one host)"
     elif all(c.get("originRealtimeNs") for c in clocks):
-        key, how = "originRealtimeNs", "wall clock (several hosts)"
+        key, how = "originRealtimeNs", "aligned by wall clock (several hosts)"
     else:
-        return [0.0] * len(traces), "not aligned: a trace has no clock origin (older recorder)"
+        return [0.0] * len(metas), "not aligned: a trace has no clock origin (older recorder)", None
     origins = [int(c[key]) for c in clocks]
     base = min(origins)
-    return [(o - base) / 1000.0 for o in origins], how
+    first = clocks[origins.index(base)]
+    clock = ({"originMonotonicNs": base, "originRealtimeNs": int(first["originRealtimeNs"])}
+             if key == "originMonotonicNs" and first.get("originRealtimeNs") is not None
+             else {key: base})
+    return [(o - base) / 1000.0 for o in origins], how, clock
 
 
-def cmd_merge(args):
-    traces = [(path, load_trace(path)) for path in args.traces]
-    shifts, how = alignment(traces)
-    used_pids = set()
-    events, merged = [], []
-    for index, ((path, trace), shift) in enumerate(zip(traces, shifts)):
-        m = meta(trace)
-        original = {e.get("pid") for e in trace["traceEvents"]
-                    if isinstance(e, dict) and "pid" in e}
-        pid_map = {}
-        for pid in sorted(original, key=str):
-            new = pid
-            if not isinstance(new, int) or new in used_pids:
-                new = 1_000_000 + index * 1000 + len(pid_map)
-                while new in used_pids:
-                    new += 1
-            pid_map[pid] = new
-            used_pids.add(new)
-        label = f"{process_label(trace, path)} · {os.path.basename(path)}"
-        rank = (m.get("rank") or {}).get("value") if isinstance(m.get("rank"), dict) else None
-        for pid in pid_map.values():
-            events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                           "args": {"name": label}})
-            sort_index = int(rank) if rank is not None and str(rank).isdigit() else 100000 + index
-            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                           "args": {"sort_index": sort_index}})
-        for e in trace["traceEvents"]:
-            if not isinstance(e, dict):
-                continue
-            if e.get("ph") == "M" and e.get("name") == "process_name":
-                continue  # replaced by the label above
-            e = dict(e)
-            if "pid" in e:
-                e["pid"] = pid_map.get(e["pid"], e["pid"])
-            if e.get("ph") == "X" and "ts" in e:
-                e["ts"] = round(float(e["ts"]) + shift, 3)
-            events.append(e)
-        merged.append({"file": os.path.abspath(path), "pid": m.get("pid"),
-                       "mergedPid": pid_map.get(m.get("pid")), "host": m.get("host"),
-                       "rank": m.get("rank"), "shiftUs": round(shift, 3)})
-    t = totals(traces)
-    domains = sorted({d for _, tr in traces for d in (meta(tr).get("domains") or [])})
-    document = {
-        "traceEvents": events,
-        "displayTimeUnit": "ns",
-        "ferrumReplay": {
-            "version": 1, "ranges": t["ranges"], "rejectedPushes": t["rejectedPushes"],
-            "protocolErrors": {k: t[k] for k in ("popWithoutPush", "popWrongDomain",
-                                                 "openAtExit")},
-            "domains": domains, "alignment": how, "merged": merged,
-        },
-    }
-    out = os.path.abspath(expand_output(args.output))
+def read_metadata(path):
+    value = tail_metadata(path)
+    if value is None:  # not where the recorder puts it: read the whole file
+        value = TraceReader(path).read(lambda batch: None).get("ferrumReplay")
+    validate_meta(path, value)
+    return value if isinstance(value, dict) else {}
+
+
+def write_atomically(out, write):
+    """Writes through a fresh, unpredictable temporary beside `out` (O_EXCL, never through a
+    link someone planted), made 0644 less the umask, then renamed over `out`."""
     tmp = None
     try:
-        # A fresh, unpredictable temporary beside the output (O_EXCL, never through a link
-        # someone planted), made 0644 less the umask, then renamed over the output.
         fd, tmp = tempfile.mkstemp(prefix=os.path.basename(out) + ".", suffix=".tmp",
                                    dir=os.path.dirname(out))
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o644 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, separators=(",", ":"))
-            handle.write("\n")
+            write(handle)
         os.replace(tmp, out)
+        tmp = None
     except OSError as error:
-        try:
-            if tmp:
+        raise InputError(f"{quoted(out)}: cannot write: {error.strerror or error}") from error
+    finally:
+        if tmp:
+            try:
                 os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def cmd_merge(args):
+    pattern = args.output
+    expanded, unset = expand_output(pattern)
+    if unset:
+        print(f"ferrum-replay: {unset_warning(pattern, unset)}", file=sys.stderr)
+    out = os.path.abspath(expanded)
+    paths = distinct_inputs(args.traces)
+    try:
+        out_identity = file_identity(out)
+    except OSError:
+        out_identity = None
+    for path in paths:
+        try:
+            if out_identity is not None and file_identity(path) == out_identity:
+                raise InputError(f"the output {quoted(out)} is one of the inputs ({quoted(path)}):"
+                                 " choose another -o")
         except OSError:
             pass
-        raise InputError(f"{out}: cannot write: {error.strerror or error}") from error
-    n = sum(len(ranges(tr)) for _, tr in traces)
-    print(f"ferrum-replay: merged {len(traces)} traces ({n} ranges, {len(used_pids)} processes; "
-          f"aligned by {how}) into {out}", file=sys.stderr)
+    if os.path.isdir(out):
+        raise InputError(f"the output {quoted(out)} is a directory: name a file")
+    metas = [read_metadata(path) for path in paths]
+    shifts, how, clock = alignment(metas)
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    used_pids = set()
+    merged, counted = [], {"ranges": 0, "processes": 0}
+
+    def write(handle):
+        handle.write('{"traceEvents":[')
+        first = [True]
+
+        def emit(event):
+            handle.write(("\n" if first[0] else ",\n") + dumps(event))
+            first[0] = False
+
+        for index, (path, m, shift) in enumerate(zip(paths, metas, shifts)):
+            is_merged = "merged" in m
+            rank = m.get("rank").get("value") if isinstance(m.get("rank"), dict) else None
+            sort_index = int(rank) if rank is not None and str(rank).isdigit() else 100000 + index
+            pid_map = {}
+            base_label = f" · {os.path.basename(path)}"
+
+            def new_pid(pid, first_event):
+                mapped = pid
+                if not _is_int(mapped) or mapped in used_pids:
+                    mapped = 1_000_000 + index * 1000 + len(pid_map)
+                    while mapped in used_pids:
+                        mapped += 1
+                pid_map[pid] = mapped
+                used_pids.add(mapped)
+                counted["processes"] += 1
+                if not is_merged:
+                    name = None
+                    if first_event.get("ph") == "M" and first_event.get("name") == "process_name":
+                        name = (first_event.get("args") or {}).get("name")
+                    emit({"ph": "M", "name": "process_name", "pid": mapped, "tid": 0,
+                          "args": {"name": process_label(m, path, name) + base_label}})
+                    emit({"ph": "M", "name": "process_sort_index", "pid": mapped, "tid": 0,
+                          "args": {"sort_index": sort_index}})
+                return mapped
+
+            seen_events = [0]
+
+            def batch(events):
+                start = seen_events[0]
+                seen_events[0] += len(events)
+                for offset, e in enumerate(events):
+                    if type(e) is not dict:
+                        continue
+                    ph = e.get("ph")
+                    if ph in ("X", "M"):
+                        validate_event(path, start + offset, e)
+                    if "pid" in e:
+                        pid = e["pid"]
+                        try:
+                            mapped = pid_map[pid]
+                        except KeyError:
+                            mapped = new_pid(pid, e)
+                        except TypeError:  # an unhashable pid of a foreign event
+                            continue
+                        if not is_merged and ph == "M" and e.get("name") == "process_name":
+                            continue  # replaced by the label above
+                        e["pid"] = mapped
+                    if ph == "X":
+                        counted["ranges"] += 1
+                        if "ts" in e and shift:
+                            e["ts"] = round(float(e["ts"]) + shift, 3)
+                    emit(e)
+
+            top = TraceReader(path).read(batch)
+            validate_meta(path, top.get("ferrumReplay"))
+            if is_merged:
+                for entry in m["merged"]:
+                    entry = dict(entry)
+                    if "mergedPid" in entry:
+                        try:
+                            entry["mergedPid"] = pid_map.get(entry["mergedPid"],
+                                                             entry["mergedPid"])
+                        except TypeError:
+                            pass
+                    if _is_number(entry.get("shiftUs")):
+                        entry["shiftUs"] = round(entry["shiftUs"] + shift, 3)
+                    merged.append(entry)
+            else:
+                merged.append({"file": os.path.abspath(path), "pid": m.get("pid"),
+                               "mergedPid": pid_map.get(m.get("pid")), "host": m.get("host"),
+                               "rank": m.get("rank"), "clock": clock_of(m) or None,
+                               "shiftUs": round(shift, 3)})
+        t = {"ranges": 0, "rejectedPushes": 0}
+        errors = {"popWithoutPush": 0, "popWrongDomain": 0, "openAtExit": 0}
+        for m in metas:
+            t["ranges"] += int(m.get("ranges", 0))
+            t["rejectedPushes"] += int(m.get("rejectedPushes", 0))
+            for key in errors:
+                errors[key] += int((m.get("protocolErrors") or {}).get(key, 0))
+        hosts = {m.get("host") for m in metas}
+        document = {
+            "version": 1, "ranges": t["ranges"], "rejectedPushes": t["rejectedPushes"],
+            "protocolErrors": errors,
+            "domains": sorted({d for m in metas for d in (m.get("domains") or [])}),
+            "alignment": how, "merged": merged,
+        }
+        if len(hosts) == 1 and None not in hosts:
+            document["host"] = next(iter(hosts))
+        if clock:
+            document["clock"] = clock
+        handle.write('\n],\n"displayTimeUnit":"ns",\n"ferrumReplay":' + dumps(document) + "}\n")
+
+    write_atomically(out, write)
+    print(f"ferrum-replay: merged {len(paths)} trace{'s' if len(paths) != 1 else ''} "
+          f"({counted['ranges']} ranges, {len(merged)} process{'es' if len(merged) != 1 else ''};"
+          f" {how}) into {quoted(out)}", file=sys.stderr)
     return 0
 
 
-# ---- written ----
+# ---- one recording session (the wrapper's record, ci-smoke-profile) ----
 
-def pattern_glob(pattern):
-    """A recorder output pattern as a glob: %p is any pid, the rest expands as the recorder
-    would. A pattern ending in '/' is a directory holding default-named traces."""
+def pattern_globs(pattern):
+    """A recorder output pattern as globs: %p is any pid, the rest expands as the recorder
+    would; a name shared by processes, or taken by another file, gets a fresh name (text
+    rules, section 2). A pattern ending in '/' is a directory of default-named traces."""
     if pattern.endswith("/"):
-        return [glob.escape(pattern) + "ferrum-replay.*json"]
-    parts, i = [], 0
+        return [glob.escape(pattern) + "ferrum-replay.*"]
+    segments, current, i = [], [], 0
     while i < len(pattern):
-        if pattern.startswith("%p", i):
-            parts.append("*")
+        if pattern.startswith("%%", i):
+            current.append("%%")
             i += 2
-            continue
-        j = pattern.find("%p", i)
-        j = len(pattern) if j < 0 else j
-        parts.append(glob.escape(expand_output(pattern[i:j])))
-        i = j
-    text = "".join(parts)
-    if "*" in text:
-        return [text]
-    # A fixed name gets ".<pid>" inserted when siblings share it (exit_report.cpp).
-    root, ext = os.path.splitext(text)
-    return [text, f"{root}.[0-9]*{ext}"]
+        elif pattern.startswith("%p", i):
+            segments.append("".join(current))
+            current = []
+            i += 2
+        else:
+            current.append(pattern[i])
+            i += 1
+    segments.append("".join(current))
+    text = "*".join(glob.escape(expand_output(s)[0]) for s in segments)
+    return [text, fresh_name(text, "*")]
+
+
+def has_pid(pattern):
+    return "%p" in pattern.replace("%%", "")
+
+
+def session_start_ns(stamp):
+    """When the session began: the time the wrapper wrote into its stamp (ns, wall clock),
+    else the stamp's modification time."""
+    st = os.stat(stamp)
+    try:
+        with open(stamp, encoding="ascii") as handle:
+            text = handle.read(64).strip()
+        if text.isdigit():
+            return int(text), st.st_mtime_ns
+    except (OSError, ValueError):
+        pass
+    return st.st_mtime_ns, st.st_mtime_ns
+
+
+def session_traces(stamp, pattern):
+    """The traces of this session: a regular file matching the pattern, written since the
+    stamp, that holds a ferrum-replay trace whose recorder started after the session began.
+    A trace of an earlier run at the same name is never counted."""
+    since, stamp_mtime = session_start_ns(stamp)
+    found = set()
+    for g in pattern_globs(pattern):
+        for path in glob.glob(g):
+            try:
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode) or st.st_mtime_ns < stamp_mtime \
+                        or path.endswith(".tmp"):
+                    continue
+                m = tail_metadata(path)
+            except (OSError, InputError):
+                continue
+            origin = clock_of(m).get("originRealtimeNs") if isinstance(m, dict) else None
+            if _is_int(origin) and origin >= since:
+                found.add(path)
+    return sorted(found)
 
 
 def cmd_written(args):
-    since = os.stat(args.since).st_mtime_ns
-    found = set()
-    for g in pattern_glob(args.pattern):
-        for path in glob.glob(g):
+    for path in session_traces(args.since, args.pattern):
+        print(printable(path))
+    return 0
+
+
+def cmd_record_report(args):
+    """What the wrapper says after `record`: which traces this run wrote, or why none."""
+    traces = session_traces(args.since, args.pattern)
+    status = args.status
+
+    def note(text):
+        print(f"ferrum-replay: {text}", file=sys.stderr)
+
+    killed = None
+    if status > 128 and status - 128 < 65:
+        try:
+            killed = f"signal {status - 128} ({signal.Signals(status - 128).name})"
+        except ValueError:
+            killed = f"signal {status - 128}"
+    if not traces:
+        target = None
+        if not args.pattern.endswith("/") and not has_pid(args.pattern):
             try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            # Time stamps are coarse (a kernel tick): a trace written within a tick before
-            # the stamp is listed too. Listing is informational; nothing is deleted.
-            if st.st_mtime_ns >= since and path.endswith(".json") and not path.endswith(".tmp"):
-                found.add(path)
-    for path in sorted(found):
-        print(path)
+                target = expand_output(args.pattern)[0]
+            except InputError:
+                target = None
+        if target and os.path.isdir(target):
+            note(f"no trace was written: {quoted(target)} is a directory (end -o with '/' to "
+                 "write the traces into it)")
+        elif target and not os.path.isdir(os.path.dirname(target) or "."):
+            note(f"no trace was written: the directory {quoted(os.path.dirname(target))} does "
+                 "not exist (end -o with '/' to have a directory created)")
+        elif killed:
+            note(f"no trace was written: the program was ended by {killed}; a process killed "
+                 "by a signal writes no trace")
+        else:
+            note("no trace was written: no process of the program reached the shim's first "
+                 "range (no CUDA graph launched, or the program replaced LD_PRELOAD / "
+                 "NVTX_INJECTION64_PATH), or the recorder could not write it (see its message "
+                 "above)")
+        return 0
+    if len(traces) == 1:
+        note(f"trace: {quoted(traces[0])} (open it in https://ui.perfetto.dev or "
+             "chrome://tracing)")
+    else:
+        note(f"{len(traces)} traces (one per process):")
+        for path in traces:
+            print(f"  {quoted(path)}", file=sys.stderr)
+        note("one table: ferrum-replay summary <traces>; one timeline: ferrum-replay merge -o "
+             "merged.json <traces>")
+    if killed:
+        note(f"the program was ended by {killed}: its processes that it killed wrote no trace")
+    return 0
+
+
+def cmd_record_output(args):
+    """Before `record`: warns once about unset %q{VAR}; refuses a pattern that names an
+    existing directory without the trailing '/'."""
+    pattern = args.pattern
+    expanded, unset = expand_output(pattern, pid="0")
+    if unset:
+        print(f"ferrum-replay: {unset_warning(pattern, unset)}", file=sys.stderr)
+    if not pattern.endswith("/") and not has_pid(pattern) and os.path.isdir(expanded):
+        print(f"ferrum-replay: record: -o {quoted(expanded)} is a directory: end it with '/' "
+              "to write the traces into it", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_expand(args):
+    expanded, unset = expand_output(args.pattern)
+    if unset and not args.quiet:
+        print(f"ferrum-replay: {unset_warning(args.pattern, unset)}", file=sys.stderr)
+    sys.stdout.buffer.write(_as_bytes(expanded) + b".")  # '.' keeps trailing newlines in $(...)
+    return 0
+
+
+def cmd_fresh(args):
+    sys.stdout.buffer.write(_as_bytes(fresh_name(args.path, args.token)) + b".")
+    return 0
+
+
+def cmd_quote(args):
+    print(" ".join(quoted(v) for v in args.values))
     return 0
 
 
@@ -538,7 +1134,7 @@ def nsys_rows(stats_base, domain):
 
 def cmd_nsys_table(args):
     rows, problems = nsys_rows(args.stats_base, args.domain)
-    print(f"ferrum-replay: Nsight Systems report {args.report}", file=sys.stderr)
+    print(f"ferrum-replay: Nsight Systems report {quoted(args.report)}", file=sys.stderr)
     for problem in problems:
         print(f"ferrum-replay: note: {problem}", file=sys.stderr)
     if not rows:
@@ -575,28 +1171,30 @@ def parse_expectations(path):
     starts a comment."""
     out = []
     try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError as error:
-        raise InputError(f"{path}: cannot read: {error.strerror or error}") from error
+        with open_regular(path) as handle:
+            lines = handle.read(1 << 20).splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{quoted(path)}: cannot read: "
+                         f"{getattr(error, 'strerror', None) or error}") from error
     for number, line in enumerate(lines, 1):
         try:
             words = shlex.split(line, comments=True)
         except ValueError as error:
-            raise InputError(f"{path}:{number}: {error}") from error
+            raise InputError(f"{quoted(path)} line {number}: {error}") from error
         if not words:
             continue
         if len(words) not in (2, 3):
-            raise InputError(f"{path}:{number}: expected 'name-pattern min-count "
-                             f"[max-mean-ms]' (quote a name with spaces), got {line.strip()!r}")
+            raise InputError(f"{quoted(path)} line {number}: expected 'name-pattern min-count "
+                             f"[max-mean-ms]' (quote a name with spaces), got "
+                             f"{quoted(line.strip())}")
         try:
             minimum = int(words[1])
             max_mean = float(words[2]) if len(words) == 3 else None
             if minimum < 0 or (max_mean is not None and max_mean < 0):
                 raise ValueError
         except ValueError:
-            raise InputError(f"{path}:{number}: min-count must be an integer >= 0 and "
-                             f"max-mean-ms a number >= 0 in {line.strip()!r}") from None
+            raise InputError(f"{quoted(path)} line {number}: min-count must be an integer >= 0 "
+                             f"and max-mean-ms a number >= 0 in {quoted(line.strip())}") from None
         out.append((words[0], minimum, max_mean, number))
     return out
 
@@ -613,10 +1211,10 @@ def read_launch_summaries(paths):
     graphs = collections.defaultdict(collections.Counter)
     for path in paths:
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                lines = handle.read().splitlines()
+            with open_regular(path, binary=True) as handle:
+                lines = [l.decode("utf-8", "replace") for l in handle]
         except OSError as error:
-            raise InputError(f"{path}: cannot read: {error.strerror or error}") from error
+            raise InputError(f"{quoted(path)}: cannot read: {error.strerror or error}") from error
         in_table = False
         for line in lines:
             words = line.split()
@@ -641,51 +1239,56 @@ def read_launch_summaries(paths):
 def cmd_check(args):
     domain = args.domain
     failures, notes = [], []
-    traces = [(path, load_trace(path)) for path in args.traces]
-    counts = collections.defaultdict(Stats)  # name -> Stats (ms from durations)
+    scans = scan_all(args.traces)
+    counts = {}  # name -> [count, total ns]
     if args.nsys_stats:
         rows, problems = nsys_rows(args.nsys_stats, domain)
         notes += problems
         for name, count, total, *_ in rows:
-            s = counts[name]
-            s.count += count
-            s.total += int(total or 0)
+            s = counts.setdefault(name, [0, 0])
+            s[0] += count
+            s[1] += int(total or 0)
         n_processes = None
     else:
-        if not traces and not args.allow_no_ranges:
+        if not scans and not args.allow_no_ranges:
             failures.append("no trace was written (the recorder never started: the workload "
                             "made no CUDA call under the shim, or its environment dropped "
                             "LD_PRELOAD / NVTX_INJECTION64_PATH)")
-        for path, trace in traces:
-            for e in ranges(trace, domain):
-                counts[str(e.get("name"))].add(_ns(e.get("dur", 0)))
-        n_processes = len(traces)
-        t = totals(traces)
+        for scan in scans:
+            for (_, cat, name), s in scan.stats.items():
+                if cat == domain:
+                    c = counts.setdefault(name, [0, 0])
+                    c[0] += s[0]
+                    c[1] += s[1]
+        n_processes = count_processes(scans)
+        t = totals(scans)
         if t["without_summary"]:
             failures.append(f"{t['without_summary']} trace(s) without the recorder's summary")
         errs = {k: t[k] for k in ("popWithoutPush", "popWrongDomain", "openAtExit") if t[k]}
         if errs:
             failures.append("unbalanced ranges: " + errors_line(t)[len("protocol errors: "):])
-        for path, trace in traces:
-            problems = nesting_problems(trace)
-            if problems:
-                failures.append(f"ranges do not nest in {os.path.basename(path)}: {problems[0]}")
+        for scan in scans:
+            line = scan.nesting_line()
+            if line:
+                failures.append(f"ranges do not nest in {quoted(os.path.basename(scan.path))}: "
+                                f"{printable(line)}")
                 break
-    total_ranges = sum(s.count for s in counts.values())
-    if total_ranges == 0 and not args.allow_no_ranges and (traces or args.nsys_stats):
-        failures.append(f"no range of domain '{domain}' was recorded: the workload launched no "
-                        "CUDA graph, or the shim was not preloaded into it")
+    total_ranges = sum(s[0] for s in counts.values())
+    if total_ranges == 0 and not args.allow_no_ranges and (scans or args.nsys_stats):
+        failures.append(f"no range of domain {quoted(domain)} was recorded: the workload "
+                        "launched no CUDA graph, or the shim was not preloaded into it")
 
     # Every intercepted launch has its range: the shim's own count, when it wrote one.
-    summaries = read_launch_summaries(args.launch_summary)
+    summaries = read_launch_summaries(distinct_inputs(args.launch_summary))
     if summaries:
-        rejected_by_tool = sum(int(meta(tr).get("rejectedPushes", 0)) for _, tr in traces)
+        rejected_by_tool = sum(int(scan.meta.get("rejectedPushes", 0)) for scan in scans)
         missing = []
         for name, c in sorted(summaries.items()):
             expected = c["launches"] - c["rejected"]
-            got = counts[name].count if name in counts else 0
+            got = counts[name][0] if name in counts else 0
             if name and got != expected:
-                missing.append(f"{name}: {c['launches']} launches, {got} ranges")
+                missing.append(f"{printable(name, MESSAGE_LIMIT)}: {c['launches']} launches, "
+                               f"{got} ranges")
         launches = sum(c["launches"] for c in summaries.values())
         rejected = sum(c["rejected"] for c in summaries.values())
         if any(not name for name in summaries):  # names not given: compare totals only
@@ -704,23 +1307,23 @@ def cmd_check(args):
     expectations = parse_expectations(args.expect) if args.expect else []
     for pattern, minimum, max_mean, number in expectations:
         matched = [s for name, s in counts.items() if fnmatch.fnmatchcase(name, pattern)]
-        n = sum(s.count for s in matched)
-        total = sum(s.total for s in matched)
+        n = sum(s[0] for s in matched)
+        total = sum(s[1] for s in matched)
         if n < minimum:
-            failures.append(f"expectation line {number}: {n} ranges match '{pattern}', "
+            failures.append(f"expectation line {number}: {n} ranges match {quoted(pattern)}, "
                             f"expected at least {minimum}")
         elif max_mean is not None and n and total / n / 1e6 > max_mean:
-            failures.append(f"expectation line {number}: ranges matching '{pattern}' take "
-                            f"{total / n / 1e6:.3f} ms on average, more than {max_mean:g} ms")
+            failures.append(f"expectation line {number}: ranges matching {quoted(pattern)} "
+                            f"take {total / n / 1e6:.3f} ms on average, more than {max_mean:g} ms")
 
     for name, expected in args.expect_range:
-        got = counts[name].count if name in counts else 0
+        got = counts[name][0] if name in counts else 0
         if got != expected:
-            failures.append(f"'{name}': {got} ranges, expected {expected}")
+            failures.append(f"{quoted(name)}: {got} ranges, expected {expected}")
     if args.expect_total is not None and total_ranges != args.expect_total:
         failures.append(f"{total_ranges} ranges, expected {args.expect_total}")
     if args.expect_counts is not None:
-        got = sorted(s.count for s in counts.values())
+        got = sorted(s[0] for s in counts.values())
         if got != sorted(args.expect_counts):
             failures.append(f"ranges per graph {got}, expected {sorted(args.expect_counts)} "
                             "(the replays the program made)")
@@ -760,7 +1363,30 @@ def _counts(text):
         raise argparse.ArgumentTypeError(f"expected N,N,... got {text!r}") from None
 
 
+_PARSER = []
+
+
 def main(argv=None):
+    if not _PARSER:
+        _PARSER.append(build_parser())
+    args = _PARSER[0].parse_args(argv)
+    try:
+        try:
+            return args.run(args)
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError,
+                RecursionError) as error:  # a value the validation let through
+            raise InputError(f"a trace holds a value of an unexpected kind ({type(error).__name__}: "
+                             f"{printable(str(error), MESSAGE_LIMIT)})") from error
+    except InputError as error:
+        prog = getattr(args, "prog", "ferrum-replay")
+        if args.command == "check":
+            print(f"{prog}: FAIL: {error}")
+            return 1
+        print(f"ferrum-replay: {error}", file=sys.stderr)
+        return 2
+
+
+def build_parser():
     parser = argparse.ArgumentParser(prog="ferrum_replay_traces.py",
                                      description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -776,10 +1402,34 @@ def main(argv=None):
     p.add_argument("traces", nargs="+", metavar="TRACE")
     p.set_defaults(run=cmd_merge)
 
-    p = sub.add_parser("written", help="traces written since a stamp file")
+    p = sub.add_parser("written", help="the traces of one recording session")
     p.add_argument("--since", required=True)
     p.add_argument("pattern")
     p.set_defaults(run=cmd_written)
+
+    p = sub.add_parser("record-report", help=argparse.SUPPRESS)
+    p.add_argument("--since", required=True)
+    p.add_argument("--status", type=int, required=True)
+    p.add_argument("pattern")
+    p.set_defaults(run=cmd_record_report)
+
+    p = sub.add_parser("record-output", help=argparse.SUPPRESS)
+    p.add_argument("pattern")
+    p.set_defaults(run=cmd_record_output)
+
+    p = sub.add_parser("expand", help=argparse.SUPPRESS)
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("pattern")
+    p.set_defaults(run=cmd_expand)
+
+    p = sub.add_parser("fresh", help=argparse.SUPPRESS)
+    p.add_argument("path")
+    p.add_argument("token")
+    p.set_defaults(run=cmd_fresh)
+
+    p = sub.add_parser("quote", help=argparse.SUPPRESS)
+    p.add_argument("values", nargs="*")
+    p.set_defaults(run=cmd_quote)
 
     p = sub.add_parser("nsys-table", help="our rows of nsys stats CSV output")
     p.add_argument("--domain", default=DEFAULT_DOMAIN)
@@ -804,22 +1454,7 @@ def main(argv=None):
     p.add_argument("--allow-no-ranges", action="store_true")
     p.add_argument("traces", nargs="*", metavar="TRACE")
     p.set_defaults(run=cmd_check)
-
-    args = parser.parse_args(argv)
-    try:
-        try:
-            return args.run(args)
-        except (TypeError, ValueError, KeyError, AttributeError, OverflowError,
-                RecursionError) as error:  # a value validate_trace() let through
-            raise InputError(f"a trace holds a value of an unexpected kind ({type(error).__name__}: "
-                             f"{error})") from error
-    except InputError as error:
-        prog = getattr(args, "prog", "ferrum-replay")
-        if args.command == "check":
-            print(f"{prog}: FAIL: {error}")
-            return 1
-        print(f"ferrum-replay: {error}", file=sys.stderr)
-        return 2
+    return parser
 
 
 if __name__ == "__main__":

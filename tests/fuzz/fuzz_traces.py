@@ -8,7 +8,8 @@ found interesting), mutates it — bytes (flips, inserts, cuts, splices) or JSON
 nesting, invalid UTF-8) — and runs the commands in-process on it. The property: each command
 ends with its documented exit status (0, 1 for a failed check, 2 for unusable input, with one
 message naming the file) and never with an uncaught exception; a merge that succeeds writes
-valid JSON. A failing input is saved as <grown>/crash-<hash>.json with its traceback; copied to
+valid JSON that summary reads, check judges and merge merges again (and refuses as its own
+output). A failing input is saved as <grown>/crash-<hash>.json with its traceback; copied to
 tests/fuzz/regressions/fuzz_traces/ it is replayed first on every run.
 
   fuzz_traces.py --seconds S --corpus DIR --grown DIR [--regressions DIR] [--seed N]
@@ -165,6 +166,21 @@ def run_commands(path, other, tmp):
                     json.load(handle)
             except (OSError, ValueError) as error:
                 return f"merge wrote an unreadable trace: {error}"
+            # A merged trace reads and merges again; its own output is never an input.
+            again = os.path.join(tmp, "merged2.json")
+            for argv2, want in ((["summary", out], (0,)), (["check", out], (0, 1)),
+                                (["merge", "-o", again, out, other], (0,)),
+                                (["merge", "-o", out, out, other], (2,))):
+                sink = io.StringIO()
+                try:
+                    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                        status2 = traces.main(argv2)
+                except BaseException:  # noqa: BLE001 - that is the finding
+                    return f"{argv2[0]} of a merged trace: uncaught exception\n" \
+                        f"{traceback.format_exc()}"
+                if status2 not in want:
+                    return (f"{' '.join(argv2[:2])} of a merged trace: exit {status2}, "
+                            f"expected {want}\n{sink.getvalue()}")
     return None
 
 

@@ -173,7 +173,7 @@ def test_help_and_version(tmp):
     expect(done.returncode == 2 and "unknown subcommand 'frobnicate'" in done.stderr,
            "unknown subcommand", done)
     done = wrapper("record", "--bogus", "x", cwd=tmp)
-    expect(done.returncode == 2 and "unknown option --bogus" in done.stderr, "bad option", done)
+    expect(done.returncode == 2 and "unknown option '--bogus'" in done.stderr, "bad option", done)
 
 
 def echoed(done):
@@ -290,7 +290,7 @@ def test_record_trace(tmp):
            "the program's own ranges are recorded too", done)
     expect(re.search(r"^ferrum-replay recorder: \d+ ranges on 3 threads, trace: ", done.stderr,
                      re.M), "the recorder's table", done)
-    expect(f"ferrum-replay: trace: {traces[0]} (open it in" in done.stderr,
+    expect(f"ferrum-replay: trace: '{traces[0]}' (open it in" in done.stderr,
            "the wrapper says where the trace is", done)
 
     # Relative and default outputs land in the working directory; a directory is created.
@@ -723,12 +723,16 @@ def test_ci_smoke_profile(tmp):
     done = ci_smoke("--", liar, *program, cwd=tmp, env=named)
     expect_verdict(done, False, "launches without their range: ghost graph: 5 launches, 0 ranges")
 
-    # --out keeps the traces and the shim's summaries.
+    # --out keeps the traces and the shim's summaries, in a directory of this run's own.
     keep = os.path.join(tmp, "kept")
     done = ci_smoke("--out", keep, "--", *program, cwd=tmp)
     expect_verdict(done, True)
-    expect(traces_in(os.path.join(keep, "traces")) and
-           [f for f in os.listdir(keep) if f.startswith("launches.")], "kept files", done)
+    runs = os.listdir(keep)
+    expect(len(runs) == 1 and f"this run's files: '{os.path.join(keep, runs[0])}'" in done.stderr,
+           f"one run directory, named on stderr: {runs}", done)
+    run_dir = os.path.join(keep, runs[0])
+    expect(traces_in(os.path.join(run_dir, "traces")) and
+           [f for f in os.listdir(run_dir) if f.startswith("launches.")], "kept files", done)
 
     # --nsys: the same verdicts from an Nsight Systems report (fake-nsys here).
     nenv = dict(nsys_env(tmp), **named)
@@ -739,6 +743,320 @@ def test_ci_smoke_profile(tmp):
     expect_verdict(done, False, "no range of domain 'ferrum-replay' was recorded")
     done = ci_smoke("--bogus", cwd=tmp)
     expect(done.returncode == 2, "usage error", done)
+
+
+# ---- judging tools count only this run's files (issue 10, item 6) ---------------------------
+
+def summary_total(text):
+    match = re.match(r"ferrum-replay summary: (\d+) ranges.* in (\d+) traces? \((\d+) process",
+                     text)
+    expect(match, f"summary header: {text[:200]!r}")
+    return int(match[1]), int(match[2]), int(match[3])
+
+
+def test_judging_counts_only_this_run(tmp):
+    """No judging tool (ci-smoke-profile, check, summary, merge, the wrapper's record report)
+    passes or counts on files of another run: a reused --out, a reused -o name, an output
+    that is one of the inputs, one file named several ways, a merged trace merged again."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    smoke = os.path.join(tmp, "smoke")
+    done = ci_smoke("--out", smoke, "--", *program, cwd=tmp)
+    expect_verdict(done, True, "20 ranges of 2 graphs in 1 process")
+    # The same --out, a workload that launches nothing: the first run's files do not count.
+    done = ci_smoke("--out", smoke, "--", "/bin/true", cwd=tmp)
+    expect_verdict(done, False, "no trace was written")
+    done = ci_smoke("--out", smoke, "--expect", write(os.path.join(tmp, "e"), "graph* 1\n"),
+                    "--", ARGV_ECHO, cwd=tmp)
+    expect_verdict(done, False, "no trace was written")
+    done = ci_smoke("--out", smoke, "--", *program, cwd=tmp)
+    expect_verdict(done, True, "20 ranges of 2 graphs in 1 process")
+    expect(len(os.listdir(smoke)) == 4, f"a directory per run: {os.listdir(smoke)}", done)
+
+    # record: a name an earlier run wrote (at once, in the same clock tick) is not this run's.
+    for out in ("same.json", "dir/"):
+        done = wrapper("record", "-o", out, "--", *program, cwd=tmp)
+        expect(done.returncode == 0 and "ferrum-replay: trace: " in done.stderr, out, done)
+        done = wrapper("record", "-o", out, "--", ARGV_ECHO, cwd=tmp)
+        expect("no trace was written" in done.stderr and "trace: " not in
+               done.stderr.replace("no trace was written", ""),
+               f"{out}: an earlier run's trace reported as this run's", done)
+    # Two runs into one directory: the second lists only its own trace.
+    done = wrapper("record", "-o", "dir/", "--", *program, cwd=tmp)
+    expect(re.search(r"ferrum-replay: trace: '[^']*/dir/ferrum-replay\.\d+\.json'",
+                     done.stderr) and "traces (one per process)" not in done.stderr,
+           "only this run's trace", done)
+
+    r0 = os.path.join(tmp, "same.json")
+    other = os.path.join(tmp, "other.json")
+    done = wrapper("record", "-o", other, "--", launch_driver(), "--iters", "3", cwd=tmp)
+    expect(done.returncode == 0, "record", done)
+    n0 = len(our_ranges(trace_check.load(r0)))
+    n1 = len(our_ranges(trace_check.load(other)))
+
+    # merge refuses an output that is one of its inputs, by any path; the input is untouched.
+    before = open(r0, "rb").read()
+    for output in (r0, "same.json", "./same.json", os.path.join("dir", "..", "same.json")):
+        done = wrapper("merge", "-o", output, other, r0, cwd=tmp)
+        expect(done.returncode == 2 and "is one of the inputs" in done.stderr and
+               len(done.stderr.splitlines()) == 1, f"merge -o {output}: refused", done)
+    os.symlink(r0, os.path.join(tmp, "link.json"))
+    done = wrapper("merge", "-o", "link.json", r0, other, cwd=tmp)
+    expect(done.returncode == 2 and "is one of the inputs" in done.stderr, "through a link", done)
+    expect(open(r0, "rb").read() == before, "the input is unchanged")
+
+    # One file named several ways is read once, by every tool.
+    ways = [r0, "./same.json", os.path.join(tmp, "dir", "..", "same.json"), "link.json"]
+    os.link(r0, os.path.join(tmp, "hard.json"))
+    ways.append("hard.json")
+    done = wrapper("summary", *ways, cwd=tmp)
+    expect(summary_total(done.stdout) == (n0, 1, 1), "summary reads the file once", done)
+    done = wrapper("check", "--expect-total", str(n0), *ways, cwd=tmp)
+    expect(done.returncode == 0 and f"OK: {n0} ranges" in done.stdout and "in 1 process," in
+           done.stdout, "check reads the file once", done)
+    done = wrapper("merge", "-o", "once.json", *ways, cwd=tmp)
+    once = trace_check.load(os.path.join(tmp, "once.json"))
+    expect(done.returncode == 0 and len(our_ranges(once)) == n0 and
+           "merged 1 trace (" in done.stderr, "merge reads the file once", done)
+    expect(done.stderr.count("is the same file as") == 4, "each repeat named once", done)
+    # Repeating a merge with the same inputs gives the same trace, never a growing one.
+    sizes = []
+    for _ in range(3):
+        done = wrapper("merge", "-o", "b.json", r0, other, cwd=tmp)
+        sizes.append(len(our_ranges(trace_check.load(os.path.join(tmp, "b.json")))))
+    expect(sizes == [n0 + n1] * 3, f"merged ranges over three runs: {sizes}", done)
+
+    # A merged trace merges again: aligned as its inputs were, counted by its processes.
+    third = os.path.join(tmp, "third.json")
+    done = wrapper("record", "-o", third, "--", launch_driver(), "--iters", "2", cwd=tmp)
+    n2 = len(our_ranges(trace_check.load(third)))
+    done = wrapper("merge", "-o", "all3.json", r0, other, third, cwd=tmp)
+    done = wrapper("merge", "-o", "nested.json", "b.json", third, cwd=tmp)
+    expect(done.returncode == 0 and "aligned by monotonic clock (one host)" in done.stderr and
+           "not aligned" not in done.stderr and "aligned by aligned" not in done.stderr,
+           "merge of a merged trace", done)
+    direct = trace_check.load(os.path.join(tmp, "all3.json"))
+    nested = expect_good_trace(os.path.join(tmp, "nested.json"), done)
+
+    def timeline(trace):
+        return sorted((round(e["ts"], 3), e["name"], e["tid"]) for e in our_ranges(trace))
+    expect(timeline(nested) == timeline(direct), "the same time line as one merge", done)
+    for path in ("nested.json", "all3.json"):
+        done = wrapper("summary", path, cwd=tmp)
+        expect(summary_total(done.stdout) == (n0 + n1 + n2, 1, 3), f"summary {path}", done)
+        done = wrapper("check", path, cwd=tmp)
+        expect(f"OK: {n0 + n1 + n2} ranges" in done.stdout and "in 3 processes" in done.stdout,
+               f"check {path}", done)
+    done = wrapper("summary", "b.json", r0, cwd=tmp)
+    expect(summary_total(done.stdout)[2] == 2, "a process in a merged trace and its own trace "
+           "is one process", done)
+
+
+# ---- bounded readers (issue 10, item 7) -----------------------------------------------------
+
+MAKE_TRACE = os.path.join(HERE, "make_trace.py")
+RSS_LIMIT_KB = 256 * 1024
+
+
+def max_rss_kb(argv, cwd):
+    """Runs argv in a child of a fresh Python; returns (Done, the child's peak RSS in KiB)."""
+    probe = ("import resource, subprocess, sys\n"
+             "p = subprocess.run(sys.argv[1:], capture_output=True, text=True, errors='replace')\n"
+             "sys.stdout.write(p.stdout); sys.stderr.write(p.stderr)\n"
+             "print('MAXRSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+             "file=sys.stderr)\n"
+             "sys.exit(p.returncode)\n")
+    done = run([sys.executable, "-c", probe, *argv], cwd, timeout=900)
+    match = re.search(r"^MAXRSS (\d+)$", done.stderr, re.M)
+    expect(match, "no RSS figure", done)
+    done.stderr = done.stderr[:match.start()]
+    return done, int(match[1])
+
+
+def traces_helper():
+    return [sys.executable, os.path.join(SOURCE, "scripts", "ferrum_replay_traces.py")]
+
+
+def bounded_readers(tmp, sizes):
+    figures = {}
+    for n in sizes:
+        path = os.path.join(tmp, f"big{n}.json")
+        run([sys.executable, MAKE_TRACE, path, "--ranges", str(n)], tmp, timeout=900)
+        for command in (["summary"], ["check", "--expect-total", str(n)],
+                        ["merge", "-o", os.path.join(tmp, "merged.json")]):
+            start = time.monotonic()
+            done, rss = max_rss_kb([*traces_helper(), *command, path], tmp)
+            seconds = time.monotonic() - start
+            expect(done.returncode == 0, f"{command[0]} of {n} ranges", done)
+            expect(rss <= RSS_LIMIT_KB, f"{command[0]} of {n} ranges: {rss} KiB resident, "
+                                        f"more than {RSS_LIMIT_KB} KiB", done)
+            figures[(command[0], n)] = rss
+            print(f"  {command[0]} of {n} ranges: {rss / 1024:.1f} MiB, {seconds:.1f} s")
+        expect(f"ferrum-replay summary: {n} ranges" in
+               run([*traces_helper(), "summary", path], tmp).stdout, "summary count")
+        merged = os.path.join(tmp, "merged.json")
+        expect(os.path.getsize(merged) > os.path.getsize(path) * 0.9, "merge wrote the events")
+        os.unlink(path)
+        os.unlink(merged)
+    return figures
+
+
+def test_bounded_readers(tmp):
+    """summary, check and merge stream: resident memory stays under 256 MiB and does not grow
+    with the trace (30k vs 300k ranges); a trace pretty-printed (no event per line: the
+    one-value-at-a-time path) reads the same; endless or special inputs and oversized events
+    are refused at once with one line."""
+    small, large = 30_000, 300_000
+    figures = bounded_readers(tmp, (small, large))
+    for command in ("summary", "check", "merge"):
+        grown = figures[(command, large)] - figures[(command, small)]
+        expect(grown < 16 * 1024, f"{command}: {grown} KiB more for 10x the ranges: memory "
+                                  "grows with the trace")
+
+    # The same trace, indented: identical summary and check output.
+    r = os.path.join(tmp, "r.json")
+    done = wrapper("record", "-o", r, "--", launch_driver(), "--threads", "2", "--iters", "30",
+                   "--graphs", "3", "--app-ranges", cwd=tmp)
+    pretty = os.path.join(tmp, "pretty.json")
+    with open(pretty, "w", encoding="utf-8") as handle:
+        json.dump(trace_check.load(r), handle, indent=1)
+    for args in (["summary"], ["summary", "--by-process"], ["check", "--expect-total", "180"]):
+        a = run([*traces_helper(), *args, r], tmp)
+        b = run([*traces_helper(), *args, pretty], tmp)
+        expect(a.returncode == 0 and a.stdout.replace(r, "X") == b.stdout.replace(pretty, "X"),
+               f"{args}: the indented trace reads differently:\n{a.stdout}\n{b.stdout}", b)
+    want = trace_check.counts_by_domain_and_name(trace_check.load(r))
+    rows = {(m[1], m[2]): int(m[3]) for m in re.finditer(
+        r"^(\S+)\s+(.+?)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$",
+        run([*traces_helper(), "summary", pretty], tmp).stdout, re.M)}
+    expect(rows == want, f"summary rows {rows} vs the independent reader's {want}")
+
+    # Refused at once, one line, exit 2 (check: one FAIL line, exit 1).
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    huge = os.path.join(tmp, "huge.json")
+    with open(huge, "w") as handle:
+        handle.write('{"traceEvents":[{"ph":"X","name":"' + "a" * (17 << 20) + '"}]}')
+    for path, why in (("/dev/zero", "a device, not a trace file"),
+                      (fifo, "a FIFO, not a trace file"), (tmp, "a directory, not a trace"),
+                      (huge, "an event larger than 16 MiB")):
+        for args in (["summary"], ["merge", "-o", "m.json"], ["check"]):
+            start = time.monotonic()
+            done, rss = max_rss_kb([WRAPPER, *args, path], tmp)
+            seconds = time.monotonic() - start
+            lines = (done.stdout if args[0] == "check" else done.stderr).splitlines()
+            expect(done.returncode == (1 if args[0] == "check" else 2) and len(lines) == 1 and
+                   why in lines[0], f"{args[0]} {path}: refused with one line", done)
+            expect(seconds < 20 and rss < RSS_LIMIT_KB, f"{args[0]} {path}: {seconds:.1f} s, "
+                   f"{rss} KiB", done)
+
+
+def test_bounded_readers_3m(tmp):
+    """Opt-in (FERRUM_LONG_TESTS=1; about a minute and 400 MB of disk): 3 million ranges."""
+    if os.environ.get("FERRUM_LONG_TESTS") != "1":
+        print("SKIP bounded_readers_3m: set FERRUM_LONG_TESTS=1")
+        sys.exit(77)
+    bounded_readers(tmp, (3_000_000,))
+
+
+# ---- the wrapper says what happened (issue 10, item 9) --------------------------------------
+
+def children_of(pid):
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as handle:
+            found += [int(c) for c in handle.read().split()]
+    return found
+
+
+def test_wrapper_says_what_happened(tmp):
+    program = [launch_driver(), "--iters", "3"]
+    # Killed by a signal after launching: no trace, and the wrapper says why.
+    proc = subprocess.Popen([WRAPPER, "record", "-o", "killed.json", "--", launch_driver(),
+                             "--iters", "100000"], cwd=tmp,
+                            env=base_env({"FERRUM_STANDIN_LAUNCH_SLEEP_US": "200"}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    victims = []
+    while not victims and time.monotonic() < deadline:
+        time.sleep(0.5)
+        victims = [c for c in children_of(proc.pid)
+                   if "launch_driver" in open(f"/proc/{c}/cmdline", "rb").read().decode(
+                       errors="replace")]
+    expect(victims, "the program did not start")
+    time.sleep(0.5)
+    os.kill(victims[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    done = Done(proc.args, proc.returncode, out, err)
+    expect(done.returncode == 128 + signal.SIGKILL and
+           "no trace was written: the program was ended by signal 9 (SIGKILL)" in done.stderr
+           and "reached the shim's first range" not in done.stderr, "killed", done)
+
+    # -o without .json: the trace is found and named.
+    done = wrapper("record", "-o", "trace.out", "--", *program, cwd=tmp)
+    expect(f"ferrum-replay: trace: '{os.path.join(tmp, 'trace.out')}'" in done.stderr,
+           "a name without .json", done)
+    # -o an existing directory without '/': refused before the program runs.
+    os.mkdir(os.path.join(tmp, "adir"))
+    done = wrapper("record", "-o", "adir", "--", ARGV_ECHO, cwd=tmp)
+    expect(done.returncode == 2 and done.stdout == "" and
+           "is a directory: end it with '/'" in done.stderr and
+           len(done.stderr.splitlines()) == 1, "-o DIR", done)
+    done = wrapper("record", "-o", "adir/", "--", *program, cwd=tmp)
+    expect(done.returncode == 0 and traces_in(os.path.join(tmp, "adir")), "-o DIR/", done)
+
+    # %q{UNSET}: one warning naming it, wherever the wrapper takes an output pattern.
+    for args, env in ((["record", "-o", "r%q{NOT_SET_X}.json", "--", *program], {}),
+                      (["nsys", "-o", "n%q{NOT_SET_X}", "--", *program], nsys_env(tmp)),
+                      (["merge", "-o", "m%q{NOT_SET_X}.json", os.path.join(tmp, "trace.out")],
+                       {})):
+        done = wrapper(*args, cwd=tmp, env=env)
+        warnings = [l for l in done.stderr.splitlines() if "NOT_SET_X" in l]
+        expect(done.returncode == 0 and len(warnings) == 1 and
+               "%q{NOT_SET_X}" in warnings[0] and "not set" in warnings[0],
+               f"{args[0]}: one warning naming the variable", done)
+
+    # env --docker: every value a valid, exact Dockerfile ENV value.
+    def docker_value(line, name):
+        prefix = f"ENV {name}=\""
+        expect(line.startswith(prefix) and line.endswith('"'), f"ENV line {line!r}")
+        body, out, i = line[len(prefix):-1], [], 0
+        while i < len(body):
+            if body[i] == "\\" and i + 1 < len(body) and body[i + 1] in '\\"$':
+                out.append(body[i + 1])
+                i += 2
+                continue
+            expect(body[i] not in '"$\\', f"unescaped {body[i]!r} in {line!r}")
+            out.append(body[i])
+            i += 1
+        return "".join(out)
+    for value in ('/tr"aces/$HOME/', "/a\\b/${X}/", "/plain/"):
+        done = wrapper("env", "--docker", "-o", value, cwd=tmp)
+        line = [l for l in done.stdout.splitlines() if l.startswith("ENV FERRUM_RECORD_OUT=")]
+        expect(done.returncode == 0 and len(line) == 1 and
+               docker_value(line[0], "FERRUM_RECORD_OUT") == value, f"--docker {value!r}", done)
+    done = wrapper("env", "--docker", "-o", "/a\nb/", cwd=tmp)
+    expect(done.returncode == 2 and done.stdout == "" and "line break" in done.stderr and
+           len(done.stderr.splitlines()) == 1, "a line break cannot be written", done)
+
+    # Paths and names in messages are printable and quoted: no control byte reaches stderr.
+    evil = "no\x1b[31m\nsuch"
+    for args in (["run", "--", evil], ["record", "--", evil], ["record", "--bad\nopt", "x"],
+                 ["env", "--x\x1b"], ["summary", evil], ["frob\nnicate"]):
+        done = wrapper(*args, cwd=tmp)
+        expect(done.returncode != 0 and len(done.stderr.splitlines()) == 1 and
+               "\x1b" not in done.stderr and "'" in done.stderr, f"{args}: one printable line",
+               done)
+    done = wrapper("record", "-o", os.path.join(tmp, "nodir\x1b[1m/t.json"), "--", *program,
+                   cwd=tmp)
+    expect(done.returncode == 0 and "no trace was written: the directory '" in done.stderr and
+           "nodir?[1m' does not exist" in done.stderr, "a missing directory", done)
+    os.mkdir(os.path.join(tmp, "dir\x1b[1m\n"))
+    done = wrapper("record", "-o", os.path.join(tmp, "dir\x1b[1m\n/t.json"), "--", *program,
+                   cwd=tmp)
+    wrapper_lines = [l for l in done.stderr.splitlines() if l.startswith("ferrum-replay: ")]
+    expect(done.returncode == 0 and any("trace: '" in l and "dir?[1m?/t.json'" in l
+                                        for l in wrapper_lines) and
+           "\x1b" not in "".join(wrapper_lines), "the trace's path printable", done)
 
 
 # ---- gpu-smoke without a GPU ----------------------------------------------------------------
