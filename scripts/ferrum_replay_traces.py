@@ -1029,12 +1029,12 @@ def cmd_record_report(args):
 
 
 def cmd_record_output(args):
-    """Before `record`: warns once about unset %q{VAR}; refuses a pattern that names an
-    existing directory without the trailing '/'."""
+    """Before `record`: refuses a pattern that names an existing directory without the
+    trailing '/'. An unset %q{VAR} is not reported here: each process expands the pattern in
+    its own environment (a launcher sets RANK for its children, not for us), and the recorder
+    says so in the process where it is really unset."""
     pattern = args.pattern
-    expanded, unset = expand_output(pattern, pid="0")
-    if unset:
-        print(f"ferrum-replay: {unset_warning(pattern, unset)}", file=sys.stderr)
+    expanded, _ = expand_output(pattern, pid="0")
     if not pattern.endswith("/") and not has_pid(pattern) and os.path.isdir(expanded):
         print(f"ferrum-replay: record: -o {quoted(expanded)} is a directory: end it with '/' "
               "to write the traces into it", file=sys.stderr)

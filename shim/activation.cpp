@@ -66,19 +66,17 @@ void describe_missing_tool(char *out, size_t size) {
   ToolSearch search{path, {}, false, false};
   search.have_file = stat(path, &search.file) == 0;
   dl_iterate_phdr(match_tool, &search);
-  char shown[208];
-  copy_printable_utf8(path, shown, 201);
-  if (strlen(path) > 200) strcat(shown, "...");
+  const MessageValue shown = message_value(path);
   if (search.found)
     snprintf(out, size,
              "the NVTX tool '%s' is loaded but answered no nvtxDomainCreateA (it installed no "
              "handler for domains), so no tool sees ranges",
-             shown);
+             shown.text);
   else
     snprintf(out, size,
              "the NVTX tool '%s' is not loaded (it could not be loaded or its initialisation "
              "failed)",
-             shown);
+             shown.text);
 }
 
 int activate() {

@@ -47,11 +47,6 @@ const char *process_env(const char *name, void *) {
 }
 
 // A value as it stands in a message: printable, at most 200 bytes (docs/text-rules.md).
-struct Quoted {
-  char text[ferrum_common::kQuotedSize];
-  explicit Quoted(const char *value) { ferrum_common::printable_quote(value, text, sizeof text); }
-};
-
 __attribute__((destructor)) void summary_at_exit() {
   // Only a process that activated the shim (one that used CUDA) has anything to say.
   if (detail::g_phase.load(std::memory_order_acquire) != detail::kActive) return;
@@ -133,7 +128,7 @@ void write_exit_summary() {
   char path[ferrum_common::kMaxExpandedPath + 1], unset[256];
   if (!expand_output_path(target, path, sizeof path, unset, sizeof unset)) {
     warn_line("FERRUM_REPLAY_SUMMARY='%s' expands to more than 4095 bytes; no summary written",
-              Quoted(target).text);
+              message_value(target).text);
     return;
   }
   if (unset[0])
@@ -151,7 +146,7 @@ void write_text(const char *path, const char *data, size_t length) {
       ferrum_common::close_stream(&stream);
     }
     if (error)
-      warn_line("cannot write the summary to '%s': %s%s", Quoted(path).text, strerror(error),
+      warn_line("cannot write the summary to '%s': %s%s", message_value(path).text, strerror(error),
                 error == ENXIO       ? " (no process is reading it)"
                 : error == ETIMEDOUT ? " (its reader made no room for 2 s)"
                                      : "");
@@ -164,7 +159,7 @@ void write_text(const char *path, const char *data, size_t length) {
   char tmp[ferrum_common::kMaxExpandedPath + 1 + 64];
   const int fd = ferrum_common::create_temp_beside(path, tmp, sizeof tmp);
   if (fd < 0) {
-    warn_line("cannot write the summary to '%s': %s", Quoted(path).text, strerror(-fd));
+    warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(-fd));
     return;
   }
   int error = ferrum_common::write_all(fd, data, length);
@@ -173,11 +168,12 @@ void write_text(const char *path, const char *data, size_t length) {
   if (error == 0) error = ferrum_common::place_fresh(tmp, path, placed, sizeof placed);
   if (error) {
     unlink(tmp);
-    warn_line("cannot write the summary to '%s': %s", Quoted(path).text, strerror(error));
+    warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(error));
     return;
   }
   if (strcmp(placed, path) != 0)
-    warn_line("'%s' exists; the summary is in '%s'", Quoted(path).text, Quoted(placed).text);
+    warn_line("'%s' exists; the summary is in '%s'", message_value(path).text,
+              message_value(placed).text);
 }
 
 }  // namespace ferrum

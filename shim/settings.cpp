@@ -144,11 +144,8 @@ void read_format(const Reader &reader, Settings &settings) {
 
 MessageValue message_value(const char *value, size_t length) {
   MessageValue shown;
-  // One byte more than the limit tells whether anything was left out.
-  char probe[kMessageValueLimit + 5];
-  const size_t whole = copy_printable_utf8(value, length, probe, sizeof probe);
-  copy_printable_utf8(value, length, shown.text, kMessageValueLimit + 1);
-  if (whole > kMessageValueLimit) strcat(shown.text, "...");
+  ferrum_common::printable_quote(value ? value : "", value ? length : 0, kMessageValueLimit,
+                                 shown.text, sizeof shown.text);
   return shown;
 }
 

@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "message_template.hpp"
+#include "text_rules.hpp"
 
 namespace ferrum {
 
@@ -45,9 +46,10 @@ const char *log_level_name(LogLevel level);
 // 3): printable UTF-8 (control bytes, malformed sequences -> '?'), at most 200 bytes, cut at a
 // character boundary with "..." appended — so that it can neither garble a terminal nor forge
 // a second line. The message puts it in single quotes: "FERRUM_REPLAY_NAMES='%s' ...".
-inline constexpr size_t kMessageValueLimit = 200;
+// The rule itself is common/text_rules.hpp's printable_quote; this is the shim's spelling of it.
+inline constexpr size_t kMessageValueLimit = ferrum_common::kMessageLimit;
 struct MessageValue {
-  char text[kMessageValueLimit + 4];
+  char text[ferrum_common::kQuotedSize];
 };
 MessageValue message_value(const char *value);
 MessageValue message_value(const char *value, size_t length);

@@ -239,8 +239,9 @@ Recorder *ensure_recorder() {
   g_settings = new Settings(parse_settings(process_env, nullptr, &warnings));
   for (const std::string &w : warnings) write_stderr(w);
 
-  // Relative output paths name a file where the process started, as nsys -o does, even if the
-  // program changes directory before it exits.
+  // Relative output paths name a file in the directory the process was in when the recorder
+  // was initialised (its first NVTX call; the recorder is not loaded before), even if the
+  // program changes directory again before it exits.
   std::vector<char> buf(4096);
   g_cwd = new std::string(getcwd(buf.data(), buf.size()) ? buf.data() : ".");
 
