@@ -195,6 +195,10 @@ size_t printable_copy(const char *in, size_t in_length, char *out, size_t out_si
   return used;
 }
 
+size_t printable_copy(const char *in, char *out, size_t out_size) {
+  return printable_copy(in, in ? strlen(in) : 0, out, out_size);
+}
+
 size_t printable_quote(const char *in, size_t in_length, size_t limit, char *out, size_t out_size) {
   if (out_size < 4) {
     if (out_size) out[0] = '\0';

@@ -44,6 +44,8 @@ bool fresh_name(const char *path, unsigned long token, char *out, size_t out_siz
 // *cut (if not null) says whether anything was left out. Returns the length written.
 size_t printable_copy(const char *in, size_t in_length, char *out, size_t out_size,
                       bool *cut = nullptr);
+// The same of a C string (a NUL ends it; null is ""): the form names take in fixed buffers.
+size_t printable_copy(const char *in, char *out, size_t out_size);
 
 // The printable form limited to `limit` bytes, "..." appended when anything was cut: the form a
 // value takes in a message (without the single quotes around it). `out_size` must be at least

@@ -10,7 +10,6 @@
 
 #include "graph_naming.hpp"
 #include "log.hpp"
-#include "text_util.hpp"
 
 namespace ferrum {
 namespace detail {
@@ -95,7 +94,13 @@ int activate() {
              "%s, and no FERRUM_REPLAY_SUMMARY: every launch passes through untouched", why);
     return detail::kPassThrough;
   }
-  load_names_file(g_settings.names_path);
+  NamingEnvironment naming;
+  naming.rules = read_names_file(
+      g_settings.names_path, [](const char *sentence, void *) { warn_line("%s", sentence); },
+      nullptr);
+  naming.message_template = g_settings.message_template;
+  naming.domain = detail::g_domain;
+  set_naming_environment(naming);
   if (detail::g_domain)
     log_line(LogLevel::info, "active: ranges in NVTX domain '%s'; an NVTX tool is attached",
              g_settings.domain);

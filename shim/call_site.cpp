@@ -11,10 +11,11 @@
 
 #include <atomic>
 
+#include "cuda_libraries.hpp"
 #include "libc_symbols.hpp"
 #include "log.hpp"
 #include "real_functions.hpp"
-#include "text_util.hpp"
+#include "text_rules.hpp"
 
 #if FERRUM_HAVE_LIBUNWIND_H
 #define UNW_LOCAL_ONLY
@@ -25,12 +26,6 @@ namespace ferrum {
 namespace {
 
 constexpr int kMaxFrames = 64;
-
-const char *base_name(const char *path) {
-  if (!path) return "";
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
-}
 
 bool has_prefix(const char *text, const char *prefix, size_t prefix_length) {
   return prefix_length && strncmp(text, prefix, prefix_length) == 0;
@@ -65,7 +60,7 @@ void readable_symbol_name(const char *mangled, char *out, size_t out_size) {
     demangled = demangle(mangled, nullptr, nullptr, &status);  // malloc'd by libstdc++
     if (status != 0) demangled = nullptr;
   }
-  copy_printable_utf8(demangled ? demangled : mangled, out, out_size);
+  ferrum_common::printable_copy(demangled ? demangled : mangled, out, out_size);
   free(demangled);
   strip_parameters(out);
 }
@@ -96,7 +91,7 @@ bool cached_site(uintptr_t address, char *out, size_t out_size) {
          ++probes, i = (i + 1) % kCacheSize) {
       if (g_cache[i].address == 0) break;
       if (g_cache[i].address == address) {
-        copy_printable_utf8(g_cache[i].site, out, out_size);
+        ferrum_common::printable_copy(g_cache[i].site, out, out_size);
         found = true;
         break;
       }
@@ -112,7 +107,7 @@ void remember_site(uintptr_t address, const char *site) {
          ++probes, i = (i + 1) % kCacheSize) {
       if (g_cache[i].address == 0 || g_cache[i].address == address) {
         g_cache[i].address = address;
-        copy_printable_utf8(site, g_cache[i].site, sizeof g_cache[i].site);
+        ferrum_common::printable_copy(site, g_cache[i].site, sizeof g_cache[i].site);
         break;
       }
     }
@@ -121,7 +116,7 @@ void remember_site(uintptr_t address, const char *site) {
 
 // "module+0xoffset" for a frame without a symbol.
 void module_and_offset(const Dl_info &info, uintptr_t address, char *out, size_t out_size) {
-  snprintf(out, out_size, "%s+0x%lx", base_name(info.dli_fname),
+  snprintf(out, out_size, "%s+0x%lx", file_base_name(info.dli_fname),
            static_cast<unsigned long>(address - reinterpret_cast<uintptr_t>(info.dli_fbase)));
 }
 
@@ -170,7 +165,7 @@ bool try_frame(uintptr_t address, const char *skip_prefixes, char *out, size_t o
     return false;
   }
   if (symbol[0])
-    copy_printable_utf8(symbol, out, out_size);
+    ferrum_common::printable_copy(symbol, out, out_size);
   else
     module_and_offset(info, address, out, out_size);
   remember_site(address, out);
@@ -293,13 +288,12 @@ void walk_with_backtrace(const char *skip_prefixes, char *out, size_t out_size) 
   out[0] = '\0';
 }
 
-// Built-in skips: the driver and runtime libraries, the static runtime's functions inside
-// the program, NVIDIA's other libraries that call graph APIs on a program's behalf, and the
-// foreign-function layers through which Python calls them (libffi's call stubs, the ctypes
-// and cffi modules): never a call site a person wrote.
-constexpr const char *kSkippedModules[] = {"libcuda.",   "libcudart", "libferrum-replay",
-                                           "libnvidia-", "libcublas", "libcudnn",
-                                           "libffi.",    "_ctypes.",  "_cffi_backend."};
+// Built-in skips, never a call site a person wrote: NVIDIA's CUDA libraries
+// (cuda_libraries.hpp), the shim itself, the static runtime's functions inside the program,
+// and the foreign-function layers through which Python calls them (libffi's call stubs, the
+// ctypes and cffi modules).
+constexpr const char *kSkippedModules[] = {"libferrum-replay", "libffi.", "_ctypes.",
+                                           "_cffi_backend."};
 constexpr const char *kSkippedSymbolPrefixes[] = {"__cuda", "cudart::", "libcudart"};
 
 // cudaGraphInstantiate, cuGraphInstantiateWithFlags...: the API itself, inside a program
@@ -332,7 +326,8 @@ void strip_parameters(char *name) {
 }
 
 bool is_skipped_frame(const char *module, const char *symbol, const char *skip_prefixes) {
-  const char *module_name = base_name(module);
+  const char *module_name = file_base_name(module);
+  if (is_nvidia_library(module_name)) return true;
   for (const char *prefix : kSkippedModules)
     if (has_prefix(module_name, prefix, strlen(prefix))) return true;
   if (symbol && *symbol) {

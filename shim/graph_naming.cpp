@@ -1,50 +1,56 @@
 #include "graph_naming.hpp"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "activation.hpp"
-#include "graph_registry.hpp"
-#include "log.hpp"
-#include "message_template.hpp"
-#include "names_file.hpp"
-#include "text_util.hpp"
+#include "text_rules.hpp"
 
 namespace ferrum {
 namespace {
 
-NameRules g_rules;  // written once at activation, before any registration reads it
-
-void say_on_stderr(const char *sentence, void *) {
-  warn_line("%s", sentence);
-}
+NamingEnvironment g_environment;  // written once at activation, before any naming reads it
 
 }  // namespace
 
-void load_names_file(const char *path) {
-  g_rules = read_names_file(path, say_on_stderr, nullptr);
+void set_naming_environment(const NamingEnvironment &environment) {
+  g_environment = environment;
 }
 
-bool compose_message(GraphRecord &record, char *out, size_t out_size) {
-  bool chosen_by_person = record.user_named;
-  if (!record.user_named) {
-    if (const char *rule = find_rule_name(g_rules, record.ordinal, record.site, record.content)) {
-      copy_printable_utf8(rule, record.name, sizeof record.name);
-      chosen_by_person = true;
-    } else if (record.site[0]) {
-      copy_printable_utf8(record.site, record.name, sizeof record.name);
-    } else {
-      snprintf(record.name, sizeof record.name, "graph %u", record.ordinal);
-    }
+const NamingEnvironment &naming_environment() {
+  return g_environment;
+}
+
+void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_context, char *name,
+                 size_t name_size, char *message, size_t message_size) {
+  const NamingEnvironment &environment = g_environment;
+  bool chosen_by_person = true;
+  if (inputs.user_name) {
+    ferrum_common::printable_copy(inputs.user_name, name, name_size);
+    if (!name[0]) ferrum_common::printable_copy("?", name, name_size);
+  } else if (const char *rule = find_rule_name(environment.rules, inputs.ordinal, inputs.site,
+                                               inputs.content)) {
+    ferrum_common::printable_copy(rule, name, name_size);
+  } else {
+    chosen_by_person = false;
+    if (inputs.site[0])
+      ferrum_common::printable_copy(inputs.site, name, name_size);
+    else
+      snprintf(name, name_size, "graph %u", inputs.ordinal);
   }
-  const TemplateValues values{record.name, record.ordinal, record.site, record.content, record.api};
-  render_message(settings().message_template, values, out, out_size);
-  if (!out[0]) snprintf(out, out_size, "graph %u", record.ordinal);  // e.g. "{site}" unknown
-  return chosen_by_person;
+  const TemplateValues values{name, inputs.ordinal, inputs.site, inputs.content, inputs.api};
+  if (environment.message_template.piece_count)
+    render_message(environment.message_template, values, message, message_size);
+  else  // no template set (a registry used before activation): the name, as "{name}" renders
+    ferrum_common::printable_copy(name, message, message_size);
+  if (!message[0]) snprintf(message, message_size, "graph %u", inputs.ordinal);  // "{site}" unknown
+  if (chosen_by_person || !taken(message, taken_context)) return;
+  // Another live graph shows this message: keep the two apart.
+  char suffix[32];
+  snprintf(suffix, sizeof suffix, " (graph %u)", inputs.ordinal);
+  const size_t room = message_size - strlen(suffix);
+  char shortened[256];
+  ferrum_common::printable_copy(message, shortened, room < sizeof shortened ? room : sizeof shortened);
+  snprintf(message, message_size, "%s%s", shortened, suffix);
 }
 
 }  // namespace ferrum

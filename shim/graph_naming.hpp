@@ -1,22 +1,45 @@
-// How a graph's name and message are chosen (docs/naming.md):
+// The naming rule: how a graph's name and message are chosen (docs/naming.md). One place for
+// all of it, fed plain values:
 //   name    = the user's name (ferrum_replay_name_graph_exec), else the names file's
 //             (FERRUM_REPLAY_NAMES), else the call site, else "graph N";
-//   message = FERRUM_REPLAY_FORMAT rendered with that name (default "{name}").
-// A message that another live graph already shows gets " (graph N)" appended, unless the
-// user or the names file chose the name: two graphs share a message only if named alike.
+//   message = FERRUM_REPLAY_FORMAT rendered with that name (default "{name}");
+//   a message that another live graph already shows gets " (graph N)" appended, unless the
+//   user or the names file chose the name: two graphs share a message only if named alike.
+// And where names go: the NVTX domain in which messages are registered.
 #pragma once
 
+#include <nvtx3/nvToolsExt.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "message_template.hpp"
+#include "names_file.hpp"
 
 namespace ferrum {
 
-struct GraphRecord;
+// Fixed at activation, before any graph is named (activation.cpp), then read-only.
+struct NamingEnvironment {
+  NameRules rules;                   // FERRUM_REPLAY_NAMES, parsed
+  MessageTemplate message_template;  // FERRUM_REPLAY_FORMAT, parsed
+  nvtxDomainHandle_t domain = nullptr;  // where messages are registered; null: no tool
+};
+void set_naming_environment(const NamingEnvironment &environment);
+const NamingEnvironment &naming_environment();
 
-// Reads and parses FERRUM_REPLAY_NAMES once (at activation); bad lines are reported.
-void load_names_file(const char *path);
+// What is known of a graph when it is (re)named.
+struct NamingInputs {
+  const char *user_name;  // null unless the program named it
+  uint32_t ordinal;
+  const char *site;     // "" when unknown
+  const char *content;  // "" unless FERRUM_REPLAY_CONTENT
+  const char *api;      // the function that instantiated it
+};
 
-// Fills record.name (unless user-named) and renders the message into `out`. Returns true
-// when the name was chosen by a person (user or names file) and may be shared.
-bool compose_message(GraphRecord &record, char *out, size_t out_size);
+// Is this message shown by another live graph? (The registry's count of live messages.)
+using MessageTaken = bool (*)(const char *message, void *context);
+
+// Chooses the {name} field (into `name`) and the message (into `message`) by the rule above.
+void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_context, char *name,
+                 size_t name_size, char *message, size_t message_size);
 
 }  // namespace ferrum

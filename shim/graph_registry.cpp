@@ -8,15 +8,20 @@
 
 #include <new>
 
-#include "activation.hpp"
-#include "call_site.hpp"
-#include "graph_content.hpp"
 #include "graph_naming.hpp"
 #include "log.hpp"
-#include "text_util.hpp"
+#include "text_rules.hpp"
 
 namespace ferrum {
 namespace {
+
+// 64-bit FNV-1a: the key of MessageCounts.
+uint64_t hash_text(const char *text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const unsigned char *p = reinterpret_cast<const unsigned char *>(text); *p; ++p)
+    hash = (hash ^ *p) * 1099511628211ull;
+  return hash;
+}
 
 void *map_zeroed(size_t bytes) {
   void *memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -48,19 +53,6 @@ void reset_in_child() {
 pthread_once_t g_fork_handlers_once = PTHREAD_ONCE_INIT;
 void install_fork_handlers() {
   pthread_atfork(lock_before_fork, unlock_after_fork, reset_in_child);
-}
-
-// What the slow paths learn outside the mutex: walking the stack and querying the driver
-// take the loader's lock, which a thread inside dlopen may hold while it calls CUDA.
-struct Observation {
-  char site[kMaxSiteLength + 1] = {};
-  char content[kMaxContentLength + 1] = {};
-};
-
-void observe_site(Observation &seen) {
-  const Settings &config = settings();
-  if (config.site_mode != SiteMode::off)
-    capture_call_site(seen.site, sizeof seen.site, config.site_skip);
 }
 
 }  // namespace
@@ -290,19 +282,19 @@ void GraphRegistry::relabel(GraphRecord &record) {
   const GraphLabel *old = record.label.load(std::memory_order_relaxed);
   if (old && record.live) messages_.remove(hash_text(old->text));
   retire_label(old);
-  char text[kMaxMessageLength + 1];
-  const bool chosen_by_person = compose_message(record, text, sizeof text);
-  if (!chosen_by_person && messages_.in_use(hash_text(text))) {
-    // Another live graph shows this message: keep the two apart.
-    char suffix[32];
-    snprintf(suffix, sizeof suffix, " (graph %u)", record.ordinal);
-    char shortened[kMaxMessageLength + 1];
-    copy_printable_utf8(text, shortened, sizeof text - strlen(suffix));
-    snprintf(text, sizeof text, "%s%s", shortened, suffix);
-  }
+  char name[kMaxNameLength + 1], text[kMaxMessageLength + 1];
+  const NamingInputs inputs{record.user_named ? record.name : nullptr, record.ordinal, record.site,
+                            record.content, record.api};
+  choose_name(
+      inputs,
+      [](const char *message, void *registry) {
+        return static_cast<GraphRegistry *>(registry)->messages_.in_use(hash_text(message));
+      },
+      this, name, sizeof name, text, sizeof text);
+  memcpy(record.name, name, sizeof record.name);
   memcpy(label->text, text, sizeof label->text);
   label->color = color_for_name(label->text);
-  const nvtxDomainHandle_t domain = shim_domain();
+  const nvtxDomainHandle_t domain = naming_environment().domain;
   label->message = nvtxDomainRegisterStringA(domain, label->text);
   if (record.ordinal) nvtxDomainNameCategoryA(domain, record.ordinal, label->text);
   if (record.live) messages_.add(hash_text(label->text));
@@ -343,7 +335,7 @@ GraphRecord &GraphRegistry::overflow() {
     GraphRecord *record = new (map_zeroed(sizeof(GraphRecord))) GraphRecord();
     record->user_named = true;  // one fixed name, shared on purpose
     record->live = false;
-    copy_printable_utf8("graph (unregistered)", record->name, sizeof record->name);
+    ferrum_common::printable_copy("graph (unregistered)", record->name, sizeof record->name);
     relabel(*record);
     overflow_ = record;
     log_line(LogLevel::info,
@@ -404,8 +396,8 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   record->api = api;
   record->handle.store(handle, std::memory_order_relaxed);
   record->confirmed = confirmed;
-  copy_printable_utf8(site, record->site, sizeof record->site);
-  copy_printable_utf8(content, record->content, sizeof record->content);
+  ferrum_common::printable_copy(site, record->site, sizeof record->site);
+  ferrum_common::printable_copy(content, record->content, sizeof record->content);
   record->site_pending.store(site_pending, std::memory_order_relaxed);
   GraphRecord *previous = slot->handle.load(std::memory_order_relaxed) == handle
                               ? slot->record.load(std::memory_order_relaxed)
@@ -440,14 +432,11 @@ GraphRegistry::Occupancy GraphRegistry::occupancy() const {
   return now;
 }
 
-void GraphRegistry::on_instantiate(const void *exec, const void *graph, const char *api) {
+void GraphRegistry::on_instantiate(const void *exec, const char *api, const char *site,
+                                   const char *content, bool site_pending) {
   if (!exec) return;
-  const Settings &config = settings();
-  Observation seen;
-  if (config.site_mode == SiteMode::instantiate) observe_site(seen);
-  if (config.content && graph) describe_graph_content(graph, seen.content, sizeof seen.content);
   Lock lock;
-  create_record(exec, api, seen.site, seen.content, config.site_mode == SiteMode::launch, true);
+  create_record(exec, api, site, content, site_pending, true);
 }
 
 void GraphRegistry::on_destroy(const void *exec) {
@@ -462,40 +451,30 @@ void GraphRegistry::on_destroy(const void *exec) {
     log_line(LogLevel::debug, "graph exec %p (graph %u) destroyed", exec, record->ordinal);
 }
 
-GraphRecord &GraphRegistry::register_at_launch(const void *exec) {
-  if (!exec) {
-    Lock lock;
-    return overflow();
-  }
-  Observation seen;
-  observe_site(seen);  // the launch's own call site: the best we know of a graph seen late
+GraphRecord &GraphRegistry::register_at_launch(const void *exec, const char *site) {
   Lock lock;
+  if (!exec) return overflow();
   if (GraphRecord *record = find(exec)) return *record;  // another thread was first
-  return *create_record(exec, "launch", seen.site, "", false, false);
+  return *create_record(exec, "launch", site, "", false, false);
 }
 
-void GraphRegistry::name_at_first_launch(GraphRecord &record) {
-  Observation seen;
-  observe_site(seen);
+void GraphRegistry::name_at_first_launch(GraphRecord &record, const char *site) {
   Lock lock;
   if (!record.site_pending.load(std::memory_order_relaxed)) return;
-  copy_printable_utf8(seen.site, record.site, sizeof record.site);
+  ferrum_common::printable_copy(site, record.site, sizeof record.site);
   record.site_pending.store(false, std::memory_order_relaxed);
   relabel(record);
 }
 
-int GraphRegistry::name_graph(const void *exec, const char *name) {
+int GraphRegistry::name_graph(const void *exec, const char *name, const char *site) {
   if (!exec || !name) return -EINVAL;
-  Observation seen;
-  if (!find(exec)) observe_site(seen);
   Lock lock;
   GraphRecord *record = find(exec);
   if (!record)
-    record = create_record(exec, "ferrum_replay_name_graph_exec", seen.site, "", false, false);
+    record = create_record(exec, "ferrum_replay_name_graph_exec", site, "", false, false);
   if (record == overflow_) return -ENOSPC;
   record->user_named = true;
-  copy_printable_utf8(name, record->name, sizeof record->name);
-  if (!record->name[0]) copy_printable_utf8("?", record->name, sizeof record->name);
+  ferrum_common::printable_copy(name, record->name, sizeof record->name);
   record->site_pending.store(false, std::memory_order_relaxed);
   relabel(*record);
   return 0;

@@ -156,24 +156,45 @@ class GraphRegistry {
   GraphRegistry(const GraphRegistry &) = delete;
   GraphRegistry &operator=(const GraphRegistry &) = delete;
 
-  // The launch path: the current record of `exec`, registered on first sight. Never null.
-  GraphRecord &record_for_launch(const void *exec) {
-    GraphRecord *record = find(exec);
-    if (__builtin_expect(record == nullptr, 0)) return register_at_launch(exec);
-    if (__builtin_expect(record->site_pending.load(std::memory_order_relaxed), 0))
-      name_at_first_launch(*record);
-    return *record;
+  // The launch path: the current record of `exec`; null when it was never registered (or
+  // its table slot is being rebuilt: the slow path looks again under the mutex). Lock-free.
+  GraphRecord *find(const void *exec) const {
+    const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
+    const SlotTable *table = table_.load(std::memory_order_acquire);
+    if (__builtin_expect(table == nullptr, 0)) return nullptr;  // nothing registered yet
+    size_t index = table->index(handle);
+    for (size_t probes = 0; probes <= table->mask; ++probes) {
+      const Slot &slot = table->slots[index];
+      const uintptr_t seen = slot.handle.load(std::memory_order_acquire);
+      if (seen == handle) {
+        GraphRecord *record = slot.record.load(std::memory_order_acquire);
+        // A table refilled under a stalled launch may pair the handle with another's record.
+        return record && record->handle.load(std::memory_order_relaxed) == handle ? record
+                                                                                  : nullptr;
+      }
+      if (seen == 0) return nullptr;
+      index = (index + 1) & table->mask;
+    }
+    return nullptr;
   }
 
-  // A new identity for `exec` (instantiated from `graph`, a CUgraph, by `api`).
-  void on_instantiate(const void *exec, const void *graph, const char *api);
+  // The slow paths. What they are told (call site, content) was observed by the caller
+  // outside the registry's mutex: walking the stack and querying the driver take the
+  // loader's lock, which a thread inside dlopen may hold while it calls CUDA.
+  //
+  // A new identity for `exec`, instantiated by `api`; `site_pending`: named at first launch.
+  void on_instantiate(const void *exec, const char *api, const char *site, const char *content,
+                      bool site_pending);
   // `exec` is about to be destroyed: its handle may be reused for another graph.
   void on_destroy(const void *exec);
-  // The user's name for `exec` (registering it if unseen). 0, or a negative errno value.
-  int name_graph(const void *exec, const char *name);
-
-  // Distinct graphs registered so far (overflow excluded).
-  size_t size() const { return records_issued_.load(std::memory_order_acquire); }
+  // A graph first seen at launch (instantiated before the shim could see it). Never fails:
+  // past the table's bound, the overflow record.
+  GraphRecord &register_at_launch(const void *exec, const char *site);
+  // FERRUM_REPLAY_SITE=launch: the record's name from its first launch's call site.
+  void name_at_first_launch(GraphRecord &record, const char *site);
+  // The user's name for `exec` (registering it if unseen, with `site`). 0, or a negative
+  // errno value.
+  int name_graph(const void *exec, const char *name, const char *site);
 
   // Graphs whose records were recycled (destroyed long ago): their totals, for the summary.
   struct Recycled {
@@ -219,28 +240,6 @@ class GraphRegistry {
     }
   };
 
-  GraphRecord *find(const void *exec) const {
-    const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
-    const SlotTable *table = table_.load(std::memory_order_acquire);
-    if (__builtin_expect(table == nullptr, 0)) return nullptr;  // nothing registered yet
-    size_t index = table->index(handle);
-    for (size_t probes = 0; probes <= table->mask; ++probes) {
-      const Slot &slot = table->slots[index];
-      const uintptr_t seen = slot.handle.load(std::memory_order_acquire);
-      if (seen == handle) {
-        GraphRecord *record = slot.record.load(std::memory_order_acquire);
-        // A table refilled under a stalled launch may pair the handle with another's record.
-        return record && record->handle.load(std::memory_order_relaxed) == handle ? record
-                                                                                  : nullptr;
-      }
-      if (seen == 0) return nullptr;
-      index = (index + 1) & table->mask;
-    }
-    return nullptr;
-  }
-
-  GraphRecord &register_at_launch(const void *exec);
-  void name_at_first_launch(GraphRecord &record);
   // Below: under the registry mutex.
   GraphRecord *create_record(const void *exec, const char *api, const char *site,
                              const char *content, bool site_pending, bool confirmed);

@@ -51,4 +51,15 @@ struct ApiResult<HookApi::driver> {
 #define FERRUM_HOOK_FUNCTION_TYPE(API, PARAMS) \
   ::ferrum::ApiResult<::ferrum::HookApi::API>::Type(CUDAAPI *) PARAMS
 
+// The real function behind a table row, g_NAME (real_functions.hpp): where the row's wrapper
+// is written (entry_points.cpp for launches, instantiations and destroys; lookup_wrappers.cpp
+// for the lookups).
+#define FERRUM_HOOK_REAL_FUNCTION(API, NAME, PARAMS) \
+  constinit ::ferrum::RealFunction<FERRUM_HOOK_FUNCTION_TYPE(API, PARAMS)> g_##NAME{#NAME};
+
+// cuGraphInstantiate before CUDA 12 and cuGraphInstantiate_v2 (cudaTypedefs.h declares their
+// PFN types only when compiled as NVIDIA compiles the driver).
+using PfnGraphInstantiateLegacy = CUresult(CUDAAPI *)(CUgraphExec *, CUgraph, CUgraphNode *, char *,
+                                                      size_t);
+
 }  // namespace ferrum

@@ -1,9 +1,12 @@
 #include "launch_range.hpp"
 
 #include <signal.h>
+#include <string.h>
 
 #include <atomic>
 
+#include "call_site.hpp"
+#include "graph_content.hpp"
 #include "log.hpp"
 
 namespace ferrum {
@@ -32,6 +35,48 @@ bool close_abandoned_call() {
              "a CUDA graph call was left without returning (a longjmp out of it); its range, if "
              "any, was closed at the thread's next graph call");
   return true;
+}
+
+namespace {
+
+// The call site as FERRUM_REPLAY_SITE asks ("" when off). Taken outside the registry's mutex:
+// walking the stack takes the loader's lock, which a thread inside dlopen may hold while it
+// calls CUDA.
+struct Site {
+  char text[kMaxSiteLength + 1] = {};
+  Site() {
+    const Settings &config = settings();
+    if (config.site_mode != SiteMode::off)
+      capture_call_site(text, sizeof text, config.site_skip);
+  }
+};
+
+}  // namespace
+
+GraphRecord &record_for_launch_slow(const void *exec, GraphRecord *record) {
+  const Site site;  // the launch's own call site: the best we know of a graph seen late
+  if (!record) return graph_registry().register_at_launch(exec, site.text);
+  graph_registry().name_at_first_launch(*record, site.text);
+  return *record;
+}
+
+void register_instantiated(const void *exec, const void *graph, const char *api) {
+  const Settings &config = settings();
+  char site[kMaxSiteLength + 1] = "";
+  if (config.site_mode == SiteMode::instantiate)
+    capture_call_site(site, sizeof site, config.site_skip);
+  char content[kMaxContentLength + 1] = "";
+  if (config.content && graph) describe_graph_content(graph, content, sizeof content);
+  graph_registry().on_instantiate(exec, api, site, content, config.site_mode == SiteMode::launch);
+}
+
+int name_graph_exec(const void *exec, const char *name) {
+  char site[kMaxSiteLength + 1] = "";
+  if (exec && !graph_registry().find(exec)) {
+    const Site seen;
+    memcpy(site, seen.text, sizeof site);
+  }
+  return graph_registry().name_graph(exec, name, site);
 }
 
 unsigned long long abandoned_calls() {

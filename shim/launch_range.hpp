@@ -17,6 +17,8 @@
 
 #include "activation.hpp"
 #include "graph_registry.hpp"
+#include "log.hpp"
+#include "real_functions.hpp"
 
 namespace ferrum {
 
@@ -155,6 +157,19 @@ class LaunchRange {
   nvtxDomainHandle_t domain_;
 };
 
+// The slow path of record_for_launch(): a graph not registered yet, or one named at its first
+// launch (FERRUM_REPLAY_SITE=launch). `record` is what the lock-free lookup found, if anything.
+GraphRecord &record_for_launch_slow(const void *exec, GraphRecord *record);
+
+// The record a launch of `exec` pushes a range for: registered on first sight. Never null.
+inline GraphRecord &record_for_launch(const void *exec) {
+  GraphRecord *record = graph_registry().find(exec);
+  if (__builtin_expect(record == nullptr || record->site_pending.load(std::memory_order_relaxed),
+                       0))
+    return record_for_launch_slow(exec, record);
+  return *record;
+}
+
 // Runs `call` (the real launch) inside one range named after `exec`, unless this thread is
 // already inside an intercepted call or the shim is off. The result is returned unchanged.
 template <typename Result, typename Call>
@@ -162,7 +177,7 @@ FERRUM_REAL_STACK_FRAME inline Result launch_in_range(const void *exec, Result s
                                                       Call &&call) {
   OutermostCall outermost;
   if (!outermost.claimed() || !shim_active()) return call();
-  LaunchRange range(graph_registry().record_for_launch(exec), shim_domain());
+  LaunchRange range(record_for_launch(exec), shim_domain());
   Result result = call();
   if (result != success) range.note_failed_launch();
   return result;
@@ -171,6 +186,23 @@ FERRUM_REAL_STACK_FRAME inline Result launch_in_range(const void *exec, Result s
 }  // namespace ferrum
 
 namespace ferrum {
+
+// Gives `exec`, just instantiated from `graph` (a CUgraph) by `api`, its identity: ordinal,
+// call site and content as the settings ask, and name.
+void register_instantiated(const void *exec, const void *graph, const char *api);
+
+// ferrum_replay_name_graph_exec: the program's own name for `exec`. 0 or a negative errno.
+int name_graph_exec(const void *exec, const char *name);
+
+// No real definition of `function` is loaded (the program found our export without loading
+// CUDA, say). Says so where asked, and answers as the missing library's absence would.
+template <typename Function, typename Result>
+Result missing_real_function(RealFunction<Function> &function, Result not_found) {
+  (void)settings();  // reads FERRUM_REPLAY_LOG so the line below can be asked for
+  log_line(LogLevel::error, "%s called but no real %s is loaded; returning error %d",
+           function.name(), function.name(), static_cast<int>(not_found));
+  return not_found;
+}
 
 // Runs `call` (a real instantiate) and gives the new executable graph an identity: ordinal,
 // call site, content and name. The outermost layer registers (the runtime's instantiate
@@ -185,8 +217,7 @@ FERRUM_REAL_STACK_FRAME inline Result instantiate_and_register(Result success, E
     if (!outermost.claimed() || !shim_active()) return call();
     result = call();
   }
-  if (result == success && out_exec && *out_exec)
-    graph_registry().on_instantiate(*out_exec, graph, api);
+  if (result == success && out_exec && *out_exec) register_instantiated(*out_exec, graph, api);
   return result;
 }
 

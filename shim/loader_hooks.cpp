@@ -6,25 +6,20 @@
 #include <atomic>
 
 #include "activation.hpp"
+#include "cuda_libraries.hpp"
 #include "libc_symbols.hpp"
 #include "log.hpp"
-#include "lookup_wrappers.hpp"
 
 namespace ferrum {
+namespace {
 
-bool is_cuda_library_name(const char *file) {
-  if (!file) return false;
-  const char *base = strrchr(file, '/');
-  base = base ? base + 1 : file;
-  // The driver, the runtime, and the libraries that launch graphs through them.
-  static const char *const kPrefixes[] = {"libcuda.",  "libcudart",   "libtorch_cuda",
-                                          "libcublas", "libcudnn",    "libnccl",
-                                          "libnvrtc",  "libtensorrt", "libnvinfer"};
-  for (const char *prefix : kPrefixes)
-    if (strncmp(base, prefix, strlen(prefix)) == 0) return true;
-  return false;
+// Whether a library loaded with RTLD_DEEPBIND could bind its graph launches past the shim:
+// NVIDIA's libraries and the frameworks that launch graphs through them.
+bool launches_graphs(const char *file) {
+  return file && (is_nvidia_library(file) || strncmp(file_base_name(file), "libtorch_cuda", 13) == 0);
 }
 
+}  // namespace
 }  // namespace ferrum
 
 namespace {
@@ -42,7 +37,7 @@ __attribute__((visibility("hidden"))) void *ferrum_libc_dlvsym_address() {
 }
 
 __attribute__((visibility("hidden"))) void *ferrum_dlopen_prologue(const char *file, int mode) {
-  if ((mode & RTLD_DEEPBIND) && ferrum::is_cuda_library_name(file) &&
+  if ((mode & RTLD_DEEPBIND) && ferrum::launches_graphs(file) &&
       !g_deepbind_reported.exchange(true, std::memory_order_relaxed)) {
     (void)ferrum::settings();  // the log level
     ferrum::log_line(ferrum::LogLevel::error,

@@ -3,7 +3,7 @@
 
 extern "C" {
 // Explicit-handle lookups: the real answer, or our wrapper when it is a driver entry point
-// we intercept (lookup_wrappers.hpp).
+// we intercept (wrap_loaded_symbol, below).
 void *ferrum_dlsym_on_handle(void *handle, const char *name);
 void *ferrum_dlvsym_on_handle(void *handle, const char *name, const char *version);
 // For the stubs' tail jumps: the C library's definitions (null if none).
@@ -14,6 +14,8 @@ void *ferrum_dlopen_prologue(const char *file, int mode);
 }
 
 namespace ferrum {
-// True for file names of libraries whose graph launches RTLD_DEEPBIND would hide from us.
-bool is_cuda_library_name(const char *file);
+// What an explicit-handle lookup answers: `found` (what dlsym(handle, name) returned, non-null)
+// or our wrapper when it is a driver entry point we intercept. Declared here, where it is
+// called, and defined with the wrappers (lookup_wrappers.cpp), which include this file.
+void *wrap_loaded_symbol(const char *name, void *found);
 }  // namespace ferrum

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -50,6 +51,17 @@ void warn_line(const char *format, ...) {
   va_start(args, format);
   write_line(format, args);
   va_end(args);
+}
+
+MessageValue message_value(const char *value, size_t length) {
+  MessageValue shown;
+  ferrum_common::printable_quote(value ? value : "", value ? length : 0, kMessageValueLimit,
+                                 shown.text, sizeof shown.text);
+  return shown;
+}
+
+MessageValue message_value(const char *value) {
+  return message_value(value, value ? strlen(value) : 0);
 }
 
 }  // namespace ferrum

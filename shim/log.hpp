@@ -5,9 +5,13 @@
 // A single write() of a complete line also keeps lines whole when threads log at once.
 #pragma once
 
-#include "settings.hpp"
+#include <stddef.h>
+
+#include "text_rules.hpp"
 
 namespace ferrum {
+
+enum class LogLevel : unsigned char { silent = 0, error = 1, info = 2, debug = 3 };
 
 // The level chosen by FERRUM_REPLAY_LOG; `silent` until settings are read.
 void set_log_level(LogLevel level);
@@ -19,5 +23,16 @@ void log_line(LogLevel level, const char *format, ...) __attribute__((format(pri
 
 // Unconditional line: the user gave an invalid setting, which must be said even when silent.
 void warn_line(const char *format, ...) __attribute__((format(printf, 1, 2)));
+
+// A user value (a setting, a path, a name) as a message shows it (docs/text-rules.md, section
+// 3, implemented by common/text_rules.hpp's printable_quote): printable UTF-8, at most 200
+// bytes, cut at a character boundary with "..." appended — so that it can neither garble a
+// terminal nor forge a second line. The message puts it in single quotes: "NAME='%s' ...".
+inline constexpr size_t kMessageValueLimit = ferrum_common::kMessageLimit;
+struct MessageValue {
+  char text[ferrum_common::kQuotedSize];
+};
+MessageValue message_value(const char *value);
+MessageValue message_value(const char *value, size_t length);
 
 }  // namespace ferrum

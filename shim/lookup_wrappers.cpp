@@ -1,5 +1,12 @@
-#include "lookup_wrappers.hpp"
-
+// What the shim hands back when a lookup returns a driver entry point it intercepts.
+//
+// Most programs never call a launch by name: the CUDA runtime (shared or static) opens
+// libcuda privately, dlsym()s cuGetProcAddress_v2 on that handle, and fetches every entry
+// point through it. So both lookups are watched:
+//   - dlsym/dlvsym on an explicit handle (loader_hooks.cpp) -> wrap_loaded_symbol()
+//   - cuGetProcAddress / _v2 (exported below) -> wrap_proc_address_answer()
+// and the answers for cuGraphLaunch, the instantiate functions, cuGraphExecDestroy (and
+// cuGetProcAddress itself) are replaced by wrappers that call the genuine function found.
 #include <cudaTypedefs.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,14 +15,42 @@
 #include <atomic>
 #include <utility>
 
-#include "entry_points.hpp"
 #include "hook_table.hpp"
 #include "launch_range.hpp"
-#include "log.hpp"
+#include "loader_hooks.hpp"
 #include "real_functions.hpp"
+
+// Our cuGetProcAddress of each ABI (at the end of this file).
+extern "C" {
+__attribute__((visibility("hidden"))) CUresult CUDAAPI
+ferrum_cuGetProcAddress_v11030(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+__attribute__((visibility("hidden"))) CUresult CUDAAPI
+ferrum_cuGetProcAddress_v12000(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                               CUdriverProcAddressQueryResult *symbolStatus);
+}
 
 namespace ferrum {
 namespace {
+
+// The real lookups: g_cuGetProcAddress, g_cuGetProcAddress_v2.
+#define FERRUM_REAL_lookup FERRUM_HOOK_REAL_FUNCTION
+#define FERRUM_REAL_launch(API, NAME, PARAMS)
+#define FERRUM_REAL_instantiate_legacy(API, NAME, PARAMS)
+#define FERRUM_REAL_instantiate_flags(API, NAME, PARAMS)
+#define FERRUM_REAL_instantiate_params(API, NAME, PARAMS)
+#define FERRUM_REAL_destroy(API, NAME, PARAMS)
+#define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_REAL_##KIND(API, NAME, PARAMS)
+#include "hooked_functions.def"
+#undef HOOK
+
+enum class ProcAddressAbi {
+  v11030,  // cuGetProcAddress(symbol, pfn, version, flags)
+  v12000,  // cuGetProcAddress_v2(symbol, pfn, version, flags, symbolStatus)
+};
+
+// Our cuGetProcAddress of `abi` (below), after noting `genuine` (what the lookup found) as the
+// real one it calls. `how` names the lookup for the debug log.
+void *proc_address_wrapper_for(ProcAddressAbi abi, void *genuine, const char *how);
 
 // ---- what each wrapper does around the genuine function ----
 
@@ -205,4 +240,64 @@ void *wrap_proc_address_answer(const char *symbol, void *found, int cuda_version
   return wrap_kind(kind, how, found);
 }
 
+namespace {
+
+void *proc_address_wrapper_for(ProcAddressAbi abi, void *genuine, const char *how) {
+  (void)settings();  // the log level, for the lines below
+  const bool v2 = abi == ProcAddressAbi::v12000;
+  if (is_own_address(genuine)) {
+    // An interposable driver (or a stacked interposer) returned our own export: keep the
+    // real function we know; never record ourselves as the real one.
+    log_line(LogLevel::debug, "%s: lookup returned the shim's own cuGetProcAddress%s", how,
+             v2 ? "_v2" : "");
+  } else if (v2) {
+    g_cuGetProcAddress_v2.provide(genuine);
+  } else {
+    g_cuGetProcAddress.provide(genuine);
+  }
+  log_line(LogLevel::debug, "%s: answered with the shim's cuGetProcAddress%s (%s ABI)", how,
+           v2 ? "_v2" : "", v2 ? "5-argument" : "4-argument");
+  return v2 ? reinterpret_cast<void *>(&ferrum_cuGetProcAddress_v12000)
+            : reinterpret_cast<void *>(&ferrum_cuGetProcAddress_v11030);
+}
+
+}  // namespace
 }  // namespace ferrum
+
+extern "C" {
+
+// ---- the driver's lookup ----
+// Defined under hidden names and exported through aliases, so that handing out our own
+// wrapper takes its address inside the shim — never through the GOT, where an interposer
+// stacked before us would substitute its own function and create a loop.
+
+__attribute__((visibility("hidden"))) CUresult CUDAAPI
+ferrum_cuGetProcAddress_v11030(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
+  PFN_cuGetProcAddress_v11030 real = ferrum::g_cuGetProcAddress.get();
+  if (!real) return ferrum::missing_real_function(ferrum::g_cuGetProcAddress, CUDA_ERROR_NOT_FOUND);
+  CUresult result = real(symbol, pfn, cudaVersion, flags);
+  if (result == CUDA_SUCCESS && pfn && *pfn)
+    *pfn = ferrum::wrap_proc_address_answer(symbol, *pfn, cudaVersion, flags);
+  return result;
+}
+
+__attribute__((visibility("hidden"))) CUresult CUDAAPI
+ferrum_cuGetProcAddress_v12000(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                               CUdriverProcAddressQueryResult *symbolStatus) {
+  PFN_cuGetProcAddress_v12000 real = ferrum::g_cuGetProcAddress_v2.get();
+  if (!real) return ferrum::missing_real_function(ferrum::g_cuGetProcAddress_v2, CUDA_ERROR_NOT_FOUND);
+  CUresult result = real(symbol, pfn, cudaVersion, flags, symbolStatus);
+  if (result == CUDA_SUCCESS && pfn && *pfn)
+    *pfn = ferrum::wrap_proc_address_answer(symbol, *pfn, cudaVersion, flags);
+  return result;
+}
+
+__attribute__((visibility("default"))) CUresult CUDAAPI
+cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+    __attribute__((alias("ferrum_cuGetProcAddress_v11030")));
+__attribute__((visibility("default"))) CUresult CUDAAPI
+cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                    CUdriverProcAddressQueryResult *symbolStatus)
+    __attribute__((alias("ferrum_cuGetProcAddress_v12000")));
+
+}  // extern "C"

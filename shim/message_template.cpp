@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "text_util.hpp"
+#include "text_rules.hpp"
 
 namespace ferrum {
 namespace {
@@ -109,7 +109,9 @@ size_t render_message(const MessageTemplate &tmpl, const TemplateValues &values,
     }
     if (!text) continue;
     if (piece.field != TemplateField::literal) length = strlen(text);
-    used = append_printable_utf8(out, out_size, text, length);
+    // A NUL ends a piece; what is appended follows the printable rule (docs/text-rules.md).
+    used += ferrum_common::printable_copy(text, strnlen(text, length), out + used,
+                                          out_size - used);
   }
   return used;
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text_util.hpp"
+#include "text_rules.hpp"
 
 namespace ferrum {
 namespace {
@@ -58,7 +58,8 @@ const char *parse_line(const char *begin, const char *end, NameRule &rule) {
     rule.kind = NameRule::Kind::ordinal;
     rule.ordinal = static_cast<unsigned>(value);
   }
-  copy_printable_utf8(name, static_cast<size_t>(name_end - name), rule.name, sizeof rule.name);
+  ferrum_common::printable_copy(name, strnlen(name, static_cast<size_t>(name_end - name)), rule.name,
+                                sizeof rule.name);
   return nullptr;
 }
 

@@ -1,6 +1,6 @@
 #include "settings.hpp"
 
-#include "text_util.hpp"
+#include "text_rules.hpp"
 
 #include <stdio.h>
 #include <string.h>
@@ -75,7 +75,7 @@ void read_domain(const Reader &reader, Settings &settings) {
   // Printable UTF-8 only: the domain name is shown by every NVTX tool.
   char checked[kMaxDomainLength * 4 + 1];
   const bool printable = length < sizeof checked &&
-                         copy_printable_utf8(value, length, checked, sizeof checked) == length &&
+                         ferrum_common::printable_copy(value, strnlen(value, length), checked, sizeof checked) == length &&
                          memcmp(checked, value, length) == 0;
   if (length > kMaxDomainLength || !printable) {
     reader.reject("FERRUM_REPLAY_DOMAIN", value, "1 to 63 printable bytes", kDefaultDomain);
@@ -142,17 +142,6 @@ void read_format(const Reader &reader, Settings &settings) {
 
 }  // namespace
 
-MessageValue message_value(const char *value, size_t length) {
-  MessageValue shown;
-  ferrum_common::printable_quote(value ? value : "", value ? length : 0, kMessageValueLimit,
-                                 shown.text, sizeof shown.text);
-  return shown;
-}
-
-MessageValue message_value(const char *value) {
-  return message_value(value, value ? strlen(value) : 0);
-}
-
 void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context) {
   Reader reader{lookup, lookup_context, complain, complain_context};
@@ -171,18 +160,5 @@ void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
             "stderr or a path shorter than 1024 bytes");
 }
 
-const char *log_level_name(LogLevel level) {
-  switch (level) {
-    case LogLevel::silent:
-      return "silent";
-    case LogLevel::error:
-      return "error";
-    case LogLevel::info:
-      return "info";
-    case LogLevel::debug:
-      return "debug";
-  }
-  return "?";
-}
 
 }  // namespace ferrum

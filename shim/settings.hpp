@@ -4,12 +4,10 @@
 
 #include <stddef.h>
 
+#include "log.hpp"
 #include "message_template.hpp"
-#include "text_rules.hpp"
 
 namespace ferrum {
-
-enum class LogLevel : unsigned char { silent = 0, error = 1, info = 2, debug = 3 };
 
 inline constexpr size_t kMaxDomainLength = 63;
 inline constexpr char kDefaultDomain[] = "ferrum-replay";
@@ -40,18 +38,5 @@ using ComplaintSink = void (*)(const char *sentence, void *context);
 void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context);
 
-const char *log_level_name(LogLevel level);
-
-// A user value (a setting, a path, a name) as a message shows it (docs/text-rules.md, section
-// 3): printable UTF-8 (control bytes, malformed sequences -> '?'), at most 200 bytes, cut at a
-// character boundary with "..." appended — so that it can neither garble a terminal nor forge
-// a second line. The message puts it in single quotes: "FERRUM_REPLAY_NAMES='%s' ...".
-// The rule itself is common/text_rules.hpp's printable_quote; this is the shim's spelling of it.
-inline constexpr size_t kMessageValueLimit = ferrum_common::kMessageLimit;
-struct MessageValue {
-  char text[ferrum_common::kQuotedSize];
-};
-MessageValue message_value(const char *value);
-MessageValue message_value(const char *value, size_t length);
 
 }  // namespace ferrum

@@ -37,6 +37,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(strnlen(settings.summary, sizeof settings.summary) < sizeof settings.summary);
   FUZZ_CHECK(settings.message_template.piece_count >= 0 &&
              settings.message_template.piece_count <= ferrum::MessageTemplate::kMaxPieces);
-  FUZZ_CHECK(ferrum::log_level_name(settings.log_level) != nullptr);
   return 0;
 }

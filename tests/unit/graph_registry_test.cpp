@@ -27,10 +27,33 @@ std::string message_of(const ferrum::GraphRecord &record) {
   return record.label.load()->text;
 }
 
+// The registry as the shim drives it (launch_range.cpp), with no call site or content: the
+// lock-free lookup first, registration on a miss.
+struct Registry : ferrum::GraphRegistry {
+  ferrum::GraphRecord &record_for_launch(const void *exec) {
+    ferrum::GraphRecord *record = find(exec);
+    return record ? *record : register_at_launch(exec, "");
+  }
+  void on_instantiate(const void *exec, std::nullptr_t, const char *api) {
+    GraphRegistry::on_instantiate(exec, api, "", "", false);
+  }
+  int name_graph(const void *exec, const char *name) {
+    return GraphRegistry::name_graph(exec, name, "");
+  }
+  // Distinct graphs registered so far: the largest ordinal held.
+  size_t size() const {
+    size_t largest = 0;
+    for_each([&](const ferrum::GraphRecord &record) {
+      largest = std::max<size_t>(largest, record.ordinal);
+    });
+    return largest;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("graphs first seen at launch are 'graph N' in first-seen order and keep their record") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   ferrum::GraphRecord &first = registry->record_for_launch(handle(7));
   ferrum::GraphRecord &second = registry->record_for_launch(handle(3));
   CHECK(message_of(first) == "graph 1");
@@ -41,7 +64,7 @@ TEST_CASE("graphs first seen at launch are 'graph N' in first-seen order and kee
 }
 
 TEST_CASE("instantiation gives the identity; a reused handle gets a new one, never the old name") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   registry->on_instantiate(handle(1), nullptr, "cuGraphInstantiateWithFlags");
   registry->on_instantiate(handle(2), nullptr, "cuGraphInstantiateWithFlags");
   REQUIRE(registry->name_graph(handle(2), "decode") == 0);
@@ -63,14 +86,14 @@ TEST_CASE("instantiation gives the identity; a reused handle gets a new one, nev
 }
 
 TEST_CASE("a destroyed handle launched again is registered as a new graph") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   registry->on_instantiate(handle(5), nullptr, "cuGraphInstantiate");
   registry->on_destroy(handle(5));
   CHECK(registry->record_for_launch(handle(5)).ordinal == 2);
 }
 
 TEST_CASE("user names: kept across launches, shared when the user names two graphs alike") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   registry->on_instantiate(handle(1), nullptr, "x");
   registry->on_instantiate(handle(2), nullptr, "x");
   CHECK(registry->name_graph(handle(1), "decode") == 0);
@@ -85,7 +108,7 @@ TEST_CASE("user names: kept across launches, shared when the user names two grap
 }
 
 TEST_CASE("names with unusual bytes: control bytes and bad UTF-8 become '?', long ones are cut") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   registry->on_instantiate(handle(1), nullptr, "x");
   registry->name_graph(handle(1), "tab\there\nnewline \xff end");
   CHECK(message_of(registry->record_for_launch(handle(1))) == "tab?here?newline ? end");
@@ -106,7 +129,7 @@ TEST_CASE("names with unusual bytes: control bytes and bad UTF-8 become '?', lon
 }
 
 TEST_CASE("a null handle shares one overflow record and takes no ordinal") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   ferrum::GraphRecord &null_record = registry->record_for_launch(nullptr);
   CHECK(null_record.ordinal == 0);
   CHECK(message_of(null_record) == "graph (unregistered)");
@@ -121,7 +144,7 @@ TEST_CASE("colours are stable per name and differ between names") {
 }
 
 TEST_CASE("8 threads seeing the same 64 new handles at once: 64 records, ordinals 1..64") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
   std::vector<std::vector<const ferrum::GraphRecord *>> seen(8);
@@ -145,7 +168,7 @@ TEST_CASE("8 threads seeing the same 64 new handles at once: 64 records, ordinal
 }
 
 TEST_CASE("graphs named from two threads at once: each ends with one of the names, intact") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   for (uintptr_t g = 1; g <= 32; ++g) registry->on_instantiate(handle(g), nullptr, "x");
   std::atomic<bool> go{false};
   auto name_all = [&](const char *prefix) {
@@ -166,7 +189,7 @@ TEST_CASE("graphs named from two threads at once: each ends with one of the name
 }
 
 TEST_CASE("for_each visits graphs in ordinal order") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   for (uintptr_t g = 10; g > 0; --g) registry->on_instantiate(handle(g), nullptr, "x");
   std::vector<uint32_t> order;
   registry->for_each([&](const ferrum::GraphRecord &record) { order.push_back(record.ordinal); });
@@ -227,7 +250,7 @@ TEST_CASE("message counts: an entry leaves when its count reaches 0; the table f
 }
 
 TEST_CASE("300,000 graphs with handles never reused, two kept live: every one registered") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   registry->on_instantiate(handle(1), nullptr, "x");
   registry->on_instantiate(handle(2), nullptr, "x");
   REQUIRE(registry->name_graph(handle(1), "kept 1") == 0);
@@ -271,7 +294,7 @@ TEST_CASE("300,000 graphs with handles never reused, two kept live: every one re
 }
 
 TEST_CASE("one graph renamed 300,000 times: only its current message is counted") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   registry->on_instantiate(handle(1), nullptr, "x");
   int failed = 0;
   for (int n = 0; n < 300000; ++n)
@@ -284,7 +307,7 @@ TEST_CASE("one graph renamed 300,000 times: only its current message is counted"
 }
 
 TEST_CASE("graphs the registry never saw instantiated: held up to a bound, launched ones kept") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   registry->on_instantiate(handle(1), nullptr, "x");
   REQUIRE(registry->name_graph(handle(1), "instantiated") == 0);
   ferrum::GraphRecord &instantiated = registry->record_for_launch(handle(1));
@@ -327,7 +350,7 @@ TEST_CASE("graphs the registry never saw instantiated: held up to a bound, launc
 }
 
 TEST_CASE("launches find their graphs while other threads churn handles through table rebuilds") {
-  auto registry = std::make_unique<ferrum::GraphRegistry>();
+  auto registry = std::make_unique<Registry>();
   constexpr int kLaunchers = 4;
   for (uintptr_t g = 1; g <= 2 * kLaunchers; ++g) {
     registry->on_instantiate(handle(g), nullptr, "x");
