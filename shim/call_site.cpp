@@ -15,6 +15,7 @@
 #include "libc_symbols.hpp"
 #include "log.hpp"
 #include "real_functions.hpp"
+#include "symbol_names.hpp"
 #include "text_rules.hpp"
 
 #if FERRUM_HAVE_LIBUNWIND_H
@@ -31,39 +32,7 @@ bool has_prefix(const char *text, const char *prefix, size_t prefix_length) {
   return prefix_length && strncmp(text, prefix, prefix_length) == 0;
 }
 
-// ---- symbol names ----
-
-using Demangle = char *(*)(const char *, char *, size_t *, int *);
-
-// __cxa_demangle lives in libstdc++, which the shim does not link; a C++ program has it.
-Demangle find_demangler() {
-  static std::atomic<Demangle> demangler{nullptr};
-  static std::atomic<bool> looked{false};
-  if (!looked.load(std::memory_order_acquire)) {
-    DlsymFunction lookup = libc_dlsym();
-    if (lookup)
-      demangler.store(reinterpret_cast<Demangle>(lookup(RTLD_DEFAULT, "__cxa_demangle")),
-                      std::memory_order_release);
-    looked.store(true, std::memory_order_release);
-  }
-  return demangler.load(std::memory_order_acquire);
-}
-
 }  // namespace
-
-void readable_symbol_name(const char *mangled, char *out, size_t out_size) {
-  out[0] = '\0';
-  if (!mangled || !*mangled) return;
-  char *demangled = nullptr;
-  if (Demangle demangle = find_demangler(); demangle && mangled[0] == '_' && mangled[1] == 'Z') {
-    int status = 0;
-    demangled = demangle(mangled, nullptr, nullptr, &status);  // malloc'd by libstdc++
-    if (status != 0) demangled = nullptr;
-  }
-  ferrum_common::printable_copy(demangled ? demangled : mangled, out, out_size);
-  free(demangled);
-  strip_parameters(out);
-}
 
 namespace {
 
@@ -304,26 +273,6 @@ bool is_cuda_api_name(const char *symbol) {
 }
 
 }  // namespace
-
-void strip_parameters(char *name) {
-  int depth = 0;
-  for (char *p = name; *p; ++p) {
-    if (*p == '<' || *p == '{' || *p == '[') ++depth;
-    if ((*p == '>' || *p == '}' || *p == ']') && depth > 0) --depth;
-    if (*p == '(' && strncmp(p, "(anonymous namespace)", 21) == 0) {
-      p += 20;  // a name part, not a parameter list
-      continue;
-    }
-    if (*p == '(' && depth == 0) {
-      if (p - name >= 8 && strncmp(p - 8, "operator", 8) == 0 && p[1] == ')') {
-        ++p;  // "operator()" is a name, not a parameter list
-        continue;
-      }
-      *p = '\0';
-      return;
-    }
-  }
-}
 
 bool is_skipped_frame(const char *module, const char *symbol, const char *skip_prefixes) {
   const char *module_name = file_base_name(module);

@@ -15,13 +15,6 @@ namespace ferrum {
 // Fills `out` (always terminated; "" when no frame qualifies). Not for the launch hot path.
 void capture_call_site(char *out, size_t out_size, const char *skip_prefixes);
 
-// `symbol` (mangled or not) demangled when the process has a demangler (C++ programs carry
-// libstdc++'s; the shim does not link it) and stripped of its parameters, into `out`.
-void readable_symbol_name(const char *symbol, char *out, size_t out_size);
-
-// Exposed for tests: "ns::f(int) const" -> "ns::f"; keeps "operator()" and templates.
-void strip_parameters(char *name);
-
 // Exposed for tests: whether a frame in `module` (a path) named `symbol` (demangled, may be
 // "") is skipped by the built-in rules (CUDA libraries, the shim, the static CUDA runtime)
 // or by `skip_prefixes` (comma-separated, matched against the symbol and the module's base

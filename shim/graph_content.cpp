@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "call_site.hpp"
+#include "symbol_names.hpp"
 #include "real_functions.hpp"
 #include "text_rules.hpp"
 

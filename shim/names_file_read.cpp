@@ -11,7 +11,6 @@
 
 #include "log.hpp"
 #include "names_file.hpp"
-#include "settings.hpp"
 
 namespace ferrum {
 namespace {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "call_site.hpp"
+#include "symbol_names.hpp"
 #include "exit_summary.hpp"
 #include "graph_content.hpp"
 #include "message_template.hpp"
