@@ -1204,7 +1204,7 @@ SUMMARY_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(.*?)\s*$")
 
 def read_launch_summaries(paths):
     """{graph name: Counter(launches, failed, rejected)} summed over the shim's exit summaries
-    (FERRUM_REPLAY_SUMMARY, shim/exit_summary.hpp): after a header line
+    (FERRUM_REPLAY_SUMMARY, shim/range/exit_summary.hpp): after a header line
     "graph launches failed rejected name", one row per graph,
     "  <ordinal> <launches> <failed> <rejected> <name>", where name is the range's message.
     Rows written as "<name> launches=N failed=N rejected=N" are read too."""

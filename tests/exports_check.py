@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The shim exports exactly what its tables declare.
 
-Exported = every row of shim/hooked_functions.def, the functions of the public header
+Exported = every row of shim/hooks/hooked_functions.def, the functions of the public header
 (include/ferrum_replay/*.h), and the loader's dlsym/dlvsym/dlopen (shim/loader_stubs_*.S).
 Checked against the built library's dynamic symbols (`nm -D --defined-only`) and against
-shim/exports.map, the version script that decides them.
+shim/hooks/exports.map, the version script that decides them.
 
   tests/exports_check.py SOURCE_ROOT LIBFERRUM_REPLAY_SO
 """
@@ -18,7 +18,7 @@ LOADER = {"dlsym", "dlvsym", "dlopen"}
 
 
 def table_names(root):
-    text = open(os.path.join(root, "shim", "hooked_functions.def"), encoding="utf-8").read()
+    text = open(os.path.join(root, "shim", "hooks", "hooked_functions.def"), encoding="utf-8").read()
     return set(re.findall(r"^HOOK\(\s*\w+\s*,\s*\w+\s*,\s*(\w+)\s*,", text, re.M))
 
 
@@ -32,7 +32,7 @@ def public_names(root):
 
 
 def map_names(root):
-    text = open(os.path.join(root, "shim", "exports.map"), encoding="utf-8").read()
+    text = open(os.path.join(root, "shim", "hooks", "exports.map"), encoding="utf-8").read()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     glob_part = text.split("global:")[1].split("local:")[0]
     return set(re.findall(r"(\w+)\s*;", glob_part))

@@ -1,12 +1,12 @@
-// libFuzzer target: FERRUM_REPLAY_FORMAT (shim/message_template.hpp). The input is the template
-// and, after a NUL, the field values (name, site, content, api, NUL-separated) and an ordinal.
-// Properties: no crash or UB; a template that parses renders, for any values and any buffer
-// size, a terminated string of printable UTF-8 no longer than the buffer.
+// libFuzzer target: FERRUM_REPLAY_FORMAT (shim/naming/message_template.hpp). The input is the
+// template and, after a NUL, the field values (name, site, content, api, NUL-separated) and an
+// ordinal. Properties: no crash or UB; a template that parses renders, for any values and any
+// buffer size, a terminated string of printable UTF-8 no longer than the buffer.
 #include <cstring>
 #include <string>
 
 #include "fuzz_common.hpp"
-#include "message_template.hpp"
+#include "naming/message_template.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::vector<std::string> parts(6);

@@ -1,11 +1,11 @@
-// libFuzzer target: the FERRUM_REPLAY_NAMES file (shim/names_file.hpp). The input is the file;
-// lookups use names derived from it. Properties: no crash, UB or leak; complaints name a line
+// libFuzzer target: the FERRUM_REPLAY_NAMES file (shim/naming/names_file.hpp). The input is the
+// file; lookups use names derived from it. Properties: no crash, UB or leak; complaints name a line
 // of the file; every rule's name and pattern are terminated; a lookup's answer is a rule's name.
 #include <cstring>
 #include <string>
 
 #include "fuzz_common.hpp"
-#include "names_file.hpp"
+#include "naming/names_file.hpp"
 
 namespace {
 

@@ -1,11 +1,11 @@
-// libFuzzer target: the shim's FERRUM_REPLAY* settings (shim/settings.hpp read_settings).
+// libFuzzer target: the shim's FERRUM_REPLAY* settings (shim/support/settings.hpp read_settings).
 // Properties: no crash or UB; the domain is 1..63 bytes without control bytes, never "MPI"; every
 // complaint is one line free of control bytes (quote_value's contract; it passes bytes >= 0x80
 // through unchecked: FINDINGS.md F6).
 #include <cstring>
 
 #include "fuzz_common.hpp"
-#include "settings.hpp"
+#include "support/settings.hpp"
 
 namespace {
 

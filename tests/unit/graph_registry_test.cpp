@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "graph_registry.hpp"
+#include "range/graph_registry.hpp"
 
 namespace {
 

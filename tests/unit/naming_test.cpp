@@ -11,12 +11,12 @@
 #include <utility>
 #include <vector>
 
-#include "call_site.hpp"
-#include "symbol_names.hpp"
-#include "exit_summary.hpp"
-#include "graph_content.hpp"
-#include "message_template.hpp"
-#include "names_file.hpp"
+#include "naming/call_site.hpp"
+#include "naming/graph_content.hpp"
+#include "naming/message_template.hpp"
+#include "naming/names_file.hpp"
+#include "naming/symbol_names.hpp"
+#include "range/exit_summary.hpp"
 
 namespace {
 

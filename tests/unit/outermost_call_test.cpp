@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "launch_range.hpp"
+#include "range/launch_range.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "settings.hpp"
+#include "support/settings.hpp"
 
 namespace {
 

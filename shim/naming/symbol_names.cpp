@@ -1,4 +1,4 @@
-#include "symbol_names.hpp"
+#include "naming/symbol_names.hpp"
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 
 #include <atomic>
 
-#include "libc_symbols.hpp"
+#include "resolve/libc_symbols.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum {
@@ -43,7 +43,6 @@ void readable_symbol_name(const char *mangled, char *out, size_t out_size) {
   free(demangled);
   strip_parameters(out);
 }
-
 
 void strip_parameters(char *name) {
   int depth = 0;

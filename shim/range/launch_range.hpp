@@ -15,10 +15,10 @@
 #include <nvtx3/nvToolsExt.h>
 #include <stdint.h>
 
-#include "activation.hpp"
-#include "graph_registry.hpp"
-#include "log.hpp"
-#include "real_functions.hpp"
+#include "range/activation.hpp"
+#include "range/graph_registry.hpp"
+#include "resolve/real_functions.hpp"
+#include "support/log.hpp"
 
 namespace ferrum {
 

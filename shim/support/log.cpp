@@ -1,4 +1,4 @@
-#include "log.hpp"
+#include "support/log.hpp"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -7,7 +7,7 @@
 
 #include <atomic>
 
-#include "settings.hpp"
+#include "support/settings.hpp"
 
 namespace ferrum {
 

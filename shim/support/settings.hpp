@@ -4,8 +4,8 @@
 
 #include <stddef.h>
 
-#include "log.hpp"
-#include "message_template.hpp"
+#include "naming/message_template.hpp"
+#include "support/log.hpp"
 
 namespace ferrum {
 
@@ -37,6 +37,5 @@ using ComplaintSink = void (*)(const char *sentence, void *context);
 // Parses every FERRUM_REPLAY* variable. `settings` is filled in place (it is large).
 void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context);
-
 
 }  // namespace ferrum

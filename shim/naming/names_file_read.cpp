@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "log.hpp"
-#include "names_file.hpp"
+#include "naming/names_file.hpp"
+#include "support/log.hpp"
 
 namespace ferrum {
 namespace {

@@ -1,4 +1,4 @@
-#include "settings.hpp"
+#include "support/settings.hpp"
 
 #include "text_rules.hpp"
 
@@ -75,7 +75,8 @@ void read_domain(const Reader &reader, Settings &settings) {
   // Printable UTF-8 only: the domain name is shown by every NVTX tool.
   char checked[kMaxDomainLength * 4 + 1];
   const bool printable = length < sizeof checked &&
-                         ferrum_common::printable_copy(value, strnlen(value, length), checked, sizeof checked) == length &&
+                         ferrum_common::printable_copy(value, strnlen(value, length), checked,
+                                                       sizeof checked) == length &&
                          memcmp(checked, value, length) == 0;
   if (length > kMaxDomainLength || !printable) {
     reader.reject("FERRUM_REPLAY_DOMAIN", value, "1 to 63 printable bytes", kDefaultDomain);
@@ -159,6 +160,5 @@ void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
   read_text(reader, "FERRUM_REPLAY_SUMMARY", settings.summary, sizeof settings.summary,
             "stderr or a path shorter than 1024 bytes");
 }
-
 
 }  // namespace ferrum

@@ -8,9 +8,9 @@
 
 namespace ferrum {
 
-inline constexpr const char *kNvidiaLibraryPrefixes[] = {
-    "libcuda.", "libcudart", "libnvidia-", "libcublas", "libcudnn",
-    "libnccl",  "libnvrtc",  "libnvinfer", "libtensorrt"};
+inline constexpr const char *kNvidiaLibraryPrefixes[] = {"libcuda.",  "libcudart",  "libnvidia-",
+                                                         "libcublas", "libcudnn",   "libnccl",
+                                                         "libnvrtc",  "libnvinfer", "libtensorrt"};
 
 // The file's base name (after the last '/'); "" for null.
 inline const char *file_base_name(const char *path) {

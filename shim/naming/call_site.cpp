@@ -1,4 +1,4 @@
-#include "call_site.hpp"
+#include "naming/call_site.hpp"
 
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -11,11 +11,11 @@
 
 #include <atomic>
 
-#include "cuda_libraries.hpp"
-#include "libc_symbols.hpp"
-#include "log.hpp"
-#include "real_functions.hpp"
-#include "symbol_names.hpp"
+#include "naming/symbol_names.hpp"
+#include "resolve/cuda_libraries.hpp"
+#include "resolve/libc_symbols.hpp"
+#include "resolve/real_functions.hpp"
+#include "support/log.hpp"
 #include "text_rules.hpp"
 
 #if FERRUM_HAVE_LIBUNWIND_H

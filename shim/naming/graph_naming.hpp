@@ -12,15 +12,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "message_template.hpp"
-#include "names_file.hpp"
+#include "naming/message_template.hpp"
+#include "naming/names_file.hpp"
 
 namespace ferrum {
 
 // Fixed at activation, before any graph is named (activation.cpp), then read-only.
 struct NamingEnvironment {
-  NameRules rules;                   // FERRUM_REPLAY_NAMES, parsed
-  MessageTemplate message_template;  // FERRUM_REPLAY_FORMAT, parsed
+  NameRules rules;                      // FERRUM_REPLAY_NAMES, parsed
+  MessageTemplate message_template;     // FERRUM_REPLAY_FORMAT, parsed
   nvtxDomainHandle_t domain = nullptr;  // where messages are registered; null: no tool
 };
 void set_naming_environment(const NamingEnvironment &environment);

@@ -1,10 +1,10 @@
-#include "real_functions.hpp"
+#include "resolve/real_functions.hpp"
 
 #include <dlfcn.h>
 #include <string.h>
 
-#include "libc_symbols.hpp"
-#include "log.hpp"
+#include "resolve/libc_symbols.hpp"
+#include "support/log.hpp"
 
 namespace ferrum {
 namespace {

@@ -1,4 +1,4 @@
-#include "activation.hpp"
+#include "range/activation.hpp"
 
 #include <link.h>
 #include <sched.h>
@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "graph_naming.hpp"
-#include "log.hpp"
+#include "naming/graph_naming.hpp"
+#include "support/log.hpp"
 
 namespace ferrum {
 namespace detail {

@@ -17,10 +17,10 @@
 //
 // Every launch, whichever route, ends in launch_in_range() (launch_range.hpp), whose
 // outermost-call guard keeps a runtime launch that reaches the driver underneath to one range.
-#include "activation.hpp"
-#include "hook_table.hpp"
-#include "launch_range.hpp"
-#include "real_functions.hpp"
+#include "hooks/hook_table.hpp"
+#include "range/activation.hpp"
+#include "range/launch_range.hpp"
+#include "resolve/real_functions.hpp"
 
 #include "ferrum_replay/ferrum_replay.h"
 
@@ -47,7 +47,7 @@ namespace {
 #define FERRUM_REAL_instantiate_params FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_destroy FERRUM_HOOK_REAL_FUNCTION
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_REAL_##KIND(API, NAME, PARAMS)
-#include "hooked_functions.def"
+#include "hooks/hooked_functions.def"
 #undef HOOK
 
 template <typename Result, typename Function, typename Exec, typename Stream>
@@ -95,7 +95,7 @@ Result intercept_destroy(RealFunction<Function> &function, Result success, Resul
 #define FERRUM_DEFINE_destroy(...) FERRUM_DEFINE_HOOK(intercept_destroy, __VA_ARGS__)
 #define FERRUM_DEFINE_lookup(...)
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_DEFINE_##KIND(API, NAME, PARAMS, __VA_ARGS__)
-#include "hooked_functions.def"
+#include "hooks/hooked_functions.def"
 #undef HOOK
 
 extern "C" {

@@ -1,4 +1,4 @@
-#include "libc_symbols.hpp"
+#include "resolve/libc_symbols.hpp"
 
 #include <dlfcn.h>
 #include <elf.h>

@@ -1,4 +1,4 @@
-#include "graph_registry.hpp"
+#include "range/graph_registry.hpp"
 
 #include <errno.h>
 #include <pthread.h>
@@ -8,8 +8,8 @@
 
 #include <new>
 
-#include "graph_naming.hpp"
-#include "log.hpp"
+#include "naming/graph_naming.hpp"
+#include "support/log.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum {

@@ -1,4 +1,4 @@
-#include "graph_naming.hpp"
+#include "naming/graph_naming.hpp"
 
 #include <stdio.h>
 #include <string.h>
@@ -27,8 +27,8 @@ void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_con
   if (inputs.user_name) {
     ferrum_common::printable_copy(inputs.user_name, name, name_size);
     if (!name[0]) ferrum_common::printable_copy("?", name, name_size);
-  } else if (const char *rule = find_rule_name(environment.rules, inputs.ordinal, inputs.site,
-                                               inputs.content)) {
+  } else if (const char *rule =
+                 find_rule_name(environment.rules, inputs.ordinal, inputs.site, inputs.content)) {
     ferrum_common::printable_copy(rule, name, name_size);
   } else {
     chosen_by_person = false;
@@ -49,7 +49,8 @@ void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_con
   snprintf(suffix, sizeof suffix, " (graph %u)", inputs.ordinal);
   const size_t room = message_size - strlen(suffix);
   char shortened[256];
-  ferrum_common::printable_copy(message, shortened, room < sizeof shortened ? room : sizeof shortened);
+  ferrum_common::printable_copy(message, shortened,
+                                room < sizeof shortened ? room : sizeof shortened);
   snprintf(message, message_size, "%s%s", shortened, suffix);
 }
 

@@ -1,4 +1,4 @@
-#include "exit_summary.hpp"
+#include "range/exit_summary.hpp"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,10 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "activation.hpp"
-#include "graph_registry.hpp"
-#include "log.hpp"
 #include "output_file.hpp"
+#include "range/activation.hpp"
+#include "range/graph_registry.hpp"
+#include "support/log.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum {

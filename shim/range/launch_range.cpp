@@ -1,13 +1,13 @@
-#include "launch_range.hpp"
+#include "range/launch_range.hpp"
 
 #include <signal.h>
 #include <string.h>
 
 #include <atomic>
 
-#include "call_site.hpp"
-#include "graph_content.hpp"
-#include "log.hpp"
+#include "naming/call_site.hpp"
+#include "naming/graph_content.hpp"
+#include "support/log.hpp"
 
 namespace ferrum {
 
@@ -46,8 +46,7 @@ struct Site {
   char text[kMaxSiteLength + 1] = {};
   Site() {
     const Settings &config = settings();
-    if (config.site_mode != SiteMode::off)
-      capture_call_site(text, sizeof text, config.site_skip);
+    if (config.site_mode != SiteMode::off) capture_call_site(text, sizeof text, config.site_skip);
   }
 };
 

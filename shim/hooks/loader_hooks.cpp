@@ -1,14 +1,14 @@
-#include "loader_hooks.hpp"
+#include "hooks/loader_hooks.hpp"
 
 #include <dlfcn.h>
 #include <string.h>
 
 #include <atomic>
 
-#include "activation.hpp"
-#include "cuda_libraries.hpp"
-#include "libc_symbols.hpp"
-#include "log.hpp"
+#include "range/activation.hpp"
+#include "resolve/cuda_libraries.hpp"
+#include "resolve/libc_symbols.hpp"
+#include "support/log.hpp"
 
 namespace ferrum {
 namespace {
@@ -16,7 +16,8 @@ namespace {
 // Whether a library loaded with RTLD_DEEPBIND could bind its graph launches past the shim:
 // NVIDIA's libraries and the frameworks that launch graphs through them.
 bool launches_graphs(const char *file) {
-  return file && (is_nvidia_library(file) || strncmp(file_base_name(file), "libtorch_cuda", 13) == 0);
+  return file &&
+         (is_nvidia_library(file) || strncmp(file_base_name(file), "libtorch_cuda", 13) == 0);
 }
 
 }  // namespace

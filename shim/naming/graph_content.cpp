@@ -1,4 +1,4 @@
-#include "graph_content.hpp"
+#include "naming/graph_content.hpp"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "symbol_names.hpp"
-#include "real_functions.hpp"
+#include "naming/symbol_names.hpp"
+#include "resolve/real_functions.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum {

@@ -15,10 +15,10 @@
 #include <atomic>
 #include <utility>
 
-#include "hook_table.hpp"
-#include "launch_range.hpp"
-#include "loader_hooks.hpp"
-#include "real_functions.hpp"
+#include "hooks/hook_table.hpp"
+#include "hooks/loader_hooks.hpp"
+#include "range/launch_range.hpp"
+#include "resolve/real_functions.hpp"
 
 // Our cuGetProcAddress of each ABI (at the end of this file).
 extern "C" {
@@ -40,7 +40,7 @@ namespace {
 #define FERRUM_REAL_instantiate_params(API, NAME, PARAMS)
 #define FERRUM_REAL_destroy(API, NAME, PARAMS)
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_REAL_##KIND(API, NAME, PARAMS)
-#include "hooked_functions.def"
+#include "hooks/hooked_functions.def"
 #undef HOOK
 
 enum class ProcAddressAbi {
@@ -187,7 +187,7 @@ HookKind driver_hook_kind(const char *name) {
   static constexpr Row kRows[] = {
 #define HOOK(KIND, API, NAME, PARAMS, ...) \
   {#NAME, HookApi::API == HookApi::driver ? HookKind::KIND : HookKind::none},
-#include "hooked_functions.def"
+#include "hooks/hooked_functions.def"
 #undef HOOK
   };
   for (const Row &row : kRows)
@@ -285,7 +285,8 @@ __attribute__((visibility("hidden"))) CUresult CUDAAPI
 ferrum_cuGetProcAddress_v12000(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                CUdriverProcAddressQueryResult *symbolStatus) {
   PFN_cuGetProcAddress_v12000 real = ferrum::g_cuGetProcAddress_v2.get();
-  if (!real) return ferrum::missing_real_function(ferrum::g_cuGetProcAddress_v2, CUDA_ERROR_NOT_FOUND);
+  if (!real)
+    return ferrum::missing_real_function(ferrum::g_cuGetProcAddress_v2, CUDA_ERROR_NOT_FOUND);
   CUresult result = real(symbol, pfn, cudaVersion, flags, symbolStatus);
   if (result == CUDA_SUCCESS && pfn && *pfn)
     *pfn = ferrum::wrap_proc_address_answer(symbol, *pfn, cudaVersion, flags);
