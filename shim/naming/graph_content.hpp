@@ -12,8 +12,8 @@ namespace ferrum {
 // cannot describe it). Calls the genuine driver functions, never our wrappers.
 void describe_graph_content(const void *graph, char *out, size_t out_size);
 
-// Exposed for tests: the description from (name, count) pairs already counted; `names` sorted
-// by the caller is not required. Most frequent first, ties by name, at most `shown` names.
+// Exposed for tests: the description from `tallies` (kernel name, count), counted already and
+// in any order; most frequent first, ties by name, at most `shown` names.
 struct NodeTally {
   char name[64];
   unsigned count;

@@ -13,7 +13,7 @@
 
 namespace ferrum {
 namespace detail {
-std::atomic<int> g_phase{kUntouched};
+std::atomic<Phase> g_phase{Phase::untouched};
 nvtxDomainHandle_t g_domain = nullptr;
 }  // namespace detail
 
@@ -78,11 +78,11 @@ void describe_missing_tool(char *out, size_t size) {
              shown.text);
 }
 
-int activate() {
+detail::Phase activate() {
   (void)settings();
   if (!g_settings.enabled) {
     log_line(LogLevel::info, "FERRUM_REPLAY=off: every launch passes through untouched");
-    return detail::kPassThrough;
+    return detail::Phase::pass_through;
   }
   detail::g_domain = nvtxDomainCreateA(g_settings.domain);
   char why[512] = "";
@@ -92,7 +92,7 @@ int activate() {
     // for: every launch passes straight through, lookups hand out the genuine functions.
     log_line(LogLevel::info,
              "%s, and no FERRUM_REPLAY_SUMMARY: every launch passes through untouched", why);
-    return detail::kPassThrough;
+    return detail::Phase::pass_through;
   }
   NamingEnvironment naming;
   naming.rules = read_names_file(
@@ -106,7 +106,7 @@ int activate() {
              g_settings.domain);
   else
     log_line(LogLevel::info, "active: only FERRUM_REPLAY_SUMMARY counts; %s", why);
-  return detail::kActive;
+  return detail::Phase::active;
 }
 
 void short_pause() {
@@ -119,22 +119,22 @@ void short_pause() {
 namespace detail {
 
 bool activate_slow() {
-  int phase = g_phase.load(std::memory_order_acquire);
-  if (phase == kActive) return true;
-  if (phase == kPassThrough || t_activating) return false;
-  int expected = kUntouched;
-  if (g_phase.compare_exchange_strong(expected, kActivating, std::memory_order_acq_rel)) {
+  Phase phase = g_phase.load(std::memory_order_acquire);
+  if (phase == Phase::active) return true;
+  if (phase == Phase::pass_through || t_activating) return false;
+  Phase expected = Phase::untouched;
+  if (g_phase.compare_exchange_strong(expected, Phase::activating, std::memory_order_acq_rel)) {
     t_activating = true;
     phase = activate();
     t_activating = false;
     g_phase.store(phase, std::memory_order_release);
-    return phase == kActive;
+    return phase == Phase::active;
   }
   // Another thread is activating. Wait for it so that this launch gets its range too, but
   // never forever: after ~2 s (a tool stuck in its init) pass this launch through instead.
   for (int spin = 0; spin < 40000; ++spin) {
     phase = g_phase.load(std::memory_order_acquire);
-    if (phase != kActivating) return phase == kActive;
+    if (phase != Phase::activating) return phase == Phase::active;
     if (spin < 64)
       sched_yield();
     else

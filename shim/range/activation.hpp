@@ -12,9 +12,9 @@
 namespace ferrum {
 
 namespace detail {
-enum Phase : int { kUntouched = 0, kActivating = 1, kActive = 2, kPassThrough = 3 };
-extern std::atomic<int> g_phase;
-extern nvtxDomainHandle_t g_domain;  // written once, before g_phase becomes kActive
+enum class Phase : unsigned char { untouched, activating, active, pass_through };
+extern std::atomic<Phase> g_phase;
+extern nvtxDomainHandle_t g_domain;  // written once, before g_phase becomes Phase::active
 bool activate_slow();
 }  // namespace detail
 
@@ -23,9 +23,9 @@ bool activate_slow();
 // re-entered from the NVTX tool's own initialisation (which may call CUDA and must not wait
 // for itself). Fast path: one acquire load and a branch, either way.
 inline bool shim_active() {
-  const int phase = detail::g_phase.load(std::memory_order_acquire);
-  if (__builtin_expect(phase == detail::kActive, 1)) return true;
-  if (phase == detail::kPassThrough) return false;
+  const detail::Phase phase = detail::g_phase.load(std::memory_order_acquire);
+  if (__builtin_expect(phase == detail::Phase::active, 1)) return true;
+  if (phase == detail::Phase::pass_through) return false;
   return detail::activate_slow();
 }
 

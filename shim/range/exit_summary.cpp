@@ -49,7 +49,7 @@ const char *process_env(const char *name, void *) {
 // A value as it stands in a message: printable, at most 200 bytes (docs/text-rules.md).
 __attribute__((destructor)) void summary_at_exit() {
   // Only a process that activated the shim (one that used CUDA) has anything to say.
-  if (detail::g_phase.load(std::memory_order_acquire) != detail::kActive) return;
+  if (detail::g_phase.load(std::memory_order_acquire) != detail::Phase::active) return;
   if (settings().summary[0]) write_exit_summary();
 }
 
@@ -99,7 +99,8 @@ void write_exit_summary() {
   });
   qsort(rows, filled, sizeof *rows, by_ordinal);
   text.append(
-      "ferrum-replay: %zu graphs, %llu launches, %llu failed, %llu rejected pushes (pid %d)\n",
+      "ferrum-replay launch summary: %zu graphs, %llu launches, %llu failed, %llu rejected pushes "
+      "(pid %d)\n",
       graphs, static_cast<unsigned long long>(launches), static_cast<unsigned long long>(failed),
       static_cast<unsigned long long>(rejected), static_cast<int>(getpid()));
   text.append("  %5s  %10s  %8s  %8s  %s\n", "graph", "launches", "failed", "rejected", "name");

@@ -183,10 +183,6 @@ FERRUM_REAL_STACK_FRAME inline Result launch_in_range(const void *exec, Result s
   return result;
 }
 
-}  // namespace ferrum
-
-namespace ferrum {
-
 // Gives `exec`, just instantiated from `graph` (a CUgraph) by `api`, its identity: ordinal,
 // call site and content as the settings ask, and name.
 void register_instantiated(const void *exec, const void *graph, const char *api);

@@ -36,17 +36,9 @@ struct Reader {
   }
 };
 
-void read_enabled(const Reader &reader, Settings &settings) {
-  static const char *const kOn[] = {"on", "1", "true", "yes", nullptr};
-  static const char *const kOff[] = {"off", "0", "false", "no", nullptr};
-  const char *value = reader.get("FERRUM_REPLAY");
-  if (!value) return;
-  if (equals_any(value, kOff)) {
-    settings.enabled = false;
-  } else if (!equals_any(value, kOn)) {
-    reader.reject("FERRUM_REPLAY", value, "on or off", "on");
-  }
-}
+// The words for on and off, in every switch (FERRUM_REPLAY, FERRUM_REPLAY_CONTENT).
+const char *const kOn[] = {"on", "1", "true", "yes", nullptr};
+const char *const kOff[] = {"off", "0", "false", "no", nullptr};
 
 void read_log_level(const Reader &reader, Settings &settings) {
   const char *value = reader.get("FERRUM_REPLAY_LOG");
@@ -69,6 +61,7 @@ void read_log_level(const Reader &reader, Settings &settings) {
 }
 
 void read_domain(const Reader &reader, Settings &settings) {
+  memcpy(settings.domain, kDefaultDomain, sizeof kDefaultDomain);
   const char *value = reader.get("FERRUM_REPLAY_DOMAIN");
   if (!value) return;
   size_t length = strlen(value);
@@ -90,8 +83,6 @@ void read_domain(const Reader &reader, Settings &settings) {
 }
 
 bool read_switch(const Reader &reader, const char *name, bool fallback) {
-  static const char *const kOn[] = {"on", "1", "true", "yes", nullptr};
-  static const char *const kOff[] = {"off", "0", "false", "no", nullptr};
   const char *value = reader.get(name);
   if (!value) return fallback;
   if (equals_any(value, kOn)) return true;
@@ -147,7 +138,7 @@ void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context) {
   Reader reader{lookup, lookup_context, complain, complain_context};
   settings = Settings{};
-  read_enabled(reader, settings);
+  settings.enabled = read_switch(reader, "FERRUM_REPLAY", true);
   read_log_level(reader, settings);
   read_domain(reader, settings);
   read_site_mode(reader, settings);

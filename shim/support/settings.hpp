@@ -20,8 +20,9 @@ inline constexpr size_t kMaxPathLength = 1024;
 struct Settings {
   bool enabled = true;                    // FERRUM_REPLAY=off|0 makes the shim a pass-through
   LogLevel log_level = LogLevel::silent;  // FERRUM_REPLAY_LOG
-  char domain[kMaxDomainLength + 1] = "ferrum-replay";  // FERRUM_REPLAY_DOMAIN
-  SiteMode site_mode = SiteMode::instantiate;           // FERRUM_REPLAY_SITE
+  char domain[kMaxDomainLength + 1] =
+      {};  // FERRUM_REPLAY_DOMAIN; kDefaultDomain when unset (read_settings)
+  SiteMode site_mode = SiteMode::instantiate;  // FERRUM_REPLAY_SITE
   char site_skip[256] = "";              // FERRUM_REPLAY_SITE_SKIP: comma-separated frame prefixes
   bool content = false;                  // FERRUM_REPLAY_CONTENT: describe graphs by their kernels
   char names_path[kMaxPathLength] = "";  // FERRUM_REPLAY_NAMES: the names file

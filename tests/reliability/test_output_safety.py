@@ -372,7 +372,7 @@ def stream_outputs():
         expect_program_unharmed(run_)
         expect(not os.path.exists(device + ".1"), f"summary: {device}.1 was created", run_)
         if device == "/dev/stderr":
-            expect("ferrum-replay: 2 graphs, 10 launches" in run_.stderr,
+            expect("ferrum-replay launch summary: 2 graphs, 10 launches" in run_.stderr,
                    "the summary did not reach stderr", run_)
     run_ = harness.run(program, record=False, env={"FERRUM_REPLAY_SUMMARY": "/dev/full"})
     expect_program_unharmed(run_)
