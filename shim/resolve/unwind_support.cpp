@@ -5,7 +5,7 @@
 // Why our own: g++ names __gxx_personality_v0 (libstdc++) in the unwind tables of any
 // function with a destructor to run, and its landing pads call _Unwind_Resume (libgcc_s).
 // Linking either would load it into every process the shim is preloaded into — shells and
-// compilers included: libgcc_s alone adds ~0.2 ms to starting /bin/true here (DESIGN.md §5b).
+// compilers included: libgcc_s alone adds ~0.2 ms to starting /bin/true here (docs/performance.md).
 // But both are only needed *while* an unwind runs, and then the unwinder (libgcc_s) is
 // loaded by definition. So these two hidden definitions find the real ones lazily at that
 // moment and forward to them. The shim's frames only ever need cleanups (it never catches),

@@ -4,7 +4,7 @@
 // links by default (then cudaGraphLaunch is a local symbol of the executable that nothing can
 // interpose).
 //
-// What is faithful is how it reaches the driver (DESIGN.md section 1): it never calls a driver
+// What is faithful is how it reaches the driver (docs/architecture.md, "Following a launch"): it never calls a driver
 // function by name and never links libcuda. On first use it does, in the order the real
 // CUDA 13.0 runtime does,
 //   dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); dlsym(handle, "cuGetProcAddress_v2");
