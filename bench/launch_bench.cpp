@@ -86,7 +86,8 @@ void set_up() {
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) die("cudaGetDeviceCount", e);
 
-  // The trampoline route, exactly as the CUDA runtime takes it (docs/architecture.md, "Following a launch").
+  // The trampoline route, exactly as the CUDA runtime takes it (docs/architecture.md, "Following a
+  // launch").
   void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!driver) die("dlopen(libcuda.so.1)", 0);
   auto lookup = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(driver, "cuGetProcAddress_v2"));

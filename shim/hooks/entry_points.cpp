@@ -36,7 +36,7 @@ CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUg
                                                    CUDA_GRAPH_INSTANTIATE_PARAMS *params);
 }
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 // The real function behind every row but the lookups: g_cudaGraphLaunch, g_cuGraphLaunch, ...
@@ -77,16 +77,18 @@ Result intercept_destroy(RealFunction<Function> &function, Result success, Resul
 }
 
 }  // namespace
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim
 
 // ---- every launch, instantiate and destroy function, called by name ----
 // One definition per row of hooked_functions.def, by its KIND; the lookups are written by hand
 // in lookup_wrappers.cpp.
 #define FERRUM_DEFINE_HOOK(INTERCEPT, API, NAME, PARAMS, ...)                                  \
   extern "C" __attribute__((visibility(                                                        \
-      "default"))) ::ferrum::ApiResult<::ferrum::HookApi::API>::Type CUDAAPI NAME PARAMS {     \
-    using Api = ::ferrum::ApiResult<::ferrum::HookApi::API>;                                   \
-    return ::ferrum::INTERCEPT(::ferrum::g_##NAME, Api::success, Api::not_found, __VA_ARGS__); \
+      "default"))) ::ferrum_replay::shim::ApiResult<::ferrum_replay::shim::HookApi::API>::Type \
+      CUDAAPI NAME PARAMS {                                                                    \
+    using Api = ::ferrum_replay::shim::ApiResult<::ferrum_replay::shim::HookApi::API>;         \
+    return ::ferrum_replay::shim::INTERCEPT(::ferrum_replay::shim::g_##NAME, Api::success,     \
+                                            Api::not_found, __VA_ARGS__);                      \
   }
 #define FERRUM_DEFINE_launch(...) FERRUM_DEFINE_HOOK(intercept_launch, __VA_ARGS__)
 #define FERRUM_DEFINE_instantiate_legacy(...) FERRUM_DEFINE_HOOK(intercept_instantiate, __VA_ARGS__)
@@ -104,8 +106,9 @@ extern "C" {
 
 __attribute__((visibility("default"))) int ferrum_replay_name_graph_exec(void *graph_exec,
                                                                          const char *name) {
-  if (!ferrum::shim_active()) return 0;  // FERRUM_REPLAY=off: nothing to name, not an error
-  return ferrum::name_graph_exec(graph_exec, name);
+  if (!ferrum_replay::shim::shim_active())
+    return 0;  // FERRUM_REPLAY=off: nothing to name, not an error
+  return ferrum_replay::shim::name_graph_exec(graph_exec, name);
 }
 
 }  // extern "C"

@@ -16,7 +16,7 @@
 #undef cudaGraphInstantiateWithParams
 #undef cudaGraphLaunch
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 enum class HookKind {
   none,  // not a hooked function
@@ -49,17 +49,18 @@ struct ApiResult<HookApi::driver> {
 
 // The function type of a table row: its API's result, its parameters.
 #define FERRUM_HOOK_FUNCTION_TYPE(API, PARAMS) \
-  ::ferrum::ApiResult<::ferrum::HookApi::API>::Type(CUDAAPI *) PARAMS
+  ::ferrum_replay::shim::ApiResult<::ferrum_replay::shim::HookApi::API>::Type(CUDAAPI *) PARAMS
 
 // The real function behind a table row, g_NAME (real_functions.hpp): where the row's wrapper
 // is written (entry_points.cpp for launches, instantiations and destroys; lookup_wrappers.cpp
 // for the lookups).
-#define FERRUM_HOOK_REAL_FUNCTION(API, NAME, PARAMS) \
-  constinit ::ferrum::RealFunction<FERRUM_HOOK_FUNCTION_TYPE(API, PARAMS)> g_##NAME{#NAME};
+#define FERRUM_HOOK_REAL_FUNCTION(API, NAME, PARAMS)                                              \
+  constinit ::ferrum_replay::shim::RealFunction<FERRUM_HOOK_FUNCTION_TYPE(API, PARAMS)> g_##NAME{ \
+      #NAME};
 
 // cuGraphInstantiate before CUDA 12 and cuGraphInstantiate_v2 (cudaTypedefs.h declares their
 // PFN types only when compiled as NVIDIA compiles the driver).
 using PfnGraphInstantiateLegacy = CUresult(CUDAAPI *)(CUgraphExec *, CUgraph, CUgraphNode *, char *,
                                                       size_t);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

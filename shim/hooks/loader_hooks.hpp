@@ -13,9 +13,9 @@ void *ferrum_libc_dlvsym_address();
 void *ferrum_dlopen_prologue(const char *file, int mode);
 }
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 // What an explicit-handle lookup answers: `found` (what dlsym(handle, name) returned, non-null)
 // or our wrapper when it is a driver entry point we intercept. Declared here, where it is
 // called, and defined with the wrappers (lookup_wrappers.cpp), which include this file.
 void *wrap_loaded_symbol(const char *name, void *found);
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -29,7 +29,7 @@ ferrum_cuGetProcAddress_v12000(const char *symbol, void **pfn, int cudaVersion, 
                                CUdriverProcAddressQueryResult *symbolStatus);
 }
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 // The real lookups: g_cuGetProcAddress, g_cuGetProcAddress_v2.
@@ -262,7 +262,7 @@ void *proc_address_wrapper_for(ProcAddressAbi abi, void *genuine, const char *ho
 }
 
 }  // namespace
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim
 
 extern "C" {
 
@@ -273,23 +273,26 @@ extern "C" {
 
 __attribute__((visibility("hidden"))) CUresult CUDAAPI
 ferrum_cuGetProcAddress_v11030(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
-  PFN_cuGetProcAddress_v11030 real = ferrum::g_cuGetProcAddress.get();
-  if (!real) return ferrum::missing_real_function(ferrum::g_cuGetProcAddress, CUDA_ERROR_NOT_FOUND);
+  PFN_cuGetProcAddress_v11030 real = ferrum_replay::shim::g_cuGetProcAddress.get();
+  if (!real)
+    return ferrum_replay::shim::missing_real_function(ferrum_replay::shim::g_cuGetProcAddress,
+                                                      CUDA_ERROR_NOT_FOUND);
   CUresult result = real(symbol, pfn, cudaVersion, flags);
   if (result == CUDA_SUCCESS && pfn && *pfn)
-    *pfn = ferrum::wrap_proc_address_answer(symbol, *pfn, cudaVersion, flags);
+    *pfn = ferrum_replay::shim::wrap_proc_address_answer(symbol, *pfn, cudaVersion, flags);
   return result;
 }
 
 __attribute__((visibility("hidden"))) CUresult CUDAAPI
 ferrum_cuGetProcAddress_v12000(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                CUdriverProcAddressQueryResult *symbolStatus) {
-  PFN_cuGetProcAddress_v12000 real = ferrum::g_cuGetProcAddress_v2.get();
+  PFN_cuGetProcAddress_v12000 real = ferrum_replay::shim::g_cuGetProcAddress_v2.get();
   if (!real)
-    return ferrum::missing_real_function(ferrum::g_cuGetProcAddress_v2, CUDA_ERROR_NOT_FOUND);
+    return ferrum_replay::shim::missing_real_function(ferrum_replay::shim::g_cuGetProcAddress_v2,
+                                                      CUDA_ERROR_NOT_FOUND);
   CUresult result = real(symbol, pfn, cudaVersion, flags, symbolStatus);
   if (result == CUDA_SUCCESS && pfn && *pfn)
-    *pfn = ferrum::wrap_proc_address_answer(symbol, *pfn, cudaVersion, flags);
+    *pfn = ferrum_replay::shim::wrap_proc_address_answer(symbol, *pfn, cudaVersion, flags);
   return result;
 }
 

@@ -23,7 +23,7 @@
 #include <libunwind.h>
 #endif
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 constexpr int kMaxFrames = 64;
@@ -301,4 +301,4 @@ void capture_call_site(char *out, size_t out_size, const char *skip_prefixes) {
     walk_with_backtrace(skip_prefixes, out, out_size);
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

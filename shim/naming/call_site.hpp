@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 // Fills `out` (always terminated; "" when no frame qualifies). Not for the launch hot path.
 void capture_call_site(char *out, size_t out_size, const char *skip_prefixes);
@@ -21,4 +21,4 @@ void capture_call_site(char *out, size_t out_size, const char *skip_prefixes);
 // name).
 bool is_skipped_frame(const char *module, const char *symbol, const char *skip_prefixes);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

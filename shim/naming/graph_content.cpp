@@ -10,7 +10,7 @@
 #include "resolve/real_functions.hpp"
 #include "text_rules.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 using KernelGetName = CUresult(CUDAAPI *)(const char **, CUkernel);
@@ -129,4 +129,4 @@ void describe_graph_content(const void *graph, char *out, size_t out_size) {
   format_content(count, tallies, tally_count, 3, out, out_size);
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

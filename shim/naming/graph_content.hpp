@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 // `graph` is a CUgraph (cudaGraph_t is the same handle). Fills `out` ("" when the driver
 // cannot describe it). Calls the genuine driver functions, never our wrappers.
@@ -21,4 +21,4 @@ struct NodeTally {
 void format_content(size_t node_count, NodeTally *tallies, size_t tally_count, size_t shown,
                     char *out, size_t out_size);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -5,7 +5,7 @@
 
 #include "text_rules.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 NamingEnvironment g_environment;  // written once at activation, before any naming reads it
@@ -54,4 +54,4 @@ void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_con
   snprintf(message, message_size, "%s%s", shortened, suffix);
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

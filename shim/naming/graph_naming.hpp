@@ -15,7 +15,7 @@
 #include "naming/message_template.hpp"
 #include "naming/names_file.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 // Fixed at activation, before any graph is named (activation.cpp), then read-only.
 struct NamingEnvironment {
@@ -42,4 +42,4 @@ using MessageTaken = bool (*)(const char *message, void *context);
 void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_context, char *name,
                  size_t name_size, char *message, size_t message_size);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

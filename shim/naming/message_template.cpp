@@ -5,7 +5,7 @@
 
 #include "text_rules.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 struct FieldName {
@@ -115,4 +115,4 @@ size_t render_message(const MessageTemplate &tmpl, const TemplateValues &values,
   return used;
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

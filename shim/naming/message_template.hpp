@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 inline constexpr char kDefaultMessageTemplate[] = "{name}";
 
@@ -45,4 +45,4 @@ bool parse_message_template(const char *text, MessageTemplate &out, char *error,
 size_t render_message(const MessageTemplate &tmpl, const TemplateValues &values, char *out,
                       size_t out_size);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

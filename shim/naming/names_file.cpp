@@ -6,7 +6,7 @@
 
 #include "text_rules.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 bool is_space(char c) {
@@ -123,4 +123,4 @@ const char *find_rule_name(const NameRules &rules, unsigned ordinal, const char 
   return nullptr;
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

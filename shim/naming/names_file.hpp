@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 struct NameRule {
   enum class Kind : unsigned char { ordinal, site, content } kind;
@@ -54,4 +54,4 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context);
 const char *find_rule_name(const NameRules &rules, unsigned ordinal, const char *site,
                            const char *content);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -12,7 +12,7 @@
 #include "naming/names_file.hpp"
 #include "support/log.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 const char *kind_of(mode_t mode) {
@@ -122,4 +122,4 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
   return rules;
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

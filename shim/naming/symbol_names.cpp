@@ -9,7 +9,7 @@
 #include "resolve/libc_symbols.hpp"
 #include "text_rules.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 using Demangle = char *(*)(const char *, char *, size_t *, int *);
@@ -64,4 +64,4 @@ void strip_parameters(char *name) {
   }
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 // `symbol` (mangled or not) demangled when the process has a demangler (C++ programs carry
 // libstdc++'s; the shim does not link it) and stripped of its parameters, into `out`.
@@ -14,4 +14,4 @@ void readable_symbol_name(const char *symbol, char *out, size_t out_size);
 // Exposed for tests: "ns::f(int) const" -> "ns::f"; keeps "operator()" and templates.
 void strip_parameters(char *name);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

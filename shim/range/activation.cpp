@@ -11,7 +11,7 @@
 #include "naming/graph_naming.hpp"
 #include "support/log.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace detail {
 std::atomic<Phase> g_phase{Phase::untouched};
 nvtxDomainHandle_t g_domain = nullptr;
@@ -159,4 +159,4 @@ const Settings &settings() {
   return g_settings;
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -9,7 +9,7 @@
 
 #include "support/settings.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 namespace detail {
 enum class Phase : unsigned char { untouched, activating, active, pass_through };
@@ -39,4 +39,4 @@ inline nvtxDomainHandle_t shim_domain() {
   return detail::g_domain;
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

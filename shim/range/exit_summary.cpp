@@ -14,7 +14,7 @@
 #include "support/log.hpp"
 #include "text_rules.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 // A growing text buffer on the heap (at exit, allocation is fine).
@@ -177,4 +177,4 @@ void write_text(const char *path, const char *data, size_t length) {
               message_value(placed).text);
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -14,7 +14,7 @@
 
 #include <stddef.h>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 // Expands %p, %h, %q{VAR} and %% of `pattern` into `out` (common/text_rules.hpp, this process's
 // pid, host name and environment); false if it does not fit or exceeds 4095 bytes. The unset
@@ -28,4 +28,4 @@ void write_text(const char *path, const char *data, size_t length);
 // Writes the summary (called from the shim's exit hook; exposed for tests).
 void write_exit_summary();
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -12,7 +12,7 @@
 #include "support/log.hpp"
 #include "text_rules.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 // 64-bit FNV-1a: the key of MessageCounts.
@@ -480,4 +480,4 @@ int GraphRegistry::name_graph(const void *exec, const char *name, const char *si
   return 0;
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

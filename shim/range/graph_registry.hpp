@@ -41,7 +41,7 @@
 
 #include <atomic>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 inline constexpr size_t kMaxMessageLength = 159;
 inline constexpr size_t kMaxNameLength = 127;
@@ -282,4 +282,4 @@ inline GraphRegistry &graph_registry() {
 // A colour derived from the name alone, so a graph keeps its colour across runs.
 uint32_t color_for_name(const char *name);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

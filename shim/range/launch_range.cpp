@@ -9,7 +9,7 @@
 #include "naming/graph_content.hpp"
 #include "support/log.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadCalls t_calls{};
 
@@ -82,4 +82,4 @@ unsigned long long abandoned_calls() {
   return g_abandoned.load(std::memory_order_relaxed);
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

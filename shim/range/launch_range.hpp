@@ -20,7 +20,7 @@
 #include "resolve/real_functions.hpp"
 #include "support/log.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 // This thread's open outermost intercepted call (launch, instantiate or destroy). The
 // runtime's cudaGraphLaunch reaches the driver's cuGraphLaunch underneath (and
@@ -227,4 +227,4 @@ FERRUM_REAL_STACK_FRAME inline auto destroy_and_forget(Exec exec, Call &&call) {
   return call();
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

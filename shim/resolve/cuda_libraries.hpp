@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 inline constexpr const char *kNvidiaLibraryPrefixes[] = {"libcuda.",  "libcudart",  "libnvidia-",
                                                          "libcublas", "libcudnn",   "libnccl",
@@ -27,4 +27,4 @@ inline bool is_nvidia_library(const char *path) {
   return false;
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -7,7 +7,7 @@
 
 #include <atomic>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 // Runs inside sanitizer runtimes' own initialisation (ASan/TSan resolve their interceptors
@@ -147,4 +147,4 @@ DlopenFunction libc_dlopen() {
   return resolve_once(g_dlopen, "dlopen");
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -9,7 +9,7 @@
 // its GNU hash table. Resolved once, lazily; safe to race (the answer is the same).
 #pragma once
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 using DlsymFunction = void *(*)(void *, const char *);
 using DlvsymFunction = void *(*)(void *, const char *, const char *);
@@ -23,4 +23,4 @@ DlopenFunction libc_dlopen();
 // null if none. Exposed for tests.
 void *find_definition_after_shim(const char *name);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -6,7 +6,7 @@
 #include "resolve/libc_symbols.hpp"
 #include "support/log.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 // The file name of the library that owns the real driver, copied. No handle is kept: a
@@ -68,4 +68,4 @@ void *find_next_definition(const char *name) {
   return address;
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -10,7 +10,7 @@
 
 #include <atomic>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 // True when `address` lies in the shim itself (one of our exports or wrappers). Uses dladdr:
 // for resolution time only, never the launch path.
@@ -58,4 +58,4 @@ class RealFunction {
   std::atomic<Function> function_{nullptr};
 };
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -8,7 +8,7 @@
 
 #include <atomic>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 std::atomic<LogLevel> g_level{LogLevel::silent};
@@ -64,4 +64,4 @@ MessageValue message_value(const char *value) {
   return message_value(value, value ? strlen(value) : 0);
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -9,7 +9,7 @@
 
 #include "text_rules.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 enum class LogLevel : unsigned char { silent = 0, error = 1, info = 2, debug = 3 };
 
@@ -35,4 +35,4 @@ struct MessageValue {
 MessageValue message_value(const char *value);
 MessageValue message_value(const char *value, size_t length);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 namespace {
 
 bool equals_any(const char *value, const char *const *choices) {
@@ -152,4 +152,4 @@ void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
             "stderr or a path shorter than 1024 bytes");
 }
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

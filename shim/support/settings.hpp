@@ -7,7 +7,7 @@
 #include "naming/message_template.hpp"
 #include "support/log.hpp"
 
-namespace ferrum {
+namespace ferrum_replay::shim {
 
 inline constexpr size_t kMaxDomainLength = 63;
 inline constexpr char kDefaultDomain[] = "ferrum-replay";
@@ -39,4 +39,4 @@ using ComplaintSink = void (*)(const char *sentence, void *context);
 void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context);
 
-}  // namespace ferrum
+}  // namespace ferrum_replay::shim

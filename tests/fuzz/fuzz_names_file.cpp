@@ -28,10 +28,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // Lines as the parser may count them: '\n' separated (a '\r' before it, or none at the end).
   Complaints complaints{1};
   for (size_t i = 0; i < size; ++i) complaints.lines += data[i] == '\n';
-  ferrum::NameRules rules = ferrum::parse_names_file(text, size, complain, &complaints);
+  ferrum_replay::shim::NameRules rules =
+      ferrum_replay::shim::parse_names_file(text, size, complain, &complaints);
   FUZZ_CHECK(rules.count == 0 || rules.rules != nullptr);
   for (size_t i = 0; i < rules.count; ++i) {
-    const ferrum::NameRule &r = rules.rules[i];
+    const ferrum_replay::shim::NameRule &r = rules.rules[i];
     FUZZ_CHECK(strnlen(r.pattern, sizeof r.pattern) < sizeof r.pattern);
     FUZZ_CHECK(strnlen(r.name, sizeof r.name) < sizeof r.name);
     FUZZ_CHECK(r.line >= 1 && r.line <= complaints.lines);
@@ -42,13 +43,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const std::string content = whole.substr(whole.size() / 2);
   for (unsigned ordinal : {0u, 1u, 3u, 1000u}) {
     for (const char *s : {static_cast<const char *>(nullptr), "", site.c_str()}) {
-      const char *name = ferrum::find_rule_name(rules, ordinal, s, content.c_str());
+      const char *name = ferrum_replay::shim::find_rule_name(rules, ordinal, s, content.c_str());
       if (!name) continue;
       bool from_a_rule = false;
       for (size_t i = 0; i < rules.count; ++i) from_a_rule |= name == rules.rules[i].name;
       FUZZ_CHECK(from_a_rule);
     }
   }
-  ferrum::free_name_rules(rules);
+  ferrum_replay::shim::free_name_rules(rules);
   return 0;
 }

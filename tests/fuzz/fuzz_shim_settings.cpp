@@ -23,12 +23,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                          "FERRUM_REPLAY_SITE", "FERRUM_REPLAY_FORMAT", "FERRUM_REPLAY_SITE_SKIP",
                          "FERRUM_REPLAY_CONTENT", "FERRUM_REPLAY_NAMES", "FERRUM_REPLAY_SUMMARY"},
                         data, size);
-  static ferrum::Settings settings;  // large: not on the stack
-  settings = ferrum::Settings{};
+  static ferrum_replay::shim::Settings settings;  // large: not on the stack
+  settings = ferrum_replay::shim::Settings{};
   int complaints = 0;
-  ferrum::read_settings(settings, fuzz::Environment::lookup, &env, complain, &complaints);
+  ferrum_replay::shim::read_settings(settings, fuzz::Environment::lookup, &env, complain,
+                                     &complaints);
   const size_t domain_length = strnlen(settings.domain, sizeof settings.domain);
-  FUZZ_CHECK(domain_length >= 1 && domain_length <= ferrum::kMaxDomainLength);
+  FUZZ_CHECK(domain_length >= 1 && domain_length <= ferrum_replay::shim::kMaxDomainLength);
   FUZZ_CHECK(std::strcmp(settings.domain, "MPI") != 0);
   // "1 to 63 printable bytes": no control byte (bytes >= 0x80 pass unchecked: F6).
   for (const char *p = settings.domain; *p; ++p)
@@ -36,6 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(strnlen(settings.names_path, sizeof settings.names_path) < sizeof settings.names_path);
   FUZZ_CHECK(strnlen(settings.summary, sizeof settings.summary) < sizeof settings.summary);
   FUZZ_CHECK(settings.message_template.piece_count >= 0 &&
-             settings.message_template.piece_count <= ferrum::MessageTemplate::kMaxPieces);
+             settings.message_template.piece_count <=
+                 ferrum_replay::shim::MessageTemplate::kMaxPieces);
   return 0;
 }

@@ -4,9 +4,9 @@
 // links by default (then cudaGraphLaunch is a local symbol of the executable that nothing can
 // interpose).
 //
-// What is faithful is how it reaches the driver (docs/architecture.md, "Following a launch"): it never calls a driver
-// function by name and never links libcuda. On first use it does, in the order the real
-// CUDA 13.0 runtime does,
+// What is faithful is how it reaches the driver (docs/architecture.md, "Following a launch"): it
+// never calls a driver function by name and never links libcuda. On first use it does, in the order
+// the real CUDA 13.0 runtime does,
 //   dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); dlsym(handle, "cuGetProcAddress_v2");
 //   a probe with the empty name at version 0; cuInit@2000 through that pointer; the
 //   self-query "cuGetProcAddress" at 11030 and at 12000,

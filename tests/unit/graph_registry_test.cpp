@@ -23,15 +23,15 @@ const void *handle(uintptr_t n) {
   return reinterpret_cast<const void *>(n * 0x40 + 0x100000);
 }
 
-std::string message_of(const ferrum::GraphRecord &record) {
+std::string message_of(const ferrum_replay::shim::GraphRecord &record) {
   return record.label.load()->text;
 }
 
 // The registry as the shim drives it (launch_range.cpp), with no call site or content: the
 // lock-free lookup first, registration on a miss.
-struct Registry : ferrum::GraphRegistry {
-  ferrum::GraphRecord &record_for_launch(const void *exec) {
-    ferrum::GraphRecord *record = find(exec);
+struct Registry : ferrum_replay::shim::GraphRegistry {
+  ferrum_replay::shim::GraphRecord &record_for_launch(const void *exec) {
+    ferrum_replay::shim::GraphRecord *record = find(exec);
     return record ? *record : register_at_launch(exec, "");
   }
   void on_instantiate(const void *exec, std::nullptr_t, const char *api) {
@@ -43,7 +43,7 @@ struct Registry : ferrum::GraphRegistry {
   // Distinct graphs registered so far: the largest ordinal held.
   size_t size() const {
     size_t largest = 0;
-    for_each([&](const ferrum::GraphRecord &record) {
+    for_each([&](const ferrum_replay::shim::GraphRecord &record) {
       largest = std::max<size_t>(largest, record.ordinal);
     });
     return largest;
@@ -54,8 +54,8 @@ struct Registry : ferrum::GraphRegistry {
 
 TEST_CASE("graphs first seen at launch are 'graph N' in first-seen order and keep their record") {
   auto registry = std::make_unique<Registry>();
-  ferrum::GraphRecord &first = registry->record_for_launch(handle(7));
-  ferrum::GraphRecord &second = registry->record_for_launch(handle(3));
+  ferrum_replay::shim::GraphRecord &first = registry->record_for_launch(handle(7));
+  ferrum_replay::shim::GraphRecord &second = registry->record_for_launch(handle(3));
   CHECK(message_of(first) == "graph 1");
   CHECK(message_of(second) == "graph 2");
   CHECK(std::string(first.api) == "launch");
@@ -68,13 +68,13 @@ TEST_CASE("instantiation gives the identity; a reused handle gets a new one, nev
   registry->on_instantiate(handle(1), nullptr, "cuGraphInstantiateWithFlags");
   registry->on_instantiate(handle(2), nullptr, "cuGraphInstantiateWithFlags");
   REQUIRE(registry->name_graph(handle(2), "decode") == 0);
-  ferrum::GraphRecord &decode = registry->record_for_launch(handle(2));
+  ferrum_replay::shim::GraphRecord &decode = registry->record_for_launch(handle(2));
   CHECK(decode.ordinal == 2);
   CHECK(message_of(decode) == "decode");
   // The program destroys graph 2 and instantiates another: the driver hands out the handle again.
   registry->on_destroy(handle(2));
   registry->on_instantiate(handle(2), nullptr, "cudaGraphInstantiate");
-  ferrum::GraphRecord &successor = registry->record_for_launch(handle(2));
+  ferrum_replay::shim::GraphRecord &successor = registry->record_for_launch(handle(2));
   CHECK(&successor != &decode);
   CHECK(successor.ordinal == 3);
   CHECK(message_of(successor) == "graph 3");
@@ -101,7 +101,8 @@ TEST_CASE("user names: kept across launches, shared when the user names two grap
   CHECK(message_of(registry->record_for_launch(handle(1))) == "decode");
   CHECK(message_of(registry->record_for_launch(handle(2))) == "decode");
   // Renaming publishes a new label; the old one stays readable for launches in flight.
-  const ferrum::GraphLabel *before = registry->record_for_launch(handle(1)).label.load();
+  const ferrum_replay::shim::GraphLabel *before =
+      registry->record_for_launch(handle(1)).label.load();
   CHECK(registry->name_graph(handle(1), "prefill") == 0);
   CHECK(std::string(before->text) == "decode");
   CHECK(message_of(registry->record_for_launch(handle(1))) == "prefill");
@@ -117,20 +118,21 @@ TEST_CASE("names with unusual bytes: control bytes and bad UTF-8 become '?', lon
   std::string long_name(300, 'n');
   long_name += "é";
   registry->name_graph(handle(1), long_name.c_str());
-  CHECK(message_of(registry->record_for_launch(handle(1))).size() == ferrum::kMaxNameLength);
+  CHECK(message_of(registry->record_for_launch(handle(1))).size() ==
+        ferrum_replay::shim::kMaxNameLength);
   // An emoji across the cut is dropped whole, never split.
-  std::string cut(ferrum::kMaxNameLength - 2, 'a');
+  std::string cut(ferrum_replay::shim::kMaxNameLength - 2, 'a');
   cut += "\xF0\x9F\x98\x80";
   registry->name_graph(handle(1), cut.c_str());
   CHECK(message_of(registry->record_for_launch(handle(1))) ==
-        std::string(ferrum::kMaxNameLength - 2, 'a'));
+        std::string(ferrum_replay::shim::kMaxNameLength - 2, 'a'));
   CHECK(registry->name_graph(nullptr, "x") < 0);
   CHECK(registry->name_graph(handle(1), nullptr) < 0);
 }
 
 TEST_CASE("a null handle shares one overflow record and takes no ordinal") {
   auto registry = std::make_unique<Registry>();
-  ferrum::GraphRecord &null_record = registry->record_for_launch(nullptr);
+  ferrum_replay::shim::GraphRecord &null_record = registry->record_for_launch(nullptr);
   CHECK(null_record.ordinal == 0);
   CHECK(message_of(null_record) == "graph (unregistered)");
   CHECK(&registry->record_for_launch(nullptr) == &null_record);
@@ -138,16 +140,18 @@ TEST_CASE("a null handle shares one overflow record and takes no ordinal") {
 }
 
 TEST_CASE("colours are stable per name and differ between names") {
-  CHECK(ferrum::color_for_name("graph 1") == ferrum::color_for_name("graph 1"));
-  CHECK(ferrum::color_for_name("graph 1") != ferrum::color_for_name("graph 2"));
-  CHECK((ferrum::color_for_name("x") >> 24) == 0xFF);  // opaque
+  CHECK(ferrum_replay::shim::color_for_name("graph 1") ==
+        ferrum_replay::shim::color_for_name("graph 1"));
+  CHECK(ferrum_replay::shim::color_for_name("graph 1") !=
+        ferrum_replay::shim::color_for_name("graph 2"));
+  CHECK((ferrum_replay::shim::color_for_name("x") >> 24) == 0xFF);  // opaque
 }
 
 TEST_CASE("8 threads seeing the same 64 new handles at once: 64 records, ordinals 1..64") {
   auto registry = std::make_unique<Registry>();
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
-  std::vector<std::vector<const ferrum::GraphRecord *>> seen(8);
+  std::vector<std::vector<const ferrum_replay::shim::GraphRecord *>> seen(8);
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       while (!go.load()) std::this_thread::yield();
@@ -192,7 +196,8 @@ TEST_CASE("for_each visits graphs in ordinal order") {
   auto registry = std::make_unique<Registry>();
   for (uintptr_t g = 10; g > 0; --g) registry->on_instantiate(handle(g), nullptr, "x");
   std::vector<uint32_t> order;
-  registry->for_each([&](const ferrum::GraphRecord &record) { order.push_back(record.ordinal); });
+  registry->for_each(
+      [&](const ferrum_replay::shim::GraphRecord &record) { order.push_back(record.ordinal); });
   REQUIRE(order.size() == 10);
   for (size_t i = 0; i < order.size(); ++i) CHECK(order[i] == i + 1);
 }
@@ -200,7 +205,7 @@ TEST_CASE("for_each visits graphs in ordinal order") {
 // --- Bounded under churn: what the registry holds depends on the live graphs only. ---
 
 TEST_CASE("message counts: an entry leaves when its count reaches 0; the table follows the live") {
-  ferrum::detail::MessageCounts counts;
+  ferrum_replay::shim::detail::MessageCounts counts;
   std::map<uint64_t, int> model;
   std::mt19937_64 random(12345);
   size_t biggest = 0;
@@ -230,12 +235,12 @@ TEST_CASE("message counts: an entry leaves when its count reaches 0; the table f
   CHECK(model.empty());
   // Never more than 4 entries per live message, and it shrinks back when they leave.
   CHECK(biggest <= 4 * 20000 * 2);
-  CHECK(counts.capacity == ferrum::detail::MessageCounts::kMinCapacity);
+  CHECK(counts.capacity == ferrum_replay::shim::detail::MessageCounts::kMinCapacity);
   // One long run: keys whose home is slot 0, and keys whose home lies inside the run (the
   // table's hash is key * golden >> (64 - bits); key = x * golden^-1 makes it x >> (64 - bits)).
   uint64_t inverse = 0x9E3779B97F4A7C15ull;  // Newton: inverse * golden == 1 (mod 2^64)
   for (int i = 0; i < 6; ++i) inverse *= 2 - 0x9E3779B97F4A7C15ull * inverse;
-  ferrum::detail::MessageCounts run;
+  ferrum_replay::shim::detail::MessageCounts run;
   std::vector<uint64_t> keys;
   for (uint64_t x = 1; x < 120; x += 2) keys.push_back(x * inverse);            // home 0
   for (uint64_t j = 1; j < 40; ++j) keys.push_back(((j << 56) | 1) * inverse);  // home j (256)
@@ -255,17 +260,17 @@ TEST_CASE("300,000 graphs with handles never reused, two kept live: every one re
   registry->on_instantiate(handle(2), nullptr, "x");
   REQUIRE(registry->name_graph(handle(1), "kept 1") == 0);
   REQUIRE(registry->name_graph(handle(2), "kept 2") == 0);
-  ferrum::GraphRecord *kept[2] = {&registry->record_for_launch(handle(1)),
-                                  &registry->record_for_launch(handle(2))};
+  ferrum_replay::shim::GraphRecord *kept[2] = {&registry->record_for_launch(handle(1)),
+                                               &registry->record_for_launch(handle(2))};
   size_t overflowed = 0, naming_failed = 0, lost = 0, max_slots = 0;
   for (uintptr_t n = 0; n < 300000; ++n) {
     const void *exec = handle(1000 + n);
     registry->on_instantiate(exec, nullptr, "x");
     naming_failed += registry->name_graph(exec, "churn") != 0;
-    ferrum::GraphRecord &record = registry->record_for_launch(exec);
+    ferrum_replay::shim::GraphRecord &record = registry->record_for_launch(exec);
     overflowed += record.ordinal == 0;
     record.launches.fetch_add(1);
-    ferrum::GraphRecord &keeper = registry->record_for_launch(handle(1 + n % 2));
+    ferrum_replay::shim::GraphRecord &keeper = registry->record_for_launch(handle(1 + n % 2));
     lost += &keeper != kept[n % 2];
     keeper.launches.fetch_add(1);
     registry->on_destroy(exec);
@@ -276,15 +281,15 @@ TEST_CASE("300,000 graphs with handles never reused, two kept live: every one re
   CHECK(lost == 0);
   CHECK(message_of(*kept[0]) == "kept 1");
   CHECK(message_of(*kept[1]) == "kept 2");
-  const ferrum::GraphRegistry::Occupancy now = registry->occupancy();
+  const ferrum_replay::shim::GraphRegistry::Occupancy now = registry->occupancy();
   CHECK(now.live_graphs == 2);
   CHECK(now.unconfirmed == 0);
   CHECK(now.messages == 2);  // "kept 1", "kept 2": the churn's are forgotten
-  CHECK(max_slots == size_t{1} << ferrum::GraphRegistry::kMinTableBits);
+  CHECK(max_slots == size_t{1} << ferrum_replay::shim::GraphRegistry::kMinTableBits);
   // The exit summary's totals: records held plus recycled ones account for every graph and
   // every launch.
   uint64_t graphs = registry->recycled().graphs, launches = registry->recycled().launches;
-  registry->for_each([&](const ferrum::GraphRecord &record) {
+  registry->for_each([&](const ferrum_replay::shim::GraphRecord &record) {
     ++graphs;
     launches += record.launches.load();
   });
@@ -301,18 +306,18 @@ TEST_CASE("one graph renamed 300,000 times: only its current message is counted"
     failed += registry->name_graph(handle(1), ("name " + std::to_string(n)).c_str()) != 0;
   CHECK(failed == 0);
   CHECK(message_of(registry->record_for_launch(handle(1))) == "name 299999");
-  const ferrum::GraphRegistry::Occupancy now = registry->occupancy();
+  const ferrum_replay::shim::GraphRegistry::Occupancy now = registry->occupancy();
   CHECK(now.messages == 1);
-  CHECK(now.message_capacity == ferrum::detail::MessageCounts::kMinCapacity);
+  CHECK(now.message_capacity == ferrum_replay::shim::detail::MessageCounts::kMinCapacity);
 }
 
 TEST_CASE("graphs the registry never saw instantiated: held up to a bound, launched ones kept") {
   auto registry = std::make_unique<Registry>();
   registry->on_instantiate(handle(1), nullptr, "x");
   REQUIRE(registry->name_graph(handle(1), "instantiated") == 0);
-  ferrum::GraphRecord &instantiated = registry->record_for_launch(handle(1));
+  ferrum_replay::shim::GraphRecord &instantiated = registry->record_for_launch(handle(1));
   // First seen at launch (instantiated before the shim was there), named, launched often.
-  ferrum::GraphRecord &busy = registry->record_for_launch(handle(2));
+  ferrum_replay::shim::GraphRecord &busy = registry->record_for_launch(handle(2));
   REQUIRE(registry->name_graph(handle(2), "busy") == 0);
   const uint32_t busy_ordinal = busy.ordinal;
   size_t failed = 0, moved = 0, most_unconfirmed = 0;
@@ -320,7 +325,7 @@ TEST_CASE("graphs the registry never saw instantiated: held up to a bound, launc
   for (uintptr_t n = 0; n < 50000; ++n) {
     failed += registry->name_graph(handle(kStale + n), "stale") != 0;
     if (n % 1000 == 0) {
-      ferrum::GraphRecord &now = registry->record_for_launch(handle(2));
+      ferrum_replay::shim::GraphRecord &now = registry->record_for_launch(handle(2));
       moved += &now != &busy;
       now.launches.fetch_add(1);
       most_unconfirmed = std::max(most_unconfirmed, registry->occupancy().unconfirmed);
@@ -332,13 +337,13 @@ TEST_CASE("graphs the registry never saw instantiated: held up to a bound, launc
   CHECK(busy.ordinal == busy_ordinal);
   CHECK(&registry->record_for_launch(handle(1)) == &instantiated);
   CHECK(message_of(instantiated) == "instantiated");
-  CHECK(most_unconfirmed <= ferrum::GraphRegistry::kMaxUnconfirmed);
-  const ferrum::GraphRegistry::Occupancy now = registry->occupancy();
-  CHECK(now.live_graphs <= ferrum::GraphRegistry::kMaxUnconfirmed + 1);
-  CHECK(now.table_slots <= 4 * ferrum::GraphRegistry::kMaxUnconfirmed);
+  CHECK(most_unconfirmed <= ferrum_replay::shim::GraphRegistry::kMaxUnconfirmed);
+  const ferrum_replay::shim::GraphRegistry::Occupancy now = registry->occupancy();
+  CHECK(now.live_graphs <= ferrum_replay::shim::GraphRegistry::kMaxUnconfirmed + 1);
+  CHECK(now.table_slots <= 4 * ferrum_replay::shim::GraphRegistry::kMaxUnconfirmed);
   CHECK(now.messages <= 3);  // "instantiated", "busy", "stale"
   // A forgotten one launched after all: registered anew, never under the old name.
-  ferrum::GraphRecord &again = registry->record_for_launch(handle(kStale));
+  ferrum_replay::shim::GraphRecord &again = registry->record_for_launch(handle(kStale));
   CHECK(again.ordinal > busy_ordinal + 40000);
   CHECK(message_of(again) != "stale");
   // Destroying a forgotten handle, or one never seen, changes nothing.
@@ -356,7 +361,7 @@ TEST_CASE("launches find their graphs while other threads churn handles through 
     registry->on_instantiate(handle(g), nullptr, "x");
     REQUIRE(registry->name_graph(handle(g), ("kept " + std::to_string(g)).c_str()) == 0);
   }
-  std::vector<ferrum::GraphRecord *> kept;
+  std::vector<ferrum_replay::shim::GraphRecord *> kept;
   for (uintptr_t g = 1; g <= 2 * kLaunchers; ++g)
     kept.push_back(&registry->record_for_launch(handle(g)));
   std::atomic<bool> churning{true};
@@ -367,7 +372,7 @@ TEST_CASE("launches find their graphs while other threads churn handles through 
       size_t mine = 0, bad = 0;
       for (uint64_t i = 0; churning.load(std::memory_order_relaxed) || i < 1000; ++i) {
         const uintptr_t g = 1 + 2 * static_cast<uintptr_t>(t) + (i & 1);
-        const ferrum::GraphRecord &record = registry->record_for_launch(handle(g));
+        const ferrum_replay::shim::GraphRecord &record = registry->record_for_launch(handle(g));
         bad += &record != kept[g - 1] ||
                std::strcmp(record.label.load()->text, ("kept " + std::to_string(g)).c_str()) != 0;
         ++mine;
@@ -393,5 +398,5 @@ TEST_CASE("launches find their graphs while other threads churn handles through 
   CHECK(wrong == 0);
   CHECK(launches >= kLaunchers * 1000);
   CHECK(registry->occupancy().live_graphs <=
-        2 * kLaunchers + ferrum::GraphRegistry::kMaxUnconfirmed);
+        2 * kLaunchers + ferrum_replay::shim::GraphRegistry::kMaxUnconfirmed);
 }

@@ -20,30 +20,31 @@
 
 namespace {
 
-std::string render(const char *text, const ferrum::TemplateValues &values) {
-  ferrum::MessageTemplate tmpl;
+std::string render(const char *text, const ferrum_replay::shim::TemplateValues &values) {
+  ferrum_replay::shim::MessageTemplate tmpl;
   char error[160];
-  REQUIRE_MESSAGE(ferrum::parse_message_template(text, tmpl, error, sizeof error), error);
+  REQUIRE_MESSAGE(ferrum_replay::shim::parse_message_template(text, tmpl, error, sizeof error),
+                  error);
   char out[160];
-  ferrum::render_message(tmpl, values, out, sizeof out);
+  ferrum_replay::shim::render_message(tmpl, values, out, sizeof out);
   return out;
 }
 
 std::string template_error(const char *text) {
-  ferrum::MessageTemplate tmpl;
+  ferrum_replay::shim::MessageTemplate tmpl;
   char error[160] = "";
-  if (ferrum::parse_message_template(text, tmpl, error, sizeof error)) return "";
+  if (ferrum_replay::shim::parse_message_template(text, tmpl, error, sizeof error)) return "";
   return error;
 }
 
 struct ParsedNames {
-  ferrum::NameRules rules;
+  ferrum_replay::shim::NameRules rules;
   std::vector<std::pair<int, std::string>> complaints;
-  ~ParsedNames() { ferrum::free_name_rules(rules); }
+  ~ParsedNames() { ferrum_replay::shim::free_name_rules(rules); }
 };
 
 void parse_names(const std::string &text, ParsedNames &parsed) {
-  parsed.rules = ferrum::parse_names_file(
+  parsed.rules = ferrum_replay::shim::parse_names_file(
       text.data(), text.size(),
       [](int line, const char *problem, void *context) {
         static_cast<ParsedNames *>(context)->complaints.emplace_back(line, problem);
@@ -54,8 +55,8 @@ void parse_names(const std::string &text, ParsedNames &parsed) {
 }  // namespace
 
 TEST_CASE("message templates render every field, with literal braces") {
-  const ferrum::TemplateValues values{"decode", 7, "capture_decode", "3 nodes: gemm x3",
-                                      "cuGraphInstantiateWithFlags"};
+  const ferrum_replay::shim::TemplateValues values{
+      "decode", 7, "capture_decode", "3 nodes: gemm x3", "cuGraphInstantiateWithFlags"};
   CHECK(render("{name}", values) == "decode");
   CHECK(render("{name} #{ordinal}", values) == "decode #7");
   CHECK(render("{{{site}}} [{content}] via {api}", values) ==
@@ -75,17 +76,17 @@ TEST_CASE("bad templates are refused with a reason") {
 }
 
 TEST_CASE("rendering keeps output printable and whole characters when it must cut") {
-  const ferrum::TemplateValues values{
+  const ferrum_replay::shim::TemplateValues values{
       "a\x01"
       "b",
       1, "", "", ""};
   CHECK(render("{name}", values) == "a?b");
-  ferrum::MessageTemplate tmpl;
+  ferrum_replay::shim::MessageTemplate tmpl;
   char error[160];
-  REQUIRE(ferrum::parse_message_template("{name}", tmpl, error, sizeof error));
-  const ferrum::TemplateValues wide{"ééééé", 1, "", "", ""};
+  REQUIRE(ferrum_replay::shim::parse_message_template("{name}", tmpl, error, sizeof error));
+  const ferrum_replay::shim::TemplateValues wide{"ééééé", 1, "", "", ""};
   char small[6];  // room for two é (4 bytes) and not half of a third
-  ferrum::render_message(tmpl, wide, small, sizeof small);
+  ferrum_replay::shim::render_message(tmpl, wide, small, sizeof small);
   CHECK(std::string(small) == "éé");
 }
 
@@ -101,13 +102,15 @@ TEST_CASE("names file: ordinals, site and content patterns; first match wins") {
       parsed);
   CHECK(parsed.complaints.empty());
   REQUIRE(parsed.rules.count == 4);
-  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 1, "capture_decode", "")) == "prefill");
-  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 2, "Server::capture_decode", "")) ==
-        "decode");
-  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 3, "", "4 nodes: flash_fwd x4")) ==
-        "attention");
-  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 4, "main", "")) == "anything else");
-  CHECK(ferrum::find_rule_name(parsed.rules, 5, "", "") == nullptr);
+  CHECK(std::string(ferrum_replay::shim::find_rule_name(parsed.rules, 1, "capture_decode", "")) ==
+        "prefill");
+  CHECK(std::string(ferrum_replay::shim::find_rule_name(parsed.rules, 2, "Server::capture_decode",
+                                                        "")) == "decode");
+  CHECK(std::string(ferrum_replay::shim::find_rule_name(parsed.rules, 3, "",
+                                                        "4 nodes: flash_fwd x4")) == "attention");
+  CHECK(std::string(ferrum_replay::shim::find_rule_name(parsed.rules, 4, "main", "")) ==
+        "anything else");
+  CHECK(ferrum_replay::shim::find_rule_name(parsed.rules, 5, "", "") == nullptr);
 }
 
 TEST_CASE("names file: each bad line is reported with its number; good lines still apply") {
@@ -132,7 +135,7 @@ TEST_CASE("names file: each bad line is reported with its number; good lines sti
   CHECK(lines == std::vector<int>{2, 3, 4, 5, 6, 7, 8, 9});
   CHECK(parsed.complaints[0].second.find("KEY = NAME") != std::string::npos);
   CHECK(parsed.complaints[1].second.find("start at 1") != std::string::npos);
-  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 4, "", "")) == "fine");
+  CHECK(std::string(ferrum_replay::shim::find_rule_name(parsed.rules, 4, "", "")) == "fine");
 }
 
 TEST_CASE("names file: a NUL byte or no final newline is handled") {
@@ -140,24 +143,24 @@ TEST_CASE("names file: a NUL byte or no final newline is handled") {
   parse_names(std::string("1 = a\n2 = b") + std::string(1, '\0') + "c\n3 = last", parsed);
   CHECK(parsed.rules.count == 2);
   CHECK(parsed.complaints.size() == 1);
-  CHECK(std::string(ferrum::find_rule_name(parsed.rules, 3, "", "")) == "last");
+  CHECK(std::string(ferrum_replay::shim::find_rule_name(parsed.rules, 3, "", "")) == "last");
 }
 
 namespace {
 
 // read_names_file on `path`: the rules and every sentence it says.
 struct ReadNames {
-  ferrum::NameRules rules;
+  ferrum_replay::shim::NameRules rules;
   std::vector<std::string> said;
   explicit ReadNames(const char *path) {
-    rules = ferrum::read_names_file(
+    rules = ferrum_replay::shim::read_names_file(
         path,
         [](const char *sentence, void *self) {
           static_cast<ReadNames *>(self)->said.emplace_back(sentence);
         },
         this);
   }
-  ~ReadNames() { ferrum::free_name_rules(rules); }
+  ~ReadNames() { ferrum_replay::shim::free_name_rules(rules); }
 };
 
 std::string temporary_file(const std::string &text) {
@@ -197,7 +200,7 @@ TEST_CASE("names file at a FIFO, a device or a directory: skipped at once, one s
 
 TEST_CASE("names file larger than 1 MiB: skipped whole, one sentence") {
   const std::string path =
-      temporary_file(std::string(ferrum::kMaxNamesFileSize, '#') + "\n1 = a\n");
+      temporary_file(std::string(ferrum_replay::shim::kMaxNamesFileSize, '#') + "\n1 = a\n");
   ReadNames read(path.c_str());
   unlink(path.c_str());
   CHECK(read.rules.count == 0);
@@ -212,7 +215,7 @@ TEST_CASE("names file with many bad lines: the first 20 reported, then one count
   ReadNames read(path.c_str());
   unlink(path.c_str());
   CHECK(read.rules.count == 1);
-  REQUIRE(read.said.size() == ferrum::kMaxReportedBadLines + 1);
+  REQUIRE(read.said.size() == ferrum_replay::shim::kMaxReportedBadLines + 1);
   CHECK(read.said[0].find("line 2:") != std::string::npos);
   CHECK(read.said[19].find("line 21:") != std::string::npos);
   CHECK(read.said[20] ==
@@ -259,7 +262,7 @@ TEST_CASE("call-site names: parameters stripped, operators and templates kept") 
   auto strip = [](const char *in) {
     char buffer[256];
     std::strcpy(buffer, in);
-    ferrum::strip_parameters(buffer);
+    ferrum_replay::shim::strip_parameters(buffer);
     return std::string(buffer);
   };
   CHECK(strip("Server::capture_decode(int, float)") == "Server::capture_decode");
@@ -273,45 +276,50 @@ TEST_CASE("call-site names: parameters stripped, operators and templates kept") 
 }
 
 TEST_CASE("call-site frames: CUDA libraries, the static runtime and user prefixes are skipped") {
-  CHECK(ferrum::is_skipped_frame("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "", ""));
-  CHECK(ferrum::is_skipped_frame("/opt/cuda/lib64/libcudart.so.13", "", ""));
-  CHECK(ferrum::is_skipped_frame("/x/libferrum-replay.so", "", ""));
+  CHECK(ferrum_replay::shim::is_skipped_frame("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "", ""));
+  CHECK(ferrum_replay::shim::is_skipped_frame("/opt/cuda/lib64/libcudart.so.13", "", ""));
+  CHECK(ferrum_replay::shim::is_skipped_frame("/x/libferrum-replay.so", "", ""));
   // The foreign-function layers Python calls through: libffi's stubs, ctypes, cffi.
-  CHECK(ferrum::is_skipped_frame("/usr/lib/x86_64-linux-gnu/libffi.so.8", "ffi_call", ""));
-  CHECK(ferrum::is_skipped_frame(
+  CHECK(ferrum_replay::shim::is_skipped_frame("/usr/lib/x86_64-linux-gnu/libffi.so.8", "ffi_call",
+                                              ""));
+  CHECK(ferrum_replay::shim::is_skipped_frame(
       "/usr/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so", "", ""));
-  CHECK(ferrum::is_skipped_frame("/venv/_cffi_backend.cpython-311-x86_64-linux-gnu.so", "", ""));
-  CHECK_FALSE(ferrum::is_skipped_frame("/app/libffi_user_code.so", "", ""));
-  CHECK(ferrum::is_skipped_frame("/app/server", "cudaGraphInstantiate", ""));
-  CHECK(ferrum::is_skipped_frame("/app/server", "cuGraphInstantiateWithFlags", ""));
-  CHECK(ferrum::is_skipped_frame("/app/server", "cudart::globalState::init", ""));
-  CHECK_FALSE(ferrum::is_skipped_frame("/app/server", "cuda_capture_graphs", ""));
-  CHECK_FALSE(ferrum::is_skipped_frame("/app/server", "capture_decode", ""));
-  CHECK(ferrum::is_skipped_frame("/app/libtorch_cuda.so", "at::cuda::CUDAGraph::capture_end",
-                                 "at::cuda::,c10::"));
-  CHECK(ferrum::is_skipped_frame("/app/libtorch_cuda.so", "x", "libtorch"));
-  CHECK_FALSE(ferrum::is_skipped_frame("/app/server", "main", "at::cuda::,c10::"));
+  CHECK(ferrum_replay::shim::is_skipped_frame("/venv/_cffi_backend.cpython-311-x86_64-linux-gnu.so",
+                                              "", ""));
+  CHECK_FALSE(ferrum_replay::shim::is_skipped_frame("/app/libffi_user_code.so", "", ""));
+  CHECK(ferrum_replay::shim::is_skipped_frame("/app/server", "cudaGraphInstantiate", ""));
+  CHECK(ferrum_replay::shim::is_skipped_frame("/app/server", "cuGraphInstantiateWithFlags", ""));
+  CHECK(ferrum_replay::shim::is_skipped_frame("/app/server", "cudart::globalState::init", ""));
+  CHECK_FALSE(ferrum_replay::shim::is_skipped_frame("/app/server", "cuda_capture_graphs", ""));
+  CHECK_FALSE(ferrum_replay::shim::is_skipped_frame("/app/server", "capture_decode", ""));
+  CHECK(ferrum_replay::shim::is_skipped_frame(
+      "/app/libtorch_cuda.so", "at::cuda::CUDAGraph::capture_end", "at::cuda::,c10::"));
+  CHECK(ferrum_replay::shim::is_skipped_frame("/app/libtorch_cuda.so", "x", "libtorch"));
+  CHECK_FALSE(ferrum_replay::shim::is_skipped_frame("/app/server", "main", "at::cuda::,c10::"));
 }
 
 TEST_CASE("content descriptions: most frequent first, ties by name, at most three") {
-  ferrum::NodeTally tallies[] = {
+  ferrum_replay::shim::NodeTally tallies[] = {
       {"memset", 2}, {"rmsnorm", 2}, {"decode_attention", 4}, {"empty", 1}};
   char out[128];
-  ferrum::format_content(9, tallies, 4, 3, out, sizeof out);
+  ferrum_replay::shim::format_content(9, tallies, 4, 3, out, sizeof out);
   CHECK(std::string(out) == "9 nodes: decode_attention x4, memset x2, rmsnorm x2, ...");
-  ferrum::NodeTally one[] = {{"empty", 1}};
-  ferrum::format_content(1, one, 1, 3, out, sizeof out);
+  ferrum_replay::shim::NodeTally one[] = {{"empty", 1}};
+  ferrum_replay::shim::format_content(1, one, 1, 3, out, sizeof out);
   CHECK(std::string(out) == "1 node: empty x1");
-  ferrum::format_content(0, nullptr, 0, 3, out, sizeof out);
+  ferrum_replay::shim::format_content(0, nullptr, 0, 3, out, sizeof out);
   CHECK(std::string(out) == "0 nodes");
 }
 
 TEST_CASE("output paths expand %p, %h, %q{VAR} and %%") {
   setenv("FERRUM_TEST_RANK", "3", 1);
   char out[256];
-  REQUIRE(ferrum::expand_output_path("s.%q{FERRUM_TEST_RANK}.%p.%%.%x.txt", out, sizeof out));
+  REQUIRE(ferrum_replay::shim::expand_output_path("s.%q{FERRUM_TEST_RANK}.%p.%%.%x.txt", out,
+                                                  sizeof out));
   CHECK(std::string(out) == "s.3." + std::to_string(getpid()) + ".%.%x.txt");
-  REQUIRE(ferrum::expand_output_path("%q{FERRUM_TEST_UNSET_VARIABLE}-x", out, sizeof out));
+  REQUIRE(
+      ferrum_replay::shim::expand_output_path("%q{FERRUM_TEST_UNSET_VARIABLE}-x", out, sizeof out));
   CHECK(std::string(out) == "-x");
-  CHECK_FALSE(ferrum::expand_output_path(std::string(300, 'x').c_str(), out, sizeof out));
+  CHECK_FALSE(
+      ferrum_replay::shim::expand_output_path(std::string(300, 'x').c_str(), out, sizeof out));
 }

@@ -16,15 +16,16 @@ namespace {
 sigjmp_buf g_jump;
 
 bool open_call() {
-  return ferrum::t_calls.open != nullptr;
+  return ferrum_replay::shim::t_calls.open != nullptr;
 }
 
 // Claims the guard, marks a push as owed, and leaves without running any destructor.
 FERRUM_REAL_STACK_FRAME __attribute__((noinline)) void abandon_a_call() {
-  ferrum::OutermostCall call;
+  ferrum_replay::shim::OutermostCall call;
   REQUIRE(call.claimed());
-  ferrum::t_calls.pop_domain = nullptr;  // no tool in this process: NVTX ignores the pop
-  ferrum::t_calls.pop_pending = true;
+  ferrum_replay::shim::t_calls.pop_domain =
+      nullptr;  // no tool in this process: NVTX ignores the pop
+  ferrum_replay::shim::t_calls.pop_pending = true;
   siglongjmp(g_jump, 1);
 }
 
@@ -34,7 +35,7 @@ void abandon() {
 }
 
 FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool claim_here() {
-  ferrum::OutermostCall call;
+  ferrum_replay::shim::OutermostCall call;
   return call.claimed();
 }
 
@@ -47,14 +48,14 @@ FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool claim_deeper(int depth) {
 }
 
 FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool nested_claim_inside() {
-  ferrum::OutermostCall outer;
+  ferrum_replay::shim::OutermostCall outer;
   REQUIRE(outer.claimed());
   return claim_deeper(2);  // the runtime's launch reaching the driver's underneath
 }
 
 // The test body itself calls from above the abandoned call's frame.
 FERRUM_REAL_STACK_FRAME bool claim_from_above() {
-  ferrum::OutermostCall call;
+  ferrum_replay::shim::OutermostCall call;
   return call.claimed();
 }
 
@@ -65,7 +66,7 @@ void handler_claims(int) {
 
 // True when the handler ran (on the alternate stack) while the call stayed open.
 FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool signal_inside_open_call() {
-  ferrum::OutermostCall open;
+  ferrum_replay::shim::OutermostCall open;
   if (!open.claimed()) return false;
   raise(SIGUSR2);
   return open_call();  // still the open call's
@@ -80,11 +81,11 @@ TEST_CASE("a call nested in an open call passes through; the guard is free after
 }
 
 TEST_CASE("a call left by siglongjmp is closed at the next call, from any depth") {
-  const unsigned long long before = ferrum::abandoned_calls();
+  const unsigned long long before = ferrum_replay::shim::abandoned_calls();
   // From the same depth and from above: the dead frame is not above this one.
   abandon();
   CHECK(claim_here());
-  CHECK_FALSE(ferrum::t_calls.pop_pending);  // the owed pop was issued
+  CHECK_FALSE(ferrum_replay::shim::t_calls.pop_pending);  // the owed pop was issued
   CHECK(!open_call());
   abandon();
   CHECK(claim_from_above());
@@ -92,7 +93,7 @@ TEST_CASE("a call left by siglongjmp is closed at the next call, from any depth"
   // cookie.
   abandon();
   CHECK(claim_deeper(8));
-  CHECK(ferrum::abandoned_calls() == before + 3);
+  CHECK(ferrum_replay::shim::abandoned_calls() == before + 3);
   CHECK(!open_call());
 }
 
@@ -108,10 +109,10 @@ TEST_CASE("a signal handler on the alternate stack, inside an open call, is nest
   action.sa_flags = SA_ONSTACK;
   sigemptyset(&action.sa_mask);
   REQUIRE(sigaction(SIGUSR2, &action, &previous) == 0);
-  const unsigned long long before = ferrum::abandoned_calls();
+  const unsigned long long before = ferrum_replay::shim::abandoned_calls();
   CHECK(signal_inside_open_call());
   CHECK_FALSE(g_claimed_in_handler);
-  CHECK(ferrum::abandoned_calls() == before);
+  CHECK(ferrum_replay::shim::abandoned_calls() == before);
   CHECK(!open_call());
   sigaction(SIGUSR2, &previous, nullptr);
   alternate.ss_flags = SS_DISABLE;

@@ -14,9 +14,9 @@ struct Environment {
   std::map<std::string, std::string> values;
   std::vector<std::string> complaints;
 
-  ferrum::Settings read() {
-    ferrum::Settings settings;
-    ferrum::read_settings(
+  ferrum_replay::shim::Settings read() {
+    ferrum_replay::shim::Settings settings;
+    ferrum_replay::shim::read_settings(
         settings,
         [](const char *name, void *self) -> const char * {
           auto &values = static_cast<Environment *>(self)->values;
@@ -36,9 +36,9 @@ struct Environment {
 
 TEST_CASE("defaults: on, silent, domain ferrum-replay, nothing said") {
   Environment env;
-  ferrum::Settings settings = env.read();
+  ferrum_replay::shim::Settings settings = env.read();
   CHECK(settings.enabled);
-  CHECK(settings.log_level == ferrum::LogLevel::silent);
+  CHECK(settings.log_level == ferrum_replay::shim::LogLevel::silent);
   CHECK(std::string(settings.domain) == "ferrum-replay");
   CHECK(env.complaints.empty());
 }
@@ -61,7 +61,7 @@ TEST_CASE("an empty variable counts as unset") {
   Environment env;
   env.values["FERRUM_REPLAY"] = "";
   env.values["FERRUM_REPLAY_DOMAIN"] = "";
-  ferrum::Settings settings = env.read();
+  ferrum_replay::shim::Settings settings = env.read();
   CHECK(settings.enabled);
   CHECK(std::string(settings.domain) == "ferrum-replay");
   CHECK(env.complaints.empty());
@@ -76,10 +76,13 @@ TEST_CASE("an invalid FERRUM_REPLAY is one sentence naming variable, value and f
 }
 
 TEST_CASE("log levels by name or number; an unknown one stays silent and is reported") {
-  const std::pair<const char *, ferrum::LogLevel> cases[] = {
-      {"error", ferrum::LogLevel::error}, {"info", ferrum::LogLevel::info},
-      {"debug", ferrum::LogLevel::debug}, {"3", ferrum::LogLevel::debug},
-      {"off", ferrum::LogLevel::silent},  {"silent", ferrum::LogLevel::silent}};
+  const std::pair<const char *, ferrum_replay::shim::LogLevel> cases[] = {
+      {"error", ferrum_replay::shim::LogLevel::error},
+      {"info", ferrum_replay::shim::LogLevel::info},
+      {"debug", ferrum_replay::shim::LogLevel::debug},
+      {"3", ferrum_replay::shim::LogLevel::debug},
+      {"off", ferrum_replay::shim::LogLevel::silent},
+      {"silent", ferrum_replay::shim::LogLevel::silent}};
   for (auto [text, level] : cases) {
     Environment env;
     env.values["FERRUM_REPLAY_LOG"] = text;
@@ -87,7 +90,7 @@ TEST_CASE("log levels by name or number; an unknown one stays silent and is repo
   }
   Environment env;
   env.values["FERRUM_REPLAY_LOG"] = "verbose";
-  CHECK(env.read().log_level == ferrum::LogLevel::silent);
+  CHECK(env.read().log_level == ferrum_replay::shim::LogLevel::silent);
   REQUIRE(env.complaints.size() == 1);
   CHECK(env.complaints[0].find("FERRUM_REPLAY_LOG='verbose'") == 0);
 }
@@ -112,17 +115,17 @@ TEST_CASE("domain: too long, control bytes or MPI fall back to the default with 
 
 TEST_CASE("every echoed value: printable, quoted, cut at 200 bytes on a character boundary") {
   // docs/text-rules.md, section 3, as the shim's messages apply it.
-  CHECK(std::string(ferrum::message_value("plain").text) == "plain");
-  CHECK(std::string(ferrum::message_value("a\nb\x1b[31m\x7f").text) == "a?b?[31m?");
-  CHECK(std::string(ferrum::message_value(std::string(200, 'b').c_str()).text) ==
+  CHECK(std::string(ferrum_replay::shim::message_value("plain").text) == "plain");
+  CHECK(std::string(ferrum_replay::shim::message_value("a\nb\x1b[31m\x7f").text) == "a?b?[31m?");
+  CHECK(std::string(ferrum_replay::shim::message_value(std::string(200, 'b').c_str()).text) ==
         std::string(200, 'b'));
-  CHECK(std::string(ferrum::message_value(std::string(201, 'b').c_str()).text) ==
+  CHECK(std::string(ferrum_replay::shim::message_value(std::string(201, 'b').c_str()).text) ==
         std::string(200, 'b') + "...");
   std::string accents = "a";
   for (int i = 0; i < 150; ++i) accents += "\xc3\xa9";  // 2 bytes each: 'a' + 99 fit in 200
   std::string expected = "a";
   for (int i = 0; i < 99; ++i) expected += "\xc3\xa9";
-  CHECK(std::string(ferrum::message_value(accents.c_str()).text) == expected + "...");
+  CHECK(std::string(ferrum_replay::shim::message_value(accents.c_str()).text) == expected + "...");
   // Settings that are echoed when refused: the same rule, never a second line.
   for (const char *name : {"FERRUM_REPLAY_NAMES", "FERRUM_REPLAY_SUMMARY", "FERRUM_REPLAY_LOG",
                            "FERRUM_REPLAY_SITE_SKIP", "FERRUM_REPLAY_FORMAT"}) {
