@@ -66,7 +66,7 @@ def locate(args):
         "probe": path("FERRUM_BENCH_PROBE", "bench", "ferrum-bench-probe"),
         "shim": path("FERRUM_SHIM", "shim", "libferrum-replay.so"),
         "recorder": path("FERRUM_RECORDER_LIB", "shim", "recorder", "libferrum-replay-recorder.so"),
-        "standin": path("STANDIN_DIR", "tests", "standin"),
+        "standin": path("STANDIN_DIR", "tests", "support", "standin"),
     }
     for name, p in paths.items():
         if not os.path.exists(p):

@@ -2,7 +2,7 @@
 // (%p, %h, %q{VAR}, %%), fresh names (NAME.TOKEN.EXT) and printable quoting. Linked by both the
 // shim, which cannot use libstdc++, and the recorder: plain functions writing into the caller's
 // buffers; no allocation, no exceptions, no std::string. The table of cases every
-// implementation is tested against is tests/cases/text_rules.json (tests/tools/
+// implementation is tested against is tests/cases/text_rules.json (tests/common/
 // text_rules_probe.cpp runs it against this file).
 #pragma once
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of libferrum-replay-recorder.so, the NVTX tool that is our test oracle.
 
-Drives tests/tools/nvtx_client (a plain NVTX3 program, no shim) with the recorder attached
+Drives tests/support/tools/nvtx_client (a plain NVTX3 program, no shim) with the recorder attached
 through NVTX_INJECTION64_PATH and compares the trace with the client's own account.
 Environment (set by shim/recorder/meson.build): FERRUM_RECORDER_LIB, NVTX_CLIENT.
 Run all tests, or name some on the command line. Prints ok/FAIL per test and a closing
@@ -14,7 +14,7 @@ import sys
 import tempfile
 import unicodedata
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "tools"))
 import trace_check  # noqa: E402
 
 DOMAIN = "mydomain"
@@ -359,7 +359,7 @@ def test_no_tool_no_trace(tmp):
 
 def test_trace_check_cli(tmp):
     c = run_client(tmp, "--iters", 4, "--domain", DOMAIN)
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "tools",
                           "trace_check.py")
     ok = subprocess.run([sys.executable, script, c.trace_path, "--domain", DOMAIN,
                          "--expect", "dom-ascii=4", "--expect-total", "4", "--no-protocol-errors"],

@@ -34,7 +34,7 @@ underscore_exit              exit code kept                    no trace (_exit r
 sigterm_handler_exits        exit code 42 from the handler     every completed launch; the one the
                                                                signal interrupted, if any, is open
                                                                at exit (openAtExit <= 1)
-Uses tests/preload/harness.py; run through meson (suite reliability).
+Uses tests/shim/scenarios/harness.py; run through meson (suite reliability).
 """
 import glob
 import os
@@ -44,11 +44,13 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "preload"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shim",
+                                "scenarios"))
 import harness  # noqa: E402
 from harness import expect, expect_balanced  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support",
+                                "tools"))
 import trace_check  # noqa: E402
 
 PROGRAM = None  # --program
@@ -274,23 +276,18 @@ def sigterm_handler_exits():
                f"{ranges} ranges for {driver} launches the driver saw")
 
 
+SCENARIOS = {f.__name__: f for f in (
+    real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
+    tool_rejects_every_push, launch_error_classes, fork_while_in_launch, exit_from_worker,
+    underscore_exit, sigterm_handler_exits)}
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    while args and args[0].startswith("--"):
+    while args[:1] in (["--program"], ["--failing-tool"]):
         if args[0] == "--program":
             PROGRAM = args[1]
-        elif args[0] == "--failing-tool":
+        else:
             FAILING_TOOL = args[1]
         args = args[2:]
     sys.argv[1:] = args
-    harness.main({
-        "real_function_missing": real_function_missing,
-        "driver_loaded_after_first_launch": driver_loaded_after_first_launch,
-        "tool_init_fails": tool_init_fails,
-        "tool_rejects_every_push": tool_rejects_every_push,
-        "launch_error_classes": launch_error_classes,
-        "fork_while_in_launch": fork_while_in_launch,
-        "exit_from_worker": exit_from_worker,
-        "underscore_exit": underscore_exit,
-        "sigterm_handler_exits": sigterm_handler_exits,
-    })
+    harness.main(SCENARIOS)

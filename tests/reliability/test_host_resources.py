@@ -25,14 +25,15 @@ table_capped             60 graphs with distinct names            the table list
                                                                   trace has all 60
 table_bogus_value        FERRUM_RECORD_TABLE=bogus                one quoted warning line, then the
                                                                   table (the default)
-Uses tests/preload/harness.py; run through meson (suite reliability).
+Uses tests/shim/scenarios/harness.py; run through meson (suite reliability).
 """
 import os
 import re
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "preload"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shim",
+                                "scenarios"))
 import harness  # noqa: E402
 from harness import expect, expect_balanced  # noqa: E402
 
@@ -159,7 +160,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced, d
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    while args and args[0].startswith("--"):
+    while args[:1] in (["--program"], ["--idle-tool"], ["--failing-tool"]):
         option, value, args = args[0], args[1], args[2:]
         if option == "--program":
             PROGRAM = value

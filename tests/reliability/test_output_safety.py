@@ -17,7 +17,7 @@ What is guaranteed (and checked here):
   - a device, FIFO or descriptor path is written as a stream (never NAME.1 beside /dev/null);
     a FIFO without a reader and /dev/full are one line each; the summary file likewise;
   - a process that recorded nothing writes no trace and prints no table.
-Uses tests/preload/harness.py; run through meson (suite reliability).
+Uses tests/shim/scenarios/harness.py; run through meson (suite reliability).
 """
 import json
 import os
@@ -27,7 +27,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "preload"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shim",
+                                "scenarios"))
 import harness  # noqa: E402
 from harness import expect  # noqa: E402
 
@@ -404,7 +405,7 @@ def unset_variable_named():
 def nothing_recorded_nothing_written():
     """A child forked after CUDA started that launches nothing writes no trace, prints no table,
     and leaves the job's fixed name to the process with data."""
-    fork_launch = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workflow",
+    fork_launch = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "wrapper",
                                "fork_launch.py")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "job.json")
@@ -420,19 +421,11 @@ def nothing_recorded_nothing_written():
         expect(len(tables) == 1, f"{len(tables)} tables printed, expected the parent's only", run_)
 
 
+SCENARIOS = {f.__name__: f for f in (
+    symlink_planted, foreign_file_kept, earlier_trace_replaced, mode_respects_umask,
+    bad_paths_one_line, summary_file_never_followed, merge_output_never_followed,
+    locked_directory_never_blocks, output_lock_held_elsewhere, dead_leftovers_removed,
+    stream_outputs, unset_variable_named, nothing_recorded_nothing_written)}
+
 if __name__ == "__main__":
-    harness.main({
-        "symlink_planted": symlink_planted,
-        "foreign_file_kept": foreign_file_kept,
-        "earlier_trace_replaced": earlier_trace_replaced,
-        "mode_respects_umask": mode_respects_umask,
-        "bad_paths_one_line": bad_paths_one_line,
-        "summary_file_never_followed": summary_file_never_followed,
-        "merge_output_never_followed": merge_output_never_followed,
-        "locked_directory_never_blocks": locked_directory_never_blocks,
-        "output_lock_held_elsewhere": output_lock_held_elsewhere,
-        "dead_leftovers_removed": dead_leftovers_removed,
-        "stream_outputs": stream_outputs,
-        "unset_variable_named": unset_variable_named,
-        "nothing_recorded_nothing_written": nothing_recorded_nothing_written,
-    })
+    harness.main(SCENARIOS)

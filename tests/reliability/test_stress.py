@@ -29,7 +29,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "preload"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shim",
+                                "scenarios"))
 import harness  # noqa: E402
 from harness import expect  # noqa: E402
 
@@ -258,11 +259,13 @@ def long():
     stress(int(os.environ.get("FERRUM_STRESS_LAUNCHES", "1000000")))
 
 
+SCENARIOS = {f.__name__: f for f in (default, churn, no_reuse, distinct_labels, renames, long)}
+
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] != "--program":
-        raise SystemExit("usage: test_stress.py --program STRESS_LAUNCH [default|long|churn|"
-                         "no_reuse|distinct_labels|renames]")
-    PROGRAM = sys.argv[2]
-    del sys.argv[1:3]
-    harness.main({"default": default, "long": long, "churn": churn, "no_reuse": no_reuse,
-                  "distinct_labels": distinct_labels, "renames": renames})
+    if sys.argv[1:] != ["--list"]:
+        if len(sys.argv) < 3 or sys.argv[1] != "--program":
+            raise SystemExit("usage: test_stress.py --program STRESS_LAUNCH [SCENARIO...] | --list"
+                             f"\n(scenarios: {', '.join(SCENARIOS)})")
+        PROGRAM = sys.argv[2]
+        del sys.argv[1:3]
+    harness.main(SCENARIOS)

@@ -1,11 +1,13 @@
 """The profiling workflow, run as a user runs it: scripts/ferrum-replay (record, nsys, run, env,
 summary, merge, demo, check), scripts/ci-smoke-profile, scripts/gpu-smoke's no-GPU paths, and
-the installed tree. Programs run against the stand-in driver; `nsys` is tests/workflow/fake-nsys
+the installed tree. Programs run against the stand-in driver; `nsys` is tests/wrapper/fake-nsys
 (real Nsight Systems is not installable here).
 
     test_workflow.py SCENARIO...     (meson test runs one scenario per test)
+    test_workflow.py --list          (the scenarios, one a line: the test_* functions below;
+                                      tests/wrapper/meson.build declares a test for each)
 
-Paths come from tests/workflow/meson.build. The wrapper runs with FERRUM_REPLAY_BUILD=0 and
+Paths come from tests/wrapper/meson.build. The wrapper runs with FERRUM_REPLAY_BUILD=0 and
 FERRUM_BUILD_DIR=<the build under test>, so it never starts a build inside the test run. Range
 names are not assumed (the shim names graphs by call site): counts are compared per name and in
 total, and FERRUM_REPLAY_SITE=off gives "graph N" where a test needs known names.
@@ -23,18 +25,19 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+sys.path.insert(0, os.path.join(HERE, "..", "support", "tools"))
 import trace_check  # noqa: E402  (the independent reader of traces)
 
 DOMAIN = "ferrum-replay"
+LISTING = sys.argv[1:] == ["--list"]  # names the scenarios only: no environment needed
 
 
 def env_path(name):
     value = os.environ.get(name)
-    if not value:
+    if not value and not LISTING:
         print(f"test_workflow: {name} is not set (run through meson test)")
         sys.exit(77)
-    return value
+    return value or ""
 
 
 SOURCE = env_path("FERRUM_SOURCE_ROOT")
@@ -1145,6 +1148,9 @@ TESTS = {name[len("test_"):]: fn for name, fn in globals().items() if name.start
 
 
 def main():
+    if LISTING:
+        print("\n".join(TESTS))
+        sys.exit(0)
     names = sys.argv[1:] or list(TESTS)
     failed = 0
     for name in names:

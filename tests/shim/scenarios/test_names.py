@@ -14,7 +14,7 @@ from harness import (expect, expect_balanced, expect_one_range_per_launch, main,
 
 GRAPHS, ITERS = 3, 10
 LAUNCHES = GRAPHS * ITERS
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples")
 
 
 def launch(*extra, program="LAUNCH_DRIVER", graphs=GRAPHS, iters=ITERS, **kwargs):

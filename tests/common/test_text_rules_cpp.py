@@ -2,7 +2,7 @@
 """The C++ implementation of the text rules (common/text_rules.cpp, used by the shim and the
 recorder) against the one table of cases, tests/cases/text_rules.json (docs/text-rules.md).
 
-    test_text_rules_cpp.py PROBE      (PROBE: tests/tools/text_rules_probe, built by meson)
+    test_text_rules_cpp.py PROBE      (PROBE: tests/common/text_rules_probe, built by meson)
 
 Every case of every section is run; each mismatch is printed; exit 1 if any.
 """

@@ -1,7 +1,7 @@
 """Runs test programs as real processes, with and without the preloaded shim, and reads what
 the recorder (the NVTX tool that stands in for Nsight Systems here) saw.
 
-Paths come from the environment that tests/preload/meson.build sets: FERRUM_SHIM,
+Paths come from the environment that tests/shim/scenarios/meson.build sets: FERRUM_SHIM,
 FERRUM_RECORDER_LIB, STANDIN_DIR (holds the stand-in libcuda.so.1 / libcudart.so.13) and one
 variable per test program (LAUNCH_DRIVER, LAUNCH_RUNTIME, ...).
 """
@@ -11,7 +11,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support",
+                                "tools"))
 import trace_check  # noqa: E402
 
 DOMAIN = "ferrum-replay"
@@ -135,7 +136,12 @@ def expect_one_range_per_launch(run_, launches):
 
 def main(scenarios):
     """CLI: harness-based test files call main(dict name -> function); argv[1] picks one, or
-    all run. Prints ok/FAIL per scenario; exit 1 on any failure."""
+    all run. Prints ok/FAIL per scenario; exit 1 on any failure. `--list` prints the names,
+    one a line: meson reads them at configure time and declares one test per scenario, so the
+    dict is the one list of a file's scenarios."""
+    if sys.argv[1:] == ["--list"]:
+        print("\n".join(scenarios))
+        sys.exit(0)
     names = sys.argv[1:] or list(scenarios)
     failed = 0
     for name in names:

@@ -1,7 +1,7 @@
 // site_after_export: instantiates graphs from a local (static) function placed right after an
 // exported one, so that once the program is stripped the nearest symbol below the call site
 // is `exported_neighbour` — a different function. The call site must then be
-// `site_after_export+0xOFFSET`, never the neighbour's name (tests/preload/test_names.py).
+// `site_after_export+0xOFFSET`, never the neighbour's name (tests/shim/scenarios/test_names.py).
 // Built with -fno-toplevel-reorder (functions in definition order) and -rdynamic (the
 // neighbour is in the dynamic symbol table, where dladdr and a stripped module's libunwind
 // lookup find it); links libcuda.so.1.

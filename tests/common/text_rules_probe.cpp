@@ -1,5 +1,5 @@
 // Runs the C++ implementation of the text rules (common/text_rules.hpp) on cases read from
-// stdin, one per line, and prints one result line per case; tests/unit/test_text_rules_cpp.py
+// stdin, one per line, and prints one result line per case; tests/common/test_text_rules_cpp.py
 // feeds it tests/cases/text_rules.json. Every string is hex ("-" for an empty one), so that
 // any byte can pass.
 //   env NAME VALUE            -> ok             (sets NAME in the probe's fake environment)

@@ -1,7 +1,7 @@
 // The graph registry: identities in registration order, a new identity when the driver
 // reuses a destroyed handle, user names, one record per handle when threads see a new
 // handle at the same moment, and bounded tables under churn (issue 10). Run with
-// FERRUM_REPLAY_SITE=off (tests/unit/meson.build), so unnamed graphs are "graph N".
+// FERRUM_REPLAY_SITE=off (tests/shim/unit/meson.build), so unnamed graphs are "graph N".
 #include <doctest/doctest.h>
 
 #include <algorithm>
