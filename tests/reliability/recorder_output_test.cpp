@@ -8,7 +8,6 @@
 //     irrelevant, our own lock is bounded), a kill mid-write leaves nothing at the final name
 //     and the next run removes the dead process's temporary, devices/FIFOs/descriptors are
 //     written as streams with a bounded wait.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <dirent.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
