@@ -65,7 +65,7 @@ def locate(args):
         "spawn": path("FERRUM_BENCH_SPAWN", "bench", "ferrum-bench-spawn"),
         "probe": path("FERRUM_BENCH_PROBE", "bench", "ferrum-bench-probe"),
         "shim": path("FERRUM_SHIM", "shim", "libferrum-replay.so"),
-        "recorder": path("FERRUM_RECORDER_LIB", "shim", "recorder", "libferrum-replay-recorder.so"),
+        "recorder": path("FERRUM_RECORDER_LIB", "recorder", "libferrum-replay-recorder.so"),
         "standin": path("STANDIN_DIR", "tests", "support", "standin"),
     }
     for name, p in paths.items():

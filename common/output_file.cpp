@@ -16,7 +16,7 @@
 
 #include "text_rules.hpp"
 
-namespace ferrum_common {
+namespace ferrum_replay::common {
 namespace {
 
 constexpr size_t kPathSize = 4096 + 64;  // an expanded path plus a temporary's suffix
@@ -340,4 +340,4 @@ void unlock_output_dir(int lock) {
   if (lock >= 0) close(lock);
 }
 
-}  // namespace ferrum_common
+}  // namespace ferrum_replay::common

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-namespace ferrum_common {
+namespace ferrum_replay::common {
 
 // write(2) until everything is written, retrying EINTR. 0, or the errno of the failure.
 int write_all(int fd, const void *data, size_t length);
@@ -72,4 +72,4 @@ void unlock_output_dir(int lock);
 // The socket name (without the leading NUL) lock_output_dir binds for `dir`; for tests.
 bool output_lock_name(const char *dir, char *out, size_t out_size);
 
-}  // namespace ferrum_common
+}  // namespace ferrum_replay::common

@@ -1,10 +1,11 @@
 #include "text_rules.hpp"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-namespace ferrum_common {
+namespace ferrum_replay::common {
 namespace {
 
 // Appends into a bounded buffer; `full` once something did not fit.
@@ -85,6 +86,10 @@ bool unprintable(const unsigned char *in, size_t length) {
 }
 
 }  // namespace
+
+const char *process_env(const char *name, void *) {
+  return getenv(name);
+}
 
 bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup env, void *context,
                     char *out, size_t out_size, char *unset, size_t unset_size) {
@@ -218,4 +223,4 @@ size_t printable_quote(const char *in, char *out, size_t out_size) {
   return printable_quote(in ? in : "", in ? strlen(in) : 0, kMessageLimit, out, out_size);
 }
 
-}  // namespace ferrum_common
+}  // namespace ferrum_replay::common

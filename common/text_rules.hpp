@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-namespace ferrum_common {
+namespace ferrum_replay::common {
 
 // The longest expansion of an output pattern (bytes, without the terminating NUL).
 inline constexpr size_t kMaxExpandedPath = 4095;
@@ -19,6 +19,8 @@ inline constexpr size_t kQuotedSize = kMessageLimit + 4;
 
 // A getenv stand-in: tests and probes give a fake environment.
 using EnvLookup = const char *(*)(const char *name, void *context);
+// The EnvLookup of the process environment (getenv; `context` unused).
+const char *process_env(const char *name, void *context);
 
 // Expands `pattern` into `out` (terminated). %p -> `pid`, %h -> `host` (null: empty),
 // %q{NAME} -> the value of NAME ([A-Za-z_][A-Za-z0-9_]*), %% -> %; anything else after '%' is
@@ -54,4 +56,4 @@ size_t printable_quote(const char *in, size_t in_length, size_t limit, char *out
 // Of a NUL-terminated string (null is ""), with kMessageLimit.
 size_t printable_quote(const char *in, char *out, size_t out_size);
 
-}  // namespace ferrum_common
+}  // namespace ferrum_replay::common

@@ -19,7 +19,7 @@ reports once a program has run. Standard library only; installed beside the libr
 Hidden helpers of the sh wrapper (one implementation of docs/text-rules.md): expand, fresh,
 quote, record-output, record-report.
 
-Trace format: shim/recorder/trace_writer.hpp. Every reader streams: memory does not grow with
+Trace format: recorder/trace_writer.hpp. Every reader streams: memory does not grow with
 the number of events (one event or metadata value may be at most MAX_VALUE bytes). Inputs
 named twice (the same file by another path) are read once. Exit status 2: unreadable input or
 bad usage.

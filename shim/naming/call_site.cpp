@@ -60,7 +60,7 @@ bool cached_site(uintptr_t address, char *out, size_t out_size) {
          ++probes, i = (i + 1) % kCacheSize) {
       if (g_cache[i].address == 0) break;
       if (g_cache[i].address == address) {
-        ferrum_common::printable_copy(g_cache[i].site, out, out_size);
+        common::printable_copy(g_cache[i].site, out, out_size);
         found = true;
         break;
       }
@@ -76,7 +76,7 @@ void remember_site(uintptr_t address, const char *site) {
          ++probes, i = (i + 1) % kCacheSize) {
       if (g_cache[i].address == 0 || g_cache[i].address == address) {
         g_cache[i].address = address;
-        ferrum_common::printable_copy(site, g_cache[i].site, sizeof g_cache[i].site);
+        common::printable_copy(site, g_cache[i].site, sizeof g_cache[i].site);
         break;
       }
     }
@@ -134,7 +134,7 @@ bool try_frame(uintptr_t address, const char *skip_prefixes, char *out, size_t o
     return false;
   }
   if (symbol[0])
-    ferrum_common::printable_copy(symbol, out, out_size);
+    common::printable_copy(symbol, out, out_size);
   else
     module_and_offset(info, address, out, out_size);
   remember_site(address, out);

@@ -72,7 +72,7 @@ void tally(NodeTally *tallies, size_t &count, size_t capacity, const char *name)
     }
   }
   if (count == capacity) return;
-  ferrum_common::printable_copy(name, tallies[count].name, sizeof tallies[count].name);
+  common::printable_copy(name, tallies[count].name, sizeof tallies[count].name);
   tallies[count++].count = 1;
 }
 
@@ -98,8 +98,8 @@ void format_content(size_t node_count, NodeTally *tallies, size_t tally_count, s
     snprintf(out + used, out_size - used, ", ...");
   // snprintf may have cut a character in two: make it printable UTF-8 again.
   char clean[256];
-  ferrum_common::printable_copy(out, clean, out_size < sizeof clean ? out_size : sizeof clean);
-  ferrum_common::printable_copy(clean, out, out_size);
+  common::printable_copy(out, clean, out_size < sizeof clean ? out_size : sizeof clean);
+  common::printable_copy(clean, out, out_size);
 }
 
 void describe_graph_content(const void *graph, char *out, size_t out_size) {

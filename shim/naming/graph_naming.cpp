@@ -25,15 +25,15 @@ void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_con
   const NamingEnvironment &environment = g_environment;
   bool chosen_by_person = true;
   if (inputs.user_name) {
-    ferrum_common::printable_copy(inputs.user_name, name, name_size);
-    if (!name[0]) ferrum_common::printable_copy("?", name, name_size);
+    common::printable_copy(inputs.user_name, name, name_size);
+    if (!name[0]) common::printable_copy("?", name, name_size);
   } else if (const char *rule =
                  find_rule_name(environment.rules, inputs.ordinal, inputs.site, inputs.content)) {
-    ferrum_common::printable_copy(rule, name, name_size);
+    common::printable_copy(rule, name, name_size);
   } else {
     chosen_by_person = false;
     if (inputs.site[0])
-      ferrum_common::printable_copy(inputs.site, name, name_size);
+      common::printable_copy(inputs.site, name, name_size);
     else
       snprintf(name, name_size, "graph %u", inputs.ordinal);
   }
@@ -41,7 +41,7 @@ void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_con
   if (environment.message_template.piece_count)
     render_message(environment.message_template, values, message, message_size);
   else  // no template set (a registry used before activation): the name, as "{name}" renders
-    ferrum_common::printable_copy(name, message, message_size);
+    common::printable_copy(name, message, message_size);
   if (!message[0]) snprintf(message, message_size, "graph %u", inputs.ordinal);  // "{site}" unknown
   if (chosen_by_person || !taken(message, taken_context)) return;
   // Another live graph shows this message: keep the two apart.
@@ -49,8 +49,7 @@ void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_con
   snprintf(suffix, sizeof suffix, " (graph %u)", inputs.ordinal);
   const size_t room = message_size - strlen(suffix);
   char shortened[256];
-  ferrum_common::printable_copy(message, shortened,
-                                room < sizeof shortened ? room : sizeof shortened);
+  common::printable_copy(message, shortened, room < sizeof shortened ? room : sizeof shortened);
   snprintf(message, message_size, "%s%s", shortened, suffix);
 }
 

@@ -110,7 +110,7 @@ size_t render_message(const MessageTemplate &tmpl, const TemplateValues &values,
     if (!text) continue;
     if (piece.field != TemplateField::literal) length = strlen(text);
     // A NUL ends a piece; what is appended follows the printable rule (docs/text-rules.md).
-    used += ferrum_common::printable_copy(text, strnlen(text, length), out + used, out_size - used);
+    used += common::printable_copy(text, strnlen(text, length), out + used, out_size - used);
   }
   return used;
 }

@@ -58,8 +58,8 @@ const char *parse_line(const char *begin, const char *end, NameRule &rule) {
     rule.kind = NameRule::Kind::ordinal;
     rule.ordinal = static_cast<unsigned>(value);
   }
-  ferrum_common::printable_copy(name, strnlen(name, static_cast<size_t>(name_end - name)),
-                                rule.name, sizeof rule.name);
+  common::printable_copy(name, strnlen(name, static_cast<size_t>(name_end - name)), rule.name,
+                         sizeof rule.name);
   return nullptr;
 }
 

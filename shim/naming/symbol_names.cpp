@@ -39,7 +39,7 @@ void readable_symbol_name(const char *mangled, char *out, size_t out_size) {
     demangled = demangle(mangled, nullptr, nullptr, &status);  // malloc'd by libstdc++
     if (status != 0) demangled = nullptr;
   }
-  ferrum_common::printable_copy(demangled ? demangled : mangled, out, out_size);
+  common::printable_copy(demangled ? demangled : mangled, out, out_size);
   free(demangled);
   strip_parameters(out);
 }

@@ -26,9 +26,6 @@ std::atomic<int> g_settings_state{0};  // 0: unread, 1: being read, 2: read
 // tool (Nsight's injection) may call CUDA from there. Such a re-entrant launch passes through.
 __attribute__((tls_model("initial-exec"))) thread_local bool t_activating = false;
 
-const char *lookup_environment(const char *name, void *) {
-  return getenv(name);
-}
 void complain_on_stderr(const char *sentence, void *) {
   warn_line("%s", sentence);
 }
@@ -149,7 +146,7 @@ const Settings &settings() {
   if (__builtin_expect(g_settings_state.load(std::memory_order_acquire) == 2, 1)) return g_settings;
   int expected = 0;
   if (g_settings_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-    read_settings(g_settings, lookup_environment, nullptr, complain_on_stderr, nullptr);
+    read_settings(g_settings, common::process_env, nullptr, complain_on_stderr, nullptr);
     set_log_level(g_settings.log_level);
     g_settings_state.store(2, std::memory_order_release);
   } else {

@@ -42,11 +42,6 @@ struct Text {
   ~Text() { free(data); }
 };
 
-const char *process_env(const char *name, void *) {
-  return getenv(name);
-}
-
-// A value as it stands in a message: printable, at most 200 bytes (docs/text-rules.md).
 __attribute__((destructor)) void summary_at_exit() {
   // Only a process that activated the shim (one that used CUDA) has anything to say.
   if (detail::g_phase.load(std::memory_order_acquire) != detail::Phase::active) return;
@@ -55,12 +50,12 @@ __attribute__((destructor)) void summary_at_exit() {
 
 }  // namespace
 
-bool expand_output_path(const char *pattern, char *out, size_t out_size, char *unset,
-                        size_t unset_size) {
+bool expand_summary_path(const char *pattern, char *out, size_t out_size, char *unset,
+                         size_t unset_size) {
   char host[256];
-  ferrum_common::host_name(host, sizeof host);
-  return ferrum_common::expand_pattern(pattern, static_cast<long>(getpid()), host, process_env,
-                                       nullptr, out, out_size, unset, unset_size);
+  common::host_name(host, sizeof host);
+  return common::expand_pattern(pattern, static_cast<long>(getpid()), host, common::process_env,
+                                nullptr, out, out_size, unset, unset_size);
 }
 
 namespace {
@@ -126,8 +121,8 @@ void write_exit_summary() {
     write_text("/dev/stderr", text.data, text.length);
     return;
   }
-  char path[ferrum_common::kMaxExpandedPath + 1], unset[256];
-  if (!expand_output_path(target, path, sizeof path, unset, sizeof unset)) {
+  char path[common::kMaxExpandedPath + 1], unset[256];
+  if (!expand_summary_path(target, path, sizeof path, unset, sizeof unset)) {
     warn_line("FERRUM_REPLAY_SUMMARY='%s' expands to more than 4095 bytes; no summary written",
               message_value(target).text);
     return;
@@ -138,13 +133,13 @@ void write_exit_summary() {
 }
 
 void write_text(const char *path, const char *data, size_t length) {
-  if (ferrum_common::is_stream_target(path)) {
+  if (common::is_stream_target(path)) {
     // A device, FIFO or descriptor: written as the stream it is, nothing created or renamed.
-    ferrum_common::Stream stream;
-    int error = ferrum_common::open_stream(path, &stream);
+    common::Stream stream;
+    int error = common::open_stream(path, &stream);
     if (error == 0) {
-      error = ferrum_common::stream_write(&stream, data, length);
-      ferrum_common::close_stream(&stream);
+      error = common::stream_write(&stream, data, length);
+      common::close_stream(&stream);
     }
     if (error)
       warn_line("cannot write the summary to '%s': %s%s", message_value(path).text, strerror(error),
@@ -156,17 +151,17 @@ void write_text(const char *path, const char *data, size_t length) {
   // A file: written aside first, so that the name never holds half a summary, then given the
   // name, or if that is taken (a file, a symbolic link: never followed nor replaced) the first
   // free PATH.1.EXT .. PATH.99.EXT.
-  ferrum_common::remove_dead_temps(path, "ferrum-replay: ");
-  char tmp[ferrum_common::kMaxExpandedPath + 1 + 64];
-  const int fd = ferrum_common::create_temp_beside(path, tmp, sizeof tmp);
+  common::remove_dead_temps(path, "ferrum-replay: ");
+  char tmp[common::kMaxExpandedPath + 1 + 64];
+  const int fd = common::create_temp_beside(path, tmp, sizeof tmp);
   if (fd < 0) {
     warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(-fd));
     return;
   }
-  int error = ferrum_common::write_all(fd, data, length);
+  int error = common::write_all(fd, data, length);
   if (close(fd) != 0 && error == 0) error = errno;
   char placed[sizeof tmp];
-  if (error == 0) error = ferrum_common::place_fresh(tmp, path, placed, sizeof placed);
+  if (error == 0) error = common::place_fresh(tmp, path, placed, sizeof placed);
   if (error) {
     unlink(tmp);
     warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(error));

@@ -7,7 +7,7 @@
 // file or symbolic link is never replaced nor followed: the summary goes to PATH.1.EXT,
 // PATH.2.EXT, ... and says so (common/output_file.hpp).
 //
-//   ferrum-replay: 5 graphs, 340 launches, 0 failed, 0 rejected pushes (pid 4242)
+//   ferrum-replay launch summary: 5 graphs, 340 launches, 0 failed, 0 rejected pushes (pid 4242)
 //     graph  launches  failed  rejected  name
 //         1        20       0         0  capture_prefill
 #pragma once
@@ -19,8 +19,8 @@ namespace ferrum_replay::shim {
 // Expands %p, %h, %q{VAR} and %% of `pattern` into `out` (common/text_rules.hpp, this process's
 // pid, host name and environment); false if it does not fit or exceeds 4095 bytes. The unset
 // variables' names go to `unset` when given.
-bool expand_output_path(const char *pattern, char *out, size_t out_size, char *unset = nullptr,
-                        size_t unset_size = 0);
+bool expand_summary_path(const char *pattern, char *out, size_t out_size, char *unset = nullptr,
+                         size_t unset_size = 0);
 
 // Writes `length` bytes to `path` by the summary's rules above; one warning line on failure.
 void write_text(const char *path, const char *data, size_t length);

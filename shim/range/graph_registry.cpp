@@ -335,7 +335,7 @@ GraphRecord &GraphRegistry::overflow() {
     GraphRecord *record = new (map_zeroed(sizeof(GraphRecord))) GraphRecord();
     record->user_named = true;  // one fixed name, shared on purpose
     record->live = false;
-    ferrum_common::printable_copy("graph (unregistered)", record->name, sizeof record->name);
+    common::printable_copy("graph (unregistered)", record->name, sizeof record->name);
     relabel(*record);
     overflow_ = record;
     log_line(LogLevel::info,
@@ -396,8 +396,8 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   record->api = api;
   record->handle.store(handle, std::memory_order_relaxed);
   record->confirmed = confirmed;
-  ferrum_common::printable_copy(site, record->site, sizeof record->site);
-  ferrum_common::printable_copy(content, record->content, sizeof record->content);
+  common::printable_copy(site, record->site, sizeof record->site);
+  common::printable_copy(content, record->content, sizeof record->content);
   record->site_pending.store(site_pending, std::memory_order_relaxed);
   GraphRecord *previous = slot->handle.load(std::memory_order_relaxed) == handle
                               ? slot->record.load(std::memory_order_relaxed)
@@ -461,7 +461,7 @@ GraphRecord &GraphRegistry::register_at_launch(const void *exec, const char *sit
 void GraphRegistry::name_at_first_launch(GraphRecord &record, const char *site) {
   Lock lock;
   if (!record.site_pending.load(std::memory_order_relaxed)) return;
-  ferrum_common::printable_copy(site, record.site, sizeof record.site);
+  common::printable_copy(site, record.site, sizeof record.site);
   record.site_pending.store(false, std::memory_order_relaxed);
   relabel(record);
 }
@@ -474,7 +474,7 @@ int GraphRegistry::name_graph(const void *exec, const char *name, const char *si
     record = create_record(exec, "ferrum_replay_name_graph_exec", site, "", false, false);
   if (record == overflow_) return -ENOSPC;
   record->user_named = true;
-  ferrum_common::printable_copy(name, record->name, sizeof record->name);
+  common::printable_copy(name, record->name, sizeof record->name);
   record->site_pending.store(false, std::memory_order_relaxed);
   relabel(*record);
   return 0;

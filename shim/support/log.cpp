@@ -55,8 +55,8 @@ void warn_line(const char *format, ...) {
 
 MessageValue message_value(const char *value, size_t length) {
   MessageValue shown;
-  ferrum_common::printable_quote(value ? value : "", value ? length : 0, kMessageValueLimit,
-                                 shown.text, sizeof shown.text);
+  common::printable_quote(value ? value : "", value ? length : 0, kMessageValueLimit, shown.text,
+                          sizeof shown.text);
   return shown;
 }
 

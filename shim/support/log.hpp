@@ -28,9 +28,9 @@ void warn_line(const char *format, ...) __attribute__((format(printf, 1, 2)));
 // 3, implemented by common/text_rules.hpp's printable_quote): printable UTF-8, at most 200
 // bytes, cut at a character boundary with "..." appended — so that it can neither garble a
 // terminal nor forge a second line. The message puts it in single quotes: "NAME='%s' ...".
-inline constexpr size_t kMessageValueLimit = ferrum_common::kMessageLimit;
+inline constexpr size_t kMessageValueLimit = common::kMessageLimit;
 struct MessageValue {
-  char text[ferrum_common::kQuotedSize];
+  char text[common::kQuotedSize];
 };
 MessageValue message_value(const char *value);
 MessageValue message_value(const char *value, size_t length);

@@ -1,10 +1,11 @@
 #include "support/settings.hpp"
 
-#include "text_rules.hpp"
-
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+
+#include "switch_word.hpp"
+#include "text_rules.hpp"
 
 namespace ferrum_replay::shim {
 namespace {
@@ -16,7 +17,7 @@ bool equals_any(const char *value, const char *const *choices) {
 }
 
 struct Reader {
-  EnvLookup lookup;
+  common::EnvLookup lookup;
   void *lookup_context;
   ComplaintSink complain;
   void *complain_context;
@@ -35,10 +36,6 @@ struct Reader {
     complain(sentence, complain_context);
   }
 };
-
-// The words for on and off, in every switch (FERRUM_REPLAY, FERRUM_REPLAY_CONTENT).
-const char *const kOn[] = {"on", "1", "true", "yes", nullptr};
-const char *const kOff[] = {"off", "0", "false", "no", nullptr};
 
 void read_log_level(const Reader &reader, Settings &settings) {
   const char *value = reader.get("FERRUM_REPLAY_LOG");
@@ -67,10 +64,10 @@ void read_domain(const Reader &reader, Settings &settings) {
   size_t length = strlen(value);
   // Printable UTF-8 only: the domain name is shown by every NVTX tool.
   char checked[kMaxDomainLength * 4 + 1];
-  const bool printable = length < sizeof checked &&
-                         ferrum_common::printable_copy(value, strnlen(value, length), checked,
-                                                       sizeof checked) == length &&
-                         memcmp(checked, value, length) == 0;
+  const bool printable =
+      length < sizeof checked &&
+      common::printable_copy(value, strnlen(value, length), checked, sizeof checked) == length &&
+      memcmp(checked, value, length) == 0;
   if (length > kMaxDomainLength || !printable) {
     reader.reject("FERRUM_REPLAY_DOMAIN", value, "1 to 63 printable bytes", kDefaultDomain);
   } else if (strcmp(value, "MPI") == 0) {
@@ -85,8 +82,14 @@ void read_domain(const Reader &reader, Settings &settings) {
 bool read_switch(const Reader &reader, const char *name, bool fallback) {
   const char *value = reader.get(name);
   if (!value) return fallback;
-  if (equals_any(value, kOn)) return true;
-  if (equals_any(value, kOff)) return false;
+  switch (common::switch_word(value)) {  // the words of every switch, common/switch_word.hpp
+    case common::Switch::on:
+      return true;
+    case common::Switch::off:
+      return false;
+    case common::Switch::invalid:
+      break;
+  }
   reader.reject(name, value, "on or off", fallback ? "on" : "off");
   return fallback;
 }
@@ -134,7 +137,7 @@ void read_format(const Reader &reader, Settings &settings) {
 
 }  // namespace
 
-void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
+void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context) {
   Reader reader{lookup, lookup_context, complain, complain_context};
   settings = Settings{};

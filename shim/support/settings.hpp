@@ -30,13 +30,11 @@ struct Settings {
   char summary[kMaxPathLength] = "";     // FERRUM_REPLAY_SUMMARY: "", "stderr" or a path
 };
 
-// Looks a variable up (getenv in the shim, a table in tests); null when unset.
-using EnvLookup = const char *(*)(const char *name, void *context);
 // Receives one complete sentence per invalid setting; the default applies after it.
 using ComplaintSink = void (*)(const char *sentence, void *context);
 
 // Parses every FERRUM_REPLAY* variable. `settings` is filled in place (it is large).
-void read_settings(Settings &settings, EnvLookup lookup, void *lookup_context,
+void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context);
 
 }  // namespace ferrum_replay::shim

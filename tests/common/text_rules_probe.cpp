@@ -59,25 +59,27 @@ int main() {
       g_env[unhex(fields[1])] = unhex(fields[2]);
       reply = "ok";
     } else if (fields[0] == "expand" && n == 4) {
-      static char out[ferrum_common::kMaxExpandedPath + 1];
+      static char out[ferrum_replay::common::kMaxExpandedPath + 1];
       char unset[1024];
       const std::string host = unhex(fields[2]), pattern = unhex(fields[3]);
-      if (ferrum_common::expand_pattern(pattern.c_str(), atol(fields[1].c_str()), host.c_str(),
-                                        fake_env, nullptr, out, sizeof out, unset, sizeof unset))
+      if (ferrum_replay::common::expand_pattern(pattern.c_str(), atol(fields[1].c_str()),
+                                                host.c_str(), fake_env, nullptr, out, sizeof out,
+                                                unset, sizeof unset))
         reply = "ok " + hex(out) + " " + hex(unset);
       else
         reply = "error";
     } else if (fields[0] == "fresh" && n == 3) {
       char out[8192];
       const std::string path = unhex(fields[1]), token = unhex(fields[2]);
-      reply = ferrum_common::fresh_name(path.c_str(), token.c_str(), out, sizeof out) ? hex(out)
-                                                                                      : "error";
+      reply = ferrum_replay::common::fresh_name(path.c_str(), token.c_str(), out, sizeof out)
+                  ? hex(out)
+                  : "error";
     } else if (fields[0] == "printable" && n == 3) {
       const size_t limit = strtoul(fields[1].c_str(), nullptr, 10);
       const std::string in = unhex(fields[2]);
       std::string out(limit + 4, '\0');
-      out.resize(
-          ferrum_common::printable_quote(in.data(), in.size(), limit, out.data(), out.size()));
+      out.resize(ferrum_replay::common::printable_quote(in.data(), in.size(), limit, out.data(),
+                                                        out.size()));
       reply = hex(out);
     } else {
       reply = "bad command";

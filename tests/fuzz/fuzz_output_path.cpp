@@ -1,6 +1,6 @@
 // libFuzzer target: output-pattern expansion, the one rule of docs/text-rules.md, in
 // common/text_rules.cpp (used by the shim's summary) and through the recorder's
-// expand_output_pattern (shim/recorder/output_path.hpp), plus the fresh-name and printable
+// expand_output_pattern (recorder/output_path.hpp), plus the fresh-name and printable
 // rules on the result. The input is the pattern, then after a NUL the host name and the value
 // of every %q{VAR} (a VAR named UNSET... is unset). Properties: no crash or UB; both entry
 // points agree; a pattern without '%' expands to itself; the expansion never exceeds the
@@ -46,10 +46,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const std::string value = nul2 == std::string::npos ? "" : rest.substr(nul2 + 1);
   void *context = const_cast<std::string *>(&value);
 
-  static char out[ferrum_common::kMaxExpandedPath + 1];
+  static char out[ferrum_replay::common::kMaxExpandedPath + 1];
   char unset[512];
-  const bool ok = ferrum_common::expand_pattern(pattern.c_str(), 4242, host.c_str(), any_var,
-                                                context, out, sizeof out, unset, sizeof unset);
+  const bool ok = ferrum_replay::common::expand_pattern(
+      pattern.c_str(), 4242, host.c_str(), any_var, context, out, sizeof out, unset, sizeof unset);
   const ExpandedPath recorder = expand_output_pattern(pattern, 4242, host, any_var, context);
   FUZZ_CHECK(ok == !recorder.too_long);
   if (!ok) {
@@ -58,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   const std::string expanded(out);
   FUZZ_CHECK(expanded == recorder.path && recorder.unset == unset);
-  FUZZ_CHECK(expanded.size() <= ferrum_common::kMaxExpandedPath);
+  FUZZ_CHECK(expanded.size() <= ferrum_replay::common::kMaxExpandedPath);
   if (pattern.find('%') == std::string::npos) FUZZ_CHECK(expanded == pattern);
   size_t placeholders = 0;
   for (char c : pattern) placeholders += c == '%';
@@ -74,15 +74,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const std::string absolute = absolute_path(expanded, "/work/dir");
   FUZZ_CHECK(!absolute.empty() && absolute.front() == '/');
 
-  static char fresh[ferrum_common::kMaxExpandedPath + 32];
-  if (ferrum_common::fresh_name(expanded.c_str(), "4242", fresh, sizeof fresh)) {
+  static char fresh[ferrum_replay::common::kMaxExpandedPath + 32];
+  if (ferrum_replay::common::fresh_name(expanded.c_str(), "4242", fresh, sizeof fresh)) {
     FUZZ_CHECK(std::strlen(fresh) == expanded.size() + 5);
     FUZZ_CHECK(std::strstr(fresh, ".4242") != nullptr);
   }
-  char quoted[ferrum_common::kQuotedSize];
-  const size_t length = ferrum_common::printable_quote(
-      expanded.data(), expanded.size(), ferrum_common::kMessageLimit, quoted, sizeof quoted);
-  FUZZ_CHECK(length == std::strlen(quoted) && length <= ferrum_common::kMessageLimit + 3);
+  char quoted[ferrum_replay::common::kQuotedSize];
+  const size_t length = ferrum_replay::common::printable_quote(expanded.data(), expanded.size(),
+                                                               ferrum_replay::common::kMessageLimit,
+                                                               quoted, sizeof quoted);
+  FUZZ_CHECK(length == std::strlen(quoted) && length <= ferrum_replay::common::kMessageLimit + 3);
   FUZZ_CHECK(fuzz::printable_utf8(quoted));
   return 0;
 }

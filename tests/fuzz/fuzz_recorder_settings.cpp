@@ -1,5 +1,5 @@
 // libFuzzer target: the recorder's FERRUM_RECORD_* settings and default output name
-// (shim/recorder/settings.hpp). Properties: no crash or UB; each warning is one line ending in
+// (recorder/settings.hpp). Properties: no crash or UB; each warning is one line ending in
 // '\n'; the default name is a relative file name with %p in it.
 #include <string>
 #include <vector>

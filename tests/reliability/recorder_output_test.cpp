@@ -8,7 +8,6 @@
 //     irrelevant, our own lock is bounded), a kill mid-write leaves nothing at the final name
 //     and the next run removes the dead process's temporary, devices/FIFOs/descriptors are
 //     written as streams with a bounded wait.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <dirent.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -412,7 +411,7 @@ uint64_t realtime_ns_now() {
 // Holds the output lock of `dir` the way another ferrum-replay process would.
 int hold_output_lock(const std::string &dir) {
   char name[200];
-  REQUIRE(ferrum_common::output_lock_name(dir.c_str(), name, sizeof name));
+  REQUIRE(ferrum_replay::common::output_lock_name(dir.c_str(), name, sizeof name));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path + 1, name, std::strlen(name));
@@ -522,7 +521,7 @@ TEST_CASE("leftover temporaries of dead processes of ours are removed; nothing e
   const std::string path = dir / "t.json";
   // What our own temporary's name looks like on this host.
   char tmp[4200];
-  const int fd = ferrum_common::create_temp_beside(path.c_str(), tmp, sizeof tmp);
+  const int fd = ferrum_replay::common::create_temp_beside(path.c_str(), tmp, sizeof tmp);
   REQUIRE(fd >= 0);
   close(fd);
   unlink(tmp);
@@ -619,14 +618,14 @@ TEST_CASE("a file written during this run is a sibling's: written beside it, nev
 }
 
 TEST_CASE("stream targets: devices, FIFOs and descriptors are written, never created or renamed") {
-  CHECK(ferrum_common::is_stream_target("/dev/null"));
-  CHECK(ferrum_common::is_stream_target("/dev/stdout"));
-  CHECK(ferrum_common::is_stream_target("/dev/stderr"));
-  CHECK(ferrum_common::is_stream_target("/proc/self/fd/1"));
-  CHECK(ferrum_common::is_stream_target("/dev/fd/2"));
-  CHECK_FALSE(ferrum_common::is_stream_target("/tmp"));
-  CHECK_FALSE(ferrum_common::is_stream_target("/etc/hostname"));
-  CHECK_FALSE(ferrum_common::is_stream_target("/nonexistent/x.json"));
+  CHECK(ferrum_replay::common::is_stream_target("/dev/null"));
+  CHECK(ferrum_replay::common::is_stream_target("/dev/stdout"));
+  CHECK(ferrum_replay::common::is_stream_target("/dev/stderr"));
+  CHECK(ferrum_replay::common::is_stream_target("/proc/self/fd/1"));
+  CHECK(ferrum_replay::common::is_stream_target("/dev/fd/2"));
+  CHECK_FALSE(ferrum_replay::common::is_stream_target("/tmp"));
+  CHECK_FALSE(ferrum_replay::common::is_stream_target("/etc/hostname"));
+  CHECK_FALSE(ferrum_replay::common::is_stream_target("/nonexistent/x.json"));
 
   Recorder r(Settings{}, 0);
   const Snapshot s = small_snapshot(r);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a large trace in the recorder's format (shim/recorder/trace_writer.hpp), for the
+"""Writes a large trace in the recorder's format (recorder/trace_writer.hpp), for the
 memory and speed tests of the trace readers.
 
     make_trace.py OUT --ranges N [--threads T] [--graphs G] [--pid P] [--origin-ns NS]

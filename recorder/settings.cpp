@@ -1,14 +1,8 @@
 #include "settings.hpp"
 
-#include <cstdlib>
-
-#include "text_rules.hpp"
+#include "switch_word.hpp"
 
 namespace ferrum_replay::recorder {
-
-const char *process_env(const char *name, void *) {
-  return std::getenv(name);
-}
 
 bool parse_positive_u64(std::string_view text, uint64_t *value) {
   if (text.empty() || text.size() > 20) return false;
@@ -30,9 +24,8 @@ namespace {
 // (common/text_rules.hpp), so that a hostile or binary value can neither garble the terminal
 // nor make the warning more than one line, and at most 200 bytes.
 std::string quoted(std::string_view value) {
-  char out[ferrum_common::kQuotedSize];
-  ferrum_common::printable_quote(value.data(), value.size(), ferrum_common::kMessageLimit, out,
-                                 sizeof out);
+  char out[common::kQuotedSize];
+  common::printable_quote(value.data(), value.size(), common::kMessageLimit, out, sizeof out);
   return out;
 }
 
@@ -57,9 +50,24 @@ bool is_rank(const char *value) {
   return true;
 }
 
+// A 1/0 setting (common::switch_word's words). Unset or empty keeps `*value`; anything else
+// keeps it too, with one warning that ends in `otherwise`.
+void read_switch(common::EnvLookup env, void *context, const char *name, bool *value,
+                 const char *otherwise, std::vector<std::string> *warnings) {
+  const char *text = env(name, context);
+  if (!text || !*text) return;
+  const common::Switch word = common::switch_word(text);
+  if (word != common::Switch::invalid) {
+    *value = word == common::Switch::on;
+  } else if (warnings) {
+    warnings->push_back("ferrum-replay recorder: " + std::string(name) + "='" + quoted(text) +
+                        "' is invalid (expected 1 or 0); " + otherwise + "\n");
+  }
+}
+
 }  // namespace
 
-std::string default_out_name(EnvLookup env, void *context, Settings *settings) {
+std::string default_out_name(common::EnvLookup env, void *context, Settings *settings) {
   // Global ranks first: a local rank repeats on every node, so its name also carries the host.
   for (const char *var : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "LOCAL_RANK"}) {
     const char *value = env(var, context);
@@ -74,7 +82,7 @@ std::string default_out_name(EnvLookup env, void *context, Settings *settings) {
   return "ferrum-replay.%p.json";
 }
 
-Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *warnings) {
+Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::string> *warnings) {
   Settings s;
 
   // An empty FERRUM_RECORD_OUT is what `FERRUM_RECORD_OUT= cmd` leaves behind: treat as unset
@@ -89,18 +97,7 @@ Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *
   if (const char *session = env("FERRUM_RECORD_SESSION", context); session && *session)
     s.session_file = session;
 
-  if (const char *table = env("FERRUM_RECORD_TABLE", context); table && *table) {
-    const std::string_view t(table);
-    if (t == "0" || equals_ignore_case(t, "false") || equals_ignore_case(t, "no") ||
-        equals_ignore_case(t, "off")) {
-      s.table = false;
-    } else if (!(t == "1" || equals_ignore_case(t, "true") || equals_ignore_case(t, "yes") ||
-                 equals_ignore_case(t, "on")) &&
-               warnings) {
-      warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_TABLE='" + quoted(t) +
-                          "' is invalid (expected 1 or 0); printing the table\n");
-    }
-  }
+  read_switch(env, context, "FERRUM_RECORD_TABLE", &s.table, "printing the table", warnings);
 
   if (const char *reject = env("FERRUM_RECORD_REJECT", context); reject && *reject) {
     const std::string_view r(reject);
@@ -117,19 +114,8 @@ Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *
     }
   }
 
-  if (const char *force = env("FERRUM_RECORD_FORCE", context); force && *force) {
-    const std::string_view f(force);
-    if (f == "1" || equals_ignore_case(f, "true") || equals_ignore_case(f, "yes") ||
-        equals_ignore_case(f, "on")) {
-      s.force = true;
-    } else if (!(f == "0" || equals_ignore_case(f, "false") || equals_ignore_case(f, "no") ||
-                 equals_ignore_case(f, "off")) &&
-               warnings) {
-      warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_FORCE='" + quoted(f) +
-                          "' is invalid (expected 1 or 0); not replacing files that are not "
-                          "ferrum-replay traces\n");
-    }
-  }
+  read_switch(env, context, "FERRUM_RECORD_FORCE", &s.force,
+              "not replacing files that are not ferrum-replay traces", warnings);
 
   if (const char *dom = env("FERRUM_RECORD_REJECT_DOMAIN", context); dom && *dom) {
     s.reject_domain_only = true;

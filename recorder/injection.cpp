@@ -53,6 +53,27 @@ std::string &wide_scratch() {
 #define FERRUM_ATTR_HAS(attr, field) \
   ((attr)->size >= offsetof(nvtxEventAttributes_t, field) + sizeof((attr)->field))
 
+// The payload as the trace keeps it: 32-bit integers and floats widened to their 64-bit kind.
+Payload payload_of(const nvtxEventAttributes_t &attr) {
+  const auto &v = attr.payload;
+  switch (attr.payloadType) {
+    case NVTX_PAYLOAD_TYPE_UNSIGNED_INT64:
+      return Payload(uint64_t{v.ullValue});
+    case NVTX_PAYLOAD_TYPE_UNSIGNED_INT32:
+      return Payload(uint64_t{v.uiValue});
+    case NVTX_PAYLOAD_TYPE_INT64:
+      return Payload(int64_t{v.llValue});
+    case NVTX_PAYLOAD_TYPE_INT32:
+      return Payload(int64_t{v.iValue});
+    case NVTX_PAYLOAD_TYPE_DOUBLE:
+      return Payload(v.dValue);
+    case NVTX_PAYLOAD_TYPE_FLOAT:
+      return Payload(double{v.fValue});
+    default:
+      return Payload();
+  }
+}
+
 int push_attributes(const nvtxDomainRegistration_st &domain, const nvtxEventAttributes_t *attr) {
   RangeAttrs attrs;
   std::string_view message;
@@ -63,31 +84,7 @@ int push_attributes(const nvtxDomainRegistration_st &domain, const nvtxEventAttr
       attrs.has_color = true;
       attrs.color = attr->color;
     }
-    if (FERRUM_ATTR_HAS(attr, payload)) {
-      Payload &p = attrs.payload;
-      switch (attr->payloadType) {
-        case NVTX_PAYLOAD_TYPE_UNSIGNED_INT64:
-          p.kind = PayloadKind::u64, p.u = attr->payload.ullValue;
-          break;
-        case NVTX_PAYLOAD_TYPE_INT64:
-          p.kind = PayloadKind::i64, p.i = attr->payload.llValue;
-          break;
-        case NVTX_PAYLOAD_TYPE_DOUBLE:
-          p.kind = PayloadKind::f64, p.d = attr->payload.dValue;
-          break;
-        case NVTX_PAYLOAD_TYPE_UNSIGNED_INT32:
-          p.kind = PayloadKind::u64, p.u = attr->payload.uiValue;
-          break;
-        case NVTX_PAYLOAD_TYPE_INT32:
-          p.kind = PayloadKind::i64, p.i = attr->payload.iValue;
-          break;
-        case NVTX_PAYLOAD_TYPE_FLOAT:
-          p.kind = PayloadKind::f64, p.d = attr->payload.fValue;
-          break;
-        default:
-          break;
-      }
-    }
+    if (FERRUM_ATTR_HAS(attr, payload)) attrs.payload = payload_of(*attr);
     if (FERRUM_ATTR_HAS(attr, message)) {
       switch (attr->messageType) {
         case NVTX_MESSAGE_TYPE_ASCII:
@@ -236,7 +233,7 @@ Recorder *ensure_recorder() {
   if (Recorder *r = g_recorder.load(std::memory_order_relaxed)) return r;
 
   std::vector<std::string> warnings;
-  g_settings = new Settings(parse_settings(process_env, nullptr, &warnings));
+  g_settings = new Settings(parse_settings(common::process_env, nullptr, &warnings));
   for (const std::string &w : warnings) write_stderr(w);
 
   // Relative output paths name a file in the directory the process was in when the recorder

@@ -86,7 +86,7 @@ struct FdSink {
 
 bool fd_sink(const std::string &piece, void *context) {
   auto *s = static_cast<FdSink *>(context);
-  s->error = ferrum_common::write_all(s->fd, piece.data(), piece.size());
+  s->error = common::write_all(s->fd, piece.data(), piece.size());
   return s->error == 0;
 }
 
@@ -182,7 +182,7 @@ bool is_ferrum_trace_file(const std::string &path) {
 
 std::string numbered_path(const std::string &path, unsigned long n) {
   std::string out(path.size() + 24, '\0');
-  if (!ferrum_common::fresh_name(path.c_str(), n, out.data(), out.size())) return path;
+  if (!common::fresh_name(path.c_str(), n, out.data(), out.size())) return path;
   out.resize(std::strlen(out.c_str()));
   return out;
 }
@@ -190,24 +190,24 @@ std::string numbered_path(const std::string &path, unsigned long n) {
 namespace {
 
 struct StreamSink {
-  ferrum_common::Stream stream;
+  common::Stream stream;
   int error = 0;
 };
 
 bool stream_sink(const std::string &piece, void *context) {
   auto *s = static_cast<StreamSink *>(context);
-  s->error = ferrum_common::stream_write(&s->stream, piece.data(), piece.size());
+  s->error = common::stream_write(&s->stream, piece.data(), piece.size());
   return s->error == 0;
 }
 
 bool write_trace_stream(const std::string &path, const Snapshot &snap, TraceFileOutcome *outcome) {
   outcome->stream = true;
   StreamSink sink;
-  int err = ferrum_common::open_stream(path.c_str(), &sink.stream);
+  int err = common::open_stream(path.c_str(), &sink.stream);
   if (err == 0) {
     render_trace(snap, stream_sink, &sink);
     err = sink.error;
-    ferrum_common::close_stream(&sink.stream);
+    common::close_stream(&sink.stream);
   }
   if (err == 0) {
     outcome->written_path = path;
@@ -241,7 +241,7 @@ int place_trace(const std::string &tmp, const std::string &path, const TraceFile
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0) {
       if (errno != ENOENT) return errno;
-      const int err = ferrum_common::rename_no_replace(tmp.c_str(), path.c_str());
+      const int err = common::rename_no_replace(tmp.c_str(), path.c_str());
       if (err == 0) outcome->written_path = path;
       if (err != EEXIST) return err;
       continue;  // it appeared meanwhile: decide again
@@ -252,7 +252,7 @@ int place_trace(const std::string &tmp, const std::string &path, const TraceFile
     if (sibling || !locked) {
       outcome->sibling = sibling;
       const std::string own = numbered_path(path, static_cast<unsigned long>(::getpid()));
-      const int err = ferrum_common::place_fresh(tmp.c_str(), own.c_str(), placed, sizeof placed);
+      const int err = common::place_fresh(tmp.c_str(), own.c_str(), placed, sizeof placed);
       if (err == 0) outcome->written_path = placed;
       return err;
     }
@@ -265,7 +265,7 @@ int place_trace(const std::string &tmp, const std::string &path, const TraceFile
     }
     outcome->diverted = true;
     outcome->foreign_regular = regular_mine;
-    const int err = ferrum_common::place_fresh(tmp.c_str(), path.c_str(), placed, sizeof placed);
+    const int err = common::place_fresh(tmp.c_str(), path.c_str(), placed, sizeof placed);
     if (err == 0) outcome->written_path = placed;
     return err;
   }
@@ -287,13 +287,12 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
     outcome->error = std::strerror(path.empty() ? ENOENT : EISDIR);
     return done(false);
   }
-  if (ferrum_common::is_stream_target(path.c_str()))
-    return done(write_trace_stream(path, snap, outcome));
+  if (common::is_stream_target(path.c_str())) return done(write_trace_stream(path, snap, outcome));
 
   static constexpr char kHeader[] = "{\"traceEvents\":[";
-  ferrum_common::remove_dead_temps(path.c_str(), kHeader);
+  common::remove_dead_temps(path.c_str(), kHeader);
   char tmp_name[8192];
-  const int fd = ferrum_common::create_temp_beside(path.c_str(), tmp_name, sizeof tmp_name);
+  const int fd = common::create_temp_beside(path.c_str(), tmp_name, sizeof tmp_name);
   if (fd < 0) {
     outcome->error = std::strerror(-fd);
     return done(false);
@@ -308,12 +307,12 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
   }
   if (ok) {
     char dir[8192];
-    const int lock = ferrum_common::directory_of(path.c_str(), dir, sizeof dir)
-                         ? ferrum_common::lock_output_dir(dir, options.lock_timeout_ms)
+    const int lock = common::directory_of(path.c_str(), dir, sizeof dir)
+                         ? common::lock_output_dir(dir, options.lock_timeout_ms)
                          : -1;
     outcome->unlocked = lock < 0;
     err = place_trace(tmp, path, options, lock >= 0, outcome);
-    ferrum_common::unlock_output_dir(lock);
+    common::unlock_output_dir(lock);
     ok = err == 0;
   }
   if (!ok) {

@@ -3,29 +3,21 @@
 #include <cstring>
 #include <vector>
 
-#include "text_rules.hpp"
-
 namespace ferrum_replay::recorder {
 
 ExpandedPath expand_output_pattern(std::string_view pattern, long pid, std::string_view hostname,
-                                   EnvLookup env, void *context) {
+                                   common::EnvLookup env, void *context) {
   // The rule works on C strings: a NUL ends the pattern, as it would in the environment.
   const std::string pattern_text(pattern.substr(0, pattern.find('\0')));
   const std::string host_text(hostname.substr(0, hostname.find('\0')));
-  std::vector<char> out(ferrum_common::kMaxExpandedPath + 1);
+  std::vector<char> out(common::kMaxExpandedPath + 1);
   char unset[512];
   ExpandedPath result;
-  result.too_long =
-      !ferrum_common::expand_pattern(pattern_text.c_str(), pid, host_text.c_str(), env, context,
-                                     out.data(), out.size(), unset, sizeof unset);
+  result.too_long = !common::expand_pattern(pattern_text.c_str(), pid, host_text.c_str(), env,
+                                            context, out.data(), out.size(), unset, sizeof unset);
   if (!result.too_long) result.path = out.data();
   result.unset = unset;
   return result;
-}
-
-std::string expand_output_path(std::string_view pattern, long pid, std::string_view hostname,
-                               EnvLookup env, void *context) {
-  return expand_output_pattern(pattern, pid, hostname, env, context).path;
 }
 
 std::string absolute_path(std::string_view path, std::string_view cwd) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "settings.hpp"
+#include "text_rules.hpp"
 
 namespace ferrum_replay::recorder {
 
@@ -22,11 +22,7 @@ struct ExpandedPath {
 // invalid name) is kept literally: a surprising file name is easier to diagnose than a
 // missing trace.
 ExpandedPath expand_output_pattern(std::string_view pattern, long pid, std::string_view hostname,
-                                   EnvLookup env, void *context);
-
-// The expanded path alone ("" when it is too long).
-std::string expand_output_path(std::string_view pattern, long pid, std::string_view hostname,
-                               EnvLookup env, void *context);
+                                   common::EnvLookup env, void *context);
 
 // `path` if it is absolute, otherwise `cwd`/`path`. Purely lexical: the file may not exist yet.
 std::string absolute_path(std::string_view path, std::string_view cwd);

@@ -20,16 +20,15 @@ namespace ferrum_replay::recorder {
 
 void write_stderr(const std::string &text) {
   // As a stream: a full or closed stderr pipe costs at most 2 s and never a SIGPIPE.
-  ferrum_common::Stream stream;
-  if (ferrum_common::open_stream("/dev/stderr", &stream) != 0) return;
-  ferrum_common::stream_write(&stream, text.data(), text.size());
-  ferrum_common::close_stream(&stream);
+  common::Stream stream;
+  if (common::open_stream("/dev/stderr", &stream) != 0) return;
+  common::stream_write(&stream, text.data(), text.size());
+  common::close_stream(&stream);
 }
 
 std::string quoted_for_message(const std::string &text) {
-  char out[ferrum_common::kQuotedSize];
-  ferrum_common::printable_quote(text.data(), text.size(), ferrum_common::kMessageLimit, out,
-                                 sizeof out);
+  char out[common::kQuotedSize];
+  common::printable_quote(text.data(), text.size(), common::kMessageLimit, out, sizeof out);
   return std::string("'") + out + "'";
 }
 
@@ -102,10 +101,10 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
   if (!recorded_anything(snap)) return;
 
   char host[256];
-  ferrum_common::host_name(host, sizeof host);
+  common::host_name(host, sizeof host);
   snap.host = host;
   const ExpandedPath expanded =
-      expand_output_pattern(settings.out_pattern, snap.pid, host, process_env, nullptr);
+      expand_output_pattern(settings.out_pattern, snap.pid, host, common::process_env, nullptr);
   if (!expanded.unset.empty())
     write_stderr("ferrum-replay recorder: FERRUM_RECORD_OUT: not set: " + expanded.unset +
                  " (each %q{NAME} expanded to nothing)\n");
@@ -146,9 +145,9 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
   if (settings.table) {
     std::string shown;
     if (written) {
-      char out[ferrum_common::kQuotedSize];
-      ferrum_common::printable_quote(outcome.written_path.data(), outcome.written_path.size(),
-                                     ferrum_common::kMessageLimit, out, sizeof out);
+      char out[common::kQuotedSize];
+      common::printable_quote(outcome.written_path.data(), outcome.written_path.size(),
+                              common::kMessageLimit, out, sizeof out);
       shown = out;
     }
     write_stderr(format_summary(snap, aggregate(snap), shown));

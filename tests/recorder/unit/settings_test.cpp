@@ -39,34 +39,48 @@ TEST_CASE("output and table") {
   CHECK(parse({{"FERRUM_RECORD_TABLE", "1"}}).table);
 }
 
-TEST_CASE("every table value: the valid ones silently, anything else with one quoted warning") {
-  for (const char *off : {"0", "false", "No", "OFF"}) {
-    CAPTURE(off);
+// Every 1/0 setting reads the same words (common/switch_word.hpp) and warns the same way.
+TEST_CASE("every switch value: the valid ones silently, anything else with one quoted warning") {
+  struct Switch {
+    const char *name;
+    bool Settings::*field;
+    bool fallback;
+    const char *otherwise;
+  };
+  for (const Switch sw :
+       {Switch{"FERRUM_RECORD_TABLE", &Settings::table, true, "printing the table"},
+        Switch{"FERRUM_RECORD_FORCE", &Settings::force, false,
+               "not replacing files that are not ferrum-replay traces"}}) {
+    CAPTURE(sw.name);
+    CHECK(parse({}).*sw.field == sw.fallback);
+    CHECK(parse({{sw.name, ""}}).*sw.field == sw.fallback);
+    for (const char *off : {"0", "false", "No", "OFF", "fAlSe"}) {
+      CAPTURE(off);
+      std::vector<std::string> w;
+      CHECK_FALSE(parse({{sw.name, off}}, &w).*sw.field);
+      CHECK(w.empty());
+    }
+    for (const char *on : {"1", "true", "YES", "on", "True"}) {
+      CAPTURE(on);
+      std::vector<std::string> w;
+      CHECK(parse({{sw.name, on}}, &w).*sw.field);
+      CHECK(w.empty());
+    }
+    for (const char *bad : {"bogus", "2", " 0", "offf", "nein", "o", "yes "}) {
+      CAPTURE(bad);
+      std::vector<std::string> w;
+      CHECK(parse({{sw.name, bad}}, &w).*sw.field == sw.fallback);
+      REQUIRE(w.size() == 1);
+      CHECK(w[0] == std::string("ferrum-replay recorder: ") + sw.name + "='" + bad +
+                        "' is invalid (expected 1 or 0); " + sw.otherwise + "\n");
+    }
+    // The value is quoted printable: it cannot add a line or garble a terminal.
     std::vector<std::string> w;
-    CHECK_FALSE(parse({{"FERRUM_RECORD_TABLE", off}}, &w).table);
-    CHECK(w.empty());
-  }
-  for (const char *on : {"1", "true", "YES", "on", ""}) {
-    CAPTURE(on);
-    std::vector<std::string> w;
-    CHECK(parse({{"FERRUM_RECORD_TABLE", on}}, &w).table);
-    CHECK(w.empty());
-  }
-  for (const char *bad : {"bogus", "2", " 0", "offf", "nein"}) {
-    CAPTURE(bad);
-    std::vector<std::string> w;
-    CHECK(parse({{"FERRUM_RECORD_TABLE", bad}}, &w).table);  // the default
+    parse({{sw.name, "x\n\x1b[2Jy"}}, &w);
     REQUIRE(w.size() == 1);
-    CHECK(w[0] == std::string("ferrum-replay recorder: FERRUM_RECORD_TABLE='") + bad +
-                      "' is invalid (expected 1 or 0); printing the table\n");
+    CHECK(w[0] == std::string("ferrum-replay recorder: ") + sw.name +
+                      "='x??[2Jy' is invalid (expected 1 or 0); " + sw.otherwise + "\n");
   }
-  // The value is quoted printable: it cannot add a line or garble a terminal.
-  std::vector<std::string> w;
-  parse({{"FERRUM_RECORD_TABLE", "x\n\x1b[2Jy"}}, &w);
-  REQUIRE(w.size() == 1);
-  CHECK(w[0] ==
-        "ferrum-replay recorder: FERRUM_RECORD_TABLE='x??[2Jy' is invalid (expected 1 or "
-        "0); printing the table\n");
 }
 
 TEST_CASE("reject modes") {

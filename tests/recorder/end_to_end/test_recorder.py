@@ -3,7 +3,8 @@
 
 Drives tests/support/tools/nvtx_client (a plain NVTX3 program, no shim) with the recorder attached
 through NVTX_INJECTION64_PATH and compares the trace with the client's own account.
-Environment (set by shim/recorder/meson.build): FERRUM_RECORDER_LIB, NVTX_CLIENT.
+Environment (set by tests/recorder/end_to_end/meson.build): FERRUM_RECORDER_LIB, NVTX_CLIENT,
+NVTX_CLIENT_MODULE.
 Run all tests, or name some on the command line. Prints ok/FAIL per test and a closing
 "N passed, N failed" line; exits 1 if any failed, 77 if the environment is missing.
 """
@@ -14,7 +15,9 @@ import sys
 import tempfile
 import unicodedata
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "tools"))
+# The tests' own trace reader (independent of the product's scripts/ferrum_replay_traces.py).
+TOOLS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support", "tools")
+sys.path.insert(0, TOOLS_DIR)
 import trace_check  # noqa: E402
 
 DOMAIN = "mydomain"
@@ -359,8 +362,7 @@ def test_no_tool_no_trace(tmp):
 
 def test_trace_check_cli(tmp):
     c = run_client(tmp, "--iters", 4, "--domain", DOMAIN)
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "tools",
-                          "trace_check.py")
+    script = os.path.join(TOOLS_DIR, "trace_check.py")
     ok = subprocess.run([sys.executable, script, c.trace_path, "--domain", DOMAIN,
                          "--expect", "dom-ascii=4", "--expect-total", "4", "--no-protocol-errors"],
                         capture_output=True, text=True)

@@ -15,7 +15,7 @@ const char *fake_env(const char *name, void *) {
   return nullptr;
 }
 std::string expand(std::string_view pattern) {
-  return expand_output_path(pattern, 4242, "node1", fake_env, nullptr);
+  return expand_output_pattern(pattern, 4242, "node1", fake_env, nullptr).path;
 }
 }  // namespace
 

@@ -46,6 +46,8 @@
 #include <string_view>
 #include <vector>
 
+#include "text_rules.hpp"
+
 namespace ferrum_replay::recorder {
 
 enum class RejectMode { none, all, every_nth };
@@ -65,17 +67,13 @@ struct Settings {
   bool spill = true;  // spill full chunks of events to a temporary file (tests switch it off)
 };
 
-// A getenv stand-in, so that tests can parse settings without touching the process environment.
-using EnvLookup = const char *(*)(const char *name, void *context);
-
-const char *process_env(const char *name, void *context);
-
 // Parses settings; appends one complete stderr line (with '\n') per invalid value to `warnings`.
-Settings parse_settings(EnvLookup env, void *context, std::vector<std::string> *warnings);
+// `env` is common::process_env, or a fake environment in tests.
+Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::string> *warnings);
 
 // The default output name: ferrum-replay.%p.json, or with the rank of a multi-process job (see
 // above); sets settings->rank_variable/rank_value when a rank variable is used.
-std::string default_out_name(EnvLookup env, void *context, Settings *settings);
+std::string default_out_name(common::EnvLookup env, void *context, Settings *settings);
 
 // Exposed for tests: a decimal number > 0 that fits in 64 bits, nothing else.
 bool parse_positive_u64(std::string_view text, uint64_t *value);

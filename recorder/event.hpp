@@ -18,6 +18,9 @@ struct Payload {
     double d;
   };
   Payload() : u(0) {}
+  explicit Payload(uint64_t value) : kind(PayloadKind::u64), u(value) {}
+  explicit Payload(int64_t value) : kind(PayloadKind::i64), i(value) {}
+  explicit Payload(double value) : kind(PayloadKind::f64), d(value) {}
 };
 
 // Everything NVTX lets a caller attach to a range, after decoding nvtxEventAttributes_t. `name`
