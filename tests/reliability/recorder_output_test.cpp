@@ -568,20 +568,29 @@ TEST_CASE("a trace killed mid-write leaves no file at the final name") {
     write_trace_file(path, s, TraceFileOptions{}, &outcome);
     _exit(0);
   }
-  // Kill it once its temporary has grown.
-  bool killed_mid_write = false;
-  for (int i = 0; i < 4000 && !killed_mid_write; ++i) {
+  // Kill it once its temporary has grown. Recording the ranges comes first and may take long
+  // (a sanitizer build on a loaded machine): wait for the temporary as long as the child lives,
+  // up to a generous bound.
+  bool killed_mid_write = false, exited = false;
+  const time_t give_up = time(nullptr) + 300;
+  while (!killed_mid_write && !exited && time(nullptr) < give_up) {
     for (const std::string &name : listing(dir.path)) {
       struct stat st {};
-      if (name.find(".tmp") != std::string::npos && stat((dir / name).c_str(), &st) == 0 &&
-          st.st_size > 4096) {
+      if (!killed_mid_write && name.find(".tmp") != std::string::npos &&
+          stat((dir / name).c_str(), &st) == 0 && st.st_size > 4096) {
         kill(child, SIGKILL);
         killed_mid_write = true;
       }
     }
-    if (!killed_mid_write) usleep(2000);
+    if (!killed_mid_write) {
+      exited = waitpid(child, nullptr, WNOHANG) == child;
+      usleep(2000);
+    }
   }
-  waitpid(child, nullptr, 0);
+  if (!exited) {
+    if (!killed_mid_write) kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+  }
   REQUIRE(killed_mid_write);
   CHECK(access(path.c_str(), F_OK) != 0);  // never a partial trace (nor a placeholder) at the name
 
