@@ -86,6 +86,9 @@ void write_exit_summary() {
     rejected += record.rejected_pushes.load(std::memory_order_relaxed);
   });
   graphs += held;
+  // A process that launched nothing says nothing: a CPU-only child forked by a launcher (its
+  // counters restarted at the fork) would otherwise add an empty summary to the job's.
+  if (launches == 0) return;
   auto **rows = static_cast<const GraphRecord **>(calloc(held ? held : 1, sizeof(GraphRecord *)));
   if (!rows) return;
   size_t filled = 0;

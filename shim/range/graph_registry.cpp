@@ -49,6 +49,7 @@ void unlock_after_fork() {
 }
 void reset_in_child() {
   pthread_mutex_init(&g_mutex, nullptr);
+  detail::g_registry.start_counting_afresh();
 }
 pthread_once_t g_fork_handlers_once = PTHREAD_ONCE_INIT;
 void install_fork_handlers() {
@@ -417,6 +418,22 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   log_line(LogLevel::debug, "graph exec %p registered by %s as graph %u: '%s'", exec, api,
            record->ordinal, record->label.load(std::memory_order_relaxed)->text);
   return record;
+}
+
+void GraphRegistry::start_counting_afresh() {
+  for (size_t i = 0; i < records_.used; ++i) {
+    if (GraphRecord *record = records_.at(i)) {
+      record->launches.store(0, std::memory_order_relaxed);
+      record->failed_launches.store(0, std::memory_order_relaxed);
+      record->rejected_pushes.store(0, std::memory_order_relaxed);
+    }
+  }
+  if (overflow_) {
+    overflow_->launches.store(0, std::memory_order_relaxed);
+    overflow_->failed_launches.store(0, std::memory_order_relaxed);
+    overflow_->rejected_pushes.store(0, std::memory_order_relaxed);
+  }
+  recycled_ = Recycled{};
 }
 
 GraphRegistry::Occupancy GraphRegistry::occupancy() const {

@@ -202,6 +202,11 @@ class GraphRegistry {
   };
   const Recycled &recycled() const { return recycled_; }
 
+  // In a forked child (the registry's fork handler): the counters restart at zero, so that the
+  // child's summary counts its own launches, never its parent's. Identities and names stay.
+  // Single-threaded by then: plain stores.
+  void start_counting_afresh();
+
   // What the registry holds now (for tests and the debug log).
   struct Occupancy {
     size_t live_graphs = 0, tombstones = 0, table_slots = 0, unconfirmed = 0, messages = 0,

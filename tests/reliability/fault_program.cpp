@@ -17,6 +17,9 @@
 //                  launches N times on its own and exits normally; the parent waits for it, then
 //                  stops the worker. Prints child_pid=, child_status=, child_launches=,
 //                  worker_launches=.
+//   fork-children  launches N times, forks a child that exits without launching, launches N
+//                  times more, then forks a child that launches 3 times. Prints
+//                  idle_child=<pid>, busy_child=<pid>.
 //   exit-from-worker  T threads launch in a loop; thread 0 calls exit(0) after N launches while
 //                  the others are launching.
 //   underscore-exit   N launches, then _exit(0).
@@ -191,6 +194,29 @@ int fork_in_launch(long n) {
   return 0;
 }
 
+int fork_children(long n) {
+  Driver d = load_driver();
+  Counts c;
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  std::fflush(stdout);
+  const pid_t idle = fork();
+  if (idle < 0) die("fork failed");
+  if (idle == 0) std::exit(0);  // a CPU-only worker of a launcher: launches nothing
+  waitpid(idle, nullptr, 0);
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  const pid_t busy = fork();
+  if (busy < 0) die("fork failed");
+  if (busy == 0) {
+    Counts mine;
+    for (int i = 0; i < 3; ++i) launch_once(d, mine);
+    std::exit(0);
+  }
+  waitpid(busy, nullptr, 0);
+  std::printf("idle_child=%d\nbusy_child=%d\n", idle, busy);
+  print_counts(c, stdout);
+  return 0;
+}
+
 int exit_from_worker(long n, int threads) {
   Driver d = load_driver();
   static Counts counts;
@@ -252,6 +278,7 @@ int main(int argc, char **argv) {
   if (mode == "no-driver") return no_driver();
   if (mode == "late-driver") return late_driver(n);
   if (mode == "fork-in-launch") return fork_in_launch(n);
+  if (mode == "fork-children") return fork_children(n);
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);
   if (mode == "underscore-exit") return underscore_exit(n);
   if (mode == "sigterm") return sigterm();

@@ -185,6 +185,44 @@ def fork_while_in_launch():
                    run_)
 
 
+def forked_children_count_their_own():
+    """A launcher forks a child that launches nothing and one that launches 3 times: each
+    process's launch summary counts its own launches (the children's counters restart at the
+    fork), and the idle child writes no summary and no trace (the CI check of such a run:
+    workflow fork_without_exec)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.%p.txt"),
+               "FERRUM_RECORD_OUT": os.path.join(tmp, "t.%p.json")}
+        run_ = fault("fork-children", "--launches", "5", env=env, timeout=60)
+        expect(run_.returncode == 0, "the program failed", run_)
+        got = values(run_.stdout)
+        summaries = {int(re.search(r"s\.(\d+)\.txt$", p)[1]): open(p).read()
+                     for p in glob.glob(os.path.join(tmp, "s.*.txt"))}
+        expect(got["idle_child"] not in summaries, "the idle child wrote a summary", run_)
+        expect(got["idle_child"] not in traces_in(tmp), "the idle child wrote a trace", run_)
+        busy = summaries.get(got["busy_child"], "")
+        expect(", 3 launches," in busy, f"the busy child's summary: {busy!r}", run_)
+        parent = [text for pid, text in summaries.items() if pid != got["busy_child"]]
+        expect(len(parent) == 1 and ", 10 launches," in parent[0],
+               f"the parent's summary: {parent!r}", run_)
+
+
+def stderr_reader_gone():
+    """The program's stderr is a pipe whose reader has gone: the shim's own lines (an invalid
+    setting, the summary) must not kill the program with SIGPIPE, nor change its exit code."""
+    for env in ({"FERRUM_REPLAY": "bogus"}, {"FERRUM_REPLAY_SUMMARY": "stderr"},
+                {"FERRUM_REPLAY_LOG": "debug"}):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            run_ = harness.run([PROGRAM, "underscore-exit", "--launches", "3"], env=env,
+                               stderr=write_end)
+        finally:
+            os.close(write_end)
+        expect(run_.returncode == 0, f"with {env} and a closed stderr pipe: exit {run_.returncode}",
+               run_)
+
+
 def exit_from_worker():
     threads, launches = 4, 3000
     # Under ASan, LeakSanitizer's exit-time check stops the world while the other threads are
@@ -278,7 +316,8 @@ def sigterm_handler_exits():
 
 SCENARIOS = {f.__name__: f for f in (
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
-    tool_rejects_every_push, launch_error_classes, fork_while_in_launch, exit_from_worker,
+    tool_rejects_every_push, launch_error_classes, fork_while_in_launch,
+    forked_children_count_their_own, stderr_reader_gone, exit_from_worker,
     underscore_exit, sigterm_handler_exits)}
 
 if __name__ == "__main__":

@@ -402,6 +402,12 @@ def test_fork_without_exec(tmp):
             expect(by_pid.get(pid) == int(launches),
                    f"{label}: {process} (pid {pid}) launched {launches}, trace has "
                    f"{by_pid.get(pid)}", done)
+    # The CI check of such a run: a child that launches nothing, or launches on its own, counts
+    # its own launches only (the shim's counters restart in a forked child).
+    for child in ("0", "3"):
+        done = ci_smoke("--", sys.executable, FORK_LAUNCH, "--early", "0", "--child", child,
+                        cwd=tmp)
+        expect_verdict(done, True)
 
 
 # ---- nsys -----------------------------------------------------------------------------------

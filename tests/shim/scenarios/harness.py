@@ -77,9 +77,10 @@ def under_emulator(argv, child_env):
     return [EMULATOR, *argv]
 
 
-def run(argv, preload=True, record=True, env=None, timeout=120):
+def run(argv, preload=True, record=True, env=None, timeout=120, stderr=None):
     """Runs argv with the stand-in libraries on LD_LIBRARY_PATH; preloads the shim and attaches
-    the recorder when asked. Returns a Run."""
+    the recorder when asked. Returns a Run. `stderr`: a descriptor for the program's stderr
+    instead of capturing it (Run.stderr is then "")."""
     with tempfile.TemporaryDirectory(prefix="ferrum-test-") as tmp:
         child_env = dict(os.environ)
         for key in [k for k in child_env if k.startswith(("FERRUM_", "NVTX_"))]:
@@ -99,7 +100,8 @@ def run(argv, preload=True, record=True, env=None, timeout=120):
         child_env.update(env or {})
         preload_first(child_env)
         argv_run = under_emulator(argv, child_env)
-        done = subprocess.run(argv_run, env=child_env, capture_output=True, text=True,
+        done = subprocess.run(argv_run, env=child_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE if stderr is None else stderr, text=True,
                               timeout=timeout, errors="replace")
         trace = trace_check.load(trace_path) if record and os.path.exists(trace_path) else None
         report = {}
@@ -107,7 +109,7 @@ def run(argv, preload=True, record=True, env=None, timeout=120):
             with open(report_path) as handle:
                 for line in handle:
                     report.update({k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)})
-        return Run(argv, done.returncode, done.stdout, done.stderr, trace, report)
+        return Run(argv, done.returncode, done.stdout, done.stderr or "", trace, report)
 
 
 def expect(condition, message, run_=None):
