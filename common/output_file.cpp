@@ -210,6 +210,7 @@ int stream_write(Stream *stream, const void *data, size_t length) {
       if (ready_but_full) sleep_ms(1);  // a terminal may say writable and still have no room
       pollfd pfd{stream->fd, POLLOUT, 0};
       const int ready = poll(&pfd, 1, static_cast<int>(deadline - now));
+      if (ready == 0) error = ETIMEDOUT;  // no room within the bound: room made later is too late
       ready_but_full = ready > 0;
     } else {
       error = n < 0 ? errno : EIO;

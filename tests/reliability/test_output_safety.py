@@ -187,6 +187,9 @@ def summary_file_never_followed():
             handle.write("precious\n")
         summary = os.path.join(tmp, "summary.txt")
         os.symlink(victim, summary)
+        # Planted before this run (planted during it, it is a sibling's: summary.<pid>.txt).
+        old = time.time() - 3600
+        os.utime(summary, (old, old), follow_symlinks=False)
         run_ = harness.run([harness.path_of("LAUNCH_DRIVER"), *ARGS], record=False,
                            env={"FERRUM_REPLAY_SUMMARY": summary})
         expect_program_unharmed(run_)
