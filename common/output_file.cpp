@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -118,7 +119,7 @@ bool is_stream_target(const char *path) {
   if (!path || !*path) return false;
   if (descriptor_of(path) >= 0) return true;
   struct stat st {};
-  return stat(path, &st) == 0 && is_stream_mode(st.st_mode);
+  return lstat(path, &st) == 0 && is_stream_mode(st.st_mode);
 }
 
 int open_stream(const char *path, Stream *stream) {
@@ -131,14 +132,34 @@ int open_stream(const char *path, Stream *stream) {
     if (flags < 0 || (flags & O_ACCMODE) == O_RDONLY) return EBADF;
     struct stat st {};
     if (fstat(fd, &st) != 0) return errno;
-    stream->fd = fd;
     stream->regular = S_ISREG(st.st_mode);
-    stream->blocking = (flags & O_NONBLOCK) == 0;
+    stream->socket = S_ISSOCK(st.st_mode);
+    if (stream->regular || stream->socket || (flags & O_NONBLOCK) != 0) {
+      // Writing cannot wait on a reader: a file, a socket with MSG_DONTWAIT, or a description
+      // the host made non-blocking itself. Its offset and flags stay the host's.
+      stream->fd = fd;
+      return 0;
+    }
+    // A blocking terminal, pipe or device: even a small write can wait forever (a terminal
+    // nobody reads, one stopped with ^S). Its description is the host's and its flags are not
+    // ours to change: a description of our own, opened non-blocking.
+    char own[48];
+    snprintf(own, sizeof own, "/proc/self/fd/%d", fd);
+    const int opened = open(own, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (opened < 0) return errno == ENXIO ? ENXIO : kStreamNotReopenable;
+    struct stat again {};
+    if (fstat(opened, &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino ||
+        S_ISREG(again.st_mode)) {
+      close(opened);
+      return kStreamNotReopenable;
+    }
+    stream->fd = opened;
+    stream->owned = true;
     return 0;
   }
   // No O_CREAT, no O_TRUNC: opening cannot create or change a file; O_NONBLOCK: a FIFO without
-  // a reader fails (ENXIO) instead of waiting for one.
-  const int opened = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  // a reader fails (ENXIO) instead of waiting for one; O_NOFOLLOW: a link is never followed.
+  const int opened = open(path, O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
   if (opened < 0) return errno;
   struct stat st {};
   if (fstat(opened, &st) != 0 || !is_stream_mode(st.st_mode)) {  // replaced meanwhile
@@ -147,7 +168,7 @@ int open_stream(const char *path, Stream *stream) {
   }
   stream->fd = opened;
   stream->owned = true;
-  stream->blocking = false;
+  stream->socket = S_ISSOCK(st.st_mode);
   return 0;
 }
 
@@ -164,33 +185,33 @@ int stream_write(Stream *stream, const void *data, size_t length) {
   sigpending(&pending);
   const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
 
+  // Every write is non-blocking (open_stream); the bound is on time without progress.
   const char *p = static_cast<const char *>(data);
   int error = 0;
+  const uint64_t stall = static_cast<uint64_t>(stream->stall_ms > 0 ? stream->stall_ms : 0);
+  uint64_t deadline = monotonic_ms() + stall;
+  bool ready_but_full = false;  // poll said writable, yet the write found no room
   while (length > 0 && error == 0) {
-    if (stream->blocking) {
-      // A blocking write larger than the room left would wait for the reader: write at most
-      // PIPE_BUF after poll said there is room.
-      pollfd pfd{stream->fd, POLLOUT, 0};
-      const int ready = poll(&pfd, 1, stream->stall_ms);
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready == 0) {
-        error = ETIMEDOUT;
-        break;
-      }
-    }
-    const size_t chunk = stream->blocking && length > 4096 ? 4096 : length;
-    const ssize_t n = write(stream->fd, p, chunk);
+    const ssize_t n = stream->socket ? send(stream->fd, p, length, MSG_DONTWAIT | MSG_NOSIGNAL)
+                                     : write(stream->fd, p, length);
     if (n > 0) {
       p += n;
       length -= static_cast<size_t>(n);
+      deadline = monotonic_ms() + stall;
+      ready_but_full = false;
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      const uint64_t now = monotonic_ms();
+      if (now >= deadline) {
+        error = ETIMEDOUT;
+        break;
+      }
+      if (ready_but_full) sleep_ms(1);  // a terminal may say writable and still have no room
       pollfd pfd{stream->fd, POLLOUT, 0};
-      int ready;
-      do ready = poll(&pfd, 1, stream->stall_ms);
-      while (ready < 0 && errno == EINTR);
-      if (ready == 0) error = ETIMEDOUT;
+      const int ready = poll(&pfd, 1, static_cast<int>(deadline - now));
+      if (ready == 0) error = ETIMEDOUT;  // no room within the bound: room made later is too late
+      ready_but_full = ready > 0;
     } else {
       error = n < 0 ? errno : EIO;
     }
@@ -209,6 +230,20 @@ int stream_write(Stream *stream, const void *data, size_t length) {
   return error;
 }
 
+const char *stream_error_note(int error) {
+  switch (error) {
+    case ENXIO:
+      return " (no process is reading it)";
+    case ETIMEDOUT:
+      return " (its reader made no room for 2 s)";
+    case kStreamNotReopenable:
+      return " (a blocking descriptor of the program that cannot be reopened non-blocking; "
+             "nothing written)";
+    default:
+      return "";
+  }
+}
+
 void close_stream(Stream *stream) {
   if (stream->owned && stream->fd >= 0) close(stream->fd);
   stream->fd = -1;
@@ -217,11 +252,101 @@ void close_stream(Stream *stream) {
 
 // ---- files written aside ----
 
+namespace {
+
+// "HOSTTAG.PID.N.tmp" at its longest, with the '.' before it.
+constexpr size_t kTempSuffixMax = sizeof ".ffffffff.4294967295.15.tmp" - 1;
+constexpr size_t kHashPart = 9;  // "~" + 8 hex digits
+
+unsigned fnv1a(const char *text, size_t length) {
+  unsigned hash = 2166136261u;
+  for (size_t i = 0; i < length; ++i)
+    hash = (hash ^ static_cast<unsigned char>(text[i])) * 16777619u;
+  return hash;
+}
+
+// The stem of `path`'s temporaries: `path` itself, or with its last component shortened so
+// that stem + kTempSuffixMax fits the name limit. The one rule for making and recognising them.
+bool temp_stem(const char *path, char *out, size_t out_size) {
+  const char *base = last_component(path);
+  const size_t dir_length = static_cast<size_t>(base - path);
+  const size_t base_length = strlen(base);
+  const size_t limit = name_limit(path);
+  if (base_length + kTempSuffixMax <= limit)
+    return snprintf(out, out_size, "%s", path) < static_cast<int>(out_size);
+  if (dir_length >= out_size || limit < kTempSuffixMax + kHashPart + 1) return false;
+  memcpy(out, path, dir_length);
+  return shortened_component(base, base_length, limit - kTempSuffixMax, out + dir_length,
+                             out_size - dir_length);
+}
+
+}  // namespace
+
+size_t name_limit(const char *path) {
+  char dir[kPathSize];
+  long limit = -1;
+  if (directory_of(path, dir, sizeof dir)) limit = pathconf(dir, _PC_NAME_MAX);
+  return limit > 0 && limit <= NAME_MAX ? static_cast<size_t>(limit) : NAME_MAX;
+}
+
+bool shortened_component(const char *component, size_t length, size_t room, char *out,
+                         size_t out_size) {
+  if (length <= room) {
+    if (length + 1 > out_size) return false;
+    memcpy(out, component, length);
+    out[length] = '\0';
+    return true;
+  }
+  if (room < kHashPart + 1 || room + 1 > out_size) return false;
+  size_t keep = room - kHashPart;
+  // Never half a UTF-8 character: back off over continuation bytes.
+  while (keep > 0 && (static_cast<unsigned char>(component[keep]) & 0xC0) == 0x80) --keep;
+  memcpy(out, component, keep);
+  snprintf(out + keep, out_size - keep, "~%08x", fnv1a(component, length));
+  return true;
+}
+
+bool fresh_name_within(const char *path, const char *token, char *out, size_t out_size) {
+  const char *base = last_component(path);
+  const size_t limit = name_limit(path);
+  const size_t token_length = strlen(token);
+  if (strlen(base) + 1 + token_length <= limit) return fresh_name(path, token, out, out_size);
+  // Too long: NAME is shortened, the token and the extension kept (the extension too when
+  // there is no room left for NAME beside it).
+  const size_t dir_length = static_cast<size_t>(base - path);
+  const size_t split = fresh_name_split(path);
+  const char *rest = path + split;  // ".EXT" or ""
+  size_t name_length = split - dir_length;
+  if (1 + token_length + strlen(rest) + kHashPart + 1 > limit) {
+    rest = "";
+    name_length = strlen(base);
+  }
+  const size_t after = 1 + token_length + strlen(rest);
+  if (after + kHashPart + 1 > limit || dir_length >= out_size) return false;
+  char name[NAME_MAX + 1];
+  if (!shortened_component(base, name_length, limit - after, name, sizeof name)) return false;
+  // shortened_component hashes only NAME; the whole component must tell names apart.
+  if (name_length <= limit - after) return false;  // cannot happen: it did not fit
+  const size_t kept = strlen(name) - 8;
+  snprintf(name + kept, sizeof name - kept, "%08x", fnv1a(base, strlen(base)));
+  const int n =
+      snprintf(out, out_size, "%.*s%s.%s%s", static_cast<int>(dir_length), path, name, token, rest);
+  return n > 0 && static_cast<size_t>(n) < out_size;
+}
+
+bool fresh_name_within(const char *path, unsigned long token, char *out, size_t out_size) {
+  char digits[24];
+  snprintf(digits, sizeof digits, "%lu", token);
+  return fresh_name_within(path, digits, out, out_size);
+}
+
 int create_temp_beside(const char *path, char *tmp, size_t tmp_size) {
   const unsigned tag = host_tag();
   const int pid = static_cast<int>(getpid());
+  char stem[kPathSize];
+  if (!temp_stem(path, stem, sizeof stem)) return -ENAMETOOLONG;
   for (int attempt = 0; attempt < 16; ++attempt) {
-    const int n = snprintf(tmp, tmp_size, "%s.%08x.%d.%d.tmp", path, tag, pid, attempt);
+    const int n = snprintf(tmp, tmp_size, "%s.%08x.%d.%d.tmp", stem, tag, pid, attempt);
     if (n < 0 || static_cast<size_t>(n) >= tmp_size) return -ENAMETOOLONG;
     const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd >= 0) return fd;
@@ -231,9 +356,9 @@ int create_temp_beside(const char *path, char *tmp, size_t tmp_size) {
 }
 
 int remove_dead_temps(const char *path, const char *header) {
-  char dir[kPathSize];
-  if (!directory_of(path, dir, sizeof dir)) return 0;
-  const char *base = last_component(path);
+  char dir[kPathSize], stem[kPathSize];
+  if (!directory_of(path, dir, sizeof dir) || !temp_stem(path, stem, sizeof stem)) return 0;
+  const char *base = last_component(stem);
   const size_t base_length = strlen(base);
   if (base_length == 0) return 0;
   const int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -287,11 +412,113 @@ int place_fresh(const char *tmp, const char *path, char *placed, size_t placed_s
   }
   for (unsigned long n = 1; n <= 99 && error == EEXIST; ++n) {
     char candidate[kPathSize];
-    if (!fresh_name(path, n, candidate, sizeof candidate)) return ENAMETOOLONG;
+    if (!fresh_name_within(path, n, candidate, sizeof candidate)) return ENAMETOOLONG;
     error = rename_no_replace(tmp, candidate);
     if (error == 0) snprintf(placed, placed_size, "%s", candidate);
   }
   return error;
+}
+
+namespace {
+
+uint64_t mtime_ns(const struct stat &st) {
+  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
+         static_cast<uint64_t>(st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
+int place_output(const char *tmp, const char *path, const PlaceRequest &request, char *placed,
+                 size_t placed_size, PlaceResult *result) {
+  *result = PlaceResult{};
+  // A pattern without %p gives every process of a job the same name (a forked child, the ranks
+  // of a launcher). The last process to exit must not erase the others' outputs: a file written
+  // since this run started belongs to a sibling, and this process writes beside it. File time
+  // stamps lag by up to a kernel tick (<= 10 ms), hence the margin; the start time is rounded
+  // down, which only errs towards keeping a file. Decided under the output lock, and the
+  // temporary takes its name before the lock is released, so processes that exit at the same
+  // moment decide one after the other.
+  constexpr uint64_t kMarginNs = 10'000'000;
+  for (int round = 0; round < 8; ++round) {
+    struct stat st {};
+    if (lstat(path, &st) != 0) {
+      if (errno != ENOENT) return errno;
+      const int err = rename_no_replace(tmp, path);
+      if (err == 0) snprintf(placed, placed_size, "%s", path);
+      if (err != EEXIST) return err;
+      continue;  // it appeared meanwhile: decide again
+    }
+    if (S_ISDIR(st.st_mode)) return EISDIR;  // a mistake in the setting, not a file to avoid
+    const bool sibling =
+        request.run_start_ns != 0 && mtime_ns(st) + kMarginNs >= request.run_start_ns;
+    if (sibling || !request.locked) {
+      result->sibling = sibling;
+      char own[kPathSize];
+      if (!fresh_name_within(path, static_cast<unsigned long>(getpid()), own, sizeof own))
+        return ENAMETOOLONG;
+      return place_fresh(tmp, own, placed, placed_size);
+    }
+    const bool regular_mine = S_ISREG(st.st_mode) && st.st_uid == geteuid();
+    if (S_ISREG(st.st_mode) && ((request.force && regular_mine) ||
+                                (request.ours && request.ours(path, request.context)))) {
+      // rename() replaces the directory entry itself; the lock keeps siblings out meanwhile.
+      if (rename(tmp, path) != 0) return errno;
+      snprintf(placed, placed_size, "%s", path);
+      return 0;
+    }
+    result->diverted = true;
+    result->foreign_regular = regular_mine;
+    return place_fresh(tmp, path, placed, placed_size);
+  }
+  return EEXIST;
+}
+
+bool is_own_file_starting_with(const char *path, const char *const *headers) {
+  const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ours = false;
+  struct stat st {};
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) {
+    char head[128];
+    const ssize_t got = pread(fd, head, sizeof head, 0);
+    for (const char *const *h = headers; got > 0 && *h && !ours; ++h) {
+      const size_t want = strlen(*h);
+      ours = want > 0 && want <= static_cast<size_t>(got) && memcmp(head, *h, want) == 0;
+    }
+  }
+  close(fd);
+  return ours;
+}
+
+uint64_t process_start_realtime_ns() {
+  const int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024] = {};
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  // Fields after the command name, which may itself hold spaces and parentheses.
+  const char *p = strrchr(buf, ')');
+  if (!p) return 0;
+  p += 2;  // field 3 (state); starttime is field 22
+  for (int field = 3; field < 22 && *p; ++field) {
+    p = strchr(p, ' ');
+    if (!p) return 0;
+    ++p;
+  }
+  const unsigned long long ticks = strtoull(p, nullptr, 10);
+  const long hz = sysconf(_SC_CLK_TCK);
+  timespec boot{}, real{};
+  if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0 ||
+      clock_gettime(CLOCK_REALTIME, &real) != 0)
+    return 0;
+  const auto ns = [](const timespec &t) {
+    return static_cast<uint64_t>(t.tv_sec) * 1000000000u + static_cast<uint64_t>(t.tv_nsec);
+  };
+  const uint64_t since_boot = static_cast<uint64_t>(ticks) * (1000000000u / hz);
+  const uint64_t uptime = ns(boot);
+  return uptime >= since_boot ? ns(real) - (uptime - since_boot) : 0;
 }
 
 bool directory_of(const char *path, char *out, size_t out_size) {

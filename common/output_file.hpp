@@ -4,6 +4,7 @@
 // stream it is. libstdc++-free like text_rules.hpp; errors are errno values (0 = success).
 #pragma once
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,46 +17,107 @@ int write_all(int fd, const void *data, size_t length);
 
 // Whether `path` names a stream rather than a file to create: /dev/stdout, /dev/stderr,
 // /dev/stdin, /dev/fd/N, /proc/self/fd/N (also thread-self and this process's pid), or a path
-// whose target (symbolic links followed) is a character device, a FIFO or a socket.
+// that is itself (lstat: a symbolic link at the name is never followed) a character device, a
+// FIFO or a socket.
 bool is_stream_target(const char *path);
 
 // An open stream. Writing never creates, renames or truncates anything, and never waits more
-// than `stall_ms` for the reader to make room (a full pipe, a stopped terminal).
+// than `stall_ms` without progress for the reader to make room (a full pipe, a terminal nobody
+// reads or that is stopped): every write is non-blocking, on a description of our own
+// (reopened, O_NONBLOCK), on a host descriptor the host made non-blocking itself, or with
+// send(MSG_DONTWAIT) on a socket. The flags of a host's open file description are never changed.
 struct Stream {
   int fd = -1;
   bool owned = false;    // opened here (closed by close_stream), not the host's descriptor
-  bool blocking = true;  // the descriptor lacks O_NONBLOCK: poll before each small write
+  bool socket = false;   // a socket: send(MSG_DONTWAIT | MSG_NOSIGNAL)
   bool regular = false;  // a regular file behind a descriptor path: plain writes
   int stall_ms = 2000;
 };
 
-// Opens the stream `path` names for writing: a descriptor path uses that descriptor of this
-// process (EBADF if it is not open for writing); anything else is opened O_NONBLOCK without
-// O_CREAT (a FIFO without a reader: ENXIO) and must still be a stream once open. 0 or errno.
+// Opens the stream `path` names for writing. A descriptor path: EBADF if that descriptor of
+// this process is not open for writing; a regular file or a socket behind it, or one the host
+// made O_NONBLOCK, is written through the host's descriptor; anything else (a terminal, a pipe,
+// a device) is reopened through /proc/self/fd/N as our own O_NONBLOCK description, and where
+// that is impossible nothing is written: kStreamNotReopenable. Any other path is opened
+// O_NONBLOCK|O_NOFOLLOW without O_CREAT (a FIFO without a reader: ENXIO) and must still be a
+// stream once open. 0 or errno.
 int open_stream(const char *path, Stream *stream);
+// The error of a blocking descriptor of the host that cannot be reopened non-blocking.
+inline constexpr int kStreamNotReopenable = EWOULDBLOCK;
 // 0, or errno (ETIMEDOUT when the reader made no room within stall_ms).
 int stream_write(Stream *stream, const void *data, size_t length);
 void close_stream(Stream *stream);
+// What a message adds to strerror(error) of a stream: " (no process is reading it)", ... or "".
+const char *stream_error_note(int error);
 
 // ---- files written aside, then moved into place ----
 
 // A temporary beside `path`: "PATH.HOSTTAG.PID.N.tmp" (HOSTTAG: 8 hex digits of the host
-// name), created O_EXCL|O_NOFOLLOW, mode 0644 minus the umask. Returns the descriptor and the
-// name in `tmp`, or -errno.
+// name), created O_EXCL|O_NOFOLLOW, mode 0644 minus the umask. Where that name would exceed the
+// file system's limit for a name (NAME_MAX), the last component of PATH is shortened first by
+// the one rule of shortened_component. Returns the descriptor and the name in `tmp`, or -errno.
 int create_temp_beside(const char *path, char *tmp, size_t tmp_size);
 
-// Removes the temporaries of `path` (the names above) left by processes of this host that no
-// longer exist: regular files owned by this user that are empty or start with `header`. What
-// is not certainly such a leftover is never touched. Returns how many were removed.
+// Removes the temporaries of `path` (the names above, shortened the same way) left by processes
+// of this host that no longer exist: regular files owned by this user that are empty or start
+// with `header`. What is not certainly such a leftover is never touched. Returns how many were
+// removed.
 int remove_dead_temps(const char *path, const char *header);
+
+// The longest name (one path component) the file system of `path`'s directory accepts.
+size_t name_limit(const char *path);
+// The one shortening rule: `component` (length bytes) unchanged if it fits into `room` bytes,
+// else its first bytes (cut at a UTF-8 character boundary) + "~" + 8 hex digits of the FNV-1a
+// hash of the whole component, `room` bytes in all. False if `out` is too small or room < 10.
+bool shortened_component(const char *component, size_t length, size_t room, char *out,
+                         size_t out_size);
+// fresh_name (docs/text-rules.md), with NAME shortened by the rule above where the fresh name's
+// last component would exceed name_limit(path).
+bool fresh_name_within(const char *path, const char *token, char *out, size_t out_size);
+bool fresh_name_within(const char *path, unsigned long token, char *out, size_t out_size);
 
 // Gives `from` the name `to` unless something has it (RENAME_NOREPLACE, or link+unlink where
 // the file system lacks it). 0, EEXIST, or another errno.
 int rename_no_replace(const char *from, const char *to);
 
 // Moves `tmp` to `path`, or if that is taken, to the first free fresh name PATH.1.EXT ..
-// PATH.99.EXT. The name taken goes to `placed`. 0, or errno (EEXIST when all were taken).
+// PATH.99.EXT (fresh_name_within). The name taken goes to `placed`. 0, or errno (EEXIST when
+// all were taken).
 int place_fresh(const char *tmp, const char *path, char *placed, size_t placed_size);
+
+// Gives the finished temporary `tmp` its final name, the one rule for the trace and the summary.
+// What is at `path` (lstat: never followed) decides:
+//   nothing: the name itself (RENAME_NOREPLACE: a file that appears meanwhile is kept);
+//   a file written since `run_start_ns` (a sibling process of the same job): NAME.<pid>.EXT
+//     beside it (`sibling`);
+//   without the lock (`locked` false): nothing is replaced, NAME.<pid>.EXT beside it;
+//   an earlier output of ours (`ours` says so of a regular file), or with `force` a regular
+//     file of this user: replaced atomically by rename;
+//   a directory: EISDIR;
+//   anything else (another program's file, a symbolic link, a FIFO, a device): left alone,
+//     the output goes to the first free NAME.1.EXT .. NAME.99.EXT (`diverted`).
+struct PlaceRequest {
+  bool force = false;
+  bool locked = false;
+  uint64_t run_start_ns = 0;  // CLOCK_REALTIME; 0: no sibling rule
+  bool (*ours)(const char *path, void *context) = nullptr;
+  void *context = nullptr;
+};
+struct PlaceResult {
+  bool diverted = false;
+  bool sibling = false;
+  bool foreign_regular = false;  // diverted from a regular file of this user (force would do)
+};
+int place_output(const char *tmp, const char *path, const PlaceRequest &request, char *placed,
+                 size_t placed_size, PlaceResult *result);
+
+// Whether `path` is a regular file (not a link) of this user whose first bytes are one of
+// `headers` (a null-terminated list).
+bool is_own_file_starting_with(const char *path, const char *const *headers);
+
+// When this process started, in CLOCK_REALTIME ns (0 if unknown): /proc/self/stat's starttime
+// moved onto the wall clock (a forked child's is the fork).
+uint64_t process_start_realtime_ns();
 
 // The directory part of `path` ("." for a bare name). False if it does not fit.
 bool directory_of(const char *path, char *out, size_t out_size);

@@ -151,14 +151,18 @@ void host_name(char *out, size_t out_size) {
   snprintf(out, out_size, "%s", host);
 }
 
-bool fresh_name(const char *path, const char *token, char *out, size_t out_size) {
+size_t fresh_name_split(const char *path) {
   const size_t length = strlen(path);
   const char *slash = strrchr(path, '/');
   const size_t base = slash ? static_cast<size_t>(slash - path) + 1 : 0;
   const char *dot = strrchr(path + base, '.');
-  size_t split = length;  // where ".TOKEN" goes
-  if (dot && dot != path + base && dot != path + length - 1)
-    split = static_cast<size_t>(dot - path);
+  if (dot && dot != path + base && dot != path + length - 1) return static_cast<size_t>(dot - path);
+  return length;
+}
+
+bool fresh_name(const char *path, const char *token, char *out, size_t out_size) {
+  const size_t length = strlen(path);
+  const size_t split = fresh_name_split(path);  // where ".TOKEN" goes
   const size_t token_length = strlen(token);
   if (length + 1 + token_length + 1 > out_size) return false;
   memmove(out, path, split);  // memmove: out may be path itself

@@ -34,6 +34,8 @@ bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup e
 // This host's name for %h ("" if it cannot be read); `out_size` >= 1.
 void host_name(char *out, size_t out_size);
 
+// Where fresh_name puts ".TOKEN" in `path`: the offset of the extension's '.', or the length.
+size_t fresh_name_split(const char *path);
 // NAME.TOKEN.EXT (NAME.TOKEN when the last component has no extension: no '.', or only one at
 // its first or last character). False if it does not fit into `out`.
 bool fresh_name(const char *path, const char *token, char *out, size_t out_size);

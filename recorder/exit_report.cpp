@@ -34,39 +34,6 @@ std::string quoted_for_message(const std::string &text) {
 
 namespace {
 
-// When this process started, in CLOCK_REALTIME ns (0 if unknown): /proc/self/stat's starttime
-// (clock ticks after boot; a forked child's is the fork) moved onto the wall clock.
-uint64_t process_start_realtime_ns() {
-  FILE *f = std::fopen("/proc/self/stat", "re");
-  if (!f) return 0;
-  char buf[1024] = {};
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
-  // Fields after the command name, which may itself hold spaces and parentheses.
-  const char *p = std::strrchr(buf, ')');
-  if (!p) return 0;
-  // p + 2 is field 3 (state); starttime is field 22.
-  p += 2;
-  for (int field = 3; field < 22 && *p; ++field) {
-    p = std::strchr(p, ' ');
-    if (!p) return 0;
-    ++p;
-  }
-  const unsigned long long ticks = std::strtoull(p, nullptr, 10);
-  const long hz = sysconf(_SC_CLK_TCK);
-  timespec boot{}, real{};
-  if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0 ||
-      clock_gettime(CLOCK_REALTIME, &real) != 0)
-    return 0;
-  const auto ns = [](const timespec &t) {
-    return static_cast<uint64_t>(t.tv_sec) * 1000000000u + static_cast<uint64_t>(t.tv_nsec);
-  };
-  const uint64_t since_boot = static_cast<uint64_t>(ticks) * (1000000000u / hz);
-  const uint64_t uptime = ns(boot);
-  return uptime >= since_boot ? ns(real) - (uptime - since_boot) : 0;
-}
-
 uint64_t mtime_ns(const struct stat &st) {
   return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
          static_cast<uint64_t>(st.st_mtim.tv_nsec);
@@ -79,7 +46,7 @@ uint64_t run_start_ns(uint64_t origin_realtime_ns, const std::string &session_fi
   const auto earliest = [&start](uint64_t t) {
     if (t != 0 && (start == 0 || t < start)) start = t;
   };
-  earliest(process_start_realtime_ns());
+  earliest(common::process_start_realtime_ns());
   earliest(origin_realtime_ns);
   struct stat session {};
   if (!session_file.empty() && ::stat(session_file.c_str(), &session) == 0)

@@ -182,7 +182,7 @@ bool is_ferrum_trace_file(const std::string &path) {
 
 std::string numbered_path(const std::string &path, unsigned long n) {
   std::string out(path.size() + 24, '\0');
-  if (!common::fresh_name(path.c_str(), n, out.data(), out.size())) return path;
+  if (!common::fresh_name_within(path.c_str(), n, out.data(), out.size())) return path;
   out.resize(std::strlen(out.c_str()));
   return out;
 }
@@ -214,62 +214,15 @@ bool write_trace_stream(const std::string &path, const Snapshot &snap, TraceFile
     return true;
   }
   outcome->error = std::strerror(err);
-  if (err == ENXIO) outcome->error += " (no process is reading it)";
   if (err == ETIMEDOUT)
     outcome->error += " (its reader made no room for 2 s; the trace is incomplete)";
+  else
+    outcome->error += common::stream_error_note(err);
   return false;
 }
 
-uint64_t mtime_ns(const struct stat &st) {
-  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
-         static_cast<uint64_t>(st.st_mtim.tv_nsec);
-}
-
-// Gives the finished temporary `tmp` its final name (the rules in trace_writer.hpp); 0 or errno.
-int place_trace(const std::string &tmp, const std::string &path, const TraceFileOptions &options,
-                bool locked, TraceFileOutcome *outcome) {
-  // A pattern without %p gives every process of a job the same name (a forked child, the ranks
-  // of a launcher). The last process to exit must not erase the others' traces: a file written
-  // since this run started belongs to a sibling, and this process writes beside it. File time
-  // stamps lag by up to a kernel tick (<= 10 ms), hence the margin; the start time is rounded
-  // down, which only errs towards keeping a file. Decided under the output lock, and the
-  // temporary takes its name before the lock is released, so processes that exit at the same
-  // moment decide one after the other.
-  constexpr uint64_t kMarginNs = 10'000'000;
-  char placed[8192];
-  for (int round = 0; round < 8; ++round) {
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0) {
-      if (errno != ENOENT) return errno;
-      const int err = common::rename_no_replace(tmp.c_str(), path.c_str());
-      if (err == 0) outcome->written_path = path;
-      if (err != EEXIST) return err;
-      continue;  // it appeared meanwhile: decide again
-    }
-    if (S_ISDIR(st.st_mode)) return EISDIR;  // a mistake in the setting, not a file to avoid
-    const bool sibling =
-        options.run_start_ns != 0 && mtime_ns(st) + kMarginNs >= options.run_start_ns;
-    if (sibling || !locked) {
-      outcome->sibling = sibling;
-      const std::string own = numbered_path(path, static_cast<unsigned long>(::getpid()));
-      const int err = common::place_fresh(tmp.c_str(), own.c_str(), placed, sizeof placed);
-      if (err == 0) outcome->written_path = placed;
-      return err;
-    }
-    const bool regular_mine = S_ISREG(st.st_mode) && st.st_uid == ::geteuid();
-    if (S_ISREG(st.st_mode) && ((options.force && regular_mine) || is_ferrum_trace_file(path))) {
-      // rename() replaces the directory entry itself; the lock keeps siblings out meanwhile.
-      if (::rename(tmp.c_str(), path.c_str()) != 0) return errno;
-      outcome->written_path = path;
-      return 0;
-    }
-    outcome->diverted = true;
-    outcome->foreign_regular = regular_mine;
-    const int err = common::place_fresh(tmp.c_str(), path.c_str(), placed, sizeof placed);
-    if (err == 0) outcome->written_path = placed;
-    return err;
-  }
-  return EEXIST;
+bool is_our_trace(const char *path, void *) {
+  return is_ferrum_trace_file(path);
 }
 
 }  // namespace
@@ -311,8 +264,20 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
                          ? common::lock_output_dir(dir, options.lock_timeout_ms)
                          : -1;
     outcome->unlocked = lock < 0;
-    err = place_trace(tmp, path, options, lock >= 0, outcome);
+    common::PlaceRequest request;
+    request.force = options.force;
+    request.locked = lock >= 0;
+    request.run_start_ns = options.run_start_ns;
+    request.ours = is_our_trace;
+    common::PlaceResult placed_as;
+    char placed[8192];
+    err =
+        common::place_output(tmp.c_str(), path.c_str(), request, placed, sizeof placed, &placed_as);
     common::unlock_output_dir(lock);
+    if (err == 0) outcome->written_path = placed;
+    outcome->diverted = placed_as.diverted;
+    outcome->sibling = placed_as.sibling;
+    outcome->foreign_regular = placed_as.foreign_regular;
     ok = err == 0;
   }
   if (!ok) {

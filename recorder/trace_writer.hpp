@@ -42,12 +42,15 @@ std::string render_trace(const Snapshot &snap);
 //     /dev/fd/N, /proc/self/fd/N) is written as a stream: nothing is created or renamed, a FIFO
 //     without a reader is an error (ENXIO) and a reader that makes no room for 2 s ends the
 //     write (ETIMEDOUT); `stream` is set;
+//   - a symbolic link at the name is not a stream, whatever it points to (lstat);
 //   - anything else: the trace is first written to a temporary beside the name
-//     (PATH.HOSTTAG.PID.N.tmp, O_EXCL|O_NOFOLLOW, 0644 minus umask), so the final name never
+//     (PATH.HOSTTAG.PID.N.tmp, O_EXCL|O_NOFOLLOW, 0644 minus umask; PATH's last component
+//     shortened where that would exceed NAME_MAX), so the final name never
 //     holds a partial trace; temporaries that dead processes of ours left for this name are
 //     removed first. Then, under the directory's output lock (common/output_file.hpp: only
 //     ferrum-replay takes it, at most `lock_timeout_ms` of waiting, never the directory
-//     itself), the temporary takes its name in one step. What is at the name decides which:
+//     itself), the temporary takes its name in one step (common::place_output, the rule the
+//     shim's summary follows too). What is at the name decides which:
 //       nothing: the name itself (RENAME_NOREPLACE: a file that appears meanwhile is kept);
 //       a file written since `run_start_ns` (a sibling process of the same job wrote it):
 //         NAME.<pid>.EXT beside it (`sibling`);
@@ -87,7 +90,8 @@ bool write_trace_file(const std::string &path, const Snapshot &snap, std::string
 bool is_ferrum_trace_file(const std::string &path);
 
 // The fresh-name rule (docs/text-rules.md): NAME.EXT -> NAME.N.EXT (NAME.N without an
-// extension); the directory part is kept.
+// extension); the directory part is kept; NAME is shortened where the last component would
+// exceed the file system's name limit (common::fresh_name_within).
 std::string numbered_path(const std::string &path, unsigned long n);
 
 }  // namespace ferrum_replay::recorder

@@ -135,27 +135,55 @@ void write_exit_summary() {
   write_text(path, text.data, text.length);
 }
 
-void write_text(const char *path, const char *data, size_t length) {
-  if (common::is_stream_target(path)) {
-    // A device, FIFO or descriptor: written as the stream it is, nothing created or renamed.
-    common::Stream stream;
-    int error = common::open_stream(path, &stream);
-    if (error == 0) {
-      error = common::stream_write(&stream, data, length);
-      common::close_stream(&stream);
+namespace {
+
+// An earlier summary of ours: the header line of today's summary, or of older versions'.
+const char *const kSummaryHeaders[] = {"ferrum-replay launch summary:", "ferrum-replay: ", nullptr};
+
+bool is_our_summary(const char *path, void *) {
+  return common::is_own_file_starting_with(path, kSummaryHeaders);
+}
+
+void write_summary_stream(const char *path, const char *data, size_t length) {
+  // A device, FIFO or descriptor: written as the stream it is, nothing created or renamed.
+  common::Stream stream;
+  int error = common::open_stream(path, &stream);
+  if (error == 0) {
+    error = common::stream_write(&stream, data, length);
+    common::close_stream(&stream);
+  }
+  if (error)
+    warn_line("cannot write the summary to '%s': %s%s", message_value(path).text, strerror(error),
+              common::stream_error_note(error));
+}
+
+}  // namespace
+
+void write_text(const char *given, const char *data, size_t length) {
+  // A trailing '/' names a directory: the summary takes a name of its own inside it.
+  char named[common::kMaxExpandedPath + 64];
+  const char *path = given;
+  const size_t given_length = strlen(given);
+  if (given_length > 0 && given[given_length - 1] == '/') {
+    const int n = snprintf(named, sizeof named, "%sferrum-replay-summary.%d.txt", given,
+                           static_cast<int>(getpid()));
+    if (n < 0 || static_cast<size_t>(n) >= sizeof named) {
+      warn_line("cannot write the summary to '%s': %s", message_value(given).text,
+                strerror(ENAMETOOLONG));
+      return;
     }
-    if (error)
-      warn_line("cannot write the summary to '%s': %s%s", message_value(path).text, strerror(error),
-                error == ENXIO       ? " (no process is reading it)"
-                : error == ETIMEDOUT ? " (its reader made no room for 2 s)"
-                                     : "");
+    path = named;
+  }
+  if (common::is_stream_target(path)) {
+    write_summary_stream(path, data, length);
     return;
   }
   // A file: written aside first, so that the name never holds half a summary, then given the
-  // name, or if that is taken (a file, a symbolic link: never followed nor replaced) the first
-  // free PATH.1.EXT .. PATH.99.EXT.
-  common::remove_dead_temps(path, "ferrum-replay: ");
-  char tmp[common::kMaxExpandedPath + 1 + 64];
+  // name by the trace's rule (common::place_output): an earlier summary of ours is replaced; a
+  // file written during this run by another process of the job, another program's file, a
+  // symbolic link (never followed) or a special file is left alone and the summary goes beside.
+  common::remove_dead_temps(path, kSummaryHeaders[0]);
+  char tmp[sizeof named + 64];
   const int fd = common::create_temp_beside(path, tmp, sizeof tmp);
   if (fd < 0) {
     warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(-fd));
@@ -164,15 +192,37 @@ void write_text(const char *path, const char *data, size_t length) {
   int error = common::write_all(fd, data, length);
   if (close(fd) != 0 && error == 0) error = errno;
   char placed[sizeof tmp];
-  if (error == 0) error = common::place_fresh(tmp, path, placed, sizeof placed);
+  common::PlaceResult result;
+  bool unlocked = false;
+  if (error == 0) {
+    char dir[sizeof named];
+    const int lock =
+        common::directory_of(path, dir, sizeof dir) ? common::lock_output_dir(dir, 2000) : -1;
+    unlocked = lock < 0;
+    common::PlaceRequest request;
+    request.locked = lock >= 0;
+    request.run_start_ns = common::process_start_realtime_ns();
+    request.ours = is_our_summary;
+    error = common::place_output(tmp, path, request, placed, sizeof placed, &result);
+    common::unlock_output_dir(lock);
+  }
   if (error) {
     unlink(tmp);
     warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(error));
     return;
   }
-  if (strcmp(placed, path) != 0)
-    warn_line("'%s' exists; the summary is in '%s'", message_value(path).text,
-              message_value(placed).text);
+  if (strcmp(placed, path) == 0) return;
+  if (result.diverted)
+    warn_line("'%s' exists and is not a ferrum-replay summary; the summary is in '%s'",
+              message_value(path).text, message_value(placed).text);
+  else if (result.sibling)
+    warn_line("'%s' was written by another process of this run; the summary is in '%s'",
+              message_value(path).text, message_value(placed).text);
+  else if (unlocked)
+    warn_line(
+        "another ferrum-replay process held the output lock of the directory of '%s' for "
+        "2 s; the summary is in '%s'",
+        message_value(path).text, message_value(placed).text);
 }
 
 }  // namespace ferrum_replay::shim

@@ -3,9 +3,12 @@
 // tells what ran. PATH expands %p (pid), %h (host name), %q{VAR} and %% (docs/text-rules.md;
 // an unset VAR is named in one warning). A device, FIFO or descriptor path (/dev/null,
 // /dev/stderr, /proc/self/fd/N) is written as a stream, never created or renamed, with a
-// bounded wait. Otherwise the summary is written aside and then takes the name; an existing
-// file or symbolic link is never replaced nor followed: the summary goes to PATH.1.EXT,
-// PATH.2.EXT, ... and says so (common/output_file.hpp).
+// bounded wait (never a blocking write: common/output_file.hpp). A trailing '/' names a
+// directory: the summary is ferrum-replay-summary.<pid>.txt inside it. Otherwise the summary is
+// written aside and then takes the name by the trace's rule (common::place_output): an earlier
+// summary of ours is replaced; another program's file, a symbolic link (never followed) or a
+// file written during this run by another process is left alone and the summary goes beside it
+// (PATH.1.EXT, PATH.<pid>.EXT), with one line.
 //
 //   ferrum-replay launch summary: 5 graphs, 340 launches, 0 failed, 0 rejected pushes (pid 4242)
 //     graph  launches  failed  rejected  name

@@ -719,3 +719,138 @@ TEST_CASE("fresh names follow the one rule, at most 99 of them") {
   CHECK(outcome.error == std::strerror(EEXIST));
   CHECK(access((dir / "x.100.json").c_str(), F_OK) != 0);
 }
+
+TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor keeps its flags") {
+  Recorder big(Settings{}, 0);
+  record_nested(big, 3000);  // more than a terminal's or a socket's buffer holds
+  const Snapshot bs = big.snapshot_for_report();
+  TraceFileOutcome outcome;
+  // A terminal nobody reads: a blocking write to it waits in the kernel even after poll said
+  // there was room; as a descriptor path it is reopened as our own non-blocking description.
+  const int master = posix_openpt(O_RDWR | O_NOCTTY);
+  REQUIRE(master >= 0);
+  REQUIRE(grantpt(master) == 0);
+  REQUIRE(unlockpt(master) == 0);
+  const int terminal = open(ptsname(master), O_WRONLY | O_NOCTTY);
+  REQUIRE(terminal >= 0);
+  timespec start = now_monotonic();
+  CHECK_FALSE(
+      write_trace_file("/dev/fd/" + std::to_string(terminal), bs, TraceFileOptions{}, &outcome));
+  CHECK(outcome.error.find(std::strerror(ETIMEDOUT)) == 0);
+  CHECK(seconds_since(start) < 4.0);
+  CHECK((fcntl(terminal, F_GETFL) & O_NONBLOCK) == 0);
+  close(terminal);
+  close(master);
+
+  // A socket nobody reads: send(MSG_DONTWAIT), the description untouched.
+  int pair[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  start = now_monotonic();
+  CHECK_FALSE(write_trace_file("/proc/self/fd/" + std::to_string(pair[0]), bs, TraceFileOptions{},
+                               &outcome));
+  CHECK(outcome.error.find(std::strerror(ETIMEDOUT)) == 0);
+  CHECK(seconds_since(start) < 4.0);
+  CHECK((fcntl(pair[0], F_GETFL) & O_NONBLOCK) == 0);
+  // Its reader gone: EPIPE and no SIGPIPE.
+  close(pair[1]);
+  CHECK_FALSE(write_trace_file("/proc/self/fd/" + std::to_string(pair[0]), bs, TraceFileOptions{},
+                               &outcome));
+  CHECK(outcome.error == std::strerror(EPIPE));
+  close(pair[0]);
+
+  // A pipe: reopened non-blocking, the host's end stays blocking; a reader gets everything.
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  std::string got;
+  std::thread reader([&] {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  });
+  CHECK(write_trace_file("/dev/fd/" + std::to_string(fds[1]), bs, TraceFileOptions{}, &outcome));
+  CHECK((fcntl(fds[1], F_GETFL) & O_NONBLOCK) == 0);
+  close(fds[1]);
+  reader.join();
+  close(fds[0]);
+  CHECK(got == render_trace(bs));
+}
+
+TEST_CASE("a symbolic link at the name is never a stream, whatever it points to") {
+  TempDir dir;
+  Recorder r(Settings{}, 0);
+  const Snapshot s = small_snapshot(r);
+  const std::string fifo = dir / "fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  // A reader on the FIFO: a followed link would send the trace there.
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  for (const std::string &target : {fifo, std::string("/dev/null")}) {
+    const std::string link = dir / "link.json";
+    unlink(link.c_str());
+    unlink((dir / "link.1.json").c_str());
+    REQUIRE(symlink(target.c_str(), link.c_str()) == 0);
+    CHECK_FALSE(ferrum_replay::common::is_stream_target(link.c_str()));
+    TraceFileOutcome outcome;
+    REQUIRE(write_trace_file(link, s, TraceFileOptions{}, &outcome));
+    CHECK_FALSE(outcome.stream);
+    CHECK(outcome.diverted);
+    CHECK(outcome.written_path == dir / "link.1.json");
+    CHECK(S_ISLNK(mode_of(link)));
+    CHECK(read_file(dir / "link.1.json") == render_trace(s));
+  }
+  char byte;
+  CHECK(read(reader, &byte, 1) <= 0);  // nothing reached the FIFO
+  close(reader);
+  // The descriptor paths, links themselves, stay streams.
+  CHECK(ferrum_replay::common::is_stream_target("/dev/stdout"));
+  CHECK(ferrum_replay::common::is_stream_target("/proc/self/fd/2"));
+}
+
+TEST_CASE("names up to the file system's limit are written; temporaries and fresh names fit") {
+  TempDir dir;
+  Recorder r(Settings{}, 0);
+  const Snapshot s = small_snapshot(r);
+  for (size_t length : {200u, 230u, 240u, 250u}) {
+    const std::string path = dir / (std::string(length, 'g') + ".json");
+    TraceFileOutcome outcome;
+    REQUIRE_MESSAGE(write_trace_file(path, s, TraceFileOptions{}, &outcome), outcome.error);
+    CHECK(outcome.written_path == path);
+    // A sibling's file at the name: NAME.<pid>.EXT fits too.
+    TraceFileOptions sibling;
+    sibling.run_start_ns = 1;
+    REQUIRE(write_trace_file(path, s, sibling, &outcome));
+    CHECK(outcome.sibling);
+    CHECK(outcome.written_path.size() - dir.path.size() - 1 <= 255);
+    CHECK(read_file(outcome.written_path) == render_trace(s));
+  }
+  // Fresh names of two long names that differ only at the end stay apart.
+  char a[4200], b[4200];
+  const std::string stem = dir / std::string(252, 'h');
+  REQUIRE(ferrum_replay::common::fresh_name_within((stem + "a.x").c_str(), 17ul, a, sizeof a));
+  REQUIRE(ferrum_replay::common::fresh_name_within((stem + "b.x").c_str(), 17ul, b, sizeof b));
+  CHECK(std::string(a) != std::string(b));
+  CHECK(std::string(a).size() - dir.path.size() - 1 <= 255);
+  CHECK(std::string(a).substr(std::string(a).size() - 5) == ".17.x");
+
+  // A dead process's leftover of a long name, made by the one rule, is recognised and removed.
+  const std::string path = dir / (std::string(245, 'k') + ".json");
+  const pid_t child = fork();
+  if (child == 0) {
+    char tmp[4200];
+    const int fd = ferrum_replay::common::create_temp_beside(path.c_str(), tmp, sizeof tmp);
+    if (fd < 0) _exit(1);
+    const char header[] = "{\"traceEvents\":[\n";
+    _exit(write(fd, header, sizeof header - 1) == static_cast<ssize_t>(sizeof header - 1) ? 0 : 2);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(listing(dir.path).size() > 0);
+  const size_t before = listing(dir.path).size();
+  TraceFileOutcome outcome;
+  REQUIRE(write_trace_file(path, s, TraceFileOptions{}, &outcome));
+  CHECK(outcome.written_path == path);
+  CHECK(listing(dir.path).size() == before);  // the leftover went, the trace came
+  for (const std::string &name : listing(dir.path)) CHECK(name.find(".tmp") == std::string::npos);
+}

@@ -187,6 +187,9 @@ def summary_file_never_followed():
             handle.write("precious\n")
         summary = os.path.join(tmp, "summary.txt")
         os.symlink(victim, summary)
+        # Planted before this run (planted during it, it is a sibling's: summary.<pid>.txt).
+        old = time.time() - 3600
+        os.utime(summary, (old, old), follow_symlinks=False)
         run_ = harness.run([harness.path_of("LAUNCH_DRIVER"), *ARGS], record=False,
                            env={"FERRUM_REPLAY_SUMMARY": summary})
         expect_program_unharmed(run_)
@@ -381,6 +384,170 @@ def stream_outputs():
            "summary to /dev/full: not one line", run_)
 
 
+def run_with_stdout(argv, stdout, env, timeout=30):
+    """Runs argv as harness.run does (shim, recorder, stand-ins), its stdout given; returns
+    (returncode or None when it had to be killed, stderr, seconds)."""
+    import subprocess
+    child_env = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("FERRUM_", "NVTX_")) or k in ("FERRUM_SHIM",
+                                                                     "FERRUM_RECORDER_LIB")}
+    child_env.pop("LD_PRELOAD", None)
+    child_env["LD_LIBRARY_PATH"] = harness.path_of("STANDIN_DIR")
+    child_env["LD_PRELOAD"] = harness.path_of("FERRUM_SHIM")
+    child_env.update(env)
+    harness.preload_first(child_env)
+    started = time.monotonic()
+    child = subprocess.Popen(harness.under_emulator(argv, child_env), env=child_env,
+                             stdout=stdout, stderr=subprocess.PIPE)
+    try:
+        _, err = child.communicate(timeout=timeout)
+        code = child.returncode
+    except subprocess.TimeoutExpired:
+        child.kill()
+        _, err = child.communicate()
+        code = None
+    return code, err.decode(errors="replace"), time.monotonic() - started
+
+
+def streams_never_block():
+    """No write to a stream blocks beyond the 2 s bound, whatever the stream: a terminal nobody
+    reads (a blocking write to a tty waits in the kernel even after poll said writable), a
+    socket nobody reads, a pipe; the host's own descriptor keeps its flags."""
+    import pty
+    import socket
+    program = [harness.path_of("LAUNCH_DRIVER"), "--graphs", "4", "--iters", "3000"]
+    # Many graphs: a summary larger than a terminal's buffer.
+    many = [harness.path_of("LAUNCH_DRIVER"), "--graphs", "3000", "--iters", "1"]
+    master, slave = pty.openpty()
+    try:
+        for argv, env, what in (
+                (program, {"NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
+                           "FERRUM_RECORD_OUT": "/dev/stdout", "FERRUM_RECORD_TABLE": "0"},
+                 "trace"),
+                (many, {"FERRUM_REPLAY_SUMMARY": "/dev/stdout"}, "summary")):
+            code, err, took = run_with_stdout(argv, slave, env)
+            expect(code == 0, f"{what} to a terminal nobody reads: exit {code} after {took:.1f} s"
+                   f" (hung in write?)\n{err}")
+            expect(took < 12, f"{what} to a terminal nobody reads took {took:.1f} s")
+            expect(len([l for l in err.splitlines() if "made no room for 2 s" in l]) == 1,
+                   f"{what}: not one line saying the terminal made no room:\n{err}")
+            expect(os.get_blocking(slave), "the terminal was made non-blocking")
+            # Drain what reached the terminal, for the next run.
+            os.set_blocking(master, False)
+            try:
+                while os.read(master, 65536):
+                    pass
+            except (BlockingIOError, OSError):
+                pass
+            os.set_blocking(master, True)
+    finally:
+        os.close(master)
+        os.close(slave)
+    # A socket nobody reads, as stdout.
+    left, right = socket.socketpair()
+    try:
+        code, err, took = run_with_stdout(
+            program, left.fileno(),
+            {"NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
+             "FERRUM_RECORD_OUT": "/dev/stdout", "FERRUM_RECORD_TABLE": "0"})
+        expect(code == 0 and took < 12, f"trace to a socket nobody reads: exit {code} after "
+               f"{took:.1f} s\n{err}")
+        expect(len([l for l in err.splitlines() if "made no room for 2 s" in l]) == 1,
+               f"socket: not one line saying the reader made no room:\n{err}")
+        expect(left.getblocking(), "the socket was made non-blocking")
+    finally:
+        left.close()
+        right.close()
+
+
+def links_to_streams_never_followed():
+    """A symbolic link at the trace or summary name is never followed, whatever it points to:
+    a link to a FIFO (read by someone) or to a device is left alone and the output goes to
+    NAME.1.EXT beside it, as for any foreign file."""
+    import threading
+    program = [harness.path_of("LAUNCH_DRIVER"), *ARGS]
+    with tempfile.TemporaryDirectory() as tmp:
+        fifo = os.path.join(tmp, "fifo")
+        os.mkfifo(fifo)
+        got = []
+
+        def read_fifo():
+            with open(fifo, "rb") as handle:  # blocks until a writer comes, then to its end
+                got.append(handle.read())
+        reader = threading.Thread(target=read_fifo, daemon=True)
+        reader.start()
+        old = time.time() - 3600
+        for target, name in ((fifo, "to-fifo.json"), ("/dev/null", "to-null.json")):
+            link = os.path.join(tmp, name)
+            os.symlink(target, link)
+            os.utime(link, (old, old), follow_symlinks=False)
+            run_ = launch(link)
+            expect_program_unharmed(run_)
+            expect(os.path.islink(link), f"{name}: the link was replaced", run_)
+            expect_our_trace(os.path.join(tmp, name.replace(".json", ".1.json")), run_)
+            notices = [l for l in recorder_lines(run_) if "is not a ferrum-replay trace" in l]
+            expect(len(notices) == 1, f"{name}: not one line saying where the trace went", run_)
+            summary = os.path.join(tmp, name.replace(".json", ".txt"))
+            os.symlink(target, summary)
+            os.utime(summary, (old, old), follow_symlinks=False)
+            run_ = harness.run(program, record=False, env={"FERRUM_REPLAY_SUMMARY": summary})
+            expect_program_unharmed(run_)
+            expect(os.path.islink(summary), f"{name}: the summary's link was replaced", run_)
+            fresh = summary.replace(".txt", ".1.txt")
+            expect(os.path.isfile(fresh), f"no summary at {fresh}", run_)
+            with open(fresh) as handle:
+                expect(handle.read().startswith("ferrum-replay launch summary: 2 graphs"),
+                       f"{fresh} is not the summary", run_)
+        # Nothing went through the link into the FIFO: open it once to end the reader.
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        reader.join(5)
+        expect(got == [b""], f"the FIFO behind a link received {len(got[0]) if got else 0} bytes")
+        # The descriptor paths, themselves links, are still streams.
+        run_ = launch("/proc/self/fd/2")
+        expect('"ferrumReplay"' in run_.stderr, "/proc/self/fd/2 is no longer a stream", run_)
+
+
+def long_names_written():
+    """Any name the file system accepts can be written: the temporary beside it and fresh
+    names are shortened by one rule where they would exceed NAME_MAX (255 bytes)."""
+    program = [harness.path_of("LAUNCH_DRIVER"), *ARGS]
+    with tempfile.TemporaryDirectory() as tmp:
+        old = time.time() - 3600
+        for length in (240, 250):
+            out = os.path.join(tmp, "g" * length + ".json")
+            run_ = launch(out)
+            expect_program_unharmed(run_)
+            expect(not [l for l in recorder_lines(run_) if "cannot write" in l],
+                   f"a {length + 5}-byte name was refused", run_)
+            expect_our_trace(out, run_)
+            os.utime(out, (old, old))
+            again = launch(out)  # replaces its own earlier trace
+            expect_our_trace(out, again)
+            summary = os.path.join(tmp, "s" * length + ".txt")
+            run_ = harness.run(program, record=False, env={"FERRUM_REPLAY_SUMMARY": summary})
+            expect(os.path.isfile(summary) and not run_.stderr,
+                   f"a {length + 4}-byte summary name was refused", run_)
+        # Fresh names beside a foreign file of a 255-byte name fit too, and stay apart.
+        out = os.path.join(tmp, "f" * 250 + ".json")
+        with open(out, "w") as handle:
+            handle.write("foreign\n")
+        os.utime(out, (old, old))
+        for _ in range(2):
+            run_ = launch(out)
+            expect_program_unharmed(run_)
+            notices = [l for l in recorder_lines(run_) if "is not a ferrum-replay trace" in l]
+            expect(len(notices) == 1, "no single line saying where the trace went", run_)
+        fresh = sorted(n for n in os.listdir(tmp) if n.startswith("f") and n != "f" * 250 + ".json")
+        expect(len(fresh) == 2 and all(len(n) <= 255 and n.endswith(".json") for n in fresh),
+               f"fresh names: {fresh}")
+        for name in fresh:
+            expect_our_trace(os.path.join(tmp, name), run_)
+        with open(out) as handle:
+            expect(handle.read() == "foreign\n", "the foreign file was replaced")
+        expect(not [n for n in os.listdir(tmp) if n.endswith(".tmp")], "temporaries left")
+
+
 def unset_variable_named():
     """%q{UNSET} expands to nothing and one line names the variable (trace and summary)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -425,7 +592,8 @@ SCENARIOS = {f.__name__: f for f in (
     symlink_planted, foreign_file_kept, earlier_trace_replaced, mode_respects_umask,
     bad_paths_one_line, summary_file_never_followed, merge_output_never_followed,
     locked_directory_never_blocks, output_lock_held_elsewhere, dead_leftovers_removed,
-    stream_outputs, unset_variable_named, nothing_recorded_nothing_written)}
+    stream_outputs, unset_variable_named, nothing_recorded_nothing_written, streams_never_block,
+    links_to_streams_never_followed, long_names_written)}
 
 if __name__ == "__main__":
     harness.main(SCENARIOS)

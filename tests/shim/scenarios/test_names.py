@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (expect, expect_balanced, expect_one_range_per_launch, main,  # noqa: E402
@@ -320,14 +321,40 @@ def summary_file():
             text = handle.read()
         expect(f"{GRAPHS} graphs, {LAUNCHES} launches, {LAUNCHES} failed, {LAUNCHES} rejected"
                in text, f"summary:\n{text}", run_)
+        # Written before this run (an hour ago): another program's file is never replaced...
+        old = time.time() - 3600
         planted = os.path.join(tmp, "fixed.txt")
         with open(planted, "w") as handle:
             handle.write("not ours\n")
+        os.utime(planted, (old, old))
         again = launch(env={"FERRUM_REPLAY_SUMMARY": planted})
         with open(planted) as handle:
             expect(handle.read() == "not ours\n", "an existing file was overwritten", again)
         expect(os.path.exists(os.path.join(tmp, "fixed.1.txt")) and "is in" in again.stderr,
                "the summary did not go to a fresh name with a line saying so", again)
+        # ...but an earlier summary of ours is, by every rerun, today's header or an older one.
+        mine = os.path.join(tmp, "mine.txt")
+        for earlier in (None, "ferrum-replay: 1 graphs, 3 launches\n"):
+            if earlier:
+                with open(mine, "w") as handle:
+                    handle.write(earlier)
+                os.utime(mine, (old, old))
+            rerun = launch(env={"FERRUM_REPLAY_SUMMARY": mine})
+            expect("summary" not in rerun.stderr, "replacing our own summary printed a line",
+                   rerun)
+            with open(mine) as handle:
+                expect(handle.read().startswith("ferrum-replay launch summary:"),
+                       "the earlier summary was not replaced", rerun)
+            os.utime(mine, (old, old))
+        expect(not [n for n in os.listdir(tmp) if n.startswith("mine.") and n != "mine.txt"],
+               f"a rerun wrote beside its own earlier summary: {os.listdir(tmp)}")
+        # A trailing '/' names a directory: a file of its own inside it.
+        inside = os.path.join(tmp, "dir")
+        os.mkdir(inside)
+        run_ = launch(env={"FERRUM_REPLAY_SUMMARY": inside + "/"})
+        files = os.listdir(inside)
+        expect(len(files) == 1 and re.fullmatch(r"ferrum-replay-summary\.\d+\.txt", files[0]),
+               f"files in dir/: {files}", run_)
 
 
 SCENARIOS = {f.__name__: f for f in (
