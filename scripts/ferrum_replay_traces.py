@@ -1169,7 +1169,8 @@ def cmd_record_report(args):
             note(f"no trace was written: {quoted(target)} is a directory (end -o with '/' to "
                  "write the traces into it)")
         elif directory and not os.path.isdir(directory):
-            note(f"no trace was written: the directory {quoted(directory)} does not exist"
+            note(f"no trace was written: the directory {quoted(directory.rstrip('/') or '/')} "
+                 "does not exist"
                  + ("" if args.pattern.endswith("/") else
                     " (end -o with '/' to have a directory created)"))
         elif killed:
@@ -1281,10 +1282,10 @@ def _domain_rows(rows, domain):
         name = _col(row, "Range", "NVTX Range", "Name")
         if name is None:
             continue
-        name = name.strip()
+        # The name exactly as the cell holds it: a range name may begin or end with spaces.
         dom = _col(row, "Domain")
         if dom is not None:
-            if dom.strip() == domain:
+            if dom == domain:
                 out[name] = row
         elif name.startswith(domain + ":"):
             out[name[len(domain) + 1:]] = row
