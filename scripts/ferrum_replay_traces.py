@@ -17,7 +17,7 @@ reports once a program has run. Standard library only; installed beside the libr
         the CI smoke verdict (see `check --help`): one line, exit 0 (pass) or 1 (fail)
 
 Hidden helpers of the sh wrapper (one implementation of docs/text-rules.md): expand, fresh,
-quote, record-output, record-report.
+quote, record-output, record-report. (The sh wrapper doubles '%' itself: literal_pattern.)
 
 Trace format: recorder/trace_writer.hpp. Every reader streams: memory does not grow with
 the number of events (one event or metadata value may be at most MAX_VALUE bytes). Inputs
@@ -25,9 +25,12 @@ named twice (the same file by another path) are read once. Exit status 2: unread
 bad usage.
 """
 import argparse
+from array import array
 import codecs
 import collections
 import csv
+import errno
+import fcntl
 import fnmatch
 import glob
 import json
@@ -135,6 +138,12 @@ def expand_output(pattern, pid=None, host=None, env=None):
     if len(_as_bytes(text)) > EXPAND_LIMIT:
         raise InputError(f"{quoted(pattern)} expands to more than {EXPAND_LIMIT} bytes")
     return text, unset
+
+
+def literal_pattern(path):
+    """Section 1: the pattern that expands to exactly `path` (every '%' doubled), for a
+    literal path handed on where a pattern is expected."""
+    return path.replace("%", "%%")
 
 
 def unset_warning(pattern, unset):
@@ -453,15 +462,70 @@ def distinct_inputs(paths):
     return kept
 
 
+class NameStats:
+    """Per range name: the count, and the total, minimum and maximum duration (ns). Compact,
+    because memory grows with the distinct names (docs/reliability.md): one dict slot, one
+    index and four array cells per name, and the name itself, interned (shared by every
+    table and process that has it) -- not a key tuple and a list of boxed numbers each."""
+
+    __slots__ = ("index", "count", "total", "low", "high")
+
+    def __init__(self):
+        self.index = {}             # name -> row
+        self.count = array("q")
+        self.total = array("d")     # float ns: exact to 2^53 ns (104 days of range time)
+        self.low = array("d")
+        self.high = array("d")
+
+    def add(self, name, count, total, low, high):
+        row = self.index.get(name)
+        if row is None:
+            self.index[sys.intern(name)] = len(self.count)
+            self.count.append(count)
+            self.total.append(total)
+            self.low.append(low)
+            self.high.append(high)
+            return
+        self.count[row] += count
+        self.total[row] += total
+        if low < self.low[row]:
+            self.low[row] = low
+        if high > self.high[row]:
+            self.high[row] = high
+
+    def merge(self, other):
+        count, total, low, high = other.count, other.total, other.low, other.high
+        for name, row in other.index.items():
+            self.add(name, count[row], total[row], low[row], high[row])
+
+    def __len__(self):
+        return len(self.count)
+
+    def get(self, name):
+        """(count, total, low, high) of `name`, or None."""
+        row = self.index.get(name)
+        return None if row is None else (self.count[row], self.total[row], self.low[row],
+                                         self.high[row])
+
+    def items(self):
+        """(name, (count, total, low, high)), in no particular order."""
+        count, total, low, high = self.count, self.total, self.low, self.high
+        for name, row in self.index.items():
+            yield name, (count[row], total[row], low[row], high[row])
+
+    def ranges(self):
+        return sum(self.count)
+
+
 class Scan:
-    """What the readers need of one trace, gathered in one streaming pass: per (pid, domain,
-    name) the count, total, minimum and maximum duration (ns); the nesting check per thread;
-    the process names; the ferrumReplay object. Memory grows with the distinct names,
-    threads and nesting depth, never with the number of events."""
+    """What the readers need of one trace, gathered in one streaming pass: per (pid, domain)
+    the NameStats of its range names; the nesting check per thread; the process names; the
+    ferrumReplay object. Memory grows with the distinct names, threads and nesting depth,
+    never with the number of events."""
 
     def __init__(self, path):
         self.path = path
-        self.stats = {}           # (pid, cat, name) -> [count, total, low, high]
+        self.stats = {}           # (pid, cat) -> NameStats
         self.process_names = {}   # pid -> name (first process_name event)
         self.threads = {}         # (pid, tid) -> [last (start, -end), stack of ends]
         self.problems = []        # the first few nesting problems
@@ -480,6 +544,7 @@ class Scan:
 
     def batch(self, batch):
         path, stats, threads, validate = self.path, self.stats, self.threads, validate_event
+        last_pid = last_cat = table = None
         index = self.events - 1
         self.events += len(batch)
         for event in batch:
@@ -506,17 +571,21 @@ class Scan:
                     cat, name = str(cat), str(name)
                 start = round(ts * 1000.0)
                 dur = round(dur * 1000.0)
-                key = (pid, cat, name)
-                entry = stats.get(key)
-                if entry is None:
-                    stats[key] = [1, dur, dur, dur]
+                if table is None or pid != last_pid or cat != last_cat:
+                    table = stats.get((pid, cat))
+                    if table is None:
+                        table = stats[(pid, cat)] = NameStats()
+                    last_pid, last_cat = pid, cat
+                row = table.index.get(name)
+                if row is None:
+                    table.add(name, 1, dur, dur, dur)
                 else:
-                    entry[0] += 1
-                    entry[1] += dur
-                    if dur < entry[2]:
-                        entry[2] = dur
-                    elif dur > entry[3]:
-                        entry[3] = dur
+                    table.count[row] += 1
+                    table.total[row] += dur
+                    if dur < table.low[row]:
+                        table.low[row] = dur
+                    if dur > table.high[row]:
+                        table.high[row] = dur
                 # Nesting, per thread, as the events come: each thread's ranges are in start
                 # order, enclosing ranges first (trace_writer.hpp; merge keeps that order).
                 end = start + dur
@@ -550,7 +619,7 @@ class Scan:
         return "merged" in self.meta
 
     def range_count(self, domain=None):
-        return sum(s[0] for k, s in self.stats.items() if domain is None or k[1] == domain)
+        return sum(t.ranges() for k, t in self.stats.items() if domain is None or k[1] == domain)
 
     def nesting_line(self):
         if not self.problems:
@@ -586,7 +655,7 @@ def pid_labels(scan):
     if scan.merged:
         return {pid: str(name) for pid, name in scan.process_names.items()}
     label = process_label(scan.meta, scan.path, scan.process_names.get(scan.meta.get("pid")))
-    return {key[0]: label for key in scan.stats}
+    return {pid: label for pid, _ in scan.stats}
 
 
 def process_keys(scan):
@@ -599,7 +668,7 @@ def process_keys(scan):
             return {(str(e.get("host")), str(e.get("pid")),
                      str((e.get("clock") or {}).get("originRealtimeNs")
                          if isinstance(e.get("clock"), dict) else None)) for e in entries}
-        return {(scan.path, str(k[0]), None) for k in scan.stats}
+        return {(scan.path, str(pid), None) for pid, _ in scan.stats}
     clock = m.get("clock") if isinstance(m.get("clock"), dict) else {}
     if not m:
         return {(scan.path, None, None)}
@@ -636,22 +705,25 @@ def totals(scans):
 # ---- summary ----
 
 def aggregate(scans, domain=None, by_process=False):
-    """{(process label or "", domain, name): [count, total, low, high]}"""
-    table = {}
+    """{(process label or "", domain): NameStats}. A group with one source shares that
+    trace's table (nothing is copied); a second source makes it a table of its own."""
+    table, owned = {}, set()
     for scan in scans:
         labels = pid_labels(scan) if by_process else None
-        for (pid, cat, name), s in scan.stats.items():
+        for (pid, cat), stats in scan.stats.items():
             if domain is not None and cat != domain:
                 continue
-            label = labels.get(pid, str(pid)) if by_process else ""
-            entry = table.get((label, cat, name))
-            if entry is None:
-                table[(label, cat, name)] = list(s)
-            else:
-                entry[0] += s[0]
-                entry[1] += s[1]
-                entry[2] = min(entry[2], s[2])
-                entry[3] = max(entry[3], s[3])
+            key = (labels.get(pid, str(pid)) if by_process else "", cat)
+            group = table.get(key)
+            if group is None:
+                table[key] = stats
+                continue
+            if key not in owned:
+                mine = NameStats()
+                mine.merge(group)
+                table[key] = group = mine
+                owned.add(key)
+            group.merge(stats)
     return table
 
 
@@ -660,24 +732,37 @@ def cell(text):
 
 
 def format_table(table, by_process):
+    """The table's lines, made one at a time (two passes: the column widths, then the lines),
+    so that memory holds no per-row text."""
     header = (["process"] if by_process else []) + [
         "domain", "range", "count", "total ms", "mean us", "min us", "max us"]
-    rows = [header]
-    for key in sorted(table):
-        count, total, low, high = table[key]
-        mean = total / count if count else 0.0
-        rows.append(([cell(key[0])] if by_process else []) + [
-            cell(key[1]), cell(key[2]), str(count), f"{total / 1e6:.3f}",
-            f"{mean / 1e3:.3f}", f"{low / 1e3:.3f}", f"{high / 1e3:.3f}"])
     text_cols = len(header) - 4  # left-aligned: process?, domain, range, count
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = []
-    for r in rows:
+
+    def rows():
+        for key in sorted(table):
+            stats = table[key]
+            first = ([cell(key[0])] if by_process else []) + [cell(key[1])]
+            for name in sorted(stats.index):
+                count, total, low, high = stats.get(name)
+                mean = total / count if count else 0.0
+                yield first + [cell(name), str(count), f"{total / 1e6:.3f}",
+                               f"{mean / 1e3:.3f}", f"{low / 1e3:.3f}", f"{high / 1e3:.3f}"]
+
+    widths = [len(h) for h in header]
+    for r in rows():
+        for i, text in enumerate(r):
+            if len(text) > widths[i]:
+                widths[i] = len(text)
+
+    def line(r):
         cells = [r[i].ljust(widths[i] + 3) for i in range(text_cols)]
         cells += [r[i].rjust(widths[i] + (0 if i == text_cols else 4))
                   for i in range(text_cols, len(header))]
-        lines.append("".join(cells).rstrip())
-    return lines
+        return "".join(cells).rstrip()
+
+    yield line(header)
+    for r in rows():
+        yield line(r)
 
 
 def errors_line(t):
@@ -691,13 +776,14 @@ def cmd_summary(args):
     scans = scan_all(args.traces)
     table = aggregate(scans, args.domain, args.by_process)
     t = totals(scans)
-    n = sum(s[0] for s in table.values())
+    n = sum(stats.ranges() for stats in table.values())
     where = f" in domain {cell(args.domain)}" if args.domain else ""
     count = count_processes(scans)
     print(f"ferrum-replay summary: {n} ranges{where} in {len(scans)} "
           f"trace{'s' if len(scans) != 1 else ''} ({count} process{'es' if count != 1 else ''})")
-    if table:
-        print("\n".join(format_table(table, args.by_process)))
+    if any(len(stats) for stats in table.values()):
+        for line in format_table(table, args.by_process):
+            print(line)
     print(errors_line(t))
     if t["rejectedPushes"]:
         print(f"rejected pushes: {t['rejectedPushes']}")
@@ -771,6 +857,79 @@ def write_atomically(out, write):
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+_DESCRIPTOR_NAMES = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def descriptor_of(path):
+    """The descriptor a path names by itself (/dev/stdout, /dev/fd/N, /proc/self/fd/N, also
+    thread-self and this process's pid), or None: such a path is written through that
+    descriptor of ours, never opened, created or renamed (as common/output_file.cpp does)."""
+    if path in _DESCRIPTOR_NAMES:
+        return _DESCRIPTOR_NAMES[path]
+    for prefix in ("/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/",
+                   f"/proc/{os.getpid()}/fd/"):
+        if path.startswith(prefix):
+            number = path[len(prefix):]
+            if number.isascii() and number.isdigit() and len(number) <= 9:
+                return int(number)
+    return None
+
+
+def _is_stream_mode(mode):
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def is_stream_target(path):
+    """Whether `path` names a stream rather than a file to create: a descriptor path, or a
+    path whose target (links followed) is a character device, a FIFO or a socket."""
+    if descriptor_of(path) is not None:
+        return True
+    try:
+        return _is_stream_mode(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def write_stream(out, write):
+    """Writes to the stream `out` names, in place: a descriptor path through a duplicate of
+    that descriptor (EBADF when it is not open for writing); anything else opened O_WRONLY
+    without O_CREAT or O_TRUNC and O_NONBLOCK (a FIFO without a reader is ENXIO at once, not
+    a wait), and still a stream once open. Nothing is created, renamed or truncated."""
+    try:
+        number = descriptor_of(out)
+        if number is not None:
+            flags = fcntl.fcntl(number, fcntl.F_GETFL)
+            if flags & os.O_ACCMODE == os.O_RDONLY:
+                raise OSError(errno.EBADF, "the descriptor is not open for writing")
+            fd = os.dup(number)
+        else:
+            fd = os.open(out, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            try:
+                if not _is_stream_mode(os.fstat(fd).st_mode):  # replaced meanwhile
+                    raise OSError(errno.EINVAL, "no longer a device, FIFO or socket")
+                os.set_blocking(fd, True)  # a reader is there: write as any tool into a pipe
+            except BaseException:
+                os.close(fd)
+                raise
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            write(handle)
+    except OSError as error:
+        why = error.strerror or str(error)
+        if error.errno == errno.ENXIO and number is None:
+            why += " (a FIFO without a reader, or a socket)"
+        raise InputError(f"{quoted(out)}: cannot write: {why}") from error
+
+
+def write_output(out, write):
+    """An output file of the Python tools: a device, FIFO, socket or descriptor path is
+    written in place as a stream; anything else through a temporary renamed into place (a
+    symbolic link at `out` is replaced, never followed)."""
+    if is_stream_target(out):
+        write_stream(out, write)
+    else:
+        write_atomically(out, write)
 
 
 def cmd_merge(args):
@@ -900,7 +1059,7 @@ def cmd_merge(args):
             document["clock"] = clock
         handle.write('\n],\n"displayTimeUnit":"ns",\n"ferrumReplay":' + dumps(document) + "}\n")
 
-    write_atomically(out, write)
+    write_output(out, write)
     print(f"ferrum-replay: merged {len(paths)} trace{'s' if len(paths) != 1 else ''} "
           f"({counted['ranges']} ranges, {len(merged)} process{'es' if len(merged) != 1 else ''};"
           f" {how}) into {quoted(out)}", file=sys.stderr)
@@ -913,8 +1072,6 @@ def pattern_globs(pattern):
     """A recorder output pattern as globs: %p is any pid, the rest expands as the recorder
     would; a name shared by processes, or taken by another file, gets a fresh name (text
     rules, section 2). A pattern ending in '/' is a directory of default-named traces."""
-    if pattern.endswith("/"):
-        return [glob.escape(pattern) + "ferrum-replay.*"]
     segments, current, i = [], [], 0
     while i < len(pattern):
         if pattern.startswith("%%", i):
@@ -929,11 +1086,18 @@ def pattern_globs(pattern):
             i += 1
     segments.append("".join(current))
     text = "*".join(glob.escape(expand_output(s)[0]) for s in segments)
+    if pattern.endswith("/"):
+        return [text + "ferrum-replay.*"]
     return [text, fresh_name(text, "*")]
 
 
 def has_pid(pattern):
     return "%p" in pattern.replace("%%", "")
+
+
+def directory_part(pattern):
+    """The pattern's directory, up to and with its last '/' ('' for a bare name)."""
+    return pattern[:pattern.rfind("/") + 1]
 
 
 def session_start_ns(stamp):
@@ -993,18 +1157,22 @@ def cmd_record_report(args):
         except ValueError:
             killed = f"signal {status - 128}"
     if not traces:
-        target = None
-        if not args.pattern.endswith("/") and not has_pid(args.pattern):
-            try:
+        target = directory = None
+        try:
+            if not args.pattern.endswith("/") and not has_pid(args.pattern):
                 target = expand_output(args.pattern)[0]
-            except InputError:
-                target = None
+            if directory_part(args.pattern) and not has_pid(directory_part(args.pattern)):
+                directory = expand_output(directory_part(args.pattern))[0]
+        except InputError:
+            pass
         if target and os.path.isdir(target):
             note(f"no trace was written: {quoted(target)} is a directory (end -o with '/' to "
                  "write the traces into it)")
-        elif target and not os.path.isdir(os.path.dirname(target) or "."):
-            note(f"no trace was written: the directory {quoted(os.path.dirname(target))} does "
-                 "not exist (end -o with '/' to have a directory created)")
+        elif directory and not os.path.isdir(directory):
+            note(f"no trace was written: the directory {quoted(directory.rstrip('/') or '/')} "
+                 "does not exist"
+                 + ("" if args.pattern.endswith("/") else
+                    " (end -o with '/' to have a directory created)"))
         elif killed:
             note(f"no trace was written: the program was ended by {killed}; a process killed "
                  "by a signal writes no trace")
@@ -1029,16 +1197,41 @@ def cmd_record_report(args):
 
 
 def cmd_record_output(args):
-    """Before `record`: refuses a pattern that names an existing directory without the
-    trailing '/'. An unset %q{VAR} is not reported here: each process expands the pattern in
-    its own environment (a launcher sets RANK for its children, not for us), and the recorder
-    says so in the process where it is really unset."""
+    """Before `record`: makes the directory of a pattern ending in '/', as it will expand
+    (%h, %q{VAR} of this environment, %%); refuses a %p in the directory part (each process
+    would write into a directory of its own pid, which nothing creates) and a pattern that
+    names an existing directory without the trailing '/'. An unset %q{VAR} in the file name
+    is not reported here: each process expands the pattern in its own environment (a
+    launcher sets RANK for its children, not for us), and the recorder says so in the process
+    where it is really unset."""
     pattern = args.pattern
+
+    def refuse(text):
+        print(f"ferrum-replay: record: {text}", file=sys.stderr)
+        return 2
+
+    directory = directory_part(pattern)
+    if has_pid(directory):
+        return refuse(f"-o {quoted(pattern)}: %p in the directory part expands per process, "
+                      "to directories that do not exist: put %p in the file name "
+                      "(-o DIR/NAME.%p.json) or leave it out (-o DIR/)")
     expanded, _ = expand_output(pattern, pid="0")
     if not pattern.endswith("/") and not has_pid(pattern) and os.path.isdir(expanded):
-        print(f"ferrum-replay: record: -o {quoted(expanded)} is a directory: end it with '/' "
-              "to write the traces into it", file=sys.stderr)
-        return 2
+        return refuse(f"-o {quoted(expanded)} is a directory: end it with '/' to write the "
+                      "traces into it")
+    if pattern.endswith("/"):
+        made, unset = expand_output(directory)
+        if unset:
+            print(f"ferrum-replay: warning: {', '.join(f'%q{{{n}}}' for n in unset)} in -o "
+                  f"{quoted(pattern)} {'are' if len(unset) > 1 else 'is'} not set here: the "
+                  f"directory made is {quoted(made)}; a process that has "
+                  f"{'them' if len(unset) > 1 else 'it'} set writes into a directory that must "
+                  "already exist", file=sys.stderr)
+        try:
+            os.makedirs(made, exist_ok=True)
+        except OSError as error:
+            return refuse(f"cannot create directory {quoted(made)}: "
+                          f"{error.strerror or error}")
     return 0
 
 
@@ -1089,10 +1282,10 @@ def _domain_rows(rows, domain):
         name = _col(row, "Range", "NVTX Range", "Name")
         if name is None:
             continue
-        name = name.strip()
+        # The name exactly as the cell holds it: a range name may begin or end with spaces.
         dom = _col(row, "Domain")
         if dom is not None:
-            if dom.strip() == domain:
+            if dom == domain:
                 out[name] = row
         elif name.startswith(domain + ":"):
             out[name[len(domain) + 1:]] = row
@@ -1199,16 +1392,21 @@ def parse_expectations(path):
     return out
 
 
-SUMMARY_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(.*?)\s*$")
+# The shim's launch summary (shim/range/exit_summary.cpp): a title line (its wording is not
+# relied on), the header "  graph  launches  failed  rejected  name", then one row per graph,
+# "  %5u  %10llu  %8llu  %8llu  %s": the name is everything after exactly two spaces that
+# follow the fourth number, to the end of the line (it may begin or end with spaces, hold '#'
+# or look like numbers). Graphs destroyed long ago are one totals row, "-" for the ordinal.
+SUMMARY_ROW = re.compile(r" +(\d+) {2,}(\d+) {2,}(\d+) {2,}(\d+)  (.*)\Z", re.S)
+SUMMARY_RECYCLED = re.compile(r" +- {2,}(\d+) {2,}(\d+) {2,}(\d+)  \(\d+ earlier graphs?, destroyed\)\Z")
+SUMMARY_HEADER = re.compile(r" *graph +launches +failed +rejected +name *\Z")
 
 
 def read_launch_summaries(paths):
-    """{graph name: Counter(launches, failed, rejected)} summed over the shim's exit summaries
-    (FERRUM_REPLAY_SUMMARY, shim/range/exit_summary.hpp): after a header line
-    "graph launches failed rejected name", one row per graph,
-    "  <ordinal> <launches> <failed> <rejected> <name>", where name is the range's message.
-    Rows written as "<name> launches=N failed=N rejected=N" are read too."""
+    """({graph name: Counter(launches, failed, rejected)}, Counter of the destroyed graphs'
+    totals row) summed over the shim's exit summaries (FERRUM_REPLAY_SUMMARY)."""
     graphs = collections.defaultdict(collections.Counter)
+    recycled = collections.Counter()
     for path in paths:
         try:
             with open_regular(path, binary=True) as handle:
@@ -1217,49 +1415,46 @@ def read_launch_summaries(paths):
             raise InputError(f"{quoted(path)}: cannot read: {error.strerror or error}") from error
         in_table = False
         for line in lines:
-            words = line.split()
-            if words[:4] == ["graph", "launches", "failed", "rejected"]:
+            line = line[:-1] if line.endswith("\n") else line
+            if SUMMARY_HEADER.match(line):
                 in_table = True
                 continue
-            row = SUMMARY_ROW.match(line) if in_table else None
+            if not in_table:
+                continue
+            row = SUMMARY_ROW.match(line)
             if row:
                 counts = graphs[row[5]]
                 counts["launches"] += int(row[2])
                 counts["failed"] += int(row[3])
                 counts["rejected"] += int(row[4])
                 continue
-            values = dict(re.findall(r"\b(launches|failed|rejected)=(\d+)", line))
-            if "launches" in values and not line.lstrip().startswith("#"):
-                name = line.split(" launches=", 1)[0].strip()
-                for key, value in values.items():
-                    graphs[name][key] += int(value)
-    return graphs
+            row = SUMMARY_RECYCLED.match(line)
+            if row:
+                recycled["launches"] += int(row[1])
+                recycled["failed"] += int(row[2])
+                recycled["rejected"] += int(row[3])
+                continue
+            in_table = False  # the table ended (another summary's title line, say)
+    return graphs, recycled
 
 
 def cmd_check(args):
     domain = args.domain
     failures, notes = [], []
     scans = scan_all(args.traces)
-    counts = {}  # name -> [count, total ns]
+    counts = NameStats()  # our domain's ranges, by name
     if args.nsys_stats:
         rows, problems = nsys_rows(args.nsys_stats, domain)
         notes += problems
         for name, count, total, *_ in rows:
-            s = counts.setdefault(name, [0, 0])
-            s[0] += count
-            s[1] += int(total or 0)
+            counts.add(name, count, float(total or 0), 0.0, 0.0)
         n_processes = None
     else:
         if not scans and not args.allow_no_ranges:
             failures.append("no trace was written (the recorder never started: the workload "
                             "made no CUDA call under the shim, or its environment dropped "
                             "LD_PRELOAD / NVTX_INJECTION64_PATH)")
-        for scan in scans:
-            for (_, cat, name), s in scan.stats.items():
-                if cat == domain:
-                    c = counts.setdefault(name, [0, 0])
-                    c[0] += s[0]
-                    c[1] += s[1]
+        counts = aggregate(scans, domain).get(("", domain)) or counts
         n_processes = count_processes(scans)
         t = totals(scans)
         if t["without_summary"]:
@@ -1273,25 +1468,31 @@ def cmd_check(args):
                 failures.append(f"ranges do not nest in {quoted(os.path.basename(scan.path))}: "
                                 f"{printable(line)}")
                 break
-    total_ranges = sum(s[0] for s in counts.values())
+    total_ranges = counts.ranges()
+
+    def ranges_named(name):
+        found = counts.get(name)
+        return found[0] if found else 0
+
     if total_ranges == 0 and not args.allow_no_ranges and (scans or args.nsys_stats):
         failures.append(f"no range of domain {quoted(domain)} was recorded: the workload "
                         "launched no CUDA graph, or the shim was not preloaded into it")
 
     # Every intercepted launch has its range: the shim's own count, when it wrote one.
-    summaries = read_launch_summaries(distinct_inputs(args.launch_summary))
-    if summaries:
+    summaries, recycled = read_launch_summaries(distinct_inputs(args.launch_summary))
+    if summaries or recycled:
         rejected_by_tool = sum(int(scan.meta.get("rejectedPushes", 0)) for scan in scans)
         missing = []
         for name, c in sorted(summaries.items()):
             expected = c["launches"] - c["rejected"]
-            got = counts[name][0] if name in counts else 0
-            if name and got != expected:
-                missing.append(f"{printable(name, MESSAGE_LIMIT)}: {c['launches']} launches, "
-                               f"{got} ranges")
-        launches = sum(c["launches"] for c in summaries.values())
-        rejected = sum(c["rejected"] for c in summaries.values())
-        if any(not name for name in summaries):  # names not given: compare totals only
+            got = ranges_named(name)
+            # Graphs destroyed long ago are counted in one totals row, not by name: a name may
+            # then have more ranges than its rows (the totals are compared below).
+            if name and (got < expected or (got > expected and not recycled)):
+                missing.append(f"{quoted(name)}: {c['launches']} launches, {got} ranges")
+        launches = sum(c["launches"] for c in summaries.values()) + recycled["launches"]
+        rejected = sum(c["rejected"] for c in summaries.values()) + recycled["rejected"]
+        if recycled or any(not name for name in summaries):  # compare totals
             if total_ranges + rejected != launches:
                 missing.append(f"{launches} launches, {total_ranges} ranges")
         if missing:
@@ -1317,13 +1518,13 @@ def cmd_check(args):
                             f"take {total / n / 1e6:.3f} ms on average, more than {max_mean:g} ms")
 
     for name, expected in args.expect_range:
-        got = counts[name][0] if name in counts else 0
+        got = ranges_named(name)
         if got != expected:
             failures.append(f"{quoted(name)}: {got} ranges, expected {expected}")
     if args.expect_total is not None and total_ranges != args.expect_total:
         failures.append(f"{total_ranges} ranges, expected {args.expect_total}")
     if args.expect_counts is not None:
-        got = sorted(s[0] for s in counts.values())
+        got = sorted(counts.count)
         if got != sorted(args.expect_counts):
             failures.append(f"ranges per graph {got}, expected {sorted(args.expect_counts)} "
                             "(the replays the program made)")
@@ -1438,7 +1639,7 @@ def build_parser():
     p.set_defaults(run=cmd_nsys_table)
 
     p = sub.add_parser("check", help="CI smoke verdict")
-    p.add_argument("--prog", default="ci-smoke-profile", help=argparse.SUPPRESS)
+    p.add_argument("--prog", default="ferrum-replay check", help=argparse.SUPPRESS)
     p.add_argument("--domain", default=DEFAULT_DOMAIN)
     p.add_argument("--expect", metavar="FILE",
                    help="lines 'name-pattern min-count [max-mean-ms]' (globs, # comments)")

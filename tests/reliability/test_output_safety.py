@@ -230,6 +230,115 @@ def merge_output_never_followed():
                    "merge wrote its output through a symlink planted at its temporary name")
 
 
+def merge_output_streams():
+    """`ferrum-replay merge -o OUT`: a FIFO, a character device (a pseudo-terminal), a socket
+    and the descriptor paths (/dev/fd/N, /proc/self/fd/N, /dev/stdout) are written in place as
+    streams, never replaced by a regular file; a FIFO without a reader and a socket are one
+    line each, at once; a symbolic link at OUT is never followed."""
+    import pty
+    import socket
+    import subprocess
+    helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                          "ferrum_replay_traces.py")
+
+    def merge(out, trace, timeout=30, **kwargs):
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, helper, "merge", trace, "-o", out],
+                              capture_output=True, text=True, timeout=timeout, **kwargs)
+        return done, time.monotonic() - started
+
+    def describe(done):
+        return f"\nexit {done.returncode}\nstdout: {done.stdout[-500:]}\nstderr: {done.stderr}"
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "a.json")
+        launch(trace)
+        # A FIFO without a reader: one line, at once; the FIFO stays.
+        fifo = os.path.join(tmp, "fifo")
+        os.mkfifo(fifo)
+        done, took = merge(fifo, trace)
+        lines = done.stderr.splitlines()
+        expect(done.returncode == 2 and len(lines) == 1 and "cannot write" in lines[0] and
+               took < 20, f"a FIFO without a reader: one line ({took:.1f} s)" + describe(done))
+        expect(stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced" + describe(done))
+        # With a reader: the merged trace comes through it.
+        reader = subprocess.Popen(["cat", fifo], stdout=subprocess.PIPE)
+        done, _ = merge(fifo, trace)
+        got = reader.communicate(timeout=30)[0]
+        expect(done.returncode == 0 and json.loads(got)["ferrumReplay"]["ranges"] == 10 and
+               stat.S_ISFIFO(os.lstat(fifo).st_mode), "merge through a FIFO" + describe(done))
+        # A character device: a pseudo-terminal's slave, read back from its master.
+        master, slave = pty.openpty()
+        try:
+            import termios
+            attrs = termios.tcgetattr(slave)
+            attrs[1] &= ~termios.OPOST  # no "\n" -> "\r\n"
+            attrs[3] &= ~termios.ECHO
+            termios.tcsetattr(slave, termios.TCSANOW, attrs)
+            tty = os.ttyname(slave)
+            done, _ = merge(tty, trace)
+            os.set_blocking(master, False)
+            data = b""
+            while True:
+                try:
+                    chunk = os.read(master, 1 << 16)
+                except (BlockingIOError, OSError):
+                    break
+                if not chunk:
+                    break
+                data += chunk
+            expect(done.returncode == 0 and b'"ferrumReplay"' in data and
+                   stat.S_ISCHR(os.stat(tty).st_mode), f"merge to the device {tty}" +
+                   describe(done))
+        finally:
+            os.close(master)
+            os.close(slave)
+        # A socket: one line, and the socket stays.
+        sock_path = os.path.join(tmp, "sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(sock_path)
+            done, took = merge(sock_path, trace)
+            expect(done.returncode == 2 and len(done.stderr.splitlines()) == 1 and took < 20 and
+                   stat.S_ISSOCK(os.lstat(sock_path).st_mode), "a socket" + describe(done))
+        finally:
+            listener.close()
+        # Descriptor paths: this process's descriptor, whatever it is (here a pipe).
+        for form in ("/dev/fd/{}", "/proc/self/fd/{}"):
+            read_end, write_end = os.pipe()
+            try:
+                done, _ = merge(form.format(write_end), trace, pass_fds=[write_end])
+                os.close(write_end)
+                write_end = None
+                data = b""
+                while True:
+                    chunk = os.read(read_end, 1 << 16)
+                    if not chunk:
+                        break
+                    data += chunk
+                expect(done.returncode == 0 and json.loads(data)["ferrumReplay"]["ranges"] == 10,
+                       f"merge -o {form}" + describe(done))
+            finally:
+                os.close(read_end)
+                if write_end is not None:
+                    os.close(write_end)
+        done, _ = merge("/dev/stdout", trace)
+        expect(done.returncode == 0 and json.loads(done.stdout)["ferrumReplay"]["ranges"] == 10,
+               "merge -o /dev/stdout" + describe(done))
+        done, _ = merge("/dev/fd/9", trace)  # not open in the helper: one line
+        expect(done.returncode == 2 and len(done.stderr.splitlines()) == 1,
+               "a descriptor that is not open" + describe(done))
+        # A symbolic link at OUT: replaced by the merged file, its target untouched.
+        victim = os.path.join(tmp, "victim.txt")
+        with open(victim, "w") as handle:
+            handle.write("precious\n")
+        link = os.path.join(tmp, "link.json")
+        os.symlink(victim, link)
+        done, _ = merge(link, trace)
+        with open(victim) as handle:
+            expect(handle.read() == "precious\n", "merge followed a link at -o" + describe(done))
+
+
 def timed_launch(argv, out, timeout=30, **env):
     """Runs argv with the recorder writing to `out`, table on; returns (run, seconds)."""
     run_env = {"FERRUM_RECORD_OUT": out, "FERRUM_RECORD_TABLE": "1"}
@@ -591,6 +700,7 @@ def nothing_recorded_nothing_written():
 SCENARIOS = {f.__name__: f for f in (
     symlink_planted, foreign_file_kept, earlier_trace_replaced, mode_respects_umask,
     bad_paths_one_line, summary_file_never_followed, merge_output_never_followed,
+    merge_output_streams,
     locked_directory_never_blocks, output_lock_held_elsewhere, dead_leftovers_removed,
     stream_outputs, unset_variable_named, nothing_recorded_nothing_written, streams_never_block,
     links_to_streams_never_followed, long_names_written)}

@@ -107,9 +107,28 @@ def test_printable():
                   f"wrapper quote {short(case['in_hex'])}: {done.stdout[:80]!r}")
 
 
+def test_literal_pattern():
+    """Section 1: a literal path handed on as a pattern has every '%' doubled and expands to
+    itself -- in Python and in the sh wrapper (its hidden `_literal`, which ci-smoke-profile
+    calls)."""
+    context = CASES["expand_context"]
+    paths = [case["pattern"] for case in CASES["expand"] if not case.get("error")]
+    paths += ["/tmp/x%p", "%", "%%", "a%q{RANK}b", "/dir with space/%h%%%p/", "[*?]%\\",
+              "plain/path"]
+    wrapper = os.path.join(ROOT, "scripts", "ferrum-replay")
+    for path in paths:
+        pattern = rules.literal_pattern(path)
+        out, unset = rules.expand_output(pattern, pid=context["pid"], host=context["host"],
+                                         env=context["env"])
+        check(out == path and not unset, f"literal {short(path)!r} expands to {short(out)!r}")
+        done = subprocess.run([wrapper, "_literal", path], capture_output=True, check=False)
+        check(done.returncode == 0 and done.stdout == pattern.encode(),
+              f"wrapper _literal {short(path)!r}: {done.stdout[:80]!r}, expected {pattern!r}")
+
+
 def main():
     for test in (test_expand, test_expand_through_the_wrapper_entry, test_fresh,
-                 test_printable):
+                 test_printable, test_literal_pattern):
         test()
     for failure in failures:
         print(f"FAIL {failure}")

@@ -730,7 +730,7 @@ def test_ci_smoke_profile(tmp):
                  "sed \"s/%p/$$/\")\"\nexit $status\n")
     os.chmod(liar, 0o755)
     done = ci_smoke("--", liar, *program, cwd=tmp, env=named)
-    expect_verdict(done, False, "launches without their range: ghost graph: 5 launches, 0 ranges")
+    expect_verdict(done, False, "launches without their range: 'ghost graph': 5 launches, 0 ranges")
 
     # --out keeps the traces and the shim's summaries, in a directory of this run's own.
     keep = os.path.join(tmp, "kept")
@@ -969,6 +969,31 @@ def test_bounded_readers_3m(tmp):
 
 # ---- the wrapper says what happened (issue 10, item 9) --------------------------------------
 
+def test_distinct_names_memory(tmp):
+    """summary and check keep a compact state per distinct range name (docs/reliability.md):
+    200,000 distinct names cost under 300 bytes each over a trace of as many ranges of 8
+    names (they used to cost 500 bytes each in check and 1,300 in summary)."""
+    n = 200_000
+    figures = {}
+    for graphs in (8, n):
+        path = os.path.join(tmp, f"names{graphs}.json")
+        run([sys.executable, MAKE_TRACE, path, "--ranges", str(n), "--graphs", str(graphs),
+             "--threads", "1"], tmp, timeout=900)
+        for command in (["summary"], ["check", "--expect-total", str(n)]):
+            done, rss = max_rss_kb([*traces_helper(), *command, path], tmp)
+            expect(done.returncode == 0, f"{command[0]} of {graphs} names", done)
+            figures[(command[0], graphs)] = rss
+        if graphs == n:
+            rows = [l for l in run([*traces_helper(), "summary", path], tmp).stdout.splitlines()
+                    if l.startswith(DOMAIN + "   graph ")]
+            expect(len(rows) == n, f"{len(rows)} summary rows for {n} names")
+        os.unlink(path)
+    for command in ("summary", "check"):
+        per_name = (figures[(command, n)] - figures[(command, 8)]) * 1024 / n
+        print(f"  {command}: {per_name:.0f} bytes per distinct name")
+        expect(per_name < 300, f"{command}: {per_name:.0f} bytes per distinct name")
+
+
 def children_of(pid):
     found = []
     for task in os.listdir(f"/proc/{pid}/task"):
@@ -1071,6 +1096,127 @@ def test_wrapper_says_what_happened(tmp):
 
 
 # ---- gpu-smoke without a GPU ----------------------------------------------------------------
+
+def test_patterns_hold_literal_paths(tmp):
+    """docs/text-rules.md section 1: a literal path handed on where a pattern is expected has
+    its '%' doubled (a working directory, --out or TMPDIR with '%' in it); `record -o DIR/`
+    makes the directory as it will expand (%h, %q{VAR}); %p in the directory part is refused
+    before the run; a missing directory is named as the reason when no trace was written."""
+    program = [launch_driver(), "--iters", "3"]
+    host = socket.gethostname()
+    # -o with placeholders in the directory: made as it expands, and the trace is found there.
+    done = wrapper("record", "-o", "o-%h-%q{WHO}-%%/", "--", *program, cwd=tmp,
+                   env={"WHO": "me"})
+    made = os.path.join(tmp, f"o-{host}-me-%")
+    expect(done.returncode == 0 and traces_in(made, r"ferrum-replay\..*\.json$"),
+           f"the trace in {made}: {os.listdir(tmp)}", done)
+    expect(not any("%" in f and f != os.path.basename(made) for f in os.listdir(tmp)),
+           f"no literal pattern directory made: {os.listdir(tmp)}", done)
+    expect("trace: '" + made + "/ferrum-replay." in done.stderr, "the report finds it", done)
+    # %p in the directory part: refused in one line before the run (exit 2, nothing ran).
+    for pattern in ("run-%p/", "run-%p/t.json"):
+        done = wrapper("record", "-o", pattern, "--", *program, cwd=tmp)
+        lines = done.stderr.splitlines()
+        expect(done.returncode == 2 and len(lines) == 1 and "%p in the directory part" in
+               lines[0] and "launches=" not in done.stdout, f"-o {pattern} refused", done)
+    # A missing directory under a %p file name: the reason is named, not "no process reached".
+    done = wrapper("record", "-o", "nodir/t.%p.json", "--", *program, cwd=tmp)
+    expect(done.returncode == 0 and f"the directory '{tmp}/nodir' does not exist" in
+           done.stderr and "reached the shim" not in done.stderr, "missing directory named",
+           done)
+
+    # A working directory with '%' in its name: relative -o, the default name, env, nsys.
+    odd = os.path.join(tmp, "w%p%h%q{HOME}%%")
+    os.mkdir(odd)
+    done = wrapper("record", "-o", "rel.json", "--", *program, cwd=odd)
+    expect(os.path.isfile(os.path.join(odd, "rel.json")) and
+           f"trace: '{odd}/rel.json'" in done.stderr, "relative -o in a '%' directory", done)
+    done = wrapper("record", "--", *program, cwd=odd)
+    expect(traces_in(odd, r"ferrum-replay\.\d+\.json$") and "trace: '" + odd in done.stderr,
+           "the default name in a '%' directory", done)
+    done = wrapper("env", "-o", "e.json", cwd=odd)
+    expect(f"export FERRUM_RECORD_OUT='{odd.replace('%', '%%')}/e.json'" in done.stdout,
+           "env -o: the directory as a literal pattern", done)
+    # nsys expands -o again: the wrapper's expansion is handed on with its '%' doubled.
+    log = os.path.join(tmp, "nsys.log")
+    done = wrapper("nsys", "-o", "r%%%h", "--", *program, cwd=odd,
+                   env=nsys_env(tmp, {"FAKE_NSYS_LOG": log}))
+    argv = nsys_calls(log)[0]["argv"]
+    out = argv[argv.index("-o") + 1]
+    expect(out == f"r%%{host}", f"nsys -o is the expansion as a literal pattern: {out!r}", done)
+
+    # ci-smoke-profile: --out and TMPDIR with '%' in them.
+    named = {"FERRUM_REPLAY_SITE": "off"}
+    done = ci_smoke("--out", os.path.join(tmp, "keep%p%h"), "--", *program, cwd=tmp, env=named)
+    expect_verdict(done, True, "the shim's 6 launches all have their range")
+    expect(os.listdir(os.path.join(tmp, "keep%p%h")), "--out with '%' kept", done)
+    tmpdir = os.path.join(tmp, "t%p%%")
+    os.mkdir(tmpdir)
+    done = ci_smoke("--", *program, cwd=tmp, env=dict(named, TMPDIR=tmpdir))
+    expect_verdict(done, True, "the shim's 6 launches all have their range")
+
+
+def test_launch_summary_names_exact(tmp):
+    """The shim's launch summary and nsys stats are read with names exactly as written: a
+    name may begin or end with spaces, hold '#', a tab or digits; the destroyed graphs' totals
+    row is counted; `ferrum-replay check` says its own name."""
+    program = [launch_driver(), "--iters", "3", "--name-graphs", " g"]
+    done = ci_smoke("--", *program, cwd=tmp)
+    expect_verdict(done, True, "6 ranges of 2 graphs in 1 process, balanced; the shim's 6 "
+                               "launches all have their range")
+
+    names = [" lead", "trail ", "  both  ", "#hash", "a\tb", "7  8  9", "plain"]
+    events = [{"ph": "X", "cat": DOMAIN, "name": name, "pid": 7, "tid": 7,
+               "ts": 10.0 * i + j, "dur": 0.5} for i, name in enumerate(names) for j in range(2)]
+    events.append({"ph": "X", "cat": DOMAIN, "name": "gone", "pid": 7, "tid": 7,
+                   "ts": 200.0, "dur": 0.5})
+    trace = write(os.path.join(tmp, "t.json"), json.dumps({
+        "traceEvents": events, "ferrumReplay": {
+            "version": 1, "pid": 7, "ranges": len(events), "rejectedPushes": 0,
+            "protocolErrors": {"popWithoutPush": 0, "popWrongDomain": 0, "openAtExit": 0},
+            "clock": {"originRealtimeNs": 1, "originMonotonicNs": 1}}}))
+
+    def summary(rows, recycled=None, title="ferrum-replay launch summary: 9 graphs, ..."):
+        text = title + "\n" + "  %5s  %10s  %8s  %8s  %s\n" % (
+            "graph", "launches", "failed", "rejected", "name")
+        for i, (name, launches) in enumerate(rows):
+            text += "  %5u  %10u  %8u  %8u  %s\n" % (i + 1, launches, 0, 0, name)
+        if recycled is not None:
+            text += "  %5s  %10u  %8u  %8u  (%u earlier graphs, destroyed)\n" % (
+                "-", recycled, 0, 0, 1)
+        return write(os.path.join(tmp, "launches.txt"), text)
+
+    exact = [(name, 2) for name in names]
+    for title in ("ferrum-replay launch summary: 8 graphs", "ferrum-replay: 8 graphs", ""):
+        done = wrapper("check", "--launch-summary", summary(exact, 1, title), trace, cwd=tmp)
+        expect(done.returncode == 0 and done.stdout.startswith(
+            "ferrum-replay check: OK: 15 ranges") and
+            "the shim's 15 launches all have their range" in done.stdout,
+            f"exact names, title {title!r}", done)
+    # One name off by its spaces is a mismatch, named in quotes.
+    done = wrapper("check", "--launch-summary", summary([("lead", 2)] + exact[1:], 1), trace,
+                   cwd=tmp)
+    expect(done.returncode == 1 and done.stdout.startswith("ferrum-replay check: FAIL: ")
+           and "'lead': 2 launches, 0 ranges" in done.stdout, "a name without its space", done)
+    # Without the destroyed graphs' row, the ranges of "gone" are ones no launch explains.
+    done = wrapper("check", "--launch-summary", summary(exact + [("gone", 1)]), trace, cwd=tmp)
+    expect(done.returncode == 0, "every name given", done)
+    done = wrapper("check", "--launch-summary", summary(exact, 2), trace, cwd=tmp)
+    expect(done.returncode == 1 and "16 launches, 15 ranges" in done.stdout,
+           "the destroyed graphs' total is compared", done)
+
+    # nsys stats: a range name's spaces are kept too.
+    base = os.path.join(tmp, "stats")
+    with open(base + "_nvtx_sum.csv", "w", encoding="utf-8") as handle:
+        handle.write("Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),"
+                     "StdDev (ns),Style,Range\n")
+        for name in (" g 0", "g 1 "):
+            handle.write(f'50.0,1000,3,333.0,333.0,300,400,10.0,PushPop,"{DOMAIN}:{name}"\n')
+    done = wrapper("check", "--nsys-stats", base, "--expect-range", " g 0=3",
+                   "--expect-range", "g 1 =3", cwd=tmp)
+    expect(done.returncode == 0 and "ferrum-replay check: OK: 6 ranges of 2 graphs" in
+           done.stdout, "nsys names exact", done)
+
 
 def test_gpu_smoke_without_gpu(tmp):
     done = run([GPU_SMOKE], tmp, env={"FERRUM_GPU_SMOKE_NVIDIACTL": os.path.join(tmp, "none")})
