@@ -175,8 +175,10 @@ inline GraphRecord &record_for_launch(const void *exec) {
 template <typename Result, typename Call>
 FERRUM_REAL_STACK_FRAME inline Result launch_in_range(const void *exec, Result success,
                                                       Call &&call) {
+  // Off or without a tool: not even the guard (a process that asked for nothing pays least).
+  if (!shim_active()) return call();
   OutermostCall outermost;
-  if (!outermost.claimed() || !shim_active()) return call();
+  if (!outermost.claimed()) return call();
   LaunchRange range(record_for_launch(exec), shim_domain());
   Result result = call();
   if (result != success) range.note_failed_launch();
@@ -209,8 +211,9 @@ FERRUM_REAL_STACK_FRAME inline Result instantiate_and_register(Result success, E
                                                                Call &&call) {
   Result result;
   {
+    if (!shim_active()) return call();
     OutermostCall outermost;
-    if (!outermost.claimed() || !shim_active()) return call();
+    if (!outermost.claimed()) return call();
     result = call();
   }
   if (result == success && out_exec && *out_exec) register_instantiated(*out_exec, graph, api);
@@ -221,8 +224,9 @@ FERRUM_REAL_STACK_FRAME inline Result instantiate_and_register(Result success, E
 // handle to another graph at any moment.
 template <typename Exec, typename Call>
 FERRUM_REAL_STACK_FRAME inline auto destroy_and_forget(Exec exec, Call &&call) {
+  if (!shim_active()) return call();
   OutermostCall outermost;
-  if (!outermost.claimed() || !shim_active()) return call();
+  if (!outermost.claimed()) return call();
   graph_registry().on_destroy(exec);
   return call();
 }
