@@ -672,7 +672,9 @@ TEST_CASE("stream targets: devices, FIFOs and descriptors are written, never cre
   CHECK_FALSE(
       write_trace_file("/dev/fd/" + std::to_string(fds[1]), bs, TraceFileOptions{}, &outcome));
   CHECK(outcome.error.find(std::strerror(ETIMEDOUT)) == 0);
-  CHECK(seconds_since(start) < 4.0);
+  // The bound is 2 s without progress: a reader that makes a little room late (a terminal's
+  // second flush) may cost one more wait, and a loaded machine adds its scheduling delays.
+  CHECK(seconds_since(start) < 6.0);
 
   // Its reader gone: EPIPE, and no SIGPIPE kills the process (we are still here).
   close(fds[0]);
@@ -737,7 +739,9 @@ TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor ke
   CHECK_FALSE(
       write_trace_file("/dev/fd/" + std::to_string(terminal), bs, TraceFileOptions{}, &outcome));
   CHECK(outcome.error.find(std::strerror(ETIMEDOUT)) == 0);
-  CHECK(seconds_since(start) < 4.0);
+  // The bound is 2 s without progress: a reader that makes a little room late (a terminal's
+  // second flush) may cost one more wait, and a loaded machine adds its scheduling delays.
+  CHECK(seconds_since(start) < 6.0);
   CHECK((fcntl(terminal, F_GETFL) & O_NONBLOCK) == 0);
   close(terminal);
   close(master);
@@ -749,7 +753,9 @@ TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor ke
   CHECK_FALSE(write_trace_file("/proc/self/fd/" + std::to_string(pair[0]), bs, TraceFileOptions{},
                                &outcome));
   CHECK(outcome.error.find(std::strerror(ETIMEDOUT)) == 0);
-  CHECK(seconds_since(start) < 4.0);
+  // The bound is 2 s without progress: a reader that makes a little room late (a terminal's
+  // second flush) may cost one more wait, and a loaded machine adds its scheduling delays.
+  CHECK(seconds_since(start) < 6.0);
   CHECK((fcntl(pair[0], F_GETFL) & O_NONBLOCK) == 0);
   // Its reader gone: EPIPE and no SIGPIPE.
   close(pair[1]);
