@@ -1,15 +1,13 @@
 #include "support/log.hpp"
 
 #include <errno.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <atomic>
+
+#include "output_file.hpp"
 
 namespace ferrum_replay::shim {
 namespace {
@@ -17,25 +15,15 @@ namespace {
 std::atomic<LogLevel> g_level{LogLevel::silent};
 
 // The host's stderr is the host's: a line of ours must neither kill the program with SIGPIPE
-// (its reader went away) nor wait without a bound (a full pipe nobody reads). So: at most 2 s
-// for room (a pipe that polls writable takes a line of up to PIPE_BUF bytes without blocking),
-// and SIGPIPE blocked for this thread during the write, the one it raised taken back — unless
-// one was pending already, which is the program's. The descriptor's flags are never touched.
+// (its reader went away) nor wait without a bound (a full pipe, a terminal nobody reads). It
+// is written as the stream it is, by the one rule for host streams (common/output_file.hpp:
+// our own non-blocking description, at most 2 s without progress, SIGPIPE never raised, the
+// host's descriptor flags untouched) — the rule the recorder's lines and the summary follow.
 void write_to_stderr(const char *line, size_t length) {
-  pollfd room{STDERR_FILENO, POLLOUT, 0};
-  if (poll(&room, 1, 2000) != 1 || !(room.revents & POLLOUT)) return;  // closed, broken, full
-  sigset_t pipe_signal, previous, pending;
-  sigemptyset(&pipe_signal);
-  sigaddset(&pipe_signal, SIGPIPE);
-  if (pthread_sigmask(SIG_BLOCK, &pipe_signal, &previous) != 0) return;
-  sigemptyset(&pending);
-  const bool already_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
-  const ssize_t written = write(STDERR_FILENO, line, length);
-  if (written < 0 && errno == EPIPE && !already_pending) {
-    const timespec no_wait{0, 0};
-    sigtimedwait(&pipe_signal, nullptr, &no_wait);
-  }
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  common::Stream stream;
+  if (common::open_stream("/dev/stderr", &stream) != 0) return;
+  common::stream_write(&stream, line, length);
+  common::close_stream(&stream);
 }
 
 void write_line(const char *format, va_list args) {
