@@ -34,8 +34,10 @@ struct RangeAttrs {
 };
 
 struct Event {
-  uint64_t start_ns;
-  uint64_t end_ns;
+  // In ticks of the recorder's TickClock (clock.hpp): monotonic nanoseconds or the CPU's counter.
+  // Snapshot::scale turns them into nanoseconds; comparing two ticks compares two instants.
+  uint64_t start;
+  uint64_t end;
   RangeAttrs attrs;
   uint32_t domain_id;  // 0 is NVTX's global (NULL) domain
   uint32_t depth;      // 0-based level within its (thread, domain) stack, as push returned it

@@ -243,7 +243,7 @@ Recorder *ensure_recorder() {
   g_cwd = new std::string(getcwd(buf.data(), buf.size()) ? buf.data() : ".");
 
   // The two clocks read back to back: ts 0 of the trace, in monotonic and in wall-clock time.
-  const uint64_t origin = now_ns();
+  const uint64_t origin = monotonic_ns();
   auto *r = new Recorder(*g_settings, origin, realtime_ns());
   g_recorder.store(r, std::memory_order_release);
   pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);

@@ -51,6 +51,7 @@ Recorder::Recorder(const Settings &settings, uint64_t origin_ns, uint64_t origin
     : settings_(settings),
       origin_ns_(origin_ns),
       origin_realtime_ns_(origin_realtime_ns),
+      clock_(settings.cpu_counter),
       generation_(g_next_generation.fetch_add(1, std::memory_order_relaxed)),
       names_(settings.reject != RejectMode::none && !settings.reject_domain_only,
              settings.reject != RejectMode::none && settings.reject_domain_only
@@ -103,13 +104,13 @@ int Recorder::push(const nvtxDomainRegistration_st &domain, std::string_view mes
     return kRejected;
   }
   // Read the clock last so that the recorder's own bookkeeping is not part of the range.
-  stack.back().start_ns = now_ns();
+  stack.back().start = clock_.now();
   return static_cast<int>(frame.depth);
 }
 
 int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   // Read the clock first, for the same reason.
-  const uint64_t end = now_ns();
+  const uint64_t end = clock_.now();
   ThreadBuffer &thread = current_thread();
   std::vector<Frame> *stack = thread.find_stack(domain.id);
   if (!stack || stack->empty()) {
@@ -123,8 +124,8 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   // The pop of a rejected push is swallowed: the caller did the right thing.
   if (frame.rejected) return static_cast<int>(frame.depth);
   Event event{};
-  event.start_ns = frame.start_ns;
-  event.end_ns = end;
+  event.start = frame.start;
+  event.end = end;
   event.attrs = frame.attrs;
   event.domain_id = domain.id;
   event.depth = frame.depth;
@@ -147,6 +148,8 @@ Snapshot Recorder::take_snapshot(bool materialize) const {
   snap.pid = static_cast<long>(getpid());
   snap.process_name = read_proc_line("/proc/self/comm");
   snap.origin_ns = origin_ns_;
+  snap.scale = clock_.scale();
+  snap.clock_source = clock_.source_name();
   snap.origin_realtime_ns = origin_realtime_ns_;
   snap.rank_variable = settings_.rank_variable;
   snap.rank_value = settings_.rank_value;

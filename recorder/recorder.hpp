@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "clock.hpp"
 #include "event.hpp"
 #include "name_registry.hpp"
 #include "settings.hpp"
@@ -74,6 +75,8 @@ class Recorder {
   const Settings settings_;
   const uint64_t origin_ns_;
   const uint64_t origin_realtime_ns_;
+  // Reads every range's start and end (clock.hpp).
+  const TickClock clock_;
   // Distinguishes this instance in the thread-local cache, so that a test creating a second
   // recorder at the address of a destroyed one never reuses a stale buffer.
   const uint64_t generation_;

@@ -117,6 +117,16 @@ Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::s
   read_switch(env, context, "FERRUM_RECORD_FORCE", &s.force,
               "not replacing files that are not ferrum-replay traces", warnings);
 
+  if (const char *clock = env("FERRUM_RECORD_CLOCK", context); clock && *clock) {
+    const std::string_view c(clock);
+    if (equals_ignore_case(c, "monotonic")) {
+      s.cpu_counter = false;
+    } else if (!equals_ignore_case(c, "auto") && warnings) {
+      warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_CLOCK='" + quoted(c) +
+                          "' is invalid (expected auto or monotonic); using auto\n");
+    }
+  }
+
   if (const char *dom = env("FERRUM_RECORD_REJECT_DOMAIN", context); dom && *dom) {
     s.reject_domain_only = true;
     s.reject_domain = dom;

@@ -37,6 +37,11 @@
 //                                (thread, domain) stack so that the matching pop is swallowed
 //                                silently; it is counted as "rejectedPushes", never as an error.
 //                                Anything else prints one line on stderr and rejects nothing.
+//   FERRUM_RECORD_CLOCK          auto (the default): time ranges with the CPU's counter where the
+//                                kernel keeps CLOCK_MONOTONIC on it, converted at exit (clock.hpp);
+//                                monotonic: read CLOCK_MONOTONIC for every timestamp (slower; for
+//                                a machine whose counter is suspected). Anything else prints one
+//                                line on stderr and keeps auto.
 //   FERRUM_RECORD_REJECT_DOMAIN  limit rejection (and the every-Nth counter) to pushes in the
 //                                domain of that name; "global" means NVTX's default domain.
 #pragma once
@@ -64,6 +69,9 @@ struct Settings {
   std::string rank_value;
   std::string session_file;  // FERRUM_RECORD_SESSION, empty if unset
   bool force = false;        // FERRUM_RECORD_FORCE: replace an existing file that is not our trace
+  // FERRUM_RECORD_CLOCK: read the CPU's counter where it backs CLOCK_MONOTONIC (auto), or
+  // always CLOCK_MONOTONIC itself (monotonic).
+  bool cpu_counter = true;
   bool spill = true;  // spill full chunks of events to a temporary file (tests switch it off)
 };
 

@@ -38,8 +38,8 @@ bool event_before(const Event &a, const Event &b) {
   // Events are stored in the order ranges *ended*; viewers want start order with an enclosing
   // range before the ranges it contains, which "earlier start, then later end" guarantees. Equal
   // intervals (possible at clock resolution) keep the outer range first by depth.
-  if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
-  if (a.end_ns != b.end_ns) return a.end_ns > b.end_ns;
+  if (a.start != b.start) return a.start < b.start;
+  if (a.end != b.end) return a.end > b.end;
   if (a.domain_id != b.domain_id) return a.domain_id < b.domain_id;
   return a.depth < b.depth;
 }

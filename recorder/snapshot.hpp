@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "clock.hpp"
 #include "event.hpp"
 #include "spill_file.hpp"
 
@@ -34,11 +35,13 @@ struct ThreadSnapshot {
 struct Snapshot {
   long pid = 0;
   std::string process_name;
-  uint64_t origin_ns = 0;                 // ts 0 in the trace (CLOCK_MONOTONIC)
-  uint64_t origin_realtime_ns = 0;        // the same instant in CLOCK_REALTIME; 0 if unknown
-  std::string host;                       // host name, filled in by the exit report
-  std::string rank_variable, rank_value;  // the job rank (settings.hpp), if any
-  std::vector<std::string> domain_names;  // display names by domain id ([0] = "global")
+  uint64_t origin_ns = 0;                  // ts 0 in the trace (CLOCK_MONOTONIC)
+  uint64_t origin_realtime_ns = 0;         // the same instant in CLOCK_REALTIME; 0 if unknown
+  TickScale scale;                         // events' ticks to CLOCK_MONOTONIC ns (clock.hpp)
+  const char *clock_source = "monotonic";  // what the ticks were read from (TickClock)
+  std::string host;                        // host name, filled in by the exit report
+  std::string rank_variable, rank_value;   // the job rank (settings.hpp), if any
+  std::vector<std::string> domain_names;   // display names by domain id ([0] = "global")
   std::vector<ThreadSnapshot> threads;
   const SpillFile *spill = nullptr;  // holds the threads' runs; null when none has any
   uint64_t rejected_pushes = 0;

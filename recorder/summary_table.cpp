@@ -17,7 +17,7 @@ std::vector<RangeStats> aggregate(const Snapshot &snap) {
     std::map<std::pair<uint32_t, const char *>, RangeStats> by_pointer;
     for_each_event(snap, t, [&](const Event &e) {
       RangeStats &s = by_pointer[{e.domain_id, e.attrs.name}];
-      const uint64_t dur = e.end_ns - e.start_ns;
+      const uint64_t dur = snap.scale.span_ns(e.start, e.end);
       s.min_ns = s.count == 0 ? dur : std::min(s.min_ns, dur);
       s.max_ns = std::max(s.max_ns, dur);
       s.total_ns += dur;

@@ -34,7 +34,7 @@ namespace ferrum_replay::recorder {
 // An open range on a (thread, domain) stack. A rejected frame records nothing but keeps its
 // place so that the caller's matching pop is swallowed instead of closing someone else's range.
 struct Frame {
-  uint64_t start_ns;
+  uint64_t start;  // ticks (clock.hpp)
   RangeAttrs attrs;
   uint32_t depth;
   bool rejected;

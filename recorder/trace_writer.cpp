@@ -58,9 +58,10 @@ void append_event(std::string &out, const Snapshot &snap, uint32_t tid, const Ev
   append_json_string(out, e.domain_id < snap.domain_names.size() ? snap.domain_names[e.domain_id]
                                                                  : std::string("?"));
   out += ",\"ts\":";
-  append_micros(out, e.start_ns >= snap.origin_ns ? e.start_ns - snap.origin_ns : 0);
+  const uint64_t start_ns = snap.scale.to_ns(e.start);
+  append_micros(out, start_ns >= snap.origin_ns ? start_ns - snap.origin_ns : 0);
   out += ",\"dur\":";
-  append_micros(out, e.end_ns >= e.start_ns ? e.end_ns - e.start_ns : 0);
+  append_micros(out, snap.scale.span_ns(e.start, e.end));
   out += ",\"pid\":" + std::to_string(snap.pid) + ",\"tid\":" + std::to_string(tid);
   out += ",\"args\":{\"category\":" + std::to_string(e.attrs.category);
   if (e.attrs.payload.kind != PayloadKind::none) {
@@ -141,7 +142,8 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   out += ",\"host\":";
   append_json_string(out, snap.host);
   out += ",\"clock\":{\"originMonotonicNs\":" + std::to_string(snap.origin_ns) +
-         ",\"originRealtimeNs\":" + std::to_string(snap.origin_realtime_ns) + "}";
+         ",\"originRealtimeNs\":" + std::to_string(snap.origin_realtime_ns) +
+         "},\"clockSource\":\"" + snap.clock_source + "\"";
   if (!snap.rank_variable.empty()) {
     out += ",\"rank\":{\"variable\":";
     append_json_string(out, snap.rank_variable);

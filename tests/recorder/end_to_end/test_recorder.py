@@ -114,7 +114,7 @@ def expect_clean(client):
 
 
 CLIENT_LINE = re.compile(r"^(pid|pushes|rejected|untracked|open|child|child_status)\t\d+$"
-                         r"|^range\t[^\t]*\t[^\t]*\t\d+$")
+                         r"|^range\t[^\t]*\t[^\t]*\t\d+$|^timed\t\d+\t\d+$")
 
 
 def expect_stdout_is_clients_own(client):
@@ -351,6 +351,50 @@ def test_fork_child_writes_its_own_trace(tmp):
     expect(summary["pid"] == c.values["child"] and not any(summary["protocolErrors"].values()),
            f"child summary {summary}", c)
     expect(not trace_check.check_nesting(child), "child nesting", c)
+
+
+def expect_times_agree_with_monotonic(client, source):
+    """Each "timed" range lies within the CLOCK_MONOTONIC bracket the client read around it
+    (give or take 20 us of fitting error) and lasts at least its 1 ms sleep."""
+    meta = client.summary()
+    expect(meta.get("clockSource") == source, f"clockSource {meta.get('clockSource')!r}", client)
+    origin = meta["clock"]["originMonotonicNs"]
+    brackets = [tuple(map(int, line.split("\t")[1:])) for line in client.stdout.splitlines()
+                if line.startswith("timed\t")]
+    ranges = sorted(trace_check.ranges(client.trace, "global", "timed"), key=lambda e: e["ts"])
+    expect(len(ranges) == len(brackets) > 0, f"{len(ranges)} ranges, {len(brackets)} brackets",
+           client)
+    slack = 20_000
+    for event, (before, after) in zip(ranges, brackets):
+        start = origin + round(event["ts"] * 1000)
+        end = start + round(event["dur"] * 1000)
+        expect(before - slack <= start and end <= after + slack,
+               f"range [{start}, {end}] outside the client's [{before}, {after}]", client)
+        expect(event["dur"] >= 1000 - slack / 1000, f"a 1 ms sleep lasted {event['dur']} us",
+               client)
+
+
+def test_clock_agrees_with_monotonic(tmp):
+    # The default reads the CPU's counter where the kernel's CLOCK_MONOTONIC runs on it; the
+    # client moves between CPUs between ranges.
+    with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as f:
+        kernel_source = f.read().strip()
+    counter = {"tsc": "tsc", "arch_sys_counter": "cntvct"}.get(kernel_source, "monotonic")
+    c = run_client(tmp, "--iters", 1, "--timed", 20)
+    expect_clean(c)
+    expect_counts_match(c)
+    expect_times_agree_with_monotonic(c, counter)
+
+
+def test_clock_monotonic_setting(tmp):
+    c = run_client(tmp, "--iters", 1, "--timed", 5, env={"FERRUM_RECORD_CLOCK": "monotonic"})
+    expect_clean(c)
+    expect_times_agree_with_monotonic(c, "monotonic")
+    bad = run_client(tmp, "--iters", 1, env={"FERRUM_RECORD_CLOCK": "fast\nplease"})
+    expect_clean(bad)
+    lines = [line for line in bad.stderr.splitlines() if "FERRUM_RECORD_CLOCK" in line]
+    expect(len(lines) == 1 and "'fast?please'" in lines[0] and "using auto" in lines[0],
+           f"one quoted warning expected, got {lines}", bad)
 
 
 def test_no_tool_no_trace(tmp):

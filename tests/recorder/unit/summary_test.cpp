@@ -17,8 +17,8 @@ Event event(uint32_t domain, const char *name, uint64_t start, uint64_t end) {
   Event e{};
   e.domain_id = domain;
   e.attrs.name = name;
-  e.start_ns = start;
-  e.end_ns = end;
+  e.start = start;
+  e.end = end;
   return e;
 }
 

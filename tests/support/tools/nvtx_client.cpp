@@ -5,7 +5,7 @@
 //   nvtx_client [--threads N] [--iters N] [--domain NAME] [--registered] [--unicode]
 //               [--nested K] [--cxx] [--name-threads] [--unbalanced-pop] [--wrong-domain-pop]
 //               [--leave-open K] [--leave-open-in-thread K] [--spinner] [--exit-in-thread]
-//               [--exit-code N] [--module PATH] [--fork]
+//               [--exit-code N] [--module PATH] [--fork] [--timed K]
 //
 // Each iteration of each worker thread:
 //   push global "step" (RangePushA)
@@ -21,6 +21,10 @@
 // --fork: after the workers, the main thread opens global "around-fork", forks, and closes it in
 //   both processes; the child also records --iters global "child-step" ranges and leaves through
 //   exit(), so it writes its own trace. The parent prints "child <pid>" and the child's status.
+// --timed K: after the workers, the main thread records K global "timed" ranges, each around a
+//   1 ms sleep, moving to the next CPU it may run on before each one, and prints the
+//   CLOCK_MONOTONIC times it read just before the push and just after the pop ("timed" lines), so a
+//   test can check the recorder's clock against the monotonic one.
 // Output, one record per line, tab-separated:
 //   pid <pid>
 //   pushes <n>         every push the program made (spinner excluded)
@@ -28,17 +32,21 @@
 //   untracked <n>      pushes that returned -2 (no tool attached)
 //   open <n>           accepted pushes deliberately left open (--leave-open*)
 //   range <domain> <name> <count>   accepted pushes per (domain, name); domain "global" for NULL
+//   timed <before push ns> <after pop ns>   (--timed)
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nvtx3/nvtx3.hpp>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <string>
@@ -91,7 +99,14 @@ struct Options {
   int exit_code = 0;
   std::string module;
   bool fork = false;
+  int timed = 0;
 };
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 [[noreturn]] void usage(const char *why) {
   std::fprintf(stderr, "nvtx_client: %s\n", why);
@@ -140,6 +155,8 @@ Options parse(int argc, char **argv) {
       o.module = value();
     else if (a == "--fork")
       o.fork = true;
+    else if (a == "--timed")
+      o.timed = std::atoi(value());
     else
       usage(("unknown option " + a).c_str());
   }
@@ -317,6 +334,35 @@ int main(int argc, char **argv) {
     Tally mine;
     mine.count_open(nvtxRangePushA("left-open"));
     total.merge(mine);
+  }
+
+  if (o.timed > 0) {
+    cpu_set_t allowed;
+    std::vector<int> cpus;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    Tally mine;
+    std::vector<std::pair<uint64_t, uint64_t> > brackets;
+    for (int k = 0; k < o.timed; ++k) {
+      if (cpus.size() > 1) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[static_cast<size_t>(k) % cpus.size()], &one);
+        sched_setaffinity(0, sizeof one, &one);
+      }
+      const uint64_t before = monotonic_ns();
+      mine.count("global", "timed", nvtxRangePushA("timed"));
+      const timespec ms{0, 1000 * 1000};
+      nanosleep(&ms, nullptr);
+      nvtxRangePop();
+      brackets.push_back({before, monotonic_ns()});
+    }
+    if (!cpus.empty()) sched_setaffinity(0, sizeof allowed, &allowed);
+    total.merge(mine);
+    for (const auto &[before, after] : brackets)
+      std::printf("timed\t%llu\t%llu\n", static_cast<unsigned long long>(before),
+                  static_cast<unsigned long long>(after));
   }
 
   if (o.fork) {

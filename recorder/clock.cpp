@@ -1,0 +1,96 @@
+#include "clock.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace ferrum_replay::recorder {
+
+bool cpu_counter_backs_monotonic() {
+#if defined(__x86_64__)
+  const char *expected = "tsc";
+#elif defined(__aarch64__)
+  const char *expected = "arch_sys_counter";
+#else
+  return false;
+#endif
+  const int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource",
+                      O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char line[64] = {};
+  const ssize_t n = read(fd, line, sizeof line - 1);
+  close(fd);
+  if (n <= 0) return false;
+  const size_t len = strcspn(line, "\n");
+  return len == strlen(expected) && memcmp(line, expected, len) == 0;
+}
+
+namespace {
+
+// One (counter, monotonic) pair: the monotonic read bracketed by two counter reads, the tightest
+// of a few tries, with the counter taken at the middle of its bracket. An interrupt between the
+// reads widens the bracket; the retries make that unlikely to matter.
+void read_pair(uint64_t *ticks, uint64_t *ns) {
+  uint64_t best = UINT64_MAX;
+  for (int i = 0; i < 5; ++i) {
+    const uint64_t before = read_cpu_counter();
+    const uint64_t mono = monotonic_ns();
+    const uint64_t after = read_cpu_counter();
+    if (after >= before && after - before < best) {
+      best = after - before;
+      *ticks = before + (after - before) / 2;
+      *ns = mono;
+    }
+  }
+  if (best == UINT64_MAX) *ticks = read_cpu_counter(), *ns = monotonic_ns();
+}
+
+}  // namespace
+
+uint64_t TickScale::to_ns(uint64_t ticks) const noexcept {
+  // Signed 128-bit arithmetic: ticks may precede ticks0 (a range that began before the pair was
+  // read), and hours of ticks times a nanosecond span overflow 64 bits.
+  const __int128 delta = static_cast<__int128>(ticks) - static_cast<__int128>(ticks0);
+  const __int128 ns = static_cast<__int128>(ns0) + delta * dns / dticks;
+  return ns < 0 ? 0 : static_cast<uint64_t>(ns);
+}
+
+uint64_t TickScale::span_ns(uint64_t from, uint64_t to) const noexcept {
+  if (to <= from) return 0;
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(to - from) * dns / dticks);
+}
+
+TickClock::TickClock(bool use_cpu_counter)
+    : cpu_counter_(use_cpu_counter && cpu_counter_backs_monotonic()) {
+  if (cpu_counter_) read_pair(&ticks0_, &ns0_);
+}
+
+const char *TickClock::source_name() const {
+  if (!cpu_counter_) return "monotonic";
+#if defined(__x86_64__)
+  return "tsc";
+#else
+  return "cntvct";
+#endif
+}
+
+TickScale TickClock::scale() const {
+  TickScale s;
+  if (!cpu_counter_) return s;
+  uint64_t ticks1 = 0, ns1 = 0;
+  read_pair(&ticks1, &ns1);
+  s.ticks0 = ticks0_;
+  s.ns0 = ns0_;
+  if (ticks1 > ticks0_ && ns1 > ns0_) {
+    s.dticks = ticks1 - ticks0_;
+    s.dns = ns1 - ns0_;
+  } else {
+    // No time has passed between the two pairs (or a counter went backwards): the offset still
+    // holds, the rate cannot be known; one tick per nanosecond is the least wrong guess.
+    s.dticks = s.dns = 1;
+  }
+  return s;
+}
+
+}  // namespace ferrum_replay::recorder
