@@ -23,6 +23,9 @@
 #ifndef FERRUM_REPLAY_FERRUM_REPLAY_H
 #define FERRUM_REPLAY_FERRUM_REPLAY_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,6 +43,62 @@ extern "C" {
 int ferrum_replay_name_graph_exec(void *graph_exec, const char *name);
 
 typedef int (*ferrum_replay_name_graph_exec_fn)(void *graph_exec, const char *name);
+
+/* ---- GPU time per replay: the hand-off from the shim to an NVTX tool ----
+ *
+ * With GPU timing on (FERRUM_REPLAY_GPU_TIME=on; `ferrum-replay record` turns it on), the
+ * shim brackets each timed replay with two driver events on the launch's stream and reads
+ * them off the launch path once the GPU has passed them. A tool that wants those times (the
+ * bundled recorder does) looks up FERRUM_REPLAY_SET_GPU_SINK with dlsym(RTLD_DEFAULT, ...)
+ * and registers a sink; without the shim the lookup finds nothing and the tool goes on
+ * without GPU times. Both functions are safe to call from any thread. */
+
+#define FERRUM_REPLAY_SET_GPU_SINK "ferrum_replay_set_gpu_sink"
+#define FERRUM_REPLAY_GPU_FLUSH "ferrum_replay_gpu_flush"
+
+/* One replay whose GPU work has completed. Times are CLOCK_MONOTONIC nanoseconds: the GPU's
+ * event clock aligned once per context to the CPU's (see align_error_ns). GPU time is
+ * stream-ordered: from when the stream reached the replay to when its work completed. */
+typedef struct ferrum_replay_gpu_replay {
+  uint32_t size;           /* sizeof(ferrum_replay_gpu_replay) of the shim that filled it */
+  int32_t device;          /* CUDA device ordinal of the launch's context, -1 if unknown */
+  uint64_t stream;         /* the launch's stream handle as passed (0: legacy NULL stream,
+                              2: CU_STREAM_PER_THREAD, also what _ptsz launches of NULL use) */
+  const char *name;        /* the graph's range message (what the CPU range shows); valid
+                              only during the sink call: copy it */
+  uint32_t category;       /* the CPU range's NVTX category (the graph's ordinal) */
+  uint64_t replay;         /* the replay number: the CPU range's payload */
+  uint64_t start_ns;       /* the GPU began the replay */
+  uint64_t end_ns;         /* the GPU finished it */
+  uint64_t align_error_ns; /* bound of the alignment error of start_ns and end_ns */
+} ferrum_replay_gpu_replay;
+
+/* Called with completed replays, in batches, from a thread of the shim (never the launching
+ * thread, never with a lock of the program's held). Must not block or call CUDA. */
+typedef void (*ferrum_replay_gpu_sink_fn)(const ferrum_replay_gpu_replay *replays, size_t count,
+                                          void *context);
+
+/* Registers `sink` (NULL unregisters). One sink at a time; returns 0, or -ENOTSUP when GPU
+ * timing is off in this process (the tool then has no GPU times to expect). */
+int ferrum_replay_set_gpu_sink(ferrum_replay_gpu_sink_fn sink, void *context);
+typedef int (*ferrum_replay_set_gpu_sink_fn)(ferrum_replay_gpu_sink_fn sink, void *context);
+
+/* What GPU timing did in this process so far. */
+typedef struct ferrum_replay_gpu_status {
+  uint32_t size;              /* sizeof(ferrum_replay_gpu_status) of the caller */
+  uint64_t timed;             /* replays whose GPU time was delivered */
+  uint64_t in_flight;         /* timed replays the GPU has not finished yet */
+  uint64_t not_timed;         /* replays not timed: pool exhausted, stream capturing, event
+                                 failure, sampled out, context destroyed while in flight */
+  uint64_t sampled_out;       /* of not_timed: skipped by FERRUM_REPLAY_GPU_TIME_EVERY */
+  uint64_t align_error_ns;    /* the largest alignment error bound of any context */
+} ferrum_replay_gpu_status;
+
+/* Delivers, before returning, every replay whose GPU work has completed (to the sink) and
+ * fills `status`. Never waits for the GPU. The recorder calls it when it writes its report.
+ * Returns 0, or -ENOTSUP when GPU timing is off. */
+int ferrum_replay_gpu_flush(ferrum_replay_gpu_status *status);
+typedef int (*ferrum_replay_gpu_flush_fn)(ferrum_replay_gpu_status *status);
 
 #ifdef __cplusplus
 }
