@@ -8,6 +8,9 @@
 //                                            (graph_registry.hpp) at instantiation
 //   ferrum_replay_name_graph_exec            a program's own name for a graph
 //                                            (include/ferrum_replay/ferrum_replay.h)
+//   cuCtxDestroy, cuDevicePrimaryCtxRelease, GPU timing's event pools go before their context
+//   cuDevicePrimaryCtxReset (and _v2 forms)  (shim/gpu/gpu_timing.hpp)
+//   ferrum_replay_set_gpu_sink, _gpu_flush   GPU times per replay, handed to a tool
 //   cuGetProcAddress / cuGetProcAddress_v2   the driver's lookup: its answers for
 //                                            cuGraphLaunch and for itself are wrapped
 //                                            (lookup_wrappers.cpp)
@@ -17,6 +20,9 @@
 //
 // Every launch, whichever route, ends in launch_in_range() (launch_range.hpp), whose
 // outermost-call guard keeps a runtime launch that reaches the driver underneath to one range.
+#include <errno.h>
+
+#include "gpu/gpu_timing.hpp"
 #include "hooks/hook_table.hpp"
 #include "range/activation.hpp"
 #include "range/launch_range.hpp"
@@ -46,16 +52,65 @@ namespace {
 #define FERRUM_REAL_instantiate_flags FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_instantiate_params FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_destroy FERRUM_HOOK_REAL_FUNCTION
+#define FERRUM_REAL_context_destroy FERRUM_HOOK_REAL_FUNCTION
+#define FERRUM_REAL_primary_release FERRUM_HOOK_REAL_FUNCTION
+#define FERRUM_REAL_primary_reset FERRUM_HOOK_REAL_FUNCTION
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_REAL_##KIND(API, NAME, PARAMS)
 #include "hooks/hooked_functions.def"
 #undef HOOK
 
-template <typename Result, typename Function, typename Exec, typename Stream>
+// The _ptsz launches: a null stream is the per-thread default stream (GPU timing's records
+// follow the same rule). Decided at compile time from the row's name.
+constexpr bool per_thread_name(const char *name) {
+  size_t length = 0;
+  while (name[length]) ++length;
+  return length > 5 && name[length - 5] == '_' && name[length - 4] == 'p' &&
+         name[length - 3] == 't' && name[length - 2] == 's' && name[length - 1] == 'z';
+}
+
+template <bool PerThread, typename Result, typename Function, typename Exec, typename Stream>
 Result intercept_launch(RealFunction<Function> &function, Result success, Result not_found,
                         Exec exec, Stream stream) {
   Function real = function.get();
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
-  return launch_in_range(exec, success, [&] { return real(exec, stream); });
+  return launch_in_range(exec, reinterpret_cast<CUstream>(stream), PerThread, success,
+                         [&] { return real(exec, stream); });
+}
+
+// The context-ending calls: GPU timing lets go of the context's pool first. With timing off
+// only the call.
+template <typename Result, typename Function>
+Result intercept_context_destroy(RealFunction<Function> &function, Result, Result not_found,
+                                 CUcontext context) {
+  Function real = function.get();
+  if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
+  if (!gpu::timing_on()) return real(context);
+  return gpu::around_context_destroy(context, [&] { return real(context); });
+}
+
+template <typename Result, typename Function>
+Result intercept_primary_release(RealFunction<Function> &function, Result, Result not_found,
+                                 CUdevice device) {
+  Function real = function.get();
+  if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
+  if (!gpu::timing_on()) return real(device);
+  return gpu::around_primary_release(device, [&] { return real(device); });
+}
+
+template <typename Result, typename Function>
+Result intercept_primary_reset(RealFunction<Function> &function, Result, Result not_found,
+                               CUdevice device) {
+  Function real = function.get();
+  if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
+  if (!gpu::timing_on()) return real(device);
+  return gpu::around_primary_reset(device, [&] { return real(device); });
+}
+
+// GPU timing as the settings ask (read here: a tool may register its sink before the shim's
+// first launch).
+bool gpu_timing_asked() {
+  const Settings &config = settings();
+  return config.enabled && config.gpu_time;
 }
 
 template <typename Result, typename Function, typename Exec, typename Graph, typename... Rest>
@@ -90,11 +145,18 @@ Result intercept_destroy(RealFunction<Function> &function, Result success, Resul
     return ::ferrum_replay::shim::INTERCEPT(::ferrum_replay::shim::g_##NAME, Api::success,     \
                                             Api::not_found, __VA_ARGS__);                      \
   }
-#define FERRUM_DEFINE_launch(...) FERRUM_DEFINE_HOOK(intercept_launch, __VA_ARGS__)
+#define FERRUM_DEFINE_launch(API, NAME, ...)                                                       \
+  FERRUM_DEFINE_HOOK(intercept_launch<(::ferrum_replay::shim::per_thread_name(#NAME))>, API, NAME, \
+                     __VA_ARGS__)
 #define FERRUM_DEFINE_instantiate_legacy(...) FERRUM_DEFINE_HOOK(intercept_instantiate, __VA_ARGS__)
 #define FERRUM_DEFINE_instantiate_flags(...) FERRUM_DEFINE_HOOK(intercept_instantiate, __VA_ARGS__)
 #define FERRUM_DEFINE_instantiate_params(...) FERRUM_DEFINE_HOOK(intercept_instantiate, __VA_ARGS__)
 #define FERRUM_DEFINE_destroy(...) FERRUM_DEFINE_HOOK(intercept_destroy, __VA_ARGS__)
+#define FERRUM_DEFINE_context_destroy(...) \
+  FERRUM_DEFINE_HOOK(intercept_context_destroy, __VA_ARGS__)
+#define FERRUM_DEFINE_primary_release(...) \
+  FERRUM_DEFINE_HOOK(intercept_primary_release, __VA_ARGS__)
+#define FERRUM_DEFINE_primary_reset(...) FERRUM_DEFINE_HOOK(intercept_primary_reset, __VA_ARGS__)
 #define FERRUM_DEFINE_lookup(...)
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_DEFINE_##KIND(API, NAME, PARAMS, __VA_ARGS__)
 #include "hooks/hooked_functions.def"
@@ -109,6 +171,20 @@ __attribute__((visibility("default"))) int ferrum_replay_name_graph_exec(void *g
   if (!ferrum_replay::shim::shim_active())
     return 0;  // FERRUM_REPLAY=off: nothing to name, not an error
   return ferrum_replay::shim::name_graph_exec(graph_exec, name);
+}
+
+// ---- GPU time per replay, for a tool ----
+
+__attribute__((visibility("default"))) int ferrum_replay_set_gpu_sink(
+    ferrum_replay_gpu_sink_fn sink, void *context) {
+  if (!ferrum_replay::shim::gpu_timing_asked()) return -ENOTSUP;
+  return ferrum_replay::shim::gpu::set_sink(sink, context);
+}
+
+__attribute__((visibility("default"))) int ferrum_replay_gpu_flush(
+    ferrum_replay_gpu_status *status) {
+  if (!ferrum_replay::shim::gpu_timing_asked()) return -ENOTSUP;
+  return ferrum_replay::shim::gpu::flush(status);
 }
 
 }  // extern "C"

@@ -9,6 +9,9 @@
 
 // cuda.h maps these names onto newer entry points (and onto _ptsz names when a program opts
 // into per-thread default streams); the table names the exported symbols themselves.
+#undef cuCtxDestroy
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
 #undef cuGetProcAddress
 #undef cuGraphInstantiate
 #undef cuGraphInstantiateWithParams
@@ -25,6 +28,9 @@ enum class HookKind {
   instantiate_flags,
   instantiate_params,
   destroy,
+  context_destroy,
+  primary_release,
+  primary_reset,
   lookup,
 };
 

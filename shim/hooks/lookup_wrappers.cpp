@@ -15,6 +15,7 @@
 #include <atomic>
 #include <utility>
 
+#include "gpu/gpu_timing.hpp"
 #include "hooks/hook_table.hpp"
 #include "hooks/loader_hooks.hpp"
 #include "range/launch_range.hpp"
@@ -39,6 +40,9 @@ namespace {
 #define FERRUM_REAL_instantiate_flags(API, NAME, PARAMS)
 #define FERRUM_REAL_instantiate_params(API, NAME, PARAMS)
 #define FERRUM_REAL_destroy(API, NAME, PARAMS)
+#define FERRUM_REAL_context_destroy(API, NAME, PARAMS)
+#define FERRUM_REAL_primary_release(API, NAME, PARAMS)
+#define FERRUM_REAL_primary_reset(API, NAME, PARAMS)
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_REAL_##KIND(API, NAME, PARAMS)
 #include "hooks/hooked_functions.def"
 #undef HOOK
@@ -58,7 +62,44 @@ struct LaunchHook {
   using Function = PFN_cuGraphLaunch_v10000;
   static constexpr const char *kWhat = "cuGraphLaunch";
   static CUresult call(Function genuine, CUgraphExec exec, CUstream stream) {
-    return launch_in_range(exec, CUDA_SUCCESS, [&] { return genuine(exec, stream); });
+    return launch_in_range(exec, stream, false, CUDA_SUCCESS,
+                           [&] { return genuine(exec, stream); });
+  }
+};
+
+// cuGraphLaunch_ptsz, by name or as the per-thread-stream answer for cuGraphLaunch: a null
+// stream is the per-thread default stream.
+struct LaunchPerThreadHook {
+  using Function = PFN_cuGraphLaunch_v10000;
+  static constexpr const char *kWhat = "cuGraphLaunch_ptsz";
+  static CUresult call(Function genuine, CUgraphExec exec, CUstream stream) {
+    return launch_in_range(exec, stream, true, CUDA_SUCCESS, [&] { return genuine(exec, stream); });
+  }
+};
+
+// The context-ending calls (GPU timing's pools go first; gpu_timing.hpp). Wrapped only while
+// GPU timing is on.
+struct ContextDestroyHook {
+  using Function = PFN_cuCtxDestroy_v4000;
+  static constexpr const char *kWhat = "cuCtxDestroy";
+  static CUresult call(Function genuine, CUcontext context) {
+    return gpu::around_context_destroy(context, [&] { return genuine(context); });
+  }
+};
+
+struct PrimaryReleaseHook {
+  using Function = PFN_cuDevicePrimaryCtxRelease_v11000;
+  static constexpr const char *kWhat = "cuDevicePrimaryCtxRelease";
+  static CUresult call(Function genuine, CUdevice device) {
+    return gpu::around_primary_release(device, [&] { return genuine(device); });
+  }
+};
+
+struct PrimaryResetHook {
+  using Function = PFN_cuDevicePrimaryCtxReset_v11000;
+  static constexpr const char *kWhat = "cuDevicePrimaryCtxReset";
+  static CUresult call(Function genuine, CUdevice device) {
+    return gpu::around_primary_reset(device, [&] { return genuine(device); });
   }
 };
 
@@ -154,13 +195,22 @@ struct WrapperSet<Hook, Result(CUDAAPI *)(Args...)> {
   }
 };
 
-void *wrap_kind(HookKind kind, const char *how, void *found) {
+// `per_thread`: a launch with per-thread default stream semantics (cuGraphLaunch_ptsz, or
+// cuGraphLaunch asked for with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM).
+void *wrap_kind(HookKind kind, const char *how, void *found, bool per_thread) {
   // Nothing to record (FERRUM_REPLAY=off, or no tool and no summary): the genuine function,
   // so that such a process pays nothing per launch, not even our check.
   if (!shim_active()) return found;
   switch (kind) {
     case HookKind::launch:
+      if (per_thread) return WrapperSet<LaunchPerThreadHook>::wrap(how, found);
       return WrapperSet<LaunchHook>::wrap(how, found);
+    case HookKind::context_destroy:
+      return gpu::timing_on() ? WrapperSet<ContextDestroyHook>::wrap(how, found) : found;
+    case HookKind::primary_release:
+      return gpu::timing_on() ? WrapperSet<PrimaryReleaseHook>::wrap(how, found) : found;
+    case HookKind::primary_reset:
+      return gpu::timing_on() ? WrapperSet<PrimaryResetHook>::wrap(how, found) : found;
     case HookKind::instantiate_legacy:
       return WrapperSet<InstantiateLegacyHook>::wrap(how, found);
     case HookKind::instantiate_flags:
@@ -220,7 +270,9 @@ void *wrap_loaded_symbol(const char *name, void *found) {
   if (kind == HookKind::lookup) return proc_address_wrapper_for(lookup_abi(name), found, "dlsym");
   char how[96];
   snprintf(how, sizeof how, "dlsym(\"%s\")", name);
-  return wrap_kind(kind, how, found);
+  const size_t length = strlen(name);
+  const bool per_thread = length > 5 && strcmp(name + length - 5, "_ptsz") == 0;
+  return wrap_kind(kind, how, found, per_thread);
 }
 
 void *wrap_proc_address_answer(const char *symbol, void *found, int cuda_version,
@@ -237,7 +289,10 @@ void *wrap_proc_address_answer(const char *symbol, void *found, int cuda_version
   char how[96];
   snprintf(how, sizeof how, "cuGetProcAddress(\"%s\", %d, flags %llu)", symbol, cuda_version,
            static_cast<unsigned long long>(flags));
-  return wrap_kind(kind, how, found);
+  const size_t length = strlen(symbol);
+  const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0 ||
+                          (length > 5 && strcmp(symbol + length - 5, "_ptsz") == 0);
+  return wrap_kind(kind, how, found, per_thread);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "gpu/gpu_engine.hpp"
 #include "naming/graph_naming.hpp"
 #include "support/log.hpp"
 
@@ -81,14 +82,17 @@ detail::Phase activate() {
     log_line(LogLevel::info, "FERRUM_REPLAY=off: every launch passes through untouched");
     return detail::Phase::pass_through;
   }
+  // Before the tool attaches: its initialisation may ask for GPU times.
+  gpu::configure(g_settings.gpu_time, g_settings.gpu_time_every);
   detail::g_domain = nvtxDomainCreateA(g_settings.domain);
   char why[512] = "";
   if (!detail::g_domain && log_enabled(LogLevel::info)) describe_missing_tool(why, sizeof why);
-  if (!detail::g_domain && !g_settings.summary[0]) {
+  if (!detail::g_domain && !g_settings.summary[0] && !g_settings.gpu_time) {
     // No tool answered (NVTX's no-op state lasts for the process) and no summary to count
     // for: every launch passes straight through, lookups hand out the genuine functions.
     log_line(LogLevel::info,
              "%s, and no FERRUM_REPLAY_SUMMARY: every launch passes through untouched", why);
+    gpu::configure(false, 1);
     return detail::Phase::pass_through;
   }
   NamingEnvironment naming;

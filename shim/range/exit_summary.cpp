@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu/gpu_engine.hpp"
 #include "output_file.hpp"
 #include "range/activation.hpp"
 #include "range/graph_registry.hpp"
@@ -96,22 +97,57 @@ void write_exit_summary() {
     if (filled < held) rows[filled++] = &record;
   });
   qsort(rows, filled, sizeof *rows, by_ordinal);
+  const bool gpu = gpu::g_config.on;
   text.append(
       "ferrum-replay launch summary: %zu graphs, %llu launches, %llu failed, %llu rejected pushes "
       "(pid %d)\n",
       graphs, static_cast<unsigned long long>(launches), static_cast<unsigned long long>(failed),
       static_cast<unsigned long long>(rejected), static_cast<int>(getpid()));
-  text.append("  %5s  %10s  %8s  %8s  %s\n", "graph", "launches", "failed", "rejected", "name");
+  text.append("  %5s  %10s  %8s  %8s  ", "graph", "launches", "failed", "rejected");
+  if (gpu)
+    text.append("%8s  %10s  %9s  %9s  %9s  %9s  %9s  ", "gpu n", "gpu tot ms", "mean us", "min us",
+                "p50 us", "p99 us", "max us");
+  text.append("name\n");
+  gpu::Engine *timing = gpu ? &gpu::engine() : nullptr;
+  gpu::GraphStats unlisted;  // timed graphs without a row here (destroyed, records reused)
+  if (timing) timing->lock();
+  auto gpu_columns = [&](const gpu::GraphStats *stats) {
+    if (!stats || stats->count == 0) {
+      text.append("%8d  %10s  %9s  %9s  %9s  %9s  %9s  ", 0, "-", "-", "-", "-", "-", "-");
+      return;
+    }
+    const double count = static_cast<double>(stats->count);
+    text.append("%8llu  %10.3f  %9.3f  %9.3f  %9.3f  %9.3f  %9.3f  ",
+                static_cast<unsigned long long>(stats->count),
+                static_cast<double>(stats->total_ns) / 1e6,
+                static_cast<double>(stats->total_ns) / count / 1e3,
+                static_cast<double>(stats->min_ns) / 1e3,
+                static_cast<double>(stats->percentile(0.50)) / 1e3,
+                static_cast<double>(stats->percentile(0.99)) / 1e3,
+                static_cast<double>(stats->max_ns) / 1e3);
+  };
   for (size_t i = 0; i < filled; ++i) {
     const GraphRecord &record = *rows[i];
     const GraphLabel *label = record.label.load(std::memory_order_acquire);
     text.append(
-        "  %5u  %10llu  %8llu  %8llu  %s\n", record.ordinal,
+        "  %5u  %10llu  %8llu  %8llu  ", record.ordinal,
         static_cast<unsigned long long>(record.launches.load(std::memory_order_relaxed)),
         static_cast<unsigned long long>(record.failed_launches.load(std::memory_order_relaxed)),
-        static_cast<unsigned long long>(record.rejected_pushes.load(std::memory_order_relaxed)),
-        label ? label->text : record.name);
+        static_cast<unsigned long long>(record.rejected_pushes.load(std::memory_order_relaxed)));
+    if (timing) {
+      const gpu::GraphStats *stats = record.ordinal ? timing->stats_for(record.ordinal) : nullptr;
+      gpu_columns(stats);
+    }
+    text.append("%s\n", label ? label->text : record.name);
   }
+  if (timing)
+    timing->for_each_stats_locked([&](const gpu::GraphStats &stats) {
+      GraphRecord key;
+      key.ordinal = stats.ordinal;
+      const GraphRecord *wanted = &key;
+      if (stats.ordinal == 0 || !bsearch(&wanted, rows, filled, sizeof *rows, by_ordinal))
+        unlisted.merge(stats);
+    });
   free(rows);
   if (recycled.graphs)  // destroyed long ago, their records reused: totals only
     text.append("  %5s  %10llu  %8llu  %8llu  (%llu earlier graphs, destroyed)\n", "-",
@@ -119,6 +155,29 @@ void write_exit_summary() {
                 static_cast<unsigned long long>(recycled.failed_launches),
                 static_cast<unsigned long long>(recycled.rejected_pushes),
                 static_cast<unsigned long long>(recycled.graphs));
+  if (timing) {
+    if (unlisted.count) {
+      text.append("  %5s  %10s  %8s  %8s  ", "-", "-", "-", "-");
+      gpu_columns(&unlisted);
+      text.append("(other timed graphs)\n");
+    }
+    timing->unlock();
+    const gpu::Totals totals = timing->totals();
+    text.append("  GPU time: %llu replays timed, %llu not timed, %llu in flight at exit",
+                static_cast<unsigned long long>(totals.timed),
+                static_cast<unsigned long long>(totals.not_timed),
+                static_cast<unsigned long long>(totals.in_flight));
+    const char *separator = " (";
+    for (unsigned why = 0; why < static_cast<unsigned>(gpu::Untimed::count_); ++why) {
+      if (!totals.untimed[why]) continue;
+      text.append("%s%llu %s", separator, static_cast<unsigned long long>(totals.untimed[why]),
+                  gpu::kUntimedNames[why]);
+      separator = ", ";
+    }
+    text.append("%s; clock aligned within %llu ns; p50/p99 within 6.25 %%\n",
+                separator[0] == ',' ? ")" : "",
+                static_cast<unsigned long long>(totals.align_error_ns));
+  }
   if (!text.data) return;
   if (strcmp(target, "stderr") == 0) {
     write_text("/dev/stderr", text.data, text.length);

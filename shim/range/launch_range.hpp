@@ -15,6 +15,7 @@
 #include <nvtx3/nvToolsExt.h>
 #include <stdint.h>
 
+#include "gpu/gpu_timing.hpp"
 #include "range/activation.hpp"
 #include "range/graph_registry.hpp"
 #include "resolve/real_functions.hpp"
@@ -118,6 +119,7 @@ class LaunchRange {
     // instance stays identifiable.
     attributes.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
     attributes.payload.ullValue = record.launches.fetch_add(1, std::memory_order_relaxed) + 1;
+    replay_ = attributes.payload.ullValue;
     if (nvtxStringHandle_t message = record.message.load(std::memory_order_acquire)) {
       attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
       attributes.message.registered = message;
@@ -145,6 +147,11 @@ class LaunchRange {
 
   void note_failed_launch() { record_.failed_launches.fetch_add(1, std::memory_order_relaxed); }
 
+  // What GPU timing tells a tool about this replay: the range's message, category, payload.
+  uint64_t replay() const { return replay_; }
+  uint32_t category() const { return record_.ordinal; }
+  const char *message() const { return record_.label.load(std::memory_order_acquire)->text; }
+
   LaunchRange(const LaunchRange &) = delete;
   LaunchRange &operator=(const LaunchRange &) = delete;
   LaunchRange(LaunchRange &&) = delete;
@@ -155,6 +162,25 @@ class LaunchRange {
  private:
   GraphRecord &record_;
   nvtxDomainHandle_t domain_;
+  uint64_t replay_ = 0;
+};
+
+// A replay between its two timing events (GPU timing on). The end event is recorded by
+// finish(); a launch left by an exception hands the pair back untimed.
+class TimedReplay {
+ public:
+  TimedReplay(const LaunchRange &range, CUstream stream, bool per_thread)
+      : ticket_(gpu::launch_begin(stream, per_thread, range.message(), range.category(),
+                                  range.replay())) {}
+  void finish(bool launched) { gpu::launch_end(ticket_, launched); }
+  ~TimedReplay() { gpu::launch_end(ticket_, false); }  // no-op once finished
+
+  TimedReplay(const TimedReplay &) = delete;
+  TimedReplay &operator=(const TimedReplay &) = delete;
+  static void *operator new(decltype(sizeof 0)) = delete;
+
+ private:
+  gpu::Ticket ticket_;
 };
 
 // The slow path of record_for_launch(): a graph not registered yet, or one named at its first
@@ -170,16 +196,31 @@ inline GraphRecord &record_for_launch(const void *exec) {
   return *record;
 }
 
-// Runs `call` (the real launch) inside one range named after `exec`, unless this thread is
+// The launch with GPU timing on: bracketed by two events on `stream` (gpu_timing.hpp).
+template <typename Result, typename Call>
+__attribute__((noinline)) Result timed_launch(LaunchRange &range, CUstream stream, bool per_thread,
+                                              Result success, Call &call) {
+  TimedReplay timed(range, stream, per_thread);
+  Result result = call();
+  timed.finish(result == success);
+  if (result != success) range.note_failed_launch();
+  return result;
+}
+
+// Runs `call` (the real launch on `stream`; `per_thread`: a _ptsz launch, whose null stream is
+// the per-thread default stream) inside one range named after `exec`, unless this thread is
 // already inside an intercepted call or the shim is off. The result is returned unchanged.
 template <typename Result, typename Call>
-FERRUM_REAL_STACK_FRAME inline Result launch_in_range(const void *exec, Result success,
+FERRUM_REAL_STACK_FRAME inline Result launch_in_range(const void *exec, CUstream stream,
+                                                      bool per_thread, Result success,
                                                       Call &&call) {
   // Off or without a tool: not even the guard (a process that asked for nothing pays least).
   if (!shim_active()) return call();
   OutermostCall outermost;
   if (!outermost.claimed()) return call();
   LaunchRange range(record_for_launch(exec), shim_domain());
+  // GPU timing off: this one predictable branch is all it costs.
+  if (gpu::timing_on()) return timed_launch(range, stream, per_thread, success, call);
   Result result = call();
   if (result != success) range.note_failed_launch();
   return result;

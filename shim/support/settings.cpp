@@ -135,6 +135,19 @@ void read_format(const Reader &reader, Settings &settings) {
   parse_message_template(kDefaultMessageTemplate, settings.message_template, error, sizeof error);
 }
 
+void read_gpu_time_every(const Reader &reader, Settings &settings) {
+  const char *value = reader.get("FERRUM_REPLAY_GPU_TIME_EVERY");
+  if (!value) return;
+  unsigned long long every = 0;
+  const char *p = value;
+  for (; *p >= '0' && *p <= '9' && every <= kMaxGpuTimeEvery; ++p) every = every * 10 + (*p - '0');
+  if (*p || every < 1 || every > kMaxGpuTimeEvery) {
+    reader.reject("FERRUM_REPLAY_GPU_TIME_EVERY", value, "a whole number from 1 to 1000000", "1");
+    return;
+  }
+  settings.gpu_time_every = static_cast<unsigned>(every);
+}
+
 }  // namespace
 
 void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_context,
@@ -153,6 +166,8 @@ void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_co
   read_format(reader, settings);
   read_text(reader, "FERRUM_REPLAY_SUMMARY", settings.summary, sizeof settings.summary,
             "stderr or a path shorter than 1024 bytes");
+  settings.gpu_time = read_switch(reader, "FERRUM_REPLAY_GPU_TIME", false);
+  read_gpu_time_every(reader, settings);
 }
 
 }  // namespace ferrum_replay::shim

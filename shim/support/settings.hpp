@@ -28,7 +28,12 @@ struct Settings {
   char names_path[kMaxPathLength] = "";  // FERRUM_REPLAY_NAMES: the names file
   MessageTemplate message_template;      // FERRUM_REPLAY_FORMAT, parsed
   char summary[kMaxPathLength] = "";     // FERRUM_REPLAY_SUMMARY: "", "stderr" or a path
+  bool gpu_time = false;                 // FERRUM_REPLAY_GPU_TIME: GPU time per replay
+  unsigned gpu_time_every = 1;           // FERRUM_REPLAY_GPU_TIME_EVERY: time every Nth replay
 };
+
+// FERRUM_REPLAY_GPU_TIME_EVERY's largest value.
+inline constexpr unsigned kMaxGpuTimeEvery = 1000000;
 
 // Receives one complete sentence per invalid setting; the default applies after it.
 using ComplaintSink = void (*)(const char *sentence, void *context);

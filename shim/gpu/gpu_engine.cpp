@@ -1,0 +1,557 @@
+#include "gpu/gpu_engine.hpp"
+
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <new>
+
+#include "support/log.hpp"
+
+namespace ferrum_replay::shim::gpu {
+
+Config g_config;
+
+void configure(bool on, uint32_t every) {
+  g_config.every = every ? every : 1;
+  g_config.on = on;
+}
+
+Engine &engine() {
+  static constinit Engine *instance = nullptr;
+  // Constructed in static storage on first use (no load-time constructor, no allocation).
+  alignas(Engine) static constinit unsigned char storage[sizeof(Engine)] = {};
+  static std::atomic<int> state{0};
+  if (__builtin_expect(state.load(std::memory_order_acquire) == 2, 1)) return *instance;
+  int expected = 0;
+  if (state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    instance = new (storage) Engine();
+    state.store(2, std::memory_order_release);
+  } else {
+    while (state.load(std::memory_order_acquire) != 2) sched_yield();
+  }
+  return *instance;
+}
+
+// ---- statistics ----
+
+unsigned Histogram::bucket_of(uint64_t ns) {
+  if (ns < 8) return static_cast<unsigned>(ns);
+  const unsigned exponent = 63u - static_cast<unsigned>(__builtin_clzll(ns));  // >= 3
+  if (exponent >= kMaxExponent) return kBuckets - 1;
+  const unsigned sub = static_cast<unsigned>(ns >> (exponent - kSubBits)) & 7u;
+  return 8 + (exponent - kSubBits) * 8 + sub;
+}
+
+uint64_t Histogram::midpoint(unsigned bucket) {
+  if (bucket < 8) return bucket;
+  const unsigned exponent = (bucket - 8) / 8 + kSubBits;
+  const uint64_t sub = (bucket - 8) % 8;
+  const uint64_t width = uint64_t{1} << (exponent - kSubBits);
+  return ((8 + sub) << (exponent - kSubBits)) + width / 2;
+}
+
+uint64_t Histogram::percentile(double fraction, uint64_t total) const {
+  if (total == 0) return 0;
+  uint64_t rank = static_cast<uint64_t>(fraction * static_cast<double>(total));
+  if (static_cast<double>(rank) < fraction * static_cast<double>(total)) ++rank;  // ceil
+  if (rank == 0) rank = 1;
+  uint64_t seen = 0;
+  for (unsigned b = 0; b < kBuckets; ++b) {
+    seen += counts[b];
+    if (seen >= rank) return midpoint(b);
+  }
+  return midpoint(kBuckets - 1);
+}
+
+void GraphStats::add(uint64_t ns) {
+  if (count == 0 || ns < min_ns) min_ns = ns;
+  if (ns > max_ns) max_ns = ns;
+  ++count;
+  total_ns += ns;
+  histogram.add(ns);
+}
+
+void GraphStats::merge(const GraphStats &other) {
+  if (other.count == 0) return;
+  if (count == 0 || other.min_ns < min_ns) min_ns = other.min_ns;
+  if (other.max_ns > max_ns) max_ns = other.max_ns;
+  count += other.count;
+  total_ns += other.total_ns;
+  for (unsigned b = 0; b < Histogram::kBuckets; ++b)
+    histogram.counts[b] += other.histogram.counts[b];
+}
+
+uint64_t GraphStats::percentile(double fraction) const {
+  uint64_t value = histogram.percentile(fraction, count);
+  if (value < min_ns) value = min_ns;
+  if (value > max_ns) value = max_ns;
+  return value;
+}
+
+// ---- pools ----
+
+namespace {
+enum PairState : uint32_t { kFree = 0, kClaimed = 1, kRecorded = 2 };
+enum PoolState : uint32_t { kUnused = 0, kReady = 1, kFailed = 2, kDropping = 3 };
+
+void *map_zeroed(size_t size) {
+  void *memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return memory == MAP_FAILED ? nullptr : memory;
+}
+
+// How long drop waits for launches that are between their check and their record (they
+// hold `users` for two driver calls at most) before it gives the pool up without destroying
+// its events.
+constexpr int kDropWaitRounds = 20000;  // ~1 s with the pauses below
+
+void short_pause() {
+  timespec pause{0, 50 * 1000};
+  nanosleep(&pause, nullptr);
+}
+
+}  // namespace
+
+struct Pool {
+  std::atomic<uint32_t> state{kUnused};
+  std::atomic<uint32_t> users{0};
+  std::atomic<uint32_t> next{0};
+  std::atomic<CUcontext> context{nullptr};
+  std::atomic<uint64_t> generation{0};
+  int device = -1;
+  CUstream own_stream = nullptr;
+  CUevent reference = nullptr, trial = nullptr;
+  uint64_t reference_ns = 0, bracket_error_ns = 0;
+  Pair pairs[kPairsPerContext];
+};
+
+Engine::~Engine() = default;
+
+Pool *Engine::find_pool(CUcontext context, bool *requested) {
+  for (uint32_t i = 0; i < kMaxContexts; ++i)
+    if (keys_[i].load(std::memory_order_acquire) == context)
+      return pools_[i].load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < kMaxContexts; ++i) {
+    CUcontext expected = nullptr;
+    if (keys_[i].load(std::memory_order_relaxed) != nullptr) continue;
+    if (keys_[i].compare_exchange_strong(expected, context, std::memory_order_acq_rel)) {
+      pools_used_.store(true, std::memory_order_release);
+      *requested = true;
+      return nullptr;
+    }
+    if (expected == context) return nullptr;  // another thread asked for it just now
+  }
+  return nullptr;
+}
+
+Ticket Engine::begin(CUstream stream, bool per_thread, const char *name, uint32_t category,
+                     uint64_t replay, bool *requested) {
+  Ticket ticket;
+  *requested = false;
+  if (g_config.every > 1 && (replay - 1) % g_config.every != 0) {
+    count(Untimed::sampled_out);
+    return ticket;
+  }
+  CUcontext context = nullptr;
+  if (stopped_.load(std::memory_order_relaxed) || !api_.ctx_get_current ||
+      api_.ctx_get_current(&context) != CUDA_SUCCESS || !context) {
+    count(Untimed::no_context);
+    return ticket;
+  }
+  Pool *pool = find_pool(context, requested);
+  if (!pool) {
+    count(Untimed::pool_not_ready);
+    return ticket;
+  }
+  // Dekker with drop: users first, then the state (both sequentially consistent).
+  pool->users.fetch_add(1, std::memory_order_seq_cst);
+  if (pool->state.load(std::memory_order_seq_cst) != kReady ||
+      pool->context.load(std::memory_order_relaxed) != context) {
+    pool->users.fetch_sub(1, std::memory_order_release);
+    count(Untimed::pool_not_ready);
+    return ticket;
+  }
+  auto is_capturing = per_thread ? api_.is_capturing_ptsz : api_.is_capturing;
+  auto record = per_thread ? api_.event_record_ptsz : api_.event_record;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!is_capturing || !record || is_capturing(stream, &capture) != CUDA_SUCCESS ||
+      capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    pool->users.fetch_sub(1, std::memory_order_release);
+    count(Untimed::capturing);
+    return ticket;
+  }
+  Pair *pair = nullptr;
+  for (uint32_t probe = 0; probe < kClaimProbes && !pair; ++probe) {
+    Pair &candidate =
+        pool->pairs[pool->next.fetch_add(1, std::memory_order_relaxed) % kPairsPerContext];
+    uint32_t expected = kFree;
+    if (candidate.state.compare_exchange_strong(expected, kClaimed, std::memory_order_acquire))
+      pair = &candidate;
+  }
+  if (!pair) {
+    pool->users.fetch_sub(1, std::memory_order_release);
+    count(Untimed::pool_exhausted);
+    return ticket;
+  }
+  if (record(pair->start, stream) != CUDA_SUCCESS) {
+    pair->state.store(kFree, std::memory_order_release);
+    pool->users.fetch_sub(1, std::memory_order_release);
+    count(Untimed::event_error);
+    return ticket;
+  }
+  pair->stream = reinterpret_cast<uint64_t>(stream);
+  pair->name = name;
+  pair->category = category;
+  pair->replay = replay;
+  ticket.pool = pool;
+  ticket.pair = pair;
+  ticket.generation = pool->generation.load(std::memory_order_relaxed);
+  ticket.per_thread = per_thread;
+  ticket.stream = stream;
+  pool->users.fetch_sub(1, std::memory_order_release);
+  return ticket;
+}
+
+void Engine::end(Ticket &ticket, bool launched) {
+  Pool *pool = ticket.pool;
+  if (!pool) return;
+  ticket.pool = nullptr;
+  pool->users.fetch_add(1, std::memory_order_seq_cst);
+  if (pool->state.load(std::memory_order_seq_cst) != kReady ||
+      pool->generation.load(std::memory_order_relaxed) != ticket.generation) {
+    // Dropped meanwhile: the drop counted this replay (context destroyed) and freed the pair.
+    pool->users.fetch_sub(1, std::memory_order_release);
+    return;
+  }
+  auto record = ticket.per_thread ? api_.event_record_ptsz : api_.event_record;
+  if (!launched) {
+    ticket.pair->state.store(kFree, std::memory_order_release);
+    count(Untimed::launch_failed);
+  } else if (record(ticket.pair->end, ticket.stream) != CUDA_SUCCESS) {
+    ticket.pair->state.store(kFree, std::memory_order_release);
+    count(Untimed::event_error);
+  } else {
+    ticket.pair->state.store(kRecorded, std::memory_order_release);
+  }
+  pool->users.fetch_sub(1, std::memory_order_release);
+}
+
+bool Engine::align(Pool &pool) {
+  uint64_t best = UINT64_MAX;
+  for (int attempt = 0; attempt < kAlignTries; ++attempt) {
+    const uint64_t before = api_.now_ns();
+    if (api_.event_record(pool.trial, pool.own_stream) != CUDA_SUCCESS) return false;
+    CUresult done = CUDA_ERROR_NOT_READY;
+    uint64_t after = before;
+    for (unsigned spin = 0;; ++spin) {
+      done = api_.event_query(pool.trial);
+      after = api_.now_ns();
+      if (done != CUDA_ERROR_NOT_READY) break;
+      if (after - before > 200 * 1000 * 1000ull) break;  // a busy device: try again
+      if (spin > 1000) sched_yield();
+    }
+    if (done == CUDA_ERROR_NOT_READY) continue;
+    if (done != CUDA_SUCCESS) return false;
+    if (after - before < best) {
+      best = after - before;
+      CUevent swap = pool.reference;
+      pool.reference = pool.trial;
+      pool.trial = swap;
+      pool.reference_ns = before + (after - before) / 2;
+    }
+  }
+  if (best == UINT64_MAX) return false;
+  pool.bracket_error_ns = (best + 1) / 2;
+  return true;
+}
+
+void Engine::create_pool(uint32_t slot) {
+  CUcontext context = keys_[slot].load(std::memory_order_acquire);
+  Pool *pool = pools_[slot].load(std::memory_order_acquire);
+  if (!pool) {
+    pool = new (map_zeroed(sizeof(Pool))) Pool();  // never unmapped: a launch may read it
+    if (!pool) return;
+    pools_[slot].store(pool, std::memory_order_release);
+  }
+  for (Pair &pair : pool->pairs) {
+    pair.state.store(kFree, std::memory_order_relaxed);
+    pair.start = pair.end = nullptr;
+  }
+  pool->next.store(0, std::memory_order_relaxed);
+  pool->context.store(context, std::memory_order_relaxed);
+  pool->own_stream = nullptr;
+  pool->reference = pool->trial = nullptr;
+  pool->device = -1;
+  const EventApi &a = api_;
+  if (!a.event_create || !a.event_record || !a.event_query || !a.elapsed || !a.event_destroy ||
+      !a.is_capturing || !a.ctx_push || !a.ctx_pop || !a.stream_create || !a.stream_destroy ||
+      !a.now_ns) {
+    if (!warned_api_) {
+      warned_api_ = true;
+      log_line(LogLevel::error,
+               "GPU timing: the driver has no event API (cuEventCreate, cuEventRecord, "
+               "cuEventQuery, cuEventElapsedTime, cuStreamIsCapturing...); replays are not "
+               "timed");
+    }
+    pool->state.store(kFailed, std::memory_order_seq_cst);
+    return;
+  }
+  if (a.ctx_push(context) != CUDA_SUCCESS) {
+    pool->state.store(kFailed, std::memory_order_seq_cst);
+    return;
+  }
+  CUdevice device = -1;
+  if (a.ctx_get_device && a.ctx_get_device(&device) == CUDA_SUCCESS) pool->device = device;
+  bool ok = a.stream_create(&pool->own_stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
+  CUresult failed = CUDA_SUCCESS;
+  if (ok && (failed = a.event_create(&pool->reference, CU_EVENT_DEFAULT)) != CUDA_SUCCESS)
+    ok = false;
+  if (ok && (failed = a.event_create(&pool->trial, CU_EVENT_DEFAULT)) != CUDA_SUCCESS) ok = false;
+  for (uint32_t i = 0; ok && i < kPairsPerContext; ++i) {
+    Pair &pair = pool->pairs[i];
+    if ((failed = a.event_create(&pair.start, CU_EVENT_DEFAULT)) != CUDA_SUCCESS ||
+        (failed = a.event_create(&pair.end, CU_EVENT_DEFAULT)) != CUDA_SUCCESS)
+      ok = false;
+  }
+  if (!ok && failed != CUDA_SUCCESS)
+    log_line(LogLevel::error,
+             "GPU timing: cuEventCreate failed (error %d) on device %d; replays in that context "
+             "are not timed",
+             static_cast<int>(failed), pool->device);
+  if (ok && !align(*pool)) {
+    log_line(LogLevel::error,
+             "GPU timing: could not align the GPU clock of device %d to CLOCK_MONOTONIC; replays "
+             "in that context are not timed",
+             pool->device);
+    ok = false;
+  }
+  if (!ok) release_pool(slot, true);  // destroys what was made, in the live context
+  CUcontext popped = nullptr;
+  a.ctx_pop(&popped);
+  if (!ok) {
+    keys_[slot].store(context, std::memory_order_release);  // stays known: not asked again
+    pool->state.store(kFailed, std::memory_order_seq_cst);
+    return;
+  }
+  pool->generation.store(++generation_, std::memory_order_relaxed);
+  pool->state.store(kReady, std::memory_order_seq_cst);
+  log_line(LogLevel::info, "GPU timing: %u event pairs for device %d, clock aligned within %llu ns",
+           kPairsPerContext, pool->device, static_cast<unsigned long long>(pool->bracket_error_ns));
+}
+
+// Under the mutex. Waits (bounded) for launches inside begin()/end() of this pool, counts its
+// in-flight replays, destroys its events when `destroy_events` (the context is alive) and
+// frees the slot.
+void Engine::release_pool(uint32_t slot, bool destroy_events) {
+  Pool *pool = pools_[slot].load(std::memory_order_acquire);
+  if (!pool) {
+    keys_[slot].store(nullptr, std::memory_order_release);
+    return;
+  }
+  const uint32_t was = pool->state.exchange(kDropping, std::memory_order_seq_cst);
+  int round = 0;
+  for (; pool->users.load(std::memory_order_seq_cst) != 0 && round < kDropWaitRounds; ++round)
+    if (round > 64) short_pause();
+  const bool quiet = pool->users.load(std::memory_order_seq_cst) == 0;
+  uint64_t in_flight = 0;
+  for (Pair &pair : pool->pairs) {
+    if (was == kReady && pair.state.load(std::memory_order_acquire) != kFree) ++in_flight;
+    if (destroy_events && quiet && api_.event_destroy) {
+      if (pair.start) api_.event_destroy(pair.start);
+      if (pair.end) api_.event_destroy(pair.end);
+    }
+    pair.start = pair.end = nullptr;
+    pair.state.store(kFree, std::memory_order_relaxed);
+  }
+  if (in_flight) count(Untimed::context_dropped, in_flight);
+  if (destroy_events && quiet) {
+    if (pool->reference && api_.event_destroy) api_.event_destroy(pool->reference);
+    if (pool->trial && api_.event_destroy) api_.event_destroy(pool->trial);
+    if (pool->own_stream && api_.stream_destroy) api_.stream_destroy(pool->own_stream);
+  }
+  pool->reference = pool->trial = nullptr;
+  pool->own_stream = nullptr;
+  if (!quiet) {
+    // A launch is stuck inside a record: never reuse this pool (it stays kDropping).
+    pools_[slot].store(nullptr, std::memory_order_release);
+  } else {
+    pool->state.store(kUnused, std::memory_order_seq_cst);
+  }
+  pool->context.store(nullptr, std::memory_order_relaxed);
+  keys_[slot].store(nullptr, std::memory_order_release);
+}
+
+void Engine::drop_context_locked(CUcontext context, bool destroy_events) {
+  for (uint32_t i = 0; i < kMaxContexts; ++i)
+    if (context && keys_[i].load(std::memory_order_acquire) == context)
+      release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
+}
+
+void Engine::drop_device_locked(int device, bool destroy_events) {
+  for (uint32_t i = 0; i < kMaxContexts; ++i) {
+    if (!keys_[i].load(std::memory_order_acquire)) continue;
+    Pool *pool = pools_[i].load(std::memory_order_acquire);
+    // Requests not served yet: their context may be the one going away (its device is unknown
+    // until the pool is made); the next launch in a live context asks again.
+    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused || pool->device == device)
+      release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
+  }
+}
+
+void Engine::drop_context(CUcontext context) {
+  lock();
+  drop_context_locked(context, true);
+  unlock();
+}
+
+void Engine::drop_device(int device) {
+  lock();
+  drop_device_locked(device, true);
+  unlock();
+}
+
+void Engine::forget_device(int device) {
+  lock();
+  drop_device_locked(device, false);
+  unlock();
+}
+
+GraphStats *Engine::stats_slot(uint32_t ordinal) {
+  if (!stats_) {
+    stats_ = static_cast<GraphStats *>(map_zeroed(sizeof(GraphStats) * kMaxTimedGraphs));
+    other_ = static_cast<GraphStats *>(map_zeroed(sizeof(GraphStats)));
+    if (!stats_ || !other_) return nullptr;
+  }
+  if (ordinal == 0) return other_;
+  uint32_t index = (ordinal * 2654435761u) % kMaxTimedGraphs;
+  for (uint32_t probe = 0; probe < kMaxTimedGraphs; ++probe) {
+    GraphStats &entry = stats_[index];
+    if (entry.ordinal == ordinal) return &entry;
+    if (entry.ordinal == 0) {
+      entry.ordinal = ordinal;
+      return &entry;
+    }
+    index = (index + 1) % kMaxTimedGraphs;
+  }
+  return other_;  // more timed graphs than rows: they share one
+}
+
+const GraphStats *Engine::stats_for(uint32_t ordinal) const {
+  if (!stats_ || ordinal == 0) return nullptr;
+  uint32_t index = (ordinal * 2654435761u) % kMaxTimedGraphs;
+  for (uint32_t probe = 0; probe < kMaxTimedGraphs; ++probe) {
+    const GraphStats &entry = stats_[index];
+    if (entry.ordinal == ordinal) return &entry;
+    if (entry.ordinal == 0) return nullptr;
+    index = (index + 1) % kMaxTimedGraphs;
+  }
+  return nullptr;
+}
+
+size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more) {
+  *more = false;
+  size_t filled = 0;
+  lock();
+  if (stopped_.load(std::memory_order_relaxed)) {
+    unlock();
+    return 0;
+  }
+  for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
+    if (!keys_[slot].load(std::memory_order_acquire)) continue;
+    Pool *pool = pools_[slot].load(std::memory_order_acquire);
+    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused) create_pool(slot);
+  }
+  for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
+    Pool *pool = pools_[slot].load(std::memory_order_acquire);
+    if (!pool || pool->state.load(std::memory_order_acquire) != kReady) continue;
+    for (Pair &pair : pool->pairs) {
+      if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
+      if (filled == capacity) {
+        *more = true;
+        break;
+      }
+      const CUresult done = api_.event_query(pair.end);
+      if (done == CUDA_ERROR_NOT_READY) continue;
+      float since_reference = 0, duration = 0;
+      if (done != CUDA_SUCCESS ||
+          api_.elapsed(&since_reference, pool->reference, pair.start) != CUDA_SUCCESS ||
+          api_.elapsed(&duration, pair.start, pair.end) != CUDA_SUCCESS || duration < 0) {
+        pair.state.store(kFree, std::memory_order_release);
+        count(Untimed::event_error);
+        continue;
+      }
+      const double offset = static_cast<double>(since_reference) * 1e6;
+      const double magnitude = offset < 0 ? -offset : offset;
+      int64_t start = static_cast<int64_t>(pool->reference_ns) +
+                      static_cast<int64_t>(offset < 0 ? offset - 0.5 : offset + 0.5);
+      if (start < 0) start = 0;
+      const uint64_t length = static_cast<uint64_t>(static_cast<double>(duration) * 1e6 + 0.5);
+      // Half the bracket, the float's rounding of the offset (2^-24 of it), the resolution.
+      const uint64_t error = pool->bracket_error_ns +
+                             static_cast<uint64_t>(magnitude / 16777216.0) + 1 + kEventResolutionNs;
+      ferrum_replay_gpu_replay &out = batch[filled++];
+      out.size = sizeof out;
+      out.device = pool->device;
+      out.stream = pair.stream;
+      out.name = pair.name;
+      out.category = pair.category;
+      out.replay = pair.replay;
+      out.start_ns = static_cast<uint64_t>(start);
+      out.end_ns = static_cast<uint64_t>(start) + length;
+      out.align_error_ns = error;
+      if (error > align_error_max_) align_error_max_ = error;
+      if (GraphStats *stats = stats_slot(pair.category)) stats->add(length);
+      pair.state.store(kFree, std::memory_order_release);
+      timed_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  unlock();
+  return filled;
+}
+
+void Engine::stop() {
+  lock();
+  stopped_.store(true, std::memory_order_release);
+  unlock();
+}
+
+void Engine::reset_in_child() {
+  pthread_mutex_init(&mutex_, nullptr);
+  for (uint32_t i = 0; i < kMaxContexts; ++i) {
+    keys_[i].store(nullptr, std::memory_order_relaxed);
+    if (Pool *pool = pools_[i].load(std::memory_order_relaxed)) {
+      pool->state.store(kUnused, std::memory_order_relaxed);
+      pool->users.store(0, std::memory_order_relaxed);
+      pool->context.store(nullptr, std::memory_order_relaxed);
+      for (Pair &pair : pool->pairs) pair.state.store(kFree, std::memory_order_relaxed);
+    }
+  }
+  pools_used_.store(false, std::memory_order_relaxed);
+  stopped_.store(false, std::memory_order_relaxed);
+  timed_.store(0, std::memory_order_relaxed);
+  for (auto &counter : untimed_) counter.store(0, std::memory_order_relaxed);
+  align_error_max_ = 0;
+  if (stats_) memset(static_cast<void *>(stats_), 0, sizeof(GraphStats) * kMaxTimedGraphs);
+  if (other_) memset(static_cast<void *>(other_), 0, sizeof(GraphStats));
+}
+
+Totals Engine::totals() {
+  Totals totals;
+  lock();
+  for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
+    Pool *pool = pools_[slot].load(std::memory_order_acquire);
+    if (!pool || pool->state.load(std::memory_order_acquire) != kReady) continue;
+    for (Pair &pair : pool->pairs)
+      if (pair.state.load(std::memory_order_acquire) != kFree) ++totals.in_flight;
+  }
+  totals.align_error_ns = align_error_max_;
+  unlock();
+  totals.timed = timed_.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < static_cast<unsigned>(Untimed::count_); ++i) {
+    totals.untimed[i] = untimed_[i].load(std::memory_order_relaxed);
+    totals.not_timed += totals.untimed[i];
+  }
+  return totals;
+}
+
+}  // namespace ferrum_replay::shim::gpu

@@ -1,0 +1,231 @@
+// GPU time per replay (FERRUM_REPLAY_GPU_TIME=on): the engine, without any real driver.
+//
+// Each timed replay is bracketed by two driver events recorded on the launch's own stream
+// (same stream semantics as the launch). The events come from a bounded pool per context
+// (kPairsPerContext pairs, kMaxContexts contexts); the launch path claims a pair lock-free,
+// records, and publishes it; it never synchronises, never waits, takes no lock and allocates
+// nothing — an exhausted pool means the replay is not timed (counted). Everything else — pool
+// creation, clock alignment, reaping finished pairs, delivery to the sink, per-graph
+// statistics — happens off the launch path, under the engine's mutex, in the reaper
+// (gpu_timing.cpp runs it on a thread; unit tests call reap_pass() directly).
+//
+// Alignment: once per context the reaper records a reference event on a stream of its own and
+// brackets the moment it completes between two CLOCK_MONOTONIC reads (the tightest of
+// kAlignTries); a replay's start is reference + cuEventElapsedTime(reference, start), its end
+// start + cuEventElapsedTime(start, end). align_error_ns = half the bracket + the float
+// rounding of the elapsed reading (2^-24 of it) + the events' resolution (kEventResolutionNs).
+//
+// Context destruction: drop_context()/the device variants are called before (or, for a
+// primary context's release, right after) the real call, under the mutex, so that the reaper
+// never touches a dead context; the in-flight replays of a dropped pool count as not timed.
+//
+// The driver functions are a table of pointers (EventApi) so tests can supply fakes.
+#pragma once
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <atomic>
+
+#include "ferrum_replay/ferrum_replay.h"
+
+namespace ferrum_replay::shim::gpu {
+
+// ---- configuration, fixed at activation (before any launch reads it) ----
+struct Config {
+  bool on = false;
+  uint32_t every = 1;  // FERRUM_REPLAY_GPU_TIME_EVERY: time replays 1, 1+N, 1+2N... of each graph
+};
+extern Config g_config;
+void configure(bool on, uint32_t every);
+// The one engine of the process.
+class Engine;
+Engine &engine();
+// The launch path's one branch: is GPU timing on in this process?
+inline bool timing_on() {
+  return __builtin_expect(g_config.on, 0);
+}
+
+// ---- the driver functions the engine calls (null: missing) ----
+struct EventApi {
+  CUresult (*event_create)(CUevent *, unsigned) = nullptr;
+  CUresult (*event_record)(CUevent, CUstream) = nullptr;       // legacy stream semantics
+  CUresult (*event_record_ptsz)(CUevent, CUstream) = nullptr;  // per-thread default stream
+  CUresult (*event_query)(CUevent) = nullptr;
+  CUresult (*elapsed)(float *, CUevent, CUevent) = nullptr;  // _v2 when present
+  CUresult (*event_destroy)(CUevent) = nullptr;
+  CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *) = nullptr;
+  CUresult (*is_capturing_ptsz)(CUstream, CUstreamCaptureStatus *) = nullptr;
+  CUresult (*ctx_get_current)(CUcontext *) = nullptr;
+  CUresult (*ctx_get_device)(CUdevice *) = nullptr;
+  CUresult (*ctx_push)(CUcontext) = nullptr;
+  CUresult (*ctx_pop)(CUcontext *) = nullptr;
+  CUresult (*stream_create)(CUstream *, unsigned) = nullptr;
+  CUresult (*stream_destroy)(CUstream) = nullptr;
+  CUresult (*primary_state)(CUdevice, unsigned *, int *) = nullptr;  // optional
+  uint64_t (*now_ns)() = nullptr;                                    // CLOCK_MONOTONIC
+};
+
+// ---- per-graph statistics: fixed memory, log buckets ----
+// Durations below 8 ns are exact; above, 8 buckets per power of two up to 2^40 ns (~18 min;
+// longer ones share the last bucket): a percentile is its bucket's midpoint, within 6.25 % of
+// the true value (and clamped to [min, max]).
+struct Histogram {
+  static constexpr unsigned kSubBits = 3;
+  static constexpr unsigned kMaxExponent = 40;
+  static constexpr unsigned kBuckets = 8 + (kMaxExponent - kSubBits) * 8;
+  uint32_t counts[kBuckets] = {};
+  static unsigned bucket_of(uint64_t ns);
+  static uint64_t midpoint(unsigned bucket);
+  void add(uint64_t ns) { ++counts[bucket_of(ns)]; }
+  // The value at `fraction` (0.5, 0.99) of `total` samples; 0 when empty.
+  uint64_t percentile(double fraction, uint64_t total) const;
+};
+
+struct GraphStats {
+  uint32_t ordinal = 0;  // 0: free entry (the overflow record's times go to `other`)
+  uint64_t count = 0, total_ns = 0, min_ns = 0, max_ns = 0;
+  Histogram histogram;
+  void add(uint64_t ns);
+  void merge(const GraphStats &other);
+  uint64_t percentile(double fraction) const;  // within [min_ns, max_ns]
+};
+
+// ---- the pools ----
+inline constexpr uint32_t kPairsPerContext = 1024;  // replays in flight per context, at most
+inline constexpr uint32_t kMaxContexts = 16;
+inline constexpr uint32_t kMaxTimedGraphs = 1024;  // graphs with a row of GPU statistics
+inline constexpr int kAlignTries = 5;
+inline constexpr uint64_t kEventResolutionNs = 500;
+inline constexpr uint32_t kClaimProbes = 4;
+
+struct Pair {
+  std::atomic<uint32_t> state{0};  // kFree, kClaimed, kRecorded
+  CUevent start = nullptr, end = nullptr;
+  uint64_t stream = 0;
+  const char *name = "";
+  uint32_t category = 0;
+  uint64_t replay = 0;
+};
+
+struct Pool;
+
+// What the launch path holds between the two records. Null pool: not timed.
+struct Ticket {
+  Pool *pool = nullptr;
+  Pair *pair = nullptr;
+  uint64_t generation = 0;
+  bool per_thread = false;
+  CUstream stream = nullptr;
+};
+
+// Why a replay was not timed (each counted).
+enum class Untimed : unsigned {
+  sampled_out,
+  no_context,       // no current context, or the pool's context slots are all taken
+  pool_not_ready,   // the context's pool is being created, or could not be
+  pool_exhausted,   // every pair in flight
+  capturing,        // the stream is being captured, or the query failed
+  event_error,      // a record, query or elapsed call failed
+  launch_failed,    // the launch itself returned an error
+  context_dropped,  // the context was destroyed while the replay was in flight
+  count_
+};
+inline constexpr const char *kUntimedNames[] = {
+    "sampled out", "no context",  "pool not ready", "pool exhausted",
+    "capturing",   "event error", "launch failed",  "context destroyed"};
+
+struct Totals {
+  uint64_t timed = 0, in_flight = 0, not_timed = 0, align_error_ns = 0;
+  uint64_t untimed[static_cast<unsigned>(Untimed::count_)] = {};
+};
+
+class Engine {
+ public:
+  Engine() = default;
+  Engine(const Engine &) = delete;
+  Engine &operator=(const Engine &) = delete;
+  ~Engine();
+
+  void set_api(const EventApi &api) { api_ = api; }
+  const EventApi &api() const { return api_; }
+
+  // ---- the launch path: lock-free, allocation-free, never waits ----
+  // Decides whether this replay is timed and records its start event. `replay` is the graph's
+  // 1-based replay number. `requested` is set when this launch asked for a new pool (the
+  // caller then makes sure a reaper runs).
+  Ticket begin(CUstream stream, bool per_thread, const char *name, uint32_t category,
+               uint64_t replay, bool *requested);
+  // After the real launch: records the end event and hands the pair to the reaper.
+  void end(Ticket &ticket, bool launched);
+
+  // ---- off the launch path (each takes the mutex) ----
+  // Creates requested pools, reaps finished pairs into `batch` (at most `capacity`), updates
+  // the statistics. Returns the number of replays put in `batch`; `*more` when the batch
+  // filled before everything finished was taken. Calls CUDA only on live contexts.
+  size_t reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more);
+  // The context `context` is about to be destroyed: its pool goes first (its events destroyed
+  // while the context still lives), its in-flight replays count as not timed.
+  void drop_context(CUcontext context);
+  // A device's primary context is about to be reset: every pool of the device goes, events
+  // destroyed first.
+  void drop_device(int device);
+  // A device's primary context may have been destroyed already (its last release): its pools
+  // go without any CUDA call.
+  void forget_device(int device);
+  // The caller holds the engine mutex across a real context call (lock()/unlock()).
+  void lock() { pthread_mutex_lock(&mutex_); }
+  void unlock() { pthread_mutex_unlock(&mutex_); }
+  // drop_* under a held lock.
+  void drop_context_locked(CUcontext context, bool destroy_events);
+  void drop_device_locked(int device, bool destroy_events);
+  // True when any pool exists (a context hook then has work to do).
+  bool any_pool() const { return pools_used_.load(std::memory_order_acquire); }
+
+  // After fork, in the child: every pool forgotten without a CUDA call, counters restarted.
+  void reset_in_child();
+  // At exit: no CUDA call is made from now on; what is in flight is counted as such.
+  void stop();
+  bool stopped() const { return stopped_.load(std::memory_order_acquire); }
+
+  Totals totals();
+  // Visits the statistics of every timed graph (ordinal 0: graphs without a row of their
+  // own). Under lock().
+  template <typename Visit>
+  void for_each_stats_locked(Visit &&visit) const {
+    if (stats_)
+      for (uint32_t i = 0; i < kMaxTimedGraphs; ++i)
+        if (stats_[i].ordinal) visit(static_cast<const GraphStats &>(stats_[i]));
+    if (other_ && other_->count) visit(static_cast<const GraphStats &>(*other_));
+  }
+  // The statistics row of `ordinal`; null when it has none. Under lock() only.
+  const GraphStats *stats_for(uint32_t ordinal) const;
+
+ private:
+  void count(Untimed why, uint64_t n = 1) {
+    untimed_[static_cast<unsigned>(why)].fetch_add(n, std::memory_order_relaxed);
+  }
+  Pool *find_pool(CUcontext context, bool *requested);
+  void create_pool(uint32_t slot);
+  bool align(Pool &pool);
+  void release_pool(uint32_t slot, bool destroy_events);
+  GraphStats *stats_slot(uint32_t ordinal);
+
+  EventApi api_;
+  pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
+  std::atomic<CUcontext> keys_[kMaxContexts] = {};
+  std::atomic<Pool *> pools_[kMaxContexts] = {};
+  std::atomic<bool> pools_used_{false};
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> timed_{0};
+  std::atomic<uint64_t> untimed_[static_cast<unsigned>(Untimed::count_)] = {};
+  uint64_t align_error_max_ = 0;
+  uint64_t generation_ = 0;
+  bool warned_api_ = false;
+  GraphStats *stats_ = nullptr;  // kMaxTimedGraphs entries, mapped on first reap
+  GraphStats *other_ = nullptr;
+};
+
+}  // namespace ferrum_replay::shim::gpu

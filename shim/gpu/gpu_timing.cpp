@@ -1,0 +1,268 @@
+#include "gpu/gpu_timing.hpp"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "resolve/real_functions.hpp"
+#include "support/log.hpp"
+
+namespace ferrum_replay::shim::gpu {
+namespace {
+
+// The driver functions, by their exported names (cuda.h's version macros do not apply to
+// strings). Where two names exist the newer is preferred.
+constinit RealFunction<CUresult (*)(CUevent *, unsigned)> g_event_create{"cuEventCreate"};
+constinit RealFunction<CUresult (*)(CUevent, CUstream)> g_event_record{"cuEventRecord"};
+constinit RealFunction<CUresult (*)(CUevent, CUstream)> g_event_record_ptsz{"cuEventRecord_ptsz"};
+constinit RealFunction<CUresult (*)(CUevent)> g_event_query{"cuEventQuery"};
+constinit RealFunction<CUresult (*)(float *, CUevent, CUevent)> g_elapsed_v2{
+    "cuEventElapsedTime_v2"};
+constinit RealFunction<CUresult (*)(float *, CUevent, CUevent)> g_elapsed{"cuEventElapsedTime"};
+constinit RealFunction<CUresult (*)(CUevent)> g_event_destroy_v2{"cuEventDestroy_v2"};
+constinit RealFunction<CUresult (*)(CUevent)> g_event_destroy{"cuEventDestroy"};
+constinit RealFunction<CUresult (*)(CUstream, CUstreamCaptureStatus *)> g_is_capturing{
+    "cuStreamIsCapturing"};
+constinit RealFunction<CUresult (*)(CUstream, CUstreamCaptureStatus *)> g_is_capturing_ptsz{
+    "cuStreamIsCapturing_ptsz"};
+constinit RealFunction<CUresult (*)(CUcontext *)> g_ctx_get_current{"cuCtxGetCurrent"};
+constinit RealFunction<CUresult (*)(CUdevice *)> g_ctx_get_device{"cuCtxGetDevice"};
+constinit RealFunction<CUresult (*)(CUcontext)> g_ctx_push{"cuCtxPushCurrent_v2"};
+constinit RealFunction<CUresult (*)(CUcontext *)> g_ctx_pop{"cuCtxPopCurrent_v2"};
+constinit RealFunction<CUresult (*)(CUstream *, unsigned)> g_stream_create{"cuStreamCreate"};
+constinit RealFunction<CUresult (*)(CUstream)> g_stream_destroy_v2{"cuStreamDestroy_v2"};
+constinit RealFunction<CUresult (*)(CUdevice, unsigned *, int *)> g_primary_state{
+    "cuDevicePrimaryCtxGetState"};
+
+uint64_t monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
+}
+
+// 0: not resolved, 1: being resolved, 2: resolved (the engine's table is complete).
+std::atomic<int> g_api_state{0};
+
+void resolve_api() {
+  EventApi api;
+  api.event_create = g_event_create.get();
+  api.event_record = g_event_record.get();
+  api.event_record_ptsz = g_event_record_ptsz.get();
+  if (!api.event_record_ptsz) api.event_record_ptsz = nullptr;  // no per-thread timing then
+  api.event_query = g_event_query.get();
+  api.elapsed = g_elapsed_v2.get();
+  if (!api.elapsed) api.elapsed = g_elapsed.get();
+  api.event_destroy = g_event_destroy_v2.get();
+  if (!api.event_destroy) api.event_destroy = g_event_destroy.get();
+  api.is_capturing = g_is_capturing.get();
+  api.is_capturing_ptsz = g_is_capturing_ptsz.get();
+  api.ctx_get_current = g_ctx_get_current.get();
+  api.ctx_get_device = g_ctx_get_device.get();
+  api.ctx_push = g_ctx_push.get();
+  api.ctx_pop = g_ctx_pop.get();
+  api.stream_create = g_stream_create.get();
+  api.stream_destroy = g_stream_destroy_v2.get();
+  api.primary_state = g_primary_state.get();
+  api.now_ns = monotonic_ns;
+  engine().set_api(api);
+}
+
+// ---- the reaper ----
+pthread_mutex_t g_wake_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t g_wake;  // CLOCK_MONOTONIC, initialised when the reaper starts
+std::atomic<bool> g_reaper_started{false};
+std::atomic<bool> g_handlers_registered{false};
+pthread_t g_reaper{};
+uint64_t g_passes = 0;        // completed passes (g_wake_mutex)
+bool g_wake_request = false;  // (g_wake_mutex)
+
+pthread_mutex_t g_sink_mutex = PTHREAD_MUTEX_INITIALIZER;
+ferrum_replay_gpu_sink_fn g_sink = nullptr;  // (g_sink_mutex)
+void *g_sink_context = nullptr;
+
+constexpr size_t kBatch = 512;
+ferrum_replay_gpu_replay g_batch[kBatch];  // the reaper's only
+
+bool on_reaper() {
+  return g_reaper_started.load(std::memory_order_acquire) &&
+         pthread_equal(pthread_self(), g_reaper);
+}
+
+void deliver(size_t count) {
+  if (count == 0) return;
+  pthread_mutex_lock(&g_sink_mutex);
+  if (g_sink) g_sink(g_batch, count, g_sink_context);
+  pthread_mutex_unlock(&g_sink_mutex);
+}
+
+void *reaper_main(void *) {
+  Engine &timing = engine();
+  for (;;) {
+    bool more = true;
+    while (more) deliver(timing.reap_pass(g_batch, kBatch, &more));
+    const bool busy = timing.totals().in_flight != 0;
+    pthread_mutex_lock(&g_wake_mutex);
+    ++g_passes;
+    pthread_cond_broadcast(&g_wake);
+    if (!g_wake_request) {
+      timespec until{};
+      clock_gettime(CLOCK_MONOTONIC, &until);
+      until.tv_nsec += busy ? 1000 * 1000 : 20 * 1000 * 1000;
+      if (until.tv_nsec >= 1000000000) {
+        until.tv_nsec -= 1000000000;
+        ++until.tv_sec;
+      }
+      pthread_cond_timedwait(&g_wake, &g_wake_mutex, &until);
+    }
+    g_wake_request = false;
+    pthread_mutex_unlock(&g_wake_mutex);
+  }
+  return nullptr;
+}
+
+// Asks the reaper for a pass that starts after now and waits for it, at most `timeout_ms`.
+void wait_for_pass(int timeout_ms) {
+  if (!g_reaper_started.load(std::memory_order_acquire) || on_reaper()) return;
+  timespec until{};
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += static_cast<long>(timeout_ms % 1000) * 1000000;
+  if (until.tv_nsec >= 1000000000) {
+    until.tv_nsec -= 1000000000;
+    ++until.tv_sec;
+  }
+  pthread_mutex_lock(&g_wake_mutex);
+  const uint64_t target = g_passes + 2;  // the pass running now may have started earlier
+  g_wake_request = true;
+  pthread_cond_broadcast(&g_wake);
+  while (g_passes < target)
+    if (pthread_cond_timedwait(&g_wake, &g_wake_mutex, &until) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&g_wake_mutex);
+}
+
+void at_exit() {
+  if (!g_reaper_started.load(std::memory_order_acquire)) return;
+  wait_for_pass(1000);
+  engine().stop();  // from here on, no CUDA call: the runtime's teardown comes next
+}
+
+void fork_prepare() {
+  engine().lock();
+}
+void fork_parent() {
+  engine().unlock();
+}
+void fork_child() {
+  engine().reset_in_child();  // reinitialises the engine's mutex
+  pthread_mutex_init(&g_wake_mutex, nullptr);
+  pthread_mutex_init(&g_sink_mutex, nullptr);
+  g_passes = 0;
+  g_wake_request = false;
+  g_reaper_started.store(false, std::memory_order_release);
+}
+
+void init_wake() {
+  pthread_condattr_t attributes;
+  pthread_condattr_init(&attributes);
+  pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+  pthread_cond_init(&g_wake, &attributes);
+  pthread_condattr_destroy(&attributes);
+}
+
+// Once per process (and once again in a forked child that times). On the launch that asked
+// for the first pool: creating a thread is this path's one-time cost.
+void start_reaper() {
+  bool expected = false;
+  if (!g_reaper_started.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return;
+  if (!g_handlers_registered.exchange(true, std::memory_order_acq_rel)) {
+    init_wake();
+    atexit(at_exit);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // signals stay the program's threads' business
+  pthread_attr_t attributes;
+  pthread_attr_init(&attributes);
+  pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attributes, 256 * 1024);
+  const int failed = pthread_create(&g_reaper, &attributes, reaper_main, nullptr);
+  pthread_attr_destroy(&attributes);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (failed) {
+    g_reaper_started.store(false, std::memory_order_release);
+    log_line(LogLevel::error,
+             "GPU timing: cannot start the reaper thread (%s); replays are not "
+             "timed",
+             strerror(failed));
+    return;
+  }
+  pthread_setname_np(g_reaper, "ferrum-gpu");
+}
+
+}  // namespace
+
+bool primary_context_active(CUdevice device) {
+  auto state = g_primary_state.get();
+  unsigned flags = 0;
+  int active = 0;
+  // Unknown counts as gone: forgetting a pool costs a few untimed replays, a call into a dead
+  // context could cost the program.
+  return state && state(device, &flags, &active) == CUDA_SUCCESS && active;
+}
+
+Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t category,
+                    uint64_t replay) {
+  if (__builtin_expect(g_api_state.load(std::memory_order_acquire) != 2, 0)) {
+    int expected = 0;
+    if (g_api_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      resolve_api();  // once: the first timed launch resolves the driver's functions
+      g_api_state.store(2, std::memory_order_release);
+    } else {
+      return Ticket{};  // another thread resolves right now: this replay is not timed
+    }
+  }
+  bool requested = false;
+  Ticket ticket = engine().begin(stream, per_thread, name, category, replay, &requested);
+  if (__builtin_expect(requested, 0)) start_reaper();
+  return ticket;
+}
+
+void launch_end(Ticket &ticket, bool launched) {
+  engine().end(ticket, launched);
+}
+
+int set_sink(ferrum_replay_gpu_sink_fn sink, void *context) {
+  // The reaper holds the sink mutex while it delivers: once this returns, the old sink is
+  // never called again (unless called from inside the sink, which must not happen).
+  const bool inside = on_reaper();
+  if (!inside) pthread_mutex_lock(&g_sink_mutex);
+  g_sink = sink;
+  g_sink_context = sink ? context : nullptr;
+  if (!inside) pthread_mutex_unlock(&g_sink_mutex);
+  return 0;
+}
+
+int flush(ferrum_replay_gpu_status *status) {
+  wait_for_pass(2000);
+  if (!status) return 0;
+  const Totals totals = engine().totals();
+  ferrum_replay_gpu_status filled{};
+  filled.size = sizeof filled;
+  filled.timed = totals.timed;
+  filled.in_flight = totals.in_flight;
+  filled.not_timed = totals.not_timed;
+  filled.sampled_out = totals.untimed[static_cast<unsigned>(Untimed::sampled_out)];
+  filled.align_error_ns = totals.align_error_ns;
+  // A caller built against an older, shorter struct gets what fits.
+  size_t size = status->size ? status->size : sizeof filled;
+  if (size > sizeof filled) size = sizeof filled;
+  memcpy(status, &filled, size);
+  status->size = static_cast<uint32_t>(size);
+  return 0;
+}
+
+}  // namespace ferrum_replay::shim::gpu

@@ -1,0 +1,69 @@
+// GPU timing wired to the real driver: the driver functions (resolved like every real
+// function, real_functions.hpp: never a dlopen of a driver the program has not loaded), the
+// reaper thread, the hand-off to a tool (ferrum_replay_set_gpu_sink / _gpu_flush), exit and
+// fork. The engine itself is gpu_engine.hpp.
+//
+// The reaper: one detached thread, started by the first launch that asks for a context's pool
+// (never in a process that does not turn GPU timing on), all signals blocked. It wakes every
+// millisecond while replays are in flight (every 20 ms when idle), creates pools, reaps, and
+// calls the sink with batches, outside the engine's mutex. At exit (an atexit handler
+// registered when it starts, so it runs before the CUDA runtime's own teardown) it is asked
+// for one last pass (waited for at most 1 s), then the engine stops calling CUDA for good.
+// After fork, the child forgets every pool (its contexts are not usable there) and starts a
+// reaper of its own on its first timed launch.
+#pragma once
+
+#include <cuda.h>
+
+#include "gpu/gpu_engine.hpp"
+
+namespace ferrum_replay::shim::gpu {
+
+// The launch path (only when timing_on()). Never blocks; see Engine::begin/end.
+Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t category,
+                    uint64_t replay);
+void launch_end(Ticket &ticket, bool launched);
+
+// Around the real context-ending calls (hooked_functions.def, kinds context_destroy,
+// primary_release, primary_reset). Called only when timing_on().
+template <typename Call>
+auto around_context_destroy(CUcontext context, Call &&call) {
+  Engine &timing = engine();
+  if (!timing.any_pool()) return call();
+  timing.lock();
+  timing.drop_context_locked(context, true);  // its events go while the context lives
+  auto result = call();
+  timing.drop_context_locked(context, false);  // a request made meanwhile
+  timing.unlock();
+  return result;
+}
+template <typename Call>
+auto around_primary_reset(CUdevice device, Call &&call) {
+  Engine &timing = engine();
+  if (!timing.any_pool()) return call();
+  timing.lock();
+  timing.drop_device_locked(device, true);
+  auto result = call();
+  timing.drop_device_locked(device, false);
+  timing.unlock();
+  return result;
+}
+// A release destroys the primary context only when it drops the last reference: asked after
+// the call (cuDevicePrimaryCtxGetState); the reaper is held off meanwhile.
+bool primary_context_active(CUdevice device);
+template <typename Call>
+auto around_primary_release(CUdevice device, Call &&call) {
+  Engine &timing = engine();
+  if (!timing.any_pool()) return call();
+  timing.lock();
+  auto result = call();
+  if (!primary_context_active(device)) timing.drop_device_locked(device, false);
+  timing.unlock();
+  return result;
+}
+
+// ferrum_replay_set_gpu_sink / ferrum_replay_gpu_flush, once the caller knows timing is on.
+int set_sink(ferrum_replay_gpu_sink_fn sink, void *context);
+int flush(ferrum_replay_gpu_status *status);
+
+}  // namespace ferrum_replay::shim::gpu

@@ -1,0 +1,497 @@
+// GPU timing's engine (shim/gpu/gpu_engine.hpp) against a fake driver: pools, sampling,
+// capture, exhaustion, alignment, reaping, context drops, statistics, and the settings that
+// turn it on.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_engine.hpp"
+#include "support/settings.hpp"
+
+namespace gpu = ferrum_replay::shim::gpu;
+
+namespace {
+
+// A driver with one GPU clock per stream: an event recorded on a stream completes at the
+// stream's clock (advanced by `step_ns` per record) once `now` has passed it.
+struct FakeDriver {
+  uint64_t now = 1000000000;            // CLOCK_MONOTONIC, ns
+  uint64_t gpu_offset = 12345;          // GPU time = CPU time - offset
+  uint64_t launch_ns = 50000;           // what a graph takes between its two records
+  std::map<CUevent, uint64_t> done_at;  // GPU time the event completes; absent: never recorded
+  std::set<CUevent> live;
+  std::set<CUcontext> dead;
+  CUcontext current = reinterpret_cast<CUcontext>(0x100);
+  uintptr_t next_handle = 0x1000;
+  bool capturing = false, capture_query_fails = false, no_events = false;
+  int create_fail_after = -1;  // cuEventCreate fails after this many successes
+  int creates = 0, records = 0, records_ptsz = 0, pushes = 0, calls_on_dead = 0;
+  bool end_record = false;  // the next record on a user stream is an end event
+  std::vector<CUstream> record_streams;
+
+  uint64_t gpu_now() const { return now - gpu_offset; }
+};
+FakeDriver *fake = nullptr;
+
+void check_context() {
+  if (fake->dead.count(fake->current)) ++fake->calls_on_dead;
+}
+
+CUresult event_create(CUevent *event, unsigned) {
+  check_context();
+  if (fake->create_fail_after >= 0 && fake->creates >= fake->create_fail_after)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  ++fake->creates;
+  *event = reinterpret_cast<CUevent>(fake->next_handle++);
+  fake->live.insert(*event);
+  return CUDA_SUCCESS;
+}
+CUresult record_on(CUevent event, CUstream stream) {
+  if (!fake->live.count(event)) return CUDA_ERROR_INVALID_HANDLE;
+  fake->record_streams.push_back(stream);
+  // Our own stream (the alignment) completes at once; a user stream: the start event at
+  // "now", the end event launch_ns later.
+  fake->done_at[event] = fake->gpu_now() + (fake->end_record ? fake->launch_ns : 0);
+  fake->end_record = !fake->end_record && stream != reinterpret_cast<CUstream>(0xABC);
+  return CUDA_SUCCESS;
+}
+CUresult event_record(CUevent event, CUstream stream) {
+  ++fake->records;
+  return record_on(event, stream);
+}
+CUresult event_record_ptsz(CUevent event, CUstream stream) {
+  ++fake->records_ptsz;
+  return record_on(event, stream);
+}
+CUresult event_query(CUevent event) {
+  if (!fake->live.count(event)) return CUDA_ERROR_INVALID_HANDLE;
+  auto found = fake->done_at.find(event);
+  if (found == fake->done_at.end()) return CUDA_SUCCESS;
+  return found->second <= fake->gpu_now() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+CUresult elapsed(float *ms, CUevent from, CUevent to) {
+  if (!fake->live.count(from) || !fake->live.count(to)) return CUDA_ERROR_INVALID_HANDLE;
+  *ms = static_cast<float>(
+      (static_cast<double>(fake->done_at[to]) - static_cast<double>(fake->done_at[from])) / 1e6);
+  return CUDA_SUCCESS;
+}
+CUresult event_destroy(CUevent event) {
+  check_context();
+  fake->live.erase(event);
+  return CUDA_SUCCESS;
+}
+CUresult is_capturing(CUstream, CUstreamCaptureStatus *status) {
+  if (fake->capture_query_fails) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  *status = fake->capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+CUresult ctx_get_current(CUcontext *context) {
+  *context = fake->current;
+  return CUDA_SUCCESS;
+}
+CUresult ctx_get_device(CUdevice *device) {
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+CUcontext saved_current = nullptr;
+CUresult ctx_push(CUcontext context) {
+  if (fake->dead.count(context)) {
+    ++fake->calls_on_dead;
+    return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  }
+  ++fake->pushes;
+  saved_current = fake->current;
+  fake->current = context;
+  return CUDA_SUCCESS;
+}
+CUresult ctx_pop(CUcontext *context) {
+  *context = fake->current;
+  fake->current = saved_current;
+  return CUDA_SUCCESS;
+}
+CUresult stream_create(CUstream *stream, unsigned) {
+  *stream = reinterpret_cast<CUstream>(0xABC);
+  return CUDA_SUCCESS;
+}
+CUresult stream_destroy(CUstream) {
+  check_context();
+  return CUDA_SUCCESS;
+}
+uint64_t now_ns() {
+  return fake->now;
+}
+
+gpu::EventApi fake_api() {
+  gpu::EventApi api;
+  api.event_create = event_create;
+  api.event_record = event_record;
+  api.event_record_ptsz = event_record_ptsz;
+  api.event_query = event_query;
+  api.elapsed = elapsed;
+  api.event_destroy = event_destroy;
+  api.is_capturing = is_capturing;
+  api.is_capturing_ptsz = is_capturing;
+  api.ctx_get_current = ctx_get_current;
+  api.ctx_get_device = ctx_get_device;
+  api.ctx_push = ctx_push;
+  api.ctx_pop = ctx_pop;
+  api.stream_create = stream_create;
+  api.stream_destroy = stream_destroy;
+  api.now_ns = now_ns;
+  return api;
+}
+
+struct Fixture {
+  FakeDriver driver;
+  gpu::Engine *engine = new gpu::Engine();  // large: on the heap
+  ferrum_replay_gpu_replay batch[2048];
+  uint64_t replay = 0;
+
+  Fixture(uint32_t every = 1) {
+    fake = &driver;
+    gpu::configure(true, every);
+    engine->set_api(fake_api());
+  }
+  ~Fixture() {
+    delete engine;
+    gpu::configure(false, 1);
+    fake = nullptr;
+  }
+  // One launch on `stream`: begin, (the launch), end. True when it was timed.
+  bool launch(CUstream stream = reinterpret_cast<CUstream>(0x77), bool ok = true,
+              bool per_thread = false) {
+    bool requested = false;
+    gpu::Ticket ticket = engine->begin(stream, per_thread, "graph a", 1, ++replay, &requested);
+    const bool timed = ticket.pool != nullptr;
+    engine->end(ticket, ok);
+    return timed;
+  }
+  size_t reap() {
+    bool more = false;
+    return engine->reap_pass(batch, 2048, &more);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gpu histogram: buckets within 6.25 %, percentiles clamped to min and max") {
+  for (uint64_t v : {0ull, 1ull, 7ull, 8ull, 9ull, 100ull, 1000ull, 123456ull, 999999999ull}) {
+    const uint64_t mid = gpu::Histogram::midpoint(gpu::Histogram::bucket_of(v));
+    const double error = v ? (static_cast<double>(mid) - static_cast<double>(v)) / v : 0;
+    CHECK(error <= 0.0625);
+    CHECK(error >= -0.0625);
+  }
+  // Beyond 2^40 ns: the last bucket, no overflow.
+  CHECK(gpu::Histogram::bucket_of(~0ull) == gpu::Histogram::kBuckets - 1);
+  gpu::GraphStats stats;
+  for (uint64_t i = 1; i <= 100; ++i) stats.add(i * 1000);
+  CHECK(stats.count == 100);
+  CHECK(stats.min_ns == 1000);
+  CHECK(stats.max_ns == 100000);
+  const double p50 = static_cast<double>(stats.percentile(0.5));
+  const double p99 = static_cast<double>(stats.percentile(0.99));
+  CHECK(p50 >= 50000 * 0.9375);
+  CHECK(p50 <= 50000 * 1.0625);
+  CHECK(p99 >= 99000 * 0.9375);
+  CHECK(p99 <= 100000);
+  gpu::GraphStats merged;
+  merged.merge(stats);
+  merged.merge(stats);
+  CHECK(merged.count == 200);
+  CHECK(merged.percentile(0.5) == stats.percentile(0.5));
+}
+
+TEST_CASE(
+    "gpu engine: the first launch asks for a pool; once made, replays are timed and aligned") {
+  Fixture f;
+  CHECK_FALSE(f.launch());  // the pool is requested, not there yet
+  CHECK(f.reap() == 0);     // the reaper makes it (in the context, pushed and popped)
+  CHECK(f.driver.pushes == 1);
+  CHECK(f.driver.current == reinterpret_cast<CUcontext>(0x100));
+  CHECK(f.driver.creates == 2 + 2 * static_cast<int>(gpu::kPairsPerContext));
+  CHECK(f.launch());
+  CHECK(f.reap() == 0);  // the GPU has not finished it yet
+  CHECK(f.engine->totals().in_flight == 1);
+  f.driver.now += 1000000;
+  REQUIRE(f.reap() == 1);
+  const ferrum_replay_gpu_replay &r = f.batch[0];
+  CHECK(r.size == sizeof r);
+  CHECK(r.device == 0);
+  CHECK(r.stream == 0x77);
+  CHECK(std::string(r.name) == "graph a");
+  CHECK(r.category == 1);
+  CHECK(r.replay == 2);
+  CHECK(r.end_ns - r.start_ns >= 49000);
+  CHECK(r.end_ns - r.start_ns <= 51000);
+  // The fake's events complete instantly on our stream: the bracket is 0, so the start is
+  // the CPU time of the record, within the stated bound.
+  const uint64_t expected_start = 1000000000;
+  const uint64_t error =
+      r.start_ns > expected_start ? r.start_ns - expected_start : expected_start - r.start_ns;
+  CHECK(error <= r.align_error_ns);
+  CHECK(r.align_error_ns < 2000);
+  gpu::Totals totals = f.engine->totals();
+  CHECK(totals.timed == 1);
+  CHECK(totals.in_flight == 0);
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::pool_not_ready)] == 1);
+  f.engine->lock();
+  const gpu::GraphStats *stats = f.engine->stats_for(1);
+  REQUIRE(stats != nullptr);
+  CHECK(stats->count == 1);
+  f.engine->unlock();
+}
+
+TEST_CASE("gpu engine: per-thread launches record with the _ptsz entry point") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  const int legacy = f.driver.records;
+  CHECK(f.launch(nullptr, true, true));
+  CHECK(f.driver.records_ptsz == 2);
+  CHECK(f.driver.records == legacy);
+}
+
+TEST_CASE("gpu engine: a capturing stream (or a failed query) is never recorded on") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  const int records = f.driver.records;
+  f.driver.capturing = true;
+  CHECK_FALSE(f.launch());
+  f.driver.capturing = false;
+  f.driver.capture_query_fails = true;
+  CHECK_FALSE(f.launch());
+  CHECK(f.driver.records == records);
+  CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::capturing)] == 2);
+}
+
+TEST_CASE("gpu engine: every Nth replay of a graph is timed; the rest counted as sampled out") {
+  Fixture f(3);
+  f.launch();  // replay 1: timed but no pool yet
+  f.reap();
+  int timed = 0;
+  for (int i = 0; i < 30; ++i) timed += f.launch();
+  CHECK(timed == 10);  // replays 4, 7, ..., 31
+  CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::sampled_out)] == 20);
+}
+
+TEST_CASE(
+    "gpu engine: an exhausted pool leaves replays untimed, never waits; reaping frees pairs") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  int timed = 0;
+  const int burst = static_cast<int>(gpu::kPairsPerContext) + 200;
+  for (int i = 0; i < burst; ++i) timed += f.launch();
+  CHECK(timed >= static_cast<int>(gpu::kPairsPerContext) * 95 / 100);
+  CHECK(timed <= static_cast<int>(gpu::kPairsPerContext));
+  CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::pool_exhausted)] ==
+        static_cast<uint64_t>(burst - timed));
+  f.driver.now += 10000000;
+  CHECK(f.reap() == static_cast<size_t>(timed));
+  CHECK(f.launch());  // pairs are back
+}
+
+TEST_CASE("gpu engine: a burst of a few hundred replays on one stream is timed in full") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  int timed = 0;
+  for (int i = 0; i < 500; ++i) timed += f.launch();
+  CHECK(timed == 500);
+}
+
+TEST_CASE("gpu engine: a failed launch or a failed record is not timed, the pair comes back") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  CHECK(f.launch(reinterpret_cast<CUstream>(0x77), false));
+  f.driver.now += 1000000;
+  CHECK(f.reap() == 0);
+  CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::launch_failed)] == 1);
+  CHECK(f.engine->totals().in_flight == 0);
+}
+
+TEST_CASE("gpu engine: a destroyed context's pool goes first; no call into it afterwards") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  for (int i = 0; i < 5; ++i) f.launch();
+  const size_t live_before = f.driver.live.size();
+  f.engine->drop_context(reinterpret_cast<CUcontext>(0x100));  // before the real destroy
+  CHECK(f.driver.live.size() == live_before - 2 - 2 * gpu::kPairsPerContext);
+  f.driver.dead.insert(reinterpret_cast<CUcontext>(0x100));
+  gpu::Totals totals = f.engine->totals();
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::context_dropped)] == 5);
+  CHECK(totals.in_flight == 0);
+  f.driver.now += 1000000;
+  CHECK(f.reap() == 0);
+  CHECK(f.driver.calls_on_dead == 0);
+  // A launch in a new context at the same slot gets a new pool.
+  f.driver.current = reinterpret_cast<CUcontext>(0x200);
+  CHECK_FALSE(f.launch());
+  f.reap();
+  CHECK(f.launch());
+  CHECK(f.driver.calls_on_dead == 0);
+}
+
+TEST_CASE(
+    "gpu engine: a launch between begin and end when its context is dropped is not timed "
+    "twice") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  bool requested = false;
+  gpu::Ticket ticket =
+      f.engine->begin(reinterpret_cast<CUstream>(0x77), false, "g", 1, 9, &requested);
+  REQUIRE(ticket.pool != nullptr);
+  f.engine->drop_context(reinterpret_cast<CUcontext>(0x100));
+  f.engine->end(ticket, true);
+  gpu::Totals totals = f.engine->totals();
+  CHECK(totals.not_timed == 2);  // the first launch (no pool yet) and this one, once
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::context_dropped)] == 1);
+}
+
+TEST_CASE(
+    "gpu engine: a device's primary context released for good: pools forgotten without a "
+    "CUDA call") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  f.launch();
+  f.driver.dead.insert(reinterpret_cast<CUcontext>(0x100));
+  const int creates = f.driver.creates;
+  const size_t live = f.driver.live.size();
+  f.engine->forget_device(0);
+  CHECK(f.driver.live.size() == live);  // nothing destroyed: the context took its events
+  CHECK(f.driver.calls_on_dead == 0);
+  f.driver.now += 1000000;
+  CHECK(f.reap() == 0);
+  CHECK(f.driver.creates == creates);
+  CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::context_dropped)] == 1);
+}
+
+TEST_CASE("gpu engine: no event API, or cuEventCreate failing: that context is not timed, once") {
+  SUBCASE("missing") {
+    Fixture f;
+    gpu::EventApi api = fake_api();
+    api.event_create = nullptr;
+    f.engine->set_api(api);
+    f.launch();
+    f.reap();
+    for (int i = 0; i < 10; ++i) CHECK_FALSE(f.launch());
+    f.reap();
+    CHECK(f.driver.pushes == 0);
+  }
+  SUBCASE("create fails") {
+    Fixture f;
+    f.driver.create_fail_after = 10;
+    f.launch();
+    f.reap();
+    CHECK(f.driver.live.empty());  // what was made is destroyed again
+    for (int i = 0; i < 10; ++i) CHECK_FALSE(f.launch());
+    f.reap();
+    CHECK(f.driver.pushes == 1);  // not asked again
+    CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::pool_not_ready)] == 11);
+  }
+}
+
+TEST_CASE("gpu engine: after stop (exit) no CUDA call; in flight counted as such") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  f.launch();
+  f.launch();
+  f.engine->stop();
+  const int records = f.driver.records;
+  f.driver.now += 1000000;
+  CHECK(f.reap() == 0);
+  CHECK_FALSE(f.launch());
+  CHECK(f.driver.records == records);
+  CHECK(f.engine->totals().in_flight == 2);
+}
+
+TEST_CASE("gpu engine: the child of a fork forgets every pool and starts afresh") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  f.launch();
+  f.engine->reset_in_child();
+  gpu::Totals totals = f.engine->totals();
+  CHECK(totals.timed == 0);
+  CHECK(totals.in_flight == 0);
+  CHECK(totals.not_timed == 0);
+  CHECK_FALSE(f.launch());  // asks again
+  f.reap();
+  CHECK(f.launch());
+}
+
+TEST_CASE(
+    "gpu engine: contexts beyond the bound are not timed; statistics beyond the table share "
+    "a row") {
+  Fixture f;
+  for (uintptr_t c = 1; c <= gpu::kMaxContexts + 3; ++c) {
+    f.driver.current = reinterpret_cast<CUcontext>(0x1000 * c);
+    f.launch();
+  }
+  f.reap();
+  int timed = 0;
+  for (uintptr_t c = 1; c <= gpu::kMaxContexts + 3; ++c) {
+    f.driver.current = reinterpret_cast<CUcontext>(0x1000 * c);
+    timed += f.launch();
+  }
+  CHECK(timed == static_cast<int>(gpu::kMaxContexts));
+}
+
+TEST_CASE("settings: FERRUM_REPLAY_GPU_TIME and _EVERY") {
+  struct Env {
+    std::map<std::string, std::string> values;
+    std::vector<std::string> complaints;
+    ferrum_replay::shim::Settings settings;
+    void read() {
+      ferrum_replay::shim::read_settings(
+          settings,
+          [](const char *name, void *self) -> const char * {
+            auto &values = static_cast<Env *>(self)->values;
+            auto found = values.find(name);
+            return found == values.end() ? nullptr : found->second.c_str();
+          },
+          this,
+          [](const char *sentence, void *self) {
+            static_cast<Env *>(self)->complaints.emplace_back(sentence);
+          },
+          this);
+    }
+  };
+  auto *env = new Env();
+  env->read();
+  CHECK_FALSE(env->settings.gpu_time);
+  CHECK(env->settings.gpu_time_every == 1);
+  CHECK(env->complaints.empty());
+  env->values = {{"FERRUM_REPLAY_GPU_TIME", "on"}, {"FERRUM_REPLAY_GPU_TIME_EVERY", "10"}};
+  env->read();
+  CHECK(env->settings.gpu_time);
+  CHECK(env->settings.gpu_time_every == 10);
+  CHECK(env->complaints.empty());
+  env->values = {{"FERRUM_REPLAY_GPU_TIME", "maybe\x1b"}, {"FERRUM_REPLAY_GPU_TIME_EVERY", "0"}};
+  env->read();
+  CHECK_FALSE(env->settings.gpu_time);
+  CHECK(env->settings.gpu_time_every == 1);
+  REQUIRE(env->complaints.size() == 2);
+  CHECK(env->complaints[0].find("FERRUM_REPLAY_GPU_TIME='maybe") == 0);
+  CHECK(env->complaints[0].find("\x1b") == std::string::npos);
+  CHECK(env->complaints[0].find("using off") != std::string::npos);
+  CHECK(env->complaints[1].find("FERRUM_REPLAY_GPU_TIME_EVERY='0'") == 0);
+  CHECK(env->complaints[1].find("using 1") != std::string::npos);
+  for (const char *bad : {"-3", "1x", "99999999999999999999", "1000001", " 5"}) {
+    env->values = {{"FERRUM_REPLAY_GPU_TIME_EVERY", bad}};
+    env->complaints.clear();
+    env->read();
+    CHECK(env->settings.gpu_time_every == 1);
+    CHECK(env->complaints.size() == 1);
+  }
+  delete env;
+}
