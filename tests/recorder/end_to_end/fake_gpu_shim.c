@@ -4,7 +4,7 @@
  *   FAKE_GPU_SHIM=off           set_gpu_sink and gpu_flush answer -ENOTSUP (timing switched off)
  *   FAKE_GPU_SHIM=on            both work; the flush delivers FAKE_GPU_REPLAYS:
  *   FAKE_GPU_REPLAYS=NAME=N[:US],...   N replays of NAME on device 0, stream 0x5000, each US
- *                               microseconds long (default 2), back to back, ending now; the
+ *                               microseconds long (default 2), back to back from registration; the
  *                               status reports 1 in flight, 2 not timed, 250 ns alignment error.
  * The sink is called from the flush (the exiting thread) and, for the first replay only, from a
  * thread of this library at registration (a shim thread delivering while the program runs). */
@@ -21,6 +21,7 @@
 static ferrum_replay_gpu_sink_fn g_sink;
 static void *g_context;
 static uint64_t g_delivered;
+static uint64_t g_registered_ns; /* after the recorder's origin: every replay starts later */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int enabled(void) {
@@ -43,8 +44,8 @@ static void *early_delivery(void *unused) {
   r.stream = 0x6000;
   r.name = "early";
   r.replay = 1;
-  r.end_ns = now_ns();
-  r.start_ns = r.end_ns - 500;
+  r.start_ns = now_ns();
+  r.end_ns = r.start_ns + 500;
   pthread_mutex_lock(&g_mu);
   if (g_sink) g_sink(&r, 1, g_context);
   ++g_delivered;
@@ -52,12 +53,13 @@ static void *early_delivery(void *unused) {
   return NULL;
 }
 
-__attribute__((visibility("default"))) int ferrum_replay_set_gpu_sink(ferrum_replay_gpu_sink_fn sink,
-                                                                      void *context) {
+__attribute__((visibility("default"))) int ferrum_replay_set_gpu_sink(
+    ferrum_replay_gpu_sink_fn sink, void *context) {
   if (!enabled()) return -ENOTSUP;
   pthread_mutex_lock(&g_mu);
   g_sink = sink;
   g_context = context;
+  g_registered_ns = now_ns();
   pthread_mutex_unlock(&g_mu);
   if (sink) {
     pthread_t thread;
@@ -66,11 +68,12 @@ __attribute__((visibility("default"))) int ferrum_replay_set_gpu_sink(ferrum_rep
   return 0;
 }
 
-__attribute__((visibility("default"))) int ferrum_replay_gpu_flush(ferrum_replay_gpu_status *status) {
+__attribute__((visibility("default"))) int ferrum_replay_gpu_flush(
+    ferrum_replay_gpu_status *status) {
   if (!enabled()) return -ENOTSUP;
   const char *spec = getenv("FAKE_GPU_REPLAYS");
   char *copy = strdup(spec ? spec : "");
-  uint64_t end = now_ns();
+  uint64_t at = g_registered_ns + 1000;
   pthread_mutex_lock(&g_mu);
   for (char *save = NULL, *item = strtok_r(copy, ",", &save); item;
        item = strtok_r(NULL, ",", &save)) {
@@ -90,7 +93,8 @@ __attribute__((visibility("default"))) int ferrum_replay_gpu_flush(ferrum_replay
       r.name = item;
       r.category = 1;
       r.replay = i + 1;
-      r.start_ns = end - 1000000 - (n - i) * (us * 1000 + 100);
+      r.start_ns = at;
+      at += us * 1000 + 100;
       r.end_ns = r.start_ns + us * 1000;
       r.align_error_ns = 250;
       if (g_sink) g_sink(&r, 1, g_context);
