@@ -58,12 +58,26 @@ uint64_t run_start_ns(uint64_t origin_realtime_ns, const std::string &session_fi
 // that never launched a graph nor used NVTX itself (a CPU-only worker forked by a launcher)
 // leaves no file and prints no table, and the job's chosen name goes to a process that has data.
 bool recorded_anything(const Snapshot &snap) {
-  return snap.range_count() != 0 || snap.rejected_pushes != 0 || !snap.errors.none();
+  return snap.range_count() != 0 || snap.gpu_replay_count() != 0 || snap.rejected_pushes != 0 ||
+         !snap.errors.none();
 }
 
 }  // namespace
 
-void write_exit_report(Recorder &recorder, const Settings &settings, const std::string &cwd) {
+void write_exit_report(Recorder &recorder, const Settings &settings, const std::string &cwd,
+                       ferrum_replay_gpu_flush_fn gpu_flush) {
+  if (gpu_flush) {
+    ferrum_replay_gpu_status status{};
+    status.size = sizeof status;
+    GpuStatus gpu;
+    gpu.registered = true;
+    if (gpu_flush(&status) == 0) {
+      gpu.in_flight = status.in_flight;
+      gpu.not_timed = status.not_timed;
+      gpu.align_error_ns = status.align_error_ns;
+    }
+    recorder.set_gpu_status(gpu);
+  }
   Snapshot snap = recorder.snapshot_for_report();
   if (!recorded_anything(snap)) return;
 

@@ -16,7 +16,11 @@ namespace ferrum_replay::recorder {
 // went to another name, is one line on stderr, paths quoted and cut at 200 bytes
 // (docs/text-rules.md); an unset %q{VAR} is named in one line. Never prints on stdout, never
 // throws, never aborts the exit, never waits more than a few seconds (trace_writer.hpp).
-void write_exit_report(Recorder &recorder, const Settings &settings, const std::string &cwd);
+// `gpu_flush`: the shim's ferrum_replay_gpu_flush when the recorder registered its GPU sink
+// (null otherwise): called first, so that the replays completed by now reach the trace, and its
+// status goes into the trace's "gpu" block.
+void write_exit_report(Recorder &recorder, const Settings &settings, const std::string &cwd,
+                       ferrum_replay_gpu_flush_fn gpu_flush = nullptr);
 
 // Writes to stderr as a stream (common/output_file.hpp): at most 2 s of waiting on a full pipe,
 // no SIGPIPE; one write(2) for up to 4 KiB, so a report from a dying process stays in one

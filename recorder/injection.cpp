@@ -4,6 +4,7 @@
 //
 // NVTX_INJECTION64_PATH=/path/libferrum-replay-recorder.so makes every NVTX3 module of a process
 // report to this library; no Nsight Systems needed. See settings.hpp for FERRUM_RECORD_*.
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -32,6 +33,9 @@ Settings *g_settings = nullptr;  // written once under g_init_mu before g_record
 std::string *g_cwd = nullptr;
 std::mutex g_init_mu;
 std::atomic<bool> g_reported{false};
+// The shim's GPU-time hand-off (ferrum_replay.h), when the recorder's sink was taken.
+ferrum_replay_gpu_flush_fn g_gpu_flush = nullptr;
+ferrum_replay_set_gpu_sink_fn g_set_gpu_sink = nullptr;
 
 inline Recorder &rec() {
   return *g_recorder.load(std::memory_order_acquire);
@@ -245,7 +249,22 @@ Recorder *ensure_recorder() {
   // The two clocks read back to back: ts 0 of the trace, in monotonic and in wall-clock time.
   const uint64_t origin = monotonic_ns();
   auto *r = new Recorder(*g_settings, origin, realtime_ns());
+  // GPU time per replay: the shim's completed replays, when it is loaded and timing. Without
+  // it (or with -ENOTSUP) nothing changes: no GPU tracks, no "gpu" block.
+  const char *domain = common::process_env("FERRUM_REPLAY_DOMAIN", nullptr);
+  r->set_gpu_domain(domain && *domain ? domain : "ferrum-replay");
+  auto set_sink = reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(
+      dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK));
+  auto flush =
+      reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
   g_recorder.store(r, std::memory_order_release);
+  if (set_sink && set_sink(&GpuTracks::sink, &r->gpu()) == 0) {
+    g_set_gpu_sink = set_sink;
+    g_gpu_flush = flush;
+    GpuStatus registered;
+    registered.registered = true;
+    r->set_gpu_status(registered);
+  }
   pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
   return r;
 }
@@ -256,7 +275,9 @@ Recorder *ensure_recorder() {
 __attribute__((destructor)) void report_at_exit() {
   Recorder *r = g_recorder.load(std::memory_order_acquire);
   if (!r || g_reported.exchange(true)) return;
-  write_exit_report(*r, *g_settings, *g_cwd);
+  write_exit_report(*r, *g_settings, *g_cwd, g_gpu_flush);
+  // Replays completing from now on have no report to go to.
+  if (g_set_gpu_sink) g_set_gpu_sink(nullptr, nullptr);
 }
 
 }  // namespace

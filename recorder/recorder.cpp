@@ -56,7 +56,8 @@ Recorder::Recorder(const Settings &settings, uint64_t origin_ns, uint64_t origin
       names_(settings.reject != RejectMode::none && !settings.reject_domain_only,
              settings.reject != RejectMode::none && settings.reject_domain_only
                  ? settings.reject_domain
-                 : std::string()) {}
+                 : std::string()),
+      gpu_(settings.spill ? &spill_ : nullptr) {}
 
 Recorder::~Recorder() {
   for (ThreadBuffer *t : threads_) delete t;
@@ -140,6 +141,7 @@ Snapshot Recorder::snapshot() const {
 Snapshot Recorder::snapshot_for_report() {
   Snapshot snap = take_snapshot(false);
   for (ThreadSnapshot &t : snap.threads) compact_runs(spill_, t.runs);
+  for (ThreadSnapshot &t : snap.gpu_tracks) compact_runs(spill_, t.runs);
   return snap;
 }
 
@@ -185,6 +187,23 @@ Snapshot Recorder::take_snapshot(bool materialize) const {
     snap.errors.open_at_exit += ts.open_frames;
     snap.threads.push_back(std::move(ts));
   }
+  snap.gpu_domain = gpu_domain_;
+  gpu_.collect(&snap);
+  {
+    const uint64_t dropped = snap.gpu.dropped;
+    snap.gpu = gpu_status_;
+    snap.gpu.dropped = dropped;
+  }
+  if (materialize) {
+    for (ThreadSnapshot &ts : snap.gpu_tracks) {
+      if (ts.runs.empty()) continue;
+      std::vector<Event> all;
+      all.reserve(ts.event_count());
+      for_each_event_in_order(snap, ts, [&](const Event &e) { all.push_back(e); });
+      ts.events.swap(all);
+      ts.runs.clear();
+    }
+  }
   if (materialize) snap.spill = nullptr;
   snap.rejected_pushes = rejected_.load(std::memory_order_relaxed);
   snap.errors.pop_without_push = pop_without_push_.load(std::memory_order_relaxed);
@@ -195,11 +214,13 @@ Snapshot Recorder::take_snapshot(bool materialize) const {
 void Recorder::before_fork() {
   threads_mu_.lock();
   names_.mutex().lock();
+  gpu_.before_fork();
   spill_.lock_for_fork();
 }
 
 void Recorder::after_fork_in_parent() {
   spill_.unlock_after_fork();
+  gpu_.after_fork_in_parent();
   names_.mutex().unlock();
   threads_mu_.unlock();
 }
@@ -207,6 +228,7 @@ void Recorder::after_fork_in_parent() {
 void Recorder::after_fork_in_child() {
   spill_.unlock_after_fork();
   spill_.forget_after_fork();
+  gpu_.after_fork_in_child();
   names_.mutex().unlock();
   // Only the forking thread exists in the child. The parent's other threads, their open ranges
   // and every range completed before the fork belong to the parent's trace.

@@ -6,11 +6,13 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "clock.hpp"
 #include "event.hpp"
+#include "gpu_tracks.hpp"
 #include "name_registry.hpp"
 #include "settings.hpp"
 #include "snapshot.hpp"
@@ -60,6 +62,14 @@ class Recorder {
   // trace does not need the whole run in memory.
   Snapshot snapshot_for_report();
 
+  // GPU time per replay delivered by the shim (gpu_tracks.hpp); GpuTracks::sink with this as
+  // its context is what injection.cpp registers.
+  GpuTracks &gpu() { return gpu_; }
+  // The GPU status the exit report records (set by the report after ferrum_replay_gpu_flush,
+  // or by tests); the trace's "gpu" block appears only when `registered`.
+  void set_gpu_status(const GpuStatus &status) { gpu_status_ = status; }
+  void set_gpu_domain(std::string domain) { gpu_domain_ = std::move(domain); }
+
   // The process's spill file (tests: how much was spilled).
   const SpillFile &spill_file() const { return spill_; }
 
@@ -84,6 +94,9 @@ class Recorder {
   // Before threads_: buffers may spill until the very end, so it outlives them (it is declared
   // first, destroyed last). Null in ThreadBuffers when spilling is switched off.
   SpillFile spill_;
+  GpuTracks gpu_;
+  GpuStatus gpu_status_;
+  std::string gpu_domain_ = "ferrum-replay";
 
   mutable std::mutex threads_mu_;  // thread registration, snapshot and fork only
   std::vector<ThreadBuffer *> threads_;

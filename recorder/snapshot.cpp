@@ -16,6 +16,12 @@ uint64_t Snapshot::range_count() const {
   return n;
 }
 
+uint64_t Snapshot::gpu_replay_count() const {
+  uint64_t n = 0;
+  for (const ThreadSnapshot &t : gpu_tracks) n += t.event_count();
+  return n;
+}
+
 std::vector<std::string> Snapshot::used_domains() const {
   std::vector<bool> used(domain_names.size(), false);
   // Every created domain is listed (ids >= 1); the implicit global domain only when used.

@@ -9,6 +9,7 @@
 
 #include "clock.hpp"
 #include "event.hpp"
+#include "gpu_tracks.hpp"
 #include "spill_file.hpp"
 
 namespace ferrum_replay::recorder {
@@ -28,8 +29,19 @@ struct ThreadSnapshot {
   // order is the merge of `events` and every run (for_each_event_in_order).
   std::vector<SpillRun> runs;
   uint32_t open_frames = 0;
+  // A GPU track (Snapshot::gpu_tracks): its events' times are CLOCK_MONOTONIC ns, not ticks.
+  bool ns_times = false;
+  int32_t device = -1;  // GPU tracks: the device and stream the replays ran on
+  uint64_t stream = 0;
 
   uint64_t event_count() const;
+  // An event's start and duration in CLOCK_MONOTONIC ns, whatever the track's clock.
+  uint64_t start_ns(const TickScale &scale, const Event &e) const {
+    return ns_times ? e.start : scale.to_ns(e.start);
+  }
+  uint64_t span_ns(const TickScale &scale, const Event &e) const {
+    return ns_times ? (e.end > e.start ? e.end - e.start : 0) : scale.span_ns(e.start, e.end);
+  }
 };
 
 struct Snapshot {
@@ -43,11 +55,17 @@ struct Snapshot {
   std::string rank_variable, rank_value;   // the job rank (settings.hpp), if any
   std::vector<std::string> domain_names;   // display names by domain id ([0] = "global")
   std::vector<ThreadSnapshot> threads;
+  // GPU time per replay (gpu_tracks.hpp): one track per (device, stream), events in ns; the
+  // domain whose ranges they time (the shim's FERRUM_REPLAY_DOMAIN), and the shim's figures.
+  std::vector<ThreadSnapshot> gpu_tracks;
+  std::string gpu_domain = "ferrum-replay";
+  GpuStatus gpu;
   const SpillFile *spill = nullptr;  // holds the threads' runs; null when none has any
   uint64_t rejected_pushes = 0;
   ProtocolErrors errors;
 
-  uint64_t range_count() const;
+  uint64_t range_count() const;  // CPU ranges (threads), not GPU replays
+  uint64_t gpu_replay_count() const;
   // Display names of domains that were created or hold at least one range, sorted.
   std::vector<std::string> used_domains() const;
 };

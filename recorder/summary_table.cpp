@@ -9,29 +9,93 @@
 
 namespace ferrum_replay::recorder {
 
+uint32_t DurationHistogram::bucket_of(uint64_t ns) {
+  if (ns < 32) return static_cast<uint32_t>(ns);
+  const int e = 63 - __builtin_clzll(ns);  // >= 5
+  const uint32_t sub = static_cast<uint32_t>(ns >> (e - 4)) & 15u;
+  return 32u + static_cast<uint32_t>(e - 5) * 16u + sub;
+}
+
+uint64_t DurationHistogram::bucket_middle(uint32_t bucket) {
+  if (bucket < 32) return bucket;
+  const uint32_t e = (bucket - 32) / 16 + 5;
+  const uint64_t sub = (bucket - 32) % 16;
+  const uint64_t low = (16 + sub) << (e - 4);
+  return low + (uint64_t{1} << (e - 4)) / 2;
+}
+
+void DurationHistogram::add(uint64_t ns, uint64_t n) {
+  const uint32_t b = bucket_of(ns);
+  auto it = std::lower_bound(
+      counts_.begin(), counts_.end(), b,
+      [](const std::pair<uint32_t, uint64_t> &c, uint32_t key) { return c.first < key; });
+  if (it != counts_.end() && it->first == b)
+    it->second += n;
+  else
+    counts_.insert(it, {b, n});
+}
+
+void DurationHistogram::merge(const DurationHistogram &other) {
+  for (const auto &[b, n] : other.counts_) add(bucket_middle(b), n);
+}
+
+uint64_t DurationHistogram::percentile(double percent, uint64_t low, uint64_t high) const {
+  uint64_t total = 0;
+  for (const auto &c : counts_) total += c.second;
+  if (total == 0) return 0;
+  double wanted = percent / 100.0 * static_cast<double>(total);
+  uint64_t rank = static_cast<uint64_t>(wanted);
+  if (static_cast<double>(rank) < wanted) ++rank;  // nearest rank: ceil
+  if (rank < 1) rank = 1;
+  uint64_t seen = 0;
+  uint64_t value = high;
+  for (const auto &[b, n] : counts_) {
+    seen += n;
+    if (seen >= rank) {
+      value = bucket_middle(b);
+      break;
+    }
+  }
+  return std::clamp(value, low, high);
+}
+
+void DurationStats::add(uint64_t ns) {
+  min_ns = count == 0 ? ns : std::min(min_ns, ns);
+  max_ns = std::max(max_ns, ns);
+  total_ns += ns;
+  ++count;
+  histogram.add(ns);
+}
+
+void DurationStats::merge(const DurationStats &other) {
+  if (other.count == 0) return;
+  min_ns = count == 0 ? other.min_ns : std::min(min_ns, other.min_ns);
+  max_ns = std::max(max_ns, other.max_ns);
+  total_ns += other.total_ns;
+  count += other.count;
+  histogram.merge(other.histogram);
+}
+
 std::vector<RangeStats> aggregate(const Snapshot &snap) {
   // First by (domain id, name pointer): names are interned per thread, so this map stays small
   // and cheap however many ranges there are; then merged by text across threads.
   std::map<std::pair<std::string, std::string>, RangeStats> by_text;
   for (const ThreadSnapshot &t : snap.threads) {
-    std::map<std::pair<uint32_t, const char *>, RangeStats> by_pointer;
+    std::map<std::pair<uint32_t, const char *>, DurationStats> by_pointer;
     for_each_event(snap, t, [&](const Event &e) {
-      RangeStats &s = by_pointer[{e.domain_id, e.attrs.name}];
-      const uint64_t dur = snap.scale.span_ns(e.start, e.end);
-      s.min_ns = s.count == 0 ? dur : std::min(s.min_ns, dur);
-      s.max_ns = std::max(s.max_ns, dur);
-      s.total_ns += dur;
-      ++s.count;
+      by_pointer[{e.domain_id, e.attrs.name}].add(t.span_ns(snap.scale, e));
     });
     for (const auto &[key, s] : by_pointer) {
       const std::string domain =
           key.first < snap.domain_names.size() ? snap.domain_names[key.first] : "?";
-      RangeStats &m = by_text[{domain, key.second}];
-      m.min_ns = m.count == 0 ? s.min_ns : std::min(m.min_ns, s.min_ns);
-      m.max_ns = std::max(m.max_ns, s.max_ns);
-      m.total_ns += s.total_ns;
-      m.count += s.count;
+      by_text[{domain, key.second}].merge(s);
     }
+  }
+  for (const ThreadSnapshot &t : snap.gpu_tracks) {
+    std::map<const char *, DurationStats> by_pointer;
+    for_each_event(snap, t,
+                   [&](const Event &e) { by_pointer[e.attrs.name].add(t.span_ns(snap.scale, e)); });
+    for (const auto &[name, s] : by_pointer) by_text[{snap.gpu_domain, name}].gpu.merge(s);
   }
   std::vector<RangeStats> rows;
   rows.reserve(by_text.size());
@@ -111,46 +175,62 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
   const std::vector<RangeStats> &rows = rest_rows ? busiest : all_rows;
 
   if (!rows.empty()) {
-    struct Cells {
-      std::string domain, name, count, total, mean, min, max;
+    bool any_gpu = false;
+    for (const RangeStats &r : rows) any_gpu |= r.gpu.count != 0;
+    // One rule for every column: "STAT UNIT" for the CPU ranges' launch time, then (only when
+    // there is GPU time) the same statistics of the GPU time, each header prefixed "gpu ".
+    // Text columns left-aligned, numbers right-aligned; at least three spaces between.
+    std::vector<std::vector<std::string>> cells;
+    std::vector<std::string> header = {"domain", "range",  "count",  "total ms", "mean us",
+                                       "min us", "p50 us", "p99 us", "max us"};
+    const size_t cpu_columns = header.size();
+    if (any_gpu)
+      for (size_t i = 2; i < cpu_columns; ++i) header.push_back("gpu " + header[i]);
+    cells.push_back(header);
+    const auto stats_cells = [](std::vector<std::string> &row, const DurationStats &d) {
+      if (d.count == 0) {
+        row.insert(row.end(), {"0", "-", "-", "-", "-", "-", "-"});
+        return;
+      }
+      const double mean_us = static_cast<double>(d.total_ns) / static_cast<double>(d.count) / 1e3;
+      row.insert(row.end(), {std::to_string(d.count), fixed3(static_cast<double>(d.total_ns) / 1e6),
+                             fixed3(mean_us), fixed3(static_cast<double>(d.min_ns) / 1e3),
+                             fixed3(static_cast<double>(d.p50()) / 1e3),
+                             fixed3(static_cast<double>(d.p99()) / 1e3),
+                             fixed3(static_cast<double>(d.max_ns) / 1e3)});
     };
-    std::vector<Cells> cells;
-    cells.push_back({"domain", "range", "count", "total ms", "mean us", "min us", "max us"});
     for (const RangeStats &r : rows) {
-      const double mean_us =
-          r.count ? static_cast<double>(r.total_ns) / static_cast<double>(r.count) / 1e3 : 0.0;
-      cells.push_back({printable(r.domain), printable(r.name), std::to_string(r.count),
-                       fixed3(static_cast<double>(r.total_ns) / 1e6), fixed3(mean_us),
-                       fixed3(static_cast<double>(r.min_ns) / 1e3),
-                       fixed3(static_cast<double>(r.max_ns) / 1e3)});
+      std::vector<std::string> row = {printable(r.domain), printable(r.name)};
+      stats_cells(row, r);
+      if (any_gpu) stats_cells(row, r.gpu);
+      cells.push_back(std::move(row));
     }
-    // Text columns are left-aligned and separated by at least three spaces; numbers are
-    // right-aligned under their headers.
-    size_t w[7] = {};
-    for (const Cells &c : cells) {
-      w[0] = std::max(w[0], display_width(c.domain));
-      w[1] = std::max(w[1], display_width(c.name));
-      w[2] = std::max(w[2], c.count.size());
-      w[3] = std::max(w[3], c.total.size());
-      w[4] = std::max(w[4], c.mean.size());
-      w[5] = std::max(w[5], c.min.size());
-      w[6] = std::max(w[6], c.max.size());
-    }
-    for (const Cells &c : cells) {
+    std::vector<size_t> w(header.size(), 0);
+    for (const auto &c : cells)
+      for (size_t i = 0; i < c.size(); ++i) w[i] = std::max(w[i], display_width(c[i]));
+    for (const auto &c : cells) {
       std::string line;
-      pad_left_aligned(line, c.domain, w[0] + 3);
-      pad_left_aligned(line, c.name, w[1] + 3);
-      pad_left_aligned(line, c.count, w[2] + 3);
-      pad_right_aligned(line, c.total, w[3]);
-      pad_right_aligned(line, c.mean, w[4] + 4);
-      pad_right_aligned(line, c.min, w[5] + 4);
-      pad_right_aligned(line, c.max, w[6] + 4);
+      for (size_t i = 0; i < c.size(); ++i) {
+        if (i < 3)
+          pad_left_aligned(line, c[i], w[i] + 3);
+        else
+          pad_right_aligned(line, c[i], w[i] + (i == 3 ? 0 : 4));
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
       out += line + "\n";
     }
     if (rest_rows)
       out += "... and " + std::to_string(rest_rows) + " more range names (" +
              std::to_string(rest_ranges) + " ranges, total " +
              fixed3(static_cast<double>(rest_ns) / 1e6) + " ms); the trace has every range\n";
+  }
+
+  if (snap.gpu.registered) {
+    out += "gpu: " + std::to_string(snap.gpu_replay_count()) + " replays timed, " +
+           std::to_string(snap.gpu.in_flight) + " in flight at exit, " +
+           std::to_string(snap.gpu.not_timed + snap.gpu.dropped) +
+           " not timed, alignment error <= " +
+           fixed3(static_cast<double>(snap.gpu.align_error_ns) / 1e3) + " us\n";
   }
 
   const ProtocolErrors &e = snap.errors;

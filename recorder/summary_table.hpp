@@ -10,23 +10,59 @@
 
 namespace ferrum_replay::recorder {
 
-struct RangeStats {
-  std::string domain;
-  std::string name;
+// Durations for p50/p99 in bounded memory: log buckets, 16 per power of two (exact below 32 ns).
+// A percentile is the middle of the bucket that holds the nearest-rank sample, clamped to
+// [min, max]: within 3.2% of the exact value. Stored sparsely (the buckets in use, a few per
+// graph), so memory grows with the spread of a name's durations, never with its count.
+// scripts/ferrum_replay_traces.py (DurationHistogram) computes exactly the same buckets.
+class DurationHistogram {
+ public:
+  void add(uint64_t ns, uint64_t n = 1);
+  void merge(const DurationHistogram &other);
+  // The nearest-rank `percent` percentile (0 < percent <= 100), clamped to [low, high].
+  uint64_t percentile(double percent, uint64_t low, uint64_t high) const;
+  size_t buckets() const { return counts_.size(); }
+
+  static uint32_t bucket_of(uint64_t ns);
+  static uint64_t bucket_middle(uint32_t bucket);
+
+ private:
+  std::vector<std::pair<uint32_t, uint64_t>> counts_;  // by bucket, sorted
+};
+
+// count, total, min, max and the histogram of one set of durations (ns).
+struct DurationStats {
   uint64_t count = 0;
   uint64_t total_ns = 0;
   uint64_t min_ns = 0;
   uint64_t max_ns = 0;
+  DurationHistogram histogram;
+
+  void add(uint64_t ns);
+  void merge(const DurationStats &other);
+  uint64_t p50() const { return histogram.percentile(50, min_ns, max_ns); }
+  uint64_t p99() const { return histogram.percentile(99, min_ns, max_ns); }
 };
 
-// One entry per (domain display name, range name), sorted by domain then name.
+struct RangeStats : DurationStats {  // the CPU ranges' launch time
+  std::string domain;
+  std::string name;
+  DurationStats gpu;  // the GPU time of the same graph's replays (GPU tracks), if any
+};
+
+// One entry per (domain display name, range name), sorted by domain then name. GPU replays
+// (Snapshot::gpu_tracks) go to the row (snap.gpu_domain, name) of the CPU ranges they time.
 std::vector<RangeStats> aggregate(const Snapshot &snap);
 
 // The whole stderr text, every line ending in '\n':
 //   ferrum-replay recorder: N ranges on T threads, trace: PATH   (or ", trace not written")
-//   domain  range  count  total ms  mean us  min us  max us      (only if there are rows)
+//   domain  range  count  total ms  mean us  min us  p50 us  p99 us  max us   (if there are rows)
+//     ... followed, when any row has GPU time, by the same columns for the GPU, each header
+//     prefixed "gpu " (gpu count, gpu total ms, ... gpu max us; "-" where a row has none)
 //   ...one row per RangeStats...
 //   ... and R more range names (N ranges, total X ms); the trace has every range
+//   gpu: N replays timed, M in flight at exit, K not timed, alignment error <= E us
+//                                              (only when the shim took the recorder's GPU sink)
 //   protocol errors: none | 2 pop without push, 1 popped in wrong domain, 3 open at exit
 //   rejected pushes: N                                           (only if N > 0)
 // N on the first line is the sum of the rows' counts. With more than `max_rows` rows (0: no

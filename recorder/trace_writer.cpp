@@ -75,6 +75,24 @@ void append_event(std::string &out, const Snapshot &snap, uint32_t tid, const Ev
   out += ",\"depth\":" + std::to_string(e.depth) + "}}";
 }
 
+// One GPU replay: its own track (tid) in the process, the CPU range's name, category "<domain>,gpu"
+// so that CPU readers that select a domain never mistake it for a range of that domain.
+void append_gpu_event(std::string &out, const Snapshot &snap, const ThreadSnapshot &track,
+                      const std::string &cat, const Event &e) {
+  out += "{\"ph\":\"X\",\"name\":";
+  append_json_string(out, e.attrs.name ? e.attrs.name : "");
+  out += ",\"cat\":";
+  append_json_string(out, cat);
+  out += ",\"ts\":";
+  const uint64_t start_ns = track.start_ns(snap.scale, e);
+  append_micros(out, start_ns >= snap.origin_ns ? start_ns - snap.origin_ns : 0);
+  out += ",\"dur\":";
+  append_micros(out, track.span_ns(snap.scale, e));
+  out += ",\"pid\":" + std::to_string(snap.pid) + ",\"tid\":" + std::to_string(track.tid);
+  out += ",\"args\":{\"replay\":" + std::to_string(e.attrs.payload.u) +
+         ",\"category\":" + std::to_string(e.attrs.category) + "}}";
+}
+
 bool string_sink(const std::string &piece, void *context) {
   static_cast<std::string *>(context)->append(piece);
   return true;
@@ -110,6 +128,14 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
     out += ",\n";
     append_metadata(out, "thread_name", snap.pid, t.tid, t.name);
   }
+  // GPU tracks: named like threads, listed after them (sort index), one per (device, stream).
+  for (const ThreadSnapshot &t : snap.gpu_tracks) {
+    out += ",\n";
+    append_metadata(out, "thread_name", snap.pid, t.tid, t.name);
+    out += ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" + std::to_string(snap.pid) +
+           ",\"tid\":" + std::to_string(t.tid) +
+           ",\"args\":{\"sort_index\":" + std::to_string(t.tid) + "}}";
+  }
   // The footer's count is the events written above, never a figure from elsewhere: a trace's
   // counts always equal what it holds.
   uint64_t written = 0;
@@ -119,6 +145,17 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
       out += ",\n";
       append_event(out, snap, t.tid, *e);
       ++written;
+      if (!flush_if_full()) return false;
+    }
+  }
+  uint64_t gpu_written = 0;
+  const std::string gpu_cat = snap.gpu_domain + ",gpu";
+  for (const ThreadSnapshot &t : snap.gpu_tracks) {
+    MergedEvents events(snap, t);
+    while (const Event *e = events.next()) {
+      out += ",\n";
+      append_gpu_event(out, snap, t, gpu_cat, *e);
+      ++gpu_written;
       if (!flush_if_full()) return false;
     }
   }
@@ -144,6 +181,11 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   out += ",\"clock\":{\"originMonotonicNs\":" + std::to_string(snap.origin_ns) +
          ",\"originRealtimeNs\":" + std::to_string(snap.origin_realtime_ns) +
          "},\"clockSource\":\"" + snap.clock_source + "\"";
+  if (snap.gpu.registered)
+    out += ",\"gpu\":{\"timed\":" + std::to_string(gpu_written) +
+           ",\"inFlightAtExit\":" + std::to_string(snap.gpu.in_flight) +
+           ",\"notTimed\":" + std::to_string(snap.gpu.not_timed + snap.gpu.dropped) +
+           ",\"alignErrorNs\":" + std::to_string(snap.gpu.align_error_ns) + "}";
   if (!snap.rank_variable.empty()) {
     out += ",\"rank\":{\"variable\":";
     append_json_string(out, snap.rank_variable);

@@ -10,7 +10,18 @@
 //                     "protocolErrors":{"popWithoutPush":N,"popWrongDomain":N,"openAtExit":N},
 //                     "domains":["ferrum-replay","global"],"host":"name",
 //                     "clock":{"originMonotonicNs":N,"originRealtimeNs":N},
+//                     "gpu":{"timed":N,"inFlightAtExit":N,"notTimed":N,"alignErrorNs":N},
 //                     "rank":{"variable":"RANK","value":"3"}}}      (rank only in a job rank)
+//
+// GPU time per replay (only when the shim took the recorder's GPU sink; "gpu" then appears in
+// ferrumReplay, "timed" counting the GPU events written): one more "X" event per timed replay,
+//      {"ph":"X","name":"prefill","cat":"ferrum-replay,gpu","ts":..,"dur":..,"pid":P,"tid":G,
+//       "args":{"replay":7,"category":0}}
+// on a track of its own per (device, stream): G >= 0x40000000 (never a Linux thread id), named
+// by a thread_name event "GPU 0 · stream 0x..." and placed after the threads by a
+// thread_sort_index event. cat is the shim's domain followed by ",gpu"; a GPU event is never a
+// CPU range (readers leave it out of range counts and nesting). "notTimed" counts the replays
+// the shim did not time plus any the recorder could not keep.
 //
 // ts/dur are microseconds with three decimals (ns resolution), ts relative to the recorder's
 // start (clock.originMonotonicNs; originRealtimeNs is the same instant in wall-clock time, both

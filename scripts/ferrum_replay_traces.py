@@ -4,6 +4,10 @@ reports once a program has run. Standard library only; installed beside the libr
 
     summary [--domain D] [--by-process] TRACE...
         the recorder's per-range table, over saved traces (one or many processes)
+    compare [--threshold PCT] BASE NEW
+        mean GPU time per graph (CPU launch time where there is none), BASE against NEW, each
+        a trace or a directory of traces; exit 1 when a graph grew by more than PCT% (default
+        10) or is missing from NEW, 2 on bad input
     merge -o OUT TRACE...
         one Chrome/Perfetto trace from per-process (per-rank) traces, or from merged traces:
         one process track each, pids kept distinct, processes named by rank and file, time
@@ -462,13 +466,50 @@ def distinct_inputs(paths):
     return kept
 
 
-class NameStats:
-    """Per range name: the count, and the total, minimum and maximum duration (ns). Compact,
-    because memory grows with the distinct names (docs/reliability.md): one dict slot, one
-    index and four array cells per name, and the name itself, interned (shared by every
-    table and process that has it) -- not a key tuple and a list of boxed numbers each."""
+def duration_bucket(ns):
+    """The log bucket of a duration (ns): exact below 32 ns, then 16 buckets per power of two.
+    The same buckets as the recorder's DurationHistogram (recorder/summary_table.hpp)."""
+    ns = int(ns) if ns > 0 else 0
+    if ns < 32:
+        return ns
+    e = ns.bit_length() - 1
+    return 32 + (e - 5) * 16 + ((ns >> (e - 4)) & 15)
 
-    __slots__ = ("index", "count", "total", "low", "high")
+
+def bucket_middle(bucket):
+    if bucket < 32:
+        return bucket
+    e = (bucket - 32) // 16 + 5
+    low = (16 + (bucket - 32) % 16) << (e - 4)
+    return low + (1 << (e - 4)) // 2
+
+
+def percentile(hist, percent, low, high):
+    """The nearest-rank percentile of a {bucket: count} histogram: the middle of its bucket,
+    clamped to [low, high] (within 3.2% of the exact value; exact for one distinct value)."""
+    total = sum(hist.values())
+    if not total:
+        return 0.0
+    rank = max(1, math.ceil(percent / 100 * total))
+    seen = 0
+    value = high
+    for bucket in sorted(hist):
+        seen += hist[bucket]
+        if seen >= rank:
+            value = bucket_middle(bucket)
+            break
+    return float(min(max(value, low), high))
+
+
+class NameStats:
+    """Per range name: the count, and the total, minimum and maximum duration (ns), and a
+    histogram of log buckets for p50/p99 (duration_bucket). Compact, because memory grows with
+    the distinct names (docs/reliability.md): one dict slot, one index and four array cells
+    per name, a small dict of the buckets in use (a few per name: bounded by the spread of its
+    durations, never by its count), and the name itself, interned (shared by every table and
+    process that has it) -- not a key tuple and a list of boxed numbers each."""
+
+    __slots__ = ("index", "count", "total", "low", "high", "hist")
 
     def __init__(self):
         self.index = {}             # name -> row
@@ -476,15 +517,19 @@ class NameStats:
         self.total = array("d")     # float ns: exact to 2^53 ns (104 days of range time)
         self.low = array("d")
         self.high = array("d")
+        self.hist = []              # per row: {bucket: count}
 
-    def add(self, name, count, total, low, high):
+    def add(self, name, count, total, low, high, hist=None):
         row = self.index.get(name)
+        if hist is None:
+            hist = {duration_bucket(low): count} if count else {}
         if row is None:
             self.index[sys.intern(name)] = len(self.count)
             self.count.append(count)
             self.total.append(total)
             self.low.append(low)
             self.high.append(high)
+            self.hist.append(dict(hist))
             return
         self.count[row] += count
         self.total[row] += total
@@ -492,11 +537,21 @@ class NameStats:
             self.low[row] = low
         if high > self.high[row]:
             self.high[row] = high
+        mine = self.hist[row]
+        for bucket, n in hist.items():
+            mine[bucket] = mine.get(bucket, 0) + n
+
+    def percentiles(self, name):
+        """(p50, p99) of `name`, in ns."""
+        row = self.index[name]
+        low, high = self.low[row], self.high[row]
+        return (percentile(self.hist[row], 50, low, high),
+                percentile(self.hist[row], 99, low, high))
 
     def merge(self, other):
         count, total, low, high = other.count, other.total, other.low, other.high
         for name, row in other.index.items():
-            self.add(name, count[row], total[row], low[row], high[row])
+            self.add(name, count[row], total[row], low[row], high[row], other.hist[row])
 
     def __len__(self):
         return len(self.count)
@@ -526,6 +581,7 @@ class Scan:
     def __init__(self, path):
         self.path = path
         self.stats = {}           # (pid, cat) -> NameStats
+        self.gpu_stats = {}       # (pid, domain) -> NameStats of GPU replays (cat "DOMAIN,gpu")
         self.process_names = {}   # pid -> name (first process_name event)
         self.threads = {}         # (pid, tid) -> [last (start, -end), stack of ends]
         self.problems = []        # the first few nesting problems
@@ -572,9 +628,14 @@ class Scan:
                 start = round(ts * 1000.0)
                 dur = round(dur * 1000.0)
                 if table is None or pid != last_pid or cat != last_cat:
-                    table = stats.get((pid, cat))
-                    if table is None:
-                        table = stats[(pid, cat)] = NameStats()
+                    if cat.endswith(",gpu"):  # a GPU replay: GPU time, not a range
+                        table = self.gpu_stats.get((pid, cat[:-4]))
+                        if table is None:
+                            table = self.gpu_stats[(pid, cat[:-4])] = NameStats()
+                    else:
+                        table = stats.get((pid, cat))
+                        if table is None:
+                            table = stats[(pid, cat)] = NameStats()
                     last_pid, last_cat = pid, cat
                 row = table.index.get(name)
                 if row is None:
@@ -586,6 +647,11 @@ class Scan:
                         table.low[row] = dur
                     if dur > table.high[row]:
                         table.high[row] = dur
+                    h = table.hist[row]
+                    b = duration_bucket(dur)
+                    h[b] = h.get(b, 0) + 1
+                if cat.endswith(",gpu"):
+                    continue  # GPU tracks are stream-ordered, not nested: no nesting check
                 # Nesting, per thread, as the events come: each thread's ranges are in start
                 # order, enclosing ranges first (trace_writer.hpp; merge keeps that order).
                 end = start + dur
@@ -686,15 +752,35 @@ def scan_all(paths):
     return [Scan(path) for path in distinct_inputs(paths)]
 
 
+def sum_gpu(total, gpu):
+    """Adds a trace's ferrumReplay.gpu block to `total` (None: no trace had one): counts add
+    up, the alignment error is the largest."""
+    if not isinstance(gpu, dict):
+        return total
+    total = dict(total or {"timed": 0, "inFlightAtExit": 0, "notTimed": 0, "alignErrorNs": 0})
+    for key in ("timed", "inFlightAtExit", "notTimed"):
+        value = gpu.get(key, 0)
+        total[key] += value if _is_int(value) else 0
+    value = gpu.get("alignErrorNs", 0)
+    total["alignErrorNs"] = max(total["alignErrorNs"], value if _is_int(value) else 0)
+    return total
+
+
+def gpu_line(gpu):
+    return (f"gpu: {gpu['timed']} replays timed, {gpu['inFlightAtExit']} in flight at exit, "
+            f"{gpu['notTimed']} not timed, alignment error <= {gpu['alignErrorNs'] / 1e3:.3f} us")
+
+
 def totals(scans):
     """Sums of the recorders' own counters over every trace."""
     out = {"ranges": 0, "rejectedPushes": 0, "popWithoutPush": 0, "popWrongDomain": 0,
-           "openAtExit": 0, "without_summary": 0}
+           "openAtExit": 0, "without_summary": 0, "gpu": None}
     for scan in scans:
         m = scan.meta
         if not m:
             out["without_summary"] += 1
             continue
+        out["gpu"] = sum_gpu(out["gpu"], m.get("gpu"))
         out["ranges"] += int(m.get("ranges", 0))
         out["rejectedPushes"] += int(m.get("rejectedPushes", 0))
         for key, value in (m.get("protocolErrors") or {}).items():
@@ -704,13 +790,15 @@ def totals(scans):
 
 # ---- summary ----
 
-def aggregate(scans, domain=None, by_process=False):
-    """{(process label or "", domain): NameStats}. A group with one source shares that
-    trace's table (nothing is copied); a second source makes it a table of its own."""
+def aggregate(scans, domain=None, by_process=False, gpu=False):
+    """{(process label or "", domain): NameStats} of the ranges' CPU time, or with `gpu` of
+    the GPU replays' GPU time (keyed by the domain of the ranges they time). A group with one
+    source shares that trace's table (nothing is copied); a second source makes it a table of
+    its own."""
     table, owned = {}, set()
     for scan in scans:
         labels = pid_labels(scan) if by_process else None
-        for (pid, cat), stats in scan.stats.items():
+        for (pid, cat), stats in (scan.gpu_stats if gpu else scan.stats).items():
             if domain is not None and cat != domain:
                 continue
             key = (labels.get(pid, str(pid)) if by_process else "", cat)
@@ -731,22 +819,45 @@ def cell(text):
     return printable(text) or '""'
 
 
-def format_table(table, by_process):
+STAT_COLUMNS = ["count", "total ms", "mean us", "min us", "p50 us", "p99 us", "max us"]
+
+
+def stat_cells(stats, name):
+    """The seven cells of STAT_COLUMNS for `name` in `stats` (a NameStats or None)."""
+    found = stats.get(name) if stats is not None else None
+    if not found or not found[0]:
+        return ["0", "-", "-", "-", "-", "-", "-"]
+    count, total, low, high = found
+    p50, p99 = stats.percentiles(name)
+    return [str(count), f"{total / 1e6:.3f}", f"{total / count / 1e3:.3f}", f"{low / 1e3:.3f}",
+            f"{p50 / 1e3:.3f}", f"{p99 / 1e3:.3f}", f"{high / 1e3:.3f}"]
+
+
+def format_table(table, by_process, gpu_table=None):
     """The table's lines, made one at a time (two passes: the column widths, then the lines),
-    so that memory holds no per-row text."""
-    header = (["process"] if by_process else []) + [
-        "domain", "range", "count", "total ms", "mean us", "min us", "max us"]
-    text_cols = len(header) - 4  # left-aligned: process?, domain, range, count
+    so that memory holds no per-row text. One column rule, the recorder's
+    (recorder/summary_table.hpp): STAT_COLUMNS of the CPU ranges; then, when `gpu_table`
+    holds any GPU time, the same statistics of the GPU time, each header prefixed "gpu "."""
+    with_gpu = bool(gpu_table) and any(len(s) for s in gpu_table.values())
+    header = (["process"] if by_process else []) + ["domain", "range"] + STAT_COLUMNS
+    if with_gpu:
+        header += [f"gpu {c}" for c in STAT_COLUMNS]
+    text_cols = (4 if by_process else 3)  # left-aligned: process?, domain, range, count
 
     def rows():
-        for key in sorted(table):
-            stats = table[key]
+        keys = set(table) | (set(gpu_table) if with_gpu else set())
+        for key in sorted(keys):
+            stats = table.get(key)
+            gpu = gpu_table.get(key) if with_gpu else None
             first = ([cell(key[0])] if by_process else []) + [cell(key[1])]
-            for name in sorted(stats.index):
-                count, total, low, high = stats.get(name)
-                mean = total / count if count else 0.0
-                yield first + [cell(name), str(count), f"{total / 1e6:.3f}",
-                               f"{mean / 1e3:.3f}", f"{low / 1e3:.3f}", f"{high / 1e3:.3f}"]
+            names = set(stats.index if stats is not None else ())
+            if gpu is not None:
+                names |= set(gpu.index)
+            for name in sorted(names):
+                r = first + [cell(name)] + stat_cells(stats, name)
+                if with_gpu:
+                    r += stat_cells(gpu, name)
+                yield r
 
     widths = [len(h) for h in header]
     for r in rows():
@@ -775,15 +886,18 @@ def errors_line(t):
 def cmd_summary(args):
     scans = scan_all(args.traces)
     table = aggregate(scans, args.domain, args.by_process)
+    gpu_table = aggregate(scans, args.domain, args.by_process, gpu=True)
     t = totals(scans)
     n = sum(stats.ranges() for stats in table.values())
     where = f" in domain {cell(args.domain)}" if args.domain else ""
     count = count_processes(scans)
     print(f"ferrum-replay summary: {n} ranges{where} in {len(scans)} "
           f"trace{'s' if len(scans) != 1 else ''} ({count} process{'es' if count != 1 else ''})")
-    if any(len(stats) for stats in table.values()):
-        for line in format_table(table, args.by_process):
+    if any(len(stats) for stats in list(table.values()) + list(gpu_table.values())):
+        for line in format_table(table, args.by_process, gpu_table):
             print(line)
+    if t["gpu"]:
+        print(gpu_line(t["gpu"]))
     print(errors_line(t))
     if t["rejectedPushes"]:
         print(f"rejected pushes: {t['rejectedPushes']}")
@@ -792,6 +906,99 @@ def cmd_summary(args):
         if line:
             print(f"{printable(scan.path)}: ranges do not nest: {printable(line)}")
     return 0
+
+
+# ---- compare ----
+
+def trace_inputs(path):
+    """One side of compare: a trace file, or a directory of traces (its *.json files). A
+    directory without one is an input error."""
+    if os.path.isdir(path):
+        found = sorted(glob.glob(os.path.join(glob.escape(path), "*.json")))
+        if not found:
+            raise InputError(f"{quoted(path)}: a directory without traces (*.json)")
+        return found
+    return [path]
+
+
+def compare_side(paths, domain):
+    """(CPU NameStats, GPU NameStats) of our domain over the traces of one side."""
+    scans = scan_all(paths)
+    for scan in scans:
+        if not scan.meta:
+            raise InputError(f"{quoted(scan.path)}: not a ferrum-replay trace (no ferrumReplay "
+                             "summary)")
+    return (aggregate(scans, domain).get(("", domain)) or NameStats(),
+            aggregate(scans, domain, gpu=True).get(("", domain)) or NameStats())
+
+
+def cmd_compare(args):
+    base_cpu, base_gpu = compare_side(trace_inputs(args.base), args.domain)
+    new_cpu, new_gpu = compare_side(trace_inputs(args.new), args.domain)
+    rows, regressions, missing = [], [], []
+    for name in sorted(set(base_cpu.index) | set(base_gpu.index) |
+                       set(new_cpu.index) | set(new_gpu.index)):
+        # GPU time where both sides have it for this graph, else the CPU launch time.
+        kind = "gpu" if base_gpu.get(name) and new_gpu.get(name) else "cpu"
+        base = (base_gpu if kind == "gpu" else base_cpu).get(name)
+        new = (new_gpu if kind == "gpu" else new_cpu).get(name)
+        base_mean = base[1] / base[0] if base and base[0] else None
+        new_mean = new[1] / new[0] if new and new[0] else None
+        if base_mean is None and new_mean is None:
+            continue
+        if new_mean is None:
+            change = "missing"
+            missing.append(name)
+        elif base_mean is None:
+            change = "new"
+        elif base_mean == 0:
+            change = "+0.0%" if new_mean == 0 else "+inf%"
+            if new_mean > 0:
+                regressions.append(name)
+        else:
+            pct = (new_mean - base_mean) / base_mean * 100
+            change = f"{pct:+.1f}%"
+            if pct > args.threshold:
+                regressions.append(name)
+                change += " !"
+        rows.append([cell(name), kind,
+                     str(base[0]) if base else "0",
+                     f"{base_mean / 1e3:.3f}" if base_mean is not None else "-",
+                     str(new[0]) if new else "0",
+                     f"{new_mean / 1e3:.3f}" if new_mean is not None else "-", change])
+    header = ["graph", "time", "base count", "base mean us", "new count", "new mean us",
+              "change"]
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    for r in [header] + rows:
+        print("".join(r[i].ljust(widths[i] + 3) if i < 2 else r[i].rjust(widths[i] + 3)
+                      for i in range(len(header))).rstrip())
+    if any(r[1] == "cpu" for r in rows):
+        print("time: gpu = GPU time per replay; cpu = CPU launch time (a side has no GPU time "
+              "for that graph)")
+    problems = []
+    if regressions:
+        problems.append(f"{len(regressions)} graph{'s' if len(regressions) != 1 else ''} "
+                        f"slower by more than {args.threshold:g}%: "
+                        + ", ".join(quoted(n) for n in regressions[:4]))
+    if missing:
+        problems.append(f"{len(missing)} graph{'s' if len(missing) != 1 else ''} of BASE "
+                        "missing from NEW: " + ", ".join(quoted(n) for n in missing[:4]))
+    if problems:
+        print("ferrum-replay compare: FAIL: " + "; ".join(problems))
+        return 1
+    print(f"ferrum-replay compare: OK: {len(rows)} graph{'s' if len(rows) != 1 else ''}, none "
+          f"slower by more than {args.threshold:g}%")
+    return 0
+
+
+def _threshold(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"a percentage >= 0 is needed, got {text!r}")
+    return value
 
 
 # ---- merge ----
@@ -1014,7 +1221,7 @@ def cmd_merge(args):
                         if not is_merged and ph == "M" and e.get("name") == "process_name":
                             continue  # replaced by the label above
                         e["pid"] = mapped
-                    if ph == "X":
+                    if ph == "X" and not str(e.get("cat", "")).endswith(",gpu"):
                         counted["ranges"] += 1
                         if "ts" in e and shift:
                             e["ts"] = round(float(e["ts"]) + shift, 3)
@@ -1046,6 +1253,9 @@ def cmd_merge(args):
             t["rejectedPushes"] += int(m.get("rejectedPushes", 0))
             for key in errors:
                 errors[key] += int((m.get("protocolErrors") or {}).get(key, 0))
+        gpu = None
+        for m in metas:
+            gpu = sum_gpu(gpu, m.get("gpu"))
         hosts = {m.get("host") for m in metas}
         document = {
             "version": 1, "ranges": t["ranges"], "rejectedPushes": t["rejectedPushes"],
@@ -1053,6 +1263,8 @@ def cmd_merge(args):
             "domains": sorted({d for m in metas for d in (m.get("domains") or [])}),
             "alignment": how, "merged": merged,
         }
+        if gpu:
+            document["gpu"] = gpu
         if len(hosts) == 1 and None not in hosts:
             document["host"] = next(iter(hosts))
         if clock:
@@ -1358,11 +1570,17 @@ def cmd_nsys_table(args):
 
 # ---- check (CI smoke) ----
 
+EXPECT_FORMAT = ("'name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]' ('-' for no "
+                 "bound; or the bounds as max-cpu-mean-ms=MS, max-gpu-mean-ms=MS)")
+
+
 def parse_expectations(path):
-    """[(pattern, min_count, max_mean_ms or None, line number)] from lines
-    `name-pattern min-count [max-mean-ms]`; shell-like quoting for names with spaces; '#'
-    starts a comment."""
-    out = []
+    """[(pattern, min_count, max_cpu_mean_ms or None, max_gpu_mean_ms or None, line number)]
+    from lines `name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]`; a bound is a
+    number, '-' (none), or named: max-cpu-mean-ms=MS, max-gpu-mean-ms=MS. The old name
+    max-mean-ms=MS is max-cpu-mean-ms (one deprecation line on stderr). Shell-like quoting for
+    names with spaces; '#' starts a comment."""
+    out, warned = [], False
     try:
         with open_regular(path) as handle:
             lines = handle.read(1 << 20).splitlines()
@@ -1376,19 +1594,41 @@ def parse_expectations(path):
             raise InputError(f"{quoted(path)} line {number}: {error}") from error
         if not words:
             continue
-        if len(words) not in (2, 3):
-            raise InputError(f"{quoted(path)} line {number}: expected 'name-pattern min-count "
-                             f"[max-mean-ms]' (quote a name with spaces), got "
-                             f"{quoted(line.strip())}")
+        bad = InputError(f"{quoted(path)} line {number}: expected {EXPECT_FORMAT} (quote a name "
+                         f"with spaces), got {quoted(line.strip())}")
+        if not 2 <= len(words) <= 4:
+            raise bad
+        bounds = {}
+        for position, word in enumerate(words[2:]):
+            key, sep, value = word.partition("=")
+            if not sep:
+                key, value = ("max-cpu-mean-ms", "max-gpu-mean-ms")[position], word
+            elif key == "max-mean-ms":
+                if not warned:
+                    print(f"ferrum-replay: note: {quoted(path)} line {number}: max-mean-ms is "
+                          "now max-cpu-mean-ms (the CPU launch time; max-gpu-mean-ms bounds the "
+                          "GPU time)", file=sys.stderr)
+                    warned = True
+                key = "max-cpu-mean-ms"
+            if key not in ("max-cpu-mean-ms", "max-gpu-mean-ms") or key in bounds:
+                raise bad
+            bounds[key] = value
         try:
             minimum = int(words[1])
-            max_mean = float(words[2]) if len(words) == 3 else None
-            if minimum < 0 or (max_mean is not None and max_mean < 0):
+            values = {}
+            for key, value in bounds.items():
+                if value != "-":
+                    values[key] = float(value)
+                    if not values[key] >= 0 or not math.isfinite(values[key]):
+                        raise ValueError
+            if minimum < 0:
                 raise ValueError
         except ValueError:
             raise InputError(f"{quoted(path)} line {number}: min-count must be an integer >= 0 "
-                             f"and max-mean-ms a number >= 0 in {quoted(line.strip())}") from None
-        out.append((words[0], minimum, max_mean, number))
+                             f"and each bound a number >= 0 (or '-') in "
+                             f"{quoted(line.strip())}") from None
+        out.append((words[0], minimum, values.get("max-cpu-mean-ms"),
+                    values.get("max-gpu-mean-ms"), number))
     return out
 
 
@@ -1506,16 +1746,36 @@ def cmd_check(args):
         launch_note = "launch count not cross-checked (the shim wrote no FERRUM_REPLAY_SUMMARY)"
 
     expectations = parse_expectations(args.expect) if args.expect else []
-    for pattern, minimum, max_mean, number in expectations:
+    gpu_counts = None if args.nsys_stats else aggregate(scans, domain, gpu=True).get(("", domain))
+    for pattern, minimum, max_cpu, max_gpu, number in expectations:
         matched = [s for name, s in counts.items() if fnmatch.fnmatchcase(name, pattern)]
         n = sum(s[0] for s in matched)
         total = sum(s[1] for s in matched)
         if n < minimum:
             failures.append(f"expectation line {number}: {n} ranges match {quoted(pattern)}, "
                             f"expected at least {minimum}")
-        elif max_mean is not None and n and total / n / 1e6 > max_mean:
+        elif max_cpu is not None and n and total / n / 1e6 > max_cpu:
             failures.append(f"expectation line {number}: ranges matching {quoted(pattern)} "
-                            f"take {total / n / 1e6:.3f} ms on average, more than {max_mean:g} ms")
+                            f"take {total / n / 1e6:.3f} ms of CPU launch time on average, more "
+                            f"than max-cpu-mean-ms {max_cpu:g}")
+        if max_gpu is None:
+            continue
+        # A GPU bound never passes without GPU times to judge.
+        gpu = [s for name, s in (gpu_counts.items() if gpu_counts else ())
+               if fnmatch.fnmatchcase(name, pattern)]
+        gn = sum(s[0] for s in gpu)
+        if args.nsys_stats:
+            failures.append(f"expectation line {number}: max-gpu-mean-ms needs the recorder's "
+                            "GPU times (run without --nsys)")
+        elif gn == 0:
+            failures.append(f"expectation line {number}: max-gpu-mean-ms {max_gpu:g} for "
+                            f"{quoted(pattern)}, but the traces hold no GPU time for it (GPU "
+                            "timing was off, the shim is older than GPU timing, or no replay "
+                            "of it completed)")
+        elif sum(s[1] for s in gpu) / gn / 1e6 > max_gpu:
+            failures.append(f"expectation line {number}: replays matching {quoted(pattern)} "
+                            f"take {sum(s[1] for s in gpu) / gn / 1e6:.3f} ms of GPU time on "
+                            f"average, more than max-gpu-mean-ms {max_gpu:g}")
 
     for name, expected in args.expect_range:
         got = ranges_named(name)
@@ -1598,6 +1858,14 @@ def build_parser():
     p.add_argument("traces", nargs="+", metavar="TRACE")
     p.set_defaults(run=cmd_summary)
 
+    p = sub.add_parser("compare", help="mean time per graph, BASE against NEW")
+    p.add_argument("--threshold", type=_threshold, default=10.0, metavar="PCT",
+                   help="fail when a graph's mean grew by more than PCT percent (default 10)")
+    p.add_argument("--domain", default=DEFAULT_DOMAIN)
+    p.add_argument("base", metavar="BASE", help="a trace, or a directory of traces")
+    p.add_argument("new", metavar="NEW", help="a trace, or a directory of traces")
+    p.set_defaults(run=cmd_compare)
+
     p = sub.add_parser("merge", help="one trace from several")
     p.add_argument("-o", "--output", required=True, help="output (%%p, %%h, %%q{VAR} expanded)")
     p.add_argument("traces", nargs="+", metavar="TRACE")
@@ -1642,7 +1910,8 @@ def build_parser():
     p.add_argument("--prog", default="ferrum-replay check", help=argparse.SUPPRESS)
     p.add_argument("--domain", default=DEFAULT_DOMAIN)
     p.add_argument("--expect", metavar="FILE",
-                   help="lines 'name-pattern min-count [max-mean-ms]' (globs, # comments)")
+                   help="lines 'name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]' "
+                        "(globs, # comments)")
     p.add_argument("--expect-range", action="append", default=[], type=_name_count,
                    metavar="NAME=COUNT", help="exactly COUNT ranges named NAME")
     p.add_argument("--expect-total", type=int, metavar="N", help="exactly N ranges")

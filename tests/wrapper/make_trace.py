@@ -3,16 +3,20 @@
 memory and speed tests of the trace readers.
 
     make_trace.py OUT --ranges N [--threads T] [--graphs G] [--pid P] [--origin-ns NS]
+                  [--cpu-us US] [--gpu-us US] [--graph-us NAME=US]...
 
-N ranges of G graph names spread over T threads, each thread's in start order; every range
-lasts 2 us, one every 3 us per thread. Prints nothing; exit 0.
+N ranges of G graph names ("graph 1".."graph G") spread over T threads, each thread's in start
+order; every range lasts --cpu-us (default 2) us, one every 3 us per thread. With --gpu-us, each
+range also has its GPU replay (as the recorder writes GPU time: cat "ferrum-replay,gpu", a GPU
+track per thread) lasting US, or the --graph-us of its name; and a gpu block. Prints nothing.
 """
 import argparse
 import json
 
 
 def write(path, ranges, threads=4, graphs=8, pid=4242, origin_ns=1_700_000_000_000_000_000,
-          host="generated"):
+          host="generated", cpu_us=2.0, gpu_us=None, graph_us=None):
+    graph_us = graph_us or {}
     per_thread = -(-ranges // threads)
     with open(path, "w", encoding="utf-8") as out:
         out.write('{"traceEvents":[\n')
@@ -27,8 +31,15 @@ def write(path, ranges, threads=4, graphs=8, pid=4242, origin_ns=1_700_000_000_0
             tid = pid + 1 + t
             for i in range(min(per_thread, left)):
                 lines.append(',\n{"ph":"X","name":"graph %d","cat":"ferrum-replay","ts":%d.%03d,'
-                             '"dur":2.000,"pid":%d,"tid":%d,"args":{"category":0,"depth":0}}'
-                             % (i % graphs + 1, 3 * i, t, pid, tid))
+                             '"dur":%.3f,"pid":%d,"tid":%d,"args":{"category":0,"depth":0}}'
+                             % (i % graphs + 1, 3 * i, t, cpu_us, pid, tid))
+                if gpu_us is not None:
+                    name = "graph %d" % (i % graphs + 1)
+                    lines.append(',\n{"ph":"X","name":"%s","cat":"ferrum-replay,gpu",'
+                                 '"ts":%d.%03d,"dur":%.3f,"pid":%d,"tid":%d,'
+                                 '"args":{"replay":%d,"category":0}}'
+                                 % (name, 3 * i + 1, t, graph_us.get(name, gpu_us), pid,
+                                    0x40000000 + t, i + 1))
                 if len(lines) >= 10000:
                     out.write("".join(lines))
                     lines = []
@@ -38,6 +49,9 @@ def write(path, ranges, threads=4, graphs=8, pid=4242, origin_ns=1_700_000_000_0
                 "protocolErrors": {"popWithoutPush": 0, "popWrongDomain": 0, "openAtExit": 0},
                 "domains": ["ferrum-replay"], "host": host,
                 "clock": {"originMonotonicNs": 1000, "originRealtimeNs": origin_ns}}
+        if gpu_us is not None:
+            meta["gpu"] = {"timed": ranges, "inFlightAtExit": 0, "notTimed": 0,
+                           "alignErrorNs": 100}
         out.write('\n],\n"displayTimeUnit":"ns",\n"ferrumReplay":'
                   + json.dumps(meta, separators=(",", ":")) + "}\n")
 
@@ -50,8 +64,13 @@ def main():
     parser.add_argument("--graphs", type=int, default=8)
     parser.add_argument("--pid", type=int, default=4242)
     parser.add_argument("--origin-ns", type=int, default=1_700_000_000_000_000_000)
+    parser.add_argument("--cpu-us", type=float, default=2.0)
+    parser.add_argument("--gpu-us", type=float)
+    parser.add_argument("--graph-us", action="append", default=[])
     args = parser.parse_args()
-    write(args.out, args.ranges, args.threads, args.graphs, args.pid, args.origin_ns)
+    graph_us = {k: float(v) for k, _, v in (g.rpartition("=") for g in args.graph_us)}
+    write(args.out, args.ranges, args.threads, args.graphs, args.pid, args.origin_ns,
+          cpu_us=args.cpu_us, gpu_us=args.gpu_us, graph_us=graph_us)
 
 
 if __name__ == "__main__":

@@ -680,11 +680,131 @@ def write(path, text):
     return path
 
 
+def make_trace(path, *options, cwd):
+    done = run([sys.executable, MAKE_TRACE, path, *map(str, options)], cwd)
+    expect(done.returncode == 0, "make_trace failed", done)
+    return path
+
+
+def test_summary_gpu_columns(tmp):
+    # The one column rule (recorder/summary_table.hpp): CPU columns; then, only with GPU time,
+    # the same statistics prefixed "gpu ".
+    stats = ["count", "total ms", "mean us", "min us", "p50 us", "p99 us", "max us"]
+    gpu = make_trace(os.path.join(tmp, "gpu.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5,
+                     "--graph-us", "graph 2=7", cwd=tmp)
+    cpu = make_trace(os.path.join(tmp, "cpu.json"), "--ranges", 40, "--graphs", 2, cwd=tmp)
+    done = wrapper("summary", gpu, cwd=tmp)
+    lines = done.stdout.splitlines()
+    expect(done.returncode == 0 and lines[1].split() == " ".join(
+        ["domain", "range"] + stats + [f"gpu {c}" for c in stats]).split(), "GPU header", done)
+    row = next(l for l in lines if " graph 2 " in l).split()
+    # CPU: 20 x 2 us; GPU: 20 x 7 us (p50/p99 within 3.2%, clamped: exact for one value).
+    expect(row[3:10] == ["20", "0.040", "2.000", "2.000", "2.000", "2.000", "2.000"] and
+           row[10:] == ["20", "0.140", "7.000", "7.000", "7.000", "7.000", "7.000"],
+           f"graph 2 row {row}", done)
+    expect("gpu: 40 replays timed, 0 in flight at exit, 0 not timed, alignment error <= 0.100 us"
+           in lines, "gpu line", done)
+    expect(done.stdout.startswith("ferrum-replay summary: 40 ranges in 1 trace"),
+           "GPU replays are not ranges", done)
+    done = wrapper("summary", cpu, cwd=tmp)
+    lines = done.stdout.splitlines()
+    expect(lines[1].split() == " ".join(["domain", "range"] + stats).split(), "CPU header", done)
+    expect(not any(l.startswith("gpu:") for l in lines), "no gpu line without GPU data", done)
+    # GPU tracks pass the trace checks and survive merge (pids rewritten, tids kept).
+    expect(not trace_check.check_nesting(trace_check.load(gpu)), "GPU events nest-checked")
+    done = wrapper("merge", "-o", "m.json", gpu, cpu, cwd=tmp)
+    merged = trace_check.load(os.path.join(tmp, "m.json"))
+    expect(done.returncode == 0 and len(trace_check.gpu_replays(merged)) == 40 and
+           merged["ferrumReplay"]["ranges"] == 80 and merged["ferrumReplay"]["gpu"]["timed"] == 40
+           and "(80 ranges" in done.stderr, "merge with GPU tracks", done)
+    again = wrapper("summary", os.path.join(tmp, "m.json"), cwd=tmp)
+    expect(" 0.140 " in again.stdout and "gpu: 40 replays timed" in again.stdout,
+           "summary of the merged trace keeps GPU time", again)
+
+
+def test_compare(tmp):
+    d = lambda name: os.path.join(tmp, name)  # noqa: E731
+    base = make_trace(d("base.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5, cwd=tmp)
+    same = make_trace(d("same.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5,
+                      "--graph-us", "graph 2=5.4", cwd=tmp)
+    slow = make_trace(d("slow.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5,
+                      "--graph-us", "graph 2=6", cwd=tmp)
+    fewer = make_trace(d("fewer.json"), "--ranges", 40, "--graphs", 1, "--gpu-us", 5, cwd=tmp)
+    cpu = make_trace(d("cpu.json"), "--ranges", 40, "--graphs", 2, "--cpu-us", 2.1, cwd=tmp)
+    # Pass: +8% is within the default 10%.
+    done = wrapper("compare", base, same, cwd=tmp)
+    expect(done.returncode == 0 and "ferrum-replay compare: OK: 2 graphs" in done.stdout and
+           re.search(r"^graph 2\s+gpu\s+20\s+5\.000\s+20\s+5\.400\s+\+8\.0%$", done.stdout,
+                     re.M), "within threshold", done)
+    # A regression beyond the threshold: exit 1; a larger threshold lets it pass.
+    done = wrapper("compare", base, slow, cwd=tmp)
+    expect(done.returncode == 1 and "slower by more than 10%: 'graph 2'" in done.stdout,
+           "regression", done)
+    expect(wrapper("compare", "--threshold", "25", base, slow, cwd=tmp).returncode == 0,
+           "--threshold", done)
+    # A graph of BASE missing from NEW: exit 1.
+    done = wrapper("compare", base, fewer, cwd=tmp)
+    expect(done.returncode == 1 and "missing from NEW: 'graph 2'" in done.stdout, "missing", done)
+    # No GPU time on one side: CPU launch time, labelled.
+    done = wrapper("compare", base, cpu, cwd=tmp)
+    expect(done.returncode == 0 and re.search(r"^graph 1\s+cpu\s+20\s+2\.000\s+20\s+2\.100",
+                                              done.stdout, re.M)
+           and "cpu = CPU launch time" in done.stdout, "CPU fallback labelled", done)
+    # Several traces per side: a directory.
+    os.mkdir(d("runs"))
+    shutil.copy(slow, d("runs/a.json"))
+    make_trace(d("runs/b.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5, "--pid", 99,
+               cwd=tmp)
+    done = wrapper("compare", base, d("runs"), cwd=tmp)
+    expect(done.returncode == 0 and re.search(r"^graph 2\s+gpu\s+20\s+5\.000\s+40\s+5\.500",
+                                              done.stdout, re.M), "a directory side", done)
+    # Bad input: exit 2 with a reason.
+    write(d("foreign.json"), '{"traceEvents": []}')
+    os.mkdir(d("empty-dir"))
+    for args, why in [([base, d("nope.json")], "cannot read"),
+                      ([d("foreign.json"), base], "not a ferrum-replay trace"),
+                      (["--threshold", "-3", base, slow], "a percentage >= 0"),
+                      (["--threshold", "ten", base, slow], "a percentage >= 0"),
+                      ([base, d("empty-dir")], "a directory without traces")]:
+        done = wrapper("compare", *args, cwd=tmp)
+        expect(done.returncode == 2 and why in done.stderr and not done.stdout.strip(),
+               f"bad input {args}", done)
+
+
+def test_check_gpu_expectations(tmp):
+    gpu = make_trace(os.path.join(tmp, "gpu.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5,
+                     "--graph-us", "graph 2=300", cwd=tmp)
+    cpu = make_trace(os.path.join(tmp, "cpu.json"), "--ranges", 40, "--graphs", 2, cwd=tmp)
+
+    def check(text, trace):
+        return wrapper("check", "--expect", write(os.path.join(tmp, "e.txt"), text), trace,
+                       cwd=tmp)
+
+    done = check("'graph 1' 20 - 0.01\n'graph 2' 20 max-gpu-mean-ms=0.5\n", gpu)
+    expect(done.returncode == 0 and "2 expectations met" in done.stdout, "GPU bound met", done)
+    done = check("'graph *' 1 1 0.1\n", gpu)
+    expect(done.returncode == 1 and "take 0.152 ms of GPU time on average, more than "
+           "max-gpu-mean-ms 0.1" in done.stdout, "GPU bound exceeded", done)
+    done = check("'graph 1' 1 - 0.1\n", cpu)
+    expect(done.returncode == 1 and "the traces hold no GPU time for it" in done.stdout,
+           "a GPU bound without GPU data fails with its reason", done)
+    # The CPU bound under its new name, and the old name with one note.
+    done = check("'graph 1' 1 max-cpu-mean-ms=0.001\n", cpu)
+    expect(done.returncode == 1 and "more than max-cpu-mean-ms 0.001" in done.stdout,
+           "max-cpu-mean-ms", done)
+    done = check("'graph 1' 1 max-mean-ms=1\n'graph 2' 1 max-mean-ms=1\n", cpu)
+    expect(done.returncode == 0 and done.stderr.count("max-mean-ms is now max-cpu-mean-ms") == 1,
+           "max-mean-ms accepted with one note", done)
+    done = check("'graph 1' 1 max-gpu-ms=1\n", cpu)
+    expect(done.returncode == 1 and "expected 'name-pattern min-count" in done.stdout,
+           "an unknown bound is refused", done)
+
+
 def test_ci_smoke_profile(tmp):
     program = [launch_driver(), "--graphs", "2", "--iters", "10"]
     named = {"FERRUM_REPLAY_SITE": "off", "FERRUM_STANDIN_LAUNCH_SLEEP_US": "300"}
     expectations = write(os.path.join(tmp, "expect.txt"),
-                         "# name-pattern min-count [max-mean-ms]\n"
+                         "# name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]\n"
                          '"graph 1" 10\n'
                          "'graph *' 20 100   # generous: a stand-in replay takes 0.3 ms\n"
                          "\n")

@@ -21,7 +21,12 @@ sys.path.insert(0, TOOLS_DIR)
 import trace_check  # noqa: E402
 
 DOMAIN = "mydomain"
-TABLE_HEADER = re.compile(r"^domain\s+range\s+count\s+total ms\s+mean us\s+min us\s+max us$")
+STATS = ["count", "total ms", "mean us", "min us", "p50 us", "p99 us", "max us"]
+# The one column rule (recorder/summary_table.hpp): CPU columns, then with GPU time the same
+# statistics prefixed "gpu ".
+TABLE_HEADER = re.compile(r"^domain\s+range\s+" + r"\s+".join(STATS) + "$")
+GPU_TABLE_HEADER = re.compile(r"^domain\s+range\s+" + r"\s+".join(STATS + [f"gpu {s}" for s in STATS])
+                              + "$")
 
 
 class Client:
@@ -425,6 +430,63 @@ def test_trace_check_cli(tmp):
         handle.write("{\"traceEvents\": [")
     res = subprocess.run([sys.executable, script, broken], capture_output=True, text=True)
     expect(res.returncode == 2 and "not valid JSON" in res.stderr, f"broken: {res.stderr}", c)
+
+
+def run_with_fake_gpu(tmp, mode, *args, replays=""):
+    preload = environment_path("FAKE_GPU_SHIM_LIB")
+    return run_client(tmp, *args, env={"LD_PRELOAD": preload, "FAKE_GPU_SHIM": mode,
+                                       "FAKE_GPU_REPLAYS": replays,
+                                       "FERRUM_REPLAY_DOMAIN": DOMAIN})
+
+
+def test_gpu_times_from_the_sink(tmp):
+    c = run_with_fake_gpu(tmp, "on", "--iters", 4, "--domain", DOMAIN,
+                          replays="dom-ascii=4:3,dom-ascii=2:1")
+    expect_clean(c)
+    expect_counts_match(c)  # GPU events are not ranges
+    gpu = [e for e in c.trace["traceEvents"] if e.get("ph") == "X"
+           and e.get("cat") == f"{DOMAIN},gpu"]
+    # 6 from the flush on device 0, 1 delivered by the fake shim's thread at registration.
+    expect(len(gpu) == 7, f"{len(gpu)} GPU events", c)
+    tids = {(e["pid"], e["tid"]) for e in gpu}
+    expect(len(tids) == 2 and all(t >= 0x40000000 for _, t in tids), f"GPU tracks {tids}", c)
+    names = {e["args"]["name"] for e in c.trace["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "thread_name" and (e["pid"], e["tid"]) in tids}
+    expect(names == {"GPU 0 \u00b7 stream 0x5000", "GPU 1 \u00b7 stream 0x6000"},
+           f"track names {names}", c)
+    replays = sorted(e["args"]["replay"] for e in gpu if e["name"] == "dom-ascii")
+    expect(replays == [1, 1, 2, 2, 3, 4], f"replay numbers {replays}", c)
+    # On the trace's clock: inside the run, before its end.
+    cpu_end = max(trace_check._ns(e["ts"]) + trace_check._ns(e["dur"])
+                  for e in trace_check.ranges(c.trace))
+    expect(all(0 < trace_check._ns(e["ts"]) for e in gpu), "GPU time before the origin", c)
+    expect(all(trace_check._ns(e["ts"]) < cpu_end + 10**9 for e in gpu), "GPU time far off", c)
+    meta = c.summary()
+    expect(meta.get("gpu") == {"timed": 7, "inFlightAtExit": 1, "notTimed": 2,
+                               "alignErrorNs": 250}, f"gpu block {meta.get('gpu')}", c)
+    lines = c.stderr.splitlines()
+    expect(any(GPU_TABLE_HEADER.match(line) for line in lines), "GPU column header", c)
+    row = next((line for line in lines if line.startswith(DOMAIN) and " dom-ascii " in line), "")
+    cells = row.split()
+    # domain, range, 7 CPU cells, then gpu count 6, total 0.014 ms (4 x 3 us + 2 x 1 us).
+    expect(cells[2] == "4" and cells[9] == "6" and cells[10] == "0.014", f"row {row!r}", c)
+    expect("gpu: 7 replays timed, 1 in flight at exit, 2 not timed, alignment error <= 0.250 us"
+           in lines, "gpu line", c)
+
+
+def test_gpu_sink_refused_changes_nothing(tmp):
+    for mode in ("off", None):
+        env = {"FERRUM_REPLAY_DOMAIN": DOMAIN}
+        if mode:
+            env.update(LD_PRELOAD=environment_path("FAKE_GPU_SHIM_LIB"), FAKE_GPU_SHIM=mode,
+                       FAKE_GPU_REPLAYS="dom-ascii=3")
+        c = run_client(tmp, "--iters", 3, "--domain", DOMAIN, env=env)
+        expect_clean(c)
+        expect(not any(str(e.get("cat", "")).endswith(",gpu") for e in c.trace["traceEvents"]),
+               "GPU events without a sink", c)
+        expect("gpu" not in c.summary(), "gpu block without a sink", c)
+        expect(any(TABLE_HEADER.match(line) for line in c.stderr.splitlines()), "CPU header", c)
+        expect(not any(line.startswith("gpu:") for line in c.stderr.splitlines()), "gpu line", c)
 
 
 TESTS = {name[len("test_"):]: fn for name, fn in globals().items() if name.startswith("test_")}

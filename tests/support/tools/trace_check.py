@@ -35,11 +35,26 @@ def load(path):
     return trace
 
 
+def is_gpu(event):
+    """A GPU replay (cat "DOMAIN,gpu", on a GPU track; recorder/trace_writer.hpp): GPU time,
+    not an NVTX range. The one place that tells them apart: ranges() leaves them out, so no
+    range count or nesting check ever sees one; gpu_replays() lists them."""
+    return str(event.get("cat", "")).endswith(",gpu")
+
+
 def ranges(trace, domain=None, name=None):
-    """Complete ("X") events, optionally only those of one domain and/or one name."""
+    """Complete ("X") events of NVTX ranges (not GPU replays), optionally only those of one
+    domain and/or one name."""
     return [event for event in trace["traceEvents"]
-            if event.get("ph") == "X"
+            if event.get("ph") == "X" and not is_gpu(event)
             and (domain is None or event.get("cat") == domain)
+            and (name is None or event.get("name") == name)]
+
+
+def gpu_replays(trace, name=None):
+    """The GPU replays ("X" events of GPU tracks), optionally only those of one name."""
+    return [event for event in trace["traceEvents"]
+            if event.get("ph") == "X" and is_gpu(event)
             and (name is None or event.get("name") == name)]
 
 

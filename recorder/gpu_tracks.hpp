@@ -1,0 +1,81 @@
+// GPU time per replay, as the shim hands it over (include/ferrum_replay/ferrum_replay.h): each
+// completed replay becomes an event on a track of its own per (device, stream), stored like a
+// thread's ranges (one ThreadBuffer per track, spilled through the process's SpillFile, so memory
+// stays bounded however long the program runs). Times stay CLOCK_MONOTONIC nanoseconds (not the
+// recorder's ticks): ThreadSnapshot::ns_times says so to the writer and the table.
+//
+// The shim calls the sink from a thread of its own, and ferrum_replay_gpu_flush may call it from
+// the exiting thread: a mutex makes every sink call the single writer of the buffers that
+// ThreadBuffer requires. It is held only by sink calls, the exit snapshot and fork.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ferrum_replay/ferrum_replay.h"
+#include "thread_buffer.hpp"
+
+namespace ferrum_replay::recorder {
+
+struct Snapshot;
+
+// Track ids (the trace's tid of a GPU track) start here: Linux thread ids never exceed 2^22
+// (PID_MAX_LIMIT), so a GPU track can never share a tid with a thread of the process.
+inline constexpr uint32_t kGpuTrackTidBase = 0x40000000u;
+// The most (device, stream) tracks kept; replays on further streams are counted, not stored.
+inline constexpr size_t kMaxGpuTracks = 4096;
+
+// What the exit report knows of GPU timing (the shim's ferrum_replay_gpu_status).
+struct GpuStatus {
+  bool registered = false;  // a sink was registered: the trace gets its "gpu" block
+  uint64_t in_flight = 0;
+  uint64_t not_timed = 0;
+  uint64_t align_error_ns = 0;
+  uint64_t dropped = 0;  // delivered, but on a stream beyond kMaxGpuTracks
+};
+
+class GpuTracks {
+ public:
+  explicit GpuTracks(SpillFile *spill) : spill_(spill) {}
+  ~GpuTracks();
+  GpuTracks(const GpuTracks &) = delete;
+  GpuTracks &operator=(const GpuTracks &) = delete;
+
+  // The sink's body: copies `count` replays (names interned per track).
+  void add(const ferrum_replay_gpu_replay *replays, size_t count) noexcept;
+  // The signature ferrum_replay_set_gpu_sink takes; `context` is a GpuTracks.
+  static void sink(const ferrum_replay_gpu_replay *replays, size_t count, void *context);
+
+  // Fills snap->gpu_tracks (one ThreadSnapshot per track, ns_times set) and the counters of
+  // snap->gpu, leaving snap->gpu.registered and the shim's figures to the caller.
+  void collect(Snapshot *snap) const;
+  uint64_t dropped() const;
+
+  void before_fork() { mu_.lock(); }
+  void after_fork_in_parent() { mu_.unlock(); }
+  // The child's tracks start empty: the parent's replays belong to the parent's trace.
+  void after_fork_in_child();
+
+ private:
+  struct Track {
+    int32_t device;
+    uint64_t stream;
+    ThreadBuffer *buffer;
+  };
+  ThreadBuffer *track_for(int32_t device, uint64_t stream);
+
+  SpillFile *spill_;
+  mutable std::mutex mu_;
+  std::vector<Track> tracks_;
+  std::vector<ThreadBuffer *> orphans_;  // tracks of the parent, after fork
+  uint64_t dropped_ = 0;
+};
+
+// The display name of a GPU track: "GPU 0 · stream 0x7f00..." ("GPU ?" for an unknown device;
+// the legacy and per-thread default streams by name).
+std::string gpu_track_name(int32_t device, uint64_t stream);
+
+}  // namespace ferrum_replay::recorder

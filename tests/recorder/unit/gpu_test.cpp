@@ -1,0 +1,211 @@
+// GPU time per replay: the sink the recorder registers with the shim (GpuTracks::sink), fed
+// synthetic replays directly (no shim needed), and what the trace, the snapshot and the table
+// show of them.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "recorder.hpp"
+#include "summary_table.hpp"
+#include "trace_writer.hpp"
+
+using namespace ferrum_replay::recorder;
+
+namespace {
+
+ferrum_replay_gpu_replay replay(int32_t device, uint64_t stream, const char *name, uint64_t number,
+                                uint64_t start, uint64_t end) {
+  ferrum_replay_gpu_replay r{};
+  r.size = sizeof r;
+  r.device = device;
+  r.stream = stream;
+  r.name = name;
+  r.category = 3;
+  r.replay = number;
+  r.start_ns = start;
+  r.end_ns = end;
+  return r;
+}
+
+size_t count_of(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::vector<std::string> lines(const std::string &text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("without a registered sink the trace has no GPU event and no gpu block") {
+  Recorder r(Settings{}, 1000);
+  r.push(r.names().global_domain(), "step", true, {});
+  r.pop(r.names().global_domain());
+  const std::string trace = render_trace(r.snapshot());
+  CHECK(trace.find(",gpu\"") == std::string::npos);
+  CHECK(trace.find("\"gpu\":") == std::string::npos);
+  CHECK(trace.find("GPU ") == std::string::npos);
+}
+
+TEST_CASE("replays become GPU events on one track per (device, stream), in trace time") {
+  Recorder r(Settings{}, 1000);
+  r.set_gpu_domain("ferrum-replay");
+  GpuStatus status;
+  status.registered = true;
+  status.in_flight = 2;
+  status.not_timed = 5;
+  status.align_error_ns = 1500;
+  r.set_gpu_status(status);
+  // The name is only valid during the call: the sink must copy it.
+  char name[16] = "decode";
+  std::vector<ferrum_replay_gpu_replay> batch = {
+      replay(0, 0x7f00, name, 1, 3000, 5000), replay(0, 0x7f00, name, 2, 6000, 9000),
+      replay(1, 0x7f00, name, 1, 4000, 4500), replay(0, 2, name, 7, 2000, 2100)};
+  GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
+  std::snprintf(name, sizeof name, "clobbered");
+  const Snapshot snap = r.snapshot();
+  REQUIRE(snap.gpu_tracks.size() == 3);
+  CHECK(snap.gpu_replay_count() == 4);
+  CHECK(snap.range_count() == 0);  // GPU replays are not CPU ranges
+  for (const ThreadSnapshot &t : snap.gpu_tracks) CHECK(t.tid >= kGpuTrackTidBase);
+  CHECK(snap.gpu_tracks[0].name == "GPU 0 \xC2\xB7 stream 0x7f00");
+  CHECK(snap.gpu_tracks[1].name == "GPU 1 \xC2\xB7 stream 0x7f00");
+  CHECK(snap.gpu_tracks[2].name == "GPU 0 \xC2\xB7 stream 0x2 (per-thread default)");
+
+  const std::string trace = render_trace(snap);
+  CHECK(count_of(trace, "\"cat\":\"ferrum-replay,gpu\"") == 4);
+  CHECK(trace.find("{\"ph\":\"X\",\"name\":\"decode\",\"cat\":\"ferrum-replay,gpu\",\"ts\":2.000,"
+                   "\"dur\":2.000,\"pid\":" +
+                   std::to_string(snap.pid) + ",\"tid\":" + std::to_string(kGpuTrackTidBase) +
+                   ",\"args\":{\"replay\":1,\"category\":3}}") != std::string::npos);
+  CHECK(trace.find("clobbered") == std::string::npos);
+  CHECK(trace.find("\"ranges\":0") != std::string::npos);
+  CHECK(trace.find("\"gpu\":{\"timed\":4,\"inFlightAtExit\":2,\"notTimed\":5,"
+                   "\"alignErrorNs\":1500}") != std::string::npos);
+  CHECK(count_of(trace, "\"thread_sort_index\"") == 3);
+}
+
+TEST_CASE("a replay that ends before it starts has duration 0; a too-short struct is skipped") {
+  Recorder r(Settings{}, 0);
+  auto a = replay(0, 9, "g", 1, 5000, 4000);
+  auto b = replay(0, 9, "g", 2, 6000, 7000);
+  b.size = 8;
+  GpuTracks::sink(&a, 1, &r.gpu());
+  GpuTracks::sink(&b, 1, &r.gpu());
+  GpuTracks::sink(nullptr, 3, &r.gpu());
+  const Snapshot snap = r.snapshot();
+  REQUIRE(snap.gpu_replay_count() == 1);
+  CHECK(snap.gpu_tracks[0].span_ns(snap.scale, snap.gpu_tracks[0].events[0]) == 0);
+}
+
+TEST_CASE("GPU replays spill like ranges: memory bounded, every replay in the report, in order") {
+  Recorder r(Settings{}, 0);
+  constexpr uint64_t kReplays = 20000;
+  std::vector<ferrum_replay_gpu_replay> batch;
+  for (uint64_t i = 0; i < kReplays; ++i) {
+    batch.push_back(replay(0, 0x10, "g", i, 1000 + 10 * i, 1005 + 10 * i));
+    if (batch.size() == 100) {
+      GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
+      batch.clear();
+    }
+  }
+  CHECK(r.spill_file().size() > 0);
+  Snapshot snap = r.snapshot_for_report();
+  REQUIRE(snap.gpu_tracks.size() == 1);
+  CHECK(!snap.gpu_tracks[0].runs.empty());
+  CHECK(snap.gpu_replay_count() == kReplays);
+  uint64_t n = 0, last = 0;
+  bool ordered = true;
+  for_each_event_in_order(snap, snap.gpu_tracks[0], [&](const Event &e) {
+    ordered &= e.start >= last;
+    last = e.start;
+    ++n;
+  });
+  CHECK(n == kReplays);
+  CHECK(ordered);
+}
+
+TEST_CASE("streams beyond the track limit are counted as not timed, not stored") {
+  Recorder r(Settings{}, 0);
+  GpuStatus status;
+  status.registered = true;
+  r.set_gpu_status(status);
+  for (uint64_t s = 0; s < kMaxGpuTracks + 3; ++s) {
+    auto one = replay(0, 0x1000 + s, "g", 1, 10, 20);
+    GpuTracks::sink(&one, 1, &r.gpu());
+  }
+  const Snapshot snap = r.snapshot();
+  CHECK(snap.gpu_tracks.size() == kMaxGpuTracks);
+  CHECK(render_trace(snap).find("\"notTimed\":3,") != std::string::npos);
+}
+
+TEST_CASE("percentiles: exact below 32 ns, within 3.2% above, clamped to [min, max]") {
+  for (uint64_t v : {0ull, 1ull, 31ull})
+    CHECK(DurationHistogram::bucket_middle(DurationHistogram::bucket_of(v)) == v);
+  for (uint64_t v = 32; v < (uint64_t{1} << 40); v = v * 3 / 2 + 7) {
+    const double mid =
+        static_cast<double>(DurationHistogram::bucket_middle(DurationHistogram::bucket_of(v)));
+    CHECK(std::fabs(mid - static_cast<double>(v)) <= 0.032 * static_cast<double>(v));
+  }
+  DurationStats d;
+  for (uint64_t i = 1; i <= 1000; ++i) d.add(i * 1000);
+  CHECK(std::fabs(static_cast<double>(d.p50()) - 500000.0) <= 0.032 * 500000);
+  CHECK(std::fabs(static_cast<double>(d.p99()) - 990000.0) <= 0.032 * 990000);
+  CHECK(d.histogram.buckets() <= 16 * 10 + 16);  // bounded by the spread, not the count
+  DurationStats one;
+  one.add(123457);
+  CHECK(one.p50() == 123457);  // a single sample: min == max, exact
+  CHECK(one.p99() == 123457);
+}
+
+TEST_CASE("the table shows GPU time beside CPU time under 'gpu ' headers") {
+  Recorder r(Settings{}, 0);
+  nvtxDomainRegistration_st *dom = r.names().create_domain("ferrum-replay");
+  RangeAttrs attrs;
+  for (int i = 0; i < 3; ++i) {
+    r.push(*dom, "decode", true, attrs);
+    r.pop(*dom);
+  }
+  r.push(*dom, "prefill", true, attrs);
+  r.pop(*dom);
+  GpuStatus status;
+  status.registered = true;
+  status.in_flight = 1;
+  r.set_gpu_status(status);
+  std::vector<ferrum_replay_gpu_replay> batch = {replay(0, 5, "decode", 1, 0, 2000),
+                                                 replay(0, 5, "decode", 2, 3000, 7000)};
+  GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
+  const Snapshot snap = r.snapshot();
+  const std::vector<RangeStats> rows = aggregate(snap);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].name == "decode");
+  CHECK(rows[0].count == 3);
+  CHECK(rows[0].gpu.count == 2);
+  CHECK(rows[0].gpu.total_ns == 6000);
+  CHECK(rows[1].gpu.count == 0);
+  const std::vector<std::string> l = lines(format_summary(snap, rows, "/t.json"));
+  REQUIRE(l.size() == 6);
+  CHECK(l[0] == "ferrum-replay recorder: 4 ranges on 1 threads, trace: /t.json");
+  CHECK(l[1] ==
+        "domain          range     count   total ms    mean us    min us    p50 us    p99 us    "
+        "max us    gpu count    gpu total ms    gpu mean us    gpu min us    gpu p50 us    "
+        "gpu p99 us    gpu max us");
+  // GPU: 2000 and 4000 ns; the p50 is the middle of 2000's bucket (within 3.2%).
+  CHECK(l[2].substr(l[2].find("    2 ")) ==
+        "    2           0.006          3.000         2.000         2.016         4.000         "
+        "4.000");
+  CHECK(l[3].find("prefill") != std::string::npos);
+  CHECK(l[3].substr(l[3].size() - 3) == "  -");
+  CHECK(l[4] ==
+        "gpu: 2 replays timed, 1 in flight at exit, 0 not timed, alignment error <= "
+        "0.000 us");
+  CHECK(l[5] == "protocol errors: none");
+}
