@@ -517,41 +517,76 @@ class NameStats:
         self.total = array("d")     # float ns: exact to 2^53 ns (104 days of range time)
         self.low = array("d")
         self.high = array("d")
-        self.hist = []              # per row: {bucket: count}
+        self.hist = []              # per row: {bucket: count}, or one bucket as an int (_compact)
 
     def add(self, name, count, total, low, high, hist=None):
-        row = self.index.get(name)
+        """Adds `count` durations; `hist` is their {bucket: count} histogram (None: all in the
+        bucket of `low`)."""
         if hist is None:
             hist = {duration_bucket(low): count} if count else {}
+        row = self.index.get(name)
         if row is None:
             self.index[sys.intern(name)] = len(self.count)
             self.count.append(count)
             self.total.append(total)
             self.low.append(low)
             self.high.append(high)
-            self.hist.append(dict(hist))
+            self.hist.append(self._compact(hist, count))
             return
+        mine = self.histogram(row)
+        for bucket, n in hist.items():
+            mine[bucket] = mine.get(bucket, 0) + n
         self.count[row] += count
         self.total[row] += total
         if low < self.low[row]:
             self.low[row] = low
         if high > self.high[row]:
             self.high[row] = high
-        mine = self.hist[row]
-        for bucket, n in hist.items():
-            mine[bucket] = mine.get(bucket, 0) + n
+        self.hist[row] = self._compact(mine, self.count[row])
+
+    # A name whose durations all fall in one bucket (most names of a trace with many distinct
+    # names have one range each) keeps that bucket as a bare int, its count being the row's:
+    # a dict per name would double the memory per distinct name.
+    @staticmethod
+    def _compact(hist, count):
+        if len(hist) == 1:
+            (bucket, n), = hist.items()
+            if n == count:
+                return bucket
+        return dict(hist)
+
+    def histogram(self, row):
+        """The {bucket: count} histogram of `row` (a new dict for a one-bucket row)."""
+        h = self.hist[row]
+        return {h: self.count[row]} if h.__class__ is int else h
+
+    def add_duration(self, row, dur):
+        """One more duration for an existing row (the scan's hot path)."""
+        h = self.hist[row]
+        b = duration_bucket(dur)
+        if h.__class__ is int:
+            if h != b:
+                self.hist[row] = {h: self.count[row], b: 1}
+        else:
+            h[b] = h.get(b, 0) + 1
+        self.count[row] += 1
+        self.total[row] += dur
+        if dur < self.low[row]:
+            self.low[row] = dur
+        if dur > self.high[row]:
+            self.high[row] = dur
 
     def percentiles(self, name):
         """(p50, p99) of `name`, in ns."""
         row = self.index[name]
         low, high = self.low[row], self.high[row]
-        return (percentile(self.hist[row], 50, low, high),
-                percentile(self.hist[row], 99, low, high))
+        hist = self.histogram(row)
+        return (percentile(hist, 50, low, high), percentile(hist, 99, low, high))
 
     def merge(self, other):
         count, total, low, high = other.count, other.total, other.low, other.high
         for name, row in other.index.items():
-            self.add(name, count[row], total[row], low[row], high[row], other.hist[row])
+            self.add(name, count[row], total[row], low[row], high[row], other.histogram(row))
 
     def __len__(self):
         return len(self.count)
@@ -641,15 +676,7 @@ class Scan:
                 if row is None:
                     table.add(name, 1, dur, dur, dur)
                 else:
-                    table.count[row] += 1
-                    table.total[row] += dur
-                    if dur < table.low[row]:
-                        table.low[row] = dur
-                    if dur > table.high[row]:
-                        table.high[row] = dur
-                    h = table.hist[row]
-                    b = duration_bucket(dur)
-                    h[b] = h.get(b, 0) + 1
+                    table.add_duration(row, dur)
                 if cat.endswith(",gpu"):
                     continue  # GPU tracks are stream-ordered, not nested: no nesting check
                 # Nesting, per thread, as the events come: each thread's ranges are in start
