@@ -19,7 +19,9 @@
 //   only from a later version: CUDA_ERROR_NOT_FOUND, VERSION_NOT_SUFFICIENT; *pfn is NULL on
 //   failure; symbolStatus may be NULL. Flag CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (2)
 //   answers the _ptsz variant where one exists (cuGraphLaunch, cuGraphUpload,
-//   cuGraphInstantiateWithParams, cuStreamSynchronize), 0 and LEGACY_STREAM (1) the legacy one.
+//   cuGraphInstantiateWithParams, cuStreamSynchronize, cuStreamQuery, cuStreamGetCtx, the
+//   capture functions, cuEventRecord, cuEventRecordWithFlags), 0 and LEGACY_STREAM (1) the
+//   legacy one.
 // - The pointers handed out are, by default, the driver's *internal* functions (static, not
 //   exported), as the real driver's are; every exported function is a thin wrapper that calls
 //   the same internal function, so a replay counts once whichever way it arrives.
@@ -56,11 +58,59 @@
 //   min(count, *numNodes) entries in the order the nodes were added, sets the rest of the array
 //   to NULL and *numNodes to the number filled. cuGraphNodeGetType of a node of a destroyed
 //   graph: CUDA_ERROR_INVALID_VALUE.
+// - An asynchronous GPU, on virtual per-stream timelines of the real CLOCK_MONOTONIC clock:
+//   cuGraphLaunch/_ptsz returns at once; the replay occupies its stream from max(now, the
+//   stream's busy-until, its implicit dependencies) for the graph's simulated duration. That is
+//   fixed at instantiation: the sum of its kernel nodes' costs (a kernel's cost is a
+//   `.pragma "ferrum_cost_ns=N";` line in its PTX .entry body, else FERRUM_STANDIN_KERNEL_NS)
+//   and of its child-graph nodes' (captured launches), 1000 ns for a graph with neither; or the
+//   k-th value of FERRUM_STANDIN_GRAPH_NS for the k-th instantiation. A stream holds at most
+//   FERRUM_STANDIN_LAUNCH_QUEUE unfinished replays: a launch beyond that sleeps until the oldest
+//   is done (a full launch queue blocks the host, as on a GPU).
+// - Streams: cuStreamCreate/WithPriority make a timeline each; NULL and CU_STREAM_LEGACY are
+//   the current context's legacy default stream; CU_STREAM_PER_THREAD, and NULL passed to a
+//   _ptsz function, the calling thread's per-thread default stream of the current context.
+//   Implicit synchronisation: work on the legacy stream starts after all work queued so far on
+//   the context's blocking streams (created without CU_STREAM_NON_BLOCKING, and per-thread
+//   default streams), and work on a blocking stream after the legacy stream's; non-blocking
+//   streams wait for nothing but themselves. cuStreamSynchronize/_ptsz sleeps until the work
+//   queued on the stream is done, cuCtxSynchronize until every stream of the context is idle;
+//   cuStreamQuery says whether it is. A launch, synchronize or query with a stream that is not
+//   live, or whose context was destroyed: CUDA_ERROR_INVALID_HANDLE; a default stream without a
+//   current context: CUDA_ERROR_INVALID_CONTEXT (CUDA_ERROR_CONTEXT_IS_DESTROYED if the current
+//   context was destroyed by another thread).
+// - Events (cuEventCreate with DEFAULT, BLOCKING_SYNC, DISABLE_TIMING, INTERPROCESS with
+//   DISABLE_TIMING): a record stamps the time the stream's queued work ends (on the legacy
+//   stream, with its implicit dependencies); cuEventQuery is CUDA_SUCCESS once the clock has
+//   passed the stamp (and for a never-recorded event), else CUDA_ERROR_NOT_READY;
+//   cuEventSynchronize sleeps until the stamp; cuEventElapsedTime/_v2 give the milliseconds
+//   between stamps, CUDA_ERROR_NOT_READY if either is not complete, CUDA_ERROR_INVALID_HANDLE if
+//   either was never recorded or has DISABLE_TIMING. An event belongs to the context current at
+//   its creation; recording it on another context's stream: CUDA_ERROR_INVALID_HANDLE, as
+//   cuEventRecord documents.
+// - Stream capture (cuStreamBeginCapture, _v2, and _ptsz; cuStreamEndCapture, IsCapturing,
+//   GetCaptureInfo/_v2/_v3, and _ptsz): a launch into a capturing stream runs nothing and
+//   becomes a child-graph node (CU_GRAPH_NODE_TYPE_GRAPH, carrying the replay's duration); an
+//   event record into it becomes an event record node, counted for FERRUM_STANDIN_REPORT, and
+//   leaves the event as it was. cuStreamEndCapture returns that graph (nodes in capture order,
+//   no edges). The legacy stream cannot capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+//   synchronizing or querying a capturing stream returns that error and invalidates the capture
+//   (cuStreamEndCapture then gives NULL and CUDA_ERROR_STREAM_CAPTURE_INVALIDATED); ending a
+//   capture that was not begun: CUDA_ERROR_INVALID_VALUE.
+// - Contexts: a per-thread stack (cuCtxCreate and cuCtxPushCurrent push, cuCtxPopCurrent pops,
+//   cuCtxSetCurrent replaces the top or, with NULL, pops). cuCtxDestroy pops the context if it
+//   is current, and invalidates its streams and events: later calls with their handles return
+//   CUDA_ERROR_INVALID_HANDLE. Contexts, streams and events are never freed (a destroyed
+//   context's objects stay tombstones; a destroyed stream or event may be reused, as a real
+//   driver's handle may), so a stale handle never reaches freed memory.
 //
 // What is simplified: one device (ordinal 0); nothing executes (memset and kernel nodes are
-// validated and stored, never run; cuMemAlloc is malloc); streams are not validated by a launch;
-// no context stack (cuCtxCreate makes the new context current, cuCtxDestroy of the current one
-// leaves none); only the functions listed in the version script exist; the legacy 32-bit
+// validated and stored, never run; cuMemAlloc is malloc; a replay's duration is declared, not
+// measured, and the nodes of a graph run one after another whatever its edges); no cross-stream
+// waits but the legacy stream's implicit ones (no cuStreamWaitEvent); stream priorities are
+// accepted and ignored; capture modes are accepted but not enforced (no cross-thread checks, no
+// capture of the legacy stream's implicit dependencies); only the functions listed in the
+// version script exist; the legacy 32-bit
 // cuMemAlloc/cuMemFree are not provided; the only module image understood is PTX text (a cubin
 // or fatbin, recognised by its magic number, gives CUDA_ERROR_NO_BINARY_FOR_GPU), of which only
 // the directives above and the `.entry` signatures are read, and JIT options other than the
@@ -78,13 +128,23 @@
 //   FERRUM_STANDIN_LAUNCH_RAISE=<sig> every cuGraphLaunch/_ptsz raises signal number sig (after
 //                                    counting, before returning), so that a handler can leave
 //                                    the launch with siglongjmp (a watchdog pattern).
-//   FERRUM_STANDIN_LAUNCH_SLEEP_US=<n> each cuGraphLaunch/_ptsz sleeps n microseconds, so ranges
-//                                    around launches have a visible duration.
+//   FERRUM_STANDIN_KERNEL_NS=<n>     the cost of a kernel without a ferrum_cost_ns pragma
+//                                    (default 20000 ns).
+//   FERRUM_STANDIN_GRAPH_NS=<a,b,..> the k-th instantiation's replays take the k-th value (ns);
+//                                    later instantiations keep their kernel-derived duration.
+//   FERRUM_STANDIN_LAUNCH_QUEUE=<n>  unfinished replays a stream holds before a launch blocks
+//                                    (default 1024; 1 makes every launch wait for the previous
+//                                    replay, so that ranges around launches last a replay).
+//   FERRUM_STANDIN_NO_EVENTS=1       a driver without the event API: cuGetProcAddress does not
+//                                    know the cuEvent* names; the exported functions return
+//                                    CUDA_ERROR_NOT_SUPPORTED.
+//   FERRUM_STANDIN_EVENT_CREATE_FAIL=1  cuEventCreate returns CUDA_ERROR_OUT_OF_MEMORY.
 //   FERRUM_STANDIN_BENCH=1           benchmark fast path (bench/): cuGraphLaunch/_ptsz do nothing
 //                                    but return CUDA_SUCCESS for a non-null handle — no counter
 //                                    (a cache line every thread would write), no handle or init
-//                                    check — so that the shim's added nanoseconds stand out
-//                                    against the cheapest possible real call into libcuda.
+//                                    check, no timeline — so that the shim's added nanoseconds
+//                                    stand out against the cheapest possible real call into
+//                                    libcuda.
 //   FERRUM_STANDIN_TRACE=1           print each cuGetProcAddress query to stderr as
 //                                    `ferrum-standin-driver: cuGetProcAddress symbol=<s>
 //                                    version=<v> flags=<f> status=<0|1|2>` (the status is a
@@ -101,7 +161,9 @@
 //                                    object's. Up to 2^40 instantiations.
 //   FERRUM_STANDIN_REPORT=<path>     at exit, append one line
 //                                    `driver launches=<N> launches_ptsz=<M> instantiates=<K>
-//                                    procaddress_queries=<Q>` (read at exit).
+//                                    procaddress_queries=<Q> captured_launches=<C>
+//                                    captured_event_records=<E>` (read at exit; launches count
+//                                    every call, captured ones too).
 //   (the empty name prints as `symbol=`)
 
 #include <cuda.h>
