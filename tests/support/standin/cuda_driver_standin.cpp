@@ -395,7 +395,8 @@ struct State {
   std::mutex mutex;  // guards the members below and the exec pool's free list
   CUctx_st primary{0};
   int primary_refs = 0;
-  std::unordered_set<CUcontext> contexts;  // created with cuCtxCreate
+  std::unordered_set<CUcontext> contexts;     // created with cuCtxCreate
+  std::vector<CUcontext> destroyed_contexts;  // tombstones: never freed, still reachable
   std::unordered_set<CUgraph> graphs;
   std::unordered_set<CUgraphNode> nodes;  // the nodes of live graphs
   std::unordered_set<CUdeviceptr> allocations;
@@ -820,6 +821,7 @@ INTERNAL CUresult i_cuCtxDestroy(CUcontext ctx) {
     {
       std::lock_guard<std::mutex> lock(st().mutex);
       if (st().contexts.erase(ctx) == 0) return CUDA_ERROR_INVALID_CONTEXT;
+      st().destroyed_contexts.push_back(ctx);
     }
     ctx->destroyed.store(true, std::memory_order_release);
     for (CUstream_st *s : tl().streams) {
