@@ -12,7 +12,8 @@
 // sampling, each storing one value; PTX ISA 7.0 for sm_80, which the driver JIT-compiles for
 // any GPU from Ampere on) and memset nodes, so the same binary runs against the real driver on
 // a GPU machine and against the ferrum-replay stand-in here (put the stand-in's directory in
-// LD_LIBRARY_PATH; FERRUM_STANDIN_LAUNCH_SLEEP_US gives its replays a duration).
+// LD_LIBRARY_PATH; its virtual GPU gives each replay a duration, 20 us a kernel by default,
+// FERRUM_STANDIN_KERNEL_NS to change it).
 //
 // Each graph, per layer (kLayers): memset of the layer's activations, rmsnorm, attention; then
 // sampling — between an empty entry and exit node:

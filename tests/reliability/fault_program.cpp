@@ -12,8 +12,9 @@
 //   late-driver    launches once through dlsym(RTLD_DEFAULT, "cuGraphLaunch") before libcuda is
 //                  loaded (prints first_launch=<result>), then dlopens the driver, sets up a
 //                  graph and launches N times through the same pointer.
-//   fork-in-launch a worker thread launches in a loop (make each launch slow with
-//                  FERRUM_STANDIN_LAUNCH_SLEEP_US); meanwhile the main thread forks. The child
+//   fork-in-launch a worker thread launches in a loop (make each launch slow: long replays
+//                  with FERRUM_STANDIN_GRAPH_NS and FERRUM_STANDIN_LAUNCH_QUEUE=1, so that each
+//                  launch waits for the previous replay); meanwhile the main thread forks. The child
 //                  launches N times on its own and exits normally; the parent waits for it, then
 //                  stops the worker. Prints child_pid=, child_status=, child_launches=,
 //                  worker_launches=.
@@ -171,7 +172,8 @@ int fork_in_launch(long n) {
     }
   });
   while (!started.load()) std::this_thread::yield();
-  // With FERRUM_STANDIN_LAUNCH_SLEEP_US the worker spends nearly all its time inside a launch.
+  // With a launch queue of one and long replays the worker spends nearly all its time inside a
+  // launch, waiting for the previous replay to finish.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const pid_t child = fork();
   if (child < 0) die("fork failed");

@@ -158,7 +158,8 @@ def traces_in(directory):
 def fork_while_in_launch():
     for attempt in range(3):
         with tempfile.TemporaryDirectory() as tmp:
-            env = {"FERRUM_STANDIN_LAUNCH_SLEEP_US": "2000",
+            # 2 ms replays, a launch queue of one: each launch waits ~2 ms inside the range.
+            env = {"FERRUM_STANDIN_GRAPH_NS": "2000000", "FERRUM_STANDIN_LAUNCH_QUEUE": "1",
                    "FERRUM_RECORD_OUT": os.path.join(tmp, "t.%p.json")}
             run_ = fault("fork-in-launch", "--launches", "20", env=env, timeout=60)
             expect(run_.returncode == 0, "the parent failed", run_)
@@ -278,7 +279,10 @@ def sigterm_handler_exits():
             "FERRUM_RECORD_OUT": trace_path,
             "FERRUM_RECORD_TABLE": "0",
             "FERRUM_STANDIN_REPORT": report_path,
-            "FERRUM_STANDIN_LAUNCH_SLEEP_US": "50",  # a few thousand launches, not millions
+            # 50 us replays, each launch waiting for the previous: a few thousand launches, not
+            # millions.
+            "FERRUM_STANDIN_GRAPH_NS": "50000",
+            "FERRUM_STANDIN_LAUNCH_QUEUE": "1",
         })
         # Under TSan: exit() from a handler runs every exit hook of the process (libc's stdio
         # flush as much as our trace) in signal context. That is the scenario itself — what

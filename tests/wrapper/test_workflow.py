@@ -532,8 +532,7 @@ def record_ranks(tmp):
                        (1, ["--graphs", "3", "--iters", "4"])):
         out = os.path.join(tmp, f"r{rank}.json")
         done = wrapper("record", "-o", out, "--", launch_driver(), *args, cwd=tmp,
-                       env={"RANK": str(rank), "FERRUM_REPLAY_SITE": "off",
-                            "FERRUM_STANDIN_LAUNCH_SLEEP_US": "20"})
+                       env={"RANK": str(rank), "FERRUM_REPLAY_SITE": "off"})
         expect(done.returncode == 0, "record failed", done)
         paths.append(out)
     return paths
@@ -802,7 +801,10 @@ def test_check_gpu_expectations(tmp):
 
 def test_ci_smoke_profile(tmp):
     program = [launch_driver(), "--graphs", "2", "--iters", "10"]
-    named = {"FERRUM_REPLAY_SITE": "off", "FERRUM_STANDIN_LAUNCH_SLEEP_US": "300"}
+    # Replays of 0.3 ms on the stand-in's virtual GPU, and a launch queue of one: each launch
+    # waits for the previous replay, so the ranges around launches last ~0.3 ms.
+    named = {"FERRUM_REPLAY_SITE": "off", "FERRUM_STANDIN_GRAPH_NS": "300000,300000",
+             "FERRUM_STANDIN_LAUNCH_QUEUE": "1"}
     expectations = write(os.path.join(tmp, "expect.txt"),
                          "# name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]\n"
                          '"graph 1" 10\n'
@@ -1127,7 +1129,9 @@ def test_wrapper_says_what_happened(tmp):
     # Killed by a signal after launching: no trace, and the wrapper says why.
     proc = subprocess.Popen([WRAPPER, "record", "-o", "killed.json", "--", launch_driver(),
                              "--iters", "100000"], cwd=tmp,
-                            env=base_env({"FERRUM_STANDIN_LAUNCH_SLEEP_US": "200"}),
+                            # 0.2 ms replays, each launch waiting for the previous: ~20 s.
+                            env=base_env({"FERRUM_STANDIN_GRAPH_NS": "200000",
+                                          "FERRUM_STANDIN_LAUNCH_QUEUE": "1"}),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     victims = []

@@ -19,7 +19,9 @@
 //   only from a later version: CUDA_ERROR_NOT_FOUND, VERSION_NOT_SUFFICIENT; *pfn is NULL on
 //   failure; symbolStatus may be NULL. Flag CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (2)
 //   answers the _ptsz variant where one exists (cuGraphLaunch, cuGraphUpload,
-//   cuGraphInstantiateWithParams, cuStreamSynchronize), 0 and LEGACY_STREAM (1) the legacy one.
+//   cuGraphInstantiateWithParams, cuStreamSynchronize, cuStreamQuery, cuStreamGetCtx, the
+//   capture functions, cuEventRecord, cuEventRecordWithFlags), 0 and LEGACY_STREAM (1) the
+//   legacy one.
 // - The pointers handed out are, by default, the driver's *internal* functions (static, not
 //   exported), as the real driver's are; every exported function is a thin wrapper that calls
 //   the same internal function, so a replay counts once whichever way it arrives.
@@ -56,11 +58,59 @@
 //   min(count, *numNodes) entries in the order the nodes were added, sets the rest of the array
 //   to NULL and *numNodes to the number filled. cuGraphNodeGetType of a node of a destroyed
 //   graph: CUDA_ERROR_INVALID_VALUE.
+// - An asynchronous GPU, on virtual per-stream timelines of the real CLOCK_MONOTONIC clock:
+//   cuGraphLaunch/_ptsz returns at once; the replay occupies its stream from max(now, the
+//   stream's busy-until, its implicit dependencies) for the graph's simulated duration. That is
+//   fixed at instantiation: the sum of its kernel nodes' costs (a kernel's cost is a
+//   `.pragma "ferrum_cost_ns=N";` line in its PTX .entry body, else FERRUM_STANDIN_KERNEL_NS)
+//   and of its child-graph nodes' (captured launches), 1000 ns for a graph with neither; or the
+//   k-th value of FERRUM_STANDIN_GRAPH_NS for the k-th instantiation. A stream holds at most
+//   FERRUM_STANDIN_LAUNCH_QUEUE unfinished replays: a launch beyond that sleeps until the oldest
+//   is done (a full launch queue blocks the host, as on a GPU).
+// - Streams: cuStreamCreate/WithPriority make a timeline each; NULL and CU_STREAM_LEGACY are
+//   the current context's legacy default stream; CU_STREAM_PER_THREAD, and NULL passed to a
+//   _ptsz function, the calling thread's per-thread default stream of the current context.
+//   Implicit synchronisation: work on the legacy stream starts after all work queued so far on
+//   the context's blocking streams (created without CU_STREAM_NON_BLOCKING, and per-thread
+//   default streams), and work on a blocking stream after the legacy stream's; non-blocking
+//   streams wait for nothing but themselves. cuStreamSynchronize/_ptsz sleeps until the work
+//   queued on the stream is done, cuCtxSynchronize until every stream of the context is idle;
+//   cuStreamQuery says whether it is. A launch, synchronize or query with a stream that is not
+//   live, or whose context was destroyed: CUDA_ERROR_INVALID_HANDLE; a default stream without a
+//   current context: CUDA_ERROR_INVALID_CONTEXT (CUDA_ERROR_CONTEXT_IS_DESTROYED if the current
+//   context was destroyed by another thread).
+// - Events (cuEventCreate with DEFAULT, BLOCKING_SYNC, DISABLE_TIMING, INTERPROCESS with
+//   DISABLE_TIMING): a record stamps the time the stream's queued work ends (on the legacy
+//   stream, with its implicit dependencies); cuEventQuery is CUDA_SUCCESS once the clock has
+//   passed the stamp (and for a never-recorded event), else CUDA_ERROR_NOT_READY;
+//   cuEventSynchronize sleeps until the stamp; cuEventElapsedTime/_v2 give the milliseconds
+//   between stamps, CUDA_ERROR_NOT_READY if either is not complete, CUDA_ERROR_INVALID_HANDLE if
+//   either was never recorded or has DISABLE_TIMING. An event belongs to the context current at
+//   its creation; recording it on another context's stream: CUDA_ERROR_INVALID_HANDLE, as
+//   cuEventRecord documents.
+// - Stream capture (cuStreamBeginCapture, _v2, and _ptsz; cuStreamEndCapture, IsCapturing,
+//   GetCaptureInfo/_v2/_v3, and _ptsz): a launch into a capturing stream runs nothing and
+//   becomes a child-graph node (CU_GRAPH_NODE_TYPE_GRAPH, carrying the replay's duration); an
+//   event record into it becomes an event record node, counted for FERRUM_STANDIN_REPORT, and
+//   leaves the event as it was. cuStreamEndCapture returns that graph (nodes in capture order,
+//   no edges). The legacy stream cannot capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+//   synchronizing or querying a capturing stream returns that error and invalidates the capture
+//   (cuStreamEndCapture then gives NULL and CUDA_ERROR_STREAM_CAPTURE_INVALIDATED); ending a
+//   capture that was not begun: CUDA_ERROR_INVALID_VALUE.
+// - Contexts: a per-thread stack (cuCtxCreate and cuCtxPushCurrent push, cuCtxPopCurrent pops,
+//   cuCtxSetCurrent replaces the top or, with NULL, pops). cuCtxDestroy pops the context if it
+//   is current, and invalidates its streams and events: later calls with their handles return
+//   CUDA_ERROR_INVALID_HANDLE. Contexts, streams and events are never freed (a destroyed
+//   context's objects stay tombstones; a destroyed stream or event may be reused, as a real
+//   driver's handle may), so a stale handle never reaches freed memory.
 //
 // What is simplified: one device (ordinal 0); nothing executes (memset and kernel nodes are
-// validated and stored, never run; cuMemAlloc is malloc); streams are not validated by a launch;
-// no context stack (cuCtxCreate makes the new context current, cuCtxDestroy of the current one
-// leaves none); only the functions listed in the version script exist; the legacy 32-bit
+// validated and stored, never run; cuMemAlloc is malloc; a replay's duration is declared, not
+// measured, and the nodes of a graph run one after another whatever its edges); no cross-stream
+// waits but the legacy stream's implicit ones (no cuStreamWaitEvent); stream priorities are
+// accepted and ignored; capture modes are accepted but not enforced (no cross-thread checks, no
+// capture of the legacy stream's implicit dependencies); only the functions listed in the
+// version script exist; the legacy 32-bit
 // cuMemAlloc/cuMemFree are not provided; the only module image understood is PTX text (a cubin
 // or fatbin, recognised by its magic number, gives CUDA_ERROR_NO_BINARY_FOR_GPU), of which only
 // the directives above and the `.entry` signatures are read, and JIT options other than the
@@ -78,13 +128,23 @@
 //   FERRUM_STANDIN_LAUNCH_RAISE=<sig> every cuGraphLaunch/_ptsz raises signal number sig (after
 //                                    counting, before returning), so that a handler can leave
 //                                    the launch with siglongjmp (a watchdog pattern).
-//   FERRUM_STANDIN_LAUNCH_SLEEP_US=<n> each cuGraphLaunch/_ptsz sleeps n microseconds, so ranges
-//                                    around launches have a visible duration.
+//   FERRUM_STANDIN_KERNEL_NS=<n>     the cost of a kernel without a ferrum_cost_ns pragma
+//                                    (default 20000 ns).
+//   FERRUM_STANDIN_GRAPH_NS=<a,b,..> the k-th instantiation's replays take the k-th value (ns);
+//                                    later instantiations keep their kernel-derived duration.
+//   FERRUM_STANDIN_LAUNCH_QUEUE=<n>  unfinished replays a stream holds before a launch blocks
+//                                    (default 1024; 1 makes every launch wait for the previous
+//                                    replay, so that ranges around launches last a replay).
+//   FERRUM_STANDIN_NO_EVENTS=1       a driver without the event API: cuGetProcAddress does not
+//                                    know the cuEvent* names; the exported functions return
+//                                    CUDA_ERROR_NOT_SUPPORTED.
+//   FERRUM_STANDIN_EVENT_CREATE_FAIL=1  cuEventCreate returns CUDA_ERROR_OUT_OF_MEMORY.
 //   FERRUM_STANDIN_BENCH=1           benchmark fast path (bench/): cuGraphLaunch/_ptsz do nothing
 //                                    but return CUDA_SUCCESS for a non-null handle — no counter
 //                                    (a cache line every thread would write), no handle or init
-//                                    check — so that the shim's added nanoseconds stand out
-//                                    against the cheapest possible real call into libcuda.
+//                                    check, no timeline — so that the shim's added nanoseconds
+//                                    stand out against the cheapest possible real call into
+//                                    libcuda.
 //   FERRUM_STANDIN_TRACE=1           print each cuGetProcAddress query to stderr as
 //                                    `ferrum-standin-driver: cuGetProcAddress symbol=<s>
 //                                    version=<v> flags=<f> status=<0|1|2>` (the status is a
@@ -101,13 +161,17 @@
 //                                    object's. Up to 2^40 instantiations.
 //   FERRUM_STANDIN_REPORT=<path>     at exit, append one line
 //                                    `driver launches=<N> launches_ptsz=<M> instantiates=<K>
-//                                    procaddress_queries=<Q>` (read at exit).
+//                                    procaddress_queries=<Q> captured_launches=<C>
+//                                    captured_event_records=<E>` (read at exit; launches count
+//                                    every call, captured ones too).
 //   (the empty name prints as `symbol=`)
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,11 +181,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -132,17 +199,48 @@ const int ferrum_standin_driver_marker = 1;
 }
 
 // The driver's objects behind the opaque handle types of <cuda.h>.
+struct CUstream_st;
+// Contexts are never freed: cuCtxDestroy marks one destroyed (a tombstone), so that a handle a
+// caller still holds stays safe to look at.
 struct CUctx_st {
   CUdevice device;
+  std::atomic<bool> destroyed{false};
+  CUstream_st *legacy = nullptr;  // its legacy default stream, made at first use (timeline lock)
 };
+// A stream and its virtual timeline (all members under the timeline lock). Stream objects are
+// never freed: a destroyed one goes on a free list (its address may be handed out again, as a
+// real driver's may), one of a destroyed context stays a tombstone.
+enum class StreamKind { kCreated, kLegacy, kPerThread };
 struct CUstream_st {
-  CUcontext ctx;
-  unsigned int flags;
+  CUcontext ctx = nullptr;
+  unsigned int flags = 0;
+  int priority = 0;
+  StreamKind kind = StreamKind::kCreated;
+  std::thread::id owner{};  // kPerThread: the thread whose default stream it is
+  bool alive = true;
+  long long busy_until = 0;       // CLOCK_MONOTONIC ns at which its last queued work ends
+  std::deque<long long> pending;  // end times of launches not yet finished (the launch queue)
+  bool capturing = false;         // stream capture (cuStreamBeginCapture)
+  bool capture_invalidated = false;
+  unsigned long long capture_id = 0;
+  CUgraph capture_graph = nullptr;
+  CUgraphNode capture_last = nullptr;  // the last captured node: the capture's dependency
+  CUstream_st *next_free = nullptr;
+};
+// An event: the CLOCK_MONOTONIC time its last record completes. Never freed, like streams.
+struct CUevent_st {
+  CUcontext ctx = nullptr;
+  unsigned int flags = 0;
+  bool alive = true;
+  bool recorded = false;
+  long long stamp = 0;
+  CUevent_st *next_free = nullptr;
 };
 // A kernel as its PTX `.entry` declares it: the name (mangled names stay mangled) and the
 // offset and size of each parameter, so that a kernel node can copy its arguments.
 struct KernelSignature {
   std::string name;
+  long long cost_ns = -1;  // `.pragma "ferrum_cost_ns=N";` in the body, else -1 (the default)
   std::vector<std::pair<size_t, size_t>> params;  // {offset, size}
   size_t param_bytes = 0;
 };
@@ -176,6 +274,7 @@ struct CUgraphNode_st {
   CUgraphNodeType type;
   CUDA_MEMSET_NODE_PARAMS memset;  // valid for CU_GRAPH_NODE_TYPE_MEMSET
   KernelNodeParams kernel;         // valid for CU_GRAPH_NODE_TYPE_KERNEL
+  long long sim_ns = 0;            // CU_GRAPH_NODE_TYPE_GRAPH (a captured launch): its duration
 };
 struct CUgraph_st {
   std::vector<std::unique_ptr<CUgraphNode_st>> nodes;
@@ -186,6 +285,7 @@ struct CUgraphExec_st {
   CUgraphExec_st *next_free;
   size_t index;                            // position among all exec objects
   std::atomic<unsigned long long> serial;  // FERRUM_STANDIN_NO_HANDLE_REUSE: the live handle's
+  std::atomic<long long> sim_ns;           // the simulated duration of one replay
 };
 
 namespace {
@@ -199,7 +299,11 @@ struct Config {
   CUresult launch_result = CUDA_SUCCESS;
   bool launch_throw = false;
   int launch_raise = 0;
-  unsigned long sleep_us = 0;
+  long long kernel_ns = 20000;
+  std::vector<long long> graph_ns;
+  size_t launch_queue = 1024;
+  bool no_events = false;
+  bool event_create_fail = false;
   bool trace = false;
   bool bench = false;
   bool no_handle_reuse = false;
@@ -222,9 +326,24 @@ Config read_config() {
   if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_RAISE"); v != nullptr && v[0] != '\0') {
     c.launch_raise = static_cast<int>(std::strtol(v, nullptr, 0));
   }
-  if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_SLEEP_US"); v != nullptr) {
-    c.sleep_us = std::strtoul(v, nullptr, 0);
+  if (const char *v = std::getenv("FERRUM_STANDIN_KERNEL_NS"); v != nullptr && v[0] != '\0') {
+    c.kernel_ns = std::max(0LL, std::strtoll(v, nullptr, 0));
   }
+  if (const char *v = std::getenv("FERRUM_STANDIN_GRAPH_NS"); v != nullptr) {
+    for (const char *p = v; *p != '\0';) {
+      char *end = nullptr;
+      const long long n = std::strtoll(p, &end, 0);
+      if (end == p) break;
+      c.graph_ns.push_back(std::max(0LL, n));
+      p = *end == ',' ? end + 1 : end;
+      if (*end != ',') break;
+    }
+  }
+  if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_QUEUE"); v != nullptr && v[0] != '\0') {
+    c.launch_queue = std::max(1UL, std::strtoul(v, nullptr, 0));
+  }
+  c.no_events = env_flag("FERRUM_STANDIN_NO_EVENTS");
+  c.event_create_fail = env_flag("FERRUM_STANDIN_EVENT_CREATE_FAIL");
   c.trace = env_flag("FERRUM_STANDIN_TRACE");
   c.bench = env_flag("FERRUM_STANDIN_BENCH");
   c.no_handle_reuse = env_flag("FERRUM_STANDIN_NO_HANDLE_REUSE");
@@ -243,16 +362,20 @@ std::atomic<unsigned long long> g_launches{0};
 std::atomic<unsigned long long> g_launches_ptsz{0};
 std::atomic<unsigned long long> g_instantiates{0};
 std::atomic<unsigned long long> g_queries{0};
+std::atomic<unsigned long long> g_captured_launches{0};
+std::atomic<unsigned long long> g_captured_event_records{0};
 
 __attribute__((destructor)) void write_report() {
   const char *path = std::getenv("FERRUM_STANDIN_REPORT");
   if (path == nullptr || path[0] == '\0') return;
-  char line[256];
-  const int n = std::snprintf(line, sizeof line,
-                              "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
-                              "procaddress_queries=%llu\n",
-                              g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(),
-                              g_queries.load());
+  char line[384];
+  const int n =
+      std::snprintf(line, sizeof line,
+                    "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
+                    "procaddress_queries=%llu captured_launches=%llu "
+                    "captured_event_records=%llu\n",
+                    g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(),
+                    g_queries.load(), g_captured_launches.load(), g_captured_event_records.load());
   const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   if (n > 0) {
@@ -272,8 +395,8 @@ struct State {
   std::mutex mutex;  // guards the members below and the exec pool's free list
   CUctx_st primary{0};
   int primary_refs = 0;
-  std::unordered_set<CUcontext> contexts;  // created with cuCtxCreate
-  std::unordered_set<CUstream> streams;
+  std::unordered_set<CUcontext> contexts;     // created with cuCtxCreate
+  std::vector<CUcontext> destroyed_contexts;  // tombstones: never freed, still reachable
   std::unordered_set<CUgraph> graphs;
   std::unordered_set<CUgraphNode> nodes;  // the nodes of live graphs
   std::unordered_set<CUdeviceptr> allocations;
@@ -497,6 +620,160 @@ INTERNAL CUresult i_cuDevicePrimaryCtxRelease(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The virtual GPU: per-stream timelines on CLOCK_MONOTONIC. A launch returns at once; its work
+// occupies its stream from max(now, the stream's busy-until, implicit dependencies) for the
+// graph's simulated duration. Events stamp the time their stream's prior work ends. All of it
+// under one lock of its own, taken before st().mutex where both are needed (never the other way
+// round), held only for bookkeeping: every wait sleeps with no lock held.
+
+struct Timeline {
+  std::mutex mutex;
+  std::vector<CUstream_st *> streams;   // every stream object ever made (never freed)
+  std::unordered_set<CUstream> known;   // the same, for validating a caller's handle
+  std::unordered_set<CUevent> events;   // every event object ever made (never freed)
+  CUstream_st *free_streams = nullptr;  // destroyed with cuStreamDestroy, to be reused
+  CUevent_st *free_events = nullptr;    // destroyed with cuEventDestroy, to be reused
+  unsigned long long capture_ids = 0;
+};
+
+// A fork while another thread holds the lock would leave it locked forever in the child:
+// hold it across fork, as the C library does its own locks.
+void timeline_prepare_fork();
+void timeline_after_fork();
+
+Timeline &tl() {
+  static Timeline *t = [] {
+    auto *created = new Timeline;
+    pthread_atfork(timeline_prepare_fork, timeline_after_fork, timeline_after_fork);
+    return created;
+  }();
+  return *t;
+}
+
+void timeline_prepare_fork() {
+  tl().mutex.lock();
+}
+void timeline_after_fork() {
+  tl().mutex.unlock();
+}
+
+long long now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+// Sleeps until CLOCK_MONOTONIC reaches `when` (ns); a signal handler that returns resumes it.
+void sleep_until_ns(long long when) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(when / 1000000000LL);
+  ts.tv_nsec = static_cast<long>(when % 1000000000LL);
+  while (now_ns() < when && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) != 0) {
+  }
+}
+
+// Contexts: the current one is the top of a per-thread stack (t_current), the rest below it.
+constexpr int kMaxContextStack = 32;
+thread_local CUcontext t_context_stack[kMaxContextStack];
+thread_local int t_context_depth = 0;
+
+// Under tl().mutex: a new stream object, from the free list when there is one.
+CUstream_st *stream_new_locked(CUcontext ctx, unsigned int flags, int priority, StreamKind kind) {
+  CUstream_st *s = tl().free_streams;
+  if (s != nullptr) {
+    tl().free_streams = s->next_free;
+    *s = CUstream_st();
+  } else {
+    s = new CUstream_st();
+    tl().streams.push_back(s);
+    tl().known.insert(s);
+  }
+  s->priority = priority;
+  s->kind = kind;
+  s->ctx = ctx;
+  s->flags = flags;
+  if (kind == StreamKind::kPerThread) s->owner = std::this_thread::get_id();
+  return s;
+}
+
+// The calling thread's current context for a default stream, or the error that says why not.
+CUresult current_context(CUcontext *out) {
+  if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (t_current->destroyed.load(std::memory_order_acquire)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *out = t_current;
+  return CUDA_SUCCESS;
+}
+
+// Under tl().mutex: the stream a handle names. NULL and CU_STREAM_LEGACY are the current
+// context's legacy default stream, CU_STREAM_PER_THREAD (and NULL passed to a _ptsz function)
+// the calling thread's per-thread default stream of the current context; any other handle must
+// be a live stream of a live context (else CUDA_ERROR_INVALID_HANDLE).
+CUresult stream_resolve_locked(CUstream h, bool ptsz, CUstream_st **out) {
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    CUcontext ctx = nullptr;
+    if (const CUresult r = current_context(&ctx); r != CUDA_SUCCESS) return r;
+    if (h == CU_STREAM_PER_THREAD || (h == nullptr && ptsz)) {
+      thread_local CUcontext cached_ctx = nullptr;
+      thread_local CUstream_st *cached = nullptr;
+      if (cached_ctx != ctx || cached == nullptr || !cached->alive) {
+        cached = nullptr;
+        const std::thread::id me = std::this_thread::get_id();
+        for (CUstream_st *s : tl().streams) {
+          if (s->alive && s->kind == StreamKind::kPerThread && s->ctx == ctx && s->owner == me) {
+            cached = s;
+            break;
+          }
+        }
+        if (cached == nullptr) cached = stream_new_locked(ctx, 0, 0, StreamKind::kPerThread);
+        cached_ctx = ctx;
+      }
+      *out = cached;
+      return CUDA_SUCCESS;
+    }
+    if (ctx->legacy == nullptr) ctx->legacy = stream_new_locked(ctx, 0, 0, StreamKind::kLegacy);
+    *out = ctx->legacy;
+    return CUDA_SUCCESS;
+  }
+  if (tl().known.count(h) == 0 || !h->alive || h->ctx->destroyed.load(std::memory_order_acquire)) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *out = h;
+  return CUDA_SUCCESS;
+}
+
+// Blocking streams wait for the legacy default stream and it for them; the per-thread default
+// stream is a blocking stream (as CUDA documents).
+bool stream_blocking(const CUstream_st *s) {
+  return s->kind == StreamKind::kPerThread ||
+         (s->kind == StreamKind::kCreated && (s->flags & CU_STREAM_NON_BLOCKING) == 0);
+}
+
+// Under tl().mutex: when work enqueued now on `s` can start. Legacy stream: after its own work
+// and all work queued so far on the context's blocking streams; a blocking stream: after its
+// own work and the legacy stream's; a non-blocking stream: after its own work.
+long long stream_ready_at_locked(const CUstream_st *s, long long now) {
+  long long t = std::max(now, s->busy_until);
+  if (s->kind == StreamKind::kLegacy) {
+    for (const CUstream_st *x : tl().streams) {
+      if (x != s && x->alive && x->ctx == s->ctx && stream_blocking(x))
+        t = std::max(t, x->busy_until);
+    }
+  } else if (stream_blocking(s) && s->ctx->legacy != nullptr) {
+    t = std::max(t, s->ctx->legacy->busy_until);
+  }
+  return t;
+}
+
+// Under tl().mutex: the time every stream of `ctx` is idle.
+long long context_idle_at_locked(CUcontext ctx) {
+  long long t = 0;
+  for (const CUstream_st *x : tl().streams) {
+    if (x->alive && x->ctx == ctx) t = std::max(t, x->busy_until);
+  }
+  return t;
+}
+
 CUresult create_context(CUcontext *pctx, CUdevice dev) {
   STANDIN_REQUIRE_INIT();
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -505,6 +782,10 @@ CUresult create_context(CUcontext *pctx, CUdevice dev) {
   {
     std::lock_guard<std::mutex> lock(st().mutex);
     st().contexts.insert(ctx);
+  }
+  // Pushed onto the calling thread's context stack, as cuCtxCreate does.
+  if (t_current != nullptr && t_context_depth < kMaxContextStack) {
+    t_context_stack[t_context_depth++] = t_current;
   }
   t_current = ctx;
   *pctx = ctx;
@@ -530,14 +811,28 @@ INTERNAL CUresult i_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreate
   return create_context(pctx, dev);
 }
 
+// The context becomes a tombstone (never freed); its streams and events die with it, and stay
+// tombstones too, so later calls with their handles return CUDA_ERROR_INVALID_HANDLE. If it is
+// current to the calling thread it is popped off the thread's stack.
 INTERNAL CUresult i_cuCtxDestroy(CUcontext ctx) {
   STANDIN_REQUIRE_INIT();
   {
-    std::lock_guard<std::mutex> lock(st().mutex);
-    if (st().contexts.erase(ctx) == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    std::lock_guard<std::mutex> tlock(tl().mutex);
+    {
+      std::lock_guard<std::mutex> lock(st().mutex);
+      if (st().contexts.erase(ctx) == 0) return CUDA_ERROR_INVALID_CONTEXT;
+      st().destroyed_contexts.push_back(ctx);
+    }
+    ctx->destroyed.store(true, std::memory_order_release);
+    for (CUstream_st *s : tl().streams) {
+      if (s->ctx == ctx) s->alive = false;
+    }
+    for (CUevent e : tl().events) {
+      if (e->ctx == ctx) e->alive = false;
+    }
   }
-  if (t_current == ctx) t_current = nullptr;
-  delete ctx;
+  if (t_current == ctx)
+    t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
   return CUDA_SUCCESS;
 }
 
@@ -547,7 +842,11 @@ INTERNAL CUresult i_cuCtxSetCurrent(CUcontext ctx) {
     std::lock_guard<std::mutex> lock(st().mutex);
     if (!context_valid_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
   }
-  t_current = ctx;
+  if (ctx == nullptr) {  // NULL pops the stack (a no-op on an empty one), as documented
+    t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
+  } else {
+    t_current = ctx;  // replaces the top of the stack
+  }
   return CUDA_SUCCESS;
 }
 
@@ -558,57 +857,181 @@ INTERNAL CUresult i_cuCtxGetCurrent(CUcontext *pctx) {
   return CUDA_SUCCESS;
 }
 
+INTERNAL CUresult i_cuCtxPushCurrent_v2(CUcontext ctx) {
+  STANDIN_REQUIRE_INIT();
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (!context_valid_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  if (t_current != nullptr) {
+    if (t_context_depth == kMaxContextStack) return CUDA_ERROR_OUT_OF_MEMORY;
+    t_context_stack[t_context_depth++] = t_current;
+  }
+  t_current = ctx;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuCtxPopCurrent_v2(CUcontext *pctx) {
+  STANDIN_REQUIRE_INIT();
+  if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx != nullptr) *pctx = t_current;
+  t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuCtxGetDevice(CUdevice *device) {
+  STANDIN_REQUIRE_INIT();
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUcontext ctx = nullptr;
+  if (const CUresult r = current_context(&ctx); r != CUDA_SUCCESS) return r;
+  *device = ctx->device;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
+  if (ctx == nullptr) return i_cuCtxGetDevice(device);
+  STANDIN_REQUIRE_INIT();
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (!context_valid_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = ctx->device;
+  return CUDA_SUCCESS;
+}
+
+// Sleeps until every stream of the context is idle.
+CUresult context_synchronize(CUcontext ctx) {
+  long long idle_at = 0;
+  {
+    std::lock_guard<std::mutex> lock(tl().mutex);
+    idle_at = context_idle_at_locked(ctx);
+  }
+  sleep_until_ns(idle_at);
+  return CUDA_SUCCESS;
+}
+
 INTERNAL CUresult i_cuCtxSynchronize() {
   STANDIN_REQUIRE_INIT();
-  return t_current != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  CUcontext ctx = nullptr;
+  if (const CUresult r = current_context(&ctx); r != CUDA_SUCCESS) return r;
+  return context_synchronize(ctx);
 }
 
 INTERNAL CUresult i_cuCtxSynchronize_v2(CUcontext ctx) {
   STANDIN_REQUIRE_INIT();
   if (ctx == nullptr) ctx = t_current;
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  std::lock_guard<std::mutex> lock(st().mutex);
-  return context_valid_locked(ctx) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  {
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (!context_valid_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  return context_synchronize(ctx);
+}
+
+CUresult stream_create(CUstream *phStream, unsigned int flags, int priority) {
+  STANDIN_REQUIRE_INIT();
+  if (phStream == nullptr || (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUcontext ctx = nullptr;
+  if (const CUresult r = current_context(&ctx); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  *phStream = stream_new_locked(ctx, flags, priority, StreamKind::kCreated);
+  return CUDA_SUCCESS;
 }
 
 INTERNAL CUresult i_cuStreamCreate(CUstream *phStream, unsigned int Flags) {
-  STANDIN_REQUIRE_INIT();
-  if (phStream == nullptr || (Flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) != 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  auto *s = new CUstream_st{t_current, Flags};
-  std::lock_guard<std::mutex> lock(st().mutex);
-  st().streams.insert(s);
-  *phStream = s;
-  return CUDA_SUCCESS;
+  return stream_create(phStream, Flags, 0);
+}
+
+// One device whose priority range is [0, 0] (cuCtxGetStreamPriorityRange's answer on a device
+// without priorities): any priority is clamped to 0, as the real driver clamps.
+INTERNAL CUresult i_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                                               int priority) {
+  (void)priority;
+  return stream_create(phStream, flags, 0);
 }
 
 INTERNAL CUresult i_cuStreamDestroy(CUstream hStream) {
   STANDIN_REQUIRE_INIT();
-  {
-    std::lock_guard<std::mutex> lock(st().mutex);
-    if (st().streams.erase(hStream) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
+    return CUDA_ERROR_INVALID_HANDLE;
   }
-  delete hStream;
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  CUstream_st *s = nullptr;
+  if (const CUresult r = stream_resolve_locked(hStream, false, &s); r != CUDA_SUCCESS) return r;
+  if (s->kind != StreamKind::kCreated) return CUDA_ERROR_INVALID_HANDLE;
+  // Work still queued finishes on its own (as on a GPU); the object waits on the free list.
+  s->alive = false;
+  s->next_free = tl().free_streams;
+  tl().free_streams = s;
   return CUDA_SUCCESS;
 }
 
-CUresult stream_synchronize(CUstream hStream) {
+// Sleeps until the work queued on the stream is done (legacy stream work queued after blocking
+// streams' work started after it, so that is included). A capturing stream cannot be synchronized:
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture is invalidated, as the real driver does.
+CUresult stream_synchronize(CUstream hStream, bool ptsz) {
   STANDIN_REQUIRE_INIT();
-  if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
-    return t_current != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  long long idle_at = 0;
+  {
+    std::lock_guard<std::mutex> lock(tl().mutex);
+    CUstream_st *s = nullptr;
+    if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
+    if (s->capturing) {
+      s->capture_invalidated = true;
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    idle_at = s->busy_until;
   }
-  std::lock_guard<std::mutex> lock(st().mutex);
-  return st().streams.count(hStream) != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  sleep_until_ns(idle_at);
+  return CUDA_SUCCESS;
 }
 
 INTERNAL CUresult i_cuStreamSynchronize(CUstream hStream) {
-  return stream_synchronize(hStream);
+  return stream_synchronize(hStream, false);
 }
 
 INTERNAL CUresult i_cuStreamSynchronize_ptsz(CUstream hStream) {
-  return stream_synchronize(hStream);
+  return stream_synchronize(hStream, true);
+}
+
+CUresult stream_query(CUstream hStream, bool ptsz) {
+  STANDIN_REQUIRE_INIT();
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  CUstream_st *s = nullptr;
+  if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
+  if (s->capturing) {
+    s->capture_invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  return s->busy_until <= now_ns() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+INTERNAL CUresult i_cuStreamQuery(CUstream hStream) {
+  return stream_query(hStream, false);
+}
+
+INTERNAL CUresult i_cuStreamQuery_ptsz(CUstream hStream) {
+  return stream_query(hStream, true);
+}
+
+CUresult stream_get_ctx(CUstream hStream, CUcontext *pctx, bool ptsz) {
+  STANDIN_REQUIRE_INIT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  CUstream_st *s = nullptr;
+  if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
+  *pctx = s->ctx;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
+  return stream_get_ctx(hStream, pctx, false);
+}
+
+INTERNAL CUresult i_cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) {
+  return stream_get_ctx(hStream, pctx, true);
 }
 
 INTERNAL CUresult i_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
@@ -679,11 +1102,11 @@ bool ptx_tokens(const char *text, std::vector<std::string> &out) {
       if (end == nullptr) return false;
       p = end + 2;
     } else if (c == '"') {
-      ++p;
+      const char *start = p++;
       while (*p != '\0' && *p != '"') ++p;
       if (*p == '\0') return false;
       ++p;
-      out.emplace_back("\"\"");
+      out.emplace_back(start, static_cast<size_t>(p - start));  // with its quotes
     } else if (ptx_word_char(c)) {
       const char *start = p;
       while (ptx_word_char(*p)) ++p;
@@ -801,6 +1224,7 @@ CUresult parse_image(const void *image, std::vector<KernelSignature> &kernels, s
   }
   if (t[2] != ".target") return invalid("missing .target directive");
   int depth = 0;
+  KernelSignature *body_of = nullptr;  // the kernel whose body the tokens are in
   for (size_t i = 2; i < t.size(); ++i) {
     if (t[i] == "{") {
       ++depth;
@@ -808,6 +1232,18 @@ CUresult parse_image(const void *image, std::vector<KernelSignature> &kernels, s
     }
     if (t[i] == "}") {
       if (--depth < 0) return invalid("unbalanced '}'");
+      if (depth == 0) body_of = nullptr;
+      continue;
+    }
+    // The stand-in's cost declaration, `.pragma "ferrum_cost_ns=N";` in a kernel's body (a
+    // pragma string the real JIT does not know, and ignores).
+    static constexpr char kCost[] = "\"ferrum_cost_ns=";
+    if (depth > 0 && body_of != nullptr && t[i] == ".pragma" && i + 1 < t.size() &&
+        t[i + 1].rfind(kCost, 0) == 0) {
+      const std::string value = t[i + 1].substr(sizeof kCost - 1, t[i + 1].size() - sizeof kCost);
+      size_t n = 0;
+      if (!parse_number(value, n)) return invalid("bad ferrum_cost_ns pragma in " + body_of->name);
+      body_of->cost_ns = static_cast<long long>(n);
       continue;
     }
     if (depth > 0 || t[i] != ".entry") continue;
@@ -839,6 +1275,7 @@ CUresult parse_image(const void *image, std::vector<KernelSignature> &kernels, s
       if (k.name == sig.name) return invalid("duplicate .entry " + sig.name);
     }
     kernels.push_back(std::move(sig));
+    body_of = &kernels.back();
     --i;  // let the loop count the body's '{'
   }
   if (depth != 0) return invalid("unbalanced '{'");
@@ -1320,6 +1757,32 @@ void log_instantiate_locked(unsigned long long ordinal, CUgraph g) {
   close(fd);
 }
 
+// Under st().mutex: a replay's simulated duration, the sum of its kernel nodes' costs (a
+// kernel's `.pragma "ferrum_cost_ns=N";`, else FERRUM_STANDIN_KERNEL_NS) and of its captured
+// launches' durations; 1000 ns for a graph with neither.
+long long graph_sim_ns_locked(CUgraph g) {
+  long long total = 0;
+  bool timed = false;
+  for (const auto &node : g->nodes) {
+    if (node->type == CU_GRAPH_NODE_TYPE_GRAPH) {
+      total += node->sim_ns;
+      timed = true;
+    } else if (node->type == CU_GRAPH_NODE_TYPE_KERNEL) {
+      const CUDA_KERNEL_NODE_PARAMS_v2 &p = node->kernel.params;
+      const CUfunc_st *f = nullptr;
+      if (p.func != nullptr && st().functions.count(p.func) != 0) {
+        f = p.func;
+      } else if (p.func == nullptr && st().kernels.count(p.kern) != 0) {
+        f = &p.kern->function;
+      }
+      total +=
+          f != nullptr && f->signature.cost_ns >= 0 ? f->signature.cost_ns : config().kernel_ns;
+      timed = true;
+    }
+  }
+  return timed ? total : 1000;
+}
+
 CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
   STANDIN_REQUIRE_INIT();
   if (phGraphExec == nullptr || (flags & ~kKnownInstantiateFlags) != 0) {
@@ -1331,9 +1794,13 @@ CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long lon
   if (e == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   e->node_count = hGraph->nodes.size();
   e->next_free = nullptr;
+  const unsigned long long ordinal = g_instantiates.fetch_add(1, std::memory_order_relaxed) + 1;
+  const std::vector<long long> &overrides = config().graph_ns;
+  e->sim_ns.store(
+      ordinal <= overrides.size() ? overrides[ordinal - 1] : graph_sim_ns_locked(hGraph),
+      std::memory_order_relaxed);
   e->live.store(true, std::memory_order_release);
   *phGraphExec = exec_handle_locked(e);
-  const unsigned long long ordinal = g_instantiates.fetch_add(1, std::memory_order_relaxed) + 1;
   if (config().instantiate_log != nullptr) log_instantiate_locked(ordinal, hGraph);
   return CUDA_SUCCESS;
 }
@@ -1399,28 +1866,363 @@ INTERNAL CUresult i_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
   return upload(hGraphExec);
 }
 
-CUresult launch(CUgraphExec hGraphExec, std::atomic<unsigned long long> &counter) {
+// Under tl().mutex (st().mutex taken inside): adds a node of `type` to the graph a stream is
+// capturing into, after the capture's last node.
+CUresult capture_add_node_locked(CUstream_st *s, CUgraphNodeType type, long long sim_ns) {
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().graphs.count(s->capture_graph) == 0) {  // destroyed under the capture
+    s->capture_invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  auto node = std::make_unique<CUgraphNode_st>();
+  node->owner = s->capture_graph;
+  node->type = type;
+  node->sim_ns = sim_ns;
+  s->capture_last = node.get();
+  st().nodes.insert(node.get());
+  s->capture_graph->nodes.push_back(std::move(node));
+  return CUDA_SUCCESS;
+}
+
+// Enqueues a replay of `sim_ns` on the stream's timeline and returns at once, unless the
+// stream already has FERRUM_STANDIN_LAUNCH_QUEUE replays pending: then it sleeps until the
+// oldest is done (a full launch queue blocks the host, as on a GPU). Into a capturing stream,
+// the replay is not run but captured as a child-graph node.
+CUresult enqueue_replay(CUstream hStream, bool ptsz, long long sim_ns) {
+  const size_t depth = config().launch_queue;
+  for (;;) {
+    long long wait_until = 0;
+    {
+      std::lock_guard<std::mutex> lock(tl().mutex);
+      CUstream_st *s = nullptr;
+      if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
+      if (s->capturing) {
+        if (s->capture_invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        g_captured_launches.fetch_add(1, std::memory_order_relaxed);
+        return capture_add_node_locked(s, CU_GRAPH_NODE_TYPE_GRAPH, sim_ns);
+      }
+      const long long now = now_ns();
+      while (!s->pending.empty() && s->pending.front() <= now) s->pending.pop_front();
+      if (s->pending.size() < depth) {
+        s->busy_until = stream_ready_at_locked(s, now) + sim_ns;
+        s->pending.push_back(s->busy_until);
+        return CUDA_SUCCESS;
+      }
+      wait_until = s->pending.front();
+    }
+    sleep_until_ns(wait_until);
+  }
+}
+
+CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz,
+                std::atomic<unsigned long long> &counter) {
   const Config &c = config();
+  // The benchmark's fast path: no counter, no timeline.
   if (c.bench) return hGraphExec != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   counter.fetch_add(1, std::memory_order_relaxed);
-  if (c.sleep_us != 0) std::this_thread::sleep_for(std::chrono::microseconds(c.sleep_us));
   if (c.launch_raise != 0) std::raise(c.launch_raise);
   if (c.launch_throw) {
     throw std::runtime_error("ferrum-replay stand-in driver: injected exception in cuGraphLaunch");
   }
   if (c.has_launch_result) return c.launch_result;
   STANDIN_REQUIRE_INIT();
-  return exec_live(hGraphExec) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  const CUgraphExec_st *e = exec_resolve(hGraphExec);
+  if (e == nullptr || !e->live.load(std::memory_order_acquire)) return CUDA_ERROR_INVALID_VALUE;
+  return enqueue_replay(hStream, ptsz, e->sim_ns.load(std::memory_order_relaxed));
 }
 
 INTERNAL CUresult i_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
-  (void)hStream;
-  return launch(hGraphExec, g_launches);
+  return launch(hGraphExec, hStream, false, g_launches);
 }
 
 INTERNAL CUresult i_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  (void)hStream;
-  return launch(hGraphExec, g_launches_ptsz);
+  return launch(hGraphExec, hStream, true, g_launches_ptsz);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events. With FERRUM_STANDIN_NO_EVENTS=1 every event function returns CUDA_ERROR_NOT_SUPPORTED
+// (and cuGetProcAddress does not know them): a driver without the API.
+
+#define STANDIN_REQUIRE_EVENTS()                             \
+  do {                                                       \
+    if (config().no_events) return CUDA_ERROR_NOT_SUPPORTED; \
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;   \
+  } while (0)
+
+// Under tl().mutex: a live event of a live context.
+bool event_live_locked(CUevent e) {
+  return e != nullptr && tl().events.count(e) != 0 && e->alive &&
+         !e->ctx->destroyed.load(std::memory_order_acquire);
+}
+
+INTERNAL CUresult i_cuEventCreate(CUevent *phEvent, unsigned int Flags) {
+  STANDIN_REQUIRE_EVENTS();
+  constexpr unsigned kKnown =
+      CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+  if (phEvent == nullptr || (Flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
+  // An interprocess event must be created with CU_EVENT_DISABLE_TIMING.
+  if ((Flags & CU_EVENT_INTERPROCESS) != 0 && (Flags & CU_EVENT_DISABLE_TIMING) == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUcontext ctx = nullptr;
+  if (const CUresult r = current_context(&ctx); r != CUDA_SUCCESS) return r;
+  if (config().event_create_fail) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  CUevent_st *e = tl().free_events;
+  if (e != nullptr) {
+    tl().free_events = e->next_free;
+    *e = CUevent_st();
+  } else {
+    e = new CUevent_st();
+    tl().events.insert(e);
+  }
+  e->ctx = ctx;
+  e->flags = Flags;
+  *phEvent = e;
+  return CUDA_SUCCESS;
+}
+
+// Stamps the event with the time the stream's work queued so far ends (for the legacy stream,
+// with the blocking streams' work it implicitly waits for). Into a capturing stream: an event
+// record node, counted (captured_event_records in FERRUM_STANDIN_REPORT); the event's own
+// state is left as it was.
+CUresult event_record(CUevent hEvent, CUstream hStream, unsigned int flags, bool ptsz) {
+  STANDIN_REQUIRE_EVENTS();
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  if (!event_live_locked(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+  CUstream_st *s = nullptr;
+  if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
+  // "hEvent and hStream must be from the same context otherwise CUDA_ERROR_INVALID_HANDLE".
+  if (s->ctx != hEvent->ctx) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->capturing) {
+    if (s->capture_invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    g_captured_event_records.fetch_add(1, std::memory_order_relaxed);
+    return capture_add_node_locked(s, CU_GRAPH_NODE_TYPE_EVENT_RECORD, 0);
+  }
+  // CU_EVENT_RECORD_EXTERNAL is meaningful only in capture.
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  const long long stamp = stream_ready_at_locked(s, now_ns());
+  s->busy_until = stamp;  // the legacy stream's record waits for the blocking streams
+  hEvent->recorded = true;
+  hEvent->stamp = stamp;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuEventRecord(CUevent hEvent, CUstream hStream) {
+  return event_record(hEvent, hStream, 0, false);
+}
+INTERNAL CUresult i_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+  return event_record(hEvent, hStream, 0, true);
+}
+INTERNAL CUresult i_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  return event_record(hEvent, hStream, flags, false);
+}
+INTERNAL CUresult i_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
+                                                unsigned int flags) {
+  return event_record(hEvent, hStream, flags, true);
+}
+
+// The event's completion time: 0 for a never-recorded event (complete, as documented).
+CUresult event_stamp(CUevent hEvent, long long *stamp) {
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  if (!event_live_locked(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+  *stamp = hEvent->recorded ? hEvent->stamp : 0;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuEventQuery(CUevent hEvent) {
+  STANDIN_REQUIRE_EVENTS();
+  long long stamp = 0;
+  if (const CUresult r = event_stamp(hEvent, &stamp); r != CUDA_SUCCESS) return r;
+  return now_ns() >= stamp ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+INTERNAL CUresult i_cuEventSynchronize(CUevent hEvent) {
+  STANDIN_REQUIRE_EVENTS();
+  long long stamp = 0;
+  if (const CUresult r = event_stamp(hEvent, &stamp); r != CUDA_SUCCESS) return r;
+  sleep_until_ns(stamp);
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+  STANDIN_REQUIRE_EVENTS();
+  if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  if (!event_live_locked(hStart) || !event_live_locked(hEnd)) return CUDA_ERROR_INVALID_HANDLE;
+  for (const CUevent_st *e : {hStart, hEnd}) {
+    if (!e->recorded || (e->flags & CU_EVENT_DISABLE_TIMING) != 0) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  const long long now = now_ns();
+  if (hStart->stamp > now || hEnd->stamp > now) return CUDA_ERROR_NOT_READY;
+  *pMilliseconds = static_cast<float>(static_cast<double>(hEnd->stamp - hStart->stamp) / 1e6);
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuEventDestroy(CUevent hEvent) {
+  STANDIN_REQUIRE_EVENTS();
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  if (!event_live_locked(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+  hEvent->alive = false;
+  hEvent->next_free = tl().free_events;
+  tl().free_events = hEvent;
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream capture: while a stream captures, graph launches and event records into it are not run
+// but become nodes (a child-graph node carrying the replay's duration, an event record node) of
+// the graph cuStreamEndCapture returns. The legacy default stream cannot capture.
+
+CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode, bool ptsz) {
+  STANDIN_REQUIRE_INIT();
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  CUstream_st *s = nullptr;
+  if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
+  if (s->kind == StreamKind::kLegacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (s->capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  auto *g = new CUgraph_st;
+  {
+    std::lock_guard<std::mutex> glock(st().mutex);
+    st().graphs.insert(g);
+  }
+  s->capturing = true;
+  s->capture_invalidated = false;
+  s->capture_id = ++tl().capture_ids;
+  s->capture_graph = g;
+  s->capture_last = nullptr;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuStreamBeginCapture(CUstream hStream) {
+  return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, false);
+}
+INTERNAL CUresult i_cuStreamBeginCapture_ptsz(CUstream hStream) {
+  return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, true);
+}
+INTERNAL CUresult i_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  return begin_capture(hStream, mode, false);
+}
+INTERNAL CUresult i_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  return begin_capture(hStream, mode, true);
+}
+
+// The captured graph, or (capture invalidated) NULL and CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+// A stream that is not capturing: CUDA_ERROR_INVALID_VALUE (cuStreamEndCapture's documented
+// errors have no better one).
+CUresult end_capture(CUstream hStream, CUgraph *phGraph, bool ptsz) {
+  STANDIN_REQUIRE_INIT();
+  if (phGraph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  CUstream_st *s = nullptr;
+  if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
+  if (!s->capturing) return CUDA_ERROR_INVALID_VALUE;
+  CUgraph g = s->capture_graph;
+  s->capturing = false;
+  s->capture_graph = nullptr;
+  s->capture_last = nullptr;
+  if (s->capture_invalidated) {
+    s->capture_invalidated = false;
+    *phGraph = nullptr;
+    std::lock_guard<std::mutex> glock(st().mutex);
+    if (st().graphs.erase(g) != 0) {
+      for (const auto &node : g->nodes) st().nodes.erase(node.get());
+      delete g;
+    }
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  *phGraph = g;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+  return end_capture(hStream, phGraph, false);
+}
+INTERNAL CUresult i_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
+  return end_capture(hStream, phGraph, true);
+}
+
+// Under tl().mutex.
+CUstreamCaptureStatus capture_status_locked(const CUstream_st *s) {
+  if (!s->capturing) return CU_STREAM_CAPTURE_STATUS_NONE;
+  return s->capture_invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
+CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus *status, bool ptsz) {
+  STANDIN_REQUIRE_INIT();
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  CUstream_st *s = nullptr;
+  if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
+  *status = capture_status_locked(s);
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *status) {
+  return is_capturing(hStream, status, false);
+}
+INTERNAL CUresult i_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *status) {
+  return is_capturing(hStream, status, true);
+}
+
+// Every version of cuStreamGetCaptureInfo: the status; while capturing, the capture's id, graph
+// and dependency set (the last captured node, or none), edge data NULL (all edges default).
+CUresult capture_info(CUstream hStream, bool ptsz, CUstreamCaptureStatus *status, cuuint64_t *id,
+                      CUgraph *graph, const CUgraphNode **deps, const CUgraphEdgeData **edges,
+                      size_t *num_deps) {
+  STANDIN_REQUIRE_INIT();
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(tl().mutex);
+  CUstream_st *s = nullptr;
+  if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
+  *status = capture_status_locked(s);
+  if (*status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_SUCCESS;
+  if (id != nullptr) *id = s->capture_id;
+  if (graph != nullptr) *graph = s->capture_graph;
+  if (deps != nullptr) *deps = s->capture_last != nullptr ? &s->capture_last : nullptr;
+  if (edges != nullptr) *edges = nullptr;
+  if (num_deps != nullptr) *num_deps = s->capture_last != nullptr ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *status,
+                                           cuuint64_t *id) {
+  return capture_info(hStream, false, status, id, nullptr, nullptr, nullptr, nullptr);
+}
+INTERNAL CUresult i_cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *status,
+                                                cuuint64_t *id) {
+  return capture_info(hStream, true, status, id, nullptr, nullptr, nullptr, nullptr);
+}
+INTERNAL CUresult i_cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *status,
+                                              cuuint64_t *id, CUgraph *graph,
+                                              const CUgraphNode **deps, size_t *num_deps) {
+  return capture_info(hStream, false, status, id, graph, deps, nullptr, num_deps);
+}
+INTERNAL CUresult i_cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *status,
+                                                   cuuint64_t *id, CUgraph *graph,
+                                                   const CUgraphNode **deps, size_t *num_deps) {
+  return capture_info(hStream, true, status, id, graph, deps, nullptr, num_deps);
+}
+INTERNAL CUresult i_cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *status,
+                                              cuuint64_t *id, CUgraph *graph,
+                                              const CUgraphNode **deps,
+                                              const CUgraphEdgeData **edges, size_t *num_deps) {
+  return capture_info(hStream, false, status, id, graph, deps, edges, num_deps);
+}
+INTERNAL CUresult i_cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *status,
+                                                   cuuint64_t *id, CUgraph *graph,
+                                                   const CUgraphNode **deps,
+                                                   const CUgraphEdgeData **edges,
+                                                   size_t *num_deps) {
+  return capture_info(hStream, true, status, id, graph, deps, edges, num_deps);
 }
 
 INTERNAL CUresult i_cuGraphExecDestroy(CUgraphExec hGraphExec) {
@@ -1644,6 +2446,139 @@ CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
   return i_cuGraphExecDestroy(hGraphExec);
 }
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) {
+  return i_cuCtxPushCurrent_v2(ctx);
+}
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+  return i_cuCtxPushCurrent_v2(ctx);
+}
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) {
+  return i_cuCtxPopCurrent_v2(pctx);
+}
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx) {
+  return i_cuCtxPopCurrent_v2(pctx);
+}
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *device) {
+  return i_cuCtxGetDevice(device);
+}
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
+  return i_cuCtxGetDevice_v2(device, ctx);
+}
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority) {
+  return i_cuStreamCreateWithPriority(phStream, flags, priority);
+}
+CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
+  return i_cuStreamQuery(hStream);
+}
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) {
+  return i_cuStreamQuery_ptsz(hStream);
+}
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
+  return i_cuStreamGetCtx(hStream, pctx);
+}
+CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) {
+  return i_cuStreamGetCtx_ptsz(hStream, pctx);
+}
+CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
+  return i_cuEventCreate(phEvent, Flags);
+}
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
+  return i_cuEventRecord(hEvent, hStream);
+}
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+  return i_cuEventRecord_ptsz(hEvent, hStream);
+}
+CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  return i_cuEventRecordWithFlags(hEvent, hStream, flags);
+}
+CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  return i_cuEventRecordWithFlags_ptsz(hEvent, hStream, flags);
+}
+CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
+  return i_cuEventQuery(hEvent);
+}
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+  return i_cuEventSynchronize(hEvent);
+}
+CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+  return i_cuEventElapsedTime(pMilliseconds, hStart, hEnd);
+}
+CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+  return i_cuEventElapsedTime(pMilliseconds, hStart, hEnd);
+}
+CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
+  return i_cuEventDestroy(hEvent);
+}
+CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
+  return i_cuEventDestroy(hEvent);
+}
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream) {
+  return i_cuStreamBeginCapture(hStream);
+}
+CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream) {
+  return i_cuStreamBeginCapture_ptsz(hStream);
+}
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  return i_cuStreamBeginCapture_v2(hStream, mode);
+}
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  return i_cuStreamBeginCapture_v2_ptsz(hStream, mode);
+}
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+  return i_cuStreamEndCapture(hStream, phGraph);
+}
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
+  return i_cuStreamEndCapture_ptsz(hStream, phGraph);
+}
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+  return i_cuStreamIsCapturing(hStream, captureStatus);
+}
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+  return i_cuStreamIsCapturing_ptsz(hStream, captureStatus);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                        cuuint64_t *id_out) {
+  return i_cuStreamGetCaptureInfo(hStream, captureStatus_out, id_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream,
+                                             CUstreamCaptureStatus *captureStatus_out,
+                                             cuuint64_t *id_out) {
+  return i_cuStreamGetCaptureInfo_ptsz(hStream, captureStatus_out, id_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream,
+                                           CUstreamCaptureStatus *captureStatus_out,
+                                           cuuint64_t *id_out, CUgraph *graph_out,
+                                           const CUgraphNode **dependencies_out,
+                                           size_t *numDependencies_out) {
+  return i_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, graph_out,
+                                     dependencies_out, numDependencies_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
+                                                CUstreamCaptureStatus *captureStatus_out,
+                                                cuuint64_t *id_out, CUgraph *graph_out,
+                                                const CUgraphNode **dependencies_out,
+                                                size_t *numDependencies_out) {
+  return i_cuStreamGetCaptureInfo_v2_ptsz(hStream, captureStatus_out, id_out, graph_out,
+                                          dependencies_out, numDependencies_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream,
+                                           CUstreamCaptureStatus *captureStatus_out,
+                                           cuuint64_t *id_out, CUgraph *graph_out,
+                                           const CUgraphNode **dependencies_out,
+                                           const CUgraphEdgeData **edgeData_out,
+                                           size_t *numDependencies_out) {
+  return i_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out,
+                                     dependencies_out, edgeData_out, numDependencies_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
+                                                CUstreamCaptureStatus *captureStatus_out,
+                                                cuuint64_t *id_out, CUgraph *graph_out,
+                                                const CUgraphNode **dependencies_out,
+                                                const CUgraphEdgeData **edgeData_out,
+                                                size_t *numDependencies_out) {
+  return i_cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, graph_out,
+                                          dependencies_out, edgeData_out, numDependencies_out);
+}
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
                                   cuuint64_t flags) {
   return i_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
@@ -1655,6 +2590,56 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
 }
 
 }  // extern "C"
+
+// The functions <cuda.h> does not declare (most _ptsz variants, the legacy ABIs) are checked
+// against the prototypes of cudaTypedefs.h, whose PFN names carry the version of each ABI.
+static_assert(std::is_same_v<decltype(&cuCtxPushCurrent), PFN_cuCtxPushCurrent_v2000>);
+static_assert(std::is_same_v<decltype(&cuCtxPushCurrent_v2), PFN_cuCtxPushCurrent_v4000>);
+static_assert(std::is_same_v<decltype(&cuCtxPopCurrent), PFN_cuCtxPopCurrent_v2000>);
+static_assert(std::is_same_v<decltype(&cuCtxPopCurrent_v2), PFN_cuCtxPopCurrent_v4000>);
+static_assert(std::is_same_v<decltype(&cuCtxGetDevice), PFN_cuCtxGetDevice_v2000>);
+static_assert(std::is_same_v<decltype(&cuCtxGetDevice_v2), PFN_cuCtxGetDevice_v13000>);
+static_assert(
+    std::is_same_v<decltype(&cuStreamCreateWithPriority), PFN_cuStreamCreateWithPriority_v5050>);
+static_assert(std::is_same_v<decltype(&cuStreamQuery), PFN_cuStreamQuery_v2000>);
+static_assert(std::is_same_v<decltype(&cuStreamQuery_ptsz), PFN_cuStreamQuery_v7000_ptsz>);
+static_assert(std::is_same_v<decltype(&cuStreamGetCtx), PFN_cuStreamGetCtx_v9020>);
+static_assert(std::is_same_v<decltype(&cuStreamGetCtx_ptsz), PFN_cuStreamGetCtx_v9020_ptsz>);
+static_assert(std::is_same_v<decltype(&cuEventCreate), PFN_cuEventCreate_v2000>);
+static_assert(std::is_same_v<decltype(&cuEventRecord), PFN_cuEventRecord_v2000>);
+static_assert(std::is_same_v<decltype(&cuEventRecord_ptsz), PFN_cuEventRecord_v7000_ptsz>);
+static_assert(std::is_same_v<decltype(&cuEventRecordWithFlags), PFN_cuEventRecordWithFlags_v11010>);
+static_assert(
+    std::is_same_v<decltype(&cuEventRecordWithFlags_ptsz), PFN_cuEventRecordWithFlags_v11010_ptsz>);
+static_assert(std::is_same_v<decltype(&cuEventQuery), PFN_cuEventQuery_v2000>);
+static_assert(std::is_same_v<decltype(&cuEventSynchronize), PFN_cuEventSynchronize_v2000>);
+static_assert(std::is_same_v<decltype(&cuEventElapsedTime), PFN_cuEventElapsedTime_v2000>);
+static_assert(std::is_same_v<decltype(&cuEventElapsedTime_v2), PFN_cuEventElapsedTime_v12080>);
+static_assert(std::is_same_v<decltype(&cuEventDestroy), PFN_cuEventDestroy_v2000>);
+static_assert(std::is_same_v<decltype(&cuEventDestroy_v2), PFN_cuEventDestroy_v4000>);
+static_assert(std::is_same_v<decltype(&cuStreamBeginCapture), PFN_cuStreamBeginCapture_v10000>);
+static_assert(
+    std::is_same_v<decltype(&cuStreamBeginCapture_ptsz), PFN_cuStreamBeginCapture_v10000_ptsz>);
+static_assert(std::is_same_v<decltype(&cuStreamBeginCapture_v2), PFN_cuStreamBeginCapture_v10010>);
+static_assert(
+    std::is_same_v<decltype(&cuStreamBeginCapture_v2_ptsz), PFN_cuStreamBeginCapture_v10010_ptsz>);
+static_assert(std::is_same_v<decltype(&cuStreamEndCapture), PFN_cuStreamEndCapture_v10000>);
+static_assert(
+    std::is_same_v<decltype(&cuStreamEndCapture_ptsz), PFN_cuStreamEndCapture_v10000_ptsz>);
+static_assert(std::is_same_v<decltype(&cuStreamIsCapturing), PFN_cuStreamIsCapturing_v10000>);
+static_assert(
+    std::is_same_v<decltype(&cuStreamIsCapturing_ptsz), PFN_cuStreamIsCapturing_v10000_ptsz>);
+static_assert(std::is_same_v<decltype(&cuStreamGetCaptureInfo), PFN_cuStreamGetCaptureInfo_v10010>);
+static_assert(
+    std::is_same_v<decltype(&cuStreamGetCaptureInfo_ptsz), PFN_cuStreamGetCaptureInfo_v10010_ptsz>);
+static_assert(
+    std::is_same_v<decltype(&cuStreamGetCaptureInfo_v2), PFN_cuStreamGetCaptureInfo_v11030>);
+static_assert(std::is_same_v<decltype(&cuStreamGetCaptureInfo_v2_ptsz),
+                             PFN_cuStreamGetCaptureInfo_v11030_ptsz>);
+static_assert(
+    std::is_same_v<decltype(&cuStreamGetCaptureInfo_v3), PFN_cuStreamGetCaptureInfo_v12030>);
+static_assert(std::is_same_v<decltype(&cuStreamGetCaptureInfo_v3_ptsz),
+                             PFN_cuStreamGetCaptureInfo_v12030_ptsz>);
 
 // ---------------------------------------------------------------------------------------------
 // cuGetProcAddress
@@ -1708,12 +2693,43 @@ const std::vector<ProcEntry> &proc_table() {
       ENTRY("cuCtxDestroy", 4000, i_cuCtxDestroy, cuCtxDestroy_v2),
       ENTRY("cuCtxSetCurrent", 4000, i_cuCtxSetCurrent, cuCtxSetCurrent),
       ENTRY("cuCtxGetCurrent", 4000, i_cuCtxGetCurrent, cuCtxGetCurrent),
+      ENTRY("cuCtxPushCurrent", 2000, i_cuCtxPushCurrent_v2, cuCtxPushCurrent),
+      ENTRY("cuCtxPushCurrent", 4000, i_cuCtxPushCurrent_v2, cuCtxPushCurrent_v2),
+      ENTRY("cuCtxPopCurrent", 2000, i_cuCtxPopCurrent_v2, cuCtxPopCurrent),
+      ENTRY("cuCtxPopCurrent", 4000, i_cuCtxPopCurrent_v2, cuCtxPopCurrent_v2),
+      ENTRY("cuCtxGetDevice", 2000, i_cuCtxGetDevice, cuCtxGetDevice),
+      ENTRY("cuCtxGetDevice", 13000, i_cuCtxGetDevice_v2, cuCtxGetDevice_v2),
       ENTRY("cuCtxSynchronize", 2000, i_cuCtxSynchronize, cuCtxSynchronize),
       ENTRY("cuCtxSynchronize", 13000, i_cuCtxSynchronize_v2, cuCtxSynchronize_v2),
       ENTRY("cuStreamCreate", 2000, i_cuStreamCreate, cuStreamCreate),
       ENTRY("cuStreamDestroy", 2000, i_cuStreamDestroy, cuStreamDestroy),
       ENTRY("cuStreamDestroy", 4000, i_cuStreamDestroy, cuStreamDestroy_v2),
       ENTRY_PTSZ("cuStreamSynchronize", 2000, i_cuStreamSynchronize, cuStreamSynchronize),
+      ENTRY("cuStreamCreateWithPriority", 5050, i_cuStreamCreateWithPriority,
+            cuStreamCreateWithPriority),
+      ENTRY("cuStreamQuery", 2000, i_cuStreamQuery, cuStreamQuery),
+      ENTRY_PTSZ("cuStreamQuery", 7000, i_cuStreamQuery, cuStreamQuery),
+      ENTRY_PTSZ("cuStreamGetCtx", 9020, i_cuStreamGetCtx, cuStreamGetCtx),
+      ENTRY_PTSZ("cuStreamBeginCapture", 10000, i_cuStreamBeginCapture, cuStreamBeginCapture),
+      ENTRY_PTSZ("cuStreamBeginCapture", 10010, i_cuStreamBeginCapture_v2, cuStreamBeginCapture_v2),
+      ENTRY_PTSZ("cuStreamEndCapture", 10000, i_cuStreamEndCapture, cuStreamEndCapture),
+      ENTRY_PTSZ("cuStreamIsCapturing", 10000, i_cuStreamIsCapturing, cuStreamIsCapturing),
+      ENTRY_PTSZ("cuStreamGetCaptureInfo", 10010, i_cuStreamGetCaptureInfo, cuStreamGetCaptureInfo),
+      ENTRY_PTSZ("cuStreamGetCaptureInfo", 11030, i_cuStreamGetCaptureInfo_v2,
+                 cuStreamGetCaptureInfo_v2),
+      ENTRY_PTSZ("cuStreamGetCaptureInfo", 12030, i_cuStreamGetCaptureInfo_v3,
+                 cuStreamGetCaptureInfo_v3),
+      // The event API (hidden with FERRUM_STANDIN_NO_EVENTS=1: names beginning "cuEvent").
+      ENTRY("cuEventCreate", 2000, i_cuEventCreate, cuEventCreate),
+      ENTRY("cuEventRecord", 2000, i_cuEventRecord, cuEventRecord),
+      ENTRY_PTSZ("cuEventRecord", 7000, i_cuEventRecord, cuEventRecord),
+      ENTRY_PTSZ("cuEventRecordWithFlags", 11010, i_cuEventRecordWithFlags, cuEventRecordWithFlags),
+      ENTRY("cuEventQuery", 2000, i_cuEventQuery, cuEventQuery),
+      ENTRY("cuEventSynchronize", 2000, i_cuEventSynchronize, cuEventSynchronize),
+      ENTRY("cuEventElapsedTime", 2000, i_cuEventElapsedTime, cuEventElapsedTime),
+      ENTRY("cuEventElapsedTime", 12080, i_cuEventElapsedTime, cuEventElapsedTime_v2),
+      ENTRY("cuEventDestroy", 2000, i_cuEventDestroy, cuEventDestroy),
+      ENTRY("cuEventDestroy", 4000, i_cuEventDestroy, cuEventDestroy_v2),
       ENTRY("cuMemAlloc", 3020, i_cuMemAlloc_v2, cuMemAlloc_v2),
       ENTRY("cuMemFree", 3020, i_cuMemFree_v2, cuMemFree_v2),
       ENTRY("cuModuleLoadData", 2000, i_cuModuleLoadData, cuModuleLoadData),
@@ -1780,6 +2796,7 @@ INTERNAL CUresult i_cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda
   bool name_known = false;
   for (const ProcEntry &e : proc_table()) {
     if (std::strcmp(e.name, symbol) != 0) continue;
+    if (c.no_events && std::strncmp(symbol, "cuEvent", 7) == 0) break;  // a driver without them
     name_known = true;
     if (e.version <= cudaVersion && (best == nullptr || e.version > best->version)) best = &e;
   }
