@@ -12,8 +12,7 @@
 // sampling, each storing one value; PTX ISA 7.0 for sm_80, which the driver JIT-compiles for
 // any GPU from Ampere on) and memset nodes, so the same binary runs against the real driver on
 // a GPU machine and against the ferrum-replay stand-in here (put the stand-in's directory in
-// LD_LIBRARY_PATH; its virtual GPU gives each replay a duration, 20 us a kernel by default,
-// FERRUM_STANDIN_KERNEL_NS to change it).
+// LD_LIBRARY_PATH; its virtual GPU gives each replay the sum of its kernels' declared costs).
 //
 // Each graph, per layer (kLayers): memset of the layer's activations, rmsnorm, attention; then
 // sampling — between an empty entry and exit node:
@@ -29,6 +28,7 @@
 //
 // Output (stdout):
 //   driver: ferrum-replay stand-in (no GPU on this machine)  |  driver: NVIDIA CUDA driver 13.0
+//   simulated GPU time per replay: prefill <us> us, each decode graph <us> us   [stand-in only]
 //   device: <name>
 //   graphs: prefill (named by call site), decode batch 1, decode batch 2, decode batch 4,
 //           decode batch 8 (named by the program)                            [one line]
@@ -76,14 +76,23 @@ constexpr int kLayers = 4;
 constexpr int kMaxBatch = 8;
 
 // The model's kernels. Each takes (u32 *out, u32 value) and stores value at out: a stand-in for
-// real work that any GPU from sm_80 on runs in microseconds.
+// real work that any GPU from sm_80 on runs in microseconds. Each declares what it would cost
+// on the stand-in's virtual GPU (`.pragma "ferrum_cost_ns=N"`, which the real JIT ignores), so
+// that the demo's GPU times differ per graph as a real model's would.
+#define DEMO_COST_PREFILL_ATTENTION 200000
+#define DEMO_COST_DECODE_ATTENTION 30000
+#define DEMO_COST_RMSNORM 5000
+#define DEMO_COST_SAMPLING 10000
+#define DEMO_STRING(x) #x
+#define DEMO_COST(x) DEMO_STRING(x)
 // clang-format off
-#define DEMO_KERNEL(name)                          \
+#define DEMO_KERNEL(name, cost)                    \
   ".visible .entry " name "(\n"                    \
   "\t.param .u64 " name "_param_0,\n"              \
   "\t.param .u32 " name "_param_1\n"               \
   ")\n"                                            \
   "{\n"                                            \
+  "\t.pragma \"ferrum_cost_ns=" DEMO_COST(cost) "\";\n" \
   "\t.reg .b32 %r<2>;\n"                           \
   "\t.reg .b64 %rd<3>;\n"                          \
   "\tld.param.u64 %rd1, [" name "_param_0];\n"     \
@@ -96,8 +105,11 @@ constexpr int kMaxBatch = 8;
 constexpr char kPtx[] =
     ".version 7.0\n"
     ".target sm_80\n"
-    ".address_size 64\n\n" DEMO_KERNEL("prefill_attention") DEMO_KERNEL("decode_attention")
-        DEMO_KERNEL("rmsnorm") DEMO_KERNEL("sampling");
+    ".address_size 64\n\n"
+    DEMO_KERNEL("prefill_attention", DEMO_COST_PREFILL_ATTENTION)
+    DEMO_KERNEL("decode_attention", DEMO_COST_DECODE_ATTENTION)
+    DEMO_KERNEL("rmsnorm", DEMO_COST_RMSNORM)
+    DEMO_KERNEL("sampling", DEMO_COST_SAMPLING);
 
 #undef DEMO_KERNEL
 // clang-format on
@@ -210,6 +222,13 @@ int main(int argc, char **argv) {
   check(cuDriverGetVersion(&version), "cuDriverGetVersion");
   if (dlsym(RTLD_DEFAULT, "ferrum_standin_driver_marker") != nullptr) {
     std::printf("driver: ferrum-replay stand-in (no GPU on this machine)\n");
+    // What its virtual GPU spends on each replay: the declared kernel costs, per layer.
+    constexpr long long prefill_us =
+        (kLayers * (DEMO_COST_RMSNORM + DEMO_COST_PREFILL_ATTENTION) + DEMO_COST_SAMPLING) / 1000;
+    constexpr long long decode_us =
+        (kLayers * (DEMO_COST_RMSNORM + DEMO_COST_DECODE_ATTENTION) + DEMO_COST_SAMPLING) / 1000;
+    std::printf("simulated GPU time per replay: prefill %lld us, each decode graph %lld us\n",
+                prefill_us, decode_us);
   } else {
     std::printf("driver: NVIDIA CUDA driver %d.%d\n", version / 1000, (version % 1000) / 10);
   }

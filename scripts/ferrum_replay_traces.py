@@ -1664,9 +1664,15 @@ def parse_expectations(path):
 # "  %5u  %10llu  %8llu  %8llu  %s": the name is everything after exactly two spaces that
 # follow the fourth number, to the end of the line (it may begin or end with spaces, hold '#'
 # or look like numbers). Graphs destroyed long ago are one totals row, "-" for the ordinal.
+# With GPU timing on (FERRUM_REPLAY_GPU_TIME), the header and every graph's row have seven GPU
+# columns between "rejected" and the name ("gpu n" .. "max us", '-' where none); the header
+# says which layout the rows have.
 SUMMARY_ROW = re.compile(r" +(\d+) {2,}(\d+) {2,}(\d+) {2,}(\d+)  (.*)\Z", re.S)
+SUMMARY_GPU_ROW = re.compile(
+    r" +(\d+) {2,}(\d+) {2,}(\d+) {2,}(\d+) {2,}\d+(?: {2,}[-\d.]+){6}  (.*)\Z", re.S)
 SUMMARY_RECYCLED = re.compile(r" +- {2,}(\d+) {2,}(\d+) {2,}(\d+)  \(\d+ earlier graphs?, destroyed\)\Z")
-SUMMARY_HEADER = re.compile(r" *graph +launches +failed +rejected +name *\Z")
+SUMMARY_HEADER = re.compile(r" *graph +launches +failed +rejected +(gpu n +gpu tot ms +mean us +min us"
+                            r" +p50 us +p99 us +max us +)?name *\Z")
 
 
 def read_launch_summaries(paths):
@@ -1681,14 +1687,17 @@ def read_launch_summaries(paths):
         except OSError as error:
             raise InputError(f"{quoted(path)}: cannot read: {error.strerror or error}") from error
         in_table = False
+        row_layout = SUMMARY_ROW
         for line in lines:
             line = line[:-1] if line.endswith("\n") else line
-            if SUMMARY_HEADER.match(line):
+            header = SUMMARY_HEADER.match(line)
+            if header:
                 in_table = True
+                row_layout = SUMMARY_GPU_ROW if header[1] else SUMMARY_ROW
                 continue
             if not in_table:
                 continue
-            row = SUMMARY_ROW.match(line)
+            row = row_layout.match(line)
             if row:
                 counts = graphs[row[5]]
                 counts["launches"] += int(row[2])

@@ -85,13 +85,13 @@ typedef int (*ferrum_replay_set_gpu_sink_fn)(ferrum_replay_gpu_sink_fn sink, voi
 
 /* What GPU timing did in this process so far. */
 typedef struct ferrum_replay_gpu_status {
-  uint32_t size;              /* sizeof(ferrum_replay_gpu_status) of the caller */
-  uint64_t timed;             /* replays whose GPU time was delivered */
-  uint64_t in_flight;         /* timed replays the GPU has not finished yet */
-  uint64_t not_timed;         /* replays not timed: pool exhausted, stream capturing, event
-                                 failure, sampled out, context destroyed while in flight */
-  uint64_t sampled_out;       /* of not_timed: skipped by FERRUM_REPLAY_GPU_TIME_EVERY */
-  uint64_t align_error_ns;    /* the largest alignment error bound of any context */
+  uint32_t size;           /* sizeof(ferrum_replay_gpu_status) of the caller */
+  uint64_t timed;          /* replays whose GPU time was delivered */
+  uint64_t in_flight;      /* timed replays the GPU has not finished yet */
+  uint64_t not_timed;      /* replays not timed: pool exhausted, stream capturing, event
+                              failure, sampled out, context destroyed while in flight */
+  uint64_t sampled_out;    /* of not_timed: skipped by FERRUM_REPLAY_GPU_TIME_EVERY */
+  uint64_t align_error_ns; /* the largest alignment error bound of any context */
 } ferrum_replay_gpu_status;
 
 /* Delivers, before returning, every replay whose GPU work has completed (to the sink) and

@@ -383,8 +383,10 @@ void Engine::release_pool(uint32_t slot, bool destroy_events) {
 
 void Engine::drop_context_locked(CUcontext context, bool destroy_events) {
   for (uint32_t i = 0; i < kMaxContexts; ++i)
-    if (context && keys_[i].load(std::memory_order_acquire) == context)
+    if (context && keys_[i].load(std::memory_order_acquire) == context) {
+      if (destroy_events) harvest_locked(i, kHarvestBoundNs);
       release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
+    }
 }
 
 void Engine::drop_device_locked(int device, bool destroy_events) {
@@ -393,8 +395,18 @@ void Engine::drop_device_locked(int device, bool destroy_events) {
     Pool *pool = pools_[i].load(std::memory_order_acquire);
     // Requests not served yet: their context may be the one going away (its device is unknown
     // until the pool is made); the next launch in a live context asks again.
-    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused || pool->device == device)
+    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused || pool->device == device) {
+      if (destroy_events) harvest_locked(i, kHarvestBoundNs);
       release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
+    }
+  }
+}
+
+void Engine::harvest_device_locked(int device) {
+  for (uint32_t i = 0; i < kMaxContexts; ++i) {
+    if (!keys_[i].load(std::memory_order_acquire)) continue;
+    Pool *pool = pools_[i].load(std::memory_order_acquire);
+    if (pool && pool->device == device) harvest_locked(i, 0);
   }
 }
 
@@ -448,6 +460,101 @@ const GraphStats *Engine::stats_for(uint32_t ordinal) const {
   return nullptr;
 }
 
+bool Engine::prepare_current_context() {
+  CUcontext context = nullptr;
+  if (stopped_.load(std::memory_order_relaxed) || !api_.ctx_get_current ||
+      api_.ctx_get_current(&context) != CUDA_SUCCESS || !context)
+    return false;
+  bool requested = false;
+  find_pool(context, &requested);
+  lock();
+  bool known = false;
+  for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
+    if (keys_[slot].load(std::memory_order_acquire) != context) continue;
+    known = true;
+    Pool *pool = pools_[slot].load(std::memory_order_acquire);
+    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused) create_pool(slot);
+    break;
+  }
+  unlock();
+  return known;
+}
+
+// Under the mutex: a recorded pair whose end event has completed becomes one replay in `into`
+// (and its pair goes back to the pool); one that failed is counted and freed.
+Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
+                                            ferrum_replay_gpu_replay *into) {
+  Pool *pool = &pool_ref;
+  const CUresult done = api_.event_query(pair.end);
+  if (done == CUDA_ERROR_NOT_READY) return ReadResult::not_ready;
+  float since_reference = 0, duration = 0;
+  if (done != CUDA_SUCCESS ||
+      api_.elapsed(&since_reference, pool->reference, pair.start) != CUDA_SUCCESS ||
+      api_.elapsed(&duration, pair.start, pair.end) != CUDA_SUCCESS || duration < 0) {
+    pair.state.store(kFree, std::memory_order_release);
+    count(Untimed::event_error);
+    return ReadResult::failed;
+  }
+  const double offset = static_cast<double>(since_reference) * 1e6;
+  const double magnitude = offset < 0 ? -offset : offset;
+  int64_t start = static_cast<int64_t>(pool->reference_ns) +
+                  static_cast<int64_t>(offset < 0 ? offset - 0.5 : offset + 0.5);
+  if (start < 0) start = 0;
+  const uint64_t length = static_cast<uint64_t>(static_cast<double>(duration) * 1e6 + 0.5);
+  // Half the bracket, the float's rounding of the offset (2^-24 of it), the resolution.
+  const uint64_t error = pool->bracket_error_ns + static_cast<uint64_t>(magnitude / 16777216.0) +
+                         1 + kEventResolutionNs;
+  ferrum_replay_gpu_replay &out = *into;
+  out.size = sizeof out;
+  out.device = pool->device;
+  out.stream = pair.stream;
+  out.name = pair.name;
+  out.category = pair.category;
+  out.replay = pair.replay;
+  out.start_ns = static_cast<uint64_t>(start);
+  out.end_ns = static_cast<uint64_t>(start) + length;
+  out.align_error_ns = error;
+  if (error > align_error_max_) align_error_max_ = error;
+  if (GraphStats *stats = stats_slot(pair.category)) stats->add(length);
+  pair.state.store(kFree, std::memory_order_release);
+  timed_.fetch_add(1, std::memory_order_relaxed);
+  return ReadResult::read;
+}
+
+// Under the mutex, before a context goes: reads the pool's finished replays into pending_ (the
+// reaper delivers them at its next pass), polling for those still running up to `bound_ns`:
+// the program is ending the context, which waits for its work anyway, and a replay that ran
+// before it deserves its time. What is still running then is counted by release_pool.
+void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
+  Pool *pool = pools_[slot].load(std::memory_order_acquire);
+  if (!pool || pool->state.load(std::memory_order_acquire) != kReady || stopped_.load()) return;
+  const uint64_t deadline = api_.now_ns ? api_.now_ns() + bound_ns : 0;
+  // The events' context, current on this thread while they are read (the caller's may differ).
+  if (!api_.ctx_push ||
+      api_.ctx_push(pool->context.load(std::memory_order_relaxed)) != CUDA_SUCCESS)
+    return;
+  struct PopOnReturn {
+    const EventApi &api;
+    ~PopOnReturn() {
+      CUcontext popped = nullptr;
+      if (api.ctx_pop) api.ctx_pop(&popped);
+    }
+  } pop_on_return{api_};
+  for (;;) {
+    bool running = false;
+    for (Pair &pair : pool->pairs) {
+      if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
+      if (pending_count_ == kPending) return;
+      const ReadResult read = read_pair_locked(*pool, pair, &pending_[pending_count_]);
+      if (read == ReadResult::read) ++pending_count_;
+      running |= read == ReadResult::not_ready;
+    }
+    if (!running || !api_.now_ns || api_.now_ns() >= deadline) return;
+    const timespec pause{0, 50 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
 size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more) {
   *more = false;
   size_t filled = 0;
@@ -456,6 +563,8 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
     unlock();
     return 0;
   }
+  // Replays read while their context was going away come first.
+  while (pending_count_ > 0 && filled < capacity) batch[filled++] = pending_[--pending_count_];
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
     if (!keys_[slot].load(std::memory_order_acquire)) continue;
     Pool *pool = pools_[slot].load(std::memory_order_acquire);
@@ -470,39 +579,9 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
         *more = true;
         break;
       }
-      const CUresult done = api_.event_query(pair.end);
-      if (done == CUDA_ERROR_NOT_READY) continue;
-      float since_reference = 0, duration = 0;
-      if (done != CUDA_SUCCESS ||
-          api_.elapsed(&since_reference, pool->reference, pair.start) != CUDA_SUCCESS ||
-          api_.elapsed(&duration, pair.start, pair.end) != CUDA_SUCCESS || duration < 0) {
-        pair.state.store(kFree, std::memory_order_release);
-        count(Untimed::event_error);
-        continue;
-      }
-      const double offset = static_cast<double>(since_reference) * 1e6;
-      const double magnitude = offset < 0 ? -offset : offset;
-      int64_t start = static_cast<int64_t>(pool->reference_ns) +
-                      static_cast<int64_t>(offset < 0 ? offset - 0.5 : offset + 0.5);
-      if (start < 0) start = 0;
-      const uint64_t length = static_cast<uint64_t>(static_cast<double>(duration) * 1e6 + 0.5);
-      // Half the bracket, the float's rounding of the offset (2^-24 of it), the resolution.
-      const uint64_t error = pool->bracket_error_ns +
-                             static_cast<uint64_t>(magnitude / 16777216.0) + 1 + kEventResolutionNs;
-      ferrum_replay_gpu_replay &out = batch[filled++];
-      out.size = sizeof out;
-      out.device = pool->device;
-      out.stream = pair.stream;
-      out.name = pair.name;
-      out.category = pair.category;
-      out.replay = pair.replay;
-      out.start_ns = static_cast<uint64_t>(start);
-      out.end_ns = static_cast<uint64_t>(start) + length;
-      out.align_error_ns = error;
-      if (error > align_error_max_) align_error_max_ = error;
-      if (GraphStats *stats = stats_slot(pair.category)) stats->add(length);
-      pair.state.store(kFree, std::memory_order_release);
-      timed_.fetch_add(1, std::memory_order_relaxed);
+      const ReadResult read = read_pair_locked(*pool, pair, &batch[filled]);
+      if (read == ReadResult::not_ready) continue;
+      if (read == ReadResult::read) ++filled;
     }
   }
   unlock();
@@ -517,6 +596,7 @@ void Engine::stop() {
 
 void Engine::reset_in_child() {
   pthread_mutex_init(&mutex_, nullptr);
+  pending_count_ = 0;  // the parent's replays
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     keys_[i].store(nullptr, std::memory_order_relaxed);
     if (Pool *pool = pools_[i].load(std::memory_order_relaxed)) {

@@ -100,6 +100,9 @@ inline constexpr uint32_t kMaxTimedGraphs = 1024;  // graphs with a row of GPU s
 inline constexpr int kAlignTries = 5;
 inline constexpr uint64_t kEventResolutionNs = 500;
 inline constexpr uint32_t kClaimProbes = 4;
+// How long a context's destruction waits for its replays still running before their times are
+// given up (the destruction itself waits for the context's work anyway).
+inline constexpr uint64_t kHarvestBoundNs = 20 * 1000 * 1000;
 
 struct Pair {
   std::atomic<uint32_t> state{0};  // kFree, kClaimed, kRecorded
@@ -161,6 +164,11 @@ class Engine {
   // After the real launch: records the end event and hands the pair to the reaper.
   void end(Ticket &ticket, bool launched);
 
+  // ---- at instantiation (not the launch path) ----
+  // Creates the calling thread's current context's pool now, if it has none yet. True when
+  // the context has a pool (made now or before) that a reaper must serve.
+  bool prepare_current_context();
+
   // ---- off the launch path (each takes the mutex) ----
   // Creates requested pools, reaps finished pairs into `batch` (at most `capacity`), updates
   // the statistics. Returns the number of replays put in `batch`; `*more` when the batch
@@ -181,6 +189,9 @@ class Engine {
   // drop_* under a held lock.
   void drop_context_locked(CUcontext context, bool destroy_events);
   void drop_device_locked(int device, bool destroy_events);
+  // Reads the finished replays of `device`'s pools (for the reaper's next pass), without
+  // waiting for those still running.
+  void harvest_device_locked(int device);
   // True when any pool exists (a context hook then has work to do).
   bool any_pool() const { return pools_used_.load(std::memory_order_acquire); }
 
@@ -207,6 +218,9 @@ class Engine {
   void count(Untimed why, uint64_t n = 1) {
     untimed_[static_cast<unsigned>(why)].fetch_add(n, std::memory_order_relaxed);
   }
+  enum class ReadResult { not_ready, read, failed };
+  ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into);
+  void harvest_locked(uint32_t slot, uint64_t bound_ns);
   Pool *find_pool(CUcontext context, bool *requested);
   void create_pool(uint32_t slot);
   bool align(Pool &pool);
@@ -226,6 +240,10 @@ class Engine {
   bool warned_api_ = false;
   GraphStats *stats_ = nullptr;  // kMaxTimedGraphs entries, mapped on first reap
   GraphStats *other_ = nullptr;
+  // Replays read while their context was being destroyed, for the reaper's next pass.
+  static constexpr uint32_t kPending = 4096;
+  ferrum_replay_gpu_replay pending_[kPending] = {};
+  uint32_t pending_count_ = 0;
 };
 
 }  // namespace ferrum_replay::shim::gpu

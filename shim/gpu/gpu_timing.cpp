@@ -231,6 +231,16 @@ Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t
   return ticket;
 }
 
+void prepare_current_context() {
+  if (g_api_state.load(std::memory_order_acquire) != 2) {
+    int expected = 0;
+    if (!g_api_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
+    resolve_api();
+    g_api_state.store(2, std::memory_order_release);
+  }
+  if (engine().prepare_current_context()) start_reaper();
+}
+
 void launch_end(Ticket &ticket, bool launched) {
   engine().end(ticket, launched);
 }

@@ -24,6 +24,12 @@ Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t
                     uint64_t replay);
 void launch_end(Ticket &ticket, bool launched);
 
+// At a graph's instantiation (only when timing_on()): the current context's event pool is
+// created and its clock aligned now, on the instantiating thread, rather than at the reaper's
+// next pass after the first launch — which would leave the first replays of a short burst
+// untimed ("pool not ready").
+void prepare_current_context();
+
 // Around the real context-ending calls (hooked_functions.def, kinds context_destroy,
 // primary_release, primary_reset). Called only when timing_on().
 template <typename Call>
@@ -56,6 +62,9 @@ auto around_primary_release(CUdevice device, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
   timing.lock();
+  // Whether this release is the last is known only afterwards, when the context may be gone:
+  // what has finished is read now (without waiting: the release may not end anything).
+  timing.harvest_device_locked(device);
   auto result = call();
   if (!primary_context_active(device)) timing.drop_device_locked(device, false);
   timing.unlock();

@@ -257,7 +257,12 @@ FERRUM_REAL_STACK_FRAME inline Result instantiate_and_register(Result success, E
     if (!outermost.claimed()) return call();
     result = call();
   }
-  if (result == success && out_exec && *out_exec) register_instantiated(*out_exec, graph, api);
+  if (result == success && out_exec && *out_exec) {
+    register_instantiated(*out_exec, graph, api);
+    // A graph is instantiated before it is replayed: its context's event pool is made now, off
+    // the launch path, so that the context's first replays are timed too.
+    if (gpu::timing_on()) gpu::prepare_current_context();
+  }
   return result;
 }
 

@@ -14,9 +14,9 @@
 //                  graph and launches N times through the same pointer.
 //   fork-in-launch a worker thread launches in a loop (make each launch slow: long replays
 //                  with FERRUM_STANDIN_GRAPH_NS and FERRUM_STANDIN_LAUNCH_QUEUE=1, so that each
-//                  launch waits for the previous replay); meanwhile the main thread forks. The child
-//                  launches N times on its own and exits normally; the parent waits for it, then
-//                  stops the worker. Prints child_pid=, child_status=, child_launches=,
+//                  launch waits for the previous replay); meanwhile the main thread forks. The
+//                  child launches N times on its own and exits normally; the parent waits for it,
+//                  then stops the worker. Prints child_pid=, child_status=, child_launches=,
 //                  worker_launches=.
 //   fork-children  launches N times, forks a child that exits without launching, launches N
 //                  times more, then forks a child that launches 3 times. Prints

@@ -1057,7 +1057,8 @@ def test_bounded_readers(tmp):
                f"{args}: the indented trace reads differently:\n{a.stdout}\n{b.stdout}", b)
     want = trace_check.counts_by_domain_and_name(trace_check.load(r))
     rows = {(m[1], m[2]): int(m[3]) for m in re.finditer(
-        r"^(\S+)\s+(.+?)\s+(\d+)(?:\s+[\d.]+){6}$",
+        # count, six CPU columns, then (a trace with GPU time) seven GPU columns or '-'
+        r"^(\S+)\s+(.+?)\s+(\d+)(?:\s+[\d.]+){6}(?:(?:\s+(?:[\d.]+|-)){7})?$",
         run([*traces_helper(), "summary", pretty], tmp).stdout, re.M)}
     expect(rows == want, f"summary rows {rows} vs the independent reader's {want}")
 
