@@ -122,6 +122,10 @@ struct Pool {
   CUstream own_stream = nullptr;
   CUevent reference = nullptr, trial = nullptr;
   uint64_t reference_ns = 0, bracket_error_ns = 0;
+  // The clock is aligned (reference, reference_ns) before any replay is read. A pool made at a
+  // graph's instantiation is aligned later, by the reaper: replays may be recorded before the
+  // reference (their offsets are then negative), never read before it. Under the mutex.
+  bool aligned = false;
   Pair pairs[kPairsPerContext];
 };
 
@@ -247,7 +251,7 @@ bool Engine::align(Pool &pool) {
       done = api_.event_query(pool.trial);
       after = api_.now_ns();
       if (done != CUDA_ERROR_NOT_READY) break;
-      if (after - before > 200 * 1000 * 1000ull) break;  // a busy device: try again
+      if (after - before > 20 * 1000 * 1000ull) break;  // a busy device: try again
       if (spin > 1000) sched_yield();
     }
     if (done == CUDA_ERROR_NOT_READY) continue;
@@ -265,7 +269,7 @@ bool Engine::align(Pool &pool) {
   return true;
 }
 
-void Engine::create_pool(uint32_t slot) {
+void Engine::create_pool(uint32_t slot, bool align_now) {
   CUcontext context = keys_[slot].load(std::memory_order_acquire);
   Pool *pool = pools_[slot].load(std::memory_order_acquire);
   if (!pool) {
@@ -318,7 +322,8 @@ void Engine::create_pool(uint32_t slot) {
              "GPU timing: cuEventCreate failed (error %d) on device %d; replays in that context "
              "are not timed",
              static_cast<int>(failed), pool->device);
-  if (ok && !align(*pool)) {
+  pool->aligned = false;
+  if (ok && align_now && !(pool->aligned = align(*pool))) {
     log_line(LogLevel::error,
              "GPU timing: could not align the GPU clock of device %d to CLOCK_MONOTONIC; replays "
              "in that context are not timed",
@@ -335,8 +340,39 @@ void Engine::create_pool(uint32_t slot) {
   }
   pool->generation.store(++generation_, std::memory_order_relaxed);
   pool->state.store(kReady, std::memory_order_seq_cst);
-  log_line(LogLevel::info, "GPU timing: %u event pairs for device %d, clock aligned within %llu ns",
-           kPairsPerContext, pool->device, static_cast<unsigned long long>(pool->bracket_error_ns));
+  if (pool->aligned)
+    log_line(
+        LogLevel::info, "GPU timing: %u event pairs for device %d, clock aligned within %llu ns",
+        kPairsPerContext, pool->device, static_cast<unsigned long long>(pool->bracket_error_ns));
+  else
+    log_line(LogLevel::info, "GPU timing: %u event pairs for device %d", kPairsPerContext,
+             pool->device);
+}
+
+// Under the mutex, off the launch path: aligns a ready pool's clock if it is not yet. False
+// when it cannot be (the pool is then released: its replays count as not timed).
+bool Engine::ensure_aligned(uint32_t slot) {
+  Pool *pool = pools_[slot].load(std::memory_order_acquire);
+  if (!pool || pool->state.load(std::memory_order_acquire) != kReady) return false;
+  if (pool->aligned) return true;
+  const CUcontext context = pool->context.load(std::memory_order_relaxed);
+  if (api_.ctx_push(context) != CUDA_SUCCESS) return false;
+  pool->aligned = align(*pool);
+  if (!pool->aligned) {
+    log_line(LogLevel::error,
+             "GPU timing: could not align the GPU clock of device %d to CLOCK_MONOTONIC; replays "
+             "in that context are not timed",
+             pool->device);
+    release_pool(slot, true);
+    keys_[slot].store(context, std::memory_order_release);  // stays known: not asked again
+    pool->state.store(kFailed, std::memory_order_seq_cst);
+  } else {
+    log_line(LogLevel::info, "GPU timing: device %d's clock aligned within %llu ns", pool->device,
+             static_cast<unsigned long long>(pool->bracket_error_ns));
+  }
+  CUcontext popped = nullptr;
+  api_.ctx_pop(&popped);
+  return pool->aligned;
 }
 
 // Under the mutex. Waits (bounded) for launches inside begin()/end() of this pool, counts its
@@ -473,7 +509,7 @@ bool Engine::prepare_current_context() {
     if (keys_[slot].load(std::memory_order_acquire) != context) continue;
     known = true;
     Pool *pool = pools_[slot].load(std::memory_order_acquire);
-    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused) create_pool(slot);
+    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused) create_pool(slot, false);
     break;
   }
   unlock();
@@ -528,6 +564,7 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
 void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
   Pool *pool = pools_[slot].load(std::memory_order_acquire);
   if (!pool || pool->state.load(std::memory_order_acquire) != kReady || stopped_.load()) return;
+  if (!ensure_aligned(slot)) return;
   const uint64_t deadline = api_.now_ns ? api_.now_ns() + bound_ns : 0;
   // The events' context, current on this thread while they are read (the caller's may differ).
   if (!api_.ctx_push ||
@@ -568,11 +605,12 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
     if (!keys_[slot].load(std::memory_order_acquire)) continue;
     Pool *pool = pools_[slot].load(std::memory_order_acquire);
-    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused) create_pool(slot);
+    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused) create_pool(slot, true);
   }
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
     Pool *pool = pools_[slot].load(std::memory_order_acquire);
     if (!pool || pool->state.load(std::memory_order_acquire) != kReady) continue;
+    if (!ensure_aligned(slot)) continue;
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
       if (filled == capacity) {

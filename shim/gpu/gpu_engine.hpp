@@ -222,8 +222,9 @@ class Engine {
   ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into);
   void harvest_locked(uint32_t slot, uint64_t bound_ns);
   Pool *find_pool(CUcontext context, bool *requested);
-  void create_pool(uint32_t slot);
+  void create_pool(uint32_t slot, bool align_now);
   bool align(Pool &pool);
+  bool ensure_aligned(uint32_t slot);
   void release_pool(uint32_t slot, bool destroy_events);
   GraphStats *stats_slot(uint32_t ordinal);
 
