@@ -577,7 +577,9 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
       if (api.ctx_pop) api.ctx_pop(&popped);
     }
   } pop_on_return{api_};
-  for (;;) {
+  // Bounded by the clock and, whatever the clock says, by the number of 50 us pauses.
+  constexpr uint64_t kPauseNs = 50 * 1000;
+  for (uint64_t round = 0;; ++round) {
     bool running = false;
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
@@ -586,8 +588,9 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
       if (read == ReadResult::read) ++pending_count_;
       running |= read == ReadResult::not_ready;
     }
-    if (!running || !api_.now_ns || api_.now_ns() >= deadline) return;
-    const timespec pause{0, 50 * 1000};
+    if (!running || !api_.now_ns || api_.now_ns() >= deadline || round * kPauseNs >= bound_ns)
+      return;
+    const timespec pause{0, static_cast<long>(kPauseNs)};
     nanosleep(&pause, nullptr);
   }
 }
@@ -633,7 +636,6 @@ void Engine::stop() {
 }
 
 void Engine::reset_in_child() {
-  pthread_mutex_init(&mutex_, nullptr);
   pending_count_ = 0;  // the parent's replays
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     keys_[i].store(nullptr, std::memory_order_relaxed);

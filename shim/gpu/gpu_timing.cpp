@@ -156,7 +156,8 @@ void fork_parent() {
   engine().unlock();
 }
 void fork_child() {
-  engine().reset_in_child();  // reinitialises the engine's mutex
+  engine().unlock();  // held by this thread since fork_prepare (see graph_registry.cpp)
+  engine().reset_in_child();
   pthread_mutex_init(&g_wake_mutex, nullptr);
   pthread_mutex_init(&g_sink_mutex, nullptr);
   g_passes = 0;

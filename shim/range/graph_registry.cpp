@@ -48,7 +48,10 @@ void unlock_after_fork() {
   pthread_mutex_unlock(&g_mutex);
 }
 void reset_in_child() {
-  pthread_mutex_init(&g_mutex, nullptr);
+  // Held by this very thread since lock_before_fork: unlocked, not reinitialised, so that a
+  // thread checker sees it released (a reinitialised mutex still counts as held and makes
+  // every later lock order look like a cycle).
+  pthread_mutex_unlock(&g_mutex);
   detail::g_registry.start_counting_afresh();
 }
 pthread_once_t g_fork_handlers_once = PTHREAD_ONCE_INIT;
