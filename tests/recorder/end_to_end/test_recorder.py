@@ -93,6 +93,10 @@ def run_client(tmp, *args, env=None, out=None, attach=True, cwd=None, timeout=12
         child_env["NVTX_INJECTION64_PATH"] = environment_path("FERRUM_RECORDER_LIB")
     child_env["FERRUM_RECORD_OUT"] = out if out is not None else os.path.join(tmp, "t.%p.json")
     child_env.update(env or {})
+    # Sanitizer builds (scripts/test): their runtime must come before any preloaded library.
+    first = os.environ.get("FERRUM_TEST_PRELOAD_FIRST")
+    if first and child_env.get("LD_PRELOAD"):
+        child_env["LD_PRELOAD"] = first + " " + child_env["LD_PRELOAD"]
     argv = [environment_path("NVTX_CLIENT"), *map(str, args)]
     done = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=timeout,
                           cwd=cwd or tmp, errors="replace")
