@@ -162,8 +162,10 @@
 //   FERRUM_STANDIN_REPORT=<path>     at exit, append one line
 //                                    `driver launches=<N> launches_ptsz=<M> instantiates=<K>
 //                                    procaddress_queries=<Q> captured_launches=<C>
-//                                    captured_event_records=<E>` (read at exit; launches count
-//                                    every call, captured ones too).
+//                                    captured_event_records=<E> events_created=<V>` (read at
+//                                    exit; launches count every call, captured ones too;
+//                                    events_created counts every cuEventCreate call, failed
+//                                    ones too, so that 0 proves nobody asked for an event).
 //   (the empty name prints as `symbol=`)
 
 #include <cuda.h>
@@ -364,18 +366,19 @@ std::atomic<unsigned long long> g_instantiates{0};
 std::atomic<unsigned long long> g_queries{0};
 std::atomic<unsigned long long> g_captured_launches{0};
 std::atomic<unsigned long long> g_captured_event_records{0};
+std::atomic<unsigned long long> g_events_created{0};
 
 __attribute__((destructor)) void write_report() {
   const char *path = std::getenv("FERRUM_STANDIN_REPORT");
   if (path == nullptr || path[0] == '\0') return;
   char line[384];
-  const int n =
-      std::snprintf(line, sizeof line,
-                    "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
-                    "procaddress_queries=%llu captured_launches=%llu "
-                    "captured_event_records=%llu\n",
-                    g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(),
-                    g_queries.load(), g_captured_launches.load(), g_captured_event_records.load());
+  const int n = std::snprintf(line, sizeof line,
+                              "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
+                              "procaddress_queries=%llu captured_launches=%llu "
+                              "captured_event_records=%llu events_created=%llu\n",
+                              g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(),
+                              g_queries.load(), g_captured_launches.load(),
+                              g_captured_event_records.load(), g_events_created.load());
   const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   if (n > 0) {
@@ -1956,6 +1959,7 @@ bool event_live_locked(CUevent e) {
 }
 
 INTERNAL CUresult i_cuEventCreate(CUevent *phEvent, unsigned int Flags) {
+  g_events_created.fetch_add(1, std::memory_order_relaxed);
   STANDIN_REQUIRE_EVENTS();
   constexpr unsigned kKnown =
       CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
