@@ -100,10 +100,17 @@ void deliver(size_t count) {
 
 void *reaper_main(void *) {
   Engine &timing = engine();
+  uint64_t claims = timing.claims();
   for (;;) {
     bool more = true;
     while (more) deliver(timing.reap_pass(g_batch, kBatch, &more));
-    const bool busy = timing.totals().in_flight != 0;
+    // Idle only when nothing is in flight and no launch came since the last look: a program
+    // that synchronises after each burst has nothing in flight just after it, and a 20 ms nap
+    // then would let the next bursts drain the pool (a stream of short replays went ~70 %
+    // untimed, "pool exhausted").
+    const uint64_t now_claims = timing.claims();
+    const bool busy = timing.totals().in_flight != 0 || now_claims != claims;
+    claims = now_claims;
     pthread_mutex_lock(&g_wake_mutex);
     ++g_passes;
     pthread_cond_broadcast(&g_wake);
@@ -155,15 +162,6 @@ void fork_prepare() {
 void fork_parent() {
   engine().unlock();
 }
-void fork_child() {
-  engine().unlock();  // held by this thread since fork_prepare (see graph_registry.cpp)
-  engine().reset_in_child();
-  pthread_mutex_init(&g_wake_mutex, nullptr);
-  pthread_mutex_init(&g_sink_mutex, nullptr);
-  g_passes = 0;
-  g_wake_request = false;
-  g_reaper_started.store(false, std::memory_order_release);
-}
 
 void init_wake() {
   pthread_condattr_t attributes;
@@ -171,6 +169,21 @@ void init_wake() {
   pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
   pthread_cond_init(&g_wake, &attributes);
   pthread_condattr_destroy(&attributes);
+}
+
+void fork_child() {
+  engine().unlock();  // held by this thread since fork_prepare (see graph_registry.cpp)
+  engine().reset_in_child();
+  // Every object the parent's reaper may have been inside at the fork starts afresh: a
+  // condition variable keeps the count of its waiters, and the reaper that was waiting on g_wake
+  // does not exist here — left as it was, the child's first broadcast (its exit's last pass)
+  // waits for that phantom waiter forever.
+  init_wake();
+  pthread_mutex_init(&g_wake_mutex, nullptr);
+  pthread_mutex_init(&g_sink_mutex, nullptr);
+  g_passes = 0;
+  g_wake_request = false;
+  g_reaper_started.store(false, std::memory_order_release);
 }
 
 // Once per process (and once again in a forked child that times). On the launch that asked
