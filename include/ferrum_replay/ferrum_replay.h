@@ -63,7 +63,8 @@ typedef struct ferrum_replay_gpu_replay {
   uint32_t size;           /* sizeof(ferrum_replay_gpu_replay) of the shim that filled it */
   int32_t device;          /* CUDA device ordinal of the launch's context, -1 if unknown */
   uint64_t stream;         /* the launch's stream handle as passed (0: legacy NULL stream,
-                              2: CU_STREAM_PER_THREAD, also what _ptsz launches of NULL use) */
+                              also CU_STREAM_LEGACY; 2: CU_STREAM_PER_THREAD, also what _ptsz
+                              launches of NULL use) */
   const char *name;        /* the graph's range message (what the CPU range shows); valid
                               only during the sink call: copy it */
   uint32_t category;       /* the CPU range's NVTX category (the graph's ordinal) */

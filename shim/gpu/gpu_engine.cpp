@@ -203,7 +203,15 @@ Ticket Engine::begin(CUstream stream, bool per_thread, const char *name, uint32_
     count(Untimed::event_error);
     return ticket;
   }
-  pair->stream = reinterpret_cast<uint64_t>(stream);
+  // The stream as the user knows it (ferrum_replay.h): NULL given to a _ptsz launch is the
+  // per-thread default stream (CU_STREAM_PER_THREAD, 2), and CU_STREAM_LEGACY (1) is the
+  // legacy default stream (0) — one stream, one GPU track, however the handle was spelled.
+  uint64_t seen = reinterpret_cast<uint64_t>(stream);
+  if (seen == reinterpret_cast<uint64_t>(CU_STREAM_LEGACY))
+    seen = 0;
+  else if (seen == 0 && per_thread)
+    seen = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
+  pair->stream = seen;
   pair->name = name;
   pair->category = category;
   pair->replay = replay;
@@ -653,6 +661,14 @@ void Engine::reset_in_child() {
   align_error_max_ = 0;
   if (stats_) memset(static_cast<void *>(stats_), 0, sizeof(GraphStats) * kMaxTimedGraphs);
   if (other_) memset(static_cast<void *>(other_), 0, sizeof(GraphStats));
+}
+
+uint64_t Engine::claims() const {
+  uint64_t sum = 0;
+  for (uint32_t slot = 0; slot < kMaxContexts; ++slot)
+    if (const Pool *pool = pools_[slot].load(std::memory_order_acquire))
+      sum += pool->next.load(std::memory_order_relaxed);
+  return sum;
 }
 
 Totals Engine::totals() {

@@ -203,6 +203,10 @@ class Engine {
   bool stopped() const { return stopped_.load(std::memory_order_acquire); }
 
   Totals totals();
+  // A number that changes whenever a launch tries to claim a pair (the pools' claim cursors,
+  // summed; no lock): the reaper stays quick while launches keep coming, even at an instant
+  // when it has caught up with every replay in flight.
+  uint64_t claims() const;
   // Visits the statistics of every timed graph (ordinal 0: graphs without a row of their
   // own). Under lock().
   template <typename Visit>
