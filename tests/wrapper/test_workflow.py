@@ -799,6 +799,48 @@ def test_check_gpu_expectations(tmp):
            "an unknown bound is refused", done)
 
 
+def test_record_gpu_time(tmp):
+    """`record` times replays on the GPU by default: the table's "gpu" columns hold the stand-in's
+    simulated durations (graph 1: 0.4 ms, graph 2: 0.1 ms), the trace one GPU event per replay;
+    `--no-gpu-time` gives CPU columns only and no GPU events. ci-smoke-profile's max-gpu-mean-ms
+    bound then passes or fails on that real GPU data."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    slow = {"FERRUM_REPLAY_SITE": "off", "FERRUM_STANDIN_GRAPH_NS": "400000,100000"}
+    done = wrapper("record", "-o", "on.json", "--", *program, cwd=tmp, env=slow)
+    expect(done.returncode == 0, "record failed", done)
+    header = [l for l in done.stderr.splitlines() if l.startswith("domain")]
+    expect(len(header) == 1 and "gpu mean us" in header[0] and "gpu p99 us" in header[0],
+           "the table has GPU columns", done)
+    for name, mean in (("graph 1", 400.0), ("graph 2", 100.0)):
+        row = [l for l in done.stderr.splitlines() if re.match(rf"^{DOMAIN}\s+{name}\s", l)]
+        expect(len(row) == 1, f"one table row for {name}", done)
+        cells = re.split(r"\s{2,}", row[0].strip())
+        # domain, range, count, total ms, mean, min, p50, p99, max, then the same for the GPU
+        expect(cells[9] == "10" and abs(float(cells[11]) - mean) <= 2,
+               f"{name}: gpu count 10, gpu mean {mean} us: {cells}", done)
+    expect(re.search(r"^gpu: 20 replays timed, 0 in flight at exit, 0 not timed", done.stderr,
+                     re.M), "the GPU line", done)
+    trace = trace_check.load(os.path.join(tmp, "on.json"))
+    expect(len(trace_check.gpu_replays(trace)) == 20, "20 GPU events in the trace", done)
+
+    done = wrapper("record", "--no-gpu-time", "-o", "off.json", "--", *program, cwd=tmp,
+                   env=slow)
+    expect(done.returncode == 0 and "gpu" not in done.stderr.lower().replace("gpu-time", ""),
+           "--no-gpu-time: no GPU columns or line", done)
+    trace = trace_check.load(os.path.join(tmp, "off.json"))
+    expect(not trace_check.gpu_replays(trace) and "gpu" not in trace["ferrumReplay"],
+           "--no-gpu-time: no GPU data in the trace", done)
+    expect(len(our_ranges(trace)) == 20, "--no-gpu-time: every range", done)
+
+    # ci-smoke-profile: graph 1's 0.4 ms against bounds around it (the CPU bound generous).
+    ok = write(os.path.join(tmp, "gpu-ok.txt"), "'graph 1' 10 - 0.5\n'graph 2' 10 - 0.15\n")
+    done = ci_smoke("--expect", ok, "--", *program, cwd=tmp, env=slow)
+    expect_verdict(done, True, "2 expectations met")
+    tight = write(os.path.join(tmp, "gpu-tight.txt"), "'graph 1' 10 - 0.3\n'graph 2' 10 - 0.15\n")
+    done = ci_smoke("--expect", tight, "--", *program, cwd=tmp, env=slow)
+    expect_verdict(done, False, "max-gpu-mean-ms 0.3")
+
+
 def test_ci_smoke_profile(tmp):
     program = [launch_driver(), "--graphs", "2", "--iters", "10"]
     # Replays of 0.3 ms on the stand-in's virtual GPU, and a launch queue of one: each launch

@@ -1,0 +1,229 @@
+// gpu_time_program: the programs of the GPU-timing reliability tests (test_gpu_time.py). Links
+// the (stand-in) driver and launches graphs through cuGraphLaunch by name; each graph has one
+// empty node, so its simulated duration is what FERRUM_STANDIN_GRAPH_NS gives its
+// instantiation (the k-th value for the k-th instantiation, in the order below).
+//
+// Usage: gpu_time_program MODE [N] [M]
+//   ctx-destroy N M   context A: N launches of graph 1 (make it long), then cuCtxDestroy(A) with
+//                     the replays in flight; then context B: M launches of graph 2, synchronised,
+//                     then B destroyed.
+//   primary-release N M   the same with the primary context: retain, N launches, the last
+//                     cuDevicePrimaryCtxRelease with them in flight; retain again, a new graph, M
+//                     launches, synchronised, released.
+//   burst N [sync]    one stream, one graph, N launches as fast as possible, each launch's
+//                     duration measured; with `sync`, cuStreamSynchronize after the loop. Prints
+//                     max_launch_ns=<slowest launch> loop_ns=<the whole loop>.
+//   many N [S]        one graph, N launches on one stream, synchronised every S (default 100,
+//                     a burst of an ordinary run); prints
+//                     quarter_rss_kib=<VmRSS after each quarter> seconds=<the loop>.
+//   exit-in-flight N  N launches, then exit(0) with the replays in flight (no synchronisation).
+//   capture N         one graph: N launches on a stream, then the same graph launched N times
+//                     into a capture of another stream; the captured graph is instantiated and
+//                     launched once; everything synchronised. Prints captured_nodes=<n>.
+//   fork N M          N launches, synchronised; fork: the child creates its own context and
+//                     graph, launches M times, synchronises and exits normally; the parent waits
+//                     for it, launches N more times, synchronises. Prints child_status=<s>.
+// Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
+// Exit status 0, or 1 on a set-up error (message on stderr).
+
+#include <cuda.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+unsigned long long g_launches = 0, g_failed = 0;
+
+void check(CUresult r, const char *what) {
+  if (r == CUDA_SUCCESS) return;
+  std::fprintf(stderr, "gpu_time_program: %s failed: %d\n", what, static_cast<int>(r));
+  std::exit(1);
+}
+
+unsigned long long now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<unsigned long long>(ts.tv_sec) * 1000000000ull +
+         static_cast<unsigned long long>(ts.tv_nsec);
+}
+
+CUgraphExec make_exec() {
+  CUgraph graph = nullptr;
+  check(cuGraphCreate(&graph, 0), "cuGraphCreate");
+  CUgraphNode node = nullptr;
+  check(cuGraphAddEmptyNode(&node, graph, nullptr, 0), "cuGraphAddEmptyNode");
+  CUgraphExec exec = nullptr;
+  check(cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate");
+  check(cuGraphDestroy(graph), "cuGraphDestroy");
+  return exec;
+}
+
+void launch(CUgraphExec exec, CUstream stream) {
+  ++g_launches;
+  if (cuGraphLaunch(exec, stream) != CUDA_SUCCESS) ++g_failed;
+}
+
+void launches(CUgraphExec exec, CUstream stream, long n) {
+  for (long i = 0; i < n; ++i) launch(exec, stream);
+}
+
+CUcontext new_context() {
+  CUcontext ctx = nullptr;
+  check(cuCtxCreate(&ctx, nullptr, 0, 0), "cuCtxCreate");
+  return ctx;
+}
+
+CUstream new_stream() {
+  CUstream stream = nullptr;
+  check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  return stream;
+}
+
+long rss_kib() {
+  FILE *f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "VmRSS:", 6) == 0) kib = std::strtol(line + 6, nullptr, 10);
+  }
+  std::fclose(f);
+  return kib;
+}
+
+void finish() {
+  std::printf("launches=%llu failed=%llu\n", g_launches, g_failed);
+  std::fflush(stdout);
+}
+
+int usage() {
+  std::fprintf(stderr, "usage: gpu_time_program MODE [N] [M] (see the source)\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 3) return usage();
+  const std::string mode = argv[1];
+  const long n = std::strtol(argv[2], nullptr, 10);
+  const long m = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 0;
+  check(cuInit(0), "cuInit");
+
+  if (mode == "ctx-destroy") {
+    CUcontext a = new_context();
+    CUstream s = new_stream();
+    launches(make_exec(), s, n);
+    check(cuCtxDestroy(a), "cuCtxDestroy");  // replays of graph 1 still in flight
+    CUcontext b = new_context();
+    CUstream t = new_stream();
+    CUgraphExec exec = make_exec();
+    launches(exec, t, m);
+    check(cuStreamSynchronize(t), "cuStreamSynchronize");
+    check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+    check(cuCtxDestroy(b), "cuCtxDestroy");
+  } else if (mode == "primary-release") {
+    CUcontext p = nullptr;
+    check(cuDevicePrimaryCtxRetain(&p, 0), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(p), "cuCtxSetCurrent");
+    CUstream s = new_stream();
+    launches(make_exec(), s, n);
+    check(cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");  // replays in flight
+    check(cuDevicePrimaryCtxRetain(&p, 0), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(p), "cuCtxSetCurrent");
+    CUstream t = new_stream();
+    CUgraphExec exec = make_exec();
+    launches(exec, t, m);
+    check(cuStreamSynchronize(t), "cuStreamSynchronize");
+    check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+    check(cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");
+  } else if (mode == "burst") {
+    new_context();
+    CUstream s = new_stream();
+    CUgraphExec exec = make_exec();
+    unsigned long long slowest = 0;
+    const unsigned long long begin = now_ns();
+    for (long i = 0; i < n; ++i) {
+      const unsigned long long t0 = now_ns();
+      launch(exec, s);
+      const unsigned long long took = now_ns() - t0;
+      if (took > slowest) slowest = took;
+    }
+    const unsigned long long loop = now_ns() - begin;
+    if (argc > 3 && std::strcmp(argv[3], "sync") == 0)
+      check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    std::printf("max_launch_ns=%llu loop_ns=%llu\n", slowest, loop);
+  } else if (mode == "many") {
+    new_context();
+    CUstream s = new_stream();
+    CUgraphExec exec = make_exec();
+    const long every = m > 0 ? m : 100;
+    long rss[4] = {};
+    const unsigned long long begin = now_ns();
+    for (long i = 1; i <= n; ++i) {
+      launch(exec, s);
+      if (i % every == 0) check(cuStreamSynchronize(s), "cuStreamSynchronize");
+      for (int q = 0; q < 4; ++q) {
+        if (i == n * (q + 1) / 4) rss[q] = rss_kib();
+      }
+    }
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    std::printf("quarter_rss_kib=%ld,%ld,%ld,%ld seconds=%.3f\n", rss[0], rss[1], rss[2], rss[3],
+                static_cast<double>(now_ns() - begin) / 1e9);
+  } else if (mode == "exit-in-flight") {
+    new_context();
+    launches(make_exec(), new_stream(), n);
+    finish();
+    std::exit(0);
+  } else if (mode == "capture") {
+    new_context();
+    CUstream s = new_stream(), c = new_stream();
+    CUgraphExec exec = make_exec();
+    launches(exec, s, n);
+    check(cuStreamBeginCapture(c, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    launches(exec, c, n);
+    CUgraph captured = nullptr;
+    check(cuStreamEndCapture(c, &captured), "cuStreamEndCapture");
+    size_t nodes = 0;
+    check(cuGraphGetNodes(captured, nullptr, &nodes), "cuGraphGetNodes");
+    std::printf("captured_nodes=%zu\n", nodes);
+    CUgraphExec replay = nullptr;
+    check(cuGraphInstantiate(&replay, captured, 0), "cuGraphInstantiate");
+    launch(replay, s);
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  } else if (mode == "fork") {
+    CUcontext ctx = new_context();
+    CUstream s = new_stream();
+    CUgraphExec exec = make_exec();
+    launches(exec, s, n);
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    std::fflush(stdout);
+    const pid_t child = fork();
+    if (child < 0) check(CUDA_ERROR_UNKNOWN, "fork");
+    if (child == 0) {
+      g_launches = g_failed = 0;
+      new_context();
+      CUstream t = new_stream();
+      launches(make_exec(), t, m);
+      check(cuStreamSynchronize(t), "cuStreamSynchronize");
+      finish();
+      std::exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    launches(exec, s, n);
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    std::printf("child_status=%d\n", status);
+  } else {
+    return usage();
+  }
+  finish();
+  return 0;
+}

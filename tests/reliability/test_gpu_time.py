@@ -1,0 +1,194 @@
+"""GPU time per replay under stress and faults (issue 12; docs/gpu-time.md "Costs and bounds"):
+gpu_time_program (its modes in its source) under the preloaded shim with
+FERRUM_REPLAY_GPU_TIME=on, against the stand-in's asynchronous GPU. What the user sees: the
+shim's FERRUM_REPLAY_SUMMARY lines, the recorder trace, the program's own output and exit."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shim",
+                                "scenarios"))
+import gpu_check  # noqa: E402
+import harness  # noqa: E402
+from harness import expect, expect_balanced  # noqa: E402
+
+PROGRAM = None
+SANITIZED = bool(os.environ.get("FERRUM_TEST_PRELOAD_FIRST"))
+ON = {"FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_SUMMARY": "stderr"}
+
+
+def program(*args, env=None, record=False, timeout=120):
+    started = time.monotonic()
+    run_ = harness.run([PROGRAM, *map(str, args)], record=record, env={**ON, **(env or {})},
+                       timeout=timeout)
+    run_.seconds = time.monotonic() - started
+    return run_
+
+
+def one_summary(run_):
+    found = gpu_check.summaries(run_.stderr)
+    expect(len(found) == 1 and found[0].gpu is not None, "expected one summary with a GPU line",
+           run_)
+    return found[0]
+
+
+def only_summary_on_stderr(run_):
+    lines = [line for line in run_.stderr.splitlines()
+             if not line.startswith(("ferrum-replay launch summary:", "  "))]
+    expect(not lines, f"stderr holds more than the summary: {lines}", run_)
+
+
+def replays_of(summary, ordinal):
+    return [r for r in summary.rows if r["graph"] == str(ordinal)]
+
+
+def context_destroyed_in_flight():
+    """cuCtxDestroy, or the last cuDevicePrimaryCtxRelease, with 20 replays of 50 ms in flight;
+    then a new context times 30 more: no crash, no hang, the 20 counted as not timed (context
+    destroyed), the 30 timed at their simulated 300 us."""
+    for mode in ("ctx-destroy", "primary-release"):
+        run_ = program(mode, 20, 30,
+                       env={"FERRUM_STANDIN_GRAPH_NS": "50000000,300000"}, timeout=60)
+        expect(run_.returncode == 0 and "launches=50 failed=0" in run_.stdout,
+               f"{mode}: program failed", run_)
+        expect(run_.seconds < 20, f"{mode}: took {run_.seconds:.1f} s", run_)
+        summary = one_summary(run_)
+        gpu = summary.gpu
+        expect(gpu["timed"] == 30 and gpu["in_flight"] == 0 and gpu["not_timed"] == 20 and
+               gpu["why"] == {"context destroyed": 20}, f"{mode}: GPU line {gpu}", run_)
+        [later] = [r for r in summary.rows if r["gpu n"] == "30"]
+        expect(abs(float(later["mean us"]) - 300) <= 2, f"{mode}: row {later}", run_)
+        only_summary_on_stderr(run_)
+        # With the recorder: the trace holds the 30, on the new context's stream.
+        traced = program(mode, 20, 30, env={"FERRUM_STANDIN_GRAPH_NS": "50000000,300000"},
+                         record=True, timeout=60)
+        meta = gpu_check.gpu_meta(traced.trace)
+        expect(meta["timed"] == 30 and meta["notTimed"] == 20 and meta["inFlightAtExit"] == 0,
+               f"{mode}: trace gpu {meta}", traced)
+        expect(len(gpu_check.trace_check.gpu_replays(traced.trace)) == 30, "GPU events", traced)
+        expect_balanced(traced)
+
+
+def burst_exhausts_pool():
+    """3000 replays of a 20 ms graph queued at once on one stream (the stand-in's launch queue
+    holds them all): no launch waits (each well under one replay's 20 ms), the first 1024 (the
+    pool) are timed or in flight, the rest counted as not timed (pool exhausted); the process
+    exits without waiting for the GPU."""
+    run_ = program("burst", 3000, env={"FERRUM_STANDIN_GRAPH_NS": "20000000",
+                                       "FERRUM_STANDIN_LAUNCH_QUEUE": "4096"}, timeout=60)
+    expect(run_.returncode == 0 and "launches=3000 failed=0" in run_.stdout, "program failed",
+           run_)
+    fields = dict(part.split("=") for part in run_.stdout.split() if "=" in part)
+    slowest_ms = int(fields["max_launch_ns"]) / 1e6
+    expect(slowest_ms < 10, f"the slowest launch took {slowest_ms:.3f} ms: a launch waited", run_)
+    expect(run_.seconds < 15, f"the process took {run_.seconds:.1f} s to exit", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] + gpu["in_flight"] == 1024 and gpu["not_timed"] == 3000 - 1024 and
+           gpu["why"] == {"pool exhausted": 3000 - 1024},
+           f"GPU line {gpu}: expected the pool's 1024 timed or in flight, the rest exhausted", run_)
+    only_summary_on_stderr(run_)
+
+
+def burst_mostly_timed():
+    """An ordinary burst: 500 replays of 200 us queued on one stream, then synchronised: at least
+    95 % timed (the issue's sizing rule), none in flight at exit."""
+    run_ = program("burst", 500, "sync", env={"FERRUM_STANDIN_GRAPH_NS": "200000"}, timeout=60)
+    expect(run_.returncode == 0 and "launches=500 failed=0" in run_.stdout, "program failed", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] >= 475 and gpu["timed"] + gpu["not_timed"] == 500 and
+           gpu["in_flight"] == 0, f"GPU line {gpu}: fewer than 95 % of 500 timed", run_)
+
+
+def many(replays):
+    """`replays` timed replays of a 20 us graph in bursts of 100, each synchronised (a steady
+    50,000 replays a second): resident memory flat over the second half, every replay accounted
+    for, at least 95 % timed (the reaper keeps up while launches keep coming)."""
+    run_ = program("many", replays, 100, env={"FERRUM_STANDIN_GRAPH_NS": "20000"}, timeout=1200)
+    expect(run_.returncode == 0 and f"launches={replays} failed=0" in run_.stdout,
+           "program failed", run_)
+    fields = dict(part.split("=") for part in run_.stdout.split() if "=" in part)
+    rss = [int(x) for x in fields["quarter_rss_kib"].split(",")]
+    expect(SANITIZED or rss[-1] - rss[1] <= 1024,
+           f"resident memory grew from {rss[1]} KiB to {rss[-1]} KiB over the second half", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] + gpu["not_timed"] == replays and gpu["in_flight"] == 0,
+           f"GPU line {gpu}", run_)
+    expect(gpu["timed"] >= replays * 0.95, f"GPU line {gpu}: fewer than 95 % timed", run_)
+    print(f"{replays} replays in {fields['seconds']} s, RSS {rss} KiB, {gpu}")
+
+
+def many_replays():
+    many(100_000 if not SANITIZED else 20_000)
+
+
+def many_replays_long():
+    many(1_000_000 if not SANITIZED else 100_000)
+
+
+def exit_in_flight():
+    """Exit with 40 replays of 100 ms in flight: the summary counts them in flight, the trace
+    too, the process exits promptly (it never waits for the GPU), and says nothing more than
+    it was asked."""
+    env = {"FERRUM_STANDIN_GRAPH_NS": "100000000"}
+    run_ = program("exit-in-flight", 40, env=env, timeout=60)
+    expect(run_.returncode == 0 and run_.stdout == "launches=40 failed=0\n", "program", run_)
+    expect(run_.seconds < (10 if SANITIZED else 3), f"took {run_.seconds:.1f} s to exit", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["in_flight"] == 40 and gpu["timed"] == 0 and gpu["not_timed"] == 0,
+           f"GPU line {gpu}", run_)
+    only_summary_on_stderr(run_)
+    traced = program("exit-in-flight", 40, env={**env, "FERRUM_REPLAY_SUMMARY": ""},
+                     record=True, timeout=60)
+    meta = gpu_check.gpu_meta(traced.trace)
+    expect(meta["inFlightAtExit"] == 40 and meta["timed"] == 0, f"trace gpu {meta}", traced)
+    expect(traced.stderr == "" and traced.seconds < (10 if SANITIZED else 3),
+           f"output or a slow exit ({traced.seconds:.1f} s)", traced)
+
+
+def capture_untouched():
+    """Launches into a capturing stream gain no event nodes (the stand-in counts event records
+    into a capture: none), the captured graph holds only the launches, and the launches outside
+    the capture are all timed."""
+    run_ = program("capture", 10, env={"FERRUM_STANDIN_GRAPH_NS": "100000"}, record=True)
+    expect(run_.returncode == 0 and "launches=21 failed=0" in run_.stdout, "program failed", run_)
+    expect(run_.report.get("captured_event_records") == 0 and
+           run_.report.get("captured_launches") == 10, f"stand-in report {run_.report}", run_)
+    expect("captured_nodes=10\n" in run_.stdout, "the captured graph changed", run_)
+    gpu = one_summary(run_).gpu
+    # 10 outside, 10 captured (not timed: capturing), the captured graph's replay of 10 x 100 us.
+    expect(gpu["timed"] == 11 and gpu["why"] == {"capturing": 10},
+           f"GPU line {gpu}", run_)
+    replays = gpu_check.trace_check.gpu_replays(run_.trace)
+    durations = sorted(gpu_check.ns(e["dur"]) for e in replays)
+    expect(len(replays) == 11 and abs(durations[-1] - 1_000_000) <= 2000 and
+           all(abs(d - 100_000) <= 2000 for d in durations[:10]),
+           f"GPU durations {durations}", run_)
+    expect_balanced(run_)
+
+
+def fork_child_counts():
+    """A forked child that creates its own context and times 7 replays reports its own counts;
+    the parent's (2 x 12) are unchanged by it."""
+    run_ = program("fork", 12, 7, env={"FERRUM_STANDIN_GRAPH_NS": "100000,200000"}, timeout=60)
+    expect(run_.returncode == 0 and "child_status=0" in run_.stdout, "program failed", run_)
+    found = {s.pid: s for s in gpu_check.summaries(run_.stderr)}
+    expect(len(found) == 2, f"{len(found)} summaries, expected parent's and child's", run_)
+    gpus = sorted((s.gpu["timed"], s.gpu["not_timed"], s.gpu["in_flight"])
+                  for s in found.values())
+    expect(gpus == [(7, 0, 0), (24, 0, 0)], f"GPU lines (timed, not, in flight): {gpus}", run_)
+    child = [s for s in found.values() if s.gpu["timed"] == 7][0]
+    means = [float(r["mean us"]) for r in child.rows if r["gpu n"] != "0"]
+    expect(len(means) == 1 and abs(means[0] - 200) <= 2, f"child rows {child.rows}", run_)
+
+
+SCENARIOS = {f.__name__: f for f in (
+    context_destroyed_in_flight, burst_exhausts_pool, burst_mostly_timed, many_replays,
+    many_replays_long, exit_in_flight, capture_untouched, fork_child_counts)}
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[:1] == ["--program"]:
+        PROGRAM = args[1]
+        args = args[2:]
+    sys.argv[1:] = args
+    harness.main(SCENARIOS)
