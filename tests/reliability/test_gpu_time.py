@@ -57,7 +57,8 @@ def context_destroyed_in_flight():
         expect(gpu["timed"] == 30 and gpu["in_flight"] == 0 and gpu["not_timed"] == 20 and
                gpu["why"] == {"context destroyed": 20}, f"{mode}: GPU line {gpu}", run_)
         [later] = [r for r in summary.rows if r["gpu n"] == "30"]
-        expect(abs(float(later["mean us"]) - 300) <= 2, f"{mode}: row {later}", run_)
+        expect(abs(float(later["min us"]) - 300) <= 2 and abs(float(later["p50 us"]) - 300) <= 20,
+               f"{mode}: row {later}", run_)
         only_summary_on_stderr(run_)
         # With the recorder: the trace holds the 30, on the new context's stream.
         traced = program(mode, 20, 30, env={"FERRUM_STANDIN_GRAPH_NS": "50000000,300000"},
@@ -83,8 +84,11 @@ def burst_exhausts_pool():
     expect(slowest_ms < 10, f"the slowest launch took {slowest_ms:.3f} ms: a launch waited", run_)
     expect(run_.seconds < 15, f"the process took {run_.seconds:.1f} s to exit", run_)
     gpu = one_summary(run_).gpu
-    expect(gpu["timed"] + gpu["in_flight"] == 1024 and gpu["not_timed"] == 3000 - 1024 and
-           gpu["why"] == {"pool exhausted": 3000 - 1024},
+    # The pool's 1024 pairs in flight (a slow loop may see the first replays finish and their
+    # pairs serve again), every other replay counted as not timed for want of a pair.
+    used = gpu["timed"] + gpu["in_flight"]
+    expect(gpu["in_flight"] <= 1024 and 1024 <= used < 1100 and used + gpu["not_timed"] == 3000
+           and gpu["why"] == {"pool exhausted": gpu["not_timed"]},
            f"GPU line {gpu}: expected the pool's 1024 timed or in flight, the rest exhausted", run_)
     only_summary_on_stderr(run_)
 
@@ -159,10 +163,17 @@ def capture_untouched():
     expect(gpu["timed"] == 11 and gpu["why"] == {"capturing": 10},
            f"GPU line {gpu}", run_)
     replays = gpu_check.trace_check.gpu_replays(run_.trace)
-    durations = sorted(gpu_check.ns(e["dur"]) for e in replays)
-    expect(len(replays) == 11 and abs(durations[-1] - 1_000_000) <= 2000 and
-           all(abs(d - 100_000) <= 2000 for d in durations[:10]),
-           f"GPU durations {durations}", run_)
+    expect(len(replays) == 11, f"{len(replays)} GPU events", run_)
+    launches = {(r["name"], r["args"]["payload"]): r for r in run_.ranges()}
+    first = min(run_.ranges(), key=lambda r: float(r["ts"]))["name"]
+    for event in replays:
+        # The captured graph (another name: its own instantiation) holds the 10 launches.
+        simulated = 100_000 if event["name"] == first else 1_000_000
+        # A replay that finds its stream idle also counts the gap before its launch.
+        idle = gpu_check.ns(launches[(event["name"], event["args"]["replay"])]["dur"])
+        took = gpu_check.ns(event["dur"])
+        expect(simulated - 2000 <= took <= simulated + 2000 + idle,
+               f"replay {event['args']['replay']}: GPU {took} ns, simulated {simulated}", run_)
     expect_balanced(run_)
 
 
@@ -177,8 +188,9 @@ def fork_child_counts():
                   for s in found.values())
     expect(gpus == [(7, 0, 0), (24, 0, 0)], f"GPU lines (timed, not, in flight): {gpus}", run_)
     child = [s for s in found.values() if s.gpu["timed"] == 7][0]
-    means = [float(r["mean us"]) for r in child.rows if r["gpu n"] != "0"]
-    expect(len(means) == 1 and abs(means[0] - 200) <= 2, f"child rows {child.rows}", run_)
+    # (min: the first replay found its stream idle and also counts the gap before its launch)
+    least = [float(r["min us"]) for r in child.rows if r["gpu n"] != "0"]
+    expect(len(least) == 1 and abs(least[0] - 200) <= 2, f"child rows {child.rows}", run_)
 
 
 SCENARIOS = {f.__name__: f for f in (
