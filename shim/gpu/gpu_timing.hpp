@@ -6,11 +6,11 @@
 // The reaper: one detached thread, started by the first launch that asks for a context's pool
 // (never in a process that does not turn GPU timing on), all signals blocked. It wakes every
 // millisecond while replays are in flight or launches keep coming (every 20 ms when neither),
-// creates pools, reaps, and calls the sink with batches, outside the engine's mutex. At exit (an atexit handler
-// registered when it starts, so it runs before the CUDA runtime's own teardown) it is asked
-// for one last pass (waited for at most 1 s), then the engine stops calling CUDA for good.
-// After fork, the child forgets every pool (its contexts are not usable there) and starts a
-// reaper of its own on its first timed launch.
+// creates pools, reaps, and calls the sink with batches, outside the engine's mutex. At exit
+// (an atexit handler registered when it starts, so it runs before the CUDA runtime's own
+// teardown) it is asked for one last pass (waited for at most 1 s), then the engine stops
+// calling CUDA for good. After fork, the child forgets every pool (its contexts are not
+// usable there) and starts a reaper of its own on its first timed launch.
 #pragma once
 
 #include <cuda.h>
