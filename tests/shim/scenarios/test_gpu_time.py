@@ -277,9 +277,11 @@ def summary_without_tool():
             expect(abs(float(row[column]) * 1000 - simulated) <= bound,
                    f"row {row}: {column} is not the simulated {simulated} ns", run_)
         expect(-TOLERANCE_NS <= spread <= 1_000_000, f"row {row}: max us", run_)
-        for column in ("p50 us", "p99 us"):  # a log-bucket histogram: within 6.25 %
-            expect(abs(float(row[column]) * 1000 - simulated) <= simulated * 0.0625,
-                   f"row {row}: {column} is not near the simulated {simulated} ns", run_)
+        # A log-bucket histogram: within 6.25 %; p99 of 21 replays is the slowest, the first.
+        expect(abs(float(row["p50 us"]) * 1000 - simulated) <= simulated * 0.0625,
+               f"row {row}: p50 us is not near the simulated {simulated} ns", run_)
+        expect(float(row["p50 us"]) <= float(row["p99 us"]) <= float(row["max us"]) * 1.0625,
+               f"row {row}: p99 us out of order", run_)
         expect(abs(float(row["gpu tot ms"]) * 1e6 - ITERS * simulated) <= ITERS * TOLERANCE_NS
                + spread,
                f"row {row}: total", run_)
