@@ -19,7 +19,8 @@
 //     --ferrum-warmup=N       launch graph 0 N times through each route first (with
 //                             --ferrum-iterations, which excludes Google Benchmark's warm-up)
 //     --ferrum-set=S          launch (runtime, driver and procaddress at 1 graph), scaling
-//                             (procaddress at 10,000 graphs and at 1/8 threads), all (default)
+//                             (procaddress at 10,000 graphs and at 1/8 threads), all (default:
+//                             launch and scaling); timed, timed-baseline: see below
 //   --rss=N1,N2        N2 launches round-robin over 8 graphs and the three routes; prints
 //                      rss_kib_at_<N1>= and rss_kib_at_<N2>= (VmRSS after N1 and after N2
 //                      launches), minor_faults_between= (page faults in between: 0 when the
@@ -27,8 +28,25 @@
 //                      open files without a name: a tool's spill file), then
 //                      end_monotonic_ns= just before main returns (the parent times what runs
 //                      after it: a tool's exit report)
+//     --ferrum-flush-every=N  (with --rss) every N launches, ferrum_replay_gpu_flush (when
+//                             the shim is loaded): every timed replay is reaped before the
+//                             event pool runs out; prints timed= and not_timed= at the end
 //   --loop=ROUTE,G,N   N launches through one route, round-robin over G graphs, and nothing
 //                      else: for valgrind --tool=callgrind (instructions per launch)
+//
+// GPU timing (FERRUM_REPLAY_GPU_TIME=on): with timing on, the shim brackets each replay with two
+// event records from a pool of 1,024 pairs that its reaper thread refills. A loop of bare
+// launches would exhaust the pool within microseconds (the stand-in has no GPU to slow the
+// launches down) and measure the cheaper untimed path. The timed sets therefore launch in
+// batches of kTimedBatch (fewer than the pool holds) and, between batches, with the timer
+// paused, call ferrum_replay_gpu_flush (which returns once the reaper has freed every finished
+// pair); without the shim the pause is the same, the flush absent. Benchmarks:
+//   batched:ROUTE  (set timed)           the route's plain launch, in batches
+//   events:ROUTE   (set timed-baseline)  the same, each launch between two direct
+//                                        cuEventRecord calls on its stream (start event
+//                                        before, end event after): what the shim does by hand
+// set timed-baseline runs both. Each reports the counter timed_fraction: replays timed (from
+// ferrum_replay_gpu_flush) over launches, 0 without the shim.
 //
 // Each graph is one empty node, instantiated through the driver; the runtime launches the same
 // executable graphs (both stand-ins share the driver's handles, as NVIDIA's do).
@@ -43,6 +61,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "ferrum_replay/ferrum_replay.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -136,6 +155,71 @@ void BM_procaddress(benchmark::State &state) {
               [launch](CUgraphExec e, CUstream s) { return static_cast<int>(launch(e, s)); });
 }
 
+// ---- the timed sets: launches in batches, the pool refilled in between ----
+
+constexpr long kTimedBatch = 512;        // < the shim's 1,024 event pairs per context
+ferrum_replay_gpu_flush_fn g_gpu_flush;  // the shim's, when it is loaded
+CUevent g_start_event, g_end_event;      // for the events:ROUTE baseline
+
+// Replays timed and not timed so far (both 0 without the shim or with timing off).
+void gpu_counts(unsigned long long *timed, unsigned long long *not_timed) {
+  ferrum_replay_gpu_status status{};
+  status.size = sizeof status;
+  *timed = *not_timed = 0;
+  if (g_gpu_flush && g_gpu_flush(&status) == 0) {
+    *timed = status.timed;
+    *not_timed = status.not_timed + status.in_flight;
+  }
+}
+
+template <bool kEvents, typename Launch>
+void timed_loop(benchmark::State &state, Launch &&launch) {
+  const CUgraphExec exec = g_execs[0];
+  const CUstream stream = nullptr;
+  unsigned long long timed_before = 0, untimed_before = 0;
+  gpu_counts(&timed_before, &untimed_before);
+  long failures = 0, in_batch = 0;
+  for (auto _ : state) {
+    if constexpr (kEvents) failures += cuEventRecord(g_start_event, stream) != CUDA_SUCCESS;
+    failures += launch(exec, stream) != 0;
+    if constexpr (kEvents) failures += cuEventRecord(g_end_event, stream) != CUDA_SUCCESS;
+    if (__builtin_expect(++in_batch == kTimedBatch, 0)) {
+      in_batch = 0;
+      state.PauseTiming();
+      if (g_gpu_flush) g_gpu_flush(nullptr);
+      state.ResumeTiming();
+    }
+  }
+  unsigned long long timed_after = 0, untimed_after = 0;
+  gpu_counts(&timed_after, &untimed_after);
+  if (failures) state.SkipWithError("a launch or event record failed");
+  const double launches = static_cast<double>(state.iterations());
+  state.counters["timed_fraction"] =
+      launches > 0 ? static_cast<double>(timed_after - timed_before) / launches : 0.0;
+}
+
+int runtime_launch(CUgraphExec e, CUstream s) {
+  return static_cast<int>(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(e), s));
+}
+int driver_launch(CUgraphExec e, CUstream s) {
+  return static_cast<int>(cuGraphLaunch(e, s));
+}
+
+template <bool kEvents>
+void BM_timed_runtime(benchmark::State &state) {
+  timed_loop<kEvents>(state, runtime_launch);
+}
+template <bool kEvents>
+void BM_timed_driver(benchmark::State &state) {
+  timed_loop<kEvents>(state, driver_launch);
+}
+template <bool kEvents>
+void BM_timed_procaddress(benchmark::State &state) {
+  const PFN_cuGraphLaunch_v10000 launch = g_procaddress_launch;
+  timed_loop<kEvents>(
+      state, [launch](CUgraphExec e, CUstream s) { return static_cast<int>(launch(e, s)); });
+}
+
 void register_benchmarks(const std::string &set, long fixed_iterations) {
   // Warm-up: --benchmark_min_warmup_time (a per-benchmark MinWarmUpTime cannot be combined
   // with fixed iterations), or --ferrum-warmup.
@@ -159,6 +243,20 @@ void register_benchmarks(const std::string &set, long fixed_iterations) {
     finish(benchmark::RegisterBenchmark("procaddress", BM_procaddress)
                ->Args({1, 1})
                ->Threads(kThreadsMax));
+  }
+  if (set == "timed" || set == "timed-baseline") {
+    g_gpu_flush =
+        reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
+    finish(benchmark::RegisterBenchmark("batched:runtime", BM_timed_runtime<false>));
+    finish(benchmark::RegisterBenchmark("batched:driver", BM_timed_driver<false>));
+    finish(benchmark::RegisterBenchmark("batched:procaddress", BM_timed_procaddress<false>));
+  }
+  if (set == "timed-baseline") {
+    check(cuEventCreate(&g_start_event, CU_EVENT_DEFAULT), "cuEventCreate");
+    check(cuEventCreate(&g_end_event, CU_EVENT_DEFAULT), "cuEventCreate");
+    finish(benchmark::RegisterBenchmark("events:runtime", BM_timed_runtime<true>));
+    finish(benchmark::RegisterBenchmark("events:driver", BM_timed_driver<true>));
+    finish(benchmark::RegisterBenchmark("events:procaddress", BM_timed_procaddress<true>));
   }
 }
 
@@ -200,7 +298,7 @@ long long unnamed_file_bytes() {
   return total;
 }
 
-int rss_mode(const char *spec) {
+int rss_mode(const char *spec, long flush_every) {
   char *end = nullptr;
   const long first = std::strtol(spec, &end, 10);
   const long total = (end && *end == ',') ? std::strtol(end + 1, nullptr, 10) : 0;
@@ -224,6 +322,7 @@ int rss_mode(const char *spec) {
         failures += g_procaddress_launch(exec, nullptr) != 0;
         break;
     }
+    if (flush_every > 0 && (i + 1) % flush_every == 0 && g_gpu_flush) g_gpu_flush(nullptr);
     if (i + 1 == first) {
       rss_first = rss_kib();
       getrusage(RUSAGE_SELF, &usage);
@@ -240,6 +339,11 @@ int rss_mode(const char *spec) {
   std::printf("launches=%ld failed=%ld\nrss_kib_at_%ld=%ld\nrss_kib_at_%ld=%ld\n", total, failures,
               first, rss_first, total, rss_total);
   std::printf("minor_faults_between=%ld\nunnamed_file_bytes=%lld\n", faults_between, unnamed_bytes);
+  if (flush_every > 0) {
+    unsigned long long timed = 0, not_timed = 0;
+    gpu_counts(&timed, &not_timed);
+    std::printf("timed=%llu\nnot_timed=%llu\n", timed, not_timed);
+  }
   std::printf("end_monotonic_ns=%lld\n",
               static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec);
   std::fflush(stdout);
@@ -276,7 +380,7 @@ int loop_mode(const char *spec) {
 
 int main(int argc, char **argv) {
   std::string set = "all";
-  long fixed_iterations = 0, warmup = 0;
+  long fixed_iterations = 0, warmup = 0, flush_every = 0;
   const char *rss = nullptr, *loop = nullptr;
   std::vector<char *> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -286,6 +390,8 @@ int main(int argc, char **argv) {
       warmup = std::strtol(argv[i] + 16, nullptr, 10);
     else if (std::strncmp(argv[i], "--ferrum-set=", 13) == 0)
       set = argv[i] + 13;
+    else if (std::strncmp(argv[i], "--ferrum-flush-every=", 21) == 0)
+      flush_every = std::strtol(argv[i] + 21, nullptr, 10);
     else if (std::strncmp(argv[i], "--rss=", 6) == 0)
       rss = argv[i] + 6;
     else if (std::strncmp(argv[i], "--loop=", 7) == 0)
@@ -294,7 +400,12 @@ int main(int argc, char **argv) {
       rest.push_back(argv[i]);
   }
   set_up();
-  if (rss) return rss_mode(rss);
+  if (rss) {
+    if (flush_every > 0)
+      g_gpu_flush = reinterpret_cast<ferrum_replay_gpu_flush_fn>(
+          dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
+    return rss_mode(rss, flush_every);
+  }
   if (loop) return loop_mode(loop);
 
   int rest_argc = static_cast<int>(rest.size());

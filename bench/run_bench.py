@@ -17,6 +17,13 @@ What it runs, each in its own processes (a preload cannot be added to a running 
               launch: with 8 threads on fewer cores, wall time would measure the scheduler.
               Against the stand-in driver with FERRUM_STANDIN_BENCH=1: its launch does nothing
               but return, so the baseline is the cheapest real call into libcuda.so.1.
+  GPU timing  three more configurations in the same rounds: no preload running each route's
+              launch between two direct cuEventRecord calls (the baseline: the calls the shim
+              makes by hand), and the shim with FERRUM_REPLAY_GPU_TIME=on — no tool, and with
+              the recorder — running the bare launch. Both loops launch in batches of 512 and,
+              between batches, timer paused, let the shim's reaper refill its event pool
+              (ferrum_replay_gpu_flush), so that every replay is timed, which each row checks.
+              The stand-in's event calls take its fast path too (each costs a minimal call).
   start-up    bench/ferrum-bench-spawn: /bin/true and `python3 -c pass`, spawned in pairs
               without/with the preload; medians, and the median of the pairs' ratios and
               differences (the vs-baseline column). An empty preloaded library
@@ -27,7 +34,8 @@ What it runs, each in its own processes (a preload cannot be added to a running 
   memory      ferrum-bench-launch --rss: resident size and minor page faults after 10 thousand
               and after 10 million launches (shim, no tool); with the recorder, its memory per
               event (resident, and in its unnamed spill file), and the time its exit report
-              takes (trace file size / time).
+              takes (trace file size / time); with GPU timing on, resident size after 10
+              thousand and after 1 million timed replays.
 
 Exit status: 0 when every row was measured (targets missed or not: timings never fail this),
 1 when something could not run.
@@ -103,7 +111,7 @@ def keyvalues(text):
 # Launch cost: Google Benchmark in six configurations, interleaved
 
 CONFIGS = ["baseline", "shim", "shim_active", "shim_off", "shim_recorder", "naive",
-           "naive_recorder"]
+           "naive_recorder", "gpu_baseline", "shim_gpu", "shim_gpu_recorder"]
 CONFIG_LABEL = {
     "baseline": "no preload",
     "shim": "shim, no tool",
@@ -115,7 +123,16 @@ CONFIG_LABEL = {
     "shim_recorder": "shim + recorder",
     "naive": "naive, no tool",
     "naive_recorder": "naive + recorder",
+    # GPU timing (FERRUM_REPLAY_GPU_TIME=on). Benchmarks batched:ROUTE (the bare launch) and,
+    # in gpu_baseline, events:ROUTE (the launch between two direct cuEventRecord calls).
+    "gpu_baseline": "no preload, launch between two cuEventRecord calls",
+    "shim_gpu": "shim + GPU timing, no tool",
+    "shim_gpu_recorder": "shim + GPU timing + recorder",
 }
+# The benchmark set (launch_bench.cpp --ferrum-set) of each configuration: "all" unless named.
+CONFIG_SET = {"gpu_baseline": "timed-baseline", "shim_gpu": "timed",
+              "shim_gpu_recorder": "timed"}
+TIMED_BATCH_FLUSH = 512  # ferrum-bench-launch --ferrum-flush-every for the timed memory row
 
 
 def config_env(config, paths, env, tmpdir):
@@ -128,6 +145,8 @@ def config_env(config, paths, env, tmpdir):
         env["FERRUM_REPLAY"] = "off"
     if config == "shim_active":
         env["FERRUM_REPLAY_SUMMARY"] = os.path.join(tmpdir, "summary.%p.txt")
+    if config.startswith("shim_gpu"):
+        env["FERRUM_REPLAY_GPU_TIME"] = "on"
     if config.endswith("recorder"):
         env["NVTX_INJECTION64_PATH"] = paths["recorder"]
         env["FERRUM_RECORD_OUT"] = os.path.join(tmpdir, "launch.%p.json")
@@ -138,10 +157,14 @@ def config_env(config, paths, env, tmpdir):
 def run_launch_config(config, paths, env, tmpdir, opts):
     cmd = [paths["launch"], "--benchmark_format=json",
            f"--benchmark_repetitions={opts['repetitions']}"]
+    if config in CONFIG_SET:
+        cmd.append(f"--ferrum-set={CONFIG_SET[config]}")
     if config.endswith("recorder"):
         # The recorder keeps every range in memory until exit: fixed, bounded iterations, and
         # only the three routes (the scaling rows are about the shim's own data structures).
-        cmd += ["--ferrum-set=launch", f"--ferrum-iterations={opts['recorder_iterations']}",
+        if config not in CONFIG_SET:
+            cmd.append("--ferrum-set=launch")
+        cmd += [f"--ferrum-iterations={opts['recorder_iterations']}",
                 f"--ferrum-warmup={opts['recorder_warmup']}"]
     else:
         cmd += [f"--benchmark_min_time={opts['min_time']}",
@@ -157,6 +180,8 @@ def run_launch_config(config, paths, env, tmpdir, opts):
         name = re.sub(r"/iterations:\d+", "", b["run_name"])
         scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
         times.setdefault(name, []).append(b["cpu_time"] * scale)
+        if "timed_fraction" in b:  # the timed sets: replays timed / launches
+            times.setdefault(name + "#timed", []).append(b["timed_fraction"])
     return times, data.get("context", {})
 
 
@@ -171,7 +196,9 @@ def measure_launches(paths, env, tmpdir, opts, progress):
             times, ctx = run_launch_config(config, paths, env, tmpdir, opts)
             context = context or ctx
             for name, values in times.items():
-                per_round[config].setdefault(name, []).append(statistics.median(values))
+                # The timed fraction: the worst repetition's (a row holds only when all were).
+                value = min(values) if name.endswith("#timed") else statistics.median(values)
+                per_round[config].setdefault(name, []).append(value)
     return per_round, context
 
 # ---------------------------------------------------------------------------------------------
@@ -233,10 +260,15 @@ def strace_opens(env, program, preload, tmpdir):
     return {"files": files, "clones": clones}
 
 
-def measure_rss(paths, env, tmpdir, first, total, preload, recorder, summary=False):
+def measure_rss(paths, env, tmpdir, first, total, preload, recorder, summary=False,
+                gpu_time=False):
     env = dict(env)
     if preload:
         env["LD_PRELOAD"] = preload
+    extra = []
+    if gpu_time:  # every replay timed: the pool refilled every TIMED_BATCH_FLUSH launches
+        env["FERRUM_REPLAY_GPU_TIME"] = "on"
+        extra = [f"--ferrum-flush-every={TIMED_BATCH_FLUSH}"]
     if summary:  # the shim active with no tool: its registry and counters at work
         env["FERRUM_REPLAY_SUMMARY"] = os.path.join(tmpdir, "rss-summary.%p.txt")
     trace = None
@@ -245,7 +277,7 @@ def measure_rss(paths, env, tmpdir, first, total, preload, recorder, summary=Fal
         env["NVTX_INJECTION64_PATH"] = paths["recorder"]
         env["FERRUM_RECORD_OUT"] = trace
         env["FERRUM_RECORD_TABLE"] = "0"
-    p = subprocess.Popen([paths["launch"], f"--rss={first},{total}"], env=env,
+    p = subprocess.Popen([paths["launch"], f"--rss={first},{total}"] + extra, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.communicate(timeout=600)
     exited = time.monotonic_ns()  # CLOCK_MONOTONIC, the clock the child printed
@@ -260,6 +292,9 @@ def measure_rss(paths, env, tmpdir, first, total, preload, recorder, summary=Fal
         "unnamed_bytes": int(kv["unnamed_file_bytes"]),
         "exit_s": (exited - int(kv["end_monotonic_ns"])) / 1e9,
     }
+    if gpu_time:
+        result["timed"] = int(kv.get("timed", 0))
+        result["not_timed"] = int(kv.get("not_timed", 0))
     if trace:
         result["trace_bytes"] = os.path.getsize(trace)
         with open(trace, "rb") as f:
@@ -281,7 +316,9 @@ T1 = "/1/0/threads:1"
 T8 = "/1/0/threads:8"
 T8_SHARED = "/1/1/threads:8"
 GRAPHS_IN_PROCESS = 10_000  # ferrum-bench-launch instantiates this many at start
-EXPECTED_ROWS = 23 + 5 + 6 + 4  # launch, scaling, a process that never uses CUDA, memory
+EXPECTED_ROWS = 23 + 5 + 7 + 6 + 5  # launch, scaling, GPU timing, non-CUDA process, memory
+GPU_TIMING_TARGET_NS = 50.0
+TIMED_FRACTION_MIN = 0.99  # a GPU-timing row measures timed replays, or it does not hold
 
 
 class Table:
@@ -393,6 +430,24 @@ def build_table(launch, startup, effects, memory, opts):
           fmt_ratio(ratio(med("baseline", "procaddress" + T8),
                           med("baseline", "procaddress" + T1))), "", None)
 
+    t.section("GPU timing (FERRUM_REPLAY_GPU_TIME=on): CPU ns per launch added over the same "
+              "launch between two direct cuEventRecord calls, no preload")
+    t.row("two cuEventRecord calls themselves (driver symbol, no preload)",
+          ns(med("gpu_baseline", "events:driver")), ns(med("gpu_baseline", "batched:driver")),
+          fmt_added(added("gpu_baseline", "events:driver", "gpu_baseline", "batched:driver")),
+          "", None)
+    for route, label in ROUTES:
+        for config, target in (("shim_gpu", True), ("shim_gpu_recorder", False)):
+            bench = "batched:" + route
+            a = added(config, bench, "gpu_baseline", "events:" + route)
+            timed = min(per_round[config].get(bench + "#timed", [0.0]))
+            ok = a[0] <= GPU_TIMING_TARGET_NS and timed >= TIMED_FRACTION_MIN
+            t.row(f"{label}: {CONFIG_LABEL[config]}",
+                  f"{ns(med(config, bench))}, {timed * 100:.0f} % timed",
+                  ns(med("gpu_baseline", "events:" + route)), fmt_added(a),
+                  f"≤ {GPU_TIMING_TARGET_NS:.0f} ns, ≥ {TIMED_FRACTION_MIN * 100:.0f} % timed"
+                  if target else "", ok if target else None)
+
     t.section("A process that never uses CUDA")
     for label, (without, with_, pair_ratio, pair_diff_us), target in (
             ("start-up, /bin/true", startup["true"], "≤ 1.1×"),
@@ -439,6 +494,14 @@ def build_table(launch, startup, effects, memory, opts):
     t.row(f"  resident size with the shim vs without ({GRAPHS_IN_PROCESS:,} live graphs)",
           f"{m['rss_total']} KiB", f"{b['rss_total']} KiB",
           f"{extra:+d} KiB ({extra * 1024 / GRAPHS_IN_PROCESS:.0f} B per graph)", "", None)
+    g = memory["gpu"]
+    growth = g["rss_total"] - g["rss_first"]
+    launches = opts["rss_gpu_total"]
+    timed = g["timed"] / launches if launches else 0.0
+    t.row(f"resident size after {launches:,} timed replays vs {opts['rss_first']:,} "
+          "(shim + GPU timing, no tool)", f"{g['rss_total']} KiB, {timed * 100:.0f} % timed",
+          f"{g['rss_first']} KiB", f"{growth:+d} KiB, {g['faults_between']} page faults", "+0",
+          growth <= 0 and timed >= TIMED_FRACTION_MIN)
     r = memory["recorder"]
     events = opts["recorder_events"] - opts["rss_first"]
     per_event = (r["rss_total"] - r["rss_first"]) * 1024 / events
@@ -471,12 +534,12 @@ def main():
         opts = dict(rounds=1, repetitions=1, min_time=0.002, warmup_time=0.001,
                     recorder_iterations=2000, recorder_warmup=200, spawn_count=5,
                     spawn_warmup=1, python_count=2, rss_first=10_000, rss_total=100_000,
-                    recorder_events=100_000)
+                    recorder_events=100_000, rss_gpu_total=100_000)
     else:
         opts = dict(rounds=5, repetitions=3, min_time=0.05, warmup_time=0.02,
                     recorder_iterations=30_000, recorder_warmup=10_000, spawn_count=400,
                     spawn_warmup=20, python_count=40, rss_first=10_000, rss_total=10_000_000,
-                    recorder_events=1_000_000)
+                    recorder_events=1_000_000, rss_gpu_total=1_000_000)
     if args.rounds:
         opts["rounds"] = args.rounds
 
@@ -513,6 +576,8 @@ def main():
                                     None, False),
             "recorder": measure_rss(paths, env, tmpdir, opts["rss_first"],
                                     opts["recorder_events"], paths["shim"], True),
+            "gpu": measure_rss(paths, env, tmpdir, opts["rss_first"], opts["rss_gpu_total"],
+                               paths["shim"], False, gpu_time=True),
         }
 
     table = build_table(launch, startup, effects, memory, opts)

@@ -78,6 +78,9 @@ std::atomic<bool> g_handlers_registered{false};
 pthread_t g_reaper{};
 uint64_t g_passes = 0;        // completed passes (g_wake_mutex)
 bool g_wake_request = false;  // (g_wake_mutex)
+// The reaper does not sleep before g_passes reaches this: a flush waiting for two passes gets
+// them back to back, not one idle period (20 ms) apart (g_wake_mutex).
+uint64_t g_wake_target = 0;
 
 pthread_mutex_t g_sink_mutex = PTHREAD_MUTEX_INITIALIZER;
 ferrum_replay_gpu_sink_fn g_sink = nullptr;  // (g_sink_mutex)
@@ -114,7 +117,7 @@ void *reaper_main(void *) {
     pthread_mutex_lock(&g_wake_mutex);
     ++g_passes;
     pthread_cond_broadcast(&g_wake);
-    if (!g_wake_request) {
+    if (!g_wake_request && g_passes >= g_wake_target) {
       timespec until{};
       clock_gettime(CLOCK_MONOTONIC, &until);
       until.tv_nsec += busy ? 1000 * 1000 : 20 * 1000 * 1000;
@@ -144,6 +147,7 @@ void wait_for_pass(int timeout_ms) {
   pthread_mutex_lock(&g_wake_mutex);
   const uint64_t target = g_passes + 2;  // the pass running now may have started earlier
   g_wake_request = true;
+  if (g_wake_target < target) g_wake_target = target;
   pthread_cond_broadcast(&g_wake);
   while (g_passes < target)
     if (pthread_cond_timedwait(&g_wake, &g_wake_mutex, &until) == ETIMEDOUT) break;
@@ -183,6 +187,7 @@ void fork_child() {
   pthread_mutex_init(&g_sink_mutex, nullptr);
   g_passes = 0;
   g_wake_request = false;
+  g_wake_target = 0;
   g_reaper_started.store(false, std::memory_order_release);
 }
 

@@ -144,7 +144,17 @@
 //                                    (a cache line every thread would write), no handle or init
 //                                    check, no timeline — so that the shim's added nanoseconds
 //                                    stand out against the cheapest possible real call into
-//                                    libcuda.
+//                                    libcuda. The calls GPU timing makes per launch or per
+//                                    reap take the same fast path: cuEventRecord/_ptsz and
+//                                    cuEventRecordWithFlags/_ptsz check their arguments (non-null
+//                                    event, known flags) and return, stamping nothing (no lock,
+//                                    no timeline, no shared counter); cuEventQuery of a non-null
+//                                    event is CUDA_SUCCESS (every event completes at once);
+//                                    cuEventElapsedTime/_v2 give 0 ms for two non-null events;
+//                                    cuStreamIsCapturing/_ptsz say CU_STREAM_CAPTURE_STATUS_NONE
+//                                    (no stream can capture in this mode). cuCtxGetCurrent is a
+//                                    thread-local read in every mode already. Event creation and
+//                                    destruction, contexts and streams behave as without it.
 //   FERRUM_STANDIN_TRACE=1           print each cuGetProcAddress query to stderr as
 //                                    `ferrum-standin-driver: cuGetProcAddress symbol=<s>
 //                                    version=<v> flags=<f> status=<0|1|2>` (the status is a
@@ -1991,6 +2001,13 @@ INTERNAL CUresult i_cuEventCreate(CUevent *phEvent, unsigned int Flags) {
 // record node, counted (captured_event_records in FERRUM_STANDIN_REPORT); the event's own
 // state is left as it was.
 CUresult event_record(CUevent hEvent, CUstream hStream, unsigned int flags, bool ptsz) {
+  // The benchmark's fast path: the arguments checked, nothing stamped, no lock.
+  if (config().bench) {
+    if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    return hEvent != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  }
   STANDIN_REQUIRE_EVENTS();
   if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -2038,6 +2055,7 @@ CUresult event_stamp(CUevent hEvent, long long *stamp) {
 }
 
 INTERNAL CUresult i_cuEventQuery(CUevent hEvent) {
+  if (config().bench) return hEvent != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
   STANDIN_REQUIRE_EVENTS();
   long long stamp = 0;
   if (const CUresult r = event_stamp(hEvent, &stamp); r != CUDA_SUCCESS) return r;
@@ -2053,6 +2071,12 @@ INTERNAL CUresult i_cuEventSynchronize(CUevent hEvent) {
 }
 
 INTERNAL CUresult i_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+  if (config().bench) {  // every event completed at once, at the same time
+    if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (hStart == nullptr || hEnd == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *pMilliseconds = 0.0f;
+    return CUDA_SUCCESS;
+  }
   STANDIN_REQUIRE_EVENTS();
   if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(tl().mutex);
@@ -2161,6 +2185,11 @@ CUstreamCaptureStatus capture_status_locked(const CUstream_st *s) {
 }
 
 CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus *status, bool ptsz) {
+  if (config().bench) {  // the benchmark's fast path: no stream captures
+    if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+  }
   STANDIN_REQUIRE_INIT();
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(tl().mutex);
