@@ -420,7 +420,7 @@ void captured_records_reported() {
     std::fclose(f);
   }
   unlink(path);
-  check(std::strstr(line, " captured_event_records=1\n") != nullptr,
+  check(std::strstr(line, " captured_event_records=1 ") != nullptr,
         "the report says captured_event_records=1");
 }
 
