@@ -76,7 +76,7 @@ struct Histogram {
   static constexpr unsigned kSubBits = 3;
   static constexpr unsigned kMaxExponent = 40;
   static constexpr unsigned kBuckets = 8 + (kMaxExponent - kSubBits) * 8;
-  uint32_t counts[kBuckets] = {};
+  uint64_t counts[kBuckets] = {};  // 64-bit: a graph replayed for days must not wrap
   static unsigned bucket_of(uint64_t ns);
   static uint64_t midpoint(unsigned bucket);
   void add(uint64_t ns) { ++counts[bucket_of(ns)]; }

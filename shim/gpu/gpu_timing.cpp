@@ -36,6 +36,8 @@ constinit RealFunction<CUresult (*)(CUstream *, unsigned)> g_stream_create{"cuSt
 constinit RealFunction<CUresult (*)(CUstream)> g_stream_destroy_v2{"cuStreamDestroy_v2"};
 constinit RealFunction<CUresult (*)(CUdevice, unsigned *, int *)> g_primary_state{
     "cuDevicePrimaryCtxGetState"};
+constinit RealFunction<CUresult (*)(CUstreamCaptureMode *)> g_exchange_capture_mode{
+    "cuThreadExchangeStreamCaptureMode"};
 
 uint64_t monotonic_ns() {
   timespec now{};
@@ -102,6 +104,14 @@ void deliver(size_t count) {
 }
 
 void *reaper_main(void *) {
+  // A program thread capturing a graph in the global mode (PyTorch's default) has every
+  // "unsafe" call made by any other thread invalidate its capture — an event query, an event or
+  // stream creation included. The reaper's calls are none of the program's business: this
+  // thread runs in the relaxed mode, which capture never checks.
+  if (auto exchange = g_exchange_capture_mode.get()) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    exchange(&mode);
+  }
   Engine &timing = engine();
   uint64_t claims = timing.claims();
   for (;;) {
@@ -196,11 +206,7 @@ void fork_child() {
 void start_reaper() {
   bool expected = false;
   if (!g_reaper_started.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return;
-  if (!g_handlers_registered.exchange(true, std::memory_order_acq_rel)) {
-    init_wake();
-    atexit(at_exit);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-  }
+  install_handlers();
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);  // signals stay the program's threads' business
@@ -233,6 +239,13 @@ bool primary_context_active(CUdevice device) {
   return state && state(device, &flags, &active) == CUDA_SUCCESS && active;
 }
 
+void install_handlers() {
+  if (g_handlers_registered.exchange(true, std::memory_order_acq_rel)) return;
+  init_wake();
+  atexit(at_exit);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t category,
                     uint64_t replay) {
   if (__builtin_expect(g_api_state.load(std::memory_order_acquire) != 2, 0)) {
@@ -251,6 +264,7 @@ Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t
 }
 
 void prepare_current_context() {
+  install_handlers();
   if (g_api_state.load(std::memory_order_acquire) != 2) {
     int expected = 0;
     if (!g_api_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
@@ -265,6 +279,7 @@ void launch_end(Ticket &ticket, bool launched) {
 }
 
 int set_sink(ferrum_replay_gpu_sink_fn sink, void *context) {
+  install_handlers();
   // The reaper holds the sink mutex while it delivers: once this returns, the old sink is
   // never called again (unless called from inside the sink, which must not happen).
   const bool inside = on_reaper();
@@ -276,6 +291,7 @@ int set_sink(ferrum_replay_gpu_sink_fn sink, void *context) {
 }
 
 int flush(ferrum_replay_gpu_status *status) {
+  install_handlers();
   wait_for_pass(2000);
   if (!status) return 0;
   const Totals totals = engine().totals();

@@ -30,6 +30,11 @@ void launch_end(Ticket &ticket, bool launched);
 // untimed ("pool not ready").
 void prepare_current_context();
 
+// Before this process first takes the engine's mutex (a pool made at instantiation, a tool's
+// sink or flush, the first timed launch): the fork handlers (a fork while another thread
+// holds the mutex must not leave it held in the child) and the exit pass. Once per process.
+void install_handlers();
+
 // Around the real context-ending calls (hooked_functions.def, kinds context_destroy,
 // primary_release, primary_reset). Called only when timing_on().
 template <typename Call>

@@ -105,6 +105,13 @@ class OutermostCall {
   bool claimed_ = false;
 };
 
+// A record's range text: its label's, or its fixed name when it has no label (the overflow
+// record, when no label could be allocated).
+inline const char *record_text(const GraphRecord &record) {
+  const GraphLabel *label = record.label.load(std::memory_order_acquire);
+  return label ? label->text : record.name;
+}
+
 class LaunchRange {
  public:
   // Only inside a claimed OutermostCall.
@@ -125,7 +132,7 @@ class LaunchRange {
       attributes.message.registered = message;
     } else {  // the tool registers no strings: the label's text, which outlives us
       attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
-      attributes.message.ascii = record.label.load(std::memory_order_acquire)->text;
+      attributes.message.ascii = record_text(record);
     }
     // Owed from the moment it is issued: a jump out of the push itself still gets its pop.
     t_calls.pop_domain = domain_;
@@ -150,7 +157,7 @@ class LaunchRange {
   // What GPU timing tells a tool about this replay: the range's message, category, payload.
   uint64_t replay() const { return replay_; }
   uint32_t category() const { return record_.ordinal; }
-  const char *message() const { return record_.label.load(std::memory_order_acquire)->text; }
+  const char *message() const { return record_text(record_); }
 
   LaunchRange(const LaunchRange &) = delete;
   LaunchRange &operator=(const LaunchRange &) = delete;
