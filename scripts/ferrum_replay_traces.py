@@ -67,8 +67,14 @@ _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 def _as_bytes(value):
     if isinstance(value, bytes):
         return value
-    # Text from argv or the file system: undecodable bytes come back as themselves.
-    return str(value).encode("utf-8", "surrogateescape")
+    # Text from argv or the file system: undecodable bytes come back as themselves. A lone
+    # surrogate from a trace's JSON ("\ud800") is no byte of anyone's: it becomes the malformed
+    # sequence it would be in UTF-8, which printable() shows as '?'s.
+    text = str(value)
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
 
 
 def printable(value, limit=None):

@@ -38,6 +38,9 @@ constinit RealFunction<CUresult (*)(CUdevice, unsigned *, int *)> g_primary_stat
     "cuDevicePrimaryCtxGetState"};
 constinit RealFunction<CUresult (*)(CUstreamCaptureMode *)> g_exchange_capture_mode{
     "cuThreadExchangeStreamCaptureMode"};
+// Resolved with the rest (resolve_api), on a program thread: a failed lookup on the reaper
+// would leave the C library's dlerror buffer in the reaper's thread-local storage.
+std::atomic<CUresult (*)(CUstreamCaptureMode *)> g_exchange_capture_mode_fn{nullptr};
 
 uint64_t monotonic_ns() {
   timespec now{};
@@ -49,6 +52,7 @@ uint64_t monotonic_ns() {
 std::atomic<int> g_api_state{0};
 
 void resolve_api() {
+  g_exchange_capture_mode_fn.store(g_exchange_capture_mode.get(), std::memory_order_release);
   EventApi api;
   api.event_create = g_event_create.get();
   api.event_record = g_event_record.get();
@@ -108,7 +112,7 @@ void *reaper_main(void *) {
   // "unsafe" call made by any other thread invalidate its capture — an event query, an event or
   // stream creation included. The reaper's calls are none of the program's business: this
   // thread runs in the relaxed mode, which capture never checks.
-  if (auto exchange = g_exchange_capture_mode.get()) {
+  if (auto exchange = g_exchange_capture_mode_fn.load(std::memory_order_acquire)) {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     exchange(&mode);
   }
