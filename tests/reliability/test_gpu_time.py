@@ -117,7 +117,12 @@ def many(replays):
     gpu = one_summary(run_).gpu
     expect(gpu["timed"] + gpu["not_timed"] == replays and gpu["in_flight"] == 0,
            f"GPU line {gpu}", run_)
-    expect(gpu["timed"] >= replays * 0.95, f"GPU line {gpu}: fewer than 95 % timed", run_)
+    # Under a sanitizer runtime the reaper runs several times slower while the launches keep their
+    # pace: the 95 % sizing rule is a property of the real build, held in the default stage;
+    # there, every replay must still be accounted for, and most timed.
+    share = 0.80 if SANITIZED else 0.95
+    expect(gpu["timed"] >= replays * share,
+           f"GPU line {gpu}: fewer than {share:.0%} timed", run_)
     print(f"{replays} replays in {fields['seconds']} s, RSS {rss} KiB, {gpu}")
 
 
