@@ -13,9 +13,10 @@
 // writes into or reads back from a file of the program's. Runs are written and read with memcpy
 // at offsets reserved by an atomic add, so threads spill without a lock (a new segment is created
 // under a mutex, once per segment). Pages already written or read are handed back to the file
-// with MADV_DONTNEED (data-safe for a shared file mapping), so spilled ranges do not count as the
-// process's resident memory. Events hold pointers (range names), which stay valid because only
-// this process, with the same address space, reads the segments back.
+// with MADV_DONTNEED (data-safe for a shared file mapping), a 1 MiB window at a time, so spilled
+// ranges do not count as the process's resident memory beyond about one window. Events hold
+// pointers (range names), which stay valid because only this process, with the same address space,
+// reads the segments back.
 //
 // If a segment cannot be created (no TMPDIR space, a read-only /tmp, no address space), spilling
 // is switched off and events simply stay in memory, as before: nothing is lost. In a fork() child
@@ -87,6 +88,8 @@ class SpillFile {
   // The mapping of segment `index`, created if `create`; nullptr if it cannot be.
   char *segment(unsigned index, bool create);
   char *create_segment(unsigned index, uint64_t size);
+  // release() by bytes of the logical address space: whole pages only.
+  void release_range(uint64_t offset, uint64_t bytes) const;
   // Calls `f(address, bytes)` for each segment piece of [offset, offset + bytes); false if a
   // segment is missing (and `create` is false, or it cannot be created).
   template <class F>

@@ -119,6 +119,37 @@ TEST_CASE("a run across segments reads back whole") {
   CHECK(holds(spill, rb, b));
 }
 
+// Resident pages of this process, from /proc/self/statm.
+long resident_kib() {
+  FILE *f = std::fopen("/proc/self/statm", "re");
+  REQUIRE(f != nullptr);
+  long size = 0, resident = 0;
+  REQUIRE(std::fscanf(f, "%ld %ld", &size, &resident) == 2);
+  std::fclose(f);
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+TEST_CASE("spilled pages stop counting as resident a window at a time") {
+  SpillFile spill;
+  const uint32_t per_run = 1024;  // a thread buffer's chunk
+  const std::vector<Event> events = numbered_events(0, per_run);
+  SpillRun run;
+  REQUIRE(spill.append(events.data(), per_run, &run));  // the first segment exists
+  const long before = resident_kib();
+  const uint64_t total = uint64_t{64} << 20;  // 64 MiB of spilled events
+  std::vector<SpillRun> runs;
+  for (uint64_t bytes = 0; bytes < total; bytes += per_run * sizeof(Event)) {
+    REQUIRE(spill.append(events.data(), per_run, &run));
+    runs.push_back(run);
+  }
+  const long grown = resident_kib() - before;
+  // At most the window being filled (1 MiB) plus the test's own vector of runs and slack.
+  CHECK_MESSAGE(grown < 4 * 1024, "resident memory grew by " << grown << " KiB for 64 MiB spilled");
+  // Released, not lost: every run still reads back.
+  for (size_t i = 0; i < runs.size(); i += runs.size() / 7) CHECK(holds(spill, runs[i], events));
+  CHECK(holds(spill, runs.back(), events));
+}
+
 TEST_CASE("spilled runs survive the program closing every descriptor and reusing the numbers") {
   char tmpl[] = "/tmp/ferrum-spill-test-XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
