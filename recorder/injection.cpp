@@ -102,7 +102,8 @@ int push_attributes(const nvtxDomainRegistration_st &domain, const nvtxEventAttr
         }
         case NVTX_MESSAGE_TYPE_REGISTERED:
           // Registered strings live as long as the recorder: no copy per range.
-          if (attr->message.registered) message = attr->message.registered->text;
+          if (const nvtxStringRegistration_st *r = attr->message.registered)
+            message = std::string_view(r->text, r->size);
           break;
         default:
           break;

@@ -35,6 +35,7 @@ nvtxStringRegistration_st *NameRegistry::register_string(std::string_view text) 
   std::memcpy(entry->storage.get(), text.data(), text.size());
   entry->storage[text.size()] = '\0';
   entry->handle.text = entry->storage.get();
+  entry->handle.size = text.size();
   return &strings_.emplace(std::move(key), std::move(entry)).first->second->handle;
 }
 

@@ -19,6 +19,7 @@ struct nvtxDomainRegistration_st {
 };
 struct nvtxStringRegistration_st {
   const char *text;  // NUL-terminated, never freed while the recorder lives
+  size_t size;       // strlen(text), kept so that a range with this message measures nothing
 };
 
 namespace ferrum_replay::recorder {
