@@ -92,7 +92,11 @@ uint64_t GraphStats::percentile(double fraction) const {
 // ---- pools ----
 
 namespace {
-enum PairState : uint32_t { kFree = 0, kClaimed = 1, kRecorded = 2 };
+// A pair's life: kFree -> kClaimed (a launch's CAS; only that thread then touches it) ->
+// kRecorded (both events recorded; the reaper reads it) -> kFree. release_pool waits for
+// claimed pairs, then marks every pair kDead, which no launch can claim, until the pool is made
+// again.
+enum PairState : uint32_t { kFree = 0, kClaimed = 1, kRecorded = 2, kDead = 3 };
 enum PoolState : uint32_t { kUnused = 0, kReady = 1, kFailed = 2, kDropping = 3 };
 
 void *map_zeroed(size_t size) {
@@ -100,24 +104,50 @@ void *map_zeroed(size_t size) {
   return memory == MAP_FAILED ? nullptr : memory;
 }
 
-// How long drop waits for launches that are between their check and their record (they
-// hold `users` for two driver calls at most) before it gives the pool up without destroying
-// its events.
+// How long drop waits for launches that hold a claimed pair (between their two records: the
+// real launch call) before it gives the pool up without destroying its events.
 constexpr int kDropWaitRounds = 20000;  // ~1 s with the pauses below
+
+// Each thread's claim cursor (Engine::begin). Initial-exec: a %fs-relative access, no call.
+constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_claim_cursor = 0;
+
+// A thread's first cursor: far from other threads' (its TLS block's address, mixed), never 0.
+uint32_t seed_cursor() {
+  const uint64_t mixed = reinterpret_cast<uintptr_t>(&t_claim_cursor) * 0x9E3779B97F4A7C15ull;
+  return static_cast<uint32_t>(mixed >> 32) | 1u;
+}
 
 void short_pause() {
   timespec pause{0, 50 * 1000};
   nanosleep(&pause, nullptr);
 }
 
+// The calling thread's stream-capture mode, relaxed for the scope and restored after. The
+// engine's own calls on a program thread (at instantiation, around a context's end: event and
+// stream creation, event queries) are "unsafe" in CUDA's sense: in the default (global) mode
+// they would invalidate a capture in progress on any thread of the program — PyTorch captures
+// in that mode. The relaxed mode is never checked by a capture. (The reaper sets it once.)
+class RelaxedCapture {
+ public:
+  explicit RelaxedCapture(const EventApi &api) : exchange_(api.exchange_capture_mode) {
+    if (exchange_ && exchange_(&mode_) != CUDA_SUCCESS) exchange_ = nullptr;
+  }
+  ~RelaxedCapture() {
+    if (exchange_) exchange_(&mode_);  // gives back the mode the thread had
+  }
+  RelaxedCapture(const RelaxedCapture &) = delete;
+  RelaxedCapture &operator=(const RelaxedCapture &) = delete;
+
+ private:
+  CUresult (*exchange_)(CUstreamCaptureMode *);
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
 }  // namespace
 
 struct Pool {
   std::atomic<uint32_t> state{kUnused};
-  std::atomic<uint32_t> users{0};
-  std::atomic<uint32_t> next{0};
   std::atomic<CUcontext> context{nullptr};
-  std::atomic<uint64_t> generation{0};
   int device = -1;
   CUstream own_stream = nullptr;
   CUevent reference = nullptr, trial = nullptr;
@@ -167,11 +197,10 @@ Ticket Engine::begin(CUstream stream, bool per_thread, const char *name, uint32_
     count(Untimed::pool_not_ready);
     return ticket;
   }
-  // Dekker with drop: users first, then the state (both sequentially consistent).
-  pool->users.fetch_add(1, std::memory_order_seq_cst);
-  if (pool->state.load(std::memory_order_seq_cst) != kReady ||
+  // A look without a locked instruction first: a pool being made or dropped, or remade for
+  // another context, times nothing.
+  if (pool->state.load(std::memory_order_acquire) != kReady ||
       pool->context.load(std::memory_order_relaxed) != context) {
-    pool->users.fetch_sub(1, std::memory_order_release);
     count(Untimed::pool_not_ready);
     return ticket;
   }
@@ -180,26 +209,37 @@ Ticket Engine::begin(CUstream stream, bool per_thread, const char *name, uint32_
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   if (!is_capturing || !record || is_capturing(stream, &capture) != CUDA_SUCCESS ||
       capture != CU_STREAM_CAPTURE_STATUS_NONE) {
-    pool->users.fetch_sub(1, std::memory_order_release);
     count(Untimed::capturing);
     return ticket;
   }
+  // The claim is the launch path's one locked instruction. This thread's own cursor (no shared
+  // counter to bump), seeded apart from other threads'; busy pairs are skipped by a plain load.
+  uint32_t cursor = t_claim_cursor;
+  if (cursor == 0) cursor = seed_cursor();
   Pair *pair = nullptr;
   for (uint32_t probe = 0; probe < kClaimProbes && !pair; ++probe) {
-    Pair &candidate =
-        pool->pairs[pool->next.fetch_add(1, std::memory_order_relaxed) % kPairsPerContext];
+    Pair &candidate = pool->pairs[cursor++ % kPairsPerContext];
+    if (candidate.state.load(std::memory_order_relaxed) != kFree) continue;
     uint32_t expected = kFree;
-    if (candidate.state.compare_exchange_strong(expected, kClaimed, std::memory_order_acquire))
+    if (candidate.state.compare_exchange_strong(expected, kClaimed, std::memory_order_seq_cst))
       pair = &candidate;
   }
+  t_claim_cursor = cursor;
   if (!pair) {
-    pool->users.fetch_sub(1, std::memory_order_release);
     count(Untimed::pool_exhausted);
+    return ticket;
+  }
+  // Dekker with release_pool: the claim above, then the pool's state here; release_pool
+  // changes the state, then waits for every claimed pair. Either it sees this claim and waits
+  // for the pair, or this thread sees the pool going and lets the pair go untouched.
+  if (pool->state.load(std::memory_order_seq_cst) != kReady ||
+      pool->context.load(std::memory_order_relaxed) != context) {
+    pair->state.store(kFree, std::memory_order_release);
+    count(Untimed::pool_not_ready);
     return ticket;
   }
   if (record(pair->start, stream) != CUDA_SUCCESS) {
     pair->state.store(kFree, std::memory_order_release);
-    pool->users.fetch_sub(1, std::memory_order_release);
     count(Untimed::event_error);
     return ticket;
   }
@@ -215,12 +255,12 @@ Ticket Engine::begin(CUstream stream, bool per_thread, const char *name, uint32_
   pair->name = name;
   pair->category = category;
   pair->replay = replay;
+  // Only the claiming thread writes a claimed pair: a plain increment, read by claims().
+  pair->claims.store(pair->claims.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   ticket.pool = pool;
   ticket.pair = pair;
-  ticket.generation = pool->generation.load(std::memory_order_relaxed);
   ticket.per_thread = per_thread;
   ticket.stream = stream;
-  pool->users.fetch_sub(1, std::memory_order_release);
   return ticket;
 }
 
@@ -228,24 +268,24 @@ void Engine::end(Ticket &ticket, bool launched) {
   Pool *pool = ticket.pool;
   if (!pool) return;
   ticket.pool = nullptr;
-  pool->users.fetch_add(1, std::memory_order_seq_cst);
-  if (pool->state.load(std::memory_order_seq_cst) != kReady ||
-      pool->generation.load(std::memory_order_relaxed) != ticket.generation) {
-    // Dropped meanwhile: the drop counted this replay (context destroyed) and freed the pair.
-    pool->users.fetch_sub(1, std::memory_order_release);
+  Pair &pair = *ticket.pair;
+  // The pair is claimed by this thread: release_pool waits for it before it destroys any
+  // event, so both events are alive here. A pool on its way out gets its pair back unused.
+  if (pool->state.load(std::memory_order_acquire) != kReady) {
+    pair.state.store(kFree, std::memory_order_release);
+    count(Untimed::context_dropped);
     return;
   }
   auto record = ticket.per_thread ? api_.event_record_ptsz : api_.event_record;
   if (!launched) {
-    ticket.pair->state.store(kFree, std::memory_order_release);
+    pair.state.store(kFree, std::memory_order_release);
     count(Untimed::launch_failed);
-  } else if (record(ticket.pair->end, ticket.stream) != CUDA_SUCCESS) {
-    ticket.pair->state.store(kFree, std::memory_order_release);
+  } else if (record(pair.end, ticket.stream) != CUDA_SUCCESS) {
+    pair.state.store(kFree, std::memory_order_release);
     count(Untimed::event_error);
   } else {
-    ticket.pair->state.store(kRecorded, std::memory_order_release);
+    pair.state.store(kRecorded, std::memory_order_release);
   }
-  pool->users.fetch_sub(1, std::memory_order_release);
 }
 
 bool Engine::align(Pool &pool) {
@@ -286,10 +326,9 @@ void Engine::create_pool(uint32_t slot, bool align_now) {
     pools_[slot].store(pool, std::memory_order_release);
   }
   for (Pair &pair : pool->pairs) {
-    pair.state.store(kFree, std::memory_order_relaxed);
+    pair.state.store(kFree, std::memory_order_relaxed);  // not claimable: the pool is not ready
     pair.start = pair.end = nullptr;
   }
-  pool->next.store(0, std::memory_order_relaxed);
   pool->context.store(context, std::memory_order_relaxed);
   pool->own_stream = nullptr;
   pool->reference = pool->trial = nullptr;
@@ -342,11 +381,9 @@ void Engine::create_pool(uint32_t slot, bool align_now) {
   CUcontext popped = nullptr;
   a.ctx_pop(&popped);
   if (!ok) {
-    keys_[slot].store(context, std::memory_order_release);  // stays known: not asked again
-    pool->state.store(kFailed, std::memory_order_seq_cst);
+    mark_failed(slot, pool, context);
     return;
   }
-  pool->generation.store(++generation_, std::memory_order_relaxed);
   pool->state.store(kReady, std::memory_order_seq_cst);
   if (pool->aligned)
     log_line(
@@ -355,6 +392,16 @@ void Engine::create_pool(uint32_t slot, bool align_now) {
   else
     log_line(LogLevel::info, "GPU timing: %u event pairs for device %d", kPairsPerContext,
              pool->device);
+}
+
+// Under the mutex, after release_pool: `context` stays known with a failed pool, so neither a
+// launch nor the reaper asks for it again until the context is dropped. The pool goes back
+// into its slot even if release_pool gave it up (a launch still held a pair): a failed pool is
+// never made ready again, and a fresh one mapped at every pass would grow without bound.
+void Engine::mark_failed(uint32_t slot, Pool *pool, CUcontext context) {
+  pool->state.store(kFailed, std::memory_order_seq_cst);
+  pools_[slot].store(pool, std::memory_order_release);
+  keys_[slot].store(context, std::memory_order_release);
 }
 
 // Under the mutex, off the launch path: aligns a ready pool's clock if it is not yet. False
@@ -372,8 +419,7 @@ bool Engine::ensure_aligned(uint32_t slot) {
              "in that context are not timed",
              pool->device);
     release_pool(slot, true);
-    keys_[slot].store(context, std::memory_order_release);  // stays known: not asked again
-    pool->state.store(kFailed, std::memory_order_seq_cst);
+    mark_failed(slot, pool, context);
   } else {
     log_line(LogLevel::info, "GPU timing: device %d's clock aligned within %llu ns", pool->device,
              static_cast<unsigned long long>(pool->bracket_error_ns));
@@ -383,9 +429,9 @@ bool Engine::ensure_aligned(uint32_t slot) {
   return pool->aligned;
 }
 
-// Under the mutex. Waits (bounded) for launches inside begin()/end() of this pool, counts its
-// in-flight replays, destroys its events when `destroy_events` (the context is alive) and
-// frees the slot.
+// Under the mutex. Waits (bounded) for launches holding a claimed pair of this pool (between
+// their begin() and end(): the real launch call), counts its in-flight replays, destroys its events
+// when `destroy_events` (the context is alive) and frees the slot.
 void Engine::release_pool(uint32_t slot, bool destroy_events) {
   Pool *pool = pools_[slot].load(std::memory_order_acquire);
   if (!pool) {
@@ -393,19 +439,34 @@ void Engine::release_pool(uint32_t slot, bool destroy_events) {
     return;
   }
   const uint32_t was = pool->state.exchange(kDropping, std::memory_order_seq_cst);
+  // Each pair, once no launch holds it, becomes kDead: unclaimable from then on. A launch that
+  // holds one for longer than the bound (stuck in the real launch call) leaves it claimed.
   int round = 0;
-  for (; pool->users.load(std::memory_order_seq_cst) != 0 && round < kDropWaitRounds; ++round)
-    if (round > 64) short_pause();
-  const bool quiet = pool->users.load(std::memory_order_seq_cst) == 0;
+  bool quiet = true;
   uint64_t in_flight = 0;
   for (Pair &pair : pool->pairs) {
-    if (was == kReady && pair.state.load(std::memory_order_acquire) != kFree) ++in_flight;
+    uint32_t seen = pair.state.load(std::memory_order_seq_cst);
+    for (;;) {
+      if (seen == kClaimed) {
+        if (round >= kDropWaitRounds) break;
+        if (++round > 64) short_pause();
+        seen = pair.state.load(std::memory_order_seq_cst);
+        continue;
+      }
+      if (pair.state.compare_exchange_weak(seen, kDead, std::memory_order_seq_cst)) break;
+    }
+    if (seen == kClaimed) {
+      quiet = false;
+      continue;
+    }
+    if (was == kReady && seen == kRecorded) ++in_flight;
+  }
+  for (Pair &pair : pool->pairs) {
     if (destroy_events && quiet && api_.event_destroy) {
       if (pair.start) api_.event_destroy(pair.start);
       if (pair.end) api_.event_destroy(pair.end);
     }
-    pair.start = pair.end = nullptr;
-    pair.state.store(kFree, std::memory_order_relaxed);
+    if (quiet) pair.start = pair.end = nullptr;
   }
   if (in_flight) count(Untimed::context_dropped, in_flight);
   if (destroy_events && quiet) {
@@ -416,7 +477,8 @@ void Engine::release_pool(uint32_t slot, bool destroy_events) {
   pool->reference = pool->trial = nullptr;
   pool->own_stream = nullptr;
   if (!quiet) {
-    // A launch is stuck inside a record: never reuse this pool (it stays kDropping).
+    // A launch still holds a pair: never reuse this pool (it stays kDropping), never destroy
+    // events that launch may still record.
     pools_[slot].store(nullptr, std::memory_order_release);
   } else {
     pool->state.store(kUnused, std::memory_order_seq_cst);
@@ -426,6 +488,7 @@ void Engine::release_pool(uint32_t slot, bool destroy_events) {
 }
 
 void Engine::drop_context_locked(CUcontext context, bool destroy_events) {
+  RelaxedCapture relaxed(api_);
   for (uint32_t i = 0; i < kMaxContexts; ++i)
     if (context && keys_[i].load(std::memory_order_acquire) == context) {
       if (destroy_events) harvest_locked(i, kHarvestBoundNs);
@@ -433,24 +496,40 @@ void Engine::drop_context_locked(CUcontext context, bool destroy_events) {
     }
 }
 
+void Engine::note_primary(int device, CUcontext context) {
+  if (device >= 0 && device < kMaxDevices && context)
+    primary_[device].store(context, std::memory_order_release);
+}
+
+// Whether the pool in `slot` (keyed `key`, made as `pool`, possibly not yet) goes with `device`'s
+// primary context.
+bool Engine::ends_with_primary(uint32_t slot, int device) const {
+  const CUcontext key = keys_[slot].load(std::memory_order_acquire);
+  const CUcontext primary = device >= 0 && device < kMaxDevices
+                                ? primary_[device].load(std::memory_order_acquire)
+                                : nullptr;
+  if (primary) return key == primary;
+  // The primary context is not known: every pool of the device, and requests not served yet
+  // (their device is unknown until the pool is made); the next launch in a live context asks
+  // again.
+  const Pool *pool = pools_[slot].load(std::memory_order_acquire);
+  return !pool || pool->state.load(std::memory_order_acquire) == kUnused || pool->device == device;
+}
+
 void Engine::drop_device_locked(int device, bool destroy_events) {
+  RelaxedCapture relaxed(api_);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
-    if (!keys_[i].load(std::memory_order_acquire)) continue;
-    Pool *pool = pools_[i].load(std::memory_order_acquire);
-    // Requests not served yet: their context may be the one going away (its device is unknown
-    // until the pool is made); the next launch in a live context asks again.
-    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused || pool->device == device) {
-      if (destroy_events) harvest_locked(i, kHarvestBoundNs);
-      release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
-    }
+    if (!keys_[i].load(std::memory_order_acquire) || !ends_with_primary(i, device)) continue;
+    if (destroy_events) harvest_locked(i, kHarvestBoundNs);
+    release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
   }
 }
 
 void Engine::harvest_device_locked(int device) {
+  RelaxedCapture relaxed(api_);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
-    if (!keys_[i].load(std::memory_order_acquire)) continue;
-    Pool *pool = pools_[i].load(std::memory_order_acquire);
-    if (pool && pool->device == device) harvest_locked(i, 0);
+    if (!keys_[i].load(std::memory_order_acquire) || !ends_with_primary(i, device)) continue;
+    if (pools_[i].load(std::memory_order_acquire)) harvest_locked(i, 0);
   }
 }
 
@@ -517,7 +596,11 @@ bool Engine::prepare_current_context() {
     if (keys_[slot].load(std::memory_order_acquire) != context) continue;
     known = true;
     Pool *pool = pools_[slot].load(std::memory_order_acquire);
-    if (!pool || pool->state.load(std::memory_order_acquire) == kUnused) create_pool(slot, false);
+    // While a context is being ended the request stays for the reaper's next pass.
+    if (ending_ == 0 && (!pool || pool->state.load(std::memory_order_acquire) == kUnused)) {
+      RelaxedCapture relaxed(api_);
+      create_pool(slot, false);
+    }
     break;
   }
   unlock();
@@ -613,6 +696,11 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
   }
   // Replays read while their context was going away come first.
   while (pending_count_ > 0 && filled < capacity) batch[filled++] = pending_[--pending_count_];
+  if (ending_ > 0) {  // a context is being ended right now: no CUDA call until it is over
+    *more = pending_count_ > 0;
+    unlock();
+    return filled;
+  }
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
     if (!keys_[slot].load(std::memory_order_acquire)) continue;
     Pool *pool = pools_[slot].load(std::memory_order_acquire);
@@ -645,11 +733,12 @@ void Engine::stop() {
 
 void Engine::reset_in_child() {
   pending_count_ = 0;  // the parent's replays
+  ending_ = 0;         // the calls in progress were the parent's threads'
+  for (auto &primary : primary_) primary.store(nullptr, std::memory_order_relaxed);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     keys_[i].store(nullptr, std::memory_order_relaxed);
     if (Pool *pool = pools_[i].load(std::memory_order_relaxed)) {
       pool->state.store(kUnused, std::memory_order_relaxed);
-      pool->users.store(0, std::memory_order_relaxed);
       pool->context.store(nullptr, std::memory_order_relaxed);
       for (Pair &pair : pool->pairs) pair.state.store(kFree, std::memory_order_relaxed);
     }
@@ -667,7 +756,7 @@ uint64_t Engine::claims() const {
   uint64_t sum = 0;
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot)
     if (const Pool *pool = pools_[slot].load(std::memory_order_acquire))
-      sum += pool->next.load(std::memory_order_relaxed);
+      for (const Pair &pair : pool->pairs) sum += pair.claims.load(std::memory_order_relaxed);
   return sum;
 }
 

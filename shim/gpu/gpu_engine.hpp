@@ -16,8 +16,9 @@
 // rounding of the elapsed reading (2^-24 of it) + the events' resolution (kEventResolutionNs).
 //
 // Context destruction: drop_context()/the device variants are called before (or, for a
-// primary context's release, right after) the real call, under the mutex, so that the reaper
-// never touches a dead context; the in-flight replays of a dropped pool count as not timed.
+// primary context's release, right after) the real call, under the mutex; during the call
+// (made without the mutex) the engine calls no CUDA function, so the reaper never touches a
+// dead context; the in-flight replays of a dropped pool count as not timed.
 //
 // The driver functions are a table of pointers (EventApi) so tests can supply fakes.
 #pragma once
@@ -64,8 +65,9 @@ struct EventApi {
   CUresult (*ctx_pop)(CUcontext *) = nullptr;
   CUresult (*stream_create)(CUstream *, unsigned) = nullptr;
   CUresult (*stream_destroy)(CUstream) = nullptr;
-  CUresult (*primary_state)(CUdevice, unsigned *, int *) = nullptr;  // optional
-  uint64_t (*now_ns)() = nullptr;                                    // CLOCK_MONOTONIC
+  CUresult (*primary_state)(CUdevice, unsigned *, int *) = nullptr;    // optional
+  CUresult (*exchange_capture_mode)(CUstreamCaptureMode *) = nullptr;  // optional
+  uint64_t (*now_ns)() = nullptr;                                      // CLOCK_MONOTONIC
 };
 
 // ---- per-graph statistics: fixed memory, log buckets ----
@@ -105,7 +107,8 @@ inline constexpr uint32_t kClaimProbes = 4;
 inline constexpr uint64_t kHarvestBoundNs = 20 * 1000 * 1000;
 
 struct Pair {
-  std::atomic<uint32_t> state{0};  // kFree, kClaimed, kRecorded
+  std::atomic<uint32_t> state{0};   // kFree, kClaimed, kRecorded, kDead (gpu_engine.cpp)
+  std::atomic<uint32_t> claims{0};  // times claimed, for Engine::claims()
   CUevent start = nullptr, end = nullptr;
   uint64_t stream = 0;
   const char *name = "";
@@ -118,8 +121,7 @@ struct Pool;
 // What the launch path holds between the two records. Null pool: not timed.
 struct Ticket {
   Pool *pool = nullptr;
-  Pair *pair = nullptr;
-  uint64_t generation = 0;
+  Pair *pair = nullptr;  // claimed by the launching thread until end()
   bool per_thread = false;
   CUstream stream = nullptr;
 };
@@ -177,12 +179,17 @@ class Engine {
   // The context `context` is about to be destroyed: its pool goes first (its events destroyed
   // while the context still lives), its in-flight replays count as not timed.
   void drop_context(CUcontext context);
-  // A device's primary context is about to be reset: every pool of the device goes, events
-  // destroyed first.
+  // A device's primary context is about to be reset: its pool goes, events destroyed first.
   void drop_device(int device);
-  // A device's primary context may have been destroyed already (its last release): its pools
-  // go without any CUDA call.
+  // A device's primary context may have been destroyed already (its last release): its pool
+  // goes without any CUDA call.
   void forget_device(int device);
+  // `context` is `device`'s primary context (seen in a cuDevicePrimaryCtxRetain answer): the
+  // device-wide drops above take only its pool, and leave the pools of contexts the program
+  // created (cuCtxCreate) alone. Until one is seen for a device, they take every pool of the
+  // device, and requests not served yet (whose device is unknown), as the safe choice: a pool
+  // forgotten costs a few untimed replays, a call into a dead context could cost the program.
+  void note_primary(int device, CUcontext context);
   // The caller holds the engine mutex across a real context call (lock()/unlock()).
   void lock() { pthread_mutex_lock(&mutex_); }
   void unlock() { pthread_mutex_unlock(&mutex_); }
@@ -192,6 +199,10 @@ class Engine {
   // Reads the finished replays of `device`'s pools (for the reaper's next pass), without
   // waiting for those still running.
   void harvest_device_locked(int device);
+  // A program thread is inside a real context-ending call (counted: several may be), made
+  // without the mutex: until it returns, reap passes and pool creation call no CUDA function
+  // (the context being ended may be any of the pools'). Under lock().
+  void context_ending_locked(bool entering) { ending_ += entering ? 1 : -1; }
   // True when any pool exists (a context hook then has work to do).
   bool any_pool() const { return pools_used_.load(std::memory_order_acquire); }
 
@@ -231,6 +242,8 @@ class Engine {
   bool align(Pool &pool);
   bool ensure_aligned(uint32_t slot);
   void release_pool(uint32_t slot, bool destroy_events);
+  void mark_failed(uint32_t slot, Pool *pool, CUcontext context);
+  bool ends_with_primary(uint32_t slot, int device) const;
   GraphStats *stats_slot(uint32_t ordinal);
 
   EventApi api_;
@@ -238,11 +251,13 @@ class Engine {
   std::atomic<CUcontext> keys_[kMaxContexts] = {};
   std::atomic<Pool *> pools_[kMaxContexts] = {};
   std::atomic<bool> pools_used_{false};
+  static constexpr int kMaxDevices = 64;
+  std::atomic<CUcontext> primary_[kMaxDevices] = {};  // by device ordinal (note_primary)
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> timed_{0};
   std::atomic<uint64_t> untimed_[static_cast<unsigned>(Untimed::count_)] = {};
   uint64_t align_error_max_ = 0;
-  uint64_t generation_ = 0;
+  int ending_ = 0;  // context-ending calls in progress (context_ending_locked)
   bool warned_api_ = false;
   GraphStats *stats_ = nullptr;  // kMaxTimedGraphs entries, mapped on first reap
   GraphStats *other_ = nullptr;

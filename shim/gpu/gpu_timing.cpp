@@ -57,6 +57,7 @@ void resolve_api() {
   api.event_create = g_event_create.get();
   api.event_record = g_event_record.get();
   api.event_record_ptsz = g_event_record_ptsz.get();
+  api.exchange_capture_mode = g_exchange_capture_mode_fn.load(std::memory_order_relaxed);
   if (!api.event_record_ptsz) api.event_record_ptsz = nullptr;  // no per-thread timing then
   api.event_query = g_event_query.get();
   api.elapsed = g_elapsed_v2.get();

@@ -37,13 +37,23 @@ void install_handlers();
 
 // Around the real context-ending calls (hooked_functions.def, kinds context_destroy,
 // primary_release, primary_reset). Called only when timing_on().
+//
+// The engine's mutex is held to drop (or read) the pools before the call and after it, never
+// across it: the real call waits for the context's work, host functions included, and a host
+// function of the program that asks the shim anything (ferrum_replay_gpu_flush) must not wait
+// for a mutex held by a thread that waits for that host function. While the call runs, the
+// reaper and pool creation make no CUDA call at all (Engine::ContextEnding).
 template <typename Call>
 auto around_context_destroy(CUcontext context, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
   timing.lock();
   timing.drop_context_locked(context, true);  // its events go while the context lives
+  timing.context_ending_locked(true);
+  timing.unlock();
   auto result = call();
+  timing.lock();
+  timing.context_ending_locked(false);
   timing.drop_context_locked(context, false);  // a request made meanwhile
   timing.unlock();
   return result;
@@ -54,13 +64,17 @@ auto around_primary_reset(CUdevice device, Call &&call) {
   if (!timing.any_pool()) return call();
   timing.lock();
   timing.drop_device_locked(device, true);
+  timing.context_ending_locked(true);
+  timing.unlock();
   auto result = call();
+  timing.lock();
+  timing.context_ending_locked(false);
   timing.drop_device_locked(device, false);
   timing.unlock();
   return result;
 }
 // A release destroys the primary context only when it drops the last reference: asked after
-// the call (cuDevicePrimaryCtxGetState); the reaper is held off meanwhile.
+// the call (cuDevicePrimaryCtxGetState).
 bool primary_context_active(CUdevice device);
 template <typename Call>
 auto around_primary_release(CUdevice device, Call &&call) {
@@ -70,10 +84,20 @@ auto around_primary_release(CUdevice device, Call &&call) {
   // Whether this release is the last is known only afterwards, when the context may be gone:
   // what has finished is read now (without waiting: the release may not end anything).
   timing.harvest_device_locked(device);
+  timing.context_ending_locked(true);
+  timing.unlock();
   auto result = call();
+  timing.lock();
+  timing.context_ending_locked(false);
   if (!primary_context_active(device)) timing.drop_device_locked(device, false);
   timing.unlock();
   return result;
+}
+
+// A successful cuDevicePrimaryCtxRetain (only when timing_on()): `context` is `device`'s primary
+// context, the one its last release or a reset ends.
+inline void note_primary_context(CUdevice device, CUcontext context) {
+  engine().note_primary(device, context);
 }
 
 // ferrum_replay_set_gpu_sink / ferrum_replay_gpu_flush, once the caller knows timing is on.

@@ -10,6 +10,7 @@
 //                                            (include/ferrum_replay/ferrum_replay.h)
 //   cuCtxDestroy, cuDevicePrimaryCtxRelease, GPU timing's event pools go before their context
 //   cuDevicePrimaryCtxReset (and _v2 forms)  (shim/gpu/gpu_timing.hpp)
+//   cuDevicePrimaryCtxRetain                 which context is the device's primary one
 //   ferrum_replay_set_gpu_sink, _gpu_flush   GPU times per replay, handed to a tool
 //   cuGetProcAddress / cuGetProcAddress_v2   the driver's lookup: its answers for
 //                                            cuGraphLaunch and for itself are wrapped
@@ -55,6 +56,7 @@ namespace {
 #define FERRUM_REAL_context_destroy FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_primary_release FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_primary_reset FERRUM_HOOK_REAL_FUNCTION
+#define FERRUM_REAL_primary_retain FERRUM_HOOK_REAL_FUNCTION
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_REAL_##KIND(API, NAME, PARAMS)
 #include "hooks/hooked_functions.def"
 #undef HOOK
@@ -104,6 +106,16 @@ Result intercept_primary_reset(RealFunction<Function> &function, Result, Result 
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
   if (!gpu::timing_on()) return real(device);
   return gpu::around_primary_reset(device, [&] { return real(device); });
+}
+
+template <typename Result, typename Function>
+Result intercept_primary_retain(RealFunction<Function> &function, Result success, Result not_found,
+                                CUcontext *context, CUdevice device) {
+  Function real = function.get();
+  if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
+  const Result result = real(context, device);
+  if (gpu::timing_on() && result == success && context) gpu::note_primary_context(device, *context);
+  return result;
 }
 
 // GPU timing as the settings ask (read here: a tool may register its sink before the shim's
@@ -157,6 +169,7 @@ Result intercept_destroy(RealFunction<Function> &function, Result success, Resul
 #define FERRUM_DEFINE_primary_release(...) \
   FERRUM_DEFINE_HOOK(intercept_primary_release, __VA_ARGS__)
 #define FERRUM_DEFINE_primary_reset(...) FERRUM_DEFINE_HOOK(intercept_primary_reset, __VA_ARGS__)
+#define FERRUM_DEFINE_primary_retain(...) FERRUM_DEFINE_HOOK(intercept_primary_retain, __VA_ARGS__)
 #define FERRUM_DEFINE_lookup(...)
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_DEFINE_##KIND(API, NAME, PARAMS, __VA_ARGS__)
 #include "hooks/hooked_functions.def"

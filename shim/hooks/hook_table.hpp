@@ -31,6 +31,7 @@ enum class HookKind {
   context_destroy,
   primary_release,
   primary_reset,
+  primary_retain,
   lookup,
 };
 

@@ -43,6 +43,7 @@ namespace {
 #define FERRUM_REAL_context_destroy(API, NAME, PARAMS)
 #define FERRUM_REAL_primary_release(API, NAME, PARAMS)
 #define FERRUM_REAL_primary_reset(API, NAME, PARAMS)
+#define FERRUM_REAL_primary_retain(API, NAME, PARAMS)
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_REAL_##KIND(API, NAME, PARAMS)
 #include "hooks/hooked_functions.def"
 #undef HOOK
@@ -100,6 +101,16 @@ struct PrimaryResetHook {
   static constexpr const char *kWhat = "cuDevicePrimaryCtxReset";
   static CUresult call(Function genuine, CUdevice device) {
     return gpu::around_primary_reset(device, [&] { return genuine(device); });
+  }
+};
+
+struct PrimaryRetainHook {
+  using Function = PFN_cuDevicePrimaryCtxRetain_v7000;
+  static constexpr const char *kWhat = "cuDevicePrimaryCtxRetain";
+  static CUresult call(Function genuine, CUcontext *context, CUdevice device) {
+    const CUresult result = genuine(context, device);
+    if (result == CUDA_SUCCESS && context) gpu::note_primary_context(device, *context);
+    return result;
   }
 };
 
@@ -211,6 +222,8 @@ void *wrap_kind(HookKind kind, const char *how, void *found, bool per_thread) {
       return gpu::timing_on() ? WrapperSet<PrimaryReleaseHook>::wrap(how, found) : found;
     case HookKind::primary_reset:
       return gpu::timing_on() ? WrapperSet<PrimaryResetHook>::wrap(how, found) : found;
+    case HookKind::primary_retain:
+      return gpu::timing_on() ? WrapperSet<PrimaryRetainHook>::wrap(how, found) : found;
     case HookKind::instantiate_legacy:
       return WrapperSet<InstantiateLegacyHook>::wrap(how, found);
     case HookKind::instantiate_flags:

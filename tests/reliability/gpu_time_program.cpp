@@ -10,6 +10,10 @@
 //   primary-release N M   the same with the primary context: retain, N launches, the last
 //                     cuDevicePrimaryCtxRelease with them in flight; retain again, a new graph, M
 //                     launches, synchronised, released.
+//   primary-and-created N M   a context of cuCtxCreate (C, its graph instantiated first) and the
+//                     primary context (P, its graph second): N launches in P and M in C, all in
+//                     flight when P's last reference is released; then M more in C,
+//                     synchronised, and C destroyed. C lives on through P's end.
 //   burst N [sync]    one stream, one graph, N launches as fast as possible, each launch's
 //                     duration measured; with `sync`, cuStreamSynchronize after the loop. Prints
 //                     max_launch_ns=<slowest launch> loop_ns=<the whole loop>.
@@ -143,6 +147,22 @@ int main(int argc, char **argv) {
     check(cuStreamSynchronize(t), "cuStreamSynchronize");
     check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
     check(cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");
+  } else if (mode == "primary-and-created") {
+    CUcontext c = new_context();
+    CUstream in_c = new_stream();
+    CUgraphExec graph_c = make_exec();
+    CUcontext p = nullptr;
+    check(cuDevicePrimaryCtxRetain(&p, 0), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(p), "cuCtxSetCurrent");
+    CUstream in_p = new_stream();
+    launches(make_exec(), in_p, n);
+    check(cuCtxSetCurrent(c), "cuCtxSetCurrent");
+    launches(graph_c, in_c, m);
+    check(cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");  // P ends, C does not
+    launches(graph_c, in_c, m);
+    check(cuStreamSynchronize(in_c), "cuStreamSynchronize");
+    check(cuGraphExecDestroy(graph_c), "cuGraphExecDestroy");
+    check(cuCtxDestroy(c), "cuCtxDestroy");
   } else if (mode == "burst") {
     new_context();
     CUstream s = new_stream();

@@ -70,6 +70,22 @@ def context_destroyed_in_flight():
         expect_balanced(traced)
 
 
+def primary_end_spares_created_contexts():
+    """The last cuDevicePrimaryCtxRelease ends the primary context only: 20 replays of 50 ms in
+    flight there count as not timed (context destroyed), while a context the program made with
+    cuCtxCreate keeps its pool: its 30 replays in flight across the release and 30 after it are
+    all timed, at their simulated 300 us."""
+    run_ = program("primary-and-created", 20, 30,
+                   env={"FERRUM_STANDIN_GRAPH_NS": "300000,50000000"}, timeout=60)
+    expect(run_.returncode == 0 and "launches=80 failed=0" in run_.stdout, "program failed", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] == 60 and gpu["not_timed"] == 20 and gpu["in_flight"] == 0 and
+           gpu["why"] == {"context destroyed": 20}, f"GPU line {gpu}", run_)
+    [created] = [r for r in one_summary(run_).rows if r["gpu n"] == "60"]
+    expect(abs(float(created["p50 us"]) - 300) <= 20, f"row {created}", run_)
+    only_summary_on_stderr(run_)
+
+
 def burst_exhausts_pool():
     """3000 replays of a 20 ms graph queued at once on one stream (the stand-in's launch queue
     holds them all): no launch waits (each well under one replay's 20 ms), the first 1024 (the
@@ -204,8 +220,8 @@ def fork_child_counts():
 
 
 SCENARIOS = {f.__name__: f for f in (
-    context_destroyed_in_flight, burst_exhausts_pool, burst_mostly_timed, many_replays,
-    many_replays_long, exit_in_flight, capture_untouched, fork_child_counts)}
+    context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
+    burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, capture_untouched, fork_child_counts)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

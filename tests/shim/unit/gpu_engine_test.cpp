@@ -3,12 +3,16 @@
 // turn it on.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/gpu_engine.hpp"
+#include "gpu/gpu_timing.hpp"
 #include "support/settings.hpp"
 
 namespace gpu = ferrum_replay::shim::gpu;
@@ -36,12 +40,28 @@ struct FakeDriver {
 };
 FakeDriver *fake = nullptr;
 
+// The calling thread's stream-capture mode (cuThreadExchangeStreamCaptureMode), global by
+// default as in CUDA. An "unsafe" call (event or stream creation, event query) made in the
+// global mode would invalidate a global-mode capture on any thread of a real program.
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+int unsafe_calls_in_global_mode = 0;
+void unsafe_call() {
+  if (t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL) ++unsafe_calls_in_global_mode;
+}
+CUresult exchange_capture_mode(CUstreamCaptureMode *mode) {
+  const CUstreamCaptureMode previous = t_capture_mode;
+  t_capture_mode = *mode;
+  *mode = previous;
+  return CUDA_SUCCESS;
+}
+
 void check_context() {
   if (fake->dead.count(fake->current)) ++fake->calls_on_dead;
 }
 
 CUresult event_create(CUevent *event, unsigned) {
   check_context();
+  unsafe_call();
   if (fake->create_fail_after >= 0 && fake->creates >= fake->create_fail_after)
     return CUDA_ERROR_OUT_OF_MEMORY;
   ++fake->creates;
@@ -67,6 +87,7 @@ CUresult event_record_ptsz(CUevent event, CUstream stream) {
   return record_on(event, stream);
 }
 CUresult event_query(CUevent event) {
+  unsafe_call();
   if (!fake->live.count(event)) return CUDA_ERROR_INVALID_HANDLE;
   auto found = fake->done_at.find(event);
   if (found == fake->done_at.end()) return CUDA_SUCCESS;
@@ -113,6 +134,7 @@ CUresult ctx_pop(CUcontext *context) {
   return CUDA_SUCCESS;
 }
 CUresult stream_create(CUstream *stream, unsigned) {
+  unsafe_call();
   *stream = reinterpret_cast<CUstream>(0xABC);
   return CUDA_SUCCESS;
 }
@@ -141,6 +163,7 @@ gpu::EventApi fake_api() {
   api.stream_create = stream_create;
   api.stream_destroy = stream_destroy;
   api.now_ns = now_ns;
+  api.exchange_capture_mode = exchange_capture_mode;
   return api;
 }
 
@@ -339,8 +362,8 @@ TEST_CASE("gpu engine: a destroyed context's pool goes first; no call into it af
 }
 
 TEST_CASE(
-    "gpu engine: a launch between begin and end when its context is dropped is not timed "
-    "twice") {
+    "gpu engine: a drop waits for a launch between begin and end; that replay is counted once, "
+    "its events outlive it") {
   Fixture f;
   f.launch();
   f.reap();
@@ -348,11 +371,115 @@ TEST_CASE(
   gpu::Ticket ticket =
       f.engine->begin(reinterpret_cast<CUstream>(0x77), false, "g", 1, 9, &requested);
   REQUIRE(ticket.pool != nullptr);
+  const CUevent start = ticket.pair->start, end = ticket.pair->end;
+  // The launching thread is inside the real launch call while another thread destroys the
+  // context: the drop must not destroy the pair's events before end() is done with them.
+  std::atomic<bool> ended{false};
+  bool events_alive_at_end = false;
+  std::thread launcher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    events_alive_at_end = f.driver.live.count(start) && f.driver.live.count(end);
+    f.engine->end(ticket, true);
+    ended.store(true);
+  });
   f.engine->drop_context(reinterpret_cast<CUcontext>(0x100));
-  f.engine->end(ticket, true);
+  CHECK(ended.load());  // the drop returned only after the launch let its pair go
+  launcher.join();
+  CHECK(events_alive_at_end);
+  CHECK_FALSE(f.driver.live.count(start));  // and then every event went, this pair's too
+  CHECK_FALSE(f.driver.live.count(end));
   gpu::Totals totals = f.engine->totals();
   CHECK(totals.not_timed == 2);  // the first launch (no pool yet) and this one, once
   CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::context_dropped)] == 1);
+  // The slot is free again: a later launch in a new context is timed. (The fake pairs records
+  // start, end: this replay's end was never recorded.)
+  f.driver.end_record = false;
+  f.driver.current = reinterpret_cast<CUcontext>(0x200);
+  f.launch();
+  f.reap();
+  CHECK(f.launch());
+}
+
+TEST_CASE(
+    "gpu timing: the engine's mutex is free during the real context-ending call, which no "
+    "reap pass disturbs") {
+  // The process's own engine, as the hooks use it.
+  FakeDriver driver;
+  fake = &driver;
+  gpu::configure(true, 1);
+  gpu::Engine &timing = gpu::engine();
+  timing.set_api(fake_api());
+  ferrum_replay_gpu_replay batch[64];
+  bool more = false;
+  bool requested = false;
+  gpu::Ticket first = timing.begin(reinterpret_cast<CUstream>(0x77), false, "g", 1, 1, &requested);
+  timing.end(first, true);
+  timing.reap_pass(batch, 64, &more);  // the pool is made
+  gpu::Ticket ticket = timing.begin(reinterpret_cast<CUstream>(0x77), false, "g", 1, 2, &requested);
+  REQUIRE(ticket.pool != nullptr);
+  timing.end(ticket, true);
+  driver.now += 1000000;  // that replay has finished
+  // Another context asks for a pool: made at the next pass, not during the call below.
+  driver.current = reinterpret_cast<CUcontext>(0x300);
+  gpu::Ticket other = timing.begin(reinterpret_cast<CUstream>(0x77), false, "g", 1, 3, &requested);
+  timing.end(other, true);
+  driver.current = reinterpret_cast<CUcontext>(0x100);
+
+  std::atomic<bool> other_thread_done{false};
+  size_t reaped_during = 99;
+  int creates_during = -1;
+  std::thread asker;  // joined after the call: were the mutex held, it could only end then
+  const CUresult result =
+      gpu::around_context_destroy(reinterpret_cast<CUcontext>(0x999), [&]() -> CUresult {
+        // Inside the real cuCtxDestroy: a host function (or any thread) asking the engine for
+        // anything must not wait for this call to end.
+        const int creates = driver.creates;
+        asker = std::thread([&] {
+          bool more_inside = false;
+          reaped_during = timing.reap_pass(batch, 64, &more_inside);
+          (void)timing.totals();
+          other_thread_done.store(true);
+        });
+        for (int i = 0; i < 2000 && !other_thread_done.load(); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        creates_during = driver.creates - creates;
+        return other_thread_done.load() ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+      });
+  asker.join();
+  CHECK(result == CUDA_SUCCESS);  // the asker finished while the call was still running
+  CHECK(reaped_during == 0);      // and read nothing: no event query during the call
+  CHECK(creates_during == 0);     // nor made the other context's pool
+  CHECK(timing.reap_pass(batch, 64, &more) == 1);  // afterwards the finished replay is read
+  CHECK(driver.calls_on_dead == 0);
+  timing.drop_context(reinterpret_cast<CUcontext>(0x100));
+  timing.drop_context(reinterpret_cast<CUcontext>(0x300));
+  gpu::configure(false, 1);
+  fake = nullptr;
+}
+
+TEST_CASE(
+    "gpu engine: its calls on a program thread run in the relaxed capture mode, the thread's own "
+    "mode given back") {
+  Fixture f;
+  unsafe_calls_in_global_mode = 0;
+  REQUIRE(t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL);
+  // At a graph's instantiation: the pool and its 2048 events are made on this thread.
+  CHECK(f.engine->prepare_current_context());
+  CHECK(f.driver.creates > 2 * static_cast<int>(gpu::kPairsPerContext));
+  f.launch();
+  f.driver.now += 1000000;
+  // Around the program's cuCtxDestroy: finished replays are read (event queries) on this
+  // thread, then the events destroyed.
+  f.engine->drop_context(reinterpret_cast<CUcontext>(0x100));
+  CHECK(unsafe_calls_in_global_mode == 0);
+  CHECK(t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL);
+  // A thread that had chosen another mode keeps it.
+  t_capture_mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+  f.driver.current = reinterpret_cast<CUcontext>(0x200);
+  CHECK(f.engine->prepare_current_context());
+  CHECK(t_capture_mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  CHECK(unsafe_calls_in_global_mode == 0);
 }
 
 TEST_CASE(
