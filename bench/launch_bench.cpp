@@ -25,7 +25,7 @@
 //                      rss_kib_at_<N1>= and rss_kib_at_<N2>= (VmRSS after N1 and after N2
 //                      launches), minor_faults_between= (page faults in between: 0 when the
 //                      launch path touches no new memory), unnamed_file_bytes= (held in
-//                      open files without a name: a tool's spill file), then
+//                      files without a name, open or mapped: a tool's spill file), then
 //                      end_monotonic_ns= just before main returns (the parent times what runs
 //                      after it: a tool's exit report)
 //     --ferrum-flush-every=N  (with --rss) every N launches, ferrum_replay_gpu_flush (when
@@ -59,6 +59,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 #include "ferrum_replay/ferrum_replay.h"
@@ -66,7 +67,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -275,12 +278,28 @@ long rss_kib() {
   return line ? std::strtol(line + 6, nullptr, 10) : -1;
 }
 
-// Bytes held in open files that have no name (O_TMPFILE, or unlinked): where a tool may keep
-// what it records instead of resident memory (the recorder spills full chunks of events there).
+// Bytes held in files that have no name (O_TMPFILE, or unlinked), open or mapped: where a tool
+// may keep what it records instead of resident memory (the recorder spills full chunks of
+// events into such files, mapped, without keeping a descriptor). Each file counted once.
 long long unnamed_file_bytes() {
   long long total = 0;
+  std::set<std::pair<dev_t, ino_t>> seen;
+  if (FILE *maps = std::fopen("/proc/self/maps", "re")) {
+    char line[4096];
+    while (std::fgets(line, sizeof line, maps)) {
+      unsigned long start = 0, end = 0, inode = 0;
+      unsigned major = 0, minor = 0;
+      if (std::sscanf(line, "%lx-%lx %*s %*s %x:%x %lu", &start, &end, &major, &minor, &inode) !=
+              5 ||
+          inode == 0 || !std::strstr(line, " (deleted)\n"))
+        continue;
+      if (seen.insert({makedev(major, minor), inode}).second)
+        total += static_cast<long long>(end - start);
+    }
+    std::fclose(maps);
+  }
   DIR *dir = opendir("/proc/self/fd");
-  if (!dir) return -1;
+  if (!dir) return total;
   for (dirent *e; (e = readdir(dir));) {
     if (e->d_name[0] == '.') continue;
     char link[300], target[4096];
@@ -291,7 +310,7 @@ long long unnamed_file_bytes() {
     const char *deleted = std::strstr(target, " (deleted)");
     struct stat st {};
     if (deleted && deleted[10] == '\0' && fstat(std::atoi(e->d_name), &st) == 0 &&
-        S_ISREG(st.st_mode))
+        S_ISREG(st.st_mode) && seen.insert({st.st_dev, st.st_ino}).second)
       total += st.st_size;
   }
   closedir(dir);

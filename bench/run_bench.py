@@ -507,7 +507,7 @@ def build_table(launch, startup, effects, memory, opts):
     per_event = (r["rss_total"] - r["rss_first"]) * 1024 / events
     spilled = r["unnamed_bytes"] / opts["recorder_events"]
     t.row(f"recorder: memory per range ({events:,} ranges)", f"{per_event:.0f} B resident",
-          f"{spilled:.0f} B in its spill file", "", "", None)
+          f"{spilled:.0f} B reserved in its spill file", "", "", None)
     ranges = r["ranges"] or opts["recorder_events"]
     exit_s = max(r["exit_s"] - m["exit_s"], 1e-9)  # minus the exit of a process without it
     t.row(f"recorder: trace written at exit ({ranges:,} ranges)",
