@@ -78,7 +78,7 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
     }
     recorder.set_gpu_status(gpu);
   }
-  Snapshot snap = recorder.snapshot_for_report();
+  Snapshot snap = recorder.snapshot_for_report(/*last=*/true);
   if (!recorded_anything(snap)) return;
 
   char host[256];

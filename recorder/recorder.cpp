@@ -57,7 +57,8 @@ Recorder::Recorder(const Settings &settings, uint64_t origin_ns, uint64_t origin
              settings.reject != RejectMode::none && settings.reject_domain_only
                  ? settings.reject_domain
                  : std::string()),
-      gpu_(settings.spill ? &spill_ : nullptr) {}
+      gpu_(settings.spill ? &spill_ : nullptr),
+      memory_budget_(settings.memory) {}
 
 Recorder::~Recorder() {
   for (ThreadBuffer *t : threads_) delete t;
@@ -68,8 +69,8 @@ ThreadBuffer &Recorder::current_thread() {
   ThreadSlot &slot = t_slot;
   if (slot.generation == generation_) [[likely]]
     return *slot.buffer;
-  auto *buffer =
-      new ThreadBuffer(os_thread_id(), own_thread_name(), settings_.spill ? &spill_ : nullptr);
+  auto *buffer = new ThreadBuffer(os_thread_id(), own_thread_name(),
+                                  settings_.spill ? &spill_ : nullptr, &memory_budget_);
   {
     std::lock_guard lock(threads_mu_);
     threads_.push_back(buffer);
@@ -138,14 +139,14 @@ Snapshot Recorder::snapshot() const {
   return take_snapshot(true);
 }
 
-Snapshot Recorder::snapshot_for_report() {
-  Snapshot snap = take_snapshot(false);
+Snapshot Recorder::snapshot_for_report(bool last) {
+  Snapshot snap = take_snapshot(false, last);
   for (ThreadSnapshot &t : snap.threads) compact_runs(spill_, t.runs);
   for (ThreadSnapshot &t : snap.gpu_tracks) compact_runs(spill_, t.runs);
   return snap;
 }
 
-Snapshot Recorder::take_snapshot(bool materialize) const {
+Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   Snapshot snap;
   snap.pid = static_cast<long>(getpid());
   snap.process_name = read_proc_line("/proc/self/comm");
@@ -162,7 +163,7 @@ Snapshot Recorder::take_snapshot(bool materialize) const {
     std::lock_guard lock(threads_mu_);
     threads = threads_;
   }
-  for (const ThreadBuffer *t : threads) {
+  for (ThreadBuffer *t : threads) {
     ThreadSnapshot ts;
     ts.tid = t->tid();
     // An explicit nvtxNameOsThread wins; then the live name (a thread may be named after its
@@ -174,7 +175,7 @@ Snapshot Recorder::take_snapshot(bool materialize) const {
       if (ts.name.empty()) ts.name = t->initial_name();
     }
     ts.open_frames = t->published_open_frames();
-    t->collect(&ts.events, &ts.runs);
+    t->collect(&ts.events, &ts.runs, release_memory);
     sort_events(ts.events);
     if (!ts.runs.empty()) snap.spill = &spill_;
     if (materialize && !ts.runs.empty()) {
@@ -240,6 +241,7 @@ void Recorder::after_fork_in_child() {
     self->restart_after_fork(os_thread_id());
     threads_.push_back(self);
   }
+  memory_budget_.restart_after_fork();
   push_counter_.store(0, std::memory_order_relaxed);
   rejected_.store(0, std::memory_order_relaxed);
   pop_without_push_.store(0, std::memory_order_relaxed);

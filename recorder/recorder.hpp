@@ -59,8 +59,10 @@ class Recorder {
   Snapshot snapshot() const;
   // The same, but spilled events stay in the spill file (Snapshot::spill, ThreadSnapshot::runs),
   // merged as the trace is written: what the exit report uses, so that writing a long run's
-  // trace does not need the whole run in memory.
-  Snapshot snapshot_for_report();
+  // trace does not need the whole run in memory. `last` (the exit report): the events held in
+  // memory are let go as they are copied (ThreadBuffer::collect), so that the report does not
+  // hold them twice; later snapshots then miss them.
+  Snapshot snapshot_for_report(bool last = false);
 
   // GPU time per replay delivered by the shim (gpu_tracks.hpp); GpuTracks::sink with this as
   // its context is what injection.cpp registers.
@@ -80,7 +82,7 @@ class Recorder {
 
  private:
   bool should_reject(const nvtxDomainRegistration_st &domain) noexcept;
-  Snapshot take_snapshot(bool materialize) const;
+  Snapshot take_snapshot(bool materialize, bool release_memory = false) const;
 
   const Settings settings_;
   const uint64_t origin_ns_;
@@ -95,6 +97,7 @@ class Recorder {
   // first, destroyed last). Null in ThreadBuffers when spilling is switched off.
   SpillFile spill_;
   GpuTracks gpu_;
+  MemoryBudget memory_budget_;  // FERRUM_RECORD_MEMORY: events kept in memory before spilling
   GpuStatus gpu_status_;
   std::string gpu_domain_ = "ferrum-replay";
 

@@ -18,6 +18,37 @@ bool parse_positive_u64(std::string_view text, uint64_t *value) {
   return true;
 }
 
+bool parse_byte_count(std::string_view text, uint64_t *value) {
+  uint64_t scale = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'k':
+      case 'K':
+        scale = uint64_t{1} << 10;
+        break;
+      case 'm':
+      case 'M':
+        scale = uint64_t{1} << 20;
+        break;
+      case 'g':
+      case 'G':
+        scale = uint64_t{1} << 30;
+        break;
+      default:
+        break;
+    }
+    if (scale != 1) text.remove_suffix(1);
+  }
+  uint64_t n = 0;
+  if (text == "0") {
+    *value = 0;
+    return true;
+  }
+  if (!parse_positive_u64(text, &n) || n > UINT64_MAX / scale) return false;
+  *value = n * scale;
+  return true;
+}
+
 namespace {
 
 // A user's value, quoted back in a warning: printable by the one rule of docs/text-rules.md
@@ -124,6 +155,17 @@ Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::s
     } else if (!equals_ignore_case(c, "auto") && warnings) {
       warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_CLOCK='" + quoted(c) +
                           "' is invalid (expected auto or monotonic); using auto\n");
+    }
+  }
+
+  if (const char *memory = env("FERRUM_RECORD_MEMORY", context); memory && *memory) {
+    const std::string_view m(memory);
+    if (!parse_byte_count(m, &s.memory)) {
+      s.memory = Settings::kDefaultMemory;
+      if (warnings)
+        warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_MEMORY='" + quoted(m) +
+                            "' is invalid (expected a byte count such as 0, 512K, 24M or 1G); "
+                            "using 24M\n");
     }
   }
 

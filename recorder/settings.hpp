@@ -42,6 +42,15 @@
 //                                monotonic: read CLOCK_MONOTONIC for every timestamp (slower; for
 //                                a machine whose counter is suspected). Anything else prints one
 //                                line on stderr and keeps auto.
+//   FERRUM_RECORD_MEMORY         bytes of completed ranges the process keeps in memory before
+//                                its threads spill them to unnamed temporary files
+//                                (spill_file.hpp): a number with an optional K, M or G suffix
+//                                (powers of 1024); 0 spills from the first full chunk. Default
+//                                24M (about 390,000 ranges): an ordinary profiling run never
+//                                writes to disk, where the kernel's writeback made the first
+//                                megabytes of a spill cost 50-100 ns a range on a virtual disk;
+//                                a long run stays bounded (24M, plus one chunk per thread).
+//                                Anything else prints one line and keeps 24M.
 //   FERRUM_RECORD_REJECT_DOMAIN  limit rejection (and the every-Nth counter) to pushes in the
 //                                domain of that name; "global" means NVTX's default domain.
 #pragma once
@@ -73,6 +82,8 @@ struct Settings {
   // always CLOCK_MONOTONIC itself (monotonic).
   bool cpu_counter = true;
   bool spill = true;  // spill full chunks of events to a temporary file (tests switch it off)
+  static constexpr uint64_t kDefaultMemory = uint64_t{24} << 20;
+  uint64_t memory = kDefaultMemory;  // FERRUM_RECORD_MEMORY: bytes in memory before spilling
 };
 
 // Parses settings; appends one complete stderr line (with '\n') per invalid value to `warnings`.
@@ -85,5 +96,8 @@ std::string default_out_name(common::EnvLookup env, void *context, Settings *set
 
 // Exposed for tests: a decimal number > 0 that fits in 64 bits, nothing else.
 bool parse_positive_u64(std::string_view text, uint64_t *value);
+// Exposed for tests: a byte count, decimal, 0 allowed, with an optional K, M or G (or k, m, g)
+// suffix meaning 1024, 1024^2, 1024^3; nothing else, and nothing that overflows 64 bits.
+bool parse_byte_count(std::string_view text, uint64_t *value);
 
 }  // namespace ferrum_replay::recorder

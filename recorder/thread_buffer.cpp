@@ -1,5 +1,6 @@
 #include "thread_buffer.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,22 +15,36 @@ namespace {
 constexpr size_t kArenaBlock = 16 * 1024;
 }  // namespace
 
-ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill)
+ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill,
+                           MemoryBudget *budget)
     : tid_(tid),
       initial_name_(std::move(initial_name)),
-      head_(new Chunk),
+      head_(new_chunk()),
       tail_(head_),
-      spill_(spill) {}
+      spill_(spill),
+      budget_(budget) {}
 
 ThreadBuffer::~ThreadBuffer() {
   free_chunks();
   for (const Block &b : blocks_) delete[] b.data;
 }
 
+ThreadBuffer::Chunk *ThreadBuffer::new_chunk() {
+  void *memory =
+      ::mmap(nullptr, sizeof(Chunk), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) throw std::bad_alloc();  // as `new` would
+  return new (memory) Chunk;
+}
+
+void ThreadBuffer::delete_chunk(Chunk *chunk) {
+  chunk->~Chunk();
+  ::munmap(chunk, sizeof(Chunk));
+}
+
 void ThreadBuffer::free_chunks() {
   for (Chunk *c = head_; c;) {
     Chunk *next = c->next.load(std::memory_order_relaxed);
-    delete c;
+    delete_chunk(c);
     c = next;
   }
   head_ = tail_ = nullptr;
@@ -62,7 +77,7 @@ const char *ThreadBuffer::intern(std::string_view text) {
 }
 
 void ThreadBuffer::make_room() {
-  if (spill_ && head_ == tail_) {
+  if (spill_ && !(budget_ && budget_->take(sizeof(Chunk)))) {
     // Sort a copy and write it without the lock: readers may go on reading the chunk, which
     // only this thread ever changes. Sorted runs let the exit writer merge, not sort.
     if (!scratch_) scratch_.reset(new Event[Chunk::kCapacity]);
@@ -82,7 +97,7 @@ void ThreadBuffer::make_room() {
       return;
     }
   }
-  Chunk *fresh = new Chunk;
+  Chunk *fresh = new_chunk();
   tail_->next.store(fresh, std::memory_order_release);
   tail_ = fresh;
 }
@@ -95,7 +110,8 @@ void ThreadBuffer::append(const Event &event) {
   tail_->count.store(n + 1, std::memory_order_release);
 }
 
-void ThreadBuffer::collect(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled) const {
+void ThreadBuffer::collect(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled,
+                           bool release_full_chunks) {
   if (!mu_.try_lock()) {
     // Held by this very thread: exit() from a signal handler that interrupted the few
     // instructions above. Waiting would never end; this thread's ranges are given up instead.
@@ -104,9 +120,22 @@ void ThreadBuffer::collect(std::vector<Event> *in_memory, std::vector<SpillRun> 
   }
   std::lock_guard lock(mu_, std::adopt_lock);
   if (spilled) *spilled = runs_;
-  for (const Chunk *c = head_; c; c = c->next.load(std::memory_order_acquire)) {
+  if (release_full_chunks) {  // reserved once: the copy grows as the chunks go
+    size_t total = 0;
+    for (const Chunk *c = head_; c; c = c->next.load(std::memory_order_acquire))
+      total += c->count.load(std::memory_order_acquire);
+    in_memory->reserve(in_memory->size() + total + Chunk::kCapacity);
+  }
+  for (Chunk *c = head_; c;) {
     const uint32_t n = c->count.load(std::memory_order_acquire);
     in_memory->insert(in_memory->end(), c->events, c->events + n);
+    Chunk *next = c->next.load(std::memory_order_acquire);
+    // A chunk with a successor is full and never written again; the last may still be filling.
+    if (release_full_chunks && next && c == head_) {
+      head_ = next;
+      delete_chunk(c);
+    }
+    c = next;
   }
 }
 

@@ -3,7 +3,9 @@
 // pushing) reads concurrently:
 //   - completed events go into a fixed-size chunk; its count is published with a release store
 //     after the event is written, and read with acquire;
-//   - when the chunk is full, the owner sorts it into trace order and spills it to the process's
+//   - when the chunk is full, a new one is linked while the process's MemoryBudget allows
+//     (FERRUM_RECORD_MEMORY); beyond it, the owner sorts the full chunk into trace order and
+//     spills it to the process's
 //     SpillFile (shared mappings of unnamed files, no descriptor held) as one run, then reuses the
 //     chunk: memory stays bounded however long the thread
 //     records. The sorted copy is written without a lock; publishing the run and emptying the
@@ -31,6 +33,27 @@
 
 namespace ferrum_replay::recorder {
 
+// The bytes of events the process keeps in memory beyond each thread's first chunk before its
+// threads spill (FERRUM_RECORD_MEMORY). Shared by every thread; taken once per chunk.
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(uint64_t limit) : limit_(limit) {}
+  // Takes `bytes` if they fit under the limit.
+  bool take(uint64_t bytes) {
+    uint64_t used = used_.load(std::memory_order_relaxed);
+    while (bytes <= limit_ && used <= limit_ - bytes)
+      if (used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed)) return true;
+    return false;
+  }
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+  // In a fork() child: the parent's chunks are no longer the child's to count.
+  void restart_after_fork() { used_.store(0, std::memory_order_relaxed); }
+
+ private:
+  const uint64_t limit_;
+  std::atomic<uint64_t> used_{0};
+};
+
 // An open range on a (thread, domain) stack. A rejected frame records nothing but keeps its
 // place so that the caller's matching pop is swallowed instead of closing someone else's range.
 struct Frame {
@@ -42,8 +65,10 @@ struct Frame {
 
 class ThreadBuffer {
  public:
-  // `spill` may be null: then every event stays in memory.
-  ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill = nullptr);
+  // `spill` may be null: then every event stays in memory. `budget` may be null: then every full
+  // chunk is spilled (where `spill` is given).
+  ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill = nullptr,
+               MemoryBudget *budget = nullptr);
   ~ThreadBuffer();
   ThreadBuffer(const ThreadBuffer &) = delete;
   ThreadBuffer &operator=(const ThreadBuffer &) = delete;
@@ -66,7 +91,11 @@ class ThreadBuffer {
   // ---- any thread ----
   uint32_t published_open_frames() const { return open_published_.load(std::memory_order_relaxed); }
   // Copies the events still in memory (in the order they ended) and the runs already spilled.
-  void collect(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled) const;
+  // `release_full_chunks` (the exit report, once): every chunk but the one being filled is
+  // unmapped as soon as it is copied, so that the report does not hold the events twice (the
+  // owner never touches a chunk again once it has linked the next).
+  void collect(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled,
+               bool release_full_chunks = false);
 
   // ---- in a fork() child, where the calling thread is the only one left ----
   // Drops the parent's completed events (they belong to the parent's trace) and adopts the
@@ -85,8 +114,13 @@ class ThreadBuffer {
     size_t used, size;
   };
 
+  // Chunks are mapped, not heap-allocated: unmapping one gives its memory back to the system at
+  // once (collect's release_full_chunks), which freeing into the heap would not.
+  static Chunk *new_chunk();
+  static void delete_chunk(Chunk *chunk);
   void free_chunks();
-  // The tail chunk is full: spill it and reuse it, or link a new one.
+  // The tail chunk is full: link a new one while the budget allows, else spill it and reuse it
+  // (or link a new one when spilling fails).
   void make_room();
 
   uint32_t tid_;
@@ -100,6 +134,7 @@ class ThreadBuffer {
   std::unordered_set<std::string_view> interned_;
 
   SpillFile *spill_;
+  MemoryBudget *budget_;
   // Guards recycling the tail chunk and runs_: taken by the owner only when a chunk is full, and
   // by readers (collect).
   mutable std::mutex mu_;

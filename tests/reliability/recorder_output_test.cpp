@@ -43,6 +43,16 @@
 using namespace ferrum_replay::recorder;
 
 namespace {
+// These tests are about the spill: every full chunk goes to it (FERRUM_RECORD_MEMORY=0), so
+// that thousands of ranges, not millions, exercise it.
+ferrum_replay::recorder::Settings spilling_at_once() {
+  ferrum_replay::recorder::Settings settings;
+  settings.memory = 0;
+  return settings;
+}
+}  // namespace
+
+namespace {
 
 constexpr uint32_t kChunk = 1024;  // ThreadBuffer's chunk: a run is this many events
 
@@ -99,7 +109,7 @@ bool same_event(const Event &a, const Event &b) {
 }  // namespace
 
 TEST_CASE("events spill as they complete and the trace is identical") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   constexpr int kThreads = 3, kRounds = 7000;  // 21,000 ranges a thread: 20 full runs each
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) threads.emplace_back([&] { record_nested(r, kRounds); });
@@ -139,7 +149,7 @@ TEST_CASE("events spill as they complete and the trace is identical") {
 }
 
 TEST_CASE("a thread's memory stays one chunk however long it records") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   record_nested(r, 100000);  // 300,000 ranges
   const Snapshot s = r.snapshot_for_report();
   REQUIRE(s.threads.size() == 1);
@@ -164,7 +174,7 @@ TEST_CASE("without spilling every event stays in memory, with the same trace") {
 }
 
 TEST_CASE("runs are compacted so the merge reads from few sources at once") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   record_nested(r, 17 * kChunk / 3 + 5);  // 17 runs and a few events in memory
   const Snapshot reference = r.snapshot();
   Snapshot s = r.snapshot_for_report();
@@ -180,7 +190,7 @@ TEST_CASE("runs are compacted so the merge reads from few sources at once") {
 }
 
 TEST_CASE("snapshots taken while threads spill are consistent") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   std::atomic<bool> done{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) threads.emplace_back([&] { record_nested(r, 20000); });
@@ -201,7 +211,7 @@ TEST_CASE("snapshots taken while threads spill are consistent") {
 }
 
 TEST_CASE("a fork child records into its own spill file") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   record_nested(r, 3 * kChunk);  // 9 runs in the parent's file
   const uint64_t parent_spilled = r.spill_file().size();
   r.before_fork();
@@ -236,7 +246,7 @@ TEST_CASE("a spill file that cannot be created keeps events in memory") {
   const char *old = std::getenv("TMPDIR");
   const std::string saved = old ? old : "";
   setenv("TMPDIR", "/proc/self/no-such-directory", 1);
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   record_nested(r, 3000);
   if (old)
     setenv("TMPDIR", saved.c_str(), 1);
@@ -268,7 +278,7 @@ mode_t mode_of(const std::string &path) {
 
 TEST_CASE("a symbolic link planted at the trace path is never followed") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   const std::string victim = dir / "victim.txt";
   write_file(victim, "precious\n");
@@ -304,7 +314,7 @@ TEST_CASE("a symbolic link planted at the trace path is never followed") {
 
 TEST_CASE("a file that is not a ferrum-replay trace is kept unless forced") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   const std::string path = dir / "out.json";
   write_file(path, "{\"traceEvents\":[]}\n");  // a trace, but not one of ours
@@ -337,7 +347,7 @@ TEST_CASE("a file that is not a ferrum-replay trace is kept unless forced") {
 
 TEST_CASE("special files and directories at the trace path") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   TraceFileOutcome outcome;
 
@@ -375,7 +385,7 @@ TEST_CASE("special files and directories at the trace path") {
 
 TEST_CASE("the trace file is created 0644 minus the umask") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   for (const mode_t mask : {mode_t{022}, mode_t{027}, mode_t{077}, mode_t{0}}) {
     const mode_t old = umask(mask);
@@ -459,7 +469,7 @@ pid_t dead_pid() {
 
 TEST_CASE("an flock on the output directory, by this process or another, never delays the trace") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   TraceFileOutcome outcome;
   SUBCASE("the program's own singleton lock on its directory") {
@@ -498,7 +508,7 @@ TEST_CASE("an flock on the output directory, by this process or another, never d
 
 TEST_CASE("the output lock held elsewhere costs at most ~2 s and then nothing is replaced") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   const std::string path = dir / "t.json";
   REQUIRE(write_trace_file(path, s, TraceFileOptions{}, &*std::make_unique<TraceFileOutcome>()));
@@ -527,7 +537,7 @@ TEST_CASE("the output lock held elsewhere costs at most ~2 s and then nothing is
 
 TEST_CASE("leftover temporaries of dead processes of ours are removed; nothing else is") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   const std::string path = dir / "t.json";
   // What our own temporary's name looks like on this host.
@@ -572,7 +582,7 @@ TEST_CASE("a trace killed mid-write leaves no file at the final name") {
   const std::string path = dir / "big.json";
   const pid_t child = fork();
   if (child == 0) {
-    Recorder r(Settings{}, 0);
+    Recorder r(spilling_at_once(), 0);
     record_nested(r, 200000);  // a trace of tens of MB: long enough to be killed in the middle
     const Snapshot s = r.snapshot_for_report();
     TraceFileOutcome outcome;
@@ -606,7 +616,7 @@ TEST_CASE("a trace killed mid-write leaves no file at the final name") {
   CHECK(access(path.c_str(), F_OK) != 0);  // never a partial trace (nor a placeholder) at the name
 
   // The next run writing to that name takes it and cleans up.
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   TraceFileOutcome outcome;
   REQUIRE(write_trace_file(path, s, TraceFileOptions{}, &outcome));
@@ -617,7 +627,7 @@ TEST_CASE("a trace killed mid-write leaves no file at the final name") {
 
 TEST_CASE("a file written during this run is a sibling's: written beside it, never replaced") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   const std::string path = dir / "job.json";
   TraceFileOptions options;
@@ -647,7 +657,7 @@ TEST_CASE("stream targets: devices, FIFOs and descriptors are written, never cre
   CHECK_FALSE(ferrum_replay::common::is_stream_target("/etc/hostname"));
   CHECK_FALSE(ferrum_replay::common::is_stream_target("/nonexistent/x.json"));
 
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   TraceFileOutcome outcome;
   REQUIRE(write_trace_file("/dev/null", s, TraceFileOptions{}, &outcome));
@@ -704,7 +714,7 @@ TEST_CASE("stream targets: devices, FIFOs and descriptors are written, never cre
 
 TEST_CASE("FERRUM_RECORD_FORCE replaces only a regular file, never a link to one") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   write_file(dir / "real.json", "user data\n");
   REQUIRE(symlink((dir / "real.json").c_str(), (dir / "link.json").c_str()) == 0);
@@ -723,7 +733,7 @@ TEST_CASE("FERRUM_RECORD_FORCE replaces only a regular file, never a link to one
 
 TEST_CASE("fresh names follow the one rule, at most 99 of them") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   write_file(dir / "x.json", "foreign");
   for (int n = 1; n <= 99; ++n) write_file(dir / ("x." + std::to_string(n) + ".json"), "foreign");
@@ -794,7 +804,7 @@ TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor ke
 
 TEST_CASE("a symbolic link at the name is never a stream, whatever it points to") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   const std::string fifo = dir / "fifo";
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
@@ -825,7 +835,7 @@ TEST_CASE("a symbolic link at the name is never a stream, whatever it points to"
 
 TEST_CASE("names up to the file system's limit are written; temporaries and fresh names fit") {
   TempDir dir;
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const Snapshot s = small_snapshot(r);
   for (size_t length : {200u, 230u, 240u, 250u}) {
     const std::string path = dir / (std::string(length, 'g') + ".json");

@@ -60,8 +60,10 @@ def table_ranges(stderr):
 
 def check_descriptors(mode, per_phase, phases):
     with tempfile.TemporaryDirectory(prefix="ferrum-fds-") as own_dir:
+        # Every full chunk of ranges spilled (FERRUM_RECORD_MEMORY=0): the spill is what the
+        # program's descriptors must not reach.
         run_ = harness.run([PROGRAM, "descriptors", own_dir, str(per_phase), mode],
-                           env={"FERRUM_RECORD_TABLE": "1"})
+                           env={"FERRUM_RECORD_TABLE": "1", "FERRUM_RECORD_MEMORY": "0"})
         expect(run_.returncode == 0, "the program failed", run_)
         expect("own_files=ok" in run_.stdout, "the program's own files changed during the run",
                run_)

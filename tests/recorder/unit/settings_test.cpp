@@ -118,3 +118,21 @@ TEST_CASE("parse_positive_u64") {
   CHECK_FALSE(parse_positive_u64("", &v));
   CHECK_FALSE(parse_positive_u64("+1", &v));
 }
+
+TEST_CASE("FERRUM_RECORD_MEMORY: a byte count with K, M or G; anything else one warning, 24M") {
+  CHECK(parse({}).memory == uint64_t{24} << 20);
+  CHECK(parse({{"FERRUM_RECORD_MEMORY", "0"}}).memory == 0);
+  CHECK(parse({{"FERRUM_RECORD_MEMORY", "4096"}}).memory == 4096);
+  CHECK(parse({{"FERRUM_RECORD_MEMORY", "512K"}}).memory == 512u * 1024);
+  CHECK(parse({{"FERRUM_RECORD_MEMORY", "64m"}}).memory == uint64_t{64} << 20);
+  CHECK(parse({{"FERRUM_RECORD_MEMORY", "2G"}}).memory == uint64_t{2} << 30);
+  for (const char *bad :
+       {"-1", "1.5M", "M", "12T", "17179869184G", "99999999999999999999", " 1M", "1MB", "00x"}) {
+    std::vector<std::string> warnings;
+    CHECK_MESSAGE(parse({{"FERRUM_RECORD_MEMORY", bad}}, &warnings).memory == uint64_t{24} << 20,
+                  std::string(bad));
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("FERRUM_RECORD_MEMORY='") != std::string::npos);
+    CHECK(warnings[0].back() == '\n');
+  }
+}

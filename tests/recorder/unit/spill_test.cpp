@@ -12,6 +12,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "recorder.hpp"
@@ -53,6 +54,14 @@ bool holds(const SpillFile &spill, const SpillRun &run, const std::vector<Event>
   if (!spill.read(run, 0, run.count, back.data())) return false;
   return back.size() == expected.size() &&
          std::memcmp(back.data(), expected.data(), back.size() * sizeof(Event)) == 0;
+}
+
+// A recorder that spills from its first full chunk on (FERRUM_RECORD_MEMORY=0), so that a few
+// thousand ranges exercise the spill.
+Settings spilling_at_once() {
+  Settings settings;
+  settings.memory = 0;
+  return settings;
 }
 
 // Nested ranges in the global domain: `rounds` * 2 ranges.
@@ -156,7 +165,7 @@ TEST_CASE("spilled runs survive the program closing every descriptor and reusing
   const std::string dir = tmpl;
   const std::set<int> kept = open_descriptors();
 
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   record(r, 3000);  // 6,000 ranges: 5 runs spilled, the rest in memory
   REQUIRE(r.spill_file().size() >= 5u * 1024 * sizeof(Event));
 
@@ -216,7 +225,7 @@ TEST_CASE("spilled runs survive the program closing every descriptor and reusing
 }
 
 TEST_CASE("a fork child never writes the parent's segments") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   record(r, 2048);  // 4 runs
   const Snapshot before = r.snapshot();
   const std::string parent_trace = render_trace(before);
@@ -246,7 +255,7 @@ TEST_CASE("a fork child never writes the parent's segments") {
 }
 
 TEST_CASE("a spill directory where nothing can be created keeps every event in memory") {
-  Settings settings;
+  Settings settings = spilling_at_once();
   Recorder r(settings, 0);
   const_cast<SpillFile &>(r.spill_file()).set_directory_for_tests("/proc/self/no-such-directory");
   record(r, 3000);
@@ -261,7 +270,7 @@ TEST_CASE("a spill directory where nothing can be created keeps every event in m
 TEST_CASE("the trace's range count is the events it holds") {
   // A snapshot whose bookkeeping claims a run that cannot be read: the footer says what the
   // trace holds (2 ranges), never the 1,026 the bookkeeping claims.
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   record(r, 1);
   Snapshot s = r.snapshot();
   static SpillFile empty_spill;
@@ -277,4 +286,25 @@ TEST_CASE("the trace's range count is the events it holds") {
     ++events;
   CHECK(events == 2);
   CHECK(json.find("\"ranges\":2,") != std::string::npos);
+}
+
+TEST_CASE("events stay in memory up to FERRUM_RECORD_MEMORY, shared by threads, then spill") {
+  Settings settings;
+  settings.memory = 8 * 66 * 1024;  // eight chunks (64 KiB of events each) beyond the first
+  Recorder r(settings, 0);
+  // Two threads, 4 chunks' worth each (plus their first chunk): all in memory.
+  const int per_chunk_rounds = 512;  // 1024 ranges
+  std::thread a([&] { record(r, 5 * per_chunk_rounds); });
+  a.join();
+  std::thread b([&] { record(r, 5 * per_chunk_rounds); });
+  b.join();
+  CHECK(r.spill_file().size() == 0);
+  // Past the shared allowance every full chunk is spilled, and nothing is lost.
+  record(r, 20 * per_chunk_rounds);
+  CHECK(r.spill_file().size() > 0);
+  CHECK(r.spill_file().size() <= 20u * 1024 * sizeof(Event));
+  const Snapshot snap = r.snapshot();
+  size_t total = 0;
+  for (const ThreadSnapshot &t : snap.threads) total += t.events.size();
+  CHECK(total == 30u * 1024);
 }
