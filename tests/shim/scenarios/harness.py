@@ -157,8 +157,8 @@ def main(scenarios):
             failed += 1
             print(f"FAIL {name}: {type(error).__name__}: {error}")
             continue
-        if outcome == "skip":
-            print(f"SKIP {name}")
+        if outcome == "skip" or (isinstance(outcome, str) and outcome.startswith("skip:")):
+            print(f"SKIP {name}" + (outcome[4:] if outcome != "skip" else ""))
             if len(names) == 1:
                 sys.exit(77)
         else:

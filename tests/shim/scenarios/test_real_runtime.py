@@ -34,7 +34,7 @@ def library_path(with_standin):
 def check(variable):
     path = program(variable)
     if not path:
-        return "skip"  # nvcc not available when the build was configured
+        return "skip: no nvcc when the build was configured (a CUDA toolkit builds these programs)"
     argv = [path, str(REPLAYS)]
     bare = run(argv, preload=False, record=False,
                env={"LD_LIBRARY_PATH": library_path(with_standin=False)})
