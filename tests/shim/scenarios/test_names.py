@@ -198,6 +198,59 @@ def python_ctypes_names():
            bare)
 
 
+# name_scopes (tests/support/programs/name_scopes.cpp) launches its graph i i + 1 times.
+SCOPED = {"outer": 2, "inner": 3 + 4, "explicit": 5, "level 15": 7}
+SCOPE_GRAPHS, SCOPE_LAUNCHES = 8, 8 * 9 // 2
+
+
+def scoped_names(run_):
+    """{name: launches} of the scoped graphs, and the names of the others (by their counts)."""
+    counts = counts_by_name(run_)
+    scoped = {n: c for n, c in counts.items() if n in SCOPED}
+    return scoped, sorted(n for n in counts if n not in SCOPED)
+
+
+def scope_names():
+    """ferrum_replay_push_graph_name / _pop_graph_name and ScopedGraphName: every graph
+    instantiated on the thread inside a scope (runtime, driver, cuGetProcAddress) takes the
+    innermost name; a later name by handle wins; another thread's graph and graphs outside
+    every scope keep their call sites; 16 levels hold names, the 17th is -ENOSPC and still
+    pops; pop without push is -EINVAL."""
+    run_ = run([path_of("NAME_SCOPES")])
+    expect(run_.returncode == 0 and "scope: present" in run_.stdout, "program failed", run_)
+    expect(f"launches={SCOPE_LAUNCHES} failed=0" in run_.stdout, "launches", run_)
+    expect("push17=-28 pops=0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0, pop_empty=-22 push_null=-22 "
+           "pop_null=0" in run_.stdout, "the scope's return codes", run_)
+    scoped, others = scoped_names(run_)
+    expect(scoped == SCOPED, f"scoped graphs {scoped}, expected {SCOPED}", run_)
+    counts = counts_by_name(run_)
+    expect(sorted(counts[n] for n in others) == [1, 6, 8],
+           f"the unscoped graphs (0, 5, 7) are not named by call site: {counts}", run_)
+    expect(all(not n.startswith(("outer", "inner", "level", "graph ")) for n in others),
+           f"unscoped names {others}", run_)
+    expect_one_range_per_launch(run_, SCOPE_LAUNCHES)
+    expect_balanced(run_)
+    # Without the shim the program runs unchanged (the C++ helper is a no-op).
+    bare = run([path_of("NAME_SCOPES")], preload=False, record=False)
+    expect(bare.returncode == 0 and "scope: absent" in bare.stdout
+           and f"launches={SCOPE_LAUNCHES} failed=0" in bare.stdout, "fails without the shim",
+           bare)
+
+
+def scope_beats_names_file():
+    """A scope's name is the program's own: it beats a names file's rule, which still names
+    the graphs outside every scope."""
+    path = with_file("site:* = from the file\n")
+    try:
+        run_ = run([path_of("NAME_SCOPES")], env={"FERRUM_REPLAY_NAMES": path})
+    finally:
+        os.unlink(path)
+    scoped, others = scoped_names(run_)
+    expect(scoped == SCOPED, f"scoped graphs {scoped}, expected {SCOPED}", run_)
+    expect(counts_by_name(run_).get("from the file") == 1 + 6 + 8,
+           f"the names file named {counts_by_name(run_)}", run_)
+
+
 def names_file():
     """Ordinals and site patterns name graphs; each bad line is one numbered error."""
     path = with_file("# the server's graphs\n1 = prefill\nsite:* = decoder\nbogus line\n0 = x\n")
@@ -361,7 +414,8 @@ SCENARIOS = {f.__name__: f for f in (
     call_site_names, stripped_binary_sites, site_past_symbol_end, ctypes_call_sites,
     runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
-    user_names_from_two_threads, unusual_names, python_ctypes_names, names_file,
+    user_names_from_two_threads, unusual_names, python_ctypes_names, scope_names,
+    scope_beats_names_file, names_file,
     names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
     message_template, template_collisions_stay_apart, content_names, summary_file)}
 
