@@ -15,7 +15,11 @@ from harness import (expect, expect_balanced, expect_one_range_per_launch, main,
 
 GRAPHS, ITERS = 3, 10
 LAUNCHES = GRAPHS * ITERS
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
+EXAMPLES = os.path.join(ROOT, "examples")
+# The ferrum_replay Python package, imported from the checkout, and a program that uses it.
+PACKAGE_ENV = {"PYTHONPATH": os.path.join(ROOT, "python")}
+NAME_PACKAGE = os.path.join(ROOT, "tests", "support", "programs", "name_package.py")
 
 
 def launch(*extra, program="LAUNCH_DRIVER", graphs=GRAPHS, iters=ITERS, **kwargs):
@@ -187,7 +191,8 @@ def unusual_names():
 
 
 def python_ctypes_names():
-    """The documented Python example: names through ctypes, unchanged without the shim."""
+    """The documented Python example: names by scope and by handle through the ferrum_replay
+    package, unchanged without the shim."""
     script = os.path.join(EXAMPLES, "name_graphs_ctypes.py")
     run_ = run([sys.executable, script, "4"])
     expect("named=yes launches=8" in run_.stdout, "the example did not name", run_)
@@ -249,6 +254,37 @@ def scope_beats_names_file():
     expect(scoped == SCOPED, f"scoped graphs {scoped}, expected {SCOPED}", run_)
     expect(counts_by_name(run_).get("from the file") == 1 + 6 + 8,
            f"the names file named {counts_by_name(run_)}", run_)
+
+
+# name_package.py launches its graph i i + 1 times.
+PACKAGE_NAMED = {"by raw_cuda_graph_exec": 1, "by c_void_p": 2, "by int": 3, "scoped": 4,
+                 "inner": 5, "decorated": 6, "torch order": 7}
+PACKAGE_LAUNCHES = 9 * 10 // 2
+
+
+def python_package_names():
+    """The ferrum_replay package: name() takes an object with raw_cuda_graph_exec() (as
+    torch.cuda.CUDAGraph), a ctypes pointer and an int; graph_name() names what the thread
+    instantiates inside it, nested, as a decorator, and around a context manager that
+    instantiates on exit (torch.cuda.graph) when written first; written second it has closed
+    by then. Without the shim: the same program, names ignored."""
+    run_ = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV)
+    expect(run_.returncode == 0 and "available=True" in run_.stdout
+           and "named=True,True,True" in run_.stdout and "typeerrors=3" in run_.stdout
+           and f"launches={PACKAGE_LAUNCHES} failed=0" in run_.stdout, "program", run_)
+    counts = counts_by_name(run_)
+    named = {n: c for n, c in counts.items() if n in PACKAGE_NAMED}
+    expect(named == PACKAGE_NAMED, f"named graphs {named}, expected {PACKAGE_NAMED}", run_)
+    others = {n: c for n, c in counts.items() if n not in PACKAGE_NAMED}
+    expect(sorted(others.values()) == [8, 9] and "wrong order" not in others,
+           f"graphs 7 and 8 keep their call sites: {others}", run_)
+    expect_one_range_per_launch(run_, PACKAGE_LAUNCHES)
+    expect_balanced(run_)
+    bare = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV, preload=False, record=False)
+    expect(bare.returncode == 0 and "available=False" in bare.stdout
+           and "named=False,False,False" in bare.stdout and "typeerrors=3" in bare.stdout
+           and f"launches={PACKAGE_LAUNCHES} failed=0" in bare.stdout and not bare.stderr,
+           "without the shim", bare)
 
 
 def names_file():
@@ -414,7 +450,8 @@ SCENARIOS = {f.__name__: f for f in (
     call_site_names, stripped_binary_sites, site_past_symbol_end, ctypes_call_sites,
     runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
-    user_names_from_two_threads, unusual_names, python_ctypes_names, scope_names,
+    user_names_from_two_threads, unusual_names, python_ctypes_names, python_package_names,
+    scope_names,
     scope_beats_names_file, names_file,
     names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
     message_template, template_collisions_stay_apart, content_names, summary_file)}
