@@ -1407,7 +1407,8 @@ def test_gpu_smoke_without_gpu(tmp):
     verdicts = re.findall(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.+)$", done.stdout, re.M)
     names = [v[1] for v in verdicts]
     expect(names == ["real-static-runtime", "real-shared-runtime", "real-per-thread-stream",
-                     "demo", "gpu-time", "torch"], f"one verdict per case: {names}", done)
+                     "demo", "gpu-time", "torch", "torch-names"], f"one verdict per case: {names}",
+           done)
     expect(all(v[0] != "PASS" for v in verdicts), "nothing passes without a GPU", done)
     failed = sum(v[0] == "FAIL" for v in verdicts)
     skipped = sum(v[0] == "SKIP" for v in verdicts)
