@@ -141,6 +141,18 @@ typedef int (*ferrum_replay_gpu_flush_fn)(ferrum_replay_gpu_status *status);
 
 namespace ferrum_replay {
 
+namespace detail {
+/* dlsym's RTLD_DEFAULT (glibc declares it only with _GNU_SOURCE, which g++ always defines;
+   its value is a null handle). */
+inline void *default_scope() noexcept {
+#ifdef RTLD_DEFAULT
+  return RTLD_DEFAULT;
+#else
+  return nullptr;
+#endif
+}
+}  // namespace detail
+
 /* The naming scope for C++: every graph this thread instantiates while the object lives is
  * named `name`. Looks the shim's functions up once (dlsym(RTLD_DEFAULT, ...)) and does
  * nothing when the shim is not preloaded. Lives on the stack only, like nvtx3's
@@ -179,9 +191,9 @@ class ScopedGraphName {
   static const Functions &shim_functions() noexcept {
     static const Functions functions = [] {
       Functions found{reinterpret_cast<ferrum_replay_push_graph_name_fn>(
-                          dlsym(RTLD_DEFAULT, FERRUM_REPLAY_PUSH_GRAPH_NAME)),
+                          dlsym(detail::default_scope(), FERRUM_REPLAY_PUSH_GRAPH_NAME)),
                       reinterpret_cast<ferrum_replay_pop_graph_name_fn>(
-                          dlsym(RTLD_DEFAULT, FERRUM_REPLAY_POP_GRAPH_NAME))};
+                          dlsym(detail::default_scope(), FERRUM_REPLAY_POP_GRAPH_NAME))};
       if (!found.push || !found.pop) found = Functions{nullptr, nullptr};
       return found;
     }();
