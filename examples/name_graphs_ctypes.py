@@ -24,8 +24,13 @@ except ImportError:  # not installed: the package in this checkout
 vp = ctypes.c_void_p
 
 
-def main():
-    replays = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+def check(result, what):
+    if result != 0:
+        sys.exit(f"{what} failed with CUresult {result}")
+
+
+def open_driver():
+    """The CUDA driver through ctypes, initialised, with device 0's primary context current."""
     cuda = ctypes.CDLL("libcuda.so.1")
     cuda.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(vp), ctypes.c_int]
     cuda.cuCtxSetCurrent.argtypes = [vp]
@@ -35,26 +40,28 @@ def main():
     cuda.cuGraphLaunch.argtypes = [vp, vp]
     for function in ("cuGraphExecDestroy", "cuGraphDestroy"):
         getattr(cuda, function).argtypes = [vp]
-
-    def check(result, what):
-        if result != 0:
-            sys.exit(f"{what} failed with CUresult {result}")
-
-    def instantiate():
-        graph, node, exec_ = vp(), vp(), vp()
-        check(cuda.cuGraphCreate(ctypes.byref(graph), 0), "cuGraphCreate")
-        check(cuda.cuGraphAddEmptyNode(ctypes.byref(node), graph, None, 0), "cuGraphAddEmptyNode")
-        check(cuda.cuGraphInstantiateWithFlags(ctypes.byref(exec_), graph, 0), "instantiate")
-        return graph, exec_
-
     check(cuda.cuInit(0), "cuInit")
     context = vp()
     check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0), "cuDevicePrimaryCtxRetain")
     check(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    return cuda
 
+
+def instantiate(cuda):
+    """A graph of one empty node, instantiated: (graph, exec), each a c_void_p."""
+    graph, node, exec_ = vp(), vp(), vp()
+    check(cuda.cuGraphCreate(ctypes.byref(graph), 0), "cuGraphCreate")
+    check(cuda.cuGraphAddEmptyNode(ctypes.byref(node), graph, None, 0), "cuGraphAddEmptyNode")
+    check(cuda.cuGraphInstantiateWithFlags(ctypes.byref(exec_), graph, 0), "instantiate")
+    return graph, exec_
+
+
+def main():
+    replays = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    cuda = open_driver()
     with ferrum_replay.graph_name("embedding lookup"):  # by scope: no handle needed
-        embedding = instantiate()
-    sampler = instantiate()
+        embedding = instantiate(cuda)
+    sampler = instantiate(cuda)
     ferrum_replay.name(sampler[1], "sampler")  # by handle (an int or ctypes pointer)
     execs = [embedding, sampler]
 

@@ -22,33 +22,21 @@ Exit status 0, or 1 on a CUDA error.
 
     PYTHONPATH=python python3 name_package.py
 """
-import ctypes
+import os
 import sys
 
 import ferrum_replay
 
-vp = ctypes.c_void_p
-cuda = ctypes.CDLL("libcuda.so.1")
-cuda.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(vp), ctypes.c_int]
-cuda.cuCtxSetCurrent.argtypes = [vp]
-cuda.cuGraphCreate.argtypes = [ctypes.POINTER(vp), ctypes.c_uint]
-cuda.cuGraphAddEmptyNode.argtypes = [ctypes.POINTER(vp), vp, vp, ctypes.c_size_t]
-cuda.cuGraphInstantiateWithFlags.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_ulonglong]
-cuda.cuGraphLaunch.argtypes = [vp, vp]
+# The example's driver set-up (examples/name_graphs_ctypes.py): open_driver(), instantiate().
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "examples"))
+import name_graphs_ctypes as example  # noqa: E402
 
-
-def check(result, what):
-    if result != 0:
-        print(f"name_package: {what} failed with CUresult {result}", file=sys.stderr)
-        sys.exit(1)
+cuda = None
 
 
 def instantiate():
-    graph, node, exec_ = vp(), vp(), vp()
-    check(cuda.cuGraphCreate(ctypes.byref(graph), 0), "cuGraphCreate")
-    check(cuda.cuGraphAddEmptyNode(ctypes.byref(node), graph, None, 0), "cuGraphAddEmptyNode")
-    check(cuda.cuGraphInstantiateWithFlags(ctypes.byref(exec_), graph, 0), "instantiate")
-    return exec_
+    return example.instantiate(cuda)[1]
 
 
 class FakeCUDAGraph:
@@ -76,10 +64,8 @@ class FakeTorchGraph:
 
 
 def main():
-    check(cuda.cuInit(0), "cuInit")
-    context = vp()
-    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0), "cuDevicePrimaryCtxRetain")
-    check(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    global cuda
+    cuda = example.open_driver()
 
     execs = [instantiate() for _ in range(3)]
     named = [ferrum_replay.name(FakeCUDAGraph(execs[0]), "by raw_cuda_graph_exec"),
@@ -112,7 +98,7 @@ def main():
         for _ in range(index + 1):
             launches += 1
             failed += cuda.cuGraphLaunch(exec_, None) != 0
-    check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+    example.check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
     print(f"available={ferrum_replay.available()}")
     print("named=" + ",".join(str(n) for n in named))
     print(f"typeerrors={typeerrors}")
