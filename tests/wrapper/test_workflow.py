@@ -1531,6 +1531,22 @@ def test_pip_install_record(tmp):
     expect(done.stdout == f"ferrum-replay {env_path('PROJECT_VERSION')}\n", "version", done)
 
 
+def test_python_module_from_checkout(tmp):
+    """python -m ferrum_replay with the package imported from the checkout (python/, not
+    installed): runs the checkout's scripts/ferrum-replay, arguments and exit code unchanged."""
+    env = {"PYTHONPATH": os.path.join(SOURCE, "python")}
+    done = run([sys.executable, "-m", "ferrum_replay", "record", "-o", "chk.%p.json", "--",
+                launch_driver(), "--iters", "2"], tmp, env)
+    expect(done.returncode == 0, "python -m ferrum_replay record", done)
+    expect_good_trace(traces_in(tmp, r"chk\.\d+\.json$")[0], done, launches=4)
+    done = run([sys.executable, "-m", "ferrum_replay", "run", "--", "sh", "-c", "exit 5"], tmp,
+               env)
+    expect(done.returncode == 5, "the program's exit code passes through", done)
+    done = run([sys.executable, "-m", "ferrum_replay", "summary"], tmp, env)
+    expect(done.returncode == 2 and "ferrum-replay" in done.stderr, "a usage error is the "
+           "wrapper's", done)
+
+
 TESTS = {name[len("test_"):]: fn for name, fn in globals().items() if name.startswith("test_")}
 
 
