@@ -37,23 +37,26 @@ import operator
 __all__ = ["available", "graph_name", "name"]
 
 
+def _shim_function(process, symbol, argtypes):
+    function = getattr(process, symbol, None) if process is not None else None
+    if function is not None:
+        function.argtypes = argtypes
+        function.restype = ctypes.c_int
+    return function
+
+
 def _shim_functions():
-    """The shim's exported functions, or Nones when it is not loaded in this process
-    (ctypes.CDLL(None) is dlopen(NULL): the global scope, where a preloaded library is)."""
+    """The shim's exported functions, each None when the process has none of that name
+    (ctypes.CDLL(None) is dlopen(NULL): the global scope, where a preloaded library is).
+    Looked up one by one: a shim older than the naming scope still names by handle."""
     try:
         process = ctypes.CDLL(None)
-        name_graph = process.ferrum_replay_name_graph_exec
-        push = process.ferrum_replay_push_graph_name
-        pop = process.ferrum_replay_pop_graph_name
-    except (AttributeError, OSError):
-        return None, None, None
-    name_graph.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    name_graph.restype = ctypes.c_int
-    push.argtypes = [ctypes.c_char_p]
-    push.restype = ctypes.c_int
-    pop.argtypes = []
-    pop.restype = ctypes.c_int
-    return name_graph, push, pop
+    except OSError:
+        process = None
+    return (_shim_function(process, "ferrum_replay_name_graph_exec",
+                           [ctypes.c_void_p, ctypes.c_char_p]),
+            _shim_function(process, "ferrum_replay_push_graph_name", [ctypes.c_char_p]),
+            _shim_function(process, "ferrum_replay_pop_graph_name", []))
 
 
 _name_graph_exec, _push_graph_name, _pop_graph_name = _shim_functions()
@@ -134,12 +137,12 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
         self._name = _encoded(graph_name)
 
     def __enter__(self):
-        if _push_graph_name is not None:
+        if _push_graph_name is not None and _pop_graph_name is not None:
             _push_graph_name(self._name)  # a level is pushed whatever it returns
         return self
 
     def __exit__(self, *exc_info):
-        if _pop_graph_name is not None:
+        if _push_graph_name is not None and _pop_graph_name is not None:
             _pop_graph_name()
         return False
 
