@@ -1487,9 +1487,10 @@ def test_pip_install_record(tmp):
         print(f"SKIP: python3 -m venv failed: {done.stderr.strip()[-300:]}")
         sys.exit(77)
     python = os.path.join(venv, "bin", "python")
+    # One compile job: the other tests of the stage run beside this one (meson test's processes).
     done = run([python, "-m", "pip", "install", "--cache-dir", os.path.join(home, "pip-cache"),
                 "--config-settings=setup-args=-Dcuda-home=" + env_path("FERRUM_CUDA_HOME"),
-                SOURCE], tmp, timeout=900)
+                "--config-settings=compile-args=-j1", SOURCE], tmp, timeout=900)
     if done.returncode != 0 and PIP_OFFLINE.search(done.stdout + done.stderr):
         print("SKIP: pip could not fetch the build's packages (meson-python, meson) from the "
               "package index: " + PIP_OFFLINE.search(done.stdout + done.stderr)[0])
