@@ -17,8 +17,11 @@
  *   if name_graph:
  *       name_graph(ctypes.c_void_p(exec_handle), b"decode batch 8")
  *
- * (torch.cuda.CUDAGraph does not expose its cudaGraphExec_t; names files and call-site
- * names cover PyTorch, see docs/naming.md.)
+ * A naming scope needs no handle: every graph the calling thread instantiates between
+ * ferrum_replay_push_graph_name("decode bs=8") and the matching ferrum_replay_pop_graph_name()
+ * is named "decode bs=8" (C++: ferrum_replay::ScopedGraphName below; Python: the
+ * ferrum_replay package, `with ferrum_replay.graph_name("decode bs=8"): ...`). That is what
+ * names the graphs of a framework that instantiates them for you (torch.cuda.graph).
  */
 #ifndef FERRUM_REPLAY_FERRUM_REPLAY_H
 #define FERRUM_REPLAY_FERRUM_REPLAY_H
@@ -43,6 +46,36 @@ extern "C" {
 int ferrum_replay_name_graph_exec(void *graph_exec, const char *name);
 
 typedef int (*ferrum_replay_name_graph_exec_fn)(void *graph_exec, const char *name);
+
+/* ---- A naming scope: names for the graphs a thread instantiates ----
+ *
+ * A per-thread stack of pending names. Every executable graph instantiated on the calling
+ * thread while a name is pushed (through any route: cudaGraphInstantiate*, cuGraphInstantiate*,
+ * cuGetProcAddress...) takes the innermost name, copied, made printable and cut as
+ * ferrum_replay_name_graph_exec's names are. Precedence: the scope's name is the program's own
+ * name, so it beats the names file and the call site; a later ferrum_replay_name_graph_exec
+ * on that graph replaces it. Graphs instantiated in another thread are not affected, nor
+ * graphs instantiated before the push (name those by handle). The stack holds
+ * FERRUM_REPLAY_MAX_GRAPH_NAME_DEPTH names; deeper pushes are counted but carry no name of
+ * their own (the innermost name that fit stays in effect).
+ *
+ * Every push, whatever it returned, is balanced by exactly one pop on the same thread.
+ * Both are cheap (no lock, no system call but one page mapped at a thread's first push) and
+ * never activate the shim: a program may push before it touches CUDA. */
+
+#define FERRUM_REPLAY_PUSH_GRAPH_NAME "ferrum_replay_push_graph_name"
+#define FERRUM_REPLAY_POP_GRAPH_NAME "ferrum_replay_pop_graph_name"
+#define FERRUM_REPLAY_MAX_GRAPH_NAME_DEPTH 16
+
+/* Pushes `name`. Returns 0; -EINVAL for a null name, -ENOSPC beyond
+ * FERRUM_REPLAY_MAX_GRAPH_NAME_DEPTH (both still pushed a level, which carries the outer
+ * name: pop it as any other). */
+int ferrum_replay_push_graph_name(const char *name);
+typedef int (*ferrum_replay_push_graph_name_fn)(const char *name);
+
+/* Pops the innermost name. Returns 0, or -EINVAL when the thread has nothing pushed. */
+int ferrum_replay_pop_graph_name(void);
+typedef int (*ferrum_replay_pop_graph_name_fn)(void);
 
 /* ---- GPU time per replay: the hand-off from the shim to an NVTX tool ----
  *
@@ -103,6 +136,74 @@ typedef int (*ferrum_replay_gpu_flush_fn)(ferrum_replay_gpu_status *status);
 
 #ifdef __cplusplus
 }
+
+#include <dlfcn.h>
+
+namespace ferrum_replay {
+
+namespace detail {
+/* dlsym's RTLD_DEFAULT (glibc declares it only with _GNU_SOURCE, which g++ always defines;
+   its value is a null handle). */
+inline void *default_scope() noexcept {
+#ifdef RTLD_DEFAULT
+  return RTLD_DEFAULT;
+#else
+  return nullptr;
+#endif
+}
+}  // namespace detail
+
+/* The naming scope for C++: every graph this thread instantiates while the object lives is
+ * named `name`. Looks the shim's functions up once (dlsym(RTLD_DEFAULT, ...)) and does
+ * nothing when the shim is not preloaded. Lives on the stack only, like nvtx3's
+ * scoped_range: it cannot be copied, moved or allocated on the heap.
+ *
+ *   {
+ *     ferrum_replay::ScopedGraphName scope("decode bs=8");
+ *     cudaGraphInstantiate(&exec, graph, 0);  // named "decode bs=8"
+ *   }
+ */
+class ScopedGraphName {
+ public:
+  explicit ScopedGraphName(const char *name) noexcept {
+    const Functions &functions = shim_functions();
+    if (!functions.push) return;
+    functions.push(name);  // pushed whatever it returns: always popped
+    pushed_ = true;
+  }
+  ~ScopedGraphName() {
+    if (pushed_) shim_functions().pop();
+  }
+
+  ScopedGraphName(const ScopedGraphName &) = delete;
+  ScopedGraphName &operator=(const ScopedGraphName &) = delete;
+  ScopedGraphName(ScopedGraphName &&) = delete;
+  ScopedGraphName &operator=(ScopedGraphName &&) = delete;
+  static void *operator new(size_t) = delete;
+  static void *operator new[](size_t) = delete;
+
+ private:
+  struct Functions {
+    ferrum_replay_push_graph_name_fn push;
+    ferrum_replay_pop_graph_name_fn pop;
+  };
+  /* Both or neither. */
+  static const Functions &shim_functions() noexcept {
+    static const Functions functions = [] {
+      Functions found{reinterpret_cast<ferrum_replay_push_graph_name_fn>(
+                          dlsym(detail::default_scope(), FERRUM_REPLAY_PUSH_GRAPH_NAME)),
+                      reinterpret_cast<ferrum_replay_pop_graph_name_fn>(
+                          dlsym(detail::default_scope(), FERRUM_REPLAY_POP_GRAPH_NAME))};
+      if (!found.push || !found.pop) found = Functions{nullptr, nullptr};
+      return found;
+    }();
+    return functions;
+  }
+
+  bool pushed_ = false;
+};
+
+}  // namespace ferrum_replay
 #endif
 
 #endif /* FERRUM_REPLAY_FERRUM_REPLAY_H */

@@ -7,6 +7,7 @@
 //   cu/cudaGraphInstantiate*, *ExecDestroy   give each executable graph its identity
 //                                            (graph_registry.hpp) at instantiation
 //   ferrum_replay_name_graph_exec            a program's own name for a graph
+//   ferrum_replay_push/pop_graph_name        ... or for the graphs it instantiates in a scope
 //                                            (include/ferrum_replay/ferrum_replay.h)
 //   cuCtxDestroy, cuDevicePrimaryCtxRelease, GPU timing's event pools go before their context
 //   cuDevicePrimaryCtxReset (and _v2 forms)  (shim/gpu/gpu_timing.hpp)
@@ -27,6 +28,7 @@
 #include "hooks/hook_table.hpp"
 #include "range/activation.hpp"
 #include "range/launch_range.hpp"
+#include "range/scope_names.hpp"
 #include "resolve/real_functions.hpp"
 
 #include "ferrum_replay/ferrum_replay.h"
@@ -184,6 +186,16 @@ __attribute__((visibility("default"))) int ferrum_replay_name_graph_exec(void *g
   if (!ferrum_replay::shim::shim_active())
     return 0;  // FERRUM_REPLAY=off: nothing to name, not an error
   return ferrum_replay::shim::name_graph_exec(graph_exec, name);
+}
+
+// Not gated on shim_active(): they read no setting, so a program may open a scope before it
+// touches CUDA without activating anything; with the shim off nothing is registered anyway.
+__attribute__((visibility("default"))) int ferrum_replay_push_graph_name(const char *name) {
+  return ferrum_replay::shim::push_scope_name(name);
+}
+
+__attribute__((visibility("default"))) int ferrum_replay_pop_graph_name(void) {
+  return ferrum_replay::shim::pop_scope_name();
 }
 
 // ---- GPU time per replay, for a tool ----

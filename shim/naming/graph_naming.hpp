@@ -1,7 +1,10 @@
 // The naming rule: how a graph's name and message are chosen (docs/naming.md). One place for
 // all of it, fed plain values:
-//   name    = the user's name (ferrum_replay_name_graph_exec), else the names file's
-//             (FERRUM_REPLAY_NAMES), else the call site, else "graph N";
+//   name    = the program's own name, else the names file's (FERRUM_REPLAY_NAMES), else the
+//             call site, else "graph N". The program's own name is the latest it gave: the
+//             innermost naming scope open on the instantiating thread when the graph was
+//             instantiated (ferrum_replay_push_graph_name), replaced by any later
+//             ferrum_replay_name_graph_exec for that graph (NamingInputs::user_name);
 //   message = FERRUM_REPLAY_FORMAT rendered with that name (default "{name}");
 //   a message that another live graph already shows gets " (graph N)" appended, unless the
 //   user or the names file chose the name: two graphs share a message only if named alike.
@@ -28,7 +31,7 @@ const NamingEnvironment &naming_environment();
 
 // What is known of a graph when it is (re)named.
 struct NamingInputs {
-  const char *user_name;  // null unless the program named it
+  const char *user_name;  // the program's own name (see above); null unless it gave one
   uint32_t ordinal;
   const char *site;     // "" when unknown
   const char *content;  // "" unless FERRUM_REPLAY_CONTENT

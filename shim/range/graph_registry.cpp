@@ -389,7 +389,8 @@ void GraphRegistry::hold_unconfirmed(GraphRecord &record) {
 }
 
 GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, const char *site,
-                                          const char *content, bool site_pending, bool confirmed) {
+                                          const char *content, bool site_pending, bool confirmed,
+                                          const char *program_name) {
   pthread_once(&g_fork_handlers_once, install_fork_handlers);
   const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
   Slot *slot = handle && handle != kTombstone ? claim_slot(handle) : nullptr;
@@ -403,6 +404,8 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   common::printable_copy(site, record->site, sizeof record->site);
   common::printable_copy(content, record->content, sizeof record->content);
   record->site_pending.store(site_pending, std::memory_order_relaxed);
+  record->user_named = program_name != nullptr;
+  common::printable_copy(program_name, record->name, sizeof record->name);
   GraphRecord *previous = slot->handle.load(std::memory_order_relaxed) == handle
                               ? slot->record.load(std::memory_order_relaxed)
                               : nullptr;
@@ -453,10 +456,10 @@ GraphRegistry::Occupancy GraphRegistry::occupancy() const {
 }
 
 void GraphRegistry::on_instantiate(const void *exec, const char *api, const char *site,
-                                   const char *content, bool site_pending) {
+                                   const char *content, bool site_pending, const char *scope_name) {
   if (!exec) return;
   Lock lock;
-  create_record(exec, api, site, content, site_pending, true);
+  create_record(exec, api, site, content, site_pending, true, scope_name);
 }
 
 void GraphRegistry::on_destroy(const void *exec) {

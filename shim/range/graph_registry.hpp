@@ -182,9 +182,10 @@ class GraphRegistry {
   // outside the registry's mutex: walking the stack and querying the driver take the
   // loader's lock, which a thread inside dlopen may hold while it calls CUDA.
   //
-  // A new identity for `exec`, instantiated by `api`; `site_pending`: named at first launch.
+  // A new identity for `exec`, instantiated by `api`; `site_pending`: named at first launch;
+  // `scope_name`: the program's name for it from a naming scope (scope_names.hpp), or null.
   void on_instantiate(const void *exec, const char *api, const char *site, const char *content,
-                      bool site_pending);
+                      bool site_pending, const char *scope_name = nullptr);
   // `exec` is about to be destroyed: its handle may be reused for another graph.
   void on_destroy(const void *exec);
   // A graph first seen at launch (instantiated before the shim could see it). Never fails:
@@ -247,7 +248,8 @@ class GraphRegistry {
 
   // Below: under the registry mutex.
   GraphRecord *create_record(const void *exec, const char *api, const char *site,
-                             const char *content, bool site_pending, bool confirmed);
+                             const char *content, bool site_pending, bool confirmed,
+                             const char *program_name = nullptr);
   Slot *slot_of(uintptr_t handle) const;
   Slot *claim_slot(uintptr_t handle);
   bool rebuild(size_t live_needed);

@@ -7,6 +7,7 @@
 
 #include "naming/call_site.hpp"
 #include "naming/graph_content.hpp"
+#include "range/scope_names.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -59,6 +60,8 @@ GraphRecord &record_for_launch_slow(const void *exec, GraphRecord *record) {
   return *record;
 }
 
+static_assert(kMaxScopeNameLength == kMaxNameLength, "a scope's name is cut as a graph's name");
+
 void register_instantiated(const void *exec, const void *graph, const char *api) {
   const Settings &config = settings();
   char site[kMaxSiteLength + 1] = "";
@@ -66,7 +69,9 @@ void register_instantiated(const void *exec, const void *graph, const char *api)
     capture_call_site(site, sizeof site, config.site_skip);
   char content[kMaxContentLength + 1] = "";
   if (config.content && graph) describe_graph_content(graph, content, sizeof content);
-  graph_registry().on_instantiate(exec, api, site, content, config.site_mode == SiteMode::launch);
+  // The naming scope open on this thread, if any: the program's name for the graph.
+  graph_registry().on_instantiate(exec, api, site, content, config.site_mode == SiteMode::launch,
+                                  current_scope_name());
 }
 
 int name_graph_exec(const void *exec, const char *name) {

@@ -1407,7 +1407,8 @@ def test_gpu_smoke_without_gpu(tmp):
     verdicts = re.findall(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.+)$", done.stdout, re.M)
     names = [v[1] for v in verdicts]
     expect(names == ["real-static-runtime", "real-shared-runtime", "real-per-thread-stream",
-                     "demo", "gpu-time", "torch"], f"one verdict per case: {names}", done)
+                     "demo", "gpu-time", "torch", "torch-names"], f"one verdict per case: {names}",
+           done)
     expect(all(v[0] != "PASS" for v in verdicts), "nothing passes without a GPU", done)
     failed = sum(v[0] == "FAIL" for v in verdicts)
     skipped = sum(v[0] == "SKIP" for v in verdicts)
@@ -1506,6 +1507,90 @@ def test_install_tree(tmp):
                tmp, {"FERRUM_BUILD_DIR": os.path.join(tmp, "no-build")})
     expect(echoed(done)["LD_PRELOAD"] == env_path("FERRUM_SHIM"),
            "build/scripts/ferrum-replay finds build/shim", done)
+
+
+# ---- pip install . ----------------------------------------------------------------------------
+
+PIP_OFFLINE = re.compile(r"Could not find a version that satisfies|No matching distribution|"
+                         r"Failed to establish a new connection|Network is unreachable|"
+                         r"Temporary failure in name resolution|Name or service not known|"
+                         r"ConnectTimeoutError|ReadTimeoutError|Connection refused|"
+                         r"ProxyError|SSLError")
+
+
+def test_pip_install_record(tmp):
+    """pip install . into a fresh virtual environment (meson-python builds the package: shim,
+    recorder, wrapper), then, from the environment only: the ferrum-replay command and
+    python -m ferrum_replay record a program that names its graphs with the installed
+    package. The environment and pip's cache live in the build tree; skipped when the
+    build's Python packages (meson-python) cannot be fetched."""
+    home = os.path.join(BUILD, "pip-install-test")
+    venv = os.path.join(home, "venv")
+    shutil.rmtree(venv, ignore_errors=True)
+    done = run([sys.executable, "-m", "venv", venv], tmp)
+    if done.returncode != 0:
+        print(f"SKIP: python3 -m venv failed: {done.stderr.strip()[-300:]}")
+        sys.exit(77)
+    python = os.path.join(venv, "bin", "python")
+    # One compile job: the other tests of the stage run beside this one (meson test's processes).
+    done = run([python, "-m", "pip", "install", "--cache-dir", os.path.join(home, "pip-cache"),
+                "--config-settings=setup-args=-Dcuda-home=" + env_path("FERRUM_CUDA_HOME"),
+                "--config-settings=compile-args=-j1", SOURCE], tmp, timeout=900)
+    if done.returncode != 0 and PIP_OFFLINE.search(done.stdout + done.stderr):
+        print("SKIP: pip could not fetch the build's packages (meson-python, meson) from the "
+              "package index: " + PIP_OFFLINE.search(done.stdout + done.stderr)[0])
+        sys.exit(77)
+    expect(done.returncode == 0, "pip install . failed", done)
+    command = os.path.join(venv, "bin", "ferrum-replay")
+    package = run([python, "-c", "import ferrum_replay, os; "
+                   "print(os.path.dirname(ferrum_replay.__file__)); "
+                   "print(ferrum_replay.available())"], tmp).stdout.split()
+    expect(len(package) == 2 and package[0].startswith(venv) and package[1] == "False",
+           f"the package is imported from the environment, no shim loaded: {package}")
+    for name in ("lib/libferrum-replay.so", "lib/libferrum-replay-recorder.so",
+                 "lib/ferrum_replay_traces.py", "bin/ferrum-replay"):
+        expect(os.path.isfile(os.path.join(package[0], name)), f"{name} not in the package")
+    # Nothing of the build tree may be used.
+    env = {"FERRUM_BUILD_DIR": os.path.join(tmp, "no-build"), "FERRUM_REPLAY_BUILD": "0"}
+    done = run([command, "env"], tmp, env)
+    expect(done.returncode == 0 and os.path.join(package[0], "lib", "libferrum-replay.so")
+           in done.stdout and os.path.join(BUILD, "shim") not in done.stdout,
+           "env names the package's libraries, not the build tree's", done)
+    # The console command: a program that names its graphs with the installed package.
+    program = os.path.join(SOURCE, "tests", "support", "programs", "name_package.py")
+    done = run([command, "record", "-o", "pkg.%p.json", "--", python, program], tmp, env)
+    expect(done.returncode == 0 and "available=True" in done.stdout, "ferrum-replay record",
+           done)
+    names = {r["name"] for r in our_ranges(expect_good_trace(
+        traces_in(tmp, r"pkg\.\d+\.json$")[0], done, launches=45))}
+    expect({"by raw_cuda_graph_exec", "scoped", "inner", "torch order"} <= names,
+           f"the package's names in the trace: {sorted(names)}", done)
+    expect("scoped" in done.stderr, "the table names the graphs", done)
+    # python -m ferrum_replay: the same wrapper, its exit code kept.
+    done = run([python, "-m", "ferrum_replay", "record", "-o", "mod.%p.json", "--",
+                launch_driver(), "--iters", "3"], tmp, env)
+    expect(done.returncode == 0, "python -m ferrum_replay record", done)
+    expect_good_trace(traces_in(tmp, r"mod\.\d+\.json$")[0], done, launches=6)
+    done = run([python, "-m", "ferrum_replay", "run", "--", "sh", "-c", "exit 3"], tmp, env)
+    expect(done.returncode == 3, "the program's exit code passes through", done)
+    done = run([python, "-m", "ferrum_replay", "--version"], tmp, env)
+    expect(done.stdout == f"ferrum-replay {env_path('PROJECT_VERSION')}\n", "version", done)
+
+
+def test_python_module_from_checkout(tmp):
+    """python -m ferrum_replay with the package imported from the checkout (python/, not
+    installed): runs the checkout's scripts/ferrum-replay, arguments and exit code unchanged."""
+    env = {"PYTHONPATH": os.path.join(SOURCE, "python")}
+    done = run([sys.executable, "-m", "ferrum_replay", "record", "-o", "chk.%p.json", "--",
+                launch_driver(), "--iters", "2"], tmp, env)
+    expect(done.returncode == 0, "python -m ferrum_replay record", done)
+    expect_good_trace(traces_in(tmp, r"chk\.\d+\.json$")[0], done, launches=4)
+    done = run([sys.executable, "-m", "ferrum_replay", "run", "--", "sh", "-c", "exit 5"], tmp,
+               env)
+    expect(done.returncode == 5, "the program's exit code passes through", done)
+    done = run([sys.executable, "-m", "ferrum_replay", "summary"], tmp, env)
+    expect(done.returncode == 2 and "ferrum-replay" in done.stderr, "a usage error is the "
+           "wrapper's", done)
 
 
 TESTS = {name[len("test_"):]: fn for name, fn in globals().items() if name.startswith("test_")}

@@ -15,7 +15,11 @@ from harness import (expect, expect_balanced, expect_one_range_per_launch, main,
 
 GRAPHS, ITERS = 3, 10
 LAUNCHES = GRAPHS * ITERS
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
+EXAMPLES = os.path.join(ROOT, "examples")
+# The ferrum_replay Python package, imported from the checkout, and a program that uses it.
+PACKAGE_ENV = {"PYTHONPATH": os.path.join(ROOT, "python")}
+NAME_PACKAGE = os.path.join(ROOT, "tests", "support", "programs", "name_package.py")
 
 
 def launch(*extra, program="LAUNCH_DRIVER", graphs=GRAPHS, iters=ITERS, **kwargs):
@@ -187,7 +191,8 @@ def unusual_names():
 
 
 def python_ctypes_names():
-    """The documented Python example: names through ctypes, unchanged without the shim."""
+    """The documented Python example: names by scope and by handle through the ferrum_replay
+    package, unchanged without the shim."""
     script = os.path.join(EXAMPLES, "name_graphs_ctypes.py")
     run_ = run([sys.executable, script, "4"])
     expect("named=yes launches=8" in run_.stdout, "the example did not name", run_)
@@ -196,6 +201,90 @@ def python_ctypes_names():
     bare = run([sys.executable, script, "4"], preload=False, record=False)
     expect("named=no launches=8" in bare.stdout and bare.returncode == 0, "fails without the shim",
            bare)
+
+
+# name_scopes (tests/support/programs/name_scopes.cpp) launches its graph i i + 1 times.
+SCOPED = {"outer": 2, "inner": 3 + 4, "explicit": 5, "level 15": 7}
+SCOPE_GRAPHS, SCOPE_LAUNCHES = 8, 8 * 9 // 2
+
+
+def scoped_names(run_):
+    """{name: launches} of the scoped graphs, and the names of the others (by their counts)."""
+    counts = counts_by_name(run_)
+    scoped = {n: c for n, c in counts.items() if n in SCOPED}
+    return scoped, sorted(n for n in counts if n not in SCOPED)
+
+
+def scope_names():
+    """ferrum_replay_push_graph_name / _pop_graph_name and ScopedGraphName: every graph
+    instantiated on the thread inside a scope (runtime, driver, cuGetProcAddress) takes the
+    innermost name; a later name by handle wins; another thread's graph and graphs outside
+    every scope keep their call sites; 16 levels hold names, the 17th is -ENOSPC and still
+    pops; pop without push is -EINVAL."""
+    run_ = run([path_of("NAME_SCOPES")])
+    expect(run_.returncode == 0 and "scope: present" in run_.stdout, "program failed", run_)
+    expect(f"launches={SCOPE_LAUNCHES} failed=0" in run_.stdout, "launches", run_)
+    expect("push17=-28 pops=0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0, pop_empty=-22 push_null=-22 "
+           "pop_null=0" in run_.stdout, "the scope's return codes", run_)
+    scoped, others = scoped_names(run_)
+    expect(scoped == SCOPED, f"scoped graphs {scoped}, expected {SCOPED}", run_)
+    counts = counts_by_name(run_)
+    expect(sorted(counts[n] for n in others) == [1, 6, 8],
+           f"the unscoped graphs (0, 5, 7) are not named by call site: {counts}", run_)
+    expect(all(not n.startswith(("outer", "inner", "level", "graph ")) for n in others),
+           f"unscoped names {others}", run_)
+    expect_one_range_per_launch(run_, SCOPE_LAUNCHES)
+    expect_balanced(run_)
+    # Without the shim the program runs unchanged (the C++ helper is a no-op).
+    bare = run([path_of("NAME_SCOPES")], preload=False, record=False)
+    expect(bare.returncode == 0 and "scope: absent" in bare.stdout
+           and f"launches={SCOPE_LAUNCHES} failed=0" in bare.stdout, "fails without the shim",
+           bare)
+
+
+def scope_beats_names_file():
+    """A scope's name is the program's own: it beats a names file's rule, which still names
+    the graphs outside every scope."""
+    path = with_file("site:* = from the file\n")
+    try:
+        run_ = run([path_of("NAME_SCOPES")], env={"FERRUM_REPLAY_NAMES": path})
+    finally:
+        os.unlink(path)
+    scoped, others = scoped_names(run_)
+    expect(scoped == SCOPED, f"scoped graphs {scoped}, expected {SCOPED}", run_)
+    expect(counts_by_name(run_).get("from the file") == 1 + 6 + 8,
+           f"the names file named {counts_by_name(run_)}", run_)
+
+
+# name_package.py launches its graph i i + 1 times.
+PACKAGE_NAMED = {"by raw_cuda_graph_exec": 1, "by c_void_p": 2, "by int": 3, "scoped": 4,
+                 "inner": 5, "decorated": 6, "torch order": 7}
+PACKAGE_LAUNCHES = 9 * 10 // 2
+
+
+def python_package_names():
+    """The ferrum_replay package: name() takes an object with raw_cuda_graph_exec() (as
+    torch.cuda.CUDAGraph), a ctypes pointer and an int; graph_name() names what the thread
+    instantiates inside it, nested, as a decorator, and around a context manager that
+    instantiates on exit (torch.cuda.graph) when written first; written second it has closed
+    by then. Without the shim: the same program, names ignored."""
+    run_ = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV)
+    expect(run_.returncode == 0 and "available=True" in run_.stdout
+           and "named=True,True,True" in run_.stdout and "typeerrors=3" in run_.stdout
+           and f"launches={PACKAGE_LAUNCHES} failed=0" in run_.stdout, "program", run_)
+    counts = counts_by_name(run_)
+    named = {n: c for n, c in counts.items() if n in PACKAGE_NAMED}
+    expect(named == PACKAGE_NAMED, f"named graphs {named}, expected {PACKAGE_NAMED}", run_)
+    others = {n: c for n, c in counts.items() if n not in PACKAGE_NAMED}
+    expect(sorted(others.values()) == [8, 9] and "wrong order" not in others,
+           f"graphs 7 and 8 keep their call sites: {others}", run_)
+    expect_one_range_per_launch(run_, PACKAGE_LAUNCHES)
+    expect_balanced(run_)
+    bare = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV, preload=False, record=False)
+    expect(bare.returncode == 0 and "available=False" in bare.stdout
+           and "named=False,False,False" in bare.stdout and "typeerrors=3" in bare.stdout
+           and f"launches={PACKAGE_LAUNCHES} failed=0" in bare.stdout and not bare.stderr,
+           "without the shim", bare)
 
 
 def names_file():
@@ -361,7 +450,9 @@ SCENARIOS = {f.__name__: f for f in (
     call_site_names, stripped_binary_sites, site_past_symbol_end, ctypes_call_sites,
     runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
-    user_names_from_two_threads, unusual_names, python_ctypes_names, names_file,
+    user_names_from_two_threads, unusual_names, python_ctypes_names, python_package_names,
+    scope_names,
+    scope_beats_names_file, names_file,
     names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
     message_template, template_collisions_stay_apart, content_names, summary_file)}
 

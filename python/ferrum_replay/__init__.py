@@ -1,0 +1,158 @@
+"""ferrum_replay: name the CUDA graphs a Python program replays.
+
+With ferrum-replay's shim preloaded (``ferrum-replay record -- python serve.py``, or
+``python -m ferrum_replay record -- python serve.py``), every CUDA graph replay becomes an
+NVTX range named after its graph. This module lets the program choose those names::
+
+    import ferrum_replay
+
+    # A naming scope: every graph this thread instantiates inside the block is named.
+    g = torch.cuda.CUDAGraph()
+    with ferrum_replay.graph_name("decode bs=8"), torch.cuda.graph(g):
+        model(static_input)
+
+    # By handle, after instantiation: an int, a ctypes pointer, or an object exposing one
+    # (torch.cuda.CUDAGraph's raw_cuda_graph_exec(), __int__, .value).
+    ferrum_replay.name(g, "decode bs=8")
+
+Without the shim everything here is a no-op and the program runs unchanged; importing the
+module costs one symbol lookup in the process (ctypes.CDLL(None)), nothing else.
+
+The order of the ``with`` matters: Python leaves the context managers of one ``with``
+statement in reverse order, and ``torch.cuda.graph`` instantiates its graph when its block
+exits. Written ``with ferrum_replay.graph_name(...), torch.cuda.graph(g):``, the graph is
+instantiated while the name is still pushed; the other way round the name is popped before
+the instantiation and the graph keeps its default name. (With ``keep_graph=True``, PyTorch
+instantiates at ``g.instantiate()`` or the first replay: put that call inside the scope.)
+
+The names follow docs/naming.md: a name given by handle after the instantiation replaces the
+scope's; both beat a names file (FERRUM_REPLAY_NAMES) and the call site. Names are copied;
+control bytes and malformed UTF-8 become '?', and they are cut at 127 bytes.
+"""
+
+import ctypes
+import functools
+import operator
+
+__all__ = ["available", "graph_name", "name"]
+
+
+def _shim_function(process, symbol, argtypes):
+    function = getattr(process, symbol, None) if process is not None else None
+    if function is not None:
+        function.argtypes = argtypes
+        function.restype = ctypes.c_int
+    return function
+
+
+def _shim_functions():
+    """The shim's exported functions, each None when the process has none of that name
+    (ctypes.CDLL(None) is dlopen(NULL): the global scope, where a preloaded library is).
+    Looked up one by one: a shim older than the naming scope still names by handle."""
+    try:
+        process = ctypes.CDLL(None)
+    except OSError:
+        process = None
+    return (_shim_function(process, "ferrum_replay_name_graph_exec",
+                           [ctypes.c_void_p, ctypes.c_char_p]),
+            _shim_function(process, "ferrum_replay_push_graph_name", [ctypes.c_char_p]),
+            _shim_function(process, "ferrum_replay_pop_graph_name", []))
+
+
+_name_graph_exec, _push_graph_name, _pop_graph_name = _shim_functions()
+
+
+def available():
+    """True when the shim is preloaded in this process (names then reach the trace)."""
+    return _name_graph_exec is not None
+
+
+def _encoded(text):
+    if isinstance(text, bytes):
+        return text
+    if isinstance(text, str):
+        return text.encode("utf-8", "surrogateescape")
+    raise TypeError(f"a graph's name is a str or bytes, not {type(text).__name__}")
+
+
+def _handle(graph_exec):
+    """The cudaGraphExec_t / CUgraphExec behind `graph_exec`, as an int."""
+    value = graph_exec
+    for _ in range(4):  # an object exposing an object exposing an int, at most this deep
+        if isinstance(value, bool):
+            break
+        if isinstance(value, int):
+            return value
+        if isinstance(value, ctypes.c_void_p):
+            return value.value or 0
+        if isinstance(value, ctypes._Pointer):
+            return ctypes.cast(value, ctypes.c_void_p).value or 0
+        raw = getattr(value, "raw_cuda_graph_exec", None)
+        if callable(raw):  # torch.cuda.CUDAGraph (PyTorch 2.7+)
+            value = raw()
+            continue
+        if hasattr(type(value), "__index__"):
+            return operator.index(value)
+        if hasattr(type(value), "__int__") and not isinstance(value, float):
+            return int(value)
+        if hasattr(value, "value"):
+            value = value.value
+            continue
+        break
+    raise TypeError(f"not a graph-exec handle: {graph_exec!r} (pass an int, a ctypes pointer, "
+                    "or an object with raw_cuda_graph_exec(), __int__ or .value)")
+
+
+def name(graph_exec, graph_name):
+    """Names the executable graph `graph_exec`: its replays' ranges carry `graph_name` from
+    the next launch on, until the graph is destroyed.
+
+    `graph_exec`: an int, a ctypes pointer (c_void_p), or any object exposing one through
+    raw_cuda_graph_exec() (torch.cuda.CUDAGraph), __int__ or .value; `graph_name`: str or
+    bytes. Returns True when the shim took the name; False when the shim is not preloaded,
+    or it refused (a null handle, its registry full). TypeError for anything that is not a
+    handle or a name, with or without the shim."""
+    handle = _handle(graph_exec)
+    encoded = _encoded(graph_name)
+    if _name_graph_exec is None:
+        return False
+    return _name_graph_exec(handle, encoded) == 0
+
+
+class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph_name(...)`)
+    """A naming scope: every CUDA graph instantiated on this thread inside the block is
+    named `graph_name` (the innermost scope's name when they nest). Works as a decorator
+    too. A no-op without the shim.
+
+        with ferrum_replay.graph_name("decode bs=8"), torch.cuda.graph(g):
+            ...
+
+    Keep this order: the graph_name scope first, so that it is still open when
+    torch.cuda.graph instantiates the graph on leaving its block. Scopes are per thread and
+    hold 16 names; deeper ones are counted and carry the outer name."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, graph_name):
+        self._name = _encoded(graph_name)
+
+    def __enter__(self):
+        if _push_graph_name is not None and _pop_graph_name is not None:
+            _push_graph_name(self._name)  # a level is pushed whatever it returns
+        return self
+
+    def __exit__(self, *exc_info):
+        if _push_graph_name is not None and _pop_graph_name is not None:
+            _pop_graph_name()
+        return False
+
+    def __call__(self, function):
+        @functools.wraps(function)
+        def scoped(*args, **kwargs):
+            with self:
+                return function(*args, **kwargs)
+        return scoped
+
+    def __repr__(self):
+        return f"ferrum_replay.graph_name({self._name.decode('utf-8', 'replace')!r})"
+

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""name_package.py: names CUDA graphs with the ferrum_replay Python package (python/), every
+form, launching them through the driver with ctypes (on the stand-in, or a real driver).
+
+Graph i (in this order, from 0) is launched i + 1 times, so that a trace's count of a name
+tells which graph carried it:
+  0  name(FakeCUDAGraph)          "by raw_cuda_graph_exec"  (an object like torch.cuda.CUDAGraph)
+  1  name(ctypes.c_void_p)        "by c_void_p"
+  2  name(int)                    "by int"
+  3  with graph_name("scoped"):   "scoped"
+  4    nested graph_name("inner"): "inner"
+  5  @graph_name("decorated")     "decorated"
+  6  with graph_name("torch order"), FakeTorchGraph(): instantiated by the inner __exit__,
+                                  "torch order" (the documented order)
+  7  with FakeTorchGraph(), graph_name("wrong order"): popped before the instantiation: not
+                                  named by the scope (its call site)
+  8  no name                      (its call site)
+
+Output: `available=<True|False>`, `named=<name()'s answers, comma-separated>`,
+`typeerrors=<count of the 3 bad calls that raised TypeError>`, `launches=<N> failed=<F>`.
+Exit status 0, or 1 on a CUDA error.
+
+    PYTHONPATH=python python3 name_package.py
+"""
+import os
+import sys
+
+import ferrum_replay
+
+# The example's driver set-up (examples/name_graphs_ctypes.py): open_driver(), instantiate().
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "examples"))
+import name_graphs_ctypes as example  # noqa: E402
+
+cuda = None
+
+
+def instantiate():
+    return example.instantiate(cuda)[1]
+
+
+class FakeCUDAGraph:
+    """What torch.cuda.CUDAGraph exposes (PyTorch 2.7+): the exec handle as an int."""
+
+    def __init__(self, exec_):
+        self._exec = exec_
+
+    def raw_cuda_graph_exec(self):
+        return self._exec.value
+
+
+class FakeTorchGraph:
+    """Like torch.cuda.graph(g): captures on entry, instantiates when its block exits."""
+
+    def __init__(self, into):
+        self.into = into
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.into.append(instantiate())
+        return False
+
+
+def main():
+    global cuda
+    cuda = example.open_driver()
+
+    execs = [instantiate() for _ in range(3)]
+    named = [ferrum_replay.name(FakeCUDAGraph(execs[0]), "by raw_cuda_graph_exec"),
+             ferrum_replay.name(execs[1], "by c_void_p"),
+             ferrum_replay.name(execs[2].value, "by int")]
+    with ferrum_replay.graph_name("scoped"):
+        execs.append(instantiate())
+        with ferrum_replay.graph_name("inner"):
+            execs.append(instantiate())
+
+    @ferrum_replay.graph_name("decorated")
+    def decorated():
+        return instantiate()
+    execs.append(decorated())
+    with ferrum_replay.graph_name("torch order"), FakeTorchGraph(execs):
+        pass
+    with FakeTorchGraph(execs), ferrum_replay.graph_name("wrong order"):
+        pass
+    execs.append(instantiate())
+
+    typeerrors = 0
+    for bad in (1.5, "0x1234", object()):
+        try:
+            ferrum_replay.name(bad, "bad")
+        except TypeError:
+            typeerrors += 1
+
+    launches = failed = 0
+    for index, exec_ in enumerate(execs):
+        for _ in range(index + 1):
+            launches += 1
+            failed += cuda.cuGraphLaunch(exec_, None) != 0
+    example.check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+    print(f"available={ferrum_replay.available()}")
+    print("named=" + ",".join(str(n) for n in named))
+    print(f"typeerrors={typeerrors}")
+    print(f"launches={launches} failed={failed}", flush=True)
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
