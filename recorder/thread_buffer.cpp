@@ -144,7 +144,7 @@ void ThreadBuffer::restart_after_fork(uint32_t tid) {
   // A reader in the parent may have held mu_ at the fork: the child's copy starts afresh.
   new (&mu_) std::mutex;
   free_chunks();
-  head_ = tail_ = new Chunk;
+  head_ = tail_ = new_chunk();  // mapped, like every chunk: free_chunks and collect unmap them
   runs_.clear();  // they are in the parent's segments, and belong to the parent's trace
   tid_ = tid;
 }

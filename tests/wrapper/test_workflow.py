@@ -1461,6 +1461,43 @@ def test_without_cuda_toolkit(tmp):
     return None
 
 
+def test_cuda_headers_fetch_keeps_what_it_did_not_make(tmp):
+    """FERRUM_CUDA_HEADERS naming a directory of the user's that lacks a header the build needs
+    (a partial header tree, or a wrong path such as $HOME): fetching the headers never deletes
+    that directory's files. PyPI is played by a python3 on PATH whose `-m pip download` writes
+    one wheel with the five headers; any other use goes to the real interpreter."""
+    victim = os.path.join(tmp, "mine")
+    os.makedirs(os.path.join(victim, "include"))
+    precious = os.path.join(victim, "notes.txt")
+    with open(precious, "w", encoding="utf-8") as out:
+        out.write("precious\n")
+    with open(os.path.join(victim, "include", "cuda.h"), "w", encoding="utf-8") as out:
+        out.write("/* an older, partial tree */\n")
+    bin_dir = os.path.join(tmp, "bin")
+    os.makedirs(bin_dir)
+    fake = os.path.join(bin_dir, "python3")
+    with open(fake, "w", encoding="utf-8") as out:
+        out.write(f"""#!/bin/sh
+if [ "$1" = -m ] && [ "$2" = pip ] && [ "$3" = download ]; then
+  dest=
+  while [ $# -gt 0 ]; do [ "$1" = --dest ] && dest=$2; shift; done
+  exec {sys.executable} - "$dest" <<'PY'
+import os, sys, zipfile
+with zipfile.ZipFile(os.path.join(sys.argv[1], "nvidia_fake-1-py3-none-any.whl"), "w") as z:
+    for h in ("cuda.h", "cudaTypedefs.h", "cuda_runtime_api.h", "crt/host_defines.h",
+              "nvtx3/nvToolsExt.h"):
+        z.writestr("nvidia/cu13/include/" + h, "/* fake */\\n")
+PY
+fi
+exec {sys.executable} "$@"
+""")
+    os.chmod(fake, 0o755)
+    env = {"FERRUM_NO_CUDA_TOOLKIT": "1", "FERRUM_CUDA_HEADERS": victim, "CUDA_HOME": "",
+           "CUDA_PATH": "", "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    done = run([os.path.join(SOURCE, "scripts", "cuda-home"), "--fetch"], tmp, env, timeout=120)
+    expect(os.path.isfile(precious), "the user's file in FERRUM_CUDA_HEADERS was deleted", done)
+
+
 # ---- the installed tree ---------------------------------------------------------------------
 
 def test_install_tree(tmp):
