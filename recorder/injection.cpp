@@ -78,40 +78,61 @@ Payload payload_of(const nvtxEventAttributes_t &attr) {
   }
 }
 
-int push_attributes(const nvtxDomainRegistration_st &domain, const nvtxEventAttributes_t *attr) {
+// What an event's attributes say, decoded once for every kind of event (push, mark, start).
+struct Decoded {
   RangeAttrs attrs;
   std::string_view message;
-  bool stable = true;
+  bool stable = true;  // `message` outlives the recorder (a registered string or a literal)
+};
+
+inline Decoded decode(const nvtxEventAttributes_t *attr) {
+  Decoded d;
   if (attr) {
-    if (FERRUM_ATTR_HAS(attr, category)) attrs.category = attr->category;
+    if (FERRUM_ATTR_HAS(attr, category)) d.attrs.category = attr->category;
     if (FERRUM_ATTR_HAS(attr, color) && attr->colorType == NVTX_COLOR_ARGB) {
-      attrs.has_color = true;
-      attrs.color = attr->color;
+      d.attrs.has_color = true;
+      d.attrs.color = attr->color;
     }
-    if (FERRUM_ATTR_HAS(attr, payload)) attrs.payload = payload_of(*attr);
+    if (FERRUM_ATTR_HAS(attr, payload)) d.attrs.payload = payload_of(*attr);
     if (FERRUM_ATTR_HAS(attr, message)) {
       switch (attr->messageType) {
         case NVTX_MESSAGE_TYPE_ASCII:
-          if (attr->message.ascii) message = attr->message.ascii, stable = false;
+          if (attr->message.ascii) d.message = attr->message.ascii, d.stable = false;
           break;
         case NVTX_MESSAGE_TYPE_UNICODE: {
           std::string &utf8 = wide_scratch();
           append_wide_as_utf8(utf8, attr->message.unicode);
-          message = utf8, stable = false;
+          d.message = utf8, d.stable = false;
           break;
         }
         case NVTX_MESSAGE_TYPE_REGISTERED:
           // Registered strings live as long as the recorder: no copy per range.
           if (const nvtxStringRegistration_st *r = attr->message.registered)
-            message = std::string_view(r->text, r->size);
+            d.message = std::string_view(r->text, r->size);
           break;
         default:
           break;
       }
     }
   }
-  if (stable && message.empty()) message = "";
-  return rec().push(domain, message, stable, attrs);
+  if (d.stable && d.message.empty()) d.message = "";
+  return d;
+}
+
+int push_attributes(const nvtxDomainRegistration_st &domain, const nvtxEventAttributes_t *attr) {
+  const Decoded d = decode(attr);
+  return rec().push(domain, d.message, d.stable, d.attrs);
+}
+
+void mark_attributes(const nvtxDomainRegistration_st &domain, const nvtxEventAttributes_t *attr) {
+  const Decoded d = decode(attr);
+  rec().mark(domain, d.message, d.stable, d.attrs);
+}
+
+nvtxRangeId_t start_attributes(const nvtxDomainRegistration_st &domain,
+                               const nvtxEventAttributes_t *attr) {
+  const Decoded d = decode(attr);
+  return rec().start_range(domain, d.message, d.stable, d.attrs);
 }
 
 #undef FERRUM_ATTR_HAS
@@ -136,6 +157,48 @@ int NVTX_API range_pop() {
   return rec().pop(rec().names().global_domain());
 }
 
+void NVTX_API mark_ex(const nvtxEventAttributes_t *attr) {
+  mark_attributes(rec().names().global_domain(), attr);
+}
+
+void NVTX_API mark_a(const char *message) {
+  rec().mark(rec().names().global_domain(), message ? message : "", !message, {});
+}
+
+void NVTX_API mark_w(const wchar_t *message) {
+  std::string &utf8 = wide_scratch();
+  append_wide_as_utf8(utf8, message);
+  rec().mark(rec().names().global_domain(), utf8, false, {});
+}
+
+nvtxRangeId_t NVTX_API range_start_ex(const nvtxEventAttributes_t *attr) {
+  return start_attributes(rec().names().global_domain(), attr);
+}
+
+nvtxRangeId_t NVTX_API range_start_a(const char *message) {
+  return rec().start_range(rec().names().global_domain(), message ? message : "", !message, {});
+}
+
+nvtxRangeId_t NVTX_API range_start_w(const wchar_t *message) {
+  std::string &utf8 = wide_scratch();
+  append_wide_as_utf8(utf8, message);
+  return rec().start_range(rec().names().global_domain(), utf8, false, {});
+}
+
+void NVTX_API range_end(nvtxRangeId_t id) {
+  rec().end_range(rec().names().global_domain(), id);
+}
+
+void NVTX_API name_category_a(uint32_t category, const char *name) {
+  rec().names().name_category(0, category, name ? name : "");
+}
+
+void NVTX_API name_category_w(uint32_t category, const wchar_t *name) {
+  std::string utf8;
+  append_wide_as_utf8(utf8, name);
+  rec().names().name_category(0, category, utf8);
+}
+
 void NVTX_API name_os_thread_a(uint32_t thread_id, const char *name) {
   rec().names().name_thread(thread_id, name ? name : "");
 }
@@ -154,6 +217,31 @@ int NVTX_API domain_range_push_ex(nvtxDomainHandle_t domain, const nvtxEventAttr
 
 int NVTX_API domain_range_pop(nvtxDomainHandle_t domain) {
   return rec().pop(domain_of(domain));
+}
+
+void NVTX_API domain_mark_ex(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
+  mark_attributes(domain_of(domain), attr);
+}
+
+nvtxRangeId_t NVTX_API domain_range_start_ex(nvtxDomainHandle_t domain,
+                                             const nvtxEventAttributes_t *attr) {
+  return start_attributes(domain_of(domain), attr);
+}
+
+void NVTX_API domain_range_end(nvtxDomainHandle_t domain, nvtxRangeId_t id) {
+  rec().end_range(domain_of(domain), id);
+}
+
+void NVTX_API domain_name_category_a(nvtxDomainHandle_t domain, uint32_t category,
+                                     const char *name) {
+  rec().names().name_category(domain_of(domain).id, category, name ? name : "");
+}
+
+void NVTX_API domain_name_category_w(nvtxDomainHandle_t domain, uint32_t category,
+                                     const wchar_t *name) {
+  std::string utf8;
+  append_wide_as_utf8(utf8, name);
+  rec().names().name_category(domain_of(domain).id, category, utf8);
 }
 
 nvtxDomainHandle_t NVTX_API domain_create_a(const char *name) {
@@ -192,12 +280,19 @@ bool install_core(const NvtxExportTableCallbacks &callbacks) {
   NvtxFunctionTable t = nullptr;
   unsigned n = 0;
   if (!callbacks.GetModuleFunctionTable(NVTX_CB_MODULE_CORE, &t, &n) || !t) return false;
-  // Marks and start/end ranges are left to NVTX's no-ops: they are not push/pop ranges, and the
-  // recorder's job is the push/pop protocol.
+  install<nvtxMarkEx_impl_fntype>(t, n, NVTX_CBID_CORE_MarkEx, mark_ex);
+  install<nvtxMarkA_impl_fntype>(t, n, NVTX_CBID_CORE_MarkA, mark_a);
+  install<nvtxMarkW_impl_fntype>(t, n, NVTX_CBID_CORE_MarkW, mark_w);
+  install<nvtxRangeStartEx_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartEx, range_start_ex);
+  install<nvtxRangeStartA_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartA, range_start_a);
+  install<nvtxRangeStartW_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartW, range_start_w);
+  install<nvtxRangeEnd_impl_fntype>(t, n, NVTX_CBID_CORE_RangeEnd, range_end);
   install<nvtxRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushEx, range_push_ex);
   install<nvtxRangePushA_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushA, range_push_a);
   install<nvtxRangePushW_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushW, range_push_w);
   install<nvtxRangePop_impl_fntype>(t, n, NVTX_CBID_CORE_RangePop, range_pop);
+  install<nvtxNameCategoryA_impl_fntype>(t, n, NVTX_CBID_CORE_NameCategoryA, name_category_a);
+  install<nvtxNameCategoryW_impl_fntype>(t, n, NVTX_CBID_CORE_NameCategoryW, name_category_w);
   install<nvtxNameOsThreadA_impl_fntype>(t, n, NVTX_CBID_CORE_NameOsThreadA, name_os_thread_a);
   install<nvtxNameOsThreadW_impl_fntype>(t, n, NVTX_CBID_CORE_NameOsThreadW, name_os_thread_w);
   return true;
@@ -210,6 +305,14 @@ bool install_core2(const NvtxExportTableCallbacks &callbacks) {
   install<nvtxDomainRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePushEx,
                                              domain_range_push_ex);
   install<nvtxDomainRangePop_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePop, domain_range_pop);
+  install<nvtxDomainMarkEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainMarkEx, domain_mark_ex);
+  install<nvtxDomainRangeStartEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangeStartEx,
+                                              domain_range_start_ex);
+  install<nvtxDomainRangeEnd_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangeEnd, domain_range_end);
+  install<nvtxDomainNameCategoryA_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainNameCategoryA,
+                                               domain_name_category_a);
+  install<nvtxDomainNameCategoryW_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainNameCategoryW,
+                                               domain_name_category_w);
   install<nvtxDomainCreateA_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainCreateA, domain_create_a);
   install<nvtxDomainCreateW_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainCreateW, domain_create_w);
   install<nvtxDomainDestroy_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainDestroy, domain_destroy);

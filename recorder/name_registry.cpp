@@ -44,6 +44,16 @@ void NameRegistry::name_thread(uint32_t tid, std::string_view name) {
   thread_names_[tid] = std::string(name);
 }
 
+void NameRegistry::name_category(uint32_t domain_id, uint32_t category, std::string_view name) {
+  std::lock_guard lock(mu_);
+  category_names_[{domain_id, category}] = std::string(name);
+}
+
+std::map<std::pair<uint32_t, uint32_t>, std::string> NameRegistry::category_names() const {
+  std::lock_guard lock(mu_);
+  return category_names_;
+}
+
 std::vector<std::string> NameRegistry::domain_names() const {
   std::lock_guard lock(mu_);
   return domain_names_;

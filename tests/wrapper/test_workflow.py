@@ -291,7 +291,8 @@ def test_record_trace(tmp):
     expect(len({e["tid"] for e in our_ranges(trace)}) == 3, "three threads' ranges", done)
     expect(trace_check.counts_by_name(trace, "global").get("app step") == 120,
            "the program's own ranges are recorded too", done)
-    expect(re.search(r"^ferrum-replay recorder: \d+ ranges on 3 threads, trace: ", done.stderr,
+    expect(re.search(r"^ferrum-replay recorder: \d+ ranges on 3 threads of [^\n]* \(pid \d+\), "
+                     r"trace: ", done.stderr,
                      re.M), "the recorder's table", done)
     expect(f"ferrum-replay: trace: '{traces[0]}' (open it in" in done.stderr,
            "the wrapper says where the trace is", done)

@@ -246,7 +246,8 @@ def test_pop_without_push(tmp):
     c = run_client(tmp, "--iters", 3, "--unbalanced-pop")
     expect_counts_match(c)
     errors = c.summary()["protocolErrors"]
-    expect(errors == {"popWithoutPush": 1, "popWrongDomain": 0, "openAtExit": 0}, f"{errors}", c)
+    expect(errors == {"popWithoutPush": 1, "popWrongDomain": 0, "openAtExit": 0,
+                     "endUnknownId": 0, "startOpenAtExit": 0}, f"{errors}", c)
     expect("protocol errors: 1 pop without push" in c.stderr, "table line", c)
 
 
@@ -254,7 +255,8 @@ def test_pop_in_wrong_domain(tmp):
     c = run_client(tmp, "--iters", 3, "--domain", DOMAIN, "--wrong-domain-pop")
     expect_counts_match(c)
     errors = c.summary()["protocolErrors"]
-    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 1, "openAtExit": 0}, f"{errors}", c)
+    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 1, "openAtExit": 0,
+                     "endUnknownId": 0, "startOpenAtExit": 0}, f"{errors}", c)
     expect(trace_check.counts_by_name(c.trace, "global").get("holder") == 1,
            "the range held open across the bad pop must still be recorded", c)
     expect("protocol errors: 1 popped in wrong domain" in c.stderr, "table line", c)
@@ -265,7 +267,8 @@ def test_open_at_exit(tmp):
     expect_counts_match(c)
     expect(c.values["open"] == 5, "client should have left 5 ranges open", c)
     errors = c.summary()["protocolErrors"]
-    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 0, "openAtExit": 5}, f"{errors}", c)
+    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 0, "openAtExit": 5,
+                     "endUnknownId": 0, "startOpenAtExit": 0}, f"{errors}", c)
     expect("protocol errors: 5 open at exit" in c.stderr, "table line", c)
 
 
@@ -311,7 +314,8 @@ def test_no_stdout_pollution_and_table(tmp):
     c = run_client(tmp, "--iters", 10, "--domain", DOMAIN, "--registered", "--unicode")
     expect_stdout_is_clients_own(c)
     lines = c.stderr.splitlines()
-    expect(lines and re.match(r"^ferrum-replay recorder: \d+ ranges on 1 threads, trace: /",
+    expect(lines and re.match(r"^ferrum-replay recorder: \d+ ranges on 1 threads of nvtx_client "
+                              r"\(pid \d+\), trace: /",
                               lines[0]), "table header line", c)
     expect(any(TABLE_HEADER.match(line) for line in lines), "column header", c)
     for domain, name in c.counts:
