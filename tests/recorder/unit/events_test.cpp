@@ -173,3 +173,18 @@ TEST_CASE("the process's name comes from its command line") {
   Recorder r(Settings{}, 0);
   CHECK(r.snapshot().process_name == "recorder-unit-tests");
 }
+
+TEST_CASE("category names stay bounded when a process names categories without end") {
+  // The shim names one category per graph: re-instantiating graphs for a long time names
+  // millions. The latest ones are kept, the oldest forgotten.
+  NameRegistry names(false, "");
+  const uint32_t n = NameRegistry::kMaxCategoryNames + 1000;
+  for (uint32_t c = 1; c <= n; ++c) names.name_category(1, c, c % 2 ? "odd" : "even");
+  names.name_category(1, n, "renamed");  // a new name for a kept category takes no new place
+  const auto kept = names.category_names();
+  CHECK(kept.size() == NameRegistry::kMaxCategoryNames);
+  CHECK(kept.count({1, 1}) == 0);
+  CHECK(kept.count({1, 1000}) == 0);
+  CHECK(kept.at({1, 1001}) == "odd");
+  CHECK(kept.at({1, n}) == "renamed");
+}
