@@ -119,70 +119,39 @@ inline Decoded decode(const nvtxEventAttributes_t *attr) {
   return d;
 }
 
-int push_attributes(const nvtxDomainRegistration_st &domain, const nvtxEventAttributes_t *attr) {
+// The handlers of push, mark and start, installed as they are: `Fn` is Recorder::push, mark or
+// start_range (a template argument, so each call is direct). The Ex forms, global and domain:
+template <auto Fn>
+auto NVTX_API global_attributes(const nvtxEventAttributes_t *attr) {
   const Decoded d = decode(attr);
-  return rec().push(domain, d.message, d.stable, d.attrs);
+  return (rec().*Fn)(rec().names().global_domain(), d.message, d.stable, d.attrs);
 }
 
-void mark_attributes(const nvtxDomainRegistration_st &domain, const nvtxEventAttributes_t *attr) {
+template <auto Fn>
+auto NVTX_API domain_attributes(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
   const Decoded d = decode(attr);
-  rec().mark(domain, d.message, d.stable, d.attrs);
+  return (rec().*Fn)(domain_of(domain), d.message, d.stable, d.attrs);
 }
 
-nvtxRangeId_t start_attributes(const nvtxDomainRegistration_st &domain,
-                               const nvtxEventAttributes_t *attr) {
-  const Decoded d = decode(attr);
-  return rec().start_range(domain, d.message, d.stable, d.attrs);
+// The A and W forms: a plain message in the global domain.
+template <auto Fn>
+auto NVTX_API global_message(const char *message) {
+  return (rec().*Fn)(rec().names().global_domain(), message ? message : "", !message, {});
+}
+
+template <auto Fn>
+auto NVTX_API global_message(const wchar_t *message) {
+  std::string &utf8 = wide_scratch();
+  append_wide_as_utf8(utf8, message);
+  return (rec().*Fn)(rec().names().global_domain(), utf8, false, {});
 }
 
 #undef FERRUM_ATTR_HAS
 
 // ---- NVTX_CB_MODULE_CORE ----
 
-int NVTX_API range_push_ex(const nvtxEventAttributes_t *attr) {
-  return push_attributes(rec().names().global_domain(), attr);
-}
-
-int NVTX_API range_push_a(const char *message) {
-  return rec().push(rec().names().global_domain(), message ? message : "", !message, {});
-}
-
-int NVTX_API range_push_w(const wchar_t *message) {
-  std::string &utf8 = wide_scratch();
-  append_wide_as_utf8(utf8, message);
-  return rec().push(rec().names().global_domain(), utf8, false, {});
-}
-
 int NVTX_API range_pop() {
   return rec().pop(rec().names().global_domain());
-}
-
-void NVTX_API mark_ex(const nvtxEventAttributes_t *attr) {
-  mark_attributes(rec().names().global_domain(), attr);
-}
-
-void NVTX_API mark_a(const char *message) {
-  rec().mark(rec().names().global_domain(), message ? message : "", !message, {});
-}
-
-void NVTX_API mark_w(const wchar_t *message) {
-  std::string &utf8 = wide_scratch();
-  append_wide_as_utf8(utf8, message);
-  rec().mark(rec().names().global_domain(), utf8, false, {});
-}
-
-nvtxRangeId_t NVTX_API range_start_ex(const nvtxEventAttributes_t *attr) {
-  return start_attributes(rec().names().global_domain(), attr);
-}
-
-nvtxRangeId_t NVTX_API range_start_a(const char *message) {
-  return rec().start_range(rec().names().global_domain(), message ? message : "", !message, {});
-}
-
-nvtxRangeId_t NVTX_API range_start_w(const wchar_t *message) {
-  std::string &utf8 = wide_scratch();
-  append_wide_as_utf8(utf8, message);
-  return rec().start_range(rec().names().global_domain(), utf8, false, {});
 }
 
 void NVTX_API range_end(nvtxRangeId_t id) {
@@ -211,21 +180,8 @@ void NVTX_API name_os_thread_w(uint32_t thread_id, const wchar_t *name) {
 
 // ---- NVTX_CB_MODULE_CORE2 ----
 
-int NVTX_API domain_range_push_ex(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
-  return push_attributes(domain_of(domain), attr);
-}
-
 int NVTX_API domain_range_pop(nvtxDomainHandle_t domain) {
   return rec().pop(domain_of(domain));
-}
-
-void NVTX_API domain_mark_ex(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
-  mark_attributes(domain_of(domain), attr);
-}
-
-nvtxRangeId_t NVTX_API domain_range_start_ex(nvtxDomainHandle_t domain,
-                                             const nvtxEventAttributes_t *attr) {
-  return start_attributes(domain_of(domain), attr);
 }
 
 void NVTX_API domain_range_end(nvtxDomainHandle_t domain, nvtxRangeId_t id) {
@@ -280,16 +236,22 @@ bool install_core(const NvtxExportTableCallbacks &callbacks) {
   NvtxFunctionTable t = nullptr;
   unsigned n = 0;
   if (!callbacks.GetModuleFunctionTable(NVTX_CB_MODULE_CORE, &t, &n) || !t) return false;
-  install<nvtxMarkEx_impl_fntype>(t, n, NVTX_CBID_CORE_MarkEx, mark_ex);
-  install<nvtxMarkA_impl_fntype>(t, n, NVTX_CBID_CORE_MarkA, mark_a);
-  install<nvtxMarkW_impl_fntype>(t, n, NVTX_CBID_CORE_MarkW, mark_w);
-  install<nvtxRangeStartEx_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartEx, range_start_ex);
-  install<nvtxRangeStartA_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartA, range_start_a);
-  install<nvtxRangeStartW_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartW, range_start_w);
+  install<nvtxMarkEx_impl_fntype>(t, n, NVTX_CBID_CORE_MarkEx, global_attributes<&Recorder::mark>);
+  install<nvtxMarkA_impl_fntype>(t, n, NVTX_CBID_CORE_MarkA, global_message<&Recorder::mark>);
+  install<nvtxMarkW_impl_fntype>(t, n, NVTX_CBID_CORE_MarkW, global_message<&Recorder::mark>);
+  install<nvtxRangeStartEx_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartEx,
+                                        global_attributes<&Recorder::start_range>);
+  install<nvtxRangeStartA_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartA,
+                                       global_message<&Recorder::start_range>);
+  install<nvtxRangeStartW_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartW,
+                                       global_message<&Recorder::start_range>);
   install<nvtxRangeEnd_impl_fntype>(t, n, NVTX_CBID_CORE_RangeEnd, range_end);
-  install<nvtxRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushEx, range_push_ex);
-  install<nvtxRangePushA_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushA, range_push_a);
-  install<nvtxRangePushW_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushW, range_push_w);
+  install<nvtxRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushEx,
+                                       global_attributes<&Recorder::push>);
+  install<nvtxRangePushA_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushA,
+                                      global_message<&Recorder::push>);
+  install<nvtxRangePushW_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushW,
+                                      global_message<&Recorder::push>);
   install<nvtxRangePop_impl_fntype>(t, n, NVTX_CBID_CORE_RangePop, range_pop);
   install<nvtxNameCategoryA_impl_fntype>(t, n, NVTX_CBID_CORE_NameCategoryA, name_category_a);
   install<nvtxNameCategoryW_impl_fntype>(t, n, NVTX_CBID_CORE_NameCategoryW, name_category_w);
@@ -303,11 +265,12 @@ bool install_core2(const NvtxExportTableCallbacks &callbacks) {
   unsigned n = 0;
   if (!callbacks.GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &t, &n) || !t) return false;
   install<nvtxDomainRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePushEx,
-                                             domain_range_push_ex);
+                                             domain_attributes<&Recorder::push>);
   install<nvtxDomainRangePop_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePop, domain_range_pop);
-  install<nvtxDomainMarkEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainMarkEx, domain_mark_ex);
+  install<nvtxDomainMarkEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainMarkEx,
+                                        domain_attributes<&Recorder::mark>);
   install<nvtxDomainRangeStartEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangeStartEx,
-                                              domain_range_start_ex);
+                                              domain_attributes<&Recorder::start_range>);
   install<nvtxDomainRangeEnd_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangeEnd, domain_range_end);
   install<nvtxDomainNameCategoryA_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainNameCategoryA,
                                                domain_name_category_a);

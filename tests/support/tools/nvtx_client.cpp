@@ -135,6 +135,32 @@ uint64_t monotonic_ns() {
 }
 
 Options parse(int argc, char **argv) {
+  // Each option once: a switch, a number or a text.
+  static const std::map<std::string, bool Options::*> switches = {
+      {"--registered", &Options::registered},
+      {"--unicode", &Options::unicode},
+      {"--cxx", &Options::cxx},
+      {"--name-threads", &Options::name_threads},
+      {"--unbalanced-pop", &Options::unbalanced_pop},
+      {"--wrong-domain-pop", &Options::wrong_domain_pop},
+      {"--spinner", &Options::spinner},
+      {"--exit-in-thread", &Options::exit_in_thread},
+      {"--fork", &Options::fork},
+      {"--marks", &Options::marks},
+      {"--start-end", &Options::start_end},
+      {"--end-unknown", &Options::end_unknown},
+      {"--categories", &Options::categories}};
+  static const std::map<std::string, int Options::*> numbers = {
+      {"--threads", &Options::threads},
+      {"--iters", &Options::iters},
+      {"--nested", &Options::nested},
+      {"--leave-open", &Options::leave_open},
+      {"--leave-open-in-thread", &Options::leave_open_in_thread},
+      {"--exit-code", &Options::exit_code},
+      {"--timed", &Options::timed},
+      {"--start-open", &Options::start_open}};
+  static const std::map<std::string, std::string Options::*> texts = {
+      {"--domain", &Options::domain}, {"--module", &Options::module}};
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -142,52 +168,12 @@ Options parse(int argc, char **argv) {
       if (i + 1 >= argc) usage(("missing value for " + a).c_str());
       return argv[++i];
     };
-    if (a == "--threads")
-      o.threads = std::atoi(value());
-    else if (a == "--iters")
-      o.iters = std::atoi(value());
-    else if (a == "--domain")
-      o.domain = value();
-    else if (a == "--registered")
-      o.registered = true;
-    else if (a == "--unicode")
-      o.unicode = true;
-    else if (a == "--nested")
-      o.nested = std::atoi(value());
-    else if (a == "--cxx")
-      o.cxx = true;
-    else if (a == "--name-threads")
-      o.name_threads = true;
-    else if (a == "--unbalanced-pop")
-      o.unbalanced_pop = true;
-    else if (a == "--wrong-domain-pop")
-      o.wrong_domain_pop = true;
-    else if (a == "--leave-open")
-      o.leave_open = std::atoi(value());
-    else if (a == "--leave-open-in-thread")
-      o.leave_open_in_thread = std::atoi(value());
-    else if (a == "--spinner")
-      o.spinner = true;
-    else if (a == "--exit-in-thread")
-      o.exit_in_thread = true;
-    else if (a == "--exit-code")
-      o.exit_code = std::atoi(value());
-    else if (a == "--module")
-      o.module = value();
-    else if (a == "--fork")
-      o.fork = true;
-    else if (a == "--timed")
-      o.timed = std::atoi(value());
-    else if (a == "--marks")
-      o.marks = true;
-    else if (a == "--start-end")
-      o.start_end = true;
-    else if (a == "--start-open")
-      o.start_open = std::atoi(value());
-    else if (a == "--end-unknown")
-      o.end_unknown = true;
-    else if (a == "--categories")
-      o.categories = true;
+    if (auto s = switches.find(a); s != switches.end())
+      o.*(s->second) = true;
+    else if (auto n = numbers.find(a); n != numbers.end())
+      o.*(n->second) = std::atoi(value());
+    else if (auto t = texts.find(a); t != texts.end())
+      o.*(t->second) = value();
     else
       usage(("unknown option " + a).c_str());
   }
