@@ -547,6 +547,10 @@ def test_python_nvtx_package(tmp):
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRUM_RECORD", "NVTX_"))}
     child_env.update(NVTX_INJECTION64_PATH=environment_path("FERRUM_RECORDER_LIB"),
                      FERRUM_RECORD_OUT=os.path.join(tmp, "t.json"), PYTHONPATH=target)
+    # Sanitizer builds: the instrumented recorder needs its runtime loaded first.
+    first = os.environ.get("FERRUM_TEST_PRELOAD_FIRST")
+    if first:
+        child_env["LD_PRELOAD"] = " ".join(filter(None, [first, child_env.get("LD_PRELOAD")]))
     done = subprocess.run([sys.executable, program], env=child_env, cwd=tmp,
                           capture_output=True, text=True, timeout=120)
     c = Client([sys.executable, program], done, tmp, os.path.join(tmp, "t.json"))
