@@ -232,26 +232,28 @@ void install(NvtxFunctionTable table, unsigned size, unsigned id, Fn handler) {
   *table[id] = reinterpret_cast<NvtxFunctionPointer>(handler);
 }
 
+// The Ex, A and W forms of push, mark or start in NVTX's global domain.
+template <auto Fn, class Ex, class A, class W>
+void install_forms(NvtxFunctionTable table, unsigned size, unsigned ex, unsigned a, unsigned w) {
+  install<Ex>(table, size, ex, global_attributes<Fn>);
+  install<A>(table, size, a, global_message<Fn>);
+  install<W>(table, size, w, global_message<Fn>);
+}
+
 bool install_core(const NvtxExportTableCallbacks &callbacks) {
   NvtxFunctionTable t = nullptr;
   unsigned n = 0;
   if (!callbacks.GetModuleFunctionTable(NVTX_CB_MODULE_CORE, &t, &n) || !t) return false;
-  install<nvtxMarkEx_impl_fntype>(t, n, NVTX_CBID_CORE_MarkEx, global_attributes<&Recorder::mark>);
-  install<nvtxMarkA_impl_fntype>(t, n, NVTX_CBID_CORE_MarkA, global_message<&Recorder::mark>);
-  install<nvtxMarkW_impl_fntype>(t, n, NVTX_CBID_CORE_MarkW, global_message<&Recorder::mark>);
-  install<nvtxRangeStartEx_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartEx,
-                                        global_attributes<&Recorder::start_range>);
-  install<nvtxRangeStartA_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartA,
-                                       global_message<&Recorder::start_range>);
-  install<nvtxRangeStartW_impl_fntype>(t, n, NVTX_CBID_CORE_RangeStartW,
-                                       global_message<&Recorder::start_range>);
+  install_forms<&Recorder::mark, nvtxMarkEx_impl_fntype, nvtxMarkA_impl_fntype,
+                nvtxMarkW_impl_fntype>(t, n, NVTX_CBID_CORE_MarkEx, NVTX_CBID_CORE_MarkA,
+                                       NVTX_CBID_CORE_MarkW);
+  install_forms<&Recorder::start_range, nvtxRangeStartEx_impl_fntype, nvtxRangeStartA_impl_fntype,
+                nvtxRangeStartW_impl_fntype>(
+      t, n, NVTX_CBID_CORE_RangeStartEx, NVTX_CBID_CORE_RangeStartA, NVTX_CBID_CORE_RangeStartW);
   install<nvtxRangeEnd_impl_fntype>(t, n, NVTX_CBID_CORE_RangeEnd, range_end);
-  install<nvtxRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushEx,
-                                       global_attributes<&Recorder::push>);
-  install<nvtxRangePushA_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushA,
-                                      global_message<&Recorder::push>);
-  install<nvtxRangePushW_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushW,
-                                      global_message<&Recorder::push>);
+  install_forms<&Recorder::push, nvtxRangePushEx_impl_fntype, nvtxRangePushA_impl_fntype,
+                nvtxRangePushW_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushEx,
+                                            NVTX_CBID_CORE_RangePushA, NVTX_CBID_CORE_RangePushW);
   install<nvtxRangePop_impl_fntype>(t, n, NVTX_CBID_CORE_RangePop, range_pop);
   install<nvtxNameCategoryA_impl_fntype>(t, n, NVTX_CBID_CORE_NameCategoryA, name_category_a);
   install<nvtxNameCategoryW_impl_fntype>(t, n, NVTX_CBID_CORE_NameCategoryW, name_category_w);
