@@ -58,7 +58,10 @@ uint64_t TickScale::to_ns(uint64_t ticks) const noexcept {
 
 uint64_t TickScale::span_ns(uint64_t from, uint64_t to) const noexcept {
   if (to <= from) return 0;
-  return static_cast<uint64_t>(static_cast<unsigned __int128>(to - from) * dns / dticks);
+  // The distance between the two instants as to_ns places them, not the span scaled on its own:
+  // the two round apart, and a range inside another must end inside it in nanoseconds too (a
+  // start and a duration each rounded down could put it 1 ns past its parent's end).
+  return to_ns(to) - to_ns(from);
 }
 
 TickClock::TickClock(bool use_cpu_counter)

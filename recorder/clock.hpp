@@ -60,7 +60,8 @@ struct TickScale {
   uint64_t dticks = 1, dns = 1;  // identity by default
 
   uint64_t to_ns(uint64_t ticks) const noexcept;
-  // The duration between two ticks, in nanoseconds (0 if `to` is before `from`).
+  // The duration between two ticks, in nanoseconds: to_ns(to) - to_ns(from) (0 if `to` is before
+  // `from`), so that durations and instants round alike.
   uint64_t span_ns(uint64_t from, uint64_t to) const noexcept;
   bool identity() const { return ticks0 == ns0 && dticks == dns; }
 };

@@ -54,11 +54,12 @@ uint64_t run_start_ns(uint64_t origin_realtime_ns, const std::string &session_fi
   return start;
 }
 
-// What was recorded deserves a file: a range, a rejected push or a protocol error. A process
+// What was recorded deserves a file: a range, a mark, a start/end range, a rejected push or a
+// protocol error. A process
 // that never launched a graph nor used NVTX itself (a CPU-only worker forked by a launcher)
 // leaves no file and prints no table, and the job's chosen name goes to a process that has data.
 bool recorded_anything(const Snapshot &snap) {
-  return snap.range_count() != 0 || snap.gpu_replay_count() != 0 || snap.rejected_pushes != 0 ||
+  return snap.event_count() != 0 || snap.gpu_replay_count() != 0 || snap.rejected_pushes != 0 ||
          !snap.errors.none();
 }
 

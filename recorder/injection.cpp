@@ -78,62 +78,94 @@ Payload payload_of(const nvtxEventAttributes_t &attr) {
   }
 }
 
-int push_attributes(const nvtxDomainRegistration_st &domain, const nvtxEventAttributes_t *attr) {
+// What an event's attributes say, decoded once for every kind of event (push, mark, start).
+struct Decoded {
   RangeAttrs attrs;
   std::string_view message;
-  bool stable = true;
+  bool stable = true;  // `message` outlives the recorder (a registered string or a literal)
+};
+
+inline Decoded decode(const nvtxEventAttributes_t *attr) {
+  Decoded d;
   if (attr) {
-    if (FERRUM_ATTR_HAS(attr, category)) attrs.category = attr->category;
+    if (FERRUM_ATTR_HAS(attr, category)) d.attrs.category = attr->category;
     if (FERRUM_ATTR_HAS(attr, color) && attr->colorType == NVTX_COLOR_ARGB) {
-      attrs.has_color = true;
-      attrs.color = attr->color;
+      d.attrs.has_color = true;
+      d.attrs.color = attr->color;
     }
-    if (FERRUM_ATTR_HAS(attr, payload)) attrs.payload = payload_of(*attr);
+    if (FERRUM_ATTR_HAS(attr, payload)) d.attrs.payload = payload_of(*attr);
     if (FERRUM_ATTR_HAS(attr, message)) {
       switch (attr->messageType) {
         case NVTX_MESSAGE_TYPE_ASCII:
-          if (attr->message.ascii) message = attr->message.ascii, stable = false;
+          if (attr->message.ascii) d.message = attr->message.ascii, d.stable = false;
           break;
         case NVTX_MESSAGE_TYPE_UNICODE: {
           std::string &utf8 = wide_scratch();
           append_wide_as_utf8(utf8, attr->message.unicode);
-          message = utf8, stable = false;
+          d.message = utf8, d.stable = false;
           break;
         }
         case NVTX_MESSAGE_TYPE_REGISTERED:
           // Registered strings live as long as the recorder: no copy per range.
           if (const nvtxStringRegistration_st *r = attr->message.registered)
-            message = std::string_view(r->text, r->size);
+            d.message = std::string_view(r->text, r->size);
           break;
         default:
           break;
       }
     }
   }
-  if (stable && message.empty()) message = "";
-  return rec().push(domain, message, stable, attrs);
+  if (d.stable && d.message.empty()) d.message = "";
+  return d;
+}
+
+// The handlers of push, mark and start, installed as they are: `Fn` is Recorder::push, mark or
+// start_range (a template argument, so each call is direct). The Ex forms, global and domain:
+template <auto Fn>
+auto NVTX_API global_attributes(const nvtxEventAttributes_t *attr) {
+  const Decoded d = decode(attr);
+  return (rec().*Fn)(rec().names().global_domain(), d.message, d.stable, d.attrs);
+}
+
+template <auto Fn>
+auto NVTX_API domain_attributes(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
+  const Decoded d = decode(attr);
+  return (rec().*Fn)(domain_of(domain), d.message, d.stable, d.attrs);
+}
+
+// The A and W forms: a plain message in the global domain.
+template <auto Fn>
+auto NVTX_API global_message(const char *message) {
+  return (rec().*Fn)(rec().names().global_domain(), message ? message : "", !message, {});
+}
+
+template <auto Fn>
+auto NVTX_API global_message(const wchar_t *message) {
+  std::string &utf8 = wide_scratch();
+  append_wide_as_utf8(utf8, message);
+  return (rec().*Fn)(rec().names().global_domain(), utf8, false, {});
 }
 
 #undef FERRUM_ATTR_HAS
 
 // ---- NVTX_CB_MODULE_CORE ----
 
-int NVTX_API range_push_ex(const nvtxEventAttributes_t *attr) {
-  return push_attributes(rec().names().global_domain(), attr);
-}
-
-int NVTX_API range_push_a(const char *message) {
-  return rec().push(rec().names().global_domain(), message ? message : "", !message, {});
-}
-
-int NVTX_API range_push_w(const wchar_t *message) {
-  std::string &utf8 = wide_scratch();
-  append_wide_as_utf8(utf8, message);
-  return rec().push(rec().names().global_domain(), utf8, false, {});
-}
-
 int NVTX_API range_pop() {
   return rec().pop(rec().names().global_domain());
+}
+
+void NVTX_API range_end(nvtxRangeId_t id) {
+  rec().end_range(rec().names().global_domain(), id);
+}
+
+void NVTX_API name_category_a(uint32_t category, const char *name) {
+  rec().names().name_category(0, category, name ? name : "");
+}
+
+void NVTX_API name_category_w(uint32_t category, const wchar_t *name) {
+  std::string utf8;
+  append_wide_as_utf8(utf8, name);
+  rec().names().name_category(0, category, utf8);
 }
 
 void NVTX_API name_os_thread_a(uint32_t thread_id, const char *name) {
@@ -148,12 +180,24 @@ void NVTX_API name_os_thread_w(uint32_t thread_id, const wchar_t *name) {
 
 // ---- NVTX_CB_MODULE_CORE2 ----
 
-int NVTX_API domain_range_push_ex(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
-  return push_attributes(domain_of(domain), attr);
-}
-
 int NVTX_API domain_range_pop(nvtxDomainHandle_t domain) {
   return rec().pop(domain_of(domain));
+}
+
+void NVTX_API domain_range_end(nvtxDomainHandle_t domain, nvtxRangeId_t id) {
+  rec().end_range(domain_of(domain), id);
+}
+
+void NVTX_API domain_name_category_a(nvtxDomainHandle_t domain, uint32_t category,
+                                     const char *name) {
+  rec().names().name_category(domain_of(domain).id, category, name ? name : "");
+}
+
+void NVTX_API domain_name_category_w(nvtxDomainHandle_t domain, uint32_t category,
+                                     const wchar_t *name) {
+  std::string utf8;
+  append_wide_as_utf8(utf8, name);
+  rec().names().name_category(domain_of(domain).id, category, utf8);
 }
 
 nvtxDomainHandle_t NVTX_API domain_create_a(const char *name) {
@@ -188,16 +232,31 @@ void install(NvtxFunctionTable table, unsigned size, unsigned id, Fn handler) {
   *table[id] = reinterpret_cast<NvtxFunctionPointer>(handler);
 }
 
+// The Ex, A and W forms of push, mark or start in NVTX's global domain.
+template <auto Fn, class Ex, class A, class W>
+void install_forms(NvtxFunctionTable table, unsigned size, unsigned ex, unsigned a, unsigned w) {
+  install<Ex>(table, size, ex, global_attributes<Fn>);
+  install<A>(table, size, a, global_message<Fn>);
+  install<W>(table, size, w, global_message<Fn>);
+}
+
 bool install_core(const NvtxExportTableCallbacks &callbacks) {
   NvtxFunctionTable t = nullptr;
   unsigned n = 0;
   if (!callbacks.GetModuleFunctionTable(NVTX_CB_MODULE_CORE, &t, &n) || !t) return false;
-  // Marks and start/end ranges are left to NVTX's no-ops: they are not push/pop ranges, and the
-  // recorder's job is the push/pop protocol.
-  install<nvtxRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushEx, range_push_ex);
-  install<nvtxRangePushA_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushA, range_push_a);
-  install<nvtxRangePushW_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushW, range_push_w);
+  install_forms<&Recorder::mark, nvtxMarkEx_impl_fntype, nvtxMarkA_impl_fntype,
+                nvtxMarkW_impl_fntype>(t, n, NVTX_CBID_CORE_MarkEx, NVTX_CBID_CORE_MarkA,
+                                       NVTX_CBID_CORE_MarkW);
+  install_forms<&Recorder::start_range, nvtxRangeStartEx_impl_fntype, nvtxRangeStartA_impl_fntype,
+                nvtxRangeStartW_impl_fntype>(
+      t, n, NVTX_CBID_CORE_RangeStartEx, NVTX_CBID_CORE_RangeStartA, NVTX_CBID_CORE_RangeStartW);
+  install<nvtxRangeEnd_impl_fntype>(t, n, NVTX_CBID_CORE_RangeEnd, range_end);
+  install_forms<&Recorder::push, nvtxRangePushEx_impl_fntype, nvtxRangePushA_impl_fntype,
+                nvtxRangePushW_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushEx,
+                                            NVTX_CBID_CORE_RangePushA, NVTX_CBID_CORE_RangePushW);
   install<nvtxRangePop_impl_fntype>(t, n, NVTX_CBID_CORE_RangePop, range_pop);
+  install<nvtxNameCategoryA_impl_fntype>(t, n, NVTX_CBID_CORE_NameCategoryA, name_category_a);
+  install<nvtxNameCategoryW_impl_fntype>(t, n, NVTX_CBID_CORE_NameCategoryW, name_category_w);
   install<nvtxNameOsThreadA_impl_fntype>(t, n, NVTX_CBID_CORE_NameOsThreadA, name_os_thread_a);
   install<nvtxNameOsThreadW_impl_fntype>(t, n, NVTX_CBID_CORE_NameOsThreadW, name_os_thread_w);
   return true;
@@ -208,8 +267,17 @@ bool install_core2(const NvtxExportTableCallbacks &callbacks) {
   unsigned n = 0;
   if (!callbacks.GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &t, &n) || !t) return false;
   install<nvtxDomainRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePushEx,
-                                             domain_range_push_ex);
+                                             domain_attributes<&Recorder::push>);
   install<nvtxDomainRangePop_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePop, domain_range_pop);
+  install<nvtxDomainMarkEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainMarkEx,
+                                        domain_attributes<&Recorder::mark>);
+  install<nvtxDomainRangeStartEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangeStartEx,
+                                              domain_attributes<&Recorder::start_range>);
+  install<nvtxDomainRangeEnd_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangeEnd, domain_range_end);
+  install<nvtxDomainNameCategoryA_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainNameCategoryA,
+                                               domain_name_category_a);
+  install<nvtxDomainNameCategoryW_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainNameCategoryW,
+                                               domain_name_category_w);
   install<nvtxDomainCreateA_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainCreateA, domain_create_a);
   install<nvtxDomainCreateW_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainCreateW, domain_create_w);
   install<nvtxDomainDestroy_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainDestroy, domain_destroy);

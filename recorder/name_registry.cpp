@@ -44,6 +44,31 @@ void NameRegistry::name_thread(uint32_t tid, std::string_view name) {
   thread_names_[tid] = std::string(name);
 }
 
+void NameRegistry::name_category(uint32_t domain_id, uint32_t category, std::string_view name) {
+  std::lock_guard lock(mu_);
+  const uint64_t key = uint64_t{domain_id} << 32 | category;
+  auto [it, added] = category_names_.try_emplace(key, name);
+  if (!added) {
+    it->second.assign(name);
+    return;
+  }
+  category_order_.push_back(key);
+  if (category_order_.size() > kMaxCategoryNames) {
+    category_names_.erase(category_order_.front());
+    category_order_.pop_front();
+  }
+}
+
+std::map<std::pair<uint32_t, uint32_t>, std::string> NameRegistry::category_names() const {
+  std::lock_guard lock(mu_);
+  std::map<std::pair<uint32_t, uint32_t>, std::string> out;
+  for (const auto &[key, text] : category_names_)
+    out.emplace(
+        std::pair<uint32_t, uint32_t>(static_cast<uint32_t>(key >> 32), static_cast<uint32_t>(key)),
+        text);
+  return out;
+}
+
 std::vector<std::string> NameRegistry::domain_names() const {
   std::lock_guard lock(mu_);
   return domain_names_;

@@ -1,9 +1,12 @@
-// Process-wide names: NVTX domains, registered strings and thread names. These are created rarely
-// (once per domain, per graph name, per thread), so a mutex is fine here; the per-range path only
-// dereferences the handles handed out, which stay valid for the life of the process.
+// Process-wide names: NVTX domains, registered strings, categories and thread names. These are
+// created rarely (once per domain, per graph name, per thread), so a mutex is fine here; the
+// per-range path only dereferences the handles handed out, which stay valid for the life of the
+// process.
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,9 +46,17 @@ class NameRegistry {
   nvtxDomainRegistration_st *create_domain(std::string_view name);
   nvtxStringRegistration_st *register_string(std::string_view text);
   void name_thread(uint32_t tid, std::string_view name);
+  // nvtxNameCategory (domain 0) and nvtxDomainNameCategory; a later name replaces an earlier one.
+  // The shim names a category per graph, so a process that keeps re-instantiating graphs names
+  // categories without end: the latest kMaxCategoryNames are kept (the oldest named is
+  // forgotten first), so memory stays bounded.
+  static constexpr size_t kMaxCategoryNames = 65536;
+  void name_category(uint32_t domain_id, uint32_t category, std::string_view name);
 
   // Display names indexed by domain id; [0] is "global".
   std::vector<std::string> domain_names() const;
+  // (domain id, category) -> name, for every category named so far.
+  std::map<std::pair<uint32_t, uint32_t>, std::string> category_names() const;
   // Whether a thread was named through nvtxNameOsThread; fills `name` if so.
   bool thread_name(uint32_t tid, std::string *name) const;
 
@@ -67,6 +78,9 @@ class NameRegistry {
   std::unordered_map<std::string, std::unique_ptr<nvtxDomainRegistration_st>> domains_;
   std::unordered_map<std::string, std::unique_ptr<StringEntry>> strings_;
   std::unordered_map<uint32_t, std::string> thread_names_;
+  // (domain id << 32 | category) -> name; keys in the order first named.
+  std::unordered_map<uint64_t, std::string> category_names_;
+  std::deque<uint64_t> category_order_;
 };
 
 }  // namespace ferrum_replay::recorder

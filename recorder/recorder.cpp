@@ -45,7 +45,44 @@ std::string read_proc_line(const char *path) {
   return out;
 }
 
+std::string process_display_name() {
+  std::string cmdline;
+  if (FILE *f = std::fopen("/proc/self/cmdline", "re")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && cmdline.size() < 65536)
+      cmdline.append(buf, n);
+    std::fclose(f);
+  }
+  return command_display_name(cmdline);
+}
+
 }  // namespace
+
+std::string command_display_name(std::string_view cmdline) {
+  std::vector<std::string_view> argv;
+  while (!cmdline.empty()) {
+    const size_t nul = cmdline.find('\0');
+    argv.push_back(cmdline.substr(0, nul));
+    if (nul == std::string_view::npos) break;
+    cmdline.remove_prefix(nul + 1);
+  }
+  const auto base = [](std::string_view path) {
+    const size_t slash = path.find_last_of('/');
+    return slash == std::string_view::npos ? path : path.substr(slash + 1);
+  };
+  if (argv.empty() || base(argv[0]).empty()) return {};
+  std::string name(base(argv[0]));
+  // An interpreter's name says little ("python3"): name the script or module it runs too. Only
+  // those, never the other arguments (they may hold tokens or paths nobody meant to share).
+  if (name.rfind("python", 0) == 0 && argv.size() > 1) {
+    if (argv[1] == "-m" && argv.size() > 2)
+      name += " -m " + std::string(argv[2]);
+    else if (!argv[1].empty() && argv[1][0] != '-')
+      name += " " + std::string(base(argv[1]));
+  }
+  return name;
+}
 
 Recorder::Recorder(const Settings &settings, uint64_t origin_ns, uint64_t origin_realtime_ns)
     : settings_(settings),
@@ -135,6 +172,48 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   return static_cast<int>(frame.depth);
 }
 
+void Recorder::mark(const nvtxDomainRegistration_st &domain, std::string_view message,
+                    bool message_is_stable, RangeAttrs attrs) noexcept {
+  const uint64_t now = clock_.now();
+  ThreadBuffer &thread = current_thread();
+  attrs.name = message_is_stable ? message.data() : thread.intern(message);
+  attrs.kind = EventKind::mark;
+  Event event{};
+  event.start = event.end = now;
+  event.attrs = attrs;
+  event.domain_id = domain.id;
+  thread.append(event);
+}
+
+uint64_t Recorder::start_range(const nvtxDomainRegistration_st &domain, std::string_view message,
+                               bool message_is_stable, RangeAttrs attrs) noexcept {
+  ThreadBuffer &thread = current_thread();
+  attrs.name = message_is_stable ? message.data() : thread.intern(message);
+  attrs.kind = EventKind::async_begin;
+  Event event{};
+  event.end = next_async_id_.fetch_add(1, std::memory_order_relaxed);
+  event.attrs = attrs;
+  event.domain_id = domain.id;
+  event.start = clock_.now();
+  thread.append(event);
+  return event.async_id();
+}
+
+void Recorder::end_range(const nvtxDomainRegistration_st &domain, uint64_t id) noexcept {
+  const uint64_t now = clock_.now();
+  if (id == 0 || id >= next_async_id_.load(std::memory_order_relaxed)) {
+    end_unknown_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  ThreadBuffer &thread = current_thread();
+  Event event{};
+  event.start = now;
+  event.end = id;
+  event.attrs.kind = EventKind::async_end;
+  event.domain_id = domain.id;
+  thread.append(event);
+}
+
 Snapshot Recorder::snapshot() const {
   return take_snapshot(true);
 }
@@ -149,7 +228,8 @@ Snapshot Recorder::snapshot_for_report(bool last) {
 Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   Snapshot snap;
   snap.pid = static_cast<long>(getpid());
-  snap.process_name = read_proc_line("/proc/self/comm");
+  snap.process_name = process_display_name();
+  if (snap.process_name.empty()) snap.process_name = read_proc_line("/proc/self/comm");
   snap.origin_ns = origin_ns_;
   snap.scale = clock_.scale();
   snap.clock_source = clock_.source_name();
@@ -157,6 +237,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   snap.rank_variable = settings_.rank_variable;
   snap.rank_value = settings_.rank_value;
   snap.domain_names = names_.domain_names();
+  snap.category_names = names_.category_names();
 
   std::vector<ThreadBuffer *> threads;
   {
@@ -188,6 +269,8 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
     snap.errors.open_at_exit += ts.open_frames;
     snap.threads.push_back(std::move(ts));
   }
+  // Before the threads' spilled runs are let go: pairing reads every thread's events.
+  match_async_ranges(snap, next_async_id_.load(std::memory_order_relaxed));
   snap.gpu_domain = gpu_domain_;
   gpu_.collect(&snap);
   {
@@ -209,6 +292,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   snap.rejected_pushes = rejected_.load(std::memory_order_relaxed);
   snap.errors.pop_without_push = pop_without_push_.load(std::memory_order_relaxed);
   snap.errors.pop_wrong_domain = pop_wrong_domain_.load(std::memory_order_relaxed);
+  snap.errors.end_unknown_id += end_unknown_.load(std::memory_order_relaxed);
   return snap;
 }
 
@@ -246,6 +330,8 @@ void Recorder::after_fork_in_child() {
   rejected_.store(0, std::memory_order_relaxed);
   pop_without_push_.store(0, std::memory_order_relaxed);
   pop_wrong_domain_.store(0, std::memory_order_relaxed);
+  // Ids go on counting: an end of the parent's range in the child is unknown to the child's trace.
+  end_unknown_.store(0, std::memory_order_relaxed);
   threads_mu_.unlock();
 }
 

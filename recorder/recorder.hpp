@@ -24,6 +24,12 @@ namespace ferrum_replay::recorder {
 // (NVTX_NO_PUSH_POP_TRACKING) for "no tool attached"; -1 keeps the two distinguishable.
 inline constexpr int kRejected = -1;
 
+// The process's name as traces and the exit table show it, from /proc/self/cmdline's bytes
+// (arguments separated by NULs): argv[0]'s base name, not cut to 15 bytes like
+// /proc/self/comm; for a Python interpreter also its script's base name or "-m MODULE"
+// ("python3 serve.py"). Empty when there is no argv[0].
+std::string command_display_name(std::string_view cmdline);
+
 class Recorder {
  public:
   // `origin_realtime_ns`: the wall-clock time at `origin_ns`, so that traces of several
@@ -48,6 +54,18 @@ class Recorder {
   // Closes the innermost range of `domain` on the calling thread. Returns its level, or
   // kRejected (and counts a protocol error) if that stack is empty.
   int pop(const nvtxDomainRegistration_st &domain) noexcept;
+
+  // nvtxMark*: an instant event on the calling thread.
+  void mark(const nvtxDomainRegistration_st &domain, std::string_view message,
+            bool message_is_stable, RangeAttrs attrs) noexcept;
+  // nvtxRangeStart*: records the begin of a start/end range on the calling thread and returns its
+  // id (never 0), unique in the process. Its end may come on any thread.
+  uint64_t start_range(const nvtxDomainRegistration_st &domain, std::string_view message,
+                       bool message_is_stable, RangeAttrs attrs) noexcept;
+  // nvtxRangeEnd: records the end of range `id` on the calling thread. An id never handed out
+  // is counted as a protocol error (end_unknown_id) and recorded nowhere; an id ended twice is
+  // found when the snapshot pairs begins with ends (match_async_ranges).
+  void end_range(const nvtxDomainRegistration_st &domain, uint64_t id) noexcept;
 
   // The calling thread's buffer, registered on first use. Exposed for the injection layer (thread
   // naming) and for tests.
@@ -109,6 +127,8 @@ class Recorder {
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> pop_without_push_{0};
   std::atomic<uint64_t> pop_wrong_domain_{0};
+  std::atomic<uint64_t> next_async_id_{1};  // start/end ranges' ids, process-wide
+  std::atomic<uint64_t> end_unknown_{0};
 };
 
 }  // namespace ferrum_replay::recorder

@@ -10,10 +10,67 @@ uint64_t ThreadSnapshot::event_count() const {
   return n;
 }
 
+uint64_t ThreadSnapshot::range_count() const {
+  uint64_t n = 0;
+  for (const Event &e : events) n += e.is_range();
+  for (const SpillRun &run : runs) n += run.ranges;
+  return n;
+}
+
 uint64_t Snapshot::range_count() const {
+  uint64_t n = 0;
+  for (const ThreadSnapshot &t : threads) n += t.range_count();
+  return n;
+}
+
+uint64_t Snapshot::event_count() const {
   uint64_t n = 0;
   for (const ThreadSnapshot &t : threads) n += t.event_count();
   return n;
+}
+
+const std::string *Snapshot::category_name(uint32_t domain_id, uint32_t category) const {
+  if (category_names.empty()) return nullptr;
+  const auto it = category_names.find({domain_id, category});
+  return it == category_names.end() ? nullptr : &it->second;
+}
+
+void match_async_ranges(Snapshot &snap, uint64_t ids_issued) {
+  snap.async_ranges.clear();
+  snap.async_events = snap.async_started = 0;
+  if (ids_issued <= 1) return;
+  std::vector<AsyncRange> &table = snap.async_ranges;
+  table.resize(ids_issued);
+  uint64_t unknown = 0;
+  for (const ThreadSnapshot &t : snap.threads) {
+    for_each_event(snap, t, [&](const Event &e) {
+      if (!e.is_async()) return;
+      ++snap.async_events;
+      const uint64_t id = e.async_id();
+      if (id == 0 || id >= table.size()) {
+        unknown += e.kind() == EventKind::async_end;
+        return;
+      }
+      AsyncRange &r = table[id];
+      if (e.kind() == EventKind::async_begin) {
+        r.begun = true;
+        r.name = e.attrs.name;
+        r.domain_id = e.domain_id;
+      } else if (r.ends != UINT16_MAX) {
+        ++r.ends;
+      } else {
+        ++unknown;
+      }
+    });
+  }
+  for (const AsyncRange &r : table) {
+    snap.async_started += r.begun;
+    if (r.begun && r.ends == 0) ++snap.errors.start_open_at_exit;
+    // An end without its begin (the begin was lost: recorded in a parent before fork, or by a
+    // thread whose events were given up) or a second end of one range.
+    if (r.ends > 0) unknown += r.begun ? r.ends - 1u : r.ends;
+  }
+  snap.errors.end_unknown_id += unknown;
 }
 
 uint64_t Snapshot::gpu_replay_count() const {
@@ -134,6 +191,7 @@ void compact_runs(SpillFile &spill, std::vector<SpillRun> &runs, size_t max_runs
         if (e) {
           batch.push_back(*e);
           out.uses_global_domain |= e->domain_id == 0;
+          out.ranges += e->is_range();
         }
         if (batch.size() == kBatch || (!e && !batch.empty())) {
           if (!spill.write(out, written, batch.data(), static_cast<uint32_t>(batch.size()))) return;

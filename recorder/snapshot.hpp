@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "clock.hpp"
@@ -18,7 +20,23 @@ struct ProtocolErrors {
   uint64_t pop_without_push = 0;  // pop with no open range on this thread at all
   uint64_t pop_wrong_domain = 0;  // pop on an empty domain while another domain has one open
   uint64_t open_at_exit = 0;      // frames still open when the report was taken, all threads
-  bool none() const { return pop_without_push == 0 && pop_wrong_domain == 0 && open_at_exit == 0; }
+  // Start/end ranges (nvtxRangeStart/End): an end whose id was never handed out, or whose range
+  // had already ended; a range started but not ended when the report was taken.
+  uint64_t end_unknown_id = 0;
+  uint64_t start_open_at_exit = 0;
+  bool none() const {
+    return pop_without_push == 0 && pop_wrong_domain == 0 && open_at_exit == 0 &&
+           end_unknown_id == 0 && start_open_at_exit == 0;
+  }
+};
+
+// One start/end range as match_async_ranges found it, indexed by its id.
+struct AsyncRange {
+  const char *name = nullptr;  // the begin's (interned) name
+  uint32_t domain_id = 0;      // the begin's domain: both halves carry it as their "cat"
+  uint16_t ends = 0;           // end events seen for this id (saturating)
+  bool begun = false;
+  bool complete() const { return begun && ends != 0; }
 };
 
 struct ThreadSnapshot {
@@ -34,7 +52,8 @@ struct ThreadSnapshot {
   int32_t device = -1;  // GPU tracks: the device and stream the replays ran on
   uint64_t stream = 0;
 
-  uint64_t event_count() const;
+  uint64_t event_count() const;  // every kind
+  uint64_t range_count() const;  // push/pop ranges only (EventKind::range)
   // An event's start and duration in CLOCK_MONOTONIC ns, whatever the track's clock.
   uint64_t start_ns(const TickScale &scale, const Event &e) const {
     return ns_times ? e.start : scale.to_ns(e.start);
@@ -54,6 +73,12 @@ struct Snapshot {
   std::string host;                        // host name, filled in by the exit report
   std::string rank_variable, rank_value;   // the job rank (settings.hpp), if any
   std::vector<std::string> domain_names;   // display names by domain id ([0] = "global")
+  // nvtxNameCategory / nvtxDomainNameCategory: (domain id, category) -> name.
+  std::map<std::pair<uint32_t, uint32_t>, std::string> category_names;
+  // Start/end ranges by id (match_async_ranges); empty when the process started none.
+  std::vector<AsyncRange> async_ranges;
+  uint64_t async_events = 0;   // begin and end events recorded (match_async_ranges)
+  uint64_t async_started = 0;  // start/end ranges whose begin was recorded
   std::vector<ThreadSnapshot> threads;
   // GPU time per replay (gpu_tracks.hpp): one track per (device, stream), events in ns; the
   // domain whose ranges they time (the shim's FERRUM_REPLAY_DOMAIN), and the shim's figures.
@@ -64,11 +89,20 @@ struct Snapshot {
   uint64_t rejected_pushes = 0;
   ProtocolErrors errors;
 
-  uint64_t range_count() const;  // CPU ranges (threads), not GPU replays
+  uint64_t range_count() const;  // CPU push/pop ranges (threads), not GPU replays nor marks
+  uint64_t event_count() const;  // every event of every thread: ranges, marks, start/end halves
+  uint64_t mark_count() const { return event_count() - range_count() - async_events; }
+  // The name of `category` in a domain, or nullptr when the program named none.
+  const std::string *category_name(uint32_t domain_id, uint32_t category) const;
   uint64_t gpu_replay_count() const;
   // Display names of domains that were created or hold at least one range, sorted.
   std::vector<std::string> used_domains() const;
 };
+
+// Pairs every start/end range's begin with its end over all threads (spilled runs included):
+// fills snap.async_ranges for ids 1 .. ids_issued - 1 and counts in snap.errors the ends of
+// unknown or already ended ranges and the ranges still open. Memory: 16 bytes per range started.
+void match_async_ranges(Snapshot &snap, uint64_t ids_issued);
 
 // Trace order: earlier start first; on equal starts the longer (enclosing) range first.
 bool event_before(const Event &a, const Event &b);

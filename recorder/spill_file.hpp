@@ -38,6 +38,7 @@ struct SpillRun {
   uint64_t offset = 0;              // bytes into the spill's logical address space
   uint32_t count = 0;               // events
   bool uses_global_domain = false;  // some event is in NVTX's global domain (id 0)
+  uint32_t ranges = 0;              // events that are push/pop ranges (EventKind::range)
 };
 
 class SpillFile {

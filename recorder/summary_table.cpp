@@ -83,7 +83,7 @@ std::vector<RangeStats> aggregate(const Snapshot &snap) {
   for (const ThreadSnapshot &t : snap.threads) {
     std::map<std::pair<uint32_t, const char *>, DurationStats> by_pointer;
     for_each_event(snap, t, [&](const Event &e) {
-      by_pointer[{e.domain_id, e.attrs.name}].add(t.span_ns(snap.scale, e));
+      if (e.is_range()) by_pointer[{e.domain_id, e.attrs.name}].add(t.span_ns(snap.scale, e));
     });
     for (const auto &[key, s] : by_pointer) {
       const std::string domain =
@@ -142,13 +142,16 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
   std::string out = "ferrum-replay recorder: ";
   size_t threads_with_ranges = 0;
   for (const ThreadSnapshot &t : snap.threads)
-    if (t.event_count() != 0) ++threads_with_ranges;
+    if (t.range_count() != 0) ++threads_with_ranges;
   // The ranges the rows were computed from, not a figure kept elsewhere: the first line and the
   // rows always agree.
   uint64_t ranges = 0;
   for (const RangeStats &r : all_rows) ranges += r.count;
   out += std::to_string(ranges) + " ranges on " + std::to_string(threads_with_ranges) +
          " threads";  // fixed wording, even for 1: scripts parse this line
+  // Which process the table is of (several processes of a job share one stderr).
+  if (!snap.process_name.empty())
+    out += " of " + printable(snap.process_name) + " (pid " + std::to_string(snap.pid) + ")";
   out += trace_path.empty() ? ", trace not written\n" : ", trace: " + trace_path + "\n";
 
   // A run with many distinct names (a graph re-instantiated 50,000 times gets 50,000 names)
@@ -233,6 +236,12 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
            fixed3(static_cast<double>(snap.gpu.align_error_ns) / 1e3) + " us\n";
   }
 
+  // What the program's NVTX said besides push/pop ranges: in the trace, not in the rows.
+  const uint64_t marks = snap.mark_count();
+  if (marks != 0 || snap.async_started != 0)
+    out += "also in the trace: " + std::to_string(marks) + " marks, " +
+           std::to_string(snap.async_started) + " start/end ranges\n";
+
   const ProtocolErrors &e = snap.errors;
   if (e.none()) {
     out += "protocol errors: none\n";
@@ -246,6 +255,8 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
     add(e.pop_without_push, "pop without push");
     add(e.pop_wrong_domain, "popped in wrong domain");
     add(e.open_at_exit, "open at exit");
+    add(e.end_unknown_id, "end of an unknown start/end range");
+    add(e.start_open_at_exit, "start/end range open at exit");
     out += "protocol errors: " + parts + "\n";
   }
   if (snap.rejected_pushes > 0)

@@ -55,7 +55,8 @@ struct RangeStats : DurationStats {  // the CPU ranges' launch time
 std::vector<RangeStats> aggregate(const Snapshot &snap);
 
 // The whole stderr text, every line ending in '\n':
-//   ferrum-replay recorder: N ranges on T threads, trace: PATH   (or ", trace not written")
+//   ferrum-replay recorder: N ranges on T threads of PROCESS (pid P), trace: PATH
+//                                  (or ", trace not written"; "of ..." only when the name is known)
 //   domain  range  count  total ms  mean us  min us  p50 us  p99 us  max us   (if there are rows)
 //     ... followed, when any row has GPU time, by the same columns for the GPU, each header
 //     prefixed "gpu " (gpu count, gpu total ms, ... gpu max us; "-" where a row has none)
@@ -63,7 +64,9 @@ std::vector<RangeStats> aggregate(const Snapshot &snap);
 //   ... and R more range names (N ranges, total X ms); the trace has every range
 //   gpu: N replays timed, M in flight at exit, K not timed, alignment error <= E us
 //                                              (only when the shim took the recorder's GPU sink)
-//   protocol errors: none | 2 pop without push, 1 popped in wrong domain, 3 open at exit
+//   also in the trace: M marks, S start/end ranges           (only when there are some)
+//   protocol errors: none | 2 pop without push, 1 popped in wrong domain, 3 open at exit,
+//                    1 end of an unknown start/end range, 1 start/end range open at exit
 //   rejected pushes: N                                           (only if N > 0)
 // N on the first line is the sum of the rows' counts. With more than `max_rows` rows (0: no
 // limit) only the `max_rows` busiest by total time are listed, busiest first, and the "... and"

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "json_text.hpp"
 #include "output_file.hpp"
@@ -51,34 +52,85 @@ void append_metadata(std::string &out, const char *what, long pid, uint32_t tid,
   out += "}}";
 }
 
+void append_ts(std::string &out, const Snapshot &snap, uint64_t ticks) {
+  out += ",\"ts\":";
+  const uint64_t start_ns = snap.scale.to_ns(ticks);
+  append_micros(out, start_ns >= snap.origin_ns ? start_ns - snap.origin_ns : 0);
+}
+
+void append_cat(std::string &out, const Snapshot &snap, uint32_t domain_id) {
+  out += ",\"cat\":";
+  append_json_string(
+      out, domain_id < snap.domain_names.size() ? snap.domain_names[domain_id] : std::string("?"));
+}
+
+// "args" without its closing brace: category (and its name when the program named it), payload
+// and colour when the caller set them.
+void append_args(std::string &out, const Snapshot &snap, uint32_t domain_id,
+                 const RangeAttrs &attrs) {
+  out += ",\"args\":{\"category\":" + std::to_string(attrs.category);
+  if (const std::string *name = snap.category_name(domain_id, attrs.category)) {
+    out += ",\"categoryName\":";
+    append_json_string(out, *name);
+  }
+  if (attrs.payload.kind != PayloadKind::none) {
+    out += ",\"payload\":";
+    append_payload(out, attrs.payload);
+  }
+  if (attrs.has_color) {
+    out += ",\"color\":";
+    append_color(out, attrs.color);
+  }
+}
+
 void append_event(std::string &out, const Snapshot &snap, uint32_t tid, const Event &e) {
   out += "{\"ph\":\"X\",\"name\":";
   append_json_string(out, e.attrs.name ? e.attrs.name : "");
-  out += ",\"cat\":";
-  append_json_string(out, e.domain_id < snap.domain_names.size() ? snap.domain_names[e.domain_id]
-                                                                 : std::string("?"));
-  out += ",\"ts\":";
-  const uint64_t start_ns = snap.scale.to_ns(e.start);
-  append_micros(out, start_ns >= snap.origin_ns ? start_ns - snap.origin_ns : 0);
+  append_cat(out, snap, e.domain_id);
+  append_ts(out, snap, e.start);
   out += ",\"dur\":";
   append_micros(out, snap.scale.span_ns(e.start, e.end));
   out += ",\"pid\":" + std::to_string(snap.pid) + ",\"tid\":" + std::to_string(tid);
-  out += ",\"args\":{\"category\":" + std::to_string(e.attrs.category);
-  if (e.attrs.payload.kind != PayloadKind::none) {
-    out += ",\"payload\":";
-    append_payload(out, e.attrs.payload);
-  }
-  if (e.attrs.has_color) {
-    out += ",\"color\":";
-    append_color(out, e.attrs.color);
-  }
+  append_args(out, snap, e.domain_id, e.attrs);
   out += ",\"depth\":" + std::to_string(e.depth) + "}}";
+}
+
+// A mark: an instant on its thread's track.
+void append_mark(std::string &out, const Snapshot &snap, uint32_t tid, const Event &e) {
+  out += "{\"ph\":\"i\",\"s\":\"t\",\"name\":";
+  append_json_string(out, e.attrs.name ? e.attrs.name : "");
+  append_cat(out, snap, e.domain_id);
+  append_ts(out, snap, e.start);
+  out += ",\"pid\":" + std::to_string(snap.pid) + ",\"tid\":" + std::to_string(tid);
+  append_args(out, snap, e.domain_id, e.attrs);
+  out += "}}";
+}
+
+// One half of a start/end range: "b" where it started, "e" where it ended (maybe another thread),
+// both with the begin's name and domain and the range's id, so that viewers pair them.
+void append_async(std::string &out, const Snapshot &snap, uint32_t tid, const Event &e,
+                  const AsyncRange &range) {
+  const bool begin = e.kind() == EventKind::async_begin;
+  out += begin ? "{\"ph\":\"b\",\"name\":" : "{\"ph\":\"e\",\"name\":";
+  append_json_string(out, range.name ? range.name : "");
+  append_cat(out, snap, range.domain_id);
+  char id[32];
+  std::snprintf(id, sizeof id, ",\"id\":\"0x%llx\"", static_cast<unsigned long long>(e.async_id()));
+  out += id;
+  append_ts(out, snap, e.start);
+  out += ",\"pid\":" + std::to_string(snap.pid) + ",\"tid\":" + std::to_string(tid);
+  if (begin) {
+    append_args(out, snap, e.domain_id, e.attrs);
+    out += "}}";
+  } else {
+    out += "}";
+  }
 }
 
 // One GPU replay: its own track (tid) in the process, the CPU range's name, category "<domain>,gpu"
 // so that CPU readers that select a domain never mistake it for a range of that domain.
 void append_gpu_event(std::string &out, const Snapshot &snap, const ThreadSnapshot &track,
-                      const std::string &cat, const Event &e) {
+                      const std::string &cat, uint32_t gpu_domain_id, const Event &e) {
   out += "{\"ph\":\"X\",\"name\":";
   append_json_string(out, e.attrs.name ? e.attrs.name : "");
   out += ",\"cat\":";
@@ -90,7 +142,12 @@ void append_gpu_event(std::string &out, const Snapshot &snap, const ThreadSnapsh
   append_micros(out, track.span_ns(snap.scale, e));
   out += ",\"pid\":" + std::to_string(snap.pid) + ",\"tid\":" + std::to_string(track.tid);
   out += ",\"args\":{\"replay\":" + std::to_string(e.attrs.payload.u) +
-         ",\"category\":" + std::to_string(e.attrs.category) + "}}";
+         ",\"category\":" + std::to_string(e.attrs.category);
+  if (const std::string *name = snap.category_name(gpu_domain_id, e.attrs.category)) {
+    out += ",\"categoryName\":";
+    append_json_string(out, *name);
+  }
+  out += "}}";
 }
 
 bool string_sink(const std::string &piece, void *context) {
@@ -138,23 +195,51 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   }
   // The footer's count is the events written above, never a figure from elsewhere: a trace's
   // counts always equal what it holds.
-  uint64_t written = 0;
+  uint64_t written = 0, marks = 0, async_written = 0;
+  // A start/end range is written only when both halves are known, its end once.
+  std::vector<bool> end_written(snap.async_ranges.size(), false);
   for (const ThreadSnapshot &t : snap.threads) {
     MergedEvents events(snap, t);
     while (const Event *e = events.next()) {
-      out += ",\n";
-      append_event(out, snap, t.tid, *e);
-      ++written;
+      switch (e->kind()) {
+        case EventKind::range:
+          out += ",\n";
+          append_event(out, snap, t.tid, *e);
+          ++written;
+          break;
+        case EventKind::mark:
+          out += ",\n";
+          append_mark(out, snap, t.tid, *e);
+          ++marks;
+          break;
+        case EventKind::async_begin:
+        case EventKind::async_end: {
+          const uint64_t id = e->async_id();
+          if (id >= snap.async_ranges.size() || !snap.async_ranges[id].complete()) break;
+          if (e->kind() == EventKind::async_end) {
+            if (end_written[id]) break;
+            end_written[id] = true;
+          } else {
+            ++async_written;
+          }
+          out += ",\n";
+          append_async(out, snap, t.tid, *e, snap.async_ranges[id]);
+          break;
+        }
+      }
       if (!flush_if_full()) return false;
     }
   }
   uint64_t gpu_written = 0;
   const std::string gpu_cat = snap.gpu_domain + ",gpu";
+  uint32_t gpu_domain_id = UINT32_MAX;
+  for (uint32_t id = 0; id < snap.domain_names.size(); ++id)
+    if (snap.domain_names[id] == snap.gpu_domain) gpu_domain_id = id;
   for (const ThreadSnapshot &t : snap.gpu_tracks) {
     MergedEvents events(snap, t);
     while (const Event *e = events.next()) {
       out += ",\n";
-      append_gpu_event(out, snap, t, gpu_cat, *e);
+      append_gpu_event(out, snap, t, gpu_cat, gpu_domain_id, *e);
       ++gpu_written;
       if (!flush_if_full()) return false;
     }
@@ -162,10 +247,14 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   out += "\n],\n\"displayTimeUnit\":\"ns\",\n\"ferrumReplay\":{\"version\":1";
   out += ",\"pid\":" + std::to_string(snap.pid);
   out += ",\"ranges\":" + std::to_string(written);
+  out += ",\"marks\":" + std::to_string(marks);
+  out += ",\"startEndRanges\":" + std::to_string(async_written);
   out += ",\"rejectedPushes\":" + std::to_string(snap.rejected_pushes);
   out += ",\"protocolErrors\":{\"popWithoutPush\":" + std::to_string(snap.errors.pop_without_push) +
          ",\"popWrongDomain\":" + std::to_string(snap.errors.pop_wrong_domain) +
-         ",\"openAtExit\":" + std::to_string(snap.errors.open_at_exit) + "}";
+         ",\"openAtExit\":" + std::to_string(snap.errors.open_at_exit) +
+         ",\"endUnknownId\":" + std::to_string(snap.errors.end_unknown_id) +
+         ",\"startOpenAtExit\":" + std::to_string(snap.errors.start_open_at_exit) + "}";
   out += ",\"domains\":[";
   bool first = true;
   for (const std::string &d : snap.used_domains()) {

@@ -4,10 +4,15 @@
 //      {"ph":"M","name":"process_name","pid":P,"tid":P,"args":{"name":"comm"}},
 //      {"ph":"M","name":"thread_name","pid":P,"tid":T,"args":{"name":"..."}},
 //      {"ph":"X","name":"prefill","cat":"ferrum-replay","ts":12.345,"dur":6.789,"pid":P,"tid":T,
-//       "args":{"category":0,"payload":7,"color":"#ff00ff","depth":0}}, ...],
+//       "args":{"category":0,"categoryName":"prefill","payload":7,"color":"#ff00ff","depth":0}},
+//      {"ph":"i","s":"t","name":"token","cat":"serve","ts":..,"pid":P,"tid":T,"args":{..}},
+//      {"ph":"b","name":"request","cat":"serve","id":"0x1","ts":..,"pid":P,"tid":T,"args":{..}},
+//      {"ph":"e","name":"request","cat":"serve","id":"0x1","ts":..,"pid":P,"tid":T2}, ...],
 //    "displayTimeUnit": "ns",
-//    "ferrumReplay": {"version":1,"pid":P,"ranges":N,"rejectedPushes":N,
-//                     "protocolErrors":{"popWithoutPush":N,"popWrongDomain":N,"openAtExit":N},
+//    "ferrumReplay": {"version":1,"pid":P,"ranges":N,"marks":N,"startEndRanges":N,
+//                     "rejectedPushes":N,
+//                     "protocolErrors":{"popWithoutPush":N,"popWrongDomain":N,"openAtExit":N,
+//                                       "endUnknownId":N,"startOpenAtExit":N},
 //                     "domains":["ferrum-replay","global"],"host":"name",
 //                     "clock":{"originMonotonicNs":N,"originRealtimeNs":N},
 //                     "gpu":{"timed":N,"inFlightAtExit":N,"notTimed":N,"alignErrorNs":N},
@@ -26,8 +31,17 @@
 // ts/dur are microseconds with three decimals (ns resolution), ts relative to the recorder's
 // start (clock.originMonotonicNs; originRealtimeNs is the same instant in wall-clock time, both
 // integers in ns); cat is the domain name, "global" for NVTX's default domain; payload and color
-// appear only when the caller set them; depth is the level push returned. "X" events of one
-// thread are in start order with enclosing ranges first.
+// appear only when the caller set them; categoryName only when the program named that category
+// of that domain (nvtxNameCategory, nvtxDomainNameCategory); depth is the level push returned
+// (within the range's domain on its thread; viewers nest across domains). "X" events of one
+// thread are in start order with enclosing ranges first; "ranges" counts them.
+//
+// Marks are "i" events (thread scope) with a range's args but no depth. A start/end range is a
+// "b" event on the thread that started it and an "e" on the one that ended it, paired by "id"
+// (hex, unique in the process), both with the start's name and domain; only complete pairs are
+// written ("startEndRanges" counts them). "endUnknownId" counts ends of ids never handed out or
+// already ended, "startOpenAtExit" ranges started but not ended.
+// The process_name is the command line's (Snapshot::process_name, command_display_name).
 #pragma once
 
 #include <cstdint>

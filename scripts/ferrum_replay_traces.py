@@ -403,7 +403,7 @@ def validate_meta(path, meta_value):
             raise InputError(f"{quoted(path)}: ferrumReplay.{key} is not a finite number")
         if isinstance(value, int) and not isinstance(value, bool) and not _is_int(value):
             raise InputError(f"{quoted(path)}: ferrumReplay.{key} is out of range")
-    for key in ("pid", "ranges", "rejectedPushes"):
+    for key in ("pid", "ranges", "marks", "startEndRanges", "rejectedPushes"):
         if key in meta_value and not _is_int(meta_value[key]):
             raise InputError(f"{quoted(path)}: ferrumReplay.{key} is not an integer")
     rank = meta_value.get("rank")
@@ -807,7 +807,8 @@ def gpu_line(gpu):
 def totals(scans):
     """Sums of the recorders' own counters over every trace."""
     out = {"ranges": 0, "rejectedPushes": 0, "popWithoutPush": 0, "popWrongDomain": 0,
-           "openAtExit": 0, "without_summary": 0, "gpu": None}
+           "openAtExit": 0, "endUnknownId": 0, "startOpenAtExit": 0, "marks": 0,
+           "startEndRanges": 0, "without_summary": 0, "gpu": None}
     for scan in scans:
         m = scan.meta
         if not m:
@@ -816,6 +817,8 @@ def totals(scans):
         out["gpu"] = sum_gpu(out["gpu"], m.get("gpu"))
         out["ranges"] += int(m.get("ranges", 0))
         out["rejectedPushes"] += int(m.get("rejectedPushes", 0))
+        out["marks"] += int(m.get("marks", 0))
+        out["startEndRanges"] += int(m.get("startEndRanges", 0))
         for key, value in (m.get("protocolErrors") or {}).items():
             out[key] = out.get(key, 0) + int(value)
     return out
@@ -909,11 +912,25 @@ def format_table(table, by_process, gpu_table=None):
         yield line(r)
 
 
+# The recorder's protocol error counters (ferrumReplay.protocolErrors) as the tables word them.
+PROTOCOL_ERRORS = (("popWithoutPush", "pop without push"),
+                   ("popWrongDomain", "popped in wrong domain"),
+                   ("openAtExit", "open at exit"),
+                   ("endUnknownId", "end of an unknown start/end range"),
+                   ("startOpenAtExit", "start/end range open at exit"))
+
+
 def errors_line(t):
-    parts = [f"{t[k]} {text}" for k, text in (("popWithoutPush", "pop without push"),
-                                              ("popWrongDomain", "popped in wrong domain"),
-                                              ("openAtExit", "open at exit")) if t.get(k)]
+    parts = [f"{t[k]} {text}" for k, text in PROTOCOL_ERRORS if t.get(k)]
     return "protocol errors: " + (", ".join(parts) if parts else "none")
+
+
+def others_line(t):
+    """Marks and start/end ranges: in the traces, never in the range tables (they have no
+    push/pop duration); None when there are none."""
+    if not t.get("marks") and not t.get("startEndRanges"):
+        return None
+    return f"also in the traces: {t['marks']} marks, {t['startEndRanges']} start/end ranges"
 
 
 def cmd_summary(args):
@@ -931,6 +948,8 @@ def cmd_summary(args):
             print(line)
     if t["gpu"]:
         print(gpu_line(t["gpu"]))
+    if others_line(t):
+        print(others_line(t))
     print(errors_line(t))
     if t["rejectedPushes"]:
         print(f"rejected pushes: {t['rejectedPushes']}")
@@ -1194,7 +1213,19 @@ def cmd_merge(args):
         raise InputError(f"the output {quoted(out)} is a directory: name a file")
     metas = [read_metadata(path) for path in paths]
     shifts, how, clock = alignment(metas)
-    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    # Non-ASCII names as UTF-8, as the recorder writes them: older viewers show \\u escapes
+    # literally. Lone surrogates (from \\ud800-style escapes in a hand-made input) cannot be
+    # UTF-8: those events keep ASCII escapes, so the output stays valid UTF-8 and valid JSON.
+    utf8_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    ascii_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+    def dumps(value):
+        text = utf8_dumps(value)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return ascii_dumps(value)
+        return text
     used_pids = set()
     merged, counted = [], {"ranges": 0, "processes": 0}
 
@@ -1241,7 +1272,7 @@ def cmd_merge(args):
                     if type(e) is not dict:
                         continue
                     ph = e.get("ph")
-                    if ph in ("X", "M"):
+                    if ph in ("X", "M", "i", "b", "e"):
                         validate_event(path, start + offset, e)
                     if "pid" in e:
                         pid = e["pid"]
@@ -1258,6 +1289,9 @@ def cmd_merge(args):
                         counted["ranges"] += 1
                         if "ts" in e and shift:
                             e["ts"] = round(float(e["ts"]) + shift, 3)
+                    elif ph in ("i", "b", "e") and "ts" in e and shift:
+                        # Marks and start/end ranges move with their process's ranges.
+                        e["ts"] = round(float(e["ts"]) + shift, 3)
                     emit(e)
 
             top = TraceReader(path).read(batch)
@@ -1279,11 +1313,11 @@ def cmd_merge(args):
                                "mergedPid": pid_map.get(m.get("pid")), "host": m.get("host"),
                                "rank": m.get("rank"), "clock": clock_of(m) or None,
                                "shiftUs": round(shift, 3)})
-        t = {"ranges": 0, "rejectedPushes": 0}
-        errors = {"popWithoutPush": 0, "popWrongDomain": 0, "openAtExit": 0}
+        t = {"ranges": 0, "marks": 0, "startEndRanges": 0, "rejectedPushes": 0}
+        errors = {key: 0 for key, _ in PROTOCOL_ERRORS}
         for m in metas:
-            t["ranges"] += int(m.get("ranges", 0))
-            t["rejectedPushes"] += int(m.get("rejectedPushes", 0))
+            for key in t:
+                t[key] += int(m.get(key, 0))
             for key in errors:
                 errors[key] += int((m.get("protocolErrors") or {}).get(key, 0))
         gpu = None
@@ -1291,7 +1325,8 @@ def cmd_merge(args):
             gpu = sum_gpu(gpu, m.get("gpu"))
         hosts = {m.get("host") for m in metas}
         document = {
-            "version": 1, "ranges": t["ranges"], "rejectedPushes": t["rejectedPushes"],
+            "version": 1, "ranges": t["ranges"], "marks": t["marks"],
+            "startEndRanges": t["startEndRanges"], "rejectedPushes": t["rejectedPushes"],
             "protocolErrors": errors,
             "domains": sorted({d for m in metas for d in (m.get("domains") or [])}),
             "alignment": how, "merged": merged,
@@ -1741,7 +1776,7 @@ def cmd_check(args):
         t = totals(scans)
         if t["without_summary"]:
             failures.append(f"{t['without_summary']} trace(s) without the recorder's summary")
-        errs = {k: t[k] for k in ("popWithoutPush", "popWrongDomain", "openAtExit") if t[k]}
+        errs = {k: t[k] for k, _ in PROTOCOL_ERRORS if t[k]}
         if errs:
             failures.append("unbalanced ranges: " + errors_line(t)[len("protocol errors: "):])
         for scan in scans:

@@ -34,12 +34,14 @@ import ferrum_replay_traces as traces  # noqa: E402
 
 INTERESTING = [0, -1, 1, 2 ** 31, 2 ** 63, 2 ** 64 + 1, -2 ** 63, 1e308, -1e-308, 0.5,
                float("nan"), float("inf"), "", "x", "0", "ferrum-replay", "global", "X", "M",
+               "i", "b", "e", "0x1",
                "\u202e\ud83d\ude80", "\x00\x1b[2J", None, True, False, [], {}, [1], {"a": 1}]
 KEYS = ["traceEvents", "ferrumReplay", "ph", "name", "cat", "ts", "dur", "pid", "tid", "args",
         "depth", "payload", "category", "ranges", "rejectedPushes", "protocolErrors",
         "popWithoutPush", "popWrongDomain", "openAtExit", "domains", "host", "clock",
         "originMonotonicNs", "originRealtimeNs", "rank", "variable", "value", "version",
-        "displayTimeUnit", "merged", "alignment"]
+        "displayTimeUnit", "merged", "alignment", "id", "s", "marks", "startEndRanges",
+        "endUnknownId", "startOpenAtExit", "categoryName"]
 
 
 def random_value(rng, depth=0):

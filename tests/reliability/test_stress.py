@@ -117,7 +117,8 @@ def stress(launches):
                "launches", run_)
         expect(f'"ranges":{total},' in footer, f"the trace's own count is not {total}: {footer}",
                run_)
-        expect('"protocolErrors":{"popWithoutPush":0,"popWrongDomain":0,"openAtExit":0}' in footer,
+        expect('"protocolErrors":{"popWithoutPush":0,"popWrongDomain":0,"openAtExit":0,'
+               '"endUnknownId":0,"startOpenAtExit":0}' in footer,
                f"protocol errors: {footer}", run_)
         # ru_maxrss of children is the largest child so far: this one, unless an earlier was
         # bigger. Under a sanitizer runtime (its own allocator, shadow memory) no bound holds.

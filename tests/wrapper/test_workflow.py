@@ -291,7 +291,8 @@ def test_record_trace(tmp):
     expect(len({e["tid"] for e in our_ranges(trace)}) == 3, "three threads' ranges", done)
     expect(trace_check.counts_by_name(trace, "global").get("app step") == 120,
            "the program's own ranges are recorded too", done)
-    expect(re.search(r"^ferrum-replay recorder: \d+ ranges on 3 threads, trace: ", done.stderr,
+    expect(re.search(r"^ferrum-replay recorder: \d+ ranges on 3 threads of [^\n]* \(pid \d+\), "
+                     r"trace: ", done.stderr,
                      re.M), "the recorder's table", done)
     expect(f"ferrum-replay: trace: '{traces[0]}' (open it in" in done.stderr,
            "the wrapper says where the trace is", done)
@@ -541,6 +542,53 @@ def record_ranks(tmp):
 def summary_rows(text):
     return {(m[1], m[2]): int(m[3]) for m in
             re.finditer(r"^(\S+)\s+(graph \d+)\s+(\d+)\s", text, re.M)}
+
+
+def test_merge_writes_utf8_and_keeps_marks_and_start_end(tmp):
+    # Two processes whose NVTX has non-ASCII names, marks and start/end ranges (one ended on
+    # another thread): merge keeps all of it, moved with its process, and writes the names as
+    # UTF-8 (older Perfetto shows \\u escapes literally).
+    paths = []
+    for index in range(2):
+        out = os.path.join(tmp, f"p{index}.json")
+        done = wrapper("record", "-o", out, "--", env_path("NVTX_CLIENT"), "--domain",
+                       "d\u00e9cod\u00e9", "--iters", "2", "--unicode", "--marks", "--start-end",
+                       cwd=tmp)
+        expect(done.returncode == 0 and os.path.exists(out), "record failed", done)
+        paths.append(out)
+    done = wrapper("merge", "-o", "merged.json", *paths, cwd=tmp)
+    expect(done.returncode == 0, "merge failed", done)
+    with open(os.path.join(tmp, "merged.json"), "rb") as handle:
+        raw = handle.read()
+    expect(b"\\u" not in raw, "no \\u escapes in the merged trace", done)
+    text = raw.decode("utf-8")  # raises on bytes that are not UTF-8
+    for name in ("wide-\u00e9\u4e2d", "d\u00e9cod\u00e9", "mark-w-\u00e9", "se-w-\u00fc"):
+        expect(f'"{name}"' in text, f"{name!r} written as UTF-8", done)
+    merged = expect_good_trace(os.path.join(tmp, "merged.json"), done)
+    inputs = [trace_check.load(p) for p in paths]
+    expect(len(trace_check.marks(merged)) == 8 and
+           sorted(trace_check.mark_counts(merged).items()) ==
+           sorted({k: 2 * v for k, v in trace_check.mark_counts(inputs[0]).items()}.items()),
+           f"every mark kept: {trace_check.mark_counts(merged)}", done)
+    pairs, problems = trace_check.start_end_ranges(merged)
+    expect(len(pairs) == 10 and not problems, f"start/end ranges: {len(pairs)} {problems}", done)
+    meta = merged["ferrumReplay"]
+    expect(meta["marks"] == 8 and meta["startEndRanges"] == 10, f"merged footer: {meta}", done)
+    # Marks and start/end halves move with their process's ranges.
+    origins = [t["ferrumReplay"]["clock"]["originMonotonicNs"] for t in inputs]
+    for trace, origin in zip(inputs, origins):
+        shift = (origin - min(origins)) / 1000
+        pid = trace["ferrumReplay"]["pid"]
+        for kind in ("i", "b", "e"):
+            first = [e for e in trace["traceEvents"] if e.get("ph") == kind][0]
+            moved = [e for e in merged["traceEvents"] if e.get("ph") == kind
+                     and e["pid"] == pid and e["name"] == first["name"]
+                     and e.get("id") == first.get("id")]
+            expect(moved and abs(moved[0]["ts"] - (first["ts"] + shift)) < 0.002,
+                   f"{kind} not aligned: {moved[:1]} vs {first} + {shift}", done)
+    again = wrapper("summary", os.path.join(tmp, "merged.json"), cwd=tmp)
+    expect("also in the traces: 8 marks, 10 start/end ranges" in again.stdout.splitlines(),
+           "summary counts them beside the ranges", again)
 
 
 def test_summary_and_merge(tmp):

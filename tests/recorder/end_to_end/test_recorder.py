@@ -40,10 +40,14 @@ class Client:
         self.tmp = tmp
         self.values = {}
         self.counts = {}
+        self.marks = {}       # (domain, name) -> marks made (--marks)
+        self.start_end = {}   # (domain, name) -> start/end ranges started and ended (--start-end)
         for line in self.stdout.splitlines():
             fields = line.split("\t")
-            if fields[0] == "range" and len(fields) == 4:
-                self.counts[(fields[1], fields[2])] = int(fields[3])
+            table = {"range": self.counts, "mark": self.marks,
+                     "startend": self.start_end}.get(fields[0])
+            if table is not None and len(fields) == 4:
+                table[(fields[1], fields[2])] = int(fields[3])
             elif len(fields) == 2 and fields[1].isdigit():
                 self.values[fields[0]] = int(fields[1])
         self.trace_path = trace_path
@@ -122,8 +126,9 @@ def expect_clean(client):
     expect(not any(errors.values()), f"protocol errors: {errors}", client)
 
 
-CLIENT_LINE = re.compile(r"^(pid|pushes|rejected|untracked|open|child|child_status)\t\d+$"
-                         r"|^range\t[^\t]*\t[^\t]*\t\d+$|^timed\t\d+\t\d+$")
+CLIENT_LINE = re.compile(r"^(pid|pushes|rejected|untracked|open|child|child_status"
+                         r"|cross_start_tid|cross_end_tid)\t\d+$"
+                         r"|^(range|mark|startend)\t[^\t]*\t[^\t]*\t\d+$|^timed\t\d+\t\d+$")
 
 
 def expect_stdout_is_clients_own(client):
@@ -246,7 +251,8 @@ def test_pop_without_push(tmp):
     c = run_client(tmp, "--iters", 3, "--unbalanced-pop")
     expect_counts_match(c)
     errors = c.summary()["protocolErrors"]
-    expect(errors == {"popWithoutPush": 1, "popWrongDomain": 0, "openAtExit": 0}, f"{errors}", c)
+    expect(errors == {"popWithoutPush": 1, "popWrongDomain": 0, "openAtExit": 0,
+                     "endUnknownId": 0, "startOpenAtExit": 0}, f"{errors}", c)
     expect("protocol errors: 1 pop without push" in c.stderr, "table line", c)
 
 
@@ -254,7 +260,8 @@ def test_pop_in_wrong_domain(tmp):
     c = run_client(tmp, "--iters", 3, "--domain", DOMAIN, "--wrong-domain-pop")
     expect_counts_match(c)
     errors = c.summary()["protocolErrors"]
-    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 1, "openAtExit": 0}, f"{errors}", c)
+    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 1, "openAtExit": 0,
+                     "endUnknownId": 0, "startOpenAtExit": 0}, f"{errors}", c)
     expect(trace_check.counts_by_name(c.trace, "global").get("holder") == 1,
            "the range held open across the bad pop must still be recorded", c)
     expect("protocol errors: 1 popped in wrong domain" in c.stderr, "table line", c)
@@ -265,7 +272,8 @@ def test_open_at_exit(tmp):
     expect_counts_match(c)
     expect(c.values["open"] == 5, "client should have left 5 ranges open", c)
     errors = c.summary()["protocolErrors"]
-    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 0, "openAtExit": 5}, f"{errors}", c)
+    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 0, "openAtExit": 5,
+                     "endUnknownId": 0, "startOpenAtExit": 0}, f"{errors}", c)
     expect("protocol errors: 5 open at exit" in c.stderr, "table line", c)
 
 
@@ -311,7 +319,8 @@ def test_no_stdout_pollution_and_table(tmp):
     c = run_client(tmp, "--iters", 10, "--domain", DOMAIN, "--registered", "--unicode")
     expect_stdout_is_clients_own(c)
     lines = c.stderr.splitlines()
-    expect(lines and re.match(r"^ferrum-replay recorder: \d+ ranges on 1 threads, trace: /",
+    expect(lines and re.match(r"^ferrum-replay recorder: \d+ ranges on 1 threads of nvtx_client "
+                              r"\(pid \d+\), trace: /",
                               lines[0]), "table header line", c)
     expect(any(TABLE_HEADER.match(line) for line in lines), "column header", c)
     for domain, name in c.counts:
@@ -413,6 +422,225 @@ def test_no_tool_no_trace(tmp):
     expect(not os.listdir(tmp) and c.stderr == "", "nothing may be written without the tool", c)
 
 
+def test_marks_are_instant_events(tmp):
+    c = run_client(tmp, "--iters", 3, "--marks", "--categories")
+    expect_clean(c)
+    expect_counts_match(c)
+    recorded = trace_check.mark_counts(c.trace)
+    expect(recorded == c.marks and len(c.marks) == 4,
+           f"trace marks {recorded} != client marks {c.marks}", c)
+    for mark in trace_check.marks(c.trace):
+        expect(mark["s"] == "t" and mark["tid"] == c.values["pid"] and "dur" not in mark
+               and "depth" not in mark["args"], f"a mark is a thread's instant: {mark}", c)
+    ex = trace_check.marks(c.trace, "global", "mark-ex")[0]
+    expect(ex["args"] == {"category": 3, "categoryName": "category three", "payload": -4,
+                          "color": "#112233"}, f"mark-ex's attributes: {ex}", c)
+    dom = trace_check.marks(c.trace, "client", "dom-mark")[0]
+    expect(dom["args"] == {"category": 7, "categoryName": "dom category seven"},
+           f"dom-mark's attributes: {dom}", c)
+    summary = c.summary()
+    expect(summary["marks"] == 4 and summary["ranges"] == 6, f"footer counts: {summary}", c)
+    expect("also in the trace: 4 marks, 0 start/end ranges\n" in c.stderr, "table line", c)
+
+
+def test_start_end_ranges_pair_across_threads(tmp):
+    c = run_client(tmp, "--iters", 2, "--start-end", "--categories")
+    expect_clean(c)
+    expect_counts_match(c)
+    pairs, problems = trace_check.start_end_ranges(c.trace)
+    expect(not problems, f"start/end ranges: {problems}", c)
+    recorded = trace_check.start_end_counts(c.trace)
+    expect(recorded == c.start_end and len(c.start_end) == 5,
+           f"trace start/end ranges {recorded} != client's {c.start_end}", c)
+    by_name = {begin["name"]: (begin, end) for begin, end in pairs}
+    begin, end = by_name["se-cross"]
+    expect(begin["tid"] == c.values["cross_start_tid"] and end["tid"] == c.values["cross_end_tid"]
+           and begin["tid"] != end["tid"], f"each half on its own thread: {begin} {end}", c)
+    begin, _ = by_name["se-ex"]
+    expect(begin["args"] == {"category": 3, "categoryName": "category three", "payload": 2.5},
+           f"se-ex's attributes: {begin}", c)
+    begin, end = by_name["dom-se"]
+    expect(begin["cat"] == end["cat"] == "client" and begin["args"]["categoryName"] ==
+           "dom category seven", f"dom-se: {begin} {end}", c)
+    expect(len({b["id"] for b, _ in pairs}) == 5, "one id per range", c)
+    expect(c.summary()["startEndRanges"] == 5, f"footer: {c.summary()}", c)
+    # The product's readers count push/pop ranges as before.
+    summary = run_reader("summary", c.trace_path)
+    lines = summary.stdout.splitlines()
+    expect(summary.returncode == 0 and lines[0] ==
+           "ferrum-replay summary: 4 ranges in 1 trace (1 process)" and
+           "also in the traces: 0 marks, 5 start/end ranges" in lines and
+           lines[-1] == "protocol errors: none", f"summary: {summary.stdout}{summary.stderr}", c)
+    check = run_reader("check", "--domain", "client", c.trace_path)
+    expect(check.returncode == 0, f"check: {check.stdout}{check.stderr}", c)
+
+
+def test_start_end_protocol_errors(tmp):
+    c = run_client(tmp, "--iters", 1, "--start-end", "--start-open", 2, "--end-unknown")
+    expect(c.returncode == 0, "an unknown end never harms the program", c)
+    errors = c.summary()["protocolErrors"]
+    expect(errors == {"popWithoutPush": 0, "popWrongDomain": 0, "openAtExit": 0,
+                      "endUnknownId": 2, "startOpenAtExit": 2}, f"{errors}", c)
+    pairs, problems = trace_check.start_end_ranges(c.trace)
+    expect(not problems and len(pairs) == 5, f"only complete pairs: {problems} {len(pairs)}", c)
+    expect("protocol errors: 2 end of an unknown start/end range, 2 start/end range open at exit"
+           in c.stderr, "table line", c)
+    expect("also in the trace: 0 marks, 7 start/end ranges\n" in c.stderr, "table line", c)
+
+
+def test_category_names_in_args(tmp):
+    c = run_client(tmp, "--iters", 3, "--nested", 5, "--categories")
+    expect_clean(c)
+    for event in trace_check.ranges(c.trace, "client", "dom-ascii"):
+        expect(event["args"]["category"] == 7 and
+               event["args"]["categoryName"] == "dom category seven", f"{event}", c)
+    nest3 = trace_check.ranges(c.trace, "global", "nest3")
+    nest4 = trace_check.ranges(c.trace, "global", "nest4")
+    nest2 = trace_check.ranges(c.trace, "global", "nest2")
+    expect(len(nest3) == 3 and all(e["args"]["categoryName"] == "category three" for e in nest3),
+           f"nest3: {nest3}", c)
+    expect(all(e["args"]["categoryName"] == "category four \u00fc" for e in nest4),
+           f"NameCategoryW: {nest4}", c)
+    expect(all("categoryName" not in e["args"] for e in nest2), "category 2 has no name", c)
+    expect({e["cat"] for e in nest3 + nest4} == {"global"}, "cat stays the domain's name", c)
+
+
+def test_nvtx_without_ranges_gets_a_trace(tmp):
+    # A process that only marks (no graph, no push/pop) still gets its trace ...
+    c = run_client(tmp, "--iters", 0, "--marks")
+    expect(c.summary()["ranges"] == 0 and len(trace_check.marks(c.trace)) == 4,
+           f"marks only: {c.summary()}", c)
+    start_end = run_client(tmp, "--iters", 0, "--start-end")
+    expect(len(trace_check.start_end_ranges(start_end.trace)[0]) == 5, "start/end only",
+           start_end)
+    # ... while one that recorded nothing at all writes nothing.
+    quiet = os.path.join(tmp, "quiet")
+    os.mkdir(quiet)
+    none = run_client(quiet, "--iters", 0, "--categories")
+    expect(none.returncode == 0 and not os.listdir(quiet) and none.stderr == "",
+           f"nothing recorded, nothing written: {os.listdir(quiet)}", none)
+
+
+def test_long_process_name(tmp):
+    # /proc/self/comm holds 15 bytes ("nvtx_client_wit"); the command line the whole name.
+    name = "nvtx_client_with_a_long_process_name"
+    os.symlink(environment_path("NVTX_CLIENT"), os.path.join(tmp, name))
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRUM_RECORD", "NVTX_"))}
+    child_env.update(NVTX_INJECTION64_PATH=environment_path("FERRUM_RECORDER_LIB"),
+                     FERRUM_RECORD_OUT=os.path.join(tmp, "t.json"))
+    done = subprocess.run([os.path.join(".", name), "--iters", "1"], env=child_env, cwd=tmp,
+                          capture_output=True, text=True, timeout=60)
+    c = Client([name], done, tmp, os.path.join(tmp, "t.json"))
+    meta = [e for e in c.trace["traceEvents"] if e.get("name") == "process_name"]
+    expect([e["args"]["name"] for e in meta] == [name], f"process_name {meta}", c)
+    expect(re.match(rf"^ferrum-replay recorder: 2 ranges on 1 threads of {name} "
+                    rf"\(pid {c.values['pid']}\), trace: ", c.stderr), "the table's header", c)
+
+
+def test_python_nvtx_package(tmp):
+    # The real producer most Python programs use: PyPI's `nvtx`, installed into a cache inside
+    # the build tree (never into the user's environment).
+    target = nvtx_package()
+    program = os.path.join(tmp, "annotated.py")
+    with open(program, "w", encoding="utf-8") as handle:
+        handle.write(PYTHON_PROGRAM)
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRUM_RECORD", "NVTX_"))}
+    child_env.update(NVTX_INJECTION64_PATH=environment_path("FERRUM_RECORDER_LIB"),
+                     FERRUM_RECORD_OUT=os.path.join(tmp, "t.json"), PYTHONPATH=target)
+    # Sanitizer builds: the instrumented recorder needs its runtime loaded first.
+    first = os.environ.get("FERRUM_TEST_PRELOAD_FIRST")
+    if first:
+        child_env["LD_PRELOAD"] = " ".join(filter(None, [first, child_env.get("LD_PRELOAD")]))
+    done = subprocess.run([sys.executable, program], env=child_env, cwd=tmp,
+                          capture_output=True, text=True, timeout=120)
+    c = Client([sys.executable, program], done, tmp, os.path.join(tmp, "t.json"))
+    expect(c.returncode == 0 and c.stdout.startswith("main "), "the program ran", c)
+    main_tid, other_tid = (int(v) for v in c.stdout.split()[1:3])
+    expect_clean(c)
+    expect(trace_check.counts_by_domain_and_name(c.trace) == {
+        ("serve", "decode step"): 3, ("serve", "annotated"): 1, ("global", "plain push"): 1},
+        f"push/pop ranges: {trace_check.counts_by_domain_and_name(c.trace)}", c)
+    step = trace_check.ranges(c.trace, "serve", "decode step")[0]
+    expect(step["args"].get("categoryName") == "decode" and step["args"].get("payload") in (0, 1, 2)
+           and step["args"].get("color") == "#0000ff", f"push attributes: {step}", c)
+    expect(trace_check.mark_counts(c.trace) == {("serve", "token"): 3, ("global", "done"): 1},
+           f"marks: {trace_check.mark_counts(c.trace)}", c)
+    token = trace_check.marks(c.trace, "serve", "token")[0]
+    expect(token["args"].get("categoryName") == "decode", f"mark's category name: {token}", c)
+    pairs, problems = trace_check.start_end_ranges(c.trace)
+    expect(not problems and [(b["cat"], b["name"]) for b, _ in pairs] == [("serve", "request")],
+           f"start/end: {pairs} {problems}", c)
+    begin, end = pairs[0]
+    expect(begin["tid"] == main_tid and end["tid"] == other_tid,
+           f"begun on {begin['tid']}, ended on {end['tid']}", c)
+    name = [e for e in c.trace["traceEvents"] if e.get("name") == "process_name"][0]
+    expect(name["args"]["name"] == f"{os.path.basename(sys.executable)} annotated.py",
+           f"the process is named by its script: {name}", c)
+
+
+PYTHON_PROGRAM = """\
+import threading
+import nvtx
+
+request = nvtx.start_range("request", domain="serve")
+for i in range(3):
+    nvtx.push_range("decode step", color="blue", domain="serve", category="decode", payload=i)
+    nvtx.mark("token", domain="serve", category="decode")
+    nvtx.pop_range(domain="serve")
+with nvtx.annotate("annotated", domain="serve"):
+    pass
+nvtx.push_range("plain push")
+nvtx.pop_range()
+other = []
+def finish():
+    other.append(threading.get_native_id())
+    nvtx.end_range(request)
+thread = threading.Thread(target=finish)
+thread.start()
+thread.join()
+nvtx.mark("done")
+print("main", threading.get_native_id(), other[0])
+"""
+NVTX_VERSION = "0.2.16"
+
+
+class Skip(Exception):
+    """The test cannot run here; says why."""
+
+
+def nvtx_package():
+    """A directory holding PyPI's nvtx (NVTX_VERSION), installed once per build tree into
+    FERRUM_TEST_CACHE. Raises Skip when it cannot be installed (PyPI unreachable)."""
+    cache = os.environ.get("FERRUM_TEST_CACHE")
+    if not cache:
+        raise Skip("FERRUM_TEST_CACHE is not set (run through meson test)")
+    target = os.path.join(cache, f"nvtx-{NVTX_VERSION}")
+    if os.path.exists(os.path.join(target, "nvtx", "__init__.py")):
+        return target
+    partial = f"{target}.{os.getpid()}.tmp"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                           "--disable-pip-version-check", "--no-warn-script-location",
+                           "--target", partial, f"nvtx=={NVTX_VERSION}"],
+                          capture_output=True, text=True, timeout=180)
+    if done.returncode != 0:
+        subprocess.run(["rm", "-rf", partial])
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise Skip(f"cannot install nvtx=={NVTX_VERSION} from PyPI: {last}")
+    try:
+        os.rename(partial, target)
+    except OSError:  # another run installed it meanwhile
+        subprocess.run(["rm", "-rf", partial])
+    return target
+
+
+def run_reader(*args):
+    """The product's trace reader (scripts/ferrum_replay_traces.py), as the wrapper runs it."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                          "scripts", "ferrum_replay_traces.py")
+    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                          timeout=60)
+
+
 def test_trace_check_cli(tmp):
     c = run_client(tmp, "--iters", 4, "--domain", DOMAIN)
     script = os.path.join(TOOLS_DIR, "trace_check.py")
@@ -500,7 +728,7 @@ def main():
     environment_path("FERRUM_RECORDER_LIB")
     environment_path("NVTX_CLIENT")
     names = sys.argv[1:] or list(TESTS)
-    passed = failed = 0
+    passed = failed = skipped = 0
     for name in names:
         if name not in TESTS:
             print(f"FAIL {name}: no such test")
@@ -509,6 +737,10 @@ def main():
         with tempfile.TemporaryDirectory(prefix="ferrum-recorder-") as tmp:
             try:
                 TESTS[name](tmp)
+            except Skip as why:
+                skipped += 1
+                print(f"skip {name}: {why}")
+                continue
             except (AssertionError, trace_check.TraceError, KeyError,
                     subprocess.TimeoutExpired) as error:
                 failed += 1
@@ -516,7 +748,7 @@ def main():
                 continue
         passed += 1
         print(f"ok   {name}")
-    print(f"{passed} passed, {failed} failed")
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
     sys.exit(1 if failed else 0)
 
 

@@ -40,6 +40,21 @@ TEST_CASE("tick scale: identity by default, a straight line otherwise") {
   CHECK(s.span_ns(0, ten_hours) == 36000000000000ull);
 }
 
+TEST_CASE("tick scale: a range nested in another ends within it in nanoseconds too") {
+  // 3 ticks per ns. Scaled on their own, the span 2..4 (0 ns from 0 ns) and the span 3..4 inside
+  // it (0 ns from 1 ns) would put the inner range's end 1 ns past the outer one's: the trace's
+  // nesting check caught that with the CPU's counter as the clock.
+  TickScale s;
+  s.dticks = 3;
+  s.dns = 1;
+  const auto end_ns = [&](uint64_t from, uint64_t to) {
+    return s.to_ns(from) + s.span_ns(from, to);
+  };
+  CHECK(end_ns(3, 4) <= end_ns(2, 4));
+  for (uint64_t from = 0; from < 30; ++from)
+    for (uint64_t to = from; to < 30; ++to) CHECK(end_ns(from, to) == s.to_ns(to));
+}
+
 TEST_CASE("FERRUM_RECORD_CLOCK=monotonic reads CLOCK_MONOTONIC itself") {
   const TickClock clock(false);
   CHECK_FALSE(clock.uses_cpu_counter());

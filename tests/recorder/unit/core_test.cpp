@@ -279,7 +279,7 @@ TEST_CASE("trace JSON carries events, metadata and counters") {
         std::string::npos);
   CHECK(json.find("\"displayTimeUnit\":\"ns\"") != std::string::npos);
   CHECK(json.find("\"protocolErrors\":{\"popWithoutPush\":1,\"popWrongDomain\":0,"
-                  "\"openAtExit\":0}") != std::string::npos);
+                  "\"openAtExit\":0,") != std::string::npos);
   CHECK(json.find("\"domains\":[\"global\"]") != std::string::npos);
 }
 

@@ -193,7 +193,9 @@ TEST_CASE("the table shows GPU time beside CPU time under 'gpu ' headers") {
   CHECK(rows[1].gpu.count == 0);
   const std::vector<std::string> l = lines(format_summary(snap, rows, "/t.json"));
   REQUIRE(l.size() == 6);
-  CHECK(l[0] == "ferrum-replay recorder: 4 ranges on 1 threads, trace: /t.json");
+  // The process by its command line's name, not /proc/self/comm's first 15 bytes.
+  CHECK(l[0] == "ferrum-replay recorder: 4 ranges on 1 threads of recorder-unit-tests (pid " +
+                    std::to_string(snap.pid) + "), trace: /t.json");
   CHECK(l[1] ==
         "domain          range     count   total ms    mean us    min us    p50 us    p99 us    "
         "max us    gpu count    gpu total ms    gpu mean us    gpu min us    gpu p50 us    "

@@ -288,6 +288,7 @@ TEST_CASE("the trace's range count is the events it holds") {
   s.spill = &empty_spill;
   SpillRun unreadable;
   unreadable.count = 1024;
+  unreadable.ranges = 1024;
   s.threads[0].runs = {unreadable};
   REQUIRE(s.range_count() == 1026);
   const std::string json = render_trace(s);

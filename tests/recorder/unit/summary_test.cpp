@@ -165,6 +165,7 @@ TEST_CASE("the first line counts the ranges the rows hold") {
   s.spill = &empty_spill;
   SpillRun unreadable;
   unreadable.count = 100;
+  unreadable.ranges = 100;
   s.threads[0].runs = {unreadable};
   CHECK(s.range_count() == 104);
   const std::vector<std::string> l = lines(format_summary(s, aggregate(s), "/t.json"));

@@ -42,14 +42,17 @@ def plain_launch(program_variable, report_key, *extra):
 
 
 def numbered_names_without_sites():
-    """With call sites off and no other name, graphs are "graph N" in instantiation order."""
+    """With call sites off and no other name, graphs are "graph N" in instantiation order.
+    Each graph's category (its ordinal) is named after it, and the trace shows that name."""
     run_ = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY_SITE": "off"})
     names = sorted({r["name"] for r in run_.ranges()})
     expect(names == [f"graph {i}" for i in range(1, GRAPHS + 1)],
            f"range names {names}, expected graph 1..{GRAPHS}", run_)
     for i in range(1, GRAPHS + 1):
-        count = len(run_.ranges(name=f"graph {i}"))
-        expect(count == ITERS, f"graph {i} has {count} ranges, expected {ITERS}", run_)
+        ranges = run_.ranges(name=f"graph {i}")
+        expect(len(ranges) == ITERS, f"graph {i} has {len(ranges)} ranges, expected {ITERS}", run_)
+        expect(all(r["args"]["category"] == i and r["args"].get("categoryName") == f"graph {i}"
+                   for r in ranges), f"graph {i}'s category name: {ranges[0]['args']}", run_)
 
 
 def runtime_launch():

@@ -5,7 +5,8 @@
 //   nvtx_client [--threads N] [--iters N] [--domain NAME] [--registered] [--unicode]
 //               [--nested K] [--cxx] [--name-threads] [--unbalanced-pop] [--wrong-domain-pop]
 //               [--leave-open K] [--leave-open-in-thread K] [--spinner] [--exit-in-thread]
-//               [--exit-code N] [--module PATH] [--fork] [--timed K]
+//               [--exit-code N] [--module PATH] [--fork] [--timed K] [--marks]
+//               [--start-end] [--start-open K] [--end-unknown] [--categories]
 //
 // Each iteration of each worker thread:
 //   push global "step" (RangePushA)
@@ -25,6 +26,19 @@
 //   1 ms sleep, moving to the next CPU it may run on before each one, and prints the
 //   CLOCK_MONOTONIC times it read just before the push and just after the pop ("timed" lines), so a
 //   test can check the recorder's clock against the monotonic one.
+// --marks: after the workers, the main thread marks global "mark-a" (MarkA), "mark-w-é" (MarkW),
+//   "mark-ex" (MarkEx, category 3, int32 payload -4, ARGB color) and DOMAIN "dom-mark"
+//   (DomainMarkEx, category 7).
+// --start-end: then start/end ranges: global "se-a" (RangeStartA), "se-w-ü" (RangeStartW),
+//   "se-ex" (RangeStartEx, category 3, double payload 2.5), DOMAIN "dom-se" (DomainRangeStartEx,
+//   category 7, ended by DomainRangeEnd), and global "se-cross" started on the main thread and
+//   ended on another ("cross_start_tid" and "cross_end_tid" lines name the two threads).
+// --start-open K: K global "se-open" ranges started and never ended.
+// --end-unknown: nvtxRangeEnd of an id never handed out, and a second end of "se-a" (with
+//   --start-end): two ends of unknown ranges.
+// --categories: before anything else, names global categories 3 ("category three", NameCategoryA)
+//   and 4 ("category four ü", NameCategoryW) and DOMAIN's category 7 ("dom category seven",
+//   DomainNameCategoryA).
 // Output, one record per line, tab-separated:
 //   pid <pid>
 //   pushes <n>         every push the program made (spinner excluded)
@@ -33,6 +47,8 @@
 //   open <n>           accepted pushes deliberately left open (--leave-open*)
 //   range <domain> <name> <count>   accepted pushes per (domain, name); domain "global" for NULL
 //   timed <before push ns> <after pop ns>   (--timed)
+//   mark <domain> <name> <count>        marks made (--marks)
+//   startend <domain> <name> <count>    start/end ranges started and ended (--start-end)
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 #include <sched.h>
@@ -100,6 +116,11 @@ struct Options {
   std::string module;
   bool fork = false;
   int timed = 0;
+  bool marks = false;
+  bool start_end = false;
+  int start_open = 0;
+  bool end_unknown = false;
+  bool categories = false;
 };
 
 uint64_t monotonic_ns() {
@@ -114,6 +135,32 @@ uint64_t monotonic_ns() {
 }
 
 Options parse(int argc, char **argv) {
+  // Each option once: a switch, a number or a text.
+  static const std::map<std::string, bool Options::*> switches = {
+      {"--registered", &Options::registered},
+      {"--unicode", &Options::unicode},
+      {"--cxx", &Options::cxx},
+      {"--name-threads", &Options::name_threads},
+      {"--unbalanced-pop", &Options::unbalanced_pop},
+      {"--wrong-domain-pop", &Options::wrong_domain_pop},
+      {"--spinner", &Options::spinner},
+      {"--exit-in-thread", &Options::exit_in_thread},
+      {"--fork", &Options::fork},
+      {"--marks", &Options::marks},
+      {"--start-end", &Options::start_end},
+      {"--end-unknown", &Options::end_unknown},
+      {"--categories", &Options::categories}};
+  static const std::map<std::string, int Options::*> numbers = {
+      {"--threads", &Options::threads},
+      {"--iters", &Options::iters},
+      {"--nested", &Options::nested},
+      {"--leave-open", &Options::leave_open},
+      {"--leave-open-in-thread", &Options::leave_open_in_thread},
+      {"--exit-code", &Options::exit_code},
+      {"--timed", &Options::timed},
+      {"--start-open", &Options::start_open}};
+  static const std::map<std::string, std::string Options::*> texts = {
+      {"--domain", &Options::domain}, {"--module", &Options::module}};
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -121,42 +168,12 @@ Options parse(int argc, char **argv) {
       if (i + 1 >= argc) usage(("missing value for " + a).c_str());
       return argv[++i];
     };
-    if (a == "--threads")
-      o.threads = std::atoi(value());
-    else if (a == "--iters")
-      o.iters = std::atoi(value());
-    else if (a == "--domain")
-      o.domain = value();
-    else if (a == "--registered")
-      o.registered = true;
-    else if (a == "--unicode")
-      o.unicode = true;
-    else if (a == "--nested")
-      o.nested = std::atoi(value());
-    else if (a == "--cxx")
-      o.cxx = true;
-    else if (a == "--name-threads")
-      o.name_threads = true;
-    else if (a == "--unbalanced-pop")
-      o.unbalanced_pop = true;
-    else if (a == "--wrong-domain-pop")
-      o.wrong_domain_pop = true;
-    else if (a == "--leave-open")
-      o.leave_open = std::atoi(value());
-    else if (a == "--leave-open-in-thread")
-      o.leave_open_in_thread = std::atoi(value());
-    else if (a == "--spinner")
-      o.spinner = true;
-    else if (a == "--exit-in-thread")
-      o.exit_in_thread = true;
-    else if (a == "--exit-code")
-      o.exit_code = std::atoi(value());
-    else if (a == "--module")
-      o.module = value();
-    else if (a == "--fork")
-      o.fork = true;
-    else if (a == "--timed")
-      o.timed = std::atoi(value());
+    if (auto s = switches.find(a); s != switches.end())
+      o.*(s->second) = true;
+    else if (auto n = numbers.find(a); n != numbers.end())
+      o.*(n->second) = std::atoi(value());
+    else if (auto t = texts.find(a); t != texts.end())
+      o.*(t->second) = value();
     else
       usage(("unknown option " + a).c_str());
   }
@@ -280,12 +297,89 @@ void worker(const Options &o, int index, nvtxDomainHandle_t domain, nvtxStringHa
   total.merge(mine);
 }
 
+long own_tid() {
+  return static_cast<long>(syscall(SYS_gettid));
+}
+
+// --marks, --start-end, --start-open, --end-unknown: what NVTX says besides push/pop. Prints its
+// own account ("mark" and "startend" lines).
+void other_events(const Options &o, nvtxDomainHandle_t domain) {
+  std::map<std::pair<std::string, std::string>, unsigned long> marks, ranges;
+  if (o.marks) {
+    nvtxMarkA("mark-a");
+    ++marks[{"global", "mark-a"}];
+    nvtxMarkW(L"mark-w-\u00e9");
+    ++marks[{"global", "mark-w-\u00e9"}];
+    nvtxEventAttributes_t a = attributes();
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = "mark-ex";
+    a.category = 3;
+    a.payloadType = NVTX_PAYLOAD_TYPE_INT32;
+    a.payload.iValue = -4;
+    a.colorType = NVTX_COLOR_ARGB;
+    a.color = 0xFF112233;
+    nvtxMarkEx(&a);
+    ++marks[{"global", "mark-ex"}];
+    nvtxEventAttributes_t d = attributes();
+    d.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    d.message.ascii = "dom-mark";
+    d.category = 7;
+    nvtxDomainMarkEx(domain, &d);
+    ++marks[{o.domain, "dom-mark"}];
+  }
+  nvtxRangeId_t first = 0;
+  if (o.start_end) {
+    first = nvtxRangeStartA("se-a");
+    nvtxRangeEnd(first);
+    ++ranges[{"global", "se-a"}];
+    nvtxRangeEnd(nvtxRangeStartW(L"se-w-\u00fc"));
+    ++ranges[{"global", "se-w-\u00fc"}];
+    nvtxEventAttributes_t a = attributes();
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = "se-ex";
+    a.category = 3;
+    a.payloadType = NVTX_PAYLOAD_TYPE_DOUBLE;
+    a.payload.dValue = 2.5;
+    nvtxRangeEnd(nvtxRangeStartEx(&a));
+    ++ranges[{"global", "se-ex"}];
+    nvtxEventAttributes_t d = attributes();
+    d.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    d.message.ascii = "dom-se";
+    d.category = 7;
+    nvtxDomainRangeEnd(domain, nvtxDomainRangeStartEx(domain, &d));
+    ++ranges[{o.domain, "dom-se"}];
+    // Started here, ended on another thread, which starts only after the start.
+    const nvtxRangeId_t cross = nvtxRangeStartA("se-cross");
+    long end_tid = 0;
+    std::thread([&] {
+      end_tid = own_tid();
+      nvtxRangeEnd(cross);
+    }).join();
+    ++ranges[{"global", "se-cross"}];
+    std::printf("cross_start_tid\t%ld\ncross_end_tid\t%ld\n", own_tid(), end_tid);
+  }
+  for (int k = 0; k < o.start_open; ++k) nvtxRangeStartA("se-open");
+  if (o.end_unknown) {
+    nvtxRangeEnd(0x7fff0000deadbeefULL);  // never handed out
+    if (first) nvtxRangeEnd(first);       // already ended
+  }
+  for (const auto &[key, n] : marks)
+    std::printf("mark\t%s\t%s\t%lu\n", key.first.c_str(), key.second.c_str(), n);
+  for (const auto &[key, n] : ranges)
+    std::printf("startend\t%s\t%s\t%lu\n", key.first.c_str(), key.second.c_str(), n);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
   const Options o = parse(argc, argv);
   nvtxDomainHandle_t domain = nvtxDomainCreateA(o.domain.c_str());
   nvtxStringHandle_t registered = nvtxDomainRegisterStringA(domain, "dom-registered");
+  if (o.categories) {
+    nvtxNameCategoryA(3, "category three");
+    nvtxNameCategoryW(4, L"category four \u00fc");
+    nvtxDomainNameCategoryA(domain, 7, "dom category seven");
+  }
 
   if (o.spinner) {
     // Keeps pushing until the process is gone, so the exit report runs while a thread records.
@@ -335,6 +429,8 @@ int main(int argc, char **argv) {
     mine.count_open(nvtxRangePushA("left-open"));
     total.merge(mine);
   }
+
+  other_events(o, domain);
 
   if (o.timed > 0) {
     cpu_set_t allowed;

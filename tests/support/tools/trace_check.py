@@ -8,7 +8,9 @@ Importable (the preload test suites use it) and a command-line tool:
 
 --expect and --expect-total count complete ranges ("X" events), in domain D when given (the
 domain is the event's "cat"; NVTX's default domain is "global"). Ranges must always nest per
-thread. Exit status 0 when every expectation holds, otherwise 1 with one line per failure
+thread. Marks ("i" events) and start/end ranges ("b"/"e" pairs, one id per range, the two halves
+possibly on different threads) are not ranges: marks() and start_end_ranges() read them, and
+every "b" must have exactly one "e" of the same id, name and cat, not earlier. Exit status 0 when every expectation holds, otherwise 1 with one line per failure
 (2 when the trace cannot be read). Standard library only.
 """
 import argparse
@@ -58,6 +60,44 @@ def gpu_replays(trace, name=None):
             and (name is None or event.get("name") == name)]
 
 
+def marks(trace, domain=None, name=None):
+    """Instant events ("i") of NVTX marks, optionally only those of one domain and/or name."""
+    return [event for event in trace["traceEvents"]
+            if event.get("ph") == "i"
+            and (domain is None or event.get("cat") == domain)
+            and (name is None or event.get("name") == name)]
+
+
+def start_end_ranges(trace):
+    """(pairs, problems): the start/end ranges as (begin, end) event pairs, matched by pid, cat
+    and id; problems (strings) for an "e" without its "b", a "b" without its "e", a second
+    half of either kind, a name that differs between the halves, or an end before its begin."""
+    begins, ends, problems = {}, {}, []
+    for event in trace["traceEvents"]:
+        ph = event.get("ph")
+        if ph not in ("b", "e"):
+            continue
+        key = (event.get("pid"), event.get("cat"), event.get("id"))
+        table = begins if ph == "b" else ends
+        if key in table:
+            problems.append(f"a second '{ph}' for id {key}")
+            continue
+        table[key] = event
+    pairs = []
+    for key, begin in begins.items():
+        end = ends.pop(key, None)
+        if end is None:
+            problems.append(f"'b' without 'e': {key} {begin.get('name')}")
+            continue
+        if end.get("name") != begin.get("name"):
+            problems.append(f"id {key}: 'b' named {begin.get('name')!r}, 'e' {end.get('name')!r}")
+        if _ns(end["ts"]) < _ns(begin["ts"]):
+            problems.append(f"id {key}: ends before it begins")
+        pairs.append((begin, end))
+    problems.extend(f"'e' without 'b': {key}" for key in ends)
+    return pairs, problems
+
+
 def _ns(value):
     # ts/dur are microseconds with three decimals: compare in integer nanoseconds so that float
     # rounding never turns touching ranges into overlapping ones.
@@ -101,9 +141,22 @@ def counts_by_domain_and_name(trace):
         (event.get("cat"), event.get("name")) for event in ranges(trace)))
 
 
+def mark_counts(trace):
+    """{(domain, name): count} over every mark."""
+    return dict(collections.Counter((event.get("cat"), event.get("name"))
+                                    for event in marks(trace)))
+
+
+def start_end_counts(trace):
+    """{(domain, name): count} over every complete start/end range."""
+    return dict(collections.Counter((begin.get("cat"), begin.get("name"))
+                                    for begin, _ in start_end_ranges(trace)[0]))
+
+
 def protocol_errors(trace):
-    """The recorder's own account, the "ferrumReplay" object: version, pid, ranges,
-    rejectedPushes, protocolErrors {popWithoutPush, popWrongDomain, openAtExit}, domains."""
+    """The recorder's own account, the "ferrumReplay" object: version, pid, ranges, marks,
+    startEndRanges, rejectedPushes, protocolErrors {popWithoutPush, popWrongDomain, openAtExit,
+    endUnknownId, startOpenAtExit}, domains."""
     summary = trace.get("ferrumReplay")
     if not isinstance(summary, dict):
         raise TraceError("no ferrumReplay object: not written by the ferrum-replay recorder")
@@ -139,6 +192,7 @@ def main(argv=None):
         return 2
 
     failures = [f"ranges do not nest: {problem}" for problem in check_nesting(trace)]
+    failures += [f"start/end ranges: {problem}" for problem in start_end_ranges(trace)[1]]
     where = f" in domain {args.domain}" if args.domain is not None else ""
     counts = counts_by_name(trace, args.domain)
     for name, expected in args.expect:
