@@ -50,7 +50,7 @@ class NameRegistry {
   // The shim names a category per graph, so a process that keeps re-instantiating graphs names
   // categories without end: the latest kMaxCategoryNames are kept (the oldest named is
   // forgotten first), so memory stays bounded.
-  static constexpr size_t kMaxCategoryNames = 65536;
+  static constexpr size_t kMaxCategoryNames = 8192;  // about 1 MiB; a range keeps its own name
   void name_category(uint32_t domain_id, uint32_t category, std::string_view name);
 
   // Display names indexed by domain id; [0] is "global".

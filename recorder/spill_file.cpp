@@ -170,14 +170,21 @@ bool SpillFile::write(const SpillRun &run, uint32_t first, const Event *events, 
     return false;
   }
   written_.fetch_add(bytes, std::memory_order_relaxed);
-  // The write that ends at or past a window's end hands the whole window back. Runs are laid
-  // out back to back, so exactly one write ends each window; a run of another thread still
-  // being copied into that window loses nothing (MADV_DONTNEED on a shared file mapping only
-  // unmaps; its next store faults the page in again) and the exit reader releases what it reads.
+  // The write that completes a window (its bytes counted in, by whichever thread wrote them)
+  // hands the whole window back: released earlier, pages another thread was still copying into
+  // would be faulted in again and stay resident.
   const uint64_t end = offset + bytes;
-  for (uint64_t window_end = (offset / kReleaseWindow + 1) * kReleaseWindow; window_end <= end;
-       window_end += kReleaseWindow)
-    release_range(window_end - kReleaseWindow, kReleaseWindow);
+  for (uint64_t at = offset; at < end;) {
+    const uint64_t window = at / kReleaseWindow;
+    const uint64_t window_end = (window + 1) * kReleaseWindow;
+    const uint64_t piece = (end < window_end ? end : window_end) - at;
+    std::atomic<uint64_t> &filled = window_bytes_[window % kWindowCounters];
+    if (filled.fetch_add(piece, std::memory_order_acq_rel) + piece == kReleaseWindow) {
+      filled.store(0, std::memory_order_relaxed);
+      release_range(window_end - kReleaseWindow, kReleaseWindow);
+    }
+    at += piece;
+  }
   return true;
 }
 
@@ -229,6 +236,7 @@ void SpillFile::forget_after_fork() {
   failed_.store(false, std::memory_order_relaxed);
   end_.store(0, std::memory_order_relaxed);
   written_.store(0, std::memory_order_relaxed);
+  for (auto &filled : window_bytes_) filled.store(0, std::memory_order_relaxed);
 }
 
 const Event *RunReader::peek() {

@@ -100,7 +100,13 @@ class SpillFile {
   std::atomic<bool> failed_{false};
   std::atomic<uint64_t> end_{0};      // bytes reserved
   std::atomic<uint64_t> written_{0};  // bytes written
-  std::mutex create_mu_;              // segment creation only
+  // Bytes written into each 1 MiB window of the logical address space, in a ring: a window
+  // completes long before the one kWindowCounters later starts (runs are written right after
+  // they are reserved). Were a thread to stall that long between the two, a window would be
+  // released early or not at all: memory use only, never data.
+  static constexpr unsigned kWindowCounters = 256;
+  std::atomic<uint64_t> window_bytes_[kWindowCounters] = {};
+  std::mutex create_mu_;  // segment creation only
   const char *directory_for_tests_ = nullptr;
 };
 

@@ -15,6 +15,13 @@ using namespace std::string_literals;
 
 namespace {
 
+// Every full chunk spilled (FERRUM_RECORD_MEMORY=0): the spill is part of what these test.
+Settings spilling_at_once() {
+  Settings settings;
+  settings.memory = 0;
+  return settings;
+}
+
 size_t count_of(const std::string &text, const std::string &what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -30,7 +37,7 @@ RangeAttrs with_category(uint32_t category) {
 }  // namespace
 
 TEST_CASE("a mark is an instant event with the range's attributes, never a range") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   auto *d = r.names().create_domain("mine");
   RangeAttrs attrs = with_category(3);
   attrs.payload = Payload(int64_t{-4});
@@ -56,7 +63,7 @@ TEST_CASE("a mark is an instant event with the range's attributes, never a range
 }
 
 TEST_CASE("a start/end range ended on another thread is one b/e pair") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   auto *d = r.names().create_domain("mine");
   const uint64_t id = r.start_range(*d, "request", false, with_category(7));
   CHECK(id != 0);
@@ -89,7 +96,7 @@ TEST_CASE("a start/end range ended on another thread is one b/e pair") {
 }
 
 TEST_CASE("an end of an unknown range is counted, never recorded; open ranges are counted") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const auto &g = r.names().global_domain();
   r.end_range(g, 0);                      // never an id
   r.end_range(g, 0xdeadbeefdeadbeefULL);  // never handed out
@@ -113,7 +120,7 @@ TEST_CASE("an end of an unknown range is counted, never recorded; open ranges ar
 }
 
 TEST_CASE("marks and start/end halves go through the spill like ranges") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   const auto &g = r.names().global_domain();
   std::vector<uint64_t> ids;
   for (int i = 0; i < 3000; ++i) {
@@ -138,7 +145,7 @@ TEST_CASE("marks and start/end halves go through the spill like ranges") {
 }
 
 TEST_CASE("category names: per domain, shown beside the number; cat stays the domain") {
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   auto *d = r.names().create_domain("ferrum-replay");
   r.names().name_category(d->id, 1, "decode batch 8");
   r.names().name_category(0, 1, "global one");
@@ -170,7 +177,7 @@ TEST_CASE("the process's name comes from its command line") {
   CHECK(command_display_name(""s).empty());
   CHECK(command_display_name("/ends/in/slash/\0"s).empty());
   // This test program's own name is longer than /proc/self/comm's 15 bytes.
-  Recorder r(Settings{}, 0);
+  Recorder r(spilling_at_once(), 0);
   CHECK(r.snapshot().process_name == "recorder-unit-tests");
 }
 

@@ -170,6 +170,30 @@ TEST_CASE("spilled pages stop counting as resident a window at a time") {
   CHECK(holds(spill, runs.back(), events));
 }
 
+TEST_CASE("a window goes back when its last byte is written, whichever thread writes it last") {
+  // Thread A reserves a run and is preempted before it copies it; other threads fill and pass
+  // the window's end meanwhile. Released then, A's pages would come back when A writes them
+  // and stay resident for good: 64 windows so, 4 MiB.
+  SpillFile spill;
+  const uint32_t per_run = 1024;  // 64 KiB: 16 runs fill a 1 MiB window
+  const std::vector<Event> events = numbered_events(0, per_run);
+  SpillRun warm;
+  REQUIRE(spill.append(events.data(), per_run, &warm));
+  for (int i = 1; i < 16; ++i) REQUIRE(spill.append(events.data(), per_run, &warm));
+  const long before = resident_kib();
+  std::vector<SpillRun> late;
+  for (int window = 0; window < 64; ++window) {
+    SpillRun stalled;
+    REQUIRE(spill.reserve(per_run, &stalled));  // A: reserved, not yet written
+    for (int i = 1; i < 16; ++i) REQUIRE(spill.append(events.data(), per_run, &warm));
+    REQUIRE(spill.write(stalled, 0, events.data(), per_run));  // A writes last
+    late.push_back(stalled);
+  }
+  const long grown = resident_kib() - before;
+  CHECK_MESSAGE(grown < 1024, "resident memory grew by " << grown << " KiB");
+  for (const SpillRun &run : late) CHECK(holds(spill, run, events));
+}
+
 TEST_CASE("spilled runs survive the program closing every descriptor and reusing the numbers") {
   char tmpl[] = "/tmp/ferrum-spill-test-XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
