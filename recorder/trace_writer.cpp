@@ -151,8 +151,8 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   uint64_t gpu_written = 0;
   const std::string gpu_cat = snap.gpu_domain + ",gpu";
   for (const ThreadSnapshot &t : snap.gpu_tracks) {
-    MergedEvents events(snap, t);
-    while (const Event *e = events.next()) {
+    GpuReplays replays(snap, t);
+    while (const Event *e = replays.next()) {
       out += ",\n";
       append_gpu_event(out, snap, t, gpu_cat, *e);
       ++gpu_written;
