@@ -163,6 +163,19 @@ const Event *MergedEvents::next() {
   return head(current_);
 }
 
+GpuReplays::GpuReplays(const Snapshot &snap, const ThreadSnapshot &track)
+    : merged_(snap, track), slack_ns_(2 * snap.gpu.align_error_ns) {}
+
+const Event *GpuReplays::next() {
+  const Event *e = merged_.next();
+  if (!e) return nullptr;
+  shown_ = *e;
+  if (shown_.start < previous_end_ && previous_end_ - shown_.start <= slack_ns_)
+    shown_.start = previous_end_ < shown_.end ? previous_end_ : shown_.end;
+  if (shown_.end > previous_end_) previous_end_ = shown_.end;
+  return &shown_;
+}
+
 void compact_runs(SpillFile &spill, std::vector<SpillRun> &runs, size_t max_runs) {
   if (max_runs < 2) max_runs = 2;
   while (runs.size() > max_runs) {

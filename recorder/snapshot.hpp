@@ -130,6 +130,26 @@ class MergedEvents {
   size_t current_ = SIZE_MAX;       // the source whose head was returned last
 };
 
+// A GPU track's replays in trace order, as every output shows them (the trace, the table). A
+// stream runs its replays one after another, but each end is read through the clock alignment,
+// so a replay can seem to start a few ns before the previous one on its track ended: within both
+// ends' alignment error (2 x Snapshot::gpu.align_error_ns) that is rounding, and the replay is
+// shown starting where the previous one ended. Viewers drop a complete event that partly
+// overlaps its predecessor on a track (Perfetto: slice_drop_overlapping_complete_event; the
+// viewers stage of scripts/test, tests/viewers). A larger overlap is shown as measured.
+class GpuReplays {
+ public:
+  GpuReplays(const Snapshot &snap, const ThreadSnapshot &track);
+  // The next replay, or nullptr at the end.
+  const Event *next();
+
+ private:
+  MergedEvents merged_;
+  uint64_t slack_ns_;
+  uint64_t previous_end_ = 0;
+  Event shown_{};
+};
+
 template <class F>
 void for_each_event_in_order(const Snapshot &snap, const ThreadSnapshot &thread, F &&f) {
   MergedEvents merged(snap, thread);

@@ -93,8 +93,9 @@ std::vector<RangeStats> aggregate(const Snapshot &snap) {
   }
   for (const ThreadSnapshot &t : snap.gpu_tracks) {
     std::map<const char *, DurationStats> by_pointer;
-    for_each_event(snap, t,
-                   [&](const Event &e) { by_pointer[e.attrs.name].add(t.span_ns(snap.scale, e)); });
+    GpuReplays replays(snap, t);  // as the trace shows them
+    while (const Event *e = replays.next())
+      by_pointer[e->attrs.name].add(t.span_ns(snap.scale, *e));
     for (const auto &[name, s] : by_pointer) by_text[{snap.gpu_domain, name}].gpu.merge(s);
   }
   std::vector<RangeStats> rows;

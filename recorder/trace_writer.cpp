@@ -236,8 +236,8 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   for (uint32_t id = 0; id < snap.domain_names.size(); ++id)
     if (snap.domain_names[id] == snap.gpu_domain) gpu_domain_id = id;
   for (const ThreadSnapshot &t : snap.gpu_tracks) {
-    MergedEvents events(snap, t);
-    while (const Event *e = events.next()) {
+    GpuReplays replays(snap, t);
+    while (const Event *e = replays.next()) {
       out += ",\n";
       append_gpu_event(out, snap, t, gpu_cat, gpu_domain_id, *e);
       ++gpu_written;
