@@ -77,8 +77,7 @@ Result intercept_launch(RealFunction<Function> &function, Result success, Result
                         Exec exec, Stream stream) {
   Function real = function.get();
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
-  return launch_in_range(exec, reinterpret_cast<CUstream>(stream), PerThread, success,
-                         [&] { return real(exec, stream); });
+  return launch_through(real, exec, stream, PerThread, success);
 }
 
 // The context-ending calls: GPU timing lets go of the context's pool first. With timing off

@@ -63,8 +63,7 @@ struct LaunchHook {
   using Function = PFN_cuGraphLaunch_v10000;
   static constexpr const char *kWhat = "cuGraphLaunch";
   static CUresult call(Function genuine, CUgraphExec exec, CUstream stream) {
-    return launch_in_range(exec, stream, false, CUDA_SUCCESS,
-                           [&] { return genuine(exec, stream); });
+    return launch_through(genuine, exec, stream, false, CUDA_SUCCESS);
   }
 };
 
@@ -74,7 +73,7 @@ struct LaunchPerThreadHook {
   using Function = PFN_cuGraphLaunch_v10000;
   static constexpr const char *kWhat = "cuGraphLaunch_ptsz";
   static CUresult call(Function genuine, CUgraphExec exec, CUstream stream) {
-    return launch_in_range(exec, stream, true, CUDA_SUCCESS, [&] { return genuine(exec, stream); });
+    return launch_through(genuine, exec, stream, true, CUDA_SUCCESS);
   }
 };
 
