@@ -732,6 +732,8 @@ void Engine::stop() {
 }
 
 void Engine::reset_in_child() {
+  // Only this thread exists: whoever held the mutex at the fork (the reaper, mid-pass) is gone.
+  pthread_mutex_init(&mutex_, nullptr);
   pending_count_ = 0;  // the parent's replays
   ending_ = 0;         // the calls in progress were the parent's threads'
   for (auto &primary : primary_) primary.store(nullptr, std::memory_order_relaxed);

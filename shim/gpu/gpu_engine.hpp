@@ -206,8 +206,8 @@ class Engine {
   // True when any pool exists (a context hook then has work to do).
   bool any_pool() const { return pools_used_.load(std::memory_order_acquire); }
 
-  // After fork, in the child (the mutex already released): every pool forgotten without a
-  // CUDA call, counters restarted.
+  // After fork, in the child: the mutex made anew (the parent's reaper may have held it), every
+  // pool forgotten without a CUDA call, counters restarted.
   void reset_in_child();
   // At exit: no CUDA call is made from now on; what is in flight is counted as such.
   void stop();

@@ -175,12 +175,11 @@ void at_exit() {
   engine().stop();  // from here on, no CUDA call: the runtime's teardown comes next
 }
 
-void fork_prepare() {
-  engine().lock();
-}
-void fork_parent() {
-  engine().unlock();
-}
+// No prepare handler takes the engine's mutex before a fork: the reaper holds it across driver
+// calls, and a driver (or any library) whose own prepare handler runs first and takes a lock
+// those calls need would wait for the reaper while the reaper waits for it: the program's fork
+// hung for ever (seen with the stand-in driver, whose handler locks its state). The child
+// starts the engine afresh instead, mutex included (fork_child), consistent or not at the fork.
 
 void init_wake() {
   pthread_condattr_t attributes;
@@ -191,8 +190,7 @@ void init_wake() {
 }
 
 void fork_child() {
-  engine().unlock();  // held by this thread since fork_prepare (see graph_registry.cpp)
-  engine().reset_in_child();
+  engine().reset_in_child();  // its mutex made anew first: the reaper may have held it
   // Every object the parent's reaper may have been inside at the fork starts afresh: a
   // condition variable keeps the count of its waiters, and the reaper that was waiting on g_wake
   // does not exist here — left as it was, the child's first broadcast (its exit's last pass)
@@ -248,7 +246,7 @@ void install_handlers() {
   if (g_handlers_registered.exchange(true, std::memory_order_acq_rel)) return;
   init_wake();
   atexit(at_exit);
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  pthread_atfork(nullptr, nullptr, fork_child);
 }
 
 Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t category,

@@ -24,6 +24,8 @@
 //   capture N         one graph: N launches on a stream, then the same graph launched N times
 //                     into a capture of another stream; the captured graph is instantiated and
 //                     launched once; everything synchronised. Prints captured_nodes=<n>.
+//   fork-storm N M    N rounds: a new context, M launches, a fork whose child exits at once,
+//                     the context destroyed.
 //   fork N M          N launches, synchronised; fork: the child creates its own context and
 //                     graph, launches M times, synchronises and exits normally; the parent waits
 //                     for it, launches N more times, synchronises. Prints child_status=<s>.
@@ -217,6 +219,25 @@ int main(int argc, char **argv) {
     check(cuGraphInstantiate(&replay, captured, 0), "cuGraphInstantiate");
     launch(replay, s);
     check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  } else if (mode == "fork-storm") {
+    // N rounds: a new context (its event pool made at the graph's instantiation, its clock
+    // aligned by the reaper right after), M launches, and at once a fork whose child exits; then
+    // the context is destroyed. A fork must never wait on the shim's reaper.
+    for (long round = 0; round < n; ++round) {
+      CUcontext ctx = new_context();
+      CUstream s = new_stream();
+      CUgraphExec exec = make_exec();
+      launches(exec, s, m);
+      std::fflush(stdout);
+      const pid_t child = fork();
+      if (child < 0) check(CUDA_ERROR_UNKNOWN, "fork");
+      if (child == 0) _exit(0);
+      int status = 0;
+      waitpid(child, &status, 0);
+      check(cuStreamSynchronize(s), "cuStreamSynchronize");
+      check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+      check(cuCtxDestroy(ctx), "cuCtxDestroy");
+    }
   } else if (mode == "fork") {
     CUcontext ctx = new_context();
     CUstream s = new_stream();

@@ -198,6 +198,18 @@ def capture_untouched():
     expect_balanced(run_)
 
 
+def fork_storm_never_hangs():
+    """300 forks, each right after 200 launches in a new context, while the reaper reads their
+    replays: every fork returns, every child exits, every replay is accounted for. (A stress
+    test; the deadlock it guards against — a fork handler waiting for the engine's mutex while
+    the reaper, holding it, waits for a driver lock that the driver's own fork handler took — is
+    reproduced deterministically by `shim unit`: "a fork never waits for the engine's mutex".)"""
+    run_ = program("fork-storm", 300, 200, env={"FERRUM_STANDIN_GRAPH_NS": "1000"}, timeout=120)
+    expect(run_.returncode == 0 and "launches=60000 failed=0" in run_.stdout, "program failed",
+           run_)
+    expect(run_.seconds < 60, f"took {run_.seconds:.1f} s", run_)
+
+
 def fork_child_counts():
     """A forked child that creates its own context and times 7 replays reports its own counts;
     the parent's (2 x 12) are unchanged by it."""
@@ -221,7 +233,8 @@ def fork_child_counts():
 
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
-    burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, capture_untouched, fork_child_counts)}
+    burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, capture_untouched,
+    fork_storm_never_hangs, fork_child_counts)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

@@ -2,6 +2,8 @@
 // capture, exhaustion, alignment, reaping, context drops, statistics, and the settings that
 // turn it on.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -480,6 +482,40 @@ TEST_CASE(
   CHECK(t_capture_mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   CHECK(unsafe_calls_in_global_mode == 0);
+}
+
+TEST_CASE("gpu timing: a fork never waits for the engine's mutex; the child's engine works") {
+  // The reaper holds the mutex across driver calls; a driver whose own fork handler takes a lock
+  // those calls need (the stand-in's does) then deadlocked any fork that also waited for the
+  // mutex. Here another thread simply holds it through the fork.
+  gpu::install_handlers();
+  gpu::Engine &timing = gpu::engine();
+  std::atomic<bool> held{false}, release{false};
+  std::thread holder([&] {
+    timing.lock();
+    held.store(true);
+    // Let go after 2 s at the latest, so that a fork that waits fails rather than hangs.
+    for (int ms = 0; ms < 2000 && !release.load(); ++ms)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    timing.unlock();
+  });
+  while (!held.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto before = std::chrono::steady_clock::now();
+  const pid_t child = fork();
+  if (child == 0) {
+    alarm(5);               // a child stuck on the parent's mutex dies of SIGALRM
+    (void)timing.totals();  // takes the engine's mutex
+    _exit(0);
+  }
+  const auto forked = std::chrono::steady_clock::now() - before;
+  release.store(true);
+  holder.join();
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(forked < std::chrono::seconds(1));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE(
