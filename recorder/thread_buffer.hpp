@@ -45,7 +45,6 @@ class MemoryBudget {
       if (used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed)) return true;
     return false;
   }
-  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
   // In a fork() child: the parent's chunks are no longer the child's to count.
   void restart_after_fork() { used_.store(0, std::memory_order_relaxed); }
 
