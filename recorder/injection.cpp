@@ -78,59 +78,67 @@ Payload payload_of(const nvtxEventAttributes_t &attr) {
   }
 }
 
-// What an event's attributes say, decoded once for every kind of event (push, mark, start).
-struct Decoded {
-  RangeAttrs attrs;
-  std::string_view message;
-  bool stable = true;  // `message` outlives the recorder (a registered string or a literal)
-};
-
-inline Decoded decode(const nvtxEventAttributes_t *attr) {
-  Decoded d;
+// What an event's attributes say, decoded once for every kind of event (push, mark, start):
+// written into `out` in place (a push decodes straight into its frame), the message returned.
+inline MessageText decode_into(RangeAttrs &out, const nvtxEventAttributes_t *attr) {
+  MessageText message{std::string_view(), true};  // stable: a literal or a registered string
   if (attr) {
-    if (FERRUM_ATTR_HAS(attr, category)) d.attrs.category = attr->category;
+    if (FERRUM_ATTR_HAS(attr, category)) out.category = attr->category;
     if (FERRUM_ATTR_HAS(attr, color) && attr->colorType == NVTX_COLOR_ARGB) {
-      d.attrs.has_color = true;
-      d.attrs.color = attr->color;
+      out.has_color = true;
+      out.color = attr->color;
     }
-    if (FERRUM_ATTR_HAS(attr, payload)) d.attrs.payload = payload_of(*attr);
+    if (FERRUM_ATTR_HAS(attr, payload)) out.payload = payload_of(*attr);
     if (FERRUM_ATTR_HAS(attr, message)) {
       switch (attr->messageType) {
         case NVTX_MESSAGE_TYPE_ASCII:
-          if (attr->message.ascii) d.message = attr->message.ascii, d.stable = false;
+          if (attr->message.ascii) message = {attr->message.ascii, false};
           break;
         case NVTX_MESSAGE_TYPE_UNICODE: {
           std::string &utf8 = wide_scratch();
           append_wide_as_utf8(utf8, attr->message.unicode);
-          d.message = utf8, d.stable = false;
+          message = {utf8, false};
           break;
         }
         case NVTX_MESSAGE_TYPE_REGISTERED:
           // Registered strings live as long as the recorder: no copy per range.
           if (const nvtxStringRegistration_st *r = attr->message.registered)
-            d.message = std::string_view(r->text, r->size);
+            message.text = std::string_view(r->text, r->size);
           break;
         default:
           break;
       }
     }
   }
-  if (d.stable && d.message.empty()) d.message = "";
-  return d;
+  if (message.stable && message.text.empty()) message.text = "";
+  return message;
 }
 
 // The handlers of push, mark and start, installed as they are: `Fn` is Recorder::push, mark or
 // start_range (a template argument, so each call is direct). The Ex forms, global and domain:
 template <auto Fn>
 auto NVTX_API global_attributes(const nvtxEventAttributes_t *attr) {
-  const Decoded d = decode(attr);
-  return (rec().*Fn)(rec().names().global_domain(), d.message, d.stable, d.attrs);
+  RangeAttrs attrs;
+  const MessageText message = decode_into(attrs, attr);
+  return (rec().*Fn)(rec().names().global_domain(), message.text, message.stable, attrs);
 }
 
 template <auto Fn>
 auto NVTX_API domain_attributes(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
-  const Decoded d = decode(attr);
-  return (rec().*Fn)(domain_of(domain), d.message, d.stable, d.attrs);
+  RangeAttrs attrs;
+  const MessageText message = decode_into(attrs, attr);
+  return (rec().*Fn)(domain_of(domain), message.text, message.stable, attrs);
+}
+
+// Push, the hot path, decodes in place (Recorder::push_in_place).
+int NVTX_API global_push(const nvtxEventAttributes_t *attr) {
+  return rec().push_in_place(rec().names().global_domain(),
+                             [attr](RangeAttrs &out) { return decode_into(out, attr); });
+}
+
+int NVTX_API domain_push(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
+  return rec().push_in_place(domain_of(domain),
+                             [attr](RangeAttrs &out) { return decode_into(out, attr); });
 }
 
 // The A and W forms: a plain message in the global domain.
@@ -232,10 +240,12 @@ void install(NvtxFunctionTable table, unsigned size, unsigned id, Fn handler) {
   *table[id] = reinterpret_cast<NvtxFunctionPointer>(handler);
 }
 
-// The Ex, A and W forms of push, mark or start in NVTX's global domain.
+// The Ex, A and W forms of push, mark or start in NVTX's global domain (`ex_handler`: the Ex
+// form's, when not global_attributes<Fn>).
 template <auto Fn, class Ex, class A, class W>
-void install_forms(NvtxFunctionTable table, unsigned size, unsigned ex, unsigned a, unsigned w) {
-  install<Ex>(table, size, ex, global_attributes<Fn>);
+void install_forms(NvtxFunctionTable table, unsigned size, unsigned ex, unsigned a, unsigned w,
+                   Ex ex_handler = global_attributes<Fn>) {
+  install<Ex>(table, size, ex, ex_handler);
   install<A>(table, size, a, global_message<Fn>);
   install<W>(table, size, w, global_message<Fn>);
 }
@@ -253,7 +263,8 @@ bool install_core(const NvtxExportTableCallbacks &callbacks) {
   install<nvtxRangeEnd_impl_fntype>(t, n, NVTX_CBID_CORE_RangeEnd, range_end);
   install_forms<&Recorder::push, nvtxRangePushEx_impl_fntype, nvtxRangePushA_impl_fntype,
                 nvtxRangePushW_impl_fntype>(t, n, NVTX_CBID_CORE_RangePushEx,
-                                            NVTX_CBID_CORE_RangePushA, NVTX_CBID_CORE_RangePushW);
+                                            NVTX_CBID_CORE_RangePushA, NVTX_CBID_CORE_RangePushW,
+                                            global_push);
   install<nvtxRangePop_impl_fntype>(t, n, NVTX_CBID_CORE_RangePop, range_pop);
   install<nvtxNameCategoryA_impl_fntype>(t, n, NVTX_CBID_CORE_NameCategoryA, name_category_a);
   install<nvtxNameCategoryW_impl_fntype>(t, n, NVTX_CBID_CORE_NameCategoryW, name_category_w);
@@ -266,8 +277,7 @@ bool install_core2(const NvtxExportTableCallbacks &callbacks) {
   NvtxFunctionTable t = nullptr;
   unsigned n = 0;
   if (!callbacks.GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &t, &n) || !t) return false;
-  install<nvtxDomainRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePushEx,
-                                             domain_attributes<&Recorder::push>);
+  install<nvtxDomainRangePushEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePushEx, domain_push);
   install<nvtxDomainRangePop_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainRangePop, domain_range_pop);
   install<nvtxDomainMarkEx_impl_fntype>(t, n, NVTX_CBID_CORE2_DomainMarkEx,
                                         domain_attributes<&Recorder::mark>);

@@ -15,14 +15,6 @@ namespace {
 
 std::atomic<uint64_t> g_next_generation{1};
 
-struct ThreadSlot {
-  uint64_t generation = 0;
-  ThreadBuffer *buffer = nullptr;
-};
-// Trivially constructible and destructible: no TLS destructor runs at thread exit, and the
-// buffer it points to outlives the thread on purpose.
-thread_local ThreadSlot t_slot;
-
 uint32_t os_thread_id() {
   return static_cast<uint32_t>(syscall(SYS_gettid));
 }
@@ -102,10 +94,10 @@ Recorder::~Recorder() {
   for (ThreadBuffer *t : orphans_) delete t;
 }
 
-ThreadBuffer &Recorder::current_thread() {
+thread_local ThreadSlot t_slot;
+
+ThreadBuffer &Recorder::register_thread() {
   ThreadSlot &slot = t_slot;
-  if (slot.generation == generation_) [[likely]]
-    return *slot.buffer;
   auto *buffer = new ThreadBuffer(os_thread_id(), own_thread_name(),
                                   settings_.spill ? &spill_ : nullptr, &memory_budget_);
   {
@@ -117,34 +109,10 @@ ThreadBuffer &Recorder::current_thread() {
   return *buffer;
 }
 
-bool Recorder::should_reject(const nvtxDomainRegistration_st &domain) noexcept {
-  // reject_target is only ever true when some rejection mode is active.
-  if (!domain.reject_target) return false;
+bool Recorder::should_reject_slow() noexcept {
   if (settings_.reject == RejectMode::all) return true;
   const uint64_t n = push_counter_.fetch_add(1, std::memory_order_relaxed) + 1;
   return n % settings_.reject_every == 0;
-}
-
-int Recorder::push(const nvtxDomainRegistration_st &domain, std::string_view message,
-                   bool message_is_stable, RangeAttrs attrs) noexcept {
-  ThreadBuffer &thread = current_thread();
-  std::vector<Frame> &stack = thread.stack(domain.id);
-  Frame frame{};
-  frame.depth = static_cast<uint32_t>(stack.size());
-  frame.rejected = should_reject(domain);
-  if (!frame.rejected) {
-    attrs.name = message_is_stable ? message.data() : thread.intern(message);
-    frame.attrs = attrs;
-  }
-  stack.push_back(frame);
-  thread.opened();
-  if (frame.rejected) {
-    rejected_.fetch_add(1, std::memory_order_relaxed);
-    return kRejected;
-  }
-  // Read the clock last so that the recorder's own bookkeeping is not part of the range.
-  stack.back().start = clock_.now();
-  return static_cast<int>(frame.depth);
 }
 
 int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
@@ -157,19 +125,22 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
         .fetch_add(1, std::memory_order_relaxed);
     return kRejected;
   }
-  const Frame frame = stack->back();
+  const Frame &frame = stack->back();
+  const uint32_t depth = frame.depth;
+  // The pop of a rejected push is swallowed: the caller did the right thing.
+  if (!frame.rejected) [[likely]] {
+    // Written in place: the frame's fields were stored at the push, long retired.
+    Event &event = thread.slot();
+    event.start = frame.start;
+    event.end = end;
+    event.attrs = frame.attrs;
+    event.domain_id = domain.id;
+    event.depth = depth;
+    thread.publish();
+  }
   stack->pop_back();
   thread.closed();
-  // The pop of a rejected push is swallowed: the caller did the right thing.
-  if (frame.rejected) return static_cast<int>(frame.depth);
-  Event event{};
-  event.start = frame.start;
-  event.end = end;
-  event.attrs = frame.attrs;
-  event.domain_id = domain.id;
-  event.depth = frame.depth;
-  thread.append(event);
-  return static_cast<int>(frame.depth);
+  return static_cast<int>(depth);
 }
 
 void Recorder::mark(const nvtxDomainRegistration_st &domain, std::string_view message,

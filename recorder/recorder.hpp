@@ -30,6 +30,22 @@ inline constexpr int kRejected = -1;
 // ("python3 serve.py"). Empty when there is no argv[0].
 std::string command_display_name(std::string_view cmdline);
 
+// What a push's describe() returns (see Recorder::push): the range's message, and whether it
+// outlives the recorder (a registered string or a literal) or must be copied.
+struct MessageText {
+  std::string_view text;
+  bool stable;
+};
+
+// The calling thread's buffer for the recorder of `generation` (Recorder::current_thread).
+// Trivially constructible and destructible: no TLS destructor runs at thread exit, and the
+// buffer it points to outlives the thread on purpose.
+struct ThreadSlot {
+  uint64_t generation = 0;
+  ThreadBuffer *buffer = nullptr;
+};
+extern thread_local ThreadSlot t_slot;
+
 class Recorder {
  public:
   // `origin_realtime_ns`: the wall-clock time at `origin_ns`, so that traces of several
@@ -50,7 +66,17 @@ class Recorder {
   // registered string or a literal), so it need not be copied. Returns the 0-based level of the
   // new range in its (thread, domain) stack, as NVTX specifies, or kRejected.
   int push(const nvtxDomainRegistration_st &domain, std::string_view message,
-           bool message_is_stable, RangeAttrs attrs) noexcept;
+           bool message_is_stable, const RangeAttrs &attrs) noexcept {
+    return push_in_place(domain, [&](RangeAttrs &out) {
+      out = attrs;
+      return MessageText{message, message_is_stable};
+    });
+  }
+  // The same, for the hot path: `describe(RangeAttrs &)` writes the range's attributes in place,
+  // into the frame they stay in until the pop, and returns its message. (Building them in a
+  // temporary first cost a store-forwarding stall per copy: measured, a few ns each.)
+  template <typename Describe>
+  int push_in_place(const nvtxDomainRegistration_st &domain, Describe &&describe) noexcept;
   // Closes the innermost range of `domain` on the calling thread. Returns its level, or
   // kRejected (and counts a protocol error) if that stack is empty.
   int pop(const nvtxDomainRegistration_st &domain) noexcept;
@@ -69,7 +95,12 @@ class Recorder {
 
   // The calling thread's buffer, registered on first use. Exposed for the injection layer (thread
   // naming) and for tests.
-  ThreadBuffer &current_thread();
+  ThreadBuffer &current_thread() {
+    const ThreadSlot &slot = t_slot;
+    if (slot.generation == generation_) [[likely]]
+      return *slot.buffer;
+    return register_thread();
+  }
 
   // Copies everything recorded so far, spilled events included, into memory. Safe while other
   // threads keep recording: what they complete after their buffer has been read is simply not
@@ -99,7 +130,12 @@ class Recorder {
   void after_fork_in_child();
 
  private:
-  bool should_reject(const nvtxDomainRegistration_st &domain) noexcept;
+  ThreadBuffer &register_thread();
+  bool should_reject(const nvtxDomainRegistration_st &domain) noexcept {
+    // reject_target is only ever true when some rejection mode is active.
+    return domain.reject_target && should_reject_slow();
+  }
+  bool should_reject_slow() noexcept;
   Snapshot take_snapshot(bool materialize, bool release_memory = false) const;
 
   const Settings settings_;
@@ -130,5 +166,25 @@ class Recorder {
   std::atomic<uint64_t> next_async_id_{1};  // start/end ranges' ids, process-wide
   std::atomic<uint64_t> end_unknown_{0};
 };
+
+template <typename Describe>
+int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&describe) noexcept {
+  ThreadBuffer &thread = current_thread();
+  std::vector<Frame> &stack = thread.stack(domain.id);
+  const uint32_t depth = static_cast<uint32_t>(stack.size());
+  Frame &frame = stack.emplace_back();
+  frame.depth = depth;
+  frame.rejected = should_reject(domain);
+  thread.opened();
+  if (frame.rejected) [[unlikely]] {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    return kRejected;
+  }
+  const MessageText message = describe(frame.attrs);
+  frame.attrs.name = message.stable ? message.text.data() : thread.intern(message.text);
+  // Read the clock last so that the recorder's own bookkeeping is not part of the range.
+  frame.start = clock_.now();
+  return static_cast<int>(depth);
+}
 
 }  // namespace ferrum_replay::recorder

@@ -30,8 +30,10 @@ ThreadBuffer::~ThreadBuffer() {
 }
 
 ThreadBuffer::Chunk *ThreadBuffer::new_chunk() {
-  void *memory =
-      ::mmap(nullptr, sizeof(Chunk), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // MAP_POPULATE: the chunk's pages are faulted in by this one call, not one page fault every
+  // 64 events on the recording path (measured: page faults were a fifth of a range's cost).
+  void *memory = ::mmap(nullptr, sizeof(Chunk), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (memory == MAP_FAILED) throw std::bad_alloc();  // as `new` would
   return new (memory) Chunk;
 }
@@ -103,14 +105,6 @@ void ThreadBuffer::make_room() {
   Chunk *fresh = new_chunk();
   tail_->next.store(fresh, std::memory_order_release);
   tail_ = fresh;
-}
-
-void ThreadBuffer::append(const Event &event) {
-  if (tail_->count.load(std::memory_order_relaxed) == Chunk::kCapacity) make_room();
-  const uint32_t n = tail_->count.load(std::memory_order_relaxed);
-  tail_->events[n] = event;
-  // Publishes the event: a reader that sees the new count also sees its contents.
-  tail_->count.store(n + 1, std::memory_order_release);
 }
 
 void ThreadBuffer::collect(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled,

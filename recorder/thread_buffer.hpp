@@ -85,7 +85,21 @@ class ThreadBuffer {
   void closed() { open_published_.store(--open_, std::memory_order_relaxed); }
   // A stable, NUL-terminated copy of `text`; equal texts share one copy.
   const char *intern(std::string_view text);
-  void append(const Event &event);
+  void append(const Event &event) {
+    slot() = event;
+    publish();
+  }
+  // The slot the next completed event goes into: the caller writes it in place (no temporary
+  // Event copied over: see Recorder::pop), then publish()es it. Nothing else may come between.
+  Event &slot() {
+    if (tail_->count.load(std::memory_order_relaxed) == Chunk::kCapacity) [[unlikely]]
+      make_room();
+    return tail_->events[tail_->count.load(std::memory_order_relaxed)];
+  }
+  void publish() {
+    // A reader that sees the new count also sees the event's contents.
+    tail_->count.store(tail_->count.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
 
   // ---- any thread ----
   uint32_t published_open_frames() const { return open_published_.load(std::memory_order_relaxed); }
@@ -104,7 +118,12 @@ class ThreadBuffer {
  private:
   struct Chunk {
     static constexpr uint32_t kCapacity = 1024;
-    Event events[kCapacity];
+    // Events are not constructed: each is written whole before it is published, and a chunk's
+    // mapped memory is fresh (new_chunk), so nothing reads an unwritten one.
+    Chunk() {}
+    union {
+      Event events[kCapacity];
+    };
     std::atomic<uint32_t> count{0};
     std::atomic<Chunk *> next{nullptr};
   };
