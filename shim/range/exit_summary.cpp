@@ -12,6 +12,7 @@
 #include "output_file.hpp"
 #include "range/activation.hpp"
 #include "range/graph_registry.hpp"
+#include "range/replay_numbers.hpp"
 #include "support/log.hpp"
 #include "text_rules.hpp"
 
@@ -82,7 +83,7 @@ void write_exit_summary() {
   size_t graphs = recycled.graphs, held = 0;
   registry.for_each([&](const GraphRecord &record) {
     ++held;
-    launches += record.launches.load(std::memory_order_relaxed);
+    launches += replay_count(record);
     failed += record.failed_launches.load(std::memory_order_relaxed);
     rejected += record.rejected_pushes.load(std::memory_order_relaxed);
   });
@@ -131,7 +132,7 @@ void write_exit_summary() {
     const GraphLabel *label = record.label.load(std::memory_order_acquire);
     text.append(
         "  %5u  %10llu  %8llu  %8llu  ", record.ordinal,
-        static_cast<unsigned long long>(record.launches.load(std::memory_order_relaxed)),
+        static_cast<unsigned long long>(replay_count(record)),
         static_cast<unsigned long long>(record.failed_launches.load(std::memory_order_relaxed)),
         static_cast<unsigned long long>(record.rejected_pushes.load(std::memory_order_relaxed)));
     if (timing) {

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "naming/graph_naming.hpp"
+#include "range/replay_numbers.hpp"
 #include "support/log.hpp"
 #include "text_rules.hpp"
 
@@ -326,7 +327,7 @@ void GraphRegistry::retire(GraphRecord &record) {
   if (!leaving) return;
   // Long destroyed: keep its totals for the summary, recycle it and its label.
   ++recycled_.graphs;
-  recycled_.launches += leaving->launches.load(std::memory_order_relaxed);
+  recycled_.launches += replay_count(*leaving);
   recycled_.failed_launches += leaving->failed_launches.load(std::memory_order_relaxed);
   recycled_.rejected_pushes += leaving->rejected_pushes.load(std::memory_order_relaxed);
   retire_label(leaving->label.load(std::memory_order_relaxed));
@@ -368,7 +369,7 @@ void GraphRegistry::hold_unconfirmed(GraphRecord &record) {
   ++unconfirmed_;
   for (size_t looked = 1; unconfirmed_ > kMaxUnconfirmed && looked < unconfirmed_; ++looked) {
     GraphRecord &oldest = *unconfirmed_oldest_;
-    const uint64_t launches = oldest.launches.load(std::memory_order_relaxed);
+    const uint64_t launches = replay_count(oldest);
     if (launches != oldest.launches_seen) {  // in use: a second chance, at the back
       oldest.launches_seen = launches;
       unlink_unconfirmed(oldest);
@@ -398,6 +399,7 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   if (!record) return &overflow();
   record->in_use = true;
   record->ordinal = static_cast<uint32_t>(records_issued_.load(std::memory_order_relaxed) + 1);
+  record->generation.store(record->ordinal, std::memory_order_relaxed);
   record->api = api;
   record->handle.store(handle, std::memory_order_relaxed);
   record->confirmed = confirmed;
@@ -429,13 +431,15 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
 void GraphRegistry::start_counting_afresh() {
   for (size_t i = 0; i < records_.used; ++i) {
     if (GraphRecord *record = records_.at(i)) {
-      record->launches.store(0, std::memory_order_relaxed);
+      record->numbers_taken.store(0, std::memory_order_relaxed);
+      record->numbers_returned.store(0, std::memory_order_relaxed);
       record->failed_launches.store(0, std::memory_order_relaxed);
       record->rejected_pushes.store(0, std::memory_order_relaxed);
     }
   }
   if (overflow_) {
-    overflow_->launches.store(0, std::memory_order_relaxed);
+    overflow_->numbers_taken.store(0, std::memory_order_relaxed);
+    overflow_->numbers_returned.store(0, std::memory_order_relaxed);
     overflow_->failed_launches.store(0, std::memory_order_relaxed);
     overflow_->rejected_pushes.store(0, std::memory_order_relaxed);
   }

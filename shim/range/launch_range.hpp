@@ -18,6 +18,7 @@
 #include "gpu/gpu_timing.hpp"
 #include "range/activation.hpp"
 #include "range/graph_registry.hpp"
+#include "range/replay_numbers.hpp"
 #include "resolve/real_functions.hpp"
 #include "support/log.hpp"
 
@@ -125,7 +126,7 @@ class LaunchRange {
     // Payload: this graph's replay number (1-based), so summaries group by name while each
     // instance stays identifiable.
     attributes.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
-    attributes.payload.ullValue = record.launches.fetch_add(1, std::memory_order_relaxed) + 1;
+    attributes.payload.ullValue = take_replay_number(record);
     replay_ = attributes.payload.ullValue;
     if (nvtxStringHandle_t message = record.message.load(std::memory_order_acquire)) {
       attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "range/graph_registry.hpp"
+#include "range/replay_numbers.hpp"
 
 namespace {
 
@@ -269,10 +270,10 @@ TEST_CASE("300,000 graphs with handles never reused, two kept live: every one re
     naming_failed += registry->name_graph(exec, "churn") != 0;
     ferrum_replay::shim::GraphRecord &record = registry->record_for_launch(exec);
     overflowed += record.ordinal == 0;
-    record.launches.fetch_add(1);
+    ferrum_replay::shim::take_replay_number(record);
     ferrum_replay::shim::GraphRecord &keeper = registry->record_for_launch(handle(1 + n % 2));
     lost += &keeper != kept[n % 2];
-    keeper.launches.fetch_add(1);
+    ferrum_replay::shim::take_replay_number(keeper);
     registry->on_destroy(exec);
     if (n % 1000 == 0) max_slots = std::max(max_slots, registry->occupancy().table_slots);
   }
@@ -291,7 +292,7 @@ TEST_CASE("300,000 graphs with handles never reused, two kept live: every one re
   uint64_t graphs = registry->recycled().graphs, launches = registry->recycled().launches;
   registry->for_each([&](const ferrum_replay::shim::GraphRecord &record) {
     ++graphs;
-    launches += record.launches.load();
+    launches += ferrum_replay::shim::replay_count(record);
   });
   CHECK(graphs == 300002);
   CHECK(registry->size() == 300002);
@@ -327,7 +328,7 @@ TEST_CASE("graphs the registry never saw instantiated: held up to a bound, launc
     if (n % 1000 == 0) {
       ferrum_replay::shim::GraphRecord &now = registry->record_for_launch(handle(2));
       moved += &now != &busy;
-      now.launches.fetch_add(1);
+      ferrum_replay::shim::take_replay_number(now);
       most_unconfirmed = std::max(most_unconfirmed, registry->occupancy().unconfirmed);
     }
   }

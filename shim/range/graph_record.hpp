@@ -1,0 +1,63 @@
+// One executable graph's record and its label: what a launch reads (the first cache line of a
+// record) and what the registry keeps about the graph. The registry (graph_registry.hpp) owns
+// them; replay numbers (replay_numbers.hpp) count in them.
+#pragma once
+
+#include <nvtx3/nvToolsExt.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <atomic>
+
+namespace ferrum_replay::shim {
+
+inline constexpr size_t kMaxMessageLength = 159;
+inline constexpr size_t kMaxNameLength = 127;
+inline constexpr size_t kMaxSiteLength = 127;
+inline constexpr size_t kMaxContentLength = 127;
+
+// What a launch pushes: immutable once published.
+struct GraphLabel {
+  nvtxStringHandle_t message = nullptr;  // registered; null when no NVTX tool answers
+  GraphLabel *next_free = nullptr;       // the pool's free list (registry mutex)
+  uint32_t color = 0;                    // ARGB, stable per name
+  char text[kMaxMessageLength + 1] = {};
+};
+
+// The first cache line holds all a launch touches — the label's message and colour are
+// copied here, so a launch reads the slot and this line and not the label (with 10,000 live
+// graphs each line is a cache miss). The label is read only when no message was registered.
+struct alignas(64) GraphRecord {
+  uint32_t ordinal = 0;            // 1, 2, 3... in registration order; 0 for the overflow record
+  std::atomic<uint32_t> color{0};  // of the current label
+  std::atomic<nvtxStringHandle_t> message{nullptr};  // of the current label
+  std::atomic<const GraphLabel *> label{nullptr};
+  std::atomic<uintptr_t> handle{0};       // the exec handle this record was registered for
+  std::atomic<bool> site_pending{false};  // FERRUM_REPLAY_SITE=launch: named at first launch
+  // Replay numbers handed out to threads, a block at a time (replay_numbers.hpp): not the
+  // number of launches — replay_count() is.
+  std::atomic<uint64_t> numbers_taken{0};
+  std::atomic<uint64_t> failed_launches{0};
+  std::atomic<uint64_t> rejected_pushes{0};
+  // Handed out, then given back unused by a thread (replay_numbers.hpp); the ordinal the
+  // record has now, readable by a thread that is not sure the record is still that graph's.
+  std::atomic<uint64_t> numbers_returned{0};
+  std::atomic<uint32_t> generation{0};
+  // Below: written under the registry mutex only; never read on the launch path.
+  const char *api = "";              // the function that instantiated it, or "launch"
+  GraphRecord *next_free = nullptr;  // the pool's free list
+  bool in_use = false;               // allocated (live or retired-in-quarantine), not free
+  bool user_named = false;
+  bool live = true;              // false once destroyed
+  bool confirmed = false;        // its instantiation was seen: its destroy will be too
+  GraphRecord *older = nullptr;  // the unconfirmed list, oldest first (unconfirmed only)
+  GraphRecord *newer = nullptr;
+  uint64_t launches_seen = 0;          // replay_count() when the unconfirmed list last looked
+  char name[kMaxNameLength + 1] = {};  // the {name} field
+  char site[kMaxSiteLength + 1] = {};
+  char content[kMaxContentLength + 1] = {};
+};
+static_assert(offsetof(GraphRecord, rejected_pushes) + sizeof(uint64_t) <= 64,
+              "what a launch touches fits in the record's first cache line");
+
+}  // namespace ferrum_replay::shim

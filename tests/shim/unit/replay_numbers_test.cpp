@@ -1,0 +1,108 @@
+// Replay numbers taken a block at a time into per-thread caches (shim/range/replay_numbers.hpp):
+// every launch gets a number no other launch of its graph got, one thread's are consecutive,
+// and the count of launches stays exact through blocks, evictions, thread exits and churn.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "range/graph_record.hpp"
+#include "range/replay_numbers.hpp"
+
+using ferrum_replay::shim::GraphRecord;
+using ferrum_replay::shim::replay_count;
+using ferrum_replay::shim::take_replay_number;
+
+namespace {
+
+// A record as the registry makes one: a new ordinal, mirrored in its generation.
+std::unique_ptr<GraphRecord> make_record(uint32_t ordinal) {
+  auto record = std::make_unique<GraphRecord>();
+  record->ordinal = ordinal;
+  record->generation.store(ordinal);
+  return record;
+}
+
+}  // namespace
+
+TEST_CASE("one thread's replay numbers are 1, 2, 3... and the count is exact at every step") {
+  auto record = make_record(1);
+  for (uint64_t n = 1; n <= 1000; ++n) {
+    REQUIRE(take_replay_number(*record) == n);
+    REQUIRE(replay_count(*record) == n);
+  }
+  // Numbers are taken a block at a time: most launches never touched the graph's counter.
+  CHECK(record->numbers_taken.load() > 1000);
+}
+
+TEST_CASE("a thread alternating between more graphs than its cache holds counts each exactly") {
+  std::vector<std::unique_ptr<GraphRecord>> records;
+  for (uint32_t i = 0; i < 9; ++i) records.push_back(make_record(100 + i));
+  std::vector<uint64_t> expected(records.size(), 0);
+  for (int round = 0; round < 200; ++round) {
+    for (size_t i = 0; i < records.size(); ++i) {
+      // Graph i is launched i + 1 times in a row, so blocks grow and are evicted part-used.
+      for (size_t k = 0; k <= i; ++k) CHECK(take_replay_number(*records[i]) == ++expected[i]);
+    }
+  }
+  for (size_t i = 0; i < records.size(); ++i) CHECK(replay_count(*records[i]) == expected[i]);
+}
+
+TEST_CASE("threads launching one graph at once get unique numbers and an exact count") {
+  auto record = make_record(200);
+  constexpr int kThreads = 8, kLaunches = 20000;
+  std::vector<std::vector<uint64_t>> seen(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      seen[t].reserve(kLaunches);
+      for (int i = 0; i < kLaunches; ++i) seen[t].push_back(take_replay_number(*record));
+      // Counted while the other threads still hold blocks: never more than were launched.
+      CHECK(replay_count(*record) <= uint64_t{kThreads} * kLaunches);
+    });
+  for (std::thread &t : threads) t.join();
+  std::set<uint64_t> all;
+  for (const std::vector<uint64_t> &numbers : seen) {
+    CHECK(std::is_sorted(numbers.begin(), numbers.end()));  // a thread's numbers only grow
+    all.insert(numbers.begin(), numbers.end());
+  }
+  CHECK(all.size() == size_t{kThreads} * kLaunches);  // no number handed out twice
+  CHECK(*all.begin() >= 1);
+  // The exited threads gave back what their blocks still held.
+  CHECK(replay_count(*record) == uint64_t{kThreads} * kLaunches);
+}
+
+TEST_CASE("threads coming and going never exhaust the caches, and every launch is counted") {
+  auto record = make_record(300);
+  constexpr int kGenerations = 3 * ferrum_replay::shim::kMaxCaches;
+  int with_cache = 0;
+  for (int g = 0; g < kGenerations; ++g) {
+    std::thread([&] {
+      for (int i = 0; i < 5; ++i) take_replay_number(*record);
+      with_cache += ferrum_replay::shim::t_replays != nullptr;
+    }).join();
+  }
+  CHECK(with_cache == kGenerations);  // each exiting thread released its cache
+  CHECK(replay_count(*record) == uint64_t{kGenerations} * 5);
+}
+
+TEST_CASE("numbers held for a graph whose record was recycled are not given to the new graph") {
+  auto record = make_record(400);
+  auto other = make_record(401);
+  std::thread([&] {
+    for (int i = 0; i < 40; ++i) take_replay_number(*record);  // holds part of a block
+    // The graph is destroyed and, long after, its record reused for another graph.
+    record->ordinal = 999;
+    record->generation.store(999);
+    record->numbers_taken.store(0);
+    record->numbers_returned.store(0);
+    for (int i = 0; i < 3; ++i) CHECK(take_replay_number(*record) == uint64_t(i + 1));
+    CHECK(replay_count(*record) == 3);
+    for (int i = 0; i < 100; ++i) take_replay_number(*other);  // evictions, then thread exit
+  }).join();
+  CHECK(replay_count(*record) == 3);
+  CHECK(replay_count(*other) == 100);
+}
