@@ -387,7 +387,7 @@ def build_table(launch, startup, effects, memory, opts):
         base = med("baseline", bench)
         for config, target, limit in (("shim", "≤ 5 ns", 5.0), ("shim_active", "", None),
                                       ("shim_off", "≤ 2 ns", 2.0),
-                                      ("shim_recorder", "≤ 100 ns", 100.0),
+                                      ("shim_recorder", "≤ 50 ns", 50.0),
                                       ("naive", "", None), ("naive_recorder", "", None)):
             name = f"{label}: {CONFIG_LABEL[config]}"
             if config.startswith("naive") and route == "procaddress":
@@ -420,11 +420,12 @@ def build_table(launch, startup, effects, memory, opts):
     one, eight = (added("shim_active", "procaddress" + T1),
                   added("shim_active", "procaddress" + T8))
     r = ratio(eight[0], one[0])
-    t.row("8 threads at once (own graph each) vs 1 thread, CPU per launch", fmt_added(eight),
-          fmt_added(one), fmt_ratio(r), "≤ 1.5×", r <= 1.5)
     shared = added("shim_active", "procaddress" + T8_SHARED)
-    t.row("  8 threads launching one shared graph vs 1 thread", fmt_added(shared),
-          fmt_added(one), fmt_ratio(ratio(shared[0], one[0])), "", None)
+    r_shared = ratio(shared[0], one[0])
+    t.row("8 threads launching one shared graph vs 1 thread, CPU per launch", fmt_added(shared),
+          fmt_added(one), fmt_ratio(r_shared), "≤ 1.5×", r_shared <= 1.5)
+    t.row("  8 threads at once (own graph each) vs 1 thread", fmt_added(eight),
+          fmt_added(one), fmt_ratio(r), "≤ 1.5×", r <= 1.5)
     t.row("  total per launch, 8 threads vs 1, without preload",
           ns(med("baseline", "procaddress" + T8)), ns(med("baseline", "procaddress" + T1)),
           fmt_ratio(ratio(med("baseline", "procaddress" + T8),
