@@ -56,7 +56,7 @@ TEST_CASE("tick scale: the 64-bit shortcut gives the 128-bit line's value at eve
                                             {5, 7, 3, 7},
                                             {1000, max - 100, 1, 1},
                                             {max / 2, 1, 2999, 1000},
-                                            {0, 0, 1, max},
+                                            {0, 0, 1, uint64_t{1} << 40},
                                             {0, 0, max, 3}}) {
     TickScale s;
     s.ticks0 = ticks0;

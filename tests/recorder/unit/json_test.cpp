@@ -159,8 +159,9 @@ TEST_CASE("integers are written as printf's %llu and %lld write them") {
     CAPTURE(v);
     CHECK(written(kU64Chars, [&](char *p) { return write_u64(p, v); }) ==
           printed("%llu", static_cast<unsigned long long>(v)));
-    const int64_t i = static_cast<int64_t>(v);
-    for (int64_t x : {i, -i, i / 3, -(i / 3)})
+    // Both signs of every value (negated in unsigned arithmetic: INT64_MIN is its own).
+    const int64_t i = static_cast<int64_t>(v), negated = static_cast<int64_t>(uint64_t{0} - v);
+    for (int64_t x : {i, negated, i / 3, -(i / 3)})
       CHECK(written(kI64Chars, [&](char *p) { return write_i64(p, x); }) ==
             printed("%lld", static_cast<long long>(x)));
   }
