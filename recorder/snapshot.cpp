@@ -151,6 +151,9 @@ const Event *MergedEvents::next() {
     else
       readers_[current_ - 1].advance();
     if (head(current_)) {
+      // Runs seldom overlap in time (a thread's chunks end one after another): while the same
+      // source still comes first, its next event is returned without a trip through the heap.
+      if (heap_.empty() || source_before(current_, heap_.front())) return head(current_);
       heap_.push_back(current_);
       std::push_heap(heap_.begin(), heap_.end(), later);
     }
@@ -176,45 +179,66 @@ const Event *GpuReplays::next() {
   return &shown_;
 }
 
+namespace {
+
+// Merges `count` runs into one new run of `spill`. False (and `out` unusable) if the spill file
+// cannot be written or a run became unreadable.
+bool merge_runs(SpillFile &spill, const SpillRun *first, size_t count, SpillRun *out) {
+  // Merged through a throwaway snapshot that holds only them.
+  Snapshot part;
+  part.spill = &spill;
+  ThreadSnapshot group;
+  group.runs.assign(first, first + count);
+  const uint64_t events = group.event_count();
+  if (events > UINT32_MAX || !spill.reserve(events, out)) return false;
+  MergedEvents merged(part, group);
+  constexpr uint32_t kBatch = 1024;
+  std::vector<Event> batch;
+  batch.reserve(kBatch);
+  uint32_t written = 0;
+  for (const Event *e = merged.next();; e = merged.next()) {
+    if (e) {
+      batch.push_back(*e);
+      out->uses_global_domain |= e->domain_id == 0;
+      out->ranges += e->is_range();
+    }
+    if (batch.size() == kBatch || (!e && !batch.empty())) {
+      if (!spill.write(*out, written, batch.data(), static_cast<uint32_t>(batch.size())))
+        return false;
+      written += static_cast<uint32_t>(batch.size());
+      batch.clear();
+    }
+    if (!e) break;
+  }
+  return written == out->count;  // a run became unreadable: keep the originals
+}
+
+}  // namespace
+
 void compact_runs(SpillFile &spill, std::vector<SpillRun> &runs, size_t max_runs) {
   if (max_runs < 2) max_runs = 2;
   while (runs.size() > max_runs) {
+    // Groups of up to max_runs consecutive runs, each merged into one, until the runs left as
+    // they are bring the count within max_runs: only as many events are copied as that takes.
     std::vector<SpillRun> merged_runs;
-    for (size_t first = 0; first < runs.size(); first += max_runs) {
-      const size_t last = std::min(runs.size(), first + max_runs);
-      if (last - first == 1) {
-        merged_runs.push_back(runs[first]);
+    size_t first = 0;
+    while (first < runs.size()) {
+      const size_t left = runs.size() - first;
+      const size_t count = merged_runs.size() + left;  // if the rest stayed as it is
+      if (count <= max_runs) {
+        merged_runs.insert(merged_runs.end(), runs.begin() + static_cast<ptrdiff_t>(first),
+                           runs.end());
+        break;
+      }
+      const size_t group = std::min({max_runs, left, count - max_runs + 1});
+      if (group == 1) {
+        merged_runs.push_back(runs[first++]);
         continue;
       }
-      // Merge runs[first, last) through a throwaway snapshot that holds only them.
-      Snapshot part;
-      part.spill = &spill;
-      ThreadSnapshot group;
-      group.runs.assign(runs.begin() + static_cast<ptrdiff_t>(first),
-                        runs.begin() + static_cast<ptrdiff_t>(last));
-      const uint64_t count = group.event_count();
       SpillRun out;
-      if (count > UINT32_MAX || !spill.reserve(count, &out)) return;
-      MergedEvents merged(part, group);
-      constexpr uint32_t kBatch = 1024;
-      std::vector<Event> batch;
-      batch.reserve(kBatch);
-      uint32_t written = 0;
-      for (const Event *e = merged.next();; e = merged.next()) {
-        if (e) {
-          batch.push_back(*e);
-          out.uses_global_domain |= e->domain_id == 0;
-          out.ranges += e->is_range();
-        }
-        if (batch.size() == kBatch || (!e && !batch.empty())) {
-          if (!spill.write(out, written, batch.data(), static_cast<uint32_t>(batch.size()))) return;
-          written += static_cast<uint32_t>(batch.size());
-          batch.clear();
-        }
-        if (!e) break;
-      }
-      if (written != out.count) return;  // a run became unreadable: keep the originals
+      if (!merge_runs(spill, runs.data() + first, group, &out)) return;
       merged_runs.push_back(out);
+      first += group;
     }
     runs.swap(merged_runs);
   }

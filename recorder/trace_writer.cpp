@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstring>
+#include <map>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "json_text.hpp"
@@ -18,140 +20,255 @@ namespace ferrum_replay::recorder {
 
 namespace {
 
-void append_payload(std::string &out, const Payload &p) {
-  switch (p.kind) {
+// The trace is formatted into one buffer that is handed to the sink whenever it holds `chunk`
+// bytes: each event asks for room for the most it can take (begin), writes with the write_*
+// functions of json_text.hpp, and says where it ended (end). No allocation per event, no printf.
+class TraceOut {
+ public:
+  TraceOut(TraceSink sink, void *context, size_t chunk)
+      : sink_(sink), context_(context), chunk_(chunk), buffer_(chunk + kSlack) {}
+
+  // Where to write up to `n` more bytes (a name longer than the buffer grows it).
+  char *begin(size_t n) {
+    if (buffer_.size() - used_ < n) buffer_.resize(used_ + n);
+    return buffer_.data() + used_;
+  }
+  void end(const char *p) { used_ = static_cast<size_t>(p - buffer_.data()); }
+
+  void text(std::string_view s);
+  void string(std::string_view s) { end(write_json_string(begin(json_string_bound(s.size())), s)); }
+  void number(uint64_t v) { end(write_u64(begin(kU64Chars), v)); }
+
+  bool flush_if_full() { return used_ < chunk_ || flush(); }
+  bool flush() {
+    const bool ok = sink_(buffer_.data(), used_, context_);
+    used_ = 0;
+    return ok;
+  }
+
+ private:
+  static constexpr size_t kSlack = 64 << 10;
+  TraceSink sink_;
+  void *context_;
+  size_t chunk_;
+  std::vector<char> buffer_;
+  size_t used_ = 0;
+};
+
+// Literal text, its length known at compile time.
+template <size_t N>
+char *put(char *p, const char (&literal)[N]) {
+  std::memcpy(p, literal, N - 1);
+  return p + N - 1;
+}
+char *put(char *p, std::string_view s) {
+  std::memcpy(p, s.data(), s.size());
+  return p + s.size();
+}
+
+void TraceOut::text(std::string_view s) {
+  end(put(begin(s.size()), s));
+}
+
+// The most an event writes besides its strings and the prepared pieces below.
+constexpr size_t kEventRoom = 384;
+
+// Pieces every event of a kind repeats, escaped once per trace instead of once per event.
+class Prepared {
+ public:
+  explicit Prepared(const Snapshot &snap) : snap_(snap) {
+    for (const std::string &d : snap.domain_names) cats_.push_back(cat(d));
+    unknown_cat_ = cat("?");
+    for (const auto &[key, name] : snap.category_names) {
+      std::string piece(",\"categoryName\":");
+      append_json_string(piece, name);
+      category_names_.emplace(key, std::move(piece));
+    }
+  }
+  static std::string cat(std::string_view domain) {
+    std::string piece(",\"cat\":");
+    append_json_string(piece, domain);
+    return piece;
+  }
+  // ,"cat":"<domain>"
+  const std::string &domain(uint32_t domain_id) const {
+    return domain_id < cats_.size() ? cats_[domain_id] : unknown_cat_;
+  }
+  // ,"categoryName":"<name>", or nullptr when the program named none (Snapshot::category_name).
+  // Remembered, found or not, in a small direct-mapped cache: a trace's events use few.
+  const std::string *category_name(uint32_t domain_id, uint32_t category) {
+    if (category_names_.empty()) return nullptr;
+    const std::pair<uint32_t, uint32_t> key{domain_id, category};
+    Cached &c = cache_[(category ^ (domain_id * 0x9E3779B1u)) % kCacheSize];
+    if (!c.valid || c.key != key) {
+      const auto it = category_names_.find(key);
+      c = Cached{true, key, it == category_names_.end() ? nullptr : &it->second};
+    }
+    return c.name;
+  }
+  // ,"pid":P,"tid":T
+  std::string ids(uint32_t tid) const {
+    char buf[64];
+    char *p = put(buf, ",\"pid\":");
+    p = write_i64(p, snap_.pid);
+    p = put(p, ",\"tid\":");
+    p = write_u64(p, tid);
+    return std::string(buf, p);
+  }
+
+ private:
+  const Snapshot &snap_;
+  std::vector<std::string> cats_;
+  std::string unknown_cat_;
+  std::map<std::pair<uint32_t, uint32_t>, std::string> category_names_;
+  struct Cached {
+    bool valid = false;
+    std::pair<uint32_t, uint32_t> key;
+    const std::string *name = nullptr;
+  };
+  static constexpr size_t kCacheSize = 64;
+  Cached cache_[kCacheSize];
+};
+
+std::string_view name_of(const char *name) {
+  return name ? std::string_view(name) : std::string_view();
+}
+
+char *write_payload(char *p, const Payload &payload) {
+  switch (payload.kind) {
     case PayloadKind::u64:
-      out += std::to_string(p.u);
-      break;
+      return write_u64(p, payload.u);
     case PayloadKind::i64:
-      out += std::to_string(p.i);
-      break;
+      return write_i64(p, payload.i);
     case PayloadKind::f64:
-      append_json_double(out, p.d);
-      break;
+      return write_json_double(p, payload.d);
     case PayloadKind::none:
-      out += "null";
       break;
   }
+  return put(p, "null");
 }
 
-void append_color(std::string &out, uint32_t argb) {
-  // Alpha is dropped: "#rrggbb" is what every viewer and person understands.
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "\"#%06x\"", static_cast<unsigned>(argb & 0xFFFFFFu));
-  out += buf;
-}
-
-void append_metadata(std::string &out, const char *what, long pid, uint32_t tid,
+void append_metadata(TraceOut &out, const char *what, long pid, uint32_t tid,
                      const std::string &name) {
-  out += "{\"ph\":\"M\",\"name\":\"";
-  out += what;
-  out += "\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) +
-         ",\"args\":{\"name\":";
-  append_json_string(out, name);
-  out += "}}";
+  out.text("{\"ph\":\"M\",\"name\":\"");
+  out.text(what);
+  out.text("\",\"pid\":");
+  out.end(write_i64(out.begin(kI64Chars), pid));
+  out.text(",\"tid\":");
+  out.number(tid);
+  out.text(",\"args\":{\"name\":");
+  out.string(name);
+  out.text("}}");
 }
 
-void append_ts(std::string &out, const Snapshot &snap, uint64_t ticks) {
-  out += ",\"ts\":";
-  const uint64_t start_ns = snap.scale.to_ns(ticks);
-  append_micros(out, start_ns >= snap.origin_ns ? start_ns - snap.origin_ns : 0);
+char *write_ts(char *p, const Snapshot &snap, uint64_t start_ns) {
+  p = put(p, ",\"ts\":");
+  return write_micros(p, start_ns >= snap.origin_ns ? start_ns - snap.origin_ns : 0);
 }
 
-void append_cat(std::string &out, const Snapshot &snap, uint32_t domain_id) {
-  out += ",\"cat\":";
-  append_json_string(
-      out, domain_id < snap.domain_names.size() ? snap.domain_names[domain_id] : std::string("?"));
+// The room the strings of an event with this name and category take.
+size_t strings_room(std::string_view name, const std::string *category_name) {
+  return kEventRoom + json_string_bound(name.size()) + (category_name ? category_name->size() : 0);
 }
 
 // "args" without its closing brace: category (and its name when the program named it), payload
 // and colour when the caller set them.
-void append_args(std::string &out, const Snapshot &snap, uint32_t domain_id,
-                 const RangeAttrs &attrs) {
-  out += ",\"args\":{\"category\":" + std::to_string(attrs.category);
-  if (const std::string *name = snap.category_name(domain_id, attrs.category)) {
-    out += ",\"categoryName\":";
-    append_json_string(out, *name);
-  }
+char *write_args(char *p, const RangeAttrs &attrs, const std::string *category_name) {
+  p = put(p, ",\"args\":{\"category\":");
+  p = write_u64(p, attrs.category);
+  if (category_name) p = put(p, *category_name);
   if (attrs.payload.kind != PayloadKind::none) {
-    out += ",\"payload\":";
-    append_payload(out, attrs.payload);
+    p = put(p, ",\"payload\":");
+    p = write_payload(p, attrs.payload);
   }
   if (attrs.has_color) {
-    out += ",\"color\":";
-    append_color(out, attrs.color);
+    // Alpha is dropped: "#rrggbb" is what every viewer and person understands.
+    p = put(p, ",\"color\":\"#");
+    p = write_hex(p, attrs.color & 0xFFFFFFu, 6);
+    *p++ = '"';
   }
+  return p;
 }
 
-void append_event(std::string &out, const Snapshot &snap, uint32_t tid, const Event &e) {
-  out += "{\"ph\":\"X\",\"name\":";
-  append_json_string(out, e.attrs.name ? e.attrs.name : "");
-  append_cat(out, snap, e.domain_id);
-  append_ts(out, snap, e.start);
-  out += ",\"dur\":";
-  append_micros(out, snap.scale.span_ns(e.start, e.end));
-  out += ",\"pid\":" + std::to_string(snap.pid) + ",\"tid\":" + std::to_string(tid);
-  append_args(out, snap, e.domain_id, e.attrs);
-  out += ",\"depth\":" + std::to_string(e.depth) + "}}";
-}
-
-// A mark: an instant on its thread's track.
-void append_mark(std::string &out, const Snapshot &snap, uint32_t tid, const Event &e) {
-  out += "{\"ph\":\"i\",\"s\":\"t\",\"name\":";
-  append_json_string(out, e.attrs.name ? e.attrs.name : "");
-  append_cat(out, snap, e.domain_id);
-  append_ts(out, snap, e.start);
-  out += ",\"pid\":" + std::to_string(snap.pid) + ",\"tid\":" + std::to_string(tid);
-  append_args(out, snap, e.domain_id, e.attrs);
-  out += "}}";
+// A push/pop range ("X") or a mark ("i": an instant on its thread's track, a range's args but
+// no depth).
+void append_event(TraceOut &out, const Snapshot &snap, Prepared &prepared, const std::string &ids,
+                  const Event &e) {
+  const bool range = e.kind() == EventKind::range;
+  const std::string_view name = name_of(e.attrs.name);
+  const std::string &cat = prepared.domain(e.domain_id);
+  const std::string *category_name = prepared.category_name(e.domain_id, e.attrs.category);
+  char *p = out.begin(strings_room(name, category_name) + cat.size() + ids.size());
+  p = range ? put(p, ",\n{\"ph\":\"X\",\"name\":")
+            : put(p, ",\n{\"ph\":\"i\",\"s\":\"t\",\"name\":");
+  p = write_json_string(p, name);
+  p = put(p, cat);
+  p = write_ts(p, snap, snap.scale.to_ns(e.start));
+  if (range) {
+    p = put(p, ",\"dur\":");
+    p = write_micros(p, snap.scale.span_ns(e.start, e.end));
+  }
+  p = put(p, ids);
+  p = write_args(p, e.attrs, category_name);
+  if (range) {
+    p = put(p, ",\"depth\":");
+    p = write_u64(p, e.depth);
+  }
+  out.end(put(p, "}}"));
 }
 
 // One half of a start/end range: "b" where it started, "e" where it ended (maybe another thread),
 // both with the begin's name and domain and the range's id, so that viewers pair them.
-void append_async(std::string &out, const Snapshot &snap, uint32_t tid, const Event &e,
-                  const AsyncRange &range) {
+void append_async(TraceOut &out, const Snapshot &snap, Prepared &prepared, const std::string &ids,
+                  const Event &e, const AsyncRange &range) {
   const bool begin = e.kind() == EventKind::async_begin;
-  out += begin ? "{\"ph\":\"b\",\"name\":" : "{\"ph\":\"e\",\"name\":";
-  append_json_string(out, range.name ? range.name : "");
-  append_cat(out, snap, range.domain_id);
-  char id[32];
-  std::snprintf(id, sizeof id, ",\"id\":\"0x%llx\"", static_cast<unsigned long long>(e.async_id()));
-  out += id;
-  append_ts(out, snap, e.start);
-  out += ",\"pid\":" + std::to_string(snap.pid) + ",\"tid\":" + std::to_string(tid);
+  const std::string_view name = name_of(range.name);
+  const std::string &cat = prepared.domain(range.domain_id);
+  const std::string *category_name =
+      begin ? prepared.category_name(e.domain_id, e.attrs.category) : nullptr;
+  char *p = out.begin(strings_room(name, category_name) + cat.size() + ids.size());
+  p = begin ? put(p, ",\n{\"ph\":\"b\",\"name\":") : put(p, ",\n{\"ph\":\"e\",\"name\":");
+  p = write_json_string(p, name);
+  p = put(p, cat);
+  p = put(p, ",\"id\":\"0x");
+  p = write_hex(p, e.async_id());
+  *p++ = '"';
+  p = write_ts(p, snap, snap.scale.to_ns(e.start));
+  p = put(p, ids);
   if (begin) {
-    append_args(out, snap, e.domain_id, e.attrs);
-    out += "}}";
+    p = write_args(p, e.attrs, category_name);
+    p = put(p, "}}");
   } else {
-    out += "}";
+    *p++ = '}';
   }
+  out.end(p);
 }
 
 // One GPU replay: its own track (tid) in the process, the CPU range's name, category "<domain>,gpu"
 // so that CPU readers that select a domain never mistake it for a range of that domain.
-void append_gpu_event(std::string &out, const Snapshot &snap, const ThreadSnapshot &track,
-                      const std::string &cat, uint32_t gpu_domain_id, const Event &e) {
-  out += "{\"ph\":\"X\",\"name\":";
-  append_json_string(out, e.attrs.name ? e.attrs.name : "");
-  out += ",\"cat\":";
-  append_json_string(out, cat);
-  out += ",\"ts\":";
-  const uint64_t start_ns = track.start_ns(snap.scale, e);
-  append_micros(out, start_ns >= snap.origin_ns ? start_ns - snap.origin_ns : 0);
-  out += ",\"dur\":";
-  append_micros(out, track.span_ns(snap.scale, e));
-  out += ",\"pid\":" + std::to_string(snap.pid) + ",\"tid\":" + std::to_string(track.tid);
-  out += ",\"args\":{\"replay\":" + std::to_string(e.attrs.payload.u) +
-         ",\"category\":" + std::to_string(e.attrs.category);
-  if (const std::string *name = snap.category_name(gpu_domain_id, e.attrs.category)) {
-    out += ",\"categoryName\":";
-    append_json_string(out, *name);
-  }
-  out += "}}";
+void append_gpu_event(TraceOut &out, const Snapshot &snap, Prepared &prepared,
+                      const ThreadSnapshot &track, const std::string &ids, const std::string &cat,
+                      uint32_t gpu_domain_id, const Event &e) {
+  const std::string_view name = name_of(e.attrs.name);
+  const std::string *category_name = prepared.category_name(gpu_domain_id, e.attrs.category);
+  char *p = out.begin(strings_room(name, category_name) + cat.size() + ids.size());
+  p = put(p, ",\n{\"ph\":\"X\",\"name\":");
+  p = write_json_string(p, name);
+  p = put(p, cat);
+  p = write_ts(p, snap, track.start_ns(snap.scale, e));
+  p = put(p, ",\"dur\":");
+  p = write_micros(p, track.span_ns(snap.scale, e));
+  p = put(p, ids);
+  p = put(p, ",\"args\":{\"replay\":");
+  p = write_u64(p, e.attrs.payload.u);
+  p = put(p, ",\"category\":");
+  p = write_u64(p, e.attrs.category);
+  if (category_name) p = put(p, *category_name);
+  out.end(put(p, "}}"));
 }
 
-bool string_sink(const std::string &piece, void *context) {
-  static_cast<std::string *>(context)->append(piece);
+bool string_sink(const char *data, size_t size, void *context) {
+  static_cast<std::string *>(context)->append(data, size);
   return true;
 }
 
@@ -160,38 +277,34 @@ struct FdSink {
   int error = 0;
 };
 
-bool fd_sink(const std::string &piece, void *context) {
+bool fd_sink(const char *data, size_t size, void *context) {
   auto *s = static_cast<FdSink *>(context);
-  s->error = common::write_all(s->fd, piece.data(), piece.size());
+  s->error = common::write_all(s->fd, data, size);
   return s->error == 0;
 }
 
 }  // namespace
 
 bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t chunk) {
-  std::string out;
-  out.reserve(chunk + 4096);
-  const auto flush_if_full = [&]() {
-    if (out.size() < chunk) return true;
-    const bool ok = sink(out, context);
-    out.clear();
-    return ok;
-  };
+  TraceOut out(sink, context, chunk);
+  Prepared prepared(snap);
 
-  out += "{\"traceEvents\":[\n";
+  out.text("{\"traceEvents\":[\n");
   append_metadata(out, "process_name", snap.pid, static_cast<uint32_t>(snap.pid),
                   snap.process_name);
   for (const ThreadSnapshot &t : snap.threads) {
-    out += ",\n";
+    out.text(",\n");
     append_metadata(out, "thread_name", snap.pid, t.tid, t.name);
   }
   // GPU tracks: named like threads, listed after them (sort index), one per (device, stream).
   for (const ThreadSnapshot &t : snap.gpu_tracks) {
-    out += ",\n";
+    out.text(",\n");
     append_metadata(out, "thread_name", snap.pid, t.tid, t.name);
-    out += ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" + std::to_string(snap.pid) +
-           ",\"tid\":" + std::to_string(t.tid) +
-           ",\"args\":{\"sort_index\":" + std::to_string(t.tid) + "}}";
+    out.text(",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\"");
+    out.text(prepared.ids(t.tid));
+    out.text(",\"args\":{\"sort_index\":");
+    out.number(t.tid);
+    out.text("}}");
   }
   // The footer's count is the events written above, never a figure from elsewhere: a trace's
   // counts always equal what it holds.
@@ -199,17 +312,16 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   // A start/end range is written only when both halves are known, its end once.
   std::vector<bool> end_written(snap.async_ranges.size(), false);
   for (const ThreadSnapshot &t : snap.threads) {
+    const std::string ids = prepared.ids(t.tid);
     MergedEvents events(snap, t);
     while (const Event *e = events.next()) {
       switch (e->kind()) {
         case EventKind::range:
-          out += ",\n";
-          append_event(out, snap, t.tid, *e);
+          append_event(out, snap, prepared, ids, *e);
           ++written;
           break;
         case EventKind::mark:
-          out += ",\n";
-          append_mark(out, snap, t.tid, *e);
+          append_event(out, snap, prepared, ids, *e);
           ++marks;
           break;
         case EventKind::async_begin:
@@ -222,68 +334,76 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
           } else {
             ++async_written;
           }
-          out += ",\n";
-          append_async(out, snap, t.tid, *e, snap.async_ranges[id]);
+          append_async(out, snap, prepared, ids, *e, snap.async_ranges[id]);
           break;
         }
       }
-      if (!flush_if_full()) return false;
+      if (!out.flush_if_full()) return false;
     }
   }
   uint64_t gpu_written = 0;
-  const std::string gpu_cat = snap.gpu_domain + ",gpu";
+  const std::string gpu_cat = Prepared::cat(snap.gpu_domain + ",gpu");
   uint32_t gpu_domain_id = UINT32_MAX;
   for (uint32_t id = 0; id < snap.domain_names.size(); ++id)
     if (snap.domain_names[id] == snap.gpu_domain) gpu_domain_id = id;
   for (const ThreadSnapshot &t : snap.gpu_tracks) {
+    const std::string ids = prepared.ids(t.tid);
     GpuReplays replays(snap, t);
     while (const Event *e = replays.next()) {
-      out += ",\n";
-      append_gpu_event(out, snap, t, gpu_cat, gpu_domain_id, *e);
+      append_gpu_event(out, snap, prepared, t, ids, gpu_cat, gpu_domain_id, *e);
       ++gpu_written;
-      if (!flush_if_full()) return false;
+      if (!out.flush_if_full()) return false;
     }
   }
-  out += "\n],\n\"displayTimeUnit\":\"ns\",\n\"ferrumReplay\":{\"version\":1";
-  out += ",\"pid\":" + std::to_string(snap.pid);
-  out += ",\"ranges\":" + std::to_string(written);
-  out += ",\"marks\":" + std::to_string(marks);
-  out += ",\"startEndRanges\":" + std::to_string(async_written);
-  out += ",\"rejectedPushes\":" + std::to_string(snap.rejected_pushes);
-  out += ",\"protocolErrors\":{\"popWithoutPush\":" + std::to_string(snap.errors.pop_without_push) +
-         ",\"popWrongDomain\":" + std::to_string(snap.errors.pop_wrong_domain) +
-         ",\"openAtExit\":" + std::to_string(snap.errors.open_at_exit) +
-         ",\"endUnknownId\":" + std::to_string(snap.errors.end_unknown_id) +
-         ",\"startOpenAtExit\":" + std::to_string(snap.errors.start_open_at_exit) + "}";
-  out += ",\"domains\":[";
+  out.text("\n],\n\"displayTimeUnit\":\"ns\",\n\"ferrumReplay\":{\"version\":1,\"pid\":");
+  out.end(write_i64(out.begin(kI64Chars), snap.pid));
+  const auto field = [&out](std::string_view key, uint64_t value) {
+    out.text(key);
+    out.number(value);
+  };
+  field(",\"ranges\":", written);
+  field(",\"marks\":", marks);
+  field(",\"startEndRanges\":", async_written);
+  field(",\"rejectedPushes\":", snap.rejected_pushes);
+  field(",\"protocolErrors\":{\"popWithoutPush\":", snap.errors.pop_without_push);
+  field(",\"popWrongDomain\":", snap.errors.pop_wrong_domain);
+  field(",\"openAtExit\":", snap.errors.open_at_exit);
+  field(",\"endUnknownId\":", snap.errors.end_unknown_id);
+  field(",\"startOpenAtExit\":", snap.errors.start_open_at_exit);
+  out.text("}");
+  out.text(",\"domains\":[");
   bool first = true;
   for (const std::string &d : snap.used_domains()) {
-    if (!first) out += ",";
+    if (!first) out.text(",");
     first = false;
-    append_json_string(out, d);
+    out.string(d);
   }
-  out += "]";
+  out.text("]");
   // Where and when: lets `ferrum-replay merge` put several processes' traces on one time line
   // (monotonic origins on one host, wall-clock origins across hosts) and name them by rank.
-  out += ",\"host\":";
-  append_json_string(out, snap.host);
-  out += ",\"clock\":{\"originMonotonicNs\":" + std::to_string(snap.origin_ns) +
-         ",\"originRealtimeNs\":" + std::to_string(snap.origin_realtime_ns) +
-         "},\"clockSource\":\"" + snap.clock_source + "\"";
-  if (snap.gpu.registered)
-    out += ",\"gpu\":{\"timed\":" + std::to_string(gpu_written) +
-           ",\"inFlightAtExit\":" + std::to_string(snap.gpu.in_flight) +
-           ",\"notTimed\":" + std::to_string(snap.gpu.not_timed + snap.gpu.dropped) +
-           ",\"alignErrorNs\":" + std::to_string(snap.gpu.align_error_ns) + "}";
-  if (!snap.rank_variable.empty()) {
-    out += ",\"rank\":{\"variable\":";
-    append_json_string(out, snap.rank_variable);
-    out += ",\"value\":";
-    append_json_string(out, snap.rank_value);
-    out += "}";
+  out.text(",\"host\":");
+  out.string(snap.host);
+  field(",\"clock\":{\"originMonotonicNs\":", snap.origin_ns);
+  field(",\"originRealtimeNs\":", snap.origin_realtime_ns);
+  out.text("},\"clockSource\":\"");
+  out.text(snap.clock_source);
+  out.text("\"");
+  if (snap.gpu.registered) {
+    field(",\"gpu\":{\"timed\":", gpu_written);
+    field(",\"inFlightAtExit\":", snap.gpu.in_flight);
+    field(",\"notTimed\":", snap.gpu.not_timed + snap.gpu.dropped);
+    field(",\"alignErrorNs\":", snap.gpu.align_error_ns);
+    out.text("}");
   }
-  out += "}}\n";
-  return sink(out, context);
+  if (!snap.rank_variable.empty()) {
+    out.text(",\"rank\":{\"variable\":");
+    out.string(snap.rank_variable);
+    out.text(",\"value\":");
+    out.string(snap.rank_value);
+    out.text("}");
+  }
+  out.text("}}\n");
+  return out.flush();
 }
 
 std::string render_trace(const Snapshot &snap) {
@@ -327,9 +447,9 @@ struct StreamSink {
   int error = 0;
 };
 
-bool stream_sink(const std::string &piece, void *context) {
+bool stream_sink(const char *data, size_t size, void *context) {
   auto *s = static_cast<StreamSink *>(context);
-  s->error = common::stream_write(&s->stream, piece.data(), piece.size());
+  s->error = common::stream_write(&s->stream, data, size);
   return s->error == 0;
 }
 

@@ -52,7 +52,7 @@
 namespace ferrum_replay::recorder {
 
 // Receives the JSON text in pieces; returns false to stop (a write error).
-using TraceSink = bool (*)(const std::string &piece, void *context);
+using TraceSink = bool (*)(const char *data, size_t size, void *context);
 
 // Streams the whole document to `sink` in pieces of roughly `chunk` bytes, so that a long run's
 // trace is never held in memory twice. Returns false if the sink failed.

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdint>
 #include <ctime>
 #include <map>
@@ -38,6 +39,42 @@ TEST_CASE("tick scale: identity by default, a straight line otherwise") {
   const uint64_t ten_hours = 4ull * 1000000000ull * 3600 * 10;
   CHECK(s.to_ns(3000 + ten_hours) == 1000000 + 36000000000000ull);
   CHECK(s.span_ns(0, ten_hours) == 36000000000000ull);
+}
+
+TEST_CASE("tick scale: the 64-bit shortcut gives the 128-bit line's value at every edge") {
+  // to_ns computes in 64 bits where nothing overflows (the exit report converts every event):
+  // the result must be the one the 128-bit formula gives, on both sides of each overflow edge.
+  const auto reference = [](const TickScale &s, uint64_t ticks) {
+    const __int128 delta = static_cast<__int128>(ticks) - static_cast<__int128>(s.ticks0);
+    const __int128 ns = static_cast<__int128>(s.ns0) + delta * s.dns / s.dticks;
+    return ns < 0 ? uint64_t{0} : static_cast<uint64_t>(ns);
+  };
+  const uint64_t max = UINT64_MAX;
+  for (const auto &[ticks0, ns0, dticks, dns] :
+       std::vector<std::array<uint64_t, 4>>{{0, 0, 1, 1},
+                                            {3000, 1000000, 3000000, 1000000},
+                                            {5, 7, 3, 7},
+                                            {1000, max - 100, 1, 1},
+                                            {max / 2, 1, 2999, 1000},
+                                            {0, 0, 1, uint64_t{1} << 40},
+                                            {0, 0, max, 3}}) {
+    TickScale s;
+    s.ticks0 = ticks0;
+    s.ns0 = ns0;
+    s.dticks = dticks;
+    s.dns = dns;
+    std::vector<uint64_t> ticks{0, 1, max, max - 1, ticks0, ticks0 - 1, ticks0 + 1};
+    const uint64_t product_edge = ticks0 + max / dns;  // delta * dns just fits in 64 bits
+    const uint64_t sum_edge = ticks0 + (max - ns0) / dns * dticks;  // about where ns0 + ... wraps
+    for (uint64_t edge : {product_edge, sum_edge})
+      for (uint64_t d = 0; d < 4; ++d) ticks.insert(ticks.end(), {edge - d, edge + d});
+    for (uint64_t t : ticks) {
+      CAPTURE(ticks0);
+      CAPTURE(dns);
+      CAPTURE(t);
+      CHECK(s.to_ns(t) == reference(s, t));
+    }
+  }
 }
 
 TEST_CASE("tick scale: a range nested in another ends within it in nanoseconds too") {

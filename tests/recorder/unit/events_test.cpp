@@ -164,6 +164,40 @@ TEST_CASE("category names: per domain, shown beside the number; cat stays the do
   CHECK(json.find("\"args\":{\"category\":2,\"depth\":0}") != std::string::npos);
 }
 
+TEST_CASE("category names: every event gets its own, however many the trace mixes") {
+  // The writer remembers recent lookups (trace_writer.cpp): hundreds of (domain, category)
+  // pairs, named and not, in an order that keeps evicting them, must each show their own name.
+  Recorder r(spilling_at_once(), 0);
+  const nvtxDomainRegistration_st *domains[] = {
+      &r.names().global_domain(), r.names().create_domain("a"), r.names().create_domain("b")};
+  for (uint32_t c = 0; c <= 300; c += 3)
+    for (const nvtxDomainRegistration_st *d : domains)
+      r.names().name_category(d->id, c, "n" + std::to_string(c));
+  r.names().name_category(domains[1]->id, 7, "only in a");
+  std::string expected;
+  for (uint32_t i = 0; i < 3000; ++i) {
+    const uint32_t category = i * 37 % 301;
+    const nvtxDomainRegistration_st &d = *domains[i % 3];
+    r.push(d, "x", false, with_category(category));
+    r.pop(d);
+    expected += "\"category\":" + std::to_string(category);
+    if (category % 3 == 0)
+      expected += ",\"categoryName\":\"n" + std::to_string(category) + "\"";
+    else if (category == 7 && i % 3 == 1)
+      expected += ",\"categoryName\":\"only in a\"";
+    expected += ",";
+  }
+  const std::string json = render_trace(r.snapshot());
+  std::string got;
+  for (size_t at = json.find("\"category\":"); at != std::string::npos;
+       at = json.find("\"category\":", at + 1)) {
+    const size_t end = json.find(",\"depth\"", at);
+    REQUIRE(end != std::string::npos);
+    got += json.substr(at, end - at) + ",";
+  }
+  CHECK(got == expected);
+}
+
 TEST_CASE("the process's name comes from its command line") {
   CHECK(command_display_name("/opt/bin/inference_server_main\0--port\0008000\0"s) ==
         "inference_server_main");

@@ -128,6 +128,46 @@ TEST_CASE("a run across segments reads back whole") {
   CHECK(holds(spill, rb, b));
 }
 
+TEST_CASE("compaction merges only as many runs as bring the count down, in trace order") {
+  // 6 runs of 100 events, one after another in time; at most 4 sources: merging 3 of them is
+  // enough (the exit report's compaction copies what it must, not every spilled event).
+  SpillFile spill;
+  std::vector<SpillRun> runs(6);
+  for (uint32_t i = 0; i < 6; ++i) {
+    const std::vector<Event> events = numbered_events(i * 100, 100);
+    REQUIRE(spill.append(events.data(), 100, &runs[i]));
+  }
+  const uint64_t before = spill.size();
+  compact_runs(spill, runs, 4);
+  CHECK(runs.size() == 4);
+  CHECK(spill.size() - before == 300 * sizeof(Event));
+  // Many runs, a few passes: still every event once, in order.
+  for (uint32_t i = 0; i < 40; ++i) {
+    const std::vector<Event> events = numbered_events(600 + i * 10, 10);
+    runs.emplace_back();
+    REQUIRE(spill.append(events.data(), 10, &runs.back()));
+  }
+  compact_runs(spill, runs, 3);
+  CHECK(runs.size() <= 3);
+  Snapshot snap;
+  snap.spill = &spill;
+  ThreadSnapshot thread;
+  thread.runs = runs;
+  uint64_t next = 0;
+  for_each_event_in_order(snap, thread, [&](const Event &e) { CHECK(e.start == next++); });
+  CHECK(next == 1000);
+
+  // Runs that overlap in time (interleaved starts, stretches of each) still merge in order.
+  std::vector<Event> a, b;
+  for (uint32_t i = 0; i < 300; ++i) (i / 7 % 2 ? a : b).push_back(numbered_events(i, 1)[0]);
+  thread.runs.assign(2, SpillRun{});
+  REQUIRE(spill.append(a.data(), static_cast<uint32_t>(a.size()), &thread.runs[0]));
+  REQUIRE(spill.append(b.data(), static_cast<uint32_t>(b.size()), &thread.runs[1]));
+  next = 0;
+  for_each_event_in_order(snap, thread, [&](const Event &e) { CHECK(e.start == next++); });
+  CHECK(next == 300);
+}
+
 // Resident pages of the spill file's mappings (files without a name: the test makes no other),
 // from /proc/self/smaps. Not the process's whole resident size: a sanitizer's shadow of the
 // written pages (TSan: four times them) would count there, and is not the spill's doing.
