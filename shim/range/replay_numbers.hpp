@@ -62,15 +62,28 @@ static_assert(ReplayCache::kWays == 4, "replay_way() picks one of four ways");
 
 // The next replay number of `record` for this thread's launch (1-based).
 inline uint64_t take_replay_number(GraphRecord &record) {
-  if (ReplayCache *cache = t_replays) [[likely]] {
-    ReplayBlock &block = cache->ways[replay_way(&record)];
-    const uint64_t next = block.next.load(std::memory_order_relaxed);
-    if (block.record.load(std::memory_order_relaxed) == &record &&
-        block.ordinal.load(std::memory_order_relaxed) == record.ordinal &&
-        next != block.end.load(std::memory_order_relaxed)) [[likely]] {
+  ReplayCache *cache = t_replays;
+  if (!cache) [[unlikely]]
+    return take_replay_number_slow(record);
+  ReplayBlock &block = cache->ways[replay_way(&record)];
+  const uint64_t next = block.next.load(std::memory_order_relaxed);
+  const bool held = next != block.end.load(std::memory_order_relaxed);
+  if (block.record.load(std::memory_order_relaxed) == &record &&
+      block.ordinal.load(std::memory_order_relaxed) == record.ordinal) {
+    if (held) [[likely]] {
       block.next.store(next + 1, std::memory_order_relaxed);
       return next + 1;
     }
+  } else if (!held) {
+    // Another graph's block, used up (a thread going round many graphs): nothing to give back,
+    // and this graph starts with a single number, here rather than out of line.
+    const uint64_t first = record.numbers_taken.fetch_add(1, std::memory_order_relaxed);
+    block.record.store(&record, std::memory_order_relaxed);
+    block.ordinal.store(record.ordinal, std::memory_order_relaxed);
+    block.size = 1;
+    block.next.store(first + 1, std::memory_order_relaxed);
+    block.end.store(first + 1, std::memory_order_relaxed);
+    return first + 1;
   }
   return take_replay_number_slow(record);
 }
