@@ -8,8 +8,6 @@
 // reach). Never one of the shim's own functions: that would be an infinite loop.
 #pragma once
 
-#include <stddef.h>
-
 #include <atomic>
 
 namespace ferrum_replay::shim {
@@ -30,15 +28,7 @@ void *find_next_definition(const char *name);
 template <typename Function>
 class RealFunction {
  public:
-  static constexpr size_t kMaxName = 40;  // with its terminating zero
-
-  // The name is kept in the object rather than pointed to: a pointer would cost the loader a
-  // relocation per function in every process, CUDA or not (docs/performance.md, "Start-up").
-  template <size_t Length>
-  constexpr explicit RealFunction(const char (&name)[Length]) : name_{} {
-    static_assert(Length <= kMaxName, "a longer function name needs a larger kMaxName");
-    for (size_t i = 0; i < Length; ++i) name_[i] = name[i];
-  }
+  constexpr explicit RealFunction(const char *name) : name_(name) {}
   RealFunction(const RealFunction &) = delete;
   RealFunction &operator=(const RealFunction &) = delete;
 
@@ -64,8 +54,8 @@ class RealFunction {
     return function;
   }
 
+  const char *name_;
   std::atomic<Function> function_{nullptr};
-  char name_[kMaxName];
 };
 
 }  // namespace ferrum_replay::shim
