@@ -12,7 +12,9 @@ built library (readelf), and each check here was a measured cost:
     library's do: the RELRO page, and the page of .got.plt and the start of .data;
   - at most 250 relative relocations (1,249 when each file kept its own copy of NVTX's
     globals; --gc-sections);
-  - no DT_FINI (crti's empty _fini, called at exit, faulted in the last page of .text).
+  - no DT_FINI (crti's empty _fini, called at exit, faulted in the last page of .text);
+  - .bss starts in a page the relocations write: crtstuff's destructor reads its first
+    bytes at every exit, a fault of its own anywhere else (so .data must stay small).
 
   tests/load_cost_check.py LIBFERRUM_REPLAY_SO [b_sanitize] [b_coverage]
 
@@ -49,6 +51,14 @@ def relocation_targets(library):
     return targets
 
 
+def section_address(library, name):
+    for line in readelf("-S", library).splitlines():
+        fields = line.replace("[ ", "[").split()
+        if len(fields) > 3 and fields[1] == name:
+            return int(fields[3], 16)
+    return None
+
+
 def dynamic_tags(library):
     return set(re.findall(r"\((\w+)\)", readelf("-d", library)))
 
@@ -68,6 +78,11 @@ def main(library, sanitize="none", coverage="false"):
     if len(pages) > MAX_WRITTEN_PAGES:
         print(f"load cost: relocations write {len(pages)} pages at load "
               f"({', '.join(hex(p * PAGE) for p in pages)}), at most {MAX_WRITTEN_PAGES}")
+        ok = False
+    bss = section_address(library, ".bss")
+    if bss is not None and bss // PAGE not in pages:
+        print(f"load cost: .bss starts at {bss:#x}, in a page no relocation writes: a fault at"
+              " every exit")
         ok = False
     relative = sum(1 for _, kind in targets if kind.endswith("_RELATIVE"))
     if relative > MAX_RELATIVE:
