@@ -26,7 +26,8 @@ nvtxDomainHandle_t g_domain = nullptr;
 namespace {
 
 // Constructed by settings() when first read (read_settings sets every field), so it starts as
-// zeros: .bss, not 2.8 KB of initialised .data the loader would map into every process.
+// zeros, in .bss: 2.8 KB less initialised .data, whose pages the loader writes (copy-on-write)
+// in every process; tests/load_cost_check.py keeps them to the one it writes anyway.
 union SettingsStorage {
   constexpr SettingsStorage() : unread() {}
   char unread;
