@@ -1,13 +1,15 @@
 /* ferrum-bench-spawn: start-up cost of a program with and without a preloaded library.
  *
- *   ferrum-bench-spawn PRELOAD COUNT WARMUP program [args...]
+ *   ferrum-bench-spawn [--baseline=BASELINE] PRELOAD COUNT WARMUP program [args...]
  *
  * Spawns the program 2 * (WARMUP + COUNT) times with posix_spawn, in pairs: once without and
  * once with LD_PRELOAD=PRELOAD (any LD_PRELOAD of our own environment is removed from both;
  * which of a pair goes first alternates), stdout and stderr to /dev/null, and times each spawn
  * from posix_spawn to waitpid on CLOCK_MONOTONIC. The first WARMUP pairs are discarded.
  * Pairing keeps the two series under the same conditions (page cache, CPU frequency, other
- * load). Prints:
+ * load). With --baseline, the first of each pair runs with LD_PRELOAD=BASELINE instead of
+ * none: PRELOAD against another library (the shim against an empty one) in the same pairs.
+ * Prints ("without": the first of each pair):
  *   median_without_ns=<n>
  *   median_with_ns=<n>
  *   median_pair_ratio=<with/without of each pair, median>
@@ -49,6 +51,14 @@ static double median_d(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* "LD_PRELOAD=<library>", allocated; null when out of memory. */
+static char *preload_entry(const char *library) {
+  size_t length = strlen(library) + sizeof "LD_PRELOAD=";
+  char *entry = malloc(length);
+  if (entry) snprintf(entry, length, "LD_PRELOAD=%s", library);
+  return entry;
+}
+
 static long long spawn_once(char **argv, char **envp, const posix_spawn_file_actions_t *actions) {
   pid_t pid;
   int status = 0;
@@ -60,8 +70,15 @@ static long long spawn_once(char **argv, char **envp, const posix_spawn_file_act
 }
 
 int main(int argc, char **argv) {
+  const char *baseline = NULL;
+  if (argc > 1 && strncmp(argv[1], "--baseline=", 11) == 0) {
+    baseline = argv[1] + 11;
+    --argc, ++argv;
+  }
   if (argc < 5) {
-    fprintf(stderr, "usage: %s PRELOAD COUNT WARMUP program [args...]\n", argv[0]);
+    fprintf(
+        stderr,
+        "usage: ferrum-bench-spawn [--baseline=BASELINE] PRELOAD COUNT WARMUP program [args...]\n");
     return 2;
   }
   const char *preload = argv[1];
@@ -69,20 +86,19 @@ int main(int argc, char **argv) {
   char **program = argv + 4;
   if (count <= 0 || warmup < 0) return 2;
 
-  /* The two environments: ours without LD_PRELOAD, and the same plus LD_PRELOAD=PRELOAD. */
+  /* The two environments: ours without LD_PRELOAD (or with LD_PRELOAD=BASELINE), and the same
+   * plus LD_PRELOAD=PRELOAD. */
   int n = 0;
   while (environ[n]) ++n;
-  char **without = calloc((size_t)n + 1, sizeof *without);
+  char **without = calloc((size_t)n + 2, sizeof *without);
   char **with = calloc((size_t)n + 2, sizeof *with);
   if (!without || !with) return 1;
   int k = 0;
   for (int i = 0; i < n; ++i)
     if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0) without[k] = with[k] = environ[i], ++k;
-  size_t length = strlen(preload) + sizeof "LD_PRELOAD=";
-  char *entry = malloc(length);
-  if (!entry) return 1;
-  snprintf(entry, length, "LD_PRELOAD=%s", preload);
-  with[k] = entry;
+  with[k] = preload_entry(preload);
+  if (baseline) without[k] = preload_entry(baseline);
+  if (!with[k] || (baseline && !without[k])) return 1;
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);

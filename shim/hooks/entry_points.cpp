@@ -33,6 +33,10 @@
 
 #include "ferrum_replay/ferrum_replay.h"
 
+// The writable segment's last byte: hooks/file_backed_bss.ld places it after .bss, so .bss is
+// mapped from the file with the rest (no anonymous mapping, no zeroing at load).
+[[gnu::used, gnu::section(".ferrum_replay_end")]] constinit char g_ferrum_replay_end = 1;
+
 // Not declared by the headers unless the program itself opts into per-thread default streams
 // (or, for the legacy instantiate, unless compiled as NVIDIA compiles the driver).
 extern "C" {

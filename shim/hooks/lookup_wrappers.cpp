@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <array>
 #include <atomic>
 #include <utility>
 
@@ -173,12 +172,14 @@ struct WrapperSet<Hook, Result(CUDAAPI *)(Args...)> {
     return Hook::call(targets[Index].load(std::memory_order_acquire), args...);
   }
 
+  // Wrapper `i`, computed rather than read from a table of pointers: such a table costs the
+  // loader a relocation per entry in every process (docs/performance.md, "Start-up").
   template <int... Index>
-  static constexpr std::array<Function, kCount> make(std::integer_sequence<int, Index...>) {
-    return {&wrapper<Index>...};
+  static Function wrapper_at(int i, std::integer_sequence<int, Index...>) {
+    Function found = nullptr;
+    (void)((i == Index && (found = &wrapper<Index>, true)) || ...);
+    return found;
   }
-  static constexpr std::array<Function, kCount> kWrappers =
-      make(std::make_integer_sequence<int, kCount>{});
 
   static void *wrap(const char *how, void *found) {
     // Already ours (our export reached through an interposable driver, or a wrapper handed
@@ -196,7 +197,7 @@ struct WrapperSet<Hook, Result(CUDAAPI *)(Args...)> {
         target = genuine;
       if (target == genuine) {
         log_line(LogLevel::debug, "%s: wrapped %s %p as wrapper %d", how, Hook::kWhat, found, i);
-        return reinterpret_cast<void *>(kWrappers[i]);
+        return reinterpret_cast<void *>(wrapper_at(i, std::make_integer_sequence<int, kCount>{}));
       }
     }
     log_line(LogLevel::error, "%s: more than %d distinct %s functions; %p is not wrapped", how,
@@ -243,7 +244,7 @@ void *wrap_kind(HookKind kind, const char *how, void *found, bool per_thread) {
 // answer, so only the table's driver rows count.
 HookKind driver_hook_kind(const char *name) {
   struct Row {
-    const char *name;
+    char name[40];  // the text itself: a pointer would be a relocation at every load
     HookKind kind;
   };
   static constexpr Row kRows[] = {

@@ -121,17 +121,14 @@ std::atomic<DlopenFunction> g_dlopen{nullptr};
 
 void *find_definition_after_shim(const char *name) {
   // The loader's own list, in load order (what dl_iterate_phdr walks, without calling
-  // anything). When the shim's code is linked into a program (unit tests), "after the
-  // shim" means after the main program.
+  // anything), from the entry after ours. When the shim's code is linked into a program (unit
+  // tests), "after the shim" means after the main program. Not from _r_debug: that symbol
+  // would make the shim depend on ld.so by name, one more dependency and symbol version the
+  // loader checks in every process (docs/performance.md, "Start-up").
   const link_map *own = own_object();
-  bool past_own = false;
-  for (const link_map *object = _r_debug.r_map; object; object = object->l_next) {
-    if (object == own) {
-      past_own = true;
-      continue;
-    }
+  for (const link_map *object = own ? own->l_next : nullptr; object; object = object->l_next) {
     DynamicTables tables;
-    if (!past_own || !read_dynamic_tables(object, tables)) continue;
+    if (!read_dynamic_tables(object, tables)) continue;
     if (void *found = lookup_gnu_hash(object->l_addr, tables, name)) return found;
   }
   return nullptr;
