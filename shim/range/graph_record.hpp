@@ -34,6 +34,9 @@ struct alignas(64) GraphRecord {
   std::atomic<const GraphLabel *> label{nullptr};
   std::atomic<uintptr_t> handle{0};       // the exec handle this record was registered for
   std::atomic<bool> site_pending{false};  // FERRUM_REPLAY_SITE=launch: named at first launch
+  // The one thread that launches this graph (its replay_numbers.hpp token), 0 before the first
+  // launch, or kSharedGraph once a second thread launched it.
+  std::atomic<uint32_t> launcher{0};
   // Replay numbers handed out to threads, a block at a time (replay_numbers.hpp): not the
   // number of launches — replay_count() is.
   std::atomic<uint64_t> numbers_taken{0};

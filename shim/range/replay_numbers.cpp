@@ -5,11 +5,15 @@
 namespace ferrum_replay::shim {
 
 constinit __attribute__((tls_model("initial-exec"))) thread_local ReplayCache *t_replays = nullptr;
+constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_launcher = kNoToken;
 
 namespace {
 
 // Zero-initialised static storage: costs a process nothing until its threads launch.
 constinit ReplayCache g_caches[kMaxCaches];
+// The last launcher token handed out (tokens wrap after 4 billion threads: two threads with
+// one token only share a graph's plain counter, which stays exact).
+std::atomic<uint32_t> g_last_token{0};
 // Caches [0, used) may have been claimed: what replay_count() reads.
 std::atomic<unsigned> g_caches_used{0};
 // This thread found no cache free (or is exiting): it takes its numbers one at a time.
@@ -28,8 +32,10 @@ void give_back(ReplayBlock &block) {
   if (!record || end <= next) return;
   // Only to the same graph. Records are recycled only after 4096 other graphs were destroyed
   // (the registry's quarantine), so one that still shows the block's ordinal is that graph's.
-  if (record->generation.load(std::memory_order_relaxed) !=
-      block.ordinal.load(std::memory_order_relaxed))
+  // (Read from `generation`, an atomic copy of the ordinal: the record may be another graph's
+  // by now, written by the registry under its mutex.)
+  if (record->generation.load(std::memory_order_relaxed) + 1 !=
+      block.key.load(std::memory_order_relaxed))
     return;
   // The graph's latest block (nobody took numbers since): untaken, so that the next numbers
   // follow on without a gap — one thread's stay 1, 2, 3... however often its blocks are evicted.
@@ -45,6 +51,7 @@ void release_cache(void *value) {
   auto *cache = static_cast<ReplayCache *>(value);
   for (ReplayBlock &block : cache->ways) {
     give_back(block);
+    block.key.store(0, std::memory_order_relaxed);
     block.record.store(nullptr, std::memory_order_relaxed);
   }
   // A launch later in this thread's exit (another key's destructor) takes single numbers.
@@ -62,6 +69,7 @@ void empty_caches_in_child() {
   for (unsigned i = 0; i < used; ++i) {
     ReplayCache &cache = g_caches[i];
     for (ReplayBlock &block : cache.ways) {
+      block.key.store(0, std::memory_order_relaxed);
       block.record.store(nullptr, std::memory_order_relaxed);
       block.next.store(0, std::memory_order_relaxed);
       block.end.store(0, std::memory_order_relaxed);
@@ -110,21 +118,38 @@ uint64_t take_replay_number_slow(GraphRecord &record) {
     t_uncached = cache == nullptr;
   }
   if (!cache) return record.numbers_taken.fetch_add(1, std::memory_order_relaxed) + 1;
-  ReplayBlock &block = cache->ways[replay_way(&record)];
+  ReplayBlock &block = cache->ways[replay_way(record)];
   uint32_t size = 1;
-  if (block.record.load(std::memory_order_relaxed) == &record &&
-      block.ordinal.load(std::memory_order_relaxed) == record.ordinal)
-    size = block.size < kMaxBlock ? block.size * 2 : kMaxBlock;  // used up: a larger block
+  if (block.key.load(std::memory_order_relaxed) == replay_key(record))
+    size = block.size == 0 ? 1 : block.size < kMaxBlock ? block.size * 2 : kMaxBlock;  // used up
   else
     give_back(block);  // another graph's: it leaves the cache
   const uint64_t first = record.numbers_taken.fetch_add(size, std::memory_order_relaxed);
   // In this order, a concurrent replay_count() never counts numbers the block does not hold.
   block.record.store(&record, std::memory_order_relaxed);
-  block.ordinal.store(record.ordinal, std::memory_order_relaxed);
+  block.key.store(replay_key(record), std::memory_order_relaxed);
   block.size = size;
   block.next.store(first + 1, std::memory_order_relaxed);
   block.end.store(first + size, std::memory_order_relaxed);
   return first + 1;
+}
+
+uint64_t take_replay_number_unowned(GraphRecord &record) {
+  if (t_launcher == kNoToken) {
+    uint32_t token;
+    do token = g_last_token.fetch_add(1, std::memory_order_relaxed) + 1;
+    while (token == 0 || token >= kNoToken);
+    t_launcher = token;
+  }
+  uint32_t launcher = record.launcher.load(std::memory_order_relaxed);
+  if (launcher == 0 &&
+      record.launcher.compare_exchange_strong(launcher, t_launcher, std::memory_order_relaxed))
+    launcher = t_launcher;  // this thread's graph from now on
+  if (launcher == t_launcher)
+    return record.numbers_taken.fetch_add(1, std::memory_order_relaxed) + 1;
+  // A second thread: the graph is shared from now on, and every thread takes blocks.
+  if (launcher != kSharedGraph) record.launcher.store(kSharedGraph, std::memory_order_relaxed);
+  return take_cached_replay_number(record);
 }
 
 uint64_t replay_count(const GraphRecord &record) {
@@ -132,8 +157,8 @@ uint64_t replay_count(const GraphRecord &record) {
   const unsigned used = g_caches_used.load(std::memory_order_acquire);
   for (unsigned i = 0; i < used; ++i) {
     for (const ReplayBlock &block : g_caches[i].ways) {
-      if (block.record.load(std::memory_order_relaxed) != &record ||
-          block.ordinal.load(std::memory_order_relaxed) != record.ordinal)
+      if (block.key.load(std::memory_order_relaxed) != replay_key(record) ||
+          block.record.load(std::memory_order_relaxed) != &record)
         continue;
       const uint64_t next = block.next.load(std::memory_order_relaxed);
       const uint64_t end = block.end.load(std::memory_order_relaxed);

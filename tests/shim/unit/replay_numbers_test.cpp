@@ -1,6 +1,8 @@
-// Replay numbers taken a block at a time into per-thread caches (shim/range/replay_numbers.hpp):
-// every launch gets a number no other launch of its graph got, one thread's are consecutive,
-// and the count of launches stays exact through blocks, evictions, thread exits and churn.
+// Replay numbers (shim/range/replay_numbers.hpp): a graph one thread launches counts in its
+// record; a graph several threads launch is taken a block at a time into per-thread caches.
+// Either way every launch gets a number no other launch of its graph got, one thread's are
+// consecutive, and the count of launches stays exact through blocks, evictions, thread exits
+// and churn.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -26,22 +28,38 @@ std::unique_ptr<GraphRecord> make_record(uint32_t ordinal) {
   return record;
 }
 
+// Another thread launches `record` once (it becomes that thread's graph), so that the calling
+// thread's next launch makes it shared.
+void launch_elsewhere(GraphRecord &record) {
+  std::thread([&] { take_replay_number(record); }).join();
+}
+
 }  // namespace
 
-TEST_CASE("one thread's replay numbers are 1, 2, 3... and the count is exact at every step") {
+TEST_CASE("one thread's graph counts 1, 2, 3... in its record; a second thread makes it shared") {
   auto record = make_record(1);
   for (uint64_t n = 1; n <= 1000; ++n) {
     REQUIRE(take_replay_number(*record) == n);
     REQUIRE(replay_count(*record) == n);
   }
-  // Numbers are taken a block at a time: most launches never touched the graph's counter.
-  CHECK(record->numbers_taken.load() > 1000);
+  CHECK(record->launcher.load() == ferrum_replay::shim::t_launcher);
+  CHECK(record->numbers_taken.load() == 1000);  // no block: nothing held anywhere
+  launch_elsewhere(*record);
+  CHECK(record->launcher.load() == ferrum_replay::shim::kSharedGraph);
+  CHECK(replay_count(*record) == 1001);
+  // Shared: this thread's numbers now come a block at a time, still consecutive and counted.
+  for (uint64_t n = 1002; n <= 3000; ++n) {
+    REQUIRE(take_replay_number(*record) == n);
+    REQUIRE(replay_count(*record) == n);
+  }
+  CHECK(record->numbers_taken.load() > 3000);  // a block is held
 }
 
 TEST_CASE("a thread alternating between more graphs than its cache holds counts each exactly") {
   std::vector<std::unique_ptr<GraphRecord>> records;
   for (uint32_t i = 0; i < 9; ++i) records.push_back(make_record(100 + i));
-  std::vector<uint64_t> expected(records.size(), 0);
+  for (auto &record : records) launch_elsewhere(*record);  // shared: numbers 1 were taken
+  std::vector<uint64_t> expected(records.size(), 1);
   for (int round = 0; round < 200; ++round) {
     for (size_t i = 0; i < records.size(); ++i) {
       // Graph i is launched i + 1 times in a row, so blocks grow and are evicted part-used.
@@ -77,6 +95,9 @@ TEST_CASE("threads launching one graph at once get unique numbers and an exact c
 
 TEST_CASE("threads coming and going never exhaust the caches, and every launch is counted") {
   auto record = make_record(300);
+  launch_elsewhere(*record);
+  launch_elsewhere(*record);  // shared
+  CHECK(record->launcher.load() == ferrum_replay::shim::kSharedGraph);
   constexpr int kGenerations = 3 * ferrum_replay::shim::kMaxCaches;
   int with_cache = 0;
   for (int g = 0; g < kGenerations; ++g) {
@@ -86,23 +107,26 @@ TEST_CASE("threads coming and going never exhaust the caches, and every launch i
     }).join();
   }
   CHECK(with_cache == kGenerations);  // each exiting thread released its cache
-  CHECK(replay_count(*record) == uint64_t{kGenerations} * 5);
+  CHECK(replay_count(*record) == uint64_t{kGenerations} * 5 + 2);
 }
 
 TEST_CASE("numbers held for a graph whose record was recycled are not given to the new graph") {
   auto record = make_record(400);
   auto other = make_record(401);
+  launch_elsewhere(*record);
+  launch_elsewhere(*other);
   std::thread([&] {
-    for (int i = 0; i < 40; ++i) take_replay_number(*record);  // holds part of a block
+    for (int i = 0; i < 40; ++i) take_replay_number(*record);  // shared: holds part of a block
     // The graph is destroyed and, long after, its record reused for another graph.
     record->ordinal = 999;
     record->generation.store(999);
     record->numbers_taken.store(0);
     record->numbers_returned.store(0);
+    record->launcher.store(ferrum_replay::shim::kSharedGraph);  // as if shared again
     for (int i = 0; i < 3; ++i) CHECK(take_replay_number(*record) == uint64_t(i + 1));
     CHECK(replay_count(*record) == 3);
     for (int i = 0; i < 100; ++i) take_replay_number(*other);  // evictions, then thread exit
   }).join();
   CHECK(replay_count(*record) == 3);
-  CHECK(replay_count(*other) == 100);
+  CHECK(replay_count(*other) == 101);
 }
