@@ -48,6 +48,14 @@
 // set timed-baseline runs both. Each reports the counter timed_fraction: replays timed (from
 // ferrum_replay_gpu_flush) over launches, 0 without the shim.
 //
+// The recorder's floor (set all, read in the baseline configuration): what recording a range
+// costs at the least on this machine, whatever the code around it —
+//   floor:timestamps   two reads of the clock the recorder reads (recorder/clock.hpp: the CPU's
+//                      counter where the kernel keeps CLOCK_MONOTONIC on it)
+//   floor:event        one completed range appended to the recorder's own per-thread buffer
+//                      (recorder/thread_buffer.hpp, no spill file): 64 bytes of memory the
+//                      process has not touched before, as every range of a run is
+//
 // Each graph is one empty node, instantiated through the driver; the runtime launches the same
 // executable graphs (both stand-ins share the driver's handles, as NVIDIA's do).
 #include <benchmark/benchmark.h>
@@ -62,7 +70,9 @@
 #include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
+#include "clock.hpp"
 #include "ferrum_replay/ferrum_replay.h"
+#include "thread_buffer.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -223,6 +233,27 @@ void BM_timed_procaddress(benchmark::State &state) {
       state, [launch](CUgraphExec e, CUstream s) { return static_cast<int>(launch(e, s)); });
 }
 
+void BM_floor_timestamps(benchmark::State &state) {
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(ferrum_replay::recorder::read_cpu_counter());
+    benchmark::DoNotOptimize(ferrum_replay::recorder::read_cpu_counter());
+  }
+}
+
+void BM_floor_event(benchmark::State &state) {
+  // A buffer per repetition, kept until exit as the recorder keeps its events (freed, its
+  // chunks would be recycled by the next repetition's: not fresh memory).
+  auto *buffer = new ferrum_replay::recorder::ThreadBuffer(1, "bench");
+  ferrum_replay::recorder::Event event{};
+  event.attrs.name = "graph";
+  for (auto _ : state) {
+    ++event.start;
+    event.end = event.start + 1;
+    buffer->append(event);
+    benchmark::ClobberMemory();
+  }
+}
+
 void register_benchmarks(const std::string &set, long fixed_iterations) {
   // Warm-up: --benchmark_min_warmup_time (a per-benchmark MinWarmUpTime cannot be combined
   // with fixed iterations), or --ferrum-warmup.
@@ -234,6 +265,11 @@ void register_benchmarks(const std::string &set, long fixed_iterations) {
     finish(benchmark::RegisterBenchmark("runtime", BM_runtime)->Args({1, 0}));
     finish(benchmark::RegisterBenchmark("driver", BM_driver)->Args({1, 0}));
     finish(benchmark::RegisterBenchmark("procaddress", BM_procaddress)->Args({1, 0}));
+  }
+  if (set == "all") {  // not in the recorder's runs (set launch): read without a preload
+    benchmark::RegisterBenchmark("floor:timestamps", BM_floor_timestamps);
+    // Fixed iterations: every repetition's events stay in memory until exit (6.4 MB each).
+    benchmark::RegisterBenchmark("floor:event", BM_floor_event)->Iterations(100000);
   }
   if (set == "all" || set == "scaling") {
     finish(benchmark::RegisterBenchmark("procaddress", BM_procaddress)->Args({kManyGraphs, 0}));

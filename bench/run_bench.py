@@ -344,7 +344,7 @@ T1 = "/1/0/threads:1"
 T8 = "/1/0/threads:8"
 T8_SHARED = "/1/1/threads:8"
 GRAPHS_IN_PROCESS = 10_000  # ferrum-bench-launch instantiates this many at start
-EXPECTED_ROWS = 23 + 5 + 7 + 7 + 5  # launch, scaling, GPU timing, non-CUDA process, memory
+EXPECTED_ROWS = 26 + 5 + 7 + 7 + 5  # launch (and floor), scaling, GPU timing, non-CUDA process, memory
 GPU_TIMING_TARGET_NS = 50.0
 STARTUP_TARGET_RATIO = 1.01  # /bin/true: the shim over an empty preloaded library (issue 14)
 TIMED_FRACTION_MIN = 0.99  # a GPU-timing row measures timed replays, or it does not hold
@@ -434,6 +434,16 @@ def build_table(launch, startup, effects, memory, opts):
             r = ratio(naive, ours)
             t.row(f"{label}: naive's added cost ÷ ours, recorder", f"+{naive:.1f} ns naive",
                   f"+{ours:.1f} ns ours", fmt_ratio(r), "", None)
+
+    # What recording a range costs on this machine before the shim or the recorder do anything:
+    # why the recorder rows cannot go below it (docs/performance.md, "The recorder's floor").
+    stamps, event = med("baseline", "floor:timestamps"), med("baseline", "floor:event")
+    t.row("recorder's floor: two timestamp reads (recorder/clock.hpp), no preload", ns(stamps),
+          "", "", "", None)
+    t.row("recorder's floor: one range appended to fresh memory (ThreadBuffer, 64 B), no preload",
+          ns(event), "", "", "", None)
+    t.row("  together: the least a recorded range costs here", ns(stamps + event), "",
+          "", "", None)
 
     t.section("Scaling (cuGetProcAddress trampoline, shim active: no tool, summary on; "
               "added ns per launch)")
