@@ -20,12 +20,16 @@ using ferrum_replay::shim::take_replay_number;
 
 namespace {
 
-// A record as the registry makes one: a new ordinal, mirrored in its generation.
-std::unique_ptr<GraphRecord> make_record(uint32_t ordinal) {
+// A record as the registry makes one: a new ordinal (far from the registry tests' own),
+// mirrored in its generation. Kept until the process exits, as the registry keeps its records
+// (never unmapped): a thread's cache may still name it after the test that made it.
+GraphRecord *make_record(uint32_t ordinal) {
+  static std::vector<std::unique_ptr<GraphRecord>> kept;
   auto record = std::make_unique<GraphRecord>();
-  record->ordinal = ordinal;
-  record->generation.store(ordinal);
-  return record;
+  record->ordinal = 1000000 + ordinal;
+  record->generation.store(record->ordinal);
+  kept.push_back(std::move(record));
+  return kept.back().get();
 }
 
 // Another thread launches `record` once (it becomes that thread's graph), so that the calling
@@ -56,7 +60,7 @@ TEST_CASE("one thread's graph counts 1, 2, 3... in its record; a second thread m
 }
 
 TEST_CASE("a thread alternating between more graphs than its cache holds counts each exactly") {
-  std::vector<std::unique_ptr<GraphRecord>> records;
+  std::vector<GraphRecord *> records;
   for (uint32_t i = 0; i < 9; ++i) records.push_back(make_record(100 + i));
   for (auto &record : records) launch_elsewhere(*record);  // shared: numbers 1 were taken
   std::vector<uint64_t> expected(records.size(), 1);
@@ -118,7 +122,7 @@ TEST_CASE("numbers held for a graph whose record was recycled are not given to t
   std::thread([&] {
     for (int i = 0; i < 40; ++i) take_replay_number(*record);  // shared: holds part of a block
     // The graph is destroyed and, long after, its record reused for another graph.
-    record->ordinal = 999;
+    record->ordinal = 999;  // a new ordinal: the registry's next
     record->generation.store(999);
     record->numbers_taken.store(0);
     record->numbers_returned.store(0);
