@@ -119,6 +119,7 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   // Read the clock first, for the same reason.
   const uint64_t end = clock_.now();
   ThreadBuffer &thread = current_thread();
+  const ThreadBuffer::Activity activity(thread);  // see push_in_place
   std::vector<Frame> *stack = thread.find_stack(domain.id);
   if (!stack || stack->empty()) {
     (thread.open_frames() > 0 ? pop_wrong_domain_ : pop_without_push_)
@@ -129,14 +130,17 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   const uint32_t depth = frame.depth;
   // The pop of a rejected push is swallowed: the caller did the right thing.
   if (!frame.rejected) [[likely]] {
-    // Written in place: the frame's fields were stored at the push, long retired.
-    Event &event = thread.slot();
-    event.start = frame.start;
-    event.end = end;
-    event.attrs = frame.attrs;
-    event.domain_id = domain.id;
-    event.depth = depth;
-    thread.publish();
+    // Written in place: the frame's fields were stored at the push, long retired. (A signal
+    // handler's push cannot move the frame meanwhile: push_in_place keeps spare capacity.)
+    const ThreadBuffer::Slot slot = thread.slot();
+    if (Event *event = slot.event) [[likely]] {
+      event->start = frame.start;
+      event->end = end;
+      event->attrs = frame.attrs;
+      event->domain_id = domain.id;
+      event->depth = depth;
+      thread.publish(slot);
+    }
   }
   stack->pop_back();
   thread.closed();
@@ -227,6 +231,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
       if (ts.name.empty()) ts.name = t->initial_name();
     }
     ts.open_frames = t->published_open_frames();
+    snap.reentrant_drops += t->reentrant_drops();
     t->collect(&ts.events, &ts.runs, release_memory);
     sort_events(ts.events);
     if (!ts.runs.empty()) snap.spill = &spill_;

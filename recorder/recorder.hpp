@@ -24,6 +24,10 @@ namespace ferrum_replay::recorder {
 // (NVTX_NO_PUSH_POP_TRACKING) for "no tool attached"; -1 keeps the two distinguishable.
 inline constexpr int kRejected = -1;
 
+// Frames kept free on every stack beyond the open ones (Recorder::push_in_place): how deeply a
+// signal handler may nest ranges of its own within one push or pop of the thread it interrupts.
+inline constexpr size_t kSignalReserve = 16;
+
 // The process's name as traces and the exit table show it, from /proc/self/cmdline's bytes
 // (arguments separated by NULs): argv[0]'s base name, not cut to 15 bytes like
 // /proc/self/comm; for a Python interpreter also its script's base name or "-m MODULE"
@@ -170,8 +174,20 @@ class Recorder {
 template <typename Describe>
 int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&describe) noexcept {
   ThreadBuffer &thread = current_thread();
+  const ThreadBuffer::Activity activity(thread);
+  // A signal handler's push inside this thread's push or pop never grows the stacks' table
+  // (the interrupted call holds a reference into it): in a domain this thread never used, it
+  // is rejected (its pop then counts as a pop without a push).
+  if (activity.nested() && !thread.has_stack(domain.id)) [[unlikely]] {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    return kRejected;
+  }
   std::vector<Frame> &stack = thread.stack(domain.id);
   const uint32_t depth = static_cast<uint32_t>(stack.size());
+  // Room for ranges a signal handler may push on this thread while this frame (or a pop's) is
+  // being read or written: the vector does not move under it for kSignalReserve nested ranges.
+  if (!activity.nested() && stack.capacity() - stack.size() <= kSignalReserve) [[unlikely]]
+    stack.reserve(2 * stack.size() + kSignalReserve + 1);
   Frame &frame = stack.emplace_back();
   frame.depth = depth;
   frame.rejected = should_reject(domain);

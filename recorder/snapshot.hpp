@@ -87,6 +87,8 @@ struct Snapshot {
   GpuStatus gpu;
   const SpillFile *spill = nullptr;  // holds the threads' runs; null when none has any
   uint64_t rejected_pushes = 0;
+  // Ranges a signal handler recorded while its thread was storing one (ThreadBuffer::slot).
+  uint64_t reentrant_drops = 0;
   ProtocolErrors errors;
 
   uint64_t range_count() const;  // CPU push/pop ranges (threads), not GPU replays nor marks

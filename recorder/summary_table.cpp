@@ -262,6 +262,9 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
   }
   if (snap.rejected_pushes > 0)
     out += "rejected pushes: " + std::to_string(snap.rejected_pushes) + "\n";
+  if (snap.reentrant_drops > 0)
+    out += "ranges dropped (recorded by a signal handler while its thread stored one): " +
+           std::to_string(snap.reentrant_drops) + "\n";
   return out;
 }
 

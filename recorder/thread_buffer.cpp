@@ -19,7 +19,7 @@ ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *sp
                            MemoryBudget *budget)
     : tid_(tid),
       initial_name_(std::move(initial_name)),
-      head_(new_chunk()),
+      head_(new_chunk(false)),
       tail_(head_),
       spill_(spill),
       budget_(budget) {}
@@ -29,11 +29,11 @@ ThreadBuffer::~ThreadBuffer() {
   for (const Block &b : blocks_) delete[] b.data;
 }
 
-ThreadBuffer::Chunk *ThreadBuffer::new_chunk() {
+ThreadBuffer::Chunk *ThreadBuffer::new_chunk(bool populate) {
   // MAP_POPULATE: the chunk's pages are faulted in by this one call, not one page fault every
   // 64 events on the recording path (measured: page faults were a fifth of a range's cost).
   void *memory = ::mmap(nullptr, sizeof(Chunk), PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+                        MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
   if (memory == MAP_FAILED) throw std::bad_alloc();  // as `new` would
   return new (memory) Chunk;
 }
@@ -102,7 +102,7 @@ void ThreadBuffer::make_room() {
       return;
     }
   }
-  Chunk *fresh = new_chunk();
+  Chunk *fresh = new_chunk(true);
   tail_->next.store(fresh, std::memory_order_release);
   tail_ = fresh;
 }
@@ -141,7 +141,7 @@ void ThreadBuffer::restart_after_fork(uint32_t tid) {
   // A reader in the parent may have held mu_ at the fork: the child's copy starts afresh.
   new (&mu_) std::mutex;
   free_chunks();
-  head_ = tail_ = new_chunk();  // mapped, like every chunk: free_chunks and collect unmap them
+  head_ = tail_ = new_chunk(false);  // mapped, like every chunk: free_chunks and collect unmap them
   runs_.clear();  // they are in the parent's segments, and belong to the parent's trace
   tid_ = tid;
 }

@@ -63,6 +63,8 @@ struct Frame {
 };
 
 class ThreadBuffer {
+  struct Chunk;  // below
+
  public:
   // `spill` may be null: then every event stays in memory. `budget` may be null: then every full
   // chunk is spilled (where `spill` is given).
@@ -76,6 +78,27 @@ class ThreadBuffer {
   const std::string &initial_name() const { return initial_name_; }
 
   // ---- owning thread only ----
+  // Marks the scope of a push or pop on this thread. `nested()`: this one runs inside another —
+  // a signal handler's NVTX call that interrupted the thread's own — and must not move memory the
+  // interrupted one holds references into (its stack vector, the stacks' table).
+  class Activity {
+   public:
+    explicit Activity(ThreadBuffer &thread) : thread_(thread), nested_(thread.active_++ != 0) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    }
+    ~Activity() {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      --thread_.active_;
+    }
+    bool nested() const { return nested_; }
+    Activity(const Activity &) = delete;
+    Activity &operator=(const Activity &) = delete;
+
+   private:
+    ThreadBuffer &thread_;
+    const bool nested_;
+  };
+  bool has_stack(uint32_t domain_id) const { return domain_id < stacks_.size(); }
   std::vector<Frame> &stack(uint32_t domain_id);
   // nullptr if this thread never pushed in that domain.
   std::vector<Frame> *find_stack(uint32_t domain_id);
@@ -85,24 +108,47 @@ class ThreadBuffer {
   void closed() { open_published_.store(--open_, std::memory_order_relaxed); }
   // A stable, NUL-terminated copy of `text`; equal texts share one copy.
   const char *intern(std::string_view text);
-  void append(const Event &event) {
-    slot() = event;
-    publish();
+  // Returns false when the event was dropped (see slot()).
+  bool append(const Event &event) {
+    const Slot s = slot();
+    if (!s.event) return false;
+    *s.event = event;
+    publish(s);
+    return true;
   }
-  // The slot the next completed event goes into: the caller writes it in place (no temporary
-  // Event copied over: see Recorder::pop), then publish()es it. Nothing else may come between.
-  Event &slot() {
+  // Where the next completed event goes: the caller writes it in place (no temporary Event
+  // copied over: see Recorder::pop), then publish()es it. A signal handler that records on
+  // this thread between the two (the thread is already inside slot()/publish(), or in
+  // make_room) gets no slot — `event` null: its event is dropped and counted
+  // (reentrant_drops) rather than written over the interrupted one or into a recycled chunk.
+  struct Slot {
+    Event *event;
+    Chunk *chunk;
+    uint32_t index;
+  };
+  Slot slot() {
+    if (writing_) [[unlikely]] {
+      reentrant_drops_.fetch_add(1, std::memory_order_relaxed);
+      return Slot{nullptr, nullptr, 0};
+    }
+    writing_ = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the flag is set before we go on
     if (tail_->count.load(std::memory_order_relaxed) == Chunk::kCapacity) [[unlikely]]
       make_room();
-    return tail_->events[tail_->count.load(std::memory_order_relaxed)];
+    const uint32_t n = tail_->count.load(std::memory_order_relaxed);
+    return Slot{&tail_->events[n], tail_, n};
   }
-  void publish() {
+  void publish(const Slot &s) {
     // A reader that sees the new count also sees the event's contents.
-    tail_->count.store(tail_->count.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    s.chunk->count.store(s.index + 1, std::memory_order_release);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    writing_ = false;
   }
 
   // ---- any thread ----
   uint32_t published_open_frames() const { return open_published_.load(std::memory_order_relaxed); }
+  // Events dropped because a signal handler recorded while this thread was storing one.
+  uint64_t reentrant_drops() const { return reentrant_drops_.load(std::memory_order_relaxed); }
   // Copies the events still in memory (in the order they ended) and the runs already spilled.
   // `release_full_chunks` (the exit report, once): every chunk but the one being filled is
   // unmapped as soon as it is copied, so that the report does not hold the events twice (the
@@ -134,7 +180,9 @@ class ThreadBuffer {
 
   // Chunks are mapped, not heap-allocated: unmapping one gives its memory back to the system at
   // once (collect's release_full_chunks), which freeing into the heap would not.
-  static Chunk *new_chunk();
+  // `populate`: fault the whole chunk in now (see thread_buffer.cpp). Not a thread's first
+  // chunk: a thread that records a handful of ranges keeps the few pages it touched.
+  static Chunk *new_chunk(bool populate);
   static void delete_chunk(Chunk *chunk);
   void free_chunks();
   // The tail chunk is full: link a new one while the budget allows, else spill it and reuse it
@@ -147,6 +195,9 @@ class ThreadBuffer {
   Chunk *tail_;
   std::vector<std::vector<Frame>> stacks_;  // by domain id
   uint32_t open_ = 0;
+  bool writing_ = false;  // inside slot()..publish() (owner only; a signal handler may look)
+  uint32_t active_ = 0;   // pushes and pops in progress on this thread (Activity)
+  std::atomic<uint64_t> reentrant_drops_{0};
   std::atomic<uint32_t> open_published_{0};
   std::vector<Block> blocks_;
   std::unordered_set<std::string_view> interned_;

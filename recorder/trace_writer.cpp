@@ -365,6 +365,7 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   field(",\"marks\":", marks);
   field(",\"startEndRanges\":", async_written);
   field(",\"rejectedPushes\":", snap.rejected_pushes);
+  if (snap.reentrant_drops) field(",\"droppedInSignalHandlers\":", snap.reentrant_drops);
   field(",\"protocolErrors\":{\"popWithoutPush\":", snap.errors.pop_without_push);
   field(",\"popWrongDomain\":", snap.errors.pop_wrong_domain);
   field(",\"openAtExit\":", snap.errors.open_at_exit);

@@ -33,7 +33,9 @@ void give_back(ReplayBlock &block) {
   // Only to the same graph. Records are recycled only after 4096 other graphs were destroyed
   // (the registry's quarantine), so one that still shows the block's ordinal is that graph's.
   // (Read from `generation`, an atomic copy of the ordinal: the record may be another graph's
-  // by now, written by the registry under its mutex.)
+  // by now, written by the registry under its mutex.) A thread stalled between this check and
+  // the add below while 4096 graphs are destroyed could still hand a recycled record up to 63
+  // numbers: left, as the quarantine makes it a matter of seconds of preemption.
   if (record->generation.load(std::memory_order_relaxed) + 1 !=
       block.key.load(std::memory_order_relaxed))
     return;
@@ -125,12 +127,7 @@ uint64_t take_replay_number_slow(GraphRecord &record) {
   else
     give_back(block);  // another graph's: it leaves the cache
   const uint64_t first = record.numbers_taken.fetch_add(size, std::memory_order_relaxed);
-  // In this order, a concurrent replay_count() never counts numbers the block does not hold.
-  block.record.store(&record, std::memory_order_relaxed);
-  block.key.store(replay_key(record), std::memory_order_relaxed);
-  block.size = size;
-  block.next.store(first + 1, std::memory_order_relaxed);
-  block.end.store(first + size, std::memory_order_relaxed);
+  fill_block(block, record, first, size);
   return first + 1;
 }
 
@@ -154,14 +151,23 @@ uint64_t take_replay_number_unowned(GraphRecord &record) {
 
 uint64_t replay_count(const GraphRecord &record) {
   uint64_t held = 0;
-  const unsigned used = g_caches_used.load(std::memory_order_acquire);
+  // Only a shared graph's numbers are ever held in caches (take_replay_number).
+  const unsigned used = record.launcher.load(std::memory_order_relaxed) == kSharedGraph
+                            ? g_caches_used.load(std::memory_order_acquire)
+                            : 0;
   for (unsigned i = 0; i < used; ++i) {
     for (const ReplayBlock &block : g_caches[i].ways) {
-      if (block.key.load(std::memory_order_relaxed) != replay_key(record) ||
-          block.record.load(std::memory_order_relaxed) != &record)
-        continue;
-      const uint64_t next = block.next.load(std::memory_order_relaxed);
+      // The reading side of fill_block's sequence lock. A block being rewritten holds nothing
+      // for this graph: what it held was given back first.
+      const uint32_t sequence = block.sequence.load(std::memory_order_acquire);
+      if (sequence & 1) continue;
+      const uint32_t key = block.key.load(std::memory_order_relaxed);
+      GraphRecord *owner = block.record.load(std::memory_order_relaxed);
       const uint64_t end = block.end.load(std::memory_order_relaxed);
+      const uint64_t next = block.next.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (block.sequence.load(std::memory_order_relaxed) != sequence) continue;
+      if (key != replay_key(record) || owner != &record) continue;
       if (end > next) held += end - next;
     }
   }

@@ -17,9 +17,12 @@
 // from a cache, a thread's cache released at its exit) and less what caches still hold:
 // replay_count() adds that up over every cache. Caches live in one static array, so that a
 // reader can find them; a thread claims one at its first launch of a shared graph and releases
-// it when it exits. Past kMaxCaches threads at once, a thread takes its numbers one at a time.
-// In a fork() child the other threads' caches are dropped and the forking thread's emptied: the
-// child's counters restart at zero (graph_registry.hpp).
+// it when it exits. That first claim is the one time the launch path may take a lock or
+// allocate (pthread_once, pthread_key_create, pthread_setspecific), once per thread — as the
+// thread's first launch of any graph registers it under the registry's mutex. Past kMaxCaches
+// threads at once, a thread takes its numbers one at a time. In a fork() child the other threads'
+// caches are dropped and the forking thread's emptied: the child's counters restart at zero
+// (graph_registry.hpp).
 #pragma once
 
 #include <stdint.h>
@@ -38,6 +41,8 @@ struct ReplayBlock {
   // one; 2^32 registrations would wrap), so the key alone says whose numbers these are.
   std::atomic<uint32_t> key{0};
   uint32_t size = 0;  // the last block's size (owner only)
+  // Odd while fill_block() rewrites the block: replay_count()'s sequence lock.
+  std::atomic<uint32_t> sequence{0};
   std::atomic<uint64_t> next{0};
   std::atomic<uint64_t> end{0};
   std::atomic<GraphRecord *> record{nullptr};  // where unused numbers go back to
@@ -77,6 +82,22 @@ inline uint32_t replay_key(const GraphRecord &record) {
   return record.ordinal + 1;
 }
 
+// Puts numbers first + 1 ... first + size of `record` in `block`, under the block's sequence
+// lock, so that a concurrent replay_count() never counts numbers the block does not hold (a
+// reader compares the sequence before and after; the key alone would not do: a block may go
+// to another graph and back while a reader looks). Fences only order the compiler on x86-64.
+inline void fill_block(ReplayBlock &block, GraphRecord &record, uint64_t first, uint32_t size) {
+  const uint32_t sequence = block.sequence.load(std::memory_order_relaxed);
+  block.sequence.store(sequence + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  block.record.store(&record, std::memory_order_relaxed);
+  block.key.store(replay_key(record), std::memory_order_relaxed);
+  block.size = size;
+  block.next.store(first + 1, std::memory_order_relaxed);
+  block.end.store(first + size, std::memory_order_relaxed);
+  block.sequence.store(sequence + 2, std::memory_order_release);
+}
+
 // A shared graph's next replay number for this thread, from its cache.
 inline uint64_t take_cached_replay_number(GraphRecord &record) {
   ReplayCache *cache = t_replays;
@@ -94,11 +115,7 @@ inline uint64_t take_cached_replay_number(GraphRecord &record) {
     // Another graph's block, used up (a thread going round many graphs): nothing to give back,
     // and this graph starts with a single number, here rather than out of line.
     const uint64_t first = record.numbers_taken.fetch_add(1, std::memory_order_relaxed);
-    block.record.store(&record, std::memory_order_relaxed);
-    block.key.store(replay_key(record), std::memory_order_relaxed);
-    block.size = 1;
-    block.next.store(first + 1, std::memory_order_relaxed);
-    block.end.store(first + 1, std::memory_order_relaxed);
+    fill_block(block, record, first, 1);
     return first + 1;
   }
   return take_replay_number_slow(record);

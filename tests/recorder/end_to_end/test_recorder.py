@@ -183,6 +183,26 @@ def test_multithreaded_loses_nothing(tmp):
     expect(names == {f"worker-{i}" for i in range(8)}, f"thread names {names}", c)
 
 
+def test_signal_handler_ranges(tmp):
+    """A SIGPROF handler records ranges on the thread it interrupts, in the middle of that
+    thread's own pushes and pops (and of its chunk being spilled): the program runs to its end,
+    every range of the thread is in the trace, and each handler range is either in the trace or
+    counted as dropped, never written over another or left half-written."""
+    c = run_client(tmp, "--signal-ranges", 2000000, "--iters", 0, timeout=300)
+    expect_clean(c)
+    names = {}
+    for e in trace_check.ranges(c.trace):
+        names[e["name"]] = names.get(e["name"], 0) + 1
+        expect(e["ts"] > 0, f"a range with no start: {e}", c)
+    expect(names.get("main") == 2000000, f"main ranges in the trace: {names}", c)
+    dropped = c.trace["ferrumReplay"].get("droppedInSignalHandlers", 0)
+    handled = c.values.get("handler_ranges", 0)
+    expect(names.get("in handler", 0) + dropped == handled,
+           f"handler ranges: {names.get('in handler', 0)} in the trace + {dropped} dropped, "
+           f"{handled} recorded by the handler", c)
+    expect(set(names) <= {"main", "in handler"}, f"unexpected names: {set(names)}", c)
+
+
 def test_second_module(tmp):
     module = environment_path("NVTX_CLIENT_MODULE")
     c = run_client(tmp, "--threads", 4, "--iters", 100, "--domain", DOMAIN, "--module", module)

@@ -39,6 +39,8 @@
 // --categories: before anything else, names global categories 3 ("category three", NameCategoryA)
 //   and 4 ("category four ü", NameCategoryW) and DOMAIN's category 7 ("dom category seven",
 //   DomainNameCategoryA).
+// --signal-ranges N: N global "main" ranges while a SIGPROF handler (every 20 us of CPU) pushes
+//   and pops global "in handler" ranges on the same thread; prints "handler_ranges <n>".
 // Output, one record per line, tab-separated:
 //   pid <pid>
 //   pushes <n>         every push the program made (spinner excluded)
@@ -52,7 +54,9 @@
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nvtx3/nvtx3.hpp>
@@ -121,7 +125,16 @@ struct Options {
   int start_open = 0;
   bool end_unknown = false;
   bool categories = false;
+  int signal_ranges = 0;
 };
+
+// --signal-ranges: ranges recorded by a signal handler on the thread it interrupts.
+volatile sig_atomic_t g_handler_ranges = 0;
+void record_in_handler(int) {
+  nvtxRangePushA("in handler");
+  nvtxRangePop();
+  g_handler_ranges = g_handler_ranges + 1;
+}
 
 uint64_t monotonic_ns() {
   timespec ts;
@@ -158,6 +171,7 @@ Options parse(int argc, char **argv) {
       {"--leave-open-in-thread", &Options::leave_open_in_thread},
       {"--exit-code", &Options::exit_code},
       {"--timed", &Options::timed},
+      {"--signal-ranges", &Options::signal_ranges},
       {"--start-open", &Options::start_open}};
   static const std::map<std::string, std::string Options::*> texts = {
       {"--domain", &Options::domain}, {"--module", &Options::module}};
@@ -431,6 +445,24 @@ int main(int argc, char **argv) {
   }
 
   other_events(o, domain);
+
+  if (o.signal_ranges > 0) {
+    struct sigaction action {};
+    action.sa_handler = record_in_handler;
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGPROF, &action, nullptr);
+    const itimerval every{{0, 20}, {0, 20}};
+    setitimer(ITIMER_PROF, &every, nullptr);
+    Tally mine;
+    for (int k = 0; k < o.signal_ranges; ++k) {
+      mine.count("global", "main", nvtxRangePushA("main"));
+      nvtxRangePop();
+    }
+    const itimerval off{};
+    setitimer(ITIMER_PROF, &off, nullptr);
+    total.merge(mine);
+    std::printf("handler_ranges\t%d\n", static_cast<int>(g_handler_ranges));
+  }
 
   if (o.timed > 0) {
     cpu_set_t allowed;
