@@ -63,6 +63,18 @@ std::vector<Frame> *ThreadBuffer::find_stack(uint32_t domain_id) {
 
 const char *ThreadBuffer::intern(std::string_view text) {
   if (text.empty()) return "";
+  // A signal handler's range that interrupted this thread inside intern(): the table may be
+  // half-rehashed. Its name is not copied (the range keeps a fixed one) rather than corrupt it.
+  if (interning_) return "(name lost: recorded in a signal handler)";
+  interning_ = true;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  const char *copy = intern_unguarded(text);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  interning_ = false;
+  return copy;
+}
+
+const char *ThreadBuffer::intern_unguarded(std::string_view text) {
   if (auto it = interned_.find(text); it != interned_.end()) return it->data();
   const size_t need = text.size() + 1;
   if (blocks_.empty() || blocks_.back().size - blocks_.back().used < need) {

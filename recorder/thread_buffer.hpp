@@ -183,6 +183,7 @@ class ThreadBuffer {
   // `populate`: fault the whole chunk in now (see thread_buffer.cpp). Not a thread's first
   // chunk: a thread that records a handful of ranges keeps the few pages it touched.
   static Chunk *new_chunk(bool populate);
+  const char *intern_unguarded(std::string_view text);
   static void delete_chunk(Chunk *chunk);
   void free_chunks();
   // The tail chunk is full: link a new one while the budget allows, else spill it and reuse it
@@ -195,8 +196,9 @@ class ThreadBuffer {
   Chunk *tail_;
   std::vector<std::vector<Frame>> stacks_;  // by domain id
   uint32_t open_ = 0;
-  bool writing_ = false;  // inside slot()..publish() (owner only; a signal handler may look)
-  uint32_t active_ = 0;   // pushes and pops in progress on this thread (Activity)
+  bool writing_ = false;    // inside slot()..publish() (owner only; a signal handler may look)
+  uint32_t active_ = 0;     // pushes and pops in progress on this thread (Activity)
+  bool interning_ = false;  // inside intern() (a signal handler's range may look)
   std::atomic<uint64_t> reentrant_drops_{0};
   std::atomic<uint32_t> open_published_{0};
   std::vector<Block> blocks_;

@@ -197,10 +197,13 @@ def test_signal_handler_ranges(tmp):
     expect(names.get("main") == 2000000, f"main ranges in the trace: {names}", c)
     dropped = c.trace["ferrumReplay"].get("droppedInSignalHandlers", 0)
     handled = c.values.get("handler_ranges", 0)
-    expect(names.get("in handler", 0) + dropped == handled,
-           f"handler ranges: {names.get('in handler', 0)} in the trace + {dropped} dropped, "
+    # A handler range that interrupted the copying of a name keeps a fixed one instead.
+    lost = "(name lost: recorded in a signal handler)"
+    in_trace = names.get("in handler", 0) + names.get(lost, 0)
+    expect(in_trace + dropped == handled,
+           f"handler ranges: {in_trace} in the trace + {dropped} dropped, "
            f"{handled} recorded by the handler", c)
-    expect(set(names) <= {"main", "in handler"}, f"unexpected names: {set(names)}", c)
+    expect(set(names) <= {"main", "in handler", lost}, f"unexpected names: {set(names)}", c)
 
 
 def test_second_module(tmp):
