@@ -108,13 +108,12 @@ class ThreadBuffer {
   void closed() { open_published_.store(--open_, std::memory_order_relaxed); }
   // A stable, NUL-terminated copy of `text`; equal texts share one copy.
   const char *intern(std::string_view text);
-  // Returns false when the event was dropped (see slot()).
-  bool append(const Event &event) {
+  // Stores a completed event (dropped and counted where slot() gives none).
+  void append(const Event &event) {
     const Slot s = slot();
-    if (!s.event) return false;
+    if (!s.event) return;
     *s.event = event;
     publish(s);
-    return true;
   }
   // Where the next completed event goes: the caller writes it in place (no temporary Event
   // copied over: see Recorder::pop), then publish()es it. A signal handler that records on
