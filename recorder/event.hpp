@@ -68,4 +68,26 @@ struct Event {
 // Every event costs its size in each thread's buffer and in the spill file: keep it one cache line.
 static_assert(sizeof(Event) == 64, "Event must stay 64 bytes");
 
+// What decides an event's place in trace order, kept apart from the event where only the place
+// matters (a spilled run's first and last events: SpillRun).
+struct OrderKey {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  uint32_t domain_id = 0;
+  uint32_t depth = 0;
+  static OrderKey of(const Event &e) { return OrderKey{e.start, e.end, e.domain_id, e.depth}; }
+};
+
+// Trace order, the one rule for Events and OrderKeys alike. Events are stored in the order ranges
+// *ended*; viewers want start order with an enclosing range before the ranges it contains, which
+// "earlier start, then later end" guarantees. Equal intervals (possible at clock resolution) keep
+// the outer range first by depth.
+template <class A, class B>
+bool trace_order_before(const A &a, const B &b) {
+  if (a.start != b.start) return a.start < b.start;
+  if (a.end != b.end) return a.end > b.end;
+  if (a.domain_id != b.domain_id) return a.domain_id < b.domain_id;
+  return a.depth < b.depth;
+}
+
 }  // namespace ferrum_replay::recorder

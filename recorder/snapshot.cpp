@@ -1,6 +1,7 @@
 #include "snapshot.hpp"
 
 #include <algorithm>
+#include <map>
 
 namespace ferrum_replay::recorder {
 
@@ -97,16 +98,6 @@ std::vector<std::string> Snapshot::used_domains() const {
   return out;
 }
 
-bool event_before(const Event &a, const Event &b) {
-  // Events are stored in the order ranges *ended*; viewers want start order with an enclosing
-  // range before the ranges it contains, which "earlier start, then later end" guarantees. Equal
-  // intervals (possible at clock resolution) keep the outer range first by depth.
-  if (a.start != b.start) return a.start < b.start;
-  if (a.end != b.end) return a.end > b.end;
-  if (a.domain_id != b.domain_id) return a.domain_id < b.domain_id;
-  return a.depth < b.depth;
-}
-
 void sort_events(Event *begin, Event *end) {
   // Ranges that do not nest (graph replays, mostly) arrive already in order: checking costs
   // one comparison per event, sorting them anyway about ten (the recorder's per-range cost).
@@ -117,13 +108,45 @@ void sort_events(std::vector<Event> &events) {
   sort_events(events.data(), events.data() + events.size());
 }
 
-MergedEvents::MergedEvents(const Snapshot &snap, const ThreadSnapshot &thread)
-    : memory_(thread.events) {
-  if (snap.spill) {
-    readers_.reserve(thread.runs.size());
-    for (const SpillRun &run : thread.runs) readers_.emplace_back(*snap.spill, run);
+std::vector<std::vector<uint32_t>> chain_runs(const std::vector<SpillRun> &runs) {
+  struct Before {
+    bool operator()(const OrderKey &a, const OrderKey &b) const { return trace_order_before(a, b); }
+  };
+  // Runs by their first events (interval partitioning: the fewest chains), equal ones by index.
+  std::vector<uint32_t> order;
+  order.reserve(runs.size());
+  for (uint32_t i = 0; i < runs.size(); ++i)
+    if (runs[i].count != 0) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&runs](uint32_t a, uint32_t b) {
+    return trace_order_before(runs[a].first, runs[b].first);
+  });
+  std::vector<std::vector<uint32_t>> chains;
+  std::multimap<OrderKey, size_t, Before> tails;  // each chain's last event -> the chain
+  for (const uint32_t i : order) {
+    // The chain whose last event comes latest while still strictly before this run's first.
+    auto it = tails.lower_bound(runs[i].first);
+    size_t chain;
+    if (it != tails.begin()) {
+      chain = (--it)->second;
+      tails.erase(it);
+    } else {
+      chain = chains.size();
+      chains.emplace_back();
+    }
+    chains[chain].push_back(i);
+    tails.emplace(runs[i].last, chain);
   }
-  for (size_t source = 0; source <= readers_.size(); ++source)
+  return chains;
+}
+
+MergedEvents::MergedEvents(const Snapshot &snap, const ThreadSnapshot &thread)
+    : spill_(snap.spill), runs_(thread.runs), memory_(thread.events) {
+  if (spill_)
+    for (std::vector<uint32_t> &runs : chain_runs(runs_)) {
+      chains_.emplace_back();
+      chains_.back().runs = std::move(runs);
+    }
+  for (size_t source = 0; source <= chains_.size(); ++source)
     if (head(source)) heap_.push_back(source);
   // std heaps put the largest first: "larger" here means later in trace order.
   std::make_heap(heap_.begin(), heap_.end(),
@@ -132,7 +155,14 @@ MergedEvents::MergedEvents(const Snapshot &snap, const ThreadSnapshot &thread)
 
 const Event *MergedEvents::head(size_t source) {
   if (source == 0) return memory_pos_ < memory_.size() ? &memory_[memory_pos_] : nullptr;
-  return readers_[source - 1].peek();
+  Chain &chain = chains_[source - 1];
+  if (!chain.reader) chain.reader.emplace(*spill_, runs_[chain.runs[chain.at]]);
+  const Event *e = chain.reader->peek();
+  while (!e && chain.at + 1 < chain.runs.size()) {
+    chain.reader.emplace(*spill_, runs_[chain.runs[++chain.at]]);
+    e = chain.reader->peek();
+  }
+  return e;
 }
 
 bool MergedEvents::source_before(size_t a, size_t b) {
@@ -140,7 +170,7 @@ bool MergedEvents::source_before(size_t a, size_t b) {
   const Event *y = head(b);
   if (event_before(*x, *y)) return true;
   if (event_before(*y, *x)) return false;
-  return a < b;  // equal events: a fixed order, memory first
+  return rank(a) < rank(b);
 }
 
 const Event *MergedEvents::next() {
@@ -149,7 +179,7 @@ const Event *MergedEvents::next() {
     if (current_ == 0)
       ++memory_pos_;
     else
-      readers_[current_ - 1].advance();
+      chains_[current_ - 1].reader->advance();
     if (head(current_)) {
       // Runs seldom overlap in time (a thread's chunks end one after another): while the same
       // source still comes first, its next event is returned without a trip through the heap.
@@ -198,6 +228,8 @@ bool merge_runs(SpillFile &spill, const SpillRun *first, size_t count, SpillRun 
   uint32_t written = 0;
   for (const Event *e = merged.next();; e = merged.next()) {
     if (e) {
+      if (batch.empty() && written == 0) out->first = OrderKey::of(*e);
+      out->last = OrderKey::of(*e);
       batch.push_back(*e);
       out->uses_global_domain |= e->domain_id == 0;
       out->ranges += e->is_range();
@@ -217,6 +249,7 @@ bool merge_runs(SpillFile &spill, const SpillRun *first, size_t count, SpillRun 
 
 void compact_runs(SpillFile &spill, std::vector<SpillRun> &runs, size_t max_runs) {
   if (max_runs < 2) max_runs = 2;
+  if (chain_runs(runs).size() <= max_runs) return;  // read as they are: nothing to copy
   while (runs.size() > max_runs) {
     // Groups of up to max_runs consecutive runs, each merged into one, until the runs left as
     // they are bring the count within max_runs: only as many events are copied as that takes.

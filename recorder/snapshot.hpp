@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,14 +108,25 @@ struct Snapshot {
 void match_async_ranges(Snapshot &snap, uint64_t ids_issued);
 
 // Trace order: earlier start first; on equal starts the longer (enclosing) range first.
-bool event_before(const Event &a, const Event &b);
+inline bool event_before(const Event &a, const Event &b) {
+  return trace_order_before(a, b);
+}
 
 // Sorts one thread's events into trace order.
 void sort_events(std::vector<Event> &events);
 void sort_events(Event *begin, Event *end);
 
+// A thread's runs grouped into chains: runs that follow one another in trace order without
+// overlapping (each one's last event strictly before the next one's first), which one reader reads
+// one after the other. A thread's chunks end one after another, so a thread whose ranges do not
+// nest (graph replays) has one chain, and nesting makes a few: the merge compares few heads, and
+// the exit report has nothing to compact. Each chain lists run indices in trace order; runs
+// without events are left out.
+std::vector<std::vector<uint32_t>> chain_runs(const std::vector<SpillRun> &runs);
+
 // A thread's events in trace order, `events` merged with the spilled runs. Reads the runs in
-// small batches: memory stays bounded by the number of runs, not of events.
+// small batches, a chain of them (chain_runs) per source: memory stays bounded by the number of
+// chains, not of events. Equal events come in a fixed order: those in memory first, then by run.
 class MergedEvents {
  public:
   MergedEvents(const Snapshot &snap, const ThreadSnapshot &thread);
@@ -122,14 +134,25 @@ class MergedEvents {
   const Event *next();
 
  private:
+  struct Chain {
+    std::vector<uint32_t> runs;  // indices into the thread's runs
+    size_t at = 0;               // the one being read
+    std::optional<RunReader> reader;
+  };
   bool source_before(size_t a, size_t b);
   const Event *head(size_t source);
+  // Equal events: the lower rank first (0: memory; a run: its index + 1).
+  size_t rank(size_t source) const {
+    return source == 0 ? 0 : chains_[source - 1].runs[chains_[source - 1].at] + 1;
+  }
 
+  const SpillFile *spill_ = nullptr;
+  const std::vector<SpillRun> &runs_;
   const std::vector<Event> &memory_;
   size_t memory_pos_ = 0;
-  std::vector<RunReader> readers_;  // source i + 1
-  std::vector<size_t> heap_;        // sources that still have events, a min-heap by head()
-  size_t current_ = SIZE_MAX;       // the source whose head was returned last
+  std::vector<Chain> chains_;  // source i + 1
+  std::vector<size_t> heap_;   // sources that still have events, a min-heap by head()
+  size_t current_ = SIZE_MAX;  // the source whose head was returned last
 };
 
 // A GPU track's replays in trace order, as every output shows them (the trace, the table). A
@@ -169,9 +192,10 @@ void for_each_event(const Snapshot &snap, const ThreadSnapshot &thread, F &&f) {
   }
 }
 
-// Merges groups of runs into longer runs (appended to `spill`) until at most `max_runs` remain,
-// so that MergedEvents never reads from more than `max_runs` + 1 sources at once. Keeps `runs`
-// unchanged if the spill file cannot be written.
+// Makes sure MergedEvents never reads from more than `max_runs` + 1 sources at once: when the
+// runs form more than `max_runs` chains (chain_runs), merges groups of runs into longer runs
+// (appended to `spill`) until at most `max_runs` runs remain. Keeps `runs` unchanged if the spill
+// file cannot be written.
 void compact_runs(SpillFile &spill, std::vector<SpillRun> &runs, size_t max_runs = 256);
 
 }  // namespace ferrum_replay::recorder

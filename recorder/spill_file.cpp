@@ -191,6 +191,10 @@ bool SpillFile::write(const SpillRun &run, uint32_t first, const Event *events, 
 bool SpillFile::append(const Event *events, uint32_t count, SpillRun *run) {
   SpillRun reserved;
   if (!reserve(count, &reserved) || !write(reserved, 0, events, count)) return false;
+  if (count) {
+    reserved.first = OrderKey::of(events[0]);
+    reserved.last = OrderKey::of(events[count - 1]);
+  }
   *run = reserved;
   return true;
 }

@@ -39,6 +39,10 @@ struct SpillRun {
   uint32_t count = 0;               // events
   bool uses_global_domain = false;  // some event is in NVTX's global domain (id 0)
   uint32_t ranges = 0;              // events that are push/pop ranges (EventKind::range)
+  // Where its first and last events stand in trace order (runs are stored sorted): the exit
+  // writer reads runs that do not overlap one after another instead of merging them
+  // (snapshot.hpp, chain_runs). Set by append(); whoever writes a run in pieces sets them.
+  OrderKey first, last;
 };
 
 class SpillFile {

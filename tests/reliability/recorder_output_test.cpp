@@ -173,19 +173,57 @@ TEST_CASE("without spilling every event stays in memory, with the same trace") {
   CHECK(render_trace(s) == render_trace(again));
 }
 
+// `runs` full runs, each of which overlaps every earlier one in time: `runs` ranges are opened
+// first and one of them ends in each chunk, so every run starts with a range that began before
+// the others' ends (chain_runs: no two runs can be read one after the other).
+void record_overlapping_runs(Recorder &r, uint32_t runs) {
+  const auto &g = r.names().global_domain();
+  for (uint32_t i = 0; i < runs; ++i) r.push(g, "long", false, {});
+  for (uint32_t run = 0; run < runs; ++run) {
+    for (uint32_t i = 0; i + 1 < kChunk; ++i) {
+      r.push(g, "short", false, {});
+      r.pop(g);
+    }
+    r.pop(g);  // the chunk's last event: a "long" range that started before every run
+  }
+  r.push(g, "short", false, {});  // the last chunk is spilled when the next event needs room
+  r.pop(g);
+}
+
 TEST_CASE("runs are compacted so the merge reads from few sources at once") {
   Recorder r(spilling_at_once(), 0);
-  record_nested(r, 17 * kChunk / 3 + 5);  // 17 runs and a few events in memory
+  record_overlapping_runs(r, 17);
   const Snapshot reference = r.snapshot();
   Snapshot s = r.snapshot_for_report();
   // Each snapshot fits its own tick-to-ns line (recorder/clock.hpp); one line for both compares
   // the events themselves.
   s.scale = reference.scale;
   REQUIRE(s.threads[0].runs.size() == 17);
+  CHECK(chain_runs(s.threads[0].runs).size() == 17);
   SpillFile &spill = const_cast<SpillFile &>(r.spill_file());
+  const uint64_t spilled = spill.size();
   compact_runs(spill, s.threads[0].runs, 4);
   CHECK(s.threads[0].runs.size() <= 4);
+  CHECK(spill.size() > spilled);  // merged runs were written
   CHECK(s.threads[0].event_count() == reference.threads[0].events.size());
+  CHECK(render_trace(s) == render_trace(reference));
+}
+
+TEST_CASE("runs that follow one another are read as chains, not copied") {
+  // Nested ranges: a chunk may end inside a nest whose outer ranges end in the next chunk, so
+  // a run can overlap the one before it, never the one before that: two chains.
+  Recorder r(spilling_at_once(), 0);
+  record_nested(r, 17 * kChunk / 3 + 5);  // 17 runs and a few events in memory
+  const Snapshot reference = r.snapshot();
+  Snapshot s = r.snapshot_for_report();
+  s.scale = reference.scale;
+  REQUIRE(s.threads[0].runs.size() == 17);
+  CHECK(chain_runs(s.threads[0].runs).size() <= 2);
+  SpillFile &spill = const_cast<SpillFile &>(r.spill_file());
+  const uint64_t spilled = spill.size();
+  compact_runs(spill, s.threads[0].runs, 4);
+  CHECK(s.threads[0].runs.size() == 17);
+  CHECK(spill.size() == spilled);  // nothing copied
   CHECK(render_trace(s) == render_trace(reference));
 }
 

@@ -128,44 +128,118 @@ TEST_CASE("a run across segments reads back whole") {
   CHECK(holds(spill, rb, b));
 }
 
+// `count` events of run `run` of `runs` that overlap one another all along: starts run,
+// run + runs, run + 2 * runs... from `first` on.
+std::vector<Event> interleaved_events(uint32_t first, uint32_t run, uint32_t runs, uint32_t count) {
+  std::vector<Event> events = numbered_events(0, count);
+  for (uint32_t i = 0; i < count; ++i) {
+    events[i].start = first + i * runs + run;
+    events[i].end = events[i].start + 1;
+  }
+  return events;
+}
+
+// Every event of `runs` in trace order, through the exit writer's merge.
+std::vector<Event> merged(const SpillFile &spill, const std::vector<SpillRun> &runs,
+                          std::vector<Event> memory = {}) {
+  Snapshot snap;
+  snap.spill = &spill;
+  ThreadSnapshot thread;
+  thread.runs = runs;
+  thread.events = std::move(memory);
+  std::vector<Event> out;
+  for_each_event_in_order(snap, thread, [&](const Event &e) { out.push_back(e); });
+  return out;
+}
+
 TEST_CASE("compaction merges only as many runs as bring the count down, in trace order") {
-  // 6 runs of 100 events, one after another in time; at most 4 sources: merging 3 of them is
-  // enough (the exit report's compaction copies what it must, not every spilled event).
+  // 6 runs of 100 events, each overlapping all the others in time: 6 chains; at most 4 sources:
+  // merging 3 of them is enough (the exit report's compaction copies what it must, not every
+  // spilled event).
   SpillFile spill;
   std::vector<SpillRun> runs(6);
   for (uint32_t i = 0; i < 6; ++i) {
-    const std::vector<Event> events = numbered_events(i * 100, 100);
+    const std::vector<Event> events = interleaved_events(0, i, 6, 100);
     REQUIRE(spill.append(events.data(), 100, &runs[i]));
   }
+  CHECK(chain_runs(runs).size() == 6);
   const uint64_t before = spill.size();
   compact_runs(spill, runs, 4);
   CHECK(runs.size() == 4);
   CHECK(spill.size() - before == 300 * sizeof(Event));
   // Many runs, a few passes: still every event once, in order.
   for (uint32_t i = 0; i < 40; ++i) {
-    const std::vector<Event> events = numbered_events(600 + i * 10, 10);
+    const std::vector<Event> events = interleaved_events(600, i, 40, 10);
     runs.emplace_back();
     REQUIRE(spill.append(events.data(), 10, &runs.back()));
   }
   compact_runs(spill, runs, 3);
   CHECK(runs.size() <= 3);
-  Snapshot snap;
-  snap.spill = &spill;
-  ThreadSnapshot thread;
-  thread.runs = runs;
   uint64_t next = 0;
-  for_each_event_in_order(snap, thread, [&](const Event &e) { CHECK(e.start == next++); });
+  for (const Event &e : merged(spill, runs)) CHECK(e.start == next++);
   CHECK(next == 1000);
 
-  // Runs that overlap in time (interleaved starts, stretches of each) still merge in order.
+  // Runs that overlap in stretches (interleaved starts, stretches of each) still merge in order.
   std::vector<Event> a, b;
   for (uint32_t i = 0; i < 300; ++i) (i / 7 % 2 ? a : b).push_back(numbered_events(i, 1)[0]);
-  thread.runs.assign(2, SpillRun{});
-  REQUIRE(spill.append(a.data(), static_cast<uint32_t>(a.size()), &thread.runs[0]));
-  REQUIRE(spill.append(b.data(), static_cast<uint32_t>(b.size()), &thread.runs[1]));
+  runs.assign(2, SpillRun{});
+  REQUIRE(spill.append(a.data(), static_cast<uint32_t>(a.size()), &runs[0]));
+  REQUIRE(spill.append(b.data(), static_cast<uint32_t>(b.size()), &runs[1]));
   next = 0;
-  for_each_event_in_order(snap, thread, [&](const Event &e) { CHECK(e.start == next++); });
+  for (const Event &e : merged(spill, runs)) CHECK(e.start == next++);
   CHECK(next == 300);
+}
+
+TEST_CASE("runs that follow one another form one chain, read in trace order, never copied") {
+  SpillFile spill;
+  // Spilled out of time order: run 0 holds the latest events, run 2 the earliest.
+  std::vector<SpillRun> runs(3);
+  for (uint32_t i = 0; i < 3; ++i) {
+    const std::vector<Event> events = numbered_events((2 - i) * 100, 100);
+    REQUIRE(spill.append(events.data(), 100, &runs[i]));
+  }
+  const std::vector<std::vector<uint32_t>> chains = chain_runs(runs);
+  REQUIRE(chains.size() == 1);
+  CHECK(chains[0] == std::vector<uint32_t>{2, 1, 0});
+  const uint64_t before = spill.size();
+  compact_runs(spill, runs, 2);
+  CHECK(runs.size() == 3);
+  CHECK(spill.size() == before);
+  uint64_t next = 0;
+  for (const Event &e : merged(spill, runs)) CHECK(e.start == next++);
+  CHECK(next == 300);
+
+  // A run whose first event equals the chain's last (equal intervals at clock resolution) does
+  // not join it: a chain's runs are strictly one after another.
+  const std::vector<Event> touching = numbered_events(299, 10);
+  runs.emplace_back();
+  REQUIRE(spill.append(touching.data(), 10, &runs.back()));
+  CHECK(chain_runs(runs).size() == 2);
+}
+
+TEST_CASE("equal events come in memory, then run, order whatever the chains") {
+  // Three copies of the same intervals, told apart by payload: in memory, in run 0, in run 1.
+  // Run 1 follows run 2 without overlap and shares its chain; run 0 overlaps both.
+  SpillFile spill;
+  std::vector<Event> copies[3];
+  for (uint32_t c = 0; c < 3; ++c) {
+    copies[c] = numbered_events(100, 50);
+    for (Event &e : copies[c]) e.attrs.payload = Payload(uint64_t{c});
+  }
+  const std::vector<Event> early = numbered_events(0, 100);
+  std::vector<SpillRun> runs(3);
+  REQUIRE(spill.append(copies[1].data(), 50, &runs[0]));
+  REQUIRE(spill.append(copies[2].data(), 50, &runs[1]));
+  REQUIRE(spill.append(early.data(), 100, &runs[2]));
+  const std::vector<std::vector<uint32_t>> chains = chain_runs(runs);
+  CHECK(chains.size() == 2);
+  const std::vector<Event> out = merged(spill, runs, copies[0]);
+  REQUIRE(out.size() == 250);
+  for (uint32_t i = 0; i < 100; ++i) CHECK(out[i].start == i);
+  for (uint32_t i = 0; i < 150; ++i) {
+    CHECK(out[100 + i].start == 100 + i / 3);
+    CHECK(out[100 + i].attrs.payload.u == i % 3);  // memory, run 0, run 1
+  }
 }
 
 // Resident pages of the spill file's mappings (files without a name: the test makes no other),
