@@ -106,6 +106,19 @@ class Prepared {
     }
     return c.name;
   }
+  // "<name>", escaped: remembered per name pointer in a direct-mapped cache (a name's pointer
+  // stands for one text for the whole report: event.hpp, RangeAttrs), since a trace's events
+  // repeat few names and escaping is most of what writing one costs.
+  std::string_view name(const char *name) {
+    Named &n = names_[(reinterpret_cast<uintptr_t>(name) * 0x9E3779B97F4A7C15u) >> kNamesBits];
+    if (!n.valid || n.key != name) {
+      n.valid = true;
+      n.key = name;
+      n.json.clear();
+      append_json_string(n.json, name ? std::string_view(name) : std::string_view());
+    }
+    return n.json;
+  }
   // ,"pid":P,"tid":T
   std::string ids(uint32_t tid) const {
     char buf[64];
@@ -128,11 +141,14 @@ class Prepared {
   };
   static constexpr size_t kCacheSize = 64;
   Cached cache_[kCacheSize];
+  struct Named {
+    bool valid = false;
+    const char *key = nullptr;
+    std::string json;
+  };
+  static constexpr unsigned kNamesBits = 52;  // 2^(64 - 52) = 4096 entries
+  std::vector<Named> names_ = std::vector<Named>(size_t{1} << (64 - kNamesBits));
 };
-
-std::string_view name_of(const char *name) {
-  return name ? std::string_view(name) : std::string_view();
-}
 
 char *write_payload(char *p, const Payload &payload) {
   switch (payload.kind) {
@@ -166,9 +182,9 @@ char *write_ts(char *p, const Snapshot &snap, uint64_t start_ns) {
   return write_micros(p, start_ns >= snap.origin_ns ? start_ns - snap.origin_ns : 0);
 }
 
-// The room the strings of an event with this name and category take.
-size_t strings_room(std::string_view name, const std::string *category_name) {
-  return kEventRoom + json_string_bound(name.size()) + (category_name ? category_name->size() : 0);
+// The room an event with this (escaped) name and category takes.
+size_t strings_room(std::string_view json_name, const std::string *category_name) {
+  return kEventRoom + json_name.size() + (category_name ? category_name->size() : 0);
 }
 
 // "args" without its closing brace: category (and its name when the program named it), payload
@@ -195,13 +211,13 @@ char *write_args(char *p, const RangeAttrs &attrs, const std::string *category_n
 void append_event(TraceOut &out, const Snapshot &snap, Prepared &prepared, const std::string &ids,
                   const Event &e) {
   const bool range = e.kind() == EventKind::range;
-  const std::string_view name = name_of(e.attrs.name);
+  const std::string_view name = prepared.name(e.attrs.name);
   const std::string &cat = prepared.domain(e.domain_id);
   const std::string *category_name = prepared.category_name(e.domain_id, e.attrs.category);
   char *p = out.begin(strings_room(name, category_name) + cat.size() + ids.size());
   p = range ? put(p, ",\n{\"ph\":\"X\",\"name\":")
             : put(p, ",\n{\"ph\":\"i\",\"s\":\"t\",\"name\":");
-  p = write_json_string(p, name);
+  p = put(p, name);
   p = put(p, cat);
   p = write_ts(p, snap, snap.scale.to_ns(e.start));
   if (range) {
@@ -222,13 +238,13 @@ void append_event(TraceOut &out, const Snapshot &snap, Prepared &prepared, const
 void append_async(TraceOut &out, const Snapshot &snap, Prepared &prepared, const std::string &ids,
                   const Event &e, const AsyncRange &range) {
   const bool begin = e.kind() == EventKind::async_begin;
-  const std::string_view name = name_of(range.name);
+  const std::string_view name = prepared.name(range.name);
   const std::string &cat = prepared.domain(range.domain_id);
   const std::string *category_name =
       begin ? prepared.category_name(e.domain_id, e.attrs.category) : nullptr;
   char *p = out.begin(strings_room(name, category_name) + cat.size() + ids.size());
   p = begin ? put(p, ",\n{\"ph\":\"b\",\"name\":") : put(p, ",\n{\"ph\":\"e\",\"name\":");
-  p = write_json_string(p, name);
+  p = put(p, name);
   p = put(p, cat);
   p = put(p, ",\"id\":\"0x");
   p = write_hex(p, e.async_id());
@@ -249,11 +265,11 @@ void append_async(TraceOut &out, const Snapshot &snap, Prepared &prepared, const
 void append_gpu_event(TraceOut &out, const Snapshot &snap, Prepared &prepared,
                       const ThreadSnapshot &track, const std::string &ids, const std::string &cat,
                       uint32_t gpu_domain_id, const Event &e) {
-  const std::string_view name = name_of(e.attrs.name);
+  const std::string_view name = prepared.name(e.attrs.name);
   const std::string *category_name = prepared.category_name(gpu_domain_id, e.attrs.category);
   char *p = out.begin(strings_room(name, category_name) + cat.size() + ids.size());
   p = put(p, ",\n{\"ph\":\"X\",\"name\":");
-  p = write_json_string(p, name);
+  p = put(p, name);
   p = put(p, cat);
   p = write_ts(p, snap, track.start_ns(snap.scale, e));
   p = put(p, ",\"dur\":");
