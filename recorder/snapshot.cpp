@@ -112,15 +112,20 @@ std::vector<std::vector<uint32_t>> chain_runs(const std::vector<SpillRun> &runs)
   struct Before {
     bool operator()(const OrderKey &a, const OrderKey &b) const { return trace_order_before(a, b); }
   };
-  // Runs by their first events (interval partitioning: the fewest chains), equal ones by index.
+  std::vector<std::vector<uint32_t>> chains;
   std::vector<uint32_t> order;
   order.reserve(runs.size());
-  for (uint32_t i = 0; i < runs.size(); ++i)
-    if (runs[i].count != 0) order.push_back(i);
+  for (uint32_t i = 0; i < runs.size(); ++i) {
+    if (runs[i].count == 0) continue;
+    if (runs[i].keyed)
+      order.push_back(i);
+    else
+      chains.push_back({i});  // where its events stand is not known: a chain of its own
+  }
+  // Runs by their first events (interval partitioning: the fewest chains), equal ones by index.
   std::stable_sort(order.begin(), order.end(), [&runs](uint32_t a, uint32_t b) {
     return trace_order_before(runs[a].first, runs[b].first);
   });
-  std::vector<std::vector<uint32_t>> chains;
   std::multimap<OrderKey, size_t, Before> tails;  // each chain's last event -> the chain
   for (const uint32_t i : order) {
     // The chain whose last event comes latest while still strictly before this run's first.
@@ -230,6 +235,7 @@ bool merge_runs(SpillFile &spill, const SpillRun *first, size_t count, SpillRun 
     if (e) {
       if (batch.empty() && written == 0) out->first = OrderKey::of(*e);
       out->last = OrderKey::of(*e);
+      out->keyed = true;
       batch.push_back(*e);
       out->uses_global_domain |= e->domain_id == 0;
       out->ranges += e->is_range();

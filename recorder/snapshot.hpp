@@ -121,7 +121,8 @@ void sort_events(Event *begin, Event *end);
 // one after the other. A thread's chunks end one after another, so a thread whose ranges do not
 // nest (graph replays) has one chain, and nesting makes a few: the merge compares few heads, and
 // the exit report has nothing to compact. Each chain lists run indices in trace order; runs
-// without events are left out.
+// without events are left out, and a run without order keys (SpillRun::keyed) is a chain of its
+// own.
 std::vector<std::vector<uint32_t>> chain_runs(const std::vector<SpillRun> &runs);
 
 // A thread's events in trace order, `events` merged with the spilled runs. Reads the runs in

@@ -194,6 +194,7 @@ bool SpillFile::append(const Event *events, uint32_t count, SpillRun *run) {
   if (count) {
     reserved.first = OrderKey::of(events[0]);
     reserved.last = OrderKey::of(events[count - 1]);
+    reserved.keyed = true;
   }
   *run = reserved;
   return true;

@@ -41,8 +41,10 @@ struct SpillRun {
   uint32_t ranges = 0;              // events that are push/pop ranges (EventKind::range)
   // Where its first and last events stand in trace order (runs are stored sorted): the exit
   // writer reads runs that do not overlap one after another instead of merging them
-  // (snapshot.hpp, chain_runs). Set by append(); whoever writes a run in pieces sets them.
+  // (snapshot.hpp, chain_runs). Set by append(); whoever writes a run in pieces sets them and
+  // `keyed` — a run without keys is merged on its own, never chained.
   OrderKey first, last;
+  bool keyed = false;
 };
 
 class SpillFile {

@@ -108,16 +108,32 @@ class Prepared {
   }
   // "<name>", escaped: remembered per name pointer in a direct-mapped cache (a name's pointer
   // stands for one text for the whole report: event.hpp, RangeAttrs), since a trace's events
-  // repeat few names and escaping is most of what writing one costs.
-  std::string_view name(const char *name) {
-    Named &n = names_[(reinterpret_cast<uintptr_t>(name) * 0x9E3779B97F4A7C15u) >> kNamesBits];
-    if (!n.valid || n.key != name) {
+  // repeat few names and escaping is most of what writing one costs. name() says how much room
+  // the name needs; put_name() writes it — escaped straight into the output on a miss, then
+  // copied into the cache at its exact size when short (a name that is long or never repeats
+  // costs what it did without the cache, and the cache at most 4096 x kMaxCachedName bytes).
+  struct Name {
+    const char *key;
+    std::string_view raw;  // set on a miss only
+    size_t room;
+    bool hit;
+  };
+  Name name(const char *name) {
+    const Named &n = slot(name);
+    if (n.valid && n.key == name) return Name{name, {}, n.json.size(), true};
+    const std::string_view raw = name ? std::string_view(name) : std::string_view();
+    return Name{name, raw, json_string_bound(raw.size()), false};
+  }
+  char *put_name(char *p, const Name &name) {
+    Named &n = slot(name.key);
+    if (name.hit) return put(p, n.json);
+    char *const end = write_json_string(p, name.raw);
+    if (static_cast<size_t>(end - p) <= kMaxCachedName) {
       n.valid = true;
-      n.key = name;
-      n.json.clear();
-      append_json_string(n.json, name ? std::string_view(name) : std::string_view());
+      n.key = name.key;
+      n.json.assign(p, end);
     }
-    return n.json;
+    return end;
   }
   // ,"pid":P,"tid":T
   std::string ids(uint32_t tid) const {
@@ -146,7 +162,11 @@ class Prepared {
     const char *key = nullptr;
     std::string json;
   };
-  static constexpr unsigned kNamesBits = 52;  // 2^(64 - 52) = 4096 entries
+  static constexpr unsigned kNamesBits = 52;     // 2^(64 - 52) = 4096 entries
+  static constexpr size_t kMaxCachedName = 512;  // escaped bytes
+  Named &slot(const char *name) {
+    return names_[(reinterpret_cast<uintptr_t>(name) * 0x9E3779B97F4A7C15u) >> kNamesBits];
+  }
   std::vector<Named> names_ = std::vector<Named>(size_t{1} << (64 - kNamesBits));
 };
 
@@ -182,9 +202,9 @@ char *write_ts(char *p, const Snapshot &snap, uint64_t start_ns) {
   return write_micros(p, start_ns >= snap.origin_ns ? start_ns - snap.origin_ns : 0);
 }
 
-// The room an event with this (escaped) name and category takes.
-size_t strings_room(std::string_view json_name, const std::string *category_name) {
-  return kEventRoom + json_name.size() + (category_name ? category_name->size() : 0);
+// The room an event with this name and category takes.
+size_t strings_room(const Prepared::Name &name, const std::string *category_name) {
+  return kEventRoom + name.room + (category_name ? category_name->size() : 0);
 }
 
 // "args" without its closing brace: category (and its name when the program named it), payload
@@ -211,13 +231,13 @@ char *write_args(char *p, const RangeAttrs &attrs, const std::string *category_n
 void append_event(TraceOut &out, const Snapshot &snap, Prepared &prepared, const std::string &ids,
                   const Event &e) {
   const bool range = e.kind() == EventKind::range;
-  const std::string_view name = prepared.name(e.attrs.name);
+  const Prepared::Name name = prepared.name(e.attrs.name);
   const std::string &cat = prepared.domain(e.domain_id);
   const std::string *category_name = prepared.category_name(e.domain_id, e.attrs.category);
   char *p = out.begin(strings_room(name, category_name) + cat.size() + ids.size());
   p = range ? put(p, ",\n{\"ph\":\"X\",\"name\":")
             : put(p, ",\n{\"ph\":\"i\",\"s\":\"t\",\"name\":");
-  p = put(p, name);
+  p = prepared.put_name(p, name);
   p = put(p, cat);
   p = write_ts(p, snap, snap.scale.to_ns(e.start));
   if (range) {
@@ -238,13 +258,13 @@ void append_event(TraceOut &out, const Snapshot &snap, Prepared &prepared, const
 void append_async(TraceOut &out, const Snapshot &snap, Prepared &prepared, const std::string &ids,
                   const Event &e, const AsyncRange &range) {
   const bool begin = e.kind() == EventKind::async_begin;
-  const std::string_view name = prepared.name(range.name);
+  const Prepared::Name name = prepared.name(range.name);
   const std::string &cat = prepared.domain(range.domain_id);
   const std::string *category_name =
       begin ? prepared.category_name(e.domain_id, e.attrs.category) : nullptr;
   char *p = out.begin(strings_room(name, category_name) + cat.size() + ids.size());
   p = begin ? put(p, ",\n{\"ph\":\"b\",\"name\":") : put(p, ",\n{\"ph\":\"e\",\"name\":");
-  p = put(p, name);
+  p = prepared.put_name(p, name);
   p = put(p, cat);
   p = put(p, ",\"id\":\"0x");
   p = write_hex(p, e.async_id());
@@ -265,11 +285,11 @@ void append_async(TraceOut &out, const Snapshot &snap, Prepared &prepared, const
 void append_gpu_event(TraceOut &out, const Snapshot &snap, Prepared &prepared,
                       const ThreadSnapshot &track, const std::string &ids, const std::string &cat,
                       uint32_t gpu_domain_id, const Event &e) {
-  const std::string_view name = prepared.name(e.attrs.name);
+  const Prepared::Name name = prepared.name(e.attrs.name);
   const std::string *category_name = prepared.category_name(gpu_domain_id, e.attrs.category);
   char *p = out.begin(strings_room(name, category_name) + cat.size() + ids.size());
   p = put(p, ",\n{\"ph\":\"X\",\"name\":");
-  p = put(p, name);
+  p = prepared.put_name(p, name);
   p = put(p, cat);
   p = write_ts(p, snap, track.start_ns(snap.scale, e));
   p = put(p, ",\"dur\":");

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "json_text.hpp"
 #include "recorder.hpp"
 #include "trace_writer.hpp"
 
@@ -281,6 +282,44 @@ TEST_CASE("trace JSON carries events, metadata and counters") {
   CHECK(json.find("\"protocolErrors\":{\"popWithoutPush\":1,\"popWrongDomain\":0,"
                   "\"openAtExit\":0,") != std::string::npos);
   CHECK(json.find("\"domains\":[\"global\"]") != std::string::npos);
+}
+
+TEST_CASE("every event's name is written escaped: repeated, long, or never repeated") {
+  // The writer keeps escaped names by pointer (trace_writer.cpp, Prepared::name): a name seen
+  // again, a name too long to keep, and thousands of names that evict one another must all
+  // come out as their own text, in order.
+  std::vector<std::string> texts = {"graph \"a\"\n", std::string(100000, '\x01') + "long", "",
+                                    "caf\xc3\xa9"};
+  for (int i = 0; i < 6000; ++i) texts.push_back("step " + std::to_string(i));
+  Snapshot snap;
+  ThreadSnapshot thread;
+  std::vector<std::string> expected;
+  for (uint64_t i = 0; i < 20000; ++i) {
+    // Every other event a "step" name (each seen twice, 6,000 events apart), between them the
+    // repeated short names, and the long one now and then.
+    static constexpr size_t kShort[] = {0, 2, 3};
+    const size_t repeated = i % 2000 == 1 ? 1 : kShort[(i / 2) % 3];
+    const std::string &text = texts[i % 2 == 0 ? 4 + (i / 2) % 6000 : repeated];
+    Event e{};
+    e.start = i;
+    e.end = i;  // zero-length: the events keep this order
+    e.attrs.name = i == 7 ? nullptr : text.c_str();
+    thread.events.push_back(e);
+    std::string json;
+    append_json_string(json, i == 7 ? std::string() : text);
+    expected.push_back(json);
+  }
+  snap.threads.push_back(thread);
+  const std::string trace = render_trace(snap);
+  const std::string marker = "{\"ph\":\"X\",\"name\":";
+  size_t at = 0, n = 0;
+  for (at = trace.find(marker, at); at != std::string::npos; at = trace.find(marker, at + 1)) {
+    REQUIRE(n < expected.size());
+    const std::string &want = expected[n++];
+    CHECK(trace.compare(at + marker.size(), want.size(), want) == 0);
+    CHECK(trace.compare(at + marker.size() + want.size(), 8, ",\"cat\":\"") == 0);
+  }
+  CHECK(n == expected.size());
 }
 
 TEST_CASE("trace file is written atomically, errors are reported") {

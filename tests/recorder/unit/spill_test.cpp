@@ -217,6 +217,24 @@ TEST_CASE("runs that follow one another form one chain, read in trace order, nev
   CHECK(chain_runs(runs).size() == 2);
 }
 
+TEST_CASE("a run written in pieces without order keys is merged, never chained") {
+  // reserve() + write() leave SpillRun::first/last unset: such a run must not be taken for one
+  // that starts before every other.
+  SpillFile spill;
+  std::vector<SpillRun> runs(2);
+  const std::vector<Event> late = numbered_events(100, 3);
+  REQUIRE(spill.append(late.data(), 3, &runs[0]));
+  std::vector<Event> early = numbered_events(50, 3);
+  for (uint32_t i = 0; i < 3; ++i) early[i].start = early[i].end = 50 + 10 * i;
+  REQUIRE(spill.reserve(3, &runs[1]));
+  REQUIRE(spill.write(runs[1], 0, early.data(), 3));
+  CHECK_FALSE(runs[1].keyed);
+  CHECK(chain_runs(runs).size() == 2);
+  std::vector<uint64_t> starts;
+  for (const Event &e : merged(spill, runs)) starts.push_back(e.start);
+  CHECK(starts == std::vector<uint64_t>{50, 60, 70, 100, 101, 102});
+}
+
 TEST_CASE("equal events come in memory, then run, order whatever the chains") {
   // Three copies of the same intervals, told apart by payload: in memory, in run 0, in run 1.
   // Run 1 follows run 2 without overlap and shares its chain; run 0 overlaps both.
