@@ -2,11 +2,11 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "background_thread.hpp"
 #include "resolve/real_functions.hpp"
 #include "support/log.hpp"
 
@@ -210,16 +210,8 @@ void start_reaper() {
   bool expected = false;
   if (!g_reaper_started.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return;
   install_handlers();
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // signals stay the program's threads' business
-  pthread_attr_t attributes;
-  pthread_attr_init(&attributes);
-  pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attributes, 256 * 1024);
-  const int failed = pthread_create(&g_reaper, &attributes, reaper_main, nullptr);
-  pthread_attr_destroy(&attributes);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  const int failed =
+      common::start_background_thread(reaper_main, 256 * 1024, "ferrum-gpu", &g_reaper);
   if (failed) {
     g_reaper_started.store(false, std::memory_order_release);
     log_line(LogLevel::error,
@@ -228,7 +220,6 @@ void start_reaper() {
              strerror(failed));
     return;
   }
-  pthread_setname_np(g_reaper, "ferrum-gpu");
 }
 
 }  // namespace
