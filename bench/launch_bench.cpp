@@ -54,9 +54,7 @@
 //                      counter where the kernel keeps CLOCK_MONOTONIC on it)
 //   floor:event        one completed range appended to the recorder's own per-thread buffer
 //                      (recorder/thread_buffer.hpp, no spill file): 64 bytes of memory the
-//                      process has not touched before, as every range of a run is, in chunks
-//                      faulted in ahead by the recorder's chunk thread (chunk_stock.hpp) as the
-//                      recorder's own are
+//                      process has not touched before, as every range of a run is
 //
 // Each graph is one empty node, instantiated through the driver; the runtime launches the same
 // executable graphs (both stand-ins share the driver's handles, as NVIDIA's do).
@@ -355,12 +353,6 @@ long long unnamed_file_bytes() {
   return total;
 }
 
-long long cpu_ns(clockid_t clock) {
-  timespec t{};
-  clock_gettime(clock, &t);
-  return static_cast<long long>(t.tv_sec) * 1000000000LL + t.tv_nsec;
-}
-
 int rss_mode(const char *spec, long flush_every) {
   char *end = nullptr;
   const long first = std::strtol(spec, &end, 10);
@@ -372,10 +364,6 @@ int rss_mode(const char *spec, long flush_every) {
   constexpr int kGraphs = 8;
   long rss_first = -1, faults_first = 0, failures = 0;
   rusage usage{};
-  // CPU time of this thread and of the whole process over the loop: what other threads (the
-  // recorder's chunk thread, the GPU reaper) spent on the launches' behalf is the difference.
-  const long long thread_cpu_before = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
-  const long long process_cpu_before = cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
   for (long i = 0; i < total; ++i) {
     CUgraphExec exec = g_execs[static_cast<size_t>(i % kGraphs)];
     switch (i % 3) {
@@ -396,8 +384,6 @@ int rss_mode(const char *spec, long flush_every) {
       faults_first = usage.ru_minflt;
     }
   }
-  const long long thread_cpu = cpu_ns(CLOCK_THREAD_CPUTIME_ID) - thread_cpu_before;
-  const long long process_cpu = cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - process_cpu_before;
   const long rss_total = rss_kib();
   getrusage(RUSAGE_SELF, &usage);
   // Reading VmRSS (open, read, close) faults nothing in: what remains is the launches'.
@@ -408,7 +394,6 @@ int rss_mode(const char *spec, long flush_every) {
   std::printf("launches=%ld failed=%ld\nrss_kib_at_%ld=%ld\nrss_kib_at_%ld=%ld\n", total, failures,
               first, rss_first, total, rss_total);
   std::printf("minor_faults_between=%ld\nunnamed_file_bytes=%lld\n", faults_between, unnamed_bytes);
-  std::printf("loop_thread_cpu_ns=%lld\nloop_process_cpu_ns=%lld\n", thread_cpu, process_cpu);
   if (flush_every > 0) {
     unsigned long long timed = 0, not_timed = 0;
     gpu_counts(&timed, &not_timed);

@@ -269,8 +269,8 @@ def strace_opens(env, program, preload, tmpdir):
 
 
 def measure_rss(paths, env, tmpdir, first, total, preload, recorder, summary=False,
-                gpu_time=False, extra_env=None):
-    env = dict(env, **(extra_env or {}))
+                gpu_time=False):
+    env = dict(env)
     if preload:
         env["LD_PRELOAD"] = preload
     extra = []
@@ -299,8 +299,6 @@ def measure_rss(paths, env, tmpdir, first, total, preload, recorder, summary=Fal
         "faults_between": int(kv["minor_faults_between"]),
         "unnamed_bytes": int(kv["unnamed_file_bytes"]),
         "exit_s": (exited - int(kv["end_monotonic_ns"])) / 1e9,
-        "thread_cpu_ns": int(kv["loop_thread_cpu_ns"]),
-        "process_cpu_ns": int(kv["loop_process_cpu_ns"]),
     }
     if gpu_time:
         result["timed"] = int(kv.get("timed", 0))
@@ -346,7 +344,7 @@ T1 = "/1/0/threads:1"
 T8 = "/1/0/threads:8"
 T8_SHARED = "/1/1/threads:8"
 GRAPHS_IN_PROCESS = 10_000  # ferrum-bench-launch instantiates this many at start
-EXPECTED_ROWS = 26 + 5 + 7 + 7 + 6  # launch (and floor), scaling, GPU timing, non-CUDA process, memory
+EXPECTED_ROWS = 26 + 5 + 7 + 7 + 5  # launch (and floor), scaling, GPU timing, non-CUDA process, memory
 GPU_TIMING_TARGET_NS = 50.0
 STARTUP_TARGET_RATIO = 1.01  # /bin/true: the shim over an empty preloaded library (issue 14)
 TIMED_FRACTION_MIN = 0.99  # a GPU-timing row measures timed replays, or it does not hold
@@ -442,7 +440,7 @@ def build_table(launch, startup, effects, memory, opts):
     stamps, event = med("baseline", "floor:timestamps"), med("baseline", "floor:event")
     t.row("recorder's floor: two timestamp reads (recorder/clock.hpp), no preload", ns(stamps),
           "", "", "", None)
-    t.row("recorder's floor: one range appended to its buffer (64 B, chunks prefaulted), no preload",
+    t.row("recorder's floor: one range appended to fresh memory (ThreadBuffer, 64 B), no preload",
           ns(event), "", "", "", None)
     t.row("  together: the least a recorded range costs here", ns(stamps + event), "",
           "", "", None)
@@ -555,12 +553,6 @@ def build_table(launch, startup, effects, memory, opts):
     spilled = r["unnamed_bytes"] / opts["recorder_events"]
     t.row(f"recorder: memory per range ({events:,} ranges)", f"{per_event:.0f} B resident",
           f"{spilled:.0f} B reserved in its spill file", "", "", None)
-    s = memory["recorder_stock"]
-    n = opts["recorder_stock_events"]
-    t.row(f"recorder: CPU per range, launching thread / other threads ({n:,} ranges in memory)",
-          f"{s['thread_cpu_ns'] / n:.1f} ns launching thread",
-          f"{(s['process_cpu_ns'] - s['thread_cpu_ns']) / n:.1f} ns other threads "
-          "(the chunk thread: recorder/chunk_stock.hpp)", "", "", None)
     recorder_exit_row(t, memory, opts)
     return t
 
@@ -599,14 +591,12 @@ def main():
         opts = dict(rounds=1, repetitions=1, min_time=0.002, warmup_time=0.001,
                     recorder_iterations=2000, recorder_warmup=200, spawn_count=5,
                     startup_target_count=5, spawn_warmup=1, python_count=2, rss_first=10_000,
-                    rss_total=100_000, recorder_events=100_000, rss_gpu_total=100_000,
-                    recorder_stock_events=100_000)
+                    rss_total=100_000, recorder_events=100_000, rss_gpu_total=100_000)
     else:
         opts = dict(rounds=5, repetitions=3, min_time=0.05, warmup_time=0.02,
                     recorder_iterations=30_000, recorder_warmup=10_000, spawn_count=400,
                     startup_target_count=4000, spawn_warmup=20, python_count=40,
                     rss_first=10_000, rss_total=10_000_000, recorder_events=1_000_000,
-                    recorder_stock_events=300_000,
                     rss_gpu_total=1_000_000)
     if args.rounds:
         opts["rounds"] = args.rounds
@@ -652,10 +642,6 @@ def main():
                                     None, False),
             "recorder": measure_rss(paths, env, tmpdir, opts["rss_first"],
                                     opts["recorder_events"], paths["shim"], True),
-            # Every range kept in memory (no spill): where the chunk thread does its work.
-            "recorder_stock": measure_rss(paths, env, tmpdir, opts["rss_first"],
-                                          opts["recorder_stock_events"], paths["shim"], True,
-                                          extra_env={"FERRUM_RECORD_MEMORY": "256m"}),
             "gpu": measure_rss(paths, env, tmpdir, opts["rss_first"], opts["rss_gpu_total"],
                                paths["shim"], False, gpu_time=True),
         }

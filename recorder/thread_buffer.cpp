@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "chunk_stock.hpp"
 #include "snapshot.hpp"
 
 namespace ferrum_replay::recorder {
@@ -30,18 +29,11 @@ ThreadBuffer::~ThreadBuffer() {
   for (const Block &b : blocks_) delete[] b.data;
 }
 
-size_t ThreadBuffer::chunk_bytes() {
-  return sizeof(Chunk);
-}
-
 ThreadBuffer::Chunk *ThreadBuffer::new_chunk(bool populate) {
-  // Faulted in ahead of time by the stock's thread (chunk_stock.hpp) when it has one; else
   // MAP_POPULATE: the chunk's pages are faulted in by this one call, not one page fault every
   // 64 events on the recording path (measured: page faults were a fifth of a range's cost).
-  void *memory = populate ? take_populated(sizeof(Chunk)) : nullptr;
-  if (!memory)
-    memory = ::mmap(nullptr, sizeof(Chunk), PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
+  void *memory = ::mmap(nullptr, sizeof(Chunk), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
   if (memory == MAP_FAILED) throw std::bad_alloc();  // as `new` would
   return new (memory) Chunk;
 }

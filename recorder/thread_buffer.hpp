@@ -75,8 +75,6 @@ class ThreadBuffer {
   ThreadBuffer &operator=(const ThreadBuffer &) = delete;
 
   uint32_t tid() const { return tid_; }
-  // The size of one chunk's mapping (chunk_stock.hpp holds mappings of this size).
-  static size_t chunk_bytes();
   const std::string &initial_name() const { return initial_name_; }
 
   // ---- owning thread only ----
