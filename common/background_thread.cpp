@@ -1,11 +1,21 @@
 #include "background_thread.hpp"
 
 #include <signal.h>
+#include <sys/prctl.h>
 
 namespace ferrum_replay::common {
 
-int start_background_thread(void *(*main)(void *), size_t stack_bytes, const char *name,
-                            pthread_t *thread) {
+namespace {
+
+void *named_start(void *argument) {
+  const auto *thread = static_cast<const BackgroundThread *>(argument);
+  prctl(PR_SET_NAME, thread->name, 0, 0, 0);
+  return thread->main(nullptr);
+}
+
+}  // namespace
+
+int start_background_thread(const BackgroundThread &thread, size_t stack_bytes, pthread_t *id) {
   // The new thread inherits the creating thread's mask: block everything around the creation.
   sigset_t all, old;
   sigfillset(&all);
@@ -14,15 +24,12 @@ int start_background_thread(void *(*main)(void *), size_t stack_bytes, const cha
   pthread_attr_init(&attributes);
   pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attributes, stack_bytes);
-  // Into the caller's variable directly: set, as pthread_create sets it, before this returns.
   pthread_t started;
-  pthread_t *id = thread ? thread : &started;
-  const int failed = pthread_create(id, &attributes, main, nullptr);
+  const int failed = pthread_create(id ? id : &started, &attributes, named_start,
+                                    const_cast<BackgroundThread *>(&thread));
   pthread_attr_destroy(&attributes);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (failed) return failed;
-  pthread_setname_np(*id, name);
-  return 0;
+  return failed;
 }
 
 }  // namespace ferrum_replay::common

@@ -1,7 +1,8 @@
-// How the shim and the recorder start a thread of their own inside the host program (the GPU
-// reaper, the recorder's chunk thread): detached, so that nobody has to join it, with every
-// signal blocked, so that a signal meant for the program is never delivered to it, and named,
-// so that `ps -T` and debuggers say whose it is.
+// How the shim starts a thread of its own inside the host program (the GPU reaper): detached, so
+// that nobody has to join it, with every signal blocked, so that a signal meant for the program
+// is never delivered to it, and named from inside itself (prctl), so that `ps -T` and debuggers
+// say whose it is — pthread_setname_np on another thread opens /proc/self/task/TID/comm, a
+// descriptor without close-on-exec that a fork+exec elsewhere in the program could inherit.
 #pragma once
 
 #include <pthread.h>
@@ -9,9 +10,15 @@
 
 namespace ferrum_replay::common {
 
-// Starts `main(nullptr)` on such a thread with a stack of `stack_bytes`, named `name` (at most
-// 15 characters); fills `*thread` when given. 0, or pthread_create's error (nothing started).
-int start_background_thread(void *(*main)(void *), size_t stack_bytes, const char *name,
-                            pthread_t *thread = nullptr);
+struct BackgroundThread {
+  void *(*main)(void *);  // called with nullptr
+  const char *name;       // at most 15 characters
+};
+
+// Starts `thread.main` on such a thread with a stack of `stack_bytes`; `thread` must outlive the
+// thread's start (a static). Fills `*id` when given, as pthread_create does: before the new thread
+// can read it. 0, or pthread_create's error (nothing started).
+int start_background_thread(const BackgroundThread &thread, size_t stack_bytes,
+                            pthread_t *id = nullptr);
 
 }  // namespace ferrum_replay::common

@@ -210,8 +210,8 @@ void start_reaper() {
   bool expected = false;
   if (!g_reaper_started.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return;
   install_handlers();
-  const int failed =
-      common::start_background_thread(reaper_main, 256 * 1024, "ferrum-gpu", &g_reaper);
+  static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
+  const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);
   if (failed) {
     g_reaper_started.store(false, std::memory_order_release);
     log_line(LogLevel::error,

@@ -4,6 +4,7 @@ the recorder trace's GPU events and tracks, the shim's FERRUM_REPLAY_SUMMARY GPU
 its stderr lines. docs/gpu-time.md describes the behaviour."""
 import os
 import re
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -144,8 +145,9 @@ def expect_untimed(run_, launches=LAUNCHES):
         expect_one_range_per_launch(run_, launches)
 
 
-def threads_of(argv, env):
-    """Runs argv with slow launches and reads the names of its threads while it runs."""
+def threads_of(argv, env, masks=None):
+    """Runs argv with slow launches and reads the names of its threads while it runs; `masks`
+    (a dict), when given, gets each thread name's blocked-signal mask (SigBlk, as an int)."""
     import subprocess
     import tempfile
     import time
@@ -162,7 +164,13 @@ def threads_of(argv, env):
             try:
                 for task in os.listdir(f"/proc/{process.pid}/task"):
                     with open(f"/proc/{process.pid}/task/{task}/comm") as comm:
-                        names.add(comm.read().strip())
+                        name = comm.read().strip()
+                    names.add(name)
+                    if masks is not None:
+                        with open(f"/proc/{process.pid}/task/{task}/status") as status:
+                            for line in status:
+                                if line.startswith("SigBlk:"):
+                                    masks[name] = int(line.split()[1], 16)
             except OSError:
                 pass
             time.sleep(0.01)
@@ -189,8 +197,14 @@ def off_by_default():
     argv = [path_of("LAUNCH_DRIVER"), "--graphs", "1", "--iters", "20"]
     slow = {"FERRUM_STANDIN_GRAPH_NS": "20000000", "FERRUM_STANDIN_LAUNCH_QUEUE": "1"}
     off = threads_of(argv, slow)
-    on = threads_of(argv, {**slow, "FERRUM_REPLAY_GPU_TIME": "on"})
+    masks = {}
+    on = threads_of(argv, {**slow, "FERRUM_REPLAY_GPU_TIME": "on"}, masks)
     expect("ferrum-gpu" in on, f"timing on, yet no reaper thread among {on}")
+    # The reaper leaves every signal to the program's threads.
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD, signal.SIGALRM):
+        expect(masks.get("ferrum-gpu", 0) >> (number - 1) & 1,
+               f"the reaper does not block {signal.Signals(number).name}: "
+               f"SigBlk {masks.get('ferrum-gpu', 0):#x}")
     off.discard("python3")  # the child between fork and exec
     expect(off == {"launch_driver"}, f"timing off, yet threads {off}")
 
