@@ -233,9 +233,11 @@ bool merge_runs(SpillFile &spill, const SpillRun *first, size_t count, SpillRun 
   uint32_t written = 0;
   for (const Event *e = merged.next();; e = merged.next()) {
     if (e) {
-      if (batch.empty() && written == 0) out->first = OrderKey::of(*e);
+      if (batch.empty() && written == 0) {
+        out->first = OrderKey::of(*e);
+        out->keyed = true;
+      }
       out->last = OrderKey::of(*e);
-      out->keyed = true;
       batch.push_back(*e);
       out->uses_global_domain |= e->domain_id == 0;
       out->ranges += e->is_range();
