@@ -108,7 +108,7 @@ void deliver(size_t count) {
   pthread_mutex_unlock(&g_sink_mutex);
 }
 
-void *reaper_main(void *) {
+void *reaper_main(void *creator_mask) {
   // A program thread capturing a graph in the global mode (PyTorch's default) has every
   // "unsafe" call made by any other thread invalidate its capture — an event query, an event or
   // stream creation included. The reaper's calls are none of the program's business: this
@@ -119,9 +119,19 @@ void *reaper_main(void *) {
   }
   Engine &timing = engine();
   uint64_t claims = timing.claims();
+  uint64_t last_look_ns = monotonic_ns();
   for (;;) {
     bool more = true;
     while (more) deliver(timing.reap_pass(g_batch, kBatch, &more));
+    // A program whose main thread ended with pthread_exit ends when its last own thread does —
+    // unless this thread lives on: then it would never end (and with every signal blocked here,
+    // not even by a signal). Once no other thread is left, nothing can launch or wait any more:
+    // end now; the C library exits the process on this thread, and the exit report counts
+    // what is still in flight. Asked every 20 ms at most (a stat and two readlinks).
+    if (const uint64_t now = monotonic_ns(); now - last_look_ns >= 20 * 1000 * 1000) {
+      last_look_ns = now;
+      if (common::only_live_thread()) break;
+    }
     // Idle only when nothing is in flight and no launch came since the last look: a program
     // that synchronises after each burst has nothing in flight just after it, and a 20 ms nap
     // then would let the next bursts drain the pool (a stream of short replays went ~70 %
@@ -145,6 +155,7 @@ void *reaper_main(void *) {
     g_wake_request = false;
     pthread_mutex_unlock(&g_wake_mutex);
   }
+  common::end_as_last_thread(static_cast<const sigset_t *>(creator_mask));
   return nullptr;
 }
 
@@ -211,7 +222,9 @@ void start_reaper() {
   if (!g_reaper_started.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return;
   install_handlers();
   static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
-  const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);
+  // The program's exit handlers may run on this thread (it can be the last one: reaper_main),
+  // so its stack is a program thread's modest one rather than the reaper's own few KiB.
+  const int failed = common::start_background_thread(kReaper, 2 * 1024 * 1024, &g_reaper);
   if (failed) {
     g_reaper_started.store(false, std::memory_order_release);
     log_line(LogLevel::error,

@@ -29,10 +29,17 @@
 //   fork N M          N launches, synchronised; fork: the child creates its own context and
 //                     graph, launches M times, synchronises and exits normally; the parent waits
 //                     for it, launches N more times, synchronises. Prints child_status=<s>.
+//   main-exits N M    the primary context: N launches, synchronised; with M > 0, a thread of the
+//                     program's that waits 100 ms, launches M times, synchronises, prints and
+//                     returns; then the main thread ends with pthread_exit (the process ends
+//                     with its last thread, exit status 0). An exit handler prints
+//                     sigterm_blocked_at_exit=<0|1> (whether the thread it runs on blocks it).
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
 #include <cuda.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,6 +112,30 @@ long rss_kib() {
 
 void finish() {
   std::printf("launches=%llu failed=%llu\n", g_launches, g_failed);
+  std::fflush(stdout);
+}
+
+struct LaterLaunches {
+  CUcontext ctx;
+  CUgraphExec exec;
+  long count;
+};
+
+void *launch_later(void *argument) {
+  const auto *later = static_cast<const LaterLaunches *>(argument);
+  timespec pause{0, 100 * 1000 * 1000};
+  nanosleep(&pause, nullptr);
+  check(cuCtxSetCurrent(later->ctx), "cuCtxSetCurrent");
+  launches(later->exec, nullptr, later->count);
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
+  finish();
+  return nullptr;
+}
+
+void report_exit_mask() {
+  sigset_t mask;
+  pthread_sigmask(SIG_SETMASK, nullptr, &mask);
+  std::printf("sigterm_blocked_at_exit=%d\n", sigismember(&mask, SIGTERM));
   std::fflush(stdout);
 }
 
@@ -262,6 +293,26 @@ int main(int argc, char **argv) {
     launches(exec, s, n);
     check(cuStreamSynchronize(s), "cuStreamSynchronize");
     std::printf("child_status=%d\n", status);
+  } else if (mode == "main-exits") {
+    CUdevice device = 0;
+    check(cuDeviceGet(&device, 0), "cuDeviceGet");
+    CUcontext ctx = nullptr;
+    check(cuDevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    CUgraphExec exec = make_exec();
+    std::atexit(report_exit_mask);
+    launches(exec, nullptr, n);
+    check(cuCtxSynchronize(), "cuCtxSynchronize");
+    if (m <= 0) {
+      finish();
+    } else {
+      static LaterLaunches later{ctx, exec, m};
+      pthread_t thread;
+      if (pthread_create(&thread, nullptr, launch_later, &later) != 0)
+        check(CUDA_ERROR_UNKNOWN, "pthread_create");
+      pthread_detach(thread);
+    }
+    pthread_exit(nullptr);
   } else {
     return usage();
   }
