@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc_self.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum_replay::common {
@@ -143,18 +144,11 @@ int open_stream(const char *path, Stream *stream) {
     // A blocking terminal, pipe or device: even a small write can wait forever (a terminal
     // nobody reads, one stopped with ^S). Its description is the host's and its flags are not
     // ours to change: a description of our own, opened non-blocking.
-    // Through this thread's entry first: a process whose main thread has ended (pthread_exit)
-    // still has it, while /proc/self (the main thread's) no longer shows descriptors — the
-    // summary of such a program, written on its last thread, was lost. /proc/self where the
-    // kernel predates /proc/thread-self (3.17).
-    int opened = -1;
-    static const char *const kEntries[] = {"/proc/thread-self/fd/%d", "/proc/self/fd/%d"};
-    for (const char *entry : kEntries) {
-      char own[48];
-      snprintf(own, sizeof own, entry, fd);
-      opened = open(own, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-      if (opened >= 0 || errno == ENXIO) break;
-    }
+    // Through the calling thread's /proc entry: a program whose main thread has ended
+    // (pthread_exit) writes its summary from another thread, and /proc/self/fd is gone then.
+    char own[32];
+    snprintf(own, sizeof own, "fd/%d", fd);
+    const int opened = open_process_file(own, O_WRONLY | O_NONBLOCK | O_NOCTTY);
     if (opened < 0) return errno == ENXIO ? ENXIO : kStreamNotReopenable;
     struct stat again {};
     if (fstat(opened, &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino ||

@@ -1,5 +1,7 @@
 #include "recorder.hpp"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -8,6 +10,7 @@
 #include <cstring>
 
 #include "clock.hpp"
+#include "proc_self.hpp"
 
 namespace ferrum_replay::recorder {
 
@@ -38,13 +41,15 @@ std::string read_proc_line(const char *path) {
 }
 
 std::string process_display_name() {
+  // The process's (not the main thread's: it may have ended, and /proc/self with it).
   std::string cmdline;
-  if (FILE *f = std::fopen("/proc/self/cmdline", "re")) {
+  if (const int fd = common::open_process_file("cmdline", O_RDONLY); fd >= 0) {
     char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && cmdline.size() < 65536)
-      cmdline.append(buf, n);
-    std::fclose(f);
+    ssize_t n;
+    while (cmdline.size() < 65536 &&
+           ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)))
+      if (n > 0) cmdline.append(buf, static_cast<size_t>(n));
+    close(fd);
   }
   return command_display_name(cmdline);
 }

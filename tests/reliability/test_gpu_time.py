@@ -246,6 +246,11 @@ def main_thread_exits():
     meta = gpu_check.gpu_meta(traced.trace)
     expect(meta["timed"] == 50 and meta["inFlightAtExit"] == 0, f"trace gpu {meta}", traced)
     expect(len(gpu_check.trace_check.gpu_replays(traced.trace)) == 50, "GPU events", traced)
+    # The process's name from its command line, read after the main thread ended (not the
+    # kernel's 15-character comm).
+    named = [e["args"]["name"] for e in traced.trace["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"]
+    expect(named == ["gpu_time_program"], f"process_name {named}", traced)
     expect_balanced(traced)
 
 
