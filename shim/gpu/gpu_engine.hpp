@@ -136,11 +136,14 @@ enum class Untimed : unsigned {
   event_error,      // a record, query or elapsed call failed
   launch_failed,    // the launch itself returned an error
   context_dropped,  // the context was destroyed while the replay was in flight
+  main_ended,       // launched after the main thread ended: no reaper runs (gpu_timing.cpp)
   count_
 };
 inline constexpr const char *kUntimedNames[] = {
-    "sampled out", "no context",  "pool not ready", "pool exhausted",
-    "capturing",   "event error", "launch failed",  "context destroyed"};
+    "sampled out", "no context",    "pool not ready",    "pool exhausted",   "capturing",
+    "event error", "launch failed", "context destroyed", "main thread ended"};
+static_assert(sizeof kUntimedNames / sizeof *kUntimedNames ==
+              static_cast<unsigned>(Untimed::count_));
 
 struct Totals {
   uint64_t timed = 0, in_flight = 0, not_timed = 0, align_error_ns = 0;
@@ -229,6 +232,9 @@ class Engine {
   }
   // The statistics row of `ordinal`; null when it has none. Under lock() only.
   const GraphStats *stats_for(uint32_t ordinal) const;
+
+  // A replay the caller decided not to time (lock-free: the launch path may call it).
+  void not_timed(Untimed why) { count(why); }
 
  private:
   void count(Untimed why, uint64_t n = 1) {

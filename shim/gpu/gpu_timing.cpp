@@ -80,7 +80,14 @@ void resolve_api() {
 // ---- the reaper ----
 pthread_mutex_t g_wake_mutex = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t g_wake;  // CLOCK_MONOTONIC, initialised when the reaper starts
-std::atomic<bool> g_reaper_started{false};
+// The reaper's life: idle (none runs; one may start), starting (one thread is starting it),
+// running. A process lives as long as its last thread: when the program's main thread ends
+// with pthread_exit, the reaper is ended and joined first (main_thread_ending), and none starts
+// after that — else it would be the last thread, and the process would never end.
+enum ReaperState : int { kReaperIdle, kReaperStarting, kReaperRunning };
+std::atomic<int> g_reaper_state{kReaperIdle};
+std::atomic<bool> g_main_ended{false};
+bool g_end_request = false;  // main_thread_ending asks the reaper to return (g_wake_mutex)
 std::atomic<bool> g_handlers_registered{false};
 pthread_t g_reaper{};
 uint64_t g_passes = 0;        // completed passes (g_wake_mutex)
@@ -97,7 +104,8 @@ constexpr size_t kBatch = 512;
 ferrum_replay_gpu_replay g_batch[kBatch];  // the reaper's only
 
 bool on_reaper() {
-  return g_reaper_started.load(std::memory_order_acquire) &&
+  // (While it starts, g_reaper is already the new thread's: pthread_create fills it first.)
+  return g_reaper_state.load(std::memory_order_acquire) != kReaperIdle &&
          pthread_equal(pthread_self(), g_reaper);
 }
 
@@ -108,7 +116,7 @@ void deliver(size_t count) {
   pthread_mutex_unlock(&g_sink_mutex);
 }
 
-void *reaper_main(void *creator_mask) {
+void *reaper_main(void *) {
   // A program thread capturing a graph in the global mode (PyTorch's default) has every
   // "unsafe" call made by any other thread invalidate its capture — an event query, an event or
   // stream creation included. The reaper's calls are none of the program's business: this
@@ -119,19 +127,9 @@ void *reaper_main(void *creator_mask) {
   }
   Engine &timing = engine();
   uint64_t claims = timing.claims();
-  uint64_t last_look_ns = monotonic_ns();
   for (;;) {
     bool more = true;
     while (more) deliver(timing.reap_pass(g_batch, kBatch, &more));
-    // A program whose main thread ended with pthread_exit ends when its last own thread does —
-    // unless this thread lives on: then it would never end (and with every signal blocked here,
-    // not even by a signal). Once no other thread is left, nothing can launch or wait any more:
-    // end now; the C library exits the process on this thread, and the exit report counts
-    // what is still in flight. Asked every 20 ms at most (a stat and two readlinks).
-    if (const uint64_t now = monotonic_ns(); now - last_look_ns >= 20 * 1000 * 1000) {
-      last_look_ns = now;
-      if (common::only_live_thread()) break;
-    }
     // Idle only when nothing is in flight and no launch came since the last look: a program
     // that synchronises after each burst has nothing in flight just after it, and a 20 ms nap
     // then would let the next bursts drain the pool (a stream of short replays went ~70 %
@@ -142,6 +140,10 @@ void *reaper_main(void *creator_mask) {
     pthread_mutex_lock(&g_wake_mutex);
     ++g_passes;
     pthread_cond_broadcast(&g_wake);
+    if (g_end_request) {
+      pthread_mutex_unlock(&g_wake_mutex);
+      return nullptr;
+    }
     if (!g_wake_request && g_passes >= g_wake_target) {
       timespec until{};
       clock_gettime(CLOCK_MONOTONIC, &until);
@@ -155,13 +157,11 @@ void *reaper_main(void *creator_mask) {
     g_wake_request = false;
     pthread_mutex_unlock(&g_wake_mutex);
   }
-  common::end_as_last_thread(static_cast<const sigset_t *>(creator_mask));
-  return nullptr;
 }
 
 // Asks the reaper for a pass that starts after now and waits for it, at most `timeout_ms`.
 void wait_for_pass(int timeout_ms) {
-  if (!g_reaper_started.load(std::memory_order_acquire) || on_reaper()) return;
+  if (g_reaper_state.load(std::memory_order_acquire) == kReaperIdle || on_reaper()) return;
   timespec until{};
   clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += timeout_ms / 1000;
@@ -181,7 +181,7 @@ void wait_for_pass(int timeout_ms) {
 }
 
 void at_exit() {
-  if (!g_reaper_started.load(std::memory_order_acquire)) return;
+  if (g_reaper_state.load(std::memory_order_acquire) != kReaperRunning) return;
   wait_for_pass(1000);
   engine().stop();  // from here on, no CUDA call: the runtime's teardown comes next
 }
@@ -212,30 +212,62 @@ void fork_child() {
   g_passes = 0;
   g_wake_request = false;
   g_wake_target = 0;
-  g_reaper_started.store(false, std::memory_order_release);
+  g_end_request = false;
+  g_main_ended.store(false, std::memory_order_relaxed);  // the forking thread is the child's main
+  g_reaper_state.store(kReaperIdle, std::memory_order_release);
 }
 
 // Once per process (and once again in a forked child that times). On the launch that asked
 // for the first pool: creating a thread is this path's one-time cost.
 void start_reaper() {
-  bool expected = false;
-  if (!g_reaper_started.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return;
+  int expected = kReaperIdle;
+  if (!g_reaper_state.compare_exchange_strong(expected, kReaperStarting, std::memory_order_seq_cst))
+    return;
+  // Dekker with main_thread_ending: this thread announced the start, then looks at the flag;
+  // that one raises the flag, then looks at the state. One of the two sees the other.
+  if (g_main_ended.load(std::memory_order_seq_cst)) {
+    g_reaper_state.store(kReaperIdle, std::memory_order_release);
+    return;
+  }
   install_handlers();
   static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
-  // The program's exit handlers may run on this thread (it can be the last one: reaper_main),
-  // so its stack is a program thread's modest one rather than the reaper's own few KiB.
-  const int failed = common::start_background_thread(kReaper, 2 * 1024 * 1024, &g_reaper);
+  const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);
   if (failed) {
-    g_reaper_started.store(false, std::memory_order_release);
+    g_reaper_state.store(kReaperIdle, std::memory_order_release);
     log_line(LogLevel::error,
              "GPU timing: cannot start the reaper thread (%s); replays are not "
              "timed",
              strerror(failed));
     return;
   }
+  g_reaper_state.store(kReaperRunning, std::memory_order_release);
 }
 
 }  // namespace
+
+void main_thread_ending() {
+  g_main_ended.store(true, std::memory_order_seq_cst);  // no reaper starts from now on
+  // A start in progress on another thread either saw the flag and backs out, or is about to
+  // report the thread running: wait for it to settle (bounded, like every wait of ours).
+  for (int tries = 0;
+       tries < 1000 && g_reaper_state.load(std::memory_order_seq_cst) == kReaperStarting; ++tries) {
+    timespec pause{0, 1000 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+  if (g_reaper_state.load(std::memory_order_acquire) != kReaperRunning) return;
+  wait_for_pass(1000);  // what has finished is read, as at exit
+  pthread_mutex_lock(&g_wake_mutex);
+  g_end_request = true;
+  pthread_cond_broadcast(&g_wake);
+  pthread_mutex_unlock(&g_wake_mutex);
+  // The reaper returns within its pass (no wait of its own is longer than 1 s); if it has not,
+  // detached it frees itself when it does — and the program's own threads go on meanwhile.
+  timespec until{};
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 2;
+  if (pthread_timedjoin_np(g_reaper, nullptr, &until) != 0) pthread_detach(g_reaper);
+  g_reaper_state.store(kReaperIdle, std::memory_order_release);
+}
 
 bool primary_context_active(CUdevice device) {
   auto state = g_primary_state.get();
@@ -263,6 +295,10 @@ Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t
     } else {
       return Ticket{};  // another thread resolves right now: this replay is not timed
     }
+  }
+  if (__builtin_expect(g_main_ended.load(std::memory_order_relaxed), 0)) {
+    engine().not_timed(Untimed::main_ended);  // nobody would read its events
+    return Ticket{};
   }
   bool requested = false;
   Ticket ticket = engine().begin(stream, per_thread, name, category, replay, &requested);

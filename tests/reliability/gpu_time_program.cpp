@@ -32,14 +32,16 @@
 //   main-exits N M    the primary context: N launches, synchronised; with M > 0, a thread of the
 //                     program's that waits 100 ms, launches M times, synchronises, prints and
 //                     returns; then the main thread ends with pthread_exit (the process ends
-//                     with its last thread, exit status 0). An exit handler prints
-//                     sigterm_blocked_at_exit=<0|1> (whether the thread it runs on blocks it).
+//                     with its last thread, exit status 0). An exit handler launches the graph
+//                     once more and prints `exit_handler on=<its thread's name>
+//                     sigterm_blocked=<0|1> launch=<CUresult> sync=<CUresult>`.
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
 #include <cuda.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -132,10 +134,19 @@ void *launch_later(void *argument) {
   return nullptr;
 }
 
-void report_exit_mask() {
+CUgraphExec g_exit_exec = nullptr;
+
+// What a program's exit handler finds on the thread it runs on (after the main thread ended,
+// the program's last thread): its name, its signal mask, and whether CUDA still works there.
+void report_at_exit() {
+  char name[16] = {};
+  prctl(PR_GET_NAME, name, 0, 0, 0);
   sigset_t mask;
   pthread_sigmask(SIG_SETMASK, nullptr, &mask);
-  std::printf("sigterm_blocked_at_exit=%d\n", sigismember(&mask, SIGTERM));
+  const int launched = static_cast<int>(cuGraphLaunch(g_exit_exec, nullptr));
+  const int synchronised = static_cast<int>(cuCtxSynchronize());
+  std::printf("exit_handler on=%s sigterm_blocked=%d launch=%d sync=%d\n", name,
+              sigismember(&mask, SIGTERM), launched, synchronised);
   std::fflush(stdout);
 }
 
@@ -300,7 +311,8 @@ int main(int argc, char **argv) {
     check(cuDevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
     check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
     CUgraphExec exec = make_exec();
-    std::atexit(report_exit_mask);
+    g_exit_exec = exec;
+    std::atexit(report_at_exit);
     launches(exec, nullptr, n);
     check(cuCtxSynchronize(), "cuCtxSynchronize");
     if (m <= 0) {

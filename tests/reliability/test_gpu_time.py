@@ -212,31 +212,34 @@ def fork_storm_never_hangs():
 
 def main_thread_exits():
     """The main thread ends with pthread_exit — alone, or while a thread of the program's still
-    launches: the process ends with the program's last thread, exit status 0 (the shim's reaper
-    must not keep it alive), its exit handlers see the program's signal mask, and its exit
-    report counts every replay, in the summary and the trace."""
+    launches: the process ends with the program's last thread, exit status 0 (the shim's reaper,
+    ended and joined when the main thread ends, must not keep it alive); the exit handlers run
+    on that program thread (its name, its signal mask, CUDA working); the replays timed before
+    the main thread ended are reported, those after it counted as not timed, in the summary and
+    the trace."""
     if "libtsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
-        # Under TSan the program hangs after its main thread's pthread_exit without the shim
-        # too; and TSan's own thread (a bare clone the C library does not count) would keep the
-        # reaper running (docs/gpu-time.md).
+        # Under TSan the program hangs after its main thread's pthread_exit, without the shim
+        # too: a limit of the tool.
         return "skip: under TSan a program whose main thread calls pthread_exit never ends"
     env = {"FERRUM_STANDIN_GRAPH_NS": "100000"}
     limit = 15 if SANITIZED else 5
+    handler = "exit_handler on=gpu_time_progra sigterm_blocked=0 launch=0 sync=0\n"
     # Timing off: no thread of the shim's, and the summary still reaches the pipe from the
     # program's last thread (the main thread's /proc/self/fd is gone by then).
     off = program("main-exits", 20, 30, env={**env, "FERRUM_REPLAY_GPU_TIME": "off"}, timeout=60)
     found = gpu_check.summaries(off.stderr)
-    expect(off.returncode == 0 and len(found) == 1 and found[0].gpu is None,
-           "timing off: expected one summary without a GPU line", off)
+    expect(off.returncode == 0 and off.stdout == "launches=50 failed=0\n" + handler and
+           len(found) == 1 and found[0].gpu is None,
+           "timing off: expected the program's output and one summary without a GPU line", off)
     for n, m in ((20, 0), (20, 30)):
         run_ = program("main-exits", n, m, env=env, timeout=60)
-        # The exit handlers ran (on the reaper) with the program's mask, not "all blocked".
-        expect(run_.returncode == 0 and
-               run_.stdout == f"launches={n + m} failed=0\nsigterm_blocked_at_exit=0\n",
+        expect(run_.returncode == 0 and run_.stdout == f"launches={n + m} failed=0\n" + handler,
                f"main-exits {n} {m}: program", run_)
         expect(run_.seconds < limit, f"main-exits {n} {m}: took {run_.seconds:.1f} s", run_)
         gpu = one_summary(run_).gpu
-        expect(gpu["timed"] == n + m and gpu["in_flight"] == 0 and gpu["not_timed"] == 0,
+        after = m + 1  # the worker's, and the exit handler's
+        expect(gpu["timed"] == n and gpu["in_flight"] == 0 and gpu["not_timed"] == after and
+               gpu["why"] == {"main thread ended": after},
                f"main-exits {n} {m}: GPU line {gpu}", run_)
         only_summary_on_stderr(run_)
     traced = program("main-exits", 20, 30, env={**env, "FERRUM_REPLAY_SUMMARY": ""},
@@ -244,8 +247,9 @@ def main_thread_exits():
     expect(traced.returncode == 0 and traced.seconds < limit and traced.stderr == "",
            f"recorded: status {traced.returncode}, {traced.seconds:.1f} s", traced)
     meta = gpu_check.gpu_meta(traced.trace)
-    expect(meta["timed"] == 50 and meta["inFlightAtExit"] == 0, f"trace gpu {meta}", traced)
-    expect(len(gpu_check.trace_check.gpu_replays(traced.trace)) == 50, "GPU events", traced)
+    expect(meta["timed"] == 20 and meta["inFlightAtExit"] == 0, f"trace gpu {meta}", traced)
+    expect(len(gpu_check.trace_check.gpu_replays(traced.trace)) == 20, "GPU events", traced)
+    expect(len(traced.ranges()) == 51, f"{len(traced.ranges())} ranges for 51 launches", traced)
     # The process's name from its command line, read after the main thread ended (not the
     # kernel's 15-character comm).
     named = [e["args"]["name"] for e in traced.trace["traceEvents"]
