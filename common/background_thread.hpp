@@ -1,11 +1,11 @@
 // How the shim starts a thread of its own inside the host program (the GPU reaper): joinable, so
 // that the shim can end it and wait for it to be gone (a bounded pthread_timedjoin_np) before
-// the program's main thread ends — a process lives as long as its last thread, and one of the
-// shim's must never be that thread (gpu_timing.cpp: main_thread_ending); with every signal
-// blocked, so that a signal meant for the program
-// is never delivered to it, and named from inside itself (prctl), so that `ps -T` and debuggers
-// say whose it is — pthread_setname_np on another thread opens /proc/self/task/TID/comm, a
-// descriptor without close-on-exec that a fork+exec elsewhere in the program could inherit.
+// the last program thread that needs it ends — a process lives as long as its last thread,
+// and that must not be the shim's (gpu_timing.cpp, g_life_mutex); with every signal blocked,
+// so that a signal meant for the program is never delivered to it, and named from inside itself
+// (prctl), so that `ps -T` and debuggers say whose it is — pthread_setname_np on another thread
+// opens /proc/self/task/TID/comm, a descriptor without close-on-exec that a fork+exec elsewhere in
+// the program could inherit.
 #pragma once
 
 #include <pthread.h>

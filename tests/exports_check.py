@@ -2,8 +2,7 @@
 """The shim exports exactly what its tables declare.
 
 Exported = every row of shim/hooks/hooked_functions.def, the functions of the public header
-(include/ferrum_replay/*.h), the loader's dlsym/dlvsym/dlopen (shim/loader_stubs_*.S) and the C
-library's pthread_exit (shim/hooks/entry_points.cpp).
+(include/ferrum_replay/*.h), and the loader's dlsym/dlvsym/dlopen (shim/loader_stubs_*.S).
 Checked against the built library's dynamic symbols (`nm -D --defined-only`) and against
 shim/hooks/exports.map, the version script that decides them.
 
@@ -16,7 +15,6 @@ import subprocess
 import sys
 
 LOADER = {"dlsym", "dlvsym", "dlopen"}
-LIBC = {"pthread_exit"}
 
 
 def table_names(root):
@@ -62,7 +60,7 @@ def main(root, library):
     if len(table) < 10:
         print(f"exports: only {len(table)} rows read from hooked_functions.def")
         return 1
-    want = table | public_names(root) | LOADER | LIBC
+    want = table | public_names(root) | LOADER
     ok = compare("exports.map", map_names(root), want)
     ok = compare(os.path.basename(library), dynamic_names(library), want) and ok
     print(f"exports: {len(want)} names ({len(table)} hooked, the public API, the loader's): "

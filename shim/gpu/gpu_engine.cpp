@@ -686,7 +686,8 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
   }
 }
 
-size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more) {
+size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,
+                         const std::atomic<bool> *give_up) {
   *more = false;
   size_t filled = 0;
   lock();
@@ -712,6 +713,7 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
     if (!ensure_aligned(slot)) continue;
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
+      if (give_up && give_up->load(std::memory_order_acquire)) break;
       if (filled == capacity) {
         *more = true;
         break;

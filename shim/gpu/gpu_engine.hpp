@@ -136,12 +136,12 @@ enum class Untimed : unsigned {
   event_error,      // a record, query or elapsed call failed
   launch_failed,    // the launch itself returned an error
   context_dropped,  // the context was destroyed while the replay was in flight
-  main_ended,       // launched after the main thread ended: no reaper runs (gpu_timing.cpp)
+  unregistered,     // its thread could not be registered (gpu_timing.cpp): no key left
   count_
 };
 inline constexpr const char *kUntimedNames[] = {
-    "sampled out", "no context",    "pool not ready",    "pool exhausted",   "capturing",
-    "event error", "launch failed", "context destroyed", "main thread ended"};
+    "sampled out", "no context",    "pool not ready",    "pool exhausted",       "capturing",
+    "event error", "launch failed", "context destroyed", "thread not registered"};
 static_assert(sizeof kUntimedNames / sizeof *kUntimedNames ==
               static_cast<unsigned>(Untimed::count_));
 
@@ -178,7 +178,10 @@ class Engine {
   // Creates requested pools, reaps finished pairs into `batch` (at most `capacity`), updates
   // the statistics. Returns the number of replays put in `batch`; `*more` when the batch
   // filled before everything finished was taken. Calls CUDA only on live contexts.
-  size_t reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more);
+  // `give_up`, when given and set, ends the pass before its next pair (each read is driver
+  // calls: a slow driver must not hold up a reaper asked to end).
+  size_t reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,
+                   const std::atomic<bool> *give_up = nullptr);
   // The context `context` is about to be destroyed: its pool goes first (its events destroyed
   // while the context still lives), its in-flight replays count as not timed.
   void drop_context(CUcontext context);

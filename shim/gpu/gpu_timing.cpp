@@ -80,14 +80,22 @@ void resolve_api() {
 // ---- the reaper ----
 pthread_mutex_t g_wake_mutex = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t g_wake;  // CLOCK_MONOTONIC, initialised when the reaper starts
-// The reaper's life: idle (none runs; one may start), starting (one thread is starting it),
-// running. A process lives as long as its last thread: when the program's main thread ends
-// with pthread_exit, the reaper is ended and joined first (main_thread_ending), and none starts
-// after that — else it would be the last thread, and the process would never end.
-enum ReaperState : int { kReaperIdle, kReaperStarting, kReaperRunning };
-std::atomic<int> g_reaper_state{kReaperIdle};
-std::atomic<bool> g_main_ended{false};
-bool g_end_request = false;  // main_thread_ending asks the reaper to return (g_wake_mutex)
+// The reaper's life. A process lives as long as its last thread, and that must never be the
+// reaper: a program whose main thread ends (pthread_exit, thrd_exit, cancelled) lives on in
+// its other threads and ends with the last of them. So the reaper runs only while a program
+// thread that needs it lives: each thread that times a launch (or makes a pool) is
+// registered, with a thread-specific value whose destructor runs as the thread ends, however
+// it ends, before the C library counts it gone; the last registered thread's destructor ends
+// the reaper and joins it. The next registered thread starts one again. Without a reaper,
+// flush and exit read finished replays on the calling thread (pass_here).
+pthread_mutex_t g_life_mutex = PTHREAD_MUTEX_INITIALIZER;  // starts, stops, registrations
+pthread_key_t g_thread_key;
+bool g_key_made = false;    // (g_life_mutex)
+uint32_t g_registered = 0;  // registered threads that have not ended (g_life_mutex)
+bool g_key_failed = false;  // said once (g_life_mutex)
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_registered = false;
+std::atomic<bool> g_reaper_running{false};  // written under g_life_mutex
+std::atomic<bool> g_end_request{false};     // the reaper returns at its next look
 std::atomic<bool> g_handlers_registered{false};
 pthread_t g_reaper{};
 uint64_t g_passes = 0;        // completed passes (g_wake_mutex)
@@ -104,8 +112,7 @@ constexpr size_t kBatch = 512;
 ferrum_replay_gpu_replay g_batch[kBatch];  // the reaper's only
 
 bool on_reaper() {
-  // (While it starts, g_reaper is already the new thread's: pthread_create fills it first.)
-  return g_reaper_state.load(std::memory_order_acquire) != kReaperIdle &&
+  return g_reaper_running.load(std::memory_order_acquire) &&
          pthread_equal(pthread_self(), g_reaper);
 }
 
@@ -129,7 +136,8 @@ void *reaper_main(void *) {
   uint64_t claims = timing.claims();
   for (;;) {
     bool more = true;
-    while (more) deliver(timing.reap_pass(g_batch, kBatch, &more));
+    while (more && !g_end_request.load(std::memory_order_acquire))
+      deliver(timing.reap_pass(g_batch, kBatch, &more, &g_end_request));
     // Idle only when nothing is in flight and no launch came since the last look: a program
     // that synchronises after each burst has nothing in flight just after it, and a 20 ms nap
     // then would let the next bursts drain the pool (a stream of short replays went ~70 %
@@ -140,7 +148,7 @@ void *reaper_main(void *) {
     pthread_mutex_lock(&g_wake_mutex);
     ++g_passes;
     pthread_cond_broadcast(&g_wake);
-    if (g_end_request) {
+    if (g_end_request.load(std::memory_order_acquire)) {
       pthread_mutex_unlock(&g_wake_mutex);
       return nullptr;
     }
@@ -161,7 +169,7 @@ void *reaper_main(void *) {
 
 // Asks the reaper for a pass that starts after now and waits for it, at most `timeout_ms`.
 void wait_for_pass(int timeout_ms) {
-  if (g_reaper_state.load(std::memory_order_acquire) == kReaperIdle || on_reaper()) return;
+  if (!g_reaper_running.load(std::memory_order_acquire) || on_reaper()) return;
   timespec until{};
   clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += timeout_ms / 1000;
@@ -175,14 +183,42 @@ void wait_for_pass(int timeout_ms) {
   g_wake_request = true;
   if (g_wake_target < target) g_wake_target = target;
   pthread_cond_broadcast(&g_wake);
-  while (g_passes < target)
+  // (A reaper asked to end does no more passes: no use waiting for them.)
+  while (g_passes < target && !g_end_request.load(std::memory_order_acquire))
     if (pthread_cond_timedwait(&g_wake, &g_wake_mutex, &until) == ETIMEDOUT) break;
   pthread_mutex_unlock(&g_wake_mutex);
 }
 
+// A pass on the calling thread, when no reaper runs (none can start meanwhile: g_life_mutex),
+// for replays launched after the last registered thread ended it. Only when some are in
+// flight; in the relaxed capture mode, like the reaper (see reaper_main).
+void pass_here_locked() {
+  if (g_reaper_running.load(std::memory_order_relaxed) || engine().totals().in_flight == 0) return;
+  auto exchange = g_exchange_capture_mode_fn.load(std::memory_order_acquire);
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (exchange) exchange(&mode);
+  bool more = true;
+  while (more) deliver(engine().reap_pass(g_batch, kBatch, &more));
+  if (exchange) exchange(&mode);
+}
+
+void pass_here() {
+  pthread_mutex_lock(&g_life_mutex);
+  pass_here_locked();
+  pthread_mutex_unlock(&g_life_mutex);
+}
+
+// What has finished is read (by the reaper, or here), once more.
+void last_pass(int timeout_ms) {
+  if (g_reaper_running.load(std::memory_order_acquire))
+    wait_for_pass(timeout_ms);
+  else
+    pass_here();
+}
+
 void at_exit() {
-  if (g_reaper_state.load(std::memory_order_acquire) != kReaperRunning) return;
-  wait_for_pass(1000);
+  if (g_api_state.load(std::memory_order_acquire) != 2) return;  // never timed anything
+  last_pass(1000);
   engine().stop();  // from here on, no CUDA call: the runtime's teardown comes next
 }
 
@@ -212,62 +248,93 @@ void fork_child() {
   g_passes = 0;
   g_wake_request = false;
   g_wake_target = 0;
-  g_end_request = false;
-  g_main_ended.store(false, std::memory_order_relaxed);  // the forking thread is the child's main
-  g_reaper_state.store(kReaperIdle, std::memory_order_release);
+  // Only the forking thread lives here: registered or not, as in the parent (its
+  // thread-specific value came along). No reaper runs; the next pool request starts one.
+  pthread_mutex_init(&g_life_mutex, nullptr);
+  g_registered = t_registered ? 1 : 0;
+  g_end_request.store(false, std::memory_order_relaxed);
+  g_reaper_running.store(false, std::memory_order_release);
 }
 
-// Once per process (and once again in a forked child that times). On the launch that asked
-// for the first pool: creating a thread is this path's one-time cost.
-void start_reaper() {
-  int expected = kReaperIdle;
-  if (!g_reaper_state.compare_exchange_strong(expected, kReaperStarting, std::memory_order_seq_cst))
-    return;
-  // Dekker with main_thread_ending: this thread announced the start, then looks at the flag;
-  // that one raises the flag, then looks at the state. One of the two sees the other.
-  if (g_main_ended.load(std::memory_order_seq_cst)) {
-    g_reaper_state.store(kReaperIdle, std::memory_order_release);
-    return;
+// Under g_life_mutex: ends the reaper and waits for it to be gone, so that the thread that
+// ends it (the last registered one, about to end itself) is never outlived by it. The reaper
+// looks at the request between its batches and before it sleeps; a pass in progress is a few
+// driver calls. Past 10 s (a driver call that does not return), it is let go, and said.
+void stop_reaper_locked() {
+  if (!g_reaper_running.load(std::memory_order_relaxed)) return;
+  pthread_mutex_lock(&g_wake_mutex);
+  g_end_request.store(true, std::memory_order_release);
+  pthread_cond_broadcast(&g_wake);
+  pthread_mutex_unlock(&g_wake_mutex);
+  timespec until{};
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 10;
+  if (pthread_timedjoin_np(g_reaper, nullptr, &until) != 0) {
+    pthread_detach(g_reaper);
+    log_line(LogLevel::error, "GPU timing: the reaper thread did not end within 10 s; let go");
   }
-  install_handlers();
-  static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
-  const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);
-  if (failed) {
-    g_reaper_state.store(kReaperIdle, std::memory_order_release);
+  g_reaper_running.store(false, std::memory_order_release);
+}
+
+// The destructor of a registered thread's value: it is ending (returned, pthread_exit,
+// thrd_exit, cancelled), before the C library counts it gone.
+void registered_thread_ends(void *) {
+  pthread_mutex_lock(&g_life_mutex);
+  if (g_registered > 0 && --g_registered == 0) stop_reaper_locked();
+  pthread_mutex_unlock(&g_life_mutex);
+}
+
+void start_reaper();
+
+// Registers the calling thread once (see g_life_mutex) and makes sure a reaper runs; false
+// when it cannot be registered (no thread-specific key left): it times nothing then.
+bool register_thread() {
+  if (__builtin_expect(t_registered, 1)) return true;
+  pthread_mutex_lock(&g_life_mutex);
+  bool registered = g_key_made;
+  if (!registered && pthread_key_create(&g_thread_key, registered_thread_ends) == 0)
+    registered = g_key_made = true;
+  if (registered && pthread_setspecific(g_thread_key, &g_registered) != 0) registered = false;
+  if (registered) {
+    ++g_registered;
+    t_registered = true;
+  }
+  const bool say = !registered && !g_key_failed;
+  if (say) g_key_failed = true;
+  pthread_mutex_unlock(&g_life_mutex);
+  if (say)
     log_line(LogLevel::error,
-             "GPU timing: cannot start the reaper thread (%s); replays are not "
-             "timed",
-             strerror(failed));
-    return;
+             "GPU timing: no thread-specific key or value for the shim; replays of threads "
+             "that could not be registered are not timed");
+  if (registered) start_reaper();
+  return registered;
+}
+
+// On a thread's first timed launch (or a pool made at instantiation), once it is registered:
+// creating a thread is this path's cost, once per process unless every registered thread
+// ended meanwhile. Then the replays the ended threads left in flight are read first, here:
+// their pairs would stay taken until the new reaper's first pass, and this thread's launches
+// right after would find them so ("pool exhausted").
+void start_reaper() {
+  if (g_reaper_running.load(std::memory_order_acquire)) return;
+  pthread_mutex_lock(&g_life_mutex);
+  if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0) {
+    install_handlers();
+    pass_here_locked();
+    g_end_request.store(false, std::memory_order_relaxed);
+    static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
+    const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);
+    if (failed)
+      log_line(LogLevel::error,
+               "GPU timing: cannot start the reaper thread (%s); replays are not timed",
+               strerror(failed));
+    else
+      g_reaper_running.store(true, std::memory_order_release);
   }
-  g_reaper_state.store(kReaperRunning, std::memory_order_release);
+  pthread_mutex_unlock(&g_life_mutex);
 }
 
 }  // namespace
-
-void main_thread_ending() {
-  g_main_ended.store(true, std::memory_order_seq_cst);  // no reaper starts from now on
-  // A start in progress on another thread either saw the flag and backs out, or is about to
-  // report the thread running: wait for it to settle (bounded, like every wait of ours).
-  for (int tries = 0;
-       tries < 1000 && g_reaper_state.load(std::memory_order_seq_cst) == kReaperStarting; ++tries) {
-    timespec pause{0, 1000 * 1000};
-    nanosleep(&pause, nullptr);
-  }
-  if (g_reaper_state.load(std::memory_order_acquire) != kReaperRunning) return;
-  wait_for_pass(1000);  // what has finished is read, as at exit
-  pthread_mutex_lock(&g_wake_mutex);
-  g_end_request = true;
-  pthread_cond_broadcast(&g_wake);
-  pthread_mutex_unlock(&g_wake_mutex);
-  // The reaper returns within its pass (no wait of its own is longer than 1 s); if it has not,
-  // detached it frees itself when it does — and the program's own threads go on meanwhile.
-  timespec until{};
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 2;
-  if (pthread_timedjoin_np(g_reaper, nullptr, &until) != 0) pthread_detach(g_reaper);
-  g_reaper_state.store(kReaperIdle, std::memory_order_release);
-}
 
 bool primary_context_active(CUdevice device) {
   auto state = g_primary_state.get();
@@ -296,8 +363,8 @@ Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t
       return Ticket{};  // another thread resolves right now: this replay is not timed
     }
   }
-  if (__builtin_expect(g_main_ended.load(std::memory_order_relaxed), 0)) {
-    engine().not_timed(Untimed::main_ended);  // nobody would read its events
+  if (__builtin_expect(!register_thread(), 0)) {
+    engine().not_timed(Untimed::unregistered);
     return Ticket{};
   }
   bool requested = false;
@@ -314,7 +381,7 @@ void prepare_current_context() {
     resolve_api();
     g_api_state.store(2, std::memory_order_release);
   }
-  if (engine().prepare_current_context()) start_reaper();
+  if (engine().prepare_current_context() && register_thread()) start_reaper();
 }
 
 void launch_end(Ticket &ticket, bool launched) {
@@ -335,7 +402,7 @@ int set_sink(ferrum_replay_gpu_sink_fn sink, void *context) {
 
 int flush(ferrum_replay_gpu_status *status) {
   install_handlers();
-  wait_for_pass(2000);
+  last_pass(2000);
   if (!status) return 0;
   const Totals totals = engine().totals();
   ferrum_replay_gpu_status filled{};

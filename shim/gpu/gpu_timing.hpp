@@ -35,13 +35,6 @@ void prepare_current_context();
 // holds the mutex must not leave it held in the child) and the exit pass. Once per process.
 void install_handlers();
 
-// The program's main thread is ending (pthread_exit; the process lives on in its other threads
-// and ends with the last of them). The reaper reads what has finished, ends and is joined (at
-// most a few seconds), and none starts again: replays launched from now on are not timed
-// ("main thread ended") — else the reaper would outlive the program's last thread and the
-// process would never end. Cheap when timing is off.
-void main_thread_ending();
-
 // Around the real context-ending calls (hooked_functions.def, kinds context_destroy,
 // primary_release, primary_reset). Called only when timing_on().
 //

@@ -19,21 +19,16 @@
 //   dlsym / dlvsym / dlopen                  the loader: how the runtime (static or shared)
 //                                            reaches the driver (loader_stubs_x86_64.S,
 //                                            loader_hooks.cpp)
-//   pthread_exit                             the main thread's end: GPU timing's thread must
-//                                            not outlive the program's (gpu_timing.hpp)
 //
 // Every launch, whichever route, ends in launch_in_range() (launch_range.hpp), whose
 // outermost-call guard keeps a runtime launch that reaches the driver underneath to one range.
 #include <errno.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "gpu/gpu_timing.hpp"
 #include "hooks/hook_table.hpp"
 #include "range/activation.hpp"
 #include "range/launch_range.hpp"
 #include "range/scope_names.hpp"
-#include "resolve/libc_symbols.hpp"
 #include "resolve/real_functions.hpp"
 
 #include "ferrum_replay/ferrum_replay.h"
@@ -212,16 +207,6 @@ __attribute__((visibility("default"))) int ferrum_replay_set_gpu_sink(
     ferrum_replay_gpu_sink_fn sink, void *context) {
   if (!ferrum_replay::shim::gpu_timing_asked()) return -ENOTSUP;
   return ferrum_replay::shim::gpu::set_sink(sink, context);
-}
-
-// A program whose main thread ends with pthread_exit lives on in its other threads and ends
-// with the last of them — which must never be a thread of the shim's. Nothing here can fail or
-// wait without a bound; every other thread's pthread_exit passes straight through.
-__attribute__((visibility("default"), noreturn)) void pthread_exit(void *value) {
-  if (syscall(SYS_gettid) == getpid()) ferrum_replay::shim::gpu::main_thread_ending();
-  if (auto real = ferrum_replay::shim::libc_pthread_exit()) real(value);
-  // No C library after the shim defines it (not glibc): end this thread as it asked.
-  for (;;) syscall(SYS_exit, 0);
 }
 
 __attribute__((visibility("default"))) int ferrum_replay_gpu_flush(

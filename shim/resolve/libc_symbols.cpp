@@ -116,7 +116,6 @@ Function resolve_once(std::atomic<Function> &cache, const char *name) {
 std::atomic<DlsymFunction> g_dlsym{nullptr};
 std::atomic<DlvsymFunction> g_dlvsym{nullptr};
 std::atomic<DlopenFunction> g_dlopen{nullptr};
-std::atomic<PthreadExitFunction> g_pthread_exit{nullptr};
 
 }  // namespace
 
@@ -143,9 +142,6 @@ DlvsymFunction libc_dlvsym() {
 }
 DlopenFunction libc_dlopen() {
   return resolve_once(g_dlopen, "dlopen");
-}
-PthreadExitFunction libc_pthread_exit() {
-  return resolve_once(g_pthread_exit, "pthread_exit");
 }
 
 }  // namespace ferrum_replay::shim

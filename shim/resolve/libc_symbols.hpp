@@ -1,5 +1,5 @@
-// The C library's own dlsym, dlvsym, dlopen and pthread_exit, found without going through the
-// dynamic linker's symbol lookup — which would hand us back our own exports of those names.
+// The C library's own dlsym, dlvsym and dlopen, found without going through the dynamic
+// linker's symbol lookup — which would hand us back our own exports of those names.
 //
 // Why not dlvsym(RTLD_NEXT, "dlsym", ...): we export dlvsym too, and a versioned reference
 // from this library binds to our unversioned definition (glibc accepts an unversioned
@@ -14,12 +14,10 @@ namespace ferrum_replay::shim {
 using DlsymFunction = void *(*)(void *, const char *);
 using DlvsymFunction = void *(*)(void *, const char *, const char *);
 using DlopenFunction = void *(*)(const char *, int);
-using PthreadExitFunction = void (*)(void *);
 
 DlsymFunction libc_dlsym();
 DlvsymFunction libc_dlvsym();
 DlopenFunction libc_dlopen();
-PthreadExitFunction libc_pthread_exit();  // the shim exports pthread_exit too (entry_points.cpp)
 
 // The definition of `name` in the first object after the shim (load order) that exports it;
 // null if none. Exposed for tests.

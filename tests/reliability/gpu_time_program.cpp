@@ -29,12 +29,16 @@
 //   fork N M          N launches, synchronised; fork: the child creates its own context and
 //                     graph, launches M times, synchronises and exits normally; the parent waits
 //                     for it, launches N more times, synchronises. Prints child_status=<s>.
-//   main-exits N M    the primary context: N launches, synchronised; with M > 0, a thread of the
-//                     program's that waits 100 ms, launches M times, synchronises, prints and
-//                     returns; then the main thread ends with pthread_exit (the process ends
-//                     with its last thread, exit status 0). An exit handler launches the graph
-//                     once more and prints `exit_handler on=<its thread's name>
-//                     sigterm_blocked=<0|1> launch=<CUresult> sync=<CUresult>`.
+//   main-exits N M [HOW]  the primary context: N launches, left in flight; with M > 0, a thread
+//                     of the program's that waits 100 ms, launches M times, synchronises, prints
+//                     and returns; then the main thread ends — HOW: pthread_exit (default),
+//                     thrd_exit, or cancel (another thread cancels it, blocked in pause()). The
+//                     process ends with its last thread, exit status 0.
+//   fork-thread N     a thread of the program's forks; the child (that thread alone) makes a
+//                     context, launches N times, synchronises, prints, and returns from the
+//                     thread's function — its last thread. The parent prints child_status=<s>. An
+//                     exit handler launches the graph once more and prints `exit_handler on=<its
+//                     thread's name> sigterm_blocked=<0|1> launch=<CUresult> sync=<CUresult>`.
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
@@ -43,6 +47,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <threads.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -148,6 +153,39 @@ void report_at_exit() {
   std::printf("exit_handler on=%s sigterm_blocked=%d launch=%d sync=%d\n", name,
               sigismember(&mask, SIGTERM), launched, synchronised);
   std::fflush(stdout);
+}
+
+pthread_t g_main_thread;
+
+void *cancel_main(void *) {
+  pthread_cancel(g_main_thread);
+  return nullptr;
+}
+
+// Forks; the child makes its own context, stream and graph, launches `count` times,
+// synchronises and prints. True in the child (which ends as its caller decides); false in the
+// parent, with the child's pid in *child.
+bool fork_timing_child(long count, pid_t *child) {
+  std::fflush(stdout);
+  *child = fork();
+  if (*child < 0) check(CUDA_ERROR_UNKNOWN, "fork");
+  if (*child != 0) return false;
+  g_launches = g_failed = 0;
+  new_context();
+  launches(make_exec(), new_stream(), count);
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
+  finish();
+  return true;
+}
+
+void *fork_from_thread(void *argument) {
+  pid_t child = 0;
+  // The child's only thread: the process ends here, as its last thread ends.
+  if (fork_timing_child(*static_cast<const long *>(argument), &child)) return nullptr;
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::printf("child_status=%d\n", status);
+  return nullptr;
 }
 
 int usage() {
@@ -286,18 +324,8 @@ int main(int argc, char **argv) {
     CUgraphExec exec = make_exec();
     launches(exec, s, n);
     check(cuStreamSynchronize(s), "cuStreamSynchronize");
-    std::fflush(stdout);
-    const pid_t child = fork();
-    if (child < 0) check(CUDA_ERROR_UNKNOWN, "fork");
-    if (child == 0) {
-      g_launches = g_failed = 0;
-      new_context();
-      CUstream t = new_stream();
-      launches(make_exec(), t, m);
-      check(cuStreamSynchronize(t), "cuStreamSynchronize");
-      finish();
-      std::exit(0);
-    }
+    pid_t child = 0;
+    if (fork_timing_child(m, &child)) std::exit(0);
     int status = 0;
     waitpid(child, &status, 0);
     check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
@@ -313,8 +341,7 @@ int main(int argc, char **argv) {
     CUgraphExec exec = make_exec();
     g_exit_exec = exec;
     std::atexit(report_at_exit);
-    launches(exec, nullptr, n);
-    check(cuCtxSynchronize(), "cuCtxSynchronize");
+    launches(exec, nullptr, n);  // in flight as the main thread ends
     if (m <= 0) {
       finish();
     } else {
@@ -324,7 +351,23 @@ int main(int argc, char **argv) {
         check(CUDA_ERROR_UNKNOWN, "pthread_create");
       pthread_detach(thread);
     }
+    const std::string how = argc > 4 ? argv[4] : "pthread_exit";
+    if (how == "thrd_exit") thrd_exit(0);
+    if (how == "cancel") {
+      g_main_thread = pthread_self();
+      pthread_t canceller;
+      if (pthread_create(&canceller, nullptr, cancel_main, nullptr) != 0)
+        check(CUDA_ERROR_UNKNOWN, "pthread_create");
+      pthread_detach(canceller);
+      for (;;) pause();
+    }
     pthread_exit(nullptr);
+  } else if (mode == "fork-thread") {
+    static long count = n;
+    pthread_t thread;
+    if (pthread_create(&thread, nullptr, fork_from_thread, &count) != 0)
+      check(CUDA_ERROR_UNKNOWN, "pthread_create");
+    pthread_join(thread, nullptr);
   } else {
     return usage();
   }
