@@ -107,8 +107,10 @@ typedef struct ferrum_replay_gpu_replay {
   uint64_t align_error_ns; /* bound of the alignment error of start_ns and end_ns */
 } ferrum_replay_gpu_replay;
 
-/* Called with completed replays, in batches, from a thread of the shim (never the launching
- * thread, never with a lock of the program's held). Must not block or call CUDA. */
+/* Called with completed replays, in batches, from a thread of the shim — or, when none runs
+ * (no thread of the program that times launches lives), from the thread calling
+ * ferrum_replay_gpu_flush or exiting; never the launching thread, never with a lock of the
+ * program's held. Must not block, call CUDA or call ferrum_replay_gpu_flush. */
 typedef void (*ferrum_replay_gpu_sink_fn)(const ferrum_replay_gpu_replay *replays, size_t count,
                                           void *context);
 

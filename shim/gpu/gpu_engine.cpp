@@ -111,9 +111,16 @@ constexpr int kDropWaitRounds = 20000;  // ~1 s with the pauses below
 // Each thread's claim cursor (Engine::begin). Initial-exec: a %fs-relative access, no call.
 constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_claim_cursor = 0;
 
-// A thread's first cursor: far from other threads' (its TLS block's address, mixed), never 0.
+// A thread's first cursor: far from other threads' (its TLS block's address and a count of
+// the threads seeded so far, mixed), never 0. The count, because the C library reuses an
+// ended thread's stack and TLS block for the next one: with the address alone, short-lived
+// threads all probed the same pairs, still taken by their predecessors' replays — 80 % of a
+// churn of one-launch threads went untimed ("pool exhausted"). Once per thread.
+std::atomic<uint32_t> g_threads_seeded{0};
 uint32_t seed_cursor() {
-  const uint64_t mixed = reinterpret_cast<uintptr_t>(&t_claim_cursor) * 0x9E3779B97F4A7C15ull;
+  const uint64_t nth = g_threads_seeded.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t mixed =
+      (reinterpret_cast<uintptr_t>(&t_claim_cursor) ^ (nth << 32)) * 0x9E3779B97F4A7C15ull;
   return static_cast<uint32_t>(mixed >> 32) | 1u;
 }
 
@@ -687,7 +694,7 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
 }
 
 size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,
-                         const std::atomic<bool> *give_up) {
+                         const std::atomic<uint64_t> *end_through, uint64_t self) {
   *more = false;
   size_t filled = 0;
   lock();
@@ -713,7 +720,7 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
     if (!ensure_aligned(slot)) continue;
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
-      if (give_up && give_up->load(std::memory_order_acquire)) break;
+      if (end_through && end_through->load(std::memory_order_acquire) >= self) break;
       if (filled == capacity) {
         *more = true;
         break;

@@ -178,10 +178,10 @@ class Engine {
   // Creates requested pools, reaps finished pairs into `batch` (at most `capacity`), updates
   // the statistics. Returns the number of replays put in `batch`; `*more` when the batch
   // filled before everything finished was taken. Calls CUDA only on live contexts.
-  // `give_up`, when given and set, ends the pass before its next pair (each read is driver
-  // calls: a slow driver must not hold up a reaper asked to end).
+  // With `end_through`, the pass ends before its next pair once *end_through reaches `self`
+  // (each read is driver calls: a slow driver must not hold up a reaper asked to end).
   size_t reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,
-                   const std::atomic<bool> *give_up = nullptr);
+                   const std::atomic<uint64_t> *end_through = nullptr, uint64_t self = 0);
   // The context `context` is about to be destroyed: its pool goes first (its events destroyed
   // while the context still lives), its in-flight replays count as not timed.
   void drop_context(CUcontext context);

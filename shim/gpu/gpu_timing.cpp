@@ -95,7 +95,11 @@ uint32_t g_registered = 0;  // registered threads that have not ended (g_life_mu
 bool g_key_failed = false;  // said once (g_life_mutex)
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_registered = false;
 std::atomic<bool> g_reaper_running{false};  // written under g_life_mutex
-std::atomic<bool> g_end_request{false};     // the reaper returns at its next look
+// Reapers are numbered as they start; each returns at its next look once g_end_through reaches
+// its number. A reaper let go (its join timed out) stays asked to end, whoever starts next.
+uint64_t g_reapers_started = 0;  // (g_life_mutex)
+std::atomic<uint64_t> g_end_through{0};
+std::atomic<uint64_t> g_starting_reaper{0};  // the number the reaper being started takes
 std::atomic<bool> g_handlers_registered{false};
 pthread_t g_reaper{};
 uint64_t g_passes = 0;        // completed passes (g_wake_mutex)
@@ -109,17 +113,30 @@ ferrum_replay_gpu_sink_fn g_sink = nullptr;  // (g_sink_mutex)
 void *g_sink_context = nullptr;
 
 constexpr size_t kBatch = 512;
-ferrum_replay_gpu_replay g_batch[kBatch];  // the reaper's only
+ferrum_replay_gpu_replay g_batch[kBatch];  // pass_here's (g_life_mutex); a reaper has its own
 
 bool on_reaper() {
   return g_reaper_running.load(std::memory_order_acquire) &&
          pthread_equal(pthread_self(), g_reaper);
 }
 
-void deliver(size_t count) {
+// No cancellation while a lock of ours is held: a cancellation point reached inside (a sink's
+// output, a log line, the join of a reaper) would unwind with the lock held — a thread that
+// returned with a cancel pending was "cancelled" in its key's destructor, and the next thread
+// to register waited for ever. Restores the caller's state on destruction.
+struct NoCancel {
+  int old = 0;
+  NoCancel() { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old); }
+  ~NoCancel() { pthread_setcancelstate(old, nullptr); }
+  NoCancel(const NoCancel &) = delete;
+  NoCancel &operator=(const NoCancel &) = delete;
+};
+
+void deliver(const ferrum_replay_gpu_replay *batch, size_t count) {
   if (count == 0) return;
+  NoCancel no_cancel;
   pthread_mutex_lock(&g_sink_mutex);
-  if (g_sink) g_sink(g_batch, count, g_sink_context);
+  if (g_sink) g_sink(batch, count, g_sink_context);
   pthread_mutex_unlock(&g_sink_mutex);
 }
 
@@ -132,12 +149,19 @@ void *reaper_main(void *) {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     exchange(&mode);
   }
+  const uint64_t self = g_starting_reaper.load(std::memory_order_acquire);
+  const auto asked_to_end = [self] {
+    return g_end_through.load(std::memory_order_acquire) >= self;
+  };
+  // Its own batch: a reaper let go may still be delivering while the next one reads.
+  static_assert(sizeof(ferrum_replay_gpu_replay) * kBatch <= 64 * 1024, "fits the stack");
+  ferrum_replay_gpu_replay batch[kBatch];
   Engine &timing = engine();
   uint64_t claims = timing.claims();
   for (;;) {
     bool more = true;
-    while (more && !g_end_request.load(std::memory_order_acquire))
-      deliver(timing.reap_pass(g_batch, kBatch, &more, &g_end_request));
+    while (more && !asked_to_end())
+      deliver(batch, timing.reap_pass(batch, kBatch, &more, &g_end_through, self));
     // Idle only when nothing is in flight and no launch came since the last look: a program
     // that synchronises after each burst has nothing in flight just after it, and a 20 ms nap
     // then would let the next bursts drain the pool (a stream of short replays went ~70 %
@@ -148,7 +172,7 @@ void *reaper_main(void *) {
     pthread_mutex_lock(&g_wake_mutex);
     ++g_passes;
     pthread_cond_broadcast(&g_wake);
-    if (g_end_request.load(std::memory_order_acquire)) {
+    if (asked_to_end()) {
       pthread_mutex_unlock(&g_wake_mutex);
       return nullptr;
     }
@@ -184,7 +208,8 @@ void wait_for_pass(int timeout_ms) {
   if (g_wake_target < target) g_wake_target = target;
   pthread_cond_broadcast(&g_wake);
   // (A reaper asked to end does no more passes: no use waiting for them.)
-  while (g_passes < target && !g_end_request.load(std::memory_order_acquire))
+  while (g_passes < target && g_end_through.load(std::memory_order_acquire) <
+                                  g_starting_reaper.load(std::memory_order_acquire))
     if (pthread_cond_timedwait(&g_wake, &g_wake_mutex, &until) == ETIMEDOUT) break;
   pthread_mutex_unlock(&g_wake_mutex);
 }
@@ -198,22 +223,19 @@ void pass_here_locked() {
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (exchange) exchange(&mode);
   bool more = true;
-  while (more) deliver(engine().reap_pass(g_batch, kBatch, &more));
+  while (more) deliver(g_batch, engine().reap_pass(g_batch, kBatch, &more));
   if (exchange) exchange(&mode);
 }
 
-void pass_here() {
-  pthread_mutex_lock(&g_life_mutex);
-  pass_here_locked();
-  pthread_mutex_unlock(&g_life_mutex);
-}
-
-// What has finished is read (by the reaper, or here), once more.
+// What has finished is read once more: by the reaper when one runs, else here (a flush, the
+// exit: never a launch). Decided under g_life_mutex, which a start needs too.
 void last_pass(int timeout_ms) {
-  if (g_reaper_running.load(std::memory_order_acquire))
-    wait_for_pass(timeout_ms);
-  else
-    pass_here();
+  NoCancel no_cancel;
+  pthread_mutex_lock(&g_life_mutex);
+  const bool running = g_reaper_running.load(std::memory_order_relaxed);
+  if (!running) pass_here_locked();
+  pthread_mutex_unlock(&g_life_mutex);
+  if (running) wait_for_pass(timeout_ms);
 }
 
 void at_exit() {
@@ -252,7 +274,9 @@ void fork_child() {
   // thread-specific value came along). No reaper runs; the next pool request starts one.
   pthread_mutex_init(&g_life_mutex, nullptr);
   g_registered = t_registered ? 1 : 0;
-  g_end_request.store(false, std::memory_order_relaxed);
+  g_reapers_started = 0;
+  g_starting_reaper.store(0, std::memory_order_relaxed);
+  g_end_through.store(0, std::memory_order_relaxed);
   g_reaper_running.store(false, std::memory_order_release);
 }
 
@@ -262,8 +286,12 @@ void fork_child() {
 // driver calls. Past 10 s (a driver call that does not return), it is let go, and said.
 void stop_reaper_locked() {
   if (!g_reaper_running.load(std::memory_order_relaxed)) return;
+  // What has finished is read first (at most 200 ms): the pairs go back to the pool, where the
+  // next thread to time a launch would find them taken ("pool exhausted") until a new reaper's
+  // first pass.
+  wait_for_pass(200);
   pthread_mutex_lock(&g_wake_mutex);
-  g_end_request.store(true, std::memory_order_release);
+  g_end_through.store(g_reapers_started, std::memory_order_release);
   pthread_cond_broadcast(&g_wake);
   pthread_mutex_unlock(&g_wake_mutex);
   timespec until{};
@@ -279,6 +307,7 @@ void stop_reaper_locked() {
 // The destructor of a registered thread's value: it is ending (returned, pthread_exit,
 // thrd_exit, cancelled), before the C library counts it gone.
 void registered_thread_ends(void *) {
+  NoCancel no_cancel;  // the join below is a cancellation point
   pthread_mutex_lock(&g_life_mutex);
   if (g_registered > 0 && --g_registered == 0) stop_reaper_locked();
   pthread_mutex_unlock(&g_life_mutex);
@@ -290,6 +319,7 @@ void start_reaper();
 // when it cannot be registered (no thread-specific key left): it times nothing then.
 bool register_thread() {
   if (__builtin_expect(t_registered, 1)) return true;
+  NoCancel no_cancel;
   pthread_mutex_lock(&g_life_mutex);
   bool registered = g_key_made;
   if (!registered && pthread_key_create(&g_thread_key, registered_thread_ends) == 0)
@@ -312,16 +342,14 @@ bool register_thread() {
 
 // On a thread's first timed launch (or a pool made at instantiation), once it is registered:
 // creating a thread is this path's cost, once per process unless every registered thread
-// ended meanwhile. Then the replays the ended threads left in flight are read first, here:
-// their pairs would stay taken until the new reaper's first pass, and this thread's launches
-// right after would find them so ("pool exhausted").
+// ended meanwhile.
 void start_reaper() {
   if (g_reaper_running.load(std::memory_order_acquire)) return;
+  NoCancel no_cancel;
   pthread_mutex_lock(&g_life_mutex);
   if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0) {
     install_handlers();
-    pass_here_locked();
-    g_end_request.store(false, std::memory_order_relaxed);
+    g_starting_reaper.store(++g_reapers_started, std::memory_order_release);
     static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
     const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);
     if (failed)

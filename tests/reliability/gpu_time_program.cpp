@@ -34,6 +34,9 @@
 //                     and returns; then the main thread ends — HOW: pthread_exit (default),
 //                     thrd_exit, or cancel (another thread cancels it, blocked in pause()). The
 //                     process ends with its last thread, exit status 0.
+//   cancel-pending N  a thread times N launches, asks for its own cancellation and returns
+//                     before any cancellation point; main joins it and prints
+//                     first=<returned|cancelled>; then a second thread times N launches.
 //   fork-thread N     a thread of the program's forks; the child (that thread alone) makes a
 //                     context, launches N times, synchronises, prints, and returns from the
 //                     thread's function — its last thread. The parent prints child_status=<s>. An
@@ -156,6 +159,19 @@ void report_at_exit() {
 }
 
 pthread_t g_main_thread;
+CUcontext g_context = nullptr;
+CUgraphExec g_exec = nullptr;
+
+void *launch_then_cancel_self(void *argument) {
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  if (!g_exec) g_exec = make_exec();  // here, not on main: only these threads time anything
+  launches(g_exec, nullptr, *static_cast<const long *>(argument));
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
+  // A cancellation request this thread never acts on (no cancellation point before it
+  // returns) — as when a program cancels a worker already past its last one.
+  pthread_cancel(pthread_self());
+  return argument;
+}
 
 void *cancel_main(void *) {
   pthread_cancel(g_main_thread);
@@ -362,6 +378,18 @@ int main(int argc, char **argv) {
       for (;;) pause();
     }
     pthread_exit(nullptr);
+  } else if (mode == "cancel-pending") {
+    g_context = new_context();
+    static long count = n;
+    for (int round = 0; round < 2; ++round) {
+      pthread_t thread;
+      if (pthread_create(&thread, nullptr, launch_then_cancel_self, &count) != 0)
+        check(CUDA_ERROR_UNKNOWN, "pthread_create");
+      void *result = nullptr;
+      pthread_join(thread, &result);
+      if (round == 0)
+        std::printf("first=%s\n", result == PTHREAD_CANCELED ? "cancelled" : "returned");
+    }
   } else if (mode == "fork-thread") {
     static long count = n;
     pthread_t thread;

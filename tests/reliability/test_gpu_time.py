@@ -240,7 +240,12 @@ def main_thread_exits():
                run_)
         gpu = one_summary(run_).gpu
         every = n + m + 1  # with the exit handler's
-        expect(gpu["timed"] == every and gpu["in_flight"] == 0 and gpu["not_timed"] == 0,
+        # The main thread's replays, in flight as it ended, are read by the next reaper, which
+        # the worker starts 100 ms later; its first launches may find some of those pairs not
+        # read yet: at most one failed claim per kClaimProbes (4) of the main thread's 20 pairs.
+        missed = gpu["why"].get("pool exhausted", 0)
+        expect(gpu["timed"] + missed == every and missed <= (n // 4 if m else 0) and
+               gpu["in_flight"] == 0 and gpu["not_timed"] == missed,
                f"main-exits {n} {m} {how}: GPU line {gpu}", run_)
         only_summary_on_stderr(run_)
     traced = program("main-exits", 20, 30, env={**env, "FERRUM_REPLAY_SUMMARY": ""},
@@ -248,8 +253,10 @@ def main_thread_exits():
     expect(traced.returncode == 0 and traced.seconds < limit and traced.stderr == "",
            f"recorded: status {traced.returncode}, {traced.seconds:.1f} s", traced)
     meta = gpu_check.gpu_meta(traced.trace)
-    expect(meta["timed"] == 51 and meta["inFlightAtExit"] == 0, f"trace gpu {meta}", traced)
-    expect(len(gpu_check.trace_check.gpu_replays(traced.trace)) == 51, "GPU events", traced)
+    expect(51 - 5 <= meta["timed"] <= 51 and meta["inFlightAtExit"] == 0,
+           f"trace gpu {meta}", traced)
+    expect(len(gpu_check.trace_check.gpu_replays(traced.trace)) == meta["timed"], "GPU events",
+           traced)
     expect(len(traced.ranges()) == 51, f"{len(traced.ranges())} ranges for 51 launches", traced)
     # The process's name from its command line, read after the main thread ended (not the
     # kernel's 15-character comm).
@@ -272,6 +279,18 @@ def fork_from_thread():
     found = [s for s in gpu_check.summaries(run_.stderr) if s.gpu is not None]
     expect(len(found) == 1 and found[0].gpu["timed"] == 10 and found[0].gpu["in_flight"] == 0,
            f"child summary {[s.gpu for s in found]}", run_)
+
+
+def cancel_pending_at_return():
+    """A thread that times launches and returns with a cancellation request pending (past its
+    last cancellation point) has returned, not been cancelled — the shim's end-of-thread work
+    takes no cancellation — and the next thread that times launches does not wait for ever."""
+    run_ = program("cancel-pending", 5, env={"FERRUM_STANDIN_GRAPH_NS": "100000"}, timeout=60)
+    expect(run_.returncode == 0 and run_.stdout == "first=returned\nlaunches=10 failed=0\n",
+           "program", run_)
+    expect(run_.seconds < (15 if SANITIZED else 5), f"took {run_.seconds:.1f} s", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] == 10 and gpu["not_timed"] == 0, f"GPU line {gpu}", run_)
 
 
 def fork_child_counts():
@@ -298,7 +317,8 @@ def fork_child_counts():
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
     burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, capture_untouched,
-    fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread)}
+    fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
+    cancel_pending_at_return)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
