@@ -271,9 +271,10 @@ void fork_child() {
   g_wake_request = false;
   g_wake_target = 0;
   // Only the forking thread lives here: registered or not, as in the parent (its
-  // thread-specific value came along). No reaper runs; the next pool request starts one.
+  // thread-specific value came along; none if its destructor already ran — a fork from an exit
+  // path — and then it must not count). No reaper runs; the next pool request starts one.
   pthread_mutex_init(&g_life_mutex, nullptr);
-  g_registered = t_registered ? 1 : 0;
+  g_registered = g_key_made && pthread_getspecific(g_thread_key) ? 1 : 0;
   g_reapers_started = 0;
   g_starting_reaper.store(0, std::memory_order_relaxed);
   g_end_through.store(0, std::memory_order_relaxed);
