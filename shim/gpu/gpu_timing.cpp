@@ -97,9 +97,9 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_registe
 std::atomic<bool> g_reaper_running{false};  // written under g_life_mutex
 // Reapers are numbered as they start; each returns at its next look once g_end_through reaches
 // its number. A reaper let go (its join timed out) stays asked to end, whoever starts next.
-uint64_t g_reapers_started = 0;  // (g_life_mutex)
+// The number of the latest reaper (written under g_life_mutex, before it starts).
+std::atomic<uint64_t> g_reapers_started{0};
 std::atomic<uint64_t> g_end_through{0};
-std::atomic<uint64_t> g_starting_reaper{0};  // the number the reaper being started takes
 std::atomic<bool> g_handlers_registered{false};
 pthread_t g_reaper{};
 uint64_t g_passes = 0;        // completed passes (g_wake_mutex)
@@ -149,7 +149,7 @@ void *reaper_main(void *) {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     exchange(&mode);
   }
-  const uint64_t self = g_starting_reaper.load(std::memory_order_acquire);
+  const uint64_t self = g_reapers_started.load(std::memory_order_acquire);
   const auto asked_to_end = [self] {
     return g_end_through.load(std::memory_order_acquire) >= self;
   };
@@ -209,7 +209,7 @@ void wait_for_pass(int timeout_ms) {
   pthread_cond_broadcast(&g_wake);
   // (A reaper asked to end does no more passes: no use waiting for them.)
   while (g_passes < target && g_end_through.load(std::memory_order_acquire) <
-                                  g_starting_reaper.load(std::memory_order_acquire))
+                                  g_reapers_started.load(std::memory_order_acquire))
     if (pthread_cond_timedwait(&g_wake, &g_wake_mutex, &until) == ETIMEDOUT) break;
   pthread_mutex_unlock(&g_wake_mutex);
 }
@@ -275,8 +275,7 @@ void fork_child() {
   // path — and then it must not count). No reaper runs; the next pool request starts one.
   pthread_mutex_init(&g_life_mutex, nullptr);
   g_registered = g_key_made && pthread_getspecific(g_thread_key) ? 1 : 0;
-  g_reapers_started = 0;
-  g_starting_reaper.store(0, std::memory_order_relaxed);
+  g_reapers_started.store(0, std::memory_order_relaxed);
   g_end_through.store(0, std::memory_order_relaxed);
   g_reaper_running.store(false, std::memory_order_release);
 }
@@ -292,7 +291,7 @@ void stop_reaper_locked() {
   // first pass.
   wait_for_pass(200);
   pthread_mutex_lock(&g_wake_mutex);
-  g_end_through.store(g_reapers_started, std::memory_order_release);
+  g_end_through.store(g_reapers_started.load(std::memory_order_relaxed), std::memory_order_release);
   pthread_cond_broadcast(&g_wake);
   pthread_mutex_unlock(&g_wake_mutex);
   timespec until{};
@@ -350,7 +349,7 @@ void start_reaper() {
   pthread_mutex_lock(&g_life_mutex);
   if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0) {
     install_handlers();
-    g_starting_reaper.store(++g_reapers_started, std::memory_order_release);
+    g_reapers_started.fetch_add(1, std::memory_order_release);
     static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
     const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);
     if (failed)
