@@ -17,20 +17,20 @@ void configure(bool on, uint32_t every) {
   g_config.on = on;
 }
 
-Engine &engine() {
-  static constinit Engine *instance = nullptr;
+constinit std::atomic<Engine *> g_engine{nullptr};
+
+Engine &make_engine() {
   // Constructed in static storage on first use (no load-time constructor, no allocation).
   alignas(Engine) static constinit unsigned char storage[sizeof(Engine)] = {};
-  static std::atomic<int> state{0};
-  if (__builtin_expect(state.load(std::memory_order_acquire) == 2, 1)) return *instance;
+  static constinit std::atomic<int> state{0};
   int expected = 0;
   if (state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-    instance = new (storage) Engine();
+    g_engine.store(new (storage) Engine(), std::memory_order_release);
     state.store(2, std::memory_order_release);
   } else {
     while (state.load(std::memory_order_acquire) != 2) sched_yield();
   }
-  return *instance;
+  return *g_engine.load(std::memory_order_acquire);
 }
 
 // ---- statistics ----
@@ -185,31 +185,30 @@ Pool *Engine::find_pool(CUcontext context, bool *requested) {
   return nullptr;
 }
 
-Ticket Engine::begin(CUstream stream, bool per_thread, const char *name, uint32_t category,
-                     uint64_t replay, bool *requested) {
-  Ticket ticket;
+void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
+                   uint32_t category, uint64_t replay, bool *requested) {
   *requested = false;
   if (g_config.every > 1 && (replay - 1) % g_config.every != 0) {
     count(Untimed::sampled_out);
-    return ticket;
+    return;
   }
   CUcontext context = nullptr;
   if (stopped_.load(std::memory_order_relaxed) || !api_.ctx_get_current ||
       api_.ctx_get_current(&context) != CUDA_SUCCESS || !context) {
     count(Untimed::no_context);
-    return ticket;
+    return;
   }
   Pool *pool = find_pool(context, requested);
   if (!pool) {
     count(Untimed::pool_not_ready);
-    return ticket;
+    return;
   }
   // A look without a locked instruction first: a pool being made or dropped, or remade for
   // another context, times nothing.
   if (pool->state.load(std::memory_order_acquire) != kReady ||
       pool->context.load(std::memory_order_relaxed) != context) {
     count(Untimed::pool_not_ready);
-    return ticket;
+    return;
   }
   auto is_capturing = per_thread ? api_.is_capturing_ptsz : api_.is_capturing;
   auto record = per_thread ? api_.event_record_ptsz : api_.event_record;
@@ -217,7 +216,7 @@ Ticket Engine::begin(CUstream stream, bool per_thread, const char *name, uint32_
   if (!is_capturing || !record || is_capturing(stream, &capture) != CUDA_SUCCESS ||
       capture != CU_STREAM_CAPTURE_STATUS_NONE) {
     count(Untimed::capturing);
-    return ticket;
+    return;
   }
   // The claim is the launch path's one locked instruction. This thread's own cursor (no shared
   // counter to bump), seeded apart from other threads'; busy pairs are skipped by a plain load.
@@ -234,7 +233,7 @@ Ticket Engine::begin(CUstream stream, bool per_thread, const char *name, uint32_
   t_claim_cursor = cursor;
   if (!pair) {
     count(Untimed::pool_exhausted);
-    return ticket;
+    return;
   }
   // Dekker with release_pool: the claim above, then the pool's state here; release_pool
   // changes the state, then waits for every claimed pair. Either it sees this claim and waits
@@ -243,12 +242,12 @@ Ticket Engine::begin(CUstream stream, bool per_thread, const char *name, uint32_
       pool->context.load(std::memory_order_relaxed) != context) {
     pair->state.store(kFree, std::memory_order_release);
     count(Untimed::pool_not_ready);
-    return ticket;
+    return;
   }
   if (record(pair->start, stream) != CUDA_SUCCESS) {
     pair->state.store(kFree, std::memory_order_release);
     count(Untimed::event_error);
-    return ticket;
+    return;
   }
   // The stream as the user knows it (ferrum_replay.h): NULL given to a _ptsz launch is the
   // per-thread default stream (CU_STREAM_PER_THREAD, 2), and CU_STREAM_LEGACY (1) is the
@@ -268,7 +267,6 @@ Ticket Engine::begin(CUstream stream, bool per_thread, const char *name, uint32_
   ticket.pair = pair;
   ticket.per_thread = per_thread;
   ticket.stream = stream;
-  return ticket;
 }
 
 void Engine::end(Ticket &ticket, bool launched) {

@@ -380,25 +380,24 @@ void install_handlers() {
   pthread_atfork(nullptr, nullptr, fork_child);
 }
 
-Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t category,
-                    uint64_t replay) {
+void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
+                  uint32_t category, uint64_t replay) {
   if (__builtin_expect(g_api_state.load(std::memory_order_acquire) != 2, 0)) {
     int expected = 0;
     if (g_api_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
       resolve_api();  // once: the first timed launch resolves the driver's functions
       g_api_state.store(2, std::memory_order_release);
     } else {
-      return Ticket{};  // another thread resolves right now: this replay is not timed
+      return;  // another thread resolves right now: this replay is not timed
     }
   }
   if (__builtin_expect(!register_thread(), 0)) {
     engine().not_timed(Untimed::unregistered);
-    return Ticket{};
+    return;
   }
   bool requested = false;
-  Ticket ticket = engine().begin(stream, per_thread, name, category, replay, &requested);
+  engine().begin(ticket, stream, per_thread, name, category, replay, &requested);
   if (__builtin_expect(requested, 0)) start_reaper();
-  return ticket;
 }
 
 void prepare_current_context() {
@@ -410,10 +409,6 @@ void prepare_current_context() {
     g_api_state.store(2, std::memory_order_release);
   }
   if (engine().prepare_current_context() && register_thread()) start_reaper();
-}
-
-void launch_end(Ticket &ticket, bool launched) {
-  engine().end(ticket, launched);
 }
 
 int set_sink(ferrum_replay_gpu_sink_fn sink, void *context) {

@@ -3,14 +3,17 @@
 // reaper thread, the hand-off to a tool (ferrum_replay_set_gpu_sink / _gpu_flush), exit and
 // fork. The engine itself is gpu_engine.hpp.
 //
-// The reaper: one detached thread, started by the first launch that asks for a context's pool
-// (never in a process that does not turn GPU timing on), all signals blocked. It wakes every
+// The reaper: one thread, started by the first launch that asks for a context's pool (never
+// in a process that does not turn GPU timing on), all signals blocked. It wakes every
 // millisecond while replays are in flight or launches keep coming (every 20 ms when neither),
-// creates pools, reaps, and calls the sink with batches, outside the engine's mutex. At exit
-// (an atexit handler registered when it starts, so it runs before the CUDA runtime's own
-// teardown) it is asked for one last pass (waited for at most 1 s), then the engine stops
-// calling CUDA for good. After fork, the child forgets every pool (its contexts are not
-// usable there) and starts a reaper of its own on its first timed launch.
+// creates pools, reaps, and calls the sink with batches, outside the engine's mutex. It lives
+// only while a program thread that timed a launch lives: the last such thread, as it ends,
+// has it read what has finished, ends it and joins it (docs/gpu-time.md); without a reaper, a
+// flush or the exit reads on the calling thread, never on a launch. At exit (an atexit handler
+// registered before the engine is first used, so it runs before the CUDA runtime's teardown) one
+// last pass is read (waited for at most 1 s), then the engine stops calling CUDA for good. After
+// fork, the child forgets every pool (its contexts are not usable there) and starts a reaper of
+// its own on its first timed launch.
 #pragma once
 
 #include <cuda.h>
@@ -19,10 +22,13 @@
 
 namespace ferrum_replay::shim::gpu {
 
-// The launch path (only when timing_on()). Never blocks; see Engine::begin/end.
-Ticket launch_begin(CUstream stream, bool per_thread, const char *name, uint32_t category,
-                    uint64_t replay);
-void launch_end(Ticket &ticket, bool launched);
+// The launch path (only when timing_on()). Never blocks; see Engine::begin/end. `ticket`
+// starts empty and is filled in place when the replay is timed.
+void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
+                  uint32_t category, uint64_t replay);
+inline void launch_end(Ticket &ticket, bool launched) {
+  if (ticket.pool) engine().end(ticket, launched);  // untimed: nothing to do
+}
 
 // At a graph's instantiation (only when timing_on()): the current context's event pool is
 // created and its clock aligned now, on the instantiating thread, rather than at the reaper's

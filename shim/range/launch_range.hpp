@@ -177,9 +177,10 @@ class LaunchRange {
 // finish(); a launch left by an exception hands the pair back untimed.
 class TimedReplay {
  public:
-  TimedReplay(const LaunchRange &range, CUstream stream, bool per_thread)
-      : ticket_(gpu::launch_begin(stream, per_thread, range.message(), range.category(),
-                                  range.replay())) {}
+  TimedReplay(const LaunchRange &range, CUstream stream, bool per_thread) {
+    gpu::launch_begin(ticket_, stream, per_thread, range.message(), range.category(),
+                      range.replay());
+  }
   void finish(bool launched) { gpu::launch_end(ticket_, launched); }
   ~TimedReplay() { gpu::launch_end(ticket_, false); }  // no-op once finished
 

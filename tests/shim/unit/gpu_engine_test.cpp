@@ -189,7 +189,8 @@ struct Fixture {
   bool launch(CUstream stream = reinterpret_cast<CUstream>(0x77), bool ok = true,
               bool per_thread = false) {
     bool requested = false;
-    gpu::Ticket ticket = engine->begin(stream, per_thread, "graph a", 1, ++replay, &requested);
+    gpu::Ticket ticket;
+    engine->begin(ticket, stream, per_thread, "graph a", 1, ++replay, &requested);
     const bool timed = ticket.pool != nullptr;
     engine->end(ticket, ok);
     return timed;
@@ -370,8 +371,8 @@ TEST_CASE(
   f.launch();
   f.reap();
   bool requested = false;
-  gpu::Ticket ticket =
-      f.engine->begin(reinterpret_cast<CUstream>(0x77), false, "g", 1, 9, &requested);
+  gpu::Ticket ticket;
+  f.engine->begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", 1, 9, &requested);
   REQUIRE(ticket.pool != nullptr);
   const CUevent start = ticket.pair->start, end = ticket.pair->end;
   // The launching thread is inside the real launch call while another thread destroys the
@@ -414,16 +415,19 @@ TEST_CASE(
   ferrum_replay_gpu_replay batch[64];
   bool more = false;
   bool requested = false;
-  gpu::Ticket first = timing.begin(reinterpret_cast<CUstream>(0x77), false, "g", 1, 1, &requested);
+  gpu::Ticket first;
+  timing.begin(first, reinterpret_cast<CUstream>(0x77), false, "g", 1, 1, &requested);
   timing.end(first, true);
   timing.reap_pass(batch, 64, &more);  // the pool is made
-  gpu::Ticket ticket = timing.begin(reinterpret_cast<CUstream>(0x77), false, "g", 1, 2, &requested);
+  gpu::Ticket ticket;
+  timing.begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", 1, 2, &requested);
   REQUIRE(ticket.pool != nullptr);
   timing.end(ticket, true);
   driver.now += 1000000;  // that replay has finished
   // Another context asks for a pool: made at the next pass, not during the call below.
   driver.current = reinterpret_cast<CUcontext>(0x300);
-  gpu::Ticket other = timing.begin(reinterpret_cast<CUstream>(0x77), false, "g", 1, 3, &requested);
+  gpu::Ticket other;
+  timing.begin(other, reinterpret_cast<CUstream>(0x77), false, "g", 1, 3, &requested);
   timing.end(other, true);
   driver.current = reinterpret_cast<CUcontext>(0x100);
 
