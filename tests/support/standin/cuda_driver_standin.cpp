@@ -327,7 +327,9 @@ bool env_flag(const char *name) {
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
 }
 
-Config read_config() {
+// Out of line: inlined into config(), its register saves ran on every call of every entry
+// point (a dozen pushes and pops in front of a one-byte guard check), a cost no driver has.
+__attribute__((noinline)) Config read_config() {
   Config c;
   c.proc_exported = env_flag("FERRUM_STANDIN_PROC_EXPORTED");
   if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_RESULT"); v != nullptr && v[0] != '\0') {
