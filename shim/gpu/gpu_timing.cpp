@@ -94,6 +94,9 @@ bool g_key_made = false;    // (g_life_mutex)
 uint32_t g_registered = 0;  // registered threads that have not ended (g_life_mutex)
 bool g_key_failed = false;  // said once (g_life_mutex)
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_registered = false;
+}  // namespace
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_launch_ready = false;
+namespace {
 std::atomic<bool> g_reaper_running{false};  // written under g_life_mutex
 // Reapers are numbered as they start; each returns at its next look once g_end_through reaches
 // its number. A reaper let go (its join timed out) stays asked to end, whoever starts next.
@@ -380,8 +383,8 @@ void install_handlers() {
   pthread_atfork(nullptr, nullptr, fork_child);
 }
 
-void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-                  uint32_t category, uint64_t replay) {
+void launch_begin_slow(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
+                       uint32_t category, uint64_t replay) {
   if (__builtin_expect(g_api_state.load(std::memory_order_acquire) != 2, 0)) {
     int expected = 0;
     if (g_api_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
@@ -395,9 +398,14 @@ void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const char *
     engine().not_timed(Untimed::unregistered);
     return;
   }
+  t_launch_ready = true;  // both hold for good: this thread's later launches go straight on
   bool requested = false;
   engine().begin(ticket, stream, per_thread, name, category, replay, &requested);
   if (__builtin_expect(requested, 0)) start_reaper();
+}
+
+void start_reaper_for_pool() {
+  start_reaper();
 }
 
 void prepare_current_context() {

@@ -23,9 +23,22 @@
 namespace ferrum_replay::shim::gpu {
 
 // The launch path (only when timing_on()). Never blocks; see Engine::begin/end. `ticket`
-// starts empty and is filled in place when the replay is timed.
-void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-                  uint32_t category, uint64_t replay);
+// starts empty and is filled in place when the replay is timed. A thread's first timed launch
+// resolves the driver's event functions (once per process) and registers the thread
+// (gpu_timing.cpp); from then on t_launch_ready says both are done and the launch goes
+// straight to the engine.
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_launch_ready;
+void launch_begin_slow(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
+                       uint32_t category, uint64_t replay);
+void start_reaper_for_pool();  // a launch asked for a new pool: a reaper makes it
+inline void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
+                         uint32_t category, uint64_t replay) {
+  if (__builtin_expect(!t_launch_ready, 0))
+    return launch_begin_slow(ticket, stream, per_thread, name, category, replay);
+  bool requested = false;
+  engine().begin(ticket, stream, per_thread, name, category, replay, &requested);
+  if (__builtin_expect(requested, 0)) start_reaper_for_pool();
+}
 inline void launch_end(Ticket &ticket, bool launched) {
   if (ticket.pool) engine().end(ticket, launched);  // untimed: nothing to do
 }
