@@ -111,6 +111,10 @@ constexpr int kDropWaitRounds = 20000;  // ~1 s with the pauses below
 // Each thread's claim cursor (Engine::begin). Initial-exec: a %fs-relative access, no call.
 constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_claim_cursor = 0;
 
+// The pair this thread claimed and has not ended yet (Engine::give_back_abandoned). Written by
+// this thread only; a jump out of the launch leaves it set.
+constinit __attribute__((tls_model("initial-exec"))) thread_local Pair *t_held_pair = nullptr;
+
 // A thread's first cursor: far from other threads' (its TLS block's address and a count of
 // the threads seeded so far, mixed), never 0. The count, because the C library reuses an
 // ended thread's stack and TLS block for the next one: with the address alone, short-lived
@@ -267,12 +271,14 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   ticket.pair = pair;
   ticket.per_thread = per_thread;
   ticket.stream = stream;
+  t_held_pair = pair;
 }
 
 void Engine::end(Ticket &ticket, bool launched) {
   Pool *pool = ticket.pool;
   if (!pool) return;
   ticket.pool = nullptr;
+  t_held_pair = nullptr;
   Pair &pair = *ticket.pair;
   // The pair is claimed by this thread: release_pool waits for it before it destroys any
   // event, so both events are alive here. A pool on its way out gets its pair back unused.
@@ -689,6 +695,16 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
     const timespec pause{0, static_cast<long>(kPauseNs)};
     nanosleep(&pause, nullptr);
   }
+}
+
+void Engine::give_back_abandoned() {
+  Pair *pair = t_held_pair;
+  if (!pair) return;
+  t_held_pair = nullptr;
+  // Claimed by this thread: nobody else moves it out of kClaimed (release_pool waits for it,
+  // then gives the pool up without touching it), and a pool's memory is never unmapped.
+  pair->state.store(kFree, std::memory_order_release);
+  count(Untimed::abandoned);
 }
 
 size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,

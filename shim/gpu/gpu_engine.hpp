@@ -137,11 +137,12 @@ enum class Untimed : unsigned {
   launch_failed,    // the launch itself returned an error
   context_dropped,  // the context was destroyed while the replay was in flight
   unregistered,     // its thread could not be registered (gpu_timing.cpp): no key left
+  abandoned,        // the launch was left by a jump (siglongjmp) before its end event
   count_
 };
 inline constexpr const char *kUntimedNames[] = {
-    "sampled out", "no context",    "pool not ready",    "pool exhausted",       "capturing",
-    "event error", "launch failed", "context destroyed", "thread not registered"};
+    "sampled out", "no context",    "pool not ready",    "pool exhausted",        "capturing",
+    "event error", "launch failed", "context destroyed", "thread not registered", "left by a jump"};
 static_assert(sizeof kUntimedNames / sizeof *kUntimedNames ==
               static_cast<unsigned>(Untimed::count_));
 
@@ -170,6 +171,13 @@ class Engine {
              uint64_t replay, bool *requested);
   // After the real launch: records the end event and hands the pair to the reaper.
   void end(Ticket &ticket, bool launched);
+  // A launch of this thread that never reached end(): left by a jump (siglongjmp out of the
+  // driver, from a signal handler), which runs no destructor. Its pair would stay claimed for
+  // good — one of the context's pairs fewer, and a replay counted neither timed nor not — so
+  // it is given back and counted ("left by a jump") where the thread is known to have left
+  // that launch: at its next outermost graph call (OutermostCall sees the open call
+  // abandoned), as it ends (its registration's destructor), and at exit on the exiting thread.
+  void give_back_abandoned();
 
   // ---- at instantiation (not the launch path) ----
   // Creates the calling thread's current context's pool now, if it has none yet. True when

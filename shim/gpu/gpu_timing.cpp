@@ -93,6 +93,9 @@ pthread_key_t g_thread_key;
 bool g_key_made = false;    // (g_life_mutex)
 uint32_t g_registered = 0;  // registered threads that have not ended (g_life_mutex)
 bool g_key_failed = false;  // said once (g_life_mutex)
+// Stays set once set, also after the thread's destructor ran (its later launches, from other
+// destructors or exit handlers, are read at exit): t_launch_ready relies on that. Whoever
+// makes a thread register again must clear both.
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_registered = false;
 }  // namespace
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_launch_ready = false;
@@ -243,6 +246,7 @@ void last_pass(int timeout_ms) {
 
 void at_exit() {
   if (g_api_state.load(std::memory_order_acquire) != 2) return;  // never timed anything
+  give_back_abandoned();  // the exiting thread's own, if it left a launch by a jump
   last_pass(1000);
   engine().stop();  // from here on, no CUDA call: the runtime's teardown comes next
 }
@@ -310,7 +314,8 @@ void stop_reaper_locked() {
 // The destructor of a registered thread's value: it is ending (returned, pthread_exit,
 // thrd_exit, cancelled), before the C library counts it gone.
 void registered_thread_ends(void *) {
-  NoCancel no_cancel;  // the join below is a cancellation point
+  give_back_abandoned();  // the thread left a launch by a jump and never launched again
+  NoCancel no_cancel;     // the join below is a cancellation point
   pthread_mutex_lock(&g_life_mutex);
   if (g_registered > 0 && --g_registered == 0) stop_reaper_locked();
   pthread_mutex_unlock(&g_life_mutex);

@@ -42,6 +42,10 @@ inline void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const
 inline void launch_end(Ticket &ticket, bool launched) {
   if (ticket.pool) engine().end(ticket, launched);  // untimed: nothing to do
 }
+// The calling thread's launch left by a jump, if it timed one (Engine::give_back_abandoned).
+inline void give_back_abandoned() {
+  if (Engine *made = g_engine.load(std::memory_order_acquire)) made->give_back_abandoned();
+}
 
 // At a graph's instantiation (only when timing_on()): the current context's event pool is
 // created and its clock aligned now, on the instantiating thread, rather than at the reaper's

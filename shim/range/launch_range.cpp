@@ -29,6 +29,7 @@ bool close_abandoned_call() {
     calls.pop_pending = false;
     nvtxDomainRangePop(calls.pop_domain);  // the abandoned range's pop, late but on this thread
   }
+  if (gpu::timing_on()) gpu::give_back_abandoned();  // and its timing pair, if it had one
   calls.open = nullptr;
   g_abandoned.fetch_add(1, std::memory_order_relaxed);
   if (!g_abandoned_reported.exchange(true, std::memory_order_relaxed))

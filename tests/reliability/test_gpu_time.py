@@ -3,6 +3,7 @@ gpu_time_program (its modes in its source) under the preloaded shim with
 FERRUM_REPLAY_GPU_TIME=on, against the stand-in's asynchronous GPU. What the user sees: the
 shim's FERRUM_REPLAY_SUMMARY lines, the recorder trace, the program's own output and exit."""
 import os
+import signal
 import sys
 import time
 
@@ -314,11 +315,44 @@ def fork_child_counts():
     expect(len(least) == 1 and abs(least[0] - 200) <= 2, f"child rows {child.rows}", run_)
 
 
+def jump_out_of_timed_launch():
+    """A watchdog leaves launches with siglongjmp from a signal handler raised inside the
+    driver's launch (launch_harness.hpp --jump-out): no destructor runs, so the launch never
+    records its end event. Its event pair goes back to the pool and the replay is counted
+    ("left by a jump"), so that more jumps than the context has pairs (1,024) leave the pool
+    whole: the replays after them are timed (at least as many as the pool holds, even if no
+    pass of the reaper frees a pair meanwhile), and every launch is accounted for. Before,
+    the pool ran dry and nothing after the jumps was timed."""
+    jumps, iters, pairs = 1100, 1500, 1024
+    env = {**ON, "FERRUM_STANDIN_LAUNCH_RAISE": str(int(signal.SIGUSR1)),
+           "FERRUM_STANDIN_KERNEL_NS": "1000"}  # replays finish long before the exit
+    for variable in ("LAUNCH_DRIVER", "LAUNCH_RUNTIME"):
+        for threads in (1, 4):
+            what = f"{variable}, {threads} thread(s)"
+            run_ = harness.run([harness.path_of(variable), "--graphs", "1", "--iters", str(iters),
+                                "--jump-out", str(jumps), "--threads", str(threads)],
+                               record=False, env=env, timeout=240)
+            expect(f"jumped={jumps * threads}" in run_.stdout, "the watchdog did not jump", run_)
+            gpu = one_summary(run_).gpu
+            total, jumped, after = iters * threads, jumps * threads, (iters - jumps) * threads
+            accounted = gpu["timed"] + gpu["not_timed"] + gpu["in_flight"]
+            expect(accounted == total,
+                   f"{what}: GPU line {gpu} accounts for {accounted} of {total} replays", run_)
+            left = gpu["why"].get("left by a jump", 0)
+            # A jumped launch that found no free pair is counted for that reason instead.
+            expect(0 < left <= jumped and gpu["not_timed"] >= jumped,
+                   f"{what}: {left} replays counted left by a jump, {jumped} jumped: GPU line "
+                   f"{gpu}", run_)
+            expect(gpu["timed"] >= min(pairs, after) * 95 // 100,
+                   f"{what}: only {gpu['timed']} of the {after} replays after the jumps timed: "
+                   f"GPU line {gpu}", run_)
+
+
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
     burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
-    cancel_pending_at_return)}
+    cancel_pending_at_return, jump_out_of_timed_launch)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
