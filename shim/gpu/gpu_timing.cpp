@@ -97,6 +97,9 @@ bool g_key_failed = false;  // said once (g_life_mutex)
 // destructors or exit handlers, are read at exit): t_launch_ready relies on that. Whoever
 // makes a thread register again must clear both.
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_registered = false;
+// Set when this thread could not be registered: it tries once, not under a mutex at every
+// launch (a launch takes no lock). A thread started later tries again.
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_unregistrable = false;
 }  // namespace
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_launch_ready = false;
 namespace {
@@ -327,6 +330,7 @@ void start_reaper();
 // when it cannot be registered (no thread-specific key left): it times nothing then.
 bool register_thread() {
   if (__builtin_expect(t_registered, 1)) return true;
+  if (t_unregistrable) return false;
   NoCancel no_cancel;
   pthread_mutex_lock(&g_life_mutex);
   bool registered = g_key_made;
@@ -336,6 +340,8 @@ bool register_thread() {
   if (registered) {
     ++g_registered;
     t_registered = true;
+  } else {
+    t_unregistrable = true;
   }
   const bool say = !registered && !g_key_failed;
   if (say) g_key_failed = true;

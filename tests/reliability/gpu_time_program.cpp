@@ -42,6 +42,9 @@
 //                     thread's function — its last thread. The parent prints child_status=<s>. An
 //                     exit handler launches the graph once more and prints `exit_handler on=<its
 //                     thread's name> sigterm_blocked=<0|1> launch=<CUresult> sync=<CUresult>`.
+//   no-keys N M       every thread-specific key of the process taken first (prints
+//                     keys_taken=<k>); then the main thread and M threads, one after the other,
+//                     launch one graph N times each, synchronised.
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
@@ -192,6 +195,13 @@ bool fork_timing_child(long count, pid_t *child) {
   check(cuCtxSynchronize(), "cuCtxSynchronize");
   finish();
   return true;
+}
+
+void *launch_shared_graph(void *argument) {
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  launches(g_exec, nullptr, *static_cast<const long *>(argument));
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
+  return nullptr;
 }
 
 void *fork_from_thread(void *argument) {
@@ -389,6 +399,20 @@ int main(int argc, char **argv) {
       pthread_join(thread, &result);
       if (round == 0)
         std::printf("first=%s\n", result == PTHREAD_CANCELED ? "cancelled" : "returned");
+    }
+  } else if (mode == "no-keys") {
+    long taken = 0;
+    for (pthread_key_t key; pthread_key_create(&key, nullptr) == 0;) ++taken;
+    std::printf("keys_taken=%ld\n", taken);
+    g_context = new_context();
+    g_exec = make_exec();
+    static long count = n;
+    launch_shared_graph(&count);
+    for (long i = 0; i < m; ++i) {  // one at a time: g_launches is this program's plain count
+      pthread_t thread;
+      if (pthread_create(&thread, nullptr, launch_shared_graph, &count) != 0)
+        check(CUDA_ERROR_UNKNOWN, "pthread_create");
+      pthread_join(thread, nullptr);
     }
   } else if (mode == "fork-thread") {
     static long count = n;

@@ -348,11 +348,39 @@ def jump_out_of_timed_launch():
                    f"GPU line {gpu}", run_)
 
 
+def no_thread_keys():
+    """A program that has taken every thread-specific key of the process before its first
+    launch: the shim cannot register its threads for GPU timing. Every launch still succeeds
+    and has its range counted; no replay is timed, each counted ("thread not registered"); with
+    FERRUM_REPLAY_LOG=error one line says why, once, and without it stderr holds only the
+    summary."""
+    n, threads = 200, 3
+    total = n * (threads + 1)
+    for log in (None, "error"):
+        env = {"FERRUM_REPLAY_LOG": log} if log else {}
+        run_ = program("no-keys", n, threads, env=env)
+        expect(run_.returncode == 0 and f"launches={total} failed=0" in run_.stdout,
+               "the program's launches did not all succeed", run_)
+        expect("keys_taken=" in run_.stdout and "keys_taken=0" not in run_.stdout,
+               "the program took no key", run_)
+        summary = one_summary(run_)
+        launched = sum(int(r["launches"]) for r in summary.rows)
+        expect(launched == total, f"the summary counts {launched} launches of {total}", run_)
+        gpu = summary.gpu
+        expect(gpu["timed"] == 0 and gpu["not_timed"] == total and
+               gpu["why"] == {"thread not registered": total}, f"GPU line {gpu}", run_)
+        said = [line for line in run_.stderr.splitlines() if "thread-specific key" in line]
+        if log:
+            expect(len(said) == 1, f"{len(said)} lines about the key, expected one", run_)
+        else:
+            only_summary_on_stderr(run_)
+
+
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
     burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
-    cancel_pending_at_return, jump_out_of_timed_launch)}
+    cancel_pending_at_return, jump_out_of_timed_launch, no_thread_keys)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
