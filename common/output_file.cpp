@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
+
 #include "proc_self.hpp"
 #include "text_rules.hpp"
 
@@ -123,6 +125,54 @@ bool is_stream_target(const char *path) {
   return lstat(path, &st) == 0 && is_stream_mode(st.st_mode);
 }
 
+namespace {
+
+// Descriptors 1 and 2 as first seen (note_standard_streams). State: 0 not noted, 1 closed
+// then, 2 noted (dev, ino). Written once, before `state` is published.
+struct NotedStream {
+  std::atomic<int> state{0};
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+NotedStream g_noted[3];  // by descriptor; [0] unused
+std::atomic<bool> g_streams_noted{false};
+
+// A standard stream the process was started with never has FD_CLOEXEC (it came through exec);
+// descriptor 1 or 2 with it is a file the program opened itself after closing that stream
+// (os.open, open(..., O_CLOEXEC) take the lowest free number).
+bool opened_by_the_program(int fd) {
+  const int flags = fcntl(fd, F_GETFD);
+  return flags < 0 || (flags & FD_CLOEXEC) != 0;
+}
+
+// 0 when `fd` may be written as the host's standard stream, else the error (open_stream).
+int check_noted(int fd, const struct stat &now) {
+  if (fd != 1 && fd != 2) return 0;
+  if (opened_by_the_program(fd)) return kStreamReplaced;
+  const NotedStream &noted = g_noted[fd];
+  const int state = noted.state.load(std::memory_order_acquire);
+  if (state == 1) return EBADF;
+  if (state == 2 && (now.st_dev != noted.dev || now.st_ino != noted.ino)) return kStreamReplaced;
+  return 0;
+}
+
+}  // namespace
+
+void note_standard_streams() {
+  if (g_streams_noted.exchange(true, std::memory_order_acq_rel)) return;
+  for (int fd = 1; fd <= 2; ++fd) {
+    struct stat st {};
+    NotedStream &noted = g_noted[fd];
+    if (opened_by_the_program(fd) || fstat(fd, &st) != 0) {
+      noted.state.store(1, std::memory_order_release);
+      continue;
+    }
+    noted.dev = st.st_dev;
+    noted.ino = st.st_ino;
+    noted.state.store(2, std::memory_order_release);
+  }
+}
+
 int open_stream(const char *path, Stream *stream) {
   const int stall = stream->stall_ms;
   *stream = Stream{};
@@ -133,6 +183,7 @@ int open_stream(const char *path, Stream *stream) {
     if (flags < 0 || (flags & O_ACCMODE) == O_RDONLY) return EBADF;
     struct stat st {};
     if (fstat(fd, &st) != 0) return errno;
+    if (const int error = check_noted(fd, st)) return error;
     stream->regular = S_ISREG(st.st_mode);
     stream->socket = S_ISSOCK(st.st_mode);
     if (stream->regular || stream->socket || (flags & O_NONBLOCK) != 0) {
@@ -242,6 +293,9 @@ const char *stream_error_note(int error) {
     case kStreamNotReopenable:
       return " (a blocking descriptor of the program that cannot be reopened non-blocking; "
              "nothing written)";
+    case kStreamReplaced:
+      return " (the descriptor no longer names the stream the program was started with; nothing "
+             "written)";
     default:
       return "";
   }

@@ -44,6 +44,17 @@ struct Stream {
 int open_stream(const char *path, Stream *stream);
 // The error of a blocking descriptor of the host that cannot be reopened non-blocking.
 inline constexpr int kStreamNotReopenable = EWOULDBLOCK;
+// The host's standard output and error (descriptors 1 and 2) as first seen: their file
+// (device and inode), or that they were closed. Noted once, when the shim or the recorder
+// starts (settings read, first NVTX call). From then on open_stream writes to /dev/stdout or
+// /dev/stderr only while that descriptor still names the same file: a program that closed its
+// stderr and opened a file of its own — which took number 2 — must not find our summary in
+// that file. A descriptor that was closed when noted: EBADF; one that names another file now,
+// or that has FD_CLOEXEC (a stream inherited through exec never has it: the program opened
+// this file itself, before or after the note): kStreamReplaced. Without a note, only the
+// FD_CLOEXEC check.
+void note_standard_streams();
+inline constexpr int kStreamReplaced = ESTALE;
 // 0, or errno (ETIMEDOUT when the reader made no room within stall_ms).
 int stream_write(Stream *stream, const void *data, size_t length);
 void close_stream(Stream *stream);

@@ -19,6 +19,7 @@
 #include "exit_report.hpp"
 #include "name_registry.hpp"
 #include "nvtx_tool.hpp"
+#include "output_file.hpp"
 #include "recorder.hpp"
 #include "settings.hpp"
 #include "utf8.hpp"
@@ -315,6 +316,7 @@ Recorder *ensure_recorder() {
   std::lock_guard lock(g_init_mu);
   if (Recorder *r = g_recorder.load(std::memory_order_relaxed)) return r;
 
+  common::note_standard_streams();  // before any line of ours: stdout and stderr as they are
   std::vector<std::string> warnings;
   g_settings = new Settings(parse_settings(common::process_env, nullptr, &warnings));
   for (const std::string &w : warnings) write_stderr(w);

@@ -12,6 +12,7 @@
 
 #include "gpu/gpu_engine.hpp"
 #include "naming/graph_naming.hpp"
+#include "output_file.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -165,6 +166,7 @@ const Settings &settings() {
   int expected = 0;
   if (g_settings_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     new (&g_settings) Settings();
+    common::note_standard_streams();  // before any line of ours: stdout and stderr as they are
     read_settings(g_settings, common::process_env, nullptr, complain_on_stderr, nullptr);
     set_log_level(g_settings.log_level);
     g_settings_state.store(2, std::memory_order_release);

@@ -12,6 +12,13 @@
 //                  more. Then checks that its files still hold exactly its bytes, leaves them
 //                  in DIR (own0..own3, for the test to check again after exit) and prints
 //                  `own_files=ok` (or `own_files=changed <name>`) and `launches=N failed=F`.
+//   standard-streams DIR N before|after
+//                  Closes its stdout and stderr and opens two files of its own in DIR, which
+//                  take numbers 1 and 2 (out, err; 512 KiB of known bytes each): `before` the
+//                  first launch, with O_CLOEXEC (as Python's os.open does), or `after` N
+//                  launches, without it; then launches N times (both: 2N launches with after)
+//                  and exits 0 if its files still hold exactly its bytes, 3 if not. Prints
+//                  nothing: its output streams are its files now.
 //   unload         dlopens the driver (RTLD_LOCAL), launches a graph 3000 times, destroys the
 //                  graph and its context, dlcloses the driver and
 //                  prints `still_loaded=1` if dlopen(RTLD_NOLOAD) still finds it, else
@@ -168,6 +175,35 @@ int descriptors(const std::string &dir, long per_phase, bool use_dup2) {
   return 0;
 }
 
+// Descriptors 1 and 2 become this program's own files `out` and `err` in `dir`.
+void take_standard_numbers(const std::string &dir, int flags) {
+  close(1);
+  close(2);
+  const char *names[] = {"out", "err"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string path = dir + "/" + names[i];
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | flags, 0600);
+    if (fd != i + 1) std::exit(1);
+    const std::string bytes = known_bytes(5 + i);
+    if (write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) std::exit(1);
+  }
+}
+
+int standard_streams(const std::string &dir, long launches, bool before) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (before) take_standard_numbers(dir, O_CLOEXEC);
+  Driver d = load_driver();
+  if (!before) {
+    d.launch_n(launches);  // the shim and the recorder have started: they saw the real streams
+    take_standard_numbers(dir, 0);
+  }
+  d.launch_n(launches);
+  const bool kept = read_all(dir + "/out") == known_bytes(5) &&
+                    read_all(dir + "/err") == known_bytes(6) && d.failed == 0;
+  return kept ? 0 : 3;
+}
+
 int unload() {
   Driver d = load_driver();
   d.launch_n(3000);
@@ -188,6 +224,8 @@ int main(int argc, char **argv) {
   if (mode == "descriptors" && argc >= 4)
     return descriptors(argv[2], std::atol(argv[3]), argc > 4 && std::strcmp(argv[4], "dup2") == 0);
   if (mode == "unload") return unload();
+  if (mode == "standard-streams" && argc >= 5)
+    return standard_streams(argv[2], std::atol(argv[3]), std::strcmp(argv[4], "before") == 0);
   std::fprintf(stderr, "usage: host_resources descriptors DIR N [close|dup2] | unload\n");
   return 1;
 }

@@ -12,6 +12,12 @@ descriptors_closed       6,000 launches; closes every descriptor  its 4 files by
 descriptors_replaced     the same, 1,500 per phase, and then      the same, 6,000 ranges
                          dup2s its files over every number 3..63
                          and launches 1,500 more
+standard_streams_taken   closes stdout and stderr and opens two   they hold exactly its bytes after
+                         files of its own, which take numbers 1   exit (checked by the program and
+                         and 2: before its first launch           the test): no table, summary, log
+                         (O_CLOEXEC) or after (without): then     line or trace written to
+                         launches, with the table, the summary    /dev/stdout reaches them; the
+                         and the log on stderr                    trace file holds every launch
 driver_unloadable        dlopens the driver, launches 3,000       dlopen(RTLD_NOLOAD) no longer finds
                          times, dlcloses it                       it, as without the shim (checked:
                                                                   the bare run unloads it too)
@@ -92,6 +98,31 @@ def descriptors_replaced():
     check_descriptors("dup2", 1500, 4)
 
 
+def standard_streams_taken():
+    launches = 50
+    for when in ("before", "after"):
+        total = launches * (2 if when == "after" else 1)
+        for to_stdout in (False, True):
+            with tempfile.TemporaryDirectory(prefix="ferrum-std-") as own_dir:
+                env = {"FERRUM_RECORD_TABLE": "1", "FERRUM_REPLAY_SUMMARY": "stderr",
+                       "FERRUM_REPLAY_LOG": "info"}
+                if to_stdout:
+                    env.update({"NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
+                                "FERRUM_RECORD_OUT": "/dev/stdout"})
+                run_ = harness.run([PROGRAM, "standard-streams", own_dir, str(launches), when],
+                                   record=not to_stdout, env=env)
+                what = f"{when}, trace to {'/dev/stdout' if to_stdout else 'a file'}"
+                expect(run_.returncode == 0,
+                       f"{what}: the program's own files changed during the run", run_)
+                for index, name in ((5, "out"), (6, "err")):
+                    with open(os.path.join(own_dir, name), "rb") as handle:
+                        expect(handle.read() == known_bytes(index),
+                               f"{what}: its file {name} (descriptor {index - 4}) holds more "
+                               f"than its own bytes after exit", run_)
+                if not to_stdout:
+                    harness.expect_one_range_per_launch(run_, total)
+
+
 def driver_unloadable():
     # Under LeakSanitizer (scripts/test's asan stage): the stand-in driver keeps its state for
     # the life of the process, and once it is unloaded nothing points there any more, with or
@@ -157,7 +188,8 @@ def table_bogus_value():
     expect(table_ranges(run_.stderr) == 3, "the table (the default) was not printed", run_)
 
 
-SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced, driver_unloadable,
+SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
+                                     standard_streams_taken, driver_unloadable,
                                      tool_without_handlers, table_capped, table_bogus_value)}
 
 if __name__ == "__main__":
