@@ -435,6 +435,8 @@ def validate_event(path, index, event):
     for key in ("ts", "dur"):
         if key in event and not _is_number(event[key]):
             raise InputError(f"{quoted(path)}: event {index}: {key} is not a finite number")
+    if "dur" in event and event["dur"] < 0:  # no range ends before it starts
+        raise InputError(f"{quoted(path)}: event {index}: dur is negative")
     for key in ("pid", "tid"):
         if key in event and not _is_int(event[key]):
             raise InputError(f"{quoted(path)}: event {index}: {key} is not an integer")
@@ -659,7 +661,7 @@ class Scan:
                 # The usual event in a few type tests; anything else gets the full check
                 # (which raises InputError naming the field, or finds it acceptable).
                 if not ((type(ts) is float or type(ts) is int) and -1e18 < ts < 1e18 and
-                        (type(dur) is float or type(dur) is int) and -1e18 < dur < 1e18 and
+                        (type(dur) is float or type(dur) is int) and 0 <= dur < 1e18 and
                         type(pid) is int and type(tid) is int and type(cat) is str and
                         type(name) is str and -9223372036854775808 < pid < 9223372036854775808
                         and -9223372036854775808 < tid < 9223372036854775808 and
@@ -986,6 +988,11 @@ def compare_side(paths, domain):
 
 def cmd_compare(args):
     base_cpu, base_gpu = compare_side(trace_inputs(args.base), args.domain)
+    if not base_cpu.index and not base_gpu.index:
+        # Nothing to hold NEW against: a gate that passes here guards nothing (a BASE recorded
+        # under another FERRUM_REPLAY_DOMAIN, or from a run that launched no graph).
+        raise InputError(f"BASE {quoted(args.base)} holds no range of the domain "
+                         f"{quoted(args.domain)}: nothing to compare with")
     new_cpu, new_gpu = compare_side(trace_inputs(args.new), args.domain)
     rows, regressions, missing = [], [], []
     for name in sorted(set(base_cpu.index) | set(base_gpu.index) |

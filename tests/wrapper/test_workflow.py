@@ -805,17 +805,42 @@ def test_compare(tmp):
     done = wrapper("compare", base, d("runs"), cwd=tmp)
     expect(done.returncode == 0 and re.search(r"^graph 2\s+gpu\s+20\s+5\.000\s+40\s+5\.500",
                                               done.stdout, re.M), "a directory side", done)
-    # Bad input: exit 2 with a reason.
+    # Bad input: exit 2 with a reason. A BASE without a range of the domain holds nothing to
+    # gate on (recorded under another FERRUM_REPLAY_DOMAIN, or launched nothing); a range that
+    # ends before it starts is no measurement.
     write(d("foreign.json"), '{"traceEvents": []}')
     os.mkdir(d("empty-dir"))
+    empty = make_trace(d("empty.json"), "--ranges", 0, cwd=tmp)
+    with open(base, encoding="utf-8") as handle:
+        backwards = handle.read().replace('"dur":2.000', '"dur":-2.000', 1)
+    expect('"dur":-2.000' in backwards, "the base trace's first range could not be turned round")
+    write(d("backwards.json"), backwards)
     for args, why in [([base, d("nope.json")], "cannot read"),
                       ([d("foreign.json"), base], "not a ferrum-replay trace"),
+                      ([empty, base], "holds no range of the domain"),
+                      ([empty, empty], "holds no range of the domain"),
+                      ([d("backwards.json"), base], "dur is negative"),
+                      ([base, d("backwards.json")], "dur is negative"),
                       (["--threshold", "-3", base, slow], "a percentage >= 0"),
                       (["--threshold", "ten", base, slow], "a percentage >= 0"),
                       ([base, d("empty-dir")], "a directory without traces")]:
         done = wrapper("compare", *args, cwd=tmp)
         expect(done.returncode == 2 and why in done.stderr and not done.stdout.strip(),
                f"bad input {args}", done)
+
+
+def test_nsys_stale_tables(tmp):
+    # nsys stats writes no CSV for a report without NVTX data: the tables of an earlier run at
+    # the same -o must not be shown as this run's (the warning is shown instead).
+    env = nsys_env(tmp)
+    program = [launch_driver(), "--iters", "4", "--graphs", "2"]
+    first = wrapper("nsys", "-o", "prof", "--", *program, cwd=tmp, env=env)
+    rows = [l for l in first.stderr.splitlines() if l.startswith(DOMAIN + " ")]
+    expect(first.returncode == 0 and len(rows) == 2, "the first run's table", first)
+    again = wrapper("nsys", "-f", "true", "-o", "prof", "--", "/bin/true", cwd=tmp, env=env)
+    rows = [l for l in again.stderr.splitlines() if l.startswith(DOMAIN + " ")]
+    expect(not rows and "WARNING: the report holds no range" in again.stderr,
+           "a run without ranges shows the earlier run's table", again)
 
 
 def test_check_gpu_expectations(tmp):
