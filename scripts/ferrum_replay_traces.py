@@ -1826,6 +1826,13 @@ def cmd_check(args):
             notes.append(f"the shim counted {rejected} rejected pushes, the recorder "
                          f"{rejected_by_tool}")
         launch_note = f"the shim's {launches} launches all have their range"
+    elif args.require_launch_summary and total_ranges > 0:
+        # Asked for, not written: the shim refused the setting (a path too long, say; its
+        # message is above) or could not write. Passing would skip the one cross-check.
+        failures.append("the shim wrote no launch summary (FERRUM_REPLAY_SUMMARY), though "
+                        "ranges were recorded: launches cannot be cross-checked with ranges "
+                        "(see the shim's message above)")
+        launch_note = ""
     else:
         launch_note = "launch count not cross-checked (the shim wrote no FERRUM_REPLAY_SUMMARY)"
 
@@ -2003,6 +2010,9 @@ def build_parser():
                    help="the ranges per name, in any order, are exactly these counts")
     p.add_argument("--launch-summary", action="append", default=[], metavar="FILE",
                    help="the shim's exit summary (FERRUM_REPLAY_SUMMARY); repeatable")
+    p.add_argument("--require-launch-summary", action="store_true",
+                   help="fail when ranges were recorded but no --launch-summary was written "
+                        "(ci-smoke-profile: it asked the shim for them)")
     p.add_argument("--nsys-stats", metavar="BASE",
                    help="check nsys stats CSV output (BASE_nvtx_sum.csv) instead of traces")
     p.add_argument("--allow-no-ranges", action="store_true")

@@ -979,6 +979,11 @@ def test_ci_smoke_profile(tmp):
     run_dir = os.path.join(keep, runs[0])
     expect(traces_in(os.path.join(run_dir, "traces")) and
            [f for f in os.listdir(run_dir) if f.startswith("launches.")], "kept files", done)
+    # An --out so long that the shim refuses its summary setting (over 1023 bytes; the trace
+    # path is still accepted): without the shim's count, no OK.
+    deep = os.path.join(tmp, *(["d" * 200] * 5))
+    done = ci_smoke("--out", deep, "--", *program, cwd=tmp)
+    expect_verdict(done, False, "the shim wrote no launch summary")
 
     # --nsys: the same verdicts from an Nsight Systems report (fake-nsys here).
     nenv = dict(nsys_env(tmp), **named)
