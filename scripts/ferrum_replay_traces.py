@@ -1762,9 +1762,51 @@ def read_launch_summaries(paths):
     return graphs, recycled
 
 
+def later_namesakes(paths):
+    """Traces written after a given one under its fresh names (section 2 of text-rules.md:
+    NAME.<pid>.EXT by another process of a job, NAME.<n>.EXT beside a file not replaced) that
+    are not among `paths`. A later run that found the name taken within moments of the last
+    one's exit writes beside it (a process cannot tell its start from that exit closer than a
+    clock tick): the file at the name is then the earlier run's."""
+    given = set()
+    for path in paths:
+        try:
+            given.add(file_identity(path))
+        except OSError:
+            pass
+    found = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        token = "FERRUMTOKEN"
+        shape = re.escape(fresh_name(path, token)).replace(token, r"\d+")
+        for candidate in sorted(glob.glob(fresh_name(glob.escape(path), "*"))):
+            if not re.fullmatch(shape, candidate):
+                continue
+            try:
+                other = os.stat(candidate)
+            except OSError:
+                continue
+            if (stat.S_ISREG(other.st_mode) and (other.st_dev, other.st_ino) not in given and
+                    other.st_mtime_ns > st.st_mtime_ns):
+                found.append(candidate)
+    return found
+
+
 def cmd_check(args):
     domain = args.domain
     failures, notes = [], []
+    if not args.nsys_stats:
+        later = later_namesakes(args.traces)
+        if later:
+            failures.append(f"{len(later)} trace(s) of the same name written after the one(s) "
+                            f"given, not checked: {', '.join(quoted(p) for p in later[:3])}: "
+                            "the file at the name may be an earlier run's (pass every trace, or "
+                            "the directory's)")
     scans = scan_all(args.traces)
     counts = NameStats()  # our domain's ranges, by name
     if args.nsys_stats:

@@ -843,6 +843,28 @@ def test_nsys_stale_tables(tmp):
            "a run without ranges shows the earlier run's table", again)
 
 
+def test_check_later_namesakes(tmp):
+    # A run that starts within a clock tick of the last one's exit cannot tell that exit from
+    # a sibling's and writes beside the fixed name (job.<pid>.json): the file at the name is
+    # then the earlier run's. check of that file alone must not pass on it.
+    d = lambda name: os.path.join(tmp, name)  # noqa: E731
+    earlier = make_trace(d("job.json"), "--ranges", 10, "--graphs", 1, cwd=tmp)
+    later = make_trace(d("job.4242.json"), "--ranges", 3, "--graphs", 1, "--pid", 4242, cwd=tmp)
+    unrelated = make_trace(d("job.backup.json"), "--ranges", 3, "--graphs", 1, cwd=tmp)
+    os.utime(earlier, (1_700_000_000, 1_700_000_000))
+    os.utime(unrelated, (1_700_000_100, 1_700_000_100))
+    done = wrapper("check", earlier, cwd=tmp)
+    expect(done.returncode == 1 and "written after the one(s) given, not checked: "
+           "'" + later + "'" in done.stdout and "backup" not in done.stdout,
+           "check passed on a file a later run's namesake followed", done)
+    done = wrapper("check", earlier, later, cwd=tmp)
+    expect(done.returncode == 0 and "OK: 13 ranges" in done.stdout, "both given: OK", done)
+    # An older namesake (an earlier run's diverted trace) does not matter.
+    os.utime(later, (1_600_000_000, 1_600_000_000))
+    done = wrapper("check", earlier, cwd=tmp)
+    expect(done.returncode == 0, "an older namesake failed the check", done)
+
+
 def test_check_gpu_expectations(tmp):
     gpu = make_trace(os.path.join(tmp, "gpu.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5,
                      "--graph-us", "graph 2=300", cwd=tmp)
