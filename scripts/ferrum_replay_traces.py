@@ -47,6 +47,7 @@ import socket
 import stat
 import sys
 import tempfile
+import time
 
 DEFAULT_DOMAIN = os.environ.get("FERRUM_REPLAY_DOMAIN") or "ferrum-replay"
 
@@ -1452,6 +1453,9 @@ def cmd_record_report(args):
                 directory = expand_output(directory_part(args.pattern))[0]
         except InputError:
             pass
+        if target and is_stream_target(target):
+            # Written in place as a stream (/dev/stdout, a FIFO): there is no file to name.
+            return 0
         if target and os.path.isdir(target):
             note(f"no trace was written: {quoted(target)} is a directory (end -o with '/' to "
                  "write the traces into it)")
@@ -1468,6 +1472,11 @@ def cmd_record_report(args):
                  "range (no CUDA graph launched, or the program replaced LD_PRELOAD / "
                  "NVTX_INJECTION64_PATH), or the recorder could not write it (see its message "
                  "above)")
+        if target and os.path.isfile(target):
+            # What a later `check` of that name would read is not this run's.
+            written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(target).st_mtime))
+            note(f"the file at {quoted(target)} is an earlier run's (written {written}), not "
+                 "this one's")
         return 0
     if len(traces) == 1:
         note(f"trace: {quoted(traces[0])} (open it in https://ui.perfetto.dev or "

@@ -312,9 +312,22 @@ def test_record_trace(tmp):
     done = wrapper("record", "-o", "rel.json", launch_driver(), "--iters", "2", cwd=work)
     expect(os.path.exists(os.path.join(work, "rel.json")), "relative -o", done)
 
-    # A program that never launches a graph writes no trace, and the wrapper says so.
+    # A program that never launches a graph writes no trace, and the wrapper says so; and that
+    # the file at the name is an earlier run's, which a later check of it would read.
     done = wrapper("record", "--", ARGV_ECHO, cwd=work)
     expect(done.returncode == 0 and "no trace was written" in done.stderr, "no trace", done)
+    done = wrapper("record", "-o", "rel.json", "--", ARGV_ECHO, cwd=work)
+    expect(done.returncode == 0 and "no trace was written" in done.stderr and
+           f"the file at '{os.path.join(work, 'rel.json')}' is an earlier run's" in done.stderr,
+           "the earlier run's file at the name is not pointed out", done)
+    # A trace written in place to a stream is written, whatever the wrapper finds on disk.
+    with open(os.path.join(work, "stdout.txt"), "w") as out:
+        done = subprocess.run([WRAPPER, "record", "-o", "/dev/stdout", launch_driver(),
+                               "--iters", "2"], cwd=work, env=base_env(None), stdout=out,
+                              stderr=subprocess.PIPE, text=True, errors="replace", timeout=120)
+    with open(os.path.join(work, "stdout.txt")) as out:
+        expect('{"traceEvents":[' in out.read() and "no trace was written" not in done.stderr,
+               f"a trace to /dev/stdout reported as not written:\n{done.stderr}")
 
 
 def test_record_fixed_name_keeps_every_process(tmp):
