@@ -278,6 +278,9 @@ void Engine::end(Ticket &ticket, bool launched) {
   Pool *pool = ticket.pool;
   if (!pool) return;
   ticket.pool = nullptr;
+  // Given back meanwhile (give_back_abandoned: a graph call judged this one abandoned): the
+  // pair may be another launch's now, and this replay is counted already.
+  if (__builtin_expect(t_held_pair != ticket.pair, 0)) return;
   t_held_pair = nullptr;
   Pair &pair = *ticket.pair;
   // The pair is claimed by this thread: release_pool waits for it before it destroys any

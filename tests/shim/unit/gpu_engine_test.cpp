@@ -294,6 +294,32 @@ TEST_CASE("gpu engine: a capturing stream (or a failed query) is never recorded 
   CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::capturing)] == 2);
 }
 
+TEST_CASE("gpu engine: a launch left by a jump gives its pair back; a late end leaves it alone") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  const uint64_t timed = f.engine->totals().timed;
+  bool requested = false;
+  gpu::Ticket left;
+  f.engine->begin(left, reinterpret_cast<CUstream>(0x77), false, "g", 1, 2, &requested);
+  REQUIRE(left.pool != nullptr);
+  const int records = f.driver.records;  // the start event's
+  // The thread's next outermost graph call finds this one abandoned (siglongjmp): the pair
+  // goes back, the replay counts as not timed.
+  f.engine->give_back_abandoned();
+  f.engine->give_back_abandoned();  // nothing held any more: nothing counted twice
+  CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::abandoned)] == 1);
+  // Judged abandoned wrongly, the launch still reaches end(): it records nothing on a pair
+  // that may be another launch's now.
+  f.engine->end(left, true);
+  CHECK(f.driver.records == records);
+  f.driver.now += 1000000;
+  f.reap();
+  CHECK(f.engine->totals().timed == timed);
+  // Every pair is claimable again: a full pool's worth of launches, each timed.
+  for (uint32_t i = 0; i < gpu::kPairsPerContext; ++i) CHECK(f.launch());
+}
+
 TEST_CASE("gpu engine: every Nth replay of a graph is timed; the rest counted as sampled out") {
   Fixture f(3);
   f.launch();  // replay 1: timed but no pool yet
@@ -370,22 +396,30 @@ TEST_CASE(
   Fixture f;
   f.launch();
   f.reap();
-  bool requested = false;
-  gpu::Ticket ticket;
-  f.engine->begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", 1, 9, &requested);
-  REQUIRE(ticket.pool != nullptr);
-  const CUevent start = ticket.pair->start, end = ticket.pair->end;
-  // The launching thread is inside the real launch call while another thread destroys the
-  // context: the drop must not destroy the pair's events before end() is done with them.
-  std::atomic<bool> ended{false};
-  bool events_alive_at_end = false;
+  // The launching thread is inside the real launch call (between begin and end, both on that
+  // thread, as TimedReplay does) while this thread destroys the context: the drop must not
+  // destroy the pair's events before end() is done with them.
+  std::atomic<bool> begun{false}, ended{false};
+  bool timed = false, events_alive_at_end = false;
+  CUevent start = nullptr, end = nullptr;
   std::thread launcher([&] {
+    bool requested = false;
+    gpu::Ticket ticket;
+    f.engine->begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", 1, 9, &requested);
+    timed = ticket.pool != nullptr;
+    if (timed) {
+      start = ticket.pair->start;
+      end = ticket.pair->end;
+    }
+    begun.store(true);
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    events_alive_at_end = f.driver.live.count(start) && f.driver.live.count(end);
+    events_alive_at_end = timed && f.driver.live.count(start) && f.driver.live.count(end);
     f.engine->end(ticket, true);
     ended.store(true);
   });
+  while (!begun.load()) std::this_thread::yield();
   f.engine->drop_context(reinterpret_cast<CUcontext>(0x100));
+  CHECK(timed);
   CHECK(ended.load());  // the drop returned only after the launch let its pair go
   launcher.join();
   CHECK(events_alive_at_end);
