@@ -324,8 +324,6 @@ void registered_thread_ends(void *) {
   pthread_mutex_unlock(&g_life_mutex);
 }
 
-void start_reaper();
-
 // Registers the calling thread once (see g_life_mutex) and makes sure a reaper runs; false
 // when it cannot be registered (no thread-specific key left): it times nothing then.
 bool register_thread() {
@@ -354,6 +352,8 @@ bool register_thread() {
   return registered;
 }
 
+}  // namespace
+
 // On a thread's first timed launch (or a pool made at instantiation), once it is registered:
 // creating a thread is this path's cost, once per process unless every registered thread
 // ended meanwhile.
@@ -376,8 +376,6 @@ void start_reaper() {
   pthread_mutex_unlock(&g_life_mutex);
 }
 
-}  // namespace
-
 bool primary_context_active(CUdevice device) {
   auto state = g_primary_state.get();
   unsigned flags = 0;
@@ -394,29 +392,24 @@ void install_handlers() {
   pthread_atfork(nullptr, nullptr, fork_child);
 }
 
-void launch_begin_slow(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-                       uint32_t category, uint64_t replay) {
+bool make_launch_ready() {
   if (__builtin_expect(g_api_state.load(std::memory_order_acquire) != 2, 0)) {
     int expected = 0;
     if (g_api_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
       resolve_api();  // once: the first timed launch resolves the driver's functions
       g_api_state.store(2, std::memory_order_release);
     } else {
-      return;  // another thread resolves right now: this replay is not timed
+      // Another thread resolves right now: this replay is not timed, and counted so.
+      engine().not_timed(Untimed::pool_not_ready);
+      return false;
     }
   }
   if (__builtin_expect(!register_thread(), 0)) {
     engine().not_timed(Untimed::unregistered);
-    return;
+    return false;
   }
   t_launch_ready = true;  // both hold for good: this thread's later launches go straight on
-  bool requested = false;
-  engine().begin(ticket, stream, per_thread, name, category, replay, &requested);
-  if (__builtin_expect(requested, 0)) start_reaper();
-}
-
-void start_reaper_for_pool() {
-  start_reaper();
+  return true;
 }
 
 void prepare_current_context() {

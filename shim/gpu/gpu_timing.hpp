@@ -28,16 +28,18 @@ namespace ferrum_replay::shim::gpu {
 // (gpu_timing.cpp); from then on t_launch_ready says both are done and the launch goes
 // straight to the engine.
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_launch_ready;
-void launch_begin_slow(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-                       uint32_t category, uint64_t replay);
-void start_reaper_for_pool();  // a launch asked for a new pool: a reaper makes it
+// A thread's first timed launch: resolves, registers, sets t_launch_ready. False: this replay
+// is not timed (counted).
+bool make_launch_ready();
+// Makes sure a reaper runs while a registered thread lives (a launch asked for a new pool: the
+// reaper makes it). Cheap once one runs: one load.
+void start_reaper();
 inline void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
                          uint32_t category, uint64_t replay) {
-  if (__builtin_expect(!t_launch_ready, 0))
-    return launch_begin_slow(ticket, stream, per_thread, name, category, replay);
+  if (__builtin_expect(!t_launch_ready, 0) && !make_launch_ready()) return;
   bool requested = false;
   engine().begin(ticket, stream, per_thread, name, category, replay, &requested);
-  if (__builtin_expect(requested, 0)) start_reaper_for_pool();
+  if (__builtin_expect(requested, 0)) start_reaper();
 }
 inline void launch_end(Ticket &ticket, bool launched) {
   if (ticket.pool) engine().end(ticket, launched);  // untimed: nothing to do
