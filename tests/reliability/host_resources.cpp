@@ -226,6 +226,8 @@ int main(int argc, char **argv) {
   if (mode == "unload") return unload();
   if (mode == "standard-streams" && argc >= 5)
     return standard_streams(argv[2], std::atol(argv[3]), std::strcmp(argv[4], "before") == 0);
-  std::fprintf(stderr, "usage: host_resources descriptors DIR N [close|dup2] | unload\n");
+  std::fprintf(stderr,
+               "usage: host_resources descriptors DIR N [close|dup2] | "
+               "standard-streams DIR N before|after | unload\n");
   return 1;
 }
