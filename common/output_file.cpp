@@ -412,6 +412,15 @@ int create_temp_beside(const char *path, char *tmp, size_t tmp_size) {
   return -EEXIST;
 }
 
+bool running_marker_name(const char *path, int pid, char *out, size_t out_size) {
+  static_assert(sizeof ".-2147483648.running" - 1 <= kTempSuffixMax,
+                "the marker's suffix fits where a temporary's does");
+  char stem[kPathSize];
+  if (!temp_stem(path, stem, sizeof stem)) return false;
+  const int n = snprintf(out, out_size, "%s.%d.running", stem, pid);
+  return n > 0 && static_cast<size_t>(n) < out_size;
+}
+
 int remove_dead_temps(const char *path, const char *header) {
   char dir[kPathSize], stem[kPathSize];
   if (!directory_of(path, dir, sizeof dir) || !temp_stem(path, stem, sizeof stem)) return 0;

@@ -13,6 +13,7 @@
 #include "gpu/gpu_engine.hpp"
 #include "naming/graph_naming.hpp"
 #include "output_file.hpp"
+#include "range/summary_file.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -110,6 +111,7 @@ detail::Phase activate() {
     gpu::configure(false, 1);
     return detail::Phase::pass_through;
   }
+  promise_summary_to(g_settings.summary);
   NamingEnvironment naming;
   naming.rules = read_names_file(
       g_settings.names_path, [](const char *sentence, void *) { warn_line("%s", sentence); },

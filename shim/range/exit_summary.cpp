@@ -13,6 +13,7 @@
 #include "range/activation.hpp"
 #include "range/graph_registry.hpp"
 #include "range/replay_numbers.hpp"
+#include "range/summary_file.hpp"
 #include "support/log.hpp"
 #include "text_rules.hpp"
 
@@ -48,17 +49,10 @@ __attribute__((destructor)) void summary_at_exit() {
   // Only a process that activated the shim (one that used CUDA) has anything to say.
   if (detail::g_phase.load(std::memory_order_acquire) != detail::Phase::active) return;
   if (settings().summary[0]) write_exit_summary();
+  remove_running_marker();
 }
 
 }  // namespace
-
-bool expand_summary_path(const char *pattern, char *out, size_t out_size, char *unset,
-                         size_t unset_size) {
-  char host[256];
-  common::host_name(host, sizeof host);
-  return common::expand_pattern(pattern, static_cast<long>(getpid()), host, common::process_env,
-                                nullptr, out, out_size, unset, unset_size);
-}
 
 namespace {
 
@@ -220,20 +214,13 @@ void write_summary_stream(const char *path, const char *data, size_t length) {
 }  // namespace
 
 void write_text(const char *given, const char *data, size_t length) {
-  // A trailing '/' names a directory: the summary takes a name of its own inside it.
   char named[common::kMaxExpandedPath + 64];
-  const char *path = given;
-  const size_t given_length = strlen(given);
-  if (given_length > 0 && given[given_length - 1] == '/') {
-    const int n = snprintf(named, sizeof named, "%sferrum-replay-summary.%d.txt", given,
-                           static_cast<int>(getpid()));
-    if (n < 0 || static_cast<size_t>(n) >= sizeof named) {
-      warn_line("cannot write the summary to '%s': %s", message_value(given).text,
-                strerror(ENAMETOOLONG));
-      return;
-    }
-    path = named;
+  if (!summary_file_path(given, named, sizeof named)) {
+    warn_line("cannot write the summary to '%s': %s", message_value(given).text,
+              strerror(ENAMETOOLONG));
+    return;
   }
+  const char *path = named;
   if (common::is_stream_target(path)) {
     write_summary_stream(path, data, length);
     return;

@@ -8,7 +8,8 @@
 // written aside and then takes the name by the trace's rule (common::place_output): an earlier
 // summary of ours is replaced; another program's file, a symbolic link (never followed) or a
 // file written during this run by another process is left alone and the summary goes beside it
-// (PATH.1.EXT, PATH.<pid>.EXT), with one line.
+// (PATH.1.EXT, PATH.<pid>.EXT), with one line. To a file, the summary is promised from the
+// process's first launch on by a running marker beside it (summary_file.hpp).
 //
 //   ferrum-replay launch summary: 5 graphs, 340 launches, 0 failed, 0 rejected pushes (pid 4242)
 //     graph  launches  failed  rejected  name
@@ -18,12 +19,6 @@
 #include <stddef.h>
 
 namespace ferrum_replay::shim {
-
-// Expands %p, %h, %q{VAR} and %% of `pattern` into `out` (common/text_rules.hpp, this process's
-// pid, host name and environment); false if it does not fit or exceeds 4095 bytes. The unset
-// variables' names go to `unset` when given.
-bool expand_summary_path(const char *pattern, char *out, size_t out_size, char *unset = nullptr,
-                         size_t unset_size = 0);
 
 // Writes `length` bytes to `path` by the summary's rules above; one warning line on failure.
 void write_text(const char *path, const char *data, size_t length);

@@ -435,6 +435,9 @@ void GraphRegistry::start_counting_afresh() {
       record->numbers_returned.store(0, std::memory_order_relaxed);
       record->failed_launches.store(0, std::memory_order_relaxed);
       record->rejected_pushes.store(0, std::memory_order_relaxed);
+      // The child's first launch of it takes the slow path, where the child's own first launch
+      // is noted (exit_summary.hpp: the running marker).
+      record->launcher.store(0, std::memory_order_relaxed);
     }
   }
   if (overflow_) {
@@ -442,6 +445,7 @@ void GraphRegistry::start_counting_afresh() {
     overflow_->numbers_returned.store(0, std::memory_order_relaxed);
     overflow_->failed_launches.store(0, std::memory_order_relaxed);
     overflow_->rejected_pushes.store(0, std::memory_order_relaxed);
+    overflow_->launcher.store(0, std::memory_order_relaxed);
   }
   recycled_ = Recycled{};
 }

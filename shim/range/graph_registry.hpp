@@ -163,7 +163,8 @@ class GraphRegistry {
   const Recycled &recycled() const { return recycled_; }
 
   // In a forked child (the registry's fork handler): the counters restart at zero, so that the
-  // child's summary counts its own launches, never its parent's. Identities and names stay.
+  // child's summary counts its own launches, never its parent's, and no graph has a launching
+  // thread yet (replay_numbers.hpp). Identities and names stay.
   // Single-threaded by then: plain stores.
   void start_counting_afresh();
 

@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include "range/summary_file.hpp"
+
 namespace ferrum_replay::shim {
 
 constinit __attribute__((tls_model("initial-exec"))) thread_local ReplayCache *t_replays = nullptr;
@@ -132,6 +134,9 @@ uint64_t take_replay_number_slow(GraphRecord &record) {
 }
 
 uint64_t take_replay_number_unowned(GraphRecord &record) {
+  // Every process's first launch comes this way (a fork() child's too: its records have no
+  // launcher), and few others do: where a summary is promised from now on.
+  note_launching_process();
   if (t_launcher == kNoToken) {
     uint32_t token;
     do token = g_last_token.fetch_add(1, std::memory_order_relaxed) + 1;

@@ -9,9 +9,12 @@ ctypes, as Python bindings do.
      launches --child times and exits while the parent waits (the child exits first), and
      launches --after more times.
 Children end with a normal exit (never os._exit), so that exit handlers run: the recorder
-writes its trace from an exit handler.
+writes its trace from an exit handler. --child-end makes the second child end otherwise, after
+its launches: `_exit` (os._exit), `kill` (SIGKILL to itself) or `exec` (replaced by
+/bin/true); its status is then not held against the run (the parent exits 0).
 
 Usage: fork_launch.py [--early N] [--before N] [--child N] [--after N]
+                      [--child-end exit|_exit|kill|exec]
 Output (stdout), one line per process, in the order they finish:
   process=early pid=P launches=N
   process=child pid=P launches=N
@@ -21,6 +24,7 @@ Exit status: 0, 1 on a CUDA error, 3 when a child failed.
 import argparse
 import ctypes
 import os
+import signal
 import sys
 
 vp = ctypes.c_void_p
@@ -77,6 +81,8 @@ def main():
     parser = argparse.ArgumentParser()
     for name, default in (("early", 3), ("before", 4), ("child", 5), ("after", 6)):
         parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--child-end", choices=("exit", "_exit", "kill", "exec"),
+                        default="exit")
     args = parser.parse_args()
 
     early = os.fork()
@@ -92,8 +98,15 @@ def main():
     child = os.fork()
     if child == 0:
         report("child", cuda.launch(args.child))
+        if args.child_end == "_exit":
+            os._exit(0)
+        elif args.child_end == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif args.child_end == "exec":
+            os.execv("/bin/true", ["/bin/true"])
         sys.exit(0)
-    statuses = [wait(child), wait(early)]
+    child_status = wait(child)  # a child that did not exit normally was meant not to
+    statuses = [child_status if args.child_end == "exit" else 0, wait(early)]
     launches += cuda.launch(args.after)
     report("parent", launches)
     return 3 if any(statuses) else 0

@@ -424,6 +424,31 @@ def test_fork_without_exec(tmp):
         expect_verdict(done, True)
 
 
+def test_ci_smoke_process_lost(tmp):
+    """A worker that launched and then ended without its exit hook — killed by a signal, ended
+    with _exit, replaced by exec — leaves no trace and no launch summary, while the workload
+    exits 0: ci-smoke-profile fails and names the process, instead of passing on the other
+    processes' counts. Where nothing launched before the end, or the end is a normal exit, it
+    passes."""
+    for end in ("kill", "_exit", "exec"):
+        done = ci_smoke("--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end", end,
+                        cwd=tmp)
+        child = re.search(r"process=child pid=(\d+)", done.stdout)
+        expect(child, f"{end}: the child reports", done)
+        expect_verdict(done, False, f"process {child[1]} ('python3') launched CUDA graphs and "
+                                    "ended without its launch summary (killed by a signal, "
+                                    "_exit, or replaced by exec)")
+        expect(done.returncode == 1, f"{end}: exit status 1", done)
+    # The same ends with nothing launched in that child, or a normal exit: OK.
+    for end in ("kill", "exec"):
+        done = ci_smoke("--", sys.executable, FORK_LAUNCH, "--early", "0", "--child", "0",
+                        "--child-end", end, cwd=tmp)
+        expect_verdict(done, True)
+    done = ci_smoke("--nsys", "--", sys.executable, FORK_LAUNCH, "--early", "0",
+                    "--child-end", "kill", cwd=tmp, env=nsys_env(tmp))
+    expect_verdict(done, False, "launched CUDA graphs and ended without its launch summary")
+
+
 # ---- nsys -----------------------------------------------------------------------------------
 
 def test_nsys_command_line(tmp):

@@ -77,10 +77,10 @@ def under_emulator(argv, child_env):
     return [EMULATOR, *argv]
 
 
-def run(argv, preload=True, record=True, env=None, timeout=120, stderr=None):
+def run(argv, preload=True, record=True, env=None, timeout=120, stderr=None, cwd=None):
     """Runs argv with the stand-in libraries on LD_LIBRARY_PATH; preloads the shim and attaches
     the recorder when asked. Returns a Run. `stderr`: a descriptor for the program's stderr
-    instead of capturing it (Run.stderr is then "")."""
+    instead of capturing it (Run.stderr is then ""). `cwd`: the program's working directory."""
     with tempfile.TemporaryDirectory(prefix="ferrum-test-") as tmp:
         child_env = dict(os.environ)
         for key in [k for k in child_env if k.startswith(("FERRUM_", "NVTX_"))]:
@@ -102,7 +102,7 @@ def run(argv, preload=True, record=True, env=None, timeout=120, stderr=None):
         argv_run = under_emulator(argv, child_env)
         done = subprocess.run(argv_run, env=child_env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE if stderr is None else stderr, text=True,
-                              timeout=timeout, errors="replace")
+                              timeout=timeout, errors="replace", cwd=cwd)
         trace = trace_check.load(trace_path) if record and os.path.exists(trace_path) else None
         report = {}
         if os.path.exists(report_path):
