@@ -1430,6 +1430,35 @@ def cmd_written(args):
     return 0
 
 
+# The first line of the shim's running marker (shim/range/summary_file.hpp), left beside a
+# launch summary by a process that launched and did not reach its exit hook.
+RUNNING_MARKER = re.compile(r"ferrum-replay: running: pid=(\d+) program=(\S*)")
+
+
+def lost_processes(directory):
+    """(pid, program) of each process whose running marker is left in `directory` (where the
+    wrapper pointed the shim's summaries), in pid order."""
+    lost = []
+    if not directory:
+        return lost
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return lost
+    for name in names:
+        if not name.endswith(".running"):
+            continue
+        try:
+            with open(os.path.join(directory, name), "rb") as handle:
+                first = handle.readline(512).decode("utf-8", "replace")
+        except OSError:
+            continue
+        match = RUNNING_MARKER.match(first)
+        if match:
+            lost.append((int(match[1]), match[2]))
+    return sorted(lost)
+
+
 def cmd_record_report(args):
     """What the wrapper says after `record`: which traces this run wrote, or why none."""
     traces = session_traces(args.since, args.pattern)
@@ -1438,6 +1467,10 @@ def cmd_record_report(args):
     def note(text):
         print(f"ferrum-replay: {text}", file=sys.stderr)
 
+    lost = lost_processes(args.promises)
+    for pid, program in lost:
+        note(f"process {pid} ({quoted(program)}) launched CUDA graphs and ended without writing "
+             "its trace (killed by a signal, _exit, or replaced by exec): its ranges are missing")
     killed = None
     if status > 128 and status - 128 < 65:
         try:
@@ -1467,6 +1500,9 @@ def cmd_record_report(args):
         elif killed:
             note(f"no trace was written: the program was ended by {killed}; a process killed "
                  "by a signal writes no trace")
+        elif lost:
+            note("no trace was written: every process that launched a CUDA graph ended without "
+                 "writing one (above)")
         else:
             note("no trace was written: no process of the program reached the shim's first "
                  "range (no CUDA graph launched, or the program replaced LD_PRELOAD / "
@@ -2021,6 +2057,7 @@ def build_parser():
     p = sub.add_parser("record-report", help=argparse.SUPPRESS)
     p.add_argument("--since", required=True)
     p.add_argument("--status", type=int, required=True)
+    p.add_argument("--promises", help="where the shim's summaries and running markers went")
     p.add_argument("pattern")
     p.set_defaults(run=cmd_record_report)
 

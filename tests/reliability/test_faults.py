@@ -215,7 +215,7 @@ def summary_promised_until_exit():
     """Where the launch summary goes to a file, a process promises it from its first launch on:
     SUMMARY.PID.running beside it, made absolute (the program may change directory), removed by
     the exit hook. A process that ends with _exit (no exit hook: as killed, or replaced by exec)
-    leaves it, naming the process — what the judges fail on (workflow ci_smoke_process_lost); a
+    leaves it, naming the process — what the judges fail on (workflow process_lost_after_launch); a
     normal exit leaves none (also for forked children: forked_children_count_their_own); a
     summary to stderr creates nothing."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -424,12 +424,38 @@ def test_fork_without_exec(tmp):
         expect_verdict(done, True)
 
 
-def test_ci_smoke_process_lost(tmp):
+def test_process_lost_after_launch(tmp):
     """A worker that launched and then ended without its exit hook — killed by a signal, ended
     with _exit, replaced by exec — leaves no trace and no launch summary, while the workload
-    exits 0: ci-smoke-profile fails and names the process, instead of passing on the other
-    processes' counts. Where nothing launched before the end, or the end is a normal exit, it
-    passes."""
+    exits 0. `record` names it; ci-smoke-profile fails and names it, instead of passing on the
+    other processes' counts. Where nothing launched before the end, or the end is a normal exit,
+    neither says anything of the kind."""
+    temp = os.path.join(tmp, "temp")
+    os.mkdir(temp)
+    for end, child in (("kill", "5"), ("exec", "5"), ("kill", "0"), ("exit", "5")):
+        work = os.path.join(tmp, f"record-{end}-{child}")
+        os.mkdir(work)
+        done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0", "--child",
+                       child, "--child-end", end, cwd=work, env={"TMPDIR": temp})
+        expect(done.returncode == 0, f"record, child {end}: status", done)
+        pid = re.search(r"process=child pid=(\d+)", done.stdout)[1]
+        lost = (f"ferrum-replay: process {pid} ('python3') launched CUDA graphs and ended without "
+                "writing its trace (killed by a signal, _exit, or replaced by exec): its ranges "
+                "are missing")
+        expect((lost in done.stderr) == (end != "exit" and child != "0"),
+               f"record, child {end} after {child} launches: the lost process said or not", done)
+        expect(len(traces_in(work)) == (1 if end != "exit" or child == "0" else 2),
+               f"record, child {end}: traces {os.listdir(work)}", done)
+        expect(not os.listdir(temp), f"record left {os.listdir(temp)} in TMPDIR", done)
+    # The user's own FERRUM_REPLAY_SUMMARY is left alone: the summaries go there.
+    work = os.path.join(tmp, "own-summary")
+    os.mkdir(work)
+    done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0", cwd=work,
+                   env={"FERRUM_REPLAY_SUMMARY": os.path.join(work, "s.%p.txt")})
+    expect(done.returncode == 0 and
+           len([f for f in os.listdir(work) if re.fullmatch(r"s\.\d+\.txt", f)]) == 2,
+           f"the user's summaries: {os.listdir(work)}", done)
+
     for end in ("kill", "_exit", "exec"):
         done = ci_smoke("--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end", end,
                         cwd=tmp)
