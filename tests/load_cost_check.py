@@ -13,6 +13,8 @@ built library (readelf), and each check here was a measured cost:
   - at most 250 relative relocations (1,249 when each file kept its own copy of NVTX's
     globals; --gc-sections);
   - no DT_FINI (crti's empty _fini, called at exit, faulted in the last page of .text);
+  - no symbol bound at load but the toolchain's own (crtstuff's): each GLOB_DAT is a lookup
+    through every library at every start (functions bind lazily, at their first call);
   - .bss starts in a page the relocations write: crtstuff's destructor reads its first
     bytes at every exit, a fault of its own anywhere else (so .data must stay small).
 
@@ -44,12 +46,19 @@ def writable_load(library):
     raise SystemExit(f"load cost: {library} has no writable LOAD segment")
 
 
+# Bound at load in any library built by GCC or Clang (crtstuff, -pg hooks, __cxa_finalize).
+TOOLCHAIN_DATA_SYMBOLS = {"_ITM_deregisterTMCloneTable", "_ITM_registerTMCloneTable",
+                          "__gmon_start__", "__cxa_finalize"}
+
+
 def relocation_targets(library):
+    """(address, type, symbol) of each dynamic relocation; symbol "" for none."""
     targets = []
     for line in readelf("-r", library).splitlines():
         fields = line.split()
         if len(fields) >= 3 and re.fullmatch(r"[0-9a-f]{16}", fields[0]):
-            targets.append((int(fields[0], 16), fields[2]))
+            symbol = fields[4].split("@")[0] if len(fields) >= 5 else ""
+            targets.append((int(fields[0], 16), fields[2], symbol))
     return targets
 
 
@@ -80,7 +89,7 @@ def main(library, sanitize="none", coverage="false"):
               " .bss gets an anonymous mapping and a zeroed page at every load")
         ok = False
     targets = relocation_targets(library)
-    pages = sorted({address // PAGE for address, _ in targets})
+    pages = sorted({address // PAGE for address, _, _ in targets})
     if len(pages) > MAX_WRITTEN_PAGES:
         print(f"load cost: relocations write {len(pages)} pages at load "
               f"({', '.join(hex(p * PAGE) for p in pages)}), at most {MAX_WRITTEN_PAGES}")
@@ -90,9 +99,16 @@ def main(library, sanitize="none", coverage="false"):
         print(f"load cost: .bss starts at {bss:#x}, in a page no relocation writes: a fault at"
               " every exit")
         ok = False
-    relative = sum(1 for _, kind in targets if kind.endswith("_RELATIVE"))
+    relative = sum(1 for _, kind, _ in targets if kind.endswith("_RELATIVE"))
     if relative > MAX_RELATIVE:
         print(f"load cost: {relative} relative relocations, at most {MAX_RELATIVE}")
+        ok = False
+    bound = sorted({symbol for _, kind, symbol in targets
+                    if kind.endswith(("_GLOB_DAT", "_64", "_ABS64")) and symbol
+                    and symbol not in TOOLCHAIN_DATA_SYMBOLS})
+    if bound:
+        print(f"load cost: {', '.join(bound)} bound at load (a symbol lookup at every start): "
+              "read it through a function instead")
         ok = False
     if "FINI" in dynamic_tags(library):
         print("load cost: DT_FINI is set: the loader calls _fini at every exit")

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,10 +59,15 @@ void make_running_marker(const char *target, int pid) {
   // Nothing said when it cannot be made: the summary's own write, at exit, says what is wrong
   // with its place (no directory, no permission), and the judges then find no summary.
   if (fd < 0) return;
-  // The program's short name, printable ASCII only: a judge quotes the line it finds here.
+  // The program's name (the file it runs, without its directory; from the auxiliary vector:
+  // glibc's program_invocation_short_name would cost every process a symbol lookup at load),
+  // printable ASCII only: a judge quotes the line it finds here.
+  const char *file = reinterpret_cast<const char *>(getauxval(AT_EXECFN));
+  const char *slash = file ? strrchr(file, '/') : nullptr;
+  const char *base = slash ? slash + 1 : file;
   char program[65];
   size_t n = 0;
-  for (const char *c = program_invocation_short_name; c && *c && n + 1 < sizeof program; ++c)
+  for (const char *c = base; c && *c && n + 1 < sizeof program; ++c)
     program[n++] = *c > ' ' && *c < 127 ? *c : '?';
   program[n] = '\0';
   char text[256];
