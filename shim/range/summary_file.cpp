@@ -29,7 +29,9 @@ ino_t g_marker_inode;
 
 // Paths of up to 4095 bytes each: in static storage, not on the stack of a launching thread
 // (which may be small, or a signal handler's); only the one thread that claimed the marker
-// (g_marker_claimed) uses them.
+// (g_marker_claimed) uses them. (common::running_marker_name keeps no path of its own on the
+// stack either; the pattern's expansion takes about 4 KiB of it. The first launch stays within
+// PTHREAD_STACK_MIN: fault first_launch_on_smallest_stack.)
 struct MarkerScratch {
   char expanded[common::kMaxExpandedPath + 1];
   char given[common::kMaxExpandedPath + 64];

@@ -26,12 +26,16 @@
 //   underscore-exit   N launches, then _exit(0).
 //   sigterm        installs a SIGTERM handler that calls exit(42), prints `ready` and launches
 //                  until the signal comes (at most 60 s, then exit 1).
+//   small-stack    N launches (the process's first among them) on a thread whose stack is the
+//                  smallest POSIX allows (PTHREAD_STACK_MIN), as some thread pools make them.
 // Every mode except no-driver prints `launches=<N> failed=<F>` for what it completed before
 // its ending (exit-from-worker and sigterm print it only from their exit path, on stderr).
 // Exit status: as the mode says, else 0; 1 on set-up errors.
 
 #include <cuda.h>
 #include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -266,6 +270,33 @@ int sigterm() {
   return 1;
 }
 
+struct SmallStackWork {
+  Driver *d;
+  long n;
+  Counts counts;
+};
+
+void *small_stack_thread(void *arg) {
+  auto *work = static_cast<SmallStackWork *>(arg);
+  work->d->ctxSetCurrent(work->d->ctx);
+  for (long i = 0; i < work->n; ++i) launch_once(*work->d, work->counts);
+  return nullptr;
+}
+
+int small_stack(long n) {
+  Driver d = load_driver();
+  SmallStackWork work{&d, n, {}};
+  pthread_attr_t attributes;
+  pthread_t thread;
+  if (pthread_attr_init(&attributes) != 0 ||
+      pthread_attr_setstacksize(&attributes, PTHREAD_STACK_MIN) != 0 ||
+      pthread_create(&thread, &attributes, small_stack_thread, &work) != 0)
+    die("cannot start a thread with the smallest stack");
+  pthread_join(thread, nullptr);
+  print_counts(work.counts, stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -284,5 +315,6 @@ int main(int argc, char **argv) {
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);
   if (mode == "underscore-exit") return underscore_exit(n);
   if (mode == "sigterm") return sigterm();
+  if (mode == "small-stack") return small_stack(n);
   die(("unknown mode " + mode).c_str());
 }
