@@ -247,6 +247,19 @@ def summary_promised_until_exit():
         expect(not os.listdir(tmp), f"a summary to stderr created {os.listdir(tmp)}", run_)
 
 
+def exit_during_first_launch():
+    """The main thread calls exit(0) while another thread's first launch is making the running
+    marker (held there 50 ms): the process ended normally, so no marker may be left — else
+    ci-smoke-profile and `record` name a lost process that was not lost."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run_ = fault("exit-during-first-launch", cwd=tmp, record=False, timeout=60,
+                     env={"FERRUM_REPLAY_SUMMARY": "s.%p.txt"})
+        expect(run_.returncode == 0 and "held=1" in run_.stdout,
+               f"exit {run_.returncode}, the marker's making not held", run_)
+        left = [f for f in os.listdir(tmp) if f.endswith(".running")]
+        expect(not left, f"a normal exit left its marker: {left}", run_)
+
+
 def first_launch_on_smallest_stack():
     """The process's first launch on a thread with the smallest stack POSIX allows
     (PTHREAD_STACK_MIN; some thread pools make them): a summary to a file, which makes that
@@ -378,7 +391,8 @@ def sigterm_handler_exits():
 SCENARIOS = {f.__name__: f for f in (
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch,
-    forked_children_count_their_own, summary_promised_until_exit, first_launch_on_smallest_stack,
+    forked_children_count_their_own, summary_promised_until_exit, exit_during_first_launch,
+    first_launch_on_smallest_stack,
     stderr_reader_gone,
     exit_from_worker, underscore_exit, sigterm_handler_exits)}
 
