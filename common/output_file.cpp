@@ -322,13 +322,19 @@ unsigned fnv1a(const char *text, size_t length) {
   return hash;
 }
 
+// The longest name the file system of directory `dir` accepts.
+size_t directory_name_limit(const char *dir) {
+  const long limit = pathconf(dir, _PC_NAME_MAX);
+  return limit > 0 && limit <= NAME_MAX ? static_cast<size_t>(limit) : NAME_MAX;
+}
+
 // The stem of `path`'s temporaries: `path` itself, or with its last component shortened so
-// that stem + kTempSuffixMax fits the name limit. The one rule for making and recognising them.
-bool temp_stem(const char *path, char *out, size_t out_size) {
+// that stem + kTempSuffixMax fits `limit`, the name limit of its directory. The one rule for
+// making and recognising them.
+bool temp_stem_within(const char *path, size_t limit, char *out, size_t out_size) {
   const char *base = last_component(path);
   const size_t dir_length = static_cast<size_t>(base - path);
   const size_t base_length = strlen(base);
-  const size_t limit = name_limit(path);
   if (base_length + kTempSuffixMax <= limit)
     return snprintf(out, out_size, "%s", path) < static_cast<int>(out_size);
   if (dir_length >= out_size || limit < kTempSuffixMax + kHashPart + 1) return false;
@@ -337,13 +343,15 @@ bool temp_stem(const char *path, char *out, size_t out_size) {
                              out_size - dir_length);
 }
 
+bool temp_stem(const char *path, char *out, size_t out_size) {
+  return temp_stem_within(path, name_limit(path), out, out_size);
+}
+
 }  // namespace
 
 size_t name_limit(const char *path) {
   char dir[kPathSize];
-  long limit = -1;
-  if (directory_of(path, dir, sizeof dir)) limit = pathconf(dir, _PC_NAME_MAX);
-  return limit > 0 && limit <= NAME_MAX ? static_cast<size_t>(limit) : NAME_MAX;
+  return directory_of(path, dir, sizeof dir) ? directory_name_limit(dir) : NAME_MAX;
 }
 
 bool shortened_component(const char *component, size_t length, size_t room, char *out,
@@ -415,10 +423,14 @@ int create_temp_beside(const char *path, char *tmp, size_t tmp_size) {
 bool running_marker_name(const char *path, int pid, char *out, size_t out_size) {
   static_assert(sizeof ".-2147483648.running" - 1 <= kTempSuffixMax,
                 "the marker's suffix fits where a temporary's does");
-  char stem[kPathSize];
-  if (!temp_stem(path, stem, sizeof stem)) return false;
-  const int n = snprintf(out, out_size, "%s.%d.running", stem, pid);
-  return n > 0 && static_cast<size_t>(n) < out_size;
+  // Called on a launching thread (the shim's first launch), whose stack may be small: no path
+  // buffer of its own — `out` holds the directory while its name limit is asked, then the stem.
+  if (!directory_of(path, out, out_size) ||
+      !temp_stem_within(path, directory_name_limit(out), out, out_size))
+    return false;
+  const size_t stem_length = strlen(out);
+  const int n = snprintf(out + stem_length, out_size - stem_length, ".%d.running", pid);
+  return n > 0 && static_cast<size_t>(n) < out_size - stem_length;
 }
 
 int remove_dead_temps(const char *path, const char *header) {

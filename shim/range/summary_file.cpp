@@ -2,10 +2,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,16 +23,25 @@ const char *g_target = nullptr;
 
 // The running marker. `g_marker_claimed`: the process (pid) one of whose threads took on
 // writing it — a fork() child inherits its parent's pid here, so it writes a
-// marker of its own. `g_marker_ready`: the process whose marker below is complete.
+// marker of its own. `g_marker_ready`: the process whose marker below is complete (taken back
+// to 0 by whoever removes it: once). `g_marker_settled`: the process whose claiming thread is
+// done, marker made or not. `g_exiting`: the process whose exit hook has begun — a marker is
+// no longer made, and one made meanwhile is removed (remove_running_marker).
 std::atomic<int> g_marker_claimed{0};
 std::atomic<int> g_marker_ready{0};
+std::atomic<int> g_marker_settled{0};
+std::atomic<int> g_exiting{0};
+// This thread is making the marker: an exit on it (a signal handler's) waits for nobody.
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_making_marker = false;
 char g_marker_path[common::kMaxExpandedPath + 160];
 dev_t g_marker_device;
 ino_t g_marker_inode;
 
 // Paths of up to 4095 bytes each: in static storage, not on the stack of a launching thread
 // (which may be small, or a signal handler's); only the one thread that claimed the marker
-// (g_marker_claimed) uses them.
+// (g_marker_claimed) uses them. (common::running_marker_name keeps no path of its own on the
+// stack either; the pattern's expansion takes about 4 KiB of it. The first launch stays within
+// PTHREAD_STACK_MIN: fault first_launch_on_smallest_stack.)
 struct MarkerScratch {
   char expanded[common::kMaxExpandedPath + 1];
   char given[common::kMaxExpandedPath + 64];
@@ -114,27 +125,65 @@ void promise_summary_to(const char *target) {
   g_target = target;
 }
 
+namespace {
+
+// Only the file created, and only once: a program may have removed or replaced it, and what is
+// there then is not ours to remove.
+void remove_marker_of(int pid) {
+  int ready = pid;
+  if (!g_marker_ready.compare_exchange_strong(ready, 0, std::memory_order_acq_rel)) return;
+  struct stat st {};
+  if (lstat(g_marker_path, &st) == 0 && st.st_dev == g_marker_device && st.st_ino == g_marker_inode)
+    unlink(g_marker_path);
+}
+
+}  // namespace
+
 void note_launching_process() {
   const int pid = static_cast<int>(getpid());
   int claimed = g_marker_claimed.load(std::memory_order_relaxed);
   // Done already, or another thread of this process is on it (never waited for).
   if (claimed == pid ||
-      !g_marker_claimed.compare_exchange_strong(claimed, pid, std::memory_order_relaxed))
+      !g_marker_claimed.compare_exchange_strong(claimed, pid, std::memory_order_seq_cst))
     return;
   const char *target = g_target;
-  if (!target || !target[0] || strcmp(target, "stderr") == 0) return;
-  const int saved_errno = errno;  // the host program may be between a call and its check
-  make_running_marker(target, pid);
-  errno = saved_errno;
+  // After the exit hook began, nothing is promised: it would never be kept. (The claim and
+  // this look pair with the hook's: one of the two sees the other.)
+  if (target && target[0] && strcmp(target, "stderr") != 0 &&
+      g_exiting.load(std::memory_order_seq_cst) != pid) {
+    const int saved_errno = errno;  // the host program may be between a call and its check
+    t_making_marker = true;
+    make_running_marker(target, pid);
+    t_making_marker = false;
+    errno = saved_errno;
+  }
+  g_marker_settled.store(pid, std::memory_order_seq_cst);
+  // The exit hook stopped waiting for this thread: the marker is this thread's to take back.
+  if (g_exiting.load(std::memory_order_seq_cst) == pid) {
+    const int saved_errno = errno;
+    remove_marker_of(pid);
+    errno = saved_errno;
+  }
 }
 
-// Only the file created: a program may have removed or replaced it, and what is there then is
-// not ours to remove.
 void remove_running_marker() {
-  if (g_marker_ready.load(std::memory_order_acquire) != static_cast<int>(getpid())) return;
-  struct stat st {};
-  if (lstat(g_marker_path, &st) == 0 && st.st_dev == g_marker_device && st.st_ino == g_marker_inode)
-    unlink(g_marker_path);
+  const int pid = static_cast<int>(getpid());
+  g_exiting.store(pid, std::memory_order_seq_cst);
+  // Another thread's first launch is making the marker (a few system calls): wait for it, so
+  // that a normal exit during it leaves none — bounded (1 s: a file system that slow holds
+  // the summary's own write as long); past that, the thread removes it itself if it still runs.
+  if (!t_making_marker && g_marker_claimed.load(std::memory_order_seq_cst) == pid) {
+    for (int spin = 0; spin < 64 + 1000 && g_marker_settled.load(std::memory_order_seq_cst) != pid;
+         ++spin) {
+      if (spin < 64) {
+        sched_yield();
+      } else {
+        timespec pause{0, 1000 * 1000};  // 1 ms
+        nanosleep(&pause, nullptr);
+      }
+    }
+  }
+  remove_marker_of(pid);
 }
 
 }  // namespace ferrum_replay::shim

@@ -33,7 +33,8 @@ void promise_summary_to(const char *target);
 // atomic load. Never waits, never fails the launch.
 void note_launching_process();
 
-// The exit hook, after the summary: removes this process's marker.
+// The exit hook, after the summary: removes this process's marker — waiting (at most about
+// 1 s) for another thread that is making it — and no marker is made from then on.
 void remove_running_marker();
 
 }  // namespace ferrum_replay::shim

@@ -26,13 +26,23 @@
 //   underscore-exit   N launches, then _exit(0).
 //   sigterm        installs a SIGTERM handler that calls exit(42), prints `ready` and launches
 //                  until the signal comes (at most 60 s, then exit 1).
+//   exit-during-first-launch
+//                  a second thread makes the process's first launch, which creates the running
+//                  marker (FERRUM_REPLAY_SUMMARY to a file); while it is in the middle of that
+//                  (held 50 ms in the shim's fstat of the new marker, by this program's fstat64),
+//                  the main thread calls exit(0). Prints `held=1` first.
+//   small-stack    N launches (the process's first among them) on a thread whose stack is the
+//                  smallest POSIX allows (PTHREAD_STACK_MIN), as some thread pools make them.
 // Every mode except no-driver prints `launches=<N> failed=<F>` for what it completed before
 // its ending (exit-from-worker and sigterm print it only from their exit path, on stderr).
 // Exit status: as the mode says, else 0; 1 on set-up errors.
 
 #include <cuda.h>
 #include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +54,29 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+// exit-during-first-launch: 1 armed, 2 while the shim's fstat of its running marker is held.
+std::atomic<int> g_hold_marker{0};
+
+// Interposes libc's for the shim (this executable exports it): holds the one call on the new
+// running marker for 50 ms when armed, so that the main thread's exit() comes while the marker
+// is being made. Every other call passes straight on.
+extern "C" int fstat64(int fd, struct stat64 *st) {
+  using Fn = int (*)(int, struct stat64 *);
+  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "fstat64"));
+  if (g_hold_marker.load() == 1) {
+    char link[64], target[4096];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    const ssize_t n = readlink(link, target, sizeof target - 1);
+    const char suffix[] = ".running";
+    if (n >= static_cast<ssize_t>(sizeof suffix) &&
+        std::memcmp(target + n - (sizeof suffix - 1), suffix, sizeof suffix - 1) == 0) {
+      int armed = 1;
+      if (g_hold_marker.compare_exchange_strong(armed, 2)) usleep(50 * 1000);
+    }
+  }
+  return real(fd, st);
+}
 
 namespace {
 
@@ -266,6 +299,51 @@ int sigterm() {
   return 1;
 }
 
+int exit_during_first_launch() {
+  Driver d = load_driver();
+  g_hold_marker.store(1);
+  std::thread([&d] {
+    d.ctxSetCurrent(d.ctx);
+    Counts c;
+    launch_once(d, c);
+  }).detach();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (g_hold_marker.load() != 2) {
+    if (std::chrono::steady_clock::now() > deadline) die("the first launch made no marker");
+    usleep(100);
+  }
+  std::printf("held=1\n");
+  std::fflush(stdout);
+  std::exit(0);  // while the other thread is making the marker
+}
+
+struct SmallStackWork {
+  Driver *d;
+  long n;
+  Counts counts;
+};
+
+void *small_stack_thread(void *arg) {
+  auto *work = static_cast<SmallStackWork *>(arg);
+  work->d->ctxSetCurrent(work->d->ctx);
+  for (long i = 0; i < work->n; ++i) launch_once(*work->d, work->counts);
+  return nullptr;
+}
+
+int small_stack(long n) {
+  Driver d = load_driver();
+  SmallStackWork work{&d, n, {}};
+  pthread_attr_t attributes;
+  pthread_t thread;
+  if (pthread_attr_init(&attributes) != 0 ||
+      pthread_attr_setstacksize(&attributes, PTHREAD_STACK_MIN) != 0 ||
+      pthread_create(&thread, &attributes, small_stack_thread, &work) != 0)
+    die("cannot start a thread with the smallest stack");
+  pthread_join(thread, nullptr);
+  print_counts(work.counts, stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -284,5 +362,7 @@ int main(int argc, char **argv) {
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);
   if (mode == "underscore-exit") return underscore_exit(n);
   if (mode == "sigterm") return sigterm();
+  if (mode == "exit-during-first-launch") return exit_during_first_launch();
+  if (mode == "small-stack") return small_stack(n);
   die(("unknown mode " + mode).c_str());
 }

@@ -247,6 +247,37 @@ def summary_promised_until_exit():
         expect(not os.listdir(tmp), f"a summary to stderr created {os.listdir(tmp)}", run_)
 
 
+def exit_during_first_launch():
+    """The main thread calls exit(0) while another thread's first launch is making the running
+    marker (held there 50 ms): the process ended normally, so no marker may be left — else
+    ci-smoke-profile and `record` name a lost process that was not lost."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run_ = fault("exit-during-first-launch", cwd=tmp, record=False, timeout=60,
+                     env={"FERRUM_REPLAY_SUMMARY": "s.%p.txt"})
+        expect(run_.returncode == 0 and "held=1" in run_.stdout,
+               f"exit {run_.returncode}, the marker's making not held", run_)
+        left = [f for f in os.listdir(tmp) if f.endswith(".running")]
+        expect(not left, f"a normal exit left its marker: {left}", run_)
+
+
+def first_launch_on_smallest_stack():
+    """The process's first launch on a thread with the smallest stack POSIX allows
+    (PTHREAD_STACK_MIN; some thread pools make them): a summary to a file, which makes that
+    launch create the running marker, must not overflow a stack the launch fits without it
+    (`record` and ci-smoke-profile always set one)."""
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+        return "skip: a sanitizer's frames are larger than the smallest stack"
+    with tempfile.TemporaryDirectory() as tmp:
+        for summary in ("", "s.%p.txt"):
+            run_ = fault("small-stack", "--launches", "3", cwd=tmp,
+                         env={"FERRUM_REPLAY_SUMMARY": summary} if summary else None)
+            expect(run_.returncode == 0 and values(run_.stdout).get("launches") == 3,
+                   f"with FERRUM_REPLAY_SUMMARY={summary!r}: exit {run_.returncode}", run_)
+        files = os.listdir(tmp)
+        expect(len(files) == 1 and re.fullmatch(r"s\.\d+\.txt", files[0]),
+               f"one summary and no marker expected: {files}")
+
+
 def stderr_reader_gone():
     """The program's stderr is a pipe whose reader has gone: the shim's own lines (an invalid
     setting, the summary) must not kill the program with SIGPIPE, nor change its exit code."""
@@ -360,7 +391,9 @@ def sigterm_handler_exits():
 SCENARIOS = {f.__name__: f for f in (
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch,
-    forked_children_count_their_own, summary_promised_until_exit, stderr_reader_gone,
+    forked_children_count_their_own, summary_promised_until_exit, exit_during_first_launch,
+    first_launch_on_smallest_stack,
+    stderr_reader_gone,
     exit_from_worker, underscore_exit, sigterm_handler_exits)}
 
 if __name__ == "__main__":

@@ -447,6 +447,21 @@ def test_process_lost_after_launch(tmp):
         expect(len(traces_in(work)) == (1 if end != "exit" or child == "0" else 2),
                f"record, child {end}: traces {os.listdir(work)}", done)
         expect(not os.listdir(temp), f"record left {os.listdir(temp)} in TMPDIR", done)
+    # A relative TMPDIR, and a program that works in another directory: the lost process is
+    # still named, and no process says it cannot write a summary the user never asked for.
+    work = os.path.join(tmp, "relative-temp")
+    os.makedirs(os.path.join(work, "temp"))
+    done = wrapper("record", "--", "sh", "-c", 'cd "$0" && exec "$@"', tmp, sys.executable,
+                   FORK_LAUNCH, "--early", "0", "--child-end", "kill", cwd=work,
+                   env={"TMPDIR": "temp"})
+    pid = re.search(r"process=child pid=(\d+)", done.stdout)
+    expect(done.returncode == 0 and pid and f"process {pid[1]} ('python3') launched CUDA graphs "
+           "and ended without writing its trace" in done.stderr,
+           "record, relative TMPDIR: the killed child is not named", done)
+    expect("cannot write the summary" not in done.stderr,
+           "record, relative TMPDIR: a summary nobody asked for could not be written", done)
+    expect(not os.listdir(os.path.join(work, "temp")),
+           f"record left {os.listdir(os.path.join(work, 'temp'))} in TMPDIR", done)
     # The user's own FERRUM_REPLAY_SUMMARY is left alone: the summaries go there.
     work = os.path.join(tmp, "own-summary")
     os.mkdir(work)
