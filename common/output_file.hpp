@@ -75,9 +75,9 @@ int create_temp_beside(const char *path, char *tmp, size_t tmp_size);
 // removed.
 int remove_dead_temps(const char *path, const char *header);
 
-// The mark a process leaves beside its output while it runs: "PATH.PID.running", PATH
-// shortened exactly as for its temporaries (the suffix is shorter than theirs). False if it
-// does not fit `out`.
+// The mark a process keeps while it runs (the shim's, shim/range/process_files.hpp):
+// "PATH.PID.running", PATH shortened exactly as for its temporaries (the suffix is shorter than
+// theirs). Keeps no path on the stack (`out` is its scratch). False if it does not fit `out`.
 bool running_marker_name(const char *path, int pid, char *out, size_t out_size);
 
 // The longest name (one path component) the file system of `path`'s directory accepts.

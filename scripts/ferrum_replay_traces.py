@@ -1430,33 +1430,42 @@ def cmd_written(args):
     return 0
 
 
-# The first line of the shim's running marker (shim/range/summary_file.hpp), left beside a
-# launch summary by a process that launched and did not reach its exit hook.
-RUNNING_MARKER = re.compile(r"ferrum-replay: running: pid=(\d+) program=(\S*)")
+# The shim's running marker (shim/range/process_files.hpp): DIR/ferrum-replay.PID.running, made
+# at a process's first launch and removed by its exit hook; its first line names the program.
+RUNNING_MARKER_NAME = re.compile(r"ferrum-replay\.(\d+)\.running")
+RUNNING_MARKER = re.compile(r"ferrum-replay: running: pid=\d+ program=(\S*)")
 
 
-def lost_processes(directory):
-    """(pid, program) of each process whose running marker is left in `directory` (where the
-    wrapper pointed the shim's summaries), in pid order."""
-    lost = []
-    if not directory:
-        return lost
+def unfinished_processes(directory):
+    """(pid, program, alive) of each process whose running marker is left in `directory`, in
+    pid order: it launched and did not reach its exit hook — lost (killed, _exit, exec), or,
+    alive, still running. A marker killed before its line was written names no program."""
+    found = []
     try:
-        names = os.listdir(directory)
+        names = os.listdir(directory) if directory else []
     except OSError:
-        return lost
+        names = []
     for name in names:
-        if not name.endswith(".running"):
+        match = RUNNING_MARKER_NAME.fullmatch(name)
+        if not match:
             continue
+        program = "?"
         try:
             with open(os.path.join(directory, name), "rb") as handle:
-                first = handle.readline(512).decode("utf-8", "replace")
+                line = RUNNING_MARKER.match(handle.readline(512).decode("utf-8", "replace"))
+                program = line[1] if line else program
         except OSError:
-            continue
-        match = RUNNING_MARKER.match(first)
-        if match:
-            lost.append((int(match[1]), match[2]))
-    return sorted(lost)
+            pass
+        pid = int(match[1])
+        try:
+            os.kill(pid, 0)
+            alive = True
+        except ProcessLookupError:
+            alive = False
+        except OSError:  # another user's process of that pid: not ours to judge, so alive
+            alive = True
+        found.append((pid, program, alive))
+    return sorted(found)
 
 
 def cmd_record_report(args):
@@ -1467,10 +1476,15 @@ def cmd_record_report(args):
     def note(text):
         print(f"ferrum-replay: {text}", file=sys.stderr)
 
-    lost = lost_processes(args.promises)
-    for pid, program in lost:
-        note(f"process {pid} ({quoted(program)}) launched CUDA graphs and ended without writing "
-             "its trace (killed by a signal, _exit, or replaced by exec): its ranges are missing")
+    unfinished = unfinished_processes(args.running_dir)
+    for pid, program, alive in unfinished:
+        if alive:
+            note(f"process {pid} ({quoted(program)}) launched CUDA graphs and was still running "
+                 "when the program ended: its trace is written when it exits")
+        else:
+            note(f"process {pid} ({quoted(program)}) launched CUDA graphs and ended without "
+                 "writing its trace (killed by a signal, _exit, or replaced by exec): its ranges "
+                 "are missing")
     killed = None
     if status > 128 and status - 128 < 65:
         try:
@@ -1500,9 +1514,9 @@ def cmd_record_report(args):
         elif killed:
             note(f"no trace was written: the program was ended by {killed}; a process killed "
                  "by a signal writes no trace")
-        elif lost:
+        elif unfinished:
             note("no trace was written: every process that launched a CUDA graph ended without "
-                 "writing one (above)")
+                 "writing one, or is still running (above)")
         else:
             note("no trace was written: no process of the program reached the shim's first "
                  "range (no CUDA graph launched, or the program replaced LD_PRELOAD / "
@@ -2057,7 +2071,7 @@ def build_parser():
     p = sub.add_parser("record-report", help=argparse.SUPPRESS)
     p.add_argument("--since", required=True)
     p.add_argument("--status", type=int, required=True)
-    p.add_argument("--promises", help="where the shim's summaries and running markers went")
+    p.add_argument("--running-dir", help="the shim's running markers (FERRUM_REPLAY_RUNNING_DIR)")
     p.add_argument("pattern")
     p.set_defaults(run=cmd_record_report)
 

@@ -13,7 +13,7 @@
 #include "gpu/gpu_engine.hpp"
 #include "naming/graph_naming.hpp"
 #include "output_file.hpp"
-#include "range/summary_file.hpp"
+#include "range/process_files.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -111,7 +111,7 @@ detail::Phase activate() {
     gpu::configure(false, 1);
     return detail::Phase::pass_through;
   }
-  promise_summary_to(g_settings.summary);
+  set_running_dir(g_settings.running_dir);
   NamingEnvironment naming;
   naming.rules = read_names_file(
       g_settings.names_path, [](const char *sentence, void *) { warn_line("%s", sentence); },

@@ -12,8 +12,8 @@
 #include "output_file.hpp"
 #include "range/activation.hpp"
 #include "range/graph_registry.hpp"
+#include "range/process_files.hpp"
 #include "range/replay_numbers.hpp"
-#include "range/summary_file.hpp"
 #include "support/log.hpp"
 #include "text_rules.hpp"
 

@@ -8,8 +8,7 @@
 // written aside and then takes the name by the trace's rule (common::place_output): an earlier
 // summary of ours is replaced; another program's file, a symbolic link (never followed) or a
 // file written during this run by another process is left alone and the summary goes beside it
-// (PATH.1.EXT, PATH.<pid>.EXT), with one line. To a file, the summary is promised from the
-// process's first launch on by a running marker beside it (summary_file.hpp).
+// (PATH.1.EXT, PATH.<pid>.EXT), with one line. The summary's path: process_files.hpp.
 //
 //   ferrum-replay launch summary: 5 graphs, 340 launches, 0 failed, 0 rejected pushes (pid 4242)
 //     graph  launches  failed  rejected  name

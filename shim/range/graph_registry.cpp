@@ -436,7 +436,7 @@ void GraphRegistry::start_counting_afresh() {
       record->failed_launches.store(0, std::memory_order_relaxed);
       record->rejected_pushes.store(0, std::memory_order_relaxed);
       // The child's first launch of it takes the slow path, where the child's own first launch
-      // is noted (exit_summary.hpp: the running marker).
+      // is noted (process_files.hpp: the running marker).
       record->launcher.store(0, std::memory_order_relaxed);
     }
   }

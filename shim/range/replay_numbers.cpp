@@ -2,7 +2,7 @@
 
 #include <pthread.h>
 
-#include "range/summary_file.hpp"
+#include "range/process_files.hpp"
 
 namespace ferrum_replay::shim {
 

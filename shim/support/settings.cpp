@@ -166,6 +166,8 @@ void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_co
   read_format(reader, settings);
   read_text(reader, "FERRUM_REPLAY_SUMMARY", settings.summary, sizeof settings.summary,
             "stderr or a path shorter than 1024 bytes");
+  read_text(reader, "FERRUM_REPLAY_RUNNING_DIR", settings.running_dir, sizeof settings.running_dir,
+            "a directory shorter than 1024 bytes");
   settings.gpu_time = read_switch(reader, "FERRUM_REPLAY_GPU_TIME", false);
   read_gpu_time_every(reader, settings);
 }

@@ -23,13 +23,14 @@ struct Settings {
   char domain[kMaxDomainLength + 1] =
       {};  // FERRUM_REPLAY_DOMAIN; kDefaultDomain when unset (read_settings)
   SiteMode site_mode = SiteMode::instantiate;  // FERRUM_REPLAY_SITE
-  char site_skip[256] = "";              // FERRUM_REPLAY_SITE_SKIP: comma-separated frame prefixes
-  bool content = false;                  // FERRUM_REPLAY_CONTENT: describe graphs by their kernels
-  char names_path[kMaxPathLength] = "";  // FERRUM_REPLAY_NAMES: the names file
-  MessageTemplate message_template;      // FERRUM_REPLAY_FORMAT, parsed
-  char summary[kMaxPathLength] = "";     // FERRUM_REPLAY_SUMMARY: "", "stderr" or a path
-  bool gpu_time = false;                 // FERRUM_REPLAY_GPU_TIME: GPU time per replay
-  unsigned gpu_time_every = 1;           // FERRUM_REPLAY_GPU_TIME_EVERY: time every Nth replay
+  char site_skip[256] = "";               // FERRUM_REPLAY_SITE_SKIP: comma-separated frame prefixes
+  bool content = false;                   // FERRUM_REPLAY_CONTENT: describe graphs by their kernels
+  char names_path[kMaxPathLength] = "";   // FERRUM_REPLAY_NAMES: the names file
+  MessageTemplate message_template;       // FERRUM_REPLAY_FORMAT, parsed
+  char summary[kMaxPathLength] = "";      // FERRUM_REPLAY_SUMMARY: "", "stderr" or a path
+  char running_dir[kMaxPathLength] = "";  // FERRUM_REPLAY_RUNNING_DIR: running markers' directory
+  bool gpu_time = false;                  // FERRUM_REPLAY_GPU_TIME: GPU time per replay
+  unsigned gpu_time_every = 1;            // FERRUM_REPLAY_GPU_TIME_EVERY: time every Nth replay
 };
 
 // FERRUM_REPLAY_GPU_TIME_EVERY's largest value.

@@ -19,10 +19,11 @@ void complain(const char *sentence, void *context) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fuzz::Environment env({"FERRUM_REPLAY", "FERRUM_REPLAY_LOG", "FERRUM_REPLAY_DOMAIN",
-                         "FERRUM_REPLAY_SITE", "FERRUM_REPLAY_FORMAT", "FERRUM_REPLAY_SITE_SKIP",
-                         "FERRUM_REPLAY_CONTENT", "FERRUM_REPLAY_NAMES", "FERRUM_REPLAY_SUMMARY"},
-                        data, size);
+  fuzz::Environment env(
+      {"FERRUM_REPLAY", "FERRUM_REPLAY_LOG", "FERRUM_REPLAY_DOMAIN", "FERRUM_REPLAY_SITE",
+       "FERRUM_REPLAY_FORMAT", "FERRUM_REPLAY_SITE_SKIP", "FERRUM_REPLAY_CONTENT",
+       "FERRUM_REPLAY_NAMES", "FERRUM_REPLAY_SUMMARY", "FERRUM_REPLAY_RUNNING_DIR"},
+      data, size);
   static ferrum_replay::shim::Settings settings;  // large: not on the stack
   settings = ferrum_replay::shim::Settings{};
   int complaints = 0;

@@ -28,7 +28,7 @@
 //                  until the signal comes (at most 60 s, then exit 1).
 //   exit-during-first-launch
 //                  a second thread makes the process's first launch, which creates the running
-//                  marker (FERRUM_REPLAY_SUMMARY to a file); while it is in the middle of that
+//                  marker (FERRUM_REPLAY_RUNNING_DIR); while it is in the middle of that
 //                  (held 50 ms in the shim's fstat of the new marker, by this program's fstat64),
 //                  the main thread calls exit(0). Prints `held=1` first.
 //   small-stack    N launches (the process's first among them) on a thread whose stack is the

@@ -193,7 +193,8 @@ def forked_children_count_their_own():
     workflow fork_without_exec)."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.%p.txt"),
-               "FERRUM_RECORD_OUT": os.path.join(tmp, "t.%p.json")}
+               "FERRUM_RECORD_OUT": os.path.join(tmp, "t.%p.json"),
+               "FERRUM_REPLAY_RUNNING_DIR": tmp}
         run_ = fault("fork-children", "--launches", "5", env=env, timeout=60)
         expect(run_.returncode == 0, "the program failed", run_)
         got = values(run_.stdout)
@@ -211,40 +212,46 @@ def forked_children_count_their_own():
         expect(not left, f"running markers left by processes that exited: {left}", run_)
 
 
-def summary_promised_until_exit():
-    """Where the launch summary goes to a file, a process promises it from its first launch on:
-    SUMMARY.PID.running beside it, made absolute (the program may change directory), removed by
-    the exit hook. A process that ends with _exit (no exit hook: as killed, or replaced by exec)
-    leaves it, naming the process — what the judges fail on (workflow process_lost_after_launch); a
-    normal exit leaves none (also for forked children: forked_children_count_their_own); a
-    summary to stderr creates nothing."""
+def running_marker_until_exit():
+    """With FERRUM_REPLAY_RUNNING_DIR (what `record` and ci-smoke-profile set), a process keeps
+    DIR/ferrum-replay.PID.running from its first launch to its exit hook; the directory is made
+    absolute (the program may change directory). A process that ends with _exit (no exit hook:
+    as killed, or replaced by exec) leaves it, naming the program — what they report (workflow
+    process_lost_after_launch); a normal exit leaves none (also for forked children:
+    forked_children_count_their_own). Without the setting, no marker, even with a summary file;
+    a directory that does not exist: none, and nothing said."""
     with tempfile.TemporaryDirectory() as tmp:
+        os.mkdir(os.path.join(tmp, "run"))
         run_ = fault("underscore-exit", "--launches", "3", cwd=tmp,
-                     env={"FERRUM_REPLAY_SUMMARY": "s.%p.txt"})
+                     env={"FERRUM_REPLAY_RUNNING_DIR": "run/"})
         expect(run_.returncode == 0, "_exit(0) did not exit 0", run_)
-        files = os.listdir(tmp)
-        markers = [m for m in (re.fullmatch(r"s\.(\d+)\.txt\.(\d+)\.running", f) for f in files)
-                   if m and m[1] == m[2]]
+        files = os.listdir(os.path.join(tmp, "run"))
+        markers = [m for m in (re.fullmatch(r"ferrum-replay\.(\d+)\.running", f) for f in files)
+                   if m]
         expect(len(markers) == 1 and len(files) == 1,
                f"one marker and nothing else expected after _exit: {files}", run_)
-        with open(os.path.join(tmp, markers[0][0])) as handle:
+        with open(os.path.join(tmp, "run", markers[0][0])) as handle:
             first = handle.readline()
         expect(first == f"ferrum-replay: running: pid={markers[0][1]} program=fault_program\n",
                f"the marker's first line: {first!r}", run_)
-        for name in files:
-            os.unlink(os.path.join(tmp, name))
-        # Normal exits (a parent and its forked child that launched): summaries, no marker.
+        os.unlink(os.path.join(tmp, "run", markers[0][0]))
+        # Normal exits (a parent and its forked child that launched): no marker.
         run_ = fault("fork-children", "--launches", "2", cwd=tmp, timeout=60,
-                     env={"FERRUM_REPLAY_SUMMARY": "s.%p.txt"})
-        files = sorted(os.listdir(tmp))
-        expect(run_.returncode == 0 and len(files) == 2 and
-               all(re.fullmatch(r"s\.\d+\.txt", f) for f in files),
-               f"only the two summaries expected after normal exits: {files}", run_)
-        for name in files:
-            os.unlink(os.path.join(tmp, name))
+                     env={"FERRUM_REPLAY_RUNNING_DIR": os.path.join(tmp, "run")})
+        expect(run_.returncode == 0 and not os.listdir(os.path.join(tmp, "run")),
+               f"markers left by normal exits: {os.listdir(os.path.join(tmp, 'run'))}", run_)
+        # No running directory: a summary file, and nothing beside it.
         run_ = fault("underscore-exit", "--launches", "3", cwd=tmp,
-                     env={"FERRUM_REPLAY_SUMMARY": "stderr"})
-        expect(not os.listdir(tmp), f"a summary to stderr created {os.listdir(tmp)}", run_)
+                     env={"FERRUM_REPLAY_SUMMARY": "s.%p.txt"})
+        expect(sorted(os.listdir(tmp)) == ["run"], f"without the setting: {os.listdir(tmp)}",
+               run_)
+        run_ = fault("underscore-exit", "--launches", "3", cwd=tmp, record=False,
+                     env={"FERRUM_REPLAY_RUNNING_DIR": os.path.join(tmp, "missing"),
+                          "FERRUM_REPLAY_SUMMARY": "stderr"})
+        expect(run_.returncode == 0 and sorted(os.listdir(tmp)) == ["run"] and
+               "ferrum-replay launch summary" not in run_.stderr and
+               "running" not in run_.stderr,
+               f"a running directory that does not exist: {os.listdir(tmp)}", run_)
 
 
 def exit_during_first_launch():
@@ -253,7 +260,8 @@ def exit_during_first_launch():
     ci-smoke-profile and `record` name a lost process that was not lost."""
     with tempfile.TemporaryDirectory() as tmp:
         run_ = fault("exit-during-first-launch", cwd=tmp, record=False, timeout=60,
-                     env={"FERRUM_REPLAY_SUMMARY": "s.%p.txt"})
+                     # No tool: the summary keeps the shim at work.
+                     env={"FERRUM_REPLAY_RUNNING_DIR": ".", "FERRUM_REPLAY_SUMMARY": "stderr"})
         expect(run_.returncode == 0 and "held=1" in run_.stdout,
                f"exit {run_.returncode}, the marker's making not held", run_)
         left = [f for f in os.listdir(tmp) if f.endswith(".running")]
@@ -262,17 +270,16 @@ def exit_during_first_launch():
 
 def first_launch_on_smallest_stack():
     """The process's first launch on a thread with the smallest stack POSIX allows
-    (PTHREAD_STACK_MIN; some thread pools make them): a summary to a file, which makes that
+    (PTHREAD_STACK_MIN; some thread pools make them): a running directory, which makes that
     launch create the running marker, must not overflow a stack the launch fits without it
-    (`record` and ci-smoke-profile always set one)."""
+    (`record` and ci-smoke-profile always set one), nor must a summary file."""
     if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
         return "skip: a sanitizer's frames are larger than the smallest stack"
     with tempfile.TemporaryDirectory() as tmp:
-        for summary in ("", "s.%p.txt"):
-            run_ = fault("small-stack", "--launches", "3", cwd=tmp,
-                         env={"FERRUM_REPLAY_SUMMARY": summary} if summary else None)
+        for env in (None, {"FERRUM_REPLAY_RUNNING_DIR": ".", "FERRUM_REPLAY_SUMMARY": "s.%p.txt"}):
+            run_ = fault("small-stack", "--launches", "3", cwd=tmp, env=env)
             expect(run_.returncode == 0 and values(run_.stdout).get("launches") == 3,
-                   f"with FERRUM_REPLAY_SUMMARY={summary!r}: exit {run_.returncode}", run_)
+                   f"with {env}: exit {run_.returncode}", run_)
         files = os.listdir(tmp)
         expect(len(files) == 1 and re.fullmatch(r"s\.\d+\.txt", files[0]),
                f"one summary and no marker expected: {files}")
@@ -391,7 +398,7 @@ def sigterm_handler_exits():
 SCENARIOS = {f.__name__: f for f in (
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch,
-    forked_children_count_their_own, summary_promised_until_exit, exit_during_first_launch,
+    forked_children_count_their_own, running_marker_until_exit, exit_during_first_launch,
     first_launch_on_smallest_stack,
     stderr_reader_gone,
     exit_from_worker, underscore_exit, sigterm_handler_exits)}

@@ -11,10 +11,11 @@ ctypes, as Python bindings do.
 Children end with a normal exit (never os._exit), so that exit handlers run: the recorder
 writes its trace from an exit handler. --child-end makes the second child end otherwise, after
 its launches: `_exit` (os._exit), `kill` (SIGKILL to itself) or `exec` (replaced by
-/bin/true); its status is then not held against the run (the parent exits 0).
+/bin/true); its status is then not held against the run (the parent exits 0). `linger`: it
+sleeps 3 s, then exits normally, and the parent does not wait for it.
 
 Usage: fork_launch.py [--early N] [--before N] [--child N] [--after N]
-                      [--child-end exit|_exit|kill|exec]
+                      [--child-end exit|_exit|kill|exec|linger]
 Output (stdout), one line per process, in the order they finish:
   process=early pid=P launches=N
   process=child pid=P launches=N
@@ -26,6 +27,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 vp = ctypes.c_void_p
 
@@ -81,7 +83,7 @@ def main():
     parser = argparse.ArgumentParser()
     for name, default in (("early", 3), ("before", 4), ("child", 5), ("after", 6)):
         parser.add_argument(f"--{name}", type=int, default=default)
-    parser.add_argument("--child-end", choices=("exit", "_exit", "kill", "exec"),
+    parser.add_argument("--child-end", choices=("exit", "_exit", "kill", "exec", "linger"),
                         default="exit")
     args = parser.parse_args()
 
@@ -104,8 +106,11 @@ def main():
             os.kill(os.getpid(), signal.SIGKILL)
         elif args.child_end == "exec":
             os.execv("/bin/true", ["/bin/true"])
+        elif args.child_end == "linger":
+            time.sleep(3)
         sys.exit(0)
-    child_status = wait(child)  # a child that did not exit normally was meant not to
+    # A lingering child is not waited for; one that did not exit normally was meant not to.
+    child_status = 0 if args.child_end == "linger" else wait(child)
     statuses = [child_status if args.child_end == "exit" else 0, wait(early)]
     launches += cuda.launch(args.after)
     report("parent", launches)

@@ -462,14 +462,30 @@ def test_process_lost_after_launch(tmp):
            "record, relative TMPDIR: a summary nobody asked for could not be written", done)
     expect(not os.listdir(os.path.join(work, "temp")),
            f"record left {os.listdir(os.path.join(work, 'temp'))} in TMPDIR", done)
-    # The user's own FERRUM_REPLAY_SUMMARY is left alone: the summaries go there.
+    # The user's own FERRUM_REPLAY_SUMMARY is left alone: the summaries go there, and a lost
+    # process is still named.
     work = os.path.join(tmp, "own-summary")
     os.mkdir(work)
-    done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0", cwd=work,
-                   env={"FERRUM_REPLAY_SUMMARY": os.path.join(work, "s.%p.txt")})
+    done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end",
+                   "kill", cwd=work, env={"FERRUM_REPLAY_SUMMARY": os.path.join(work, "s.%p.txt")})
     expect(done.returncode == 0 and
-           len([f for f in os.listdir(work) if re.fullmatch(r"s\.\d+\.txt", f)]) == 2,
-           f"the user's summaries: {os.listdir(work)}", done)
+           [f for f in os.listdir(work) if re.fullmatch(r"s\.\d+\.txt", f)] and
+           "ended without writing its trace" in done.stderr,
+           f"the user's summaries, and the lost child named: {os.listdir(work)}", done)
+    # A child still running when the program ends is not called lost.
+    work = os.path.join(tmp, "linger")
+    os.mkdir(work)
+    done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end",
+                   "linger", cwd=work)
+    pid = re.search(r"process=child pid=(\d+)", done.stdout)[1]
+    expect(f"process {pid} ('python3') launched CUDA graphs and was still running when the "
+           "program ended: its trace is written when it exits" in done.stderr and
+           "ended without writing" not in done.stderr, "record: the lingering child", done)
+    done = ci_smoke("--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end", "linger",
+                    cwd=tmp)
+    pid = re.search(r"process=child pid=(\d+)", done.stdout)[1]
+    expect_verdict(done, False, f"process {pid} ('python3') launched CUDA graphs and was still "
+                                "running when the workload ended")
 
     for end in ("kill", "_exit", "exec"):
         done = ci_smoke("--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end", end,

@@ -17,7 +17,7 @@
 #include "naming/names_file.hpp"
 #include "naming/symbol_names.hpp"
 #include "range/exit_summary.hpp"
-#include "range/summary_file.hpp"
+#include "range/process_files.hpp"
 
 namespace {
 

@@ -127,8 +127,9 @@ TEST_CASE("every echoed value: printable, quoted, cut at 200 bytes on a characte
   for (int i = 0; i < 99; ++i) expected += "\xc3\xa9";
   CHECK(std::string(ferrum_replay::shim::message_value(accents.c_str()).text) == expected + "...");
   // Settings that are echoed when refused: the same rule, never a second line.
-  for (const char *name : {"FERRUM_REPLAY_NAMES", "FERRUM_REPLAY_SUMMARY", "FERRUM_REPLAY_LOG",
-                           "FERRUM_REPLAY_SITE_SKIP", "FERRUM_REPLAY_FORMAT"}) {
+  for (const char *name :
+       {"FERRUM_REPLAY_NAMES", "FERRUM_REPLAY_SUMMARY", "FERRUM_REPLAY_RUNNING_DIR",
+        "FERRUM_REPLAY_LOG", "FERRUM_REPLAY_SITE_SKIP", "FERRUM_REPLAY_FORMAT"}) {
     Environment env;
     env.values[name] = "x\n\x1b[32mferrum-replay: all good" + std::string(2000, 'y');
     env.read();

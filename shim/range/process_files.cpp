@@ -1,7 +1,8 @@
-#include "range/summary_file.hpp"
+#include "range/process_files.hpp"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,8 +19,8 @@
 namespace ferrum_replay::shim {
 namespace {
 
-// FERRUM_REPLAY_SUMMARY as the settings hold it (promise_summary_to).
-const char *g_target = nullptr;
+// FERRUM_REPLAY_RUNNING_DIR as the settings hold it (set_running_dir): a pattern, or "".
+const char *g_running_dir = nullptr;
 
 // The running marker. `g_marker_claimed`: the process (pid) one of whose threads took on
 // writing it — a fork() child inherits its parent's pid here, so it writes a
@@ -43,32 +44,33 @@ ino_t g_marker_inode;
 // stack either; the pattern's expansion takes about 4 KiB of it. The first launch stays within
 // PTHREAD_STACK_MIN: fault first_launch_on_smallest_stack.)
 struct MarkerScratch {
-  char expanded[common::kMaxExpandedPath + 1];
-  char given[common::kMaxExpandedPath + 64];
+  char directory[common::kMaxExpandedPath + 1];
   char cwd[common::kMaxExpandedPath + 1];
   char path[2 * common::kMaxExpandedPath + 128];
   char marker[sizeof g_marker_path];
 } g_scratch;
 
-void make_running_marker(const char *target, int pid) {
+void make_running_marker(const char *pattern, int pid) {
   MarkerScratch &m = g_scratch;
-  if (!expand_summary_path(target, m.expanded, sizeof m.expanded) ||
-      !summary_file_path(m.expanded, m.given, sizeof m.given) || common::is_stream_target(m.given))
-    return;  // the summary is said at exit (or why it cannot be)
-  // Absolute, so that the exit finds it wherever the program's working directory went.
+  if (!expand_summary_path(pattern, m.directory, sizeof m.directory)) return;
+  // DIR/ferrum-replay.PID.running; absolute, so that the exit finds it wherever the program's
+  // working directory went.
+  size_t end = strlen(m.directory);
+  while (end > 1 && m.directory[end - 1] == '/') m.directory[--end] = '\0';
   int fits = -1;
-  if (m.given[0] == '/')
-    fits = snprintf(m.path, sizeof m.path, "%s", m.given);
+  if (m.directory[0] == '/')
+    fits = snprintf(m.path, sizeof m.path, "%s/ferrum-replay", m.directory);
   else if (getcwd(m.cwd, sizeof m.cwd))
-    fits = snprintf(m.path, sizeof m.path, "%s/%s", m.cwd, m.given);
+    fits = snprintf(m.path, sizeof m.path, "%s/%s/ferrum-replay", m.cwd, m.directory);
   if (fits < 0 || static_cast<size_t>(fits) >= sizeof m.path) return;
   if (!common::running_marker_name(m.path, pid, m.marker, sizeof m.marker)) return;
   // O_EXCL: a marker already there is never replaced — it is an earlier image's of this
   // process, which launched and then replaced itself with exec: the judges must see it.
   const int fd =
       open(m.marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-  // Nothing said when it cannot be made: the summary's own write, at exit, says what is wrong
-  // with its place (no directory, no permission), and the judges then find no summary.
+  // Nothing said when it cannot be made (no such directory: a remote node of a job whose
+  // wrapper made it here; no permission): the marker is the wrapper's business, not the
+  // program's, and a missing one only means a loss goes unreported, as without the setting.
   if (fd < 0) return;
   // The program's name (the file it runs, without its directory; from the auxiliary vector:
   // glibc's program_invocation_short_name would cost every process a symbol lookup at load),
@@ -82,11 +84,12 @@ void make_running_marker(const char *target, int pid) {
     program[n++] = *c > ' ' && *c < 127 ? *c : '?';
   program[n] = '\0';
   char text[256];
-  const int length = snprintf(text, sizeof text,
-                              "ferrum-replay: running: pid=%d program=%s\n"
-                              "This process launched CUDA graphs. The file goes when it ends "
-                              "normally and writes its launch summary.\n",
-                              pid, program);
+  const int length =
+      snprintf(text, sizeof text,
+               "ferrum-replay: running: pid=%d program=%s\n"
+               "This process launched CUDA graphs. The file goes when it reaches "
+               "its exit hook (a normal exit), where it writes its trace and summary.\n",
+               pid, program);
   struct stat st {};
   const bool written = length > 0 &&
                        common::write_all(fd, text, static_cast<size_t>(length)) == 0 &&
@@ -121,8 +124,8 @@ bool summary_file_path(const char *given, char *out, size_t out_size) {
   return n >= 0 && static_cast<size_t>(n) < out_size;
 }
 
-void promise_summary_to(const char *target) {
-  g_target = target;
+void set_running_dir(const char *pattern) {
+  g_running_dir = pattern;
 }
 
 namespace {
@@ -146,15 +149,19 @@ void note_launching_process() {
   if (claimed == pid ||
       !g_marker_claimed.compare_exchange_strong(claimed, pid, std::memory_order_seq_cst))
     return;
-  const char *target = g_target;
+  const char *pattern = g_running_dir;
   // After the exit hook began, nothing is promised: it would never be kept. (The claim and
   // this look pair with the hook's: one of the two sees the other.)
-  if (target && target[0] && strcmp(target, "stderr") != 0 &&
-      g_exiting.load(std::memory_order_seq_cst) != pid) {
+  if (pattern && pattern[0] && g_exiting.load(std::memory_order_seq_cst) != pid) {
     const int saved_errno = errno;  // the host program may be between a call and its check
+    // open, write and close are cancellation points, which a launch is not: a thread cancelled
+    // here would leave its launch half done.
+    int cancel_state = 0;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
     t_making_marker = true;
-    make_running_marker(target, pid);
+    make_running_marker(pattern, pid);
     t_making_marker = false;
+    pthread_setcancelstate(cancel_state, nullptr);
     errno = saved_errno;
   }
   g_marker_settled.store(pid, std::memory_order_seq_cst);

@@ -1,14 +1,15 @@
-// Where the launch summary (exit_summary.hpp) goes, and the mark that promises it while the
-// process runs.
+// The files of one process of the shim, apart from what it writes at exit: the launch summary's
+// path (exit_summary.hpp writes it), and the running marker.
 //
 // The running marker: a process that launched and then ended without its exit hook — killed
 // by a signal, _exit(), or replaced by exec(), none of which runs it — writes neither its
-// summary nor its trace, and would be silently missing from a judge's counts
-// (ci-smoke-profile). Where the summary goes to a file, the process's first launch (a fork()
-// child's own first) creates "SUMMARY.PID.running" beside it (common/output_file.hpp's rule for
-// the name; made absolute, so that a change of directory does not lose it; O_EXCL: an earlier
-// image's marker of the same pid — it launched, then replaced itself with exec — stays), and
-// the exit hook removes it after writing the summary, if it is still the file created.
+// trace nor its summary, and would be silently missing from what `ferrum-replay record` and
+// ci-smoke-profile report. Where FERRUM_REPLAY_RUNNING_DIR names a directory (those wrappers
+// set it), the process's first launch (a fork() child's own first) creates
+// DIR/ferrum-replay.PID.running (common/output_file.hpp's rule for the name; made absolute, so
+// that a change of directory does not lose it; O_EXCL: an earlier image's marker of the same
+// pid — it launched, then replaced itself with exec — stays), and the exit hook removes it, if
+// it is still the file created. What is left after a run names the processes that were lost.
 #pragma once
 
 #include <stddef.h>
@@ -25,16 +26,17 @@ bool expand_summary_path(const char *pattern, char *out, size_t out_size, char *
 // DIR/ferrum-replay-summary.<pid>.txt for one that ends with '/'. False if it does not fit.
 bool summary_file_path(const char *given, char *out, size_t out_size);
 
-// At activation: the FERRUM_REPLAY_SUMMARY value (settings, valid for the process's life).
-void promise_summary_to(const char *target);
+// At activation: the FERRUM_REPLAY_RUNNING_DIR value (settings, valid for the process's life;
+// "" for none).
+void set_running_dir(const char *pattern);
 
 // A launch of this process: its first creates the running marker. Called on the slow path of a
 // thread's first launch of a graph (replay_numbers.cpp); after the first, one getpid() and one
-// atomic load. Never waits, never fails the launch.
+// atomic load. Never fails the launch; waits for nothing.
 void note_launching_process();
 
-// The exit hook, after the summary: removes this process's marker — waiting (at most about
-// 1 s) for another thread that is making it — and no marker is made from then on.
+// The exit hook: removes this process's marker — waiting (at most about 1 s) for another
+// thread that is making it — and no marker is made from then on.
 void remove_running_marker();
 
 }  // namespace ferrum_replay::shim
