@@ -462,6 +462,20 @@ def test_process_lost_after_launch(tmp):
            "record, relative TMPDIR: a summary nobody asked for could not be written", done)
     expect(not os.listdir(os.path.join(work, "temp")),
            f"record left {os.listdir(os.path.join(work, 'temp'))} in TMPDIR", done)
+    # A TMPDIR so deep that the markers' directory would exceed what the shim takes (1023
+    # bytes): no marker then, rather than a line about FERRUM_REPLAY_RUNNING_DIR, a setting the
+    # user never made, from every process.
+    deep = os.path.join(tmp, "deep")
+    while len(deep) < 1010:
+        deep = os.path.join(deep, "d" * min(100, 1010 - len(deep)))
+    os.makedirs(deep)
+    done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end",
+                   "kill", cwd=deep, env={"TMPDIR": deep})
+    expect(done.returncode == 0 and "FERRUM_REPLAY_RUNNING_DIR" not in done.stderr and
+           "ended without writing" not in done.stderr,
+           "record, deep TMPDIR: the shim refused a markers' directory nobody asked for", done)
+    expect(traces_in(deep) and not [f for f in os.listdir(deep) if not f.endswith(".json")],
+           f"record, deep TMPDIR: left {os.listdir(deep)}", done)
     # The user's own FERRUM_REPLAY_SUMMARY is left alone: the summaries go there, and a lost
     # process is still named.
     work = os.path.join(tmp, "own-summary")
