@@ -500,8 +500,17 @@ def test_process_lost_after_launch(tmp):
     pid = re.search(r"process=child pid=(\d+)", done.stdout)[1]
     expect_verdict(done, False, f"process {pid} ('python3') launched CUDA graphs and was still "
                                 "running when the workload ended")
+    # A killed child that its lingering parent has not reaped yet (a zombie) is lost, not still
+    # running.
+    work = os.path.join(tmp, "unreaped")
+    os.mkdir(work)
+    done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end",
+                   "unreaped", cwd=work)
+    pid = re.search(r"process=child pid=(\d+)", done.stdout)[1]
+    expect(f"process {pid} ('python3') launched CUDA graphs and ended without writing its "
+           "trace" in done.stderr, "record: the killed, unreaped child", done)
 
-    for end in ("kill", "_exit", "exec"):
+    for end in ("kill", "_exit", "exec", "unreaped"):
         done = ci_smoke("--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end", end,
                         cwd=tmp)
         child = re.search(r"process=child pid=(\d+)", done.stdout)
