@@ -1436,6 +1436,24 @@ RUNNING_MARKER_NAME = re.compile(r"ferrum-replay\.(\d+)\.running")
 RUNNING_MARKER = re.compile(r"ferrum-replay: running: pid=\d+ program=(\S*)")
 
 
+def process_alive(pid):
+    """Whether process `pid` still runs: it exists and is not a zombie (a worker killed while
+    the parent that would reap it lingers is dead, and writes nothing any more). Another
+    user's process of that pid is not ours to judge: alive. (ci-smoke-profile's `alive` is the
+    same rule in sh.)"""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except OSError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rpartition(b") ")[2][:1] != b"Z"
+    except OSError:
+        return True
+
+
 def unfinished_processes(directory):
     """(pid, program, alive) of each process whose running marker is left in `directory`, in
     pid order: it launched and did not reach its exit hook — lost (killed, _exit, exec), or,
@@ -1457,14 +1475,7 @@ def unfinished_processes(directory):
         except OSError:
             pass
         pid = int(match[1])
-        try:
-            os.kill(pid, 0)
-            alive = True
-        except ProcessLookupError:
-            alive = False
-        except OSError:  # another user's process of that pid: not ours to judge, so alive
-            alive = True
-        found.append((pid, program, alive))
+        found.append((pid, program, process_alive(pid)))
     return sorted(found)
 
 

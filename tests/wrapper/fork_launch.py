@@ -12,10 +12,12 @@ Children end with a normal exit (never os._exit), so that exit handlers run: the
 writes its trace from an exit handler. --child-end makes the second child end otherwise, after
 its launches: `_exit` (os._exit), `kill` (SIGKILL to itself) or `exec` (replaced by
 /bin/true); its status is then not held against the run (the parent exits 0). `linger`: it
-sleeps 3 s, then exits normally, and the parent does not wait for it.
+sleeps 3 s, then exits normally, and the parent does not wait for it. `unreaped`: it is killed
+(SIGKILL) as `kill`, but its parent is a keeper process (forked by the parent, launching
+nothing) that lingers 3 s without reaping it: a zombie meanwhile.
 
 Usage: fork_launch.py [--early N] [--before N] [--child N] [--after N]
-                      [--child-end exit|_exit|kill|exec|linger]
+                      [--child-end exit|_exit|kill|exec|linger|unreaped]
 Output (stdout), one line per process, in the order they finish:
   process=early pid=P launches=N
   process=child pid=P launches=N
@@ -83,7 +85,8 @@ def main():
     parser = argparse.ArgumentParser()
     for name, default in (("early", 3), ("before", 4), ("child", 5), ("after", 6)):
         parser.add_argument(f"--{name}", type=int, default=default)
-    parser.add_argument("--child-end", choices=("exit", "_exit", "kill", "exec", "linger"),
+    parser.add_argument("--child-end", choices=("exit", "_exit", "kill", "exec", "linger",
+                                                  "unreaped"),
                         default="exit")
     args = parser.parse_args()
 
@@ -99,18 +102,22 @@ def main():
     launches = cuda.launch(args.before)
     child = os.fork()
     if child == 0:
+        if args.child_end == "unreaped" and os.fork() != 0:  # the keeper
+            time.sleep(3)
+            os._exit(0)
         report("child", cuda.launch(args.child))
         if args.child_end == "_exit":
             os._exit(0)
-        elif args.child_end == "kill":
+        elif args.child_end in ("kill", "unreaped"):
             os.kill(os.getpid(), signal.SIGKILL)
         elif args.child_end == "exec":
             os.execv("/bin/true", ["/bin/true"])
         elif args.child_end == "linger":
             time.sleep(3)
         sys.exit(0)
-    # A lingering child is not waited for; one that did not exit normally was meant not to.
-    child_status = 0 if args.child_end == "linger" else wait(child)
+    # A lingering child (or keeper) is not waited for; one that did not exit normally was meant
+    # not to.
+    child_status = 0 if args.child_end in ("linger", "unreaped") else wait(child)
     statuses = [child_status if args.child_end == "exit" else 0, wait(early)]
     launches += cuda.launch(args.after)
     report("parent", launches)

@@ -462,6 +462,20 @@ def test_process_lost_after_launch(tmp):
            "record, relative TMPDIR: a summary nobody asked for could not be written", done)
     expect(not os.listdir(os.path.join(work, "temp")),
            f"record left {os.listdir(os.path.join(work, 'temp'))} in TMPDIR", done)
+    # A TMPDIR so deep that the markers' directory would exceed what the shim takes (1023
+    # bytes): no marker then, rather than a line about FERRUM_REPLAY_RUNNING_DIR, a setting the
+    # user never made, from every process.
+    deep = os.path.join(tmp, "deep")
+    while len(deep) < 1010:
+        deep = os.path.join(deep, "d" * min(100, 1010 - len(deep)))
+    os.makedirs(deep)
+    done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end",
+                   "kill", cwd=deep, env={"TMPDIR": deep})
+    expect(done.returncode == 0 and "FERRUM_REPLAY_RUNNING_DIR" not in done.stderr and
+           "ended without writing" not in done.stderr,
+           "record, deep TMPDIR: the shim refused a markers' directory nobody asked for", done)
+    expect(traces_in(deep) and not [f for f in os.listdir(deep) if not f.endswith(".json")],
+           f"record, deep TMPDIR: left {os.listdir(deep)}", done)
     # The user's own FERRUM_REPLAY_SUMMARY is left alone: the summaries go there, and a lost
     # process is still named.
     work = os.path.join(tmp, "own-summary")
@@ -472,22 +486,25 @@ def test_process_lost_after_launch(tmp):
            [f for f in os.listdir(work) if re.fullmatch(r"s\.\d+\.txt", f)] and
            "ended without writing its trace" in done.stderr,
            f"the user's summaries, and the lost child named: {os.listdir(work)}", done)
-    # A child still running when the program ends is not called lost.
-    work = os.path.join(tmp, "linger")
-    os.mkdir(work)
-    done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end",
-                   "linger", cwd=work)
-    pid = re.search(r"process=child pid=(\d+)", done.stdout)[1]
-    expect(f"process {pid} ('python3') launched CUDA graphs and was still running when the "
-           "program ended: its trace is written when it exits" in done.stderr and
-           "ended without writing" not in done.stderr, "record: the lingering child", done)
+    # A child still running when the program ends is not called lost; a killed one that its
+    # lingering parent has not reaped yet (a zombie) is.
+    for end, said in (("linger", "was still running when the program ended: its trace is "
+                                 "written when it exits"),
+                      ("unreaped", "ended without writing its trace")):
+        work = os.path.join(tmp, end)
+        os.mkdir(work)
+        done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0",
+                       "--child-end", end, cwd=work)
+        pid = re.search(r"process=child pid=(\d+)", done.stdout)[1]
+        expect(f"process {pid} ('python3') launched CUDA graphs and {said}" in done.stderr and
+               done.stderr.count("launched CUDA graphs") == 1, f"record: the {end} child", done)
     done = ci_smoke("--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end", "linger",
                     cwd=tmp)
     pid = re.search(r"process=child pid=(\d+)", done.stdout)[1]
     expect_verdict(done, False, f"process {pid} ('python3') launched CUDA graphs and was still "
                                 "running when the workload ended")
 
-    for end in ("kill", "_exit", "exec"):
+    for end in ("kill", "_exit", "exec", "unreaped"):
         done = ci_smoke("--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end", end,
                         cwd=tmp)
         child = re.search(r"process=child pid=(\d+)", done.stdout)
