@@ -1439,8 +1439,7 @@ RUNNING_MARKER = re.compile(r"ferrum-replay: running: pid=\d+ program=(\S*)")
 def process_alive(pid):
     """Whether process `pid` still runs: it exists and is not a zombie (a worker killed while
     the parent that would reap it lingers is dead, and writes nothing any more). Another
-    user's process of that pid is not ours to judge: alive. (ci-smoke-profile's `alive` is the
-    same rule in sh.)"""
+    user's process of that pid is not ours to judge: alive."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, OverflowError):
@@ -1870,6 +1869,19 @@ def later_namesakes(paths):
 def cmd_check(args):
     domain = args.domain
     failures, notes = [], []
+    # First: a process whose counts are missing makes every count below incomplete.
+    unfinished = unfinished_processes(args.running_dir)
+    for pid, program, alive in unfinished[:1]:
+        more = (f" (and {len(unfinished) - 1} more such process"
+                f"{'es' if len(unfinished) > 2 else ''})" if len(unfinished) > 1 else "")
+        if alive:
+            failures.append(f"process {pid} ({quoted(program)}) launched CUDA graphs and was "
+                            "still running when the workload ended: its launches are not in the "
+                            f"profile{more}")
+        else:
+            failures.append(f"process {pid} ({quoted(program)}) launched CUDA graphs and ended "
+                            "without its launch summary (killed by a signal, _exit, or replaced "
+                            f"by exec): its launches are missing from the profile{more}")
     if not args.nsys_stats:
         later = later_namesakes(args.traces)
         if later:
@@ -2123,6 +2135,10 @@ def build_parser():
                    help="the ranges per name, in any order, are exactly these counts")
     p.add_argument("--launch-summary", action="append", default=[], metavar="FILE",
                    help="the shim's exit summary (FERRUM_REPLAY_SUMMARY); repeatable")
+    p.add_argument("--running-dir", metavar="DIR",
+                   help="the shim's running markers (FERRUM_REPLAY_RUNNING_DIR): fail on any "
+                        "left, a process that launched and ended without writing its trace or "
+                        "summary, or is still running (ci-smoke-profile)")
     p.add_argument("--require-launch-summary", action="store_true",
                    help="fail when ranges were recorded but no --launch-summary was written "
                         "(ci-smoke-profile: it asked the shim for them)")
