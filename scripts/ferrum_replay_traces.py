@@ -1433,13 +1433,16 @@ def cmd_written(args):
 # The shim's running marker (shim/range/process_files.hpp): DIR/ferrum-replay.PID.running, made
 # at a process's first launch and removed by its exit hook; its first line names the program.
 RUNNING_MARKER_NAME = re.compile(r"ferrum-replay\.(\d+)\.running")
-RUNNING_MARKER = re.compile(r"ferrum-replay: running: pid=\d+ program=(\S*)")
+RUNNING_MARKER = re.compile(
+    r"ferrum-replay: running: pid=\d+ program=(\S*)(?: image=([0-9a-f]+):([0-9a-f]+))?")
 
 
-def process_alive(pid):
-    """Whether process `pid` still runs: it exists and is not a zombie (a worker killed while
-    the parent that would reap it lingers is dead, and writes nothing any more). Another
-    user's process of that pid is not ours to judge: alive."""
+def process_alive(pid, image=None):
+    """Whether process `pid` still runs the image that made its marker: it exists, is not a
+    zombie (a worker killed while the parent that would reap it lingers is dead, and writes
+    nothing any more), and runs the same program file (`image`: (device, inode), as the marker
+    says; another one means it replaced itself with exec, and the old image's data is lost).
+    Another user's process of that pid is not ours to judge: alive."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, OverflowError):
@@ -1448,9 +1451,17 @@ def process_alive(pid):
         return True
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rpartition(b") ")[2][:1] != b"Z"
+            if handle.read().rpartition(b") ")[2][:1] == b"Z":
+                return False
     except OSError:
         return True
+    if image and image != (0, 0):
+        try:
+            st = os.stat(f"/proc/{pid}/exe")
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) == image
+    return True
 
 
 def unfinished_processes(directory):
@@ -1466,15 +1477,17 @@ def unfinished_processes(directory):
         match = RUNNING_MARKER_NAME.fullmatch(name)
         if not match:
             continue
-        program = "?"
+        program, image = "?", None
         try:
             with open(os.path.join(directory, name), "rb") as handle:
                 line = RUNNING_MARKER.match(handle.readline(512).decode("utf-8", "replace"))
-                program = line[1] if line else program
+            if line:
+                program = line[1]
+                image = (int(line[2], 16), int(line[3], 16)) if line[2] else None
         except OSError:
             pass
         pid = int(match[1])
-        found.append((pid, program, process_alive(pid)))
+        found.append((pid, program, process_alive(pid, image)))
     return sorted(found)
 
 

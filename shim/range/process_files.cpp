@@ -83,13 +83,18 @@ void make_running_marker(const char *pattern, int pid) {
   for (const char *c = base; c && *c && n + 1 < sizeof program; ++c)
     program[n++] = *c > ' ' && *c < 127 ? *c : '?';
   program[n] = '\0';
-  char text[256];
+  // The program image (its file's device and inode): a process of that pid running another
+  // image later has replaced this one with exec — lost, not still running.
+  struct stat image {};
+  if (stat("/proc/self/exe", &image) != 0) image = {};
+  char text[320];
   const int length =
       snprintf(text, sizeof text,
-               "ferrum-replay: running: pid=%d program=%s\n"
+               "ferrum-replay: running: pid=%d program=%s image=%llx:%llx\n"
                "This process launched CUDA graphs. The file goes when it reaches "
                "its exit hook (a normal exit), where it writes its trace and summary.\n",
-               pid, program);
+               pid, program, static_cast<unsigned long long>(image.st_dev),
+               static_cast<unsigned long long>(image.st_ino));
   struct stat st {};
   const bool written = length > 0 &&
                        common::write_all(fd, text, static_cast<size_t>(length)) == 0 &&

@@ -232,7 +232,9 @@ def running_marker_until_exit():
                f"one marker and nothing else expected after _exit: {files}", run_)
         with open(os.path.join(tmp, "run", markers[0][0])) as handle:
             first = handle.readline()
-        expect(first == f"ferrum-replay: running: pid={markers[0][1]} program=fault_program\n",
+        image = os.stat(PROGRAM)  # the program file it runs: exec'd away, another one
+        expect(first == f"ferrum-replay: running: pid={markers[0][1]} program=fault_program "
+                        f"image={image.st_dev:x}:{image.st_ino:x}\n",
                f"the marker's first line: {first!r}", run_)
         os.unlink(os.path.join(tmp, "run", markers[0][0]))
         # Normal exits (a parent and its forked child that launched): no marker.

@@ -14,10 +14,11 @@ its launches: `_exit` (os._exit), `kill` (SIGKILL to itself) or `exec` (replaced
 /bin/true); its status is then not held against the run (the parent exits 0). `linger`: it
 sleeps 3 s, then exits normally, and the parent does not wait for it. `unreaped`: it is killed
 (SIGKILL) as `kill`, but its parent is a keeper process (forked by the parent, launching
-nothing) that lingers 3 s without reaping it: a zombie meanwhile.
+nothing) that lingers 3 s without reaping it: a zombie meanwhile. `exec-linger`: it replaces
+itself with `sleep 3`, not waited for.
 
 Usage: fork_launch.py [--early N] [--before N] [--child N] [--after N]
-                      [--child-end exit|_exit|kill|exec|linger|unreaped]
+                      [--child-end exit|_exit|kill|exec|linger|unreaped|exec-linger]
 Output (stdout), one line per process, in the order they finish:
   process=early pid=P launches=N
   process=child pid=P launches=N
@@ -86,7 +87,7 @@ def main():
     for name, default in (("early", 3), ("before", 4), ("child", 5), ("after", 6)):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--child-end", choices=("exit", "_exit", "kill", "exec", "linger",
-                                                  "unreaped"),
+                                                  "unreaped", "exec-linger"),
                         default="exit")
     args = parser.parse_args()
 
@@ -112,12 +113,14 @@ def main():
             os.kill(os.getpid(), signal.SIGKILL)
         elif args.child_end == "exec":
             os.execv("/bin/true", ["/bin/true"])
+        elif args.child_end == "exec-linger":
+            os.execv("/bin/sleep", ["sleep", "3"])
         elif args.child_end == "linger":
             time.sleep(3)
         sys.exit(0)
     # A lingering child (or keeper) is not waited for; one that did not exit normally was meant
     # not to.
-    child_status = 0 if args.child_end in ("linger", "unreaped") else wait(child)
+    child_status = 0 if args.child_end in ("linger", "unreaped", "exec-linger") else wait(child)
     statuses = [child_status if args.child_end == "exit" else 0, wait(early)]
     launches += cuda.launch(args.after)
     report("parent", launches)

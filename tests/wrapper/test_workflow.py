@@ -487,10 +487,12 @@ def test_process_lost_after_launch(tmp):
            "ended without writing its trace" in done.stderr,
            f"the user's summaries, and the lost child named: {os.listdir(work)}", done)
     # A child still running when the program ends is not called lost; a killed one that its
-    # lingering parent has not reaped yet (a zombie) is.
+    # lingering parent has not reaped yet (a zombie) is, and so is one that replaced itself with
+    # another program that still runs.
     for end, said in (("linger", "was still running when the program ended: its trace is "
                                  "written when it exits"),
-                      ("unreaped", "ended without writing its trace")):
+                      ("unreaped", "ended without writing its trace"),
+                      ("exec-linger", "ended without writing its trace")):
         work = os.path.join(tmp, end)
         os.mkdir(work)
         done = wrapper("record", "--", sys.executable, FORK_LAUNCH, "--early", "0",
@@ -504,7 +506,7 @@ def test_process_lost_after_launch(tmp):
     expect_verdict(done, False, f"process {pid} ('python3') launched CUDA graphs and was still "
                                 "running when the workload ended")
 
-    for end in ("kill", "_exit", "exec", "unreaped"):
+    for end in ("kill", "_exit", "exec", "unreaped", "exec-linger"):
         done = ci_smoke("--", sys.executable, FORK_LAUNCH, "--early", "0", "--child-end", end,
                         cwd=tmp)
         child = re.search(r"process=child pid=(\d+)", done.stdout)
