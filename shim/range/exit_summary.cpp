@@ -179,7 +179,7 @@ void write_exit_summary() {
     return;
   }
   char path[common::kMaxExpandedPath + 1], unset[256];
-  if (!expand_summary_path(target, path, sizeof path, unset, sizeof unset)) {
+  if (!expand_process_pattern(target, path, sizeof path, unset, sizeof unset)) {
     warn_line("FERRUM_REPLAY_SUMMARY='%s' expands to more than 4095 bytes; no summary written",
               message_value(target).text);
     return;

@@ -52,7 +52,7 @@ struct MarkerScratch {
 
 void make_running_marker(const char *pattern, int pid) {
   MarkerScratch &m = g_scratch;
-  if (!expand_summary_path(pattern, m.directory, sizeof m.directory)) return;
+  if (!expand_process_pattern(pattern, m.directory, sizeof m.directory)) return;
   // DIR/ferrum-replay.PID.running; absolute, so that the exit finds it wherever the program's
   // working directory went.
   size_t end = strlen(m.directory);
@@ -112,8 +112,8 @@ void make_running_marker(const char *pattern, int pid) {
 
 }  // namespace
 
-bool expand_summary_path(const char *pattern, char *out, size_t out_size, char *unset,
-                         size_t unset_size) {
+bool expand_process_pattern(const char *pattern, char *out, size_t out_size, char *unset,
+                            size_t unset_size) {
   char host[256];
   common::host_name(host, sizeof host);
   return common::expand_pattern(pattern, static_cast<long>(getpid()), host, common::process_env,

@@ -16,11 +16,11 @@
 
 namespace ferrum_replay::shim {
 
-// Expands %p, %h, %q{VAR} and %% of `pattern` into `out` (common/text_rules.hpp, this process's
-// pid, host name and environment); false if it does not fit or exceeds 4095 bytes. The unset
-// variables' names go to `unset` when given.
-bool expand_summary_path(const char *pattern, char *out, size_t out_size, char *unset = nullptr,
-                         size_t unset_size = 0);
+// Expands %p, %h, %q{VAR} and %% of `pattern` (FERRUM_REPLAY_SUMMARY, FERRUM_REPLAY_RUNNING_DIR)
+// into `out` (common/text_rules.hpp, this process's pid, host name and environment); false if it
+// does not fit or exceeds 4095 bytes. The unset variables' names go to `unset` when given.
+bool expand_process_pattern(const char *pattern, char *out, size_t out_size, char *unset = nullptr,
+                            size_t unset_size = 0);
 
 // The summary's file for an expanded FERRUM_REPLAY_SUMMARY: the path itself, or
 // DIR/ferrum-replay-summary.<pid>.txt for one that ends with '/'. False if it does not fit.

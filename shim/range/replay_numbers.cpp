@@ -135,7 +135,7 @@ uint64_t take_replay_number_slow(GraphRecord &record) {
 
 uint64_t take_replay_number_unowned(GraphRecord &record) {
   // Every process's first launch comes this way (a fork() child's too: its records have no
-  // launcher), and few others do: where a summary is promised from now on.
+  // launcher), and few others do: where its running marker is made (process_files.hpp).
   note_launching_process();
   if (t_launcher == kNoToken) {
     uint32_t token;

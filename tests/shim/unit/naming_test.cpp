@@ -315,12 +315,12 @@ TEST_CASE("content descriptions: most frequent first, ties by name, at most thre
 TEST_CASE("output paths expand %p, %h, %q{VAR} and %%") {
   setenv("FERRUM_TEST_RANK", "3", 1);
   char out[256];
-  REQUIRE(ferrum_replay::shim::expand_summary_path("s.%q{FERRUM_TEST_RANK}.%p.%%.%x.txt", out,
-                                                   sizeof out));
+  REQUIRE(ferrum_replay::shim::expand_process_pattern("s.%q{FERRUM_TEST_RANK}.%p.%%.%x.txt", out,
+                                                      sizeof out));
   CHECK(std::string(out) == "s.3." + std::to_string(getpid()) + ".%.%x.txt");
-  REQUIRE(ferrum_replay::shim::expand_summary_path("%q{FERRUM_TEST_UNSET_VARIABLE}-x", out,
-                                                   sizeof out));
+  REQUIRE(ferrum_replay::shim::expand_process_pattern("%q{FERRUM_TEST_UNSET_VARIABLE}-x", out,
+                                                      sizeof out));
   CHECK(std::string(out) == "-x");
   CHECK_FALSE(
-      ferrum_replay::shim::expand_summary_path(std::string(300, 'x').c_str(), out, sizeof out));
+      ferrum_replay::shim::expand_process_pattern(std::string(300, 'x').c_str(), out, sizeof out));
 }
