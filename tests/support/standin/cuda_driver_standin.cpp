@@ -423,8 +423,14 @@ struct State {
 
 // Created at first use and never destroyed, so that calls made while the process exits (from
 // other libraries' destructors) still find it.
+void install_fork_handlers();
+
 State &st() {
-  static State *s = new State;
+  static State *s = [] {
+    auto *created = new State;
+    install_fork_handlers();
+    return created;
+  }();
   return *s;
 }
 
@@ -652,25 +658,29 @@ struct Timeline {
   unsigned long long capture_ids = 0;
 };
 
-// A fork while another thread holds the lock would leave it locked forever in the child:
-// hold it across fork, as the C library does its own locks.
-void timeline_prepare_fork();
-void timeline_after_fork();
-
 Timeline &tl() {
   static Timeline *t = [] {
     auto *created = new Timeline;
-    pthread_atfork(timeline_prepare_fork, timeline_after_fork, timeline_after_fork);
+    install_fork_handlers();
     return created;
   }();
   return *t;
 }
 
-void timeline_prepare_fork() {
+// A fork while another thread holds a lock of the driver's (a GPU-timing thread querying
+// events, say) would leave it locked forever in the child: both are held across fork, as the
+// C library does its own locks, in their one order (the timeline's first).
+void prepare_fork() {
   tl().mutex.lock();
+  st().mutex.lock();
 }
-void timeline_after_fork() {
+void after_fork() {
+  st().mutex.unlock();
   tl().mutex.unlock();
+}
+void install_fork_handlers() {
+  static const bool installed = pthread_atfork(prepare_fork, after_fork, after_fork) == 0;
+  (void)installed;
 }
 
 long long now_ns() {
