@@ -19,6 +19,7 @@
 
 #include "proc_self.hpp"
 #include "text_rules.hpp"
+#include "write_signals.hpp"
 
 namespace ferrum_replay::common {
 namespace {
@@ -104,6 +105,8 @@ long temp_owner(const char *rest, unsigned tag) {
 }  // namespace
 
 int write_all(int fd, const void *data, size_t length) {
+  // A file past the host's size limit (ulimit -f) is EFBIG, not SIGXFSZ (write_signals.hpp).
+  const WriteSignalsHeld held;
   const char *p = static_cast<const char *>(data);
   while (length > 0) {
     const ssize_t n = write(fd, p, length);
@@ -229,15 +232,8 @@ int open_stream(const char *path, Stream *stream) {
 int stream_write(Stream *stream, const void *data, size_t length) {
   if (stream->fd < 0) return EBADF;
   if (stream->regular) return write_all(stream->fd, data, length);
-  // A reader that went away must not kill the host with SIGPIPE: blocked while writing, and a
-  // SIGPIPE raised here is taken back before the mask is restored.
-  sigset_t pipe_only, old_mask, pending;
-  sigemptyset(&pipe_only);
-  sigaddset(&pipe_only, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
-  sigemptyset(&pending);
-  sigpending(&pending);
-  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+  // A reader that went away must not kill the host with SIGPIPE (write_signals.hpp).
+  const WriteSignalsHeld held;
 
   // Every write is non-blocking (open_stream); the bound is on time without progress.
   const char *p = static_cast<const char *>(data);
@@ -271,16 +267,6 @@ int stream_write(Stream *stream, const void *data, size_t length) {
     }
   }
 
-  if (!was_pending) {
-    sigemptyset(&pending);
-    sigpending(&pending);
-    if (sigismember(&pending, SIGPIPE) == 1) {
-      const timespec zero{0, 0};
-      while (sigtimedwait(&pipe_only, nullptr, &zero) < 0 && errno == EINTR) {
-      }
-    }
-  }
-  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   return error;
 }
 

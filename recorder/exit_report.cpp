@@ -18,7 +18,7 @@
 
 namespace ferrum_replay::recorder {
 
-void write_stderr(const std::string &text) {
+void write_stderr(std::string_view text) {
   // As a stream: a full or closed stderr pipe costs at most 2 s and never a SIGPIPE.
   common::Stream stream;
   if (common::open_stream("/dev/stderr", &stream) != 0) return;
@@ -60,7 +60,7 @@ uint64_t run_start_ns(uint64_t origin_realtime_ns, const std::string &session_fi
 // leaves no file and prints no table, and the job's chosen name goes to a process that has data.
 bool recorded_anything(const Snapshot &snap) {
   return snap.event_count() != 0 || snap.gpu_replay_count() != 0 || snap.rejected_pushes != 0 ||
-         !snap.errors.none();
+         snap.memory_drops != 0 || !snap.errors.none();
 }
 
 }  // namespace
@@ -123,6 +123,10 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
   if (expanded.too_long)
     write_stderr("ferrum-replay recorder: cannot write trace: FERRUM_RECORD_OUT=" +
                  quoted_for_message(settings.out_pattern) + " expands to more than 4095 bytes\n");
+
+  if (snap.memory_drops)
+    write_stderr("ferrum-replay recorder: " + std::to_string(snap.memory_drops) +
+                 " pushes, ranges or marks not recorded: out of memory (droppedForMemory)\n");
 
   if (settings.table) {
     std::string shown;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "recorder.hpp"
 #include "settings.hpp"
@@ -25,6 +26,6 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
 // Writes to stderr as a stream (common/output_file.hpp): at most 2 s of waiting on a full pipe,
 // no SIGPIPE; one write(2) for up to 4 KiB, so a report from a dying process stays in one
 // piece even when other processes share the terminal.
-void write_stderr(const std::string &text);
+void write_stderr(std::string_view text);
 
 }  // namespace ferrum_replay::recorder

@@ -46,6 +46,34 @@ inline const nvtxDomainRegistration_st &domain_of(nvtxDomainHandle_t domain) {
   return domain ? *domain : rec().names().global_domain();
 }
 
+// Runs a handler's work that allocates (names, domains, wide-character text): memory that ran out
+// (std::bad_alloc) must never unwind into the program that called NVTX. The call is then
+// counted as not recorded and `fallback` returned (a null handle: NVTX's own answer when no tool
+// is attached). Push, pop and the other recording calls need none of this: they are noexcept
+// and degrade inside (thread_buffer.hpp).
+inline void count_memory_drop() {
+  if (Recorder *r = g_recorder.load(std::memory_order_acquire)) r->count_memory_drop();
+}
+
+template <typename Result, typename Work>
+Result or_fallback(Result fallback, Work &&work) noexcept {
+  try {
+    return work();
+  } catch (const std::bad_alloc &) {
+    count_memory_drop();
+    return fallback;
+  }
+}
+
+template <typename Work>
+void or_nothing(Work &&work) noexcept {
+  try {
+    work();
+  } catch (const std::bad_alloc &) {
+    count_memory_drop();
+  }
+}
+
 // Scratch for wide-character messages, which must become UTF-8 before they are interned.
 std::string &wide_scratch() {
   thread_local std::string scratch;
@@ -81,7 +109,7 @@ Payload payload_of(const nvtxEventAttributes_t &attr) {
 
 // What an event's attributes say, decoded once for every kind of event (push, mark, start):
 // written into `out` in place (a push decodes straight into its frame), the message returned.
-inline MessageText decode_into(RangeAttrs &out, const nvtxEventAttributes_t *attr) {
+inline MessageText decode_into(RangeAttrs &out, const nvtxEventAttributes_t *attr) noexcept {
   MessageText message{std::string_view(), true};  // stable: a literal or a registered string
   if (attr) {
     if (FERRUM_ATTR_HAS(attr, category)) out.category = attr->category;
@@ -95,12 +123,15 @@ inline MessageText decode_into(RangeAttrs &out, const nvtxEventAttributes_t *att
         case NVTX_MESSAGE_TYPE_ASCII:
           if (attr->message.ascii) message = {attr->message.ascii, false};
           break;
-        case NVTX_MESSAGE_TYPE_UNICODE: {
-          std::string &utf8 = wide_scratch();
-          append_wide_as_utf8(utf8, attr->message.unicode);
-          message = {utf8, false};
+        case NVTX_MESSAGE_TYPE_UNICODE:
+          try {
+            std::string &utf8 = wide_scratch();
+            append_wide_as_utf8(utf8, attr->message.unicode);
+            message = {utf8, false};
+          } catch (const std::bad_alloc &) {
+            message = {kNameLostToMemory, true};
+          }
           break;
-        }
         case NVTX_MESSAGE_TYPE_REGISTERED:
           // Registered strings live as long as the recorder: no copy per range.
           if (const nvtxStringRegistration_st *r = attr->message.registered)
@@ -150,9 +181,16 @@ auto NVTX_API global_message(const char *message) {
 
 template <auto Fn>
 auto NVTX_API global_message(const wchar_t *message) {
-  std::string &utf8 = wide_scratch();
-  append_wide_as_utf8(utf8, message);
-  return (rec().*Fn)(rec().names().global_domain(), utf8, false, {});
+  std::string_view text = kNameLostToMemory;
+  bool stable = true;
+  try {
+    std::string &utf8 = wide_scratch();
+    append_wide_as_utf8(utf8, message);
+    text = utf8;
+    stable = false;
+  } catch (const std::bad_alloc &) {
+  }
+  return (rec().*Fn)(rec().names().global_domain(), text, stable, {});
 }
 
 #undef FERRUM_ATTR_HAS
@@ -168,23 +206,27 @@ void NVTX_API range_end(nvtxRangeId_t id) {
 }
 
 void NVTX_API name_category_a(uint32_t category, const char *name) {
-  rec().names().name_category(0, category, name ? name : "");
+  or_nothing([&] { rec().names().name_category(0, category, name ? name : ""); });
 }
 
 void NVTX_API name_category_w(uint32_t category, const wchar_t *name) {
-  std::string utf8;
-  append_wide_as_utf8(utf8, name);
-  rec().names().name_category(0, category, utf8);
+  or_nothing([&] {
+    std::string utf8;
+    append_wide_as_utf8(utf8, name);
+    rec().names().name_category(0, category, utf8);
+  });
 }
 
 void NVTX_API name_os_thread_a(uint32_t thread_id, const char *name) {
-  rec().names().name_thread(thread_id, name ? name : "");
+  or_nothing([&] { rec().names().name_thread(thread_id, name ? name : ""); });
 }
 
 void NVTX_API name_os_thread_w(uint32_t thread_id, const wchar_t *name) {
-  std::string utf8;
-  append_wide_as_utf8(utf8, name);
-  rec().names().name_thread(thread_id, utf8);
+  or_nothing([&] {
+    std::string utf8;
+    append_wide_as_utf8(utf8, name);
+    rec().names().name_thread(thread_id, utf8);
+  });
 }
 
 // ---- NVTX_CB_MODULE_CORE2 ----
@@ -199,37 +241,49 @@ void NVTX_API domain_range_end(nvtxDomainHandle_t domain, nvtxRangeId_t id) {
 
 void NVTX_API domain_name_category_a(nvtxDomainHandle_t domain, uint32_t category,
                                      const char *name) {
-  rec().names().name_category(domain_of(domain).id, category, name ? name : "");
+  or_nothing(
+      [&] { rec().names().name_category(domain_of(domain).id, category, name ? name : ""); });
 }
 
 void NVTX_API domain_name_category_w(nvtxDomainHandle_t domain, uint32_t category,
                                      const wchar_t *name) {
-  std::string utf8;
-  append_wide_as_utf8(utf8, name);
-  rec().names().name_category(domain_of(domain).id, category, utf8);
+  or_nothing([&] {
+    std::string utf8;
+    append_wide_as_utf8(utf8, name);
+    rec().names().name_category(domain_of(domain).id, category, utf8);
+  });
 }
 
+// A null domain (no memory for it) is what NVTX hands out with no tool: the program's ranges in
+// it then go to the global domain.
 nvtxDomainHandle_t NVTX_API domain_create_a(const char *name) {
-  return rec().names().create_domain(name ? name : "");
+  return or_fallback(nvtxDomainHandle_t{},
+                     [&] { return rec().names().create_domain(name ? name : ""); });
 }
 
 nvtxDomainHandle_t NVTX_API domain_create_w(const wchar_t *name) {
-  std::string utf8;
-  append_wide_as_utf8(utf8, name);
-  return rec().names().create_domain(utf8);
+  return or_fallback(nvtxDomainHandle_t{}, [&] {
+    std::string utf8;
+    append_wide_as_utf8(utf8, name);
+    return rec().names().create_domain(utf8);
+  });
 }
 
 // Handles stay valid: completed ranges refer to the domain, and a module may recreate it.
 void NVTX_API domain_destroy(nvtxDomainHandle_t) {}
 
+// A null string handle (no memory for it): ranges naming it have an empty name.
 nvtxStringHandle_t NVTX_API domain_register_string_a(nvtxDomainHandle_t, const char *text) {
-  return rec().names().register_string(text ? text : "");
+  return or_fallback(nvtxStringHandle_t{},
+                     [&] { return rec().names().register_string(text ? text : ""); });
 }
 
 nvtxStringHandle_t NVTX_API domain_register_string_w(nvtxDomainHandle_t, const wchar_t *text) {
-  std::string utf8;
-  append_wide_as_utf8(utf8, text);
-  return rec().names().register_string(utf8);
+  return or_fallback(nvtxStringHandle_t{}, [&] {
+    std::string utf8;
+    append_wide_as_utf8(utf8, text);
+    return rec().names().register_string(utf8);
+  });
 }
 
 // ---- installation ----
@@ -356,7 +410,15 @@ Recorder *ensure_recorder() {
 __attribute__((destructor)) void report_at_exit() {
   Recorder *r = g_recorder.load(std::memory_order_acquire);
   if (!r || g_reported.exchange(true)) return;
-  write_exit_report(*r, *g_settings, *g_cwd, g_gpu_flush);
+  try {
+    write_exit_report(*r, *g_settings, *g_cwd, g_gpu_flush);
+  } catch (const std::bad_alloc &) {
+    // The snapshot, the trace or the table needed memory the host no longer had. A temporary
+    // being written was removed (write_trace_file); say so without allocating.
+    static const char kLine[] =
+        "ferrum-replay recorder: out of memory at exit: trace or table not written\n";
+    write_stderr(std::string_view(kLine, sizeof kLine - 1));
+  }
   // Replays completing from now on have no report to go to.
   if (g_set_gpu_sink) g_set_gpu_sink(nullptr, nullptr);
 }
@@ -374,7 +436,9 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
       !callbacks->GetModuleFunctionTable)
     return 0;
 
-  if (!ensure_recorder()) return 0;
+  // No memory for the recorder itself: NVTX then unloads us and the program runs without a tool.
+  const bool ready = or_fallback(false, [] { return ensure_recorder() != nullptr; });
+  if (!ready) return 0;
 
   // Each module has its own tables, so this part runs on every call.
   const bool core = install_core(*callbacks);

@@ -101,17 +101,29 @@ Recorder::~Recorder() {
 
 thread_local ThreadSlot t_slot;
 
-ThreadBuffer &Recorder::register_thread() {
+ThreadBuffer *Recorder::register_thread() noexcept {
   ThreadSlot &slot = t_slot;
-  auto *buffer = new ThreadBuffer(os_thread_id(), own_thread_name(),
-                                  settings_.spill ? &spill_ : nullptr, &memory_budget_);
-  {
+  ThreadBuffer *buffer = nullptr;
+  try {
+    buffer = new ThreadBuffer(os_thread_id(), own_thread_name(),
+                              settings_.spill ? &spill_ : nullptr, &memory_budget_);
     std::lock_guard lock(threads_mu_);
     threads_.push_back(buffer);
+  } catch (const std::bad_alloc &) {
+    // Not retried: a buffer that came later would meet the pops of pushes it never saw.
+    delete buffer;
+    buffer = nullptr;
   }
   slot.buffer = buffer;
   slot.generation = generation_;
-  return *buffer;
+  return buffer;
+}
+
+int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {
+  if (stack) ++stack->unframed;
+  thread.opened();
+  count_memory_drop();
+  return kRejected;
 }
 
 bool Recorder::should_reject_slow() noexcept {
@@ -123,14 +135,28 @@ bool Recorder::should_reject_slow() noexcept {
 int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   // Read the clock first, for the same reason.
   const uint64_t end = clock_.now();
-  ThreadBuffer &thread = current_thread();
+  ThreadBuffer *const buffer = current_thread();
+  if (!buffer) [[unlikely]]
+    return kRejected;  // a thread without a buffer recorded none of its pushes (counted there)
+  ThreadBuffer &thread = *buffer;
   const ThreadBuffer::Activity activity(thread);  // see push_in_place
-  std::vector<Frame> *stack = thread.find_stack(domain.id);
-  if (!stack || stack->empty()) {
+  FrameStack *const frame_stack = thread.find_stack(domain.id);
+  if (frame_stack && frame_stack->unframed != 0) [[unlikely]] {
+    --frame_stack->unframed;  // the pop of a push that got no frame (push_unframed)
+    thread.closed();
+    return kRejected;
+  }
+  if (!frame_stack || frame_stack->frames.empty()) [[unlikely]] {
+    if (!frame_stack && thread.out_of_memory() && thread.open_frames() > 0) {
+      // Most likely the pop of a push that found no stack for lack of memory.
+      thread.closed();
+      return kRejected;
+    }
     (thread.open_frames() > 0 ? pop_wrong_domain_ : pop_without_push_)
         .fetch_add(1, std::memory_order_relaxed);
     return kRejected;
   }
+  std::vector<Frame> *const stack = &frame_stack->frames;
   const Frame &frame = stack->back();
   const uint32_t depth = frame.depth;
   // The pop of a rejected push is swallowed: the caller did the right thing.
@@ -155,7 +181,12 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
 void Recorder::mark(const nvtxDomainRegistration_st &domain, std::string_view message,
                     bool message_is_stable, RangeAttrs attrs) noexcept {
   const uint64_t now = clock_.now();
-  ThreadBuffer &thread = current_thread();
+  ThreadBuffer *const buffer = current_thread();
+  if (!buffer) [[unlikely]] {
+    count_memory_drop();
+    return;
+  }
+  ThreadBuffer &thread = *buffer;
   attrs.name = message_is_stable ? message.data() : thread.intern(message);
   attrs.kind = EventKind::mark;
   Event event{};
@@ -167,7 +198,13 @@ void Recorder::mark(const nvtxDomainRegistration_st &domain, std::string_view me
 
 uint64_t Recorder::start_range(const nvtxDomainRegistration_st &domain, std::string_view message,
                                bool message_is_stable, RangeAttrs attrs) noexcept {
-  ThreadBuffer &thread = current_thread();
+  ThreadBuffer *const buffer = current_thread();
+  if (!buffer) [[unlikely]] {
+    // The id still goes out (its end is then an end without a begin in the trace's counts).
+    count_memory_drop();
+    return next_async_id_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ThreadBuffer &thread = *buffer;
   attrs.name = message_is_stable ? message.data() : thread.intern(message);
   attrs.kind = EventKind::async_begin;
   Event event{};
@@ -185,13 +222,17 @@ void Recorder::end_range(const nvtxDomainRegistration_st &domain, uint64_t id) n
     end_unknown_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  ThreadBuffer &thread = current_thread();
+  ThreadBuffer *const thread = current_thread();
+  if (!thread) [[unlikely]] {
+    count_memory_drop();
+    return;
+  }
   Event event{};
   event.start = now;
   event.end = id;
   event.attrs.kind = EventKind::async_end;
   event.domain_id = domain.id;
-  thread.append(event);
+  thread->append(event);
 }
 
 Snapshot Recorder::snapshot() const {
@@ -237,6 +278,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
     }
     ts.open_frames = t->published_open_frames();
     snap.reentrant_drops += t->reentrant_drops();
+    snap.memory_drops += t->memory_drops();
     t->collect(&ts.events, &ts.runs, release_memory);
     sort_events(ts.events);
     if (!ts.runs.empty()) snap.spill = &spill_;
@@ -271,6 +313,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   }
   if (materialize) snap.spill = nullptr;
   snap.rejected_pushes = rejected_.load(std::memory_order_relaxed);
+  snap.memory_drops += memory_drops_.load(std::memory_order_relaxed);
   snap.errors.pop_without_push = pop_without_push_.load(std::memory_order_relaxed);
   snap.errors.pop_wrong_domain = pop_wrong_domain_.load(std::memory_order_relaxed);
   snap.errors.end_unknown_id += end_unknown_.load(std::memory_order_relaxed);
@@ -279,6 +322,12 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
 
 void Recorder::before_fork() {
   threads_mu_.lock();
+  // The child's handler must not allocate (it cannot report a failure): room for every buffer to
+  // become an orphan there. Without it, those buffers are simply not kept in the child.
+  try {
+    orphans_.reserve(orphans_.size() + threads_.size());
+  } catch (const std::bad_alloc &) {
+  }
   names_.mutex().lock();
   gpu_.before_fork();
   spill_.lock_for_fork();
@@ -300,7 +349,7 @@ void Recorder::after_fork_in_child() {
   // and every range completed before the fork belong to the parent's trace.
   ThreadBuffer *self = t_slot.generation == generation_ ? t_slot.buffer : nullptr;
   for (ThreadBuffer *t : threads_)
-    if (t != self) orphans_.push_back(t);
+    if (t != self && orphans_.size() < orphans_.capacity()) orphans_.push_back(t);
   threads_.clear();
   if (self) {
     self->restart_after_fork(os_thread_id());

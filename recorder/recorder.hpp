@@ -97,14 +97,18 @@ class Recorder {
   // found when the snapshot pairs begins with ends (match_async_ranges).
   void end_range(const nvtxDomainRegistration_st &domain, uint64_t id) noexcept;
 
-  // The calling thread's buffer, registered on first use. Exposed for the injection layer (thread
-  // naming) and for tests.
-  ThreadBuffer &current_thread() {
+  // The calling thread's buffer, registered on first use; nullptr for a thread that could not
+  // get one (no memory for it: that thread records nothing, and its pushes, pops and events are
+  // counted in memory_drops). Exposed for tests.
+  ThreadBuffer *current_thread() {
     const ThreadSlot &slot = t_slot;
     if (slot.generation == generation_) [[likely]]
-      return *slot.buffer;
+      return slot.buffer;
     return register_thread();
   }
+  // Something the program asked for was not recorded because memory ran out (the host's
+  // address-space limit, or memory exhausted): what the recorder does instead of throwing.
+  void count_memory_drop() noexcept { memory_drops_.fetch_add(1, std::memory_order_relaxed); }
 
   // Copies everything recorded so far, spilled events included, into memory. Safe while other
   // threads keep recording: what they complete after their buffer has been read is simply not
@@ -134,7 +138,10 @@ class Recorder {
   void after_fork_in_child();
 
  private:
-  ThreadBuffer &register_thread();
+  ThreadBuffer *register_thread() noexcept;
+  // A push that gets no frame (memory ran out): kept in `stack`'s unframed count so that its pop
+  // closes nothing, or, where there is no stack, matched by the pop's out_of_memory() rule.
+  int push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept;
   bool should_reject(const nvtxDomainRegistration_st &domain) noexcept {
     // reject_target is only ever true when some rejection mode is active.
     return domain.reject_target && should_reject_slow();
@@ -169,11 +176,17 @@ class Recorder {
   std::atomic<uint64_t> pop_wrong_domain_{0};
   std::atomic<uint64_t> next_async_id_{1};  // start/end ranges' ids, process-wide
   std::atomic<uint64_t> end_unknown_{0};
+  std::atomic<uint64_t> memory_drops_{0};  // beyond the threads' own (ThreadBuffer::memory_drops)
 };
 
 template <typename Describe>
 int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&describe) noexcept {
-  ThreadBuffer &thread = current_thread();
+  ThreadBuffer *const buffer = current_thread();
+  if (!buffer) [[unlikely]] {
+    count_memory_drop();
+    return kRejected;
+  }
+  ThreadBuffer &thread = *buffer;
   const ThreadBuffer::Activity activity(thread);
   // A signal handler's push inside this thread's push or pop never grows the stacks' table
   // (the interrupted call holds a reference into it): in a domain this thread never used, it
@@ -182,12 +195,20 @@ int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&
     rejected_.fetch_add(1, std::memory_order_relaxed);
     return kRejected;
   }
-  std::vector<Frame> &stack = thread.stack(domain.id);
+  FrameStack *const frame_stack = thread.stack(domain.id);
+  if (!frame_stack || frame_stack->unframed != 0) [[unlikely]]
+    return push_unframed(thread, frame_stack);
+  std::vector<Frame> &stack = frame_stack->frames;
   const uint32_t depth = static_cast<uint32_t>(stack.size());
   // Room for ranges a signal handler may push on this thread while this frame (or a pop's) is
-  // being read or written: the vector does not move under it for kSignalReserve nested ranges.
-  if (!activity.nested() && stack.capacity() - stack.size() <= kSignalReserve) [[unlikely]]
-    stack.reserve(2 * stack.size() + kSignalReserve + 1);
+  // being read or written: the vector does not move under it for kSignalReserve nested ranges
+  // (and a nested push never moves it). Without the memory to keep that room, the push goes
+  // unframed: the room is the signal handlers'.
+  if (activity.nested() ? stack.size() == stack.capacity()
+                        : stack.capacity() - stack.size() <= kSignalReserve &&
+                              !thread.grow(stack, 2 * stack.size() + kSignalReserve + 1))
+      [[unlikely]]
+    return push_unframed(thread, frame_stack);
   Frame &frame = stack.emplace_back();
   frame.depth = depth;
   frame.rejected = should_reject(domain);

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <string>
 
+#include "write_signals.hpp"
+
 namespace ferrum_replay::recorder {
 
 namespace {
@@ -59,8 +61,14 @@ char *map_unnamed_file(const std::string &dir, uint64_t size) {
   if (::fstat(fd, &created) == 0 && S_ISREG(created.st_mode) && created.st_nlink == 0 &&
       created.st_size == 0) {
     // Real blocks, not a sparse file: a store through the mapping must never meet a full disk
-    // (SIGBUS). posix_fallocate falls back to writing where fallocate is not supported.
-    if (still_ours() && ::posix_fallocate(fd, 0, static_cast<off_t>(size)) == 0 && still_ours())
+    // (SIGBUS). posix_fallocate falls back to writing where fallocate is not supported; beyond
+    // the host's file size limit it is EFBIG, and the SIGXFSZ that comes with it is taken back.
+    bool allocated = false;
+    if (still_ours()) {
+      const common::WriteSignalsHeld held;
+      allocated = ::posix_fallocate(fd, 0, static_cast<off_t>(size)) == 0;
+    }
+    if (allocated && still_ours())
       mapping = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (mapping != MAP_FAILED && !still_ours()) {
       ::munmap(mapping, size);

@@ -22,7 +22,9 @@ ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *sp
       head_(new_chunk(false)),
       tail_(head_),
       spill_(spill),
-      budget_(budget) {}
+      budget_(budget) {
+  if (!head_) throw std::bad_alloc();
+}
 
 ThreadBuffer::~ThreadBuffer() {
   free_chunks();
@@ -34,7 +36,7 @@ ThreadBuffer::Chunk *ThreadBuffer::new_chunk(bool populate) {
   // 64 events on the recording path (measured: page faults were a fifth of a range's cost).
   void *memory = ::mmap(nullptr, sizeof(Chunk), PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
-  if (memory == MAP_FAILED) throw std::bad_alloc();  // as `new` would
+  if (memory == MAP_FAILED) return nullptr;
   return new (memory) Chunk;
 }
 
@@ -52,13 +54,28 @@ void ThreadBuffer::free_chunks() {
   head_ = tail_ = nullptr;
 }
 
-std::vector<Frame> &ThreadBuffer::stack(uint32_t domain_id) {
-  if (domain_id >= stacks_.size()) stacks_.resize(domain_id + 1);
-  return stacks_[domain_id];
+FrameStack *ThreadBuffer::add_stack(uint32_t domain_id) {
+  try {
+    stacks_.resize(domain_id + 1);
+  } catch (const std::bad_alloc &) {
+    out_of_memory_ = true;
+    return nullptr;
+  }
+  return &stacks_[domain_id];
 }
 
-std::vector<Frame> *ThreadBuffer::find_stack(uint32_t domain_id) {
+FrameStack *ThreadBuffer::find_stack(uint32_t domain_id) {
   return domain_id < stacks_.size() ? &stacks_[domain_id] : nullptr;
+}
+
+bool ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
+  try {
+    frames.reserve(capacity);
+    return true;
+  } catch (const std::bad_alloc &) {
+    out_of_memory_ = true;
+    return false;
+  }
 }
 
 const char *ThreadBuffer::intern(std::string_view text) {
@@ -68,7 +85,14 @@ const char *ThreadBuffer::intern(std::string_view text) {
   if (interning_) return "(name lost: recorded in a signal handler)";
   interning_ = true;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  const char *copy = intern_unguarded(text);
+  const char *copy;
+  try {
+    copy = intern_unguarded(text);
+  } catch (const std::bad_alloc &) {
+    // A block or the table could not grow; a block already added stays, unused or partly used.
+    out_of_memory_ = true;
+    copy = kNameLostToMemory;
+  }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   interning_ = false;
   return copy;
@@ -79,7 +103,9 @@ const char *ThreadBuffer::intern_unguarded(std::string_view text) {
   const size_t need = text.size() + 1;
   if (blocks_.empty() || blocks_.back().size - blocks_.back().used < need) {
     const size_t size = need > kArenaBlock ? need : kArenaBlock;
-    blocks_.push_back(Block{new char[size], 0, size});
+    std::unique_ptr<char[]> data(new char[size]);
+    blocks_.push_back(Block{data.get(), 0, size});
+    data.release();
   }
   Block &b = blocks_.back();
   char *copy = b.data + b.used;
@@ -90,8 +116,21 @@ const char *ThreadBuffer::intern_unguarded(std::string_view text) {
   return copy;
 }
 
-void ThreadBuffer::make_room() {
-  if (spill_ && !(budget_ && budget_->take(sizeof(Chunk)))) {
+bool ThreadBuffer::make_room() {
+  if (spill_ && !(budget_ && budget_->take(sizeof(Chunk))) && spill_tail()) return true;
+  Chunk *fresh = new_chunk(true);
+  if (!fresh) {
+    out_of_memory_ = true;
+    return false;
+  }
+  tail_->next.store(fresh, std::memory_order_release);
+  tail_ = fresh;
+  return true;
+}
+
+bool ThreadBuffer::spill_tail() {
+  if (spill_->failed()) return false;  // not worth a copy and a sort
+  try {
     // Sort a copy and write it without the lock: readers may go on reading the chunk, which
     // only this thread ever changes. Sorted runs let the exit writer merge, not sort.
     if (!scratch_) scratch_.reset(new Event[Chunk::kCapacity]);
@@ -99,24 +138,29 @@ void ThreadBuffer::make_room() {
     std::copy(chunk.events, chunk.events + Chunk::kCapacity, scratch_.get());
     sort_events(scratch_.get(), scratch_.get() + Chunk::kCapacity);
     SpillRun run;
-    if (spill_->append(scratch_.get(), Chunk::kCapacity, &run)) {
-      for (const Event &e : chunk.events) {
-        run.uses_global_domain |= e.domain_id == 0;
-        run.ranges += e.is_range();
-      }
-      // The run and the emptied chunk become visible together.
-      mu_.lock();
-      holder_.store(tid_, std::memory_order_relaxed);
-      runs_.push_back(run);
-      chunk.count.store(0, std::memory_order_relaxed);  // readers hold mu_: none is looking
-      holder_.store(0, std::memory_order_relaxed);
-      mu_.unlock();
-      return;
+    if (!spill_->append(scratch_.get(), Chunk::kCapacity, &run)) return false;
+    for (const Event &e : chunk.events) {
+      run.uses_global_domain |= e.domain_id == 0;
+      run.ranges += e.is_range();
     }
+    // The run and the emptied chunk become visible together.
+    mu_.lock();
+    holder_.store(tid_, std::memory_order_relaxed);
+    bool listed = false;
+    try {
+      runs_.push_back(run);
+      listed = true;
+    } catch (const std::bad_alloc &) {
+      // The run stays in the spill file, unlisted; the chunk is kept as it is.
+    }
+    if (listed) chunk.count.store(0, std::memory_order_relaxed);  // readers hold mu_: none looks
+    holder_.store(0, std::memory_order_relaxed);
+    mu_.unlock();
+    return listed;
+  } catch (const std::bad_alloc &) {  // the sorted copy, or the spill file's segment
+    out_of_memory_ = true;
+    return false;
   }
-  Chunk *fresh = new_chunk(true);
-  tail_->next.store(fresh, std::memory_order_release);
-  tail_ = fresh;
 }
 
 void ThreadBuffer::collect(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled,
@@ -152,8 +196,15 @@ void ThreadBuffer::restart_after_fork(uint32_t tid) {
   // Only this thread exists in the child, so nobody can be reading the chunks being replaced.
   // A reader in the parent may have held mu_ at the fork: the child's copy starts afresh.
   new (&mu_) std::mutex;
-  free_chunks();
-  head_ = tail_ = new_chunk(false);  // mapped, like every chunk: free_chunks and collect unmap them
+  Chunk *keep = head_;
+  for (Chunk *c = keep->next.load(std::memory_order_relaxed); c;) {
+    Chunk *next = c->next.load(std::memory_order_relaxed);
+    delete_chunk(c);
+    c = next;
+  }
+  keep->next.store(nullptr, std::memory_order_relaxed);
+  keep->count.store(0, std::memory_order_relaxed);
+  head_ = tail_ = keep;
   runs_.clear();  // they are in the parent's segments, and belong to the parent's trace
   tid_ = tid;
 }

@@ -16,7 +16,12 @@
 //   - names are copied into an append-only arena owned by the thread, so an event's name pointer
 //     stays valid even after the thread exits (buffers are kept until the process ends). This is
 //     the one part that grows on a long run: by the distinct names a thread records, not by the
-//     number of ranges.
+//     number of ranges;
+//   - memory that cannot be had (the host's address-space limit, `ulimit -v`, or memory
+//     exhausted) never ends the host: nothing here throws once the buffer exists. An event with
+//     no chunk to go to is dropped and counted (memory_drops), a name with no room to be copied
+//     to is replaced by kNameLostToMemory, a push whose stack cannot grow keeps its place as an
+//     unframed push (FrameStack).
 #pragma once
 
 #include <atomic>
@@ -62,12 +67,25 @@ struct Frame {
   bool rejected;
 };
 
+// The open ranges of one (thread, domain). `unframed`: pushes that got no frame because the stack
+// could not grow (memory ran out). They are always the innermost — once one is unframed, every
+// push above it is too, until their pops have come — so each of them is matched by the next pop,
+// which closes nothing, and every frame below still meets its own pop.
+struct FrameStack {
+  std::vector<Frame> frames;
+  uint32_t unframed = 0;
+};
+
+// The name a range keeps when its own could not be copied for lack of memory.
+inline constexpr char kNameLostToMemory[] = "(name lost: out of memory)";
+
 class ThreadBuffer {
   struct Chunk;  // below
 
  public:
   // `spill` may be null: then every event stays in memory. `budget` may be null: then every full
-  // chunk is spilled (where `spill` is given).
+  // chunk is spilled (where `spill` is given). Throws std::bad_alloc when even its first chunk
+  // cannot be mapped (Recorder::register_thread: the thread then records nothing).
   ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill = nullptr,
                MemoryBudget *budget = nullptr);
   ~ThreadBuffer();
@@ -99,14 +117,25 @@ class ThreadBuffer {
     const bool nested_;
   };
   bool has_stack(uint32_t domain_id) const { return domain_id < stacks_.size(); }
-  std::vector<Frame> &stack(uint32_t domain_id);
+  // nullptr only when the table of stacks had to grow and memory ran out (then out_of_memory()).
+  FrameStack *stack(uint32_t domain_id) {
+    if (domain_id < stacks_.size()) [[likely]]
+      return &stacks_[domain_id];
+    return add_stack(domain_id);
+  }
   // nullptr if this thread never pushed in that domain.
-  std::vector<Frame> *find_stack(uint32_t domain_id);
+  FrameStack *find_stack(uint32_t domain_id);
+  // Gives `frames` room for kSignalReserve (recorder.hpp) more; false when memory ran out.
+  bool grow(std::vector<Frame> &frames, size_t capacity);
+  // Whether memory ever ran out on this thread: a pop that finds no frame may then be the pop of
+  // a push that found no stack, not a protocol error of the program.
+  bool out_of_memory() const { return out_of_memory_; }
   // Open frames over all domains of this thread (rejected ones included).
   uint32_t open_frames() const { return open_; }
   void opened() { open_published_.store(++open_, std::memory_order_relaxed); }
   void closed() { open_published_.store(--open_, std::memory_order_relaxed); }
-  // A stable, NUL-terminated copy of `text`; equal texts share one copy.
+  // A stable, NUL-terminated copy of `text`; equal texts share one copy (kNameLostToMemory when
+  // there is no memory for one).
   const char *intern(std::string_view text);
   // Stores a completed event (dropped and counted where slot() gives none).
   void append(const Event &event) {
@@ -132,8 +161,18 @@ class ThreadBuffer {
     }
     writing_ = true;
     std::atomic_signal_fence(std::memory_order_seq_cst);  // the flag is set before we go on
-    if (tail_->count.load(std::memory_order_relaxed) == Chunk::kCapacity) [[unlikely]]
-      make_room();
+    if (tail_->count.load(std::memory_order_relaxed) == Chunk::kCapacity) [[unlikely]] {
+      // Without memory, a chunk's worth of events is dropped before the next try: one failing
+      // mmap per event would slow every launch down.
+      if (drops_before_retry_ != 0 || !make_room()) {
+        drops_before_retry_ =
+            drops_before_retry_ != 0 ? drops_before_retry_ - 1 : Chunk::kCapacity - 1;
+        memory_drops_.fetch_add(1, std::memory_order_relaxed);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        writing_ = false;
+        return Slot{nullptr, nullptr, 0};
+      }
+    }
     const uint32_t n = tail_->count.load(std::memory_order_relaxed);
     return Slot{&tail_->events[n], tail_, n};
   }
@@ -148,6 +187,8 @@ class ThreadBuffer {
   uint32_t published_open_frames() const { return open_published_.load(std::memory_order_relaxed); }
   // Events dropped because a signal handler recorded while this thread was storing one.
   uint64_t reentrant_drops() const { return reentrant_drops_.load(std::memory_order_relaxed); }
+  // Events dropped because no chunk could be mapped for them.
+  uint64_t memory_drops() const { return memory_drops_.load(std::memory_order_relaxed); }
   // Copies the events still in memory (in the order they ended) and the runs already spilled.
   // `release_full_chunks` (the exit report, once): every chunk but the one being filled is
   // unmapped as soon as it is copied, so that the report does not hold the events twice (the
@@ -157,7 +198,8 @@ class ThreadBuffer {
 
   // ---- in a fork() child, where the calling thread is the only one left ----
   // Drops the parent's completed events (they belong to the parent's trace) and adopts the
-  // child's thread id. Open frames stay: the child may legitimately pop them.
+  // child's thread id. Open frames stay: the child may legitimately pop them. Allocates nothing
+  // (it runs in fork's child handler): the first chunk is kept and emptied.
   void restart_after_fork(uint32_t tid);
 
  private:
@@ -180,25 +222,33 @@ class ThreadBuffer {
   // Chunks are mapped, not heap-allocated: unmapping one gives its memory back to the system at
   // once (collect's release_full_chunks), which freeing into the heap would not.
   // `populate`: fault the whole chunk in now (see thread_buffer.cpp). Not a thread's first
-  // chunk: a thread that records a handful of ranges keeps the few pages it touched.
+  // chunk: a thread that records a handful of ranges keeps the few pages it touched. nullptr when
+  // it cannot be mapped.
   static Chunk *new_chunk(bool populate);
+  FrameStack *add_stack(uint32_t domain_id);
   const char *intern_unguarded(std::string_view text);
   static void delete_chunk(Chunk *chunk);
   void free_chunks();
   // The tail chunk is full: link a new one while the budget allows, else spill it and reuse it
-  // (or link a new one when spilling fails).
-  void make_room();
+  // (or link a new one when spilling fails). False when neither was possible (no memory).
+  bool make_room();
+  // Spills the full tail chunk as one run and empties it. False when it could not (the spill
+  // file failed, or no memory): the chunk is then left as it is.
+  bool spill_tail();
 
   uint32_t tid_;
   std::string initial_name_;
   Chunk *head_;
   Chunk *tail_;
-  std::vector<std::vector<Frame>> stacks_;  // by domain id
+  std::vector<FrameStack> stacks_;  // by domain id
   uint32_t open_ = 0;
   bool writing_ = false;    // inside slot()..publish() (owner only; a signal handler may look)
   uint32_t active_ = 0;     // pushes and pops in progress on this thread (Activity)
   bool interning_ = false;  // inside intern() (a signal handler's range may look)
   std::atomic<uint64_t> reentrant_drops_{0};
+  std::atomic<uint64_t> memory_drops_{0};
+  bool out_of_memory_ = false;       // owner only
+  uint32_t drops_before_retry_ = 0;  // owner only: see slot()
   std::atomic<uint32_t> open_published_{0};
   std::vector<Block> blocks_;
   std::unordered_set<std::string_view> interned_;

@@ -402,6 +402,7 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   field(",\"startEndRanges\":", async_written);
   field(",\"rejectedPushes\":", snap.rejected_pushes);
   if (snap.reentrant_drops) field(",\"droppedInSignalHandlers\":", snap.reentrant_drops);
+  if (snap.memory_drops) field(",\"droppedForMemory\":", snap.memory_drops);
   field(",\"protocolErrors\":{\"popWithoutPush\":", snap.errors.pop_without_push);
   field(",\"popWrongDomain\":", snap.errors.pop_wrong_domain);
   field(",\"openAtExit\":", snap.errors.open_at_exit);
@@ -542,7 +543,12 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
   }
   const std::string tmp = tmp_name;
   FdSink sink{fd};
-  bool ok = render_trace(snap, fd_sink, &sink);
+  bool ok = false;
+  try {
+    ok = render_trace(snap, fd_sink, &sink);
+  } catch (const std::bad_alloc &) {  // the host's memory ran out: no trace, and no temporary
+    sink.error = ENOMEM;
+  }
   int err = sink.error;
   if (::close(fd) != 0 && ok) {
     ok = false;

@@ -335,8 +335,11 @@ void Engine::create_pool(uint32_t slot, bool align_now) {
   CUcontext context = keys_[slot].load(std::memory_order_acquire);
   Pool *pool = pools_[slot].load(std::memory_order_acquire);
   if (!pool) {
-    pool = new (map_zeroed(sizeof(Pool))) Pool();  // never unmapped: a launch may read it
-    if (!pool) return;
+    // Never unmapped: a launch may read it. (Checked before constructing: a placement new on a
+    // null pointer constructs at address 0, it does not return null.)
+    void *memory = map_zeroed(sizeof(Pool));
+    if (!memory) return;
+    pool = new (memory) Pool();
     pools_[slot].store(pool, std::memory_order_release);
   }
   for (Pair &pair : pool->pairs) {

@@ -337,15 +337,18 @@ void GraphRegistry::retire(GraphRecord &record) {
 
 GraphRecord &GraphRegistry::overflow() {
   if (!overflow_) {
-    GraphRecord *record = new (map_zeroed(sizeof(GraphRecord))) GraphRecord();
+    // Static, not mapped: it is what a launch gets when nothing else can be had, so it must not
+    // need memory itself (.bss, untouched until here: no cost at load, docs/performance.md).
+    alignas(GraphRecord) static unsigned char storage[sizeof(GraphRecord)];
+    GraphRecord *record = new (storage) GraphRecord();
     record->user_named = true;  // one fixed name, shared on purpose
     record->live = false;
     common::printable_copy("graph (unregistered)", record->name, sizeof record->name);
     relabel(*record);
     overflow_ = record;
     log_line(LogLevel::info,
-             "a launch with a null handle, or more live graphs than the registry holds (%zu): "
-             "such launches share the range name '%s'",
+             "a launch with a null handle, more live graphs than the registry holds (%zu), or "
+             "no memory to be had for the registry: such launches share the range name '%s'",
              kMaxLiveGraphs, record->name);
   }
   return *overflow_;

@@ -3,7 +3,7 @@
 // goes through a pointer from dlsym — the shim's own export for RTLD_DEFAULT lookups, the
 // shim's wrapper for lookups on the driver's handle.
 //
-// Usage: fault_program MODE [--launches N] [--threads T]
+// Usage: fault_program MODE [--launches N] [--threads T] [--own-bytes B] [--limit-first 0|1]
 //   no-driver      libcuda is never loaded. Looks up cuGraphLaunch, cuGraphLaunch_ptsz,
 //                  cudaGraphLaunch, cuGraphInstantiateWithFlags, cuGraphExecDestroy and
 //                  ferrum_replay_name_graph_exec with dlsym(RTLD_DEFAULT) (found: the shim's
@@ -33,6 +33,16 @@
 //                  the main thread calls exit(0). Prints `held=1` first.
 //   small-stack    N launches (the process's first among them) on a thread whose stack is the
 //                  smallest POSIX allows (PTHREAD_STACK_MIN), as some thread pools make them.
+//   size-limit     run with a small file size limit (RLIMIT_FSIZE): N launches, then, with
+//                  --own-bytes B > 0, a SIGXFSZ handler that writes `SIGXFSZ handled` to stdout
+//                  and B bytes written to own.bin in the working directory in 4 KiB writes, which
+//                  stop at the first failure (prints own_write_error=<errno>, 0 if all written).
+//                  Returns normally, so the shim and the recorder write their files at exit.
+//   memory-limit   limits its address space (RLIMIT_AS) to what it has mapped now plus B bytes
+//                  (--own-bytes) — after its first launch, or before it with --limit-first 1 —
+//                  then launches N times in all and returns normally. The memory the shim and
+//                  the recorder still want (chunks, tables, the trace at exit) is then not to be
+//                  had. Prints `limited=<bytes>` first.
 // Every mode except no-driver prints `launches=<N> failed=<F>` for what it completed before
 // its ending (exit-from-worker and sigterm print it only from their exit path, on stderr).
 // Exit status: as the mode says, else 0; 1 on set-up errors.
@@ -42,11 +52,13 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -272,6 +284,63 @@ int exit_from_worker(long n, int threads) {
   return 1;
 }
 
+void on_sigxfsz(int) {
+  static const char line[] = "SIGXFSZ handled\n";
+  const ssize_t ignored = write(1, line, sizeof line - 1);
+  (void)ignored;
+}
+
+int size_limit(long n, long own_bytes) {
+  Driver d = load_driver();
+  Counts c;
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  if (own_bytes > 0) {
+    struct sigaction action {};
+    action.sa_handler = on_sigxfsz;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGXFSZ, &action, nullptr) != 0) die("cannot handle SIGXFSZ");
+    FILE *own = std::fopen("own.bin", "wb");
+    if (!own) die("cannot create own.bin");
+    static char block[4096];
+    int error = 0;
+    for (long written = 0; written < own_bytes && error == 0; written += sizeof block)
+      if (write(fileno(own), block, sizeof block) < 0) error = errno;
+    std::fclose(own);
+    std::printf("own_write_error=%d\n", error);
+  }
+  print_counts(c, stdout);
+  return 0;
+}
+
+// Limits the address space to what is mapped now plus `margin` bytes.
+void limit_address_space(long margin) {
+  FILE *status = std::fopen("/proc/self/status", "r");
+  if (!status) die("cannot read /proc/self/status");
+  char line[256];
+  unsigned long vm_kb = 0;
+  while (std::fgets(line, sizeof line, status))
+    if (std::sscanf(line, "VmSize: %lu kB", &vm_kb) == 1) break;
+  std::fclose(status);
+  if (vm_kb == 0) die("no VmSize in /proc/self/status");
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) != 0) die("getrlimit");
+  limit.rlim_cur = vm_kb * 1024 + static_cast<unsigned long>(margin);
+  if (setrlimit(RLIMIT_AS, &limit) != 0) die("setrlimit(RLIMIT_AS)");
+  std::printf("limited=%lu\n", static_cast<unsigned long>(limit.rlim_cur));
+}
+
+int memory_limit(long n, long margin, bool limit_first) {
+  Driver d = load_driver();
+  Counts c;
+  if (limit_first) limit_address_space(margin);
+  for (long i = 0; i < n; ++i) {
+    launch_once(d, c);
+    if (i == 0 && !limit_first) limit_address_space(margin);
+  }
+  print_counts(c, stdout);
+  return 0;
+}
+
 int underscore_exit(long n) {
   Driver d = load_driver();
   Counts c;
@@ -351,9 +420,13 @@ int main(int argc, char **argv) {
   const std::string mode = argv[1];
   long n = 100;
   int threads = 4;
+  long own_bytes = 0;
+  bool limit_first = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--launches") == 0) n = std::strtol(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--own-bytes") == 0) own_bytes = std::strtol(argv[i + 1], nullptr, 10);
+    if (std::strcmp(argv[i], "--limit-first") == 0) limit_first = std::atoi(argv[i + 1]) != 0;
   }
   if (mode == "no-driver") return no_driver();
   if (mode == "late-driver") return late_driver(n);
@@ -361,6 +434,8 @@ int main(int argc, char **argv) {
   if (mode == "fork-children") return fork_children(n);
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);
   if (mode == "underscore-exit") return underscore_exit(n);
+  if (mode == "size-limit") return size_limit(n, own_bytes);
+  if (mode == "memory-limit") return memory_limit(n, own_bytes, limit_first);
   if (mode == "sigterm") return sigterm();
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);

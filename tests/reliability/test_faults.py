@@ -34,11 +34,19 @@ underscore_exit              exit code kept                    no trace (_exit r
 sigterm_handler_exits        exit code 42 from the handler     every completed launch; the one the
                                                                signal interrupted, if any, is open
                                                                at exit (openAtExit <= 1)
+file_size_limit              exit code and output unchanged    nothing past the limit: one line per
+                             under RLIMIT_FSIZE 8 KiB and 0;   output ("File too large"), no
+                             its own SIGXFSZ handler called    temporary left
+                             for its own write only
+address_space_limit          exit code and launches unchanged  every launch recorded or counted in
+                             under RLIMIT_AS set just above    droppedForMemory; else one line
+                             what it mapped                    saying out of memory
 Uses tests/shim/scenarios/harness.py; run through meson (suite reliability).
 """
 import glob
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -287,6 +295,96 @@ def first_launch_on_smallest_stack():
                f"one summary and no marker expected: {files}")
 
 
+def file_size_limit():
+    """The program runs with a file size limit (RLIMIT_FSIZE, `ulimit -f`) below the size of our
+    files. A write past it fails with EFBIG and the kernel sends the writing thread SIGXFSZ,
+    whose default action ends the program. Every file of ours — the trace, the recorder's spill
+    (FERRUM_RECORD_MEMORY=0), the summary, the running marker — must fail with the error alone:
+    exit code and output as without the shim, a SIGXFSZ handler of the program called for its
+    own write only, one line per output that failed, no temporary or marker left."""
+    if "tsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
+        return ("skip: ThreadSanitizer's runtime writes a 512 KiB file of its own at start-up "
+                "(/tmp/tsan.rodata.PID): the program dies of SIGXFSZ without the shim")
+    for limit, own_bytes in ((8192, 0), (0, 0), (8192, 65536)):
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = [PROGRAM, "size-limit", "--launches", "2000", "--own-bytes", str(own_bytes)]
+            rlimits = {resource.RLIMIT_FSIZE: limit}
+            # The stand-in driver's report (a file of the test's) is not written at limit 0.
+            quiet = {"FERRUM_STANDIN_REPORT": ""}
+            bare = harness.run(argv, preload=False, record=False, cwd=tmp, rlimits=rlimits,
+                               env=quiet)
+            expect(bare.returncode == 0 and values(bare.stdout).get("launches") == 2000,
+                   "the program failed without the shim", bare)
+            left_bare = set(os.listdir(tmp))
+            run_ = harness.run(argv, cwd=tmp, rlimits=rlimits,
+                               env={**quiet, "FERRUM_RECORD_OUT": "t.json",
+                                    "FERRUM_RECORD_MEMORY": "0",
+                                    "FERRUM_REPLAY_SUMMARY": "s.txt",
+                                    "FERRUM_REPLAY_RUNNING_DIR": "."})
+            what = f"file size limit {limit} B, program writes {own_bytes} B"
+            expect(run_.returncode == bare.returncode and run_.stdout == bare.stdout,
+                   f"{what}: exit code or output changed (without the shim: exit "
+                   f"{bare.returncode}, {bare.stdout!r})", run_)
+            lines = run_.stderr.splitlines()
+            # The trace (about 300 KB) never fits; the summary (about 200 B) only the 8 KiB.
+            expected = 1 if limit else 2
+            expect(len(lines) == expected and
+                   all(line.endswith(": File too large") for line in lines) and
+                   any("trace" in line for line in lines),
+                   f"{what}: expected {expected} line(s) ending 'File too large'", run_)
+            left = set(os.listdir(tmp)) - left_bare
+            expect(left == ({"s.txt"} if limit else set()),
+                   f"{what}: left in the directory: {sorted(left)}", run_)
+
+
+def address_space_limit():
+    """The program limits its address space (RLIMIT_AS, `ulimit -v`) to what it has mapped plus
+    256 KiB or 1 MiB — before its first launch or after it — and launches 20,000 times: the
+    recorder's chunks, the shim's tables and GPU timing's pools, the snapshot and the trace at
+    exit can no longer have the memory they want. Nothing of ours may end the program (no
+    std::bad_alloc escaping into it, no store through a mapping that failed): exit code and
+    launches as without the shim, only our own lines on stderr, no temporary left. A trace
+    that is written accounts for every launch: recorded, or counted in droppedForMemory."""
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST") or harness.EMULATOR:
+        return "skip: a sanitizer's shadow memory or an emulator does not fit an address-space limit"
+    launches = 20000
+    for limit_first in ("0", "1"):
+        for margin in (256 * 1024, 1024 * 1024):
+            with tempfile.TemporaryDirectory() as tmp:
+                argv = [PROGRAM, "memory-limit", "--launches", str(launches), "--own-bytes",
+                        str(margin), "--limit-first", limit_first]
+                quiet = {"FERRUM_STANDIN_REPORT": ""}
+                bare = harness.run(argv, preload=False, record=False, cwd=tmp, env=quiet)
+                what = f"{margin // 1024} KiB more, limited {'before' if limit_first == '1' else 'after'} the first launch"
+                expect(bare.returncode == 0 and values(bare.stdout).get("launches") == launches,
+                       f"{what}: the program fails without the shim", bare)
+                run_ = harness.run(argv, cwd=tmp,
+                                   env={**quiet, "FERRUM_RECORD_OUT": "t.json",
+                                        "FERRUM_REPLAY_SUMMARY": "s.txt",
+                                        "FERRUM_REPLAY_GPU_TIME": "on"})
+                got = values(run_.stdout)
+                expect(run_.returncode == 0 and got.get("launches") == launches and
+                       got.get("failed") == 0,
+                       f"{what}: exit code or launches changed", run_)
+                foreign = [line for line in run_.stderr.splitlines()
+                           if not line.startswith("ferrum-replay")]
+                expect(not foreign, f"{what}: lines not ours on stderr: {foreign[:3]}", run_)
+                left = [f for f in os.listdir(tmp) if f.endswith(".tmp")]
+                expect(not left, f"{what}: temporaries left: {left}", run_)
+                trace_path = os.path.join(tmp, "t.json")
+                if os.path.exists(trace_path):
+                    footer_ = footer(trace_check.load(trace_path))
+                    accounted = footer_.get("ranges", 0) + footer_.get("droppedForMemory", 0)
+                    expect(accounted >= launches,
+                           f"{what}: {footer_.get('ranges')} ranges and "
+                           f"{footer_.get('droppedForMemory')} dropped for {launches} launches",
+                           run_)
+                else:
+                    expect("out of memory" in run_.stderr or
+                           "Cannot allocate memory" in run_.stderr,
+                           f"{what}: no trace, and no line saying why", run_)
+
+
 def stderr_reader_gone():
     """The program's stderr is a pipe whose reader has gone: the shim's own lines (an invalid
     setting, the summary) must not kill the program with SIGPIPE, nor change its exit code."""
@@ -401,7 +499,7 @@ SCENARIOS = {f.__name__: f for f in (
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch,
     forked_children_count_their_own, running_marker_until_exit, exit_during_first_launch,
-    first_launch_on_smallest_stack,
+    first_launch_on_smallest_stack, file_size_limit, address_space_limit,
     stderr_reader_gone,
     exit_from_worker, underscore_exit, sigterm_handler_exits)}
 

@@ -3,7 +3,9 @@
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -217,7 +219,7 @@ extern "C" int munmap(void *address, size_t length) noexcept {
 }
 
 TEST_CASE("a fork child's chunks are mapped like the parent's: released by munmap, not leaked") {
-  // After fork the buffer starts afresh with a new first chunk; the exit report then unmaps
+  // After fork the buffer keeps its first chunk, emptied; the exit report then unmaps
   // the full chunks it copies (collect with release_full_chunks), and the destructor unmaps
   // the rest. A chunk from the heap given to munmap is leaked (EINVAL), or, page-aligned by an
   // allocator such as jemalloc, unmaps live heap memory.
@@ -232,6 +234,84 @@ TEST_CASE("a fork child's chunks are mapped like the parent's: released by munma
     CHECK(events.size() == 3u * 1024);
   }
   CHECK(g_munmap_not_mapped.load() == before);
+}
+
+namespace {
+
+// Limits this process's address space to what it has mapped now (RLIMIT_AS): from here on no
+// mapping, and no allocation beyond the heap's free memory, can succeed.
+bool limit_address_space_to_now() {
+  FILE *status = std::fopen("/proc/self/status", "r");
+  if (!status) return false;
+  char line[256];
+  unsigned long vm_kb = 0;
+  while (std::fgets(line, sizeof line, status))
+    if (std::sscanf(line, "VmSize: %lu kB", &vm_kb) == 1) break;
+  std::fclose(status);
+  rlimit limit{};
+  if (vm_kb == 0 || getrlimit(RLIMIT_AS, &limit) != 0) return false;
+  limit.rlim_cur = vm_kb * 1024;
+  return setrlimit(RLIMIT_AS, &limit) == 0;
+}
+
+// Runs `body` in a child process (its address-space limit stays there) and returns its exit
+// status: 0 when every check of `body` held, else the number of the first that failed.
+template <typename Body>
+int in_child(Body &&body) {
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child == 0) _exit(body());
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+}
+
+}  // namespace
+
+TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, drops are counted") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return;  // a sanitizer's shadow memory does not fit an address-space limit
+#endif
+  // Under the host's address-space limit (ulimit -v) nothing of the recorder's may throw into
+  // the program: a push whose stack cannot grow keeps its place without a frame, so that every
+  // pop still closes its own push, and the events no chunk can hold are dropped and counted.
+  // Pushes until the stack cannot grow (the heap's free memory, which earlier tests may have
+  // left large, is used up first), then 100 more.
+  constexpr int kMaxFramed = 4000000;
+  const int failed = in_child([&]() -> int {
+    Recorder r(Settings{}, 0);
+    const auto &g = r.names().global_domain();
+    if (push(r, g, "outer") != 0) return 2;
+    if (!limit_address_space_to_now()) return 3;
+    int framed = 0, unframed = 0;
+    while (unframed < 100 && framed < kMaxFramed) {
+      const int level = push(r, g, "inner");
+      if (level == kRejected) {
+        ++unframed;
+      } else {
+        if (unframed != 0 || level != framed + 1) return 4;  // unframed pushes are innermost
+        ++framed;
+      }
+    }
+    if (unframed == 0) return 5;  // the limit did not bite: nothing was tested
+    const int inner = framed + unframed;
+    for (int i = 0; i < unframed; ++i)
+      if (r.pop(g) != kRejected) return 6;
+    for (int level = framed; level >= 1; --level)
+      if (r.pop(g) != level) return 7;
+    rlimit none{};
+    getrlimit(RLIMIT_AS, &none);
+    none.rlim_cur = none.rlim_max;
+    if (setrlimit(RLIMIT_AS, &none) != 0) return 8;
+    if (r.pop(g) != 0) return 9;  // the outer range still meets its own pop
+    const Snapshot s = r.snapshot();
+    if (!s.errors.none()) return 10;
+    // Every push is accounted for: recorded, or counted as dropped for lack of memory.
+    if (s.range_count() + s.memory_drops != 1u + inner) return 11;
+    if (s.memory_drops < static_cast<uint64_t>(unframed)) return 12;
+    return 0;
+  });
+  CHECK(failed == 0);
 }
 
 TEST_CASE("the exit report's snapshot while threads still record and another snapshot reads") {

@@ -7,6 +7,7 @@ variable per test program (LAUNCH_DRIVER, LAUNCH_RUNTIME, ...).
 """
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -77,10 +78,12 @@ def under_emulator(argv, child_env):
     return [EMULATOR, *argv]
 
 
-def run(argv, preload=True, record=True, env=None, timeout=120, stderr=None, cwd=None):
+def run(argv, preload=True, record=True, env=None, timeout=120, stderr=None, cwd=None,
+        rlimits=None):
     """Runs argv with the stand-in libraries on LD_LIBRARY_PATH; preloads the shim and attaches
     the recorder when asked. Returns a Run. `stderr`: a descriptor for the program's stderr
-    instead of capturing it (Run.stderr is then ""). `cwd`: the program's working directory."""
+    instead of capturing it (Run.stderr is then ""). `cwd`: the program's working directory.
+    `rlimits`: {resource.RLIMIT_*: soft limit} for the program (hard limits kept)."""
     with tempfile.TemporaryDirectory(prefix="ferrum-test-") as tmp:
         child_env = dict(os.environ)
         for key in [k for k in child_env if k.startswith(("FERRUM_", "NVTX_"))]:
@@ -102,7 +105,8 @@ def run(argv, preload=True, record=True, env=None, timeout=120, stderr=None, cwd
         argv_run = under_emulator(argv, child_env)
         done = subprocess.run(argv_run, env=child_env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE if stderr is None else stderr, text=True,
-                              timeout=timeout, errors="replace", cwd=cwd)
+                              timeout=timeout, errors="replace", cwd=cwd,
+                              preexec_fn=(lambda: set_limits(rlimits)) if rlimits else None)
         trace = trace_check.load(trace_path) if record and os.path.exists(trace_path) else None
         report = {}
         if os.path.exists(report_path):
@@ -110,6 +114,11 @@ def run(argv, preload=True, record=True, env=None, timeout=120, stderr=None, cwd
                 for line in handle:
                     report.update({k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)})
         return Run(argv, done.returncode, done.stdout, done.stderr or "", trace, report)
+
+
+def set_limits(rlimits):
+    for limit, soft in rlimits.items():
+        resource.setrlimit(limit, (soft, resource.getrlimit(limit)[1]))
 
 
 def expect(condition, message, run_=None):
