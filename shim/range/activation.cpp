@@ -1,5 +1,6 @@
 #include "range/activation.hpp"
 
+#include <dlfcn.h>
 #include <link.h>
 #include <sched.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "naming/graph_naming.hpp"
 #include "output_file.hpp"
 #include "range/process_files.hpp"
+#include "resolve/libc_symbols.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -92,8 +94,31 @@ void describe_missing_tool(char *out, size_t size) {
              shown.text);
 }
 
+// Whether another copy of the shim — the same library from another path: one a container preloads
+// for every process and the one `ferrum-replay record` adds from a checkout or a wheel — comes
+// before this one in the global scope. The program's launches reach that copy first, and through
+// its real functions this one: were both to open a range, every replay would be two nested
+// ranges and counted twice. The first copy names the replays; a later one passes through.
+bool later_copy() {
+  void *exported = libc_dlsym()(RTLD_DEFAULT, "ferrum_replay_name_graph_exec");
+  Dl_info theirs{}, ours{};
+  if (!exported || !dladdr(exported, &theirs) ||
+      !dladdr(reinterpret_cast<void *>(&later_copy), &ours) || theirs.dli_fbase == ours.dli_fbase)
+    return false;
+  if (log_enabled(LogLevel::info)) {
+    const MessageValue first = message_value(theirs.dli_fname ? theirs.dli_fname : "");
+    const MessageValue self = message_value(ours.dli_fname ? ours.dli_fname : "");
+    log_line(LogLevel::info,
+             "another copy of ferrum-replay ('%s') is loaded before this one ('%s') and names "
+             "the replays: this one passes every launch through",
+             first.text, self.text);
+  }
+  return true;
+}
+
 detail::Phase activate() {
   (void)settings();
+  if (later_copy()) return detail::Phase::pass_through;
   if (!g_settings.enabled) {
     log_line(LogLevel::info, "FERRUM_REPLAY=off: every launch passes through untouched");
     return detail::Phase::pass_through;

@@ -2,8 +2,10 @@
 with the recorder as the NVTX tool. Each asserts what a user would see: one balanced range
 per launch, the launch's result unchanged, and silence where nothing was asked for."""
 import os
+import shutil
 import signal
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (DOMAIN, expect, expect_balanced, expect_one_range_per_launch, main,  # noqa: E402
@@ -185,6 +187,31 @@ def switched_off():
         expect(run_.report.get("launches") == LAUNCHES, "launches did not reach the driver", run_)
 
 
+def two_copies_of_the_shim():
+    """The same library preloaded twice from two paths (a container's installed copy and the one
+    `ferrum-replay record` adds): the program's launches reach the first copy, which reaches
+    the driver through the second. Every replay must still be one range and counted once, on
+    every route, whichever copy comes first; the later copy says why it stays out of the way."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "libferrum-replay.so")
+        shutil.copyfile(path_of("FERRUM_SHIM"), copy)
+        for order in ((path_of("FERRUM_SHIM"), copy), (copy, path_of("FERRUM_SHIM"))):
+            for program in ("LAUNCH_RUNTIME", "LAUNCH_DRIVER", "LAUNCH_PROCADDRESS",
+                            "LAUNCH_STATIC_RUNTIME"):
+                run_ = launch(program, env={"LD_PRELOAD": " ".join(order),
+                                            "FERRUM_REPLAY_SUMMARY": "stderr",
+                                            "FERRUM_REPLAY_LOG": "info"})
+                what = f"{program} with {order[0]} first"
+                expect(run_.returncode == 0, f"{what}: the program failed", run_)
+                expect_one_range_per_launch(run_, LAUNCHES)
+                expect_balanced(run_)
+                summaries = run_.stderr.count("ferrum-replay launch summary:")
+                expect(summaries == 1, f"{what}: {summaries} launch summaries", run_)
+                expect(f"another copy of ferrum-replay ('{order[0]}') is loaded before this one "
+                       f"('{order[1]}')" in run_.stderr,
+                       f"{what}: the later copy did not say why it passes through", run_)
+
+
 def eight_threads():
     """8 threads launching at once: every launch has its range, balanced per thread."""
     run_ = launch("LAUNCH_DRIVER", "--threads", "8")
@@ -252,7 +279,8 @@ def non_cuda_processes():
 SCENARIOS = {f.__name__: f for f in (
     numbered_names_without_sites, runtime_launch, driver_launch, runtime_ptsz, driver_ptsz,
     runtime_stream_handles, failing_launch, exception_through_launch, longjmp_out_of_launch,
-    rejecting_tool, rejecting_every_third_push, no_tool_attached, switched_off, eight_threads,
+    rejecting_tool, rejecting_every_third_push, no_tool_attached, switched_off,
+    two_copies_of_the_shim, eight_threads,
     invalid_setting_one_line, custom_domain, log_levels, non_cuda_processes)}
 
 if __name__ == "__main__":
