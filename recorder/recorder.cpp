@@ -18,6 +18,9 @@ namespace {
 
 std::atomic<uint64_t> g_next_generation{1};
 
+// Emptied buffers kept for threads to come (fold_ended_threads); the rest are deleted.
+constexpr size_t kMaxIdleBuffers = 64;
+
 uint32_t os_thread_id() {
   return static_cast<uint32_t>(syscall(SYS_gettid));
 }
@@ -26,6 +29,16 @@ std::string own_thread_name() {
   char name[17] = {};
   if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0) return {};
   return name;
+}
+
+// `ts`'s spilled runs read back and merged into its events, in trace order.
+void materialize_runs(const Snapshot &snap, ThreadSnapshot &ts) {
+  if (ts.runs.empty()) return;
+  std::vector<Event> all;
+  all.reserve(ts.event_count());
+  for_each_event_in_order(snap, ts, [&](const Event &e) { all.push_back(e); });
+  ts.events.swap(all);
+  ts.runs.clear();
 }
 
 // First line of a /proc file without its newline; empty if unreadable (e.g. the thread is gone).
@@ -97,6 +110,8 @@ Recorder::Recorder(const Settings &settings, uint64_t origin_ns, uint64_t origin
 Recorder::~Recorder() {
   for (ThreadBuffer *t : threads_) delete t;
   for (ThreadBuffer *t : orphans_) delete t;
+  for (ThreadBuffer *t : idle_) delete t;
+  for (char *names : kept_names_) delete[] names;
 }
 
 thread_local ThreadSlot t_slot;
@@ -105,18 +120,66 @@ ThreadBuffer *Recorder::register_thread() noexcept {
   ThreadSlot &slot = t_slot;
   ThreadBuffer *buffer = nullptr;
   try {
-    buffer = new ThreadBuffer(os_thread_id(), own_thread_name(),
-                              settings_.spill ? &spill_ : nullptr, &memory_budget_);
+    const uint32_t tid = os_thread_id();
+    const std::string name = own_thread_name();
     std::lock_guard lock(threads_mu_);
+    if (threads_.size() >= fold_at_ && snapshots_reading_ == 0) fold_ended_threads();
+    threads_.reserve(threads_.size() + 1);  // nothing below may throw once a buffer is taken
+    if (!idle_.empty()) {
+      idle_.back()->adopt(tid, name);
+      buffer = idle_.back();
+      idle_.pop_back();
+    } else {
+      buffer = new ThreadBuffer(tid, name, settings_.spill ? &spill_ : nullptr, &memory_budget_);
+    }
     threads_.push_back(buffer);
   } catch (const std::bad_alloc &) {
     // Not retried: a buffer that came later would meet the pops of pushes it never saw.
-    delete buffer;
     buffer = nullptr;
   }
   slot.buffer = buffer;
   slot.generation = generation_;
   return buffer;
+}
+
+void Recorder::fold_ended_threads() {
+  const int saved_errno = errno;  // the program's: tgkill sets it
+  const long pid = static_cast<long>(getpid());
+  size_t kept = 0;
+  for (size_t i = 0; i < threads_.size(); ++i) {
+    ThreadBuffer *t = threads_[i];
+    bool ended = syscall(SYS_tgkill, pid, static_cast<long>(t->tid()), 0) != 0 && errno == ESRCH;
+    if (ended) {
+      try {
+        // Room first (growing geometrically), so that nothing throws once the buffer is emptied.
+        if (ended_.size() == ended_.capacity()) ended_.reserve(2 * ended_.size() + 16);
+        if (idle_.size() == idle_.capacity()) idle_.reserve(2 * idle_.size() + 16);
+        EndedThread gone{t->tid(), t->initial_name(), {}, {}, t->published_open_frames()};
+        ended = t->give_up(&gone.events, &gone.runs, &ended_reentrant_drops_, &ended_memory_drops_);
+        if (ended) {
+          ended_.push_back(std::move(gone));
+          idle_.push_back(t);
+        }
+      } catch (const std::bad_alloc &) {
+        ended = false;  // kept as it is, with its events
+      }
+    }
+    if (!ended) threads_[kept++] = t;
+  }
+  threads_.resize(kept);
+  fold_at_ = std::max<size_t>(64, 2 * kept);
+  // Idle buffers beyond what the next threads will want (those folded while a snapshot kept
+  // the buffers from being folded) are deleted; their names stay.
+  while (idle_.size() > kMaxIdleBuffers) {
+    try {
+      idle_.back()->hand_names_to(&kept_names_);
+    } catch (const std::bad_alloc &) {
+      break;
+    }
+    delete idle_.back();
+    idle_.pop_back();
+  }
+  errno = saved_errno;
 }
 
 int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {
@@ -261,9 +324,43 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   snap.category_names = names_.category_names();
 
   std::vector<ThreadBuffer *> threads;
+  std::vector<EndedThread> ended;
   {
     std::lock_guard lock(threads_mu_);
     threads = threads_;
+    // The last report takes them (no copy of the events); other snapshots copy.
+    if (release_memory)
+      ended.swap(ended_);
+    else
+      ended = ended_;
+    snap.reentrant_drops += ended_reentrant_drops_;
+    snap.memory_drops += ended_memory_drops_;
+    ++snapshots_reading_;
+  }
+  // No buffer is folded (emptied for another thread) while this reads them.
+  struct Reading {
+    const Recorder &recorder;
+    ~Reading() {
+      std::lock_guard lock(recorder.threads_mu_);
+      --recorder.snapshots_reading_;
+    }
+  } reading{*this};
+  // A thread's events and runs, collected: sorted, read back from the spill when asked.
+  const auto add = [&](ThreadSnapshot &&ts) {
+    sort_events(ts.events);
+    if (!ts.runs.empty()) snap.spill = &spill_;
+    if (materialize) materialize_runs(snap, ts);
+    snap.errors.open_at_exit += ts.open_frames;
+    snap.threads.push_back(std::move(ts));
+  };
+  for (EndedThread &gone : ended) {
+    ThreadSnapshot ts;
+    ts.tid = gone.tid;
+    if (!names_.thread_name(ts.tid, &ts.name)) ts.name = gone.name;
+    ts.open_frames = gone.open_frames;
+    ts.events = std::move(gone.events);
+    ts.runs = std::move(gone.runs);
+    add(std::move(ts));
   }
   for (ThreadBuffer *t : threads) {
     ThreadSnapshot ts;
@@ -280,17 +377,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
     snap.reentrant_drops += t->reentrant_drops();
     snap.memory_drops += t->memory_drops();
     t->collect(&ts.events, &ts.runs, release_memory);
-    sort_events(ts.events);
-    if (!ts.runs.empty()) snap.spill = &spill_;
-    if (materialize && !ts.runs.empty()) {
-      std::vector<Event> all;
-      all.reserve(ts.event_count());
-      for_each_event_in_order(snap, ts, [&](const Event &e) { all.push_back(e); });
-      ts.events.swap(all);
-      ts.runs.clear();
-    }
-    snap.errors.open_at_exit += ts.open_frames;
-    snap.threads.push_back(std::move(ts));
+    add(std::move(ts));
   }
   // Before the threads' spilled runs are let go: pairing reads every thread's events.
   match_async_ranges(snap, next_async_id_.load(std::memory_order_relaxed));
@@ -301,16 +388,8 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
     snap.gpu = gpu_status_;
     snap.gpu.dropped = dropped;
   }
-  if (materialize) {
-    for (ThreadSnapshot &ts : snap.gpu_tracks) {
-      if (ts.runs.empty()) continue;
-      std::vector<Event> all;
-      all.reserve(ts.event_count());
-      for_each_event_in_order(snap, ts, [&](const Event &e) { all.push_back(e); });
-      ts.events.swap(all);
-      ts.runs.clear();
-    }
-  }
+  if (materialize)
+    for (ThreadSnapshot &ts : snap.gpu_tracks) materialize_runs(snap, ts);
   if (materialize) snap.spill = nullptr;
   snap.rejected_pushes = rejected_.load(std::memory_order_relaxed);
   snap.memory_drops += memory_drops_.load(std::memory_order_relaxed);
@@ -351,6 +430,8 @@ void Recorder::after_fork_in_child() {
   for (ThreadBuffer *t : threads_)
     if (t != self && orphans_.size() < orphans_.capacity()) orphans_.push_back(t);
   threads_.clear();
+  ended_.clear();          // the parent's threads, in the parent's trace
+  snapshots_reading_ = 0;  // a snapshot another thread was taking has no thread here
   if (self) {
     self->restart_after_fork(os_thread_id());
     threads_.push_back(self);

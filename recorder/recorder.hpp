@@ -129,6 +129,13 @@ class Recorder {
   void set_gpu_status(const GpuStatus &status) { gpu_status_ = status; }
   void set_gpu_domain(std::string domain) { gpu_domain_ = std::move(domain); }
 
+  // Thread buffers that exist: those of live threads, those not yet folded, the idle ones
+  // (tests: that buffers of ended threads are reused).
+  size_t buffers() const {
+    std::lock_guard lock(threads_mu_);
+    return threads_.size() + idle_.size();
+  }
+
   // The process's spill file (tests: how much was spilled).
   const SpillFile &spill_file() const { return spill_; }
 
@@ -139,6 +146,14 @@ class Recorder {
 
  private:
   ThreadBuffer *register_thread() noexcept;
+  // Threads come and go (a pool that recycles its threads, a thread per request): a buffer per
+  // thread that ever recorded would keep its chunk's page and its bookkeeping for the life of
+  // the process, ~10 KiB per ended thread. So, once the buffers have doubled since the last
+  // look, registration looks for those whose thread has ended (tgkill(pid, tid, 0): ESRCH — the
+  // thread can no longer run) and folds them: their events and name move to ended_, the buffer
+  // is emptied for the next thread to adopt. Not while a snapshot reads buffers. Under
+  // threads_mu_.
+  void fold_ended_threads();
   // A push that gets no frame (memory ran out): kept in `stack`'s unframed count so that its pop
   // closes nothing, or, where there is no stack, matched by the pop's out_of_memory() rule.
   int push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept;
@@ -169,6 +184,21 @@ class Recorder {
   mutable std::mutex threads_mu_;  // thread registration, snapshot and fork only
   std::vector<ThreadBuffer *> threads_;
   std::vector<ThreadBuffer *> orphans_;  // buffers of threads that did not survive a fork
+  // What is kept of a thread that ended (fold_ended_threads): its events, nothing else.
+  struct EndedThread {
+    uint32_t tid;
+    std::string name;
+    std::vector<Event> events;
+    std::vector<SpillRun> runs;
+    uint32_t open_frames;
+  };
+  mutable std::vector<EndedThread> ended_;  // the last report moves them out
+  std::vector<ThreadBuffer *> idle_;        // emptied buffers, for the next threads to adopt
+  std::vector<char *> kept_names_;  // name blocks of deleted buffers (their events point there)
+  size_t fold_at_ = 64;             // threads_.size() at which to look again
+  mutable unsigned snapshots_reading_ = 0;  // buffers are not folded while a snapshot reads them
+  uint64_t ended_reentrant_drops_ = 0;
+  uint64_t ended_memory_drops_ = 0;
 
   std::atomic<uint64_t> push_counter_{0};  // pushes eligible for every-Nth rejection
   std::atomic<uint64_t> rejected_{0};

@@ -172,6 +172,11 @@ void ThreadBuffer::collect(std::vector<Event> *in_memory, std::vector<SpillRun> 
     mu_.lock();
   }
   std::lock_guard lock(mu_, std::adopt_lock);
+  collect_locked(in_memory, spilled, release_full_chunks);
+}
+
+void ThreadBuffer::collect_locked(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled,
+                                  bool release_full_chunks) {
   if (spilled) *spilled = runs_;
   if (release_full_chunks) {  // reserved once: the copy grows as the chunks go
     size_t total = 0;
@@ -192,10 +197,7 @@ void ThreadBuffer::collect(std::vector<Event> *in_memory, std::vector<SpillRun> 
   }
 }
 
-void ThreadBuffer::restart_after_fork(uint32_t tid) {
-  // Only this thread exists in the child, so nobody can be reading the chunks being replaced.
-  // A reader in the parent may have held mu_ at the fork: the child's copy starts afresh.
-  new (&mu_) std::mutex;
+void ThreadBuffer::keep_first_chunk_only() {
   Chunk *keep = head_;
   for (Chunk *c = keep->next.load(std::memory_order_relaxed); c;) {
     Chunk *next = c->next.load(std::memory_order_relaxed);
@@ -205,6 +207,48 @@ void ThreadBuffer::restart_after_fork(uint32_t tid) {
   keep->next.store(nullptr, std::memory_order_relaxed);
   keep->count.store(0, std::memory_order_relaxed);
   head_ = tail_ = keep;
+}
+
+bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *runs,
+                           uint64_t *reentrant_drops, uint64_t *memory_drops) {
+  // Held only if the owner ended inside the few locked instructions of spill_tail (a signal
+  // handler's pthread_exit): never waited for; the buffer is then simply kept.
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  collect_locked(events, runs, false);  // may throw: nothing changed yet
+  events->shrink_to_fit();
+  keep_first_chunk_only();
+  runs_.clear();
+  for (FrameStack &stack : stacks_) {
+    stack.frames.clear();
+    stack.unframed = 0;
+  }
+  *reentrant_drops += reentrant_drops_.exchange(0, std::memory_order_relaxed);
+  *memory_drops += memory_drops_.exchange(0, std::memory_order_relaxed);
+  open_ = 0;
+  open_published_.store(0, std::memory_order_relaxed);
+  writing_ = interning_ = out_of_memory_ = false;
+  active_ = drops_before_retry_ = 0;
+  return true;
+}
+
+void ThreadBuffer::hand_names_to(std::vector<char *> *keep) {
+  keep->reserve(keep->size() + blocks_.size());
+  for (const Block &b : blocks_) keep->push_back(b.data);
+  blocks_.clear();
+  interned_.clear();
+}
+
+void ThreadBuffer::adopt(uint32_t tid, std::string_view name) {
+  initial_name_.assign(name);
+  tid_ = tid;
+}
+
+void ThreadBuffer::restart_after_fork(uint32_t tid) {
+  // Only this thread exists in the child, so nobody can be reading the chunks being replaced.
+  // A reader in the parent may have held mu_ at the fork: the child's copy starts afresh.
+  new (&mu_) std::mutex;
+  keep_first_chunk_only();
   runs_.clear();  // they are in the parent's segments, and belong to the parent's trace
   tid_ = tid;
 }

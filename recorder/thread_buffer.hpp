@@ -196,6 +196,21 @@ class ThreadBuffer {
   void collect(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled,
                bool release_full_chunks = false);
 
+  // ---- once the owner has ended, for the next thread (Recorder::fold_ended_threads) ----
+  // The events still here go to `events` and `runs` (as collect gives them), the ended owner's
+  // drops are added to `*reentrant_drops` and `*memory_drops`; then the buffer is emptied:
+  // every chunk but the first unmapped, stacks and counters cleared. Names interned here stay
+  // (the events handed out point into them). Throws std::bad_alloc only before anything changed;
+  // false (nothing changed) when the buffer's lock is held.
+  bool give_up(std::vector<Event> *events, std::vector<SpillRun> *runs, uint64_t *reentrant_drops,
+               uint64_t *memory_drops);
+  // An emptied buffer's next owner. Throws std::bad_alloc (the name) with nothing changed.
+  void adopt(uint32_t tid, std::string_view name);
+  // An emptied buffer that will be deleted: the blocks its names were copied to (events point
+  // into them) go to `keep`, to live as long as the recorder. Throws std::bad_alloc with nothing
+  // changed.
+  void hand_names_to(std::vector<char *> *keep);
+
   // ---- in a fork() child, where the calling thread is the only one left ----
   // Drops the parent's completed events (they belong to the parent's trace) and adopts the
   // child's thread id. Open frames stay: the child may legitimately pop them. Allocates nothing
@@ -229,6 +244,10 @@ class ThreadBuffer {
   const char *intern_unguarded(std::string_view text);
   static void delete_chunk(Chunk *chunk);
   void free_chunks();
+  void collect_locked(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled,
+                      bool release_full_chunks);
+  // Unmaps every chunk but the first, which is emptied (the owner is gone or is the caller).
+  void keep_first_chunk_only();
   // The tail chunk is full: link a new one while the budget allows, else spill it and reuse it
   // (or link a new one when spilling fails). False when neither was possible (no memory).
   bool make_room();

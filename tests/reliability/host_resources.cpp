@@ -23,6 +23,10 @@
 //                  graph and its context, dlcloses the driver and
 //                  prints `still_loaded=1` if dlopen(RTLD_NOLOAD) still finds it, else
 //                  `still_loaded=0`; then `launches=N failed=F`.
+//   thread-churn N
+//                  N threads, one after another (each joined before the next starts), each
+//                  making the context current and launching once: a pool that recycles its
+//                  threads. Prints `rss_kb=<VmRSS at the end>` and `launches=N failed=F`.
 // Exit status 0, 1 on set-up errors.
 
 #include <cuda.h>
@@ -34,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -219,15 +224,38 @@ int unload() {
 
 }  // namespace
 
+int thread_churn(long n) {
+  Driver d = load_driver();
+  CUresult (*set_current)(CUcontext) = nullptr;
+  lookup(d.handle, "cuCtxSetCurrent", set_current);
+  for (long i = 0; i < n; ++i) {
+    std::thread worker([&] {
+      set_current(d.ctx);  // a context is current per thread
+      d.launch_n(1);
+    });
+    worker.join();
+  }
+  long rss_kb = -1;
+  if (FILE *status = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, status))
+      if (std::sscanf(line, "VmRSS: %ld kB", &rss_kb) == 1) break;
+    std::fclose(status);
+  }
+  std::printf("rss_kb=%ld\nlaunches=%llu failed=%llu\n", rss_kb, d.launches, d.failed);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "descriptors" && argc >= 4)
     return descriptors(argv[2], std::atol(argv[3]), argc > 4 && std::strcmp(argv[4], "dup2") == 0);
   if (mode == "unload") return unload();
+  if (mode == "thread-churn" && argc >= 3) return thread_churn(std::atol(argv[2]));
   if (mode == "standard-streams" && argc >= 5)
     return standard_streams(argv[2], std::atol(argv[3]), std::strcmp(argv[4], "before") == 0);
   std::fprintf(stderr,
                "usage: host_resources descriptors DIR N [close|dup2] | "
-               "standard-streams DIR N before|after | unload\n");
+               "standard-streams DIR N before|after | unload | thread-churn N\n");
   return 1;
 }

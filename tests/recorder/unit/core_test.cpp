@@ -3,11 +3,13 @@
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -312,6 +314,51 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
     return 0;
   });
   CHECK(failed == 0);
+}
+
+TEST_CASE("threads that end leave their events and names, not their buffers") {
+  // A pool that recycles its threads: 1,000 threads one after another, each naming itself and
+  // recording one range (the 500th leaves its range open), the first 400 while another thread
+  // takes snapshots (no buffer is folded while one reads them). Every range stays, on its own
+  // thread's track with that thread's name and id; the buffers of ended threads go to the next
+  // threads instead of piling up.
+  Recorder r(Settings{}, 0);
+  const auto &g = r.names().global_domain();
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    while (!stop.load(std::memory_order_relaxed)) (void)r.snapshot();
+  });
+  std::vector<uint32_t> tids;
+  constexpr int kThreads = 1000;
+  for (int i = 0; i < kThreads; ++i) {
+    if (i == 400) {
+      stop.store(true);
+      reader.join();
+    }
+    std::thread worker([&, i] {
+      char name[16];
+      std::snprintf(name, sizeof name, "worker-%d", i);
+      prctl(PR_SET_NAME, name, 0, 0, 0);
+      tids.push_back(static_cast<uint32_t>(gettid()));
+      push(r, g, name);
+      if (i != 500) r.pop(g);
+    });
+    worker.join();
+  }
+  CHECK(r.buffers() <= 130);  // at most twice the 64 looked at once, not one per thread
+  const Snapshot s = r.snapshot();
+  CHECK(s.range_count() == kThreads - 1);
+  CHECK(s.errors.open_at_exit == 1);
+  size_t matched = 0;
+  for (const ThreadSnapshot &t : s.threads) {
+    if (t.events.size() != 1) continue;
+    const std::string range = t.events[0].attrs.name;
+    const auto at = std::find(tids.begin(), tids.end(), t.tid);
+    if (at == tids.end()) continue;
+    const std::string expected = "worker-" + std::to_string(at - tids.begin());
+    matched += range == expected && t.name == expected;
+  }
+  CHECK(matched == kThreads - 1);
 }
 
 TEST_CASE("the exit report's snapshot while threads still record and another snapshot reads") {
