@@ -46,15 +46,15 @@ inline const nvtxDomainRegistration_st &domain_of(nvtxDomainHandle_t domain) {
   return domain ? *domain : rec().names().global_domain();
 }
 
+inline void count_memory_drop() {
+  if (Recorder *r = g_recorder.load(std::memory_order_acquire)) r->count_memory_drop();
+}
+
 // Runs a handler's work that allocates (names, domains, wide-character text): memory that ran out
 // (std::bad_alloc) must never unwind into the program that called NVTX. The call is then
 // counted as not recorded and `fallback` returned (a null handle: NVTX's own answer when no tool
 // is attached). Push, pop and the other recording calls need none of this: they are noexcept
 // and degrade inside (thread_buffer.hpp).
-inline void count_memory_drop() {
-  if (Recorder *r = g_recorder.load(std::memory_order_acquire)) r->count_memory_drop();
-}
-
 template <typename Result, typename Work>
 Result or_fallback(Result fallback, Work &&work) noexcept {
   try {

@@ -124,7 +124,8 @@ ThreadBuffer *Recorder::register_thread() noexcept {
     const std::string name = own_thread_name();
     std::lock_guard lock(threads_mu_);
     if (threads_.size() >= fold_at_ && snapshots_reading_ == 0) fold_ended_threads();
-    threads_.reserve(threads_.size() + 1);  // nothing below may throw once a buffer is taken
+    // Room first (growing geometrically), so that nothing throws once a buffer is taken.
+    if (threads_.size() == threads_.capacity()) threads_.reserve(2 * threads_.size() + 16);
     if (!idle_.empty()) {
       idle_.back()->adopt(tid, name);
       buffer = idle_.back();

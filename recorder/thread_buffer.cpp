@@ -233,7 +233,8 @@ bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *ru
 }
 
 void ThreadBuffer::hand_names_to(std::vector<char *> *keep) {
-  keep->reserve(keep->size() + blocks_.size());
+  if (keep->capacity() - keep->size() < blocks_.size())  // growing geometrically
+    keep->reserve(2 * keep->capacity() + blocks_.size());
   for (const Block &b : blocks_) keep->push_back(b.data);
   blocks_.clear();
   interned_.clear();

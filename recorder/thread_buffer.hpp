@@ -13,10 +13,11 @@
 //     reader never sees a chunk being recycled nor an event twice. If spilling fails, a fresh chunk
 //     is linked instead and nothing is lost (memory then grows, as it would without a spill file);
 //   - the number of open frames is mirrored in an atomic for the open-at-exit count;
-//   - names are copied into an append-only arena owned by the thread, so an event's name pointer
-//     stays valid even after the thread exits (buffers are kept until the process ends). This is
-//     the one part that grows on a long run: by the distinct names a thread records, not by the
-//     number of ranges;
+//   - names are copied into an append-only arena owned by the buffer, so an event's name pointer
+//     stays valid even after the thread exits (the arena lives until the process ends: when the
+//     buffer goes to another thread, that thread shares it; when the buffer is deleted, the
+//     recorder keeps it). This is the one part that grows on a long run: by the distinct names
+//     recorded, not by the number of ranges;
 //   - memory that cannot be had (the host's address-space limit, `ulimit -v`, or memory
 //     exhausted) never ends the host: nothing here throws once the buffer exists. An event with
 //     no chunk to go to is dropped and counted (memory_drops), a name with no room to be copied
