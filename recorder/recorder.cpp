@@ -143,6 +143,21 @@ ThreadBuffer *Recorder::register_thread() noexcept {
   return buffer;
 }
 
+void Recorder::spill_if_over_budget(EndedThread &gone) noexcept {
+  if (gone.events.empty() || !settings_.spill ||
+      memory_budget_.take(gone.events.size() * sizeof(Event)))
+    return;
+  try {
+    sort_events(gone.events);
+    if (gone.runs.size() == gone.runs.capacity()) gone.runs.reserve(gone.runs.size() + 1);
+    SpillRun run;
+    if (!spill_.append(gone.events.data(), static_cast<uint32_t>(gone.events.size()), &run)) return;
+    gone.runs.push_back(run);
+    std::vector<Event>().swap(gone.events);
+  } catch (const std::bad_alloc &) {
+  }
+}
+
 void Recorder::fold_ended_threads() {
   const int saved_errno = errno;  // the program's: tgkill sets it
   const long pid = static_cast<long>(getpid());
@@ -158,6 +173,7 @@ void Recorder::fold_ended_threads() {
         EndedThread gone{t->tid(), t->initial_name(), {}, {}, t->published_open_frames()};
         ended = t->give_up(&gone.events, &gone.runs, &ended_reentrant_drops_, &ended_memory_drops_);
         if (ended) {
+          spill_if_over_budget(gone);
           ended_.push_back(std::move(gone));
           idle_.push_back(t);
         }

@@ -154,6 +154,10 @@ class Recorder {
   // is emptied for the next thread to adopt. Not while a snapshot reads buffers. Under
   // threads_mu_.
   void fold_ended_threads();
+  struct EndedThread;
+  // An ended thread's events in memory count against FERRUM_RECORD_MEMORY as its chunks did:
+  // beyond it they are spilled as one run. Kept in memory where that cannot be done.
+  void spill_if_over_budget(EndedThread &gone) noexcept;
   // A push that gets no frame (memory ran out): kept in `stack`'s unframed count so that its pop
   // closes nothing, or, where there is no stack, matched by the pop's out_of_memory() rule.
   int push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept;

@@ -204,6 +204,10 @@ bool SpillFile::append(const Event *events, uint32_t count, SpillRun *run) {
     reserved.last = OrderKey::of(events[count - 1]);
     reserved.keyed = true;
   }
+  for (uint32_t i = 0; i < count; ++i) {
+    reserved.uses_global_domain |= events[i].domain_id == 0;
+    reserved.ranges += events[i].is_range();
+  }
   *run = reserved;
   return true;
 }

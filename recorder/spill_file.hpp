@@ -54,8 +54,8 @@ class SpillFile {
   SpillFile(const SpillFile &) = delete;
   SpillFile &operator=(const SpillFile &) = delete;
 
-  // Appends `count` events; fills `run` and returns true, or returns false (and never tries
-  // again) if a segment could not be created.
+  // Appends `count` events (sorted in trace order); fills `run` (its keys, its counts) and returns
+  // true, or returns false (and never tries again) if a segment could not be created.
   bool append(const Event *events, uint32_t count, SpillRun *run);
   // The same in two steps, for a run written in pieces: reserve room for `count` events, then
   // write them (events [first, first + n) of the run) in any number of calls.

@@ -139,10 +139,6 @@ bool ThreadBuffer::spill_tail() {
     sort_events(scratch_.get(), scratch_.get() + Chunk::kCapacity);
     SpillRun run;
     if (!spill_->append(scratch_.get(), Chunk::kCapacity, &run)) return false;
-    for (const Event &e : chunk.events) {
-      run.uses_global_domain |= e.domain_id == 0;
-      run.ranges += e.is_range();
-    }
     // The run and the emptied chunk become visible together.
     mu_.lock();
     holder_.store(tid_, std::memory_order_relaxed);

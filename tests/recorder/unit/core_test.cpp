@@ -321,44 +321,51 @@ TEST_CASE("threads that end leave their events and names, not their buffers") {
   // recording one range (the 500th leaves its range open), the first 400 while another thread
   // takes snapshots (no buffer is folded while one reads them). Every range stays, on its own
   // thread's track with that thread's name and id; the buffers of ended threads go to the next
-  // threads instead of piling up.
-  Recorder r(Settings{}, 0);
-  const auto &g = r.names().global_domain();
-  std::atomic<bool> stop{false};
-  std::thread reader([&] {
-    while (!stop.load(std::memory_order_relaxed)) (void)r.snapshot();
-  });
-  std::vector<uint32_t> tids;
-  constexpr int kThreads = 1000;
-  for (int i = 0; i < kThreads; ++i) {
-    if (i == 400) {
-      stop.store(true);
-      reader.join();
-    }
-    std::thread worker([&, i] {
-      char name[16];
-      std::snprintf(name, sizeof name, "worker-%d", i);
-      prctl(PR_SET_NAME, name, 0, 0, 0);
-      tids.push_back(static_cast<uint32_t>(gettid()));
-      push(r, g, name);
-      if (i != 500) r.pop(g);
+  // threads instead of piling up. With FERRUM_RECORD_MEMORY=0 the ended threads' events are
+  // spilled rather than kept in memory.
+  for (const uint64_t memory : {Settings{}.memory, uint64_t{0}}) {
+    CAPTURE(memory);
+    Settings settings;
+    settings.memory = memory;
+    Recorder r(settings, 0);
+    const auto &g = r.names().global_domain();
+    std::atomic<bool> stop{false};
+    std::thread reader([&] {
+      while (!stop.load(std::memory_order_relaxed)) (void)r.snapshot();
     });
-    worker.join();
+    std::vector<uint32_t> tids;
+    constexpr int kThreads = 1000;
+    for (int i = 0; i < kThreads; ++i) {
+      if (i == 400) {
+        stop.store(true);
+        reader.join();
+      }
+      std::thread worker([&, i] {
+        char name[16];
+        std::snprintf(name, sizeof name, "worker-%d", i);
+        prctl(PR_SET_NAME, name, 0, 0, 0);
+        tids.push_back(static_cast<uint32_t>(gettid()));
+        push(r, g, name);
+        if (i != 500) r.pop(g);
+      });
+      worker.join();
+    }
+    CHECK(r.buffers() <= 130);  // at most twice the 64 looked at once, not one per thread
+    if (memory == 0) CHECK(r.spill_file().size() > 0);
+    const Snapshot s = r.snapshot();
+    CHECK(s.range_count() == kThreads - 1);
+    CHECK(s.errors.open_at_exit == 1);
+    size_t matched = 0;
+    for (const ThreadSnapshot &t : s.threads) {
+      if (t.events.size() != 1) continue;
+      const std::string range = t.events[0].attrs.name;
+      const auto at = std::find(tids.begin(), tids.end(), t.tid);
+      if (at == tids.end()) continue;
+      const std::string expected = "worker-" + std::to_string(at - tids.begin());
+      matched += range == expected && t.name == expected;
+    }
+    CHECK(matched == kThreads - 1);
   }
-  CHECK(r.buffers() <= 130);  // at most twice the 64 looked at once, not one per thread
-  const Snapshot s = r.snapshot();
-  CHECK(s.range_count() == kThreads - 1);
-  CHECK(s.errors.open_at_exit == 1);
-  size_t matched = 0;
-  for (const ThreadSnapshot &t : s.threads) {
-    if (t.events.size() != 1) continue;
-    const std::string range = t.events[0].attrs.name;
-    const auto at = std::find(tids.begin(), tids.end(), t.tid);
-    if (at == tids.end()) continue;
-    const std::string expected = "worker-" + std::to_string(at - tids.begin());
-    matched += range == expected && t.name == expected;
-  }
-  CHECK(matched == kThreads - 1);
 }
 
 TEST_CASE("the exit report's snapshot while threads still record and another snapshot reads") {
