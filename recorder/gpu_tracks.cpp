@@ -2,6 +2,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <new>
 
 #include "snapshot.hpp"
 
@@ -76,8 +77,17 @@ void GpuTracks::collect(Snapshot *snap) const {
   snap->gpu.dropped = dropped_;
 }
 
+void GpuTracks::before_fork() {
+  mu_.lock();
+  try {
+    orphans_.reserve(orphans_.size() + tracks_.size());
+  } catch (const std::bad_alloc &) {
+  }
+}
+
 void GpuTracks::after_fork_in_child() {
-  for (const Track &t : tracks_) orphans_.push_back(t.buffer);
+  for (const Track &t : tracks_)
+    if (orphans_.size() < orphans_.capacity()) orphans_.push_back(t.buffer);
   tracks_.clear();
   dropped_ = 0;
   mu_.unlock();

@@ -54,7 +54,9 @@ class GpuTracks {
   void collect(Snapshot *snap) const;
   uint64_t dropped() const;
 
-  void before_fork() { mu_.lock(); }
+  // Also makes room for every track to become an orphan in the child, whose handler must not
+  // allocate (Recorder::before_fork); without that room, they are simply not kept there.
+  void before_fork();
   void after_fork_in_parent() { mu_.unlock(); }
   // The child's tracks start empty: the parent's replays belong to the parent's trace.
   void after_fork_in_child();

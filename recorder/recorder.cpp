@@ -120,7 +120,10 @@ ThreadBuffer *Recorder::register_thread() noexcept {
 }
 
 int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {
-  if (stack) ++stack->unframed;
+  if (stack)
+    ++stack->unframed;
+  else
+    thread.push_stackless();
   thread.opened();
   count_memory_drop();
   return kRejected;
@@ -147,8 +150,7 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
     return kRejected;
   }
   if (!frame_stack || frame_stack->frames.empty()) [[unlikely]] {
-    if (!frame_stack && thread.out_of_memory() && thread.open_frames() > 0) {
-      // Most likely the pop of a push that found no stack for lack of memory.
+    if (thread.pop_stackless()) {  // the pop of a push that found no stack (push_unframed)
       thread.closed();
       return kRejected;
     }
@@ -360,6 +362,7 @@ void Recorder::after_fork_in_child() {
   rejected_.store(0, std::memory_order_relaxed);
   pop_without_push_.store(0, std::memory_order_relaxed);
   pop_wrong_domain_.store(0, std::memory_order_relaxed);
+  memory_drops_.store(0, std::memory_order_relaxed);  // the parent's, in the parent's trace
   // Ids go on counting: an end of the parent's range in the child is unknown to the child's trace.
   end_unknown_.store(0, std::memory_order_relaxed);
   threads_mu_.unlock();

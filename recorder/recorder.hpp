@@ -140,7 +140,7 @@ class Recorder {
  private:
   ThreadBuffer *register_thread() noexcept;
   // A push that gets no frame (memory ran out): kept in `stack`'s unframed count so that its pop
-  // closes nothing, or, where there is no stack, matched by the pop's out_of_memory() rule.
+  // closes nothing, or, where there is no stack, in the thread's stackless count (the same).
   int push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept;
   bool should_reject(const nvtxDomainRegistration_st &domain) noexcept {
     // reject_target is only ever true when some rejection mode is active.

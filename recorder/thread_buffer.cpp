@@ -58,7 +58,6 @@ FrameStack *ThreadBuffer::add_stack(uint32_t domain_id) {
   try {
     stacks_.resize(domain_id + 1);
   } catch (const std::bad_alloc &) {
-    out_of_memory_ = true;
     return nullptr;
   }
   return &stacks_[domain_id];
@@ -73,7 +72,6 @@ bool ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
     frames.reserve(capacity);
     return true;
   } catch (const std::bad_alloc &) {
-    out_of_memory_ = true;
     return false;
   }
 }
@@ -90,7 +88,6 @@ const char *ThreadBuffer::intern(std::string_view text) {
     copy = intern_unguarded(text);
   } catch (const std::bad_alloc &) {
     // A block or the table could not grow; a block already added stays, unused or partly used.
-    out_of_memory_ = true;
     copy = kNameLostToMemory;
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -119,10 +116,7 @@ const char *ThreadBuffer::intern_unguarded(std::string_view text) {
 bool ThreadBuffer::make_room() {
   if (spill_ && !(budget_ && budget_->take(sizeof(Chunk))) && spill_tail()) return true;
   Chunk *fresh = new_chunk(true);
-  if (!fresh) {
-    out_of_memory_ = true;
-    return false;
-  }
+  if (!fresh) return false;
   tail_->next.store(fresh, std::memory_order_release);
   tail_ = fresh;
   return true;
@@ -158,7 +152,6 @@ bool ThreadBuffer::spill_tail() {
     mu_.unlock();
     return listed;
   } catch (const std::bad_alloc &) {  // the sorted copy, or the spill file's segment
-    out_of_memory_ = true;
     return false;
   }
 }
@@ -206,6 +199,7 @@ void ThreadBuffer::restart_after_fork(uint32_t tid) {
   keep->count.store(0, std::memory_order_relaxed);
   head_ = tail_ = keep;
   runs_.clear();  // they are in the parent's segments, and belong to the parent's trace
+  memory_drops_.store(0, std::memory_order_relaxed);  // so are the events it dropped
   tid_ = tid;
 }
 

@@ -254,6 +254,47 @@ bool limit_address_space_to_now() {
   return setrlimit(RLIMIT_AS, &limit) == 0;
 }
 
+// Lifts the address-space limit again (its hard limit was never lowered).
+bool unlimit_address_space() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) != 0) return false;
+  limit.rlim_cur = limit.rlim_max;
+  return setrlimit(RLIMIT_AS, &limit) == 0;
+}
+
+// Under limit_address_space_to_now: takes every block the heap can still give, so that from here
+// on every allocation fails, until give_back(). Every size, largest first (the thread's cache
+// keeps freed blocks of each size apart), and again until a whole pass gets nothing (a request
+// that fails is retried in another arena). Chained through the blocks themselves: keeping them
+// takes no memory.
+class HeapHoard {
+ public:
+  HeapHoard() {
+    for (bool got = true; got;) {
+      got = false;
+      for (size_t size = 4096; size >= 8; size = size > 1024 ? 1024 : size - 8)
+        while (void *block = std::malloc(size)) {
+          *static_cast<void **>(block) = head_;
+          head_ = block;
+          got = true;
+        }
+    }
+  }
+  ~HeapHoard() { give_back(); }
+  HeapHoard(const HeapHoard &) = delete;
+  HeapHoard &operator=(const HeapHoard &) = delete;
+  void give_back() {
+    while (head_) {
+      void *next = *static_cast<void **>(head_);
+      std::free(head_);
+      head_ = next;
+    }
+  }
+
+ private:
+  void *head_ = nullptr;
+};
+
 // Runs `body` in a child process (its address-space limit stays there) and returns its exit
 // status: 0 when every check of `body` held, else the number of the first that failed.
 template <typename Body>
@@ -299,16 +340,122 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
       if (r.pop(g) != kRejected) return 6;
     for (int level = framed; level >= 1; --level)
       if (r.pop(g) != level) return 7;
-    rlimit none{};
-    getrlimit(RLIMIT_AS, &none);
-    none.rlim_cur = none.rlim_max;
-    if (setrlimit(RLIMIT_AS, &none) != 0) return 8;
+    if (!unlimit_address_space()) return 8;
     if (r.pop(g) != 0) return 9;  // the outer range still meets its own pop
     const Snapshot s = r.snapshot();
     if (!s.errors.none()) return 10;
     // Every push is accounted for: recorded, or counted as dropped for lack of memory.
     if (s.range_count() + s.memory_drops != 1u + inner) return 11;
     if (s.memory_drops < static_cast<uint64_t>(unframed)) return 12;
+    return 0;
+  });
+  CHECK(failed == 0);
+}
+
+TEST_CASE("memory that comes back: a push that found no stack is closed by its own pop") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return;  // a sanitizer's shadow memory does not fit an address-space limit
+#endif
+  // A push in a domain the thread's table of stacks has no room for gets no stack at all; once
+  // memory is back, that domain's stack is made by the next push. The pop of the first push
+  // then finds the stack empty: it closes nothing and is no protocol error.
+  const int failed = in_child([&]() -> int {
+    Recorder r(Settings{}, 0);
+    const auto &g = r.names().global_domain();
+    auto *late = r.names().create_domain("late");
+    if (push(r, g, "outer") != 0) return 2;
+    if (!limit_address_space_to_now()) return 3;
+    {
+      HeapHoard hoard;
+      if (push(r, *late, "first") != kRejected) return 4;  // no stack for it
+    }
+    if (!unlimit_address_space()) return 5;
+    if (push(r, *late, "second") == kRejected) return 6;
+    if (r.pop(*late) == kRejected) return 7;  // closes "second"
+    if (r.pop(*late) != kRejected) return 8;  // the pop of "first": nothing to close
+    if (r.pop(g) != 0) return 9;
+    const Snapshot s = r.snapshot();
+    if (!s.errors.none()) return 10;
+    if (s.range_count() != 2 || s.memory_drops != 1) return 11;
+    return 0;
+  });
+  CHECK(failed == 0);
+  // The other way round: memory ran out on this thread (a frame could not be had), yet a pop in
+  // a domain it never pushed in is the program's own error, counted as such.
+  const int miscounted = in_child([&]() -> int {
+    Recorder r(Settings{}, 0);
+    const auto &g = r.names().global_domain();
+    auto *never = r.names().create_domain("never");
+    if (push(r, g, "outer") != 0) return 2;
+    if (!limit_address_space_to_now()) return 3;
+    {
+      HeapHoard hoard;
+      for (int i = 0; i < 100; ++i) push(r, g, "inner");  // the stack cannot grow: unframed
+      for (int i = 0; i < 100; ++i) r.pop(g);
+    }
+    if (!unlimit_address_space()) return 4;
+    if (r.pop(*never) != kRejected) return 5;
+    if (r.pop(g) != 0) return 6;
+    const Snapshot s = r.snapshot();
+    if (s.memory_drops == 0) return 7;  // the limit did not bite: nothing was tested
+    if (s.errors.pop_wrong_domain != 1 || s.errors.open_at_exit != 0) return 8;
+    return 0;
+  });
+  CHECK(miscounted == 0);
+}
+
+TEST_CASE(
+    "memory that runs out before a fork: the child's handler allocates nothing, and the "
+    "child's trace counts none of the parent's drops") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return;  // a sanitizer's shadow memory does not fit an address-space limit
+#endif
+  // pthread_atfork's child handler runs inside the program's fork(): a std::bad_alloc thrown
+  // there would leave fork() by an exception. The parent's threads and GPU tracks become
+  // orphans in room made before the fork (or are let go); the drops counted before the fork
+  // are the parent's, like its ranges.
+  const int failed = in_child([&]() -> int {
+    Recorder r(Settings{}, 0);
+    const auto &g = r.names().global_domain();
+    auto *late = r.names().create_domain("late");
+    if (push(r, g, "step") != 0 || r.pop(g) != 0) return 2;
+    ferrum_replay_gpu_replay replay{};
+    replay.size = sizeof replay;
+    replay.stream = 0x10;
+    replay.name = "graph";
+    replay.start_ns = 1;
+    replay.end_ns = 2;
+    replay.replay = 1;
+    r.gpu().add(&replay, 1);  // one GPU track
+    if (!limit_address_space_to_now()) return 3;
+    HeapHoard hoard;
+    // Drops of both kinds: a push in a domain the table of stacks has no room for, and events
+    // beyond the first chunk, which no second one can follow.
+    if (push(r, *late, "x") != kRejected || r.pop(*late) != kRejected) return 4;
+    for (int i = 0; i < 2048; ++i) {
+      push(r, g, "step");
+      r.pop(g);
+    }
+    r.before_fork();
+    const pid_t child = fork();
+    if (child == 0) {
+      try {
+        r.after_fork_in_child();
+      } catch (...) {
+        _exit(20);
+      }
+      hoard.give_back();
+      if (!unlimit_address_space()) _exit(21);
+      _exit(r.snapshot().memory_drops == 0 ? 0 : 22);
+    }
+    r.after_fork_in_parent();
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child) return 5;
+    if (!WIFEXITED(status)) return 6;
+    if (WEXITSTATUS(status) != 0) return WEXITSTATUS(status);
+    hoard.give_back();
+    if (!unlimit_address_space()) return 7;
+    if (r.snapshot().memory_drops < 2) return 8;  // the limit did not bite: nothing was tested
     return 0;
   });
   CHECK(failed == 0);
