@@ -99,7 +99,7 @@ Recorder::~Recorder() {
   for (ThreadBuffer *t : orphans_) delete t;
 }
 
-thread_local ThreadSlot t_slot;
+__attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 
 ThreadBuffer *Recorder::register_thread() noexcept {
   ThreadSlot &slot = t_slot;

@@ -43,12 +43,16 @@ struct MessageText {
 
 // The calling thread's buffer for the recorder of `generation` (Recorder::current_thread).
 // Trivially constructible and destructible: no TLS destructor runs at thread exit, and the
-// buffer it points to outlives the thread on purpose.
+// buffer it points to outlives the thread on purpose. Initial-exec: the recorder's thread-local
+// data is then placed when the library is loaded (static TLS, in every thread from its start),
+// not allocated by glibc on a thread's first use of it, which aborts the process when there is
+// no memory for it ("cannot allocate memory for thread-local data"). (A loader out of static
+// TLS fails to load the recorder instead: NVTX then runs the program without a tool.)
 struct ThreadSlot {
   uint64_t generation = 0;
   ThreadBuffer *buffer = nullptr;
 };
-extern thread_local ThreadSlot t_slot;
+extern __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 
 class Recorder {
  public:

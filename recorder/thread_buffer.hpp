@@ -143,6 +143,10 @@ class ThreadBuffer {
   // A stable, NUL-terminated copy of `text`; equal texts share one copy (kNameLostToMemory when
   // there is no memory for one).
   const char *intern(std::string_view text);
+  // Scratch text of the thread's own (a wide-character message on its way to UTF-8): kept here,
+  // not in a thread_local std::string, whose destructor glibc registers on each thread's first
+  // use and aborts the process when that finds no memory.
+  std::string &scratch() { return scratch_text_; }
   // Stores a completed event (dropped and counted where slot() gives none).
   void append(const Event &event) {
     const Slot s = slot();
@@ -258,6 +262,7 @@ class ThreadBuffer {
   std::atomic<uint32_t> open_published_{0};
   std::vector<Block> blocks_;
   std::unordered_set<std::string_view> interned_;
+  std::string scratch_text_;  // owner only: scratch()
 
   SpillFile *spill_;
   MemoryBudget *budget_;

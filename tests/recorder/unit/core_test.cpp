@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../support/heap_hoard.hpp"
 #include "json_text.hpp"
 #include "recorder.hpp"
 #include "trace_writer.hpp"
@@ -262,39 +263,6 @@ bool unlimit_address_space() {
   return setrlimit(RLIMIT_AS, &limit) == 0;
 }
 
-// Under limit_address_space_to_now: takes every block the heap can still give, so that from here
-// on every allocation fails, until give_back(). Every size, largest first (the thread's cache
-// keeps freed blocks of each size apart), and again until a whole pass gets nothing (a request
-// that fails is retried in another arena). Chained through the blocks themselves: keeping them
-// takes no memory.
-class HeapHoard {
- public:
-  HeapHoard() {
-    for (bool got = true; got;) {
-      got = false;
-      for (size_t size = 4096; size >= 8; size = size > 1024 ? 1024 : size - 8)
-        while (void *block = std::malloc(size)) {
-          *static_cast<void **>(block) = head_;
-          head_ = block;
-          got = true;
-        }
-    }
-  }
-  ~HeapHoard() { give_back(); }
-  HeapHoard(const HeapHoard &) = delete;
-  HeapHoard &operator=(const HeapHoard &) = delete;
-  void give_back() {
-    while (head_) {
-      void *next = *static_cast<void **>(head_);
-      std::free(head_);
-      head_ = next;
-    }
-  }
-
- private:
-  void *head_ = nullptr;
-};
-
 // Runs `body` in a child process (its address-space limit stays there) and returns its exit
 // status: 0 when every check of `body` held, else the number of the first that failed.
 template <typename Body>
@@ -305,6 +273,16 @@ int in_child(Body &&body) {
   int status = 0;
   if (child < 0 || waitpid(child, &status, 0) != child) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+}
+
+// in_child, with a recorder of its own and a domain named `domain` besides the global one:
+// returns body(recorder, global domain, that domain)'s status.
+template <typename Body>
+int in_child_recording(const char *domain, Body &&body) {
+  return in_child([&]() -> int {
+    Recorder r(Settings{}, 0);
+    return body(r, r.names().global_domain(), *r.names().create_domain(domain));
+  });
 }
 
 }  // namespace
@@ -359,20 +337,18 @@ TEST_CASE("memory that comes back: a push that found no stack is closed by its o
   // A push in a domain the thread's table of stacks has no room for gets no stack at all; once
   // memory is back, that domain's stack is made by the next push. The pop of the first push
   // then finds the stack empty: it closes nothing and is no protocol error.
-  const int failed = in_child([&]() -> int {
-    Recorder r(Settings{}, 0);
-    const auto &g = r.names().global_domain();
-    auto *late = r.names().create_domain("late");
+  using Domain = const nvtxDomainRegistration_st;
+  const int failed = in_child_recording("late", [&](Recorder &r, Domain &g, Domain &late) -> int {
     if (push(r, g, "outer") != 0) return 2;
     if (!limit_address_space_to_now()) return 3;
     {
       HeapHoard hoard;
-      if (push(r, *late, "first") != kRejected) return 4;  // no stack for it
+      if (push(r, late, "first") != kRejected) return 4;  // no stack for it
     }
     if (!unlimit_address_space()) return 5;
-    if (push(r, *late, "second") == kRejected) return 6;
-    if (r.pop(*late) == kRejected) return 7;  // closes "second"
-    if (r.pop(*late) != kRejected) return 8;  // the pop of "first": nothing to close
+    if (push(r, late, "second") == kRejected) return 6;
+    if (r.pop(late) == kRejected) return 7;  // closes "second"
+    if (r.pop(late) != kRejected) return 8;  // the pop of "first": nothing to close
     if (r.pop(g) != 0) return 9;
     const Snapshot s = r.snapshot();
     if (!s.errors.none()) return 10;
@@ -382,25 +358,23 @@ TEST_CASE("memory that comes back: a push that found no stack is closed by its o
   CHECK(failed == 0);
   // The other way round: memory ran out on this thread (a frame could not be had), yet a pop in
   // a domain it never pushed in is the program's own error, counted as such.
-  const int miscounted = in_child([&]() -> int {
-    Recorder r(Settings{}, 0);
-    const auto &g = r.names().global_domain();
-    auto *never = r.names().create_domain("never");
-    if (push(r, g, "outer") != 0) return 2;
-    if (!limit_address_space_to_now()) return 3;
-    {
-      HeapHoard hoard;
-      for (int i = 0; i < 100; ++i) push(r, g, "inner");  // the stack cannot grow: unframed
-      for (int i = 0; i < 100; ++i) r.pop(g);
-    }
-    if (!unlimit_address_space()) return 4;
-    if (r.pop(*never) != kRejected) return 5;
-    if (r.pop(g) != 0) return 6;
-    const Snapshot s = r.snapshot();
-    if (s.memory_drops == 0) return 7;  // the limit did not bite: nothing was tested
-    if (s.errors.pop_wrong_domain != 1 || s.errors.open_at_exit != 0) return 8;
-    return 0;
-  });
+  const int miscounted =
+      in_child_recording("never", [&](Recorder &r, Domain &g, Domain &never) -> int {
+        if (push(r, g, "outer") != 0) return 2;
+        if (!limit_address_space_to_now()) return 3;
+        {
+          HeapHoard hoard;
+          for (int i = 0; i < 100; ++i) push(r, g, "inner");  // the stack cannot grow: unframed
+          for (int i = 0; i < 100; ++i) r.pop(g);
+        }
+        if (!unlimit_address_space()) return 4;
+        if (r.pop(never) != kRejected) return 5;
+        if (r.pop(g) != 0) return 6;
+        const Snapshot s = r.snapshot();
+        if (s.memory_drops == 0) return 7;  // the limit did not bite: nothing was tested
+        if (s.errors.pop_wrong_domain != 1 || s.errors.open_at_exit != 0) return 8;
+        return 0;
+      });
   CHECK(miscounted == 0);
 }
 
@@ -414,10 +388,8 @@ TEST_CASE(
   // there would leave fork() by an exception. The parent's threads and GPU tracks become
   // orphans in room made before the fork (or are let go); the drops counted before the fork
   // are the parent's, like its ranges.
-  const int failed = in_child([&]() -> int {
-    Recorder r(Settings{}, 0);
-    const auto &g = r.names().global_domain();
-    auto *late = r.names().create_domain("late");
+  using Domain = const nvtxDomainRegistration_st;
+  const int failed = in_child_recording("late", [&](Recorder &r, Domain &g, Domain &late) -> int {
     if (push(r, g, "step") != 0 || r.pop(g) != 0) return 2;
     ferrum_replay_gpu_replay replay{};
     replay.size = sizeof replay;
@@ -431,7 +403,7 @@ TEST_CASE(
     HeapHoard hoard;
     // Drops of both kinds: a push in a domain the table of stacks has no room for, and events
     // beyond the first chunk, which no second one can follow.
-    if (push(r, *late, "x") != kRejected || r.pop(*late) != kRejected) return 4;
+    if (push(r, late, "x") != kRejected || r.pop(late) != kRejected) return 4;
     for (int i = 0; i < 2048; ++i) {
       push(r, g, "step");
       r.pop(g);
