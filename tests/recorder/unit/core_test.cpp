@@ -433,6 +433,40 @@ TEST_CASE(
   CHECK(failed == 0);
 }
 
+TEST_CASE("memory that runs out: GPU replays not stored are counted like ranges") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return;  // a sanitizer's shadow memory does not fit an address-space limit
+#endif
+  // The shim's replays go to one buffer per (device, stream): without memory for a chunk, or
+  // for a new stream's track, they are dropped, and the trace must say so (droppedForMemory).
+  using Domain = const nvtxDomainRegistration_st;
+  const int failed = in_child_recording("unused", [&](Recorder &r, Domain &, Domain &) -> int {
+    std::vector<ferrum_replay_gpu_replay> replays(3000);
+    for (size_t i = 0; i < replays.size(); ++i) {
+      ferrum_replay_gpu_replay &replay = replays[i];
+      replay.size = sizeof replay;
+      replay.stream = i + 1 < replays.size() ? 0x10 : 0x20;  // the last on a stream of its own
+      replay.name = "graph";
+      replay.start_ns = 2 * i + 1;
+      replay.end_ns = 2 * i + 2;
+      replay.replay = i + 1;
+    }
+    r.gpu().add(replays.data(), 1);  // the first stream's track
+    if (!limit_address_space_to_now()) return 2;
+    {
+      HeapHoard hoard;
+      r.gpu().add(replays.data() + 1, replays.size() - 2);
+      r.gpu().add(&replays.back(), 1);
+    }
+    if (!unlimit_address_space()) return 3;
+    const Snapshot s = r.snapshot();
+    if (s.memory_drops == 0) return 4;  // the limit did not bite: nothing was tested
+    if (s.gpu_replay_count() + s.memory_drops != replays.size()) return 5;
+    return 0;
+  });
+  CHECK(failed == 0);
+}
+
 TEST_CASE("the exit report's snapshot while threads still record and another snapshot reads") {
   Recorder r(Settings{}, 0);
   std::atomic<bool> stop{false};
