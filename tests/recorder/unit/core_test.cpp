@@ -275,10 +275,16 @@ int in_child(Body &&body) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
 }
 
+using Domain = const nvtxDomainRegistration_st;
+
 // in_child, with a recorder of its own and a domain named `domain` besides the global one:
-// returns body(recorder, global domain, that domain)'s status.
+// returns body(recorder, global domain, that domain)'s status. For tests under an address-space
+// limit: 0 at once under a sanitizer, whose shadow memory does not fit one.
 template <typename Body>
 int in_child_recording(const char *domain, Body &&body) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return 0;
+#endif
   return in_child([&]() -> int {
     Recorder r(Settings{}, 0);
     return body(r, r.names().global_domain(), *r.names().create_domain(domain));
@@ -331,13 +337,9 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
 }
 
 TEST_CASE("memory that comes back: a push that found no stack is closed by its own pop") {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return;  // a sanitizer's shadow memory does not fit an address-space limit
-#endif
   // A push in a domain the thread's table of stacks has no room for gets no stack at all; once
   // memory is back, that domain's stack is made by the next push. The pop of the first push
   // then finds the stack empty: it closes nothing and is no protocol error.
-  using Domain = const nvtxDomainRegistration_st;
   const int failed = in_child_recording("late", [&](Recorder &r, Domain &g, Domain &late) -> int {
     if (push(r, g, "outer") != 0) return 2;
     if (!limit_address_space_to_now()) return 3;
@@ -381,14 +383,10 @@ TEST_CASE("memory that comes back: a push that found no stack is closed by its o
 TEST_CASE(
     "memory that runs out before a fork: the child's handler allocates nothing, and the "
     "child's trace counts none of the parent's drops") {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return;  // a sanitizer's shadow memory does not fit an address-space limit
-#endif
   // pthread_atfork's child handler runs inside the program's fork(): a std::bad_alloc thrown
   // there would leave fork() by an exception. The parent's threads and GPU tracks become
   // orphans in room made before the fork (or are let go); the drops counted before the fork
   // are the parent's, like its ranges.
-  using Domain = const nvtxDomainRegistration_st;
   const int failed = in_child_recording("late", [&](Recorder &r, Domain &g, Domain &late) -> int {
     if (push(r, g, "step") != 0 || r.pop(g) != 0) return 2;
     ferrum_replay_gpu_replay replay{};
@@ -434,12 +432,8 @@ TEST_CASE(
 }
 
 TEST_CASE("memory that runs out: GPU replays not stored are counted like ranges") {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return;  // a sanitizer's shadow memory does not fit an address-space limit
-#endif
   // The shim's replays go to one buffer per (device, stream): without memory for a chunk, or
   // for a new stream's track, they are dropped, and the trace must say so (droppedForMemory).
-  using Domain = const nvtxDomainRegistration_st;
   const int failed = in_child_recording("unused", [&](Recorder &r, Domain &, Domain &) -> int {
     std::vector<ferrum_replay_gpu_replay> replays(3000);
     for (size_t i = 0; i < replays.size(); ++i) {
