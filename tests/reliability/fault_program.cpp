@@ -74,7 +74,7 @@
 #include <thread>
 #include <vector>
 
-#include "../support/heap_hoard.hpp"
+#include "../support/address_space.hpp"
 
 // exit-during-first-launch: 1 armed, 2 while the shim's fstat of its running marker is held.
 std::atomic<int> g_hold_marker{0};

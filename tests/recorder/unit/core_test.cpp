@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../support/heap_hoard.hpp"
+#include "../../support/address_space.hpp"
 #include "json_text.hpp"
 #include "recorder.hpp"
 #include "trace_writer.hpp"
@@ -238,42 +238,6 @@ TEST_CASE("a fork child's chunks are mapped like the parent's: released by munma
 }
 
 namespace {
-
-// Limits this process's address space to what it has mapped now (RLIMIT_AS): from here on no
-// mapping, and no allocation beyond the heap's free memory, can succeed.
-bool limit_address_space_to_now() {
-  FILE *status = std::fopen("/proc/self/status", "r");
-  if (!status) return false;
-  char line[256];
-  unsigned long vm_kb = 0;
-  while (std::fgets(line, sizeof line, status))
-    if (std::sscanf(line, "VmSize: %lu kB", &vm_kb) == 1) break;
-  std::fclose(status);
-  rlimit limit{};
-  if (vm_kb == 0 || getrlimit(RLIMIT_AS, &limit) != 0) return false;
-  limit.rlim_cur = vm_kb * 1024;
-  return setrlimit(RLIMIT_AS, &limit) == 0;
-}
-
-// Lifts the address-space limit again (its hard limit was never lowered).
-bool unlimit_address_space() {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_AS, &limit) != 0) return false;
-  limit.rlim_cur = limit.rlim_max;
-  return setrlimit(RLIMIT_AS, &limit) == 0;
-}
-
-// Runs `body` in a child process (its address-space limit stays there) and returns its exit
-// status: 0 when every check of `body` held, else the number of the first that failed.
-template <typename Body>
-int in_child(Body &&body) {
-  std::fflush(nullptr);
-  const pid_t child = fork();
-  if (child == 0) _exit(body());
-  int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
-}
 
 using Domain = const nvtxDomainRegistration_st;
 
