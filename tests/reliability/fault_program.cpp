@@ -49,6 +49,10 @@
 //                  NVTX calls: N ranges (nvtxRangePushA) each with a mark (nvtxMarkW); it gives
 //                  the blocks back and ends, and the program returns normally. No driver.
 //                  Prints `limited=<bytes>`, then `heap_taken=1 ranges=<N>`.
+//   exit-without-memory  N launches; then limits the address space (RLIMIT_AS) to what is mapped,
+//                  takes every block the heap can still give and returns normally without giving
+//                  them back: the exit hooks find no memory. Prints `launches=` first, then
+//                  `limited=<bytes>` and `heap_taken=1`.
 // Every mode except no-driver and heap-exhausted prints `launches=<N> failed=<F>` for what it
 // completed before its ending (exit-from-worker and sigterm print it only from their exit path, on
 // stderr). Exit status: as the mode says, else 0; 1 on set-up errors.
@@ -372,11 +376,24 @@ int heap_exhausted(long n) {
   return 0;
 }
 
-int underscore_exit(long n) {
+// Loads the driver, launches `n` times and prints the counts.
+void launch_and_print(long n) {
   Driver d = load_driver();
   Counts c;
   for (long i = 0; i < n; ++i) launch_once(d, c);
   print_counts(c, stdout);
+}
+
+int exit_without_memory(long n) {
+  launch_and_print(n);
+  limit_address_space(0);
+  static HeapHoard *kept = new HeapHoard;  // never given back: the exit finds no memory
+  std::printf("heap_taken=%d\n", kept->took_any() ? 1 : 0);
+  return 0;
+}
+
+int underscore_exit(long n) {
+  launch_and_print(n);
   _exit(0);
 }
 
@@ -468,6 +485,7 @@ int main(int argc, char **argv) {
   if (mode == "size-limit") return size_limit(n, own_bytes);
   if (mode == "memory-limit") return memory_limit(n, own_bytes, limit_first);
   if (mode == "heap-exhausted") return heap_exhausted(n);
+  if (mode == "exit-without-memory") return exit_without_memory(n);
   if (mode == "sigterm") return sigterm();
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);
