@@ -126,7 +126,8 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
 
   if (snap.memory_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.memory_drops) +
-                 " pushes, ranges or marks not recorded: out of memory (droppedForMemory)\n");
+                 " pushes, ranges, marks or GPU replays not recorded: out of memory "
+                 "(droppedForMemory)\n");
 
   if (settings.table) {
     std::string shown;

@@ -2,6 +2,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <new>
 
 #include "snapshot.hpp"
 
@@ -27,8 +28,9 @@ ThreadBuffer *GpuTracks::track_for(int32_t device, uint64_t stream) {
 void GpuTracks::add(const ferrum_replay_gpu_replay *replays, size_t count) noexcept {
   if (!replays) return;
   std::lock_guard lock(mu_);
+  size_t i = 0;
   try {
-    for (size_t i = 0; i < count; ++i) {
+    for (; i < count; ++i) {
       const ferrum_replay_gpu_replay &r = replays[i];
       // A shim built against a shorter struct: the fields up to `end_ns` are the ones needed.
       if (r.size < offsetof(ferrum_replay_gpu_replay, end_ns) + sizeof r.end_ns) continue;
@@ -46,7 +48,9 @@ void GpuTracks::add(const ferrum_replay_gpu_replay *replays, size_t count) noexc
       track->append(e);
     }
   } catch (...) {
-    // Out of memory: the replays not stored are simply missing from the trace.
+    // Out of memory (a new stream's track): this replay and the rest of the batch are not
+    // stored, and counted as such (Snapshot::memory_drops).
+    memory_drops_ += count - i;
   }
 }
 
@@ -72,14 +76,26 @@ void GpuTracks::collect(Snapshot *snap) const {
     sort_events(ts.events);
     if (!ts.runs.empty()) snap->spill = spill_;
     snap->gpu_tracks.push_back(std::move(ts));
+    snap->memory_drops += t.buffer->memory_drops();  // replays no chunk could hold
   }
   snap->gpu.dropped = dropped_;
+  snap->memory_drops += memory_drops_;
+}
+
+void GpuTracks::before_fork() {
+  mu_.lock();
+  try {
+    orphans_.reserve(orphans_.size() + tracks_.size());
+  } catch (const std::bad_alloc &) {
+  }
 }
 
 void GpuTracks::after_fork_in_child() {
-  for (const Track &t : tracks_) orphans_.push_back(t.buffer);
+  for (const Track &t : tracks_)
+    if (orphans_.size() < orphans_.capacity()) orphans_.push_back(t.buffer);
   tracks_.clear();
   dropped_ = 0;
+  memory_drops_ = 0;
   mu_.unlock();
 }
 

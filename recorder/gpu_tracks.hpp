@@ -50,11 +50,14 @@ class GpuTracks {
   static void sink(const ferrum_replay_gpu_replay *replays, size_t count, void *context);
 
   // Fills snap->gpu_tracks (one ThreadSnapshot per track, ns_times set) and the counters of
-  // snap->gpu, leaving snap->gpu.registered and the shim's figures to the caller.
+  // snap->gpu, leaving snap->gpu.registered and the shim's figures to the caller; adds the
+  // replays dropped for want of memory to snap->memory_drops.
   void collect(Snapshot *snap) const;
   uint64_t dropped() const;
 
-  void before_fork() { mu_.lock(); }
+  // Also makes room for every track to become an orphan in the child, whose handler must not
+  // allocate (Recorder::before_fork); without that room, they are simply not kept there.
+  void before_fork();
   void after_fork_in_parent() { mu_.unlock(); }
   // The child's tracks start empty: the parent's replays belong to the parent's trace.
   void after_fork_in_child();
@@ -72,6 +75,7 @@ class GpuTracks {
   std::vector<Track> tracks_;
   std::vector<ThreadBuffer *> orphans_;  // tracks of the parent, after fork
   uint64_t dropped_ = 0;
+  uint64_t memory_drops_ = 0;  // replays not stored for want of memory for their track
 };
 
 // The display name of a GPU track: "GPU 0 · stream 0x7f00..." ("GPU ?" for an unknown device;

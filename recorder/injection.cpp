@@ -74,11 +74,25 @@ void or_nothing(Work &&work) noexcept {
   }
 }
 
-// Scratch for wide-character messages, which must become UTF-8 before they are interned.
-std::string &wide_scratch() {
-  thread_local std::string scratch;
-  scratch.clear();
-  return scratch;
+// Scratch for wide-character messages, which must become UTF-8 before they are interned: the
+// calling thread's (ThreadBuffer::scratch), emptied; nullptr for a thread without a buffer.
+std::string *wide_scratch() {
+  ThreadBuffer *thread = rec().current_thread();
+  if (!thread) return nullptr;
+  thread->scratch().clear();
+  return &thread->scratch();
+}
+
+// `text` as UTF-8 in the thread's scratch; kNameLostToMemory (stable) without memory for it.
+MessageText wide_as_utf8(const wchar_t *text) noexcept {
+  if (std::string *utf8 = wide_scratch()) {
+    try {
+      append_wide_as_utf8(*utf8, text);
+      return {*utf8, false};
+    } catch (const std::bad_alloc &) {
+    }
+  }
+  return {kNameLostToMemory, true};
 }
 
 // nvtxEventAttributes_t carries its own size so that older callers pass shorter structs: read a
@@ -124,13 +138,7 @@ inline MessageText decode_into(RangeAttrs &out, const nvtxEventAttributes_t *att
           if (attr->message.ascii) message = {attr->message.ascii, false};
           break;
         case NVTX_MESSAGE_TYPE_UNICODE:
-          try {
-            std::string &utf8 = wide_scratch();
-            append_wide_as_utf8(utf8, attr->message.unicode);
-            message = {utf8, false};
-          } catch (const std::bad_alloc &) {
-            message = {kNameLostToMemory, true};
-          }
+          message = wide_as_utf8(attr->message.unicode);
           break;
         case NVTX_MESSAGE_TYPE_REGISTERED:
           // Registered strings live as long as the recorder: no copy per range.
@@ -181,16 +189,8 @@ auto NVTX_API global_message(const char *message) {
 
 template <auto Fn>
 auto NVTX_API global_message(const wchar_t *message) {
-  std::string_view text = kNameLostToMemory;
-  bool stable = true;
-  try {
-    std::string &utf8 = wide_scratch();
-    append_wide_as_utf8(utf8, message);
-    text = utf8;
-    stable = false;
-  } catch (const std::bad_alloc &) {
-  }
-  return (rec().*Fn)(rec().names().global_domain(), text, stable, {});
+  const MessageText text = wide_as_utf8(message);
+  return (rec().*Fn)(rec().names().global_domain(), text.text, text.stable, {});
 }
 
 #undef FERRUM_ATTR_HAS

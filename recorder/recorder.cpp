@@ -114,7 +114,7 @@ Recorder::~Recorder() {
   for (char *names : kept_names_) delete[] names;
 }
 
-thread_local ThreadSlot t_slot;
+__attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 
 ThreadBuffer *Recorder::register_thread() noexcept {
   ThreadSlot &slot = t_slot;
@@ -200,7 +200,10 @@ void Recorder::fold_ended_threads() {
 }
 
 int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {
-  if (stack) ++stack->unframed;
+  if (stack)
+    ++stack->unframed;
+  else
+    thread.push_stackless();
   thread.opened();
   count_memory_drop();
   return kRejected;
@@ -227,8 +230,7 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
     return kRejected;
   }
   if (!frame_stack || frame_stack->frames.empty()) [[unlikely]] {
-    if (!frame_stack && thread.out_of_memory() && thread.open_frames() > 0) {
-      // Most likely the pop of a push that found no stack for lack of memory.
+    if (thread.pop_stackless()) {  // the pop of a push that found no stack (push_unframed)
       thread.closed();
       return kRejected;
     }
@@ -458,6 +460,7 @@ void Recorder::after_fork_in_child() {
   rejected_.store(0, std::memory_order_relaxed);
   pop_without_push_.store(0, std::memory_order_relaxed);
   pop_wrong_domain_.store(0, std::memory_order_relaxed);
+  memory_drops_.store(0, std::memory_order_relaxed);  // the parent's, in the parent's trace
   // Ids go on counting: an end of the parent's range in the child is unknown to the child's trace.
   end_unknown_.store(0, std::memory_order_relaxed);
   threads_mu_.unlock();

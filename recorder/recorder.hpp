@@ -43,12 +43,16 @@ struct MessageText {
 
 // The calling thread's buffer for the recorder of `generation` (Recorder::current_thread).
 // Trivially constructible and destructible: no TLS destructor runs at thread exit, and the
-// buffer it points to outlives the thread on purpose.
+// buffer it points to outlives the thread on purpose. Initial-exec: the recorder's thread-local
+// data is then placed when the library is loaded (static TLS, in every thread from its start),
+// not allocated by glibc on a thread's first use of it, which aborts the process when there is
+// no memory for it ("cannot allocate memory for thread-local data"). (A loader out of static
+// TLS fails to load the recorder instead: NVTX then runs the program without a tool.)
 struct ThreadSlot {
   uint64_t generation = 0;
   ThreadBuffer *buffer = nullptr;
 };
-extern thread_local ThreadSlot t_slot;
+extern __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 
 class Recorder {
  public:
@@ -159,7 +163,7 @@ class Recorder {
   // beyond it they are spilled as one run. Kept in memory where that cannot be done.
   void spill_if_over_budget(EndedThread &gone) noexcept;
   // A push that gets no frame (memory ran out): kept in `stack`'s unframed count so that its pop
-  // closes nothing, or, where there is no stack, matched by the pop's out_of_memory() rule.
+  // closes nothing, or, where there is no stack, in the thread's stackless count (the same).
   int push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept;
   bool should_reject(const nvtxDomainRegistration_st &domain) noexcept {
     // reject_target is only ever true when some rejection mode is active.

@@ -90,7 +90,7 @@ struct Snapshot {
   uint64_t rejected_pushes = 0;
   // Ranges a signal handler recorded while its thread was storing one (ThreadBuffer::slot).
   uint64_t reentrant_drops = 0;
-  // Pushes, ranges, marks and start/end halves not recorded because memory ran out
+  // Pushes, ranges, marks, start/end halves and GPU replays not recorded because memory ran out
   // (ThreadBuffer's memory rules, Recorder::count_memory_drop).
   uint64_t memory_drops = 0;
   ProtocolErrors errors;

@@ -58,7 +58,6 @@ FrameStack *ThreadBuffer::add_stack(uint32_t domain_id) {
   try {
     stacks_.resize(domain_id + 1);
   } catch (const std::bad_alloc &) {
-    out_of_memory_ = true;
     return nullptr;
   }
   return &stacks_[domain_id];
@@ -73,7 +72,6 @@ bool ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
     frames.reserve(capacity);
     return true;
   } catch (const std::bad_alloc &) {
-    out_of_memory_ = true;
     return false;
   }
 }
@@ -90,7 +88,6 @@ const char *ThreadBuffer::intern(std::string_view text) {
     copy = intern_unguarded(text);
   } catch (const std::bad_alloc &) {
     // A block or the table could not grow; a block already added stays, unused or partly used.
-    out_of_memory_ = true;
     copy = kNameLostToMemory;
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -119,10 +116,7 @@ const char *ThreadBuffer::intern_unguarded(std::string_view text) {
 bool ThreadBuffer::make_room() {
   if (spill_ && !(budget_ && budget_->take(sizeof(Chunk))) && spill_tail()) return true;
   Chunk *fresh = new_chunk(true);
-  if (!fresh) {
-    out_of_memory_ = true;
-    return false;
-  }
+  if (!fresh) return false;
   tail_->next.store(fresh, std::memory_order_release);
   tail_ = fresh;
   return true;
@@ -154,7 +148,6 @@ bool ThreadBuffer::spill_tail() {
     mu_.unlock();
     return listed;
   } catch (const std::bad_alloc &) {  // the sorted copy, or the spill file's segment
-    out_of_memory_ = true;
     return false;
   }
 }
@@ -223,8 +216,8 @@ bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *ru
   *memory_drops += memory_drops_.exchange(0, std::memory_order_relaxed);
   open_ = 0;
   open_published_.store(0, std::memory_order_relaxed);
-  writing_ = interning_ = out_of_memory_ = false;
-  active_ = drops_before_retry_ = 0;
+  writing_ = interning_ = false;
+  active_ = drops_before_retry_ = stackless_ = 0;
   return true;
 }
 
@@ -247,6 +240,7 @@ void ThreadBuffer::restart_after_fork(uint32_t tid) {
   new (&mu_) std::mutex;
   keep_first_chunk_only();
   runs_.clear();  // they are in the parent's segments, and belong to the parent's trace
+  memory_drops_.store(0, std::memory_order_relaxed);  // so are the events it dropped
   tid_ = tid;
 }
 

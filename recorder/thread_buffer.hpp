@@ -118,7 +118,7 @@ class ThreadBuffer {
     const bool nested_;
   };
   bool has_stack(uint32_t domain_id) const { return domain_id < stacks_.size(); }
-  // nullptr only when the table of stacks had to grow and memory ran out (then out_of_memory()).
+  // nullptr only when the table of stacks had to grow and memory ran out (see stackless()).
   FrameStack *stack(uint32_t domain_id) {
     if (domain_id < stacks_.size()) [[likely]]
       return &stacks_[domain_id];
@@ -128,9 +128,15 @@ class ThreadBuffer {
   FrameStack *find_stack(uint32_t domain_id);
   // Gives `frames` room for kSignalReserve (recorder.hpp) more; false when memory ran out.
   bool grow(std::vector<Frame> &frames, size_t capacity);
-  // Whether memory ever ran out on this thread: a pop that finds no frame may then be the pop of
-  // a push that found no stack, not a protocol error of the program.
-  bool out_of_memory() const { return out_of_memory_; }
+  // Pushes still open that found no stack (stack() gave nullptr), in any domain: each is the
+  // first open push of its domain, so the pop that finds its domain without a frame is one of
+  // theirs, not a protocol error of the program.
+  void push_stackless() { ++stackless_; }
+  bool pop_stackless() {
+    if (stackless_ == 0) return false;
+    --stackless_;
+    return true;
+  }
   // Open frames over all domains of this thread (rejected ones included).
   uint32_t open_frames() const { return open_; }
   void opened() { open_published_.store(++open_, std::memory_order_relaxed); }
@@ -138,6 +144,10 @@ class ThreadBuffer {
   // A stable, NUL-terminated copy of `text`; equal texts share one copy (kNameLostToMemory when
   // there is no memory for one).
   const char *intern(std::string_view text);
+  // Scratch text of the thread's own (a wide-character message on its way to UTF-8): kept here,
+  // not in a thread_local std::string, whose destructor glibc registers on each thread's first
+  // use and aborts the process when that finds no memory.
+  std::string &scratch() { return scratch_text_; }
   // Stores a completed event (dropped and counted where slot() gives none).
   void append(const Event &event) {
     const Slot s = slot();
@@ -267,11 +277,12 @@ class ThreadBuffer {
   bool interning_ = false;  // inside intern() (a signal handler's range may look)
   std::atomic<uint64_t> reentrant_drops_{0};
   std::atomic<uint64_t> memory_drops_{0};
-  bool out_of_memory_ = false;       // owner only
+  uint32_t stackless_ = 0;           // owner only: see push_stackless()
   uint32_t drops_before_retry_ = 0;  // owner only: see slot()
   std::atomic<uint32_t> open_published_{0};
   std::vector<Block> blocks_;
   std::unordered_set<std::string_view> interned_;
+  std::string scratch_text_;  // owner only: scratch()
 
   SpillFile *spill_;
   MemoryBudget *budget_;

@@ -569,12 +569,11 @@ void Engine::forget_device(int device) {
 }
 
 GraphStats *Engine::stats_slot(uint32_t ordinal) {
-  if (!stats_) {
-    stats_ = static_cast<GraphStats *>(map_zeroed(sizeof(GraphStats) * kMaxTimedGraphs));
-    other_ = static_cast<GraphStats *>(map_zeroed(sizeof(GraphStats)));
-    if (!stats_ || !other_) return nullptr;
-  }
-  if (ordinal == 0) return other_;
+  // Without the memory for the rows (an address-space limit), every graph shares `other_`,
+  // which needs none: mapping it here, once per replay that found no rows, lost the replay's
+  // time and the mapping.
+  if (!stats_) stats_ = static_cast<GraphStats *>(map_zeroed(sizeof(GraphStats) * kMaxTimedGraphs));
+  if (ordinal == 0 || !stats_) return &other_;
   uint32_t index = (ordinal * 2654435761u) % kMaxTimedGraphs;
   for (uint32_t probe = 0; probe < kMaxTimedGraphs; ++probe) {
     GraphStats &entry = stats_[index];
@@ -585,7 +584,7 @@ GraphStats *Engine::stats_slot(uint32_t ordinal) {
     }
     index = (index + 1) % kMaxTimedGraphs;
   }
-  return other_;  // more timed graphs than rows: they share one
+  return &other_;  // more timed graphs than rows: they share one
 }
 
 const GraphStats *Engine::stats_for(uint32_t ordinal) const {
@@ -780,7 +779,7 @@ void Engine::reset_in_child() {
   for (auto &counter : untimed_) counter.store(0, std::memory_order_relaxed);
   align_error_max_ = 0;
   if (stats_) memset(static_cast<void *>(stats_), 0, sizeof(GraphStats) * kMaxTimedGraphs);
-  if (other_) memset(static_cast<void *>(other_), 0, sizeof(GraphStats));
+  other_ = GraphStats();
 }
 
 uint64_t Engine::claims() const {

@@ -241,7 +241,7 @@ class Engine {
     if (stats_)
       for (uint32_t i = 0; i < kMaxTimedGraphs; ++i)
         if (stats_[i].ordinal) visit(static_cast<const GraphStats &>(stats_[i]));
-    if (other_ && other_->count) visit(static_cast<const GraphStats &>(*other_));
+    if (other_.count) visit(static_cast<const GraphStats &>(other_));
   }
   // The statistics row of `ordinal`; null when it has none. Under lock() only.
   const GraphStats *stats_for(uint32_t ordinal) const;
@@ -279,7 +279,7 @@ class Engine {
   int ending_ = 0;  // context-ending calls in progress (context_ending_locked)
   bool warned_api_ = false;
   GraphStats *stats_ = nullptr;  // kMaxTimedGraphs entries, mapped on first reap
-  GraphStats *other_ = nullptr;
+  GraphStats other_;             // graphs without a row of their own (the engine is static)
   // Replays read while their context was being destroyed, for the reaper's next pass.
   static constexpr uint32_t kPending = 4096;
   ferrum_replay_gpu_replay pending_[kPending] = {};

@@ -24,8 +24,10 @@ namespace {
 struct Text {
   char *data = nullptr;
   size_t length = 0, capacity = 0;
+  bool failed = false;  // a piece found no memory: the text is incomplete, and is not written
 
   void append(const char *format, ...) __attribute__((format(printf, 2, 3))) {
+    if (failed) return;
     for (;;) {
       va_list args;
       va_start(args, format);
@@ -37,7 +39,10 @@ struct Text {
       }
       const size_t grown = capacity ? capacity * 2 : 4096;
       char *bigger = static_cast<char *>(realloc(data, grown));
-      if (!bigger) return;
+      if (!bigger) {
+        failed = true;
+        return;
+      }
       data = bigger;
       capacity = grown;
     }
@@ -86,7 +91,10 @@ void write_exit_summary() {
   // counters restarted at the fork) would otherwise add an empty summary to the job's.
   if (launches == 0) return;
   auto **rows = static_cast<const GraphRecord **>(calloc(held ? held : 1, sizeof(GraphRecord *)));
-  if (!rows) return;
+  if (!rows) {
+    warn_line("cannot write the summary to '%s': %s", message_value(target).text, strerror(ENOMEM));
+    return;
+  }
   size_t filled = 0;
   registry.for_each([&](const GraphRecord &record) {
     if (filled < held) rows[filled++] = &record;
@@ -173,7 +181,10 @@ void write_exit_summary() {
                 separator[0] == ',' ? ")" : "",
                 static_cast<unsigned long long>(totals.align_error_ns));
   }
-  if (!text.data) return;
+  if (text.failed || !text.data) {  // no memory left at exit: not a summary with rows missing
+    warn_line("cannot write the summary to '%s': %s", message_value(target).text, strerror(ENOMEM));
+    return;
+  }
   if (strcmp(target, "stderr") == 0) {
     write_text("/dev/stderr", text.data, text.length);
     return;

@@ -43,13 +43,24 @@
 //                  then launches N times in all and returns normally. The memory the shim and
 //                  the recorder still want (chunks, tables, the trace at exit) is then not to be
 //                  had. Prints `limited=<bytes>` first.
-// Every mode except no-driver prints `launches=<N> failed=<F>` for what it completed before
-// its ending (exit-from-worker and sigterm print it only from their exit path, on stderr).
-// Exit status: as the mode says, else 0; 1 on set-up errors.
+//   heap-exhausted uses NVTX itself: one range on the main thread; then a second thread limits
+//                  the address space (RLIMIT_AS) to what is mapped, takes every block the heap
+//                  can still give (a program that has used up its memory) and makes its first
+//                  NVTX calls: N ranges (nvtxRangePushA) each with a mark (nvtxMarkW); it gives
+//                  the blocks back and ends, and the program returns normally. No driver.
+//                  Prints `limited=<bytes>`, then `heap_taken=1 ranges=<N>`.
+//   exit-without-memory  N launches; then limits the address space (RLIMIT_AS) to what is mapped,
+//                  takes every block the heap can still give and returns normally without giving
+//                  them back: the exit hooks find no memory. Prints `launches=` first, then
+//                  `limited=<bytes>` and `heap_taken=1`.
+// Every mode except no-driver and heap-exhausted prints `launches=<N> failed=<F>` for what it
+// completed before its ending (exit-from-worker and sigterm print it only from their exit path, on
+// stderr). Exit status: as the mode says, else 0; 1 on set-up errors.
 
 #include <cuda.h>
 #include <dlfcn.h>
 #include <limits.h>
+#include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -66,6 +77,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "../support/address_space.hpp"
 
 // exit-during-first-launch: 1 armed, 2 while the shim's fstat of its running marker is held.
 std::atomic<int> g_hold_marker{0};
@@ -341,11 +354,46 @@ int memory_limit(long n, long margin, bool limit_first) {
   return 0;
 }
 
-int underscore_exit(long n) {
+int heap_exhausted(long n) {
+  // The program's own NVTX, initialised on the main thread (with a tool: the tool attached).
+  nvtxRangePushA("main");
+  nvtxRangePop();
+  unsigned long long ranges = 0;
+  bool any = false;
+  std::thread worker([&] {
+    limit_address_space(0);
+    HeapHoard taken;
+    any = taken.took_any();
+    for (long i = 0; i < n; ++i) {
+      nvtxRangePushA("worker");
+      nvtxMarkW(L"worker mark \u00e9");
+      nvtxRangePop();
+      ++ranges;
+    }
+  });
+  worker.join();
+  std::printf("heap_taken=%d ranges=%llu\n", any ? 1 : 0, ranges);
+  return 0;
+}
+
+// Loads the driver, launches `n` times and prints the counts.
+void launch_and_print(long n) {
   Driver d = load_driver();
   Counts c;
   for (long i = 0; i < n; ++i) launch_once(d, c);
   print_counts(c, stdout);
+}
+
+int exit_without_memory(long n) {
+  launch_and_print(n);
+  limit_address_space(0);
+  static HeapHoard *kept = new HeapHoard;  // never given back: the exit finds no memory
+  std::printf("heap_taken=%d\n", kept->took_any() ? 1 : 0);
+  return 0;
+}
+
+int underscore_exit(long n) {
+  launch_and_print(n);
   _exit(0);
 }
 
@@ -436,6 +484,8 @@ int main(int argc, char **argv) {
   if (mode == "underscore-exit") return underscore_exit(n);
   if (mode == "size-limit") return size_limit(n, own_bytes);
   if (mode == "memory-limit") return memory_limit(n, own_bytes, limit_first);
+  if (mode == "heap-exhausted") return heap_exhausted(n);
+  if (mode == "exit-without-memory") return exit_without_memory(n);
   if (mode == "sigterm") return sigterm();
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);

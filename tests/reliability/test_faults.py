@@ -41,6 +41,12 @@ file_size_limit              exit code and output unchanged    nothing past the 
 address_space_limit          exit code and launches unchanged  every launch recorded or counted in
                              under RLIMIT_AS set just above    droppedForMemory; else one line
                              what it mapped                    saying out of memory
+first_nvtx_call_without      exit code and output unchanged    the thread's ranges and marks counted
+_memory                      when a thread's first NVTX calls  in droppedForMemory, or one line
+                             come after its heap is used up    saying out of memory
+exit_without_memory          exit code and output unchanged    the summary written whole, or one
+                             when its exit finds no memory     line saying why (never a partial or
+                                                               silently missing one)
 Uses tests/shim/scenarios/harness.py; run through meson (suite reliability).
 """
 import glob
@@ -385,6 +391,59 @@ def address_space_limit():
                            f"{what}: no trace, and no line saying why", run_)
 
 
+def first_nvtx_call_without_memory():
+    """A thread of the program makes its first NVTX calls (a range, a wide-character mark) after
+    the program has used up its memory: an address-space limit (RLIMIT_AS) at what it mapped, and
+    every block its heap could still give taken. What the recorder needs for that thread — its
+    thread-local data, a buffer, room for a wide message — cannot be had, and none of it may end
+    the program (glibc aborts a thread whose thread-local data of a dlopen'ed library, or the
+    registration of a thread-local destructor, finds no memory): exit code and output as
+    without the tool, only our own lines on stderr."""
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST") or harness.EMULATOR:
+        return "skip: a sanitizer's shadow memory or an emulator does not fit an address-space limit"
+    argv = [PROGRAM, "heap-exhausted", "--launches", "100"]
+    bare = harness.run(argv, preload=False, record=False)
+    expect(bare.returncode == 0 and "heap_taken=1 ranges=100" in bare.stdout,
+           "the program fails without the shim", bare)
+    run_ = harness.run(argv)
+    expect(run_.returncode == 0 and "heap_taken=1 ranges=100" in run_.stdout,
+           "exit code or output changed", run_)
+    foreign = [line for line in run_.stderr.splitlines() if not line.startswith("ferrum-replay")]
+    expect(not foreign, f"lines not ours on stderr: {foreign[:3]}", run_)
+
+
+def exit_without_memory():
+    """The program launches, then uses up its memory (an address-space limit at what it mapped,
+    every block of its heap taken) and returns: the exit hooks find no memory. The summary the
+    user asked for (FERRUM_REPLAY_SUMMARY) is then written whole or not at all, and when not,
+    one line says so: it was silently missing (a failed allocation returned without a word), or
+    could be written with rows cut short."""
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST") or harness.EMULATOR:
+        return "skip: a sanitizer's shadow memory or an emulator does not fit an address-space limit"
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [PROGRAM, "exit-without-memory", "--launches", "100"]
+        quiet = {"FERRUM_STANDIN_REPORT": ""}
+        bare = harness.run(argv, preload=False, record=False, cwd=tmp, env=quiet)
+        expect(bare.returncode == 0 and "heap_taken=1" in bare.stdout,
+               "the program fails without the shim", bare)
+        run_ = harness.run(argv, cwd=tmp, env={**quiet, "FERRUM_REPLAY_SUMMARY": "s.txt"})
+        expect(run_.returncode == 0 and values(run_.stdout).get("launches") == 100 and
+               "heap_taken=1" in run_.stdout, "exit code or output changed", run_)
+        foreign = [line for line in run_.stderr.splitlines()
+                   if not line.startswith("ferrum-replay")]
+        expect(not foreign, f"lines not ours on stderr: {foreign[:3]}", run_)
+        summary = os.path.join(tmp, "s.txt")
+        if os.path.exists(summary):
+            with open(summary) as handle:
+                text = handle.read()
+            expect(text.startswith("ferrum-replay launch summary: 1 graphs, 100 launches") and
+                   text.endswith("\n") and len(text.splitlines()) >= 3,
+                   f"a summary with rows missing: {text!r}", run_)
+        else:
+            expect("cannot write the summary to 's.txt': Cannot allocate memory" in run_.stderr,
+                   "no summary, and no line saying why", run_)
+
+
 def stderr_reader_gone():
     """The program's stderr is a pipe whose reader has gone: the shim's own lines (an invalid
     setting, the summary) must not kill the program with SIGPIPE, nor change its exit code."""
@@ -500,7 +559,7 @@ SCENARIOS = {f.__name__: f for f in (
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch,
     forked_children_count_their_own, running_marker_until_exit, exit_during_first_launch,
     first_launch_on_smallest_stack, file_size_limit, address_space_limit,
-    stderr_reader_gone,
+    first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone,
     exit_from_worker, underscore_exit, sigterm_handler_exits)}
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../support/address_space.hpp"
 #include "json_text.hpp"
 #include "recorder.hpp"
 #include "trace_writer.hpp"
@@ -240,32 +241,20 @@ TEST_CASE("a fork child's chunks are mapped like the parent's: released by munma
 
 namespace {
 
-// Limits this process's address space to what it has mapped now (RLIMIT_AS): from here on no
-// mapping, and no allocation beyond the heap's free memory, can succeed.
-bool limit_address_space_to_now() {
-  FILE *status = std::fopen("/proc/self/status", "r");
-  if (!status) return false;
-  char line[256];
-  unsigned long vm_kb = 0;
-  while (std::fgets(line, sizeof line, status))
-    if (std::sscanf(line, "VmSize: %lu kB", &vm_kb) == 1) break;
-  std::fclose(status);
-  rlimit limit{};
-  if (vm_kb == 0 || getrlimit(RLIMIT_AS, &limit) != 0) return false;
-  limit.rlim_cur = vm_kb * 1024;
-  return setrlimit(RLIMIT_AS, &limit) == 0;
-}
+using Domain = const nvtxDomainRegistration_st;
 
-// Runs `body` in a child process (its address-space limit stays there) and returns its exit
-// status: 0 when every check of `body` held, else the number of the first that failed.
+// in_child, with a recorder of its own and a domain named `domain` besides the global one:
+// returns body(recorder, global domain, that domain)'s status. For tests under an address-space
+// limit: 0 at once under a sanitizer, whose shadow memory does not fit one.
 template <typename Body>
-int in_child(Body &&body) {
-  std::fflush(nullptr);
-  const pid_t child = fork();
-  if (child == 0) _exit(body());
-  int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+int in_child_recording(const char *domain, Body &&body) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return 0;
+#endif
+  return in_child([&]() -> int {
+    Recorder r(Settings{}, 0);
+    return body(r, r.names().global_domain(), *r.names().create_domain(domain));
+  });
 }
 
 }  // namespace
@@ -301,10 +290,7 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
       if (r.pop(g) != kRejected) return 6;
     for (int level = framed; level >= 1; --level)
       if (r.pop(g) != level) return 7;
-    rlimit none{};
-    getrlimit(RLIMIT_AS, &none);
-    none.rlim_cur = none.rlim_max;
-    if (setrlimit(RLIMIT_AS, &none) != 0) return 8;
+    if (!unlimit_address_space()) return 8;
     if (r.pop(g) != 0) return 9;  // the outer range still meets its own pop
     const Snapshot s = r.snapshot();
     if (!s.errors.none()) return 10;
@@ -366,6 +352,131 @@ TEST_CASE("threads that end leave their events and names, not their buffers") {
     }
     CHECK(matched == kThreads - 1);
   }
+}
+
+TEST_CASE("memory that comes back: a push that found no stack is closed by its own pop") {
+  // A push in a domain the thread's table of stacks has no room for gets no stack at all; once
+  // memory is back, that domain's stack is made by the next push. The pop of the first push
+  // then finds the stack empty: it closes nothing and is no protocol error.
+  const int failed = in_child_recording("late", [&](Recorder &r, Domain &g, Domain &late) -> int {
+    if (push(r, g, "outer") != 0) return 2;
+    if (!limit_address_space_to_now()) return 3;
+    {
+      HeapHoard hoard;
+      if (push(r, late, "first") != kRejected) return 4;  // no stack for it
+    }
+    if (!unlimit_address_space()) return 5;
+    if (push(r, late, "second") == kRejected) return 6;
+    if (r.pop(late) == kRejected) return 7;  // closes "second"
+    if (r.pop(late) != kRejected) return 8;  // the pop of "first": nothing to close
+    if (r.pop(g) != 0) return 9;
+    const Snapshot s = r.snapshot();
+    if (!s.errors.none()) return 10;
+    if (s.range_count() != 2 || s.memory_drops != 1) return 11;
+    return 0;
+  });
+  CHECK(failed == 0);
+  // The other way round: memory ran out on this thread (a frame could not be had), yet a pop in
+  // a domain it never pushed in is the program's own error, counted as such.
+  const int miscounted =
+      in_child_recording("never", [&](Recorder &r, Domain &g, Domain &never) -> int {
+        if (push(r, g, "outer") != 0) return 2;
+        if (!limit_address_space_to_now()) return 3;
+        {
+          HeapHoard hoard;
+          for (int i = 0; i < 100; ++i) push(r, g, "inner");  // the stack cannot grow: unframed
+          for (int i = 0; i < 100; ++i) r.pop(g);
+        }
+        if (!unlimit_address_space()) return 4;
+        if (r.pop(never) != kRejected) return 5;
+        if (r.pop(g) != 0) return 6;
+        const Snapshot s = r.snapshot();
+        if (s.memory_drops == 0) return 7;  // the limit did not bite: nothing was tested
+        if (s.errors.pop_wrong_domain != 1 || s.errors.open_at_exit != 0) return 8;
+        return 0;
+      });
+  CHECK(miscounted == 0);
+}
+
+TEST_CASE(
+    "memory that runs out before a fork: the child's handler allocates nothing, and the "
+    "child's trace counts none of the parent's drops") {
+  // pthread_atfork's child handler runs inside the program's fork(): a std::bad_alloc thrown
+  // there would leave fork() by an exception. The parent's threads and GPU tracks become
+  // orphans in room made before the fork (or are let go); the drops counted before the fork
+  // are the parent's, like its ranges.
+  const int failed = in_child_recording("late", [&](Recorder &r, Domain &g, Domain &late) -> int {
+    if (push(r, g, "step") != 0 || r.pop(g) != 0) return 2;
+    ferrum_replay_gpu_replay replay{};
+    replay.size = sizeof replay;
+    replay.stream = 0x10;
+    replay.name = "graph";
+    replay.start_ns = 1;
+    replay.end_ns = 2;
+    replay.replay = 1;
+    r.gpu().add(&replay, 1);  // one GPU track
+    if (!limit_address_space_to_now()) return 3;
+    HeapHoard hoard;
+    // Drops of both kinds: a push in a domain the table of stacks has no room for, and events
+    // beyond the first chunk, which no second one can follow.
+    if (push(r, late, "x") != kRejected || r.pop(late) != kRejected) return 4;
+    for (int i = 0; i < 2048; ++i) {
+      push(r, g, "step");
+      r.pop(g);
+    }
+    r.before_fork();
+    const pid_t child = fork();
+    if (child == 0) {
+      try {
+        r.after_fork_in_child();
+      } catch (...) {
+        _exit(20);
+      }
+      hoard.give_back();
+      if (!unlimit_address_space()) _exit(21);
+      _exit(r.snapshot().memory_drops == 0 ? 0 : 22);
+    }
+    r.after_fork_in_parent();
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child) return 5;
+    if (!WIFEXITED(status)) return 6;
+    if (WEXITSTATUS(status) != 0) return WEXITSTATUS(status);
+    hoard.give_back();
+    if (!unlimit_address_space()) return 7;
+    if (r.snapshot().memory_drops < 2) return 8;  // the limit did not bite: nothing was tested
+    return 0;
+  });
+  CHECK(failed == 0);
+}
+
+TEST_CASE("memory that runs out: GPU replays not stored are counted like ranges") {
+  // The shim's replays go to one buffer per (device, stream): without memory for a chunk, or
+  // for a new stream's track, they are dropped, and the trace must say so (droppedForMemory).
+  const int failed = in_child_recording("unused", [&](Recorder &r, Domain &, Domain &) -> int {
+    std::vector<ferrum_replay_gpu_replay> replays(3000);
+    for (size_t i = 0; i < replays.size(); ++i) {
+      ferrum_replay_gpu_replay &replay = replays[i];
+      replay.size = sizeof replay;
+      replay.stream = i + 1 < replays.size() ? 0x10 : 0x20;  // the last on a stream of its own
+      replay.name = "graph";
+      replay.start_ns = 2 * i + 1;
+      replay.end_ns = 2 * i + 2;
+      replay.replay = i + 1;
+    }
+    r.gpu().add(replays.data(), 1);  // the first stream's track
+    if (!limit_address_space_to_now()) return 2;
+    {
+      HeapHoard hoard;
+      r.gpu().add(replays.data() + 1, replays.size() - 2);
+      r.gpu().add(&replays.back(), 1);
+    }
+    if (!unlimit_address_space()) return 3;
+    const Snapshot s = r.snapshot();
+    if (s.memory_drops == 0) return 4;  // the limit did not bite: nothing was tested
+    if (s.gpu_replay_count() + s.memory_drops != replays.size()) return 5;
+    return 0;
+  });
+  CHECK(failed == 0);
 }
 
 TEST_CASE("the exit report's snapshot while threads still record and another snapshot reads") {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../support/address_space.hpp"
 #include "gpu/gpu_engine.hpp"
 #include "gpu/gpu_timing.hpp"
 #include "support/settings.hpp"
@@ -278,6 +279,35 @@ TEST_CASE("gpu engine: per-thread launches record with the _ptsz entry point") {
   CHECK(f.launch(nullptr, true, true));
   CHECK(f.driver.records_ptsz == 2);
   CHECK(f.driver.records == legacy);
+}
+
+TEST_CASE("gpu engine: without room for its rows of statistics, every timed replay is counted") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return;  // a sanitizer's shadow memory does not fit an address-space limit
+#endif
+  // The rows of GPU statistics (a few MiB) are mapped at the first reap. Under an address-space
+  // limit that leaves no room for them (ulimit -v) the replays timed must still reach the
+  // statistics the summary prints (the row of graphs without one of their own), and nothing
+  // may be mapped per replay meanwhile.
+  const int failed = in_child([&]() -> int {
+    Fixture f;
+    f.launch();
+    f.reap();  // the pool is made
+    if (!limit_address_space_to_now(256 * 1024)) return 2;
+    uint64_t timed = 0;
+    for (int i = 0; i < 200; ++i) {
+      timed += f.launch();
+      f.driver.now += 1000000;
+      f.reap();
+    }
+    if (timed != 200) return 3;
+    uint64_t counted = 0;
+    f.engine->lock();
+    f.engine->for_each_stats_locked([&](const gpu::GraphStats &stats) { counted += stats.count; });
+    f.engine->unlock();
+    return counted == timed ? 0 : 4;
+  });
+  CHECK(failed == 0);
 }
 
 TEST_CASE("gpu engine: a capturing stream (or a failed query) is never recorded on") {
