@@ -14,7 +14,8 @@ namespace ferrum_replay::common {
 // itself, so while held they stay pending there; on destruction each one that became pending
 // meanwhile is taken back (sigtimedwait with no wait) before the thread's mask is restored. One
 // that was pending already (the host held it itself) is the host's and stays. errno is kept.
-// Costs three or four system calls: for whole outputs, never per launch.
+// Costs three or four system calls: once per output (and for the running marker, once per
+// process at its first launch), never on the launch path otherwise.
 class WriteSignalsHeld {
  public:
   WriteSignalsHeld();

@@ -325,20 +325,12 @@ int size_limit(long n, long own_bytes) {
   return 0;
 }
 
-// Limits the address space to what is mapped now plus `margin` bytes.
+// Limits the address space to what is mapped now plus `margin` bytes (address_space.hpp).
 void limit_address_space(long margin) {
-  FILE *status = std::fopen("/proc/self/status", "r");
-  if (!status) die("cannot read /proc/self/status");
-  char line[256];
-  unsigned long vm_kb = 0;
-  while (std::fgets(line, sizeof line, status))
-    if (std::sscanf(line, "VmSize: %lu kB", &vm_kb) == 1) break;
-  std::fclose(status);
-  if (vm_kb == 0) die("no VmSize in /proc/self/status");
+  if (!limit_address_space_to_now(static_cast<unsigned long>(margin)))
+    die("cannot limit the address space (RLIMIT_AS)");
   rlimit limit{};
-  if (getrlimit(RLIMIT_AS, &limit) != 0) die("getrlimit");
-  limit.rlim_cur = vm_kb * 1024 + static_cast<unsigned long>(margin);
-  if (setrlimit(RLIMIT_AS, &limit) != 0) die("setrlimit(RLIMIT_AS)");
+  getrlimit(RLIMIT_AS, &limit);
   std::printf("limited=%lu\n", static_cast<unsigned long>(limit.rlim_cur));
 }
 
