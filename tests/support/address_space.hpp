@@ -12,6 +12,15 @@
 #include <cstdio>
 #include <cstdlib>
 
+// Whether an address-space limit can be tried here: not under a sanitizer, whose shadow memory
+// needs more address space than any limit these tests set. Test cases that need one are marked
+// `* doctest::skip(kNoAddressSpaceLimit)`, so that the report says they were skipped.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kNoAddressSpaceLimit = true;
+#else
+inline constexpr bool kNoAddressSpaceLimit = false;
+#endif
+
 // Limits this process's address space to what it has mapped now, plus `margin` bytes
 // (RLIMIT_AS): from here on no mapping beyond that, and no allocation beyond the heap's free
 // memory, can succeed.

@@ -281,10 +281,8 @@ TEST_CASE("gpu engine: per-thread launches record with the _ptsz entry point") {
   CHECK(f.driver.records == legacy);
 }
 
-TEST_CASE("gpu engine: without room for its rows of statistics, every timed replay is counted") {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return;  // a sanitizer's shadow memory does not fit an address-space limit
-#endif
+TEST_CASE("gpu engine: without room for its rows of statistics, every timed replay is counted" *
+          doctest::skip(kNoAddressSpaceLimit)) {
   // The rows of GPU statistics (a few MiB) are mapped at the first reap. Under an address-space
   // limit that leaves no room for them (ulimit -v) the replays timed must still reach the
   // statistics the summary prints (the row of graphs without one of their own), and nothing
