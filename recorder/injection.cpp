@@ -21,6 +21,7 @@
 #include "nvtx_tool.hpp"
 #include "output_file.hpp"
 #include "recorder.hpp"
+#include "secure_execution.hpp"
 #include "settings.hpp"
 #include "utf8.hpp"
 
@@ -430,6 +431,17 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     NvtxGetExportTableFunc_t get_export_table) {
   using namespace ferrum_replay::recorder;
   if (!get_export_table) return 0;
+  // A privileged process: the variable that loaded us, and every setting and path we would
+  // act on, come from a less privileged user (secure_execution.hpp). NVTX runs it without a
+  // tool. Nothing of ours was set up yet: this is the first thing the recorder does.
+  if (ferrum_replay::common::secure_execution()) {
+    ferrum_replay::common::note_standard_streams();  // before any line of ours, as always
+    write_stderr(
+        "ferrum-replay recorder: not recording: this process runs in secure-execution mode "
+        "(set-user-ID, set-group-ID or file capabilities), whose environment is not trusted; "
+        "run a copy without those privileges to profile it\n");
+    return 0;
+  }
   const auto *callbacks =
       static_cast<const NvtxExportTableCallbacks *>(get_export_table(NVTX_ETID_CALLBACKS));
   if (!callbacks || callbacks->struct_size < sizeof(NvtxExportTableCallbacks) ||

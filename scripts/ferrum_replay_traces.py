@@ -1491,6 +1491,26 @@ def unfinished_processes(directory):
     return sorted(found)
 
 
+def privileged_program(path):
+    """Why `path` would start in secure-execution mode for this user (docs/reliability.md: the
+    shim and the recorder then do nothing), or None: set-user-ID to another user, set-group-ID
+    to another group, or file capabilities."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_mode & stat.S_ISUID and st.st_uid != os.getuid():
+        return "is set-user-ID"
+    if st.st_mode & stat.S_ISGID and st.st_gid != os.getgid():
+        return "is set-group-ID"
+    try:
+        if os.getxattr(path, "security.capability"):
+            return "has file capabilities"
+    except (OSError, AttributeError):
+        pass
+    return None
+
+
 def cmd_record_report(args):
     """What the wrapper says after `record`: which traces this run wrote, or why none."""
     traces = session_traces(args.since, args.pattern)
@@ -1540,6 +1560,12 @@ def cmd_record_report(args):
         elif unfinished:
             note("no trace was written: every process that launched a CUDA graph ended without "
                  "writing one, or is still running (above)")
+        elif args.program and privileged_program(args.program):
+            note(f"no trace was written: {quoted(args.program)} "
+                 f"{privileged_program(args.program)}, so it runs with privileges its "
+                 "environment's user does not have: the loader ignores LD_PRELOAD for it, and "
+                 "ferrum-replay records nothing in such a process (docs/reliability.md); "
+                 "profile a copy without them")
         else:
             note("no trace was written: no process of the program reached the shim's first "
                  "range (no CUDA graph launched, or the program replaced LD_PRELOAD / "
@@ -2108,6 +2134,7 @@ def build_parser():
     p.add_argument("--since", required=True)
     p.add_argument("--status", type=int, required=True)
     p.add_argument("--running-dir", help="the shim's running markers (FERRUM_REPLAY_RUNNING_DIR)")
+    p.add_argument("--program", help="the program's file, as the wrapper found it")
     p.add_argument("pattern")
     p.set_defaults(run=cmd_record_report)
 

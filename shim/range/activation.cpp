@@ -16,6 +16,7 @@
 #include "output_file.hpp"
 #include "range/process_files.hpp"
 #include "resolve/libc_symbols.hpp"
+#include "secure_execution.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -118,6 +119,15 @@ bool later_copy() {
 
 detail::Phase activate() {
   (void)settings();
+  // First: a privileged process's environment is not its own (secure_execution.hpp). Its
+  // settings were parsed above only to know whether this line was asked for.
+  if (common::secure_execution()) {
+    log_line(LogLevel::info,
+             "this process runs in secure-execution mode (set-user-ID, set-group-ID or file "
+             "capabilities), whose environment is not trusted: no NVTX tool is attached, nothing "
+             "is written, and every launch passes through untouched");
+    return detail::Phase::pass_through;
+  }
   if (later_copy()) return detail::Phase::pass_through;
   if (!g_settings.enabled) {
     log_line(LogLevel::info, "FERRUM_REPLAY=off: every launch passes through untouched");
@@ -195,6 +205,15 @@ const Settings &settings() {
     new (&g_settings) Settings();
     common::note_standard_streams();  // before any line of ours: stdout and stderr as they are
     read_settings(g_settings, common::process_env, nullptr, complain_on_stderr, nullptr);
+    if (common::secure_execution()) {
+      // A privileged process (secure_execution.hpp): of its environment only the log level
+      // counts (it decides whether activate() says why this copy does nothing). Everything
+      // else is off: no summary, names file, running marker or GPU timing, whoever asks.
+      const LogLevel level = g_settings.log_level;
+      new (&g_settings) Settings();
+      g_settings.log_level = level;
+      g_settings.enabled = false;
+    }
     set_log_level(g_settings.log_level);
     g_settings_state.store(2, std::memory_order_release);
   } else {

@@ -31,6 +31,16 @@ tool_without_handlers    an NVTX tool that attaches but installs  the shim's log
                                                                   that it failed; a tool that fails
                                                                   and an unset path each get their
                                                                   own words
+privileged_process       set-group-ID (secure execution), the     no trace, summary, GPU event or
+                         shim in /etc/ld.so.preload (as a         recorder line for the shim's
+                         container installs it) and every         launches: NVTX is never
+                         FERRUM_/NVTX_ setting in its             initialised by us, so the named
+                         environment; then with its own NVTX      tool is never loaded; the log
+                         ranges and the recorder named            line says why; the recorder, when
+                                                                  the program's NVTX loads it,
+                                                                  refuses in one line; output and
+                                                                  exit as bare. The same copy
+                                                                  without the bit is recorded
 table_capped             60 graphs with distinct names            the table lists the 50 busiest and
                                                                   one line for the other 10; the
                                                                   trace has all 60
@@ -40,6 +50,8 @@ Uses tests/shim/scenarios/harness.py; run through meson (suite reliability).
 """
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -216,9 +228,112 @@ def threads_come_and_go():
            run_)
 
 
+def run_installed(program, args, preload, env, privileged):
+    """Runs a copy of `program` as a container that installs the shim runs everything: the
+    libraries `preload` in /etc/ld.so.preload (the loader honours it in privileged processes,
+    unlike LD_PRELOAD paths), inside a private mount namespace over a copy of /etc, so the
+    machine's own /etc is never touched. `privileged`: the copy is set-group-ID to another
+    group, so the kernel starts it in secure-execution mode (AT_SECURE), as for set-user-ID
+    programs and file capabilities. Returns (completed process, the directory of its files)."""
+    work = tempfile.mkdtemp(prefix="ferrum-privileged-")
+    subprocess.run(["cp", "-a", "/etc", os.path.join(work, "etc")], check=True)
+    with open(os.path.join(work, "etc", "ld.so.preload"), "w") as handle:
+        handle.write("\n".join(preload) + "\n")
+    copy = os.path.join(work, os.path.basename(program))
+    shutil.copy(program, copy)
+    if privileged:
+        os.chown(copy, -1, os.getgid() + 1 if os.getgid() != 65534 else 65533)
+        os.chmod(copy, 0o2755)
+    out = os.path.join(work, "out")
+    os.mkdir(out)
+    child_env = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("FERRUM_", "NVTX_", "LD_"))}
+    child_env.update({key: value.replace("OUT", out) for key, value in env.items()})
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         'mount --bind "$1" /etc && shift && exec "$@"', "sh", os.path.join(work, "etc"), copy,
+         *args], env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        timeout=120, cwd=out)
+    return done, work
+
+
+def privileged_process():
+    """A privileged process (set-user-ID, set-group-ID, file capabilities) takes nothing from
+    its environment, which belongs to a less privileged user. It did: with the shim installed in
+    /etc/ld.so.preload, a set-group-ID program that launches graphs and never uses NVTX had its
+    first launch initialise NVTX, which loaded the library NVTX_INJECTION64_PATH named into it
+    (with its privileges), and the summary and the trace were written where the environment
+    said. Now the shim passes through without an NVTX call, writes and starts nothing, and says
+    why where asked; the recorder, loaded by the program's own NVTX, refuses. The control: the
+    same copy without the bit is recorded, so the set-up does reach the shim."""
+    if os.geteuid() != 0:
+        return "skip: needs root (a set-group-ID copy, a mount namespace over /etc)"
+    if harness.EMULATOR:
+        return "skip: under qemu-user the set-group-ID file is the emulator's argument"
+    if shutil.which("unshare") is None:
+        return "skip: no unshare(1)"
+    if os.statvfs(tempfile.gettempdir()).f_flag & os.ST_NOSUID:
+        return f"skip: {tempfile.gettempdir()} is mounted nosuid"
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
+    if probe.returncode != 0:
+        return "skip: no mount namespace here (unshare --mount fails)"
+    program = harness.path_of("LAUNCH_DRIVER")
+    standin = os.path.join(harness.path_of("STANDIN_DIR"), "libcuda.so.1")
+    first = [os.environ["FERRUM_TEST_PRELOAD_FIRST"]] if os.environ.get(
+        "FERRUM_TEST_PRELOAD_FIRST") else []
+    env = {"NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
+           "FERRUM_RECORD_OUT": "OUT/trace.json", "FERRUM_RECORD_TABLE": "0",
+           "FERRUM_REPLAY_SUMMARY": "OUT/summary.txt", "FERRUM_REPLAY_LOG": "info",
+           "FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_STANDIN_REPORT": "OUT/report.txt"}
+    for key in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    shim = harness.path_of("FERRUM_SHIM")
+    cases = [("launches only", ["--iters", "5"], first + [shim, standin]),
+             ("its own NVTX ranges, no shim", ["--iters", "5", "--app-ranges"], first + [standin])]
+    for what, args, preload in cases:
+        control, control_dir = run_installed(program, args, preload, env, privileged=False)
+        try:
+            got = sorted(os.listdir(os.path.join(control_dir, "out")))
+            expect(control.returncode == 0 and "trace.json" in got,
+                   f"{what}, unprivileged: the set-up did not record ({got}); exit "
+                   f"{control.returncode}\n{control.stderr}")
+            if shim in preload:
+                expect("summary.txt" in got, f"{what}, unprivileged: no summary ({got})")
+        finally:
+            shutil.rmtree(control_dir, ignore_errors=True)
+        done, work = run_installed(program, args, preload, env, privileged=True)
+        try:
+            got = sorted(os.listdir(os.path.join(work, "out")))
+            report = {}
+            if "report.txt" in got:
+                with open(os.path.join(work, "out", "report.txt")) as handle:
+                    report = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", handle.read())}
+            expect(done.returncode == 0 and "launches=10 failed=0 result=0" in done.stdout,
+                   f"{what}: exit {done.returncode}, stdout {done.stdout!r}, stderr "
+                   f"{done.stderr!r}")
+            expect(done.stdout == control.stdout, f"{what}: the program's output changed: "
+                   f"{done.stdout!r}, unprivileged {control.stdout!r}")
+            written = [name for name in got if name != "report.txt"]
+            expect(not written, f"{what}: files written on the environment's word: {written}")
+            expect(report.get("events_created", 0) == 0,
+                   f"{what}: {report.get('events_created')} GPU timing events created")
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            if shim in preload:
+                expected = ["ferrum-replay: this process runs in secure-execution mode"]
+            else:
+                expected = ["ferrum-replay recorder: not recording: this process runs in "
+                            "secure-execution mode"]
+            expect(len(lines) == 1 and lines[0].startswith(expected[0]),
+                   f"{what}: stderr should be one line saying why, got {lines}")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      standard_streams_taken, driver_unloadable, threads_come_and_go,
-                                     tool_without_handlers, table_capped, table_bogus_value)}
+                                     privileged_process, tool_without_handlers, table_capped,
+                                     table_bogus_value)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

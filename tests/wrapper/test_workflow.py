@@ -1406,6 +1406,22 @@ def test_wrapper_says_what_happened(tmp):
            "no trace was written: the program was ended by signal 9 (SIGKILL)" in done.stderr
            and "reached the shim's first range" not in done.stderr, "killed", done)
 
+    # A privileged program (set-group-ID to another group): the loader ignores LD_PRELOAD for
+    # it and ferrum-replay records nothing there (docs/reliability.md): the wrapper says that,
+    # not "no process reached the shim". The same copy without the bit: the general reason.
+    if os.geteuid() == 0 and not os.statvfs(tmp).f_flag & os.ST_NOSUID:
+        copy = os.path.join(tmp, "privileged-true")
+        shutil.copy("/bin/true", copy)
+        done = wrapper("record", "-o", "p.json", "--", copy, cwd=tmp)
+        expect(done.returncode == 0 and "reached the shim's first range" in done.stderr and
+               "set-group-ID" not in done.stderr, "an unprivileged copy", done)
+        os.chown(copy, -1, 65534 if os.getgid() != 65534 else 65533)
+        os.chmod(copy, 0o2755)
+        done = wrapper("record", "-o", "p.json", "--", copy, cwd=tmp)
+        expect(done.returncode == 0 and f"no trace was written: '{copy}' is set-group-ID" in
+               done.stderr and "reached the shim" not in done.stderr, "a privileged program",
+               done)
+
     # -o without .json: the trace is found and named.
     done = wrapper("record", "-o", "trace.out", "--", *program, cwd=tmp)
     expect(f"ferrum-replay: trace: '{os.path.join(tmp, 'trace.out')}'" in done.stderr,
