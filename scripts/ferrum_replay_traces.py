@@ -976,9 +976,36 @@ def trace_inputs(path):
     return [path]
 
 
-def compare_side(paths, domain):
+def same_run(base_scans, new_scans):
+    """Why NEW holds data of BASE's own run, or None. A gate that compares a run with itself
+    passes whatever the code did: BASE given twice, a copy of it left where this run's trace
+    should be (a run that wrote none), or a directory that still holds it. A process is its
+    recorder's identity: host, pid and start (originRealtimeNs; without one, only the file)."""
+    def identity(path):
+        try:
+            return file_identity(path)
+        except OSError:
+            return None
+    base_files = {identity(scan.path): scan.path for scan in base_scans}
+    for scan in new_scans:
+        found = identity(scan.path)
+        if found is not None and found in base_files:
+            return f"{quoted(scan.path)} is the file {quoted(base_files[found])} of BASE"
+    base_keys = {}
+    for scan in base_scans:
+        for key in process_keys(scan):
+            if key[2] not in (None, "None"):
+                base_keys[key] = scan.path
+    for scan in new_scans:
+        for key in sorted(process_keys(scan) & set(base_keys)):
+            return (f"{quoted(scan.path)} holds process {key[1]} on {quoted(key[0])} of BASE's run "
+                    f"(the same recorder start as in {quoted(base_keys[key])}): a copy of BASE's "
+                    "data, not a new run")
+    return None
+
+
+def compare_side(scans, domain):
     """(CPU NameStats, GPU NameStats) of our domain over the traces of one side."""
-    scans = scan_all(paths)
     for scan in scans:
         if not scan.meta:
             raise InputError(f"{quoted(scan.path)}: not a ferrum-replay trace (no ferrumReplay "
@@ -988,13 +1015,19 @@ def compare_side(paths, domain):
 
 
 def cmd_compare(args):
-    base_cpu, base_gpu = compare_side(trace_inputs(args.base), args.domain)
+    base_scans = scan_all(trace_inputs(args.base))
+    base_cpu, base_gpu = compare_side(base_scans, args.domain)
     if not base_cpu.index and not base_gpu.index:
         # Nothing to hold NEW against: a gate that passes here guards nothing (a BASE recorded
         # under another FERRUM_REPLAY_DOMAIN, or from a run that launched no graph).
         raise InputError(f"BASE {quoted(args.base)} holds no range of the domain "
                          f"{quoted(args.domain)}: nothing to compare with")
-    new_cpu, new_gpu = compare_side(trace_inputs(args.new), args.domain)
+    new_scans = scan_all(trace_inputs(args.new))
+    why = same_run(base_scans, new_scans)
+    if why:
+        raise InputError(f"NEW is not a run of its own: {why}; comparing a run with itself "
+                         "guards nothing")
+    new_cpu, new_gpu = compare_side(new_scans, args.domain)
     rows, regressions, missing = [], [], []
     for name in sorted(set(base_cpu.index) | set(base_gpu.index) |
                        set(new_cpu.index) | set(new_gpu.index)):

@@ -885,13 +885,18 @@ def test_summary_gpu_columns(tmp):
 
 def test_compare(tmp):
     d = lambda name: os.path.join(tmp, name)  # noqa: E731
-    base = make_trace(d("base.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5, cwd=tmp)
+    starts = iter(range(1_700_000_000_000_000_000, 1_800_000_000_000_000_000, 10**12))
+    run = lambda: ["--origin-ns", next(starts)]  # noqa: E731 (each trace a run of its own)
+    base = make_trace(d("base.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5, *run(),
+                      cwd=tmp)
     same = make_trace(d("same.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5,
-                      "--graph-us", "graph 2=5.4", cwd=tmp)
+                      "--graph-us", "graph 2=5.4", *run(), cwd=tmp)
     slow = make_trace(d("slow.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5,
-                      "--graph-us", "graph 2=6", cwd=tmp)
-    fewer = make_trace(d("fewer.json"), "--ranges", 40, "--graphs", 1, "--gpu-us", 5, cwd=tmp)
-    cpu = make_trace(d("cpu.json"), "--ranges", 40, "--graphs", 2, "--cpu-us", 2.1, cwd=tmp)
+                      "--graph-us", "graph 2=6", *run(), cwd=tmp)
+    fewer = make_trace(d("fewer.json"), "--ranges", 40, "--graphs", 1, "--gpu-us", 5, *run(),
+                       cwd=tmp)
+    cpu = make_trace(d("cpu.json"), "--ranges", 40, "--graphs", 2, "--cpu-us", 2.1, *run(),
+                     cwd=tmp)
     # Pass: +8% is within the default 10%.
     done = wrapper("compare", base, same, cwd=tmp)
     expect(done.returncode == 0 and "ferrum-replay compare: OK: 2 graphs" in done.stdout and
@@ -915,16 +920,37 @@ def test_compare(tmp):
     os.mkdir(d("runs"))
     shutil.copy(slow, d("runs/a.json"))
     make_trace(d("runs/b.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5, "--pid", 99,
-               cwd=tmp)
+               *run(), cwd=tmp)
     done = wrapper("compare", base, d("runs"), cwd=tmp)
     expect(done.returncode == 0 and re.search(r"^graph 2\s+gpu\s+20\s+5\.000\s+40\s+5\.500",
                                               done.stdout, re.M), "a directory side", done)
+    # NEW holding BASE's own run passes whatever the code did: refused (exit 2), whether it is
+    # BASE's file (again, or through a link), a copy of it (a run that wrote no trace, and an
+    # old copy lay where its trace should be), a directory that still holds one, or a merge of
+    # it. Another run of the same pid (another start) is a run of its own.
+    os.symlink(base, d("base-link.json"))
+    shutil.copy(base, d("base-copy.json"))
+    os.mkdir(d("stale"))
+    shutil.copy(slow, d("stale/a.json"))
+    shutil.copy(base, d("stale/b.json"))
+    expect(wrapper("merge", "-o", d("merged.json"), base, slow, cwd=tmp).returncode == 0,
+           "merge for the compare of a merged trace")
+    for new, what in ((base, "the file"), (d("base-link.json"), "the file"),
+                      (d("base-copy.json"), "holds process 4242"),
+                      (d("stale"), "holds process 4242"), (d("merged.json"), "holds process")):
+        done = wrapper("compare", base, new, cwd=tmp)
+        expect(done.returncode == 2 and "NEW is not a run of its own" in done.stderr and
+               what in done.stderr and "guards nothing" in done.stderr and
+               not done.stdout.strip(), f"NEW {new} is BASE's run", done)
+    done = wrapper("compare", d("stale"), base, cwd=tmp)
+    expect(done.returncode == 2 and "NEW is not a run of its own" in done.stderr,
+           "BASE a directory that holds NEW", done)
     # Bad input: exit 2 with a reason. A BASE without a range of the domain holds nothing to
     # gate on (recorded under another FERRUM_REPLAY_DOMAIN, or launched nothing); a range that
     # ends before it starts is no measurement.
     write(d("foreign.json"), '{"traceEvents": []}')
     os.mkdir(d("empty-dir"))
-    empty = make_trace(d("empty.json"), "--ranges", 0, cwd=tmp)
+    empty = make_trace(d("empty.json"), "--ranges", 0, *run(), cwd=tmp)
     with open(base, encoding="utf-8") as handle:
         backwards = handle.read().replace('"dur":2.000', '"dur":-2.000', 1)
     expect('"dur":-2.000' in backwards, "the base trace's first range could not be turned round")
