@@ -111,7 +111,7 @@ Recorder::~Recorder() {
   for (ThreadBuffer *t : threads_) delete t;
   for (ThreadBuffer *t : orphans_) delete t;
   for (ThreadBuffer *t : idle_) delete t;
-  for (char *names : kept_names_) delete[] names;
+  for (const NameBlock &names : kept_names_) release_name_block(names);
 }
 
 __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;

@@ -202,8 +202,8 @@ class Recorder {
   };
   mutable std::vector<EndedThread> ended_;  // the last report moves them out
   std::vector<ThreadBuffer *> idle_;        // emptied buffers, for the next threads to adopt
-  std::vector<char *> kept_names_;  // name blocks of deleted buffers (their events point there)
-  size_t fold_at_ = 64;             // threads_.size() at which to look again
+  std::vector<NameBlock> kept_names_;       // name blocks of deleted buffers (events point there)
+  size_t fold_at_ = 64;                     // threads_.size() at which to look again
   mutable unsigned snapshots_reading_ = 0;  // buffers are not folded while a snapshot reads them
   uint64_t ended_reentrant_drops_ = 0;
   uint64_t ended_memory_drops_ = 0;

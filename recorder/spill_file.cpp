@@ -113,18 +113,22 @@ unsigned SpillFile::segments() const {
   return n;
 }
 
+std::string SpillFile::directory() const {
+  if (directory_for_tests_) return directory_for_tests_;
+  const char *tmpdir = std::getenv("TMPDIR");
+  return tmpdir && *tmpdir == '/' ? tmpdir : "/tmp";
+}
+
+char *SpillFile::map_name_block(uint64_t bytes) {
+  if (failed_.load(std::memory_order_relaxed)) return nullptr;
+  return map_unnamed_file(directory(), bytes);
+}
+
 char *SpillFile::create_segment(unsigned index, uint64_t size) {
   std::lock_guard lock(create_mu_);
   if (char *p = segments_[index].load(std::memory_order_relaxed)) return p;
   if (failed_.load(std::memory_order_relaxed)) return nullptr;
-  std::string dir;
-  if (directory_for_tests_) {
-    dir = directory_for_tests_;
-  } else {
-    const char *tmpdir = std::getenv("TMPDIR");
-    dir = tmpdir && *tmpdir == '/' ? tmpdir : "/tmp";
-  }
-  char *p = map_unnamed_file(dir, size);
+  char *p = map_unnamed_file(directory(), size);
   if (!p) {
     failed_.store(true, std::memory_order_relaxed);
     return nullptr;
@@ -250,6 +254,7 @@ void SpillFile::forget_after_fork() {
     if (!p) continue;
     ::munmap(p, segment_size(i));
   }
+  generation_.fetch_add(1, std::memory_order_relaxed);
   failed_.store(false, std::memory_order_relaxed);
   end_.store(0, std::memory_order_relaxed);
   written_.store(0, std::memory_order_relaxed);

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 #include "event.hpp"
 
@@ -68,6 +69,16 @@ class SpillFile {
   // read faults them in again. Only memory use changes, never what a read returns.
   void release(const SpillRun &run, uint32_t first, uint32_t count) const;
 
+  // A block of `bytes` for range names recorded beyond FERRUM_RECORD_MEMORY (thread_buffer.hpp):
+  // an unnamed file of its own, made and mapped like a segment but not one of them. It is never
+  // unmapped here — not by forget_after_fork either, because a fork() child's events may point
+  // at names its parent copied there — and its owner unmaps it (release_name_block). nullptr
+  // when it cannot be made (names then stay in memory, as events do when spilling fails).
+  char *map_name_block(uint64_t bytes);
+  // Bumped in a fork() child (forget_after_fork): a name block mapped in an earlier generation
+  // is shared with the parent, which may still append to it, so the child appends to none.
+  uint32_t generation() const { return generation_.load(std::memory_order_relaxed); }
+
   // Bytes written so far (for tests and the stress figures).
   uint64_t size() const { return written_.load(std::memory_order_relaxed); }
   // Segments mapped now (tests).
@@ -92,6 +103,8 @@ class SpillFile {
   static void segment_of(uint64_t offset, unsigned *index, uint64_t *base, uint64_t *size);
 
  private:
+  // Where segments and name blocks are made: the tests' directory, else $TMPDIR, else /tmp.
+  std::string directory() const;
   // The mapping of segment `index`, created if `create`; nullptr if it cannot be.
   char *segment(unsigned index, bool create);
   char *create_segment(unsigned index, uint64_t size);
@@ -112,6 +125,7 @@ class SpillFile {
   // released early or not at all: memory use only, never data.
   static constexpr unsigned kWindowCounters = 256;
   std::atomic<uint64_t> window_bytes_[kWindowCounters] = {};
+  std::atomic<uint32_t> generation_{0};
   std::mutex create_mu_;  // segment creation only
   const char *directory_for_tests_ = nullptr;
 };

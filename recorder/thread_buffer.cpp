@@ -1,5 +1,6 @@
 #include "thread_buffer.hpp"
 
+#include <errno.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -11,9 +12,28 @@
 namespace ferrum_replay::recorder {
 
 namespace {
-// Names are short and few (one per distinct range name and thread); 16 KiB holds hundreds.
+// Names are usually short and few (one per distinct range name and thread); 16 KiB holds
+// hundreds. Beyond FERRUM_RECORD_MEMORY they go to spill blocks of 1 MiB: a file and a mapping
+// each, so fewer and larger.
 constexpr size_t kArenaBlock = 16 * 1024;
+constexpr size_t kMappedNameBlock = size_t{1} << 20;
+// Distinct names the table of one thread remembers before it starts afresh: about 256 KiB of
+// table at most, against unbounded growth for a program whose every message is new.
+constexpr size_t kMaxInterned = 4096;
+
+size_t page_rounded(size_t bytes) {
+  const long page = sysconf(_SC_PAGESIZE);
+  const size_t unit = page > 0 ? static_cast<size_t>(page) : 4096;
+  return (bytes + unit - 1) / unit * unit;
+}
 }  // namespace
+
+void release_name_block(const NameBlock &block) {
+  if (block.mapped)
+    ::munmap(block.data, block.size);
+  else
+    delete[] block.data;
+}
 
 ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill,
                            MemoryBudget *budget)
@@ -28,7 +48,7 @@ ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *sp
 
 ThreadBuffer::~ThreadBuffer() {
   free_chunks();
-  for (const Block &b : blocks_) delete[] b.data;
+  for (const NameBlock &b : blocks_) release_name_block(b);
 }
 
 ThreadBuffer::Chunk *ThreadBuffer::new_chunk(bool populate) {
@@ -98,19 +118,48 @@ const char *ThreadBuffer::intern(std::string_view text) {
 const char *ThreadBuffer::intern_unguarded(std::string_view text) {
   if (auto it = interned_.find(text); it != interned_.end()) return it->data();
   const size_t need = text.size() + 1;
-  if (blocks_.empty() || blocks_.back().size - blocks_.back().used < need) {
-    const size_t size = need > kArenaBlock ? need : kArenaBlock;
-    std::unique_ptr<char[]> data(new char[size]);
-    blocks_.push_back(Block{data.get(), 0, size});
-    data.release();
-  }
-  Block &b = blocks_.back();
+  NameBlock &b = name_block(need);
   char *copy = b.data + b.used;
   std::memcpy(copy, text.data(), text.size());
   copy[text.size()] = '\0';
   b.used += need;
+  if (interned_.size() >= kMaxInterned) interned_.clear();
   interned_.insert(std::string_view(copy, text.size()));
   return copy;
+}
+
+NameBlock &ThreadBuffer::name_block(size_t need) {
+  if (!blocks_.empty()) {
+    NameBlock &last = blocks_.back();
+    // A spill block of an earlier generation is its parent's too (fork): never appended to.
+    const bool ours = !last.mapped || (spill_ && last.generation == spill_->generation());
+    if (ours && last.size - last.used >= need) return last;
+  }
+  blocks_.reserve(blocks_.size() + 1);  // may throw: before anything is made
+  NameBlock block{nullptr, 0, 0, false, 0};
+  // Without a budget (a GPU track, whose names are the shim's graph names) names stay in memory.
+  if (spill_ && budget_ && !budget_->take(need > kArenaBlock ? need : kArenaBlock)) {
+    // Beyond the budget: a block of the spill's. Its system calls leave errno as it was (the
+    // program may be between a call of its own and the check of its errno).
+    const int saved_errno = errno;
+    const size_t size = page_rounded(need > kMappedNameBlock ? need : kMappedNameBlock);
+    if (char *data = spill_->map_name_block(size))
+      block = NameBlock{data, 0, size, true, spill_->generation()};
+    errno = saved_errno;
+  }
+  if (!block.data) {  // within the budget, or no spill block could be made
+    const size_t size = need > kArenaBlock ? need : kArenaBlock;
+    block = NameBlock{new char[size], 0, size, false, 0};
+  }
+  if (!blocks_.empty() && blocks_.back().mapped) {
+    // The full spill block goes back to its file: its names are read again only at exit (and
+    // by the table above, which then faults a page back in). Data-safe for a shared mapping.
+    const int saved_errno = errno;
+    ::madvise(blocks_.back().data, blocks_.back().size, MADV_DONTNEED);
+    errno = saved_errno;
+  }
+  blocks_.push_back(block);
+  return blocks_.back();
 }
 
 bool ThreadBuffer::make_room() {
@@ -221,10 +270,10 @@ bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *ru
   return true;
 }
 
-void ThreadBuffer::hand_names_to(std::vector<char *> *keep) {
+void ThreadBuffer::hand_names_to(std::vector<NameBlock> *keep) {
   if (keep->capacity() - keep->size() < blocks_.size())  // growing geometrically
     keep->reserve(2 * keep->capacity() + blocks_.size());
-  for (const Block &b : blocks_) keep->push_back(b.data);
+  for (const NameBlock &b : blocks_) keep->push_back(b);
   blocks_.clear();
   interned_.clear();
 }

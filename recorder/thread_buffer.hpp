@@ -16,8 +16,10 @@
 //   - names are copied into an append-only arena owned by the buffer, so an event's name pointer
 //     stays valid even after the thread exits (the arena lives until the process ends: when the
 //     buffer goes to another thread, that thread shares it; when the buffer is deleted, the
-//     recorder keeps it). This is the one part that grows on a long run: by the distinct names
-//     recorded, not by the number of ranges;
+//     recorder keeps it). It grows by the distinct names recorded, not by the number of ranges,
+//     and counts against the same MemoryBudget: beyond it, names go to blocks of the spill's
+//     (NameBlock), so a program whose every message is new (a sequence number in each) is
+//     bounded too;
 //   - memory that cannot be had (the host's address-space limit, `ulimit -v`, or memory
 //     exhausted) never ends the host: nothing here throws once the buffer exists. An event with
 //     no chunk to go to is dropped and counted (memory_drops), a name with no room to be copied
@@ -79,6 +81,19 @@ struct FrameStack {
 
 // The name a range keeps when its own could not be copied for lack of memory.
 inline constexpr char kNameLostToMemory[] = "(name lost: out of memory)";
+
+// A block of copied range names (ThreadBuffer::intern). Within FERRUM_RECORD_MEMORY it is heap
+// memory; beyond it, an unnamed file of the spill's (SpillFile::map_name_block), mapped shared,
+// whose pages are handed back to the file once the block is full: a program that names every
+// range afresh (a sequence number in each message) keeps its names on disk, not in memory.
+struct NameBlock {
+  char *data;
+  size_t used, size;
+  bool mapped;          // a spill block (munmap), else heap (delete[])
+  uint32_t generation;  // SpillFile::generation() when mapped: a fork() child appends to none
+};
+// Frees or unmaps a block (once nothing points into it: when the recorder ends).
+void release_name_block(const NameBlock &block);
 
 class ThreadBuffer {
   struct Chunk;  // below
@@ -220,7 +235,7 @@ class ThreadBuffer {
   // An emptied buffer that will be deleted: the blocks its names were copied to (events point
   // into them) go to `keep`, to live as long as the recorder. Throws std::bad_alloc with nothing
   // changed.
-  void hand_names_to(std::vector<char *> *keep);
+  void hand_names_to(std::vector<NameBlock> *keep);
 
   // ---- in a fork() child, where the calling thread is the only one left ----
   // Drops the parent's completed events (they belong to the parent's trace) and adopts the
@@ -240,10 +255,6 @@ class ThreadBuffer {
     std::atomic<uint32_t> count{0};
     std::atomic<Chunk *> next{nullptr};
   };
-  struct Block {
-    char *data;
-    size_t used, size;
-  };
 
   // Chunks are mapped, not heap-allocated: unmapping one gives its memory back to the system at
   // once (collect's release_full_chunks), which freeing into the heap would not.
@@ -253,6 +264,9 @@ class ThreadBuffer {
   static Chunk *new_chunk(bool populate);
   FrameStack *add_stack(uint32_t domain_id);
   const char *intern_unguarded(std::string_view text);
+  // A block with room for `need` bytes at the back of blocks_ (heap within the budget, else a
+  // spill block, else heap). Throws std::bad_alloc.
+  NameBlock &name_block(size_t need);
   static void delete_chunk(Chunk *chunk);
   void free_chunks();
   void collect_locked(std::vector<Event> *in_memory, std::vector<SpillRun> *spilled,
@@ -280,7 +294,9 @@ class ThreadBuffer {
   uint32_t stackless_ = 0;           // owner only: see push_stackless()
   uint32_t drops_before_retry_ = 0;  // owner only: see slot()
   std::atomic<uint32_t> open_published_{0};
-  std::vector<Block> blocks_;
+  std::vector<NameBlock> blocks_;
+  // Equal names share one copy. Bounded (kMaxInterned, thread_buffer.cpp): past that it starts
+  // afresh, so a name seen again may be copied again — memory for copies, never for the table.
   std::unordered_set<std::string_view> interned_;
   std::string scratch_text_;  // owner only: scratch()
 

@@ -27,11 +27,20 @@
 //                  N threads, one after another (each joined before the next starts), each
 //                  making the context current and launching once: a pool that recycles its
 //                  threads. Prints `rss_kb=<VmRSS at the end>` and `launches=N failed=F`.
+//   distinct-names N [fork]
+//                  Records N NVTX ranges (no CUDA), each with a message of its own (200 bytes, a
+//                  sequence number in it, as a profiler that names every operator call does):
+//                  "range <i> xxx...". Prints `anon_kb_grown=<RssAnon after - before>`. With
+//                  fork: N/2 ranges, then fork(); the child records N/2 ranges "child <i> ..."
+//                  and waits until the parent has recorded N/2 more, "parent <i> ...", before it
+//                  exits; each process writes its own trace.
 // Exit status 0, 1 on set-up errors.
 
 #include <cuda.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <nvtx3/nvToolsExt.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -224,6 +233,21 @@ int unload() {
 
 }  // namespace
 
+// A "FIELD: N kB" line of /proc/self/status (VmRSS, RssAnon), or -1.
+long status_kb(const char *field) {
+  long kb = -1;
+  if (FILE *status = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    const size_t length = std::strlen(field);
+    while (std::fgets(line, sizeof line, status))
+      if (std::strncmp(line, field, length) == 0 && line[length] == ':' &&
+          std::sscanf(line + length + 1, "%ld", &kb) == 1)
+        break;
+    std::fclose(status);
+  }
+  return kb;
+}
+
 int thread_churn(long n) {
   Driver d = load_driver();
   CUresult (*set_current)(CUcontext) = nullptr;
@@ -235,14 +259,48 @@ int thread_churn(long n) {
     });
     worker.join();
   }
-  long rss_kb = -1;
-  if (FILE *status = std::fopen("/proc/self/status", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof line, status))
-      if (std::sscanf(line, "VmRSS: %ld kB", &rss_kb) == 1) break;
-    std::fclose(status);
+  std::printf("rss_kb=%ld\nlaunches=%llu failed=%llu\n", status_kb("VmRSS"), d.launches, d.failed);
+  return 0;
+}
+
+void record_named(const char *prefix, long first, long count) {
+  char name[201];
+  for (long i = first; i < first + count; ++i) {
+    const int n = std::snprintf(name, sizeof name, "%s %ld ", prefix, i);
+    std::memset(name + n, 'x', sizeof name - 1 - n);
+    name[sizeof name - 1] = '\0';
+    nvtxRangePushA(name);
+    nvtxRangePop();
   }
-  std::printf("rss_kb=%ld\nlaunches=%llu failed=%llu\n", rss_kb, d.launches, d.failed);
+}
+
+int distinct_names(long n, bool fork_midway) {
+  nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
+  nvtxRangePop();
+  const long before = status_kb("RssAnon");
+  if (!fork_midway) {
+    record_named("range", 0, n);
+    std::printf("anon_kb_grown=%ld\n", status_kb("RssAnon") - before);
+    return 0;
+  }
+  record_named("range", 0, n / 2);
+  int child_done[2], parent_done[2];
+  if (pipe(child_done) != 0 || pipe(parent_done) != 0) die("pipe");
+  const pid_t child = fork();
+  if (child < 0) die("fork");
+  char byte = 0;
+  if (child == 0) {
+    record_named("child", 0, n / 2);
+    if (write(child_done[1], "c", 1) != 1 || read(parent_done[0], &byte, 1) != 1) _exit(1);
+    std::exit(0);  // the child's trace is written now, after the parent's names
+  }
+  if (read(child_done[0], &byte, 1) != 1) die("child");
+  record_named("parent", 0, n / 2);
+  if (write(parent_done[1], "p", 1) != 1) die("pipe");
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    die("the child failed");
+  std::printf("anon_kb_grown=%ld\n", status_kb("RssAnon") - before);
   return 0;
 }
 
@@ -254,8 +312,11 @@ int main(int argc, char **argv) {
   if (mode == "thread-churn" && argc >= 3) return thread_churn(std::atol(argv[2]));
   if (mode == "standard-streams" && argc >= 5)
     return standard_streams(argv[2], std::atol(argv[3]), std::strcmp(argv[4], "before") == 0);
+  if (mode == "distinct-names" && argc >= 3)
+    return distinct_names(std::atol(argv[2]), argc > 3 && std::strcmp(argv[3], "fork") == 0);
   std::fprintf(stderr,
                "usage: host_resources descriptors DIR N [close|dup2] | "
-               "standard-streams DIR N before|after | unload | thread-churn N\n");
+               "standard-streams DIR N before|after | unload | thread-churn N | "
+               "distinct-names N [fork]\n");
   return 1;
 }
