@@ -44,6 +44,12 @@ size_t page_size() {
 // each use: should another thread of the program close it and open a file of its own under the
 // same number meanwhile, that file is left alone.
 char *map_unnamed_file(const std::string &dir, uint64_t size) {
+  // Called while the program records (a push may fill a chunk): errno stays the program's, also
+  // after the O_TMPFILE attempt failed and the fallback succeeded.
+  struct KeepErrno {
+    const int saved = errno;
+    ~KeepErrno() { errno = saved; }
+  } keep_errno;
   int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     std::string name = dir + "/ferrum-replay-spill.XXXXXX";

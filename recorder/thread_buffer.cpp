@@ -52,11 +52,15 @@ ThreadBuffer::~ThreadBuffer() {
 }
 
 ThreadBuffer::Chunk *ThreadBuffer::new_chunk(bool populate) {
+  const int saved_errno = errno;
   // MAP_POPULATE: the chunk's pages are faulted in by this one call, not one page fault every
   // 64 events on the recording path (measured: page faults were a fifth of a range's cost).
   void *memory = ::mmap(nullptr, sizeof(Chunk), PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
-  if (memory == MAP_FAILED) return nullptr;
+  if (memory == MAP_FAILED) {
+    errno = saved_errno;  // a push that finds no memory drops its event, not the program's errno
+    return nullptr;
+  }
   return new (memory) Chunk;
 }
 
@@ -139,13 +143,10 @@ NameBlock &ThreadBuffer::name_block(size_t need) {
   NameBlock block{nullptr, 0, 0, false, 0};
   // Without a budget (a GPU track, whose names are the shim's graph names) names stay in memory.
   if (spill_ && budget_ && !budget_->take(need > kArenaBlock ? need : kArenaBlock)) {
-    // Beyond the budget: a block of the spill's. Its system calls leave errno as it was (the
-    // program may be between a call of its own and the check of its errno).
-    const int saved_errno = errno;
+    // Beyond the budget: a block of the spill's.
     const size_t size = page_rounded(need > kMappedNameBlock ? need : kMappedNameBlock);
-    if (char *data = spill_->map_name_block(size))
+    if (char *data = spill_->map_name_block(size))  // leaves errno as it was
       block = NameBlock{data, 0, size, true, spill_->generation()};
-    errno = saved_errno;
   }
   if (!block.data) {  // within the budget, or no spill block could be made
     const size_t size = need > kArenaBlock ? need : kArenaBlock;

@@ -1,6 +1,7 @@
 // The spill holds no descriptor: what the program does to its descriptors (closes all of them,
 // dup2s its own files over them) can neither take spilled ranges away nor make the recorder
 // write into or read back from a file of the program's.
+#include <errno.h>
 #include <dirent.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -425,7 +426,11 @@ TEST_CASE("a spill directory where nothing can be created keeps every event in m
   Settings settings = spilling_at_once();
   Recorder r(settings, 0);
   const_cast<SpillFile &>(r.spill_file()).set_directory_for_tests("/proc/self/no-such-directory");
+  // The system calls that failed (a name block, a segment) leave the program's errno alone: it
+  // may be between a call of its own and the check of its errno (a signal handler's ranges).
+  errno = 4242;
   record(r, 3000);
+  CHECK(errno == 4242);
   CHECK(r.spill_file().failed());
   CHECK(r.spill_file().size() == 0);
   CHECK(r.spill_file().segments() == 0);
