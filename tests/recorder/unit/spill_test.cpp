@@ -1,9 +1,9 @@
 // The spill holds no descriptor: what the program does to its descriptors (closes all of them,
 // dup2s its own files over them) can neither take spilled ranges away nor make the recorder
 // write into or read back from a file of the program's.
-#include <errno.h>
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
