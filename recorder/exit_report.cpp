@@ -60,7 +60,7 @@ uint64_t run_start_ns(uint64_t origin_realtime_ns, const std::string &session_fi
 // leaves no file and prints no table, and the job's chosen name goes to a process that has data.
 bool recorded_anything(const Snapshot &snap) {
   return snap.event_count() != 0 || snap.gpu_replay_count() != 0 || snap.rejected_pushes != 0 ||
-         snap.memory_drops != 0 || !snap.errors.none();
+         snap.memory_drops != 0 || snap.depth_drops != 0 || !snap.errors.none();
 }
 
 }  // namespace
@@ -128,6 +128,11 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.memory_drops) +
                  " pushes, ranges, marks or GPU replays not recorded: out of memory "
                  "(droppedForMemory)\n");
+  if (snap.depth_drops)
+    write_stderr("ferrum-replay recorder: " + std::to_string(snap.depth_drops) +
+                 " pushes not recorded: their thread already had " +
+                 std::to_string(kMaxOpenFrames) +
+                 " ranges open in their domain, pushed and not popped (droppedBeyondDepth)\n");
 
   if (settings.table) {
     std::string shown;

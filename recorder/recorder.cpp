@@ -205,7 +205,10 @@ int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {
   else
     thread.push_stackless();
   thread.opened();
-  count_memory_drop();
+  if (stack && stack->frames.size() >= kMaxOpenFrames)
+    depth_drops_.fetch_add(1, std::memory_order_relaxed);
+  else
+    count_memory_drop();
   return kRejected;
 }
 
@@ -412,6 +415,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   if (materialize) snap.spill = nullptr;
   snap.rejected_pushes = rejected_.load(std::memory_order_relaxed);
   snap.memory_drops += memory_drops_.load(std::memory_order_relaxed);
+  snap.depth_drops = depth_drops_.load(std::memory_order_relaxed);
   snap.errors.pop_without_push = pop_without_push_.load(std::memory_order_relaxed);
   snap.errors.pop_wrong_domain = pop_wrong_domain_.load(std::memory_order_relaxed);
   snap.errors.end_unknown_id += end_unknown_.load(std::memory_order_relaxed);
@@ -461,6 +465,7 @@ void Recorder::after_fork_in_child() {
   pop_without_push_.store(0, std::memory_order_relaxed);
   pop_wrong_domain_.store(0, std::memory_order_relaxed);
   memory_drops_.store(0, std::memory_order_relaxed);  // the parent's, in the parent's trace
+  depth_drops_.store(0, std::memory_order_relaxed);
   // Ids go on counting: an end of the parent's range in the child is unknown to the child's trace.
   end_unknown_.store(0, std::memory_order_relaxed);
   threads_mu_.unlock();

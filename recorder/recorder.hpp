@@ -3,6 +3,7 @@
 // decodes those), so tests can drive it directly.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -27,6 +28,14 @@ inline constexpr int kRejected = -1;
 // Frames kept free on every stack beyond the open ones (Recorder::push_in_place): how deeply a
 // signal handler may nest ranges of its own within one push or pop of the thread it interrupts.
 inline constexpr size_t kSignalReserve = 16;
+// Open ranges one (thread, domain) stack keeps. A program that pushes without ever popping (a
+// loop whose error path skips the pop) would otherwise grow the recorder by a frame (40 bytes)
+// per push for ever — 5,000,000 such pushes took 275 MB — where without a tool NVTX costs it
+// nothing. Past this depth a push keeps its place without a frame (FrameStack::unframed: its pop
+// closes nothing, every frame below still meets its own pop) and is counted (depth_drops). Real
+// nesting is tens deep. The stack's growth stops at this many frames and the room for signal
+// handlers' ranges (kSignalReserve).
+inline constexpr size_t kMaxOpenFrames = 16384;
 
 // The process's name as traces and the exit table show it, from /proc/self/cmdline's bytes
 // (arguments separated by NULs): argv[0]'s base name, not cut to 15 bytes like
@@ -164,6 +173,8 @@ class Recorder {
   void spill_if_over_budget(EndedThread &gone) noexcept;
   // A push that gets no frame (memory ran out): kept in `stack`'s unframed count so that its pop
   // closes nothing, or, where there is no stack, in the thread's stackless count (the same).
+  // On a stack that holds kMaxOpenFrames already, every push is unframed for that reason (the
+  // first, and those above it while it is open): counted in depth_drops_, not as memory drops.
   int push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept;
   bool should_reject(const nvtxDomainRegistration_st &domain) noexcept {
     // reject_target is only ever true when some rejection mode is active.
@@ -214,7 +225,9 @@ class Recorder {
   std::atomic<uint64_t> pop_wrong_domain_{0};
   std::atomic<uint64_t> next_async_id_{1};  // start/end ranges' ids, process-wide
   std::atomic<uint64_t> end_unknown_{0};
-  std::atomic<uint64_t> memory_drops_{0};  // beyond the threads' own (ThreadBuffer::memory_drops)
+  std::atomic<uint64_t> memory_drops_{0};
+  std::atomic<uint64_t> depth_drops_{
+      0};  // pushes beyond kMaxOpenFrames  // beyond the threads' own (ThreadBuffer::memory_drops)
 };
 
 template <typename Describe>
@@ -244,8 +257,9 @@ int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&
   // unframed: the room is the signal handlers'.
   if (activity.nested() ? stack.size() == stack.capacity()
                         : stack.capacity() - stack.size() <= kSignalReserve &&
-                              !thread.grow(stack, 2 * stack.size() + kSignalReserve + 1))
-      [[unlikely]]
+                              (stack.size() >= kMaxOpenFrames ||
+                               !thread.grow(stack, std::min(2 * stack.size(), kMaxOpenFrames) +
+                                                       kSignalReserve + 1))) [[unlikely]]
     return push_unframed(thread, frame_stack);
   Frame &frame = stack.emplace_back();
   frame.depth = depth;

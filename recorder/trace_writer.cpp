@@ -403,6 +403,7 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   field(",\"rejectedPushes\":", snap.rejected_pushes);
   if (snap.reentrant_drops) field(",\"droppedInSignalHandlers\":", snap.reentrant_drops);
   if (snap.memory_drops) field(",\"droppedForMemory\":", snap.memory_drops);
+  if (snap.depth_drops) field(",\"droppedBeyondDepth\":", snap.depth_drops);
   field(",\"protocolErrors\":{\"popWithoutPush\":", snap.errors.pop_without_push);
   field(",\"popWrongDomain\":", snap.errors.pop_wrong_domain);
   field(",\"openAtExit\":", snap.errors.open_at_exit);

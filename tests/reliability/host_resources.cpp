@@ -34,6 +34,11 @@
 //                  fork: N/2 ranges, then fork(); the child records N/2 ranges "child <i> ..."
 //                  and waits until the parent has recorded N/2 more, "parent <i> ...", before it
 //                  exits; each process writes its own trace.
+//   unbalanced-pushes N
+//                  Pushes N NVTX ranges "leaked" and never pops them (a loop whose error path
+//                  skips its pop), with a balanced range "inner" inside each; then one balanced
+//                  range "after" on another thread. Prints `anon_kb_grown=<RssAnon after -
+//                  before>`.
 // Exit status 0, 1 on set-up errors.
 
 #include <cuda.h>
@@ -304,6 +309,24 @@ int distinct_names(long n, bool fork_midway) {
   return 0;
 }
 
+int unbalanced_pushes(long n) {
+  nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
+  nvtxRangePop();
+  const long before = status_kb("RssAnon");
+  for (long i = 0; i < n; ++i) {
+    nvtxRangePushA("leaked");
+    nvtxRangePushA("inner");
+    nvtxRangePop();
+  }
+  std::printf("anon_kb_grown=%ld\n", status_kb("RssAnon") - before);
+  std::thread other([] {
+    nvtxRangePushA("after");
+    nvtxRangePop();
+  });
+  other.join();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "descriptors" && argc >= 4)
@@ -312,11 +335,12 @@ int main(int argc, char **argv) {
   if (mode == "thread-churn" && argc >= 3) return thread_churn(std::atol(argv[2]));
   if (mode == "standard-streams" && argc >= 5)
     return standard_streams(argv[2], std::atol(argv[3]), std::strcmp(argv[4], "before") == 0);
+  if (mode == "unbalanced-pushes" && argc >= 3) return unbalanced_pushes(std::atol(argv[2]));
   if (mode == "distinct-names" && argc >= 3)
     return distinct_names(std::atol(argv[2]), argc > 3 && std::strcmp(argv[3], "fork") == 0);
   std::fprintf(stderr,
                "usage: host_resources descriptors DIR N [close|dup2] | "
                "standard-streams DIR N before|after | unload | thread-churn N | "
-               "distinct-names N [fork]\n");
+               "distinct-names N [fork] | unbalanced-pushes N\n");
   return 1;
 }

@@ -40,6 +40,12 @@ names_across_fork        the same with FERRUM_RECORD_MEMORY=0     each process's
                          (every name in spill blocks), forking    own names intact: the child never
                          midway; parent and child record while    writes into the blocks it shares
                          the other is alive                       with its parent
+unbalanced_pushes        2,000,000 NVTX pushes never popped (an    anonymous memory grows by under
+                         error path that skips the pop), each     8 MiB (it grew 55 bytes a push);
+                         with a balanced range inside             the ranges before the depth limit
+                                                                  and on other threads are kept;
+                                                                  one line and the trace's footer
+                                                                  count the pushes not recorded
 privileged_process       set-group-ID (secure execution), the     no trace, summary, GPU event or
                          shim in /etc/ld.so.preload (as a         recorder line for the shim's
                          container installs it) and every         launches: NVTX is never
@@ -301,6 +307,37 @@ def names_across_fork():
         expect_names(run_, child[0], ["child"], n // 2, "the child")
 
 
+def unbalanced_pushes():
+    """A program that pushes and never pops (a loop whose error path skips the pop) costs nothing
+    without a tool; the recorder kept a frame per push for ever (5,000,000 pushes: 275 MB). It
+    now keeps at most kMaxOpenFrames (16,384) open ranges per thread and domain: what is pushed
+    beyond that is not recorded, and counted."""
+    n = 2000000
+    run_ = harness.run([PROGRAM, "unbalanced-pushes", str(n)], preload=False,
+                       env={"FERRUM_RECORD_TABLE": "1"}, timeout=300)
+    expect(run_.returncode == 0, "unbalanced-pushes failed", run_)
+    meta = run_.trace["ferrumReplay"]
+    names = [r["name"] for r in trace_ranges(run_.trace)]
+    # kMaxOpenFrames + 1 leaked pushes get a frame, and the inner range of the first 16,384 of
+    # them (recorder.hpp: the stack stops growing there).
+    kept = 16384
+    expect(names.count("inner") == kept and names.count("after") == 1 and
+           names.count("warm-up") == 1, f"{names.count('inner')} inner ranges, "
+           f"{names.count('after')} after", run_)
+    dropped = (n - (kept + 1)) + (n - kept)
+    expect(meta.get("droppedBeyondDepth") == dropped and "droppedForMemory" not in meta,
+           f"footer {dict((k, v) for k, v in meta.items() if k.startswith('dropped'))}, "
+           f"expected {dropped} beyond depth", run_)
+    lines = [l for l in run_.stderr.splitlines() if "droppedBeyondDepth" in l]
+    expect(len(lines) == 1 and lines[0].startswith(f"ferrum-replay recorder: {dropped} pushes "
+                                                    "not recorded"), "one line says so", run_)
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+        return  # a sanitizer's allocator and shadow memory: resident size says nothing here
+    grown = values(run_.stdout)["anon_kb_grown"]
+    expect(grown < 8 * 1024, f"anonymous memory grew by {grown} KiB for {n} pushes never popped",
+           run_)
+
+
 def run_installed(program, args, preload, env, privileged):
     """Runs a copy of `program` as a container that installs the shim runs everything: the
     libraries `preload` in /etc/ld.so.preload (the loader honours it in privileged processes,
@@ -405,7 +442,8 @@ def privileged_process():
 
 SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      standard_streams_taken, driver_unloadable, threads_come_and_go,
-                                     distinct_names, names_across_fork, privileged_process,
+                                     distinct_names, names_across_fork, unbalanced_pushes,
+                                     privileged_process,
                                      tool_without_handlers, table_capped, table_bogus_value)}
 
 if __name__ == "__main__":

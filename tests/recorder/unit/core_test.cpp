@@ -262,21 +262,24 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
   // the program: a push whose stack cannot grow keeps its place without a frame, so that every
   // pop still closes its own push, and the events no chunk can hold are dropped and counted.
   // Pushes until the stack cannot grow (the heap's free memory, which earlier tests may have
-  // left large, is used up first), then 100 more.
-  constexpr int kMaxFramed = 4000000;
+  // left large, is taken first: the stack would otherwise reach kMaxOpenFrames, where pushes go
+  // unframed for another reason), then 100 more.
   const int failed = in_child([&]() -> int {
     Recorder r(Settings{}, 0);
     const auto &g = r.names().global_domain();
     if (push(r, g, "outer") != 0) return 2;
     if (!limit_address_space_to_now()) return 3;
     int framed = 0, unframed = 0;
-    while (unframed < 100 && framed < kMaxFramed) {
-      const int level = push(r, g, "inner");
-      if (level == kRejected) {
-        ++unframed;
-      } else {
-        if (unframed != 0 || level != framed + 1) return 4;  // unframed pushes are innermost
-        ++framed;
+    {
+      HeapHoard hoard;
+      while (unframed < 100 && framed < static_cast<int>(kMaxOpenFrames) - 1) {
+        const int level = push(r, g, "inner");
+        if (level == kRejected) {
+          ++unframed;
+        } else {
+          if (unframed != 0 || level != framed + 1) return 4;  // unframed pushes are innermost
+          ++framed;
+        }
       }
     }
     if (unframed == 0) return 5;  // the limit did not bite: nothing was tested
@@ -290,11 +293,46 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
     const Snapshot s = r.snapshot();
     if (!s.errors.none()) return 10;
     // Every push is accounted for: recorded, or counted as dropped for lack of memory.
-    if (s.range_count() + s.memory_drops != 1u + inner) return 11;
+    if (s.range_count() + s.memory_drops != 1u + inner || s.depth_drops != 0) return 11;
     if (s.memory_drops < static_cast<uint64_t>(unframed)) return 12;
     return 0;
   });
   CHECK(failed == 0);
+}
+
+TEST_CASE("a thread that pushes and never pops keeps kMaxOpenFrames frames, not one per push") {
+  // A loop whose error path skips its pop leaks a range per iteration. Without a tool NVTX costs
+  // the program nothing for that; the recorder must not grow a frame per push for ever (5,000,000
+  // such pushes took 275 MB). Past kMaxOpenFrames pushes keep their place unframed and are
+  // counted (droppedBeyondDepth); ranges below still meet their own pops, and nothing else is
+  // taken for a protocol error.
+  Recorder r(Settings{}, 0);
+  const auto &g = r.names().global_domain();
+  constexpr int kLeaked = 100000;
+  for (int i = 0; i < kLeaked; ++i) push(r, g, "leaked");
+  const FrameStack *stack = r.current_thread()->find_stack(g.id);
+  REQUIRE(stack != nullptr);
+  CHECK(stack->frames.size() <= kMaxOpenFrames + 1);
+  CHECK(stack->frames.capacity() <= kMaxOpenFrames + kSignalReserve + 1);
+  const int kept = static_cast<int>(stack->frames.size());
+  CHECK(push(r, g, "inner") == kRejected);  // above the unframed ones: unframed too
+  CHECK(r.pop(g) == kRejected);
+  for (int i = kLeaked - 1; i >= kept; --i) CHECK(r.pop(g) == kRejected);
+  bool levels_met = true;
+  for (int level = kept - 1; level >= 0; --level) levels_met &= r.pop(g) == level;
+  CHECK(levels_met);
+  const Snapshot s = r.snapshot();
+  CHECK(s.errors.none());
+  CHECK(s.memory_drops == 0);
+  CHECK(s.depth_drops == static_cast<uint64_t>(kLeaked - kept + 1));
+  CHECK(s.range_count() == static_cast<uint64_t>(kept));
+  // The footer says so, and a thread that balances its pushes again records as before.
+  CHECK(push(r, g, "after") == 0);
+  CHECK(r.pop(g) == 0);
+  CHECK(r.snapshot().range_count() == static_cast<uint64_t>(kept) + 1);
+  CHECK(render_trace(r.snapshot())
+            .find("\"droppedBeyondDepth\":" + std::to_string(kLeaked - kept + 1)) !=
+        std::string::npos);
 }
 
 TEST_CASE("threads that end leave their events and names, not their buffers") {
