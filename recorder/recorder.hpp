@@ -225,9 +225,8 @@ class Recorder {
   std::atomic<uint64_t> pop_wrong_domain_{0};
   std::atomic<uint64_t> next_async_id_{1};  // start/end ranges' ids, process-wide
   std::atomic<uint64_t> end_unknown_{0};
-  std::atomic<uint64_t> memory_drops_{0};
-  std::atomic<uint64_t> depth_drops_{
-      0};  // pushes beyond kMaxOpenFrames  // beyond the threads' own (ThreadBuffer::memory_drops)
+  std::atomic<uint64_t> memory_drops_{0};  // beyond the threads' own (ThreadBuffer::memory_drops)
+  std::atomic<uint64_t> depth_drops_{0};   // pushes beyond kMaxOpenFrames (push_unframed)
 };
 
 template <typename Describe>
