@@ -261,6 +261,7 @@ bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *ru
   for (FrameStack &stack : stacks_) {
     stack.frames.clear();
     stack.unframed = 0;
+    stack.dropped = 0;
   }
   *reentrant_drops += reentrant_drops_.exchange(0, std::memory_order_relaxed);
   *memory_drops += memory_drops_.exchange(0, std::memory_order_relaxed);
