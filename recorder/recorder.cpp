@@ -120,6 +120,7 @@ __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 ThreadBuffer *Recorder::register_thread() noexcept {
   ThreadSlot &slot = t_slot;
   ThreadBuffer *buffer = nullptr;
+  const int saved_errno = errno;  // the program's: a failed allocation sets ENOMEM
   try {
     const uint32_t tid = os_thread_id();
     const std::string name = own_thread_name();
@@ -138,6 +139,7 @@ ThreadBuffer *Recorder::register_thread() noexcept {
   } catch (const std::bad_alloc &) {
     // Not retried: a buffer that came later would meet the pops of pushes it never saw.
     buffer = nullptr;
+    errno = saved_errno;
   }
   slot.buffer = buffer;
   slot.generation = generation_;

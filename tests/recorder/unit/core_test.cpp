@@ -270,10 +270,13 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
     if (push(r, g, "outer") != 0) return 2;
     if (!limit_address_space_to_now()) return 3;
     int framed = 0, unframed = 0;
+    bool errno_kept = true;  // the program's errno: a push that finds no memory leaves it alone
     {
       HeapHoard hoard;
       while (unframed < 100 && framed < static_cast<int>(kMaxOpenFrames) - 1) {
+        errno = EDOM;
         const int level = push(r, g, "inner");
+        errno_kept &= errno == EDOM;
         if (level == kRejected) {
           ++unframed;
         } else {
@@ -295,6 +298,7 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
     // Every push is accounted for: recorded, or counted as dropped for lack of memory.
     if (s.range_count() + s.memory_drops != 1u + inner || s.depth_drops != 0) return 11;
     if (s.memory_drops < static_cast<uint64_t>(unframed)) return 12;
+    if (!errno_kept) return 13;
     return 0;
   });
   CHECK(failed == 0);
