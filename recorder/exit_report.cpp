@@ -130,9 +130,9 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
                  "(droppedForMemory)\n");
   if (snap.depth_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.depth_drops) +
-                 " pushes not recorded: their thread already had " +
-                 std::to_string(kMaxOpenFrames) +
-                 " ranges open in their domain, pushed and not popped (droppedBeyondDepth)\n");
+                 " ranges not recorded: the oldest of more than " + std::to_string(kMaxOpenFrames) +
+                 " that one thread left open in one domain, pushed and not popped "
+                 "(droppedBeyondDepth)\n");
 
   if (settings.table) {
     std::string shown;

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -119,6 +120,7 @@ __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 ThreadBuffer *Recorder::register_thread() noexcept {
   ThreadSlot &slot = t_slot;
   ThreadBuffer *buffer = nullptr;
+  const int saved_errno = errno;  // the program's: a failed allocation sets ENOMEM
   try {
     const uint32_t tid = os_thread_id();
     const std::string name = own_thread_name();
@@ -137,6 +139,7 @@ ThreadBuffer *Recorder::register_thread() noexcept {
   } catch (const std::bad_alloc &) {
     // Not retried: a buffer that came later would meet the pops of pushes it never saw.
     buffer = nullptr;
+    errno = saved_errno;
   }
   slot.buffer = buffer;
   slot.generation = generation_;
@@ -212,6 +215,23 @@ int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {
   return kRejected;
 }
 
+bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack) noexcept {
+  if (stack.frames.size() < kMaxOpenFrames)
+    return thread.grow(stack.frames,
+                       std::min(2 * stack.frames.size(), kMaxOpenFrames) + kSignalReserve + 1);
+  constexpr size_t kDropped = kMaxOpenFrames / 2;
+  // A signal handler's push while the frames move goes unframed (its pop closes nothing), as
+  // does its pop: neither touches the vector being moved. A handler's push left open stays so.
+  ++stack.unframed;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  stack.frames.erase(stack.frames.begin(), stack.frames.begin() + kDropped);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (stack.unframed != 0) --stack.unframed;
+  stack.dropped += kDropped;
+  depth_drops_.fetch_add(kDropped, std::memory_order_relaxed);
+  return true;
+}
+
 bool Recorder::should_reject_slow() noexcept {
   if (settings_.reject == RejectMode::all) return true;
   const uint64_t n = push_counter_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -233,6 +253,11 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
     return kRejected;
   }
   if (!frame_stack || frame_stack->frames.empty()) [[unlikely]] {
+    if (frame_stack && frame_stack->dropped != 0) {  // a range given up (make_room)
+      --frame_stack->dropped;
+      thread.closed();
+      return kRejected;
+    }
     if (thread.pop_stackless()) {  // the pop of a push that found no stack (push_unframed)
       thread.closed();
       return kRejected;

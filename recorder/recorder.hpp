@@ -3,7 +3,6 @@
 // decodes those), so tests can drive it directly.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -31,10 +30,12 @@ inline constexpr size_t kSignalReserve = 16;
 // Open ranges one (thread, domain) stack keeps. A program that pushes without ever popping (a
 // loop whose error path skips the pop) would otherwise grow the recorder by a frame (40 bytes)
 // per push for ever — 5,000,000 such pushes took 275 MB — where without a tool NVTX costs it
-// nothing. Past this depth a push keeps its place without a frame (FrameStack::unframed: its pop
-// closes nothing, every frame below still meets its own pop) and is counted (depth_drops). Real
-// nesting is tens deep. The stack's growth stops at this many frames and the room for signal
-// handlers' ranges (kSignalReserve).
+// nothing. A push that finds this many open gives up the oldest half of them
+// (make_room, counted in depth_drops): those are the ones never popped — real nesting is
+// tens deep — and the ranges the program goes on pushing and popping above them are recorded as
+// before. (Refusing the new pushes instead lost every later range of that thread and domain: a
+// leak never balances again.) The stack stops growing at this many frames and the room for
+// signal handlers' ranges (kSignalReserve).
 inline constexpr size_t kMaxOpenFrames = 16384;
 
 // The process's name as traces and the exit table show it, from /proc/self/cmdline's bytes
@@ -173,9 +174,13 @@ class Recorder {
   void spill_if_over_budget(EndedThread &gone) noexcept;
   // A push that gets no frame (memory ran out): kept in `stack`'s unframed count so that its pop
   // closes nothing, or, where there is no stack, in the thread's stackless count (the same).
-  // On a stack that holds kMaxOpenFrames already, every push is unframed for that reason (the
-  // first, and those above it while it is open): counted in depth_drops_, not as memory drops.
+  // A signal handler's push on a stack that holds kMaxOpenFrames and has no room left is
+  // unframed for that reason: counted in depth_drops_, not as a memory drop.
   int push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept;
+  // Room on `stack` for a push and kSignalReserve more (push_in_place): the vector grown, or at
+  // kMaxOpenFrames its oldest half given up (FrameStack::dropped, depth_drops_). False when
+  // memory ran out.
+  bool make_room(ThreadBuffer &thread, FrameStack &stack) noexcept;
   bool should_reject(const nvtxDomainRegistration_st &domain) noexcept {
     // reject_target is only ever true when some rejection mode is active.
     return domain.reject_target && should_reject_slow();
@@ -226,7 +231,7 @@ class Recorder {
   std::atomic<uint64_t> next_async_id_{1};  // start/end ranges' ids, process-wide
   std::atomic<uint64_t> end_unknown_{0};
   std::atomic<uint64_t> memory_drops_{0};  // beyond the threads' own (ThreadBuffer::memory_drops)
-  std::atomic<uint64_t> depth_drops_{0};   // pushes beyond kMaxOpenFrames (push_unframed)
+  std::atomic<uint64_t> depth_drops_{0};   // ranges given up at kMaxOpenFrames
 };
 
 template <typename Describe>
@@ -249,17 +254,15 @@ int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&
   if (!frame_stack || frame_stack->unframed != 0) [[unlikely]]
     return push_unframed(thread, frame_stack);
   std::vector<Frame> &stack = frame_stack->frames;
-  const uint32_t depth = static_cast<uint32_t>(stack.size());
   // Room for ranges a signal handler may push on this thread while this frame (or a pop's) is
   // being read or written: the vector does not move under it for kSignalReserve nested ranges
   // (and a nested push never moves it). Without the memory to keep that room, the push goes
-  // unframed: the room is the signal handlers'.
+  // unframed: the room is the signal handlers'. At kMaxOpenFrames the oldest frames make room.
   if (activity.nested() ? stack.size() == stack.capacity()
                         : stack.capacity() - stack.size() <= kSignalReserve &&
-                              (stack.size() >= kMaxOpenFrames ||
-                               !thread.grow(stack, std::min(2 * stack.size(), kMaxOpenFrames) +
-                                                       kSignalReserve + 1))) [[unlikely]]
+                              !make_room(thread, *frame_stack)) [[unlikely]]
     return push_unframed(thread, frame_stack);
+  const uint32_t depth = static_cast<uint32_t>(stack.size() + frame_stack->dropped);
   Frame &frame = stack.emplace_back();
   frame.depth = depth;
   frame.rejected = should_reject(domain);

@@ -93,7 +93,7 @@ struct Snapshot {
   // Pushes, ranges, marks, start/end halves and GPU replays not recorded because memory ran out
   // (ThreadBuffer's memory rules, Recorder::count_memory_drop).
   uint64_t memory_drops = 0;
-  // Pushes beyond kMaxOpenFrames open ranges on one (thread, domain) stack (recorder.hpp).
+  // Open ranges given up on a (thread, domain) stack that reached kMaxOpenFrames (recorder.hpp).
   uint64_t depth_drops = 0;
   ProtocolErrors errors;
 

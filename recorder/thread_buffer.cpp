@@ -79,9 +79,11 @@ void ThreadBuffer::free_chunks() {
 }
 
 FrameStack *ThreadBuffer::add_stack(uint32_t domain_id) {
+  const int saved_errno = errno;  // the program's: a failed allocation sets ENOMEM
   try {
     stacks_.resize(domain_id + 1);
   } catch (const std::bad_alloc &) {
+    errno = saved_errno;
     return nullptr;
   }
   return &stacks_[domain_id];
@@ -92,10 +94,12 @@ FrameStack *ThreadBuffer::find_stack(uint32_t domain_id) {
 }
 
 bool ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
+  const int saved_errno = errno;  // the program's: a failed allocation sets ENOMEM
   try {
     frames.reserve(capacity);
     return true;
   } catch (const std::bad_alloc &) {
+    errno = saved_errno;
     return false;
   }
 }
@@ -108,11 +112,13 @@ const char *ThreadBuffer::intern(std::string_view text) {
   interning_ = true;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   const char *copy;
+  const int saved_errno = errno;  // the program's: a failed allocation sets ENOMEM
   try {
     copy = intern_unguarded(text);
   } catch (const std::bad_alloc &) {
     // A block or the table could not grow; a block already added stays, unused or partly used.
     copy = kNameLostToMemory;
+    errno = saved_errno;
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   interning_ = false;
@@ -261,6 +267,7 @@ bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *ru
   for (FrameStack &stack : stacks_) {
     stack.frames.clear();
     stack.unframed = 0;
+    stack.dropped = 0;
   }
   *reentrant_drops += reentrant_drops_.exchange(0, std::memory_order_relaxed);
   *memory_drops += memory_drops_.exchange(0, std::memory_order_relaxed);

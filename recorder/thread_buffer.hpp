@@ -74,9 +74,13 @@ struct Frame {
 // could not grow (memory ran out). They are always the innermost — once one is unframed, every
 // push above it is too, until their pops have come — so each of them is matched by the next pop,
 // which closes nothing, and every frame below still meets its own pop.
+// `dropped`: the oldest open ranges given up at kMaxOpenFrames (recorder.hpp,
+// Recorder::make_room): below every frame, so their pops, should they come, are the last
+// and close nothing.
 struct FrameStack {
   std::vector<Frame> frames;
   uint32_t unframed = 0;
+  uint64_t dropped = 0;
 };
 
 // The name a range keeps when its own could not be copied for lack of memory.

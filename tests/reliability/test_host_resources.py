@@ -42,10 +42,11 @@ names_across_fork        the same with FERRUM_RECORD_MEMORY=0     each process's
                          the other is alive                       with its parent
 unbalanced_pushes        2,000,000 NVTX pushes never popped (an    anonymous memory grows by under
                          error path that skips the pop), each     8 MiB (it grew 55 bytes a push);
-                         with a balanced range inside             the ranges before the depth limit
-                                                                  and on other threads are kept;
-                                                                  one line and the trace's footer
-                                                                  count the pushes not recorded
+                         with a balanced range inside             every balanced range is kept, at
+                                                                  its depth, and the range on
+                                                                  another thread; one line and the
+                                                                  trace's footer count the oldest
+                                                                  open ranges given up
 privileged_process       set-group-ID (secure execution), the     no trace, summary, GPU event or
                          shim in /etc/ld.so.preload (as a         recorder line for the shim's
                          container installs it) and every         launches: NVTX is never
@@ -310,26 +311,34 @@ def names_across_fork():
 def unbalanced_pushes():
     """A program that pushes and never pops (a loop whose error path skips the pop) costs nothing
     without a tool; the recorder kept a frame per push for ever (5,000,000 pushes: 275 MB). It
-    now keeps at most kMaxOpenFrames (16,384) open ranges per thread and domain: what is pushed
-    beyond that is not recorded, and counted."""
+    now keeps at most kMaxOpenFrames (16,384) open ranges per thread and domain, giving up the
+    oldest (counted) — not the ranges the program goes on pushing and popping above them."""
     n = 2000000
+    # The 2,000,000 balanced ranges are spilled beyond 1 MiB: what grows is the stack, if anything.
     run_ = harness.run([PROGRAM, "unbalanced-pushes", str(n)], preload=False,
-                       env={"FERRUM_RECORD_TABLE": "1"}, timeout=300)
+                       env={"FERRUM_RECORD_TABLE": "1", "FERRUM_RECORD_MEMORY": "1M"},
+                       timeout=300)
     expect(run_.returncode == 0, "unbalanced-pushes failed", run_)
     meta = run_.trace["ferrumReplay"]
-    names = [r["name"] for r in trace_ranges(run_.trace)]
-    # kMaxOpenFrames + 1 leaked pushes get a frame, and the inner range of the first 16,384 of
-    # them (recorder.hpp: the stack stops growing there).
-    kept = 16384
-    expect(names.count("inner") == kept and names.count("after") == 1 and
-           names.count("warm-up") == 1, f"{names.count('inner')} inner ranges, "
-           f"{names.count('after')} after", run_)
-    dropped = (n - (kept + 1)) + (n - kept)
-    expect(meta.get("droppedBeyondDepth") == dropped and "droppedForMemory" not in meta,
+    ranges = trace_ranges(run_.trace)
+    names = [r["name"] for r in ranges]
+    # Every balanced range inside a leaked one, at its depth (only 16,384 of them were kept when
+    # the pushes beyond the limit were refused instead).
+    inner_depths = sorted(r["args"]["depth"] for r in ranges if r["name"] == "inner")
+    expect(inner_depths == list(range(1, n + 1)) and names.count("after") == 1 and
+           names.count("warm-up") == 1 and "leaked" not in names,
+           f"{len(inner_depths)} inner ranges, {names.count('after')} after", run_)
+    # The leaked ranges still open at exit are those the recorder kept: between half the limit
+    # and the limit; the rest were given up, half the limit at a time.
+    dropped = meta.get("droppedBeyondDepth")
+    expect(isinstance(dropped, int) and dropped % 8192 == 0 and
+           8192 < n - dropped <= 16385 and "droppedForMemory" not in meta and
+           meta["protocolErrors"]["openAtExit"] == n and
+           meta["protocolErrors"]["popWithoutPush"] == 0,
            f"footer {dict((k, v) for k, v in meta.items() if k.startswith('dropped'))}, "
-           f"expected {dropped} beyond depth", run_)
+           f"{meta['protocolErrors']}", run_)
     lines = [l for l in run_.stderr.splitlines() if "droppedBeyondDepth" in l]
-    expect(len(lines) == 1 and lines[0].startswith(f"ferrum-replay recorder: {dropped} pushes "
+    expect(len(lines) == 1 and lines[0].startswith(f"ferrum-replay recorder: {dropped} ranges "
                                                     "not recorded"), "one line says so", run_)
     if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
         return  # a sanitizer's allocator and shadow memory: resident size says nothing here

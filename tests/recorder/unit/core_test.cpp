@@ -270,10 +270,13 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
     if (push(r, g, "outer") != 0) return 2;
     if (!limit_address_space_to_now()) return 3;
     int framed = 0, unframed = 0;
+    bool errno_kept = true;  // the program's errno: a push that finds no memory leaves it alone
     {
       HeapHoard hoard;
       while (unframed < 100 && framed < static_cast<int>(kMaxOpenFrames) - 1) {
+        errno = EDOM;
         const int level = push(r, g, "inner");
+        errno_kept &= errno == EDOM;
         if (level == kRejected) {
           ++unframed;
         } else {
@@ -295,6 +298,7 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
     // Every push is accounted for: recorded, or counted as dropped for lack of memory.
     if (s.range_count() + s.memory_drops != 1u + inner || s.depth_drops != 0) return 11;
     if (s.memory_drops < static_cast<uint64_t>(unframed)) return 12;
+    if (!errno_kept) return 13;
     return 0;
   });
   CHECK(failed == 0);
@@ -303,36 +307,49 @@ TEST_CASE("memory that runs out: pushes go unframed, their pops close nothing, d
 TEST_CASE("a thread that pushes and never pops keeps kMaxOpenFrames frames, not one per push") {
   // A loop whose error path skips its pop leaks a range per iteration. Without a tool NVTX costs
   // the program nothing for that; the recorder must not grow a frame per push for ever (5,000,000
-  // such pushes took 275 MB). Past kMaxOpenFrames pushes keep their place unframed and are
-  // counted (droppedBeyondDepth); ranges below still meet their own pops, and nothing else is
-  // taken for a protocol error.
+  // such pushes took 275 MB). At kMaxOpenFrames the oldest open ranges are given up and counted
+  // (droppedBeyondDepth); the balanced range inside every iteration is still recorded (refusing
+  // the new pushes instead lost all of them: a leak never balances again), with its true depth,
+  // and nothing is taken for a protocol error, not even the pops of the ranges given up.
   Recorder r(Settings{}, 0);
   const auto &g = r.names().global_domain();
   constexpr int kLeaked = 100000;
-  for (int i = 0; i < kLeaked; ++i) push(r, g, "leaked");
+  bool depths_right = true;
+  for (int i = 0; i < kLeaked; ++i) {
+    depths_right &= push(r, g, "leaked") == i;
+    depths_right &= push(r, g, "inner") == i + 1;
+    depths_right &= r.pop(g) == i + 1;
+  }
+  CHECK(depths_right);
   const FrameStack *stack = r.current_thread()->find_stack(g.id);
   REQUIRE(stack != nullptr);
   CHECK(stack->frames.size() <= kMaxOpenFrames + 1);
   CHECK(stack->frames.capacity() <= kMaxOpenFrames + kSignalReserve + 1);
   const int kept = static_cast<int>(stack->frames.size());
-  CHECK(push(r, g, "inner") == kRejected);  // above the unframed ones: unframed too
-  CHECK(r.pop(g) == kRejected);
-  for (int i = kLeaked - 1; i >= kept; --i) CHECK(r.pop(g) == kRejected);
-  bool levels_met = true;
-  for (int level = kept - 1; level >= 0; --level) levels_met &= r.pop(g) == level;
-  CHECK(levels_met);
-  const Snapshot s = r.snapshot();
-  CHECK(s.errors.none());
+  Snapshot s = r.snapshot();
+  CHECK(s.errors.pop_without_push == 0);
+  CHECK(s.errors.pop_wrong_domain == 0);
+  CHECK(s.errors.open_at_exit == static_cast<uint64_t>(kLeaked));  // given up or not: open
   CHECK(s.memory_drops == 0);
-  CHECK(s.depth_drops == static_cast<uint64_t>(kLeaked - kept + 1));
-  CHECK(s.range_count() == static_cast<uint64_t>(kept));
-  // The footer says so, and a thread that balances its pushes again records as before.
+  CHECK(s.depth_drops == static_cast<uint64_t>(kLeaked - kept));
+  CHECK(s.range_count() == static_cast<uint64_t>(kLeaked));  // every inner range
+  CHECK(render_trace(s).find("\"droppedBeyondDepth\":" + std::to_string(kLeaked - kept)) !=
+        std::string::npos);
+  // Should the program pop them after all: the frames kept close their ranges at their own
+  // depths, the pops of those given up close nothing and are no protocol error.
+  bool levels_met = true;
+  for (int level = kLeaked - 1; level >= kLeaked - kept; --level) levels_met &= r.pop(g) == level;
+  CHECK(levels_met);
+  bool swallowed = true;
+  for (int i = 0; i < kLeaked - kept; ++i) swallowed &= r.pop(g) == kRejected;
+  CHECK(swallowed);
   CHECK(push(r, g, "after") == 0);
   CHECK(r.pop(g) == 0);
-  CHECK(r.snapshot().range_count() == static_cast<uint64_t>(kept) + 1);
-  CHECK(render_trace(r.snapshot())
-            .find("\"droppedBeyondDepth\":" + std::to_string(kLeaked - kept + 1)) !=
-        std::string::npos);
+  CHECK(r.pop(g) == kRejected);  // one too many: the program's error
+  s = r.snapshot();
+  CHECK(s.errors.pop_without_push == 1);
+  CHECK(s.errors.open_at_exit == 0);
+  CHECK(s.range_count() == static_cast<uint64_t>(kLeaked + kept + 1));
 }
 
 TEST_CASE("threads that end leave their events and names, not their buffers") {
