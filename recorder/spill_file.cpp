@@ -127,7 +127,10 @@ std::string SpillFile::directory() const {
 
 char *SpillFile::map_name_block(uint64_t bytes) {
   if (failed_.load(std::memory_order_relaxed)) return nullptr;
-  return map_unnamed_file(directory(), bytes);
+  char *p = map_unnamed_file(directory(), bytes);
+  // As for a segment: what failed once (no space, no directory) is not tried at every block.
+  if (!p) failed_.store(true, std::memory_order_relaxed);
+  return p;
 }
 
 char *SpillFile::create_segment(unsigned index, uint64_t size) {

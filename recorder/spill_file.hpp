@@ -73,7 +73,8 @@ class SpillFile {
   // an unnamed file of its own, made and mapped like a segment but not one of them. It is never
   // unmapped here — not by forget_after_fork either, because a fork() child's events may point
   // at names its parent copied there — and its owner unmaps it (release_name_block). nullptr
-  // when it cannot be made (names then stay in memory, as events do when spilling fails).
+  // when it cannot be made, which switches spilling off as a failed segment does (names and
+  // events then stay in memory).
   char *map_name_block(uint64_t bytes);
   // Bumped in a fork() child (forget_after_fork): a name block mapped in an earlier generation
   // is shared with the parent, which may still append to it, so the child appends to none.

@@ -13,10 +13,13 @@ namespace ferrum_replay::recorder {
 
 namespace {
 // Names are usually short and few (one per distinct range name and thread); 16 KiB holds
-// hundreds. Beyond FERRUM_RECORD_MEMORY they go to spill blocks of 1 MiB: a file and a mapping
-// each, so fewer and larger.
+// hundreds. Beyond FERRUM_RECORD_MEMORY they go to spill blocks, a file and a mapping each: a
+// thread's first is 64 KiB (its disk space is allocated: were it 1 MiB, 32 threads that name a
+// few ranges each would take 32 MiB of $TMPDIR, of memory on a tmpfs), each next one twice the
+// last, up to 1 MiB.
 constexpr size_t kArenaBlock = 16 * 1024;
-constexpr size_t kMappedNameBlock = size_t{1} << 20;
+constexpr size_t kFirstMappedNameBlock = 64 * 1024;
+constexpr size_t kMaxMappedNameBlock = size_t{1} << 20;
 // Distinct names the table of one thread remembers before it starts afresh: about 256 KiB of
 // table at most, against unbounded growth for a program whose every message is new.
 constexpr size_t kMaxInterned = 4096;
@@ -150,7 +153,10 @@ NameBlock &ThreadBuffer::name_block(size_t need) {
   // Without a budget (a GPU track, whose names are the shim's graph names) names stay in memory.
   if (spill_ && budget_ && !budget_->take(need > kArenaBlock ? need : kArenaBlock)) {
     // Beyond the budget: a block of the spill's.
-    const size_t size = page_rounded(need > kMappedNameBlock ? need : kMappedNameBlock);
+    size_t size = kFirstMappedNameBlock;
+    for (const NameBlock &earlier : blocks_)
+      if (earlier.mapped && size < kMaxMappedNameBlock) size *= 2;
+    size = page_rounded(need > size ? need : size);
     if (char *data = spill_->map_name_block(size))  // leaves errno as it was
       block = NameBlock{data, 0, size, true, spill_->generation()};
   }

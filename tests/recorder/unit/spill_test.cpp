@@ -439,6 +439,49 @@ TEST_CASE("a spill directory where nothing can be created keeps every event in m
   CHECK(s.range_count() == 6000);
 }
 
+// Bytes mapped from files without a name (/proc/self/maps): the spill's segments and name
+// blocks (the test makes no other such mapping).
+long unnamed_mapped_kib() {
+  FILE *f = std::fopen("/proc/self/maps", "re");
+  REQUIRE(f != nullptr);
+  long total = 0;
+  char line[4096];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long start = 0, end = 0;
+    if (std::strstr(line, " (deleted)\n") && std::sscanf(line, "%lx-%lx", &start, &end) == 2)
+      total += static_cast<long>((end - start) / 1024);
+  }
+  std::fclose(f);
+  return total;
+}
+
+TEST_CASE("names beyond FERRUM_RECORD_MEMORY go to small spill blocks first, every name kept") {
+  // A thread's new names beyond the budget go to a block of the spill's, whose disk space is
+  // allocated up front: 32 threads that named a few ranges each took 32 MiB of $TMPDIR (1 MiB
+  // each; memory, where $TMPDIR is a tmpfs). A thread's first block is 64 KiB now.
+  const long before = unnamed_mapped_kib();
+  Recorder r(spilling_at_once(), 0);
+  const auto &g = r.names().global_domain();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 32; ++t)
+    threads.emplace_back([&r, &g, t] {
+      for (int i = 0; i < 5; ++i) {
+        const std::string name = "thread " + std::to_string(t) + " range " + std::to_string(i);
+        r.push(g, name, false, {});
+        r.pop(g);
+      }
+    });
+  for (std::thread &t : threads) t.join();
+  const long grown = unnamed_mapped_kib() - before;
+  CHECK(grown > 0);  // the names did go to spill blocks (the budget is 0)
+  CHECK_MESSAGE(grown <= 32 * 64, "32 threads' names took " << grown << " KiB of spill blocks");
+  std::set<std::string> names;
+  for (const ThreadSnapshot &t : r.snapshot().threads)
+    for (const Event &e : t.events) names.insert(e.attrs.name);
+  CHECK(names.size() == 32 * 5);
+  CHECK(names.count("thread 31 range 4") == 1);
+}
+
 TEST_CASE("the trace's range count is the events it holds") {
   // A snapshot whose bookkeeping claims a run that cannot be read: the footer says what the
   // trace holds (2 ranges), never the 1,026 the bookkeeping claims.
