@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "errno_kept.hpp"
+
 namespace ferrum_replay::common {
 namespace {
 
@@ -26,7 +28,7 @@ WriteSignalsHeld::WriteSignalsHeld() {
 }
 
 WriteSignalsHeld::~WriteSignalsHeld() {
-  const int saved_errno = errno;
+  const ErrnoKept errno_kept;  // the write's own errno is what its caller reads next
   sigset_t pending;
   sigemptyset(&pending);
   sigpending(&pending);
@@ -42,7 +44,6 @@ WriteSignalsHeld::~WriteSignalsHeld() {
     }
   }
   pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
-  errno = saved_errno;
 }
 
 }  // namespace ferrum_replay::common

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "clock.hpp"
+#include "errno_kept.hpp"
 #include "proc_self.hpp"
 
 namespace ferrum_replay::recorder {
@@ -120,7 +121,7 @@ __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 ThreadBuffer *Recorder::register_thread() noexcept {
   ThreadSlot &slot = t_slot;
   ThreadBuffer *buffer = nullptr;
-  const int saved_errno = errno;  // the program's: a failed allocation sets ENOMEM
+  const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM, reading a name others
   try {
     const uint32_t tid = os_thread_id();
     const std::string name = own_thread_name();
@@ -139,7 +140,6 @@ ThreadBuffer *Recorder::register_thread() noexcept {
   } catch (const std::bad_alloc &) {
     // Not retried: a buffer that came later would meet the pops of pushes it never saw.
     buffer = nullptr;
-    errno = saved_errno;
   }
   slot.buffer = buffer;
   slot.generation = generation_;
@@ -162,7 +162,7 @@ void Recorder::spill_if_over_budget(EndedThread &gone) noexcept {
 }
 
 void Recorder::fold_ended_threads() {
-  const int saved_errno = errno;  // the program's: tgkill sets it
+  const common::ErrnoKept errno_kept;  // tgkill sets it
   const long pid = static_cast<long>(getpid());
   size_t kept = 0;
   for (size_t i = 0; i < threads_.size(); ++i) {
@@ -199,7 +199,6 @@ void Recorder::fold_ended_threads() {
     delete idle_.back();
     idle_.pop_back();
   }
-  errno = saved_errno;
 }
 
 int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {

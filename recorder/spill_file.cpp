@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "errno_kept.hpp"
 #include "write_signals.hpp"
 
 namespace ferrum_replay::recorder {
@@ -46,10 +47,7 @@ size_t page_size() {
 char *map_unnamed_file(const std::string &dir, uint64_t size) {
   // Called while the program records (a push may fill a chunk): errno stays the program's, also
   // after the O_TMPFILE attempt failed and the fallback succeeded.
-  struct KeepErrno {
-    const int saved = errno;
-    ~KeepErrno() { errno = saved; }
-  } keep_errno;
+  const common::ErrnoKept errno_kept;
   int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     std::string name = dir + "/ferrum-replay-spill.XXXXXX";

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "errno_kept.hpp"
 #include "snapshot.hpp"
 
 namespace ferrum_replay::recorder {
@@ -55,15 +56,12 @@ ThreadBuffer::~ThreadBuffer() {
 }
 
 ThreadBuffer::Chunk *ThreadBuffer::new_chunk(bool populate) {
-  const int saved_errno = errno;
+  const common::ErrnoKept errno_kept;  // a push that finds no memory drops its event, not errno
   // MAP_POPULATE: the chunk's pages are faulted in by this one call, not one page fault every
   // 64 events on the recording path (measured: page faults were a fifth of a range's cost).
   void *memory = ::mmap(nullptr, sizeof(Chunk), PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
-  if (memory == MAP_FAILED) {
-    errno = saved_errno;  // a push that finds no memory drops its event, not the program's errno
-    return nullptr;
-  }
+  if (memory == MAP_FAILED) return nullptr;
   return new (memory) Chunk;
 }
 
@@ -82,11 +80,10 @@ void ThreadBuffer::free_chunks() {
 }
 
 FrameStack *ThreadBuffer::add_stack(uint32_t domain_id) {
-  const int saved_errno = errno;  // the program's: a failed allocation sets ENOMEM
+  const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
   try {
     stacks_.resize(domain_id + 1);
   } catch (const std::bad_alloc &) {
-    errno = saved_errno;
     return nullptr;
   }
   return &stacks_[domain_id];
@@ -97,12 +94,11 @@ FrameStack *ThreadBuffer::find_stack(uint32_t domain_id) {
 }
 
 bool ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
-  const int saved_errno = errno;  // the program's: a failed allocation sets ENOMEM
+  const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
   try {
     frames.reserve(capacity);
     return true;
   } catch (const std::bad_alloc &) {
-    errno = saved_errno;
     return false;
   }
 }
@@ -115,13 +111,11 @@ const char *ThreadBuffer::intern(std::string_view text) {
   interning_ = true;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   const char *copy;
-  const int saved_errno = errno;  // the program's: a failed allocation sets ENOMEM
   try {
-    copy = intern_unguarded(text);
+    copy = intern_unguarded(text);  // errno kept there, for a name not seen before
   } catch (const std::bad_alloc &) {
     // A block or the table could not grow; a block already added stays, unused or partly used.
     copy = kNameLostToMemory;
-    errno = saved_errno;
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   interning_ = false;
@@ -130,6 +124,9 @@ const char *ThreadBuffer::intern(std::string_view text) {
 
 const char *ThreadBuffer::intern_unguarded(std::string_view text) {
   if (auto it = interned_.find(text); it != interned_.end()) return it->data();
+  // A new name: blocks and the table may be allocated, a spill block made (ENOMEM, O_TMPFILE's
+  // failure), here and not on every push.
+  const common::ErrnoKept errno_kept;
   const size_t need = text.size() + 1;
   NameBlock &b = name_block(need);
   char *copy = b.data + b.used;
@@ -167,9 +164,7 @@ NameBlock &ThreadBuffer::name_block(size_t need) {
   if (!blocks_.empty() && blocks_.back().mapped) {
     // The full spill block goes back to its file: its names are read again only at exit (and
     // by the table above, which then faults a page back in). Data-safe for a shared mapping.
-    const int saved_errno = errno;
     ::madvise(blocks_.back().data, blocks_.back().size, MADV_DONTNEED);
-    errno = saved_errno;
   }
   blocks_.push_back(block);
   return blocks_.back();

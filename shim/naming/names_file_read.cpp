@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errno_kept.hpp"
 #include "naming/names_file.hpp"
 #include "support/log.hpp"
 
@@ -67,7 +68,7 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
   if (!path || !*path) return NameRules{};
   const MessageValue shown = message_value(path);
   Reader reader{shown.text, say, context};
-  const int saved_errno = errno;  // the host program may be between a call and its check
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp
   NameRules rules;
   // What is at the path is looked at before it is opened: a FIFO with no writer, a terminal or
   // a device must not be opened at all (opening can block, or have effects of its own).
@@ -118,7 +119,6 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
     free(text);
     if (fd >= 0) close(fd);
   }
-  errno = saved_errno;
   return rules;
 }
 

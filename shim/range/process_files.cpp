@@ -13,6 +13,7 @@
 
 #include <atomic>
 
+#include "errno_kept.hpp"
 #include "output_file.hpp"
 #include "text_rules.hpp"
 
@@ -158,7 +159,7 @@ void note_launching_process() {
   // After the exit hook began, nothing is promised: it would never be kept. (The claim and
   // this look pair with the hook's: one of the two sees the other.)
   if (pattern && pattern[0] && g_exiting.load(std::memory_order_seq_cst) != pid) {
-    const int saved_errno = errno;  // the host program may be between a call and its check
+    const common::ErrnoKept errno_kept;  // errno_kept.hpp
     // open, write and close are cancellation points, which a launch is not: a thread cancelled
     // here would leave its launch half done.
     int cancel_state = 0;
@@ -167,14 +168,12 @@ void note_launching_process() {
     make_running_marker(pattern, pid);
     t_making_marker = false;
     pthread_setcancelstate(cancel_state, nullptr);
-    errno = saved_errno;
   }
   g_marker_settled.store(pid, std::memory_order_seq_cst);
   // The exit hook stopped waiting for this thread: the marker is this thread's to take back.
   if (g_exiting.load(std::memory_order_seq_cst) == pid) {
-    const int saved_errno = errno;
+    const common::ErrnoKept errno_kept;
     remove_marker_of(pid);
-    errno = saved_errno;
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 
+#include "errno_kept.hpp"
 #include "output_file.hpp"
 
 namespace ferrum_replay::shim {
@@ -35,9 +36,8 @@ void write_line(const char *format, va_list args) {
   size_t length = static_cast<size_t>(used) + static_cast<size_t>(body);
   if (length > sizeof line - 2) length = sizeof line - 2;  // truncated: still end the line
   line[length++] = '\n';
-  int saved_errno = errno;  // the host program may be between a call and its errno check
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp
   write_to_stderr(line, length);
-  errno = saved_errno;
 }
 
 }  // namespace
