@@ -121,7 +121,7 @@ __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 ThreadBuffer *Recorder::register_thread() noexcept {
   ThreadSlot &slot = t_slot;
   ThreadBuffer *buffer = nullptr;
-  const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM, reading a name others
+  const common::ErrnoKept errno_kept;  // allocations (ENOMEM) and reading the thread name
   try {
     const uint32_t tid = os_thread_id();
     const std::string name = own_thread_name();

@@ -1,6 +1,5 @@
 #include "thread_buffer.hpp"
 
-#include <errno.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
