@@ -215,17 +215,14 @@ int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {
 }
 
 bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack) noexcept {
+  // A signal handler's push or pop while the frames move touches nothing (ThreadBuffer::moving):
+  // a reallocation frees the old frames, which a handler's push would otherwise write into.
+  const ThreadBuffer::Moving moving(thread);
   if (stack.frames.size() < kMaxOpenFrames)
     return thread.grow(stack.frames,
                        std::min(2 * stack.frames.size(), kMaxOpenFrames) + kSignalReserve + 1);
   constexpr size_t kDropped = kMaxOpenFrames / 2;
-  // A signal handler's push while the frames move goes unframed (its pop closes nothing), as
-  // does its pop: neither touches the vector being moved. A handler's push left open stays so.
-  ++stack.unframed;
-  std::atomic_signal_fence(std::memory_order_seq_cst);
   stack.frames.erase(stack.frames.begin(), stack.frames.begin() + kDropped);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  if (stack.unframed != 0) --stack.unframed;
   stack.dropped += kDropped;
   depth_drops_.fetch_add(kDropped, std::memory_order_relaxed);
   return true;
@@ -245,6 +242,10 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
     return kRejected;  // a thread without a buffer recorded none of its pushes (counted there)
   ThreadBuffer &thread = *buffer;
   const ThreadBuffer::Activity activity(thread);  // see push_in_place
+  // A signal handler's pop while the thread moves its stacks (ThreadBuffer::moving): its push
+  // was dropped; nothing is touched.
+  if (activity.nested() && thread.moving()) [[unlikely]]
+    return kRejected;
   FrameStack *const frame_stack = thread.find_stack(domain.id);
   if (frame_stack && frame_stack->unframed != 0) [[unlikely]] {
     --frame_stack->unframed;  // the pop of a push that got no frame (push_unframed)

@@ -246,8 +246,11 @@ int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&
   // A signal handler's push inside this thread's push or pop never grows the stacks' table
   // (the interrupted call holds a reference into it): in a domain this thread never used, it
   // is rejected (its pop then counts as a pop without a push).
-  if (activity.nested() && !thread.has_stack(domain.id)) [[unlikely]] {
-    rejected_.fetch_add(1, std::memory_order_relaxed);
+  if (activity.nested() && (thread.moving() || !thread.has_stack(domain.id))) [[unlikely]] {
+    if (thread.moving())
+      thread.drop_reentrant();  // its pop is swallowed as well (pop)
+    else
+      rejected_.fetch_add(1, std::memory_order_relaxed);
     return kRejected;
   }
   FrameStack *const frame_stack = thread.stack(domain.id);

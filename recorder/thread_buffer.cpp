@@ -80,6 +80,7 @@ void ThreadBuffer::free_chunks() {
 
 FrameStack *ThreadBuffer::add_stack(uint32_t domain_id) {
   const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
+  const Moving moving(*this);          // the table's FrameStacks move
   try {
     stacks_.resize(domain_id + 1);
   } catch (const std::bad_alloc &) {

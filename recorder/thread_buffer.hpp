@@ -136,6 +136,29 @@ class ThreadBuffer {
     ThreadBuffer &thread_;
     const bool nested_;
   };
+  // Set while this thread moves its stacks' memory: the table of stacks resized (add_stack), a
+  // stack's frames reallocated or given up (Recorder::make_room). A signal handler's push or pop
+  // that interrupts it must touch neither (the old memory may already be freed): the push is
+  // dropped and counted (droppedInSignalHandlers), its pop swallowed. Owner only, like Activity.
+  bool moving() const { return moving_; }
+  class Moving {
+   public:
+    explicit Moving(ThreadBuffer &thread) : thread_(thread) {
+      thread_.moving_ = true;
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    }
+    ~Moving() {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      thread_.moving_ = false;
+    }
+    Moving(const Moving &) = delete;
+    Moving &operator=(const Moving &) = delete;
+
+   private:
+    ThreadBuffer &thread_;
+  };
+  // A signal handler's range that met moving(): counted with the ranges dropped in handlers.
+  void drop_reentrant() { reentrant_drops_.fetch_add(1, std::memory_order_relaxed); }
   bool has_stack(uint32_t domain_id) const { return domain_id < stacks_.size(); }
   // nullptr only when the table of stacks had to grow and memory ran out (see stackless()).
   FrameStack *stack(uint32_t domain_id) {
@@ -293,6 +316,7 @@ class ThreadBuffer {
   bool writing_ = false;    // inside slot()..publish() (owner only; a signal handler may look)
   uint32_t active_ = 0;     // pushes and pops in progress on this thread (Activity)
   bool interning_ = false;  // inside intern() (a signal handler's range may look)
+  bool moving_ = false;     // see moving()
   std::atomic<uint64_t> reentrant_drops_{0};
   std::atomic<uint64_t> memory_drops_{0};
   uint32_t stackless_ = 0;           // owner only: see push_stackless()

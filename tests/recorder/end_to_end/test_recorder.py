@@ -211,6 +211,30 @@ def test_signal_handler_ranges(tmp):
     expect(set(names) <= {"main", "in handler", lost}, f"unexpected names: {set(names)}", c)
 
 
+def test_signal_handler_while_stacks_grow(tmp):
+    """A handler's range in the very domain whose stack the interrupted push is growing (or whose
+    table of stacks it is growing): the handler used to push into the frames being reallocated,
+    freed memory (AddressSanitizer: heap-use-after-free in push_in_place, every run). Such a
+    range is now dropped and counted, and nothing else changes."""
+    tsan = os.environ.get("TSAN_OPTIONS")
+    env = {"TSAN_OPTIONS": tsan + ":report_signal_unsafe=0"} if tsan else None
+    domains = 2000
+    c = run_client(tmp, "--signal-growth", domains, "--iters", 0, timeout=300, env=env)
+    expect_clean(c)
+    names = {}
+    for e in trace_check.ranges(c.trace):
+        names[e["name"]] = names.get(e["name"], 0) + 1
+    expect(names.get("growth") == domains * 64, f"growth ranges in the trace: {names}", c)
+    dropped = c.trace["ferrumReplay"].get("droppedInSignalHandlers", 0)
+    handled = c.values.get("handler_ranges", 0)
+    lost = "(name lost: recorded in a signal handler)"
+    # One "in handler" range is the client's own, before the signals start.
+    in_trace = names.get("in handler", 0) - 1 + names.get(lost, 0)
+    expect(handled > 0 and in_trace + dropped == handled,
+           f"handler ranges: {in_trace} in the trace + {dropped} dropped, {handled} recorded by "
+           "the handler", c)
+
+
 def test_second_module(tmp):
     module = environment_path("NVTX_CLIENT_MODULE")
     c = run_client(tmp, "--threads", 4, "--iters", 100, "--domain", DOMAIN, "--module", module)

@@ -41,6 +41,11 @@
 //   DomainNameCategoryA).
 // --signal-ranges N: N global "main" ranges while a SIGPROF handler (every 20 us of CPU) pushes
 //   and pops global "in handler" ranges on the same thread; prints "handler_ranges <n>".
+// --signal-growth N: N new domains, one after another; in each, 64 nested ranges "growth" and
+//   their pops (each domain's stack starts empty and grows several times, and each new domain
+//   grows the table of stacks), while another thread sends SIGUSR1 to this one, once per push or
+//   pop, and the handler pushes and pops "in handler" in the latest domain; prints
+//   "handler_ranges <n>".
 // Output, one record per line, tab-separated:
 //   pid <pid>
 //   pushes <n>         every push the program made (spinner excluded)
@@ -62,6 +67,7 @@
 #include <nvtx3/nvtx3.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -126,6 +132,7 @@ struct Options {
   bool end_unknown = false;
   bool categories = false;
   int signal_ranges = 0;
+  int signal_growth = 0;
 };
 
 // --signal-ranges: ranges recorded by a signal handler on the thread it interrupts.
@@ -134,6 +141,24 @@ void record_in_handler(int) {
   nvtxRangePushA("in handler");
   nvtxRangePop();
   g_handler_ranges = g_handler_ranges + 1;
+}
+
+// --signal-growth: the domain whose stack the interrupted thread is growing.
+std::atomic<nvtxDomainHandle_t> g_growth_domain{nullptr};
+std::atomic<unsigned> g_growth_steps{0};  // pushes and pops so far (the sender's pace)
+void record_in_growth_handler(int) {
+  const int saved_errno = errno;
+  if (nvtxDomainHandle_t domain = g_growth_domain.load(std::memory_order_relaxed)) {
+    nvtxEventAttributes_t attributes{};
+    attributes.version = NVTX_VERSION;
+    attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    attributes.message.ascii = "in handler";
+    nvtxDomainRangePushEx(domain, &attributes);
+    nvtxDomainRangePop(domain);
+    g_handler_ranges = g_handler_ranges + 1;
+  }
+  errno = saved_errno;
 }
 
 uint64_t monotonic_ns() {
@@ -172,6 +197,7 @@ Options parse(int argc, char **argv) {
       {"--exit-code", &Options::exit_code},
       {"--timed", &Options::timed},
       {"--signal-ranges", &Options::signal_ranges},
+      {"--signal-growth", &Options::signal_growth},
       {"--start-open", &Options::start_open}};
   static const std::map<std::string, std::string Options::*> texts = {
       {"--domain", &Options::domain}, {"--module", &Options::module}};
@@ -460,6 +486,57 @@ int main(int argc, char **argv) {
     }
     const itimerval off{};
     setitimer(ITIMER_PROF, &off, nullptr);
+    total.merge(mine);
+    std::printf("handler_ranges\t%d\n", static_cast<int>(g_handler_ranges));
+  }
+
+  if (o.signal_growth > 0) {
+    struct sigaction action {};
+    action.sa_handler = record_in_growth_handler;
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &action, nullptr);
+    // The handler's name used once before the signals start: a name's first use allocates
+    // (the recorder is not async-signal-safe there), and a handler that met the thread inside
+    // malloc would wait for ever. Every later use only looks the name up.
+    nvtxRangePushA("in handler");
+    nvtxRangePop();
+    const pthread_t target = pthread_self();
+    std::atomic<bool> stop{false};
+    // One signal per push or pop at most, landing anywhere in the next ones: never so many that
+    // the thread only runs its handler (under a sanitizer a handler takes microseconds).
+    std::thread sender([&] {
+      unsigned seen = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        const unsigned now = g_growth_steps.load(std::memory_order_relaxed);
+        if (now == seen) continue;
+        seen = now;
+        pthread_kill(target, SIGUSR1);
+      }
+    });
+    Tally mine;
+    for (int k = 0; k < o.signal_growth; ++k) {
+      const std::string name = "growth " + std::to_string(k);
+      nvtxDomainHandle_t domain = nvtxDomainCreateA(name.c_str());
+      nvtxEventAttributes_t attributes{};
+      attributes.version = NVTX_VERSION;
+      attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+      attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+      attributes.message.ascii = "growth";
+      for (int depth = 0; depth < 64; ++depth) {
+        mine.count(name, "growth", nvtxDomainRangePushEx(domain, &attributes));
+        if (depth == 0) g_growth_domain.store(domain, std::memory_order_relaxed);
+        g_growth_steps.fetch_add(1, std::memory_order_relaxed);
+      }
+      // The handler keeps to this domain through the next one's first push, which grows the
+      // table of stacks (its stack moves with it).
+      for (int depth = 0; depth < 64; ++depth) {
+        nvtxDomainRangePop(domain);
+        g_growth_steps.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    g_growth_domain.store(nullptr, std::memory_order_relaxed);
+    stop.store(true);
+    sender.join();
     total.merge(mine);
     std::printf("handler_ranges\t%d\n", static_cast<int>(g_handler_ranges));
   }
