@@ -18,6 +18,7 @@
 #include "clock.hpp"
 #include "exit_report.hpp"
 #include "name_registry.hpp"
+#include "no_cancel.hpp"
 #include "nvtx_tool.hpp"
 #include "output_file.hpp"
 #include "recorder.hpp"
@@ -411,6 +412,10 @@ Recorder *ensure_recorder() {
 __attribute__((destructor)) void report_at_exit() {
   Recorder *r = g_recorder.load(std::memory_order_acquire);
   if (!r || g_reported.exchange(true)) return;
+  // The exiting thread may have a cancellation request pending: acted on in here, it ended that
+  // thread inside exit(), with no trace, and a process whose other threads lived on never
+  // exited (no_cancel.hpp).
+  const common::NoCancel no_cancel;
   try {
     write_exit_report(*r, *g_settings, *g_cwd, g_gpu_flush);
   } catch (const std::bad_alloc &) {
@@ -431,6 +436,10 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     NvtxGetExportTableFunc_t get_export_table) {
   using namespace ferrum_replay::recorder;
   if (!get_export_table) return 0;
+  // Inside the program's first NVTX call of a module, which is not a cancellation point: the
+  // warnings' writes, the working directory, /proc must not act on a cancellation request
+  // pending on its thread (no_cancel.hpp; it aborted the process: noexcept below).
+  const ferrum_replay::common::NoCancel no_cancel;
   // A privileged process: the variable that loaded us, and every setting and path we would
   // act on, come from a less privileged user (secure_execution.hpp). NVTX runs it without a
   // tool. Nothing of ours was set up yet: this is the first thing the recorder does.

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "errno_kept.hpp"
+#include "no_cancel.hpp"
 #include "write_signals.hpp"
 
 namespace ferrum_replay::recorder {
@@ -46,8 +47,10 @@ size_t page_size() {
 // same number meanwhile, that file is left alone.
 char *map_unnamed_file(const std::string &dir, uint64_t size) {
   // Called while the program records (a push may fill a chunk): errno stays the program's, also
-  // after the O_TMPFILE attempt failed and the fallback succeeded.
+  // after the O_TMPFILE attempt failed and the fallback succeeded; and open and close, the
+  // cancellation points here, must not act on the program's request (no_cancel.hpp).
   const common::ErrnoKept errno_kept;
+  const common::NoCancel no_cancel;
   int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     std::string name = dir + "/ferrum-replay-spill.XXXXXX";

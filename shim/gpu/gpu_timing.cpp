@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "background_thread.hpp"
+#include "no_cancel.hpp"
 #include "resolve/real_functions.hpp"
 #include "support/log.hpp"
 
@@ -129,17 +130,11 @@ bool on_reaper() {
          pthread_equal(pthread_self(), g_reaper);
 }
 
-// No cancellation while a lock of ours is held: a cancellation point reached inside (a sink's
-// output, a log line, the join of a reaper) would unwind with the lock held — a thread that
-// returned with a cancel pending was "cancelled" in its key's destructor, and the next thread
-// to register waited for ever. Restores the caller's state on destruction.
-struct NoCancel {
-  int old = 0;
-  NoCancel() { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old); }
-  ~NoCancel() { pthread_setcancelstate(old, nullptr); }
-  NoCancel(const NoCancel &) = delete;
-  NoCancel &operator=(const NoCancel &) = delete;
-};
+// No cancellation while a lock of ours is held either (common/no_cancel.hpp): a cancellation
+// point reached inside (a sink's output, a log line, the join of a reaper) unwound with the lock
+// held — a thread that returned with a cancel pending was "cancelled" in its key's destructor,
+// and the next thread to register waited for ever.
+using common::NoCancel;
 
 void deliver(const ferrum_replay_gpu_replay *batch, size_t count) {
   if (count == 0) return;

@@ -19,6 +19,7 @@
 #include <cuda.h>
 
 #include "gpu/gpu_engine.hpp"
+#include "no_cancel.hpp"
 
 namespace ferrum_replay::shim::gpu {
 
@@ -72,30 +73,42 @@ template <typename Call>
 auto around_context_destroy(CUcontext context, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
-  timing.lock();
-  timing.drop_context_locked(context, true);  // its events go while the context lives
-  timing.context_ending_locked(true);
-  timing.unlock();
+  {
+    const common::NoCancel no_cancel;  // dropping waits (bounded) for launches: nanosleep
+    timing.lock();
+    timing.drop_context_locked(context, true);  // its events go while the context lives
+    timing.context_ending_locked(true);
+    timing.unlock();
+  }
   auto result = call();
-  timing.lock();
-  timing.context_ending_locked(false);
-  timing.drop_context_locked(context, false);  // a request made meanwhile
-  timing.unlock();
+  {
+    const common::NoCancel no_cancel;
+    timing.lock();
+    timing.context_ending_locked(false);
+    timing.drop_context_locked(context, false);  // a request made meanwhile
+    timing.unlock();
+  }
   return result;
 }
 template <typename Call>
 auto around_primary_reset(CUdevice device, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
-  timing.lock();
-  timing.drop_device_locked(device, true);
-  timing.context_ending_locked(true);
-  timing.unlock();
+  {
+    const common::NoCancel no_cancel;  // dropping waits (bounded) for launches: nanosleep
+    timing.lock();
+    timing.drop_device_locked(device, true);
+    timing.context_ending_locked(true);
+    timing.unlock();
+  }
   auto result = call();
-  timing.lock();
-  timing.context_ending_locked(false);
-  timing.drop_device_locked(device, false);
-  timing.unlock();
+  {
+    const common::NoCancel no_cancel;
+    timing.lock();
+    timing.context_ending_locked(false);
+    timing.drop_device_locked(device, false);
+    timing.unlock();
+  }
   return result;
 }
 // A release destroys the primary context only when it drops the last reference: asked after

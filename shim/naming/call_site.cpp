@@ -12,6 +12,7 @@
 #include <atomic>
 
 #include "naming/symbol_names.hpp"
+#include "no_cancel.hpp"
 #include "resolve/cuda_libraries.hpp"
 #include "resolve/libc_symbols.hpp"
 #include "resolve/real_functions.hpp"
@@ -297,6 +298,9 @@ bool is_skipped_frame(const char *module, const char *symbol, const char *skip_p
 void capture_call_site(char *out, size_t out_size, const char *skip_prefixes) {
   if (out_size == 0) return;
   out[0] = '\0';
+  // libunwind checks the addresses it reads through a pipe of its own (write, read): inside an
+  // instantiation or a launch, neither of them a cancellation point (no_cancel.hpp).
+  const common::NoCancel no_cancel;
   if (!walk_with_libunwind(skip_prefixes, out, out_size))
     walk_with_backtrace(skip_prefixes, out, out_size);
 }

@@ -13,6 +13,7 @@
 
 #include "gpu/gpu_engine.hpp"
 #include "naming/graph_naming.hpp"
+#include "no_cancel.hpp"
 #include "output_file.hpp"
 #include "range/process_files.hpp"
 #include "resolve/libc_symbols.hpp"
@@ -175,6 +176,10 @@ bool activate_slow() {
   Phase phase = g_phase.load(std::memory_order_acquire);
   if (phase == Phase::active) return true;
   if (phase == Phase::pass_through || t_activating) return false;
+  // The first launch initialises NVTX and whatever tool it loads (which may do anything), reads
+  // the names file, logs; the others wait below (nanosleep): a launch is not a cancellation
+  // point, so none of this may act on the program's cancellation request (no_cancel.hpp).
+  const common::NoCancel no_cancel;
   Phase expected = Phase::untouched;
   if (g_phase.compare_exchange_strong(expected, Phase::activating, std::memory_order_acq_rel)) {
     t_activating = true;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gpu/gpu_engine.hpp"
+#include "no_cancel.hpp"
 #include "output_file.hpp"
 #include "range/activation.hpp"
 #include "range/graph_registry.hpp"
@@ -53,6 +54,9 @@ struct Text {
 __attribute__((destructor)) void summary_at_exit() {
   // Only a process that activated the shim (one that used CUDA) has anything to say.
   if (detail::g_phase.load(std::memory_order_acquire) != detail::Phase::active) return;
+  // The exiting thread may have a cancellation request pending: acted on in here, it would end
+  // that thread inside exit(), the summary unwritten (no_cancel.hpp).
+  const common::NoCancel no_cancel;
   if (settings().summary[0]) write_exit_summary();
   remove_running_marker();
 }

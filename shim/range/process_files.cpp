@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include <atomic>
 
 #include "errno_kept.hpp"
+#include "no_cancel.hpp"
 #include "output_file.hpp"
 #include "text_rules.hpp"
 
@@ -160,14 +160,10 @@ void note_launching_process() {
   // this look pair with the hook's: one of the two sees the other.)
   if (pattern && pattern[0] && g_exiting.load(std::memory_order_seq_cst) != pid) {
     const common::ErrnoKept errno_kept;  // errno_kept.hpp
-    // open, write and close are cancellation points, which a launch is not: a thread cancelled
-    // here would leave its launch half done.
-    int cancel_state = 0;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+    const common::NoCancel no_cancel;    // no_cancel.hpp: open, write and close follow
     t_making_marker = true;
     make_running_marker(pattern, pid);
     t_making_marker = false;
-    pthread_setcancelstate(cancel_state, nullptr);
   }
   g_marker_settled.store(pid, std::memory_order_seq_cst);
   // The exit hook stopped waiting for this thread: the marker is this thread's to take back.

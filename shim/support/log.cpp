@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "errno_kept.hpp"
+#include "no_cancel.hpp"
 #include "output_file.hpp"
 
 namespace ferrum_replay::shim {
@@ -21,6 +22,7 @@ std::atomic<LogLevel> g_level{LogLevel::silent};
 // our own non-blocking description, at most 2 s without progress, SIGPIPE never raised, the
 // host's descriptor flags untouched) — the rule the recorder's lines and the summary follow.
 void write_to_stderr(const char *line, size_t length) {
+  const common::NoCancel no_cancel;  // no_cancel.hpp: open, poll, write and close follow
   common::Stream stream;
   if (common::open_stream("/dev/stderr", &stream) != 0) return;
   common::stream_write(&stream, line, length);

@@ -39,15 +39,30 @@
 //                  skips its pop), with a balanced range "inner" inside each; then one balanced
 //                  range "after" on another thread. Prints `anon_kb_grown=<RssAnon after -
 //                  before>`.
+//   cancel-pending THREADS N
+//                  THREADS threads, each of which asks for its own cancellation first (deferred:
+//                  pending until it reaches a cancellation point, and it calls none of its
+//                  own): the first loads the driver (dlopen, dlsym) and records a range
+//                  "warm-up" (the program's first NVTX call) while the others wait; then
+//                  each makes the context current, instantiates a graph of its own, launches it
+//                  N times (the process's first launch is on one of them) and records N NVTX
+//                  ranges, each with a message of its own ("cancel <thread> <i> x..."), and
+//                  returns. main prints `returned=R cancelled=C launches=L failed=F`, starts a
+//                  thread that waits in pause() for ever, asks for its own cancellation and
+//                  returns from main: the exit hooks run on a thread with a request pending,
+//                  and were that thread cancelled in them, the process would never end.
 // Exit status 0, 1 on set-up errors.
 
 #include <cuda.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <nvtx3/nvToolsExt.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -327,6 +342,93 @@ int unbalanced_pushes(long n) {
   return 0;
 }
 
+// cancel-pending: see the usage above.
+struct CancelPending {
+  long n = 0;
+  Driver driver;
+  CUresult (*set_current)(CUcontext) = nullptr;
+  CUresult (*graph_create)(CUgraph *, unsigned) = nullptr;
+  CUresult (*add_empty)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t) = nullptr;
+  CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long) = nullptr;
+  std::atomic<bool> loaded{false};
+  std::atomic<unsigned long long> launches{0}, failed{0};
+};
+CancelPending g_cancel;
+
+// Run also when the first thread is cancelled while it loads the driver: the others then give up
+// instead of waiting for ever.
+void loading_ended(void *) {
+  g_cancel.loaded.store(true);
+}
+
+void *launch_with_cancel_pending(void *argument) {
+  const long index = reinterpret_cast<long>(argument);
+  // From here on a cancellation point would cancel this thread; it reaches none of its own.
+  pthread_cancel(pthread_self());
+  CancelPending &c = g_cancel;
+  if (index == 0) {
+    pthread_cleanup_push(loading_ended, nullptr);
+    c.driver = load_driver();
+    lookup(c.driver.handle, "cuCtxSetCurrent", c.set_current);
+    lookup(c.driver.handle, "cuGraphCreate", c.graph_create);
+    lookup(c.driver.handle, "cuGraphAddEmptyNode", c.add_empty);
+    lookup(c.driver.handle, "cuGraphInstantiateWithFlags", c.instantiate);
+    // The program's first NVTX call (the recorder's initialisation), before the others make
+    // theirs: NVTX's own lazy set-up of a module is not safe against concurrent first calls.
+    nvtxRangePushA("warm-up");
+    nvtxRangePop();
+    pthread_cleanup_pop(1);
+  }
+  while (!c.loaded.load()) sched_yield();  // not a cancellation point
+  CUgraph graph = nullptr;
+  CUgraphNode node = nullptr;
+  CUgraphExec exec = nullptr;
+  if (!c.instantiate || c.set_current(c.driver.ctx) != CUDA_SUCCESS ||
+      c.graph_create(&graph, 0) != CUDA_SUCCESS ||
+      c.add_empty(&node, graph, nullptr, 0) != CUDA_SUCCESS ||
+      c.instantiate(&exec, graph, 0) != CUDA_SUCCESS) {
+    c.failed.fetch_add(1);
+    return nullptr;
+  }
+  for (long i = 0; i < c.n; ++i) {
+    c.launches.fetch_add(1);
+    if (c.driver.launch(exec, nullptr) != CUDA_SUCCESS) c.failed.fetch_add(1);
+  }
+  char prefix[32];
+  std::snprintf(prefix, sizeof prefix, "cancel %ld", index);
+  record_named(prefix, 0, c.n);
+  return reinterpret_cast<void *>(1);
+}
+
+void *wait_for_ever(void *) {
+  for (;;) pause();
+}
+
+int cancel_pending(long threads, long n) {
+  std::fflush(stdout);
+  g_cancel.n = n;
+  std::vector<pthread_t> workers(static_cast<size_t>(threads));
+  for (long i = 0; i < threads; ++i)
+    if (pthread_create(&workers[static_cast<size_t>(i)], nullptr, launch_with_cancel_pending,
+                       reinterpret_cast<void *>(i)) != 0)
+      die("pthread_create");
+  long returned = 0, cancelled = 0;
+  for (pthread_t worker : workers) {
+    void *result = nullptr;
+    pthread_join(worker, &result);
+    returned += result == reinterpret_cast<void *>(1);
+    cancelled += result == PTHREAD_CANCELED;
+  }
+  std::printf("returned=%ld cancelled=%ld launches=%llu failed=%llu\n", returned, cancelled,
+              g_cancel.launches.load(), g_cancel.failed.load());
+  std::fflush(stdout);
+  pthread_t sleeper;
+  if (pthread_create(&sleeper, nullptr, wait_for_ever, nullptr) != 0) die("pthread_create");
+  pthread_detach(sleeper);
+  pthread_cancel(pthread_self());  // pending while exit() runs the exit hooks
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "descriptors" && argc >= 4)
@@ -336,11 +438,13 @@ int main(int argc, char **argv) {
   if (mode == "standard-streams" && argc >= 5)
     return standard_streams(argv[2], std::atol(argv[3]), std::strcmp(argv[4], "before") == 0);
   if (mode == "unbalanced-pushes" && argc >= 3) return unbalanced_pushes(std::atol(argv[2]));
+  if (mode == "cancel-pending" && argc >= 4)
+    return cancel_pending(std::atol(argv[2]), std::atol(argv[3]));
   if (mode == "distinct-names" && argc >= 3)
     return distinct_names(std::atol(argv[2]), argc > 3 && std::strcmp(argv[3], "fork") == 0);
   std::fprintf(stderr,
                "usage: host_resources descriptors DIR N [close|dup2] | "
                "standard-streams DIR N before|after | unload | thread-churn N | "
-               "distinct-names N [fork] | unbalanced-pushes N\n");
+               "distinct-names N [fork] | unbalanced-pushes N | cancel-pending THREADS N\n");
   return 1;
 }

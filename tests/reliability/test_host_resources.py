@@ -57,6 +57,17 @@ privileged_process       set-group-ID (secure execution), the     no trace, summ
                                                                   refuses in one line; output and
                                                                   exit as bare. The same copy
                                                                   without the bit is recorded
+cancel_requests_pending  4 threads, each with a cancellation     no thread cancelled (each returns,
+                         request pending (deferred) before it     as without us), no abort, the
+                         calls anything of ours: dlopen, dlsym,   process ends; every launch and
+                         the first launch (NVTX and the recorder  NVTX range in the trace, the
+                         initialised, names file, log, running    summary written, the marker gone:
+                         marker, GPU timing), instantiations,     our code reached open, write,
+                         3,000 launches and 3,000 new names each  nanosleep, libunwind's pipe...
+                         (spilled: FERRUM_RECORD_MEMORY=0); then  and acted on the request there
+                         main exits with a request pending while  (abort through noexcept, the
+                         a thread waits in pause(); with and      exit hooks ended mid-way)
+                         without the shim
 table_capped             60 graphs with distinct names            the table lists the 50 busiest and
                                                                   one line for the other 10; the
                                                                   trace has all 60
@@ -347,6 +358,61 @@ def unbalanced_pushes():
            run_)
 
 
+def cancel_requests_pending():
+    """A program thread with a cancellation request pending (pthread_cancel, deferred) is
+    cancelled at its next cancellation point, and the program decides where those are: a launch,
+    an NVTX call and exit() are none. Our code in them reached some (the recorder's first
+    initialisation wrote warnings, spill files are opened and closed, libunwind reads a pipe of
+    its own while a graph is named, the log writes, a waiting first launch sleeps, the exit
+    hooks write the trace): the thread was cancelled inside them — the forced unwind through a
+    noexcept function aborted the process, and in an exit hook it ended the exiting thread
+    mid-way (no trace; with another thread alive the process never ended). Every path here runs
+    on threads with a request pending; none may act on it."""
+    threads, n = 4, 3000
+    for with_shim in (True, False):
+        what = "shim and recorder" if with_shim else "recorder alone"
+        with tempfile.TemporaryDirectory(prefix="ferrum-cancel-") as work:
+            names = os.path.join(work, "names.txt")
+            with open(names, "w") as handle:
+                handle.write("site:* = cancel-graph\n")
+            running = os.path.join(work, "running")
+            os.mkdir(running)
+            summary = os.path.join(work, "summary.txt")
+            env = {"FERRUM_RECORD_MEMORY": "0", "FERRUM_RECORD_TABLE": "1",
+                   "FERRUM_REPLAY_LOG": "debug", "FERRUM_REPLAY_NAMES": names,
+                   "FERRUM_REPLAY_SUMMARY": summary, "FERRUM_REPLAY_RUNNING_DIR": running,
+                   "FERRUM_REPLAY_GPU_TIME": "on"}
+            try:
+                run_ = harness.run([PROGRAM, "cancel-pending", str(threads), str(n)],
+                                   preload=with_shim, env=env, timeout=60)
+            except subprocess.TimeoutExpired:
+                expect(False, f"{what}: the process never ended (its exiting thread was "
+                       "cancelled in an exit hook while another thread lived on)")
+            expect(run_.returncode == 0, f"{what}: the program failed", run_)
+            got = values(run_.stdout)
+            expect(got == {"returned": threads, "cancelled": 0, "launches": threads * n,
+                           "failed": 0},
+                   f"{what}: every thread should return, none be cancelled", run_)
+            expect_balanced(run_)
+            wanted = {expected_name(f"cancel {t}", i) for t in range(threads) for i in range(n)}
+            recorded = [r["name"] for r in trace_ranges(run_.trace)
+                        if r["name"].startswith("cancel ")]
+            expect(len(recorded) == len(wanted) and set(recorded) == wanted,
+                   f"{what}: {len(recorded)} of {len(wanted)} named ranges in the trace", run_)
+            expect(table_ranges(run_.stderr) is not None, f"{what}: no table at exit", run_)
+            if not with_shim:
+                continue
+            harness.expect_one_range_per_launch(run_, threads * n)
+            expect(all(r["name"] == "cancel-graph" for r in run_.ranges()),
+                   "the names file's name is on every launch", run_)
+            expect("ferrum-replay: active:" in run_.stderr, "no log line", run_)
+            with open(summary) as handle:
+                text = handle.read()
+            expect(re.search(rf"\b{threads * n}\b", text) is not None,
+                   f"the summary does not count {threads * n} launches:\n{text}", run_)
+            expect(os.listdir(running) == [], f"markers left: {os.listdir(running)}", run_)
+
+
 def run_installed(program, args, preload, env, privileged):
     """Runs a copy of `program` as a container that installs the shim runs everything: the
     libraries `preload` in /etc/ld.so.preload (the loader honours it in privileged processes,
@@ -452,7 +518,7 @@ def privileged_process():
 SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      standard_streams_taken, driver_unloadable, threads_come_and_go,
                                      distinct_names, names_across_fork, unbalanced_pushes,
-                                     privileged_process,
+                                     privileged_process, cancel_requests_pending,
                                      tool_without_handlers, table_capped, table_bogus_value)}
 
 if __name__ == "__main__":

@@ -391,13 +391,18 @@ __attribute__((destructor)) void write_report() {
                               g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(),
                               g_queries.load(), g_captured_launches.load(),
                               g_captured_event_records.load(), g_events_created.load());
+  // The tests' report, not the driver's: never a cancellation point (see sleep_until_ns).
+  int cancel_state = 0;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
   const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  if (n > 0) {
-    // One write of a short line to an O_APPEND file: lines of concurrent processes don't mix.
-    [[maybe_unused]] const ssize_t written = write(fd, line, static_cast<size_t>(n));
+  if (fd >= 0) {
+    if (n > 0) {
+      // One write of a short line to an O_APPEND file: lines of concurrent processes don't mix.
+      [[maybe_unused]] const ssize_t written = write(fd, line, static_cast<size_t>(n));
+    }
+    close(fd);
   }
-  close(fd);
+  pthread_setcancelstate(cancel_state, nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -690,12 +695,18 @@ long long now_ns() {
 }
 
 // Sleeps until CLOCK_MONOTONIC reaches `when` (ns); a signal handler that returns resumes it.
+// No driver call is a POSIX cancellation point, and clock_nanosleep is one: the stand-in's waits
+// run with cancellation disabled, so that a test of where a program's thread may be cancelled
+// (reliability cancel_requests_pending) sees the shim's and the recorder's, not the stand-in's.
 void sleep_until_ns(long long when) {
+  int cancel_state = 0;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
   timespec ts{};
   ts.tv_sec = static_cast<time_t>(when / 1000000000LL);
   ts.tv_nsec = static_cast<long>(when % 1000000000LL);
   while (now_ns() < when && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) != 0) {
   }
+  pthread_setcancelstate(cancel_state, nullptr);
 }
 
 // Contexts: the current one is the top of a per-thread stack (t_current), the rest below it.
