@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "c_locale.hpp"
 #include "clock.hpp"
 #include "exit_report.hpp"
 #include "name_registry.hpp"
@@ -416,6 +417,7 @@ __attribute__((destructor)) void report_at_exit() {
   // thread inside exit(), with no trace, and a process whose other threads lived on never
   // exited (no_cancel.hpp).
   const common::NoCancel no_cancel;
+  const common::CLocaleScope c_locale;  // c_locale.hpp: the trace's and the table's numbers
   try {
     write_exit_report(*r, *g_settings, *g_cwd, g_gpu_flush);
   } catch (const std::bad_alloc &) {

@@ -123,10 +123,7 @@ char *write_json_double(char *p, double value) {
     n = std::snprintf(buf, sizeof buf, "%.*g", precision, value);
     if (std::strtod(buf, nullptr) == value) break;
   }
-  // printf follows LC_NUMERIC, and a host program may have set a locale whose decimal
-  // separator is a comma; JSON only knows the dot.
-  for (int k = 0; k < n; ++k)
-    if (buf[k] == ',') buf[k] = '.';
+  // printf follows LC_NUMERIC: the exit report runs in the C locale (common/c_locale.hpp).
   std::memcpy(p, buf, static_cast<size_t>(n));
   return p + n;
 }

@@ -129,10 +129,7 @@ void pad_right_aligned(std::string &line, const std::string &cell, size_t width)
 
 std::string fixed3(double value) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3f", value);
-  // The table is for people, but keep it locale-independent like the trace.
-  for (char *p = buf; *p; ++p)
-    if (*p == ',') *p = '.';
+  std::snprintf(buf, sizeof buf, "%.3f", value);  // the C locale's: common/c_locale.hpp
   return buf;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "c_locale.hpp"
 #include "gpu/gpu_engine.hpp"
 #include "no_cancel.hpp"
 #include "output_file.hpp"
@@ -57,6 +58,7 @@ __attribute__((destructor)) void summary_at_exit() {
   // The exiting thread may have a cancellation request pending: acted on in here, it would end
   // that thread inside exit(), the summary unwritten (no_cancel.hpp).
   const common::NoCancel no_cancel;
+  const common::CLocaleScope c_locale;  // c_locale.hpp: "0.051", whatever the program's locale
   if (settings().summary[0]) write_exit_summary();
   remove_running_marker();
 }

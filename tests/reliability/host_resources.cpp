@@ -51,11 +51,16 @@
 //                  thread that waits in pause() for ever, asks for its own cancellation and
 //                  returns from main: the exit hooks run on a thread with a request pending,
 //                  and were that thread cancelled in them, the process would never end.
+//   locale N       Takes its locale from the environment (setlocale(LC_ALL, ""), as many C and
+//                  C++ programs do), prints `decimal=<2.5 as printf writes it now>`, then
+//                  launches N times and records N NVTX ranges "weighed" with a double payload
+//                  of 2.5, and prints `launches=N failed=F`.
 // Exit status 0, 1 on set-up errors.
 
 #include <cuda.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
 #include <sched.h>
@@ -342,6 +347,26 @@ int unbalanced_pushes(long n) {
   return 0;
 }
 
+int host_locale(long n) {
+  setlocale(LC_ALL, "");
+  std::printf("decimal=%.1f\n", 2.5);
+  Driver d = load_driver();
+  d.launch_n(n);
+  nvtxEventAttributes_t weighed{};
+  weighed.version = NVTX_VERSION;
+  weighed.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  weighed.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  weighed.message.ascii = "weighed";
+  weighed.payloadType = NVTX_PAYLOAD_TYPE_DOUBLE;
+  weighed.payload.dValue = 2.5;
+  for (long i = 0; i < n; ++i) {
+    nvtxRangePushEx(&weighed);
+    nvtxRangePop();
+  }
+  std::printf("launches=%llu failed=%llu\n", d.launches, d.failed);
+  return 0;
+}
+
 // cancel-pending: see the usage above.
 struct CancelPending {
   long n = 0;
@@ -438,13 +463,15 @@ int main(int argc, char **argv) {
   if (mode == "standard-streams" && argc >= 5)
     return standard_streams(argv[2], std::atol(argv[3]), std::strcmp(argv[4], "before") == 0);
   if (mode == "unbalanced-pushes" && argc >= 3) return unbalanced_pushes(std::atol(argv[2]));
+  if (mode == "locale" && argc >= 3) return host_locale(std::atol(argv[2]));
   if (mode == "cancel-pending" && argc >= 4)
     return cancel_pending(std::atol(argv[2]), std::atol(argv[3]));
   if (mode == "distinct-names" && argc >= 3)
     return distinct_names(std::atol(argv[2]), argc > 3 && std::strcmp(argv[3], "fork") == 0);
-  std::fprintf(stderr,
-               "usage: host_resources descriptors DIR N [close|dup2] | "
-               "standard-streams DIR N before|after | unload | thread-churn N | "
-               "distinct-names N [fork] | unbalanced-pushes N | cancel-pending THREADS N\n");
+  std::fprintf(
+      stderr,
+      "usage: host_resources descriptors DIR N [close|dup2] | "
+      "standard-streams DIR N before|after | unload | thread-churn N | "
+      "distinct-names N [fork] | unbalanced-pushes N | cancel-pending THREADS N | locale N\n");
   return 1;
 }

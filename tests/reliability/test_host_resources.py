@@ -68,6 +68,13 @@ cancel_requests_pending  4 threads, each with a cancellation     no thread cance
                          main exits with a request pending while  (abort through noexcept, the
                          a thread waits in pause(); with and      exit hooks ended mid-way)
                          without the shim
+host_locale              takes its locale from the            the launch summary's rows read by
+                         environment (setlocale(LC_ALL, "")),     the judges' reader, every graph
+                         de_DE.UTF-8, whose decimal separator is  and count; the trace's double
+                         a comma: 2,000 launches, GPU timing on,  payloads 2.5; the table's
+                         2,000 ranges with a double payload       figures with a dot (the summary
+                                                                  read "0,051": `check` found no
+                                                                  row)
 table_capped             60 graphs with distinct names            the table lists the 50 busiest and
                                                                   one line for the other 10; the
                                                                   trace has all 60
@@ -85,6 +92,9 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shim",
                                 "scenarios"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "scripts"))
+import ferrum_replay_traces  # noqa: E402  (the judges' reader of launch summaries)
 import harness  # noqa: E402
 from harness import expect, expect_balanced  # noqa: E402
 
@@ -413,6 +423,46 @@ def cancel_requests_pending():
             expect(os.listdir(running) == [], f"markers left: {os.listdir(running)}", run_)
 
 
+def host_locale():
+    """A program that takes its locale from the environment (setlocale(LC_ALL, ""), as many C and
+    C++ programs do) under a locale whose decimal separator is a comma had the shim's launch
+    summary written with it: GPU columns "0,051", and the judges' reader (`check`,
+    `ci-smoke-profile`) found no row at all. Everything we write at exit is in the C locale."""
+    if not shutil.which("localedef"):
+        return "skip: no localedef to make a de_DE.UTF-8 locale"
+    n = 2000
+    with tempfile.TemporaryDirectory(prefix="ferrum-locale-") as work:
+        made = subprocess.run(["localedef", "-i", "de_DE", "-f", "UTF-8",
+                               os.path.join(work, "de_DE.UTF-8")],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if not os.path.isdir(os.path.join(work, "de_DE.UTF-8")):
+            return f"skip: localedef could not make de_DE.UTF-8: {made.stdout.strip()[:200]}"
+        summary = os.path.join(work, "summary.txt")
+        run_ = harness.run([PROGRAM, "locale", str(n)],
+                           env={"LOCPATH": work, "LC_ALL": "de_DE.UTF-8",
+                                "FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_SUMMARY": summary,
+                                "FERRUM_RECORD_TABLE": "1"})
+        expect(run_.returncode == 0 and f"launches={n} failed=0" in run_.stdout,
+               "the program failed", run_)
+        expect("decimal=2,5" in run_.stdout, "the program's locale did not take effect", run_)
+        graphs, _ = ferrum_replay_traces.read_launch_summaries([summary])
+        with open(summary) as handle:
+            text = handle.read()
+        expect([c["launches"] for c in graphs.values()] == [n],
+               f"the judges' reader found {dict(graphs)} in the summary:\n{text}", run_)
+        expect(re.search(r"\d,\d", text) is None, f"a comma in the summary's figures:\n{text}",
+               run_)
+    payloads = [r["args"].get("payload") for r in trace_ranges(run_.trace)
+                if r["name"] == "weighed"]
+    expect(len(payloads) == n and set(payloads) == {2.5},
+           f"{len(payloads)} ranges 'weighed', payloads {sorted(set(map(str, payloads)))[:3]}",
+           run_)
+    harness.expect_one_range_per_launch(run_, n)
+    rows = [l for l in run_.stderr.splitlines() if l.startswith(("global", "ferrum-replay "))]
+    expect(rows and all(re.search(r"\d,\d", l) is None for l in rows),
+           f"the table's figures: {rows[:2]}", run_)
+
+
 def run_installed(program, args, preload, env, privileged):
     """Runs a copy of `program` as a container that installs the shim runs everything: the
     libraries `preload` in /etc/ld.so.preload (the loader honours it in privileged processes,
@@ -518,7 +568,7 @@ def privileged_process():
 SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      standard_streams_taken, driver_unloadable, threads_come_and_go,
                                      distinct_names, names_across_fork, unbalanced_pushes,
-                                     privileged_process, cancel_requests_pending,
+                                     privileged_process, cancel_requests_pending, host_locale,
                                      tool_without_handlers, table_capped, table_bogus_value)}
 
 if __name__ == "__main__":
