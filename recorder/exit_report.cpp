@@ -126,8 +126,16 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
 
   if (snap.memory_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.memory_drops) +
-                 " pushes, ranges, marks or GPU replays not recorded: out of memory "
-                 "(droppedForMemory)\n");
+                 " pushes, ranges, marks or GPU replays not recorded: out of memory, or beyond "
+                 "FERRUM_RECORD_MEMORY with nowhere to spill (droppedForMemory)\n");
+  // Spilling is tried only beyond the budget: if it failed, what came after was dropped (or its
+  // name lost) rather than let memory grow past FERRUM_RECORD_MEMORY.
+  if (const SpillFile &spill = recorder.spill_file(); spill.failed())
+    write_stderr("ferrum-replay recorder: no spill file could be made in " +
+                 quoted_for_message(spill.directory()) + ": " + std::strerror(spill.failure()) +
+                 "; what did not fit in FERRUM_RECORD_MEMORY (" + std::to_string(settings.memory) +
+                 " bytes) was not recorded: set TMPDIR to a writable directory with room, or "
+                 "raise FERRUM_RECORD_MEMORY\n");
   if (snap.depth_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.depth_drops) +
                  " ranges not recorded: the oldest of more than " + std::to_string(kMaxOpenFrames) +

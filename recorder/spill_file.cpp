@@ -42,10 +42,11 @@ size_t page_size() {
 }
 
 // An unnamed file of `size` bytes, mapped shared, its descriptor already closed; nullptr if it
-// cannot be made. The descriptor is checked to still be the file this function created before
-// each use: should another thread of the program close it and open a file of its own under the
-// same number meanwhile, that file is left alone.
-char *map_unnamed_file(const std::string &dir, uint64_t size) {
+// cannot be made, and `*error` says why (the program's errno is left as it was). The descriptor
+// is checked to still be the file this function created before each use: should another thread
+// of the program close it and open a file of its own under the same number meanwhile, that file
+// is left alone.
+char *map_unnamed_file(const std::string &dir, uint64_t size, int *error) {
   // Called while the program records (a push may fill a chunk): errno stays the program's, also
   // after the O_TMPFILE attempt failed and the fallback succeeded; and open and close, the
   // cancellation points here, must not act on the program's request (no_cancel.hpp).
@@ -57,7 +58,11 @@ char *map_unnamed_file(const std::string &dir, uint64_t size) {
     fd = ::mkostemp(name.data(), O_CLOEXEC);
     if (fd >= 0) ::unlink(name.c_str());
   }
-  if (fd < 0) return nullptr;
+  if (fd < 0) {
+    *error = errno;
+    return nullptr;
+  }
+  *error = EBADF;  // the descriptor was not (or no longer) the file made here
   struct stat created {};
   const auto still_ours = [&]() {
     struct stat now {};
@@ -73,10 +78,14 @@ char *map_unnamed_file(const std::string &dir, uint64_t size) {
     bool allocated = false;
     if (still_ours()) {
       const common::WriteSignalsHeld held;
-      allocated = ::posix_fallocate(fd, 0, static_cast<off_t>(size)) == 0;
+      const int failed = ::posix_fallocate(fd, 0, static_cast<off_t>(size));  // not in errno
+      allocated = failed == 0;
+      if (!allocated) *error = failed;
     }
-    if (allocated && still_ours())
+    if (allocated && still_ours()) {
       mapping = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (mapping == MAP_FAILED) *error = errno;
+    }
     if (mapping != MAP_FAILED && !still_ours()) {
       ::munmap(mapping, size);
       mapping = MAP_FAILED;
@@ -84,7 +93,9 @@ char *map_unnamed_file(const std::string &dir, uint64_t size) {
     }
   }
   if (fd >= 0) ::close(fd);
-  return mapping == MAP_FAILED ? nullptr : static_cast<char *>(mapping);
+  if (mapping == MAP_FAILED) return nullptr;
+  *error = 0;
+  return static_cast<char *>(mapping);
 }
 
 }  // namespace
@@ -120,6 +131,12 @@ unsigned SpillFile::segments() const {
   return n;
 }
 
+void SpillFile::fail(int error) {
+  int none = 0;
+  failure_.compare_exchange_strong(none, error ? error : EIO, std::memory_order_relaxed);
+  failed_.store(true, std::memory_order_relaxed);
+}
+
 std::string SpillFile::directory() const {
   if (directory_for_tests_) return directory_for_tests_;
   const char *tmpdir = std::getenv("TMPDIR");
@@ -128,9 +145,10 @@ std::string SpillFile::directory() const {
 
 char *SpillFile::map_name_block(uint64_t bytes) {
   if (failed_.load(std::memory_order_relaxed)) return nullptr;
-  char *p = map_unnamed_file(directory(), bytes);
+  int error = 0;
+  char *p = map_unnamed_file(directory(), bytes, &error);
   // As for a segment: what failed once (no space, no directory) is not tried at every block.
-  if (!p) failed_.store(true, std::memory_order_relaxed);
+  if (!p) fail(error);
   return p;
 }
 
@@ -138,9 +156,10 @@ char *SpillFile::create_segment(unsigned index, uint64_t size) {
   std::lock_guard lock(create_mu_);
   if (char *p = segments_[index].load(std::memory_order_relaxed)) return p;
   if (failed_.load(std::memory_order_relaxed)) return nullptr;
-  char *p = map_unnamed_file(directory(), size);
+  int error = 0;
+  char *p = map_unnamed_file(directory(), size, &error);
   if (!p) {
-    failed_.store(true, std::memory_order_relaxed);
+    fail(error);
     return nullptr;
   }
   segments_[index].store(p, std::memory_order_release);
@@ -187,8 +206,9 @@ bool SpillFile::write(const SpillRun &run, uint32_t first, const Event *events, 
         std::memcpy(to, from, piece);
         from += piece;
       })) {
-    // The space reserved for this run stays a hole; later runs are not attempted.
-    failed_.store(true, std::memory_order_relaxed);
+    // The space reserved for this run stays a hole; later runs are not attempted. (The segment
+    // could not be made: create_segment kept why.)
+    fail(EIO);
     return false;
   }
   written_.fetch_add(bytes, std::memory_order_relaxed);
@@ -266,6 +286,7 @@ void SpillFile::forget_after_fork() {
   }
   generation_.fetch_add(1, std::memory_order_relaxed);
   failed_.store(false, std::memory_order_relaxed);
+  failure_.store(0, std::memory_order_relaxed);
   end_.store(0, std::memory_order_relaxed);
   written_.store(0, std::memory_order_relaxed);
   for (auto &filled : window_bytes_) filled.store(0, std::memory_order_relaxed);

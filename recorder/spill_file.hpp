@@ -19,7 +19,9 @@
 // reads the segments back.
 //
 // If a segment cannot be created (no TMPDIR space, a read-only /tmp, no address space), spilling
-// is switched off and events simply stay in memory, as before: nothing is lost. In a fork() child
+// is switched off: events stay in memory while FERRUM_RECORD_MEMORY allows, and beyond it new ones
+// are dropped and counted (thread_buffer.hpp) — the budget is a bound, also for a long run in a
+// container whose /tmp is read-only — and the exit says why, once. In a fork() child
 // the parent's segments are unmapped (they hold the parent's runs, which the child must neither
 // write nor report); the child's events go to segments of its own.
 #pragma once
@@ -73,8 +75,7 @@ class SpillFile {
   // an unnamed file of its own, made and mapped like a segment but not one of them. It is never
   // unmapped here — not by forget_after_fork either, because a fork() child's events may point
   // at names its parent copied there — and its owner unmaps it (release_name_block). nullptr
-  // when it cannot be made, which switches spilling off as a failed segment does (names and
-  // events then stay in memory).
+  // when it cannot be made, which switches spilling off as a failed segment does.
   char *map_name_block(uint64_t bytes);
   // Bumped in a fork() child (forget_after_fork): a name block mapped in an earlier generation
   // is shared with the parent, which may still append to it, so the child appends to none.
@@ -84,8 +85,12 @@ class SpillFile {
   uint64_t size() const { return written_.load(std::memory_order_relaxed); }
   // Segments mapped now (tests).
   unsigned segments() const;
-  // Whether spilling has been switched off after a failure (tests).
+  // Whether spilling has been switched off after a failure, and why: the errno of the first
+  // spill file that could not be made (0 when none failed that way; EIO for a lost segment).
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  int failure() const { return failure_.load(std::memory_order_relaxed); }
+  // Where segments and name blocks are made: the tests' directory, else $TMPDIR, else /tmp.
+  std::string directory() const;
 
   // pthread_atfork: no thread may be creating a segment while another forks.
   void lock_for_fork();
@@ -104,8 +109,7 @@ class SpillFile {
   static void segment_of(uint64_t offset, unsigned *index, uint64_t *base, uint64_t *size);
 
  private:
-  // Where segments and name blocks are made: the tests' directory, else $TMPDIR, else /tmp.
-  std::string directory() const;
+  void fail(int error);  // switches spilling off; the first error is kept
   // The mapping of segment `index`, created if `create`; nullptr if it cannot be.
   char *segment(unsigned index, bool create);
   char *create_segment(unsigned index, uint64_t size);
@@ -118,6 +122,7 @@ class SpillFile {
 
   std::atomic<char *> segments_[kMaxSegments] = {};
   std::atomic<bool> failed_{false};
+  std::atomic<int> failure_{0};
   std::atomic<uint64_t> end_{0};      // bytes reserved
   std::atomic<uint64_t> written_{0};  // bytes written
   // Bytes written into each 1 MiB window of the logical address space, in a ring: a window

@@ -156,6 +156,8 @@ NameBlock &ThreadBuffer::name_block(size_t need) {
     size = page_rounded(need > size ? need : size);
     if (char *data = spill_->map_name_block(size))  // leaves errno as it was
       block = NameBlock{data, 0, size, true, spill_->generation()};
+    else
+      throw std::bad_alloc();  // the budget is a bound: the name is lost, the range kept
   }
   if (!block.data) {  // within the budget, or no spill block could be made
     const size_t size = need > kArenaBlock ? need : kArenaBlock;
@@ -171,7 +173,14 @@ NameBlock &ThreadBuffer::name_block(size_t need) {
 }
 
 bool ThreadBuffer::make_room() {
-  if (spill_ && !(budget_ && budget_->take(sizeof(Chunk))) && spill_tail()) return true;
+  if (spill_ && !(budget_ && budget_->take(sizeof(Chunk)))) {
+    if (spill_tail()) return true;
+    // Beyond FERRUM_RECORD_MEMORY with nowhere to spill (a read-only /tmp, a full disk): the
+    // budget is a bound — a long run must not grow without end — so the event is dropped and
+    // counted (memory_drops), and the exit says why (SpillFile::failure). Without a budget
+    // (tests: spill every chunk) memory is all there is.
+    if (budget_) return false;
+  }
   Chunk *fresh = new_chunk(true);
   if (!fresh) return false;
   tail_->next.store(fresh, std::memory_order_release);

@@ -11,7 +11,8 @@
 //     records. The sorted copy is written without a lock; publishing the run and emptying the
 //     chunk take the buffer's mutex (a few instructions, once per chunk), as reading does, so a
 //     reader never sees a chunk being recycled nor an event twice. If spilling fails, a fresh chunk
-//     is linked instead and nothing is lost (memory then grows, as it would without a spill file);
+//     is linked while the budget allows; beyond it the event is dropped and counted
+//     (memory_drops): FERRUM_RECORD_MEMORY is a bound, spill file or not;
 //   - the number of open frames is mirrored in an atomic for the open-at-exit count;
 //   - names are copied into an append-only arena owned by the buffer, so an event's name pointer
 //     stays valid even after the thread exits (the arena lives until the process ends: when the
@@ -19,7 +20,7 @@
 //     recorder keeps it). It grows by the distinct names recorded, not by the number of ranges,
 //     and counts against the same MemoryBudget: beyond it, names go to blocks of the spill's
 //     (NameBlock), so a program whose every message is new (a sequence number in each) is
-//     bounded too;
+//     bounded too (with nowhere to spill, such a name is kNameLostToMemory);
 //   - memory that cannot be had (the host's address-space limit, `ulimit -v`, or memory
 //     exhausted) never ends the host: nothing here throws once the buffer exists. An event with
 //     no chunk to go to is dropped and counted (memory_drops), a name with no room to be copied
@@ -300,8 +301,8 @@ class ThreadBuffer {
                       bool release_full_chunks);
   // Unmaps every chunk but the first, which is emptied (the owner is gone or is the caller).
   void keep_first_chunk_only();
-  // The tail chunk is full: link a new one while the budget allows, else spill it and reuse it
-  // (or link a new one when spilling fails). False when neither was possible (no memory).
+  // The tail chunk is full: link a new one while the budget allows, else spill it and reuse it.
+  // False when neither was possible (no memory; beyond the budget with spilling failed).
   bool make_room();
   // Spills the full tail chunk as one run and empties it. False when it could not (the spill
   // file failed, or no memory): the chunk is then left as it is.

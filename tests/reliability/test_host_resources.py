@@ -40,6 +40,13 @@ names_across_fork        the same with FERRUM_RECORD_MEMORY=0     each process's
                          (every name in spill blocks), forking    own names intact: the child never
                          midway; parent and child record while    writes into the blocks it shares
                          the other is alive                       with its parent
+memory_bound_without_    the same with TMPDIR naming no          anonymous memory still grows by
+spill                    directory (a container whose /tmp is     under 8 MiB (it grew by every
+                         read-only, a full disk): no spill file   range and name: 195 MB for 3 M
+                         can be made                              ranges); every range is in the
+                                                                  trace or in droppedForMemory;
+                                                                  one line names the directory
+                                                                  and why
 unbalanced_pushes        2,000,000 NVTX pushes never popped (an    anonymous memory grows by under
                          error path that skips the pop), each     8 MiB (it grew 55 bytes a push);
                          with a balanced range inside             every balanced range is kept, at
@@ -301,6 +308,36 @@ def distinct_names():
     grown = values(run_.stdout)["anon_kb_grown"]
     expect(grown < 8 * 1024, f"anonymous memory grew by {grown} KiB for {n} names of 200 "
            "bytes with FERRUM_RECORD_MEMORY=1M", run_)
+
+
+def memory_bound_without_spill():
+    """FERRUM_RECORD_MEMORY is a bound also when no spill file can be made (a container whose
+    /tmp is read-only, a full disk): the recorder used to keep everything beyond it in memory,
+    without end (3,000,000 ranges with a 1 MiB budget: +195 MB). What does not fit is now
+    dropped and counted, names beyond it are lost, and one line says where and why."""
+    n = 200000
+    missing = "/nonexistent-ferrum-spill-directory"
+    run_ = harness.run([PROGRAM, "distinct-names", str(n)], preload=False,
+                       env={"FERRUM_RECORD_MEMORY": "1M", "TMPDIR": missing,
+                            "FERRUM_RECORD_TABLE": "1"}, timeout=300)
+    expect(run_.returncode == 0, "distinct-names failed", run_)
+    meta = run_.trace["ferrumReplay"]
+    ranges = trace_ranges(run_.trace)
+    dropped = meta.get("droppedForMemory", 0)
+    expect(len(ranges) + dropped == n + 1 and dropped > 0,
+           f"{len(ranges)} ranges in the trace and {dropped} dropped for {n + 1} recorded", run_)
+    lost = "(name lost: out of memory)"
+    names = [r["name"] for r in ranges if r["name"] not in ("warm-up", lost)]
+    expect(names == [expected_name("range", i) for i in range(len(names))],
+           "the ranges kept are the first ones, with their own names", run_)
+    lines = [l for l in run_.stderr.splitlines() if "no spill file could be made" in l]
+    expect(len(lines) == 1 and f"'{missing}': No such file or directory" in lines[0] and
+           "FERRUM_RECORD_MEMORY (1048576 bytes)" in lines[0], "one line says why", run_)
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+        return  # a sanitizer's allocator and shadow memory: resident size says nothing here
+    grown = values(run_.stdout)["anon_kb_grown"]
+    expect(grown < 8 * 1024, f"anonymous memory grew by {grown} KiB for {n} ranges with "
+           "FERRUM_RECORD_MEMORY=1M and no spill file", run_)
 
 
 def names_across_fork():
@@ -567,7 +604,8 @@ def privileged_process():
 
 SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      standard_streams_taken, driver_unloadable, threads_come_and_go,
-                                     distinct_names, names_across_fork, unbalanced_pushes,
+                                     distinct_names, memory_bound_without_spill,
+                                     names_across_fork, unbalanced_pushes,
                                      privileged_process, cancel_requests_pending, host_locale,
                                      tool_without_handlers, table_capped, table_bogus_value)}
 

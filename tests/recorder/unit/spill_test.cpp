@@ -422,7 +422,9 @@ TEST_CASE("a fork child never writes the parent's segments") {
   CHECK(render_trace(after) == parent_trace);
 }
 
-TEST_CASE("a spill directory where nothing can be created keeps every event in memory") {
+TEST_CASE(
+    "a spill directory where nothing can be created: FERRUM_RECORD_MEMORY still bounds memory, "
+    "what does not fit is dropped and counted, and the spill says why") {
   Settings settings = spilling_at_once();
   Recorder r(settings, 0);
   const_cast<SpillFile &>(r.spill_file()).set_directory_for_tests("/proc/self/no-such-directory");
@@ -432,11 +434,15 @@ TEST_CASE("a spill directory where nothing can be created keeps every event in m
   record(r, 3000);
   CHECK(errno == 4242);
   CHECK(r.spill_file().failed());
+  CHECK(r.spill_file().failure() == ENOENT);
   CHECK(r.spill_file().size() == 0);
   CHECK(r.spill_file().segments() == 0);
   const Snapshot s = r.snapshot_for_report();
   CHECK(s.threads[0].runs.empty());
-  CHECK(s.range_count() == 6000);
+  // The budget (0: spill every full chunk) leaves the thread its first chunk (1,024 ranges), no
+  // more. It used to keep all 6,000 in memory: without end in a long run.
+  CHECK(s.range_count() == 1024);
+  CHECK(s.memory_drops == 6000 - 1024);
 }
 
 // Bytes mapped from files without a name (/proc/self/maps): the spill's segments and name
