@@ -118,17 +118,23 @@ template <typename Call>
 auto around_primary_release(CUdevice device, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
-  timing.lock();
-  // Whether this release is the last is known only afterwards, when the context may be gone:
-  // what has finished is read now (without waiting: the release may not end anything).
-  timing.harvest_device_locked(device);
-  timing.context_ending_locked(true);
-  timing.unlock();
+  {
+    const common::NoCancel no_cancel;
+    timing.lock();
+    // Whether this release is the last is known only afterwards, when the context may be gone:
+    // what has finished is read now (without waiting: the release may not end anything).
+    timing.harvest_device_locked(device);
+    timing.context_ending_locked(true);
+    timing.unlock();
+  }
   auto result = call();
-  timing.lock();
-  timing.context_ending_locked(false);
-  if (!primary_context_active(device)) timing.drop_device_locked(device, false);
-  timing.unlock();
+  {
+    const common::NoCancel no_cancel;  // dropping waits (bounded) for launches: nanosleep
+    timing.lock();
+    timing.context_ending_locked(false);
+    if (!primary_context_active(device)) timing.drop_device_locked(device, false);
+    timing.unlock();
+  }
   return result;
 }
 

@@ -37,6 +37,13 @@
 //   cancel-pending N  a thread times N launches, asks for its own cancellation and returns
 //                     before any cancellation point; main joins it and prints
 //                     first=<returned|cancelled>; then a second thread times N launches.
+//   end-cancel-pending HOW  one graph of one long replay (FERRUM_STANDIN_GRAPH_NS) in a context,
+//                     launched once by a thread that then launches it again, where it waits for
+//                     the first (FERRUM_STANDIN_LAUNCH_QUEUE=1) holding its timing pair; 200 ms
+//                     into that wait another thread asks for its own cancellation and ends the
+//                     context — HOW: destroy (cuCtxDestroy of a created context) or release (the
+//                     last cuDevicePrimaryCtxRelease), neither a cancellation point. Prints
+//                     ender=<returned|cancelled>.
 //   fork-thread N     a thread of the program's forks; the child (that thread alone) makes a
 //                     context, launches N times, synchronises, prints, and returns from the
 //                     thread's function — its last thread. The parent prints child_status=<s>. An
@@ -50,6 +57,7 @@
 
 #include <cuda.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -57,6 +65,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -212,6 +221,27 @@ void *fork_from_thread(void *argument) {
   waitpid(child, &status, 0);
   std::printf("child_status=%d\n", status);
   return nullptr;
+}
+
+// end-cancel-pending: see the usage above.
+std::atomic<bool> g_waiting_launch{false};
+std::string g_end_how;
+CUstream g_end_stream = nullptr;
+
+void *launch_twice(void *) {
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  launch(g_exec, g_end_stream);
+  g_waiting_launch.store(true);
+  launch(g_exec, g_end_stream);  // waits for the first replay, inside the timed launch
+  return nullptr;
+}
+
+void *end_context_cancel_pending(void *) {
+  pthread_cancel(pthread_self());  // pending: it calls no cancellation point of its own
+  CUresult result = CUDA_ERROR_UNKNOWN;
+  if (g_end_how == "destroy") result = cuCtxDestroy(g_context);
+  if (g_end_how == "release") result = cuDevicePrimaryCtxRelease(0);
+  return result == CUDA_SUCCESS ? &g_end_how : nullptr;
 }
 
 int usage() {
@@ -414,6 +444,29 @@ int main(int argc, char **argv) {
         check(CUDA_ERROR_UNKNOWN, "pthread_create");
       pthread_join(thread, nullptr);
     }
+  } else if (mode == "end-cancel-pending") {
+    g_end_how = argv[2];
+    if (g_end_how == "destroy") {
+      g_context = new_context();
+    } else {
+      check(cuDevicePrimaryCtxRetain(&g_context, 0), "cuDevicePrimaryCtxRetain");
+      check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+    }
+    g_end_stream = new_stream();
+    g_exec = make_exec();
+    pthread_t launcher, ender;
+    if (pthread_create(&launcher, nullptr, launch_twice, nullptr) != 0)
+      check(CUDA_ERROR_UNKNOWN, "pthread_create");
+    while (!g_waiting_launch.load()) sched_yield();
+    timespec pause{0, 200 * 1000 * 1000};
+    nanosleep(&pause, nullptr);
+    if (pthread_create(&ender, nullptr, end_context_cancel_pending, nullptr) != 0)
+      check(CUDA_ERROR_UNKNOWN, "pthread_create");
+    void *ended = nullptr;
+    pthread_join(ender, &ended);
+    std::printf("ender=%s\n", ended == PTHREAD_CANCELED ? "cancelled" : "returned");
+    check(ended == &g_end_how ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN, g_end_how.c_str());
+    pthread_join(launcher, nullptr);  // its second launch may fail: the context ended under it
   } else if (mode == "fork-thread") {
     static long count = n;
     pthread_t thread;

@@ -4,6 +4,7 @@ FERRUM_REPLAY_GPU_TIME=on, against the stand-in's asynchronous GPU. What the use
 shim's FERRUM_REPLAY_SUMMARY lines, the recorder trace, the program's own output and exit."""
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -294,6 +295,25 @@ def cancel_pending_at_return():
     expect(gpu["timed"] == 10 and gpu["not_timed"] == 0, f"GPU line {gpu}", run_)
 
 
+def context_end_cancel_pending():
+    """cuCtxDestroy and the last cuDevicePrimaryCtxRelease are no cancellation points (nor is
+    cuDevicePrimaryCtxReset, which the stand-in lacks), and each is called here by a thread with a cancellation request pending
+    while another thread is inside a timed launch of that context (it holds its event pair: the
+    stand-in's launch queue is full). Dropping the context's pool waits for that launch (bounded,
+    with pauses: nanosleep); acted on there, the request cancelled the thread inside the call with
+    the engine's mutex held, and the process never ended (its exit waits for that mutex)."""
+    env = {"FERRUM_STANDIN_GRAPH_NS": "1000000000", "FERRUM_STANDIN_LAUNCH_QUEUE": "1"}
+    for how in ("destroy", "release"):
+        try:
+            run_ = program("end-cancel-pending", how, env=env, timeout=30)
+        except subprocess.TimeoutExpired:
+            expect(False, f"{how}: the process never ended (a thread cancelled inside the call, "
+                   "the engine's mutex held)")
+        expect(run_.returncode == 0 and run_.stdout.startswith("ender=returned\nlaunches=2 "),
+               f"{how}: the thread that ended the context should return, not be cancelled", run_)
+        expect(one_summary(run_).gpu is not None, f"{how}: no GPU line", run_)
+
+
 def fork_child_counts():
     """A forked child that creates its own context and times 7 replays reports its own counts;
     the parent's (2 x 12) are unchanged by it."""
@@ -387,7 +407,8 @@ SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
     burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
-    cancel_pending_at_return, jump_out_of_timed_launch, no_thread_keys)}
+    cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
+    no_thread_keys)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
