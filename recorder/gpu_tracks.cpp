@@ -20,7 +20,7 @@ ThreadBuffer *GpuTracks::track_for(int32_t device, uint64_t stream) {
     if (tracks_[i].device == device && tracks_[i].stream == stream) return tracks_[i].buffer;
   if (tracks_.size() >= kMaxGpuTracks) return nullptr;
   const uint32_t tid = kGpuTrackTidBase + static_cast<uint32_t>(tracks_.size());
-  auto *buffer = new ThreadBuffer(tid, gpu_track_name(device, stream), spill_);
+  auto *buffer = new ThreadBuffer(tid, gpu_track_name(device, stream), spill_, budget_);
   tracks_.push_back(Track{device, stream, buffer});
   return buffer;
 }

@@ -1,8 +1,10 @@
 // GPU time per replay, as the shim hands it over (include/ferrum_replay/ferrum_replay.h): each
 // completed replay becomes an event on a track of its own per (device, stream), stored like a
-// thread's ranges (one ThreadBuffer per track, spilled through the process's SpillFile, so memory
-// stays bounded however long the program runs). Times stay CLOCK_MONOTONIC nanoseconds (not the
-// recorder's ticks): ThreadSnapshot::ns_times says so to the writer and the table.
+// thread's ranges (one ThreadBuffer per track, counted against FERRUM_RECORD_MEMORY with the
+// ranges and spilled beyond it through the process's SpillFile, so memory stays bounded however
+// long the program runs — with nowhere to spill, what does not fit is dropped and counted).
+// Times stay CLOCK_MONOTONIC nanoseconds (not the recorder's ticks): ThreadSnapshot::ns_times
+// says so to the writer and the table.
 //
 // The shim calls the sink from a thread of its own, and ferrum_replay_gpu_flush may call it from
 // the exiting thread: a mutex makes every sink call the single writer of the buffers that
@@ -39,7 +41,7 @@ struct GpuStatus {
 
 class GpuTracks {
  public:
-  explicit GpuTracks(SpillFile *spill) : spill_(spill) {}
+  GpuTracks(SpillFile *spill, MemoryBudget *budget) : spill_(spill), budget_(budget) {}
   ~GpuTracks();
   GpuTracks(const GpuTracks &) = delete;
   GpuTracks &operator=(const GpuTracks &) = delete;
@@ -71,6 +73,7 @@ class GpuTracks {
   ThreadBuffer *track_for(int32_t device, uint64_t stream);
 
   SpillFile *spill_;
+  MemoryBudget *budget_;  // the recorder's, shared with the threads' ranges
   mutable std::mutex mu_;
   std::vector<Track> tracks_;
   std::vector<ThreadBuffer *> orphans_;  // tracks of the parent, after fork

@@ -106,7 +106,8 @@ Recorder::Recorder(const Settings &settings, uint64_t origin_ns, uint64_t origin
              settings.reject != RejectMode::none && settings.reject_domain_only
                  ? settings.reject_domain
                  : std::string()),
-      gpu_(settings.spill ? &spill_ : nullptr),
+      // memory_budget_ is declared after gpu_: only its address is taken here.
+      gpu_(settings.spill ? &spill_ : nullptr, &memory_budget_),
       memory_budget_(settings.memory) {}
 
 Recorder::~Recorder() {

@@ -145,7 +145,9 @@ TEST_CASE(
 }
 
 TEST_CASE("GPU replays spill like ranges: memory bounded, every replay in the report, in order") {
-  Recorder r(Settings{}, 0);
+  Settings spill_at_once;
+  spill_at_once.memory = 0;  // GPU events count against FERRUM_RECORD_MEMORY as ranges do
+  Recorder r(spill_at_once, 0);
   constexpr uint64_t kReplays = 20000;
   std::vector<ferrum_replay_gpu_replay> batch;
   for (uint64_t i = 0; i < kReplays; ++i) {
@@ -169,6 +171,29 @@ TEST_CASE("GPU replays spill like ranges: memory bounded, every replay in the re
   });
   CHECK(n == kReplays);
   CHECK(ordered);
+}
+
+TEST_CASE("GPU replays with nowhere to spill: beyond FERRUM_RECORD_MEMORY dropped and counted") {
+  Settings settings;
+  settings.memory = 0;
+  Recorder r(settings, 0);
+  const_cast<SpillFile &>(r.spill_file()).set_directory_for_tests("/proc/self/no-such-directory");
+  constexpr uint64_t kReplays = 20000;
+  std::vector<ferrum_replay_gpu_replay> batch;
+  for (uint64_t i = 0; i < kReplays; ++i) {
+    batch.push_back(replay(0, 0x10, "g", i, 1000 + 10 * i, 1005 + 10 * i));
+    if (batch.size() == 100) {
+      GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
+      batch.clear();
+    }
+  }
+  CHECK(r.spill_file().failed());
+  const Snapshot snap = r.snapshot_for_report();
+  REQUIRE(snap.gpu_tracks.size() == 1);
+  // The track keeps its first chunk (1,024 replays), no more: it used to keep every replay in
+  // memory, without end in a long run.
+  CHECK(snap.gpu_replay_count() == 1024);
+  CHECK(snap.memory_drops == kReplays - 1024);
 }
 
 TEST_CASE("streams beyond the track limit are counted as not timed, not stored") {
