@@ -36,6 +36,20 @@ size_t count_of(const std::string &text, const std::string &what) {
   return n;
 }
 
+// `n` replays of one graph on one stream, 10 ns apart, handed to the sink 100 at a time as the
+// shim's reaper does.
+void feed_replays(Recorder &r, uint64_t n) {
+  std::vector<ferrum_replay_gpu_replay> batch;
+  for (uint64_t i = 0; i < n; ++i) {
+    batch.push_back(replay(0, 0x10, "g", i, 1000 + 10 * i, 1005 + 10 * i));
+    if (batch.size() == 100) {
+      GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
+      batch.clear();
+    }
+  }
+  if (!batch.empty()) GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
+}
+
 std::vector<std::string> lines(const std::string &text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -149,14 +163,7 @@ TEST_CASE("GPU replays spill like ranges: memory bounded, every replay in the re
   spill_at_once.memory = 0;  // GPU events count against FERRUM_RECORD_MEMORY as ranges do
   Recorder r(spill_at_once, 0);
   constexpr uint64_t kReplays = 20000;
-  std::vector<ferrum_replay_gpu_replay> batch;
-  for (uint64_t i = 0; i < kReplays; ++i) {
-    batch.push_back(replay(0, 0x10, "g", i, 1000 + 10 * i, 1005 + 10 * i));
-    if (batch.size() == 100) {
-      GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
-      batch.clear();
-    }
-  }
+  feed_replays(r, kReplays);
   CHECK(r.spill_file().size() > 0);
   Snapshot snap = r.snapshot_for_report();
   REQUIRE(snap.gpu_tracks.size() == 1);
@@ -179,14 +186,7 @@ TEST_CASE("GPU replays with nowhere to spill: beyond FERRUM_RECORD_MEMORY droppe
   Recorder r(settings, 0);
   const_cast<SpillFile &>(r.spill_file()).set_directory_for_tests("/proc/self/no-such-directory");
   constexpr uint64_t kReplays = 20000;
-  std::vector<ferrum_replay_gpu_replay> batch;
-  for (uint64_t i = 0; i < kReplays; ++i) {
-    batch.push_back(replay(0, 0x10, "g", i, 1000 + 10 * i, 1005 + 10 * i));
-    if (batch.size() == 100) {
-      GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
-      batch.clear();
-    }
-  }
+  feed_replays(r, kReplays);
   CHECK(r.spill_file().failed());
   const Snapshot snap = r.snapshot_for_report();
   REQUIRE(snap.gpu_tracks.size() == 1);
