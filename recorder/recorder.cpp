@@ -155,7 +155,13 @@ void Recorder::spill_if_over_budget(EndedThread &gone) noexcept {
     sort_events(gone.events);
     if (gone.runs.size() == gone.runs.capacity()) gone.runs.reserve(gone.runs.size() + 1);
     SpillRun run;
-    if (!spill_.append(gone.events.data(), static_cast<uint32_t>(gone.events.size()), &run)) return;
+    if (!spill_.append(gone.events.data(), static_cast<uint32_t>(gone.events.size()), &run)) {
+      // Beyond FERRUM_RECORD_MEMORY with nowhere to spill: dropped and counted, as a live
+      // thread's are (thread_buffer.hpp) — kept, they grew memory by every ended thread's ranges.
+      ended_memory_drops_ += gone.events.size();
+      std::vector<Event>().swap(gone.events);
+      return;
+    }
     gone.runs.push_back(run);
     std::vector<Event>().swap(gone.events);
   } catch (const std::bad_alloc &) {

@@ -404,6 +404,29 @@ TEST_CASE("threads that end leave their events and names, not their buffers") {
   }
 }
 
+TEST_CASE("threads that end with nowhere to spill: beyond FERRUM_RECORD_MEMORY dropped, counted") {
+  // The ended threads' events are copied out of their buffers; beyond the budget (0 here) they
+  // go to the spill, and with none they were kept in memory: a pool recycling its threads grew
+  // the recorder by every range, whatever FERRUM_RECORD_MEMORY said.
+  Settings settings;
+  settings.memory = 0;
+  Recorder r(settings, 0);
+  const_cast<SpillFile &>(r.spill_file()).set_directory_for_tests("/proc/self/no-such-directory");
+  const auto &g = r.names().global_domain();
+  constexpr uint64_t kThreads = 300;
+  for (uint64_t i = 0; i < kThreads; ++i) {
+    std::thread worker([&] {
+      push(r, g, "work");
+      r.pop(g);
+    });
+    worker.join();
+  }
+  const Snapshot s = r.snapshot();
+  CHECK(r.spill_file().failed());
+  CHECK(s.range_count() + s.memory_drops == kThreads);
+  CHECK(s.range_count() <= 130);  // the threads not folded yet (at most twice the 64 looked at)
+}
+
 TEST_CASE("memory that comes back: a push that found no stack is closed by its own pop" *
           doctest::skip(kNoAddressSpaceLimit)) {
   // A push in a domain the thread's table of stacks has no room for gets no stack at all; once
