@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <new>
 
+#include "held_here.hpp"
 #include "snapshot.hpp"
 
 namespace ferrum_replay::recorder {
@@ -27,7 +28,7 @@ ThreadBuffer *GpuTracks::track_for(int32_t device, uint64_t stream) {
 
 void GpuTracks::add(const ferrum_replay_gpu_replay *replays, size_t count) noexcept {
   if (!replays) return;
-  std::lock_guard lock(mu_);
+  const common::HeldHere lock(mu_);  // held_here.hpp: a flush's sink, and the exit report
   size_t i = 0;
   try {
     for (; i < count; ++i) {
@@ -64,7 +65,7 @@ uint64_t GpuTracks::dropped() const {
 }
 
 void GpuTracks::collect(Snapshot *snap) const {
-  std::lock_guard lock(mu_);
+  const common::HeldHere lock(mu_);
   for (const Track &t : tracks_) {
     ThreadSnapshot ts;
     ts.tid = t.buffer->tid();

@@ -18,6 +18,7 @@
 #include "c_locale.hpp"
 #include "clock.hpp"
 #include "exit_report.hpp"
+#include "held_here.hpp"
 #include "name_registry.hpp"
 #include "no_cancel.hpp"
 #include "nvtx_tool.hpp"
@@ -413,6 +414,15 @@ Recorder *ensure_recorder() {
 __attribute__((destructor)) void report_at_exit() {
   Recorder *r = g_recorder.load(std::memory_order_acquire);
   if (!r || g_reported.exchange(true)) return;
+  // exit() from a signal handler that interrupted this thread inside the recorder, holding a
+  // lock the report needs: waiting for it would never end (held_here.hpp). Nothing is written.
+  if (common::inside_our_lock()) {
+    static const char kLine[] =
+        "ferrum-replay recorder: exit() was called from a signal handler that interrupted the "
+        "recorder on the same thread: no trace or table written\n";
+    write_stderr(std::string_view(kLine, sizeof kLine - 1));
+    return;
+  }
   // The exiting thread may have a cancellation request pending: acted on in here, it ended that
   // thread inside exit(), with no trace, and a process whose other threads lived on never
   // exited (no_cancel.hpp).

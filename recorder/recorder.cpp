@@ -12,6 +12,7 @@
 
 #include "clock.hpp"
 #include "errno_kept.hpp"
+#include "held_here.hpp"
 #include "proc_self.hpp"
 
 namespace ferrum_replay::recorder {
@@ -126,7 +127,7 @@ ThreadBuffer *Recorder::register_thread() noexcept {
   try {
     const uint32_t tid = os_thread_id();
     const std::string name = own_thread_name();
-    std::lock_guard lock(threads_mu_);
+    const common::HeldHere lock(threads_mu_);  // held_here.hpp: the exit report takes it too
     if (threads_.size() >= fold_at_ && snapshots_reading_ == 0) fold_ended_threads();
     // Room first (growing geometrically), so that nothing throws once a buffer is taken.
     if (threads_.size() == threads_.capacity()) threads_.reserve(2 * threads_.size() + 16);
@@ -380,7 +381,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   std::vector<ThreadBuffer *> threads;
   std::vector<EndedThread> ended;
   {
-    std::lock_guard lock(threads_mu_);
+    const common::HeldHere lock(threads_mu_);
     threads = threads_;
     // The last report takes them (no copy of the events); other snapshots copy.
     if (release_memory)
@@ -395,7 +396,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   struct Reading {
     const Recorder &recorder;
     ~Reading() {
-      std::lock_guard lock(recorder.threads_mu_);
+      const common::HeldHere lock(recorder.threads_mu_);
       --recorder.snapshots_reading_;
     }
   } reading{*this};

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "errno_kept.hpp"
+#include "held_here.hpp"
 #include "no_cancel.hpp"
 #include "write_signals.hpp"
 
@@ -153,7 +154,7 @@ char *SpillFile::map_name_block(uint64_t bytes) {
 }
 
 char *SpillFile::create_segment(unsigned index, uint64_t size) {
-  std::lock_guard lock(create_mu_);
+  const common::HeldHere lock(create_mu_);  // held_here.hpp: a push, or the exit report
   if (char *p = segments_[index].load(std::memory_order_relaxed)) return p;
   if (failed_.load(std::memory_order_relaxed)) return nullptr;
   int error = 0;

@@ -31,6 +31,7 @@
 #include <atomic>
 
 #include "ferrum_replay/ferrum_replay.h"
+#include "held_here.hpp"
 
 namespace ferrum_replay::shim::gpu {
 
@@ -207,8 +208,8 @@ class Engine {
   // forgotten costs a few untimed replays, a call into a dead context could cost the program.
   void note_primary(int device, CUcontext context);
   // The caller holds the engine mutex across a real context call (lock()/unlock()).
-  void lock() { pthread_mutex_lock(&mutex_); }
-  void unlock() { pthread_mutex_unlock(&mutex_); }
+  void lock() { common::lock_ours(&mutex_); }  // held_here.hpp: the exit hooks take it too
+  void unlock() { common::unlock_ours(&mutex_); }
   // drop_* under a held lock.
   void drop_context_locked(CUcontext context, bool destroy_events);
   void drop_device_locked(int device, bool destroy_events);

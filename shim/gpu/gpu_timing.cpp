@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "background_thread.hpp"
+#include "held_here.hpp"
 #include "no_cancel.hpp"
 #include "resolve/real_functions.hpp"
 #include "support/log.hpp"
@@ -139,9 +140,9 @@ using common::NoCancel;
 void deliver(const ferrum_replay_gpu_replay *batch, size_t count) {
   if (count == 0) return;
   NoCancel no_cancel;
-  pthread_mutex_lock(&g_sink_mutex);
+  common::lock_ours(&g_sink_mutex);
   if (g_sink) g_sink(batch, count, g_sink_context);
-  pthread_mutex_unlock(&g_sink_mutex);
+  common::unlock_ours(&g_sink_mutex);
 }
 
 void *reaper_main(void *) {
@@ -173,11 +174,11 @@ void *reaper_main(void *) {
     const uint64_t now_claims = timing.claims();
     const bool busy = timing.totals().in_flight != 0 || now_claims != claims;
     claims = now_claims;
-    pthread_mutex_lock(&g_wake_mutex);
+    common::lock_ours(&g_wake_mutex);
     ++g_passes;
     pthread_cond_broadcast(&g_wake);
     if (asked_to_end()) {
-      pthread_mutex_unlock(&g_wake_mutex);
+      common::unlock_ours(&g_wake_mutex);
       return nullptr;
     }
     if (!g_wake_request && g_passes >= g_wake_target) {
@@ -191,7 +192,7 @@ void *reaper_main(void *) {
       pthread_cond_timedwait(&g_wake, &g_wake_mutex, &until);
     }
     g_wake_request = false;
-    pthread_mutex_unlock(&g_wake_mutex);
+    common::unlock_ours(&g_wake_mutex);
   }
 }
 
@@ -206,7 +207,7 @@ void wait_for_pass(int timeout_ms) {
     until.tv_nsec -= 1000000000;
     ++until.tv_sec;
   }
-  pthread_mutex_lock(&g_wake_mutex);
+  common::lock_ours(&g_wake_mutex);
   const uint64_t target = g_passes + 2;  // the pass running now may have started earlier
   g_wake_request = true;
   if (g_wake_target < target) g_wake_target = target;
@@ -215,7 +216,7 @@ void wait_for_pass(int timeout_ms) {
   while (g_passes < target && g_end_through.load(std::memory_order_acquire) <
                                   g_reapers_started.load(std::memory_order_acquire))
     if (pthread_cond_timedwait(&g_wake, &g_wake_mutex, &until) == ETIMEDOUT) break;
-  pthread_mutex_unlock(&g_wake_mutex);
+  common::unlock_ours(&g_wake_mutex);
 }
 
 // A pass on the calling thread, when no reaper runs (none can start meanwhile: g_life_mutex),
@@ -235,15 +236,18 @@ void pass_here_locked() {
 // exit: never a launch). Decided under g_life_mutex, which a start needs too.
 void last_pass(int timeout_ms) {
   NoCancel no_cancel;
-  pthread_mutex_lock(&g_life_mutex);
+  common::lock_ours(&g_life_mutex);
   const bool running = g_reaper_running.load(std::memory_order_relaxed);
   if (!running) pass_here_locked();
-  pthread_mutex_unlock(&g_life_mutex);
+  common::unlock_ours(&g_life_mutex);
   if (running) wait_for_pass(timeout_ms);
 }
 
 void at_exit() {
   if (g_api_state.load(std::memory_order_acquire) != 2) return;  // never timed anything
+  // exit() from a signal handler that interrupted this thread holding a lock of ours: the last
+  // pass would wait for it for ever (held_here.hpp). What finishes from now on goes unreported.
+  if (common::inside_our_lock()) return;
   give_back_abandoned();  // the exiting thread's own, if it left a launch by a jump
   last_pass(1000);
   engine().stop();  // from here on, no CUDA call: the runtime's teardown comes next
@@ -295,10 +299,10 @@ void stop_reaper_locked() {
   // next thread to time a launch would find them taken ("pool exhausted") until a new reaper's
   // first pass.
   wait_for_pass(200);
-  pthread_mutex_lock(&g_wake_mutex);
+  common::lock_ours(&g_wake_mutex);
   g_end_through.store(g_reapers_started.load(std::memory_order_relaxed), std::memory_order_release);
   pthread_cond_broadcast(&g_wake);
-  pthread_mutex_unlock(&g_wake_mutex);
+  common::unlock_ours(&g_wake_mutex);
   timespec until{};
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += 10;
@@ -314,9 +318,9 @@ void stop_reaper_locked() {
 void registered_thread_ends(void *) {
   give_back_abandoned();  // the thread left a launch by a jump and never launched again
   NoCancel no_cancel;     // the join below is a cancellation point
-  pthread_mutex_lock(&g_life_mutex);
+  common::lock_ours(&g_life_mutex);
   if (g_registered > 0 && --g_registered == 0) stop_reaper_locked();
-  pthread_mutex_unlock(&g_life_mutex);
+  common::unlock_ours(&g_life_mutex);
 }
 
 // Registers the calling thread once (see g_life_mutex) and makes sure a reaper runs; false
@@ -325,7 +329,7 @@ bool register_thread() {
   if (__builtin_expect(t_registered, 1)) return true;
   if (t_unregistrable) return false;
   NoCancel no_cancel;
-  pthread_mutex_lock(&g_life_mutex);
+  common::lock_ours(&g_life_mutex);
   bool registered = g_key_made;
   if (!registered && pthread_key_create(&g_thread_key, registered_thread_ends) == 0)
     registered = g_key_made = true;
@@ -338,7 +342,7 @@ bool register_thread() {
   }
   const bool say = !registered && !g_key_failed;
   if (say) g_key_failed = true;
-  pthread_mutex_unlock(&g_life_mutex);
+  common::unlock_ours(&g_life_mutex);
   if (say)
     log_line(LogLevel::error,
              "GPU timing: no thread-specific key or value for the shim; replays of threads "
@@ -355,7 +359,7 @@ bool register_thread() {
 void start_reaper() {
   if (g_reaper_running.load(std::memory_order_acquire)) return;
   NoCancel no_cancel;
-  pthread_mutex_lock(&g_life_mutex);
+  common::lock_ours(&g_life_mutex);
   if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0) {
     install_handlers();
     g_reapers_started.fetch_add(1, std::memory_order_release);
@@ -368,7 +372,7 @@ void start_reaper() {
     else
       g_reaper_running.store(true, std::memory_order_release);
   }
-  pthread_mutex_unlock(&g_life_mutex);
+  common::unlock_ours(&g_life_mutex);
 }
 
 bool primary_context_active(CUdevice device) {
@@ -423,10 +427,10 @@ int set_sink(ferrum_replay_gpu_sink_fn sink, void *context) {
   // The reaper holds the sink mutex while it delivers: once this returns, the old sink is
   // never called again (unless called from inside the sink, which must not happen).
   const bool inside = on_reaper();
-  if (!inside) pthread_mutex_lock(&g_sink_mutex);
+  if (!inside) common::lock_ours(&g_sink_mutex);
   g_sink = sink;
   g_sink_context = sink ? context : nullptr;
-  if (!inside) pthread_mutex_unlock(&g_sink_mutex);
+  if (!inside) common::unlock_ours(&g_sink_mutex);
   return 0;
 }
 

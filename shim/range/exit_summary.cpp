@@ -10,6 +10,7 @@
 
 #include "c_locale.hpp"
 #include "gpu/gpu_engine.hpp"
+#include "held_here.hpp"
 #include "no_cancel.hpp"
 #include "output_file.hpp"
 #include "range/activation.hpp"
@@ -59,7 +60,16 @@ __attribute__((destructor)) void summary_at_exit() {
   // that thread inside exit(), the summary unwritten (no_cancel.hpp).
   const common::NoCancel no_cancel;
   const common::CLocaleScope c_locale;  // c_locale.hpp: "0.051", whatever the program's locale
-  if (settings().summary[0]) write_exit_summary();
+  if (common::inside_our_lock()) {
+    // exit() from a signal handler that interrupted this thread holding a lock of ours, which
+    // the summary's GPU columns would wait for, for ever (held_here.hpp).
+    if (settings().summary[0])
+      warn_line(
+          "exit() was called from a signal handler that interrupted the shim on the same "
+          "thread: no launch summary written");
+  } else if (settings().summary[0]) {
+    write_exit_summary();
+  }
   remove_running_marker();
 }
 

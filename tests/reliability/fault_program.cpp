@@ -53,9 +53,21 @@
 //                  takes every block the heap can still give and returns normally without giving
 //                  them back: the exit hooks find no memory. Prints `launches=` first, then
 //                  `limited=<bytes>` and `heap_taken=1`.
-// Every mode except no-driver and heap-exhausted prints `launches=<N> failed=<F>` for what it
-// completed before its ending (exit-from-worker and sigterm print it only from their exit path, on
-// stderr). Exit status: as the mode says, else 0; 1 on set-up errors.
+//   exit-in-handler  uses NVTX itself: one range on the main thread; then a second thread arms
+//                  this program's mmap (below) and makes its first NVTX call. The recorder
+//                  registers the thread under its lock and maps memory there; the armed mmap
+//                  raises SIGUSR1 on that thread, whose handler calls exit(0) — as a SIGTERM
+//                  handler that calls exit() may land anywhere. Prints `armed=1` first. No driver.
+//   exit-in-handler-timed  the same inside the shim, with GPU timing on (FERRUM_REPLAY_GPU_TIME):
+//                  one launch on the main thread; then a second thread instantiates a graph of its
+//                  own and launches it, this program's pthread_setspecific armed: the shim
+//                  registers the thread for GPU timing under a lock of its own (when the context
+//                  is made current there), and there the armed call raises SIGUSR1, whose handler
+//                  calls exit(0). Prints `armed=1` first.
+// Every mode except no-driver, heap-exhausted and exit-in-handler(-timed) prints
+// `launches=<N> failed=<F>` for what it completed before its ending (exit-from-worker and sigterm
+// print it only from their exit path, on stderr). Exit status: as the mode says, else 0; 1 on
+// set-up errors.
 
 #include <cuda.h>
 #include <dlfcn.h>
@@ -101,6 +113,55 @@ extern "C" int fstat64(int fd, struct stat64 *st) {
     }
   }
   return real(fd, st);
+}
+
+// exit-in-handler: the thread whose next mmap raises SIGUSR1 (whoever calls it: the recorder).
+thread_local bool t_raise_at_mmap = false;
+
+// The definition of `name` after this program's (libc's), looked up once into `*resolved`. No
+// function-local static guard and no instrumentation: ThreadSanitizer's runtime calls an
+// interposed pthread_setspecific while it sets up a new thread, before it could track either.
+template <typename Fn>
+__attribute__((no_sanitize("thread"), always_inline)) inline Fn next_definition(Fn *resolved,
+                                                                                const char *name) {
+  Fn real = __atomic_load_n(resolved, __ATOMIC_ACQUIRE);
+  if (!real) {
+    real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+    __atomic_store_n(resolved, real, __ATOMIC_RELEASE);
+  }
+  return real;
+}
+
+// exit-in-handler-timed: the thread whose next pthread_setspecific raises SIGUSR1 (the shim's).
+thread_local bool t_raise_at_setspecific = false;
+
+// Interposes libc's for the shim (this executable exports it); see exit-in-handler-timed. Not
+// instrumented: ThreadSanitizer's runtime calls it while it sets up a new thread.
+extern "C" __attribute__((no_sanitize("thread"))) int pthread_setspecific(pthread_key_t key,
+                                                                          const void *value) {
+  using Fn = int (*)(pthread_key_t, const void *);
+  static Fn resolved;
+  const Fn real = next_definition(&resolved, "pthread_setspecific");
+  if (t_raise_at_setspecific) {
+    t_raise_at_setspecific = false;
+    raise(SIGUSR1);
+  }
+  return real(key, value);
+}
+
+// Interposes libc's for the recorder (this executable exports it; the recorder, built with
+// 64-bit file offsets, calls mmap64); see exit-in-handler.
+extern "C" __attribute__((no_sanitize("thread"))) void *mmap64(void *address, size_t length,
+                                                               int protection, int flags, int fd,
+                                                               off64_t offset) {
+  using Fn = void *(*)(void *, size_t, int, int, int, off64_t);
+  static Fn resolved;
+  const Fn real = next_definition(&resolved, "mmap64");
+  if (t_raise_at_mmap) {
+    t_raise_at_mmap = false;
+    raise(SIGUSR1);
+  }
+  return real(address, length, protection, flags, fd, offset);
 }
 
 namespace {
@@ -346,6 +407,47 @@ int memory_limit(long n, long margin, bool limit_first) {
   return 0;
 }
 
+void exit_now(int) {
+  std::exit(0);
+}
+
+int exit_in_handler() {
+  nvtxRangePushA("main");  // NVTX and the recorder set up on the main thread
+  nvtxRangePop();
+  signal(SIGUSR1, exit_now);
+  std::printf("armed=1\n");
+  std::fflush(stdout);
+  std::thread([] {
+    t_raise_at_mmap = true;
+    nvtxRangePushA("worker");  // the thread's first: registered, its memory mapped
+    nvtxRangePop();
+  }).join();
+  return 3;  // never reached: the handler exits
+}
+
+int exit_in_handler_timed() {
+  Driver d = load_driver();
+  Counts counts;
+  launch_once(d, counts);  // the shim activated, GPU timing set up, the main thread registered
+  signal(SIGUSR1, exit_now);
+  std::printf("armed=1\n");
+  std::fflush(stdout);
+  std::thread([&] {
+    CUgraph graph = nullptr;
+    CUgraphNode node = nullptr;
+    CUgraphExec exec = nullptr;
+    // Making the context current is where the shim registers the thread for GPU timing (or, at
+    // the latest, its first timed launch).
+    t_raise_at_setspecific = true;
+    if (d.ctxSetCurrent(d.ctx) != CUDA_SUCCESS || d.graphCreate(&graph, 0) != CUDA_SUCCESS ||
+        d.graphAddEmptyNode(&node, graph, nullptr, 0) != CUDA_SUCCESS ||
+        d.graphInstantiate(&exec, graph, 0) != CUDA_SUCCESS)
+      die("driver set-up failed");
+    d.launch(exec, nullptr);
+  }).join();
+  return 3;  // never reached: the handler exits
+}
+
 int heap_exhausted(long n) {
   // The program's own NVTX, initialised on the main thread (with a tool: the tool attached).
   nvtxRangePushA("main");
@@ -477,6 +579,8 @@ int main(int argc, char **argv) {
   if (mode == "size-limit") return size_limit(n, own_bytes);
   if (mode == "memory-limit") return memory_limit(n, own_bytes, limit_first);
   if (mode == "heap-exhausted") return heap_exhausted(n);
+  if (mode == "exit-in-handler") return exit_in_handler();
+  if (mode == "exit-in-handler-timed") return exit_in_handler_timed();
   if (mode == "exit-without-memory") return exit_without_memory(n);
   if (mode == "sigterm") return sigterm();
   if (mode == "exit-during-first-launch") return exit_during_first_launch();

@@ -34,6 +34,13 @@ underscore_exit              exit code kept                    no trace (_exit r
 sigterm_handler_exits        exit code 42 from the handler     every completed launch; the one the
                                                                signal interrupted, if any, is open
                                                                at exit (openAtExit <= 1)
+exit_in_signal_handler_      exit code 0 from a signal         the process ends: no trace, one line
+inside_recorder              handler's exit() that lands while  saying why (the exit report waited
+                             the recorder holds a lock on that  for its own thread's lock: a hang)
+                             thread (its first NVTX call)
+exit_in_signal_handler_      the same inside the shim: a       the process ends: no launch summary,
+inside_shim                  thread's registration for GPU     one line, no marker left
+                             timing
 file_size_limit              exit code and output unchanged    nothing past the limit: one line per
                              under RLIMIT_FSIZE 8 KiB and 0;   output ("File too large"), no
                              its own SIGXFSZ handler called    temporary left
@@ -282,6 +289,46 @@ def exit_during_first_launch():
                f"exit {run_.returncode}, the marker's making not held", run_)
         left = [f for f in os.listdir(tmp) if f.endswith(".running")]
         expect(not left, f"a normal exit left its marker: {left}", run_)
+
+
+def exit_in_handler(mode, missing, **kwargs):
+    """Runs fault_program `mode`, whose signal handler calls exit() inside our locked section:
+    the process must end (exit 0) with one line saying there is `missing`."""
+    try:
+        run_ = fault(mode, timeout=30, **kwargs)
+    except subprocess.TimeoutExpired:
+        expect(False, f"{mode}: the process never ended (an exit hook waited for a lock its own "
+               "thread held)")
+    expect(run_.returncode == 0 and "armed=1" in run_.stdout, f"{mode}: the program failed", run_)
+    lines = run_.stderr.splitlines()
+    expect(len(lines) == 1 and "exit() was called from a signal handler" in lines[0],
+           f"{mode}: one line should say why there is {missing}", run_)
+    return run_
+
+
+def exit_in_signal_handler_inside_recorder():
+    """A signal handler that calls exit() (a SIGTERM handler does) lands while the thread is
+    inside the recorder, holding a lock: here its first NVTX call, registering the thread. The
+    exit report, run by that exit on the same thread, waited for that lock: the process never
+    ended. Now the report sees it and writes nothing, in one line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "t.json")
+        run_ = exit_in_handler("exit-in-handler", "no trace", preload=False,
+                               env={"FERRUM_RECORD_OUT": trace})
+        expect(not os.path.exists(trace), "a trace was written", run_)
+
+
+def exit_in_signal_handler_inside_shim():
+    """The same inside the shim: the handler lands in a thread's first timed launch (GPU timing
+    on), which registers the thread under a lock of the shim's; the last GPU pass and the launch
+    summary at exit waited for that lock. Now neither waits: one line says there is no summary,
+    and the process ends with the handler's status."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run_ = exit_in_handler("exit-in-handler-timed", "no summary", record=False, cwd=tmp,
+                               env={"FERRUM_REPLAY_GPU_TIME": "on",
+                                    "FERRUM_REPLAY_SUMMARY": "stderr",
+                                    "FERRUM_REPLAY_RUNNING_DIR": "."})
+        expect(not os.listdir(tmp), f"left behind: {os.listdir(tmp)}", run_)
 
 
 def first_launch_on_smallest_stack():
@@ -562,6 +609,7 @@ def sigterm_handler_exits():
 
 
 SCENARIOS = {f.__name__: f for f in (
+    exit_in_signal_handler_inside_recorder, exit_in_signal_handler_inside_shim,
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch,
     forked_children_count_their_own, running_marker_until_exit, exit_during_first_launch,
