@@ -4,9 +4,13 @@
 // that calls exit(), landing while a thread's first NVTX call registered it). One rule for the
 // shim and the recorder: every lock an exit hook also takes is held through a HeldHere, and a
 // hook that finds inside_our_lock() true on its thread takes none of them — it writes nothing and
-// says so in one line. The count is this library's own (each library compiles this header, its
+// says so in one line. And while a thread holds any lock of ours, cancellation is disabled
+// (no_cancel.hpp): a cancellation point reached inside (a log line, a sink's output, a join, a
+// bounded wait's nanosleep) must not unwind with the lock held — the next thread to want it
+// waited for ever. The count is this library's own (each library compiles this header, its
 // symbols hidden) and static TLS, as the recorder's other thread-locals (no allocation at a
-// thread's first use).
+// thread's first use). (A thread's own event buffer, locked for a few instructions while it
+// spills, is handled more finely: ThreadBuffer::collect gives up that thread's ranges only.)
 #pragma once
 
 #include <pthread.h>
@@ -14,6 +18,15 @@
 namespace ferrum_replay::common {
 
 inline thread_local unsigned t_our_locks_held __attribute__((tls_model("initial-exec"))) = 0;
+inline thread_local int t_cancel_state_outside __attribute__((tls_model("initial-exec"))) = 0;
+
+inline void note_lock_taken() {
+  if (t_our_locks_held++ == 0)
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &t_cancel_state_outside);
+}
+inline void note_lock_given_back() {
+  if (--t_our_locks_held == 0) pthread_setcancelstate(t_cancel_state_outside, nullptr);
+}
 
 inline bool inside_our_lock() {
   return t_our_locks_held != 0;
@@ -23,10 +36,10 @@ inline bool inside_our_lock() {
 // across calls).
 inline void lock_ours(pthread_mutex_t *mutex) {
   pthread_mutex_lock(mutex);
-  ++t_our_locks_held;
+  note_lock_taken();
 }
 inline void unlock_ours(pthread_mutex_t *mutex) {
-  --t_our_locks_held;
+  note_lock_given_back();
   pthread_mutex_unlock(mutex);
 }
 
@@ -36,10 +49,10 @@ class HeldHere {
  public:
   explicit HeldHere(Mutex &mutex) : mutex_(mutex) {
     mutex_.lock();
-    ++t_our_locks_held;
+    note_lock_taken();
   }
   ~HeldHere() {
-    --t_our_locks_held;
+    note_lock_given_back();
     mutex_.unlock();
   }
   HeldHere(const HeldHere &) = delete;

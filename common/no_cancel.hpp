@@ -7,8 +7,10 @@
 // that was exiting (no trace, and a process whose other threads live on never exits); in a
 // launch it left the launch half done. One rule for the shim, the recorder and common/: every
 // stretch of our code that may reach a cancellation point holds a NoCancel, placed where the
-// program's call enters that cold stretch (never on a launch's or a push's fast path). The
-// program's state, and a request still pending, come back with the destructor.
+// program's call enters that cold stretch (never on a launch's or a push's fast path); a lock of
+// ours taken through held_here.hpp disables cancellation while it is held, so a stretch under
+// one needs nothing more. The program's state, and a request still pending, come back with the
+// destructor.
 #pragma once
 
 #include <pthread.h>

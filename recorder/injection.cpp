@@ -414,6 +414,10 @@ Recorder *ensure_recorder() {
 __attribute__((destructor)) void report_at_exit() {
   Recorder *r = g_recorder.load(std::memory_order_acquire);
   if (!r || g_reported.exchange(true)) return;
+  // The exiting thread may have a cancellation request pending: acted on in here, it ended that
+  // thread inside exit(), with no trace, and a process whose other threads lived on never
+  // exited (no_cancel.hpp).
+  const common::NoCancel no_cancel;
   // exit() from a signal handler that interrupted this thread inside the recorder, holding a
   // lock the report needs: waiting for it would never end (held_here.hpp). Nothing is written.
   if (common::inside_our_lock()) {
@@ -423,10 +427,6 @@ __attribute__((destructor)) void report_at_exit() {
     write_stderr(std::string_view(kLine, sizeof kLine - 1));
     return;
   }
-  // The exiting thread may have a cancellation request pending: acted on in here, it ended that
-  // thread inside exit(), with no trace, and a process whose other threads lived on never
-  // exited (no_cancel.hpp).
-  const common::NoCancel no_cancel;
   const common::CLocaleScope c_locale;  // c_locale.hpp: the trace's and the table's numbers
   try {
     write_exit_report(*r, *g_settings, *g_cwd, g_gpu_flush);

@@ -8,7 +8,6 @@
 
 #include "background_thread.hpp"
 #include "held_here.hpp"
-#include "no_cancel.hpp"
 #include "resolve/real_functions.hpp"
 #include "support/log.hpp"
 
@@ -131,15 +130,13 @@ bool on_reaper() {
          pthread_equal(pthread_self(), g_reaper);
 }
 
-// No cancellation while a lock of ours is held either (common/no_cancel.hpp): a cancellation
+// No cancellation while a lock of ours is held (common/held_here.hpp: lock_ours): a cancellation
 // point reached inside (a sink's output, a log line, the join of a reaper) unwound with the lock
 // held — a thread that returned with a cancel pending was "cancelled" in its key's destructor,
 // and the next thread to register waited for ever.
-using common::NoCancel;
 
 void deliver(const ferrum_replay_gpu_replay *batch, size_t count) {
   if (count == 0) return;
-  NoCancel no_cancel;
   common::lock_ours(&g_sink_mutex);
   if (g_sink) g_sink(batch, count, g_sink_context);
   common::unlock_ours(&g_sink_mutex);
@@ -235,7 +232,6 @@ void pass_here_locked() {
 // What has finished is read once more: by the reaper when one runs, else here (a flush, the
 // exit: never a launch). Decided under g_life_mutex, which a start needs too.
 void last_pass(int timeout_ms) {
-  NoCancel no_cancel;
   common::lock_ours(&g_life_mutex);
   const bool running = g_reaper_running.load(std::memory_order_relaxed);
   if (!running) pass_here_locked();
@@ -316,9 +312,8 @@ void stop_reaper_locked() {
 // The destructor of a registered thread's value: it is ending (returned, pthread_exit,
 // thrd_exit, cancelled), before the C library counts it gone.
 void registered_thread_ends(void *) {
-  give_back_abandoned();  // the thread left a launch by a jump and never launched again
-  NoCancel no_cancel;     // the join below is a cancellation point
-  common::lock_ours(&g_life_mutex);
+  give_back_abandoned();             // the thread left a launch by a jump and never launched again
+  common::lock_ours(&g_life_mutex);  // the join below is a cancellation point: held_here.hpp
   if (g_registered > 0 && --g_registered == 0) stop_reaper_locked();
   common::unlock_ours(&g_life_mutex);
 }
@@ -328,7 +323,6 @@ void registered_thread_ends(void *) {
 bool register_thread() {
   if (__builtin_expect(t_registered, 1)) return true;
   if (t_unregistrable) return false;
-  NoCancel no_cancel;
   common::lock_ours(&g_life_mutex);
   bool registered = g_key_made;
   if (!registered && pthread_key_create(&g_thread_key, registered_thread_ends) == 0)
@@ -358,7 +352,6 @@ bool register_thread() {
 // ended meanwhile.
 void start_reaper() {
   if (g_reaper_running.load(std::memory_order_acquire)) return;
-  NoCancel no_cancel;
   common::lock_ours(&g_life_mutex);
   if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0) {
     install_handlers();

@@ -19,7 +19,6 @@
 #include <cuda.h>
 
 #include "gpu/gpu_engine.hpp"
-#include "no_cancel.hpp"
 
 namespace ferrum_replay::shim::gpu {
 
@@ -73,42 +72,30 @@ template <typename Call>
 auto around_context_destroy(CUcontext context, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
-  {
-    const common::NoCancel no_cancel;  // dropping waits (bounded) for launches: nanosleep
-    timing.lock();
-    timing.drop_context_locked(context, true);  // its events go while the context lives
-    timing.context_ending_locked(true);
-    timing.unlock();
-  }
+  timing.lock();
+  timing.drop_context_locked(context, true);  // its events go while the context lives
+  timing.context_ending_locked(true);
+  timing.unlock();
   auto result = call();
-  {
-    const common::NoCancel no_cancel;
-    timing.lock();
-    timing.context_ending_locked(false);
-    timing.drop_context_locked(context, false);  // a request made meanwhile
-    timing.unlock();
-  }
+  timing.lock();
+  timing.context_ending_locked(false);
+  timing.drop_context_locked(context, false);  // a request made meanwhile
+  timing.unlock();
   return result;
 }
 template <typename Call>
 auto around_primary_reset(CUdevice device, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
-  {
-    const common::NoCancel no_cancel;  // dropping waits (bounded) for launches: nanosleep
-    timing.lock();
-    timing.drop_device_locked(device, true);
-    timing.context_ending_locked(true);
-    timing.unlock();
-  }
+  timing.lock();
+  timing.drop_device_locked(device, true);
+  timing.context_ending_locked(true);
+  timing.unlock();
   auto result = call();
-  {
-    const common::NoCancel no_cancel;
-    timing.lock();
-    timing.context_ending_locked(false);
-    timing.drop_device_locked(device, false);
-    timing.unlock();
-  }
+  timing.lock();
+  timing.context_ending_locked(false);
+  timing.drop_device_locked(device, false);
+  timing.unlock();
   return result;
 }
 // A release destroys the primary context only when it drops the last reference: asked after
@@ -118,23 +105,17 @@ template <typename Call>
 auto around_primary_release(CUdevice device, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
-  {
-    const common::NoCancel no_cancel;
-    timing.lock();
-    // Whether this release is the last is known only afterwards, when the context may be gone:
-    // what has finished is read now (without waiting: the release may not end anything).
-    timing.harvest_device_locked(device);
-    timing.context_ending_locked(true);
-    timing.unlock();
-  }
+  timing.lock();
+  // Whether this release is the last is known only afterwards, when the context may be gone:
+  // what has finished is read now (without waiting: the release may not end anything).
+  timing.harvest_device_locked(device);
+  timing.context_ending_locked(true);
+  timing.unlock();
   auto result = call();
-  {
-    const common::NoCancel no_cancel;  // dropping waits (bounded) for launches: nanosleep
-    timing.lock();
-    timing.context_ending_locked(false);
-    if (!primary_context_active(device)) timing.drop_device_locked(device, false);
-    timing.unlock();
-  }
+  timing.lock();
+  timing.context_ending_locked(false);
+  if (!primary_context_active(device)) timing.drop_device_locked(device, false);
+  timing.unlock();
   return result;
 }
 
