@@ -136,6 +136,11 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
                  "; what did not fit in FERRUM_RECORD_MEMORY (" + std::to_string(settings.memory) +
                  " bytes) was not recorded: set TMPDIR to a writable directory with room, or "
                  "raise FERRUM_RECORD_MEMORY\n");
+  if (const uint64_t refused = recorder.names().refused())
+    write_stderr("ferrum-replay recorder: " + std::to_string(refused) +
+                 " domains or thread names not kept: beyond the " +
+                 std::to_string(NameRegistry::kNamesBudget >> 20) +
+                 " MiB kept for names (their ranges are recorded, under a shared name)\n");
   if (snap.depth_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.depth_drops) +
                  " ranges not recorded: the oldest of more than " + std::to_string(kMaxOpenFrames) +
@@ -150,7 +155,9 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
                               common::kMessageLimit, out, sizeof out);
       shown = out;
     }
-    write_stderr(format_summary(snap, aggregate(snap), shown));
+    OtherNames other;
+    const std::vector<RangeStats> rows = aggregate(snap, &other);
+    write_stderr(format_summary(snap, rows, shown, kSummaryRows, other));
   }
 }
 

@@ -91,7 +91,7 @@ std::string *wide_scratch() {
 MessageText wide_as_utf8(const wchar_t *text) noexcept {
   if (std::string *utf8 = wide_scratch()) {
     try {
-      append_wide_as_utf8(*utf8, text);
+      append_wide_as_utf8(*utf8, text, kMaxNameBytes);
       return {*utf8, false};
     } catch (const std::bad_alloc &) {
     }
@@ -216,7 +216,7 @@ void NVTX_API name_category_a(uint32_t category, const char *name) {
 void NVTX_API name_category_w(uint32_t category, const wchar_t *name) {
   or_nothing([&] {
     std::string utf8;
-    append_wide_as_utf8(utf8, name);
+    append_wide_as_utf8(utf8, name, kMaxNameBytes);
     rec().names().name_category(0, category, utf8);
   });
 }
@@ -228,7 +228,7 @@ void NVTX_API name_os_thread_a(uint32_t thread_id, const char *name) {
 void NVTX_API name_os_thread_w(uint32_t thread_id, const wchar_t *name) {
   or_nothing([&] {
     std::string utf8;
-    append_wide_as_utf8(utf8, name);
+    append_wide_as_utf8(utf8, name, kMaxNameBytes);
     rec().names().name_thread(thread_id, utf8);
   });
 }
@@ -253,7 +253,7 @@ void NVTX_API domain_name_category_w(nvtxDomainHandle_t domain, uint32_t categor
                                      const wchar_t *name) {
   or_nothing([&] {
     std::string utf8;
-    append_wide_as_utf8(utf8, name);
+    append_wide_as_utf8(utf8, name, kMaxNameBytes);
     rec().names().name_category(domain_of(domain).id, category, utf8);
   });
 }
@@ -268,7 +268,7 @@ nvtxDomainHandle_t NVTX_API domain_create_a(const char *name) {
 nvtxDomainHandle_t NVTX_API domain_create_w(const wchar_t *name) {
   return or_fallback(nvtxDomainHandle_t{}, [&] {
     std::string utf8;
-    append_wide_as_utf8(utf8, name);
+    append_wide_as_utf8(utf8, name, kMaxNameBytes);
     return rec().names().create_domain(utf8);
   });
 }
@@ -278,15 +278,14 @@ void NVTX_API domain_destroy(nvtxDomainHandle_t) {}
 
 // A null string handle (no memory for it): ranges naming it have an empty name.
 nvtxStringHandle_t NVTX_API domain_register_string_a(nvtxDomainHandle_t, const char *text) {
-  return or_fallback(nvtxStringHandle_t{},
-                     [&] { return rec().names().register_string(text ? text : ""); });
+  return or_fallback(nvtxStringHandle_t{}, [&] { return rec().register_string(text ? text : ""); });
 }
 
 nvtxStringHandle_t NVTX_API domain_register_string_w(nvtxDomainHandle_t, const wchar_t *text) {
   return or_fallback(nvtxStringHandle_t{}, [&] {
     std::string utf8;
-    append_wide_as_utf8(utf8, text);
-    return rec().names().register_string(utf8);
+    append_wide_as_utf8(utf8, text, kMaxNameBytes);
+    return rec().register_string(utf8);
   });
 }
 

@@ -2,6 +2,9 @@
 
 #include <cstring>
 
+#include "held_here.hpp"
+#include "utf8.hpp"
+
 namespace ferrum_replay::recorder {
 
 NameRegistry::NameRegistry(bool reject_all, std::string reject_domain)
@@ -13,23 +16,49 @@ NameRegistry::NameRegistry(bool reject_all, std::string reject_domain)
 
 NameRegistry::~NameRegistry() = default;
 
-nvtxDomainRegistration_st *NameRegistry::create_domain(std::string_view name) {
-  std::lock_guard lock(mu_);
-  std::string key(name);
-  auto it = domains_.find(key);
-  if (it != domains_.end()) return it->second.get();
+// Every lock here is held through common::HeldHere: the exit report reads these names, and an
+// exit() from a signal handler that interrupted a thread in here must not wait for that thread.
+
+bool NameRegistry::take_budget_locked(size_t bytes) {
+  if (bytes > kNamesBudget - names_bytes_) {
+    ++refused_;
+    return false;
+  }
+  names_bytes_ += bytes;
+  return true;
+}
+
+nvtxDomainRegistration_st *NameRegistry::add_domain_locked(std::string key) {
   auto handle = std::make_unique<nvtxDomainRegistration_st>();
   handle->id = static_cast<uint32_t>(domain_names_.size());
-  handle->reject_target = reject_all_ || name == reject_domain_;
+  handle->reject_target = reject_all_ || key == reject_domain_;
   domain_names_.push_back(key);
   return domains_.emplace(std::move(key), std::move(handle)).first->second.get();
 }
 
+nvtxDomainRegistration_st *NameRegistry::create_domain(std::string_view name) {
+  name = bounded_name(name);
+  const common::HeldHere lock(mu_);
+  std::string key(name);
+  auto it = domains_.find(key);
+  if (it != domains_.end()) return it->second.get();
+  if (!take_budget_locked(2 * name.size() + kEntryOverhead)) {  // the key and the list
+    // One shared domain (outside the budget, made once) for every domain beyond it.
+    if (!beyond_budget_) beyond_budget_ = add_domain_locked(std::string(kDomainsBeyondBudget));
+    return beyond_budget_;
+  }
+  return add_domain_locked(std::move(key));
+}
+
 nvtxStringRegistration_st *NameRegistry::register_string(std::string_view text) {
-  std::lock_guard lock(mu_);
+  text = bounded_name(text);
+  const common::HeldHere lock(mu_);
   std::string key(text);
   auto it = strings_.find(key);
   if (it != strings_.end()) return &it->second->handle;
+  if (2 * text.size() + kEntryOverhead > kNamesBudget - names_bytes_)  // the key and the copy
+    return nullptr;  // not refused: kept by the caller
+  names_bytes_ += 2 * text.size() + kEntryOverhead;
   auto entry = std::make_unique<StringEntry>();
   entry->storage.reset(new char[text.size() + 1]);
   std::memcpy(entry->storage.get(), text.data(), text.size());
@@ -40,12 +69,32 @@ nvtxStringRegistration_st *NameRegistry::register_string(std::string_view text) 
 }
 
 void NameRegistry::name_thread(uint32_t tid, std::string_view name) {
-  std::lock_guard lock(mu_);
-  thread_names_[tid] = std::string(name);
+  name = bounded_name(name);
+  const common::HeldHere lock(mu_);
+  auto it = thread_names_.find(tid);
+  if (it != thread_names_.end()) {  // renamed: the budget counts the longer of the two
+    if (name.size() > it->second.size() && !take_budget_locked(name.size() - it->second.size()))
+      return;
+    it->second.assign(name);
+    return;
+  }
+  if (!take_budget_locked(name.size() + kEntryOverhead)) return;
+  thread_names_.emplace(tid, std::string(name));
+}
+
+void NameRegistry::refuse() {
+  const common::HeldHere lock(mu_);
+  ++refused_;
+}
+
+uint64_t NameRegistry::refused() const {
+  const common::HeldHere lock(mu_);
+  return refused_;
 }
 
 void NameRegistry::name_category(uint32_t domain_id, uint32_t category, std::string_view name) {
-  std::lock_guard lock(mu_);
+  name = bounded_name(name);
+  const common::HeldHere lock(mu_);
   const uint64_t key = uint64_t{domain_id} << 32 | category;
   auto [it, added] = category_names_.try_emplace(key, name);
   if (!added) {
@@ -60,7 +109,7 @@ void NameRegistry::name_category(uint32_t domain_id, uint32_t category, std::str
 }
 
 std::map<std::pair<uint32_t, uint32_t>, std::string> NameRegistry::category_names() const {
-  std::lock_guard lock(mu_);
+  const common::HeldHere lock(mu_);
   std::map<std::pair<uint32_t, uint32_t>, std::string> out;
   for (const auto &[key, text] : category_names_)
     out.emplace(
@@ -70,12 +119,12 @@ std::map<std::pair<uint32_t, uint32_t>, std::string> NameRegistry::category_name
 }
 
 std::vector<std::string> NameRegistry::domain_names() const {
-  std::lock_guard lock(mu_);
+  const common::HeldHere lock(mu_);
   return domain_names_;
 }
 
 bool NameRegistry::thread_name(uint32_t tid, std::string *name) const {
-  std::lock_guard lock(mu_);
+  const common::HeldHere lock(mu_);
   auto it = thread_names_.find(tid);
   if (it == thread_names_.end()) return false;
   *name = it->second;

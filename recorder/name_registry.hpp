@@ -41,11 +41,29 @@ class NameRegistry {
 
   const nvtxDomainRegistration_st &global_domain() const { return global_; }
 
+  // Every name is cut to kMaxNameBytes (utf8.hpp). Domains, registered strings and thread names
+  // are kept until exit (ranges refer to them, the trace lists them), so together they are
+  // bounded: kNamesBudget bytes, each name counted with kEntryOverhead for its table entry. A
+  // program that creates a new domain, string or thread name without end (a sequence number in
+  // each) grew the recorder by 180 bytes per domain, without bound. Beyond the budget a new
+  // domain is the shared domain kDomainsBeyondBudget and a new thread's name is not kept (its
+  // track keeps the thread's own name), each counted (refused()); a new string is not found
+  // here: register_string returns nullptr and the caller keeps it with the calling thread's
+  // names (Recorder::register_string: FERRUM_RECORD_MEMORY, then spill blocks), since a
+  // handle may be used at any time and a renamed graph must keep its last name. Names already
+  // kept are still found.
+  static constexpr size_t kNamesBudget = 16u << 20;
+  static constexpr size_t kEntryOverhead = 192;
+  static constexpr std::string_view kDomainsBeyondBudget = "(domains beyond the names budget)";
   // The same name always yields the same handle, as several modules (each with its own NVTX
   // state) may create "the same" domain and their ranges must land in one place.
   nvtxDomainRegistration_st *create_domain(std::string_view name);
+  // nullptr beyond the budget (above).
   nvtxStringRegistration_st *register_string(std::string_view text);
   void name_thread(uint32_t tid, std::string_view name);
+  // Domains, strings and thread names not kept for the budget (refuse(): one more).
+  uint64_t refused() const;
+  void refuse();
   // nvtxNameCategory (domain 0) and nvtxDomainNameCategory; a later name replaces an earlier one.
   // The shim names a category per graph, so a process that keeps re-instantiating graphs names
   // categories without end: the latest kMaxCategoryNames are kept (the oldest named is
@@ -64,6 +82,10 @@ class NameRegistry {
   std::mutex &mutex() { return mu_; }
 
  private:
+  // Whether `bytes` more fit the budget; counts them if so, else counts a refusal.
+  bool take_budget_locked(size_t bytes);
+  nvtxDomainRegistration_st *add_domain_locked(std::string key);
+
   struct StringEntry {
     nvtxStringRegistration_st handle;
     std::unique_ptr<char[]> storage;
@@ -81,6 +103,9 @@ class NameRegistry {
   // (domain id << 32 | category) -> name; keys in the order first named.
   std::unordered_map<uint64_t, std::string> category_names_;
   std::deque<uint64_t> category_order_;
+  size_t names_bytes_ = 0;  // what the budget counts so far
+  uint64_t refused_ = 0;
+  nvtxDomainRegistration_st *beyond_budget_ = nullptr;  // kDomainsBeyondBudget, once needed
 };
 
 }  // namespace ferrum_replay::recorder

@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "clock.hpp"
 #include "errno_kept.hpp"
 #include "held_here.hpp"
 #include "proc_self.hpp"
+#include "utf8.hpp"
 
 namespace ferrum_replay::recorder {
 
@@ -502,6 +504,22 @@ void Recorder::after_fork_in_child() {
   // Ids go on counting: an end of the parent's range in the child is unknown to the child's trace.
   end_unknown_.store(0, std::memory_order_relaxed);
   threads_mu_.unlock();
+}
+
+nvtxStringRegistration_st *Recorder::register_string(std::string_view text) {
+  text = bounded_name(text);
+  if (nvtxStringRegistration_st *kept = names_.register_string(text)) return kept;
+  ThreadBuffer *thread = current_thread();
+  char *storage =
+      thread ? thread->keep(sizeof(nvtxStringRegistration_st) + text.size() + 1) : nullptr;
+  if (!storage) {
+    names_.refuse();
+    return nullptr;
+  }
+  char *copy = storage + sizeof(nvtxStringRegistration_st);
+  std::memcpy(copy, text.data(), text.size());
+  copy[text.size()] = '\0';
+  return new (storage) nvtxStringRegistration_st{copy, text.size()};
 }
 
 }  // namespace ferrum_replay::recorder

@@ -77,6 +77,11 @@ class Recorder {
 
   NameRegistry &names() { return names_; }
   const NameRegistry &names() const { return names_; }
+  // nvtxDomainRegisterString: the registry's handle within its budget, else a handle kept with
+  // the calling thread's names (ThreadBuffer::keep), so that every string keeps its text however
+  // many a program registers (the shim registers one per graph name, and a graph renamed
+  // 300,000 times must end with its last name); nullptr, counted as refused, without room.
+  nvtxStringRegistration_st *register_string(std::string_view text);
   uint64_t origin_ns() const { return origin_ns_; }
   uint64_t origin_realtime_ns() const { return origin_realtime_ns_; }
 

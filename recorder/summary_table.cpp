@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <map>
+#include <set>
+#include <string_view>
 #include <utility>
 
+#include "text_rules.hpp"
 #include "utf8.hpp"
 
 namespace ferrum_replay::recorder {
@@ -76,45 +80,178 @@ void DurationStats::merge(const DurationStats &other) {
   histogram.merge(other.histogram);
 }
 
-std::vector<RangeStats> aggregate(const Snapshot &snap) {
-  // First by (domain id, name pointer): names are interned per thread, so this map stays small
-  // and cheap however many ranges there are; then merged by text across threads.
-  std::map<std::pair<std::string, std::string>, RangeStats> by_text;
-  for (const ThreadSnapshot &t : snap.threads) {
-    std::map<std::pair<uint32_t, const char *>, DurationStats> by_pointer;
-    for_each_event(snap, t, [&](const Event &e) {
-      if (e.is_range()) by_pointer[{e.domain_id, e.attrs.name}].add(t.span_ns(snap.scale, e));
-    });
-    for (const auto &[key, s] : by_pointer) {
-      const std::string domain =
-          key.first < snap.domain_names.size() ? snap.domain_names[key.first] : "?";
-      by_text[{domain, key.second}].merge(s);
+namespace {
+
+using RowKey = std::pair<std::string_view, std::string_view>;  // (domain, name)
+
+// The rows aggregate() keeps: at most kMaxAggregatedRows, found by text. With more distinct
+// names than that, a new name takes the place of the row of least total time, its total
+// counted from that least total (weighted Space-Saving: a name whose total exceeds the
+// overall total / kMaxAggregatedRows is certain to hold a row at the end), and the rows'
+// statistics are recounted exactly in a second pass (recount). References stay valid (a deque
+// never moves its elements), so the index keys on views of the rows' own strings.
+class RowTable {
+ public:
+  // The row of (domain, name), taking one if needed; null for a name that holds none and may
+  // take none: in the second pass, or with `may_evict` false and no room.
+  RangeStats *row(std::string_view domain, std::string_view name, bool may_evict) {
+    if (auto it = index_.find({domain, name}); it != index_.end()) return it->second;
+    if (recounting_) return nullptr;
+    RangeStats *r;
+    if (rows_.size() < kMaxAggregatedRows) {
+      r = &rows_.emplace_back();
+    } else if (!may_evict) {
+      return nullptr;
+    } else {            // the least row makes room; its total stays as the newcomer's head start
+      if (!ordered_) {  // built at the first eviction only: the common run never pays for it
+        for (RangeStats &x : rows_) by_total_.emplace(x.total_ns, &x);
+        ordered_ = true;
+      }
+      ++changes_;
+      auto least = by_total_.begin();
+      r = least->second;
+      by_total_.erase(least);
+      index_.erase({r->domain, r->name});
+      const uint64_t head_start = r->total_ns;
+      *r = RangeStats();
+      r->total_ns = head_start;
     }
+    r->domain = domain;
+    r->name = name;
+    index_.emplace(RowKey(r->domain, r->name), r);
+    if (ordered_) by_total_.emplace(r->total_ns, r);
+    return r;
   }
+
+  // Adds a CPU range's duration to its row, keeping the order by total once there is one.
+  void add(RangeStats *r, uint64_t ns) {
+    if (!ordered_ || recounting_) {
+      r->add(ns);
+      return;
+    }
+    by_total_.erase(by_total_.find({r->total_ns, r}));
+    r->add(ns);
+    by_total_.emplace(r->total_ns, r);
+  }
+
+  // How many times a row changed hands (a cache of rows by pointer is stale after one).
+  uint64_t changes() const { return changes_; }
+
+  // Whether the rows' statistics hold estimates (a row was given to another name); then the
+  // caller runs every event through row()/add() again, after this.
+  bool start_recount() {
+    if (changes_ == 0) return false;
+    recounting_ = true;
+    ++changes_;
+    by_total_.clear();
+    for (RangeStats &r : rows_) {  // the strings stay where the index's views point
+      static_cast<DurationStats &>(r) = DurationStats();
+      r.gpu = DurationStats();
+    }
+    return true;
+  }
+
+  // Sorted by domain then name.
+  std::vector<RangeStats> take() {
+    std::vector<RangeStats> out;
+    out.reserve(rows_.size());
+    for (auto &[key, r] : index_) out.push_back(std::move(*r));  // index_ is in that order
+    return out;
+  }
+
+ private:
+  std::deque<RangeStats> rows_;
+  std::map<RowKey, RangeStats *> index_;
+  std::set<std::pair<uint64_t, RangeStats *>> by_total_;  // first pass only
+  bool ordered_ = false;
+  bool recounting_ = false;
+  uint64_t changes_ = 0;
+};
+
+// (domain id or nothing, name pointer) -> row: names are interned per thread, so a range's row
+// is usually found by its pointer without comparing text. A cache only: emptied when it grows
+// past twice the rows (a thread whose names were interned again and again has many pointers
+// per name), so that it never grows with the ranges, and whenever a row changed hands.
+template <class Key>
+class RowCache {
+ public:
+  RangeStats *row(const Key &key, RowTable &table, std::string_view domain, const char *name,
+                  bool may_evict) {
+    if (table.changes() != seen_changes_) {
+      cache_.clear();
+      seen_changes_ = table.changes();
+    }
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    if (cache_.size() >= 2 * kMaxAggregatedRows) cache_.clear();
+    RangeStats *r = table.row(domain, name, may_evict);
+    if (table.changes() != seen_changes_) {  // this very lookup took a row from another name
+      cache_.clear();
+      seen_changes_ = table.changes();
+    }
+    cache_.emplace(key, r);
+    return r;
+  }
+
+ private:
+  std::map<Key, RangeStats *> cache_;
+  uint64_t seen_changes_ = 0;
+};
+
+}  // namespace
+
+std::vector<RangeStats> aggregate(const Snapshot &snap, OtherNames *other) {
+  RowTable table;
+  uint64_t all_ranges = 0, all_ns = 0;
+  const auto cpu_pass = [&](bool recount) {
+    for (const ThreadSnapshot &t : snap.threads) {
+      RowCache<std::pair<uint32_t, const char *>> rows;
+      for_each_event(snap, t, [&](const Event &e) {
+        if (!e.is_range()) return;
+        const uint64_t ns = t.span_ns(snap.scale, e);
+        if (!recount) ++all_ranges, all_ns += ns;
+        const std::string_view domain = e.domain_id < snap.domain_names.size()
+                                            ? std::string_view(snap.domain_names[e.domain_id])
+                                            : std::string_view("?");
+        RangeStats *r =
+            rows.row({e.domain_id, e.attrs.name}, table, domain, e.attrs.name, /*may_evict=*/true);
+        if (r == nullptr) return;
+        table.add(r, ns);
+      });
+    }
+  };
+  cpu_pass(false);
+  if (table.start_recount()) cpu_pass(true);
   for (const ThreadSnapshot &t : snap.gpu_tracks) {
-    std::map<const char *, DurationStats> by_pointer;
+    // GPU time goes to the row of the CPU ranges it times; a graph without a row (never
+    // launched as a range here) gets one while there is room.
+    RowCache<const char *> rows;
     GpuReplays replays(snap, t);  // as the trace shows them
     while (const Event *e = replays.next())
-      by_pointer[e->attrs.name].add(t.span_ns(snap.scale, *e));
-    for (const auto &[name, s] : by_pointer) by_text[{snap.gpu_domain, name}].gpu.merge(s);
+      if (RangeStats *r = rows.row(e->attrs.name, table, snap.gpu_domain, e->attrs.name,
+                                   /*may_evict=*/false))
+        r->gpu.add(t.span_ns(snap.scale, *e));
   }
-  std::vector<RangeStats> rows;
-  rows.reserve(by_text.size());
-  for (auto &[key, s] : by_text) {
-    s.domain = key.first;
-    s.name = key.second;
-    rows.push_back(std::move(s));
+  std::vector<RangeStats> rows = table.take();
+  if (other) {
+    *other = OtherNames();
+    uint64_t kept_ranges = 0, kept_ns = 0;
+    for (const RangeStats &r : rows) kept_ranges += r.count, kept_ns += r.total_ns;
+    other->ranges = all_ranges - kept_ranges;
+    other->total_ns = all_ns - kept_ns;
   }
   return rows;
 }
 
 namespace {
 
-// A table cell must stay on one line whatever bytes a range name holds.
+// A table cell must stay on one line whatever bytes a range name holds, and narrow enough that
+// one long name cannot pad every row to its width (a 10 MB name made a 63 MB table): the one
+// rule for a value in a message, common/text_rules.hpp (printable, 200 bytes, then "...").
 std::string printable(const std::string &text) {
-  std::string out;
-  for (char c : text) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) ? '?' : c;
-  return out.empty() ? "\"\"" : out;
+  char cell[common::kQuotedSize];
+  const size_t length =
+      common::printable_quote(text.data(), text.size(), common::kMessageLimit, cell, sizeof cell);
+  return length == 0 ? "\"\"" : std::string(cell, length);
 }
 
 void pad_left_aligned(std::string &line, const std::string &cell, size_t width) {
@@ -136,14 +273,15 @@ std::string fixed3(double value) {
 }  // namespace
 
 std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &all_rows,
-                           const std::string &trace_path, size_t max_rows) {
+                           const std::string &trace_path, size_t max_rows,
+                           const OtherNames &other) {
   std::string out = "ferrum-replay recorder: ";
   size_t threads_with_ranges = 0;
   for (const ThreadSnapshot &t : snap.threads)
     if (t.range_count() != 0) ++threads_with_ranges;
   // The ranges the rows were computed from, not a figure kept elsewhere: the first line and the
   // rows always agree.
-  uint64_t ranges = 0;
+  uint64_t ranges = other.ranges;
   for (const RangeStats &r : all_rows) ranges += r.count;
   out += std::to_string(ranges) + " ranges on " + std::to_string(threads_with_ranges) +
          " threads";  // fixed wording, even for 1: scripts parse this line
@@ -155,7 +293,8 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
   // A run with many distinct names (a graph re-instantiated 50,000 times gets 50,000 names)
   // shows its busiest rows and one line for the rest; the trace keeps every range.
   std::vector<RangeStats> busiest;
-  uint64_t rest_rows = 0, rest_ranges = 0, rest_ns = 0;
+  uint64_t rest_rows = 0, rest_ranges = other.ranges, rest_ns = other.total_ns;
+  const bool others = other.ranges != 0;
   if (max_rows > 0 && all_rows.size() > max_rows) {
     std::vector<const RangeStats *> order;
     order.reserve(all_rows.size());
@@ -174,6 +313,7 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
     }
   }
   const std::vector<RangeStats> &rows = rest_rows ? busiest : all_rows;
+  const bool rest_line = rest_rows != 0 || others;
 
   if (!rows.empty()) {
     bool any_gpu = false;
@@ -220,11 +360,13 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
       while (!line.empty() && line.back() == ' ') line.pop_back();
       out += line + "\n";
     }
-    if (rest_rows)
-      out += "... and " + std::to_string(rest_rows) + " more range names (" +
-             std::to_string(rest_ranges) + " ranges, total " +
-             fixed3(static_cast<double>(rest_ns) / 1e6) + " ms); the trace has every range\n";
   }
+  if (rest_line)
+    out += "... and " + std::to_string(rest_rows) + " more range names" +
+           (others ? " and others beyond the " + std::to_string(kMaxAggregatedRows) + " counted"
+                   : std::string()) +
+           " (" + std::to_string(rest_ranges) + " ranges, total " +
+           fixed3(static_cast<double>(rest_ns) / 1e6) + " ms); the trace has every range\n";
 
   if (snap.gpu.registered) {
     out += "gpu: " + std::to_string(snap.gpu_replay_count()) + " replays timed, " +

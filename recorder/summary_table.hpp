@@ -50,9 +50,21 @@ struct RangeStats : DurationStats {  // the CPU ranges' launch time
   DurationStats gpu;  // the GPU time of the same graph's replays (GPU tracks), if any
 };
 
+// The CPU ranges of the names aggregate() keeps no row for.
+struct OtherNames {
+  uint64_t ranges = 0;
+  uint64_t total_ns = 0;
+};
+
 // One entry per (domain display name, range name), sorted by domain then name. GPU replays
 // (Snapshot::gpu_tracks) go to the row (snap.gpu_domain, name) of the CPU ranges they time.
-std::vector<RangeStats> aggregate(const Snapshot &snap);
+// At most kMaxAggregatedRows rows, so that the exit report's memory is bounded whatever the
+// names (it was about 1.2 KB per distinct name: 240 MB at exit for 200,000 names). Beyond that
+// many distinct names, the rows go to the names of most total time (certainly to every name
+// with more than 1/kMaxAggregatedRows of all ranges' time), their statistics exact, and
+// `other` (if not null) counts the ranges of the rest.
+inline constexpr size_t kMaxAggregatedRows = 4096;
+std::vector<RangeStats> aggregate(const Snapshot &snap, OtherNames *other = nullptr);
 
 // The whole stderr text, every line ending in '\n':
 //   ferrum-replay recorder: N ranges on T threads of PROCESS (pid P), trace: PATH
@@ -62,6 +74,8 @@ std::vector<RangeStats> aggregate(const Snapshot &snap);
 //     prefixed "gpu " (gpu count, gpu total ms, ... gpu max us; "-" where a row has none)
 //   ...one row per RangeStats...
 //   ... and R more range names (N ranges, total X ms); the trace has every range
+//   (or, with ranges of names without a row: "... and R more range names and others beyond
+//   the 4096 counted (N ranges, ...)"; then also without more than max_rows rows)
 //   gpu: N replays timed, M in flight at exit, K not timed, alignment error <= E us
 //                                              (only when the shim took the recorder's GPU sink)
 //   also in the trace: M marks, S start/end ranges           (only when there are some)
@@ -72,7 +86,10 @@ std::vector<RangeStats> aggregate(const Snapshot &snap);
 // limit) only the `max_rows` busiest by total time are listed, busiest first, and the "... and"
 // line sums up the others. `trace_path` empty means the trace could not be written.
 inline constexpr size_t kSummaryRows = 50;
+// `other`: ranges of names without a row (aggregate()), counted in the first line and the
+// "... and" line, which then says that more names were not counted.
 std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &rows,
-                           const std::string &trace_path, size_t max_rows = kSummaryRows);
+                           const std::string &trace_path, size_t max_rows = kSummaryRows,
+                           const OtherNames &other = {});
 
 }  // namespace ferrum_replay::recorder

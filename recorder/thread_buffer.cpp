@@ -8,6 +8,7 @@
 
 #include "errno_kept.hpp"
 #include "snapshot.hpp"
+#include "utf8.hpp"
 
 namespace ferrum_replay::recorder {
 
@@ -104,6 +105,7 @@ bool ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
 }
 
 const char *ThreadBuffer::intern(std::string_view text) {
+  text = bounded_name(text);  // utf8.hpp: the one bound on a kept name
   if (text.empty()) return "";
   // A signal handler's range that interrupted this thread inside intern(): the table may be
   // half-rehashed. Its name is not copied (the range keeps a fixed one) rather than corrupt it.
@@ -120,6 +122,27 @@ const char *ThreadBuffer::intern(std::string_view text) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   interning_ = false;
   return copy;
+}
+
+char *ThreadBuffer::keep(size_t bytes) {
+  if (interning_) return nullptr;
+  interning_ = true;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  char *kept = nullptr;
+  try {
+    const common::ErrnoKept errno_kept;
+    constexpr size_t kAlign = 8;
+    NameBlock &b = name_block(bytes + kAlign - 1);
+    const size_t start =
+        (reinterpret_cast<uintptr_t>(b.data + b.used) + kAlign - 1) / kAlign * kAlign -
+        reinterpret_cast<uintptr_t>(b.data);
+    kept = b.data + start;
+    b.used = start + bytes;
+  } catch (const std::bad_alloc &) {
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  interning_ = false;
+  return kept;
 }
 
 const char *ThreadBuffer::intern_unguarded(std::string_view text) {

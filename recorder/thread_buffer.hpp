@@ -187,6 +187,11 @@ class ThreadBuffer {
   // A stable, NUL-terminated copy of `text`; equal texts share one copy (kNameLostToMemory when
   // there is no memory for one).
   const char *intern(std::string_view text);
+  // `bytes` of storage, 8-byte aligned, kept until the recorder's report as interned names are
+  // (within FERRUM_RECORD_MEMORY, beyond it in a spill block); nullptr when there is no room or
+  // a signal handler interrupted this thread in here. NameRegistry's registered strings beyond
+  // its budget live here.
+  char *keep(size_t bytes);
   // Scratch text of the thread's own (a wide-character message on its way to UTF-8): kept here,
   // not in a thread_local std::string, whose destructor glibc registers on each thread's first
   // use and aborts the process when that finds no memory.

@@ -441,7 +441,7 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
     out.string(snap.rank_value);
     out.text("}");
   }
-  out.text("}}\n");
+  out.text(kTraceTrailer);
   return out.flush();
 }
 
@@ -460,13 +460,20 @@ bool is_ferrum_trace_file(const std::string &path) {
     static constexpr char kHead[] = "{\"traceEvents\":[";
     static constexpr char kMarker[] = "\"ferrumReplay\":{\"version\":";
     char head[sizeof kHead - 1];
-    // Our block is at the very end, after the event list: the last 64 KiB hold it.
+    // Our block is at the very end, after the event list. It ends with kTraceTrailer; traces
+    // written before the trailer existed (and `merge`'s) have the block's start in their last
+    // 64 KiB. The start alone is not enough: the block's list of domain names has no fixed
+    // length, and a process with 64 KiB of domain names found its own earlier trace "not a
+    // ferrum-replay trace" and wrote a new copy beside it on every run.
     std::string tail(st.st_size < 65536 ? static_cast<size_t>(st.st_size) : 65536, '\0');
+    const std::string_view trailer(kTraceTrailer);
     if (::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head) &&
         std::memcmp(head, kHead, sizeof head) == 0 &&
         ::pread(fd, tail.data(), tail.size(), st.st_size - static_cast<off_t>(tail.size())) ==
             static_cast<ssize_t>(tail.size()))
-      ours = tail.find(kMarker) != std::string::npos;
+      ours = std::string_view(tail).substr(tail.size() - std::min(tail.size(), trailer.size())) ==
+                 trailer ||
+             tail.find(kMarker) != std::string::npos;
   }
   ::close(fd);
   return ours;

@@ -16,7 +16,9 @@
 //                     "domains":["ferrum-replay","global"],"host":"name",
 //                     "clock":{"originMonotonicNs":N,"originRealtimeNs":N},
 //                     "gpu":{"timed":N,"inFlightAtExit":N,"notTimed":N,"alignErrorNs":N},
-//                     "rank":{"variable":"RANK","value":"3"}}}      (rank only in a job rank)
+//                     "rank":{"variable":"RANK","value":"3"},       (rank only in a job rank)
+//                     "complete":true}}
+// The file ends with kTraceTrailer, whatever the block holds before it (is_ferrum_trace_file).
 //
 // GPU time per replay (only when the shim took the recorder's GPU sink; "gpu" then appears in
 // ferrumReplay, "timed" counting the GPU events written): one more "X" event per timed replay,
@@ -110,6 +112,8 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
 // The default options; on failure returns false and sets `error` to a strerror text. No
 // temporary file is left behind either way.
 bool write_trace_file(const std::string &path, const Snapshot &snap, std::string *error);
+
+inline constexpr char kTraceTrailer[] = ",\"complete\":true}}\n";
 
 // Whether `path` is a regular file (not a symbolic link) that holds a ferrum-replay trace.
 bool is_ferrum_trace_file(const std::string &path);

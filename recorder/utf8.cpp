@@ -23,10 +23,28 @@ void append_utf8(std::string &out, char32_t cp) {
   }
 }
 
-void append_wide_as_utf8(std::string &out, const wchar_t *text) {
+void append_wide_as_utf8(std::string &out, const wchar_t *text, size_t max_bytes) {
   if (!text) return;
   static_assert(sizeof(wchar_t) == 4, "wchar_t is UTF-32 on the platforms we support");
-  for (; *text; ++text) append_utf8(out, static_cast<char32_t>(static_cast<uint32_t>(*text)));
+  for (; *text; ++text) {
+    const size_t before = out.size();
+    append_utf8(out, static_cast<char32_t>(static_cast<uint32_t>(*text)));
+    if (out.size() > max_bytes) {
+      out.resize(before);
+      return;
+    }
+  }
+}
+
+std::string_view bounded_name(std::string_view text) {
+  if (text.size() <= kMaxNameBytes) return text;
+  size_t end = kMaxNameBytes;
+  // Back to the start of the character that straddles the bound (continuation bytes are
+  // 10xxxxxx); malformed bytes are cut like any other.
+  for (size_t back = 0;
+       back < 3 && end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80; ++back)
+    --end;
+  return text.substr(0, end);
 }
 
 size_t decode_utf8(std::string_view s, size_t i, char32_t *cp) {

@@ -12,8 +12,18 @@ inline constexpr char32_t kReplacementChar = 0xFFFD;
 
 void append_utf8(std::string &out, char32_t cp);
 
-// wchar_t is UTF-32 on Linux; surrogates and values above U+10FFFF become U+FFFD.
-void append_wide_as_utf8(std::string &out, const wchar_t *text);
+// wchar_t is UTF-32 on Linux; surrogates and values above U+10FFFF become U+FFFD. Stops before
+// a character that would take `out` past `max_bytes` (names: kMaxNameBytes).
+void append_wide_as_utf8(std::string &out, const wchar_t *text, size_t max_bytes);
+
+// The one bound on every name the recorder keeps (range messages, registered strings, domain,
+// category and thread names): a program's NVTX text is copied, kept until exit, written into
+// the trace and shown in the table, so a 10 MB message cost hundreds of megabytes at exit and
+// padded every row of the table to its width. A longer name keeps its first kMaxNameBytes
+// bytes, cut before a UTF-8 character that would not fit whole (names of C++ templates, the
+// longest real ones, stay well below).
+inline constexpr size_t kMaxNameBytes = 4096;
+std::string_view bounded_name(std::string_view text);
 
 // Length of the well-formed UTF-8 sequence starting at s[i] (1..4), storing its code point;
 // 0 if the bytes there are not well-formed (overlong, surrogate, truncated, out of range).

@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::vector<wchar_t> wide(size / sizeof(wchar_t) + 1, 0);
   std::memcpy(wide.data(), data, size / sizeof(wchar_t) * sizeof(wchar_t));
   std::string utf8;
-  append_wide_as_utf8(utf8, wide.data());
+  append_wide_as_utf8(utf8, wide.data(), kMaxNameBytes);
   FUZZ_CHECK(fuzz::valid_utf8(utf8));
   std::string json;
   append_json_string(json, utf8);

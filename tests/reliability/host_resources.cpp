@@ -34,6 +34,13 @@
 //                  fork: N/2 ranges, then fork(); the child records N/2 ranges "child <i> ..."
 //                  and waits until the parent has recorded N/2 more, "parent <i> ...", before it
 //                  exits; each process writes its own trace.
+//   hostile-names N PEAKFILE
+//                  Every kind of name NVTX takes, new each time: N ranges with 200-byte messages
+//                  of their own ("range <i> xxx..."), a range and a mark whose message is 10 MB
+//                  ("huge hhh..."), N domains "domain <i>" (created, a range "in a domain" in
+//                  every thousandth, destroyed), N registered strings, N thread names. Keeps in
+//                  PEAKFILE the highest growth of RssAnon (KiB) seen until the process is gone,
+//                  its exit included (a thread samples it every millisecond). Prints `done`.
 //   unbalanced-pushes N
 //                  Pushes N NVTX ranges "leaked" and never pops them (a loop whose error path
 //                  skips its pop), with a balanced range "inner" inside each; then one balanced
@@ -329,6 +336,69 @@ int distinct_names(long n, bool fork_midway) {
   return 0;
 }
 
+// Samples RssAnon every millisecond for the rest of the process's life, the exit handlers and
+// library destructors included (the recorder reports in one), and keeps the highest value
+// growth over `before` in `path`: a fixed-width number at offset 0, rewritten whenever it grows.
+void sample_anon_peak(const char *path, long before) {
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) die("peak file");
+  std::thread([fd, before] {
+    long peak = -1;
+    for (;;) {
+      if (const long now = status_kb("RssAnon") - before; now > peak) {
+        peak = now;
+        char line[32];
+        const int n = std::snprintf(line, sizeof line, "%20ld\n", peak);
+        if (pwrite(fd, line, static_cast<size_t>(n), 0) != n) _exit(3);
+      }
+      usleep(1000);
+    }
+  }).detach();
+  usleep(5000);  // the first sample is in before anything grows
+}
+
+// The attributes of an ASCII message: what the domain (Ex) forms take.
+nvtxEventAttributes_t ascii_attributes(const char *message) {
+  nvtxEventAttributes_t attributes{};
+  attributes.version = NVTX_VERSION;
+  attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  attributes.message.ascii = message;
+  return attributes;
+}
+
+// Every kind of name NVTX takes from a program, new each time: N ranges with a 200-byte message
+// of their own, one range and one mark with a 10 MB message, N domains (a range in every
+// thousandth), N registered strings, N thread names.
+int hostile_names(long n, const char *peak_path) {
+  nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
+  nvtxRangePop();
+  sample_anon_peak(peak_path, status_kb("RssAnon"));
+  record_named("range", 0, n);
+  std::string huge(10u << 20, 'h');
+  huge.replace(0, 5, "huge ");
+  nvtxRangePushA(huge.c_str());
+  nvtxRangePop();
+  nvtxMarkA(huge.c_str());
+  char name[64];
+  for (long i = 0; i < n; ++i) {
+    std::snprintf(name, sizeof name, "domain %ld", i);
+    nvtxDomainHandle_t domain = nvtxDomainCreateA(name);
+    if (i % 1000 == 0) {
+      const nvtxEventAttributes_t in_domain = ascii_attributes("in a domain");
+      nvtxDomainRangePushEx(domain, &in_domain);
+      nvtxDomainRangePop(domain);
+    }
+    nvtxDomainDestroy(domain);
+    std::snprintf(name, sizeof name, "string %ld", i);
+    nvtxDomainRegisterStringA(nullptr, name);
+    std::snprintf(name, sizeof name, "thread %ld", i);
+    nvtxNameOsThreadA(static_cast<uint32_t>(1000000 + i), name);
+  }
+  std::printf("done\n");
+  return 0;
+}
+
 int unbalanced_pushes(long n) {
   nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
   nvtxRangePop();
@@ -466,12 +536,13 @@ int main(int argc, char **argv) {
   if (mode == "locale" && argc >= 3) return host_locale(std::atol(argv[2]));
   if (mode == "cancel-pending" && argc >= 4)
     return cancel_pending(std::atol(argv[2]), std::atol(argv[3]));
+  if (mode == "hostile-names" && argc >= 4) return hostile_names(std::atol(argv[2]), argv[3]);
   if (mode == "distinct-names" && argc >= 3)
     return distinct_names(std::atol(argv[2]), argc > 3 && std::strcmp(argv[3], "fork") == 0);
-  std::fprintf(
-      stderr,
-      "usage: host_resources descriptors DIR N [close|dup2] | "
-      "standard-streams DIR N before|after | unload | thread-churn N | "
-      "distinct-names N [fork] | unbalanced-pushes N | cancel-pending THREADS N | locale N\n");
+  std::fprintf(stderr,
+               "usage: host_resources descriptors DIR N [close|dup2] | "
+               "standard-streams DIR N before|after | unload | thread-churn N | "
+               "distinct-names N [fork] | hostile-names N PEAKFILE | unbalanced-pushes N | "
+               "cancel-pending THREADS N | locale N\n");
   return 1;
 }

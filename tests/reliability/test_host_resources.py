@@ -40,6 +40,14 @@ names_across_fork        the same with FERRUM_RECORD_MEMORY=0     each process's
                          (every name in spill blocks), forking    own names intact: the child never
                          midway; parent and child record while    writes into the blocks it shares
                          the other is alive                       with its parent
+hostile_names            every kind of name NVTX takes, new each  the trace replaced in place on a
+                         time: 200,000 range names, a 10 MB       rerun; stderr under 64 KiB; the
+                         message, 200,000 domains (a range in     10 MB message cut to 4,096 bytes;
+                         every thousandth), registered strings    every range in the trace; one
+                         and thread names; twice, to the same     line for the names not kept;
+                         output, FERRUM_RECORD_MEMORY=1M, the     anonymous memory, exit included,
+                         table on                                 grows by under 32 MiB (+1 GB and
+                                                                  535 MB of table before)
 memory_bound_without_    the same with TMPDIR naming no          anonymous memory still grows by
 spill                    directory (a container whose /tmp is     under 8 MiB (it grew by every
                          read-only, a full disk): no spill file   range and name: 195 MB for 3 M
@@ -308,6 +316,63 @@ def distinct_names():
     grown = values(run_.stdout)["anon_kb_grown"]
     expect(grown < 8 * 1024, f"anonymous memory grew by {grown} KiB for {n} names of 200 "
            "bytes with FERRUM_RECORD_MEMORY=1M", run_)
+
+
+def hostile_names():
+    """Every kind of name NVTX takes from a program, new each time, bounded at exit as during
+    the run (FERRUM_RECORD_MEMORY=1M, the table on): 200,000 range names, a 10 MB message,
+    200,000 domains, registered strings and thread names. The exit report kept a row with
+    histograms per name (+1 GB of anonymous memory at exit, 535 MB of table on stderr: one long
+    name padded every row), domains, strings and thread names were kept without bound, and a
+    rerun found its own trace (64 KiB of domain names) "not a ferrum-replay trace" and wrote a
+    copy beside it."""
+    n = 200000
+    work = tempfile.mkdtemp(prefix="ferrum-hostile-names-")
+    try:
+        out = os.path.join(work, "trace.json")
+        runs = []
+        for attempt in range(2):
+            peak_file = os.path.join(work, f"peak{attempt}")
+            run_ = harness.run([PROGRAM, "hostile-names", str(n), peak_file], preload=False,
+                               env={"FERRUM_RECORD_MEMORY": "1M", "FERRUM_RECORD_TABLE": "1",
+                                    "FERRUM_RECORD_OUT": out}, timeout=300)
+            expect(run_.returncode == 0 and run_.stdout == "done\n", "hostile-names failed",
+                   run_)
+            expect(sorted(os.listdir(work)) ==
+                   sorted(["trace.json"] + [f"peak{i}" for i in range(attempt + 1)]),
+                   f"run {attempt + 1}: the trace is replaced at its own name, no copy beside "
+                   f"it: {sorted(os.listdir(work))}", run_)
+            expect("not a ferrum-replay trace" not in run_.stderr,
+                   "the recorder knows its own trace", run_)
+            expect(len(run_.stderr) < 64 * 1024 and
+                   max(len(line) for line in run_.stderr.splitlines()) < 1000,
+                   f"stderr: {len(run_.stderr)} bytes, the longest line "
+                   f"{max(len(line) for line in run_.stderr.splitlines())}", run_)
+            with open(peak_file) as handle:
+                runs.append((run_, int(handle.read())))
+        run_, peak_kb = runs[-1]
+        lines = [l for l in run_.stderr.splitlines() if "not kept" in l]
+        expect(len(lines) == 1 and "16 MiB kept for names" in lines[0],
+               "one line says that domains or thread names were not kept", run_)
+        with open(out) as handle:
+            trace = json.load(handle)
+        events = trace["traceEvents"]
+        huge = [e["name"] for e in events if e.get("name", "").startswith("huge ")]
+        expect(len(huge) == 2 and all(h == "huge " + "h" * (4096 - 5) for h in huge),
+               f"the 10 MB message, range and mark, cut to 4096 bytes: {[len(h) for h in huge]}")
+        ranges = [e for e in events if e.get("ph") == "X"]
+        expect(len([e for e in ranges if e["name"].startswith("range ")]) == n,
+               "every range with a name of its own is in the trace")
+        expect(len([e for e in ranges if e["name"] == "in a domain"]) == n // 1000,
+               "every range in a domain is in the trace, beyond the names budget too")
+        if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+            return  # a sanitizer's allocator and shadow memory: resident size says nothing here
+        for attempt, (run_, peak_kb) in enumerate(runs):
+            expect(0 <= peak_kb < 32 * 1024,
+                   f"run {attempt + 1}: anonymous memory grew by up to {peak_kb} KiB, exit "
+                   "included", run_)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def memory_bound_without_spill():
@@ -604,7 +669,7 @@ def privileged_process():
 
 SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      standard_streams_taken, driver_unloadable, threads_come_and_go,
-                                     distinct_names, memory_bound_without_spill,
+                                     distinct_names, hostile_names, memory_bound_without_spill,
                                      names_across_fork, unbalanced_pushes,
                                      privileged_process, cancel_requests_pending, host_locale,
                                      tool_without_handlers, table_capped, table_bogus_value)}

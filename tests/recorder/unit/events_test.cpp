@@ -9,6 +9,7 @@
 #include "recorder.hpp"
 #include "summary_table.hpp"
 #include "trace_writer.hpp"
+#include "utf8.hpp"
 
 using namespace ferrum_replay::recorder;
 using namespace std::string_literals;
@@ -213,6 +214,58 @@ TEST_CASE("the process's name comes from its command line") {
   // This test program's own name is longer than /proc/self/comm's 15 bytes.
   Recorder r(spilling_at_once(), 0);
   CHECK(r.snapshot().process_name == "recorder-unit-tests");
+}
+
+TEST_CASE("domains, registered strings and thread names stay within the names budget") {
+  // A program that creates a new domain, string or thread name without end: each kept until
+  // exit, so together bounded; beyond, shared stand-ins, and what was kept is still found.
+  NameRegistry names(false, "");
+  nvtxDomainRegistration_st *first = names.create_domain("domain 0");
+  const nvtxStringRegistration_st *first_string = names.register_string("string 0");
+  names.name_thread(1, "thread 0");
+  const std::string long_name(kMaxNameBytes * 2, 'n');  // cut to kMaxNameBytes, and counted so
+  nvtxDomainRegistration_st *beyond = nullptr;
+  uint64_t made = 0;
+  for (; made < 100000 && names.refused() == 0; ++made)
+    beyond = names.create_domain(std::to_string(made) + long_name);
+  CHECK(names.refused() == 1);
+  // At most the budget's worth of names, each counted with its entry.
+  CHECK(made <= NameRegistry::kNamesBudget / (kMaxNameBytes + NameRegistry::kEntryOverhead));
+  CHECK(names.domain_names().back() == NameRegistry::kDomainsBeyondBudget);
+  CHECK(names.create_domain("another" + long_name) == beyond);  // every later one shares it
+  CHECK(names.create_domain("domain 0") == first);              // kept ones are found
+  CHECK(names.domain_names()[first->id] == "domain 0");
+  CHECK(names.domain_names()[1 + 1].size() == kMaxNameBytes);
+  // A string beyond the budget is not the registry's: Recorder::register_string keeps it.
+  CHECK(names.register_string("string 1" + long_name) == nullptr);
+  CHECK(names.register_string("string 0") == first_string);
+  names.name_thread(2, "thread 1" + long_name);
+  std::string thread_name;
+  CHECK_FALSE(names.thread_name(2, &thread_name));
+  CHECK(names.thread_name(1, &thread_name));
+  CHECK(thread_name == "thread 0");
+  CHECK(names.refused() == 3);
+}
+
+TEST_CASE("registered strings beyond the names budget keep their text") {
+  // The shim registers a string per graph name: a graph renamed without end must still end
+  // with its last name, so strings beyond the registry's budget live with the thread's names.
+  Recorder r(Settings{}, 0);
+  const std::string long_name(kMaxNameBytes, 's');
+  std::vector<std::pair<const nvtxStringRegistration_st *, std::string>> handles;
+  const size_t beyond =
+      NameRegistry::kNamesBudget / (2 * kMaxNameBytes + NameRegistry::kEntryOverhead) + 1000;
+  for (size_t i = 0; i < beyond; ++i) {
+    std::string text = std::to_string(i) + long_name;
+    text.resize(kMaxNameBytes);
+    handles.emplace_back(r.register_string(text), text);
+  }
+  for (const auto &[handle, text] : handles) {
+    REQUIRE(handle != nullptr);
+    CHECK(std::string_view(handle->text, handle->size) == text);
+    CHECK(handle->text[handle->size] == '\0');
+  }
+  CHECK(r.names().refused() == 0);
 }
 
 TEST_CASE("category names stay bounded when a process names categories without end") {

@@ -247,15 +247,35 @@ TEST_CASE("strings are escaped byte for byte as the one-byte-at-a-time rule did"
 
 TEST_CASE("wide strings convert to UTF-8") {
   std::string out;
-  append_wide_as_utf8(out, L"a\u00e9\u4e2d\U0001F600");
+  append_wide_as_utf8(out, L"a\u00e9\u4e2d\U0001F600", kMaxNameBytes);
   CHECK(out == "a\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80");
   out.clear();
   const wchar_t bad[] = {static_cast<wchar_t>(0xD800), static_cast<wchar_t>(0x110000), 0};
-  append_wide_as_utf8(out, bad);
+  append_wide_as_utf8(out, bad, kMaxNameBytes);
   CHECK(out == "\xef\xbf\xbd\xef\xbf\xbd");
   out.clear();
-  append_wide_as_utf8(out, nullptr);
+  append_wide_as_utf8(out, nullptr, kMaxNameBytes);
   CHECK(out.empty());
+}
+
+TEST_CASE("a kept name is at most kMaxNameBytes, cut before a character that does not fit") {
+  const std::string short_name(kMaxNameBytes, 'a');
+  CHECK(bounded_name(short_name) == short_name);
+  CHECK(bounded_name(std::string(10u << 20, 'b')) == std::string(kMaxNameBytes, 'b'));
+  // A 3-byte character (U+4E2D) straddling the bound goes whole.
+  std::string straddling(kMaxNameBytes - 1, 'c');
+  straddling += "\xe4\xb8\xad tail";
+  CHECK(bounded_name(straddling) == std::string(kMaxNameBytes - 1, 'c'));
+  // One that ends exactly at the bound stays.
+  std::string fitting(kMaxNameBytes - 3, 'd');
+  fitting += "\xe4\xb8\xad tail";
+  CHECK(bounded_name(fitting) == fitting.substr(0, kMaxNameBytes));
+  // Wide text stops before the character that would pass the bound.
+  std::wstring wide(kMaxNameBytes - 1, L'w');
+  wide += L"\u4e2d and more";
+  std::string out;
+  append_wide_as_utf8(out, wide.c_str(), kMaxNameBytes);
+  CHECK(out == std::string(kMaxNameBytes - 1, 'w'));
 }
 
 TEST_CASE("display width counts terminal columns") {

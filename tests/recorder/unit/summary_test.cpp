@@ -132,9 +132,25 @@ TEST_CASE("many distinct names: the busiest rows, then one line for the rest") {
     t.events.push_back(event(0, names[i].c_str(), 0, 1000 * static_cast<uint64_t>(i + 1)));
   t.events.push_back(event(0, names[0].c_str(), 0, 1000));
   s.threads = {t};
-  const std::vector<RangeStats> rows = aggregate(s);
-  REQUIRE(rows.size() == 50004);
-  const std::vector<std::string> l = lines(format_summary(s, rows, "/t.json"));
+  // More names than the rows kept (kMaxAggregatedRows): the rows go to the busiest names,
+  // exact, and the rest is counted.
+  OtherNames other;
+  const std::vector<RangeStats> rows = aggregate(s, &other);
+  REQUIRE(rows.size() == kMaxAggregatedRows);
+  uint64_t in_rows = 0;
+  for (const RangeStats &r : rows) {
+    REQUIRE(r.name.rfind("graph ", 0) == 0);
+    const int i = std::stoi(r.name.substr(6));
+    // The last names met, and "graph 0", met again last (Space-Saving keeps the newest).
+    CHECK((i == 0 || i > 50004 - static_cast<int>(kMaxAggregatedRows)));
+    // Exact, though rows changed hands on the way.
+    CHECK(r.count == (i == 0 ? 2 : 1));
+    CHECK(r.total_ns == (i == 0 ? 2000 : 1000 * static_cast<uint64_t>(i + 1)));
+    CHECK(r.max_ns == (i == 0 ? 1000 : r.total_ns));
+    in_rows += r.count;
+  }
+  CHECK(other.ranges == 50005 - in_rows);
+  const std::vector<std::string> l = lines(format_summary(s, rows, "/t.json", kSummaryRows, other));
   REQUIRE(l.size() == 1 + 1 + 50 + 1 + 1);
   CHECK(l[0] == "ferrum-replay recorder: 50005 ranges on 1 threads, trace: /t.json");
   CHECK(l[2].rfind("global   graph 50003 ", 0) == 0);   // the busiest first
@@ -143,8 +159,8 @@ TEST_CASE("many distinct names: the busiest rows, then one line for the rest") {
   const uint64_t rest_ns = 1000ull * 49954 * 49955 / 2 + 1000;
   char expected[160];
   std::snprintf(expected, sizeof expected,
-                "... and 49954 more range names (49955 ranges, total %.3f ms); the trace has "
-                "every range",
+                "... and 4046 more range names and others beyond the 4096 counted (49955 "
+                "ranges, total %.3f ms); the trace has every range",
                 static_cast<double>(rest_ns) / 1e6);
   CHECK(l[52] == expected);
   CHECK(l[53] == "protocol errors: none");
