@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -203,15 +205,23 @@ int open_stream(const char *path, Stream *stream) {
     char own[32];
     snprintf(own, sizeof own, "fd/%d", fd);
     const int opened = open_process_file(own, O_WRONLY | O_NONBLOCK | O_NOCTTY);
-    if (opened < 0) return errno == ENXIO ? ENXIO : kStreamNotReopenable;
-    struct stat again {};
-    if (fstat(opened, &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino ||
-        S_ISREG(again.st_mode)) {
-      close(opened);
-      return kStreamNotReopenable;
+    if (opened < 0 && errno == ENXIO) return ENXIO;  // a pipe or FIFO nobody reads any more
+    if (opened >= 0) {
+      struct stat again {};
+      if (fstat(opened, &again) == 0 && again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
+          !S_ISREG(again.st_mode)) {
+        stream->fd = opened;
+        stream->owned = true;
+        return 0;
+      }
+      close(opened);  // not the host's file (another /proc): the host's descriptor, below
     }
-    stream->fd = opened;
-    stream->owned = true;
+    // Not reopenable (a pipe of another user: EACCES; no /proc after chroot: ENOENT; no
+    // descriptor left: EMFILE): the host's descriptor, each write with RWF_NOWAIT, which
+    // changes no flag of its description. Whether the kernel can do that for this file is
+    // known at the first write (stream_write: kStreamNotReopenable, nothing written).
+    stream->fd = fd;
+    stream->nowait = true;
     return 0;
   }
   // No O_CREAT, no O_TRUNC: opening cannot create or change a file; O_NONBLOCK: a FIFO without
@@ -229,6 +239,24 @@ int open_stream(const char *path, Stream *stream) {
   return 0;
 }
 
+namespace {
+
+// pwritev2(fd, {data, length}, 1, -1, RWF_NOWAIT) as the raw system call: a write at the
+// description's own position that returns EAGAIN instead of waiting for room (Linux 4.14 for
+// the flag; pipes since 5.x, FMODE_NOWAIT), with no flag of the description changed. Not
+// glibc's pwritev2: that is a cancellation point (common/no_cancel.hpp) and would add a symbol
+// version (GLIBC_2.26) for the loader to look up in every process.
+ssize_t write_nowait(int fd, const void *data, size_t length) {
+#ifndef RWF_NOWAIT
+  constexpr int RWF_NOWAIT = 0x00000008;
+#endif
+  iovec one{const_cast<void *>(data), length};
+  const long offset = -1;  // the file's position; pos_l and pos_h both -1 on 32-bit ABIs too
+  return static_cast<ssize_t>(syscall(SYS_pwritev2, fd, &one, 1, offset, offset, RWF_NOWAIT));
+}
+
+}  // namespace
+
 int stream_write(Stream *stream, const void *data, size_t length) {
   if (stream->fd < 0) return EBADF;
   if (stream->regular) return write_all(stream->fd, data, length);
@@ -242,13 +270,21 @@ int stream_write(Stream *stream, const void *data, size_t length) {
   uint64_t deadline = monotonic_ms() + stall;
   bool ready_but_full = false;  // poll said writable, yet the write found no room
   while (length > 0 && error == 0) {
-    const ssize_t n = stream->socket ? send(stream->fd, p, length, MSG_DONTWAIT | MSG_NOSIGNAL)
-                                     : write(stream->fd, p, length);
+    const ssize_t n = stream->socket   ? send(stream->fd, p, length, MSG_DONTWAIT | MSG_NOSIGNAL)
+                      : stream->nowait ? write_nowait(stream->fd, p, length)
+                                       : write(stream->fd, p, length);
     if (n > 0) {
       p += n;
       length -= static_cast<size_t>(n);
       deadline = monotonic_ms() + stall;
       ready_but_full = false;
+      stream->nowait_known = true;
+    } else if (n < 0 && stream->nowait && !stream->nowait_known &&
+               (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS)) {
+      // The kernel cannot write this file without waiting (a terminal, an old kernel): what a
+      // descriptor that cannot be reopened got before, nothing written — the first write has
+      // written nothing, and none comes after it.
+      error = kStreamNotReopenable;
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {

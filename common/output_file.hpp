@@ -24,25 +24,39 @@ bool is_stream_target(const char *path);
 // An open stream. Writing never creates, renames or truncates anything, and never waits more
 // than `stall_ms` without progress for the reader to make room (a full pipe, a terminal nobody
 // reads or that is stopped): every write is non-blocking, on a description of our own
-// (reopened, O_NONBLOCK), on a host descriptor the host made non-blocking itself, or with
-// send(MSG_DONTWAIT) on a socket. The flags of a host's open file description are never changed.
+// (reopened, O_NONBLOCK), on a host descriptor the host made non-blocking itself, on a host
+// descriptor with pwritev2(RWF_NOWAIT) per write, or with send(MSG_DONTWAIT) on a socket. The
+// flags of a host's open file description are never changed.
 struct Stream {
   int fd = -1;
-  bool owned = false;    // opened here (closed by close_stream), not the host's descriptor
-  bool socket = false;   // a socket: send(MSG_DONTWAIT | MSG_NOSIGNAL)
-  bool regular = false;  // a regular file behind a descriptor path: plain writes
+  bool owned = false;         // opened here (closed by close_stream), not the host's descriptor
+  bool socket = false;        // a socket: send(MSG_DONTWAIT | MSG_NOSIGNAL)
+  bool regular = false;       // a regular file behind a descriptor path: plain writes
+  bool nowait = false;        // the host's blocking descriptor: pwritev2(..., -1, RWF_NOWAIT)
+  bool nowait_known = false;  // a RWF_NOWAIT write succeeded: the kernel can do it here
   int stall_ms = 2000;
 };
 
 // Opens the stream `path` names for writing. A descriptor path: EBADF if that descriptor of
 // this process is not open for writing; a regular file or a socket behind it, or one the host
-// made O_NONBLOCK, is written through the host's descriptor; anything else (a terminal, a pipe,
-// a device) is reopened through /proc/self/fd/N as our own O_NONBLOCK description, and where
-// that is impossible nothing is written: kStreamNotReopenable. Any other path is opened
-// O_NONBLOCK|O_NOFOLLOW without O_CREAT (a FIFO without a reader: ENXIO) and must still be a
-// stream once open. 0 or errno.
+// made O_NONBLOCK, is written through the host's descriptor. Anything else (a terminal, a pipe,
+// a device) is blocking, and this is where the way to write it without waiting is decided:
+//   1. reopened through /proc/thread-self/fd/N as our own O_NONBLOCK description — first,
+//      because it works for every kind of file (terminals and devices too) and it is the path
+//      every common case has always taken;
+//   2. only where that is impossible (a pipe of another user: EACCES; a program that
+//      chroot()ed or whose /proc is gone: ENOENT; no descriptor left: EMFILE; /proc showing
+//      another file), the host's descriptor itself, every write a pwritev2(RWF_NOWAIT): a
+//      per-call non-blocking write that changes no flag of the host's description (EAGAIN:
+//      full, the same bounded wait). The kernel tells at the first write whether it can do
+//      that for this file (pipes on Linux 5.x and later; not terminals): where it cannot
+//      (EOPNOTSUPP, EINVAL, ENOSYS), stream_write returns kStreamNotReopenable and nothing
+//      is written, as before.
+// A pipe whose reader is gone: ENXIO. Any other path is opened O_NONBLOCK|O_NOFOLLOW without
+// O_CREAT (a FIFO without a reader: ENXIO) and must still be a stream once open. 0 or errno.
 int open_stream(const char *path, Stream *stream);
-// The error of a blocking descriptor of the host that cannot be reopened non-blocking.
+// The error of a blocking descriptor of the host that can neither be reopened non-blocking nor
+// be written with RWF_NOWAIT (from open_stream or the first stream_write).
 inline constexpr int kStreamNotReopenable = EWOULDBLOCK;
 // The host's standard output and error (descriptors 1 and 2) as first seen: their file
 // (device and inode), or that they were closed. Noted once, when the shim or the recorder
@@ -55,7 +69,8 @@ inline constexpr int kStreamNotReopenable = EWOULDBLOCK;
 // FD_CLOEXEC check.
 void note_standard_streams();
 inline constexpr int kStreamReplaced = ESTALE;
-// 0, or errno (ETIMEDOUT when the reader made no room within stall_ms).
+// 0, or errno (ETIMEDOUT when the reader made no room within stall_ms; kStreamNotReopenable
+// when the first RWF_NOWAIT write finds the kernel unable to, nothing written).
 int stream_write(Stream *stream, const void *data, size_t length);
 void close_stream(Stream *stream);
 // What a message adds to strerror(error) of a stream: " (no process is reading it)", ... or "".

@@ -4,6 +4,7 @@
 // shim's wrapper for lookups on the driver's handle.
 //
 // Usage: fault_program MODE [--launches N] [--threads T] [--own-bytes B] [--limit-first 0|1]
+//                           [--how setuid|chroot|descriptors]
 //   no-driver      libcuda is never loaded. Looks up cuGraphLaunch, cuGraphLaunch_ptsz,
 //                  cudaGraphLaunch, cuGraphInstantiateWithFlags, cuGraphExecDestroy and
 //                  ferrum_replay_name_graph_exec with dlsym(RTLD_DEFAULT) (found: the shim's
@@ -64,6 +65,18 @@
 //                  registers the thread for GPU timing under a lock of its own (when the context
 //                  is made current there), and there the armed call raises SIGUSR1, whose handler
 //                  calls exit(0). Prints `armed=1` first.
+//   stderr-unreopenable  loads the driver, then makes the host's stderr impossible to reopen
+//                  through /proc as --how says, then instantiates a second graph (a log line
+//                  written after that step), launches it N times and returns normally (the
+//                  summary and the recorder's table are written at exit):
+//                    setuid       drops to uid and gid 65534 (a program that drops privileges: a
+//                                 pipe of another user, and /proc/self no longer its own)
+//                    chroot       chroot(".") (the working directory: an empty one, no /proc)
+//                    descriptors  RLIMIT_NOFILE lowered to 64 and every descriptor taken
+//                  Prints `unreopenable=<how>`, or `unreopenable=skip errno=<e>` when the step
+//                  is not allowed (not root), then `launches= failed=` and
+//                  `stderr_blocking=<0|1>`: whether descriptor 2's description is still
+//                  blocking after the launches (F_GETFL).
 // Every mode except no-driver, heap-exhausted and exit-in-handler(-timed) prints
 // `launches=<N> failed=<F>` for what it completed before its ending (exit-from-worker and sigterm
 // print it only from their exit path, on stderr). Exit status: as the mode says, else 0; 1 on
@@ -71,6 +84,7 @@
 
 #include <cuda.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
@@ -555,6 +569,44 @@ int small_stack(long n) {
   return 0;
 }
 
+// 0, or the errno of the step that makes descriptor 2 impossible to reopen through /proc.
+int make_stderr_unreopenable(const std::string &how) {
+  if (how == "setuid") return setgid(65534) != 0 || setuid(65534) != 0 ? errno : 0;
+  if (how == "chroot") return chroot(".") != 0 || chdir("/") != 0 ? errno : 0;
+  if (how == "descriptors") {
+    rlimit limit{};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = 64;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return errno;
+    while (open("/dev/null", O_RDONLY) >= 0) {
+    }
+    return errno == EMFILE ? 0 : errno;
+  }
+  die(("unknown --how " + how).c_str());
+}
+
+int stderr_unreopenable(long n, const std::string &how) {
+  Driver d = load_driver();
+  if (const int error = make_stderr_unreopenable(how)) {
+    std::printf("unreopenable=skip errno=%d\n", error);
+    return 0;
+  }
+  std::printf("unreopenable=%s\n", how.c_str());
+  // A second graph, instantiated now: its registration is a log line written after the step.
+  CUgraph graph = nullptr;
+  CUgraphNode node = nullptr;
+  if (d.graphCreate(&graph, 0) != CUDA_SUCCESS ||
+      d.graphAddEmptyNode(&node, graph, nullptr, 0) != CUDA_SUCCESS ||
+      d.graphInstantiate(&d.exec, graph, 0) != CUDA_SUCCESS)
+    die("second graph failed");
+  Counts c;
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  print_counts(c, stdout);
+  const int flags = fcntl(2, F_GETFL);
+  std::printf("stderr_blocking=%d\n", flags >= 0 && (flags & O_NONBLOCK) == 0 ? 1 : 0);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -564,11 +616,13 @@ int main(int argc, char **argv) {
   int threads = 4;
   long own_bytes = 0;
   bool limit_first = false;
+  std::string how = "descriptors";
   for (int i = 2; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--launches") == 0) n = std::strtol(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--own-bytes") == 0) own_bytes = std::strtol(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--limit-first") == 0) limit_first = std::atoi(argv[i + 1]) != 0;
+    if (std::strcmp(argv[i], "--how") == 0) how = argv[i + 1];
   }
   if (mode == "no-driver") return no_driver();
   if (mode == "late-driver") return late_driver(n);
@@ -585,5 +639,6 @@ int main(int argc, char **argv) {
   if (mode == "sigterm") return sigterm();
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);
+  if (mode == "stderr-unreopenable") return stderr_unreopenable(n, how);
   die(("unknown mode " + mode).c_str());
 }

@@ -14,8 +14,12 @@
 #include <signal.h>
 #include <stddef.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -783,6 +787,17 @@ TEST_CASE("fresh names follow the one rule, at most 99 of them") {
   CHECK(access((dir / "x.100.json").c_str(), F_OK) != 0);
 }
 
+// A pseudo-terminal: its writing end (blocking), the master in `master`.
+int open_terminal(int *master) {
+  *master = posix_openpt(O_RDWR | O_NOCTTY);
+  REQUIRE(*master >= 0);
+  REQUIRE(grantpt(*master) == 0);
+  REQUIRE(unlockpt(*master) == 0);
+  const int terminal = open(ptsname(*master), O_WRONLY | O_NOCTTY);
+  REQUIRE(terminal >= 0);
+  return terminal;
+}
+
 TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor keeps its flags") {
   Recorder big(Settings{}, 0);
   record_nested(big, 3000);  // more than a terminal's or a socket's buffer holds
@@ -790,12 +805,8 @@ TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor ke
   TraceFileOutcome outcome;
   // A terminal nobody reads: a blocking write to it waits in the kernel even after poll said
   // there was room; as a descriptor path it is reopened as our own non-blocking description.
-  const int master = posix_openpt(O_RDWR | O_NOCTTY);
-  REQUIRE(master >= 0);
-  REQUIRE(grantpt(master) == 0);
-  REQUIRE(unlockpt(master) == 0);
-  const int terminal = open(ptsname(master), O_WRONLY | O_NOCTTY);
-  REQUIRE(terminal >= 0);
+  int master = -1;
+  const int terminal = open_terminal(&master);
   timespec start = now_monotonic();
   CHECK_FALSE(
       write_trace_file("/dev/fd/" + std::to_string(terminal), bs, TraceFileOptions{}, &outcome));
@@ -840,6 +851,84 @@ TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor ke
   reader.join();
   close(fds[0]);
   CHECK(got == render_trace(bs));
+}
+
+TEST_CASE(
+    "a blocking stream that cannot be reopened is written with RWF_NOWAIT, within the bound") {
+  // No descriptor left (as after setuid, or chroot without /proc, the reopen through /proc
+  // fails): the host's own descriptor, every write pwritev2(RWF_NOWAIT). In a child, whose
+  // descriptors can all be taken; it answers in bits of its exit status.
+  int probe[2];
+  REQUIRE(pipe(probe) == 0);
+  iovec one{const_cast<char *>("x"), 1};
+  const bool nowait_pipes = syscall(SYS_pwritev2, probe[1], &one, 1, -1L, -1L, RWF_NOWAIT) == 1;
+  close(probe[0]);
+  close(probe[1]);
+  if (!nowait_pipes) {
+    MESSAGE("skipped: this kernel cannot write a pipe with RWF_NOWAIT");
+    return;
+  }
+  Recorder big(Settings{}, 0);
+  record_nested(big, 3000);  // more than a pipe holds
+  const Snapshot bs = big.snapshot_for_report();
+  int read_late[2], unread[2];
+  REQUIRE(pipe(read_late) == 0);
+  REQUIRE(pipe(unread) == 0);
+  int master = -1;
+  const int terminal = open_terminal(&master);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(read_late[0]);
+    rlimit limit{};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = 64;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    while (open("/dev/null", O_RDONLY) >= 0) {
+    }
+    int failed = 0;
+    TraceFileOutcome outcome;
+    // A pipe whose reader makes room late (after 1 s): everything, the description blocking.
+    if (!write_trace_file("/dev/fd/" + std::to_string(read_late[1]), bs, TraceFileOptions{},
+                          &outcome) ||
+        (fcntl(read_late[1], F_GETFL) & O_NONBLOCK) != 0)
+      failed |= 1;
+    // A pipe nobody reads: given up within the bound, the description blocking.
+    const timespec start = now_monotonic();
+    if (write_trace_file("/dev/fd/" + std::to_string(unread[1]), bs, TraceFileOptions{},
+                         &outcome) ||
+        outcome.error.find(std::strerror(ETIMEDOUT)) != 0 || seconds_since(start) > 6.0 ||
+        (fcntl(unread[1], F_GETFL) & O_NONBLOCK) != 0)
+      failed |= 2;
+    // A terminal: no RWF_NOWAIT there, so nothing is written, as before.
+    if (write_trace_file("/dev/fd/" + std::to_string(terminal), bs, TraceFileOptions{}, &outcome) ||
+        outcome.error != std::string(std::strerror(ferrum_replay::common::kStreamNotReopenable)) +
+                             ferrum_replay::common::stream_error_note(
+                                 ferrum_replay::common::kStreamNotReopenable))
+      failed |= 4;
+    _exit(failed);
+  }
+  close(read_late[1]);
+  close(unread[1]);
+  close(terminal);
+  sleep(1);
+  std::string got;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(read_late[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK_MESSAGE((WEXITSTATUS(status) & 1) == 0, "a pipe read late did not get the trace");
+  CHECK_MESSAGE((WEXITSTATUS(status) & 2) == 0, "a pipe nobody reads: not ETIMEDOUT within 6 s");
+  CHECK_MESSAGE((WEXITSTATUS(status) & 4) == 0, "a terminal: not kStreamNotReopenable");
+  CHECK(got == render_trace(bs));
+  int terminal_bytes = 0;  // nothing reached the terminal
+  CHECK(ioctl(master, FIONREAD, &terminal_bytes) == 0);
+  CHECK(terminal_bytes == 0);
+  close(read_late[0]);
+  close(unread[0]);
+  close(master);
 }
 
 TEST_CASE("a symbolic link at the name is never a stream, whatever it points to") {

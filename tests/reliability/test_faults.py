@@ -54,6 +54,12 @@ _memory                      when a thread's first NVTX calls  in droppedForMemo
 exit_without_memory          exit code and output unchanged    the summary written whole, or one
                              when its exit finds no memory     line saying why (never a partial or
                                                                silently missing one)
+stderr_not_reopenable        stderr a blocking pipe that       the summary, the recorder's table,
+                             cannot be reopened through /proc  the log lines after that step and
+                             (descriptors used up; as root     the "cannot write trace" line reach
+                             also setuid to another user, and  the pipe (RWF_NOWAIT writes); a full
+                             chroot): output unchanged, its    pipe nobody reads costs a bounded
+                             stderr still blocking             wait; the pipe's flags unchanged
 Uses tests/shim/scenarios/harness.py; run through meson (suite reliability).
 """
 import glob
@@ -64,6 +70,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shim",
                                 "scenarios"))
@@ -514,6 +522,111 @@ def stderr_reader_gone():
                run_)
 
 
+def rwf_nowait_on_pipes():
+    """Whether this kernel writes a pipe with pwritev2(RWF_NOWAIT) (Linux 5.x and later)."""
+    read_end, write_end = os.pipe()
+    try:
+        return os.pwritev(write_end, [b"x"], -1, os.RWF_NOWAIT) == 1
+    except (OSError, AttributeError):
+        return False
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def fill_pipe(write_end):
+    """Fills a pipe without leaving its description changed (the program gets it blocking)."""
+    os.set_blocking(write_end, False)
+    try:
+        while True:
+            os.write(write_end, b"f" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(write_end, True)
+
+
+def stderr_not_reopenable():
+    """The program's stderr is a blocking pipe that cannot be reopened through
+    /proc/thread-self/fd/2 (descriptors used up; a pipe of another user after setuid; no /proc
+    after chroot): every line the user asked for still reaches it, written on the program's own
+    descriptor with RWF_NOWAIT, whose flags stay the program's; a full pipe costs the bounded
+    wait and no more."""
+    if not rwf_nowait_on_pipes():
+        return ("skip: this kernel cannot write a pipe with RWF_NOWAIT: such a stream gets "
+                "nothing (kStreamNotReopenable), as documented")
+    env = {"FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_RECORD_TABLE": "1",
+           "FERRUM_REPLAY_LOG": "debug"}
+    skipped = []
+    for how in ("descriptors", "setuid", "chroot"):
+        with tempfile.TemporaryDirectory() as tmp:  # chroot: an empty directory, no /proc
+            run_ = fault("stderr-unreopenable", "--how", how, "--launches", "20", env=env,
+                         cwd=tmp)
+        expect(run_.returncode == 0, f"{how}: exit {run_.returncode}", run_)
+        if "unreopenable=skip" in run_.stdout:
+            skipped.append(how)  # setuid and chroot need root
+            continue
+        expect(f"unreopenable={how}" in run_.stdout, f"{how}: the step was not taken", run_)
+        expect("launches=20 failed=0" in run_.stdout, f"{how}: launches failed", run_)
+        expect("stderr_blocking=1" in run_.stdout,
+               f"{how}: the program's stderr was made non-blocking", run_)
+        lines = run_.stderr.splitlines()
+        for pattern, what in ((r"^ferrum-replay launch summary: \d graphs, 20 launches", "summary"),
+                              (r"^ferrum-replay recorder: 20 ranges on 1 threads", "table"),
+                              (r"^ferrum-replay recorder: cannot write trace", "cannot-write line"),
+                              (r"^protocol errors: none$", "table's last line"),
+                              (r"^ferrum-replay: graph exec \S+ registered .* as graph 2",
+                               "second graph's log line")):
+            found = [l for l in lines if re.search(pattern, l)]
+            expect(len(found) == 1, f"{how}: {len(found)} {what} lines on the pipe, expected 1",
+                   run_)
+    # A full pipe: a reader that makes room within the bound gets everything; nobody reading
+    # costs the bound per write, and the description stays blocking.
+    for late_reader in (True, False):
+        read_end, write_end = os.pipe()
+        got = []
+        try:
+            fill_pipe(write_end)
+            reader = None
+            if late_reader:
+                def drain():
+                    time.sleep(1.0)
+                    chunks = []
+                    while True:
+                        chunk = os.read(read_end, 65536)
+                        if not chunk:
+                            break
+                        chunks.append(chunk)
+                    got.append(b"".join(chunks).decode(errors="replace"))
+                reader = threading.Thread(target=drain, daemon=True)
+                reader.start()
+            started = time.monotonic()
+            run_ = fault("stderr-unreopenable", "--how", "descriptors", "--launches", "20",
+                         env={"FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_RECORD_TABLE": "1"},
+                         stderr=write_end, timeout=60)
+            took = time.monotonic() - started
+            blocking = os.get_blocking(write_end)
+        finally:
+            os.close(write_end)
+        if reader:
+            reader.join(30)
+        os.close(read_end)
+        what = "a full pipe read late" if late_reader else "a full pipe nobody reads"
+        expect(run_.returncode == 0 and "stderr_blocking=1" in run_.stdout,
+               f"{what}: exit {run_.returncode}", run_)
+        expect(blocking, f"{what}: the pipe's description was made non-blocking", run_)
+        # Nobody reading: a few writes at exit (summary, its line, the table, the trace's line),
+        # each given up after 2 s without progress.
+        expect(took < 15, f"{what}: the program took {took:.1f} s", run_)
+        if late_reader:
+            text = got[0] if got else ""
+            expect("ferrum-replay launch summary: " in text and "graphs, 20 launches" in text
+                   and "protocol errors: none" in text,
+                   f"{what}: the summary or the table did not arrive:\n{text[-2000:]}", run_)
+            expect("made no room" not in text, f"{what}: a write gave up", run_)
+    if skipped:  # what ran stands; say what did not
+        print(f"note: stderr_not_reopenable: {', '.join(skipped)} not run (need root)")
+
+
 def exit_from_worker():
     threads, launches = 4, 3000
     # Under ASan, LeakSanitizer's exit-time check stops the world while the other threads are
@@ -614,7 +727,7 @@ SCENARIOS = {f.__name__: f for f in (
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch,
     forked_children_count_their_own, running_marker_until_exit, exit_during_first_launch,
     first_launch_on_smallest_stack, file_size_limit, address_space_limit,
-    first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone,
+    first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone, stderr_not_reopenable,
     exit_from_worker, underscore_exit, sigterm_handler_exits)}
 
 if __name__ == "__main__":
