@@ -70,7 +70,12 @@ __attribute__((destructor)) void summary_at_exit() {
   } else if (settings().summary[0]) {
     write_exit_summary();
   }
-  remove_running_marker();
+  // A marker that stays makes a judge reading the running directory call this process lost.
+  if (const MarkerLeft left = remove_running_marker(); left.why)
+    log_line(LogLevel::error,
+             "the running marker '%s' was not removed: %s; ci-smoke-profile and record will "
+             "report this process as lost",
+             message_value(left.path).text, left.why);
 }
 
 }  // namespace

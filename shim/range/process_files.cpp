@@ -137,13 +137,18 @@ void set_running_dir(const char *pattern) {
 namespace {
 
 // Only the file created, and only once: a program may have removed or replaced it, and what is
-// there then is not ours to remove.
-void remove_marker_of(int pid) {
+// there then is not ours to remove. Why the marker had to stay, or nullptr.
+const char *remove_marker_of(int pid) {
   int ready = pid;
-  if (!g_marker_ready.compare_exchange_strong(ready, 0, std::memory_order_acq_rel)) return;
+  if (!g_marker_ready.compare_exchange_strong(ready, 0, std::memory_order_acq_rel)) return nullptr;
   struct stat st {};
-  if (lstat(g_marker_path, &st) == 0 && st.st_dev == g_marker_device && st.st_ino == g_marker_inode)
-    unlink(g_marker_path);
+  if (lstat(g_marker_path, &st) != 0)
+    // Gone (the program removed it, or a chroot() hides it: that one stays, unseen here).
+    return errno == ENOENT ? nullptr : strerror(errno);
+  if (st.st_dev != g_marker_device || st.st_ino != g_marker_inode)
+    return "it is no longer the file this process made";
+  if (unlink(g_marker_path) != 0) return strerror(errno);  // after setuid(): EACCES
+  return nullptr;
 }
 
 }  // namespace
@@ -173,7 +178,7 @@ void note_launching_process() {
   }
 }
 
-void remove_running_marker() {
+MarkerLeft remove_running_marker() {
   const int pid = static_cast<int>(getpid());
   g_exiting.store(pid, std::memory_order_seq_cst);
   // Another thread's first launch is making the marker (a few system calls): wait for it, so
@@ -190,7 +195,7 @@ void remove_running_marker() {
       }
     }
   }
-  remove_marker_of(pid);
+  return {remove_marker_of(pid), g_marker_path};
 }
 
 }  // namespace ferrum_replay::shim

@@ -36,7 +36,12 @@ void set_running_dir(const char *pattern);
 void note_launching_process();
 
 // The exit hook: removes this process's marker — waiting (at most about 1 s) for another
-// thread that is making it — and no marker is made from then on.
-void remove_running_marker();
+// thread that is making it — and no marker is made from then on. `why` is null unless the
+// marker had to stay (a program that gave up its user ID: EACCES), which the caller says.
+struct MarkerLeft {
+  const char *why;
+  const char *path;
+};
+MarkerLeft remove_running_marker();
 
 }  // namespace ferrum_replay::shim

@@ -73,6 +73,8 @@
 //                                 pipe of another user, and /proc/self no longer its own)
 //                    chroot       chroot(".") (the working directory: an empty one, no /proc)
 //                    descriptors  RLIMIT_NOFILE lowered to 64 and every descriptor taken
+//                  With --launch-first 1, one launch before the step (not counted in
+//                  `launches=`): the process's first, which makes its running marker.
 //                  Prints `unreopenable=<how>`, or `unreopenable=skip errno=<e>` when the step
 //                  is not allowed (not root), then `launches= failed=` and
 //                  `stderr_blocking=<0|1>`: whether descriptor 2's description is still
@@ -585,8 +587,10 @@ int make_stderr_unreopenable(const std::string &how) {
   die(("unknown --how " + how).c_str());
 }
 
-int stderr_unreopenable(long n, const std::string &how) {
+int stderr_unreopenable(long n, const std::string &how, bool launch_first) {
   Driver d = load_driver();
+  Counts first;
+  if (launch_first) launch_once(d, first);  // the process's first launch: its running marker
   if (const int error = make_stderr_unreopenable(how)) {
     std::printf("unreopenable=skip errno=%d\n", error);
     return 0;
@@ -617,12 +621,14 @@ int main(int argc, char **argv) {
   long own_bytes = 0;
   bool limit_first = false;
   std::string how = "descriptors";
+  bool launch_first = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--launches") == 0) n = std::strtol(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--own-bytes") == 0) own_bytes = std::strtol(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--limit-first") == 0) limit_first = std::atoi(argv[i + 1]) != 0;
     if (std::strcmp(argv[i], "--how") == 0) how = argv[i + 1];
+    if (std::strcmp(argv[i], "--launch-first") == 0) launch_first = std::atoi(argv[i + 1]) != 0;
   }
   if (mode == "no-driver") return no_driver();
   if (mode == "late-driver") return late_driver(n);
@@ -639,6 +645,6 @@ int main(int argc, char **argv) {
   if (mode == "sigterm") return sigterm();
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);
-  if (mode == "stderr-unreopenable") return stderr_unreopenable(n, how);
+  if (mode == "stderr-unreopenable") return stderr_unreopenable(n, how, launch_first);
   die(("unknown mode " + mode).c_str());
 }

@@ -60,12 +60,16 @@ stderr_not_reopenable        stderr a blocking pipe that       the summary, the 
                              also setuid to another user, and  the pipe (RWF_NOWAIT writes); a full
                              chroot): output unchanged, its    pipe nobody reads costs a bounded
                              stderr still blocking             wait; the pipe's flags unchanged
+marker_after_setuid          launches, then (as root) setuid   its running marker, which it can no
+                             to another user, exits normally   longer remove, and one log line
+                                                               that says so and why
 Uses tests/shim/scenarios/harness.py; run through meson (suite reliability).
 """
 import glob
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -545,6 +549,33 @@ def fill_pipe(write_end):
     os.set_blocking(write_end, True)
 
 
+def marker_after_setuid():
+    """A program that launched and then gave up its user ID (setuid) cannot remove its running
+    marker at exit (EACCES in the run's directory): the marker stays, and a judge reading the
+    directory will call the process lost. It can no more be prevented than the program's own
+    files can be written after it: the log says so in one line, instead of nothing."""
+    run_dir = tempfile.mkdtemp(prefix="ferrum-running-")
+    try:
+        with tempfile.TemporaryDirectory() as cwd:
+            os.chmod(cwd, 0o777)
+            run_ = fault("stderr-unreopenable", "--how", "setuid", "--launch-first", "1",
+                         "--launches", "3",
+                         env={"FERRUM_REPLAY_RUNNING_DIR": run_dir, "FERRUM_REPLAY_LOG": "error"},
+                         cwd=cwd)
+        if "unreopenable=skip" in run_.stdout:
+            return "skip: giving up a user ID needs root"
+        expect(run_.returncode == 0 and "launches=3 failed=0" in run_.stdout, "the program failed",
+               run_)
+        left = os.listdir(run_dir)
+        expect(len(left) == 1 and left[0].endswith(".running"), f"the marker stays: {left}", run_)
+        lines = [l for l in run_.stderr.splitlines() if "running marker" in l]
+        expect(len(lines) == 1 and "was not removed: Permission denied" in lines[0] and
+               "report this process as lost" in lines[0],
+               f"one line says why the marker stays: {lines}", run_)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def stderr_not_reopenable():
     """The program's stderr is a blocking pipe that cannot be reopened through
     /proc/thread-self/fd/2 (descriptors used up; a pipe of another user after setuid; no /proc
@@ -728,6 +759,7 @@ SCENARIOS = {f.__name__: f for f in (
     forked_children_count_their_own, running_marker_until_exit, exit_during_first_launch,
     first_launch_on_smallest_stack, file_size_limit, address_space_limit,
     first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone, stderr_not_reopenable,
+    marker_after_setuid,
     exit_from_worker, underscore_exit, sigterm_handler_exits)}
 
 if __name__ == "__main__":
