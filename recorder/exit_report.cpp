@@ -138,9 +138,10 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
                  "raise FERRUM_RECORD_MEMORY\n");
   if (const uint64_t refused = recorder.names().refused())
     write_stderr("ferrum-replay recorder: " + std::to_string(refused) +
-                 " domains or thread names not kept: beyond the " +
+                 " thread, category or registered-string names not kept: beyond the " +
                  std::to_string(NameRegistry::kNamesBudget >> 20) +
-                 " MiB kept for names (their ranges are recorded, under a shared name)\n");
+                 " MiB kept for names with no room elsewhere, or given by a signal handler "
+                 "that interrupted the recorder\n");
   if (snap.depth_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.depth_drops) +
                  " ranges not recorded: the oldest of more than " + std::to_string(kMaxOpenFrames) +

@@ -1,5 +1,6 @@
 #include "name_registry.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "held_here.hpp"
@@ -38,20 +39,23 @@ nvtxDomainRegistration_st *NameRegistry::add_domain_locked(std::string key) {
 
 nvtxDomainRegistration_st *NameRegistry::create_domain(std::string_view name) {
   name = bounded_name(name);
+  // A signal handler that interrupted this thread inside one of our locks (held_here.hpp):
+  // waiting for it would wait for ever. A null domain is what NVTX hands out without a tool.
+  if (common::inside_our_lock()) return nullptr;
   const common::HeldHere lock(mu_);
   std::string key(name);
   auto it = domains_.find(key);
   if (it != domains_.end()) return it->second.get();
-  if (!take_budget_locked(2 * name.size() + kEntryOverhead)) {  // the key and the list
-    // One shared domain (outside the budget, made once) for every domain beyond it.
-    if (!beyond_budget_) beyond_budget_ = add_domain_locked(std::string(kDomainsBeyondBudget));
-    return beyond_budget_;
-  }
+  // Never refused: a domain is the program's handle, and each must stay itself (its own
+  // stacks, its own depth, its own rejection), so domains count against the budget but are
+  // kept beyond it too (docs/reliability.md: known limit).
+  names_bytes_ += std::min(kNamesBudget - names_bytes_, 2 * name.size() + kEntryOverhead);
   return add_domain_locked(std::move(key));
 }
 
 nvtxStringRegistration_st *NameRegistry::register_string(std::string_view text) {
   text = bounded_name(text);
+  if (common::inside_our_lock()) return nullptr;  // as in create_domain
   const common::HeldHere lock(mu_);
   std::string key(text);
   auto it = strings_.find(key);
@@ -70,6 +74,7 @@ nvtxStringRegistration_st *NameRegistry::register_string(std::string_view text) 
 
 void NameRegistry::name_thread(uint32_t tid, std::string_view name) {
   name = bounded_name(name);
+  if (common::inside_our_lock()) return;  // as in create_domain
   const common::HeldHere lock(mu_);
   auto it = thread_names_.find(tid);
   if (it != thread_names_.end()) {  // renamed: the budget counts the longer of the two
@@ -83,6 +88,7 @@ void NameRegistry::name_thread(uint32_t tid, std::string_view name) {
 }
 
 void NameRegistry::refuse() {
+  if (common::inside_our_lock()) return;
   const common::HeldHere lock(mu_);
   ++refused_;
 }
@@ -94,18 +100,30 @@ uint64_t NameRegistry::refused() const {
 
 void NameRegistry::name_category(uint32_t domain_id, uint32_t category, std::string_view name) {
   name = bounded_name(name);
+  if (common::inside_our_lock()) return;  // as in create_domain
   const common::HeldHere lock(mu_);
   const uint64_t key = uint64_t{domain_id} << 32 | category;
-  auto [it, added] = category_names_.try_emplace(key, name);
-  if (!added) {
+  auto it = category_names_.find(key);
+  if (it != category_names_.end()) {  // renamed: the budget counts the difference
+    if (name.size() > it->second.size()) {
+      if (!take_budget_locked(name.size() - it->second.size())) return;
+    } else {
+      names_bytes_ -= std::min(names_bytes_, it->second.size() - name.size());
+    }
     it->second.assign(name);
     return;
   }
-  category_order_.push_back(key);
-  if (category_order_.size() > kMaxCategoryNames) {
-    category_names_.erase(category_order_.front());
+  // The latest kMaxCategoryNames are kept; the oldest is forgotten first, and its bytes go
+  // back to the budget.
+  if (category_order_.size() >= kMaxCategoryNames) {
+    auto oldest = category_names_.find(category_order_.front());
+    names_bytes_ -= std::min(names_bytes_, oldest->second.size() + kEntryOverhead);
+    category_names_.erase(oldest);
     category_order_.pop_front();
   }
+  if (!take_budget_locked(name.size() + kEntryOverhead)) return;
+  category_names_.emplace(key, name);
+  category_order_.push_back(key);
 }
 
 std::map<std::pair<uint32_t, uint32_t>, std::string> NameRegistry::category_names() const {

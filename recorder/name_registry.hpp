@@ -41,34 +41,35 @@ class NameRegistry {
 
   const nvtxDomainRegistration_st &global_domain() const { return global_; }
 
-  // Every name is cut to kMaxNameBytes (utf8.hpp). Domains, registered strings and thread names
-  // are kept until exit (ranges refer to them, the trace lists them), so together they are
-  // bounded: kNamesBudget bytes, each name counted with kEntryOverhead for its table entry. A
-  // program that creates a new domain, string or thread name without end (a sequence number in
-  // each) grew the recorder by 180 bytes per domain, without bound. Beyond the budget a new
-  // domain is the shared domain kDomainsBeyondBudget and a new thread's name is not kept (its
-  // track keeps the thread's own name), each counted (refused()); a new string is not found
-  // here: register_string returns nullptr and the caller keeps it with the calling thread's
-  // names (Recorder::register_string: FERRUM_RECORD_MEMORY, then spill blocks), since a
-  // handle may be used at any time and a renamed graph must keep its last name. Names already
-  // kept are still found.
+  // Every name is cut to kMaxNameBytes (utf8.hpp). Names are kept until exit (ranges refer to
+  // them, the trace lists them), so together they are bounded: kNamesBudget bytes, each name
+  // counted with kEntryOverhead for its table entry (a program that made a new string, thread
+  // or category name without end grew the recorder without bound). Beyond the budget a new
+  // thread or category name is not kept (a thread's track keeps its own name), counted in
+  // refused(); a new string is not found here: register_string returns nullptr and the caller
+  // keeps it with the calling thread's names (Recorder::register_string: FERRUM_RECORD_MEMORY,
+  // then spill blocks), since a handle may be used at any time and a renamed graph must keep
+  // its last name. Domains count against the budget but are never refused: each handle must
+  // stay itself (its own stacks and depths). Names already kept are still found.
+  // A call from a signal handler that interrupted this thread inside a lock of ours
+  // (held_here.hpp) takes no lock: a null domain or string (what NVTX gives without a tool),
+  // a name not kept.
   static constexpr size_t kNamesBudget = 16u << 20;
   static constexpr size_t kEntryOverhead = 192;
-  static constexpr std::string_view kDomainsBeyondBudget = "(domains beyond the names budget)";
   // The same name always yields the same handle, as several modules (each with its own NVTX
   // state) may create "the same" domain and their ranges must land in one place.
   nvtxDomainRegistration_st *create_domain(std::string_view name);
   // nullptr beyond the budget (above).
   nvtxStringRegistration_st *register_string(std::string_view text);
   void name_thread(uint32_t tid, std::string_view name);
-  // Domains, strings and thread names not kept for the budget (refuse(): one more).
+  // Strings, thread and category names not kept for the budget (refuse(): one more).
   uint64_t refused() const;
   void refuse();
   // nvtxNameCategory (domain 0) and nvtxDomainNameCategory; a later name replaces an earlier one.
   // The shim names a category per graph, so a process that keeps re-instantiating graphs names
   // categories without end: the latest kMaxCategoryNames are kept (the oldest named is
-  // forgotten first), so memory stays bounded.
-  static constexpr size_t kMaxCategoryNames = 8192;  // about 1 MiB; a range keeps its own name
+  // forgotten first), and their names count against kNamesBudget.
+  static constexpr size_t kMaxCategoryNames = 8192;
   void name_category(uint32_t domain_id, uint32_t category, std::string_view name);
 
   // Display names indexed by domain id; [0] is "global".
@@ -105,7 +106,6 @@ class NameRegistry {
   std::deque<uint64_t> category_order_;
   size_t names_bytes_ = 0;  // what the budget counts so far
   uint64_t refused_ = 0;
-  nvtxDomainRegistration_st *beyond_budget_ = nullptr;  // kDomainsBeyondBudget, once needed
 };
 
 }  // namespace ferrum_replay::recorder

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <new>
 
 #include "clock.hpp"
@@ -509,6 +510,11 @@ void Recorder::after_fork_in_child() {
 nvtxStringRegistration_st *Recorder::register_string(std::string_view text) {
   text = bounded_name(text);
   if (nvtxStringRegistration_st *kept = names_.register_string(text)) return kept;
+  std::atomic<nvtxStringRegistration_st *> &cached =
+      kept_strings_[std::hash<std::string_view>()(text) % kKeptStringsCache];
+  if (nvtxStringRegistration_st *seen = cached.load(std::memory_order_acquire);
+      seen && std::string_view(seen->text, seen->size) == text)
+    return seen;
   ThreadBuffer *thread = current_thread();
   char *storage =
       thread ? thread->keep(sizeof(nvtxStringRegistration_st) + text.size() + 1) : nullptr;
@@ -519,7 +525,9 @@ nvtxStringRegistration_st *Recorder::register_string(std::string_view text) {
   char *copy = storage + sizeof(nvtxStringRegistration_st);
   std::memcpy(copy, text.data(), text.size());
   copy[text.size()] = '\0';
-  return new (storage) nvtxStringRegistration_st{copy, text.size()};
+  nvtxStringRegistration_st *handle = new (storage) nvtxStringRegistration_st{copy, text.size()};
+  cached.store(handle, std::memory_order_release);
+  return handle;
 }
 
 }  // namespace ferrum_replay::recorder

@@ -82,6 +82,10 @@ class Recorder {
   // many a program registers (the shim registers one per graph name, and a graph renamed
   // 300,000 times must end with its last name); nullptr, counted as refused, without room.
   nvtxStringRegistration_st *register_string(std::string_view text);
+  // Strings kept that way, found again by text (a program that registers the same string on
+  // every call must not copy it every time): a direct-mapped cache, lock-free; a collision
+  // only costs another copy.
+  static constexpr size_t kKeptStringsCache = 4096;
   uint64_t origin_ns() const { return origin_ns_; }
   uint64_t origin_realtime_ns() const { return origin_realtime_ns_; }
 
@@ -201,6 +205,7 @@ class Recorder {
   // Distinguishes this instance in the thread-local cache, so that a test creating a second
   // recorder at the address of a destroyed one never reuses a stale buffer.
   const uint64_t generation_;
+  std::atomic<nvtxStringRegistration_st *> kept_strings_[kKeptStringsCache] = {};
   NameRegistry names_;
   // Before threads_: buffers may spill until the very end, so it outlives them (it is declared
   // first, destroyed last). Null in ThreadBuffers when spilling is switched off.

@@ -82,12 +82,16 @@ class Prepared {
     for (const auto &[key, name] : snap.category_names) {
       std::string piece(",\"categoryName\":");
       append_json_string(piece, name);
+      piece.shrink_to_fit();  // see cat()
       category_names_.emplace(key, std::move(piece));
     }
   }
   static std::string cat(std::string_view domain) {
     std::string piece(",\"cat\":");
     append_json_string(piece, domain);
+    // Escaping reserves room for the worst case (6 bytes a byte): kept for every domain and
+    // category name, that was 24 KB for each 4 KB name (+269 MB at exit for 8,192 of them).
+    piece.shrink_to_fit();
     return piece;
   }
   // ,"cat":"<domain>"

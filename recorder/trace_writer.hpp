@@ -17,7 +17,7 @@
 //                     "clock":{"originMonotonicNs":N,"originRealtimeNs":N},
 //                     "gpu":{"timed":N,"inFlightAtExit":N,"notTimed":N,"alignErrorNs":N},
 //                     "rank":{"variable":"RANK","value":"3"},       (rank only in a job rank)
-//                     "complete":true}}
+//                     "writer":"ferrum-replay recorder"}}
 // The file ends with kTraceTrailer, whatever the block holds before it (is_ferrum_trace_file).
 //
 // GPU time per replay (only when the shim took the recorder's GPU sink; "gpu" then appears in
@@ -113,7 +113,7 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
 // temporary file is left behind either way.
 bool write_trace_file(const std::string &path, const Snapshot &snap, std::string *error);
 
-inline constexpr char kTraceTrailer[] = ",\"complete\":true}}\n";
+inline constexpr char kTraceTrailer[] = ",\"writer\":\"ferrum-replay recorder\"}}\n";
 
 // Whether `path` is a regular file (not a symbolic link) that holds a ferrum-replay trace.
 bool is_ferrum_trace_file(const std::string &path);

@@ -37,10 +37,13 @@
 //   hostile-names N PEAKFILE
 //                  Every kind of name NVTX takes, new each time: N ranges with 200-byte messages
 //                  of their own ("range <i> xxx..."), a range and a mark whose message is 10 MB
-//                  ("huge hhh..."), N domains "domain <i>" (created, a range "in a domain" in
-//                  every thousandth, destroyed), N registered strings, N thread names. Keeps in
+//                  ("huge hhh..."), N/10 domains "domain <i>" (created, a range "in a domain"
+//                  in every hundredth, destroyed), N registered strings, N thread names. Keeps in
 //                  PEAKFILE the highest growth of RssAnon (KiB) seen until the process is gone,
 //                  its exit included (a thread samples it every millisecond). Prints `done`.
+//   signal-names N A 50 us profiling timer's handler registers a string, creates a domain and
+//                  names the thread while the main thread registers N strings of its own; prints
+//                  `handled=<H> null_handles=<K>`.
 //   unbalanced-pushes N
 //                  Pushes N NVTX ranges "leaked" and never pops them (a loop whose error path
 //                  skips its pop), with a balanced range "inner" inside each; then one balanced
@@ -71,6 +74,8 @@
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -368,8 +373,8 @@ nvtxEventAttributes_t ascii_attributes(const char *message) {
 }
 
 // Every kind of name NVTX takes from a program, new each time: N ranges with a 200-byte message
-// of their own, one range and one mark with a 10 MB message, N domains (a range in every
-// thousandth), N registered strings, N thread names.
+// of their own, one range and one mark with a 10 MB message, N/10 domains (a range in every
+// hundredth), N registered strings, N thread names.
 int hostile_names(long n, const char *peak_path) {
   nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
   nvtxRangePop();
@@ -382,20 +387,60 @@ int hostile_names(long n, const char *peak_path) {
   nvtxMarkA(huge.c_str());
   char name[64];
   for (long i = 0; i < n; ++i) {
-    std::snprintf(name, sizeof name, "domain %ld", i);
-    nvtxDomainHandle_t domain = nvtxDomainCreateA(name);
+    // Domains stay exact (each its own handle and stacks): a tenth as many, a range in each
+    // hundredth.
+    nvtxDomainHandle_t domain = nullptr;
+    if (i % 10 == 0) {
+      std::snprintf(name, sizeof name, "domain %ld", i / 10);
+      domain = nvtxDomainCreateA(name);
+    }
     if (i % 1000 == 0) {
       const nvtxEventAttributes_t in_domain = ascii_attributes("in a domain");
       nvtxDomainRangePushEx(domain, &in_domain);
       nvtxDomainRangePop(domain);
     }
-    nvtxDomainDestroy(domain);
+    if (domain) nvtxDomainDestroy(domain);
     std::snprintf(name, sizeof name, "string %ld", i);
     nvtxDomainRegisterStringA(nullptr, name);
     std::snprintf(name, sizeof name, "thread %ld", i);
     nvtxNameOsThreadA(static_cast<uint32_t>(1000000 + i), name);
   }
   std::printf("done\n");
+  return 0;
+}
+
+// signal-names N: the handler of a 50 us profiling timer registers a string, creates a domain
+// and names the thread while the main thread registers N strings of its own (each registration
+// holds the recorder's registry lock for a moment), then prints `handled=<times the handler
+// ran> null_handles=<strings it got no handle for>`.
+volatile sig_atomic_t g_handled = 0, g_null_handles = 0;
+
+void name_in_handler(int) {
+  const int saved_errno = errno;
+  g_handled = g_handled + 1;
+  if (!nvtxDomainRegisterStringA(nullptr, "from the handler")) g_null_handles = g_null_handles + 1;
+  nvtxDomainCreateA("handler's domain");
+  nvtxNameOsThreadA(static_cast<uint32_t>(gettid()), "named in a handler");
+  errno = saved_errno;
+}
+
+int signal_names(long n) {
+  nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
+  nvtxRangePop();
+  struct sigaction action {};
+  action.sa_handler = name_in_handler;
+  sigaction(SIGPROF, &action, nullptr);
+  itimerval every{{0, 50}, {0, 50}};
+  setitimer(ITIMER_PROF, &every, nullptr);
+  char name[64];
+  for (long i = 0; i < n; ++i) {
+    std::snprintf(name, sizeof name, "string %ld", i);
+    nvtxDomainRegisterStringA(nullptr, name);
+  }
+  itimerval off{};
+  setitimer(ITIMER_PROF, &off, nullptr);
+  std::printf("handled=%d null_handles=%d\n", static_cast<int>(g_handled),
+              static_cast<int>(g_null_handles));
   return 0;
 }
 
@@ -536,13 +581,15 @@ int main(int argc, char **argv) {
   if (mode == "locale" && argc >= 3) return host_locale(std::atol(argv[2]));
   if (mode == "cancel-pending" && argc >= 4)
     return cancel_pending(std::atol(argv[2]), std::atol(argv[3]));
+  if (mode == "signal-names" && argc >= 3) return signal_names(std::atol(argv[2]));
   if (mode == "hostile-names" && argc >= 4) return hostile_names(std::atol(argv[2]), argv[3]);
   if (mode == "distinct-names" && argc >= 3)
     return distinct_names(std::atol(argv[2]), argc > 3 && std::strcmp(argv[3], "fork") == 0);
-  std::fprintf(stderr,
-               "usage: host_resources descriptors DIR N [close|dup2] | "
-               "standard-streams DIR N before|after | unload | thread-churn N | "
-               "distinct-names N [fork] | hostile-names N PEAKFILE | unbalanced-pushes N | "
-               "cancel-pending THREADS N | locale N\n");
+  std::fprintf(
+      stderr,
+      "usage: host_resources descriptors DIR N [close|dup2] | "
+      "standard-streams DIR N before|after | unload | thread-churn N | "
+      "distinct-names N [fork] | hostile-names N PEAKFILE | signal-names N | unbalanced-pushes N | "
+      "cancel-pending THREADS N | locale N\n");
   return 1;
 }

@@ -381,6 +381,13 @@ TEST_CASE("a file that is not a ferrum-replay trace is kept unless forced") {
   write_file(dir / "cut.json", whole.substr(0, whole.size() / 2));
   CHECK(is_ferrum_trace_file(dir / "out.2.json"));
   CHECK_FALSE(is_ferrum_trace_file(dir / "cut.json"));
+  // Another tool's trace that ends like a completed object is not ours either;
+  // ours is known by its trailer even when its footer is longer than the 64 KiB read.
+  write_file(dir / "other.json", "{\"traceEvents\":[],\"otherData\":{\"complete\":true}}\n");
+  CHECK_FALSE(is_ferrum_trace_file(dir / "other.json"));
+  write_file(dir / "long.json", "{\"traceEvents\":[\n],\"ferrumReplay\":{\"version\":1," +
+                                    std::string(100000, ' ') + kTraceTrailer);
+  CHECK(is_ferrum_trace_file(dir / "long.json"));
 
   TraceFileOptions force;
   force.force = true;

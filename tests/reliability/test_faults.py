@@ -94,6 +94,15 @@ def fault(mode, *args, **kwargs):
     return harness.run([PROGRAM, mode, *args], **kwargs)
 
 
+def without_leak_check(env):
+    """`env` for a program that takes every descriptor or gives up its user ID on purpose: under
+    ASan, LeakSanitizer's check at exit reads /proc/PID/task (a descriptor; a process that is
+    no longer dumpable after setuid cannot) and fails the run with a fatal error of its own."""
+    if "ASAN_OPTIONS" in os.environ:
+        env = dict(env, ASAN_OPTIONS=os.environ["ASAN_OPTIONS"] + ":detect_leaks=0")
+    return env
+
+
 def footer(trace):
     return trace.get("ferrumReplay", {})
 
@@ -560,7 +569,8 @@ def marker_after_setuid():
             os.chmod(cwd, 0o777)
             run_ = fault("stderr-unreopenable", "--how", "setuid", "--launch-first", "1",
                          "--launches", "3",
-                         env={"FERRUM_REPLAY_RUNNING_DIR": run_dir, "FERRUM_REPLAY_LOG": "error"},
+                         env=without_leak_check({"FERRUM_REPLAY_RUNNING_DIR": run_dir,
+                                                 "FERRUM_REPLAY_LOG": "error"}),
                          cwd=cwd)
         if "unreopenable=skip" in run_.stdout:
             return "skip: giving up a user ID needs root"
@@ -590,8 +600,8 @@ def stderr_not_reopenable():
     skipped = []
     for how in ("descriptors", "setuid", "chroot"):
         with tempfile.TemporaryDirectory() as tmp:  # chroot: an empty directory, no /proc
-            run_ = fault("stderr-unreopenable", "--how", how, "--launches", "20", env=env,
-                         cwd=tmp)
+            run_ = fault("stderr-unreopenable", "--how", how, "--launches", "20",
+                         env=without_leak_check(env), cwd=tmp)
         expect(run_.returncode == 0, f"{how}: exit {run_.returncode}", run_)
         if "unreopenable=skip" in run_.stdout:
             skipped.append(how)  # setuid and chroot need root
@@ -632,7 +642,8 @@ def stderr_not_reopenable():
                 reader.start()
             started = time.monotonic()
             run_ = fault("stderr-unreopenable", "--how", "descriptors", "--launches", "20",
-                         env={"FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_RECORD_TABLE": "1"},
+                         env=without_leak_check({"FERRUM_REPLAY_SUMMARY": "stderr",
+                                                 "FERRUM_RECORD_TABLE": "1"}),
                          stderr=write_end, timeout=60)
             took = time.monotonic() - started
             blocking = os.get_blocking(write_end)

@@ -216,35 +216,44 @@ TEST_CASE("the process's name comes from its command line") {
   CHECK(r.snapshot().process_name == "recorder-unit-tests");
 }
 
-TEST_CASE("domains, registered strings and thread names stay within the names budget") {
+TEST_CASE("names stay within the names budget; domains stay themselves beyond it") {
   // A program that creates a new domain, string or thread name without end: each kept until
-  // exit, so together bounded; beyond, shared stand-ins, and what was kept is still found.
+  // exit, so together bounded. Beyond: a thread or category name is not kept, a string is the
+  // caller's to keep (nullptr), a domain is still a domain of its own (its own stacks).
   NameRegistry names(false, "");
   nvtxDomainRegistration_st *first = names.create_domain("domain 0");
   const nvtxStringRegistration_st *first_string = names.register_string("string 0");
   names.name_thread(1, "thread 0");
+  names.name_category(0, 1, "category 1");
   const std::string long_name(kMaxNameBytes * 2, 'n');  // cut to kMaxNameBytes, and counted so
-  nvtxDomainRegistration_st *beyond = nullptr;
-  uint64_t made = 0;
-  for (; made < 100000 && names.refused() == 0; ++made)
-    beyond = names.create_domain(std::to_string(made) + long_name);
+  size_t made = 0;
+  for (; made < 100000; ++made) {
+    names.name_thread(static_cast<uint32_t>(100 + made), std::to_string(made) + long_name);
+    if (names.refused() != 0) break;
+  }
   CHECK(names.refused() == 1);
   // At most the budget's worth of names, each counted with its entry.
   CHECK(made <= NameRegistry::kNamesBudget / (kMaxNameBytes + NameRegistry::kEntryOverhead));
-  CHECK(names.domain_names().back() == NameRegistry::kDomainsBeyondBudget);
-  CHECK(names.create_domain("another" + long_name) == beyond);  // every later one shares it
-  CHECK(names.create_domain("domain 0") == first);              // kept ones are found
-  CHECK(names.domain_names()[first->id] == "domain 0");
-  CHECK(names.domain_names()[1 + 1].size() == kMaxNameBytes);
+  std::string thread_name;
+  CHECK_FALSE(names.thread_name(static_cast<uint32_t>(100 + made), &thread_name));
+  CHECK(names.thread_name(1, &thread_name));
+  CHECK(thread_name == "thread 0");
+  CHECK(names.thread_name(100, &thread_name));
+  CHECK(thread_name.size() == kMaxNameBytes);
+  // Domains beyond the budget: each its own handle and id, found again by name.
+  nvtxDomainRegistration_st *a = names.create_domain("A" + long_name);
+  nvtxDomainRegistration_st *b = names.create_domain("B" + long_name);
+  CHECK((a != nullptr && b != nullptr && a != b && a->id != b->id));
+  CHECK(names.create_domain("A" + long_name) == a);
+  CHECK(names.create_domain("domain 0") == first);
+  CHECK(names.domain_names()[b->id] == ("B" + long_name).substr(0, kMaxNameBytes));
   // A string beyond the budget is not the registry's: Recorder::register_string keeps it.
   CHECK(names.register_string("string 1" + long_name) == nullptr);
   CHECK(names.register_string("string 0") == first_string);
-  names.name_thread(2, "thread 1" + long_name);
-  std::string thread_name;
-  CHECK_FALSE(names.thread_name(2, &thread_name));
-  CHECK(names.thread_name(1, &thread_name));
-  CHECK(thread_name == "thread 0");
-  CHECK(names.refused() == 3);
+  names.name_category(0, 2, "category 2");
+  CHECK(names.category_names().count({0, 2}) == 0);
+  CHECK(names.category_names().at({0, 1}) == "category 1");
+  CHECK(names.refused() == 2);
 }
 
 TEST_CASE("registered strings beyond the names budget keep their text") {
@@ -266,6 +275,9 @@ TEST_CASE("registered strings beyond the names budget keep their text") {
     CHECK(handle->text[handle->size] == '\0');
   }
   CHECK(r.names().refused() == 0);
+  // The same string registered again beyond the budget is the same handle, not another copy.
+  std::string again = handles.back().second;
+  CHECK(r.register_string(again) == handles.back().first);
 }
 
 TEST_CASE("category names stay bounded when a process names categories without end") {
