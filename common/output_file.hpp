@@ -49,9 +49,9 @@ struct Stream {
 //      another file), the host's descriptor itself, every write a pwritev2(RWF_NOWAIT): a
 //      per-call non-blocking write that changes no flag of the host's description (EAGAIN:
 //      full, the same bounded wait). The kernel tells at the first write whether it can do
-//      that for this file (pipes on Linux 5.x and later; not terminals): where it cannot
-//      (EOPNOTSUPP, EINVAL, ENOSYS), stream_write returns kStreamNotReopenable and nothing
-//      is written, as before.
+//      that for this file (anonymous pipes on Linux 5.x and later; not terminals, not named
+//      FIFOs on 6.18): where it cannot (EOPNOTSUPP, EINVAL, ENOSYS), stream_write returns
+//      kStreamNotReopenable and nothing is written, as before.
 // A pipe whose reader is gone: ENXIO. Any other path is opened O_NONBLOCK|O_NOFOLLOW without
 // O_CREAT (a FIFO without a reader: ENXIO) and must still be a stream once open. 0 or errno.
 int open_stream(const char *path, Stream *stream);

@@ -124,6 +124,10 @@ Recorder::~Recorder() {
 __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 
 ThreadBuffer *Recorder::register_thread() noexcept {
+  // A signal handler's NVTX call that interrupted this thread holding a lock of ours (this very
+  // registration, say): taking threads_mu_ would wait for ever (held_here.hpp). No buffer for
+  // the handler's call, and the slot stays unset for the thread's next call.
+  if (common::inside_our_lock()) return nullptr;
   ThreadSlot &slot = t_slot;
   ThreadBuffer *buffer = nullptr;
   const common::ErrnoKept errno_kept;  // allocations (ENOMEM) and reading the thread name
@@ -509,6 +513,7 @@ void Recorder::after_fork_in_child() {
 
 nvtxStringRegistration_st *Recorder::register_string(std::string_view text) {
   text = bounded_name(text);
+  if (common::inside_our_lock()) return nullptr;  // from a signal handler: as in register_thread
   if (nvtxStringRegistration_st *kept = names_.register_string(text)) return kept;
   std::atomic<nvtxStringRegistration_st *> &cached =
       kept_strings_[std::hash<std::string_view>()(text) % kKeptStringsCache];
