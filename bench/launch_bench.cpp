@@ -53,8 +53,9 @@
 //   floor:timestamps   two reads of the clock the recorder reads (recorder/clock.hpp: the CPU's
 //                      counter where the kernel keeps CLOCK_MONOTONIC on it)
 //   floor:event        one completed range appended to the recorder's own per-thread buffer
-//                      (recorder/thread_buffer.hpp, no spill file): 64 bytes of memory the
-//                      process has not touched before, as every range of a run is
+//                      (recorder/thread_buffer.hpp, no spill file): a 16-byte packed record
+//                      (recorder/event_chunk.hpp) in memory the process has not touched
+//                      before, as every range of a run is
 //
 // Each graph is one empty node, instantiated through the driver; the runtime launches the same
 // executable graphs (both stand-ins share the driver's handles, as NVIDIA's do).

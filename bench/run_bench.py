@@ -440,7 +440,7 @@ def build_table(launch, startup, effects, memory, opts):
     stamps, event = med("baseline", "floor:timestamps"), med("baseline", "floor:event")
     t.row("recorder's floor: two timestamp reads (recorder/clock.hpp), no preload", ns(stamps),
           "", "", "", None)
-    t.row("recorder's floor: one range appended to fresh memory (ThreadBuffer, 64 B), no preload",
+    t.row("recorder's floor: one range appended to fresh memory (ThreadBuffer, 16 B packed), no preload",
           ns(event), "", "", "", None)
     t.row("  together: the least a recorded range costs here", ns(stamps + event), "",
           "", "", None)

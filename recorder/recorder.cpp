@@ -286,17 +286,9 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   const uint32_t depth = frame.depth;
   // The pop of a rejected push is swallowed: the caller did the right thing.
   if (!frame.rejected) [[likely]] {
-    // Written in place: the frame's fields were stored at the push, long retired. (A signal
-    // handler's push cannot move the frame meanwhile: push_in_place keeps spare capacity.)
-    const ThreadBuffer::Slot slot = thread.slot();
-    if (Event *event = slot.event) [[likely]] {
-      event->start = frame.start;
-      event->end = end;
-      event->attrs = frame.attrs;
-      event->domain_id = domain.id;
-      event->depth = depth;
-      thread.publish(slot);
-    }
+    // Packed straight from the frame, whose fields were stored at the push, long retired. (A
+    // signal handler's push cannot move the frame meanwhile: push_in_place keeps spare capacity.)
+    thread.record(frame.start, end, frame.attrs, domain.id, depth);
   }
   stack->pop_back();
   thread.closed();

@@ -29,6 +29,32 @@ constexpr uint64_t kDoublingBytes = (kFirstSegment << kDoublings) - kFirstSegmen
 // resident). Windows are aligned to the logical address space, and every segment starts and ends
 // on a multiple of 1 MiB, so a window never straddles two segments.
 constexpr uint64_t kReleaseWindow = kFirstSegment;
+// Where runs start (reserve): the kernel's fault-around block (fault_around_bytes, 64 KiB). The
+// block is aligned in the process's address space, so segments are mapped at such an address too.
+constexpr uint64_t kRunAlignment = 64 * 1024;
+
+// `fd` mapped shared at an address aligned to kRunAlignment: room for it reserved first (one
+// alignment more, no access), the file mapped over the aligned part, the rest given back. Only
+// our own reservation is ever mapped over. Where the reservation fails, wherever mmap puts it.
+void *map_aligned(int fd, uint64_t size) {
+  void *area = ::mmap(nullptr, size + kRunAlignment, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (area == MAP_FAILED) return ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(area);
+  const uintptr_t aligned = (start + kRunAlignment - 1) & ~(kRunAlignment - 1);
+  void *mapping = ::mmap(reinterpret_cast<void *>(aligned), size, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_FIXED, fd, 0);
+  if (mapping == MAP_FAILED) {
+    const int error = errno;
+    ::munmap(area, size + kRunAlignment);
+    errno = error;
+    return MAP_FAILED;
+  }
+  if (aligned > start) ::munmap(area, aligned - start);
+  const uintptr_t tail = aligned + size, end = start + size + kRunAlignment;
+  if (end > tail) ::munmap(reinterpret_cast<void *>(tail), end - tail);
+  return mapping;
+}
 
 uint64_t segment_size(unsigned index) {
   return index < kDoublings ? kFirstSegment << index : kLargeSegment;
@@ -84,7 +110,7 @@ char *map_unnamed_file(const std::string &dir, uint64_t size, int *error) {
       if (!allocated) *error = failed;
     }
     if (allocated && still_ours()) {
-      mapping = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      mapping = map_aligned(fd, size);
       if (mapping == MAP_FAILED) *error = errno;
     }
     if (mapping != MAP_FAILED && !still_ours()) {
@@ -193,8 +219,17 @@ bool SpillFile::for_each_piece(uint64_t offset, uint64_t bytes, bool create, F &
 
 bool SpillFile::reserve(uint64_t count, SpillRun *run) {
   if (count > UINT32_MAX || failed_.load(std::memory_order_relaxed)) return false;
-  run->offset = end_.fetch_add(count * sizeof(Event), std::memory_order_relaxed);
+  // Every run starts on a kRunAlignment boundary: its reader then never faults in another run's
+  // pages (the kernel's fault-around maps the whole aligned 64 KiB block around a faulting page),
+  // nor another run's reader its pages, and each release of RunReader's covers whole pages. A
+  // run's size is what its chunk held (event_chunk.hpp: seldom a multiple of anything), and with
+  // runs packed back to back the exit report's reading left a quarter of what it read resident.
+  // The padding is never written: a hole in the file, address space only.
+  const uint64_t bytes = count * sizeof(Event);
+  const uint64_t padded = (bytes + kRunAlignment - 1) / kRunAlignment * kRunAlignment;
+  run->offset = end_.fetch_add(padded, std::memory_order_relaxed);
   run->count = static_cast<uint32_t>(count);
+  if (padded > bytes) count_filled(run->offset + bytes, padded - bytes);  // the hole is done
   return true;
 }
 
@@ -213,9 +248,14 @@ bool SpillFile::write(const SpillRun &run, uint32_t first, const Event *events, 
     return false;
   }
   written_.fetch_add(bytes, std::memory_order_relaxed);
-  // The write that completes a window (its bytes counted in, by whichever thread wrote them)
-  // hands the whole window back: released earlier, pages another thread was still copying into
-  // would be faulted in again and stay resident.
+  count_filled(offset, bytes);
+  return true;
+}
+
+void SpillFile::count_filled(uint64_t offset, uint64_t bytes) {
+  // The write that completes a window (its bytes counted in, by whichever thread wrote them, and
+  // the runs' padding, counted when reserved) hands the whole window back: released earlier,
+  // pages another thread was still copying into would be faulted in again and stay resident.
   const uint64_t end = offset + bytes;
   for (uint64_t at = offset; at < end;) {
     const uint64_t window = at / kReleaseWindow;
@@ -228,7 +268,6 @@ bool SpillFile::write(const SpillRun &run, uint32_t first, const Event *events, 
     }
     at += piece;
   }
-  return true;
 }
 
 bool SpillFile::append(const Event *events, uint32_t count, SpillRun *run) {
@@ -259,14 +298,27 @@ bool SpillFile::read(const SpillRun &run, uint32_t first, uint32_t count, Event 
 
 void SpillFile::release(const SpillRun &run, uint32_t first, uint32_t count) const {
   if (first > run.count || count > run.count - first) return;
-  release_range(run.offset + uint64_t{first} * sizeof(Event), uint64_t{count} * sizeof(Event));
+  uint64_t bytes = uint64_t{count} * sizeof(Event);
+  // The run's last release takes its padding too (reserve): the page cache may hold it in the
+  // same large folio as the run's last page, and a fault there maps the whole folio.
+  if (first + count == run.count) {
+    const uint64_t end = run.offset + uint64_t{run.count} * sizeof(Event);
+    bytes += (end + kRunAlignment - 1) / kRunAlignment * kRunAlignment - end;
+  }
+  release_range(run.offset + uint64_t{first} * sizeof(Event), bytes);
 }
 
 void SpillFile::release_range(uint64_t offset, uint64_t bytes) const {
+  // Whole pages, rounded outwards: a run need not start or end on a page (its events are 64 bytes
+  // each, its count what a chunk held), and rounding inwards kept the pages two runs share — and,
+  // as RunReader releases 16 KiB at a time from the run's start, one page in four of a whole exit
+  // report's reading — resident until the process ended. A neighbour's bytes on the same page are
+  // safe: the mapping is shared, so the page goes back to the file, not away, and faults in again
+  // with its contents if anyone reads or writes it.
   const uintptr_t page = page_size();
   for_each_piece(offset, bytes, false, [&](char *from, uint64_t piece) {
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(from) + page - 1) & ~(page - 1);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(from) + piece) & ~(page - 1);
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(from) & ~(page - 1);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(from) + piece + page - 1) & ~(page - 1);
     if (end > begin) ::madvise(reinterpret_cast<void *>(begin), end - begin, MADV_DONTNEED);
   });
 }

@@ -119,6 +119,8 @@ class SpillFile {
   // segment is missing (and `create` is false, or it cannot be created).
   template <class F>
   bool for_each_piece(uint64_t offset, uint64_t bytes, bool create, F &&f) const;
+  // Counts `bytes` at `offset` as done in their 1 MiB windows; a window done is released.
+  void count_filled(uint64_t offset, uint64_t bytes);
 
   std::atomic<char *> segments_[kMaxSegments] = {};
   std::atomic<bool> failed_{false};

@@ -196,7 +196,7 @@ NameBlock &ThreadBuffer::name_block(size_t need) {
 }
 
 bool ThreadBuffer::make_room() {
-  if (spill_ && !(budget_ && budget_->take(sizeof(Chunk)))) {
+  if (spill_ && !(budget_ && budget_->take(kChunkBudget))) {
     if (spill_tail()) return true;
     // Beyond FERRUM_RECORD_MEMORY with nowhere to spill (a read-only /tmp, a full disk): the
     // budget is a bound — a long run must not grow without end — so the event is dropped and
@@ -206,6 +206,7 @@ bool ThreadBuffer::make_room() {
   }
   Chunk *fresh = new_chunk(true);
   if (!fresh) return false;
+  writer_.restart();
   tail_->next.store(fresh, std::memory_order_release);
   tail_ = fresh;
   return true;
@@ -216,12 +217,14 @@ bool ThreadBuffer::spill_tail() {
   try {
     // Sort a copy and write it without the lock: readers may go on reading the chunk, which
     // only this thread ever changes. Sorted runs let the exit writer merge, not sort.
-    if (!scratch_) scratch_.reset(new Event[Chunk::kCapacity]);
+    if (!scratch_) scratch_.reset(new Event[Chunk::kSlots]);  // at least one slot per event
     Chunk &chunk = *tail_;
-    std::copy(chunk.events, chunk.events + Chunk::kCapacity, scratch_.get());
-    sort_events(scratch_.get(), scratch_.get() + Chunk::kCapacity);
+    Event *out = scratch_.get();
+    const uint32_t n = unpack(chunk, chunk.count.load(std::memory_order_relaxed),
+                              [&out](const Event &e) { *out++ = e; });
+    sort_events(scratch_.get(), scratch_.get() + n);
     SpillRun run;
-    if (!spill_->append(scratch_.get(), Chunk::kCapacity, &run)) return false;
+    if (!spill_->append(scratch_.get(), n, &run)) return false;
     // The run and the emptied chunk become visible together.
     mu_.lock();
     holder_.store(tid_, std::memory_order_relaxed);
@@ -232,7 +235,10 @@ bool ThreadBuffer::spill_tail() {
     } catch (const std::bad_alloc &) {
       // The run stays in the spill file, unlisted; the chunk is kept as it is.
     }
-    if (listed) chunk.count.store(0, std::memory_order_relaxed);  // readers hold mu_: none looks
+    if (listed) {
+      chunk.count.store(0, std::memory_order_relaxed);  // readers hold mu_: none looks
+      writer_.restart();
+    }
     holder_.store(0, std::memory_order_relaxed);
     mu_.unlock();
     return listed;
@@ -260,11 +266,11 @@ void ThreadBuffer::collect_locked(std::vector<Event> *in_memory, std::vector<Spi
     size_t total = 0;
     for (const Chunk *c = head_; c; c = c->next.load(std::memory_order_acquire))
       total += c->count.load(std::memory_order_acquire);
-    in_memory->reserve(in_memory->size() + total + Chunk::kCapacity);
+    in_memory->reserve(in_memory->size() + total + Chunk::kSlots);  // slots: at least the events
   }
   for (Chunk *c = head_; c;) {
     const uint32_t n = c->count.load(std::memory_order_acquire);
-    in_memory->insert(in_memory->end(), c->events, c->events + n);
+    unpack(*c, n, [in_memory](const Event &e) { in_memory->push_back(e); });
     Chunk *next = c->next.load(std::memory_order_acquire);
     // A chunk with a successor is full and never written again; the last may still be filling.
     if (release_full_chunks && next && c == head_) {
@@ -285,6 +291,7 @@ void ThreadBuffer::keep_first_chunk_only() {
   keep->next.store(nullptr, std::memory_order_relaxed);
   keep->count.store(0, std::memory_order_relaxed);
   head_ = tail_ = keep;
+  writer_.restart();
 }
 
 bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *runs,

@@ -1,8 +1,9 @@
 // Per-thread storage of ranges. The owning thread is the only writer, so recording a range takes
 // no lock; the exit writer (possibly on another thread, possibly while this thread is still
 // pushing) reads concurrently:
-//   - completed events go into a fixed-size chunk; its count is published with a release store
-//     after the event is written, and read with acquire;
+//   - completed events are packed into a fixed-size chunk (event_chunk.hpp: 16 bytes for an
+//     event that repeats an earlier one's attributes); its count is published with a release
+//     store after the event is written, and read with acquire;
 //   - when the chunk is full, a new one is linked while the process's MemoryBudget allows
 //     (FERRUM_RECORD_MEMORY); beyond it, the owner sorts the full chunk into trace order and
 //     spills it to the process's
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "event.hpp"
+#include "event_chunk.hpp"
 #include "spill_file.hpp"
 
 namespace ferrum_replay::recorder {
@@ -101,7 +103,7 @@ struct NameBlock {
 void release_name_block(const NameBlock &block);
 
 class ThreadBuffer {
-  struct Chunk;  // below
+  using Chunk = EventChunk;
 
  public:
   // `spill` may be null: then every event stays in memory. `budget` may be null: then every full
@@ -196,50 +198,42 @@ class ThreadBuffer {
   // not in a thread_local std::string, whose destructor glibc registers on each thread's first
   // use and aborts the process when that finds no memory.
   std::string &scratch() { return scratch_text_; }
-  // Stores a completed event (dropped and counted where slot() gives none).
-  void append(const Event &event) {
-    const Slot s = slot();
-    if (!s.event) return;
-    *s.event = event;
-    publish(s);
-  }
-  // Where the next completed event goes: the caller writes it in place (no temporary Event
-  // copied over: see Recorder::pop), then publish()es it. A signal handler that records on
-  // this thread between the two (the thread is already inside slot()/publish(), or in
-  // make_room) gets no slot — `event` null: its event is dropped and counted
-  // (reentrant_drops) rather than written over the interrupted one or into a recycled chunk.
-  struct Slot {
-    Event *event;
-    Chunk *chunk;
-    uint32_t index;
-  };
-  Slot slot() {
+  // Stores a completed event: packed into the tail chunk (event_chunk.hpp), whose count is then
+  // published. Dropped and counted where there is no room for it (no memory: memory_drops), or
+  // when a signal handler records on this thread while the thread itself is in here
+  // (reentrant_drops) — rather than written over the interrupted one or into a recycled chunk.
+  // The fields come separately so that a pop packs straight from its frame (no temporary Event
+  // copied: see Recorder::pop).
+  void record(uint64_t start, uint64_t end, const RangeAttrs &attrs, uint32_t domain_id,
+              uint32_t depth) {
     if (writing_) [[unlikely]] {
       reentrant_drops_.fetch_add(1, std::memory_order_relaxed);
-      return Slot{nullptr, nullptr, 0};
+      return;
     }
     writing_ = true;
     std::atomic_signal_fence(std::memory_order_seq_cst);  // the flag is set before we go on
-    if (tail_->count.load(std::memory_order_relaxed) == Chunk::kCapacity) [[unlikely]] {
+    if (tail_->full(tail_->count.load(std::memory_order_relaxed))) [[unlikely]] {
       // Without memory, a chunk's worth of events is dropped before the next try: one failing
       // mmap per event would slow every launch down.
       if (drops_before_retry_ != 0 || !make_room()) {
         drops_before_retry_ =
-            drops_before_retry_ != 0 ? drops_before_retry_ - 1 : Chunk::kCapacity - 1;
+            drops_before_retry_ != 0 ? drops_before_retry_ - 1 : kDropsBeforeRetry;
         memory_drops_.fetch_add(1, std::memory_order_relaxed);
         std::atomic_signal_fence(std::memory_order_seq_cst);
         writing_ = false;
-        return Slot{nullptr, nullptr, 0};
+        return;
       }
     }
-    const uint32_t n = tail_->count.load(std::memory_order_relaxed);
-    return Slot{&tail_->events[n], tail_, n};
-  }
-  void publish(const Slot &s) {
-    // A reader that sees the new count also sees the event's contents.
-    s.chunk->count.store(s.index + 1, std::memory_order_release);
+    Chunk &chunk = *tail_;
+    const uint32_t used = chunk.count.load(std::memory_order_relaxed);
+    // A reader that sees the new count also sees the record and its template.
+    chunk.count.store(used + writer_.write(chunk, used, start, end, attrs, domain_id, depth),
+                      std::memory_order_release);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     writing_ = false;
+  }
+  void append(const Event &event) {
+    record(event.start, event.end, event.attrs, event.domain_id, event.depth);
   }
 
   // ---- any thread ----
@@ -277,17 +271,14 @@ class ThreadBuffer {
   void restart_after_fork(uint32_t tid);
 
  private:
-  struct Chunk {
-    static constexpr uint32_t kCapacity = 1024;
-    // Events are not constructed: each is written whole before it is published, and a chunk's
-    // mapped memory is fresh (new_chunk), so nothing reads an unwritten one.
-    Chunk() {}
-    union {
-      Event events[kCapacity];
-    };
-    std::atomic<uint32_t> count{0};
-    std::atomic<Chunk *> next{nullptr};
-  };
+  // What a chunk beyond a thread's first takes from the MemoryBudget: the events it can hold as
+  // the exit report unpacks them (64 bytes each), not its own 64 KiB. The report copies a
+  // thread's events out of memory into Events (collect), so charging the packed size would let
+  // the report's copy grow to four times FERRUM_RECORD_MEMORY; an ended thread's events, kept as
+  // Events, are charged the same way (Recorder::spill_if_over_budget).
+  static constexpr size_t kChunkBudget = size_t{EventChunk::kRepeatedEvents} * sizeof(Event);
+  // Events dropped without memory before make_room is tried again (record()).
+  static constexpr uint32_t kDropsBeforeRetry = 1023;
 
   // Chunks are mapped, not heap-allocated: unmapping one gives its memory back to the system at
   // once (collect's release_full_chunks), which freeing into the heap would not.
@@ -319,14 +310,14 @@ class ThreadBuffer {
   Chunk *tail_;
   std::vector<FrameStack> stacks_;  // by domain id
   uint32_t open_ = 0;
-  bool writing_ = false;    // inside slot()..publish() (owner only; a signal handler may look)
+  bool writing_ = false;    // inside record() (owner only; a signal handler may look)
   uint32_t active_ = 0;     // pushes and pops in progress on this thread (Activity)
   bool interning_ = false;  // inside intern() (a signal handler's range may look)
   bool moving_ = false;     // see moving()
   std::atomic<uint64_t> reentrant_drops_{0};
   std::atomic<uint64_t> memory_drops_{0};
   uint32_t stackless_ = 0;           // owner only: see push_stackless()
-  uint32_t drops_before_retry_ = 0;  // owner only: see slot()
+  uint32_t drops_before_retry_ = 0;  // owner only: see record()
   std::atomic<uint32_t> open_published_{0};
   std::vector<NameBlock> blocks_;
   // Equal names share one copy. Bounded (kMaxInterned, thread_buffer.cpp): past that it starts
@@ -342,6 +333,7 @@ class ThreadBuffer {
   std::atomic<uint32_t> holder_{0};  // the owner's tid while it holds mu_ (see collect)
   std::vector<SpillRun> runs_;
   std::unique_ptr<Event[]> scratch_;  // a chunk's sorted copy, on its way to the spill file
+  ChunkWriter writer_;                // owner only: packs into tail_ (event_chunk.hpp)
 };
 
 }  // namespace ferrum_replay::recorder

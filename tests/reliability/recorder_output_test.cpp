@@ -58,7 +58,8 @@ ferrum_replay::recorder::Settings spilling_at_once() {
 
 namespace {
 
-constexpr uint32_t kChunk = 1024;  // ThreadBuffer's chunk: a run is this many events
+// A chunk of ranges that repeat their attributes (event_chunk.hpp): a run is this many events.
+constexpr uint32_t kChunk = EventChunk::kRepeatedEvents;
 
 std::string read_file(const std::string &path) {
   std::ifstream in(path);
@@ -114,17 +115,18 @@ bool same_event(const Event &a, const Event &b) {
 
 TEST_CASE("events spill as they complete and the trace is identical") {
   Recorder r(spilling_at_once(), 0);
-  constexpr int kThreads = 3, kRounds = 7000;  // 21,000 ranges a thread: 20 full runs each
+  // 3 ranges a round: 6 full runs a thread and a partial chunk.
+  constexpr int kThreads = 3, kRuns = 6, kRounds = kRuns * kChunk / 3 + 180;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) threads.emplace_back([&] { record_nested(r, kRounds); });
   for (auto &t : threads) t.join();
 
-  CHECK(r.spill_file().size() >= uint64_t{kThreads} * 20 * kChunk * sizeof(Event));
+  CHECK(r.spill_file().size() >= uint64_t{kThreads} * kRuns * kChunk * sizeof(Event));
   Snapshot streamed = r.snapshot_for_report();
   REQUIRE(streamed.threads.size() == kThreads);
   for (const ThreadSnapshot &t : streamed.threads) {
-    CHECK(t.runs.size() == 20);
-    CHECK(t.events.size() == 3u * kRounds - 20 * kChunk);  // only the last, partial chunk
+    CHECK(t.runs.size() == kRuns);
+    CHECK(t.events.size() == 3u * kRounds - kRuns * kChunk);  // only the last, partial chunk
     CHECK(t.event_count() == 3u * kRounds);
   }
   Snapshot in_memory = r.snapshot();

@@ -382,13 +382,15 @@ def file_size_limit():
                 "(/tmp/tsan.rodata.PID): the program dies of SIGXFSZ without the shim")
     for limit, own_bytes in ((8192, 0), (0, 0), (8192, 65536)):
         with tempfile.TemporaryDirectory() as tmp:
-            argv = [PROGRAM, "size-limit", "--launches", "2000", "--own-bytes", str(own_bytes)]
+            # More ranges than a thread's first chunk holds (event_chunk.hpp: 3,770 of a
+            # graph's replays), so that FERRUM_RECORD_MEMORY=0 makes the recorder spill.
+            argv = [PROGRAM, "size-limit", "--launches", "8000", "--own-bytes", str(own_bytes)]
             rlimits = {resource.RLIMIT_FSIZE: limit}
             # The stand-in driver's report (a file of the test's) is not written at limit 0.
             quiet = {"FERRUM_STANDIN_REPORT": ""}
             bare = harness.run(argv, preload=False, record=False, cwd=tmp, rlimits=rlimits,
                                env=quiet)
-            expect(bare.returncode == 0 and values(bare.stdout).get("launches") == 2000,
+            expect(bare.returncode == 0 and values(bare.stdout).get("launches") == 8000,
                    "the program failed without the shim", bare)
             left_bare = set(os.listdir(tmp))
             run_ = harness.run(argv, cwd=tmp, rlimits=rlimits,

@@ -4,14 +4,15 @@ to their descriptors and libraries what real programs do, and the recorder's mes
 
 Scenario                 the program                              what must hold
 -----------------------  ---------------------------------------  ---------------------------------
-descriptors_closed       6,000 launches; closes every descriptor  its 4 files byte-identical (during
-                         3..1023 after the first 2,000, launches  the run and after exit); the trace
-                         2,000 with them closed, then opens 4     holds exactly 6,000 ranges, and
-                         files of its own (the lowest numbers)    its footer and the table's first
-                         and launches 2,000 more                  line say 6,000
-descriptors_replaced     the same, 1,500 per phase, and then      the same, 6,000 ranges
+descriptors_closed       24,000 launches; closes every            its 4 files byte-identical (during
+                         descriptor 3..1023 after the first       the run and after exit); the trace
+                         8,000, launches 8,000 with them closed,  holds exactly 24,000 ranges, and
+                         then opens 4 files of its own (the       its footer and the table's first
+                         lowest numbers) and launches 8,000 more  line say 24,000 (each phase
+                                                                  spills: 3,770 a chunk)
+descriptors_replaced     the same, 6,000 per phase, and then      the same, 24,000 ranges
                          dup2s its files over every number 3..63
-                         and launches 1,500 more
+                         and launches 6,000 more
 standard_streams_taken   closes stdout and stderr and opens two   they hold exactly its bytes after
                          files of its own, which take numbers 1   exit (checked by the program and
                          and 2: before its first launch           the test): no table, summary, log
@@ -82,7 +83,7 @@ cancel_requests_pending  4 threads, each with a cancellation     no thread cance
                          the first launch (NVTX and the recorder  NVTX range in the trace, the
                          initialised, names file, log, running    summary written, the marker gone:
                          marker, GPU timing), instantiations,     our code reached open, write,
-                         3,000 launches and 3,000 new names each  nanosleep, libunwind's pipe...
+                         4,000 launches and 4,000 new names each  nanosleep, libunwind's pipe...
                          (spilled: FERRUM_RECORD_MEMORY=0); then  and acted on the request there
                          main exits with a request pending while  (abort through noexcept, the
                          a thread waits in pause(); with and      exit hooks ended mid-way)
@@ -165,11 +166,11 @@ def check_descriptors(mode, per_phase, phases):
 
 
 def descriptors_closed():
-    check_descriptors("close", 2000, 3)
+    check_descriptors("close", 8000, 3)  # more than a chunk (3,770 ranges) a phase: each spills
 
 
 def descriptors_replaced():
-    check_descriptors("dup2", 1500, 4)
+    check_descriptors("dup2", 6000, 4)
 
 
 def standard_streams_taken():
@@ -502,7 +503,7 @@ def cancel_requests_pending():
     noexcept function aborted the process, and in an exit hook it ended the exiting thread
     mid-way (no trace; with another thread alive the process never ended). Every path here runs
     on threads with a request pending; none may act on it."""
-    threads, n = 4, 3000
+    threads, n = 4, 4000  # more ranges a thread than its first chunk holds (3,770): it spills
     for with_shim in (True, False):
         what = "shim and recorder" if with_shim else "recorder alone"
         with tempfile.TemporaryDirectory(prefix="ferrum-cancel-") as work:

@@ -231,10 +231,10 @@ TEST_CASE("a fork child's chunks are mapped like the parent's: released by munma
     ThreadBuffer buffer(1, "t");
     buffer.restart_after_fork(2);
     Event e{};
-    for (int i = 0; i < 3 * 1024; ++i) buffer.append(e);
+    for (uint32_t i = 0; i < 3 * EventChunk::kRepeatedEvents; ++i) buffer.append(e);
     std::vector<Event> events;
     buffer.collect(&events, nullptr, /*release_full_chunks=*/true);
-    CHECK(events.size() == 3u * 1024);
+    CHECK(events.size() == 3u * EventChunk::kRepeatedEvents);
   }
   CHECK(g_munmap_not_mapped.load() == before);
 }
@@ -495,7 +495,7 @@ TEST_CASE(
     // Drops of both kinds: a push in a domain the table of stacks has no room for, and events
     // beyond the first chunk, which no second one can follow.
     if (push(r, late, "x") != kRejected || r.pop(late) != kRejected) return 4;
-    for (int i = 0; i < 2048; ++i) {
+    for (uint32_t i = 0; i < 2 * EventChunk::kRepeatedEvents; ++i) {
       push(r, g, "step");
       r.pop(g);
     }

@@ -190,10 +190,10 @@ TEST_CASE("GPU replays with nowhere to spill: beyond FERRUM_RECORD_MEMORY droppe
   CHECK(r.spill_file().failed());
   const Snapshot snap = r.snapshot_for_report();
   REQUIRE(snap.gpu_tracks.size() == 1);
-  // The track keeps its first chunk (1,024 replays), no more: it used to keep every replay in
-  // memory, without end in a long run.
-  CHECK(snap.gpu_replay_count() == 1024);
-  CHECK(snap.memory_drops == kReplays - 1024);
+  // The track keeps its first chunk, no more: it used to keep every replay in memory, without
+  // end in a long run.
+  CHECK(snap.gpu_replay_count() == EventChunk::kRepeatedEvents);
+  CHECK(snap.memory_drops == kReplays - EventChunk::kRepeatedEvents);
 }
 
 TEST_CASE("streams beyond the track limit are counted as not timed, not stored") {
