@@ -1881,6 +1881,13 @@ def test_python_module_from_checkout(tmp):
     done = run([sys.executable, "-m", "ferrum_replay", "run", "--", "sh", "-c", "exit 5"], tmp,
                env)
     expect(done.returncode == 5, "the program's exit code passes through", done)
+    # Started with stdout (or stderr) closed, as `>&-` does: no traceback, the same exit code
+    # as the sh wrapper's (sys.stdout is None then).
+    for fd in (1, 2):
+        done = run(["sh", "-c", f'exec "$@" {fd}>&-', "sh", sys.executable, "-m",
+                    "ferrum_replay", "run", "--", "sh", "-c", "exit 5"], tmp, env)
+        expect(done.returncode == 5 and "Traceback" not in done.stderr,
+               f"descriptor {fd} closed: the program's exit code", done)
     done = run([sys.executable, "-m", "ferrum_replay", "summary"], tmp, env)
     expect(done.returncode == 2 and "ferrum-replay" in done.stderr, "a usage error is the "
            "wrapper's", done)
