@@ -803,6 +803,60 @@ def test_env_and_run(tmp):
     expect(seen["LD_PRELOAD"] == shim and seen["NVTX_INJECTION64_PATH"] is None, "run", done)
 
 
+ASAN_PROGRAM = r"""
+#include <cuda.h>
+#include <stdio.h>
+int main(void) {
+  CUdevice d; CUcontext c; CUgraph g; CUgraphNode n; CUgraphExec e; CUstream s;
+  int launches = 0, failed = 0;
+  if (cuInit(0) || cuDeviceGet(&d, 0) || cuDevicePrimaryCtxRetain(&c, d) ||
+      cuCtxSetCurrent(c) || cuStreamCreate(&s, 0) || cuGraphCreate(&g, 0) ||
+      cuGraphAddEmptyNode(&n, g, NULL, 0) || cuGraphInstantiate(&e, g, 0))
+    return 2;
+  for (int i = 0; i < 3; i++, launches++) failed += cuGraphLaunch(e, s) != 0;
+  cuStreamSynchronize(s);
+  printf("launches=%d failed=%d\n", launches, failed);
+  return 0;
+}
+"""
+
+
+def test_sanitizer_runtime_stays_first(tmp):
+    """An AddressSanitizer-built program, with the user's libasan first in LD_PRELOAD as ASan
+    asks: record, run and env keep that runtime ahead of the shim (it used to go behind it:
+    "ASan runtime does not come first in initial library list", and the wrapper blamed the
+    program for reaching no range)."""
+    runtime = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
+                             text=True).stdout.strip() if shutil.which("gcc") else ""
+    if not os.path.isabs(runtime) or not os.path.exists(runtime):
+        return "skip: gcc has no libasan.so here"
+    runtime = os.path.realpath(runtime)
+    source = os.path.join(tmp, "asan_graphs.c")
+    write(source, ASAN_PROGRAM)
+    program = os.path.join(tmp, "asan_graphs")
+    done = run(["gcc", "-fsanitize=address", "-g", "-o", program, source,
+                "-I", os.path.join(env_path("FERRUM_CUDA_HOME"), "include"),
+                "-L", env_path("STANDIN_DIR"), "-lcuda"], tmp)
+    expect(done.returncode == 0, "the ASan program does not build", done)
+    shim = env_path("FERRUM_SHIM")
+    other = env_path("FERRUM_RECORDER_LIB")  # any other library of the user's: stays behind
+    env = {"LD_PRELOAD": f"{runtime} {other}"}
+    done = wrapper("record", "-o", "asan.%p.json", "--", program, cwd=tmp, env=env)
+    expect(done.returncode == 0 and "launches=3 failed=0" in done.stdout and
+           "does not come first" not in done.stderr, "record an ASan-built program", done)
+    expect_good_trace(traces_in(tmp, r"asan\.\d+\.json$")[0], done, launches=3)
+    done = wrapper("run", "--", program, cwd=tmp, env=env)
+    expect(done.returncode == 0 and "launches=3 failed=0" in done.stdout, "run", done)
+    done = wrapper("env", "--no-record", cwd=tmp, env=env)
+    expect(done.stdout == f"export LD_PRELOAD='{runtime} {shim} {other}'\n",
+           "env: the sanitizer runtime first, then the shim, then the rest", done)
+    done = wrapper("run", "--", ARGV_ECHO, cwd=tmp,
+                   env={"LD_PRELOAD": f"/x/libubsan.so.1:{other} /y/libclang_rt.tsan-x86_64.so"})
+    expect(echoed(done)["LD_PRELOAD"] ==
+           f"/x/libubsan.so.1 /y/libclang_rt.tsan-x86_64.so {shim} {other}",
+           "every sanitizer runtime, in its order, ahead of the shim", done)
+
+
 def test_demo(tmp):
     done = wrapper("demo", cwd=tmp, env={"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.txt")})
     expect(done.returncode == 0, "demo failed", done)
