@@ -1574,6 +1574,54 @@ def test_wrapper_says_what_happened(tmp):
 
 # ---- gpu-smoke without a GPU ----------------------------------------------------------------
 
+def test_signals_reach_the_program(tmp):
+    """TERM, HUP, and an INT or QUIT sent to the wrapper alone (not from its terminal) are
+    passed on to the program; the wrapper waits for it and exits with its status (128+N when
+    the signal ended it), and leaves no temporary file. It used to die at once (143, 129),
+    leaving the program to run on unwatched and its stamp and running directory in TMPDIR.
+    python -m ferrum_replay execs the same wrapper."""
+    tmpdir = os.path.join(tmp, "tmpdir")
+    os.mkdir(tmpdir)
+    # The program says when its handler is set, and what it got; it ends by itself after
+    # about 20 s (a wrapper that dies leaves it behind).
+    handled = ('trap "echo $1 > got.$1; exit 7" $1; echo > ready.$1; i=0; '
+               'while [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done')
+    plain = 'echo > ready.$1; exec sleep 20'
+    python_module = [sys.executable, "-m", "ferrum_replay"]
+    cases = [([WRAPPER], sig, handled, 7) for sig in ("TERM", "HUP", "INT", "QUIT")]
+    cases += [([WRAPPER], "TERM", plain, 128 + signal.SIGTERM),
+              ([WRAPPER], "HUP", plain, 128 + signal.SIGHUP),
+              (python_module, "TERM", handled, 7)]
+    for command, name, script, status in cases:
+        for leftover in os.listdir(tmp):
+            if leftover.startswith(("got.", "ready.")):
+                os.unlink(os.path.join(tmp, leftover))
+        argv = [*command, "record", "-o", "t.%p.json", "--", "sh", "-c", script, "sh", name]
+        proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=base_env({"TMPDIR": tmpdir,
+                                              "PYTHONPATH": os.path.join(SOURCE, "python")}),
+                                text=True, errors="replace")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(tmp, f"ready.{name}")):
+            expect(time.monotonic() < deadline and proc.poll() is None,
+                   f"{argv}: the program did not start")
+            time.sleep(0.05)
+        proc.send_signal(getattr(signal, "SIG" + name))
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"{argv}: SIG{name}: the wrapper did not end, or the "
+                                 "program it left behind still holds its stderr")
+        done = Done(argv, proc.returncode, "", err)
+        expect(proc.returncode == status, f"SIG{name}: exit {status}", done)
+        if script == handled:
+            expect(os.path.exists(os.path.join(tmp, f"got.{name}")),
+                   f"SIG{name} did not reach the program", done)
+        expect(os.listdir(tmpdir) == [], f"SIG{name}: left in TMPDIR: {os.listdir(tmpdir)}",
+               done)
+
+
 def test_patterns_hold_literal_paths(tmp):
     """docs/text-rules.md section 1: a literal path handed on where a pattern is expected has
     its '%' doubled (a working directory, --out or TMPDIR with '%' in it); `record -o DIR/`
