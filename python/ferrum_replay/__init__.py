@@ -69,14 +69,35 @@ def available():
 
 def _encoded(text):
     if isinstance(text, bytes):
-        return text
-    if isinstance(text, str):
-        return text.encode("utf-8", "surrogateescape")
-    raise TypeError(f"a graph's name is a str or bytes, not {type(text).__name__}")
+        encoded = text
+    elif isinstance(text, str):
+        encoded = text.encode("utf-8", "surrogateescape")
+    else:
+        raise TypeError(f"a graph's name is a str or bytes, not {type(text).__name__}")
+    # The shim takes a C string: a NUL would silently cut the name there. Refused, as the os
+    # functions refuse one in a path.
+    if b"\0" in encoded:
+        raise ValueError("a graph's name cannot hold a NUL character")
+    return encoded
+
+
+_HANDLE_LIMIT = 1 << (8 * ctypes.sizeof(ctypes.c_void_p))
 
 
 def _handle(graph_exec):
-    """The cudaGraphExec_t / CUgraphExec behind `graph_exec`, as an int."""
+    """The cudaGraphExec_t / CUgraphExec behind `graph_exec`, as an int in 0..2**64-1 (a
+    pointer's range): ctypes would wrap any other int silently (2**64 + h, or -2**64 + h, is
+    handle h), naming a graph the caller never meant."""
+    handle = _handle_value(graph_exec)
+    if not 0 <= handle < _HANDLE_LIMIT:
+        # (the value itself is not shown: a huge int cannot always be turned into text)
+        got = "a negative int" if handle < 0 else f"a {handle.bit_length()}-bit int"
+        raise OverflowError(f"a graph-exec handle is a pointer, "
+                            f"0..2**{_HANDLE_LIMIT.bit_length() - 1}-1, not {got}")
+    return handle
+
+
+def _handle_value(graph_exec):
     value = graph_exec
     for _ in range(4):  # an object exposing an object exposing an int, at most this deep
         if isinstance(value, bool):
@@ -110,8 +131,9 @@ def name(graph_exec, graph_name):
     `graph_exec`: an int, a ctypes pointer (c_void_p), or any object exposing one through
     raw_cuda_graph_exec() (torch.cuda.CUDAGraph), __int__ or .value; `graph_name`: str or
     bytes. Returns True when the shim took the name; False when the shim is not preloaded,
-    or it refused (a null handle, its registry full). TypeError for anything that is not a
-    handle or a name, with or without the shim."""
+    or it refused (a null handle, its registry full). With or without the shim: TypeError
+    for anything that is not a handle or a name, OverflowError for an int outside a
+    pointer's range (negative, or 2**64 and above), ValueError for a name with a NUL."""
     handle = _handle(graph_exec)
     encoded = _encoded(graph_name)
     if _name_graph_exec is None:
@@ -129,7 +151,8 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
 
     Keep this order: the graph_name scope first, so that it is still open when
     torch.cuda.graph instantiates the graph on leaving its block. Scopes are per thread and
-    hold 16 names; deeper ones are counted and carry the outer name."""
+    hold 16 names; deeper ones are counted and carry the outer name. A name with a NUL is
+    a ValueError, as for name()."""
 
     __slots__ = ("_name",)
 

@@ -25,8 +25,11 @@ def main(argv=None):
         print(f"ferrum-replay: the wrapper script is missing from {_HERE}/bin: reinstall the "
               "package (pip install ferrum-replay)", file=sys.stderr)
         return 2
-    sys.stdout.flush()
-    sys.stderr.flush()
+    # A stream the caller closed (`>&-`) is None here: nothing to flush, and the wrapper runs
+    # with that descriptor closed, as the sh command would.
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
     # Replaces this process: the wrapper's exit code and signals are the command's own.
     # Through sh, so that a wheel's unpacking need not have kept the execute bit.
     try:

@@ -803,6 +803,60 @@ def test_env_and_run(tmp):
     expect(seen["LD_PRELOAD"] == shim and seen["NVTX_INJECTION64_PATH"] is None, "run", done)
 
 
+ASAN_PROGRAM = r"""
+#include <cuda.h>
+#include <stdio.h>
+int main(void) {
+  CUdevice d; CUcontext c; CUgraph g; CUgraphNode n; CUgraphExec e; CUstream s;
+  int launches = 0, failed = 0;
+  if (cuInit(0) || cuDeviceGet(&d, 0) || cuDevicePrimaryCtxRetain(&c, d) ||
+      cuCtxSetCurrent(c) || cuStreamCreate(&s, 0) || cuGraphCreate(&g, 0) ||
+      cuGraphAddEmptyNode(&n, g, NULL, 0) || cuGraphInstantiate(&e, g, 0))
+    return 2;
+  for (int i = 0; i < 3; i++, launches++) failed += cuGraphLaunch(e, s) != 0;
+  cuStreamSynchronize(s);
+  printf("launches=%d failed=%d\n", launches, failed);
+  return 0;
+}
+"""
+
+
+def test_sanitizer_runtime_stays_first(tmp):
+    """An AddressSanitizer-built program, with the user's libasan first in LD_PRELOAD as ASan
+    asks: record, run and env keep that runtime ahead of the shim (it used to go behind it:
+    "ASan runtime does not come first in initial library list", and the wrapper blamed the
+    program for reaching no range)."""
+    runtime = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
+                             text=True).stdout.strip() if shutil.which("gcc") else ""
+    if not os.path.isabs(runtime) or not os.path.exists(runtime):
+        return "skip: gcc has no libasan.so here"
+    runtime = os.path.realpath(runtime)
+    source = os.path.join(tmp, "asan_graphs.c")
+    write(source, ASAN_PROGRAM)
+    program = os.path.join(tmp, "asan_graphs")
+    done = run(["gcc", "-fsanitize=address", "-g", "-o", program, source,
+                "-I", os.path.join(env_path("FERRUM_CUDA_HOME"), "include"),
+                "-L", env_path("STANDIN_DIR"), "-lcuda"], tmp)
+    expect(done.returncode == 0, "the ASan program does not build", done)
+    shim = env_path("FERRUM_SHIM")
+    other = env_path("FERRUM_RECORDER_LIB")  # any other library of the user's: stays behind
+    env = {"LD_PRELOAD": f"{runtime} {other}"}
+    done = wrapper("record", "-o", "asan.%p.json", "--", program, cwd=tmp, env=env)
+    expect(done.returncode == 0 and "launches=3 failed=0" in done.stdout and
+           "does not come first" not in done.stderr, "record an ASan-built program", done)
+    expect_good_trace(traces_in(tmp, r"asan\.\d+\.json$")[0], done, launches=3)
+    done = wrapper("run", "--", program, cwd=tmp, env=env)
+    expect(done.returncode == 0 and "launches=3 failed=0" in done.stdout, "run", done)
+    done = wrapper("env", "--no-record", cwd=tmp, env=env)
+    expect(done.stdout == f"export LD_PRELOAD='{runtime} {shim} {other}'\n",
+           "env: the sanitizer runtime first, then the shim, then the rest", done)
+    done = wrapper("run", "--", ARGV_ECHO, cwd=tmp,
+                   env={"LD_PRELOAD": f"/x/libubsan.so.1:{other} /y/libclang_rt.tsan-x86_64.so"})
+    expect(echoed(done)["LD_PRELOAD"] ==
+           f"/x/libubsan.so.1 /y/libclang_rt.tsan-x86_64.so {shim} {other}",
+           "every sanitizer runtime, in its order, ahead of the shim", done)
+
+
 def test_demo(tmp):
     done = wrapper("demo", cwd=tmp, env={"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.txt")})
     expect(done.returncode == 0, "demo failed", done)
@@ -1520,6 +1574,54 @@ def test_wrapper_says_what_happened(tmp):
 
 # ---- gpu-smoke without a GPU ----------------------------------------------------------------
 
+def test_signals_reach_the_program(tmp):
+    """TERM, HUP, and an INT or QUIT sent to the wrapper alone (not from its terminal) are
+    passed on to the program; the wrapper waits for it and exits with its status (128+N when
+    the signal ended it), and leaves no temporary file. It used to die at once (143, 129),
+    leaving the program to run on unwatched and its stamp and running directory in TMPDIR.
+    python -m ferrum_replay execs the same wrapper."""
+    tmpdir = os.path.join(tmp, "tmpdir")
+    os.mkdir(tmpdir)
+    # The program says when its handler is set, and what it got; it ends by itself after
+    # about 20 s (a wrapper that dies leaves it behind).
+    handled = ('trap "echo $1 > got.$1; exit 7" $1; echo > ready.$1; i=0; '
+               'while [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done')
+    plain = 'echo > ready.$1; exec sleep 20'
+    python_module = [sys.executable, "-m", "ferrum_replay"]
+    cases = [([WRAPPER], sig, handled, 7) for sig in ("TERM", "HUP", "INT", "QUIT")]
+    cases += [([WRAPPER], "TERM", plain, 128 + signal.SIGTERM),
+              ([WRAPPER], "HUP", plain, 128 + signal.SIGHUP),
+              (python_module, "TERM", handled, 7)]
+    for command, name, script, status in cases:
+        for leftover in os.listdir(tmp):
+            if leftover.startswith(("got.", "ready.")):
+                os.unlink(os.path.join(tmp, leftover))
+        argv = [*command, "record", "-o", "t.%p.json", "--", "sh", "-c", script, "sh", name]
+        proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=base_env({"TMPDIR": tmpdir,
+                                              "PYTHONPATH": os.path.join(SOURCE, "python")}),
+                                text=True, errors="replace")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(tmp, f"ready.{name}")):
+            expect(time.monotonic() < deadline and proc.poll() is None,
+                   f"{argv}: the program did not start")
+            time.sleep(0.05)
+        proc.send_signal(getattr(signal, "SIG" + name))
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"{argv}: SIG{name}: the wrapper did not end, or the "
+                                 "program it left behind still holds its stderr")
+        done = Done(argv, proc.returncode, "", err)
+        expect(proc.returncode == status, f"SIG{name}: exit {status}", done)
+        if script == handled:
+            expect(os.path.exists(os.path.join(tmp, f"got.{name}")),
+                   f"SIG{name} did not reach the program", done)
+        expect(os.listdir(tmpdir) == [], f"SIG{name}: left in TMPDIR: {os.listdir(tmpdir)}",
+               done)
+
+
 def test_patterns_hold_literal_paths(tmp):
     """docs/text-rules.md section 1: a literal path handed on where a pattern is expected has
     its '%' doubled (a working directory, --out or TMPDIR with '%' in it); `record -o DIR/`
@@ -1881,6 +1983,13 @@ def test_python_module_from_checkout(tmp):
     done = run([sys.executable, "-m", "ferrum_replay", "run", "--", "sh", "-c", "exit 5"], tmp,
                env)
     expect(done.returncode == 5, "the program's exit code passes through", done)
+    # Started with stdout (or stderr) closed, as `>&-` does: no traceback, the same exit code
+    # as the sh wrapper's (sys.stdout is None then).
+    for fd in (1, 2):
+        done = run(["sh", "-c", f'exec "$@" {fd}>&-', "sh", sys.executable, "-m",
+                    "ferrum_replay", "run", "--", "sh", "-c", "exit 5"], tmp, env)
+        expect(done.returncode == 5 and "Traceback" not in done.stderr,
+               f"descriptor {fd} closed: the program's exit code", done)
     done = run([sys.executable, "-m", "ferrum_replay", "summary"], tmp, env)
     expect(done.returncode == 2 and "ferrum-replay" in done.stderr, "a usage error is the "
            "wrapper's", done)

@@ -267,10 +267,12 @@ def python_package_names():
     torch.cuda.CUDAGraph), a ctypes pointer and an int; graph_name() names what the thread
     instantiates inside it, nested, as a decorator, and around a context manager that
     instantiates on exit (torch.cuda.graph) when written first; written second it has closed
-    by then. Without the shim: the same program, names ignored."""
+    by then. A handle outside a pointer's range and a name with a NUL are refused, never
+    wrapped or cut. Without the shim: the same program, names ignored."""
     run_ = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV)
     expect(run_.returncode == 0 and "available=True" in run_.stdout
            and "named=True,True,True" in run_.stdout and "typeerrors=3" in run_.stdout
+           and "rejected=4" in run_.stdout
            and f"launches={PACKAGE_LAUNCHES} failed=0" in run_.stdout, "program", run_)
     counts = counts_by_name(run_)
     named = {n: c for n, c in counts.items() if n in PACKAGE_NAMED}
@@ -283,6 +285,7 @@ def python_package_names():
     bare = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV, preload=False, record=False)
     expect(bare.returncode == 0 and "available=False" in bare.stdout
            and "named=False,False,False" in bare.stdout and "typeerrors=3" in bare.stdout
+           and "rejected=4" in bare.stdout
            and f"launches={PACKAGE_LAUNCHES} failed=0" in bare.stdout and not bare.stderr,
            "without the shim", bare)
 

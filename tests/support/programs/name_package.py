@@ -17,7 +17,10 @@ tells which graph carried it:
   8  no name                      (its call site)
 
 Output: `available=<True|False>`, `named=<name()'s answers, comma-separated>`,
-`typeerrors=<count of the 3 bad calls that raised TypeError>`, `launches=<N> failed=<F>`.
+`typeerrors=<count of the 3 bad calls that raised TypeError>`, `rejected=<count of the 4 bad
+values refused as they must be: a handle 2**64 above graph 8's and a negative one
+(OverflowError), a name with a NUL given to name() and to graph_name() (ValueError)>`,
+`launches=<N> failed=<F>`.
 Exit status 0, or 1 on a CUDA error.
 
     PYTHONPATH=python python3 name_package.py
@@ -93,6 +96,18 @@ def main():
         except TypeError:
             typeerrors += 1
 
+    # Never wrapped or cut: refused, with or without the shim; graph 8 keeps its call site.
+    rejected = 0
+    for call, error in ((lambda: ferrum_replay.name(execs[8].value + 2**64, "wrapped"),
+                         OverflowError),
+                        (lambda: ferrum_replay.name(-1, "negative"), OverflowError),
+                        (lambda: ferrum_replay.name(execs[8].value, "cut\0here"), ValueError),
+                        (lambda: ferrum_replay.graph_name(b"cut\0here"), ValueError)):
+        try:
+            call()
+        except error:
+            rejected += 1
+
     launches = failed = 0
     for index, exec_ in enumerate(execs):
         for _ in range(index + 1):
@@ -102,6 +117,7 @@ def main():
     print(f"available={ferrum_replay.available()}")
     print("named=" + ",".join(str(n) for n in named))
     print(f"typeerrors={typeerrors}")
+    print(f"rejected={rejected}")
     print(f"launches={launches} failed={failed}", flush=True)
     return 0 if failed == 0 else 1
 
