@@ -11,9 +11,10 @@
 // the payload), written the first time an attribute set appears in that chunk, and each event is
 // a PackedRecord: its time relative to the previous event's, its duration, its payload relative
 // to the template's base, and the template's index. Whatever does not fit — an async event, a
-// gap or a duration beyond 32 bits of ticks, a payload far from its template's base, a chunk whose
-// table is full — is stored whole (an escape record followed by the Event, 80 bytes). The table is
-// per chunk and starts empty in each, so it is bounded however many names a program uses.
+// gap or a duration beyond 40 bits of ticks (minutes), a payload far from its template's base, a
+// chunk whose table is full — is stored whole (an escape record followed by the Event, 80 bytes).
+// The table is per chunk and starts empty in each, so it is bounded however many names a program
+// uses.
 //
 // Readers (ThreadBuffer::collect, spill_tail) unpack a chunk's first `count` slots in order; the
 // owner writes templates and records before it publishes the count with a release store, and a
@@ -46,18 +47,20 @@ struct PackedTemplate {
 // One event that repeats a template (16 bytes), or the escape that says a whole Event follows in
 // the next kEscapeSlots slots.
 struct PackedRecord {
-  int32_t time_delta;     // this event's anchor (anchor_of) minus the previous event's, in ticks
-  uint32_t duration;      // end - start, in ticks
-  int32_t payload_delta;  // Payload::u minus the template's payload_base
-  uint16_t templ;         // index into the chunk's templates, or kEscape
-  uint16_t unused;
+  // 40 bits of ticks each way: minutes at a CPU counter's few GHz, so that a thread stalled
+  // between two ranges (a loaded machine, a debugger) does not turn them into escapes.
+  int64_t time_delta : 40;  // this event's anchor (anchor_of) minus the previous event's, in ticks
+  uint64_t templ : 8;       // index into the chunk's templates, or kEscape
+  uint64_t unused : 16;
+  uint64_t duration : 40;      // end - start, in ticks
+  int64_t payload_delta : 24;  // Payload::u minus the template's payload_base
 };
 static_assert(sizeof(PackedRecord) == 16, "a packed event is 16 bytes");
 
 struct EventChunk {
   static constexpr size_t kBytes = 64 * 1024;
   static constexpr uint32_t kTemplates = 128;
-  static constexpr uint16_t kEscape = 0xffff;
+  static constexpr uint8_t kEscape = 0xff;
   static constexpr uint32_t kEscapeSlots = sizeof(Event) / sizeof(PackedRecord);
   // The most slots one event takes: a chunk with fewer left is full.
   static constexpr uint32_t kMaxSlotsPerEvent = 1 + kEscapeSlots;
@@ -99,6 +102,7 @@ class ChunkWriter {
   ChunkWriter() { restart(); }
   void restart() {
     templates_ = 0;
+    events_ = 0;
     std::memset(index_, 0, sizeof index_);
   }
   // Writes one event at `chunk.slots[used]` (the caller has checked !chunk.full(used)) and
@@ -110,27 +114,34 @@ class ChunkWriter {
         chunk.base = last_anchor_ = end;
       const int64_t delta = static_cast<int64_t>(end - last_anchor_);
       const uint64_t duration = end - start;
-      if (delta == static_cast<int32_t>(delta) && duration <= UINT32_MAX) [[likely]] {
+      if (delta >= -kMax40 - 1 && delta <= kMax40 && duration <= kMaxDuration) [[likely]] {
         const int templ = find_or_add(chunk, attrs, domain_id, depth);
         if (templ >= 0) [[likely]] {
           PackedRecord &r = chunk.slots[used];
-          r.time_delta = static_cast<int32_t>(delta);
-          r.duration = static_cast<uint32_t>(duration);
-          r.payload_delta =
-              static_cast<int32_t>(attrs.payload.u - chunk.templates[templ].payload_base);
-          r.templ = static_cast<uint16_t>(templ);
+          r.time_delta = delta;
+          r.templ = static_cast<uint64_t>(templ);
           r.unused = 0;
+          r.duration = duration;
+          r.payload_delta =
+              static_cast<int64_t>(attrs.payload.u - chunk.templates[templ].payload_base);
           last_anchor_ = end;
+          ++events_;
           return 1;
         }
       }
     }
+    ++events_;
     return write_whole(chunk, used, start, end, attrs, domain_id, depth);
   }
+  // The events written since restart(): what the chunk unpacks into.
+  uint32_t events() const { return events_; }
 
  private:
   static constexpr size_t kIndexSize = 2 * EventChunk::kTemplates;  // at most half full
-  // The template of this attribute set whose payload base is within 31 bits of the payload
+  static constexpr int64_t kMax40 = (int64_t{1} << 39) - 1;         // PackedRecord's field widths
+  static constexpr uint64_t kMaxDuration = (uint64_t{1} << 40) - 1;
+  static constexpr int64_t kMax24 = (int64_t{1} << 23) - 1;
+  // The template of this attribute set whose payload base is within 23 bits of the payload
   // (either way: a step number that starts again); a new one where there is none and the table
   // has room; else -1.
   int find_or_add(EventChunk &chunk, const RangeAttrs &attrs, uint32_t domain_id, uint32_t depth) {
@@ -146,7 +157,7 @@ class ChunkWriter {
           t.has_color == attrs.has_color && t.kind == attrs.kind &&
           t.payload_kind == attrs.payload.kind) {
         const int64_t delta = static_cast<int64_t>(attrs.payload.u - t.payload_base);
-        if (delta == static_cast<int32_t>(delta)) [[likely]]
+        if (delta >= -kMax24 - 1 && delta <= kMax24) [[likely]]
           return entry - 1;
         return add(chunk, i, attrs, domain_id, depth);  // the same set, a payload far away
       }
@@ -173,6 +184,7 @@ class ChunkWriter {
 
   uint64_t last_anchor_ = 0;
   uint32_t templates_ = 0;
+  uint32_t events_ = 0;
   uint8_t index_[kIndexSize];  // template index + 1 by hash of the attribute set; 0: empty
 };
 
@@ -191,7 +203,7 @@ uint32_t unpack(const EventChunk &chunk, uint32_t used, Out &&out) {
       i += EventChunk::kMaxSlotsPerEvent;
     } else {
       const PackedTemplate &t = chunk.templates[r.templ];
-      anchor += static_cast<uint64_t>(static_cast<int64_t>(r.time_delta));
+      anchor += static_cast<uint64_t>(static_cast<int64_t>(r.time_delta));  // sign-extended
       e.end = anchor;
       e.start = anchor - r.duration;
       e.attrs.name = t.name;
@@ -200,7 +212,8 @@ uint32_t unpack(const EventChunk &chunk, uint32_t used, Out &&out) {
       e.attrs.kind = t.kind;
       e.attrs.color = t.color;
       e.attrs.payload.kind = t.payload_kind;
-      e.attrs.payload.u = t.payload_base + static_cast<uint64_t>(int64_t{r.payload_delta});
+      e.attrs.payload.u =
+          t.payload_base + static_cast<uint64_t>(static_cast<int64_t>(r.payload_delta));
       e.domain_id = t.domain_id;
       e.depth = t.depth;
       i += 1;

@@ -23,6 +23,7 @@
 #include "no_cancel.hpp"
 #include "nvtx_tool.hpp"
 #include "output_file.hpp"
+#include "own_process.hpp"
 #include "recorder.hpp"
 #include "secure_execution.hpp"
 #include "settings.hpp"
@@ -404,6 +405,7 @@ Recorder *ensure_recorder() {
     r->set_gpu_status(registered);
   }
   pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+  common::note_own_process();  // own_process.hpp
   return r;
 }
 
@@ -413,6 +415,10 @@ Recorder *ensure_recorder() {
 __attribute__((destructor)) void report_at_exit() {
   Recorder *r = g_recorder.load(std::memory_order_acquire);
   if (!r || g_reported.exchange(true)) return;
+  // A child made without fork handlers (own_process.hpp): what the recorder holds is its
+  // parent's ranges, and a trace of them would be counted twice by whoever reads both. Nothing
+  // is written (its own ranges cannot be told apart from them).
+  if (!common::state_is_this_process()) return;
   // The exiting thread may have a cancellation request pending: acted on in here, it ended that
   // thread inside exit(), with no trace, and a process whose other threads lived on never
   // exited (no_cancel.hpp).

@@ -46,9 +46,9 @@
 //                                its threads spill them to unnamed temporary files
 //                                (spill_file.hpp): a number with an optional K, M or G suffix
 //                                (powers of 1024); 0 spills from the first full chunk. Default
-//                                24M (about 390,000 ranges: a chunk counts as the 64-byte Events
-//                                the exit report unpacks it into, thread_buffer.hpp
-//                                kChunkBudget; in memory they are packed, 16 bytes for a range
+//                                24M (about 390,000 ranges: a full chunk counts as the 64-byte
+//                                Events the exit report unpacks it into, thread_buffer.cpp
+//                                make_room; in memory they are packed, 16 bytes for a range
 //                                that repeats its attributes): an ordinary profiling run never
 //                                writes to disk, where the kernel's writeback made the first
 //                                megabytes of a spill cost 50-100 ns a range on a virtual disk;

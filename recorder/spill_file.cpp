@@ -13,6 +13,7 @@
 #include "errno_kept.hpp"
 #include "held_here.hpp"
 #include "no_cancel.hpp"
+#include "own_process.hpp"
 #include "write_signals.hpp"
 
 namespace ferrum_replay::recorder {
@@ -29,30 +30,30 @@ constexpr uint64_t kDoublingBytes = (kFirstSegment << kDoublings) - kFirstSegmen
 // resident). Windows are aligned to the logical address space, and every segment starts and ends
 // on a multiple of 1 MiB, so a window never straddles two segments.
 constexpr uint64_t kReleaseWindow = kFirstSegment;
-// Where runs start (reserve): the kernel's fault-around block (fault_around_bytes, 64 KiB). The
-// block is aligned in the process's address space, so segments are mapped at such an address too.
-constexpr uint64_t kRunAlignment = 64 * 1024;
+// The kernel's fault-around block (fault_around_bytes, 64 KiB): what a reader's fault may map
+// (SpillFile::release). It is aligned in the process's address space, so segments are mapped at
+// such an address, and blocks of the file are blocks of memory.
+constexpr uint64_t kRunBlock = 64 * 1024;
 
-// `fd` mapped shared at an address aligned to kRunAlignment: room for it reserved first (one
-// alignment more, no access), the file mapped over the aligned part, the rest given back. Only
-// our own reservation is ever mapped over. Where the reservation fails, wherever mmap puts it.
+// `fd` mapped shared at an address aligned to kRunBlock: room for it reserved first (one block
+// more, no access), the file mapped over the aligned part, the rest given back. Only our own
+// reservation is ever mapped over or unmapped. A MAP_FIXED that fails may already have taken
+// the old mapping away (some kernels unmap first), and another thread may have mapped something
+// there since: that part is left alone (address space, at worst our PROT_NONE reservation), and
+// the file is mapped wherever mmap puts it.
 void *map_aligned(int fd, uint64_t size) {
-  void *area = ::mmap(nullptr, size + kRunAlignment, PROT_NONE,
+  void *area = ::mmap(nullptr, size + kRunBlock, PROT_NONE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (area == MAP_FAILED) return ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const uintptr_t start = reinterpret_cast<uintptr_t>(area);
-  const uintptr_t aligned = (start + kRunAlignment - 1) & ~(kRunAlignment - 1);
+  const uintptr_t aligned = (start + kRunBlock - 1) & ~(kRunBlock - 1);
+  const uintptr_t tail = aligned + size, end = start + size + kRunBlock;
+  if (aligned > start) ::munmap(area, aligned - start);
+  if (end > tail) ::munmap(reinterpret_cast<void *>(tail), end - tail);
   void *mapping = ::mmap(reinterpret_cast<void *>(aligned), size, PROT_READ | PROT_WRITE,
                          MAP_SHARED | MAP_FIXED, fd, 0);
-  if (mapping == MAP_FAILED) {
-    const int error = errno;
-    ::munmap(area, size + kRunAlignment);
-    errno = error;
-    return MAP_FAILED;
-  }
-  if (aligned > start) ::munmap(area, aligned - start);
-  const uintptr_t tail = aligned + size, end = start + size + kRunAlignment;
-  if (end > tail) ::munmap(reinterpret_cast<void *>(tail), end - tail);
+  if (mapping == MAP_FAILED)
+    return ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return mapping;
 }
 
@@ -219,17 +220,12 @@ bool SpillFile::for_each_piece(uint64_t offset, uint64_t bytes, bool create, F &
 
 bool SpillFile::reserve(uint64_t count, SpillRun *run) {
   if (count > UINT32_MAX || failed_.load(std::memory_order_relaxed)) return false;
-  // Every run starts on a kRunAlignment boundary: its reader then never faults in another run's
-  // pages (the kernel's fault-around maps the whole aligned 64 KiB block around a faulting page),
-  // nor another run's reader its pages, and each release of RunReader's covers whole pages. A
-  // run's size is what its chunk held (event_chunk.hpp: seldom a multiple of anything), and with
-  // runs packed back to back the exit report's reading left a quarter of what it read resident.
-  // The padding is never written: a hole in the file, address space only.
-  const uint64_t bytes = count * sizeof(Event);
-  const uint64_t padded = (bytes + kRunAlignment - 1) / kRunAlignment * kRunAlignment;
-  run->offset = end_.fetch_add(padded, std::memory_order_relaxed);
+  // A child made without fork handlers (own_process.hpp) still has its parent's segments, shared
+  // with the parent, and its parent's count of bytes reserved: its runs would overwrite the
+  // parent's. Once per chunk, not per range.
+  if (!common::state_is_this_process()) return false;
+  run->offset = end_.fetch_add(count * sizeof(Event), std::memory_order_relaxed);
   run->count = static_cast<uint32_t>(count);
-  if (padded > bytes) count_filled(run->offset + bytes, padded - bytes);  // the hole is done
   return true;
 }
 
@@ -253,9 +249,9 @@ bool SpillFile::write(const SpillRun &run, uint32_t first, const Event *events, 
 }
 
 void SpillFile::count_filled(uint64_t offset, uint64_t bytes) {
-  // The write that completes a window (its bytes counted in, by whichever thread wrote them, and
-  // the runs' padding, counted when reserved) hands the whole window back: released earlier,
-  // pages another thread was still copying into would be faulted in again and stay resident.
+  // The write that completes a window (its bytes counted in, by whichever thread wrote them)
+  // hands the whole window back: released earlier, pages another thread was still copying into
+  // would be faulted in again and stay resident.
   const uint64_t end = offset + bytes;
   for (uint64_t at = offset; at < end;) {
     const uint64_t window = at / kReleaseWindow;
@@ -298,14 +294,24 @@ bool SpillFile::read(const SpillRun &run, uint32_t first, uint32_t count, Event 
 
 void SpillFile::release(const SpillRun &run, uint32_t first, uint32_t count) const {
   if (first > run.count || count > run.count - first) return;
-  uint64_t bytes = uint64_t{count} * sizeof(Event);
-  // The run's last release takes its padding too (reserve): the page cache may hold it in the
-  // same large folio as the run's last page, and a fault there maps the whole folio.
+  // A run's size is what its chunk held (event_chunk.hpp: seldom a multiple of a page), and the
+  // kernel maps the whole aligned 64 KiB block around a page its reader faults in (fault-around;
+  // the page cache's large folios likewise): its neighbours' pages, and pages this reader had
+  // released already. Released by pages alone, a quarter of what the exit report read stayed
+  // resident (the 16-thread stress run: 66 MB against 48). So while a run is read, the pages
+  // read through go back (not the one being read: a fault there maps the block again); and its
+  // last release gives back every block the run touches, neighbours' pages included — data-safe
+  // in a shared mapping (they go back to the file, and fault in again with their contents if
+  // read), and the blocks its neighbours' readers mapped go back with theirs.
+  const uint64_t page = page_size();
+  const uint64_t end = run.offset + uint64_t{first + count} * sizeof(Event);
+  uint64_t from = (run.offset + uint64_t{first} * sizeof(Event)) / page * page;
+  uint64_t to = end / page * page;
   if (first + count == run.count) {
-    const uint64_t end = run.offset + uint64_t{run.count} * sizeof(Event);
-    bytes += (end + kRunAlignment - 1) / kRunAlignment * kRunAlignment - end;
+    from = run.offset / kRunBlock * kRunBlock;
+    to = (end + kRunBlock - 1) / kRunBlock * kRunBlock;
   }
-  release_range(run.offset + uint64_t{first} * sizeof(Event), bytes);
+  if (to > from) release_range(from, to - from);
 }
 
 void SpillFile::release_range(uint64_t offset, uint64_t bytes) const {

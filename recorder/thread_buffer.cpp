@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "errno_kept.hpp"
+#include "own_process.hpp"
 #include "snapshot.hpp"
 #include "utf8.hpp"
 
@@ -164,8 +165,11 @@ const char *ThreadBuffer::intern_unguarded(std::string_view text) {
 NameBlock &ThreadBuffer::name_block(size_t need) {
   if (!blocks_.empty()) {
     NameBlock &last = blocks_.back();
-    // A spill block of an earlier generation is its parent's too (fork): never appended to.
-    const bool ours = !last.mapped || (spill_ && last.generation == spill_->generation());
+    // A spill block of an earlier generation is its parent's too (fork): never appended to; nor
+    // in a child made without fork handlers (own_process.hpp), whose blocks are all its
+    // parent's (asked only for a new name beyond the budget: getpid() is a system call).
+    const bool ours = !last.mapped || (spill_ && last.generation == spill_->generation() &&
+                                       common::state_is_this_process());
     if (ours && last.size - last.used >= need) return last;
   }
   blocks_.reserve(blocks_.size() + 1);  // may throw: before anything is made
@@ -196,7 +200,9 @@ NameBlock &ThreadBuffer::name_block(size_t need) {
 }
 
 bool ThreadBuffer::make_room() {
-  if (spill_ && !(budget_ && budget_->take(kChunkBudget))) {
+  // The full tail is kept in memory (a new chunk linked after it) if the budget has room for
+  // it as the exit report will hold it: its events unpacked (thread_buffer.hpp).
+  if (spill_ && !(budget_ && budget_->take(uint64_t{writer_.events()} * sizeof(Event)))) {
     if (spill_tail()) return true;
     // Beyond FERRUM_RECORD_MEMORY with nowhere to spill (a read-only /tmp, a full disk): the
     // budget is a bound — a long run must not grow without end — so the event is dropped and

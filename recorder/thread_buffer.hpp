@@ -271,14 +271,16 @@ class ThreadBuffer {
   void restart_after_fork(uint32_t tid);
 
  private:
-  // What a chunk beyond a thread's first takes from the MemoryBudget: the events it can hold as
-  // the exit report unpacks them (64 bytes each), not its own 64 KiB. The report copies a
-  // thread's events out of memory into Events (collect), so charging the packed size would let
-  // the report's copy grow to four times FERRUM_RECORD_MEMORY; an ended thread's events, kept as
-  // Events, are charged the same way (Recorder::spill_if_over_budget).
-  static constexpr size_t kChunkBudget = size_t{EventChunk::kRepeatedEvents} * sizeof(Event);
-  // Events dropped without memory before make_room is tried again (record()).
-  static constexpr uint32_t kDropsBeforeRetry = 1023;
+  // Events dropped without memory before make_room is tried again (record()): about a chunk's
+  // worth of a graph's replays.
+  //
+  // What a full chunk kept in memory takes from the MemoryBudget (make_room): its events as the
+  // exit report unpacks them, 64 bytes each, not its own 64 KiB. The report copies a thread's
+  // events out of memory into Events (collect), so charging the packed size would let the
+  // report's copy grow to four times FERRUM_RECORD_MEMORY; an ended thread's events, kept as
+  // Events, are charged the same way (Recorder::spill_if_over_budget). The chunk being filled
+  // is not charged (at most one per thread, as before packing).
+  static constexpr uint32_t kDropsBeforeRetry = EventChunk::kRepeatedEvents - 1;
 
   // Chunks are mapped, not heap-allocated: unmapping one gives its memory back to the system at
   // once (collect's release_full_chunks), which freeing into the heap would not.

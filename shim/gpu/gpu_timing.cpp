@@ -8,6 +8,7 @@
 
 #include "background_thread.hpp"
 #include "held_here.hpp"
+#include "own_process.hpp"
 #include "resolve/real_functions.hpp"
 #include "support/log.hpp"
 
@@ -241,6 +242,9 @@ void last_pass(int timeout_ms) {
 
 void at_exit() {
   if (g_api_state.load(std::memory_order_acquire) != 2) return;  // never timed anything
+  // A child made without fork handlers (own_process.hpp): the engine, its locks and its replays
+  // are the parent's — its reaper, which may hold the engine's mutex, does not exist here.
+  if (!common::state_is_this_process()) return;
   // exit() from a signal handler that interrupted this thread holding a lock of ours: the last
   // pass would wait for it for ever (held_here.hpp). What finishes from now on goes unreported.
   if (common::inside_our_lock()) return;

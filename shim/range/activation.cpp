@@ -15,6 +15,7 @@
 #include "naming/graph_naming.hpp"
 #include "no_cancel.hpp"
 #include "output_file.hpp"
+#include "own_process.hpp"
 #include "range/process_files.hpp"
 #include "resolve/libc_symbols.hpp"
 #include "secure_execution.hpp"
@@ -183,6 +184,7 @@ bool activate_slow() {
   Phase expected = Phase::untouched;
   if (g_phase.compare_exchange_strong(expected, Phase::activating, std::memory_order_acq_rel)) {
     t_activating = true;
+    common::note_own_process();  // own_process.hpp: the state made from here on is ours
     phase = activate();
     t_activating = false;
     g_phase.store(phase, std::memory_order_release);

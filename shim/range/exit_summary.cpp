@@ -13,6 +13,7 @@
 #include "held_here.hpp"
 #include "no_cancel.hpp"
 #include "output_file.hpp"
+#include "own_process.hpp"
 #include "range/activation.hpp"
 #include "range/graph_registry.hpp"
 #include "range/process_files.hpp"
@@ -56,6 +57,10 @@ struct Text {
 __attribute__((destructor)) void summary_at_exit() {
   // Only a process that activated the shim (one that used CUDA) has anything to say.
   if (detail::g_phase.load(std::memory_order_acquire) != detail::Phase::active) return;
+  // A child made without fork handlers (own_process.hpp): the counts are its parent's, and a
+  // judge would count them twice; its GPU columns would wait on the parent's reaper. Its marker
+  // (named by its own pid) is still removed below.
+  const bool own_state = common::state_is_this_process();
   // The exiting thread may have a cancellation request pending: acted on in here, it would end
   // that thread inside exit(), the summary unwritten (no_cancel.hpp).
   const common::NoCancel no_cancel;
@@ -67,7 +72,7 @@ __attribute__((destructor)) void summary_at_exit() {
       warn_line(
           "exit() was called from a signal handler that interrupted the shim on the same "
           "thread: no launch summary written");
-  } else if (settings().summary[0]) {
+  } else if (settings().summary[0] && own_state) {
     write_exit_summary();
   }
   // A marker that stays makes a judge reading the running directory call this process lost.

@@ -22,6 +22,11 @@
 //   fork-children  launches N times, forks a child that exits without launching, launches N
 //                  times more, then forks a child that launches 3 times. Prints
 //                  idle_child=<pid>, busy_child=<pid>.
+//   clone-child    launches N times, then makes a child with a raw clone system call (no fork
+//                  handlers run: what _Fork() and glibc's clone() do too). The child waits
+//                  200 ms, instantiates a graph of its own, launches it N times (--launches) and
+//                  calls exit(0); the parent launches N more meanwhile, then waits for it.
+//                  Prints child=<pid>, child_status=.
 //   exit-from-worker  T threads launch in a loop; thread 0 calls exit(0) after N launches while
 //                  the others are launching.
 //   underscore-exit   N launches, then _exit(0).
@@ -93,6 +98,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -350,6 +356,36 @@ int fork_children(long n) {
   }
   waitpid(busy, nullptr, 0);
   std::printf("idle_child=%d\nbusy_child=%d\n", idle, busy);
+  print_counts(c, stdout);
+  return 0;
+}
+
+int clone_child(long n) {
+  Driver d = load_driver();
+  Counts c;
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  std::fflush(stdout);
+  const pid_t child = static_cast<pid_t>(syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0));
+  if (child < 0) die("clone failed");
+  if (child == 0) {
+    // Later than the parent's own launches below: a run of ours spilled into the parent's
+    // file would land on the parent's.
+    usleep(200 * 1000);
+    CUgraph graph;
+    CUgraphNode node;
+    CUgraphExec exec;
+    if (d.graphCreate(&graph, 0) != CUDA_SUCCESS ||
+        d.graphAddEmptyNode(&node, graph, nullptr, 0) != CUDA_SUCCESS ||
+        d.graphInstantiate(&exec, graph, 0) != CUDA_SUCCESS)
+      std::exit(3);
+    for (long i = 0; i < n; ++i) d.launch(exec, nullptr);
+    std::exit(0);
+  }
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::printf("child=%d\nchild_status=%d\n", child,
+              WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   print_counts(c, stdout);
   return 0;
 }
@@ -634,6 +670,7 @@ int main(int argc, char **argv) {
   if (mode == "late-driver") return late_driver(n);
   if (mode == "fork-in-launch") return fork_in_launch(n);
   if (mode == "fork-children") return fork_children(n);
+  if (mode == "clone-child") return clone_child(n);
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);
   if (mode == "underscore-exit") return underscore_exit(n);
   if (mode == "size-limit") return size_limit(n, own_bytes);

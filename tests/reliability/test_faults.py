@@ -254,6 +254,51 @@ def forked_children_count_their_own():
         expect(not left, f"running markers left by processes that exited: {left}", run_)
 
 
+def child_without_fork_handlers():
+    """A child made without the C library's fork handlers — a raw clone system call here;
+    _Fork() (POSIX 2024) and glibc's clone() alike — inherits the shim's and the recorder's state
+    but none of their fork resets. Such a child that called exit() wrote its parent's ranges and
+    launch count as its own (a judge counted them twice: ci-smoke-profile passed 20 ranges for 10
+    launches), spilled its own ranges over its parent's in the file they still share (the
+    parent's trace then held the child's graph), and with GPU timing on could wait for ever at
+    exit on the lock of its parent's reaper, a thread it does not have. Now the child writes no
+    trace and no summary (its own ranges cannot be told from its parent's), the parent's trace
+    and summary hold exactly its own launches, each replay number once, and nothing hangs."""
+    n = 8000  # more than a chunk of ranges (3,770): both processes spill (FERRUM_RECORD_MEMORY=0)
+    for gpu in ("off", "on"):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.%p.txt"),
+                   "FERRUM_RECORD_OUT": os.path.join(tmp, "t.%p.json"),
+                   "FERRUM_RECORD_MEMORY": "0", "FERRUM_REPLAY_GPU_TIME": gpu}
+            try:
+                run_ = fault("clone-child", "--launches", str(n), env=env, timeout=120)
+            except subprocess.TimeoutExpired:
+                expect(False, f"GPU timing {gpu}: the child (or its parent) never ended")
+            expect(run_.returncode == 0, f"GPU timing {gpu}: the program failed", run_)
+            got = values(run_.stdout)
+            expect(got.get("child_status") == 0 and got.get("launches") == 2 * n,
+                   f"GPU timing {gpu}: the child or the parent's launches failed", run_)
+            child = got["child"]
+            traces = traces_in(tmp)
+            summaries = {int(re.search(r"s\.(\d+)\.txt$", p)[1]): open(p).read()
+                         for p in glob.glob(os.path.join(tmp, "s.*.txt"))}
+            expect(child not in traces and child not in summaries,
+                   f"GPU timing {gpu}: the child wrote its parent's data as its own: traces "
+                   f"{sorted(traces)}, summaries {sorted(summaries)}", run_)
+            expect(len(traces) == 1 and len(summaries) == 1,
+                   f"GPU timing {gpu}: one trace and one summary (the parent's) expected", run_)
+            (summary,) = summaries.values()
+            expect(f", {2 * n} launches," in summary,
+                   f"GPU timing {gpu}: the parent's summary: {summary!r}", run_)
+            (trace,) = traces.values()
+            ranges = trace_check.ranges(trace, domain=harness.DOMAIN)
+            names = {r["name"] for r in ranges}
+            replays = sorted(r["args"].get("payload") for r in ranges)
+            expect(len(ranges) == 2 * n and len(names) == 1 and replays == list(range(1, 2 * n + 1)),
+                   f"GPU timing {gpu}: the parent's trace: {len(ranges)} ranges of {names}, replay "
+                   f"numbers {replays[:3]}...{replays[-3:]} (the child's spilled over them?)", run_)
+
+
 def running_marker_until_exit():
     """With FERRUM_REPLAY_RUNNING_DIR (what `record` and ci-smoke-profile set), a process keeps
     DIR/ferrum-replay.PID.running from its first launch to its exit hook; the directory is made
@@ -769,7 +814,8 @@ SCENARIOS = {f.__name__: f for f in (
     exit_in_signal_handler_inside_recorder, exit_in_signal_handler_inside_shim,
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch,
-    forked_children_count_their_own, running_marker_until_exit, exit_during_first_launch,
+    forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
+    exit_during_first_launch,
     first_launch_on_smallest_stack, file_size_limit, address_space_limit,
     first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,

@@ -112,11 +112,13 @@ TEST_CASE(
   const uint64_t t = uint64_t{1} << 40;
   std::vector<Event> events;
   events.push_back(range("a", t, t + 10, 1));
-  // A gap beyond 31 bits of ticks, forward and backward (the CPU counter of another core).
+  // A gap within 39 bits of ticks packs; one beyond them is stored whole, forward and backward.
   events.push_back(range("a", t + (uint64_t{1} << 33), t + (uint64_t{1} << 33) + 10, 2));
+  events.push_back(range("a", t + (uint64_t{1} << 41), t + (uint64_t{1} << 41) + 10, 2));
   events.push_back(range("a", t + 5, t + 20, 3));
-  // A range longer than 32 bits of ticks; one whose end reads before its start.
+  // Ranges within and beyond 40 bits of ticks; one whose end reads before its start.
   events.push_back(range("a", t, t + (uint64_t{1} << 32) + 25, 4));
+  events.push_back(range("a", t, t + (uint64_t{1} << 41) + 25, 4));
   events.push_back(range("a", t + 40, t + 30, 5));
   // A payload far from its template's base, then back near it; signed and floating payloads.
   events.push_back(range("a", t + 40, t + 50, uint64_t{1} << 40));
@@ -139,7 +141,9 @@ TEST_CASE(
   Event deep = range("a", t + 100, t + 110, 8, UINT32_MAX);
   deep.domain_id = UINT32_MAX;
   events.push_back(deep);
-  check_round_trip(events);
+  uint32_t used = 0;
+  check_round_trip(events, &used);
+  CHECK(used > events.size());  // some were stored whole
 }
 
 TEST_CASE("packed chunk: a chunk whose table of templates is full stores new names whole") {
@@ -171,7 +175,7 @@ TEST_CASE("packed chunk: a thread buffer fills, links and spills chunks and lose
     uint64_t t = uint64_t{1} << 50;
     static const char *const names[] = {"x", "y", "z"};
     for (int i = 0; i < 5 * static_cast<int>(EventChunk::kRepeatedEvents); ++i) {
-      t += random() % 2 == 0 ? 100 : (uint64_t{1} << 32);  // some gaps escape
+      t += random() % 2 == 0 ? 100 : (uint64_t{1} << 40);  // some gaps escape
       Event e = range(names[random() % 3], t - 50, t, static_cast<uint64_t>(i));
       if (random() % 50 == 0) {
         e.attrs.kind = EventKind::async_begin;
@@ -218,7 +222,7 @@ TEST_CASE("packed chunk: a reader never sees a torn event while the owner packs"
   std::thread writer([&] {
     uint64_t t = uint64_t{1} << 45;
     for (uint64_t i = 0; i < kEvents; ++i) {
-      t += i % 97 == 0 ? (uint64_t{1} << 33) : 20;  // some stored whole
+      t += i % 97 == 0 ? (uint64_t{1} << 40) : 20;  // some stored whole
       buffer.append(range(i % 3 == 0 ? "a" : "b", t - 10, t, i));
     }
     done.store(true);
@@ -240,4 +244,34 @@ TEST_CASE("packed chunk: a reader never sees a torn event while the owner packs"
   for (uint64_t i = 0; i < kEvents; ++i) bad += !good(all[i]) || all[i].attrs.payload.u != i;
   CHECK(bad == 0);
   CHECK(out_of_order == 0);
+}
+
+TEST_CASE("packed chunk: FERRUM_RECORD_MEMORY keeps as many events as it says, packed or not") {
+  // A full chunk kept in memory is charged its events as the exit report unpacks them (64 bytes
+  // each), whatever it held: a chunk of events stored whole (start/end ranges) holds a fifth of
+  // what a chunk of a graph's replays does, and charged as the latter it kept a fifth of them.
+  for (const EventKind kind : {EventKind::range, EventKind::async_begin}) {
+    CAPTURE(static_cast<int>(kind));
+    SpillFile spill;
+    spill.set_directory_for_tests("/proc/self/no-such-directory");  // beyond it: dropped
+    const uint64_t limit = 8 * uint64_t{EventChunk::kRepeatedEvents} * sizeof(Event);
+    MemoryBudget budget(limit);
+    ThreadBuffer buffer(1, "t", &spill, &budget);
+    uint64_t t = 1000;
+    for (uint64_t i = 0; i < 200000; ++i, t += 10) {
+      Event e = range("x", t - 5, t, i);
+      if (kind == EventKind::async_begin) {
+        e.attrs.kind = kind;
+        e.start = t;
+        e.end = i + 1;
+      }
+      buffer.append(e);
+    }
+    std::vector<Event> kept;
+    buffer.collect(&kept, nullptr);
+    // The budget's worth, plus the chunk being filled (never charged), never more.
+    CHECK(kept.size() * sizeof(Event) >= limit);
+    CHECK(kept.size() * sizeof(Event) <= limit + EventChunk::kRepeatedEvents * sizeof(Event));
+    CHECK(kept.size() + buffer.memory_drops() == 200000);
+  }
 }

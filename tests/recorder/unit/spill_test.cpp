@@ -544,7 +544,7 @@ TEST_CASE("the trace's range count is the events it holds") {
 
 TEST_CASE("events stay in memory up to FERRUM_RECORD_MEMORY, shared by threads, then spill") {
   Settings settings;
-  // Eight chunks beyond the first (each charged as the Events it holds: kChunkBudget), and each
+  // Eight full chunks (each charged as the Events it holds: make_room), and each
   // thread's first block of names (16 KiB, heap within the budget: thread_buffer.cpp).
   settings.memory = 8 * EventChunk::kRepeatedEvents * sizeof(Event) + 2 * 16 * 1024;
   Recorder r(settings, 0);

@@ -1,0 +1,47 @@
+// Whether the library's state belongs to the calling process.
+//
+// A child made without the C library's fork handlers — _Fork() (POSIX 2024, glibc 2.34), a raw
+// clone or clone3 system call, glibc's clone() — inherits everything of ours (counters, buffers,
+// locks held by threads it does not have, shared mappings of the parent's spill file) but none of
+// the pthread_atfork resets that a fork() child gets. Acting on that state hurt the host: such a
+// child that called exit() waited for ever on the lock of the parent's GPU reaper, wrote the
+// parent's ranges and launch counts as its own (a judge then counted them twice), and wrote its
+// own names and spilled ranges into the file the parent was still using. So the state is tagged
+// with the process it belongs to, and checked where acting on it would hurt: the exit hooks and
+// the writes into memory shared with the parent. Never on a launch's or a range's path: getpid()
+// is a system call.
+//
+// One copy per library (each links common with hidden symbols, as held_here.hpp).
+#pragma once
+
+#include <pthread.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+
+namespace ferrum_replay::common {
+
+namespace own_process_detail {
+inline std::atomic<pid_t> g_pid{0};  // 0: nothing noted, the state is nobody else's
+inline pthread_once_t g_once = PTHREAD_ONCE_INIT;
+inline void note_in_child() {
+  g_pid.store(getpid(), std::memory_order_relaxed);
+}
+}  // namespace own_process_detail
+
+// The calling process owns the state from now on; a fork() child owns its copy (its handler
+// notes it). Called when the state is first made (a process that never uses CUDA never is).
+inline void note_own_process() {
+  own_process_detail::g_pid.store(getpid(), std::memory_order_relaxed);
+  pthread_once(&own_process_detail::g_once,
+               [] { pthread_atfork(nullptr, nullptr, own_process_detail::note_in_child); });
+}
+
+// False in a child made without fork handlers: the state it sees is its parent's.
+inline bool state_is_this_process() {
+  const pid_t pid = own_process_detail::g_pid.load(std::memory_order_relaxed);
+  return pid == 0 || pid == getpid();
+}
+
+}  // namespace ferrum_replay::common
