@@ -271,8 +271,9 @@ void ThreadBuffer::collect_locked(std::vector<Event> *in_memory, std::vector<Spi
   if (release_full_chunks) {  // reserved once: the copy grows as the chunks go
     size_t total = 0;
     for (const Chunk *c = head_; c; c = c->next.load(std::memory_order_acquire))
-      total += c->count.load(std::memory_order_acquire);
-    in_memory->reserve(in_memory->size() + total + Chunk::kSlots);  // slots: at least the events
+      total += count_events(*c, c->count.load(std::memory_order_acquire));
+    // The last chunk may gain events before it is read: room for a full chunk of them.
+    in_memory->reserve(in_memory->size() + total + Chunk::kRepeatedEvents);
   }
   for (Chunk *c = head_; c;) {
     const uint32_t n = c->count.load(std::memory_order_acquire);
