@@ -1574,6 +1574,11 @@ def test_wrapper_says_what_happened(tmp):
 
 # ---- gpu-smoke without a GPU ----------------------------------------------------------------
 
+def default_signals():
+    for number in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
 def test_signals_reach_the_program(tmp):
     """TERM, HUP, and an INT or QUIT sent to the wrapper alone (not from its terminal) are
     passed on to the program; the wrapper waits for it and exits with its status (128+N when
@@ -1597,10 +1602,13 @@ def test_signals_reach_the_program(tmp):
             if leftover.startswith(("got.", "ready.")):
                 os.unlink(os.path.join(tmp, leftover))
         argv = [*command, "record", "-o", "t.%p.json", "--", "sh", "-c", script, "sh", name]
+        # The wrapper as a shell would start it: these signals at their defaults. (Under
+        # `nohup`, or a runner that ignores HUP, sh can neither trap nor pass on a signal ignored
+        # when it started — nor could the program act on it: both run as without the wrapper.)
         proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=base_env({"TMPDIR": tmpdir,
                                               "PYTHONPATH": os.path.join(SOURCE, "python")}),
-                                text=True, errors="replace")
+                                text=True, errors="replace", preexec_fn=default_signals)
         deadline = time.monotonic() + 30
         while not os.path.exists(os.path.join(tmp, f"ready.{name}")):
             expect(time.monotonic() < deadline and proc.poll() is None,
