@@ -203,6 +203,9 @@ inline uint32_t count_events(const EventChunk &chunk, uint32_t used) {
 // were written. Returns the number of events.
 template <class Out>
 uint32_t unpack(const EventChunk &chunk, uint32_t used, Out &&out) {
+  // `base` is the owner's to write while the chunk is empty (its first record): read only once
+  // a published record says it is written (TSan saw the read of an empty chunk's race).
+  if (used == 0) return 0;
   uint64_t anchor = chunk.base;
   uint32_t events = 0;
   for (uint32_t i = 0; i < used; ++events) {

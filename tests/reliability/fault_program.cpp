@@ -26,6 +26,9 @@
 //                  handlers run: what _Fork() and glibc's clone() do too). The child waits
 //                  200 ms, instantiates a graph of its own, launches it N times (--launches) and
 //                  calls exit(0); the parent launches N more meanwhile, then waits for it.
+//                  `--how idle`: the child calls exit(0) at once, allocating nothing (a child
+//                  of a process with other threads — GPU timing's reaper — may not: a lock
+//                  of the allocator's may be held by a thread it does not have).
 //                  Prints child=<pid>, child_status=.
 //   exit-from-worker  T threads launch in a loop; thread 0 calls exit(0) after N launches while
 //                  the others are launching.
@@ -360,13 +363,14 @@ int fork_children(long n) {
   return 0;
 }
 
-int clone_child(long n) {
+int clone_child(long n, bool idle) {
   Driver d = load_driver();
   Counts c;
   for (long i = 0; i < n; ++i) launch_once(d, c);
   std::fflush(stdout);
   const pid_t child = static_cast<pid_t>(syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0));
   if (child < 0) die("clone failed");
+  if (child == 0 && idle) std::exit(0);
   if (child == 0) {
     // Later than the parent's own launches below: a run of ours spilled into the parent's
     // file would land on the parent's.
@@ -670,7 +674,7 @@ int main(int argc, char **argv) {
   if (mode == "late-driver") return late_driver(n);
   if (mode == "fork-in-launch") return fork_in_launch(n);
   if (mode == "fork-children") return fork_children(n);
-  if (mode == "clone-child") return clone_child(n);
+  if (mode == "clone-child") return clone_child(n, how == "idle");
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);
   if (mode == "underscore-exit") return underscore_exit(n);
   if (mode == "size-limit") return size_limit(n, own_bytes);
