@@ -315,12 +315,10 @@ void SpillFile::release(const SpillRun &run, uint32_t first, uint32_t count) con
 }
 
 void SpillFile::release_range(uint64_t offset, uint64_t bytes) const {
-  // Whole pages, rounded outwards: a run need not start or end on a page (its events are 64 bytes
-  // each, its count what a chunk held), and rounding inwards kept the pages two runs share — and,
-  // as RunReader releases 16 KiB at a time from the run's start, one page in four of a whole exit
-  // report's reading — resident until the process ended. A neighbour's bytes on the same page are
-  // safe: the mapping is shared, so the page goes back to the file, not away, and faults in again
-  // with its contents if anyone reads or writes it.
+  // Whole pages, rounded outwards where a range does not start or end on one (release() and the
+  // windows pass whole pages already). A neighbour's bytes on the same page are safe: the mapping
+  // is shared, so the page goes back to the file, not away, and faults in again with its
+  // contents if anyone reads or writes it.
   const uintptr_t page = page_size();
   for_each_piece(offset, bytes, false, [&](char *from, uint64_t piece) {
     const uintptr_t begin = reinterpret_cast<uintptr_t>(from) & ~(page - 1);
