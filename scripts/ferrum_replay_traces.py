@@ -784,8 +784,56 @@ def count_processes(scans):
     return len(keys)
 
 
+def run_identities(meta):
+    """The processes a trace holds, as (host, pid, recorder start), leaving out any without a
+    recorder start: that start (originRealtimeNs, to the nanosecond) is what tells one run of a
+    process from another, and two traces that share an identity hold the same run's data."""
+    merged = meta.get("merged")
+    entries = [e for e in merged if isinstance(e, dict)] if isinstance(merged, list) else [meta]
+    found = set()
+    for entry in entries:
+        clock = entry.get("clock") if isinstance(entry.get("clock"), dict) else {}
+        start = clock.get("originRealtimeNs")
+        if start is not None and "pid" in entry:
+            found.add((str(entry.get("host")), str(entry.get("pid")), str(start)))
+    return found
+
+
+def distinct_runs(paths, metas):
+    """The (path, meta) pairs to read, each process's run once. Another file that holds only
+    runs a kept file holds too -- a byte copy, or one of the traces a merged trace was made of --
+    is dropped with a note on stderr: read twice, its ranges would count twice and a check pass
+    on a run's data doubled. Two files that share some runs but each hold others cannot be read
+    once either way: an input error that names both."""
+    ids = [run_identities(meta) for meta in metas]
+    kept = []
+    for i, path in enumerate(paths):
+        # Within another file's runs: the largest such file is kept (the first of equals).
+        holder = next((j for j in range(len(paths)) if j != i and ids[i] and ids[i] <= ids[j] and
+                       (len(ids[j]) > len(ids[i]) or j < i)), None)
+        if holder is None:
+            kept.append(i)
+            continue
+        host, pid, start = sorted(ids[i])[0]
+        what = (f"process {pid} on {quoted(host)} (recorder start {start})" if len(ids[i]) == 1
+                else f"{len(ids[i])} processes")
+        print(f"ferrum-replay: note: {quoted(path)} holds {what} that {quoted(paths[holder])} "
+              "holds too (a copy, or a trace merged into it): read once", file=sys.stderr)
+    for a, i in enumerate(kept):
+        for j in kept[a + 1:]:
+            shared = ids[i] & ids[j]
+            if shared:
+                host, pid, start = sorted(shared)[0]
+                raise InputError(f"{quoted(paths[i])} and {quoted(paths[j])} both hold process "
+                                 f"{pid} on {quoted(host)} (recorder start {start}), and each "
+                                 "holds runs the other does not: give each run's trace once")
+    return [(paths[i], metas[i]) for i in kept]
+
+
 def scan_all(paths):
-    return [Scan(path) for path in distinct_inputs(paths)]
+    scans = [Scan(path) for path in distinct_inputs(paths)]
+    kept = {path for path, _ in distinct_runs([s.path for s in scans], [s.meta for s in scans])}
+    return [scan for scan in scans if scan.path in kept]
 
 
 def sum_gpu(total, gpu):
@@ -1252,7 +1300,8 @@ def cmd_merge(args):
             pass
     if os.path.isdir(out):
         raise InputError(f"the output {quoted(out)} is a directory: name a file")
-    metas = [read_metadata(path) for path in paths]
+    kept = distinct_runs(paths, [read_metadata(path) for path in paths])
+    paths, metas = [path for path, _ in kept], [meta for _, meta in kept]
     shifts, how, clock = alignment(metas)
     # Non-ASCII names as UTF-8, as the recorder writes them: older viewers show \\u escapes
     # literally. Lone surrogates (from \\ud800-style escapes in a hand-made input) cannot be
@@ -2002,23 +2051,29 @@ def cmd_check(args):
     summaries, recycled = read_launch_summaries(distinct_inputs(args.launch_summary))
     if summaries or recycled:
         rejected_by_tool = sum(int(scan.meta.get("rejectedPushes", 0)) for scan in scans)
-        missing = []
+        # Fewer ranges than launches: launches the profile lost. More: ranges no launch of the
+        # shim's accounts for (another run's trace, or this run's launch summary missing).
+        fewer, more = [], []
         for name, c in sorted(summaries.items()):
             expected = c["launches"] - c["rejected"]
             got = ranges_named(name)
             # Graphs destroyed long ago are counted in one totals row, not by name: a name may
             # then have more ranges than its rows (the totals are compared below).
             if name and (got < expected or (got > expected and not recycled)):
-                missing.append(f"{quoted(name)}: {c['launches']} launches, {got} ranges")
+                (fewer if got < expected else more).append(
+                    f"{quoted(name)}: {c['launches']} launches, {got} ranges")
         launches = sum(c["launches"] for c in summaries.values()) + recycled["launches"]
         rejected = sum(c["rejected"] for c in summaries.values()) + recycled["rejected"]
         if recycled or any(not name for name in summaries):  # compare totals
             if total_ranges + rejected != launches:
-                missing.append(f"{launches} launches, {total_ranges} ranges")
-        if missing:
-            failures.append("launches without their range: " + "; ".join(missing[:4])
-                            + (f" (and {len(missing) - 4} more)" if len(missing) > 4 else ""))
-        elif rejected != rejected_by_tool and not args.nsys_stats:
+                (fewer if total_ranges + rejected < launches else more).append(
+                    f"{launches} launches, {total_ranges} ranges")
+        for found, what in ((fewer, "launches without their range"),
+                            (more, "ranges without a launch the shim counted")):
+            if found:
+                failures.append(f"{what}: " + "; ".join(found[:4])
+                                + (f" (and {len(found) - 4} more)" if len(found) > 4 else ""))
+        if not fewer and not more and rejected != rejected_by_tool and not args.nsys_stats:
             notes.append(f"the shim counted {rejected} rejected pushes, the recorder "
                          f"{rejected_by_tool}")
         launch_note = f"the shim's {launches} launches all have their range"

@@ -9,14 +9,24 @@ N ranges of G graph names ("graph 1".."graph G") spread over T threads, each thr
 order; every range lasts --cpu-us (default 2) us, one every 3 us per thread. With --gpu-us, each
 range also has its GPU replay (as the recorder writes GPU time: cat "ferrum-replay,gpu", a GPU
 track per thread) lasting US, or the --graph-us of its name; and a gpu block. Prints nothing.
+Each file is a run of its own, as the recorder's are: without --origin-ns, the recorder start
+in its metadata is derived from OUT's absolute path (the readers count a run once, by host, pid
+and start; give two files the same --origin-ns and --pid to make one a copy of the other's run).
 """
 import argparse
 import json
+import os
+import zlib
 
 
-def write(path, ranges, threads=4, graphs=8, pid=4242, origin_ns=1_700_000_000_000_000_000,
+def default_origin_ns(path):
+    return 1_700_000_000_000_000_000 + zlib.crc32(os.path.abspath(path).encode()) * 1000
+
+
+def write(path, ranges, threads=4, graphs=8, pid=4242, origin_ns=None,
           host="generated", cpu_us=2.0, gpu_us=None, graph_us=None):
     graph_us = graph_us or {}
+    origin_ns = default_origin_ns(path) if origin_ns is None else origin_ns
     per_thread = -(-ranges // threads)
     with open(path, "w", encoding="utf-8") as out:
         out.write('{"traceEvents":[\n')
@@ -63,7 +73,7 @@ def main():
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--graphs", type=int, default=8)
     parser.add_argument("--pid", type=int, default=4242)
-    parser.add_argument("--origin-ns", type=int, default=1_700_000_000_000_000_000)
+    parser.add_argument("--origin-ns", type=int)
     parser.add_argument("--cpu-us", type=float, default=2.0)
     parser.add_argument("--gpu-us", type=float)
     parser.add_argument("--graph-us", action="append", default=[])

@@ -753,10 +753,14 @@ def test_summary_and_merge(tmp):
     again = wrapper("summary", merged_path, cwd=tmp)
     expect(summary_rows(again.stdout) == summary_rows(wrapper("summary", r0, r1, cwd=tmp).stdout)
            and "(2 processes)" in again.stdout, "summary of the merged trace", again)
-    # Same pid twice (a copied file, or two hosts): the tracks stay apart.
-    copy = os.path.join(tmp, "copy.json")
-    shutil.copy(r0, copy)
-    done = wrapper("merge", "-o", "dup.json", r0, copy, cwd=tmp)
+    # Same pid twice from two runs (here: two hosts): the tracks stay apart. A copied file is
+    # the same run, read once (test_judging_counts_only_this_run).
+    other_host = os.path.join(tmp, "other-host.json")
+    trace = trace_check.load(r0)
+    trace["ferrumReplay"]["host"] = "another-host"
+    with open(other_host, "w") as handle:
+        json.dump(trace, handle)
+    done = wrapper("merge", "-o", "dup.json", r0, other_host, cwd=tmp)
     dup = trace_check.load(os.path.join(tmp, "dup.json"))
     expect(len({e["pid"] for e in trace_check.ranges(dup)}) == 2, "duplicate pids", done)
     # Bad input and usage.
@@ -1184,6 +1188,18 @@ def test_ci_smoke_profile(tmp):
     os.chmod(liar, 0o755)
     done = ci_smoke("--", liar, *program, cwd=tmp, env=named)
     expect_verdict(done, False, "launches without their range: 'ghost graph': 5 launches, 0 ranges")
+    # The other way round: a summary whose row counts fewer launches than the graph has ranges
+    # (ranges no launch accounts for) is named as such, not as lost launches.
+    shrink = write(os.path.join(tmp, "shrink.sh"),
+                   "#!/bin/sh\n\"$@\"; status=$?\n"
+                   "for f in $(printf %s \"$FERRUM_REPLAY_SUMMARY\" | sed 's/%p/*/'); do\n"
+                   "  sed 's/^\\( *[0-9][0-9]*  *\\)10 /\\1 4 /' \"$f\" >\"$f.new\" && "
+                   "mv \"$f.new\" \"$f\"\ndone\nexit $status\n")
+    os.chmod(shrink, 0o755)
+    done = ci_smoke("--", shrink, *program, cwd=tmp, env=named)
+    expect_verdict(done, False, "ranges without a launch the shim counted: 'graph 1': 4 launches, "
+                                "10 ranges; 'graph 2': 4 launches, 10 ranges")
+    expect("launches without their range" not in done.stdout, "not called lost launches", done)
 
     # --out keeps the traces and the shim's summaries, in a directory of this run's own.
     keep = os.path.join(tmp, "kept")
@@ -1313,9 +1329,36 @@ def test_judging_counts_only_this_run(tmp):
         done = wrapper("check", path, cwd=tmp)
         expect(f"OK: {n0 + n1 + n2} ranges" in done.stdout and "in 3 processes" in done.stdout,
                f"check {path}", done)
-    done = wrapper("summary", "b.json", r0, cwd=tmp)
-    expect(summary_total(done.stdout)[2] == 2, "a process in a merged trace and its own trace "
-           "is one process", done)
+    # A run is read once however its data arrives: a byte copy of a trace (another file, so
+    # not caught by device and inode), or a trace given beside a merged trace made from it.
+    # Read twice, its ranges counted twice and `check --expect-total` passed on doubled data.
+    shutil.copyfile(r0, os.path.join(tmp, "copy.json"))
+    for inputs, ranges, processes in (((r0, "copy.json"), n0, 1), (("copy.json", r0), n0, 1),
+                                      (("b.json", r0), n0 + n1, 2), ((r0, "b.json"), n0 + n1, 2),
+                                      (("b.json", "copy.json", other), n0 + n1, 2)):
+        done = wrapper("summary", *inputs, cwd=tmp)
+        expect(done.returncode == 0 and summary_total(done.stdout)[0] == ranges and
+               summary_total(done.stdout)[2] == processes and
+               "holds too (a copy, or a trace merged into it): read once" in done.stderr,
+               f"summary {inputs}: each run once", done)
+        done = wrapper("check", "--expect-total", str(2 * n0), *inputs, cwd=tmp)
+        expect(done.returncode == 1 and f"{ranges} ranges" in done.stdout,
+               f"check {inputs}: doubled data does not pass", done)
+        done = wrapper("check", "--expect-total", str(ranges), *inputs, cwd=tmp)
+        expect(done.returncode == 0 and f"OK: {ranges} ranges" in done.stdout,
+               f"check {inputs}", done)
+        done = wrapper("merge", "-o", "dedup.json", *inputs, cwd=tmp)
+        expect(done.returncode == 0 and len(our_ranges(trace_check.load(
+            os.path.join(tmp, "dedup.json")))) == ranges, f"merge {inputs}: each run once", done)
+    # Two traces that share a run but each hold another cannot be read once either way: refused.
+    done = wrapper("merge", "-o", "r0third.json", r0, third, cwd=tmp)
+    expect(done.returncode == 0, "merge", done)
+    for tool, status in (("summary", 2), ("merge", 2), ("check", 1)):
+        args = ["-o", "never.json"] if tool == "merge" else []
+        done = wrapper(tool, *args, "b.json", "r0third.json", cwd=tmp)
+        expect(done.returncode == status and "each holds runs the other does not" in
+               done.stdout + done.stderr, f"{tool}: overlapping merged traces refused", done)
+    expect(not os.path.exists(os.path.join(tmp, "never.json")), "no output of a refused merge")
 
 
 # ---- bounded readers (issue 10, item 7) -----------------------------------------------------
@@ -1592,20 +1635,28 @@ def test_signals_reach_the_program(tmp):
     handled = ('trap "echo $1 > got.$1; exit 7" $1; echo > ready.$1; i=0; '
                'while [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done')
     plain = 'echo > ready.$1; exec sleep 20'
-    python_module = [sys.executable, "-m", "ferrum_replay"]
-    cases = [([WRAPPER], sig, handled, 7) for sig in ("TERM", "HUP", "INT", "QUIT")]
-    cases += [([WRAPPER], "TERM", plain, 128 + signal.SIGTERM),
-              ([WRAPPER], "HUP", plain, 128 + signal.SIGHUP),
+    record = ["record", "-o", "t.%p.json"]
+    python_module = [sys.executable, "-m", "ferrum_replay", *record]
+    # ci-smoke-profile runs the wrapper as the wrapper runs a program: a cancelled CI job's
+    # TERM reaches the workload, and the verdict names its status. It used to wait for the
+    # wrapper in the foreground: the signal reached neither, and with --out it died at once.
+    smoke, smoke_out = [CI_SMOKE], [CI_SMOKE, "--out", os.path.join(tmp, "kept")]
+    cases = [([WRAPPER, *record], sig, handled, 7) for sig in ("TERM", "HUP", "INT", "QUIT")]
+    cases += [([WRAPPER, *record], "TERM", plain, 128 + signal.SIGTERM),
+              ([WRAPPER, *record], "HUP", plain, 128 + signal.SIGHUP),
               (python_module, "TERM", handled, 7)]
+    cases += [(command, sig, handled, 7) for command in (smoke, smoke_out)
+              for sig in ("TERM", "HUP", "INT")]
+    cases += [(smoke_out, "TERM", plain, 128 + signal.SIGTERM)]
     for command, name, script, status in cases:
         for leftover in os.listdir(tmp):
             if leftover.startswith(("got.", "ready.")):
                 os.unlink(os.path.join(tmp, leftover))
-        argv = [*command, "record", "-o", "t.%p.json", "--", "sh", "-c", script, "sh", name]
+        argv = [*command, "--", "sh", "-c", script, "sh", name]
         # The wrapper as a shell would start it: these signals at their defaults. (Under
         # `nohup`, or a runner that ignores HUP, sh can neither trap nor pass on a signal ignored
         # when it started — nor could the program act on it: both run as without the wrapper.)
-        proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=base_env({"TMPDIR": tmpdir,
                                               "PYTHONPATH": os.path.join(SOURCE, "python")}),
                                 text=True, errors="replace", preexec_fn=default_signals)
@@ -1616,18 +1667,21 @@ def test_signals_reach_the_program(tmp):
             time.sleep(0.05)
         proc.send_signal(getattr(signal, "SIG" + name))
         try:
-            _, err = proc.communicate(timeout=30)
+            out, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
             raise AssertionError(f"{argv}: SIG{name}: the wrapper did not end, or the "
                                  "program it left behind still holds its stderr")
-        done = Done(argv, proc.returncode, "", err)
+        done = Done(argv, proc.returncode, out, err)
         expect(proc.returncode == status, f"SIG{name}: exit {status}", done)
         if script == handled:
             expect(os.path.exists(os.path.join(tmp, f"got.{name}")),
                    f"SIG{name} did not reach the program", done)
         expect(os.listdir(tmpdir) == [], f"SIG{name}: left in TMPDIR: {os.listdir(tmpdir)}",
                done)
+        if command[0] == CI_SMOKE:
+            verdict = f"ci-smoke-profile: FAIL: the workload exited with status {status}"
+            expect(verdict in done.stdout, f"SIG{name}: the verdict", done)
 
 
 def test_patterns_hold_literal_paths(tmp):

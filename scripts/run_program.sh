@@ -1,0 +1,75 @@
+# Running a program under a profiler's wrapper and passing signals on to it. Sourced (with `.`)
+# by ferrum-replay (record, nsys) and ferrum-replay-ci-smoke-profile, which find it where they
+# find ferrum_replay_traces.py (ferrum-replay `helper`): beside the wrapper in a checkout,
+# beside the libraries when installed. POSIX sh; defines functions only.
+# Runs "$@" (a function that execs the program, run in a subshell of its own) and waits
+# for it; sets status to its exit status (128+N when a signal N ended it). A TERM or HUP sent
+# to the wrapper (docker stop, a batch scheduler, a closed terminal) is passed on to the
+# program and the wrapper waits on, rather than dying and leaving it to run unwatched; so is an
+# INT or QUIT, unless the wrapper is in its terminal's foreground process group, where it came
+# from the keyboard and reached the program itself (it is not sent twice). The program runs
+# in the background, as only `wait` lets a trap run before the child ends; sh starts a
+# background child with INT and QUIT ignored and stdin on /dev/null, so its stdin is handed
+# on, and signal_reset (GNU env --default-signal) restores the dispositions a foreground
+# program has. Without it (coreutils before 8.31, busybox) the program runs in the foreground
+# as before: a signal to the wrapper is not passed on, but the wrapper still waits for it.
+run_program() {
+  signal_reset=
+  # Only what sh ignores for the background: INT or QUIT ignored by the wrapper's own caller
+  # stays ignored for the program, as it would be without the wrapper (SigIgn: bits 1, 2).
+  ignored=$(sed -n 's/^SigIgn:[[:space:]]*.*\([0-9a-f]\)$/\1/p' "/proc/$$/status" 2>/dev/null)
+  case $(( 0x${ignored:-0} & 6 )) in
+    0) reset=INT,QUIT ;; 2) reset=QUIT ;; 4) reset=INT ;; *) reset= ;;
+  esac
+  if [ -z "$reset" ]; then
+    :
+  elif env "--default-signal=$reset" true 2>/dev/null; then
+    signal_reset=--default-signal=$reset
+  else
+    for sig in HUP INT QUIT TERM; do trap : "$sig"; done
+    ("$@"); status=$?
+    exit_on_signals
+    return 0
+  fi
+  child='' pending=''
+  for sig in HUP INT QUIT TERM; do trap "forward_signal $sig" "$sig"; done
+  exec 3<&0
+  "$@" <&3 3<&- &
+  child=$!
+  # A signal whose trap ran before the line above (the program may already be running) is
+  # passed on now that its pid is known.
+  [ -z "$pending" ] || kill -s "$pending" "$child" 2>/dev/null || true
+  exec 3<&-
+  while :; do
+    signalled=
+    wait "$child"; status=$?
+    # A signal's trap interrupts the wait (status 128+N); the program's own status comes
+    # from waiting again (it is kept when the program had already ended).
+    [ -n "$signalled" ] || break
+  done
+  exit_on_signals
+}
+
+forward_signal() {
+  signalled=1
+  case $1 in INT|QUIT) ! in_terminal_foreground || return 0 ;; esac
+  if [ -n "$child" ]; then
+    kill -s "$1" "$child" 2>/dev/null || true
+  else
+    pending=$1
+  fi
+}
+
+# Whether this process's group is its terminal's foreground group (/proc/PID/stat: pgrp and
+# tpgid, fields 3 and 6 after the command's closing parenthesis).
+in_terminal_foreground() {
+  stat=$(cat "/proc/$$/stat" 2>/dev/null) || return 1
+  set -f; set -- ${stat##*) }; set +f
+  [ $# -ge 6 ] && [ "$3" = "$6" ]
+}
+
+# Before and after the program: a signal ends the wrapper as it would have, 128+N, with its
+# EXIT trap (temporary files removed).
+exit_on_signals() {
+  trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 131' QUIT; trap 'exit 143' TERM
+}
