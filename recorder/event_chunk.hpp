@@ -95,20 +95,17 @@ inline uint64_t anchor_of(EventKind kind, uint64_t start, uint64_t end) {
   return kind == EventKind::async_begin || kind == EventKind::async_end ? start : end;
 }
 
-// The owner's side of its tail chunk: where each attribute set's template is. Owner only;
-// restart()ed whenever the tail chunk is new or emptied.
+// The owner's side of its tail chunk: where each attribute set's template is. Owner only.
+// Its state belongs to the chunk being filled, so it starts afresh whenever it is handed an
+// empty chunk (a new one, or one emptied by spilling or after a fork): no caller resets it.
 class ChunkWriter {
  public:
-  ChunkWriter() { restart(); }
-  void restart() {
-    templates_ = 0;
-    events_ = 0;
-    std::memset(index_, 0, sizeof index_);
-  }
   // Writes one event at `chunk.slots[used]` (the caller has checked !chunk.full(used)) and
   // returns the slots it took. Publishing is the caller's.
   uint32_t write(EventChunk &chunk, uint32_t used, uint64_t start, uint64_t end,
                  const RangeAttrs &attrs, uint32_t domain_id, uint32_t depth) {
+    if (used == 0) [[unlikely]]
+      restart();
     if (attrs.kind == EventKind::range || attrs.kind == EventKind::mark) [[likely]] {
       if (used == 0) [[unlikely]]
         chunk.base = last_anchor_ = end;
@@ -133,10 +130,15 @@ class ChunkWriter {
     ++events_;
     return write_whole(chunk, used, start, end, attrs, domain_id, depth);
   }
-  // The events written since restart(): what the chunk unpacks into.
+  // The events written into the current chunk: what it unpacks into.
   uint32_t events() const { return events_; }
 
  private:
+  void restart() {
+    templates_ = 0;
+    events_ = 0;
+    std::memset(index_, 0, sizeof index_);
+  }
   static constexpr size_t kIndexSize = 2 * EventChunk::kTemplates;  // at most half full
   static constexpr int64_t kMax40 = (int64_t{1} << 39) - 1;         // PackedRecord's field widths
   static constexpr uint64_t kMaxDuration = (uint64_t{1} << 40) - 1;
@@ -185,7 +187,7 @@ class ChunkWriter {
   uint64_t last_anchor_ = 0;
   uint32_t templates_ = 0;
   uint32_t events_ = 0;
-  uint8_t index_[kIndexSize];  // template index + 1 by hash of the attribute set; 0: empty
+  uint8_t index_[kIndexSize] = {};  // template index + 1 by hash of the attribute set; 0: empty
 };
 
 // The number of events in the first `used` slots of `chunk` (without unpacking them): what a

@@ -212,7 +212,6 @@ bool ThreadBuffer::make_room() {
   }
   Chunk *fresh = new_chunk(true);
   if (!fresh) return false;
-  writer_.restart();
   tail_->next.store(fresh, std::memory_order_release);
   tail_ = fresh;
   return true;
@@ -243,7 +242,6 @@ bool ThreadBuffer::spill_tail() {
     }
     if (listed) {
       chunk.count.store(0, std::memory_order_relaxed);  // readers hold mu_: none looks
-      writer_.restart();
     }
     holder_.store(0, std::memory_order_relaxed);
     mu_.unlock();
@@ -298,7 +296,6 @@ void ThreadBuffer::keep_first_chunk_only() {
   keep->next.store(nullptr, std::memory_order_relaxed);
   keep->count.store(0, std::memory_order_relaxed);
   head_ = tail_ = keep;
-  writer_.restart();
 }
 
 bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *runs,
