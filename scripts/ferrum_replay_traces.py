@@ -806,27 +806,34 @@ def distinct_runs(paths, metas):
     on a run's data doubled. Two files that share some runs but each hold others cannot be read
     once either way: an input error that names both."""
     ids = [run_identities(meta) for meta in metas]
+    holding = collections.defaultdict(list)  # run -> the files that hold it, in order
+    for i, runs in enumerate(ids):
+        for run in runs:
+            holding[run].append(i)
     kept = []
     for i, path in enumerate(paths):
-        # Within another file's runs: the largest such file is kept (the first of equals).
-        holder = next((j for j in range(len(paths)) if j != i and ids[i] and ids[i] <= ids[j] and
-                       (len(ids[j]) > len(ids[i]) or j < i)), None)
-        if holder is None:
+        # A file whose runs all lie within another's is read there: in the one holding the most
+        # runs (the first of equals), which is itself never dropped.
+        others = [j for j in holding[min(ids[i])] if j != i and ids[i] <= ids[j]] if ids[i] else []
+        holder = max(others, key=lambda j: (len(ids[j]), -j), default=None)
+        if holder is None or (len(ids[holder]) == len(ids[i]) and holder > i):
             kept.append(i)
             continue
-        host, pid, start = sorted(ids[i])[0]
+        host, pid, start = min(ids[i])
         what = (f"process {pid} on {quoted(host)} (recorder start {start})" if len(ids[i]) == 1
                 else f"{len(ids[i])} processes")
         print(f"ferrum-replay: note: {quoted(path)} holds {what} that {quoted(paths[holder])} "
               "holds too (a copy, or a trace merged into it): read once", file=sys.stderr)
-    for a, i in enumerate(kept):
-        for j in kept[a + 1:]:
-            shared = ids[i] & ids[j]
-            if shared:
-                host, pid, start = sorted(shared)[0]
-                raise InputError(f"{quoted(paths[i])} and {quoted(paths[j])} both hold process "
-                                 f"{pid} on {quoted(host)} (recorder start {start}), and each "
-                                 "holds runs the other does not: give each run's trace once")
+    # What is left shares no run unless two files overlap without either holding the other.
+    owner = {}
+    for i in kept:
+        for run in sorted(ids[i]):
+            if run in owner:
+                host, pid, start = run
+                raise InputError(f"{quoted(paths[owner[run]])} and {quoted(paths[i])} both hold "
+                                 f"process {pid} on {quoted(host)} (recorder start {start}), and "
+                                 "each holds runs the other does not: give each run's trace once")
+            owner[run] = i
     return [(paths[i], metas[i]) for i in kept]
 
 
