@@ -21,25 +21,41 @@ run_program() {
   case $(( 0x${ignored:-0} & 6 )) in
     0) reset=INT,QUIT ;; 2) reset=QUIT ;; 4) reset=INT ;; *) reset= ;;
   esac
-  if [ -z "$reset" ]; then
+  # The background child's stdin is /dev/null until redirected: the program's own stdin is
+  # handed on through a spare descriptor, the first of 3..9 the wrapper's caller did not pass
+  # (3 may be a socket systemd handed on, a jobserver pipe, a lock the caller holds: the
+  # program inherits it untouched), closed again for the program. A closed stdin stays closed.
+  spare=''
+  if [ -d "/proc/$$/fd" ]; then
+    for fd in 3 4 5 6 7 8 9; do
+      if [ ! -e "/proc/$$/fd/$fd" ] && [ ! -h "/proc/$$/fd/$fd" ]; then spare=$fd; break; fi
+    done
+  fi
+  if [ -z "$spare" ]; then
+    run_in_foreground "$@"  # no /proc to tell which are free, or none is
+    return 0
+  elif [ -z "$reset" ]; then
     :
   elif env "--default-signal=$reset" true 2>/dev/null; then
     signal_reset=--default-signal=$reset
   else
-    for sig in HUP INT QUIT TERM; do trap : "$sig"; done
-    ("$@"); status=$?
-    exit_on_signals
+    run_in_foreground "$@"
     return 0
   fi
   child='' pending=''
   for sig in HUP INT QUIT TERM; do trap "forward_signal $sig" "$sig"; done
-  exec 3<&0
-  "$@" <&3 3<&- &
-  child=$!
-  # A signal whose trap ran before the line above (the program may already be running) is
+  if [ -e "/proc/$$/fd/0" ]; then
+    eval "exec $spare<&0"
+    eval '"$@" <&'"$spare $spare"'<&- &'
+    child=$!
+    eval "exec $spare<&-"
+  else
+    "$@" <&- &
+    child=$!
+  fi
+  # A signal whose trap ran before the lines above (the program may already be running) is
   # passed on now that its pid is known.
   [ -z "$pending" ] || kill -s "$pending" "$child" 2>/dev/null || true
-  exec 3<&-
   while :; do
     signalled=
     wait "$child"; status=$?
@@ -47,6 +63,13 @@ run_program() {
     # from waiting again (it is kept when the program had already ended).
     [ -n "$signalled" ] || break
   done
+  exit_on_signals
+}
+
+# The program in the foreground: nothing is passed on, the wrapper still waits for it.
+run_in_foreground() {
+  for sig in HUP INT QUIT TERM; do trap : "$sig"; done
+  ("$@"); status=$?
   exit_on_signals
 }
 

@@ -1684,6 +1684,69 @@ def test_signals_reach_the_program(tmp):
             expect(verdict in done.stdout, f"SIG{name}: the verdict", done)
 
 
+def test_program_keeps_its_descriptors(tmp):
+    """The program gets the descriptors its caller gave the wrapper, as without it: a closed
+    stdin stays closed, a piped one reaches it, and a descriptor 3 (a socket systemd hands on,
+    a jobserver pipe, a lock) is inherited untouched -- by record, and by ci-smoke-profile,
+    which runs record the same way. With stdin closed the wrapper used to fail before starting
+    the program (exit 2, "0: Bad file descriptor"); a descriptor 3 was replaced by the stdin it
+    handed on and closed for the program. An exported CDPATH (which makes `cd` print the
+    directory) broke every relative --out."""
+    secret = os.path.join(tmp, "secret.txt")
+    with open(secret, "w") as handle:
+        handle.write("from fd 3\n")
+    probe = ('if [ -e /proc/$$/fd/0 ]; then read -r line; echo "stdin: ${line:-open}"; '
+             'else echo "stdin: closed"; fi; '
+             'if read -r line <&3; then echo "fd3: $line"; else echo "fd3: none"; fi; '
+             'exec "$0" --iters 2')
+
+    def start(argv, stdin, fd3, env=None):
+        # Descriptor 3 of the child is this process's for the moment of the start (Popen
+        # closes every other one after preexec_fn): ours, if any, is put back after.
+        try:
+            ours = os.dup(3)
+        except OSError:
+            ours = None
+        source = os.open(secret, os.O_RDONLY)
+        if source != 3:  # (3 itself when it was free)
+            os.dup2(source, 3)
+            os.close(source)
+        try:
+            def child():
+                default_signals()
+                if stdin == "closed":
+                    os.close(0)
+            proc = subprocess.Popen(argv, cwd=tmp, env=base_env(env), text=True,
+                                    stdin=subprocess.PIPE if stdin == "piped" else None,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    errors="replace", preexec_fn=child,
+                                    pass_fds=(3,) if fd3 else ())
+        finally:
+            if ours is None:
+                os.close(3)
+            else:
+                os.dup2(ours, 3)
+                os.close(ours)
+        out, err = proc.communicate("piped line\n" if stdin == "piped" else None, timeout=120)
+        return Done(argv, proc.returncode, out, err)
+
+    program = ["sh", "-c", probe, launch_driver()]
+    for tool in ([WRAPPER, "record", "-o", "t.%p.json"], [CI_SMOKE]):
+        for stdin, fd3 in (("closed", True), ("piped", True), ("closed", False)):
+            done = start([*tool, "--", *program], stdin, fd3)
+            label = f"{os.path.basename(tool[0])}, stdin {stdin}, fd 3 {'given' if fd3 else 'not'}"
+            expect(done.returncode == 0 and "launches=4 " in done.stdout, f"{label}: runs", done)
+            seen = "piped line" if stdin == "piped" else "closed"
+            expect(f"stdin: {seen}" in done.stdout, f"{label}: its stdin", done)
+            expect(("fd3: from fd 3" if fd3 else "fd3: none") in done.stdout,
+                   f"{label}: its descriptor 3", done)
+            if tool[0] == CI_SMOKE:
+                expect_verdict(done, True, "4 ranges")
+    done = run([CI_SMOKE, "--out", "kept-cdpath", "--", launch_driver(), "--iters", "2"], tmp,
+               env={"CDPATH": "."})
+    expect_verdict(done, True, "4 ranges")
+
+
 def test_patterns_hold_literal_paths(tmp):
     """docs/text-rules.md section 1: a literal path handed on where a pattern is expected has
     its '%' doubled (a working directory, --out or TMPDIR with '%' in it); `record -o DIR/`
