@@ -442,16 +442,20 @@ int create_temp_beside(const char *path, char *tmp, size_t tmp_size) {
   return -EEXIST;
 }
 
-bool running_marker_name(const char *path, int pid, char *out, size_t out_size) {
-  static_assert(sizeof ".-2147483648.running" - 1 <= kTempSuffixMax,
+bool running_marker_name(const char *path, int pid, unsigned sibling, char *out, size_t out_size) {
+  static_assert(sizeof ".-2147483648.15.running" - 1 <= kTempSuffixMax && kMaxMarkerSibling <= 15,
                 "the marker's suffix fits where a temporary's does");
+  if (sibling > kMaxMarkerSibling) return false;
   // Called on a launching thread (the shim's first launch), whose stack may be small: no path
   // buffer of its own — `out` holds the directory while its name limit is asked, then the stem.
   if (!directory_of(path, out, out_size) ||
       !temp_stem_within(path, directory_name_limit(out), out, out_size))
     return false;
   const size_t stem_length = strlen(out);
-  const int n = snprintf(out + stem_length, out_size - stem_length, ".%d.running", pid);
+  const int n =
+      sibling == 0
+          ? snprintf(out + stem_length, out_size - stem_length, ".%d.running", pid)
+          : snprintf(out + stem_length, out_size - stem_length, ".%d.%u.running", pid, sibling);
   return n > 0 && static_cast<size_t>(n) < out_size - stem_length;
 }
 

@@ -91,9 +91,12 @@ int create_temp_beside(const char *path, char *tmp, size_t tmp_size);
 int remove_dead_temps(const char *path, const char *header);
 
 // The mark a process keeps while it runs (the shim's, shim/range/process_files.hpp):
-// "PATH.PID.running", PATH shortened exactly as for its temporaries (the suffix is shorter than
+// "PATH.PID.running", or with `sibling` 1..kMaxMarkerSibling "PATH.PID.SIBLING.running" (another
+// process of that pid number made the first: an earlier image, or a process in another PID
+// namespace), PATH shortened exactly as for its temporaries (the suffix is shorter than
 // theirs). Keeps no path on the stack (`out` is its scratch). False if it does not fit `out`.
-bool running_marker_name(const char *path, int pid, char *out, size_t out_size);
+inline constexpr unsigned kMaxMarkerSibling = 15;
+bool running_marker_name(const char *path, int pid, unsigned sibling, char *out, size_t out_size);
 
 // The longest name (one path component) the file system of `path`'s directory accepts.
 size_t name_limit(const char *path);

@@ -1519,19 +1519,33 @@ def cmd_written(args):
     return 0
 
 
-# The shim's running marker (shim/range/process_files.hpp): DIR/ferrum-replay.PID.running, made
-# at a process's first launch and removed by its exit hook; its first line names the program.
-RUNNING_MARKER_NAME = re.compile(r"ferrum-replay\.(\d+)\.running")
+# The shim's running marker (shim/range/process_files.hpp): DIR/ferrum-replay.PID.running, or
+# DIR/ferrum-replay.PID.N.running beside another process's of the same pid number, made at a
+# process's first launch and removed by its exit hook; its first line names the program, its
+# image and its PID namespace.
+RUNNING_MARKER_NAME = re.compile(r"ferrum-replay\.(\d+)(?:\.\d+)?\.running")
 RUNNING_MARKER = re.compile(
-    r"ferrum-replay: running: pid=\d+ program=(\S*)(?: image=([0-9a-f]+):([0-9a-f]+))?")
+    r"ferrum-replay: running: pid=\d+ program=(\S*)(?: image=([0-9a-f]+):([0-9a-f]+))?"
+    r"(?: pidns=([0-9a-f]+))?")
 
 
-def process_alive(pid, image=None):
-    """Whether process `pid` still runs the image that made its marker: it exists, is not a
-    zombie (a worker killed while the parent that would reap it lingers is dead, and writes
-    nothing any more), and runs the same program file (`image`: (device, inode), as the marker
-    says; another one means it replaced itself with exec, and the old image's data is lost).
-    Another user's process of that pid is not ours to judge: alive."""
+def own_pid_namespace():
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def process_state(pid, image=None, pid_namespace=None):
+    """"elsewhere" when the marker's process is in another PID namespace than this one (a
+    container sharing the run directory: its pid names another process here, or none), else
+    whether process `pid` still runs the image that made its marker (True/False): it exists,
+    is not a zombie (a worker killed while the parent that would reap it lingers is dead, and
+    writes nothing any more), and runs the same program file (`image`: (device, inode), as the
+    marker says; another one means it replaced itself with exec, and the old image's data is
+    lost). Another user's process of that pid is not ours to judge: alive."""
+    if pid_namespace and own_pid_namespace() not in (None, pid_namespace):
+        return "elsewhere"
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, OverflowError):
@@ -1554,9 +1568,10 @@ def process_alive(pid, image=None):
 
 
 def unfinished_processes(directory):
-    """(pid, program, alive) of each process whose running marker is left in `directory`, in
-    pid order: it launched and did not reach its exit hook — lost (killed, _exit, exec), or,
-    alive, still running. A marker killed before its line was written names no program."""
+    """(pid, program, state) of each process whose running marker is left in `directory`, in
+    pid order: it launched and did not reach its exit hook — lost (killed, _exit, exec: False),
+    still running (True), or in another PID namespace, where this one cannot tell ("elsewhere",
+    process_state). A marker killed before its line was written names no program."""
     found = []
     try:
         names = os.listdir(directory) if directory else []
@@ -1566,17 +1581,18 @@ def unfinished_processes(directory):
         match = RUNNING_MARKER_NAME.fullmatch(name)
         if not match:
             continue
-        program, image = "?", None
+        program, image, pid_namespace = "?", None, None
         try:
             with open(os.path.join(directory, name), "rb") as handle:
                 line = RUNNING_MARKER.match(handle.readline(512).decode("utf-8", "replace"))
             if line:
                 program = line[1]
                 image = (int(line[2], 16), int(line[3], 16)) if line[2] else None
+                pid_namespace = int(line[4], 16) if line[4] else None
         except OSError:
             pass
         pid = int(match[1])
-        found.append((pid, program, process_alive(pid, image)))
+        found.append((pid, program, process_state(pid, image, pid_namespace)))
     return sorted(found)
 
 
@@ -1609,8 +1625,12 @@ def cmd_record_report(args):
         print(f"ferrum-replay: {text}", file=sys.stderr)
 
     unfinished = unfinished_processes(args.running_dir)
-    for pid, program, alive in unfinished:
-        if alive:
+    for pid, program, state in unfinished:
+        if state == "elsewhere":
+            note(f"process {pid} ({quoted(program)}) of another PID namespace launched CUDA "
+                 "graphs and has not reached its exit hook: it ended without writing its trace "
+                 "(killed by a signal, _exit, or replaced by exec), or it still runs")
+        elif state:
             note(f"process {pid} ({quoted(program)}) launched CUDA graphs and was still running "
                  "when the program ended: its trace is written when it exits")
         else:
@@ -1999,10 +2019,15 @@ def cmd_check(args):
     failures, notes = [], []
     # First: a process whose counts are missing makes every count below incomplete.
     unfinished = unfinished_processes(args.running_dir)
-    for pid, program, alive in unfinished[:1]:
+    for pid, program, state in unfinished[:1]:
         more = (f" (and {len(unfinished) - 1} more such process"
                 f"{'es' if len(unfinished) > 2 else ''})" if len(unfinished) > 1 else "")
-        if alive:
+        if state == "elsewhere":
+            failures.append(f"process {pid} ({quoted(program)}) of another PID namespace "
+                            "launched CUDA graphs and did not reach its exit hook (ended by a "
+                            "signal, _exit or exec, or still running): its launches are not in "
+                            f"the profile{more}")
+        elif state:
             failures.append(f"process {pid} ({quoted(program)}) launched CUDA graphs and was "
                             "still running when the workload ended: its launches are not in the "
                             f"profile{more}")

@@ -64,14 +64,19 @@ void make_running_marker(const char *pattern, int pid) {
   else if (getcwd(m.cwd, sizeof m.cwd))
     fits = snprintf(m.path, sizeof m.path, "%s/%s/ferrum-replay", m.cwd, m.directory);
   if (fits < 0 || static_cast<size_t>(fits) >= sizeof m.path) return;
-  if (!common::running_marker_name(m.path, pid, m.marker, sizeof m.marker)) return;
-  // O_EXCL: a marker already there is never replaced — it is an earlier image's of this
-  // process, which launched and then replaced itself with exec: the judges must see it.
-  const int fd =
-      open(m.marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-  // Nothing said when it cannot be made (no such directory: a remote node of a job whose
-  // wrapper made it here; no permission): the marker is the wrapper's business, not the
-  // program's, and a missing one only means a loss goes unreported, as without the setting.
+  // O_EXCL: a marker already there is never replaced, and this one is made beside it. It is
+  // another process's of the same pid number: an earlier image of this process, which launched
+  // and then replaced itself with exec, or a process in another PID namespace (containers that
+  // share the run directory) — the judges must see both.
+  int fd = -1;
+  for (unsigned sibling = 0; fd < 0 && sibling <= common::kMaxMarkerSibling; ++sibling) {
+    if (!common::running_marker_name(m.path, pid, sibling, m.marker, sizeof m.marker)) return;
+    fd = open(m.marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    // Nothing said when it cannot be made (no such directory: a remote node of a job whose
+    // wrapper made it here; no permission): the marker is the wrapper's business, not the
+    // program's, and a missing one only means a loss goes unreported, as without the setting.
+    if (fd < 0 && errno != EEXIST) return;
+  }
   if (fd < 0) return;
   // The program's name (the file it runs, without its directory; from the auxiliary vector:
   // glibc's program_invocation_short_name would cost every process a symbol lookup at load),
@@ -88,14 +93,18 @@ void make_running_marker(const char *pattern, int pid) {
   // image later has replaced this one with exec — lost, not still running.
   struct stat image {};
   if (stat("/proc/self/exe", &image) != 0) image = {};
+  // Its PID namespace: the pid means this process only to a judge in the same one.
+  struct stat pid_namespace {};
+  if (stat("/proc/self/ns/pid", &pid_namespace) != 0) pid_namespace = {};
   char text[320];
   const int length =
       snprintf(text, sizeof text,
-               "ferrum-replay: running: pid=%d program=%s image=%llx:%llx\n"
+               "ferrum-replay: running: pid=%d program=%s image=%llx:%llx pidns=%llx\n"
                "This process launched CUDA graphs. The file goes when it reaches "
                "its exit hook (a normal exit), where it writes its trace and summary.\n",
                pid, program, static_cast<unsigned long long>(image.st_dev),
-               static_cast<unsigned long long>(image.st_ino));
+               static_cast<unsigned long long>(image.st_ino),
+               static_cast<unsigned long long>(pid_namespace.st_ino));
   struct stat st {};
   const bool written = length > 0 &&
                        common::write_all(fd, text, static_cast<size_t>(length)) == 0 &&

@@ -1000,19 +1000,31 @@ TEST_CASE("names up to the file system's limit are written; temporaries and fres
   // A running marker (the shim's summary promised: PATH.PID.running) of a short name is the name
   // and the suffix; of a name at the limit, shortened by the temporaries' rule, apart, within it.
   char m[4200], n[4200];
-  REQUIRE(ferrum_replay::common::running_marker_name((dir / "s.txt").c_str(), 4242, m, sizeof m));
+  REQUIRE(
+      ferrum_replay::common::running_marker_name((dir / "s.txt").c_str(), 4242, 0, m, sizeof m));
   CHECK(std::string(m) == dir / "s.txt.4242.running");
+  // A sibling's (the first taken by another process of that pid number) is told apart.
   REQUIRE(
-      ferrum_replay::common::running_marker_name((stem + "a.x").c_str(), 2147483647, m, sizeof m));
-  REQUIRE(
-      ferrum_replay::common::running_marker_name((stem + "b.x").c_str(), 2147483647, n, sizeof n));
+      ferrum_replay::common::running_marker_name((dir / "s.txt").c_str(), 4242, 3, m, sizeof m));
+  CHECK(std::string(m) == dir / "s.txt.4242.3.running");
+  CHECK_FALSE(ferrum_replay::common::running_marker_name(
+      (dir / "s.txt").c_str(), 4242, ferrum_replay::common::kMaxMarkerSibling + 1, m, sizeof m));
+  REQUIRE(ferrum_replay::common::running_marker_name((stem + "a.x").c_str(), 2147483647, 0, m,
+                                                     sizeof m));
+  REQUIRE(ferrum_replay::common::running_marker_name((stem + "b.x").c_str(), 2147483647, 0, n,
+                                                     sizeof n));
   CHECK(std::string(m) != std::string(n));
   CHECK(std::string(m).size() - dir.path.size() - 1 <= 255);
   CHECK(std::string(m).substr(std::string(m).size() - 19) == ".2147483647.running");
   const int marker = open(m, O_WRONLY | O_CREAT | O_EXCL, 0644);
   CHECK(marker >= 0);  // the file system takes the name
   if (marker >= 0) close(marker);
-  CHECK_FALSE(ferrum_replay::common::running_marker_name((dir / "s.txt").c_str(), 1, m, 20));
+  CHECK_FALSE(ferrum_replay::common::running_marker_name((dir / "s.txt").c_str(), 1, 0, m, 20));
+  // The longest sibling's suffix fits where the shortening rule leaves room.
+  REQUIRE(ferrum_replay::common::running_marker_name((stem + "a.x").c_str(), -2147483647 - 1,
+                                                     ferrum_replay::common::kMaxMarkerSibling, n,
+                                                     sizeof n));
+  CHECK(std::string(n).size() - dir.path.size() - 1 <= 255);
 
   // A dead process's leftover of a long name, made by the one rule, is recognised and removed.
   const std::string path = dir / (std::string(245, 'k') + ".json");

@@ -326,10 +326,31 @@ def running_marker_until_exit():
         with open(os.path.join(tmp, "run", markers[0][0])) as handle:
             first = handle.readline()
         image = os.stat(PROGRAM)  # the program file it runs: exec'd away, another one
+        pid_namespace = os.stat("/proc/self/ns/pid").st_ino  # (the test's is the program's)
         expect(first == f"ferrum-replay: running: pid={markers[0][1]} program=fault_program "
-                        f"image={image.st_dev:x}:{image.st_ino:x}\n",
+                        f"image={image.st_dev:x}:{image.st_ino:x} pidns={pid_namespace:x}\n",
                f"the marker's first line: {first!r}", run_)
         os.unlink(os.path.join(tmp, "run", markers[0][0]))
+        # Two processes of one pid number (each pid 1 of a PID namespace of its own: containers
+        # sharing the run directory) each keep a marker: the second is made beside the first,
+        # where it used to be given up (and the first's exit took the only one away).
+        unshare = shutil.which("unshare")
+        if unshare and subprocess.run([unshare, "-pf", "true"], capture_output=True).returncode == 0:
+            for _ in range(2):
+                run_ = harness.run([unshare, "-pf", PROGRAM, "underscore-exit", "--launches", "2"],
+                                   cwd=tmp, env={"FERRUM_REPLAY_RUNNING_DIR": "run/"})
+                expect(run_.returncode == 0, "_exit(0) in a PID namespace", run_)
+            files = sorted(os.listdir(os.path.join(tmp, "run")))
+            expect(files == ["ferrum-replay.1.1.running", "ferrum-replay.1.running"],
+                   f"a marker each for two processes of pid 1: {files}", run_)
+            for name in files:
+                with open(os.path.join(tmp, "run", name)) as handle:
+                    line = handle.readline()
+                expect(" pidns=" in line and f" pidns={pid_namespace:x}" not in line,
+                       f"{name} names its own PID namespace: {line!r}", run_)
+                os.unlink(os.path.join(tmp, "run", name))
+        else:
+            print("note: unshare -pf is not available here: the PID-namespace case did not run")
         # Normal exits (a parent and its forked child that launched): no marker.
         run_ = fault("fork-children", "--launches", "2", cwd=tmp, timeout=60,
                      env={"FERRUM_REPLAY_RUNNING_DIR": os.path.join(tmp, "run")})

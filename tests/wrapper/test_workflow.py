@@ -523,6 +523,17 @@ def test_process_lost_after_launch(tmp):
     done = ci_smoke("--nsys", "--", sys.executable, FORK_LAUNCH, "--early", "0",
                     "--child-end", "kill", cwd=tmp, env=nsys_env(tmp))
     expect_verdict(done, False, "launched CUDA graphs and ended without its launch summary")
+    # A marker left by a process of another PID namespace (a container sharing the run
+    # directory; the shim makes PID.N.running beside another process's of that pid number): its
+    # pid names another process here, or none, so neither "still running" nor "ended" is known.
+    running = os.path.join(tmp, "running-elsewhere")
+    os.mkdir(running)
+    with open(os.path.join(running, "ferrum-replay.1.1.running"), "w") as handle:
+        handle.write("ferrum-replay: running: pid=1 program=worker image=1:2 pidns=1\n")
+    done = wrapper("check", "--allow-no-ranges", "--running-dir", running, cwd=tmp)
+    expect(done.returncode == 1 and "FAIL: process 1 ('worker') of another PID namespace "
+           "launched CUDA graphs and did not reach its exit hook" in done.stdout,
+           "check: a process of another PID namespace", done)
 
 
 # ---- nsys -----------------------------------------------------------------------------------
