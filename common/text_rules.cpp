@@ -208,6 +208,24 @@ size_t printable_copy(const char *in, char *out, size_t out_size) {
   return printable_copy(in, in ? strlen(in) : 0, out, out_size);
 }
 
+const char *domain_name(const char *value, const char **problem) {
+  if (problem) *problem = nullptr;
+  if (!value || !*value) return kDefaultDomainName;
+  const size_t length = strnlen(value, kMaxDomainLength + 1);
+  char checked[kMaxDomainLength * 4 + 1];
+  if (length > kMaxDomainLength ||
+      printable_copy(value, length, checked, sizeof checked) != length ||
+      memcmp(checked, value, length) != 0) {
+    if (problem) *problem = "1 to 63 printable bytes";
+    return kDefaultDomainName;
+  }
+  if (strcmp(value, "MPI") == 0) {
+    if (problem) *problem = "a name other than MPI, which Nsight hides";
+    return kDefaultDomainName;
+  }
+  return value;
+}
+
 size_t printable_quote(const char *in, size_t in_length, size_t limit, char *out, size_t out_size) {
   if (out_size < 4) {
     if (out_size) out[0] = '\0';

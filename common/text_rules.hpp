@@ -51,6 +51,15 @@ size_t printable_copy(const char *in, size_t in_length, char *out, size_t out_si
 // The same of a C string (a NUL ends it; null is ""): the form names take in fixed buffers.
 size_t printable_copy(const char *in, char *out, size_t out_size);
 
+// Section 4: the NVTX domain the user names (FERRUM_REPLAY_DOMAIN), shared by the shim (which
+// pushes its ranges there), the recorder (which files GPU time there) and the judges. A name
+// is 1 to kMaxDomainLength bytes, all kept by printable_copy, and not "MPI" (Nsight Systems
+// hides that domain). Returns the name to use: `value`, or kDefaultDomainName when it is null
+// or empty (unset) or no such name; then *problem (if not null) says what it must be, or null.
+inline constexpr size_t kMaxDomainLength = 63;
+inline constexpr char kDefaultDomainName[] = "ferrum-replay";
+const char *domain_name(const char *value, const char **problem = nullptr);
+
 // The printable form limited to `limit` bytes, "..." appended when anything was cut: the form a
 // value takes in a message (without the single quotes around it). `out_size` must be at least
 // limit + 4 (a smaller buffer lowers the limit). Returns the length.

@@ -390,8 +390,9 @@ Recorder *ensure_recorder() {
   auto *r = new Recorder(*g_settings, origin, realtime_ns());
   // GPU time per replay: the shim's completed replays, when it is loaded and timing. Without
   // it (or with -ENOTSUP) nothing changes: no GPU tracks, no "gpu" block.
-  const char *domain = common::process_env("FERRUM_REPLAY_DOMAIN", nullptr);
-  r->set_gpu_domain(domain && *domain ? domain : "ferrum-replay");
+  // Filed under the domain the shim's ranges are in: the shim's own rule (text_rules.hpp), so
+  // that a name it refused (and said so) does not split a graph's CPU and GPU rows.
+  r->set_gpu_domain(common::domain_name(common::process_env("FERRUM_REPLAY_DOMAIN", nullptr)));
   auto set_sink = reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(
       dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK));
   auto flush =

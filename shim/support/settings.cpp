@@ -58,25 +58,11 @@ void read_log_level(const Reader &reader, Settings &settings) {
 }
 
 void read_domain(const Reader &reader, Settings &settings) {
-  memcpy(settings.domain, kDefaultDomain, sizeof kDefaultDomain);
   const char *value = reader.get("FERRUM_REPLAY_DOMAIN");
-  if (!value) return;
-  size_t length = strlen(value);
-  // Printable UTF-8 only: the domain name is shown by every NVTX tool.
-  char checked[kMaxDomainLength * 4 + 1];
-  const bool printable =
-      length < sizeof checked &&
-      common::printable_copy(value, strnlen(value, length), checked, sizeof checked) == length &&
-      memcmp(checked, value, length) == 0;
-  if (length > kMaxDomainLength || !printable) {
-    reader.reject("FERRUM_REPLAY_DOMAIN", value, "1 to 63 printable bytes", kDefaultDomain);
-  } else if (strcmp(value, "MPI") == 0) {
-    // Nsight Systems filters the domain named MPI out of its NVTX views.
-    reader.reject("FERRUM_REPLAY_DOMAIN", value, "a name other than MPI, which Nsight hides",
-                  kDefaultDomain);
-  } else {
-    memcpy(settings.domain, value, length + 1);
-  }
+  const char *problem = nullptr;
+  const char *name = common::domain_name(value, &problem);  // docs/text-rules.md section 4
+  if (problem) reader.reject("FERRUM_REPLAY_DOMAIN", value, problem, name);
+  memcpy(settings.domain, name, strlen(name) + 1);
 }
 
 bool read_switch(const Reader &reader, const char *name, bool fallback) {

@@ -6,11 +6,9 @@
 
 #include "naming/message_template.hpp"
 #include "support/log.hpp"
+#include "text_rules.hpp"
 
 namespace ferrum_replay::shim {
-
-inline constexpr size_t kMaxDomainLength = 63;
-inline constexpr char kDefaultDomain[] = "ferrum-replay";
 
 // When a graph's call site is taken (FERRUM_REPLAY_SITE).
 enum class SiteMode : unsigned char { instantiate, launch, off };
@@ -20,8 +18,8 @@ inline constexpr size_t kMaxPathLength = 1024;
 struct Settings {
   bool enabled = true;                    // FERRUM_REPLAY=off|0 makes the shim a pass-through
   LogLevel log_level = LogLevel::silent;  // FERRUM_REPLAY_LOG
-  char domain[kMaxDomainLength + 1] =
-      {};  // FERRUM_REPLAY_DOMAIN; kDefaultDomain when unset (read_settings)
+  char domain[common::kMaxDomainLength + 1] =
+      {};  // FERRUM_REPLAY_DOMAIN; common::kDefaultDomainName when unset (read_settings)
   SiteMode site_mode = SiteMode::instantiate;  // FERRUM_REPLAY_SITE
   char site_skip[256] = "";               // FERRUM_REPLAY_SITE_SKIP: comma-separated frame prefixes
   bool content = false;                   // FERRUM_REPLAY_CONTENT: describe graphs by their kernels

@@ -42,6 +42,9 @@ def main():
     for case in table["printable"]:
         lines.append(f"printable {limit} {case['in_hex'] or '-'}")
         expected.append(("printable", case["in_hex"], case))
+    for case in table["domain"]:
+        lines.append(f"domain {case['in_hex'] or '-'}")
+        expected.append(("domain", case["in_hex"], case))
 
     run = subprocess.run([probe], input="\n".join(lines) + "\n", capture_output=True, text=True,
                          timeout=60, check=False)
@@ -68,6 +71,11 @@ def main():
                       and [n for n in unhex(fields[2]).decode().split(", ") if n] == case["unset"])
                 if len(fields) == 3:
                     got = (unhex(fields[1]).decode("utf-8", "replace"), unhex(fields[2]).decode())
+        elif kind == "domain":
+            fields = reply.split(" ")
+            got = (unhex(fields[0]).decode("utf-8", "replace"), fields[-1])
+            want = (case["out"], "problem" if case["problem"] else "ok")
+            ok = len(fields) == 2 and got == want
         else:
             got = unhex(reply).decode("utf-8", "replace") if reply != "error" else reply
             want = case["out"]

@@ -6,6 +6,7 @@
 //   expand PID HOST PATTERN   -> ok OUT UNSET   (UNSET: the names, ", "-separated) | error
 //   fresh PATH TOKEN          -> OUT | error
 //   printable LIMIT IN        -> OUT
+//   domain IN                 -> OUT ok | OUT problem
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,11 @@ int main() {
       out.resize(ferrum_replay::common::printable_quote(in.data(), in.size(), limit, out.data(),
                                                         out.size()));
       reply = hex(out);
+    } else if (fields[0] == "domain" && n == 2) {
+      const std::string in = unhex(fields[1]);
+      const char *problem = nullptr;
+      const char *name = ferrum_replay::common::domain_name(in.c_str(), &problem);
+      reply = hex(name) + (problem ? " problem" : " ok");
     } else {
       reply = "bad command";
     }

@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ferrum_replay::shim::read_settings(settings, fuzz::Environment::lookup, &env, complain,
                                      &complaints);
   const size_t domain_length = strnlen(settings.domain, sizeof settings.domain);
-  FUZZ_CHECK(domain_length >= 1 && domain_length <= ferrum_replay::shim::kMaxDomainLength);
+  FUZZ_CHECK(domain_length >= 1 && domain_length <= ferrum_replay::common::kMaxDomainLength);
   FUZZ_CHECK(std::strcmp(settings.domain, "MPI") != 0);
   // "1 to 63 printable bytes": no control byte (bytes >= 0x80 pass unchecked: F6).
   for (const char *p = settings.domain; *p; ++p)

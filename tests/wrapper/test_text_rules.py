@@ -56,6 +56,15 @@ def test_expand():
                                       f"expected {case['unset']}")
 
 
+def test_domain():
+    for case in CASES["domain"]:
+        raw = bytes.fromhex(case["in_hex"])
+        name, problem = rules.domain_name(raw.decode("utf-8", "surrogateescape"))
+        check(name == case["out"] and bool(problem) == case["problem"],
+              f"domain {raw!r}: {name!r} ({problem}), expected {case['out']!r} "
+              f"({'a problem' if case['problem'] else 'no problem'})")
+
+
 def test_expand_through_the_wrapper_entry():
     """What the sh wrapper runs: `expand PATTERN` prints the expansion and a '.', warns once
     on stderr naming each unset variable, and exits 2 (one line) when it is too long."""
@@ -127,12 +136,13 @@ def test_literal_pattern():
 
 
 def main():
-    for test in (test_expand, test_expand_through_the_wrapper_entry, test_fresh,
+    for test in (test_expand, test_domain, test_expand_through_the_wrapper_entry, test_fresh,
                  test_printable, test_literal_pattern):
         test()
     for failure in failures:
         print(f"FAIL {failure}")
-    total = len(CASES["expand"]) + len(CASES["fresh"]) + len(CASES["printable"])
+    total = (len(CASES["expand"]) + len(CASES["fresh"]) + len(CASES["printable"]) +
+             len(CASES["domain"]))
     print(f"{'FAIL' if failures else 'ok'}   text rules: {total} cases, "
           f"{len(failures)} failures")
     return 1 if failures else 0
