@@ -111,7 +111,8 @@ def domain_name(value):
 
 MAX_DOMAIN_LENGTH = 63
 DEFAULT_DOMAIN_NAME = "ferrum-replay"
-DEFAULT_DOMAIN = domain_name(os.environ.get("FERRUM_REPLAY_DOMAIN"))[0]
+# (The bytes, as the shim reads them: os.environ decodes with the locale's encoding.)
+DEFAULT_DOMAIN = domain_name(os.environb.get(b"FERRUM_REPLAY_DOMAIN"))[0]
 
 
 def quoted(value):
@@ -804,18 +805,22 @@ def count_processes(scans):
 
 
 def run_identities(meta):
-    """The processes a trace holds, as (host, pid, recorder start), leaving out any without a
-    recorder start: that start (originRealtimeNs, to the nanosecond) is what tells one run of a
-    process from another, and two traces that share an identity hold the same run's data."""
+    """(the processes a trace holds, as (host, pid, recorder start); whether that is all it
+    holds). A process without a recorder start has no identity: that start (originRealtimeNs,
+    to the nanosecond) is what tells one run of a process from another, and two traces that
+    share an identity hold the same run's data."""
     merged = meta.get("merged")
-    entries = [e for e in merged if isinstance(e, dict)] if isinstance(merged, list) else [meta]
-    found = set()
+    entries = merged if isinstance(merged, list) else [meta]
+    found, complete = set(), True
     for entry in entries:
+        entry = entry if isinstance(entry, dict) else {}
         clock = entry.get("clock") if isinstance(entry.get("clock"), dict) else {}
         start = clock.get("originRealtimeNs")
         if start is not None and "pid" in entry:
             found.add((str(entry.get("host")), str(entry.get("pid")), str(start)))
-    return found
+        else:
+            complete = False
+    return found, complete
 
 
 def distinct_runs(paths, metas):
@@ -824,7 +829,7 @@ def distinct_runs(paths, metas):
     is dropped with a note on stderr: read twice, its ranges would count twice and a check pass
     on a run's data doubled. Two files that share some runs but each hold others cannot be read
     once either way: an input error that names both."""
-    ids = [run_identities(meta) for meta in metas]
+    ids, complete = zip(*[run_identities(meta) for meta in metas]) if metas else ((), ())
     holding = collections.defaultdict(list)  # run -> the files that hold it, in order
     for i, runs in enumerate(ids):
         for run in runs:
@@ -832,10 +837,13 @@ def distinct_runs(paths, metas):
     kept = []
     for i, path in enumerate(paths):
         # A file whose runs all lie within another's is read there: in the one holding the most
-        # runs (the first of equals), which is itself never dropped.
-        others = [j for j in holding[min(ids[i])] if j != i and ids[i] <= ids[j]] if ids[i] else []
-        holder = max(others, key=lambda j: (len(ids[j]), -j), default=None)
-        if holder is None or (len(ids[holder]) == len(ids[i]) and holder > i):
+        # runs (the first of equals), which is itself never dropped. One that also holds a
+        # process without an identity holds more than its runs: always read.
+        others = ([j for j in holding[min(ids[i])] if j != i and ids[i] <= ids[j]]
+                  if ids[i] and complete[i] else [])
+        holder = max(others, key=lambda j: (len(ids[j]), not complete[j], -j), default=None)
+        if holder is None or (len(ids[holder]) == len(ids[i]) and complete[holder] and
+                              holder > i):
             kept.append(i)
             continue
         host, pid, start = min(ids[i])
@@ -1612,7 +1620,7 @@ def unfinished_processes(directory):
             pass
         pid = int(match[1])
         found.append((pid, program, process_state(pid, image, pid_namespace)))
-    return sorted(found)
+    return sorted(found, key=lambda entry: entry[:2])  # states (bool, "elsewhere") do not order
 
 
 def privileged_program(path):
@@ -2115,10 +2123,12 @@ def cmd_check(args):
                     f"{quoted(name)}: {c['launches']} launches, {got} ranges")
         launches = sum(c["launches"] for c in summaries.values()) + recycled["launches"]
         rejected = sum(c["rejected"] for c in summaries.values()) + recycled["rejected"]
-        if recycled or any(not name for name in summaries):  # compare totals
-            if total_ranges + rejected != launches:
-                (fewer if total_ranges + rejected < launches else more).append(
-                    f"{launches} launches, {total_ranges} ranges")
+        # The totals: where graphs destroyed long ago (or unnamed) are counted in one row, and
+        # for ranges of names no row of the summaries has (another run's graphs, say).
+        if total_ranges + rejected != launches and (
+                recycled or any(not name for name in summaries) or not (fewer or more)):
+            (fewer if total_ranges + rejected < launches else more).append(
+                f"{launches} launches, {total_ranges} ranges")
         for found, what in ((fewer, "launches without their range"),
                             (more, "ranges without a launch the shim counted")):
             if found:

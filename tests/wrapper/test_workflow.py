@@ -534,6 +534,15 @@ def test_process_lost_after_launch(tmp):
     expect(done.returncode == 1 and "FAIL: process 1 ('worker') of another PID namespace "
            "launched CUDA graphs and did not reach its exit hook" in done.stdout,
            "check: a process of another PID namespace", done)
+    # Beside it, a marker of this namespace's process 1 of the same name: both are judged (their
+    # states, True/False and "elsewhere", used to be compared in sorting them: a traceback).
+    own = os.stat("/proc/self/ns/pid").st_ino
+    with open(os.path.join(running, "ferrum-replay.1.running"), "w") as handle:
+        handle.write(f"ferrum-replay: running: pid=1 program=worker image=1:2 pidns={own:x}\n")
+    done = wrapper("check", "--allow-no-ranges", "--running-dir", running, cwd=tmp)
+    expect(done.returncode == 1 and "FAIL: process 1 ('worker')" in done.stdout and
+           "(and 1 more such process)" in done.stdout and "unexpected kind" not in done.stdout,
+           "check: two markers of pid 1, one of another PID namespace", done)
 
 
 # ---- nsys -----------------------------------------------------------------------------------
@@ -569,6 +578,12 @@ def test_nsys_command_line(tmp):
            "a table row per graph, 4 ranges each", done)
     expect(f"{out}_nvtx_sum.csv" in done.stderr and "WARNING" not in done.stderr,
            "CSV files named, no warning", done)
+    # A domain the shim refuses: the table is read where the shim put the ranges (the one rule,
+    # docs/text-rules.md section 4), not under the raw value.
+    done, calls = nsys("--", *program, extra={"FERRUM_REPLAY_DOMAIN": "MPI"})
+    rows = [l for l in done.stderr.splitlines() if l.startswith(DOMAIN + " ")]
+    expect(len(rows) == 2 and "no range of domain" not in done.stderr,
+           "FERRUM_REPLAY_DOMAIN=MPI: the table of the domain the shim used", done)
 
     # The user's own LD_PRELOAD stays, behind ours, for the target; nsys keeps the user's.
     user = env_path("FERRUM_RECORDER_LIB")
@@ -1224,6 +1239,16 @@ def test_ci_smoke_profile(tmp):
     expect_verdict(done, False, "ranges without a launch the shim counted: 'graph 1': 4 launches, "
                                 "10 ranges; 'graph 2': 4 launches, 10 ranges")
     expect("launches without their range" not in done.stdout, "not called lost launches", done)
+    # Ranges of a graph no row of the summaries names (another run's graph, or a row lost): the
+    # totals disagree, and that fails too. It used to pass when every row matched its ranges.
+    drop = write(os.path.join(tmp, "drop.sh"),
+                 "#!/bin/sh\n\"$@\"; status=$?\n"
+                 "for f in $(printf %s \"$FERRUM_REPLAY_SUMMARY\" | sed 's/%p/*/'); do\n"
+                 "  grep -v ' graph 2$' \"$f\" >\"$f.new\"; mv \"$f.new\" \"$f\"\ndone\n"
+                 "exit $status\n")
+    os.chmod(drop, 0o755)
+    done = ci_smoke("--", drop, *program, cwd=tmp, env=named)
+    expect_verdict(done, False, "ranges without a launch the shim counted: 10 launches, 20 ranges")
 
     # --out keeps the traces and the shim's summaries, in a directory of this run's own.
     keep = os.path.join(tmp, "kept")
@@ -1383,6 +1408,19 @@ def test_judging_counts_only_this_run(tmp):
         expect(done.returncode == status and "each holds runs the other does not" in
                done.stdout + done.stderr, f"{tool}: overlapping merged traces refused", done)
     expect(not os.path.exists(os.path.join(tmp, "never.json")), "no output of a refused merge")
+    # A merged trace that also holds a process without a recorder start (no identity): it holds
+    # more than its runs, so it is read whichever way round, and the trace merged into it once.
+    anonymous = os.path.join(tmp, "anonymous.json")
+    trace = trace_check.load(other)
+    del trace["ferrumReplay"]["clock"]
+    with open(anonymous, "w") as handle:
+        json.dump(trace, handle)
+    done = wrapper("merge", "-o", "with-anonymous.json", r0, anonymous, cwd=tmp)
+    expect(done.returncode == 0, "merge with a process without identity", done)
+    for inputs in ((r0, "with-anonymous.json"), ("with-anonymous.json", r0)):
+        done = wrapper("summary", *inputs, cwd=tmp)
+        expect(summary_total(done.stdout)[0] == n0 + n1, f"summary {inputs}: {n0 + n1} ranges",
+               done)
 
 
 # ---- bounded readers (issue 10, item 7) -----------------------------------------------------
@@ -1719,7 +1757,7 @@ def test_program_keeps_its_descriptors(tmp):
     secret = os.path.join(tmp, "secret.txt")
     with open(secret, "w") as handle:
         handle.write("from fd 3\n")
-    probe = ('if [ -e /proc/$$/fd/0 ]; then read -r line; echo "stdin: ${line:-open}"; '
+    probe = ('if [ -e /proc/self/fd/0 ]; then read -r line; echo "stdin: ${line:-open}"; '
              'else echo "stdin: closed"; fi; '
              'if read -r line <&3; then echo "fd3: $line"; else echo "fd3: none"; fi; '
              'exec "$0" --iters 2')
@@ -1769,6 +1807,20 @@ def test_program_keeps_its_descriptors(tmp):
     done = run([CI_SMOKE, "--out", "kept-cdpath", "--", launch_driver(), "--iters", "2"], tmp,
                env={"CDPATH": "."})
     expect_verdict(done, True, "4 ranges")
+    # In a PID namespace of its own whose /proc is still the outer one (`unshare -pf` without
+    # --mount-proc; -U: as a user who cannot look into the outer pid 1), the wrapper's $$ names
+    # another process there: descriptors are looked up through /proc/self, so the program still
+    # gets its stdin and its descriptor 3.
+    unshare = shutil.which("unshare")
+    if unshare and subprocess.run([unshare, "-Urpf", "true"], capture_output=True).returncode == 0:
+        # (The wrapper as pid 2, under a shell that does not exec it: the outer pid 2 is a
+        # kernel thread, whose descriptors cannot be looked at.)
+        done = start([unshare, "-Urpf", "sh", "-c", '"$@"; exit $?', "sh", WRAPPER, "record",
+                      "-o", "u.%p.json", "--", *program], "piped", True)
+        expect(done.returncode == 0 and "stdin: piped line" in done.stdout and
+               "fd3: from fd 3" in done.stdout, "record in a PID namespace: its stdin", done)
+    else:
+        print("note: unshare -Urpf is not available here: the PID-namespace case did not run")
 
 
 def test_patterns_hold_literal_paths(tmp):

@@ -2,6 +2,7 @@
 # by ferrum-replay (record, nsys) and ferrum-replay-ci-smoke-profile, which find it where they
 # find ferrum_replay_traces.py (ferrum-replay `helper`): beside the wrapper in a checkout,
 # beside the libraries when installed. POSIX sh; defines functions only.
+
 # Runs "$@" (a function that execs the program, run in a subshell of its own) and waits
 # for it; sets status to its exit status (128+N when a signal N ended it). A TERM or HUP sent
 # to the wrapper (docker stop, a batch scheduler, a closed terminal) is passed on to the
@@ -17,7 +18,8 @@ run_program() {
   signal_reset=
   # Only what sh ignores for the background: INT or QUIT ignored by the wrapper's own caller
   # stays ignored for the program, as it would be without the wrapper (SigIgn: bits 1, 2).
-  ignored=$(sed -n 's/^SigIgn:[[:space:]]*.*\([0-9a-f]\)$/\1/p' "/proc/$$/status" 2>/dev/null)
+  proc_self_field SigIgn: status
+  ignored=${field#"${field%?}"}  # its last hex digit: signals 1 to 4
   case $(( 0x${ignored:-0} & 6 )) in
     0) reset=INT,QUIT ;; 2) reset=QUIT ;; 4) reset=INT ;; *) reset= ;;
   esac
@@ -25,10 +27,11 @@ run_program() {
   # handed on through a spare descriptor, the first of 3..9 the wrapper's caller did not pass
   # (3 may be a socket systemd handed on, a jobserver pipe, a lock the caller holds: the
   # program inherits it untouched), closed again for the program. A closed stdin stays closed.
+  # (/proc/self, read by the shell's own `[`: see proc_self_field.)
   spare=''
-  if [ -d "/proc/$$/fd" ]; then
+  if [ -d /proc/self/fd ]; then
     for fd in 3 4 5 6 7 8 9; do
-      if [ ! -e "/proc/$$/fd/$fd" ] && [ ! -h "/proc/$$/fd/$fd" ]; then spare=$fd; break; fi
+      if [ ! -e "/proc/self/fd/$fd" ] && [ ! -h "/proc/self/fd/$fd" ]; then spare=$fd; break; fi
     done
   fi
   if [ -z "$spare" ]; then
@@ -44,7 +47,7 @@ run_program() {
   fi
   child='' pending=''
   for sig in HUP INT QUIT TERM; do trap "forward_signal $sig" "$sig"; done
-  if [ -e "/proc/$$/fd/0" ]; then
+  if [ -e /proc/self/fd/0 ] || [ -h /proc/self/fd/0 ]; then
     eval "exec $spare<&0"
     eval '"$@" <&'"$spare $spare"'<&- &'
     child=$!
@@ -83,10 +86,23 @@ forward_signal() {
   fi
 }
 
-# Whether this process's group is its terminal's foreground group (/proc/PID/stat: pgrp and
+# Sets `field` to the rest of the first line of /proc/self/$2 that starts with $1 ($1 empty:
+# the first line); false if there is none. Read by the shell itself, without a fork: /proc/self
+# is then this shell, where a command's (sed, cat) would be its own, and $$ may name another
+# process (a /proc of another PID namespace, as under `unshare -pf` without --mount-proc).
+proc_self_field() {
+  field=''
+  { while IFS= read -r line; do
+      case $line in "$1"*) field=${line#"$1"}; return 0 ;; esac
+    done <"/proc/self/$2"; } 2>/dev/null
+  return 1
+}
+
+# Whether this process's group is its terminal's foreground group (/proc/self/stat: pgrp and
 # tpgid, fields 3 and 6 after the command's closing parenthesis).
 in_terminal_foreground() {
-  stat=$(cat "/proc/$$/stat" 2>/dev/null) || return 1
+  proc_self_field '' stat || return 1
+  stat=$field
   set -f; set -- ${stat##*) }; set +f
   [ $# -ge 6 ] && [ "$3" = "$6" ]
 }
