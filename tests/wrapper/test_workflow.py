@@ -1227,26 +1227,26 @@ def test_ci_smoke_profile(tmp):
     os.chmod(liar, 0o755)
     done = ci_smoke("--", liar, *program, cwd=tmp, env=named)
     expect_verdict(done, False, "launches without their range: 'ghost graph': 5 launches, 0 ranges")
+    def editing_summaries(name, edit):
+        """A wrapper program that runs the workload, then passes each of the shim's summaries
+        through the sh filter `edit`."""
+        path = write(os.path.join(tmp, name),
+                     "#!/bin/sh\n\"$@\"; status=$?\n"
+                     "for f in $(printf %s \"$FERRUM_REPLAY_SUMMARY\" | sed 's/%p/*/'); do\n"
+                     f"  {edit} \"$f\" >\"$f.new\"; mv \"$f.new\" \"$f\"\ndone\nexit $status\n")
+        os.chmod(path, 0o755)
+        return path
+
     # The other way round: a summary whose row counts fewer launches than the graph has ranges
     # (ranges no launch accounts for) is named as such, not as lost launches.
-    shrink = write(os.path.join(tmp, "shrink.sh"),
-                   "#!/bin/sh\n\"$@\"; status=$?\n"
-                   "for f in $(printf %s \"$FERRUM_REPLAY_SUMMARY\" | sed 's/%p/*/'); do\n"
-                   "  sed 's/^\\( *[0-9][0-9]*  *\\)10 /\\1 4 /' \"$f\" >\"$f.new\" && "
-                   "mv \"$f.new\" \"$f\"\ndone\nexit $status\n")
-    os.chmod(shrink, 0o755)
+    shrink = editing_summaries("shrink.sh", "sed 's/^\\( *[0-9][0-9]*  *\\)10 /\\1 4 /'")
     done = ci_smoke("--", shrink, *program, cwd=tmp, env=named)
     expect_verdict(done, False, "ranges without a launch the shim counted: 'graph 1': 4 launches, "
                                 "10 ranges; 'graph 2': 4 launches, 10 ranges")
     expect("launches without their range" not in done.stdout, "not called lost launches", done)
     # Ranges of a graph no row of the summaries names (another run's graph, or a row lost): the
     # totals disagree, and that fails too. It used to pass when every row matched its ranges.
-    drop = write(os.path.join(tmp, "drop.sh"),
-                 "#!/bin/sh\n\"$@\"; status=$?\n"
-                 "for f in $(printf %s \"$FERRUM_REPLAY_SUMMARY\" | sed 's/%p/*/'); do\n"
-                 "  grep -v ' graph 2$' \"$f\" >\"$f.new\"; mv \"$f.new\" \"$f\"\ndone\n"
-                 "exit $status\n")
-    os.chmod(drop, 0o755)
+    drop = editing_summaries("drop.sh", "grep -v ' graph 2$'")
     done = ci_smoke("--", drop, *program, cwd=tmp, env=named)
     expect_verdict(done, False, "ranges without a launch the shim counted: 10 launches, 20 ranges")
 
