@@ -50,7 +50,6 @@ import tempfile
 import time
 
 
-
 class InputError(Exception):
     """A file we were given cannot be used; the message names it."""
 
