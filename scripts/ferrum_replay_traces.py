@@ -1711,6 +1711,8 @@ def cmd_record_report(args):
             written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(target).st_mtime))
             note(f"the file at {quoted(target)} is an earlier run's (written {written}), not "
                  "this one's")
+        elif target and is_ferrum_trace(target + ".old"):
+            note(f"an earlier run's trace is at {quoted(target + '.old')}")
         return 0
     if len(traces) == 1:
         note(f"trace: {quoted(traces[0])} (open it in https://ui.perfetto.dev or "
@@ -1730,7 +1732,8 @@ def cmd_record_output(args):
     """Before `record`: makes the directory of a pattern ending in '/', as it will expand
     (%h, %q{VAR} of this environment, %%); refuses a %p in the directory part (each process
     would write into a directory of its own pid, which nothing creates) and a pattern that
-    names an existing directory without the trailing '/'. An unset %q{VAR} in the file name
+    names an existing directory without the trailing '/'; moves an earlier run's trace at a
+    fixed name aside (move_earlier_trace). An unset %q{VAR} in the file name
     is not reported here: each process expands the pattern in its own environment (a
     launcher sets RANK for its children, not for us), and the recorder says so in the process
     where it is really unset."""
@@ -1762,7 +1765,54 @@ def cmd_record_output(args):
         except OSError as error:
             return refuse(f"cannot create directory {quoted(made)}: "
                           f"{error.strerror or error}")
+    else:
+        move_earlier_trace(pattern)
     return 0
+
+
+def is_ferrum_trace(path):
+    """Whether `path` is a regular file, not a symbolic link, holding a ferrum-replay trace:
+    it starts with {"traceEvents":[ and ends with our ferrumReplay block (the recorder's
+    is_ferrum_trace_file, the test of what it may replace)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        with open_regular(path, binary=True) as handle:
+            if handle.read(16) != b'{"traceEvents":[':
+                return False
+        return tail_metadata(path) is not None
+    except (OSError, InputError):
+        return False
+
+
+def move_earlier_trace(pattern):
+    """Before `record` runs the program: an earlier run's trace at the one name every process
+    of this run writes to (a pattern without %p whose %q{VAR} are all set here) becomes
+    NAME.old (perf's rule for perf.data), replacing an older NAME.old of ours. A run that then
+    writes no trace leaves nothing at NAME for `check`, `compare` or `summary` to take for this
+    run's data. Anything else at NAME (a file not ours, a link, a stream) is left as it is; so
+    is NAME when NAME.old is not ours."""
+    if has_pid(pattern):
+        return
+    try:
+        target, unset = expand_output(pattern)
+    except InputError:
+        return
+    if unset or is_stream_target(target) or not is_ferrum_trace(target):
+        return
+    old = target + ".old"
+    why = None
+    if os.path.lexists(old) and not is_ferrum_trace(old):
+        why = f"{quoted(old)} exists and is not a ferrum-replay trace"
+    else:
+        try:
+            os.rename(target, old)
+        except OSError as error:
+            why = f"it cannot be renamed to {quoted(old)}: {error.strerror or error}"
+    if why:
+        print(f"ferrum-replay: warning: {quoted(target)} holds an earlier run's trace, which "
+              f"stays there ({why}): if this run writes no trace, what is read there is not "
+              "this run's", file=sys.stderr)
 
 
 def cmd_expand(args):

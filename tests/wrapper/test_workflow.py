@@ -312,14 +312,53 @@ def test_record_trace(tmp):
     done = wrapper("record", "-o", "rel.json", launch_driver(), "--iters", "2", cwd=work)
     expect(os.path.exists(os.path.join(work, "rel.json")), "relative -o", done)
 
-    # A program that never launches a graph writes no trace, and the wrapper says so; and that
-    # the file at the name is an earlier run's, which a later check of it would read.
+    # A program that never launches a graph writes no trace, and the wrapper says so.
     done = wrapper("record", "--", ARGV_ECHO, cwd=work)
     expect(done.returncode == 0 and "no trace was written" in done.stderr, "no trace", done)
+    # An earlier run's trace at a fixed name is moved to NAME.old before the program starts, so
+    # that a run writing none leaves nothing there: `check` and `compare` of the name then fail
+    # instead of passing on the earlier run's data (record itself keeps the program's status).
+    rel = os.path.join(work, "rel.json")
+    earlier = open(rel, "rb").read()
     done = wrapper("record", "-o", "rel.json", "--", ARGV_ECHO, cwd=work)
     expect(done.returncode == 0 and "no trace was written" in done.stderr and
-           f"the file at '{os.path.join(work, 'rel.json')}' is an earlier run's" in done.stderr,
-           "the earlier run's file at the name is not pointed out", done)
+           f"an earlier run's trace is at '{rel}.old'" in done.stderr and
+           not os.path.exists(rel) and open(rel + ".old", "rb").read() == earlier,
+           "the earlier run's trace left at the name of a run that wrote none", done)
+    judged = [wrapper("check", "rel.json", cwd=work),
+              wrapper("compare", "rel.json.old", "rel.json", cwd=work)]
+    expect([d.returncode for d in judged] == [1, 2], "check and compare of a run that wrote no "
+           f"trace: {[d.returncode for d in judged]}", judged[0])
+    # The class: every name all of a run's processes write to (%h, %q{VAR} set here); an
+    # older NAME.old of ours is replaced.
+    tagged = os.path.join(work, f"t.{socket.gethostname()}.x.json")
+    for _ in range(2):
+        done = wrapper("record", "-o", "t.%h.%q{TAG}.json", "--", launch_driver(), "--iters", "1",
+                       cwd=work, env={"TAG": "x"})
+    done = wrapper("record", "-o", "t.%h.%q{TAG}.json", "--", ARGV_ECHO, cwd=work,
+                   env={"TAG": "x"})
+    expect(not os.path.exists(tagged) and os.path.exists(tagged + ".old"),
+           f"%h and %q{{TAG}}: {os.listdir(work)}", done)
+    # What is not ours stays where it is, with one line saying so: a NAME.old of someone else's
+    # (the trace at the name stays, pointed out), a file at the name that is not a trace, a
+    # symbolic link at the name (the recorder writes beside both).
+    os.rename(tagged + ".old", tagged)
+    write(tagged + ".old", "my notes\n")
+    done = wrapper("record", "-o", "t.%h.%q{TAG}.json", "--", ARGV_ECHO, cwd=work,
+                   env={"TAG": "x"})
+    expect(open(tagged + ".old").read() == "my notes\n" and os.path.exists(tagged) and
+           f"'{tagged}' holds an earlier run's trace, which stays there ('{tagged}.old' exists "
+           "and is not a ferrum-replay trace)" in done.stderr and
+           f"the file at '{tagged}' is an earlier run's" in done.stderr,
+           "someone else's NAME.old", done)
+    write(os.path.join(work, "notes.json"), "{}\n")
+    os.symlink(tagged, os.path.join(work, "link.json"))
+    for name in ("notes.json", "link.json"):
+        done = wrapper("record", "-o", name, "--", ARGV_ECHO, cwd=work)
+        expect(not os.path.exists(os.path.join(work, name + ".old")) and
+               os.path.lexists(os.path.join(work, name)) and "warning" not in done.stderr,
+               f"{name} moved or warned about", done)
+    expect(open(os.path.join(work, "notes.json")).read() == "{}\n", "notes.json changed")
     # A trace written in place to a stream is written, whatever the wrapper finds on disk.
     with open(os.path.join(work, "stdout.txt"), "w") as out:
         done = subprocess.run([WRAPPER, "record", "-o", "/dev/stdout", launch_driver(),
@@ -332,7 +371,7 @@ def test_record_trace(tmp):
 
 def test_record_fixed_name_keeps_every_process(tmp):
     """With a name without %p, processes of one run never overwrite each other's traces
-    (the recorder adds .<pid>), while a rerun still replaces the old file."""
+    (the recorder adds .<pid>), while a rerun takes the name again (the old file: NAME.old)."""
     out = os.path.join(tmp, "job.json")
     done = wrapper("record", "-o", out, "--", sys.executable, RANK_LAUNCHER, "--nproc", "3",
                    "--stagger", "--", launch_driver(), "--iters", "4", cwd=tmp)
@@ -350,10 +389,12 @@ def test_record_fixed_name_keeps_every_process(tmp):
     time.sleep(0.05)
     done = wrapper("record", "-o", os.path.join(tmp, "single.json"), "--", launch_driver(),
                    "--iters", "3", cwd=tmp)
-    expect(traces_in(tmp, r"single.*") == [os.path.join(tmp, "single.json")],
+    expect(traces_in(tmp, r"single(\.\d+)?\.json$") == [os.path.join(tmp, "single.json")],
            f"a rerun replaces its old trace: {os.listdir(tmp)}", done)
     expect(len(our_ranges(trace_check.load(os.path.join(tmp, "single.json")))) == 6,
            "the new trace", done)
+    expect(len(our_ranges(trace_check.load(os.path.join(tmp, "single.json.old")))) == 2,
+           "the earlier run's trace is kept as single.json.old", done)
 
 
 # ---- multi-process --------------------------------------------------------------------------
@@ -1312,6 +1353,11 @@ def test_judging_counts_only_this_run(tmp):
         expect("no trace was written" in done.stderr and "trace: " not in
                done.stderr.replace("no trace was written", ""),
                f"{out}: an earlier run's trace reported as this run's", done)
+    # ... nor left at the fixed name for a judge to read (test_record_trace: moved to .old).
+    expect(not os.path.exists(os.path.join(tmp, "same.json")),
+           "an earlier run's trace left at the name of a run that wrote none", done)
+    done = wrapper("record", "-o", "same.json", "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "record", done)
     # Two runs into one directory: the second lists only its own trace.
     done = wrapper("record", "-o", "dir/", "--", *program, cwd=tmp)
     expect(re.search(r"ferrum-replay: trace: '[^']*/dir/ferrum-replay\.\d+\.json'",
