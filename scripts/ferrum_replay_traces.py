@@ -389,7 +389,9 @@ def tail_metadata(path):
         text = handle.read().decode("utf-8", "replace")
     key = '"ferrumReplay":'
     at = len(text)
-    while True:
+    # The block is the last key of the file: a few tries from the end find it. Bounded, as
+    # each failed try may parse up to the end: a crafted file of 1 MiB of keys took seconds.
+    for _ in range(8):
         at = text.rfind(key, 0, at)
         if at < 0:
             return None
@@ -400,6 +402,7 @@ def tail_metadata(path):
             continue
         if isinstance(obj, dict) and text[end:].strip() == "}":
             return obj
+    return None
 
 
 def _is_number(value):
@@ -1520,11 +1523,23 @@ def session_start_ns(stamp):
 def session_traces(stamp, pattern):
     """The traces of this session: a regular file matching the pattern, written since the
     stamp, that holds a ferrum-replay trace whose recorder started after the session began.
-    A trace of an earlier run at the same name is never counted."""
+    A trace of an earlier run at the same name is never counted. With a fixed name, the .old
+    beside each name counts too: a `record` of the same name started while this one ran moved
+    this run's trace there (move_earlier_trace)."""
+    return sorted(session_trace_moves(stamp, pattern))
+
+
+def session_trace_moves(stamp, pattern):
+    """session_traces as {path: whether it is a .old that another run moved it to}."""
     since, stamp_mtime = session_start_ns(stamp)
-    found = set()
-    for g in pattern_globs(pattern):
+    found = {}
+    globs = [(g, False) for g in pattern_globs(pattern)]
+    if not pattern.endswith("/") and not has_pid(pattern):
+        globs += [(g + ".old", True) for g, _ in globs]
+    for g, moved in globs:
         for path in glob.glob(g):
+            if path in found:
+                continue
             try:
                 st = os.lstat(path)
                 if not stat.S_ISREG(st.st_mode) or st.st_mtime_ns < stamp_mtime \
@@ -1535,8 +1550,8 @@ def session_traces(stamp, pattern):
                 continue
             origin = clock_of(m).get("originRealtimeNs") if isinstance(m, dict) else None
             if _is_int(origin) and origin >= since:
-                found.add(path)
-    return sorted(found)
+                found[path] = moved
+    return found
 
 
 def cmd_written(args):
@@ -1644,7 +1659,8 @@ def privileged_program(path):
 
 def cmd_record_report(args):
     """What the wrapper says after `record`: which traces this run wrote, or why none."""
-    traces = session_traces(args.since, args.pattern)
+    moves = session_trace_moves(args.since, args.pattern)
+    traces = sorted(moves)
     status = args.status
 
     def note(text):
@@ -1723,6 +1739,12 @@ def cmd_record_report(args):
             print(f"  {quoted(path)}", file=sys.stderr)
         note("one table: ferrum-replay summary <traces>; one timeline: ferrum-replay merge -o "
              "merged.json <traces>")
+    moved = [path for path in traces if moves[path]]
+    if moved:
+        note(f"{'these traces were' if len(moved) > 1 else 'that trace was'} moved to "
+             f"{'.old names' if len(moved) > 1 else quoted(moved[0])} by another `ferrum-replay "
+             "record` of the same -o name, started while this run ran: read "
+             f"{'them' if len(moved) > 1 else 'it'} there")
     if killed:
         note(f"the program was ended by {killed}: its processes that it killed wrote no trace")
     return 0
@@ -1770,49 +1792,91 @@ def cmd_record_output(args):
     return 0
 
 
+# The end of every trace the recorder writes (recorder/trace_writer.hpp, kTraceTrailer), and
+# the start of the block that traces written before the trailer existed (and merge's) have in
+# their last 64 KiB: the recorder's is_ferrum_trace_file, byte for byte.
+TRACE_HEAD = b'{"traceEvents":['
+TRACE_TRAILER = b',"writer":"ferrum-replay recorder"}}\n'
+TRACE_MARKER = b'"ferrumReplay":{"version":'
+
+
 def is_ferrum_trace(path):
-    """Whether `path` is a regular file, not a symbolic link, holding a ferrum-replay trace:
-    it starts with {"traceEvents":[ and ends with our ferrumReplay block (the recorder's
-    is_ferrum_trace_file, the test of what it may replace)."""
+    """Whether `path` is a regular file, not a symbolic link, holding a ferrum-replay trace,
+    by the rule the recorder applies to what it may replace (is_ferrum_trace_file): the same
+    bytes decide, so the wrapper never moves a file the recorder would keep. Reads 64 KiB at
+    most, and never blocks on a FIFO or device."""
     try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return False
-        with open_regular(path, binary=True) as handle:
-            if handle.read(16) != b'{"traceEvents":[':
-                return False
-        return tail_metadata(path) is not None
-    except (OSError, InputError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or os.pread(fd, len(TRACE_HEAD), 0) != TRACE_HEAD:
+            return False
+        size = min(st.st_size, 65536)
+        tail = os.pread(fd, size, st.st_size - size)
+        return len(tail) == size and (tail.endswith(TRACE_TRAILER) or TRACE_MARKER in tail)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def earlier_run_names(target):
+    """The names a fixed -o name's processes write to: NAME itself, and the recorder's fresh
+    names beside it (NAME.PID.EXT for a process that found a sibling's trace there,
+    NAME.N.EXT and NAME.PID.N.EXT when those were taken; common/output_file.cpp)."""
+    prefix, _, suffix = fresh_name(target, "\0").partition("\0")
+    names = [target]
+    for path in sorted(glob.glob(glob.escape(prefix) + "*" + glob.escape(suffix))):
+        if re.fullmatch(r"[0-9]+(\.[0-9]+)?", path[len(prefix):len(path) - len(suffix)]):
+            names.append(path)
+    return names
 
 
 def move_earlier_trace(pattern):
-    """Before `record` runs the program: an earlier run's trace at the one name every process
-    of this run writes to (a pattern without %p whose %q{VAR} are all set here) becomes
-    NAME.old (perf's rule for perf.data), replacing an older NAME.old of ours. A run that then
-    writes no trace leaves nothing at NAME for `check`, `compare` or `summary` to take for this
-    run's data. Anything else at NAME (a file not ours, a link, a stream) is left as it is; so
-    is NAME when NAME.old is not ours."""
+    """Before `record` runs the program: an earlier run's traces at the names every process
+    of this run writes to (a pattern without %p whose %q{VAR} are all set here: NAME and the
+    recorder's fresh names beside it) each become NAME.old (perf's rule for perf.data),
+    replacing an older .old of ours; one generation is kept. A run that then writes no trace
+    leaves nothing at those names for `check`, `compare`, `summary` or a glob of them to take
+    for this run's data. Anything else there (a file not ours, a link, a stream) is left as it
+    is; so is a trace whose .old is not ours. A run of the same name that is still running
+    finds its moved traces at .old (session_traces)."""
     if has_pid(pattern):
         return
     try:
         target, unset = expand_output(pattern)
     except InputError:
         return
-    if unset or is_stream_target(target) or not is_ferrum_trace(target):
+    if unset or is_stream_target(target):
         return
-    old = target + ".old"
-    why = None
-    if os.path.lexists(old) and not is_ferrum_trace(old):
-        why = f"{quoted(old)} exists and is not a ferrum-replay trace"
-    else:
+    kept = []
+    for path in earlier_run_names(target):
+        if not is_ferrum_trace(path):
+            continue
+        old = path + ".old"
         try:
-            os.rename(target, old)
+            if os.path.lexists(old) and not is_ferrum_trace(old):
+                kept.append((path, f"{quoted(old)} exists and is not a ferrum-replay trace"))
+                continue
+            here, there = os.lstat(path), os.lstat(old) if os.path.lexists(old) else None
+            if there and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+                # Two links to one file: rename() would succeed and do nothing. The trace
+                # stays readable at .old.
+                os.unlink(path)
+            else:
+                os.rename(path, old)
         except OSError as error:
-            why = f"it cannot be renamed to {quoted(old)}: {error.strerror or error}"
-    if why:
-        print(f"ferrum-replay: warning: {quoted(target)} holds an earlier run's trace, which "
-              f"stays there ({why}): if this run writes no trace, what is read there is not "
-              "this run's", file=sys.stderr)
+            kept.append((path, f"it cannot be renamed to {quoted(old)}: "
+                               f"{error.strerror or error}"))
+    if kept:
+        path, why = kept[0]
+        more = f" (and {len(kept) - 1} more such file{'s' if len(kept) > 2 else ''})" \
+            if len(kept) > 1 else ""
+        print(f"ferrum-replay: warning: {quoted(path)} holds an earlier run's trace, which "
+              f"stays there ({why}){more}: if this run writes no trace, what is read there is "
+              "not this run's", file=sys.stderr)
 
 
 def cmd_expand(args):

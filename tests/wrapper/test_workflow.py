@@ -351,8 +351,26 @@ def test_record_trace(tmp):
            "and is not a ferrum-replay trace)" in done.stderr and
            f"the file at '{tagged}' is an earlier run's" in done.stderr,
            "someone else's NAME.old", done)
+    # A hand-made file that merely looks like a trace with a ferrumReplay key is not ours
+    # either: the recorder's rule decides (test_trace_ownership_rule).
+    write(tagged + ".old", '{"traceEvents":[],"ferrumReplay":{}}\n')
+    done = wrapper("record", "-o", "t.%h.%q{TAG}.json", "--", ARGV_ECHO, cwd=work,
+                   env={"TAG": "x"})
+    expect(open(tagged + ".old").read() == '{"traceEvents":[],"ferrumReplay":{}}\n' and
+           os.path.exists(tagged) and f"'{tagged}.old' exists and is not a ferrum-replay "
+           "trace" in done.stderr, "a NAME.old that only looks like ours was replaced", done)
+    # NAME and NAME.old two links to one file: rename() would do nothing; NAME goes, and the
+    # trace stays readable at NAME.old.
+    os.unlink(tagged + ".old")
+    os.link(tagged, tagged + ".old")
+    done = wrapper("record", "-o", "t.%h.%q{TAG}.json", "--", ARGV_ECHO, cwd=work,
+                   env={"TAG": "x"})
+    expect(not os.path.exists(tagged) and trace_check.load(tagged + ".old") and
+           "warning" not in done.stderr and
+           f"an earlier run's trace is at '{tagged}.old'" in done.stderr,
+           f"NAME hard-linked to NAME.old left at the name: {os.listdir(work)}", done)
     write(os.path.join(work, "notes.json"), "{}\n")
-    os.symlink(tagged, os.path.join(work, "link.json"))
+    os.symlink(tagged + ".old", os.path.join(work, "link.json"))
     for name in ("notes.json", "link.json"):
         done = wrapper("record", "-o", name, "--", ARGV_ECHO, cwd=work)
         expect(not os.path.exists(os.path.join(work, name + ".old")) and
@@ -383,6 +401,12 @@ def test_record_fixed_name_keeps_every_process(tmp):
     ranks = sorted(trace_check.protocol_errors(trace_check.load(t))["rank"]["value"]
                    for t in traces)
     expect(ranks == ["0", "1", "2"], f"ranks {ranks}", done)
+    # A rerun that writes no trace leaves none of them for a glob of the name (check job*.json)
+    # to take for its own: each goes to its .old.
+    done = wrapper("record", "-o", out, "--", ARGV_ECHO, cwd=tmp)
+    expect(traces_in(tmp, r"job(\.\d+)?\.json$") == [] and
+           sorted(traces_in(tmp, r"job(\.\d+)?\.json\.old$")) == sorted(t + ".old" for t in traces),
+           f"the earlier run's traces of every process moved to .old: {os.listdir(tmp)}", done)
     time.sleep(0.05)  # a rerun starts after the old file's (coarse) time stamp
     done = wrapper("record", "-o", os.path.join(tmp, "single.json"), "--", launch_driver(),
                    "--iters", "1", cwd=tmp)
@@ -395,6 +419,79 @@ def test_record_fixed_name_keeps_every_process(tmp):
            "the new trace", done)
     expect(len(our_ranges(trace_check.load(os.path.join(tmp, "single.json.old")))) == 2,
            "the earlier run's trace is kept as single.json.old", done)
+
+
+def test_record_same_name_nested(tmp):
+    """A `record` of the same fixed -o name started while one runs (here inside its program)
+    moves the running one's trace to NAME.old before its own run: the running one still names
+    that trace as its own, where it now is, instead of saying that none was written."""
+    out = os.path.join(tmp, "nested.json")
+    done = wrapper("record", "-o", out, "--", "/bin/sh", "-c",
+                   '"$1" --iters 2 && "$2" record -o "$3" -- "$4"', "sh", launch_driver(),
+                   WRAPPER, out, ARGV_ECHO, cwd=tmp)
+    outer = done.stderr[done.stderr.rfind("ferrum-replay: no trace was written"):]
+    expect(done.returncode == 0 and not os.path.exists(out) and
+           our_ranges(trace_check.load(out + ".old")) and
+           f"ferrum-replay: trace: '{out}.old'" in outer and
+           f"that trace was moved to '{out}.old' by another `ferrum-replay record` of the same "
+           "-o name" in outer,
+           "the outer run's report of its trace that the inner run moved", done)
+
+
+def test_trace_ownership_rule(tmp):
+    """What `record` may move to NAME.old is what the recorder may replace: the wrapper's
+    is_ferrum_trace (scripts/ferrum_replay_traces.py) and the recorder's is_ferrum_trace_file
+    (recorder/trace_writer.cpp) apply the same bytes, on the cases of the recorder's own test
+    (tests/reliability/recorder_output_test.cpp); and deciding reads a bounded part of a file,
+    whatever it holds."""
+    sys.path.insert(0, os.path.join(SOURCE, "scripts"))
+    import ferrum_replay_traces as traces
+    with open(os.path.join(SOURCE, "recorder", "trace_writer.hpp"), encoding="utf-8") as handle:
+        trailer = re.search(r'kTraceTrailer\[\] = "((?:[^"\\]|\\.)*)";', handle.read())
+    with open(os.path.join(SOURCE, "recorder", "trace_writer.cpp"), encoding="utf-8") as handle:
+        source = handle.read()
+    marker = re.search(r'kMarker\[\] = "((?:[^"\\]|\\.)*)";', source)
+    head = re.search(r'kHead\[\] = "((?:[^"\\]|\\.)*)";', source)
+
+    def c_string(match):
+        return match.group(1).encode().decode("unicode_escape").encode() if match else None
+
+    expect((c_string(trailer), c_string(marker), c_string(head)) ==
+           (traces.TRACE_TRAILER, traces.TRACE_MARKER, traces.TRACE_HEAD),
+           f"the wrapper's bytes differ from the recorder's: {c_string(trailer)!r} "
+           f"{c_string(marker)!r} {c_string(head)!r}")
+    done = wrapper("record", "-o", "ours.json", "--", launch_driver(), "--iters", "1", cwd=tmp)
+    whole = open(os.path.join(tmp, "ours.json"), "rb").read()
+    cases = {
+        "ours.json": (whole, True),
+        "cut.json": (whole[:len(whole) // 2], False),
+        "other.json": (b'{"traceEvents":[],"otherData":{"complete":true}}\n', False),
+        "long.json": (b'{"traceEvents":[\n],"ferrumReplay":{"version":1,' + b" " * 100000 +
+                      traces.TRACE_TRAILER, True),
+        "merged-style.json": (b'{"traceEvents":[\n],\n"ferrumReplay":{"version":1}}\n', True),
+        "key-only.json": (b'{"traceEvents":[],"ferrumReplay":{}}\n', False),
+        "no-head.json": (b'{"other":1,' + whole[len(traces.TRACE_HEAD):], False),
+        "empty.json": (b"", False),
+    }
+    for name, (data, ours) in cases.items():
+        with open(os.path.join(tmp, name), "wb") as handle:
+            handle.write(data)
+        expect(traces.is_ferrum_trace(os.path.join(tmp, name)) == ours,
+               f"{name}: is_ferrum_trace should be {ours}", done)
+    os.symlink("ours.json", os.path.join(tmp, "link.json"))
+    os.mkfifo(os.path.join(tmp, "fifo.json"))
+    for name in ("link.json", "fifo.json"):
+        expect(not traces.is_ferrum_trace(os.path.join(tmp, name)), f"{name} taken for ours")
+    # 1 MiB of the block's key, each opening an object nested in the next: reading the block
+    # from the end took 11 s on this machine when every occurrence was tried.
+    crafted = os.path.join(tmp, "crafted.json")
+    with open(crafted, "w") as handle:
+        handle.write('{"traceEvents":[' + '"ferrumReplay":{"a":1,' * 45000)
+    for read in (traces.is_ferrum_trace, traces.tail_metadata):
+        started = time.monotonic()
+        read(crafted)
+        took = time.monotonic() - started
+        expect(took < 2, f"{read.__name__} of a crafted 1 MiB file took {took:.1f} s")
 
 
 # ---- multi-process --------------------------------------------------------------------------
