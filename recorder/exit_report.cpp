@@ -97,6 +97,8 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
     outcome.error = "the expanded name is longer than 4095 bytes";
   } else {
     const std::string absolute = absolute_path(expanded.path, cwd);
+    snap.output_path = absolute;
+    snap.session = settings.session_file;
     TraceFileOptions options;
     options.force = settings.force;
     options.run_start_ns = run_start_ns(snap.origin_realtime_ns, settings.session_file);

@@ -73,7 +73,12 @@ struct Snapshot {
   const char *clock_source = "monotonic";  // what the ticks were read from (TickClock)
   std::string host;                        // host name, filled in by the exit report
   std::string rank_variable, rank_value;   // the job rank (settings.hpp), if any
-  std::vector<std::string> domain_names;   // display names by domain id ([0] = "global")
+  // What the trace was written for, filled in by the exit report: the name the process was
+  // asked to write (a sibling of a fixed name writes NAME.<pid>.json for NAME), and the
+  // wrapper's session stamp (FERRUM_RECORD_SESSION). `record` reads them to tell its own
+  // run's traces, and an earlier run's at its names, from anything else there.
+  std::string output_path, session;
+  std::vector<std::string> domain_names;  // display names by domain id ([0] = "global")
   // nvtxNameCategory / nvtxDomainNameCategory: (domain id, category) -> name.
   std::map<std::pair<uint32_t, uint32_t>, std::string> category_names;
   // Start/end ranges by id (match_async_ranges); empty when the process started none.

@@ -445,6 +445,16 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
     out.string(snap.rank_value);
     out.text("}");
   }
+  // Last before the trailer, within the 64 KiB that is_ferrum_trace_file reads: the wrapper
+  // reads them from there (scripts/ferrum_replay_traces.py, written_for).
+  if (!snap.output_path.empty()) {
+    out.text(",\"output\":");
+    out.string(snap.output_path);
+  }
+  if (!snap.session.empty()) {
+    out.text(",\"session\":");
+    out.string(snap.session);
+  }
   out.text(kTraceTrailer);
   return out.flush();
 }

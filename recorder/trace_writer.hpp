@@ -17,7 +17,10 @@
 //                     "clock":{"originMonotonicNs":N,"originRealtimeNs":N},
 //                     "gpu":{"timed":N,"inFlightAtExit":N,"notTimed":N,"alignErrorNs":N},
 //                     "rank":{"variable":"RANK","value":"3"},       (rank only in a job rank)
+//                     "output":"/abs/name.json","session":"/tmp/ferrum-replay-stamp.X",
 //                     "writer":"ferrum-replay recorder"}}
+// ("output": the name the process was asked to write, before any fresh name; "session": the
+// wrapper's stamp, only under `ferrum-replay record`; both last, in the 64 KiB tail.)
 // The file ends with kTraceTrailer, whatever the block holds before it (is_ferrum_trace_file).
 //
 // GPU time per replay (only when the shim took the recorder's GPU sink; "gpu" then appears in

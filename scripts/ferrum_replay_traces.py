@@ -1535,7 +1535,8 @@ def session_trace_moves(stamp, pattern):
     found = {}
     globs = [(g, False) for g in pattern_globs(pattern)]
     if not pattern.endswith("/") and not has_pid(pattern):
-        globs += [(g + ".old", True) for g, _ in globs]
+        # First: NAME.* of a name without an extension matches NAME.old too.
+        globs = [(g + ".old", True) for g, _ in globs] + globs
     for g, moved in globs:
         for path in glob.glob(g):
             if path in found:
@@ -1549,7 +1550,11 @@ def session_trace_moves(stamp, pattern):
             except (OSError, InputError):
                 continue
             origin = clock_of(m).get("originRealtimeNs") if isinstance(m, dict) else None
-            if _is_int(origin) and origin >= since:
+            # A trace that names its session is this one's only if it names this stamp: a
+            # `record` of the same name that overlaps this one writes traces as new as ours.
+            session = m.get("session") if isinstance(m, dict) else None
+            if _is_int(origin) and origin >= since and \
+                    (not isinstance(session, str) or session == stamp):
                 found[path] = moved
     return found
 
@@ -1701,10 +1706,13 @@ def cmd_record_report(args):
             note(f"no trace was written: {quoted(target)} is a directory (end -o with '/' to "
                  "write the traces into it)")
         elif directory and not os.path.isdir(directory):
-            note(f"no trace was written: the directory {quoted(directory.rstrip('/') or '/')} "
-                 "does not exist"
-                 + ("" if args.pattern.endswith("/") else
-                    " (end -o with '/' to have a directory created)"))
+            bare = directory.rstrip("/") or "/"
+            if os.path.exists(bare):  # a file where the directory should be
+                note(f"no trace was written: {quoted(bare)} is not a directory")
+            else:
+                note(f"no trace was written: the directory {quoted(bare)} does not exist"
+                     + ("" if args.pattern.endswith("/") else
+                        " (end -o with '/' to have a directory created)"))
         elif killed:
             note(f"no trace was written: the program was ended by {killed}; a process killed "
                  "by a signal writes no trace")
@@ -1800,36 +1808,67 @@ TRACE_TRAILER = b',"writer":"ferrum-replay recorder"}}\n'
 TRACE_MARKER = b'"ferrumReplay":{"version":'
 
 
-def is_ferrum_trace(path):
-    """Whether `path` is a regular file, not a symbolic link, holding a ferrum-replay trace,
-    by the rule the recorder applies to what it may replace (is_ferrum_trace_file): the same
-    bytes decide, so the wrapper never moves a file the recorder would keep. Reads 64 KiB at
-    most, and never blocks on a FIFO or device."""
+def _trace_tail(path):
+    """The last 64 KiB of `path` when it is a regular file, not a symbolic link, holding a
+    ferrum-replay trace, by the rule the recorder applies to what it may replace
+    (is_ferrum_trace_file): the same bytes decide, so the wrapper never moves a file the
+    recorder would keep. None otherwise. Never blocks on a FIFO or device."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or os.pread(fd, len(TRACE_HEAD), 0) != TRACE_HEAD:
-            return False
+            return None
         size = min(st.st_size, 65536)
         tail = os.pread(fd, size, st.st_size - size)
-        return len(tail) == size and (tail.endswith(TRACE_TRAILER) or TRACE_MARKER in tail)
+        ours = len(tail) == size and (tail.endswith(TRACE_TRAILER) or TRACE_MARKER in tail)
+        return tail if ours else None
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
 
 
+def is_ferrum_trace(path):
+    """Whether `path` is a regular file, not a symbolic link, holding a ferrum-replay trace
+    (_trace_tail). Reads 64 KiB at most."""
+    return _trace_tail(path) is not None
+
+
+def written_for(path):
+    """(output, session) of a ferrum-replay trace: the name its process was asked to write
+    and the `record` session it ran in (the recorder writes both last in its block,
+    trace_writer.hpp); None for what the trace does not say, (None, None) for a file that is
+    not one of ours. Reads the 64 KiB tail only."""
+    tail = _trace_tail(path)
+    at = tail.rfind(TRACE_MARKER) if tail else -1
+    if at < 0:
+        return None, None
+    try:
+        block, _ = _decoder.raw_decode(
+            tail[at + len(b'"ferrumReplay":'):].decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None, None
+    if not isinstance(block, dict):
+        return None, None
+    output, session = block.get("output"), block.get("session")
+    return (output if isinstance(output, str) else None,
+            session if isinstance(session, str) else None)
+
+
 def earlier_run_names(target):
-    """The names a fixed -o name's processes write to: NAME itself, and the recorder's fresh
-    names beside it (NAME.PID.EXT for a process that found a sibling's trace there,
-    NAME.N.EXT and NAME.PID.N.EXT when those were taken; common/output_file.cpp)."""
+    """The traces at the names a fixed -o name's processes write to: NAME itself, and the
+    recorder's fresh names beside it (NAME.PID.EXT for a process that found a sibling's trace
+    there, NAME.N.EXT and NAME.PID.N.EXT when those were taken; common/output_file.cpp) that
+    say they were written for NAME. A file of that shape that the user named, or a trace
+    written for another name (-o NAME.%p.json, -o NAME.1.json), is not one of them."""
     prefix, _, suffix = fresh_name(target, "\0").partition("\0")
     names = [target]
     for path in sorted(glob.glob(glob.escape(prefix) + "*" + glob.escape(suffix))):
-        if re.fullmatch(r"[0-9]+(\.[0-9]+)?", path[len(prefix):len(path) - len(suffix)]):
+        if re.fullmatch(r"[0-9]+(\.[0-9]+)?", path[len(prefix):len(path) - len(suffix)]) and \
+                written_for(path)[0] == target:
             names.append(path)
     return names
 
@@ -1857,16 +1896,21 @@ def move_earlier_trace(pattern):
             continue
         old = path + ".old"
         try:
-            if os.path.lexists(old) and not is_ferrum_trace(old):
-                kept.append((path, f"{quoted(old)} exists and is not a ferrum-replay trace"))
+            there = os.lstat(old) if os.path.lexists(old) else None
+            if there and not is_ferrum_trace(old):
+                unreadable = not stat.S_ISLNK(there.st_mode) and not os.access(old, os.R_OK)
+                kept.append((path, f"{quoted(old)} exists and " + (
+                    "cannot be read" if unreadable else "is not a ferrum-replay trace")))
                 continue
-            here, there = os.lstat(path), os.lstat(old) if os.path.lexists(old) else None
+            here = os.lstat(path)
             if there and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
                 # Two links to one file: rename() would succeed and do nothing. The trace
                 # stays readable at .old.
                 os.unlink(path)
             else:
                 os.rename(path, old)
+        except FileNotFoundError:
+            continue  # moved meanwhile by a `record` of the same name starting at once
         except OSError as error:
             kept.append((path, f"it cannot be renamed to {quoted(old)}: "
                                f"{error.strerror or error}"))
@@ -1874,9 +1918,9 @@ def move_earlier_trace(pattern):
         path, why = kept[0]
         more = f" (and {len(kept) - 1} more such file{'s' if len(kept) > 2 else ''})" \
             if len(kept) > 1 else ""
-        print(f"ferrum-replay: warning: {quoted(path)} holds an earlier run's trace, which "
-              f"stays there ({why}){more}: if this run writes no trace, what is read there is "
-              "not this run's", file=sys.stderr)
+        print(f"ferrum-replay: warning: {quoted(path)} holds an earlier run's trace, which was "
+              f"not moved ({why}){more}: if this run writes no trace there, what is read there "
+              "is not this run's", file=sys.stderr)
 
 
 def cmd_expand(args):

@@ -347,7 +347,7 @@ def test_record_trace(tmp):
     done = wrapper("record", "-o", "t.%h.%q{TAG}.json", "--", ARGV_ECHO, cwd=work,
                    env={"TAG": "x"})
     expect(open(tagged + ".old").read() == "my notes\n" and os.path.exists(tagged) and
-           f"'{tagged}' holds an earlier run's trace, which stays there ('{tagged}.old' exists "
+           f"'{tagged}' holds an earlier run's trace, which was not moved ('{tagged}.old' exists "
            "and is not a ferrum-replay trace)" in done.stderr and
            f"the file at '{tagged}' is an earlier run's" in done.stderr,
            "someone else's NAME.old", done)
@@ -402,11 +402,21 @@ def test_record_fixed_name_keeps_every_process(tmp):
                    for t in traces)
     expect(ranks == ["0", "1", "2"], f"ranks {ranks}", done)
     # A rerun that writes no trace leaves none of them for a glob of the name (check job*.json)
-    # to take for its own: each goes to its .old.
+    # to take for its own: each goes to its .old. Traces of that shape written for other names
+    # (-o job.7.json, -o job.%p.json), and a file the user made, stay where they are.
+    users = []
+    for pattern in ("job.7.json", "job.%p.json"):
+        done = wrapper("record", "-o", pattern, "--", launch_driver(), "--iters", "1", cwd=tmp)
+        users += [t for t in traces_in(tmp, r"job\.\d+\.json$") if t not in traces + users]
+    write(os.path.join(tmp, "job.5.json"), '{"traceEvents":[],"ferrumReplay":{"version":1}}\n')
+    users.append(os.path.join(tmp, "job.5.json"))
+    expect(len(users) == 3, f"the user's files: {users}", done)
     done = wrapper("record", "-o", out, "--", ARGV_ECHO, cwd=tmp)
-    expect(traces_in(tmp, r"job(\.\d+)?\.json$") == [] and
-           sorted(traces_in(tmp, r"job(\.\d+)?\.json\.old$")) == sorted(t + ".old" for t in traces),
-           f"the earlier run's traces of every process moved to .old: {os.listdir(tmp)}", done)
+    expect(sorted(traces_in(tmp, r"job(\.\d+)?\.json$")) == sorted(users) and
+           sorted(traces_in(tmp, r"job(\.\d+)?\.json\.old$")) ==
+           sorted(t + ".old" for t in traces),
+           f"the earlier run's traces of every process moved to .old, and only those: "
+           f"{sorted(os.listdir(tmp))}", done)
     time.sleep(0.05)  # a rerun starts after the old file's (coarse) time stamp
     done = wrapper("record", "-o", os.path.join(tmp, "single.json"), "--", launch_driver(),
                    "--iters", "1", cwd=tmp)
@@ -424,18 +434,22 @@ def test_record_fixed_name_keeps_every_process(tmp):
 def test_record_same_name_nested(tmp):
     """A `record` of the same fixed -o name started while one runs (here inside its program)
     moves the running one's trace to NAME.old before its own run: the running one still names
-    that trace as its own, where it now is, instead of saying that none was written."""
-    out = os.path.join(tmp, "nested.json")
-    done = wrapper("record", "-o", out, "--", "/bin/sh", "-c",
-                   '"$1" --iters 2 && "$2" record -o "$3" -- "$4"', "sh", launch_driver(),
-                   WRAPPER, out, ARGV_ECHO, cwd=tmp)
-    outer = done.stderr[done.stderr.rfind("ferrum-replay: no trace was written"):]
-    expect(done.returncode == 0 and not os.path.exists(out) and
-           our_ranges(trace_check.load(out + ".old")) and
-           f"ferrum-replay: trace: '{out}.old'" in outer and
-           f"that trace was moved to '{out}.old' by another `ferrum-replay record` of the same "
-           "-o name" in outer,
-           "the outer run's report of its trace that the inner run moved", done)
+    that trace as its own, where it now is, and not the other run's, which is as new as its
+    own (each trace names the session it was written in)."""
+    for name in ("nested.json", "nested"):  # NAME.* of a name without extension: NAME.old too
+        out = os.path.join(tmp, name)
+        done = wrapper("record", "-o", out, "--", "/bin/sh", "-c",
+                       '"$1" --iters 2 && "$2" record -o "$3" -- "$1" --iters 1', "sh",
+                       launch_driver(), WRAPPER, out, cwd=tmp)
+        inner = done.stderr.find(f"ferrum-replay: trace: '{out}' ")
+        outer = done.stderr[inner + 1:]
+        expect(done.returncode == 0 and inner >= 0 and
+               len(our_ranges(trace_check.load(out + ".old"))) == 4 and
+               len(our_ranges(trace_check.load(out))) == 2 and
+               f"ferrum-replay: trace: '{out}.old'" in outer and
+               f"that trace was moved to '{out}.old' by another `ferrum-replay record` of the "
+               "same -o name" in outer and "traces (one per process)" not in done.stderr,
+               f"-o {name}: the outer run's report of its trace that the inner run moved", done)
 
 
 def test_trace_ownership_rule(tmp):
@@ -478,10 +492,36 @@ def test_trace_ownership_rule(tmp):
             handle.write(data)
         expect(traces.is_ferrum_trace(os.path.join(tmp, name)) == ours,
                f"{name}: is_ferrum_trace should be {ours}", done)
+    output, session = traces.written_for(os.path.join(tmp, "ours.json"))
+    expect(output == os.path.join(tmp, "ours.json") and session and
+           os.path.basename(session).startswith("ferrum-replay-stamp."),
+           f"the trace names the name it was written for and its session: {output} {session}",
+           done)
     os.symlink("ours.json", os.path.join(tmp, "link.json"))
     os.mkfifo(os.path.join(tmp, "fifo.json"))
     for name in ("link.json", "fifo.json"):
         expect(not traces.is_ferrum_trace(os.path.join(tmp, name)), f"{name} taken for ours")
+    # Two `record` runs of one name starting at once: what the other moved first is not a
+    # failure to move (a false warning); simulated by a rename that loses the race.
+    import contextlib
+    import io
+    target = os.path.join(tmp, "race.json")
+    shutil.copy(os.path.join(tmp, "ours.json"), target)
+    real_rename = traces.os.rename
+
+    def losing_rename(src, dst):
+        real_rename(src, dst)
+        raise FileNotFoundError(2, "No such file or directory")
+
+    said = io.StringIO()
+    traces.os.rename = losing_rename
+    try:
+        with contextlib.redirect_stderr(said):
+            traces.move_earlier_trace(target)
+    finally:
+        traces.os.rename = real_rename
+    expect(said.getvalue() == "" and os.path.exists(target + ".old"),
+           f"a move that another run made first: {said.getvalue()!r}")
     # 1 MiB of the block's key, each opening an object nested in the next: reading the block
     # from the end took 11 s on this machine when every occurrence was tried.
     crafted = os.path.join(tmp, "crafted.json")
@@ -1993,6 +2033,10 @@ def test_patterns_hold_literal_paths(tmp):
     expect(done.returncode == 0 and f"the directory '{tmp}/nodir' does not exist" in
            done.stderr and "reached the shim" not in done.stderr, "missing directory named",
            done)
+    write(os.path.join(tmp, "afile"), "")
+    done = wrapper("record", "-o", "afile/t.%p.json", "--", *program, cwd=tmp)
+    expect(done.returncode == 0 and f"no trace was written: '{tmp}/afile' is not a directory"
+           in done.stderr, "a file where the directory should be, named as such", done)
 
     # A working directory with '%' in its name: relative -o, the default name, env, nsys.
     odd = os.path.join(tmp, "w%p%h%q{HOME}%%")
