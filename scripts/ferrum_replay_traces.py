@@ -1049,14 +1049,27 @@ def cmd_summary(args):
 
 # ---- compare ----
 
-def trace_inputs(path):
-    """One side of compare: a trace file, or a directory of traces (its *.json files). A
-    directory without one is an input error."""
+def trace_inputs(path, side, newest=False):
+    """One side of compare: a trace file, or a directory of traces (its *.json files) of
+    the last run recorded into it (last_run_only). A directory without one is an input
+    error, and so is a NEWEST trace file of a run earlier than the last one into its
+    directory: NEW must be the run just made."""
     if os.path.isdir(path):
         found = sorted(glob.glob(os.path.join(glob.escape(path), "*.json")))
         if not found:
             raise InputError(f"{quoted(path)}: a directory without traces (*.json)")
-        return found
+        kept, left = last_run_only(found, f"compare: {side}")
+        if not kept:
+            raise InputError(f"{side} {quoted(path)} holds no trace of the last `ferrum-replay "
+                             f"record` into it (which wrote none): its {len(left)} "
+                             f"trace{'s are' if len(left) != 1 else ' is'} of earlier runs")
+        return kept
+    start = earlier_record(path) if newest else None
+    if start is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start / 1e9))
+        raise InputError(f"{side} {quoted(path)} is an earlier run's trace: it was written "
+                         "before the last `ferrum-replay record` of its name into its "
+                         f"directory began ({when}), which wrote none there")
     return [path]
 
 
@@ -1099,14 +1112,14 @@ def compare_side(scans, domain):
 
 
 def cmd_compare(args):
-    base_scans = scan_all(trace_inputs(args.base))
+    base_scans = scan_all(trace_inputs(args.base, "BASE"))
     base_cpu, base_gpu = compare_side(base_scans, args.domain)
     if not base_cpu.index and not base_gpu.index:
         # Nothing to hold NEW against: a gate that passes here guards nothing (a BASE recorded
         # under another FERRUM_REPLAY_DOMAIN, or from a run that launched no graph).
         raise InputError(f"BASE {quoted(args.base)} holds no range of the domain "
                          f"{quoted(args.domain)}: nothing to compare with")
-    new_scans = scan_all(trace_inputs(args.new))
+    new_scans = scan_all(trace_inputs(args.new, "NEW", newest=True))
     why = same_run(base_scans, new_scans)
     if why:
         raise InputError(f"NEW is not a run of its own: {why}; comparing a run with itself "
@@ -1474,12 +1487,14 @@ def cmd_merge(args):
 
 # ---- one recording session (the wrapper's record, ci-smoke-profile) ----
 
-def pattern_globs(pattern):
+def pattern_globs(pattern, any_variable=False):
     """A recorder output pattern as globs: %p is any pid, the rest expands as the recorder
-    would; a name shared by processes, or taken by another file, gets a fresh name (text
-    rules, section 2). A pattern ending in '/' is a directory of default-named traces."""
+    would (with any_variable, a %q{VAR} is any text too: each process expands it in its own
+    environment); a name shared by processes, or taken by another file, gets a fresh name
+    (text rules, section 2). A pattern ending in '/' is a directory of default-named traces."""
     segments, current, i = [], [], 0
     while i < len(pattern):
+        close = pattern.find("}", i + 3) if pattern.startswith("%q{", i) else -1
         if pattern.startswith("%%", i):
             current.append("%%")
             i += 2
@@ -1487,6 +1502,10 @@ def pattern_globs(pattern):
             segments.append("".join(current))
             current = []
             i += 2
+        elif any_variable and close > 0 and _VARIABLE.match(pattern[i + 3:close]):
+            segments.append("".join(current))
+            current = []
+            i = close + 1
         else:
             current.append(pattern[i])
             i += 1
@@ -1557,6 +1576,121 @@ def session_trace_moves(stamp, pattern):
                     (not isinstance(session, str) or session == stamp):
                 found[path] = moved
     return found
+
+
+# ---- the last `record` into a directory ----
+# A directory collects every run recorded into it, and a run that launched nothing writes no
+# trace there: a judge reading the directory (or a glob of it) afterwards would judge an
+# earlier run's traces. So `record` notes in the directory it writes into, for each output
+# name (as globs), when its last session began; check and compare leave out a trace of that
+# name written before then by another session (docs/usage.md, "Checking a run").
+RECORDS_FILE = ".ferrum-replay-records"
+RECORDS_KEPT = 32            # names noted per directory, the most recent
+RECORDS_LIMIT = 64 << 10     # a larger file is not ours
+
+
+def output_globs(pattern):
+    """The file names (globs) a recorder output pattern writes, in its directory."""
+    name = pattern[len(directory_part(pattern)):]
+    return pattern_globs(name, any_variable=True) if name else ["ferrum-replay.*"]
+
+
+def read_records(directory):
+    """[(globs, start ns, session)] noted in DIRECTORY; [] without a well-formed file there
+    (never a link someone planted, a FIFO or a device: it is not ours)."""
+    try:
+        fd = os.open(os.path.join(directory, RECORDS_FILE),
+                     os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > RECORDS_LIMIT:
+            return []
+        data = os.read(fd, RECORDS_LIMIT + 1)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return []
+    entries = value.get("ferrumReplayRecords") if isinstance(value, dict) else None
+    found = []
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        globs, start, session = entry.get("names"), entry.get("startNs"), entry.get("session")
+        if (isinstance(globs, list) and globs and all(isinstance(g, str) for g in globs)
+                and _is_int(start) and start >= 0 and isinstance(session, str)):
+            found.append((globs, start, session))
+    return found
+
+
+def note_record(pattern, stamp):
+    """Notes this session's start in the directory the pattern writes into (one expanded
+    here: none when its directory holds %p or an unset %q{VAR}). Best effort: a directory
+    that refuses it refuses the traces too, and the recorder says so."""
+    directory = directory_part(pattern)
+    if not directory or has_pid(directory):
+        return
+    try:
+        directory, unset = expand_output(directory)
+        if unset or not os.path.isdir(directory):
+            return
+        start = session_start_ns(stamp)[0]
+    except (OSError, InputError):
+        return
+    globs = output_globs(pattern)
+    kept = [e for e in read_records(directory) if e[0] != globs]
+    kept = sorted(kept, key=lambda e: e[1])[-(RECORDS_KEPT - 1):] + [(globs, start, stamp)]
+    text = json.dumps({"ferrumReplayRecords": [
+        {"names": g, "startNs": n, "session": s} for g, n, s in kept]}, ensure_ascii=True)
+    if len(text) >= RECORDS_LIMIT:
+        return
+    try:
+        write_atomically(os.path.join(directory, RECORDS_FILE), lambda h: h.write(text + "\n"))
+    except InputError:
+        pass
+
+
+def earlier_record(path):
+    """When the trace at PATH was written before the last `record` of its name into its
+    directory began, by another session: that record's start (ns), else None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    name = os.path.basename(path)
+    for globs, start, session in read_records(os.path.dirname(os.path.abspath(path))):
+        if st.st_mtime_ns >= start or not any(fnmatch.fnmatchcase(name, g) for g in globs):
+            continue
+        try:
+            meta = tail_metadata(path)
+        except (OSError, InputError):
+            meta = None
+        if not (isinstance(meta, dict) and meta.get("session") == session):
+            return start
+    return None
+
+
+def last_run_only(paths, what):
+    """PATHS less the traces of runs earlier than the last `record` into their directory,
+    with one note on stderr naming what was left out."""
+    kept, left = [], []
+    for path in paths:
+        start = earlier_record(path)
+        (kept if start is None else left).append((path, start))
+    if left:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(max(s for _, s in left) / 1e9))
+        n = len(left)
+        print(f"ferrum-replay: {what}: {n} trace{'s' if n != 1 else ''} of an earlier run left "
+              f"out, written before the last `ferrum-replay record` into "
+              f"{quoted(os.path.dirname(left[0][0]) or '.')} began ({when}): "
+              f"{quoted(left[0][0])}{f' (and {n - 1} more)' if n > 1 else ''}",
+              file=sys.stderr)
+    return [p for p, _ in kept], [p for p, _ in left]
 
 
 def cmd_written(args):
@@ -1797,6 +1931,8 @@ def cmd_record_output(args):
                           f"{error.strerror or error}")
     else:
         move_earlier_trace(pattern)
+    if args.since:
+        note_record(pattern, args.since)
     return 0
 
 
@@ -2226,7 +2362,15 @@ def cmd_check(args):
                             f"given, not checked: {', '.join(quoted(p) for p in later[:3])}: "
                             "the file at the name may be an earlier run's (pass every trace, or "
                             "the directory's)")
-    scans = scan_all(args.traces)
+    traces, earlier = args.traces, []
+    if not args.nsys_stats:
+        traces, earlier = last_run_only(traces, "check")
+        if earlier and not traces and not args.allow_no_ranges:
+            failures.append(f"no trace of the last `ferrum-replay record` into "
+                            f"{quoted(os.path.dirname(earlier[0]) or '.')}: the "
+                            f"{len(earlier)} given {'are' if len(earlier) != 1 else 'is'} of an "
+                            "earlier run (the last run wrote none)")
+    scans = scan_all(traces)
     counts = NameStats()  # our domain's ranges, by name
     if args.nsys_stats:
         rows, problems = nsys_rows(args.nsys_stats, domain)
@@ -2235,7 +2379,7 @@ def cmd_check(args):
             counts.add(name, count, float(total or 0), 0.0, 0.0)
         n_processes = None
     else:
-        if not scans and not args.allow_no_ranges:
+        if not scans and not args.allow_no_ranges and not earlier:
             failures.append("no trace was written (the recorder never started: the workload "
                             "made no CUDA call under the shim, or its environment dropped "
                             "LD_PRELOAD / NVTX_INJECTION64_PATH)")
@@ -2445,6 +2589,7 @@ def build_parser():
     p.set_defaults(run=cmd_record_report)
 
     p = sub.add_parser("record-output", help=argparse.SUPPRESS)
+    p.add_argument("--since", help="the session's stamp: note its start in the directory")
     p.add_argument("pattern")
     p.set_defaults(run=cmd_record_output)
 

@@ -652,7 +652,8 @@ def test_process_lost_after_launch(tmp):
     expect(done.returncode == 0 and "FERRUM_REPLAY_RUNNING_DIR" not in done.stderr and
            "ended without writing" not in done.stderr,
            "record, deep TMPDIR: the shim refused a markers' directory nobody asked for", done)
-    expect(traces_in(deep) and not [f for f in os.listdir(deep) if not f.endswith(".json")],
+    expect(traces_in(deep) and not [f for f in os.listdir(deep) if not f.endswith(".json")
+                                    and f != ".ferrum-replay-records"],
            f"record, deep TMPDIR: left {os.listdir(deep)}", done)
     # The user's own FERRUM_REPLAY_SUMMARY is left alone: the summaries go there, and a lost
     # process is still named.
@@ -1610,6 +1611,81 @@ def test_judging_counts_only_this_run(tmp):
 
 MAKE_TRACE = os.path.join(HERE, "make_trace.py")
 RSS_LIMIT_KB = 256 * 1024
+
+
+def test_reused_directory_judges_last_run(tmp):
+    """A directory collects every run recorded into it. check and compare of it (or of a glob
+    of it) judge the last `record` of each output name there: its traces, and those of runs
+    still writing when it began; with none of it they fail instead of judging an earlier run.
+    For each kind of name: the default one (-o DIR/), %p, %q{VAR}. A trace of another name in
+    the directory, and a BASE given by its file name, are not left out."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    base = os.path.join(tmp, "base.json")
+    done = wrapper("record", "-o", base, "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "record BASE", done)
+    for out in ("runs/", "ranks/r%p.json", "q/x%q{RANK}.json"):
+        directory = os.path.join(tmp, out[:out.rfind("/")])
+        os.makedirs(directory, exist_ok=True)
+        env = {"RANK": "1"}
+        done = wrapper("record", "-o", out, "--", *program, cwd=tmp, env=env)
+        expect(done.returncode == 0 and "trace: " in done.stderr, f"{out}: first run", done)
+        first = traces_in(directory)
+        expect(len(first) == 1, f"{out}: one trace: {first}", done)
+        # The last run launches nothing (another rank, for %q{RANK}): what is there is old.
+        env = {"RANK": "2"}
+        done = wrapper("record", "-o", out, "--", ARGV_ECHO, cwd=tmp, env=env)
+        expect("no trace was written" in done.stderr, f"{out}: empty run", done)
+        expect(traces_in(directory) == first, f"{out}: the first run's trace stays", done)
+        done = wrapper("check", "--expect-total", "20", *first, cwd=tmp)
+        expect(done.returncode == 1 and "FAIL: no trace of the last `ferrum-replay record` "
+               "into" in done.stdout and "earlier run" in done.stdout,
+               f"{out}: check of an earlier run's trace", done)
+        done = wrapper("check", "--allow-no-ranges", *first, cwd=tmp)
+        expect(done.returncode == 0 and "OK: 0 ranges" in done.stdout,
+               f"{out}: --allow-no-ranges: the last run launched nothing", done)
+        for new in (directory, first[0]):
+            done = wrapper("compare", base, new, cwd=tmp)
+            expect(done.returncode == 2 and ("holds no trace of the last" in done.stderr or
+                                             "is an earlier run's trace" in done.stderr),
+                   f"{out}: compare BASE {new}", done)
+        # A run again: only its trace is judged, the earlier one left out with a note.
+        env = {"RANK": "3"}
+        done = wrapper("record", "-o", out, "--", launch_driver(), "--iters", "3", cwd=tmp,
+                       env=env)
+        latest = [t for t in traces_in(directory) if t not in first]
+        expect(done.returncode == 0 and len(latest) == 1, f"{out}: third run", done)
+        n = len(our_ranges(trace_check.load(latest[0])))
+        done = wrapper("check", "--expect-total", str(n), *traces_in(directory), cwd=tmp)
+        expect(done.returncode == 0 and f"OK: {n} ranges" in done.stdout and
+               "1 trace of an earlier run left out" in done.stderr,
+               f"{out}: check judges the last run", done)
+        done = wrapper("compare", base, directory, cwd=tmp)
+        expect(done.returncode in (0, 1) and "1 trace of an earlier run left out" in
+               done.stderr and re.search(rf"\s{n // 2}\s+[0-9.]+\s+\S+$", done.stdout, re.M),
+               f"{out}: compare judges the last run", done)
+        # A deliberate BASE of the earlier run, by its file name.
+        done = wrapper("compare", "--threshold", "1000", first[0], directory, cwd=tmp)
+        expect(done.returncode == 0, f"{out}: the earlier run as BASE", done)
+        # Another name recorded into the directory since leaves the last run's judged.
+        done = wrapper("record", "-o", os.path.join(directory, "named.json"), "--", *program,
+                       cwd=tmp)
+        done = wrapper("check", "--expect-total", "20", os.path.join(directory, "named.json"),
+                       cwd=tmp)
+        expect(done.returncode == 0, f"{out}: a trace of another name", done)
+        done = wrapper("check", "--expect-total", str(n), *latest, cwd=tmp)
+        expect(done.returncode == 0, f"{out}: the last run of its name", done)
+    # The note is the directory's own: a planted link or a garbage note is not read.
+    os.unlink(os.path.join(tmp, "runs", ".ferrum-replay-records"))
+    os.symlink(os.path.join(tmp, "q", ".ferrum-replay-records"),
+               os.path.join(tmp, "runs", ".ferrum-replay-records"))
+    done = wrapper("check", *traces_in(os.path.join(tmp, "runs")), cwd=tmp)
+    expect(done.returncode == 0 and "left out" not in done.stderr, "a link is not read", done)
+    write(os.path.join(tmp, "q", ".ferrum-replay-records"), "{not json")
+    done = wrapper("record", "-o", "q/x%q{RANK}.json", "--", ARGV_ECHO, cwd=tmp,
+                   env={"RANK": "4"})
+    done = wrapper("check", "--expect-total", "20", *first, cwd=tmp)
+    expect(done.returncode == 1 and "no trace of the last" in done.stdout,
+           "a garbage note is replaced by the next record", done)
 
 
 def max_rss_kb(argv, cwd):
