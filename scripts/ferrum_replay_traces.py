@@ -1636,6 +1636,11 @@ def note_record(pattern, stamp):
     if not directory or has_pid(directory):
         return
     try:
+        # A stream (/dev/stdout, /dev/null, a FIFO) is written in place: no trace file lands
+        # in its directory, which is none of ours (/dev).
+        if not pattern.endswith("/") and not has_pid(pattern) and \
+                is_stream_target(expand_output(pattern)[0]):
+            return
         directory, unset = expand_output(directory)
         if unset or not os.path.isdir(directory):
             return
@@ -1645,8 +1650,12 @@ def note_record(pattern, stamp):
     globs = output_globs(pattern)
     kept = [e for e in read_records(directory) if e[0] != globs]
     kept = sorted(kept, key=lambda e: e[1])[-(RECORDS_KEPT - 1):] + [(globs, start, stamp)]
-    text = json.dumps({"ferrumReplayRecords": [
-        {"names": g, "startNs": n, "session": s} for g, n, s in kept]}, ensure_ascii=True)
+    while True:  # the oldest names go first when long ones overfill the file
+        text = json.dumps({"ferrumReplayRecords": [
+            {"names": g, "startNs": n, "session": s} for g, n, s in kept]}, ensure_ascii=True)
+        if len(text) < RECORDS_LIMIT or len(kept) == 1:
+            break
+        kept.pop(0)
     if len(text) >= RECORDS_LIMIT:
         return
     try:
@@ -1655,22 +1664,24 @@ def note_record(pattern, stamp):
         pass
 
 
-def earlier_record(path):
+def earlier_record(path, records=None):
     """When the trace at PATH was written before the last `record` of its name into its
-    directory began, by another session: that record's start (ns), else None."""
+    directory began, by another session: that record's start (ns), else None. RECORDS: a
+    cache of read_records by directory."""
     try:
         st = os.stat(path)
     except OSError:
         return None
+    directory = os.path.dirname(os.path.abspath(path))
+    if records is None:
+        records = {}
+    if directory not in records:
+        records[directory] = read_records(directory)
     name = os.path.basename(path)
-    for globs, start, session in read_records(os.path.dirname(os.path.abspath(path))):
+    for globs, start, session in records[directory]:
         if st.st_mtime_ns >= start or not any(fnmatch.fnmatchcase(name, g) for g in globs):
             continue
-        try:
-            meta = tail_metadata(path)
-        except (OSError, InputError):
-            meta = None
-        if not (isinstance(meta, dict) and meta.get("session") == session):
+        if written_for(path)[1] != session:  # (64 KiB of its tail at most)
             return start
     return None
 
@@ -1678,9 +1689,9 @@ def earlier_record(path):
 def last_run_only(paths, what):
     """PATHS less the traces of runs earlier than the last `record` into their directory,
     with one note on stderr naming what was left out."""
-    kept, left = [], []
+    kept, left, records = [], [], {}
     for path in paths:
-        start = earlier_record(path)
+        start = earlier_record(path, records)
         (kept if start is None else left).append((path, start))
     if left:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(max(s for _, s in left) / 1e9))

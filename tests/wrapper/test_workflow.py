@@ -1674,6 +1674,15 @@ def test_reused_directory_judges_last_run(tmp):
         expect(done.returncode == 0, f"{out}: a trace of another name", done)
         done = wrapper("check", "--expect-total", str(n), *latest, cwd=tmp)
         expect(done.returncode == 0, f"{out}: the last run of its name", done)
+    # A stream is written in place: nothing is noted beside it (in /dev, say).
+    os.mkdir(os.path.join(tmp, "streams"))
+    fifo = os.path.join(tmp, "streams", "fifo")
+    os.mkfifo(fifo)
+    for stream in ("/dev/null", fifo):
+        done = wrapper("record", "-o", stream, "--", ARGV_ECHO, cwd=tmp)
+        expect(not os.path.exists(os.path.join(os.path.dirname(stream),
+                                               ".ferrum-replay-records")),
+               f"-o {stream}: a note beside a stream", done)
     # The note is the directory's own: a planted link or a garbage note is not read.
     os.unlink(os.path.join(tmp, "runs", ".ferrum-replay-records"))
     os.symlink(os.path.join(tmp, "q", ".ferrum-replay-records"),
@@ -1763,7 +1772,8 @@ def test_bounded_readers(tmp):
     expect(rows == want, f"summary rows {rows} vs the independent reader's {want}")
 
     # Refused at once, one line, exit 2 (check: one FAIL line, exit 1).
-    fifo = os.path.join(tmp, "fifo")
+    os.mkdir(os.path.join(tmp, "streams"))
+    fifo = os.path.join(tmp, "streams", "fifo")
     os.mkfifo(fifo)
     huge = os.path.join(tmp, "huge.json")
     with open(huge, "w") as handle:
