@@ -3,11 +3,13 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <new>
 
@@ -169,6 +171,17 @@ void short_pause() {
   nanosleep(&pause, nullptr);
 }
 
+// The process whose thread activates. A fork() child of it made meanwhile has the phase
+// `activating` and no thread that will ever end it: its launches must not wait for one.
+// (0 until the activating thread has noted it, moments after taking the phase.)
+std::atomic<pid_t> g_activating_process{0};
+
+uint64_t monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<uint64_t>(now.tv_sec) * 1000000000u + static_cast<uint64_t>(now.tv_nsec);
+}
+
 }  // namespace
 
 namespace detail {
@@ -184,6 +197,7 @@ bool activate_slow() {
   Phase expected = Phase::untouched;
   if (g_phase.compare_exchange_strong(expected, Phase::activating, std::memory_order_acq_rel)) {
     t_activating = true;
+    g_activating_process.store(getpid(), std::memory_order_release);
     common::note_own_process();  // own_process.hpp: the state made from here on is ours
     phase = activate();
     t_activating = false;
@@ -191,41 +205,81 @@ bool activate_slow() {
     return phase == Phase::active;
   }
   // Another thread is activating. Wait for it so that this launch gets its range too, but
-  // never forever: after ~2 s (a tool stuck in its init) pass this launch through instead.
-  for (int spin = 0; spin < 40000; ++spin) {
+  // never forever: after 2 s (a tool stuck in its init) pass this launch through instead.
+  // In a fork() child of the activating process that thread is gone: the child passes
+  // through from then on (what the tool had half set up in it is not to be used).
+  uint64_t deadline = 0;
+  for (int spin = 0;; ++spin) {
     phase = g_phase.load(std::memory_order_acquire);
     if (phase != Phase::activating) return phase == Phase::active;
-    if (spin < 64)
+    if (spin < 64) {
       sched_yield();
-    else
-      short_pause();
+      continue;
+    }
+    const pid_t activating = g_activating_process.load(std::memory_order_acquire);
+    if (activating != 0 && activating != getpid()) {
+      expected = Phase::activating;
+      if (g_phase.compare_exchange_strong(expected, Phase::pass_through, std::memory_order_acq_rel))
+        log_line(LogLevel::info,
+                 "forked while another thread was activating: this process passes through");
+      return g_phase.load(std::memory_order_acquire) == Phase::active;
+    }
+    const uint64_t now = monotonic_ns();
+    if (deadline == 0)
+      deadline = now + 2000000000u;
+    else if (now > deadline)
+      return false;
+    short_pause();
   }
-  return false;
 }
 
 }  // namespace detail
+
+namespace {
+
+void read_into_settings() {
+  new (&g_settings) Settings();
+  common::note_standard_streams();  // before any line of ours: stdout and stderr as they are
+  read_settings(g_settings, common::process_env, nullptr, complain_on_stderr, nullptr);
+  if (common::secure_execution()) {
+    // A privileged process (secure_execution.hpp): of its environment only the log level
+    // counts (it decides whether activate() says why this copy does nothing). Everything
+    // else is off: no summary, names file, running marker or GPU timing, whoever asks.
+    const LogLevel level = g_settings.log_level;
+    new (&g_settings) Settings();
+    g_settings.log_level = level;
+    g_settings.enabled = false;
+  }
+  set_log_level(g_settings.log_level);
+  g_settings_state.store(2, std::memory_order_release);
+}
+
+// The process whose thread reads the settings (0 until it has noted it).
+std::atomic<pid_t> g_settings_reader{0};
+
+}  // namespace
 
 const Settings &settings() {
   if (__builtin_expect(g_settings_state.load(std::memory_order_acquire) == 2, 1)) return g_settings;
   int expected = 0;
   if (g_settings_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-    new (&g_settings) Settings();
-    common::note_standard_streams();  // before any line of ours: stdout and stderr as they are
-    read_settings(g_settings, common::process_env, nullptr, complain_on_stderr, nullptr);
-    if (common::secure_execution()) {
-      // A privileged process (secure_execution.hpp): of its environment only the log level
-      // counts (it decides whether activate() says why this copy does nothing). Everything
-      // else is off: no summary, names file, running marker or GPU timing, whoever asks.
-      const LogLevel level = g_settings.log_level;
-      new (&g_settings) Settings();
-      g_settings.log_level = level;
-      g_settings.enabled = false;
+    g_settings_reader.store(getpid(), std::memory_order_release);
+    read_into_settings();
+    return g_settings;
+  }
+  // Reading takes microseconds (a warning to a full stderr pipe waits at most 2 s: support/log.cpp)
+  // and calls nothing that could come back here. In a fork() child made meanwhile the reading
+  // thread is gone: one of the child's threads reads them again, for the child.
+  for (int spin = 0; g_settings_state.load(std::memory_order_acquire) != 2; ++spin) {
+    sched_yield();
+    if (spin < 64 || spin % 64 != 0) continue;
+    pid_t reader = g_settings_reader.load(std::memory_order_acquire);
+    const pid_t self = getpid();
+    if (reader != 0 && reader != self &&
+        g_settings_reader.compare_exchange_strong(reader, self, std::memory_order_acq_rel)) {
+      read_into_settings();
+      break;
     }
-    set_log_level(g_settings.log_level);
-    g_settings_state.store(2, std::memory_order_release);
-  } else {
-    // Reading takes microseconds and calls nothing that could come back here.
-    while (g_settings_state.load(std::memory_order_acquire) != 2) sched_yield();
   }
   return g_settings;
 }

@@ -19,6 +19,15 @@
 //                  child launches N times on its own and exits normally; the parent waits for it,
 //                  then stops the worker. Prints child_pid=, child_status=, child_launches=,
 //                  worker_launches=.
+//   fork-during-activation
+//                  a worker thread loads the driver and makes the process's first graph call,
+//                  whose activation of the shim the test slows down: `--how slow-tool`, an NVTX
+//                  tool whose initialisation sleeps; `--how stderr-full`, stderr a full pipe that
+//                  nobody reads, on which the shim's warning about a bad setting waits. 300 ms
+//                  in, the main thread forks: the child loads the driver and launches N times on
+//                  its own, then exits. The parent waits for it at most 20 s (then kills it).
+//                  Prints child_ms= (the child's wall time), child_launches=, child_failed=,
+//                  child_status= (`hung` when killed).
 //   fork-children  launches N times, forks a child that exits without launching, launches N
 //                  times more, then forks a child that launches 3 times. Prints
 //                  idle_child=<pid>, busy_child=<pid>.
@@ -337,6 +346,57 @@ int fork_in_launch(long n) {
               WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
               worker.launches.load());
   print_counts(worker, stdout);
+  return 0;
+}
+
+int fork_during_activation(long n, const std::string &how) {
+  if (how == "stderr-full") {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0 || dup2(pipe_fds[1], 2) < 0) die("pipe");
+    fcntl(2, F_SETFL, O_NONBLOCK);
+    char junk[4096];
+    std::memset(junk, 'x', sizeof junk);
+    while (write(2, junk, sizeof junk) > 0) {
+    }
+    fcntl(2, F_SETFL, 0);  // full, blocking, and its reader never reads
+  }
+  std::thread first([] {
+    Driver d = load_driver();
+    Counts c;
+    launch_once(d, c);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const pid_t child = fork();
+  if (child < 0) die("fork failed");
+  if (child == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    Driver d = load_driver();
+    Counts mine;
+    for (long i = 0; i < n; ++i) launch_once(d, mine);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    std::printf("child_ms=%lld\nchild_launches=%llu\nchild_failed=%llu\n",
+                static_cast<long long>(ms), mine.launches.load(), mine.failed.load());
+    std::fflush(stdout);
+    _exit(mine.failed.load() == 0 ? 0 : 3);
+  }
+  int status = 0;
+  bool ended = false;
+  for (int waited = 0; waited < 200 && !ended; ++waited) {
+    ended = waitpid(child, &status, WNOHANG) == child;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!ended) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    std::printf("child_status=hung\n");
+  } else {
+    std::printf("child_status=%d\n",
+                WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  std::fflush(stdout);
+  first.join();
   return 0;
 }
 
@@ -673,6 +733,7 @@ int main(int argc, char **argv) {
   if (mode == "no-driver") return no_driver();
   if (mode == "late-driver") return late_driver(n);
   if (mode == "fork-in-launch") return fork_in_launch(n);
+  if (mode == "fork-during-activation") return fork_during_activation(n, how);
   if (mode == "fork-children") return fork_children(n);
   if (mode == "clone-child") return clone_child(n, how == "idle");
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);

@@ -228,6 +228,27 @@ def fork_while_in_launch():
                    run_)
 
 
+def fork_during_activation():
+    """A fork() child made while another thread of its parent activates the shim has no thread
+    that will ever finish that: its own graph calls must not wait for it. They waited about
+    4.5 s each (a tool slow to initialise), or for ever (the settings' one warning waiting on
+    a full stderr pipe). Now the child passes through at once; its results are the driver's,
+    and it waits at most once, for its own warning (2 s)."""
+    cases = (("slow-tool", {"NVTX_INJECTION64_PATH": FAILING_TOOL,
+                            "FERRUM_TEST_TOOL_SLEEP_MS": "3000"}, 1000),
+             ("stderr-full", {"FERRUM_REPLAY_LOG": "bogus"}, 3500))
+    for how, env, bound_ms in cases:
+        run_ = fault("fork-during-activation", "--launches", "5", "--how", how, env=env,
+                     timeout=90)
+        got = values(run_.stdout)
+        expect(run_.returncode == 0 and got.get("child_status") == 0 and
+               got.get("child_launches") == 5 and got.get("child_failed") == 0,
+               f"{how}: the child did not finish its launches (child_status=hung: it waited "
+               "20 s)", run_)
+        expect(got["child_ms"] < bound_ms,
+               f"{how}: the child took {got['child_ms']} ms (bound {bound_ms})", run_)
+
+
 def forked_children_count_their_own():
     """A launcher forks a child that launches nothing and one that launches 3 times: each
     process's launch summary counts its own launches (the children's counters restart at the
@@ -843,7 +864,7 @@ def sigterm_handler_exits():
 SCENARIOS = {f.__name__: f for f in (
     exit_in_signal_handler_inside_recorder, exit_in_signal_handler_inside_shim,
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
-    tool_rejects_every_push, launch_error_classes, fork_while_in_launch,
+    tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
     first_launch_on_smallest_stack, file_size_limit, address_space_limit,
