@@ -4,6 +4,7 @@
 #include <execinfo.h>
 #include <link.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include <atomic>
 
+#include "naming/elf_symbols.hpp"
 #include "naming/symbol_names.hpp"
 #include "no_cancel.hpp"
 #include "resolve/cuda_libraries.hpp"
@@ -18,11 +20,6 @@
 #include "resolve/real_functions.hpp"
 #include "support/log.hpp"
 #include "text_rules.hpp"
-
-#if FERRUM_HAVE_LIBUNWIND_H
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
-#endif
 
 namespace ferrum_replay::shim {
 namespace {
@@ -52,6 +49,25 @@ bool ensure_cache() {
   return g_cache != nullptr;
 }
 pthread_mutex_t g_cache_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+// How many modules the loader has unloaded so far (dl_iterate_phdr's dlpi_subs). A module
+// unloaded and another loaded at its addresses would find the first one's names here: the
+// cache is kept for one count only.
+unsigned long long g_cache_unloads = 0;
+
+int read_unloads(dl_phdr_info *info, size_t size, void *unloads) {
+  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+    *static_cast<unsigned long long *>(unloads) = info->dlpi_subs;
+  return 1;  // the counters are the same in every entry: the first one is enough
+}
+
+// Empties the cache when a module was unloaded since it was filled. Under the cache mutex.
+void forget_unloaded_modules() {
+  unsigned long long unloads = 0;
+  dl_iterate_phdr(read_unloads, &unloads);
+  if (unloads != g_cache_unloads && g_cache) memset(g_cache, 0, kCacheSize * sizeof(CachedSite));
+  g_cache_unloads = unloads;
+}
 
 bool cached_site(uintptr_t address, char *out, size_t out_size) {
   pthread_mutex_lock(&g_cache_mutex);
@@ -142,116 +158,40 @@ bool try_frame(uintptr_t address, const char *skip_prefixes, char *out, size_t o
   return true;
 }
 
-#if FERRUM_HAVE_LIBUNWIND_H
-// libunwind's API names are macros for per-architecture symbols (unw_step is _ULx86_64_step
-// on x86-64, _ULaarch64_step on aarch64): look up whatever the header maps them to.
-#define FERRUM_SYMBOL_NAME(macro) FERRUM_SYMBOL_STRING(macro)
-#define FERRUM_SYMBOL_STRING(name) #name
-
-struct Libunwind {
-  int (*getcontext)(unw_context_t *);  // null where unw_getcontext is inline assembly
-  int (*init_local)(unw_cursor_t *, unw_context_t *);
-  int (*step)(unw_cursor_t *);
-  int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
-  int (*get_proc_name)(unw_cursor_t *, char *, size_t, unw_word_t *);
-  int (*get_proc_info)(unw_cursor_t *, unw_proc_info_t *);  // optional
-};
-
-template <typename Function>
-void find(void *library, DlsymFunction lookup, const char *name, Function &function) {
-  function = reinterpret_cast<Function>(lookup(library, name));
+// The file of the module a frame is in: the loader's name for it, or for the program itself
+// (whose loader name is empty, and whose dli_fname is argv[0] as given: relative to a directory
+// it may have left) the file the kernel ran.
+const char *module_file(const link_map *module) {
+  return module->l_name && module->l_name[0] ? module->l_name : "/proc/self/exe";
 }
 
-// Opened once; null when libunwind.so.8 is not installed.
-const Libunwind *libunwind() {
-  static Libunwind functions;
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  static bool available = false;
-  pthread_once(&once, [] {
-    DlopenFunction open_library = libc_dlopen();
-    DlsymFunction lookup = libc_dlsym();
-    void *library =
-        open_library && lookup ? open_library("libunwind.so.8", RTLD_NOW | RTLD_LOCAL) : nullptr;
-    if (!library) {
-      log_line(LogLevel::info, "libunwind.so.8 not found: call sites from exported symbols only");
-      return;
-    }
-#if defined(__x86_64__)
-    find(library, lookup, "_Ux86_64_getcontext", functions.getcontext);
-#endif
-    find(library, lookup, FERRUM_SYMBOL_NAME(unw_init_local), functions.init_local);
-    find(library, lookup, FERRUM_SYMBOL_NAME(unw_step), functions.step);
-    find(library, lookup, FERRUM_SYMBOL_NAME(unw_get_reg), functions.get_reg);
-    find(library, lookup, FERRUM_SYMBOL_NAME(unw_get_proc_name), functions.get_proc_name);
-    find(library, lookup, FERRUM_SYMBOL_NAME(unw_get_proc_info), functions.get_proc_info);
-    available =
-        functions.init_local && functions.step && functions.get_reg && functions.get_proc_name;
-#if defined(__x86_64__)
-    available = available && functions.getcontext;
-#endif
-  });
-  return available ? &functions : nullptr;
-}
-
-// Whether the symbol libunwind named for `address`, starting at `start`, is the function that
-// contains it. libunwind takes the nearest symbol below the address (from .symtab when the
-// module has one), whatever its size: when that is the dynamic symbol dladdr1 reports, its
-// size decides; otherwise (a local symbol) no procedure of the unwind information may begin
-// between the symbol and the address.
-bool libunwind_symbol_covers(const Libunwind &unwind, unw_cursor_t &cursor,
-                             const FrameModule &module, uintptr_t start, uintptr_t address) {
-  if (start > address) return false;
-  if (module.info.dli_saddr && reinterpret_cast<uintptr_t>(module.info.dli_saddr) == start)
-    return dynamic_symbol_covers(module, address);
-  unw_proc_info_t procedure{};
-  if (!unwind.get_proc_info || unwind.get_proc_info(&cursor, &procedure) != 0) return false;
-  return procedure.start_ip <= address && address < procedure.end_ip && start >= procedure.start_ip;
-}
-
-bool walk_with_libunwind(const char *skip_prefixes, char *out, size_t out_size) {
-  const Libunwind *unwind = libunwind();
-  if (!unwind) return false;
-  unw_context_t context;
-  unw_cursor_t cursor;
-  if (unwind->getcontext(&context) != 0 || unwind->init_local(&cursor, &context) != 0) return false;
-  for (int frame = 0; frame < kMaxFrames && unwind->step(&cursor) > 0; ++frame) {
-    unw_word_t ip = 0;
-    if (unwind->get_reg(&cursor, UNW_REG_IP, &ip) != 0) break;
-    // A return address points after the call; one byte back lies inside the caller's call.
-    const uintptr_t address = ip ? static_cast<uintptr_t>(ip) - 1 : 0;
-    if (try_frame(address, skip_prefixes, out, out_size,
-                  [&](const FrameModule &module, char *symbol, size_t size) {
-                    char mangled[512];
-                    unw_word_t offset = 0;
-                    const char *name = nullptr;
-                    if (unwind->get_proc_name(&cursor, mangled, sizeof mangled, &offset) == 0 &&
-                        libunwind_symbol_covers(*unwind, cursor, module, ip - offset, address))
-                      name = mangled;
-                    else if (dynamic_symbol_covers(module, address))
-                      name = module.info.dli_sname;
-                    readable_symbol_name(name, symbol, size);
-                  }))
-      return true;
-  }
-  out[0] = '\0';
-  return true;  // walked: no frame qualifies
-}
-#else
-bool walk_with_libunwind(const char *, char *, size_t) {
-  return false;
-}
-#endif
-
-void walk_with_backtrace(const char *skip_prefixes, char *out, size_t out_size) {
+// Walks the stack with glibc's backtrace() (the C++ unwinder, reading the unwind tables; no
+// descriptor of its own) and names a frame by the dynamic symbol that covers it, else by the
+// module's full symbol table (elf_symbols.hpp: local functions), else module+offset.
+void walk_stack(const char *skip_prefixes, char *out, size_t out_size) {
+  pthread_mutex_lock(&g_cache_mutex);
+  forget_unloaded_modules();
+  pthread_mutex_unlock(&g_cache_mutex);
   void *frames[kMaxFrames];
   const int count = backtrace(frames, kMaxFrames);
   for (int i = 1; i < count; ++i) {
+    // A return address points after the call; one byte back lies inside the caller's call.
     const uintptr_t address = reinterpret_cast<uintptr_t>(frames[i]) - 1;
     if (try_frame(address, skip_prefixes, out, out_size,
                   [address](const FrameModule &module, char *symbol, size_t size) {
-                    readable_symbol_name(
-                        dynamic_symbol_covers(module, address) ? module.info.dli_sname : nullptr,
-                        symbol, size);
+                    const char *name = nullptr;
+                    char local[256];
+                    Dl_info info{};
+                    link_map *map = nullptr;
+                    if (dynamic_symbol_covers(module, address))
+                      name = module.info.dli_sname;
+                    else if (dladdr1(reinterpret_cast<void *>(address), &info,
+                                     reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP) &&
+                             map &&
+                             symtab_function_name(module_file(map), map->l_addr, address, local,
+                                                  sizeof local))
+                      name = local;
+                    readable_symbol_name(name, symbol, size);
                   }))
       return;
   }
@@ -298,11 +238,10 @@ bool is_skipped_frame(const char *module, const char *symbol, const char *skip_p
 void capture_call_site(char *out, size_t out_size, const char *skip_prefixes) {
   if (out_size == 0) return;
   out[0] = '\0';
-  // libunwind checks the addresses it reads through a pipe of its own (write, read): inside an
-  // instantiation or a launch, neither of them a cancellation point (no_cancel.hpp).
+  // Reading a module's symbol table opens, reads and closes its file: inside an instantiation
+  // or a launch, neither of them a cancellation point (no_cancel.hpp).
   const common::NoCancel no_cancel;
-  if (!walk_with_libunwind(skip_prefixes, out, out_size))
-    walk_with_backtrace(skip_prefixes, out, out_size);
+  walk_stack(skip_prefixes, out, out_size);
 }
 
 }  // namespace ferrum_replay::shim

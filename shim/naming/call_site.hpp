@@ -2,10 +2,12 @@
 // the shim and the user's FERRUM_REPLAY_SITE_SKIP prefixes, as "function" (demangled, without
 // its parameter list) or, where no symbol is known (stripped binaries), "module+0xoffset".
 //
-// Stack walking and symbolization use libunwind, opened lazily the first time a site is
-// wanted (never at load: it would cost every process that inherits LD_PRELOAD); without it,
-// glibc's backtrace() and dladdr() (exported symbols only). Symbolization is cached by
-// return address: a graph instantiated from the same place costs one lookup.
+// The stack is walked with glibc's backtrace(); a frame is named by the dynamic symbol that
+// covers it (dladdr1), else from its module file's .symtab (elf_symbols.hpp: local
+// functions), else module+offset. Nothing is opened at load, and no descriptor outlives a
+// call (libunwind's validation pipe did: F39). Names are cached by return address, until the
+// loader unloads a module (another may then take its addresses): a graph instantiated from
+// the same place costs one lookup.
 #pragma once
 
 #include <stddef.h>

@@ -7,9 +7,12 @@
 //                  Launches PHASE_LAUNCHES times, closes every descriptor 3..1023 (as a daemon
 //                  does after fork) and launches PHASE_LAUNCHES times with them closed; then opens
 //                  four files of its own in DIR (they get the lowest numbers), writes 512 KiB of
-//                  known bytes to each and launches PHASE_LAUNCHES times; with dup2, also dup2s
+//                  known bytes to each and launches PHASE_LAUNCHES times, then instantiates a
+//                  second graph on a thread of its own and launches it PHASE_LAUNCHES times;
+//                  with dup2, also dup2s
 //                  those files over every number from 3 to 63 and launches PHASE_LAUNCHES times
-//                  more. Then checks that its files still hold exactly its bytes, leaves them
+//                  more. Then checks that its descriptors are still its files, at the offsets it
+//                  left them, and its files still hold exactly its bytes, leaves them
 //                  in DIR (own0..own3, for the test to check again after exit) and prints
 //                  `own_files=ok` (or `own_files=changed <name>`) and `launches=N failed=F`.
 //   standard-streams DIR N before|after
@@ -75,6 +78,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,6 +109,7 @@ struct Driver {
   CUgraphExec exec = nullptr;
   CUgraph graph = nullptr;
   CUcontext ctx = nullptr;
+  CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long) = nullptr;
   unsigned long long launches = 0, failed = 0;
 
   // What a tidy program does before it unloads the driver.
@@ -147,7 +152,7 @@ Driver load_driver() {
   CUresult (*ctx_create)(CUcontext *, CUctxCreateParams *, unsigned, CUdevice) = nullptr;
   CUresult (*graph_create)(CUgraph *, unsigned) = nullptr;
   CUresult (*add_empty)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t) = nullptr;
-  CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long) = nullptr;
+  CUresult (*&instantiate)(CUgraphExec *, CUgraph, unsigned long long) = d.instantiate;
   lookup(d.handle, "cuInit", init);
   lookup(d.handle, "cuDeviceGet", device_get);
   lookup(d.handle, "cuCtxCreate_v4", ctx_create);
@@ -185,6 +190,14 @@ std::string read_all(const std::string &path) {
   return out;
 }
 
+__attribute__((noinline)) void instantiate_on_this_thread(const Driver &d, CUgraphExec *exec) {
+  CUresult (*set_current)(CUcontext) = nullptr;
+  lookup(d.handle, "cuCtxSetCurrent", set_current);
+  if (set_current(d.ctx) != CUDA_SUCCESS || d.instantiate(exec, d.graph, 0) != CUDA_SUCCESS)
+    *exec = nullptr;
+  asm volatile("" ::: "memory");  // not a tail call: this frame stays on the stack
+}
+
 int descriptors(const std::string &dir, long per_phase, bool use_dup2) {
   // Flush what stdio holds before the standard streams' neighbours go away.
   std::fflush(stdout);
@@ -203,6 +216,14 @@ int descriptors(const std::string &dir, long per_phase, bool use_dup2) {
       die("cannot write an own file");
   }
   d.launch_n(per_phase);  // the program's files hold the lowest numbers
+  // A graph instantiated on a thread of its own: its call site is named, so the shim walks a
+  // stack it has not seen (a thread's first frames) while the program's files hold the numbers
+  // a stack walker's descriptors had (libunwind kept a pipe: F39).
+  CUgraphExec second = nullptr;
+  std::thread([&] { instantiate_on_this_thread(d, &second); }).join();
+  if (!second) die("second instantiation failed");
+  for (long i = 0; i < per_phase; ++i, ++d.launches)
+    if (d.launch(second, nullptr) != CUDA_SUCCESS) ++d.failed;
 
   if (use_dup2) {
     for (int target = 3; target < 64; ++target) {
@@ -214,9 +235,18 @@ int descriptors(const std::string &dir, long per_phase, bool use_dup2) {
   }
 
   std::string changed;
-  for (int i = 0; i < 4 && changed.empty(); ++i)
-    if (read_all(dir + "/own" + std::to_string(i)) != known_bytes(i))
+  for (int i = 0; i < 4 && changed.empty(); ++i) {
+    // Each descriptor is still its file, at the offset the program left it (nobody read,
+    // wrote or replaced it), and the file holds only the program's bytes.
+    struct stat by_path {
+    }, by_fd{};
+    const std::string path = dir + "/own" + std::to_string(i);
+    if (stat(path.c_str(), &by_path) != 0 || fstat(own[i], &by_fd) != 0 ||
+        by_path.st_ino != by_fd.st_ino || by_path.st_dev != by_fd.st_dev ||
+        lseek(own[i], 0, SEEK_CUR) != static_cast<off_t>(known_bytes(i).size()) ||
+        read_all(path) != known_bytes(i))
       changed = "own" + std::to_string(i);
+  }
   if (!changed.empty())
     std::printf("own_files=changed %s\n", changed.c_str());
   else

@@ -83,7 +83,7 @@ cancel_requests_pending  4 threads, each with a cancellation     no thread cance
                          the first launch (NVTX and the recorder  NVTX range in the trace, the
                          initialised, names file, log, running    summary written, the marker gone:
                          marker, GPU timing), instantiations,     our code reached open, write,
-                         4,000 launches and 4,000 new names each  nanosleep, libunwind's pipe...
+                         4,000 launches and 4,000 new names each  nanosleep, a symbol table...
                          (spilled: FERRUM_RECORD_MEMORY=0); then  and acted on the request there
                          main exits with a request pending while  (abort through noexcept, the
                          a thread waits in pause(); with and      exit hooks ended mid-way)
@@ -165,12 +165,14 @@ def check_descriptors(mode, per_phase, phases):
            f"the table's first line does not say {launches} ranges", run_)
 
 
+# Phases: before the close, closed, the program's own files (with a graph instantiated on a
+# thread of its own: its call site is named), and with dup2 every number taken.
 def descriptors_closed():
-    check_descriptors("close", 8000, 3)  # more than a chunk (3,770 ranges) a phase: each spills
+    check_descriptors("close", 8000, 4)  # more than a chunk (3,770 ranges) a phase: each spills
 
 
 def descriptors_replaced():
-    check_descriptors("dup2", 6000, 4)
+    check_descriptors("dup2", 6000, 5)
 
 
 def standard_streams_taken():
@@ -497,8 +499,8 @@ def cancel_requests_pending():
     """A program thread with a cancellation request pending (pthread_cancel, deferred) is
     cancelled at its next cancellation point, and the program decides where those are: a launch,
     an NVTX call and exit() are none. Our code in them reached some (the recorder's first
-    initialisation wrote warnings, spill files are opened and closed, libunwind reads a pipe of
-    its own while a graph is named, the log writes, a waiting first launch sleeps, the exit
+    initialisation wrote warnings, spill files are opened and closed, a module's symbol table is
+    read while a graph is named, the log writes, a waiting first launch sleeps, the exit
     hooks write the trace): the thread was cancelled inside them — the forced unwind through a
     noexcept function aborted the process, and in an exit hook it ended the exiting thread
     mid-way (no trace; with another thread alive the process never ended). Every path here runs

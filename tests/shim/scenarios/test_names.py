@@ -90,6 +90,20 @@ def site_past_symbol_end():
            f"stripped: expected module+offset, got {names}", run_)
 
 
+def sites_after_unload():
+    """A plugin unloaded (dlclose) and another loaded at its addresses: each plugin's graph is
+    named after its own function. The names the shim had cached for the first plugin's return
+    addresses were given to the second one's graphs ('prefill_plugin_site (graph 2)')."""
+    run_ = run([path_of("UNLOADED_SITES"), path_of("PREFILL_PLUGIN"), path_of("DECODE_PLUGIN"),
+                str(ITERS)])
+    expect(run_.returncode == 0, "program failed", run_)
+    if "same_address=1" not in run_.stdout:
+        return "skip: the loader put the second plugin elsewhere: nothing was reused"
+    counts = counts_by_name(run_)
+    expect(counts == {"prefill_plugin_site": ITERS, "decode_plugin_site": ITERS},
+           f"each plugin's graph named after its own function: {counts}", run_)
+
+
 def ctypes_call_sites():
     """Graphs instantiated from Python through ctypes: the FFI layers (libffi's call stub,
     the _ctypes module) are skipped like the CUDA libraries, so no graph is named after an
@@ -450,7 +464,8 @@ def summary_file():
 
 
 SCENARIOS = {f.__name__: f for f in (
-    call_site_names, stripped_binary_sites, site_past_symbol_end, ctypes_call_sites,
+    call_site_names, stripped_binary_sites, site_past_symbol_end, sites_after_unload,
+    ctypes_call_sites,
     runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, python_package_names,

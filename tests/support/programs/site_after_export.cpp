@@ -3,8 +3,8 @@
 // is `exported_neighbour` — a different function. The call site must then be
 // `site_after_export+0xOFFSET`, never the neighbour's name (tests/shim/scenarios/test_names.py).
 // Built with -fno-toplevel-reorder (functions in definition order) and -rdynamic (the
-// neighbour is in the dynamic symbol table, where dladdr and a stripped module's libunwind
-// lookup find it); links libcuda.so.1.
+// neighbour is in the dynamic symbol table, where dladdr finds it, and the only
+// symbol a stripped module keeps); links libcuda.so.1.
 //
 // Usage: site_after_export [GRAPHS]   (default 2; each graph launched once)
 // Prints `launches=<N> failed=<F>`; exit status 0, or 1 when a call fails.
