@@ -1,5 +1,6 @@
 #include "gpu/gpu_timing.hpp"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -50,10 +51,50 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
 }
 
-// 0: not resolved, 1: being resolved, 2: resolved (the engine's table is complete).
+// 0: not resolved, 1: being resolved, 2: resolved (the engine's table is complete), 3: off for
+// the process (the driver cannot be kept loaded: keep_driver).
 std::atomic<int> g_api_state{0};
 
-void resolve_api() {
+// Before the engine has the functions (so before any event exists): one reference of its own to
+// each library they lie in (the driver), never dropped. Events may be in flight whenever the
+// program dlcloses the driver, and the reaper, a context's drop and the exit's last pass call
+// them afterwards: an unloaded driver was a SIGSEGV there, and a reload (at a new address) one at
+// the next instantiation. Held, the program's dlclose leaves the driver loaded and a reload finds
+// the same instance. False when a library cannot be held (a driver loaded with dlmopen into
+// another namespace): timing is then off for the process.
+bool keep_driver(const EventApi &api) {
+  const auto at = [](auto function) { return reinterpret_cast<const void *>(function); };
+  const void *const functions[] = {
+      at(api.event_create),         at(api.event_record),      at(api.event_record_ptsz),
+      at(api.event_query),          at(api.elapsed),           at(api.event_destroy),
+      at(api.is_capturing),         at(api.is_capturing_ptsz), at(api.ctx_get_current),
+      at(api.ctx_get_device),       at(api.ctx_push),          at(api.ctx_pop),
+      at(api.stream_create),        at(api.stream_destroy),    at(api.primary_state),
+      at(api.exchange_capture_mode)};
+  // One reference per library: the driver's functions all lie in one, so one in practice.
+  const void *held[sizeof functions / sizeof *functions] = {};
+  size_t count = 0;
+  for (const void *function : functions) {
+    Dl_info owner{};
+    if (!function) continue;
+    const bool found = dladdr(function, &owner) != 0;
+    bool known = false;
+    for (size_t i = 0; found && i < count && !known; ++i) known = held[i] == owner.dli_fbase;
+    if (known) continue;
+    if (!found || !keep_loaded(function)) {
+      log_line(LogLevel::error,
+               "GPU timing: cannot keep the driver '%s' loaded (loaded with dlmopen into another "
+               "namespace?); replays are not timed",
+               message_value(found && owner.dli_fname ? owner.dli_fname : "").text);
+      return false;
+    }
+    held[count++] = owner.dli_fbase;
+  }
+  return true;
+}
+
+// False: timing is off for the process (keep_driver).
+bool resolve_api() {
   g_exchange_capture_mode_fn.store(g_exchange_capture_mode.get(), std::memory_order_release);
   EventApi api;
   api.event_create = g_event_create.get();
@@ -76,7 +117,9 @@ void resolve_api() {
   api.stream_destroy = g_stream_destroy_v2.get();
   api.primary_state = g_primary_state.get();
   api.now_ns = monotonic_ns;
+  if (!keep_driver(api)) return false;
   engine().set_api(api);
+  return true;
 }
 
 // ---- the reaper ----
@@ -389,11 +432,19 @@ void install_handlers() {
 }
 
 bool make_launch_ready() {
-  if (__builtin_expect(g_api_state.load(std::memory_order_acquire) != 2, 0)) {
+  const int state = g_api_state.load(std::memory_order_acquire);
+  // Timing off for the process: every launch goes on untimed (one load; t_launch_ready stays
+  // unset).
+  if (__builtin_expect(state == 3, 0)) return false;
+  if (__builtin_expect(state != 2, 0)) {
     int expected = 0;
     if (g_api_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-      resolve_api();  // once: the first timed launch resolves the driver's functions
-      g_api_state.store(2, std::memory_order_release);
+      // Once: the first timed launch resolves the driver's functions.
+      const bool resolved = resolve_api();
+      g_api_state.store(resolved ? 2 : 3, std::memory_order_release);
+      if (!resolved) return false;
+    } else if (expected == 3) {
+      return false;
     } else {
       // Another thread resolves right now: this replay is not timed, and counted so.
       engine().not_timed(Untimed::pool_not_ready);
@@ -413,8 +464,9 @@ void prepare_current_context() {
   if (g_api_state.load(std::memory_order_acquire) != 2) {
     int expected = 0;
     if (!g_api_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
-    resolve_api();
-    g_api_state.store(2, std::memory_order_release);
+    const bool resolved = resolve_api();
+    g_api_state.store(resolved ? 2 : 3, std::memory_order_release);
+    if (!resolved) return;
   }
   if (engine().prepare_current_context() && register_thread()) start_reaper();
 }

@@ -1,5 +1,6 @@
 // GPU timing wired to the real driver: the driver functions (resolved like every real
-// function, real_functions.hpp: never a dlopen of a driver the program has not loaded), the
+// function, real_functions.hpp: never a dlopen of a driver the program has not loaded; the
+// driver then kept loaded by a reference of the shim's own, never dropped), the
 // reaper thread, the hand-off to a tool (ferrum_replay_set_gpu_sink / _gpu_flush), exit and
 // fork. The engine itself is gpu_engine.hpp.
 //
@@ -29,7 +30,7 @@ namespace ferrum_replay::shim::gpu {
 // straight to the engine.
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_launch_ready;
 // A thread's first timed launch: resolves, registers, sets t_launch_ready. False: this replay
-// is not timed (counted).
+// is not timed (counted, unless timing is off for the process: the driver cannot be kept loaded).
 bool make_launch_ready();
 // Makes sure a reaper runs while a registered thread lives (a launch asked for a new pool: the
 // reaper makes it). Cheap once one runs: one load.

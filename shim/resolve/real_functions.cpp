@@ -1,6 +1,7 @@
 #include "resolve/real_functions.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <string.h>
 
 #include "resolve/libc_symbols.hpp"
@@ -11,7 +12,8 @@ namespace {
 
 // The file name of the library that owns the real driver, copied. No handle is kept: a
 // reference of ours would keep the driver loaded after the program's own dlclose. A lookup
-// takes a dlopen(RTLD_NOLOAD) reference for the time of one dlsym only.
+// takes a dlopen(RTLD_NOLOAD) reference for the time of one dlsym only. (GPU timing, once on,
+// keeps one for good: keep_loaded.)
 char g_driver_path[4096];
 std::atomic<int> g_driver_path_state{0};  // 0: unknown, 1: being written, 2: known
 
@@ -46,6 +48,28 @@ void note_driver_library(const void *real_driver_function) {
   memcpy(g_driver_path, owner.dli_fname, length + 1);
   g_driver_path_state.store(2, std::memory_order_release);
   log_line(LogLevel::debug, "driver library: '%s'", message_value(g_driver_path).text);
+}
+
+bool keep_loaded(const void *function) {
+  Dl_info owner{};
+  link_map *map = nullptr;
+  if (!function || !dladdr1(function, &owner, reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP) ||
+      !map)
+    return false;
+  if (!map->l_name || !map->l_name[0]) return true;  // the main program: never unloaded
+  if (!owner.dli_fname || !owner.dli_fname[0]) return false;
+  DlopenFunction libc_open = libc_dlopen();
+  void *handle =
+      libc_open ? libc_open(owner.dli_fname, RTLD_NOLOAD | RTLD_LAZY | RTLD_LOCAL) : nullptr;
+  if (!handle) return false;
+  // The same path may name another instance (the function's own is in another namespace).
+  link_map *opened = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &opened) != 0 || opened != map) {
+    dlclose(handle);
+    return false;
+  }
+  log_line(LogLevel::debug, "'%s' kept loaded", message_value(owner.dli_fname).text);
+  return true;  // the handle is never closed
 }
 
 void *find_next_definition(const char *name) {

@@ -18,8 +18,16 @@ bool is_own_address(const void *address);
 
 // Remembers the library that defines `real_driver_function` (a genuine driver entry point)
 // as the place to resolve other driver functions from: its file name only, never a handle (the
-// program must stay able to unload the driver).
+// program must stay able to unload the driver; GPU timing alone keeps it loaded, keep_loaded).
 void note_driver_library(const void *real_driver_function);
+
+// Takes a reference of the caller's own to the library that defines `function` (dladdr's path,
+// opened RTLD_NOLOAD: that very instance, never a new load), never dropped: the library stays
+// loaded whatever the program dlcloses. Only GPU timing asks (gpu_timing.cpp: its events may be
+// in flight whenever the program unloads the driver). True when held, or when no reference is
+// needed (the main program); false when the instance cannot be opened by its path (loaded with
+// dlmopen into another namespace). Resolution time only, never the launch path.
+bool keep_loaded(const void *function);
 
 // The next definition of `name` after the shim, else the driver library's own; never ours.
 // Null when neither is loaded yet — a later call tries again.

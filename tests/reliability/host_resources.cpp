@@ -26,6 +26,16 @@
 //                  graph and its context, dlcloses the driver and
 //                  prints `still_loaded=1` if dlopen(RTLD_NOLOAD) still finds it, else
 //                  `still_loaded=0`; then `launches=N failed=F`.
+//   unload-timed N in-flight|completed
+//                  For GPU timing: dlopens the driver, launches a graph N times and, with
+//                  `completed`, waits for them (cuCtxSynchronize; with `in-flight` they are still
+//                  running), then dlcloses the driver without tearing anything down (the context
+//                  stays: its events with it), prints `still_loaded=0|1` as unload does, goes on
+//                  with CPU work only (500 ms) and prints `launches=N failed=F`.
+//   reload-timed ROUNDS N
+//                  ROUNDS times: dlopens the driver, makes a context, launches a graph N times,
+//                  waits for them, dlcloses the driver and occupies the page where it was
+//                  loaded (a new load lands elsewhere). Prints `launches=N failed=F`.
 //   thread-churn N
 //                  N threads, one after another (each joined before the next starts), each
 //                  making the context current and launching once: a pool that recycles its
@@ -73,11 +83,13 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <locale.h>
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -294,6 +306,47 @@ int unload() {
   std::printf("still_loaded=%d\n", again != nullptr);
   if (again) dlclose(again);
   std::printf("launches=%llu failed=%llu\n", d.launches, d.failed);
+  std::fflush(stdout);
+  return 0;
+}
+
+void synchronize(const Driver &d) {
+  CUresult (*sync)() = nullptr;
+  lookup_in(d.handle, "cuCtxSynchronize", sync);
+  if (sync() != CUDA_SUCCESS) die("cuCtxSynchronize failed");
+}
+
+int unload_timed(long n, bool completed) {
+  Driver d = load_driver();
+  d.launch_n(n);
+  if (completed) synchronize(d);
+  if (dlclose(d.handle) != 0) die(dlerror());
+  void *again = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  std::printf("still_loaded=%d\n", again != nullptr);
+  if (again) dlclose(again);
+  std::fflush(stdout);
+  usleep(500 * 1000);  // CPU work: the shim's reaper reads the replays meanwhile
+  std::printf("launches=%llu failed=%llu\n", d.launches, d.failed);
+  std::fflush(stdout);
+  return 0;
+}
+
+int reload_timed(long rounds, long n) {
+  unsigned long long launches = 0, failed = 0;
+  for (long round = 0; round < rounds; ++round) {
+    Driver d = load_driver();
+    link_map *map = nullptr;  // the driver's (d.launch is the shim's wrapper)
+    if (dlinfo(d.handle, RTLD_DI_LINKMAP, &map) != 0 || !map) die("dlinfo");
+    void *base = reinterpret_cast<void *>(map->l_addr);
+    d.launch_n(n);
+    synchronize(d);
+    launches += d.launches;
+    failed += d.failed;
+    if (dlclose(d.handle) != 0) die(dlerror());
+    // The address is free only if the driver was unloaded: then a reload lands elsewhere.
+    mmap(base, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  }
+  std::printf("launches=%llu failed=%llu\n", launches, failed);
   std::fflush(stdout);
   return 0;
 }
@@ -604,6 +657,10 @@ int main(int argc, char **argv) {
   if (mode == "descriptors" && argc >= 4)
     return descriptors(argv[2], std::atol(argv[3]), argc > 4 && std::strcmp(argv[4], "dup2") == 0);
   if (mode == "unload") return unload();
+  if (mode == "unload-timed" && argc >= 4)
+    return unload_timed(std::atol(argv[2]), std::strcmp(argv[3], "completed") == 0);
+  if (mode == "reload-timed" && argc >= 4)
+    return reload_timed(std::atol(argv[2]), std::atol(argv[3]));
   if (mode == "thread-churn" && argc >= 3) return thread_churn(std::atol(argv[2]));
   if (mode == "standard-streams" && argc >= 5)
     return standard_streams(argv[2], std::atol(argv[3]), std::strcmp(argv[4], "before") == 0);
@@ -618,7 +675,8 @@ int main(int argc, char **argv) {
   std::fprintf(
       stderr,
       "usage: host_resources descriptors DIR N [close|dup2] | "
-      "standard-streams DIR N before|after | unload | thread-churn N | "
+      "standard-streams DIR N before|after | unload | unload-timed N in-flight|completed | "
+      "reload-timed ROUNDS N | thread-churn N | "
       "distinct-names N [fork] | hostile-names N PEAKFILE | signal-names N | unbalanced-pushes N | "
       "cancel-pending THREADS N | locale N\n");
   return 1;

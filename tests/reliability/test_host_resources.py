@@ -22,6 +22,14 @@ standard_streams_taken   closes stdout and stderr and opens two   they hold exac
 driver_unloadable        dlopens the driver, launches 3,000       dlopen(RTLD_NOLOAD) no longer finds
                          times, dlcloses it                       it, as without the shim (checked:
                                                                   the bare run unloads it too)
+driver_unloadable_       the same with GPU timing on: 20 timed    exit 0, nothing on stderr; the
+gpu_timed                launches dlclosed with replays in        driver stays loaded (the shim's
+                         flight (20 ms each), and after they      reference: the events' API must
+                         completed (cuCtxSynchronize), the        outlive them); every replay timed,
+                         context left alive; then 3 rounds of     in the trace (a SIGSEGV in the
+                         load, 100 launches, dlclose, the old     reaper after the dlclose, or at
+                         address taken (a reload lands            the reload's next launch)
+                         elsewhere)
 threads_come_and_go      20,000 threads one after another, each   every launch its range, on its own
                          launching once                           thread's track; resident size at
                                                                   the end under 40 MiB more than
@@ -115,6 +123,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "scripts"))
 import ferrum_replay_traces  # noqa: E402  (the judges' reader of launch summaries)
+import gpu_check  # noqa: E402
 import harness  # noqa: E402
 from harness import expect, expect_balanced  # noqa: E402
 
@@ -216,6 +225,32 @@ def driver_unloadable():
            "with the shim and the recorder attached, dlclose no longer unloads the driver", run_)
     expect_balanced(run_)
     harness.expect_one_range_per_launch(run_, 3000)
+
+
+def driver_unloadable_gpu_timed():
+    quiet = {"FERRUM_REPLAY_GPU_TIME": "on"}
+    if "ASAN_OPTIONS" in os.environ:
+        quiet["ASAN_OPTIONS"] = os.environ["ASAN_OPTIONS"] + ":detect_leaks=0"
+    cases = [(["unload-timed", "20", "in-flight"], "20000000", 20),
+             (["unload-timed", "20", "completed"], "100000", 20),
+             (["reload-timed", "3", "100"], "100000", 300)]
+    for args, graph_ns, launches in cases:
+        what = " ".join(args)
+        run_ = harness.run([PROGRAM, *args], env={**quiet, "FERRUM_STANDIN_GRAPH_NS": graph_ns})
+        expect(run_.returncode == 0, f"{what}: the program failed", run_)
+        expect(not run_.stderr, f"{what}: stderr holds {run_.stderr!r}", run_)
+        got = values(run_.stdout)
+        expect(got.get("launches") == launches and got.get("failed") == 0,
+               f"{what}: launches failed", run_)
+        if args[0] == "unload-timed":
+            expect(got.get("still_loaded") == 1,
+                   f"{what}: the driver was unloaded under the shim's events", run_)
+        expect_balanced(run_)
+        harness.expect_one_range_per_launch(run_, launches)
+        meta = gpu_check.gpu_meta(run_.trace) or {}
+        replays = len(gpu_check.trace_check.gpu_replays(run_.trace))
+        expect(meta.get("timed") == replays == launches,
+               f"{what}: {replays} GPU replays in the trace, gpu {meta}, {launches} launched", run_)
 
 
 def tool_without_handlers():
@@ -693,7 +728,8 @@ def privileged_process():
 
 
 SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
-                                     standard_streams_taken, driver_unloadable, threads_come_and_go,
+                                     standard_streams_taken, driver_unloadable,
+                                     driver_unloadable_gpu_timed, threads_come_and_go,
                                      distinct_names, hostile_names, names_from_signal_handlers,
                                      memory_bound_without_spill,
                                      names_across_fork, unbalanced_pushes,
