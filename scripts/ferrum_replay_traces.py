@@ -426,7 +426,8 @@ def validate_meta(path, meta_value):
             raise InputError(f"{quoted(path)}: ferrumReplay.{key} is not a finite number")
         if isinstance(value, int) and not isinstance(value, bool) and not _is_int(value):
             raise InputError(f"{quoted(path)}: ferrumReplay.{key} is out of range")
-    for key in ("pid", "ranges", "marks", "startEndRanges", "rejectedPushes"):
+    for key in ("pid", "ranges", "marks", "startEndRanges", "rejectedPushes") + \
+            tuple(key for key, _ in DROPS):
         if key in meta_value and not _is_int(meta_value[key]):
             raise InputError(f"{quoted(path)}: ferrumReplay.{key} is not an integer")
     rank = meta_value.get("rank")
@@ -896,6 +897,7 @@ def totals(scans):
     out = {"ranges": 0, "rejectedPushes": 0, "popWithoutPush": 0, "popWrongDomain": 0,
            "openAtExit": 0, "endUnknownId": 0, "startOpenAtExit": 0, "marks": 0,
            "startEndRanges": 0, "without_summary": 0, "gpu": None}
+    out.update({key: 0 for key, _ in DROPS})
     for scan in scans:
         m = scan.meta
         if not m:
@@ -906,6 +908,8 @@ def totals(scans):
         out["rejectedPushes"] += int(m.get("rejectedPushes", 0))
         out["marks"] += int(m.get("marks", 0))
         out["startEndRanges"] += int(m.get("startEndRanges", 0))
+        for key, _ in DROPS:
+            out[key] += int(m.get(key, 0))
         for key, value in (m.get("protocolErrors") or {}).items():
             out[key] = out.get(key, 0) + int(value)
     return out
@@ -1007,6 +1011,19 @@ PROTOCOL_ERRORS = (("popWithoutPush", "pop without push"),
                    ("startOpenAtExit", "start/end range open at exit"))
 
 
+# The recorder's counts of ranges it recorded and then gave up (ferrumReplay.dropped*), as the
+# recorder's own table words them (recorder/summary_table.cpp).
+DROPS = (("droppedForMemory", "beyond FERRUM_RECORD_MEMORY with nowhere to spill"),
+         ("droppedBeyondDepth", "nested beyond the depth limit"),
+         ("droppedInSignalHandlers", "recorded by a signal handler while its thread stored one"))
+
+
+def drops_line(t):
+    """'ranges dropped by the recorder: ...', or None when it dropped none."""
+    parts = [f"{t[k]} {text}" for k, text in DROPS if t.get(k)]
+    return ("ranges dropped by the recorder: " + ", ".join(parts)) if parts else None
+
+
 def errors_line(t):
     parts = [f"{t[k]} {text}" for k, text in PROTOCOL_ERRORS if t.get(k)]
     return "protocol errors: " + (", ".join(parts) if parts else "none")
@@ -1038,6 +1055,8 @@ def cmd_summary(args):
     if others_line(t):
         print(others_line(t))
     print(errors_line(t))
+    if drops_line(t):
+        print(drops_line(t))
     if t["rejectedPushes"]:
         print(f"rejected pushes: {t['rejectedPushes']}")
     for scan in scans:
@@ -1453,6 +1472,7 @@ def cmd_merge(args):
                                "rank": m.get("rank"), "clock": clock_of(m) or None,
                                "shiftUs": round(shift, 3)})
         t = {"ranges": 0, "marks": 0, "startEndRanges": 0, "rejectedPushes": 0}
+        t.update({key: 0 for key, _ in DROPS})
         errors = {key: 0 for key, _ in PROTOCOL_ERRORS}
         for m in metas:
             for key in t:
@@ -1467,6 +1487,7 @@ def cmd_merge(args):
             "version": 1, "ranges": t["ranges"], "marks": t["marks"],
             "startEndRanges": t["startEndRanges"], "rejectedPushes": t["rejectedPushes"],
             "protocolErrors": errors,
+            **{key: t[key] for key, _ in DROPS if t[key]},
             "domains": sorted({d for m in metas for d in (m.get("domains") or [])}),
             "alignment": how, "merged": merged,
         }
@@ -1487,11 +1508,12 @@ def cmd_merge(args):
 
 # ---- one recording session (the wrapper's record, ci-smoke-profile) ----
 
-def pattern_globs(pattern, any_variable=False):
-    """A recorder output pattern as globs: %p is any pid, the rest expands as the recorder
-    would (with any_variable, a %q{VAR} is any text too: each process expands it in its own
-    environment); a name shared by processes, or taken by another file, gets a fresh name
-    (text rules, section 2). A pattern ending in '/' is a directory of default-named traces."""
+def pattern_globs(pattern):
+    """A recorder output pattern as globs: %p is any pid, and so is a %q{VAR} that is not set
+    here (a launcher sets RANK for each process it starts, not for us); the rest expands as
+    the recorder would. A name shared by processes, or taken by another file, gets a fresh
+    name (text rules, section 2). A pattern ending in '/' is a directory of default-named
+    traces."""
     segments, current, i = [], [], 0
     while i < len(pattern):
         close = pattern.find("}", i + 3) if pattern.startswith("%q{", i) else -1
@@ -1502,7 +1524,8 @@ def pattern_globs(pattern, any_variable=False):
             segments.append("".join(current))
             current = []
             i += 2
-        elif any_variable and close > 0 and _VARIABLE.match(pattern[i + 3:close]):
+        elif close > 0 and _VARIABLE.match(pattern[i + 3:close]) and \
+                pattern[i + 3:close] not in os.environ:
             segments.append("".join(current))
             current = []
             i = close + 1
@@ -1592,31 +1615,38 @@ RECORDS_LIMIT = 64 << 10     # a larger file is not ours
 def output_globs(pattern):
     """The file names (globs) a recorder output pattern writes, in its directory."""
     name = pattern[len(directory_part(pattern)):]
-    return pattern_globs(name, any_variable=True) if name else ["ferrum-replay.*"]
+    return pattern_globs(name) if name else ["ferrum-replay.*"]
 
 
 def read_records(directory):
-    """[(globs, start ns, session)] noted in DIRECTORY; [] without a well-formed file there
-    (never a link someone planted, a FIFO or a device: it is not ours)."""
+    """[(globs, start ns, session)] noted in DIRECTORY, or None when there is a file of that
+    name that is not a note of ours: not a regular file (a link someone planted, a FIFO, a
+    device), another user's (a shared directory: anyone may plant one), larger than a note
+    gets, or not a note. [] when there is none."""
     try:
         fd = os.open(os.path.join(directory, RECORDS_FILE),
                      os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
+    except FileNotFoundError:
         return []
+    except OSError:
+        return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > RECORDS_LIMIT:
-            return []
+        if not stat.S_ISREG(st.st_mode) or st.st_size > RECORDS_LIMIT or \
+                st.st_uid != os.geteuid():
+            return None
         data = os.read(fd, RECORDS_LIMIT + 1)
     except OSError:
-        return []
+        return None
     finally:
         os.close(fd)
     try:
         value = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
-        return []
+        return None
     entries = value.get("ferrumReplayRecords") if isinstance(value, dict) else None
+    if not isinstance(entries, list):
+        return None
     found = []
     for entry in entries if isinstance(entries, list) else ():
         if not isinstance(entry, dict):
@@ -1648,7 +1678,15 @@ def note_record(pattern, stamp):
     except (OSError, InputError):
         return
     globs = output_globs(pattern)
-    kept = [e for e in read_records(directory) if e[0] != globs]
+    noted = read_records(directory)
+    if noted is None:
+        # A file of the user's (or another user's) at the note's name: never replaced. Judges
+        # do not read it either; a reused directory is then judged as a whole.
+        print(f"ferrum-replay: warning: {quoted(os.path.join(directory, RECORDS_FILE))} is not "
+              "a note of this user's ferrum-replay: left as it is, and this run is not noted "
+              "(check and compare of the directory judge every run in it)", file=sys.stderr)
+        return
+    kept = [e for e in noted if e[0] != globs]
     kept = sorted(kept, key=lambda e: e[1])[-(RECORDS_KEPT - 1):] + [(globs, start, stamp)]
     while True:  # the oldest names go first when long ones overfill the file
         text = json.dumps({"ferrumReplayRecords": [
@@ -1678,7 +1716,7 @@ def earlier_record(path, records=None):
     if directory not in records:
         records[directory] = read_records(directory)
     name = os.path.basename(path)
-    for globs, start, session in records[directory]:
+    for globs, start, session in records[directory] or ():
         if st.st_mtime_ns >= start or not any(fnmatch.fnmatchcase(name, g) for g in globs):
             continue
         if written_for(path)[1] != session:  # (64 KiB of its tail at most)
@@ -1686,14 +1724,14 @@ def earlier_record(path, records=None):
     return None
 
 
-def last_run_only(paths, what):
-    """PATHS less the traces of runs earlier than the last `record` into their directory,
-    with one note on stderr naming what was left out."""
+def last_run_only(paths, what=None):
+    """(PATHS less the traces of runs earlier than the last `record` into their directory,
+    those traces): with WHAT, one note on stderr naming what was left out."""
     kept, left, records = [], [], {}
     for path in paths:
         start = earlier_record(path, records)
         (kept if start is None else left).append((path, start))
-    if left:
+    if left and what:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(max(s for _, s in left) / 1e9))
         n = len(left)
         print(f"ferrum-replay: {what}: {n} trace{'s' if n != 1 else ''} of an earlier run left "
@@ -2197,6 +2235,9 @@ EXPECT_FORMAT = ("'name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]' (
                  "bound; or the bounds as max-cpu-mean-ms=MS, max-gpu-mean-ms=MS)")
 
 
+EXPECT_LIMIT = 16 << 20  # characters of an expectations file
+
+
 def parse_expectations(path):
     """[(pattern, min_count, max_cpu_mean_ms or None, max_gpu_mean_ms or None, line number)]
     from lines `name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]`; a bound is a
@@ -2206,10 +2247,16 @@ def parse_expectations(path):
     out, warned = [], False
     try:
         with open_regular(path) as handle:
-            lines = handle.read(1 << 20).splitlines()
+            # Bounded, and refused beyond the bound: a file cut short would drop its last
+            # expectations, or cut one into another (`* 1000000` read as `* 1`).
+            text = handle.read(EXPECT_LIMIT + 1)
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"{quoted(path)}: cannot read: "
                          f"{getattr(error, 'strerror', None) or error}") from error
+    if len(text) > EXPECT_LIMIT:
+        raise InputError(f"{quoted(path)}: more than {EXPECT_LIMIT >> 20} MiB: not an "
+                         "expectations file")
+    lines = text.splitlines()
     for number, line in enumerate(lines, 1):
         try:
             words = shlex.split(line, comments=True)
@@ -2323,6 +2370,28 @@ def later_namesakes(paths):
         except OSError:
             pass
     found = []
+    # Each directory is listed once, its names indexed by the name they would be a fresh name
+    # of (NAME.<n>.EXT -> NAME.EXT, NAME.<n> -> NAME): thousands of traces in one directory
+    # were a glob of the whole directory each, seconds to minutes.
+    indexes = {}
+
+    def fresh_names_of(path):
+        directory = os.path.dirname(path)
+        if directory not in indexes:
+            index = collections.defaultdict(list)
+            try:
+                names = os.listdir(directory or ".")
+            except OSError:
+                names = []
+            for name in names:
+                for match in (re.fullmatch(r"(.+)\.\d+(\.[^.]+)", name),
+                              re.fullmatch(r"(.+)\.\d+", name)):
+                    if match:
+                        index[match[1] + (match[2] if match.lastindex == 2 else "")].append(name)
+            indexes[directory] = index
+        return [os.path.join(directory, name)
+                for name in sorted(indexes[directory].get(os.path.basename(path), ()))]
+
     for path in paths:
         try:
             st = os.stat(path)
@@ -2332,7 +2401,7 @@ def later_namesakes(paths):
             continue
         token = "FERRUMTOKEN"
         shape = re.escape(fresh_name(path, token)).replace(token, r"\d+")
-        for candidate in sorted(glob.glob(fresh_name(glob.escape(path), "*"))):
+        for candidate in fresh_names_of(path):
             if not re.fullmatch(shape, candidate):
                 continue
             try:
@@ -2375,12 +2444,23 @@ def cmd_check(args):
                             "the directory's)")
     traces, earlier = args.traces, []
     if not args.nsys_stats:
-        traces, earlier = last_run_only(traces, "check")
-        if earlier and not traces and not args.allow_no_ranges:
-            failures.append(f"no trace of the last `ferrum-replay record` into "
-                            f"{quoted(os.path.dirname(earlier[0]) or '.')}: the "
-                            f"{len(earlier)} given {'are' if len(earlier) != 1 else 'is'} of an "
-                            "earlier run (the last run wrote none)")
+        # A trace of an earlier run than the last `record` of its name into its directory is
+        # never judged: not when the last run wrote none (a reused directory), nor beside the
+        # last run's (its counts would be added to them).
+        current, earlier = last_run_only(traces)
+        where = quoted(os.path.dirname(earlier[0]) or ".") if earlier else ""
+        if earlier and not current:
+            traces = []  # with --allow-no-ranges: the last run launched nothing, as allowed
+            if not args.allow_no_ranges:
+                failures.append(f"no trace of the last `ferrum-replay record` into {where}: the "
+                                f"{len(earlier)} given {'are' if len(earlier) != 1 else 'is'} "
+                                "of an earlier run (the last run wrote none)")
+        elif earlier:
+            failures.append(f"{len(earlier)} of the traces given {'are' if len(earlier) != 1 else 'is'} "
+                            "of an earlier run than the last `ferrum-replay record` of "
+                            f"{'their' if len(earlier) != 1 else 'its'} name into {where}: "
+                            f"{quoted(earlier[0])}{f' (and {len(earlier) - 1} more)' if len(earlier) > 1 else ''}"
+                            ": pass only the last run's traces")
     scans = scan_all(traces)
     counts = NameStats()  # our domain's ranges, by name
     if args.nsys_stats:
@@ -2402,6 +2482,8 @@ def cmd_check(args):
         errs = {k: t[k] for k, _ in PROTOCOL_ERRORS if t[k]}
         if errs:
             failures.append("unbalanced ranges: " + errors_line(t)[len("protocol errors: "):])
+        if drops_line(t):
+            failures.append(drops_line(t) + ": the profile is missing them")
         for scan in scans:
             line = scan.nesting_line()
             if line:
@@ -2652,8 +2734,49 @@ def build_parser():
     return parser
 
 
+class _GuardedOutput:
+    """Standard output that remembers its first write error (a full disk, /dev/full, a reader
+    gone) instead of raising it from the middle of a table: the command ends, then says so."""
+
+    def __init__(self, stream):
+        self.stream, self.error = stream, None
+
+    def write(self, text):
+        if self.error is None:
+            try:
+                return self.stream.write(text)
+            except OSError as error:
+                self.error = error
+        return len(text)
+
+    def flush(self):
+        if self.error is None:
+            try:
+                self.stream.flush()
+            except OSError as error:
+                self.error = error
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def run_main():
+    """main(), with standard output that fails said in one line instead of a traceback: exit 1
+    (a verdict that was not written is no pass), never 0."""
+    out = sys.stdout = _GuardedOutput(sys.stdout)
+    status = main()
+    out.flush()
+    if out.error is None:
+        return status
+    try:  # what is left in the stream's buffer goes nowhere at exit, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.stream.fileno())
+    except (OSError, ValueError):
+        pass
+    if not isinstance(out.error, BrokenPipeError):  # a reader that left asked for no more
+        reason = f": {out.error.strerror}" if out.error.strerror else ""
+        print(f"ferrum-replay: cannot write to standard output{reason}", file=sys.stderr)
+    return 1
+
+
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BrokenPipeError:
-        sys.exit(1)
+    sys.exit(run_main())

@@ -1614,26 +1614,30 @@ RSS_LIMIT_KB = 256 * 1024
 
 
 def test_reused_directory_judges_last_run(tmp):
-    """A directory collects every run recorded into it. check and compare of it (or of a glob
-    of it) judge the last `record` of each output name there: its traces, and those of runs
-    still writing when it began; with none of it they fail instead of judging an earlier run.
-    For each kind of name: the default one (-o DIR/), %p, %q{VAR}. A trace of another name in
-    the directory, and a BASE given by its file name, are not left out."""
+    """A directory collects every run recorded into it. check and compare of it judge the last
+    `record` of each output name there: its traces, and those of runs still writing when it
+    began. check fails when given an earlier run's trace (alone: the last run wrote none; or
+    beside the last run's, whose counts it would add to); compare leaves a directory's earlier
+    traces out and refuses a NEW of an earlier run. For each kind of name: the default one
+    (-o DIR/), %p, %q{VAR} set per process by a launcher. A trace of another name in the
+    directory, and a BASE given by its file name, are not affected."""
     program = [launch_driver(), "--graphs", "2", "--iters", "10"]
     base = os.path.join(tmp, "base.json")
     done = wrapper("record", "-o", base, "--", *program, cwd=tmp)
     expect(done.returncode == 0, "record BASE", done)
+
+    def as_rank(rank, argv):  # RANK set for the program only, as a launcher does
+        return ["/bin/sh", "-c", 'RANK=$0 exec "$@"', str(rank), *argv]
+
     for out in ("runs/", "ranks/r%p.json", "q/x%q{RANK}.json"):
         directory = os.path.join(tmp, out[:out.rfind("/")])
         os.makedirs(directory, exist_ok=True)
-        env = {"RANK": "1"}
-        done = wrapper("record", "-o", out, "--", *program, cwd=tmp, env=env)
+        done = wrapper("record", "-o", out, "--", *as_rank(1, program), cwd=tmp)
         expect(done.returncode == 0 and "trace: " in done.stderr, f"{out}: first run", done)
         first = traces_in(directory)
         expect(len(first) == 1, f"{out}: one trace: {first}", done)
-        # The last run launches nothing (another rank, for %q{RANK}): what is there is old.
-        env = {"RANK": "2"}
-        done = wrapper("record", "-o", out, "--", ARGV_ECHO, cwd=tmp, env=env)
+        # The last run launches nothing: what is there is old.
+        done = wrapper("record", "-o", out, "--", *as_rank(2, [ARGV_ECHO]), cwd=tmp)
         expect("no trace was written" in done.stderr, f"{out}: empty run", done)
         expect(traces_in(directory) == first, f"{out}: the first run's trace stays", done)
         done = wrapper("check", "--expect-total", "20", *first, cwd=tmp)
@@ -1648,17 +1652,19 @@ def test_reused_directory_judges_last_run(tmp):
             expect(done.returncode == 2 and ("holds no trace of the last" in done.stderr or
                                              "is an earlier run's trace" in done.stderr),
                    f"{out}: compare BASE {new}", done)
-        # A run again: only its trace is judged, the earlier one left out with a note.
-        env = {"RANK": "3"}
-        done = wrapper("record", "-o", out, "--", launch_driver(), "--iters", "3", cwd=tmp,
-                       env=env)
+        # A run again: its trace alone is judged; given beside the earlier one, check fails.
+        done = wrapper("record", "-o", out, "--",
+                       *as_rank(3, [launch_driver(), "--iters", "3"]), cwd=tmp)
         latest = [t for t in traces_in(directory) if t not in first]
         expect(done.returncode == 0 and len(latest) == 1, f"{out}: third run", done)
         n = len(our_ranges(trace_check.load(latest[0])))
-        done = wrapper("check", "--expect-total", str(n), *traces_in(directory), cwd=tmp)
-        expect(done.returncode == 0 and f"OK: {n} ranges" in done.stdout and
-               "1 trace of an earlier run left out" in done.stderr,
-               f"{out}: check judges the last run", done)
+        done = wrapper("check", "--expect-total", str(n), *latest, cwd=tmp)
+        expect(done.returncode == 0 and f"OK: {n} ranges" in done.stdout,
+               f"{out}: check of the last run", done)
+        done = wrapper("check", "--expect-total", str(n + 20), *traces_in(directory), cwd=tmp)
+        expect(done.returncode == 1 and "1 of the traces given is of an earlier run than the "
+               "last `ferrum-replay record`" in done.stdout,
+               f"{out}: check of the last run with an earlier one", done)
         done = wrapper("compare", base, directory, cwd=tmp)
         expect(done.returncode in (0, 1) and "1 trace of an earlier run left out" in
                done.stderr and re.search(rf"\s{n // 2}\s+[0-9.]+\s+\S+$", done.stdout, re.M),
@@ -1674,6 +1680,16 @@ def test_reused_directory_judges_last_run(tmp):
         expect(done.returncode == 0, f"{out}: a trace of another name", done)
         done = wrapper("check", "--expect-total", str(n), *latest, cwd=tmp)
         expect(done.returncode == 0, f"{out}: the last run of its name", done)
+    # A value of %q{VAR} set for the whole run is a name of its own: JOB=1's trace is the
+    # last of its name after a run with JOB=2.
+    os.mkdir(os.path.join(tmp, "jobs"))
+    for job, argv in (("1", program), ("2", [ARGV_ECHO])):
+        done = wrapper("record", "-o", "jobs/run.%q{JOB}.json", "--", *argv, cwd=tmp,
+                       env={"JOB": job})
+    done = wrapper("check", "--expect-total", "20", os.path.join(tmp, "jobs", "run.1.json"),
+                   cwd=tmp)
+    expect(done.returncode == 0, "a run of another %q{JOB} value", done)
+
     # A stream is written in place: nothing is noted beside it (in /dev, say).
     os.mkdir(os.path.join(tmp, "streams"))
     fifo = os.path.join(tmp, "streams", "fifo")
@@ -1683,18 +1699,67 @@ def test_reused_directory_judges_last_run(tmp):
         expect(not os.path.exists(os.path.join(os.path.dirname(stream),
                                                ".ferrum-replay-records")),
                f"-o {stream}: a note beside a stream", done)
-    # The note is the directory's own: a planted link or a garbage note is not read.
-    os.unlink(os.path.join(tmp, "runs", ".ferrum-replay-records"))
-    os.symlink(os.path.join(tmp, "q", ".ferrum-replay-records"),
-               os.path.join(tmp, "runs", ".ferrum-replay-records"))
+    # A note is this user's own: a planted link, a file of the user's at that name, another
+    # user's note (a shared directory) are never read, nor replaced.
+    note = os.path.join(tmp, "runs", ".ferrum-replay-records")
+    os.unlink(note)
+    os.symlink(os.path.join(tmp, "q", ".ferrum-replay-records"), note)
     done = wrapper("check", *traces_in(os.path.join(tmp, "runs")), cwd=tmp)
-    expect(done.returncode == 0 and "left out" not in done.stderr, "a link is not read", done)
-    write(os.path.join(tmp, "q", ".ferrum-replay-records"), "{not json")
-    done = wrapper("record", "-o", "q/x%q{RANK}.json", "--", ARGV_ECHO, cwd=tmp,
-                   env={"RANK": "4"})
-    done = wrapper("check", "--expect-total", "20", *first, cwd=tmp)
-    expect(done.returncode == 1 and "no trace of the last" in done.stdout,
-           "a garbage note is replaced by the next record", done)
+    expect(done.returncode == 0 and "earlier run" not in done.stdout, "a link is not read", done)
+    os.unlink(note)
+    write(note, "the user's own notes\n")
+    done = wrapper("record", "-o", "runs/", "--", ARGV_ECHO, cwd=tmp)
+    expect(open(note).read() == "the user's own notes\n" and
+           "is not a note of this user's ferrum-replay: left as it is" in done.stderr,
+           "the user's own file at the note's name", done)
+    if os.geteuid() == 0:
+        os.unlink(note)
+        done = wrapper("record", "-o", "runs/", "--", ARGV_ECHO, cwd=tmp)
+        done = wrapper("check", *traces_in(os.path.join(tmp, "runs")), cwd=tmp)
+        expect(done.returncode == 1 and "earlier run" in done.stdout, "our own note", done)
+        os.chown(note, 65534, 65534)  # as if another user had planted it
+        done = wrapper("check", *traces_in(os.path.join(tmp, "runs")), cwd=tmp)
+        expect(done.returncode == 0 and "earlier run" not in done.stdout,
+               "another user's note is not read", done)
+
+
+def test_check_counts_dropped_ranges(tmp):
+    """A trace whose recorder gave ranges up (beyond FERRUM_RECORD_MEMORY with nowhere to
+    spill, nested beyond the depth limit, from a signal handler) is no complete profile:
+    check fails and says so, summary says so, merge keeps the counts."""
+    trace = make_trace(os.path.join(tmp, "t.json"), "--ranges", 40, "--graphs", 2, cwd=tmp)
+    document = json.load(open(trace))
+    document["ferrumReplay"].update({"droppedForMemory": 7, "droppedBeyondDepth": 2})
+    lost = os.path.join(tmp, "lost.json")
+    with open(lost, "w") as handle:
+        json.dump(document, handle)
+    done = wrapper("check", "--expect-total", "40", trace, cwd=tmp)
+    expect(done.returncode == 0, "the complete trace", done)
+    done = wrapper("check", "--expect-total", "40", lost, cwd=tmp)
+    expect(done.returncode == 1 and "ranges dropped by the recorder: 7 beyond "
+           "FERRUM_RECORD_MEMORY with nowhere to spill, 2 nested beyond the depth limit"
+           in done.stdout, "check of a trace that lost ranges", done)
+    done = wrapper("summary", lost, cwd=tmp)
+    expect("ranges dropped by the recorder: 7 beyond" in done.stdout, "summary", done)
+    done = wrapper("merge", "-o", "m.json", lost, cwd=tmp)
+    merged = json.load(open(os.path.join(tmp, "m.json")))["ferrumReplay"]
+    expect(merged.get("droppedForMemory") == 7 and merged.get("droppedBeyondDepth") == 2,
+           f"merge keeps the counts: {merged}", done)
+
+
+def test_judges_output_failure(tmp):
+    """summary, check and compare whose standard output cannot be written (a full disk,
+    /dev/full) say so in one line and exit 1, never 0, never a traceback."""
+    trace = make_trace(os.path.join(tmp, "t.json"), "--ranges", 40, "--graphs", 2, cwd=tmp)
+    other = make_trace(os.path.join(tmp, "u.json"), "--ranges", 40, "--graphs", 2,
+                       "--origin-ns", 1_700_000_000_000_000_000, cwd=tmp)
+    for args in (["summary", trace], ["check", trace], ["compare", trace, other]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run([WRAPPER, *args], cwd=tmp, env=base_env(), stdout=full,
+                                  stderr=subprocess.PIPE, text=True, timeout=60)
+        expect(done.returncode == 1 and "Traceback" not in done.stderr and
+               "cannot write to standard output: No space left on device" in done.stderr,
+               f"{args[0]} > /dev/full: exit {done.returncode}: {done.stderr}")
 
 
 def max_rss_kb(argv, cwd):
