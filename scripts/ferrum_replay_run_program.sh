@@ -1,4 +1,5 @@
-# Running a program under a profiler's wrapper and passing signals on to it. Sourced (with `.`)
+# Running a program under a profiler's wrapper and passing signals on to it (and making the
+# paths handed to it absolute). Sourced (with `.`)
 # by ferrum-replay (record, nsys) and ferrum-replay-ci-smoke-profile, which find it where they
 # find ferrum_replay_traces.py (ferrum-replay `helper`): beside the wrapper in a checkout,
 # beside the libraries when installed. POSIX sh; defines functions only.
@@ -112,3 +113,7 @@ in_terminal_foreground() {
 exit_on_signals() {
   trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 131' QUIT; trap 'exit 143' TERM
 }
+
+# $1 made absolute, under the working directory when it is relative: a path handed to the
+# program's processes (a relative TMPDIR's run directory), which may work in other directories.
+absolute() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$PWD" "$1" ;; esac; }

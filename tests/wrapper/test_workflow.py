@@ -640,6 +640,19 @@ def test_process_lost_after_launch(tmp):
            "record, relative TMPDIR: a summary nobody asked for could not be written", done)
     expect(not os.listdir(os.path.join(work, "temp")),
            f"record left {os.listdir(os.path.join(work, 'temp'))} in TMPDIR", done)
+    # The same under ci-smoke-profile, whose run directory (FERRUM_REPLAY_RUNNING_DIR and
+    # FERRUM_REPLAY_SUMMARY are made of it) stayed relative: a worker killed in another
+    # directory left its marker there, if anywhere, and the verdict was OK without its launches.
+    os.mkdir(os.path.join(work, "sub"))
+    done = ci_smoke("--", "sh", "-c", '(cd sub && exec "$@") && exec "$0" --iters 2',
+                    launch_driver(), sys.executable, FORK_LAUNCH, "--early", "0", "--before", "0",
+                    "--after", "0", "--child-end", "kill", cwd=work, env={"TMPDIR": "temp"})
+    child = re.search(r"process=child pid=(\d+)", done.stdout)
+    expect(child, "ci-smoke-profile, relative TMPDIR: the child reports", done)
+    expect_verdict(done, False, f"process {child[1]} ('python3') launched CUDA graphs and ended "
+                                "without its launch summary")
+    expect(not os.listdir(os.path.join(work, "temp")),
+           f"ci-smoke-profile left {os.listdir(os.path.join(work, 'temp'))} in TMPDIR", done)
     # A TMPDIR so deep that the markers' directory would exceed what the shim takes (1023
     # bytes): no marker then, rather than a line about FERRUM_REPLAY_RUNNING_DIR, a setting the
     # user never made, from every process.
