@@ -4,6 +4,7 @@ the recorder in ferrum_replay/lib/), with the same arguments, exit codes and out
 script itself. From a source checkout (the module imported from python/), the checkout's
 scripts/ferrum-replay."""
 import os
+import signal
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -18,6 +19,18 @@ def wrapper_path():
     return None
 
 
+# The signals Python itself sets to SIG_IGN at start-up (Python/pylifecycle.c, as subprocess's
+# restore_signals lists them).
+IGNORED_BY_PYTHON = ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
+
+
+def restore_default_signals():
+    for name in IGNORED_BY_PYTHON:
+        number = getattr(signal, name, None)
+        if number is not None:
+            signal.signal(number, signal.SIG_DFL)
+
+
 def main(argv=None):
     args = sys.argv[1:] if argv is None else list(argv)
     wrapper = wrapper_path()
@@ -30,6 +43,13 @@ def main(argv=None):
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.flush()
+    # Python ignores SIGPIPE and SIGXFSZ from its start (SIGXFZ where there is one), and an
+    # ignored signal stays ignored across exec: the wrapper and the program would inherit it
+    # (`python -m ferrum_replay run -- yes | head -1` ended with "Broken pipe" and status 1, not
+    # by SIGPIPE, 141, as under the sh wrapper; a write beyond `ulimit -f` failed with EFBIG
+    # rather than ending the program). Back to the defaults a shell starts a program with, as
+    # subprocess's restore_signals does.
+    restore_default_signals()
     # Replaces this process: the wrapper's exit code and signals are the command's own.
     # Through sh, so that a wheel's unpacking need not have kept the execute bit.
     try:

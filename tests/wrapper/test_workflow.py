@@ -2545,6 +2545,24 @@ def test_python_module_from_checkout(tmp):
     done = run([sys.executable, "-m", "ferrum_replay", "summary"], tmp, env)
     expect(done.returncode == 2 and "ferrum-replay" in done.stderr, "a usage error is the "
            "wrapper's", done)
+    # Python ignores SIGPIPE and SIGXFSZ from its start; the program must not inherit that:
+    # `python -m ferrum_replay run -- yes | head -1` ends by SIGPIPE, as under the sh wrapper.
+    done = run([sys.executable, "-m", "ferrum_replay", "run", "--", "sh", "-c",
+                "grep '^SigIgn:' /proc/self/status"], tmp, env)
+    ignored = int(done.stdout.split()[1], 16)
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):
+        expect(not ignored & (1 << (number - 1)),
+               f"the program inherits {signal.Signals(number).name} ignored", done)
+    for command in ([sys.executable, "-m", "ferrum_replay", "run", "--", "yes"], [WRAPPER, "run",
+                                                                                 "--", "yes"]):
+        proc = subprocess.Popen(command, cwd=tmp, env=base_env(env), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        proc.stdout.readline()
+        proc.stdout.close()  # as `| head -1` does
+        err = proc.stderr.read().decode(errors="replace")
+        proc.wait(timeout=60)
+        expect(proc.returncode == -signal.SIGPIPE,
+               f"{command[:3]} | head -1: ended by SIGPIPE (exit {proc.returncode}, {err!r})")
 
 
 TESTS = {name[len("test_"):]: fn for name, fn in globals().items() if name.startswith("test_")}
