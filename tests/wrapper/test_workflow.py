@@ -12,6 +12,7 @@ FERRUM_BUILD_DIR=<the build under test>, so it never starts a build inside the t
 names are not assumed (the shim names graphs by call site): counts are compared per name and in
 total, and FERRUM_REPLAY_SITE=off gives "graph N" where a test needs known names.
 """
+import glob
 import json
 import os
 import re
@@ -1077,6 +1078,62 @@ def test_sanitizer_runtime_stays_first(tmp):
     expect(echoed(done)["LD_PRELOAD"] ==
            f"/x/libubsan.so.1 /y/libclang_rt.tsan-x86_64.so {shim} {other}",
            "every sanitizer runtime, in its order, ahead of the shim", done)
+
+
+def old_python3():
+    """A python3 older than 3.7 on this machine (as a project's old virtual environment may put
+    first in PATH), or None."""
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(7)]
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates += sorted(glob.glob(os.path.join(root, "versions", "3.[0-6].*", "bin", "python3")))
+    for candidate in filter(None, candidates):
+        try:
+            said = subprocess.run([candidate, "-c", "import sys; print(sys.version_info < (3, 7))"],
+                                  capture_output=True, text=True, timeout=30).stdout
+        except OSError:
+            continue
+        if said == "True\n":
+            return candidate
+    return None
+
+
+def test_python_environment_is_the_programs(tmp):
+    """The user's PYTHONPATH, PYTHONHOME... are meant for the program, which gets them
+    unchanged; the wrapper's own python3 helpers run isolated from them (python3 -I). A
+    project's csv.py on PYTHONPATH made `record` exit 2 without running the program, and a
+    PYTHONHOME for an embedded interpreter did the same. A python3 older than the helper needs
+    is named in one line, not a traceback."""
+    project = os.path.join(tmp, "project")
+    os.mkdir(project)
+    write(os.path.join(project, "csv.py"), 'raise ImportError("the project\'s own csv.py")\n')
+    show = 'echo "program: PYTHONPATH=$PYTHONPATH PYTHONHOME=${PYTHONHOME-unset}"'
+    for extra in ({"PYTHONPATH": project}, {"PYTHONPATH": project, "PYTHONHOME": "/no/such/home"}):
+        done = wrapper("record", "-o", "env.json", "--", "sh", "-c", show, cwd=project, env=extra)
+        said = (f"program: PYTHONPATH={project} "
+                f"PYTHONHOME={extra.get('PYTHONHOME', 'unset')}")
+        expect(done.returncode == 0 and said in done.stdout and "Traceback" not in done.stderr,
+               f"record with {extra}: the program runs, with the environment given", done)
+        done = wrapper("record", "-o", "t.json", "--", launch_driver(), "--iters", "2",
+                       cwd=project, env=extra)
+        expect(done.returncode == 0 and "ferrum-replay: trace: '" in done.stderr,
+               f"record with {extra}: the trace is reported", done)
+        done = wrapper("summary", "t.json", cwd=project, env=extra)
+        expect(done.returncode == 0 and "4 ranges in 1 trace" in done.stdout,
+               f"summary with {extra}", done)
+    old = old_python3()
+    if old is None:
+        print("note: no python3 older than 3.7 here: its one line is not checked")
+        return None
+    bindir = os.path.join(tmp, "old-bin")
+    os.mkdir(bindir)
+    os.symlink(old, os.path.join(bindir, "python3"))
+    path = bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
+    for args in (["record", "-o", "old.json", "--", "sh", "-c", "echo program ran"],
+                 ["summary", "t.json"], ["check", "t.json"]):
+        done = wrapper(*args, cwd=project, env={"PATH": path})
+        expect(done.returncode == 2 and len(done.stderr.splitlines()) == 1 and
+               "ferrum-replay needs 3.7 or newer" in done.stderr,
+               f"{args[0]} with {old}: one line naming the version", done)
 
 
 def test_demo(tmp):
