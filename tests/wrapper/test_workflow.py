@@ -386,6 +386,27 @@ def test_record_trace(tmp):
     with open(os.path.join(work, "stdout.txt")) as out:
         expect('{"traceEvents":[' in out.read() and "no trace was written" not in done.stderr,
                f"a trace to /dev/stdout reported as not written:\n{done.stderr}")
+    # Without python3 nothing moves an earlier file at a fixed name to .old: the wrapper says
+    # so in one line (a run that writes no trace leaves it there), and only when there is one.
+    bindir = os.path.join(tmp, "no-python-bin")
+    os.mkdir(bindir)
+    for tool in ("sh", "env", "date", "mktemp", "rm", "rmdir", "mkdir", "dirname", "readlink",
+                 "sed", "cat", "tr", "wc"):
+        if shutil.which(tool):
+            os.symlink(shutil.which(tool), os.path.join(bindir, tool))
+    work = os.path.join(tmp, "no-python")
+    os.mkdir(work)
+    for earlier in (False, True):
+        if earlier:
+            write(os.path.join(work, "n.json"), "an earlier run's trace\n")
+        done = wrapper("record", "-o", "n.json", "--", "/bin/true", cwd=work,
+                       env={"PATH": bindir})
+        warnings = [l for l in done.stderr.splitlines() if "warning" in l]
+        expect(done.returncode == 0 and
+               (warnings == [f"ferrum-replay: warning: '{os.path.join(work, 'n.json')}' is there "
+                             "from before and stays (moving it to .old needs python3): if this "
+                             "run writes no trace, it is not this run's"] if earlier else
+                not warnings), f"no python3, earlier file {earlier}: the warning", done)
 
 
 def test_record_fixed_name_keeps_every_process(tmp):
