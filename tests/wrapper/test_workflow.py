@@ -1025,6 +1025,16 @@ def test_env_and_run(tmp):
     expect(f"export LD_PRELOAD='{shim}'" in done.stdout.splitlines() and
            f"export NVTX_INJECTION64_PATH='{recorder}'" in done.stdout.splitlines(),
            "env output", done)
+    # Output that cannot be written (a full disk: /dev/full; a closed stdout): one line, exit 1,
+    # not 0 with nothing written.
+    for argv in (["sh", "-c", 'exec "$@" > /dev/full', "sh", WRAPPER, "env"],
+                 ["sh", "-c", 'exec "$@" > /dev/full', "sh", WRAPPER, "env", "--docker"],
+                 ["sh", "-c", 'exec "$@" >&-', "sh", WRAPPER, "env"]):
+        if "/dev/full" in argv[2] and not os.path.exists("/dev/full"):
+            continue
+        done = run(argv, tmp)
+        expect(done.returncode == 1 and done.stderr == "ferrum-replay: env: cannot write the "
+               "settings to standard output\n", f"{argv[2]}: one line, exit 1", done)
     # Used as documented: eval in a shell, then any program records.
     script = (f'eval "$({WRAPPER} env -o {tmp}/env.%p.json)" && '
               f'FERRUM_RECORD_TABLE=0 exec {launch_driver()} --iters 3')
