@@ -266,6 +266,17 @@ def test_program_checks(tmp):
                    f"{sub} {program}: expected exit {code} and '{message}'", done)
             expect(len(done.stderr.splitlines()) == 1, f"{sub}: one line of complaint", done)
     expect(not nsys_calls(nenv["FAKE_NSYS_LOG"]), "nsys must not run for a missing program")
+    # An empty entry in PATH is the working directory, as sh and execvp take it, a trailing
+    # ':' too (which IFS=: splitting dropped: "command not found", 127, for a program sh runs).
+    here = os.path.join(tmp, "here-program")
+    write(here, "#!/bin/sh\necho here-program ran\n")
+    os.chmod(here, 0o755)
+    search = os.environ.get("PATH", "/usr/bin:/bin")
+    for path in (search + ":", ":" + search, search.replace(":", "::", 1) + ":"):
+        for sub in ("run", "record"):
+            done = wrapper(sub, "--", "here-program", cwd=tmp, env={"PATH": path})
+            expect(done.returncode == 0 and "here-program ran" in done.stdout,
+                   f"{sub} with PATH={path!r}: the program in the working directory", done)
     done = wrapper("record", cwd=tmp)
     expect(done.returncode == 2 and "no program given" in done.stderr, "no program", done)
 
