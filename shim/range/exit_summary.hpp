@@ -19,10 +19,14 @@
 
 namespace ferrum_replay::shim {
 
-// Writes `length` bytes to `path` by the summary's rules above; one warning line on failure.
-void write_text(const char *path, const char *data, size_t length);
+// Writes `length` bytes to `path` by the summary's rules above: true when they are all there
+// (at the name or beside it); false, with one warning line, when they are not.
+bool write_text(const char *path, const char *data, size_t length);
 
-// Writes the summary (called from the shim's exit hook; exposed for tests).
-void write_exit_summary();
+// Writes the summary (called from the shim's exit hook; exposed for tests). True when it is
+// written whole, or the process launched nothing and has none to write; false, with one
+// warning line, when it is missing (no memory, a full disk, a file size limit...): the exit
+// hook then leaves the running marker (process_files.hpp), so that the judges name the process.
+bool write_exit_summary();
 
 }  // namespace ferrum_replay::shim

@@ -9,7 +9,12 @@
 // DIR/ferrum-replay.PID.running (common/output_file.hpp's rule for the name; made absolute, so
 // that a change of directory does not lose it; O_EXCL: an earlier image's marker of the same
 // pid — it launched, then replaced itself with exec — stays), and the exit hook removes it, if
-// it is still the file created. What is left after a run names the processes that were lost.
+// it is still the file created, once the launch summary asked for (FERRUM_REPLAY_SUMMARY, which
+// ci-smoke-profile sets) is written whole, or when none is asked for. A process whose summary
+// is missing (a full disk, ulimit -f, an exit from a signal handler inside the shim) keeps it:
+// its launches are in no summary. A marker whose line cannot be written (the same full disk or
+// limit) is left empty: it names the process by its pid alone. What is left after a run names
+// the processes that were lost, or whose counts are.
 #pragma once
 
 #include <stddef.h>
@@ -35,9 +40,13 @@ void set_running_dir(const char *pattern);
 // atomic load. Never fails the launch; waits for nothing.
 void note_launching_process();
 
-// The exit hook: removes this process's marker — waiting (at most about 1 s) for another
-// thread that is making it — and no marker is made from then on. `why` is null unless the
-// marker had to stay (a program that gave up its user ID: EACCES), which the caller says.
+// This process's marker, made and not yet removed; nullptr if none.
+const char *running_marker_path();
+
+// The exit hook, once the summary is written: removes this process's marker — waiting (at
+// most about 1 s) for another thread that is making it — and no marker is made from then on.
+// `why` is null unless the marker had to stay (a program that gave up its user ID: EACCES),
+// which the caller says.
 struct MarkerLeft {
   const char *why;
   const char *path;

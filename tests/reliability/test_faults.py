@@ -39,12 +39,12 @@ inside_recorder              handler's exit() that lands while  saying why (the 
                              the recorder holds a lock on that  for its own thread's lock: a hang)
                              thread (its first NVTX call)
 exit_in_signal_handler_      the same inside the shim: a       the process ends: no launch summary,
-inside_shim                  thread's registration for GPU     one line, no marker left
-                             timing
+inside_shim                  thread's registration for GPU     one line; its running marker stays
+                             timing                            (no summary: a judge names it)
 file_size_limit              exit code and output unchanged    nothing past the limit: one line per
                              under RLIMIT_FSIZE 8 KiB and 0;   output ("File too large"), no
-                             its own SIGXFSZ handler called    temporary left
-                             for its own write only
+                             its own SIGXFSZ handler called    temporary left; at 0 (no summary)
+                             for its own write only            the running marker stays, empty
 address_space_limit          exit code and launches unchanged  every launch recorded or counted in
                              under RLIMIT_AS set just above    droppedForMemory; else one line
                              what it mapped                    saying out of memory
@@ -439,13 +439,20 @@ def exit_in_signal_handler_inside_shim():
     """The same inside the shim: the handler lands in a thread's first timed launch (GPU timing
     on), which registers the thread under a lock of the shim's; the last GPU pass and the launch
     summary at exit waited for that lock. Now neither waits: one line says there is no summary,
-    and the process ends with the handler's status."""
+    and the process ends with the handler's status. Its running marker stays (its launches are
+    in no summary: a judge must name it; it used to be removed, and ci-smoke-profile passed)."""
     with tempfile.TemporaryDirectory() as tmp:
         run_ = exit_in_handler("exit-in-handler-timed", "no summary", record=False, cwd=tmp,
                                env={"FERRUM_REPLAY_GPU_TIME": "on",
                                     "FERRUM_REPLAY_SUMMARY": "stderr",
                                     "FERRUM_REPLAY_RUNNING_DIR": "."})
-        expect(not os.listdir(tmp), f"left behind: {os.listdir(tmp)}", run_)
+        left = os.listdir(tmp)
+        expect(len(left) == 1 and re.fullmatch(r"ferrum-replay\.\d+\.running", left[0]),
+               f"the marker of a process without its summary should stay, alone: {left}", run_)
+        with open(os.path.join(tmp, left[0]), encoding="utf-8") as handle:
+            line = handle.readline()
+        expect(line.startswith("ferrum-replay: running: pid=") and
+               " program=fault_program " in line, f"the marker's line: {line!r}", run_)
 
 
 def first_launch_on_smallest_stack():
@@ -471,8 +478,11 @@ def file_size_limit():
     whose default action ends the program. Every file of ours — the trace, the recorder's spill
     (FERRUM_RECORD_MEMORY=0), the summary, the running marker — must fail with the error alone:
     exit code and output as without the shim, a SIGXFSZ handler of the program called for its
-    own write only, one line per output that failed, no temporary or marker left. (No spill
-    file: beyond FERRUM_RECORD_MEMORY the ranges are dropped, counted in one more line.)"""
+    own write only, one line per output that failed, no temporary left. The running marker
+    goes where the summary was written; where it was not (limit 0) it stays, empty (its line
+    could not be written either), so that the judges name the process whose launches are in
+    no summary. (No spill file: beyond FERRUM_RECORD_MEMORY the ranges are dropped, counted in
+    one more line.)"""
     if "tsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
         return ("skip: ThreadSanitizer's runtime writes a 512 KiB file of its own at start-up "
                 "(/tmp/tsan.rodata.PID): the program dies of SIGXFSZ without the shim")
@@ -512,8 +522,13 @@ def file_size_limit():
                    f"{what}: one line says the spill file failed, one counts what was dropped",
                    run_)
             left = set(os.listdir(tmp)) - left_bare
-            expect(left == ({"s.txt"} if limit else set()),
-                   f"{what}: left in the directory: {sorted(left)}", run_)
+            markers = {f for f in left if re.fullmatch(r"ferrum-replay\.\d+\.running", f)}
+            expect(left == {"s.txt"} if limit else (left == markers and len(markers) == 1),
+                   f"{what}: left in the directory: {sorted(left)} (expected "
+                   f"{'the summary' if limit else 'the running marker alone'})", run_)
+            for marker in markers:
+                expect(os.path.getsize(os.path.join(tmp, marker)) == 0,
+                       f"{what}: the marker holds part of a line", run_)
 
 
 def address_space_limit():

@@ -770,6 +770,35 @@ def test_process_lost_after_launch(tmp):
            "check: two markers of pid 1, one of another PID namespace", done)
 
 
+def test_process_without_summary(tmp):
+    """A worker that launched and exited normally, but whose launch summary could not be written
+    (its writes fail: a full disk, here its file size limit, `ulimit -f 0`), has its launches
+    in no summary and its ranges in no trace. Its running marker stays (empty: its line could
+    not be written either), and ci-smoke-profile fails naming it; the shim used to remove the
+    marker whatever the summary's fate, and the verdict was OK on the other processes' counts,
+    or, with --allow-no-ranges, on none."""
+    program = launch_driver()
+    lost = "launched CUDA graphs and ended without its launch summary"
+    # One process writes, then a worker cannot.
+    done = ci_smoke("--", "sh", "-c", '"$0" --iters 3 && echo "worker=$$" && ulimit -f 0 && '
+                    'exec "$0" --iters 50', program, cwd=tmp)
+    worker = re.search(r"worker=(\d+)", done.stdout)
+    expect(worker and done.stdout.count("launches=") == 2, "the workload did not run", done)
+    expect_verdict(done, False, f"process {worker[1]} ('?') {lost}")
+    expect(done.returncode == 1, "exit status 1", done)
+    # The only process, with --allow-no-ranges: still a failure, not "0 ranges ... OK".
+    done = ci_smoke("--allow-no-ranges", "--", "sh", "-c",
+                    'echo "worker=$$" && ulimit -f 0 && exec "$0" --iters 5', program, cwd=tmp)
+    worker = re.search(r"worker=(\d+)", done.stdout)
+    expect(worker, "the workload did not run", done)
+    expect_verdict(done, False, f"process {worker[1]} ('?') {lost}")
+    # The same limit, generous enough for the summary (not for the trace): the marker goes, and
+    # the missing trace fails the run on its own grounds, without naming a lost process.
+    done = ci_smoke("--", "sh", "-c", 'ulimit -f 2 && exec "$0" --iters 5', program, cwd=tmp)
+    expect_verdict(done, False, "no trace was written")
+    expect(lost not in done.stdout, "a process whose summary was written was called lost", done)
+
+
 # ---- nsys -----------------------------------------------------------------------------------
 
 def test_nsys_command_line(tmp):
