@@ -41,8 +41,11 @@ extern "C" {
  * copied; control bytes and malformed UTF-8 become '?', and it is cut at 127 bytes. Two
  * graphs the program names alike share the name. Call it after instantiating; the name
  * lasts until the graph is destroyed.
- * Returns 0 on success (also when the shim is switched off with FERRUM_REPLAY=off),
- * -EINVAL for a null handle or name, -ENOSPC when the shim's registry is full. */
+ * Returns 0 when the shim took the name; -EINVAL for a null handle or name (whatever the
+ * shim's state); -ENOTSUP when the shim names nothing in this process: switched off
+ * (FERRUM_REPLAY=off), or passing every launch through because no NVTX tool is attached and
+ * no FERRUM_REPLAY_SUMMARY is asked for (`ferrum-replay run` alone); -ENOSPC when the shim's
+ * registry is full. A program that only names may ignore the result. */
 int ferrum_replay_name_graph_exec(void *graph_exec, const char *name);
 
 typedef int (*ferrum_replay_name_graph_exec_fn)(void *graph_exec, const char *name);

@@ -184,10 +184,15 @@ extern "C" {
 
 // ---- the program's own names ----
 
+// The header's contract: 0 only when the name was taken. A null handle or name is refused
+// whatever the shim's state; a shim that names nothing in this process (FERRUM_REPLAY=off, or
+// no NVTX tool and no summary: every launch passes through) says so, -ENOTSUP, as GPU timing's
+// functions do when it is off. (It used to return 0 there, null handle included: the
+// program, and Python's name(), took a name nothing would ever show for taken.)
 __attribute__((visibility("default"))) int ferrum_replay_name_graph_exec(void *graph_exec,
                                                                          const char *name) {
-  if (!ferrum_replay::shim::shim_active())
-    return 0;  // FERRUM_REPLAY=off: nothing to name, not an error
+  if (!graph_exec || !name) return -EINVAL;
+  if (!ferrum_replay::shim::shim_active()) return -ENOTSUP;
   return ferrum_replay::shim::name_graph_exec(graph_exec, name);
 }
 

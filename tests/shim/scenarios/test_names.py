@@ -240,6 +240,8 @@ def scope_names():
     expect(f"launches={SCOPE_LAUNCHES} failed=0" in run_.stdout, "launches", run_)
     expect("push17=-28 pops=0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0, pop_empty=-22 push_null=-22 "
            "pop_null=0" in run_.stdout, "the scope's return codes", run_)
+    expect("name_explicit=0 name_null_handle=-22 name_null_name=-22" in run_.stdout,
+           "ferrum_replay_name_graph_exec's return codes", run_)
     scoped, others = scoped_names(run_)
     expect(scoped == SCOPED, f"scoped graphs {scoped}, expected {SCOPED}", run_)
     counts = counts_by_name(run_)
@@ -254,6 +256,27 @@ def scope_names():
     expect(bare.returncode == 0 and "scope: absent" in bare.stdout
            and f"launches={SCOPE_LAUNCHES} failed=0" in bare.stdout, "fails without the shim",
            bare)
+
+
+def names_not_taken():
+    """ferrum_replay_name_graph_exec returns 0 only when the shim took the name (the header's
+    contract). Preloaded but naming nothing — no NVTX tool and no summary (`ferrum-replay run`
+    alone: every launch passes through), or FERRUM_REPLAY=off — it is -ENOTSUP; a null handle
+    or name is -EINVAL whatever the shim's state. It used to return 0 for everything there,
+    null handle included. With only a summary asked, the shim is at work: the name is taken
+    and the summary shows it."""
+    not_taken = "name_explicit=-95 name_null_handle=-22 name_null_name=-22"
+    for label, record, env in (("no tool, no summary", False, {}),
+                               ("FERRUM_REPLAY=off", True, {"FERRUM_REPLAY": "off"})):
+        run_ = run([path_of("NAME_SCOPES")], record=record, env=env)
+        expect(run_.returncode == 0 and "scope: present" in run_.stdout and
+               f"launches={SCOPE_LAUNCHES} failed=0" in run_.stdout, f"{label}: program", run_)
+        expect(not_taken in run_.stdout, f"{label}: expected {not_taken!r}", run_)
+    run_ = run([path_of("NAME_SCOPES")], record=False, env={"FERRUM_REPLAY_SUMMARY": "stderr"})
+    expect("name_explicit=0 name_null_handle=-22 name_null_name=-22" in run_.stdout,
+           "only a summary: the name is taken, a null one refused", run_)
+    expect(re.search(r"^\s+\d+\s+5\s+0\s+0\s+explicit$", run_.stderr, re.M),
+           "only a summary: the summary does not show the name taken", run_)
 
 
 def scope_beats_names_file():
@@ -286,7 +309,7 @@ def python_package_names():
     run_ = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV)
     expect(run_.returncode == 0 and "available=True" in run_.stdout
            and "named=True,True,True" in run_.stdout and "typeerrors=3" in run_.stdout
-           and "rejected=4" in run_.stdout
+           and "rejected=4" in run_.stdout and "null=False" in run_.stdout
            and f"launches={PACKAGE_LAUNCHES} failed=0" in run_.stdout, "program", run_)
     counts = counts_by_name(run_)
     named = {n: c for n, c in counts.items() if n in PACKAGE_NAMED}
@@ -299,9 +322,16 @@ def python_package_names():
     bare = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV, preload=False, record=False)
     expect(bare.returncode == 0 and "available=False" in bare.stdout
            and "named=False,False,False" in bare.stdout and "typeerrors=3" in bare.stdout
-           and "rejected=4" in bare.stdout
+           and "rejected=4" in bare.stdout and "null=False" in bare.stdout
            and f"launches={PACKAGE_LAUNCHES} failed=0" in bare.stdout and not bare.stderr,
            "without the shim", bare)
+    # Preloaded but naming nothing (`ferrum-replay run` with no tool and no summary): the shim
+    # is there, and name() says False for each name it did not take (it said True).
+    idle = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV, record=False)
+    expect(idle.returncode == 0 and "available=True" in idle.stdout
+           and "named=False,False,False" in idle.stdout and "null=False" in idle.stdout
+           and f"launches={PACKAGE_LAUNCHES} failed=0" in idle.stdout,
+           "preloaded, no tool and no summary: name() must not say it took a name", idle)
 
 
 def names_file():
@@ -469,7 +499,7 @@ SCENARIOS = {f.__name__: f for f in (
     runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, python_package_names,
-    scope_names,
+    scope_names, names_not_taken,
     scope_beats_names_file, names_file,
     names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
     message_template, template_collisions_stay_apart, content_names, summary_file)}

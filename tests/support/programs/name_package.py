@@ -20,7 +20,7 @@ Output: `available=<True|False>`, `named=<name()'s answers, comma-separated>`,
 `typeerrors=<count of the 3 bad calls that raised TypeError>`, `rejected=<count of the 4 bad
 values refused as they must be: a handle 2**64 above graph 8's and a negative one
 (OverflowError), a name with a NUL given to name() and to graph_name() (ValueError)>`,
-`launches=<N> failed=<F>`.
+`null=<name()'s answer for a null handle, 0>`, `launches=<N> failed=<F>`.
 Exit status 0, or 1 on a CUDA error.
 
     PYTHONPATH=python python3 name_package.py
@@ -118,6 +118,7 @@ def main():
     print("named=" + ",".join(str(n) for n in named))
     print(f"typeerrors={typeerrors}")
     print(f"rejected={rejected}")
+    print(f"null={ferrum_replay.name(0, 'null')}")
     print(f"launches={launches} failed={failed}", flush=True)
     return 0 if failed == 0 else 1
 

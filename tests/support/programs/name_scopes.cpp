@@ -15,7 +15,9 @@
 // and runs unchanged without it.
 //
 // Output: `scope: present` or `scope: absent`, then (present) `push17=<rc> pops=<rcs>
-// pop_empty=<rc> push_null=<rc> pop_null=<rc>`, then `launches=<N> failed=<F>`.
+// pop_empty=<rc> push_null=<rc> pop_null=<rc>` and `name_explicit=<rc> name_null_handle=<rc>
+// name_null_name=<rc>` (ferrum_replay_name_graph_exec's results: graph 4 named "explicit", a
+// null handle, a null name), then `launches=<N> failed=<F>`.
 // Exit status 0, or 1 when a CUDA call fails.
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -97,6 +99,7 @@ int main() {
 
   std::vector<CUgraphExec> execs;
   std::string codes;
+  int name_explicit = 0;
   execs.push_back(instantiate_with_driver());
   {
     ferrum_replay::ScopedGraphName outer("outer");
@@ -106,7 +109,7 @@ int main() {
     execs.push_back(instantiate_through_procaddress());
     if (present) g_pop();
     execs.push_back(instantiate_with_driver());
-    if (present) g_name(execs.back(), "explicit");
+    if (present) name_explicit = g_name(execs.back(), "explicit");
     std::thread([&execs] { execs.push_back(instantiate_with_driver()); }).join();
   }
   if (present) {
@@ -121,6 +124,8 @@ int main() {
     const int pop_null = g_pop();
     std::printf("push17=%d pops=%s pop_empty=%d push_null=%d pop_null=%d\n", push17, pops.c_str(),
                 pop_empty, push_null, pop_null);
+    std::printf("name_explicit=%d name_null_handle=%d name_null_name=%d\n", name_explicit,
+                g_name(nullptr, "null"), g_name(execs[0], nullptr));
   } else {
     execs.push_back(instantiate_with_driver());
   }
