@@ -2434,7 +2434,8 @@ def cmd_check(args):
         else:
             failures.append(f"process {pid} ({quoted(program)}) launched CUDA graphs and ended "
                             "without its launch summary (killed by a signal, _exit, or replaced "
-                            f"by exec): its launches are missing from the profile{more}")
+                            "by exec; or its summary could not be written: a full disk, a file "
+                            f"size limit): its launches are missing from the profile{more}")
     if not args.nsys_stats:
         later = later_namesakes(args.traces)
         if later:
