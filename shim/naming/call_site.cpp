@@ -61,12 +61,17 @@ int read_unloads(dl_phdr_info *info, size_t size, void *unloads) {
   return 1;  // the counters are the same in every entry: the first one is enough
 }
 
-// Empties the cache when a module was unloaded since it was filled. Under the cache mutex.
+// Empties the cache when a module was unloaded since it was filled. The count is read before
+// the cache mutex is taken: dl_iterate_phdr takes the loader's lock, which is held while a
+// callback of another thread's dl_iterate_phdr runs — and that callback may instantiate a
+// graph, whose walk would then wait for the cache mutex.
 void forget_unloaded_modules() {
   unsigned long long unloads = 0;
   dl_iterate_phdr(read_unloads, &unloads);
+  pthread_mutex_lock(&g_cache_mutex);
   if (unloads != g_cache_unloads && g_cache) memset(g_cache, 0, kCacheSize * sizeof(CachedSite));
   g_cache_unloads = unloads;
+  pthread_mutex_unlock(&g_cache_mutex);
 }
 
 bool cached_site(uintptr_t address, char *out, size_t out_size) {
@@ -169,9 +174,7 @@ const char *module_file(const link_map *module) {
 // descriptor of its own) and names a frame by the dynamic symbol that covers it, else by the
 // module's full symbol table (elf_symbols.hpp: local functions), else module+offset.
 void walk_stack(const char *skip_prefixes, char *out, size_t out_size) {
-  pthread_mutex_lock(&g_cache_mutex);
   forget_unloaded_modules();
-  pthread_mutex_unlock(&g_cache_mutex);
   void *frames[kMaxFrames];
   const int count = backtrace(frames, kMaxFrames);
   for (int i = 1; i < count; ++i) {

@@ -44,7 +44,7 @@ union SettingsStorage {
 };
 constinit SettingsStorage g_settings_storage;
 constexpr Settings &g_settings = g_settings_storage.value;
-std::atomic<int> g_settings_state{0};  // 0: unread, 1: being read, 2: read
+std::atomic<int> g_settings_state{0};  // 2: read (a reader claims g_settings_reader first)
 
 // Set while this thread activates: NVTX attaches its tool inside nvtxDomainCreateA, and a
 // tool (Nsight's injection) may call CUDA from there. Such a re-entrant launch passes through.
@@ -173,7 +173,7 @@ void short_pause() {
 
 // The process whose thread activates. A fork() child of it made meanwhile has the phase
 // `activating` and no thread that will ever end it: its launches must not wait for one.
-// (0 until the activating thread has noted it, moments after taking the phase.)
+// (0 until a thread claims the activation: the claim itself.)
 std::atomic<pid_t> g_activating_process{0};
 
 uint64_t monotonic_ns() {
@@ -194,32 +194,40 @@ bool activate_slow() {
   // the names file, logs; the others wait below (nanosleep): a launch is not a cancellation
   // point, so none of this may act on the program's cancellation request (no_cancel.hpp).
   const common::NoCancel no_cancel;
-  Phase expected = Phase::untouched;
-  if (g_phase.compare_exchange_strong(expected, Phase::activating, std::memory_order_acq_rel)) {
+  // The claim carries the claiming process: a fork() child made at any moment after it knows
+  // that the activating thread is not among its own (a claim and a pid stored apart left a
+  // window where the child saw the claim without the pid, and waited on every launch).
+  const pid_t self = getpid();
+  pid_t unclaimed = 0;
+  if (g_activating_process.compare_exchange_strong(unclaimed, self, std::memory_order_acq_rel)) {
+    g_phase.store(Phase::activating, std::memory_order_release);
     t_activating = true;
-    g_activating_process.store(getpid(), std::memory_order_release);
     common::note_own_process();  // own_process.hpp: the state made from here on is ours
     phase = activate();
     t_activating = false;
     g_phase.store(phase, std::memory_order_release);
     return phase == Phase::active;
   }
-  // Another thread is activating. Wait for it so that this launch gets its range too, but
-  // never forever: after 2 s (a tool stuck in its init) pass this launch through instead.
-  // In a fork() child of the activating process that thread is gone: the child passes
-  // through from then on (what the tool had half set up in it is not to be used).
+  // Another thread is activating (the phase may still read `untouched` for a moment). Wait for
+  // it so that this launch gets its range too, but never forever: after 2 s (a tool stuck in
+  // its init) pass this launch through instead. In a fork() child of the activating process
+  // that thread is gone: the child passes through from then on (what the tool had half set up
+  // in it is not to be used).
   uint64_t deadline = 0;
   for (int spin = 0;; ++spin) {
     phase = g_phase.load(std::memory_order_acquire);
-    if (phase != Phase::activating) return phase == Phase::active;
+    if (phase == Phase::active || phase == Phase::pass_through) return phase == Phase::active;
     if (spin < 64) {
       sched_yield();
       continue;
     }
-    const pid_t activating = g_activating_process.load(std::memory_order_acquire);
-    if (activating != 0 && activating != getpid()) {
-      expected = Phase::activating;
-      if (g_phase.compare_exchange_strong(expected, Phase::pass_through, std::memory_order_acq_rel))
+    if (g_activating_process.load(std::memory_order_acquire) != self) {
+      Phase expected = phase;
+      while (expected != Phase::active && expected != Phase::pass_through &&
+             !g_phase.compare_exchange_weak(expected, Phase::pass_through,
+                                            std::memory_order_acq_rel)) {
+      }
+      if (expected != Phase::active && expected != Phase::pass_through)
         log_line(LogLevel::info,
                  "forked while another thread was activating: this process passes through");
       return g_phase.load(std::memory_order_acquire) == Phase::active;
@@ -254,28 +262,29 @@ void read_into_settings() {
   g_settings_state.store(2, std::memory_order_release);
 }
 
-// The process whose thread reads the settings (0 until it has noted it).
+// The process whose thread reads the settings (0 until a thread claims the reading).
 std::atomic<pid_t> g_settings_reader{0};
 
 }  // namespace
 
 const Settings &settings() {
   if (__builtin_expect(g_settings_state.load(std::memory_order_acquire) == 2, 1)) return g_settings;
-  int expected = 0;
-  if (g_settings_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-    g_settings_reader.store(getpid(), std::memory_order_release);
+  // The claim to read them carries the reading process (as the activation's does): a fork()
+  // child made at any moment after it finds the reader gone and reads them itself, for the
+  // child; the threads of the reading process wait. Reading takes microseconds (a warning to
+  // a full stderr pipe waits at most 2 s: support/log.cpp) and calls nothing that could come
+  // back here.
+  const pid_t self = getpid();
+  pid_t reader = 0;
+  if (g_settings_reader.compare_exchange_strong(reader, self, std::memory_order_acq_rel)) {
     read_into_settings();
     return g_settings;
   }
-  // Reading takes microseconds (a warning to a full stderr pipe waits at most 2 s: support/log.cpp)
-  // and calls nothing that could come back here. In a fork() child made meanwhile the reading
-  // thread is gone: one of the child's threads reads them again, for the child.
   for (int spin = 0; g_settings_state.load(std::memory_order_acquire) != 2; ++spin) {
     sched_yield();
     if (spin < 64 || spin % 64 != 0) continue;
-    pid_t reader = g_settings_reader.load(std::memory_order_acquire);
-    const pid_t self = getpid();
-    if (reader != 0 && reader != self &&
+    reader = g_settings_reader.load(std::memory_order_acquire);
+    if (reader != self &&
         g_settings_reader.compare_exchange_strong(reader, self, std::memory_order_acq_rel)) {
       read_into_settings();
       break;
