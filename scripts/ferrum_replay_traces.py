@@ -2764,6 +2764,8 @@ class _GuardedOutput:
 def run_main():
     """main(), with standard output that fails said in one line instead of a traceback: exit 1
     (a verdict that was not written is no pass), never 0."""
+    if sys.stdout is None:  # started with standard output closed: print() writes nowhere
+        return main()
     out = sys.stdout = _GuardedOutput(sys.stdout)
     status = main()
     out.flush()

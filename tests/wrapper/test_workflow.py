@@ -738,7 +738,7 @@ def test_process_lost_after_launch(tmp):
         expect(child, f"{end}: the child reports", done)
         expect_verdict(done, False, f"process {child[1]} ('python3') launched CUDA graphs and "
                                     "ended without its launch summary (killed by a signal, "
-                                    "_exit, or replaced by exec)")
+                                    "_exit, or replaced by exec;")
         expect(done.returncode == 1, f"{end}: exit status 1", done)
     # The same ends with nothing launched in that child, or a normal exit: OK.
     for end in ("kill", "exec"):
@@ -1199,12 +1199,19 @@ def test_python_environment_is_the_programs(tmp):
     os.mkdir(bindir)
     os.symlink(old, os.path.join(bindir, "python3"))
     path = bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
-    for args in (["record", "-o", "old.json", "--", "sh", "-c", "echo program ran"],
-                 ["summary", "t.json"], ["check", "t.json"]):
+    for args in (["summary", "t.json"], ["check", "t.json"]):
         done = wrapper(*args, cwd=project, env={"PATH": path})
         expect(done.returncode == 2 and len(done.stderr.splitlines()) == 1 and
                "ferrum-replay needs 3.7 or newer" in done.stderr,
                f"{args[0]} with {old}: one line naming the version", done)
+    # record runs the program all the same: the helper's steps are optional for it.
+    for out in (["-o", "old.json"], []):
+        done = wrapper("record", *out, "--", "sh", "-c", "echo program ran; exit 5", cwd=project,
+                       env={"PATH": path})
+        expect(done.returncode == 5 and "program ran" in done.stdout and
+               done.stderr.count("ferrum-replay needs 3.7 or newer") == 1 and
+               "Traceback" not in done.stderr,
+               f"record {out} with {old}: the program runs, one line naming the version", done)
 
 
 def test_demo(tmp):
@@ -1890,7 +1897,8 @@ def test_check_counts_dropped_ranges(tmp):
 
 def test_judges_output_failure(tmp):
     """summary, check and compare whose standard output cannot be written (a full disk,
-    /dev/full) say so in one line and exit 1, never 0, never a traceback."""
+    /dev/full) say so in one line and exit 1, never 0, never a traceback; with it closed they
+    give their verdict as their exit status, and record runs the program."""
     trace = make_trace(os.path.join(tmp, "t.json"), "--ranges", 40, "--graphs", 2, cwd=tmp)
     other = make_trace(os.path.join(tmp, "u.json"), "--ranges", 40, "--graphs", 2,
                        "--origin-ns", 1_700_000_000_000_000_000, cwd=tmp)
@@ -1901,6 +1909,20 @@ def test_judges_output_failure(tmp):
         expect(done.returncode == 1 and "Traceback" not in done.stderr and
                "cannot write to standard output: No space left on device" in done.stderr,
                f"{args[0]} > /dev/full: exit {done.returncode}: {done.stderr}")
+    # Standard output closed (a daemon, a CI step): the verdict is the exit status, and
+    # record runs the program and passes its status on.
+    closed = {"stdout": subprocess.DEVNULL}
+    for args, status in ((["summary", trace], 0), (["check", "--expect-total", "40", trace], 0),
+                         (["check", "--expect-total", "41", trace], 1),
+                         (["compare", trace, other], 0),
+                         (["record", "--", "sh", "-c", "exit 7"], 7),
+                         (["record", "-o", "out/", "--", "sh", "-c", "exit 7"], 7)):
+        done = subprocess.run(["/bin/sh", "-c", 'exec "$@" >&-', "sh", WRAPPER, *args], cwd=tmp,
+                              env=base_env(), stderr=subprocess.PIPE, text=True, timeout=60,
+                              **closed)
+        expect(done.returncode == status and "Traceback" not in done.stderr,
+               f"{' '.join(args[:2])} >&-: exit {done.returncode} (expected {status}): "
+               f"{done.stderr}")
 
 
 def max_rss_kb(argv, cwd):
