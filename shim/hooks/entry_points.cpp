@@ -192,7 +192,14 @@ extern "C" {
 __attribute__((visibility("default"))) int ferrum_replay_name_graph_exec(void *graph_exec,
                                                                          const char *name) {
   if (!graph_exec || !name) return -EINVAL;
-  if (!ferrum_replay::shim::shim_active()) return -ENOTSUP;
+  if (!ferrum_replay::shim::shim_active()) {
+    // Passing through for good, or not started yet: another thread's start took over 2 s (a
+    // tool slow to initialise), or this call came from inside it. The second is no promise
+    // that names are ignored: -EAGAIN, so that a program may try again.
+    namespace detail = ferrum_replay::shim::detail;
+    return detail::g_phase.load(std::memory_order_acquire) == detail::Phase::pass_through ? -ENOTSUP
+                                                                                          : -EAGAIN;
+  }
   return ferrum_replay::shim::name_graph_exec(graph_exec, name);
 }
 
