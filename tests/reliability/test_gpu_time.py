@@ -89,17 +89,18 @@ def primary_end_spares_created_contexts():
 
 
 def burst_exhausts_pool():
-    """3000 replays of a 20 ms graph queued at once on one stream (the stand-in's launch queue
-    holds them all): no launch waits (each well under one replay's 20 ms), the first 1024 (the
+    """3000 replays of a 200 ms graph queued at once on one stream (the stand-in's launch queue
+    holds them all): no launch waits (each well under one replay's 200 ms), the first 1024 (the
     pool) are timed or in flight, the rest counted as not timed (pool exhausted); the process
-    exits without waiting for the GPU."""
-    run_ = program("burst", 3000, env={"FERRUM_STANDIN_GRAPH_NS": "20000000",
+    exits without waiting for the GPU. (With 20 ms replays and a 10 ms bound, a launch
+    preempted for 16 ms on a loaded 2-core machine read as one that waited.)"""
+    run_ = program("burst", 3000, env={"FERRUM_STANDIN_GRAPH_NS": "200000000",
                                        "FERRUM_STANDIN_LAUNCH_QUEUE": "4096"}, timeout=60)
     expect(run_.returncode == 0 and "launches=3000 failed=0" in run_.stdout, "program failed",
            run_)
     fields = dict(part.split("=") for part in run_.stdout.split() if "=" in part)
     slowest_ms = int(fields["max_launch_ns"]) / 1e6
-    expect(slowest_ms < 10, f"the slowest launch took {slowest_ms:.3f} ms: a launch waited", run_)
+    expect(slowest_ms < 100, f"the slowest launch took {slowest_ms:.3f} ms: a launch waited", run_)
     expect(run_.seconds < 15, f"the process took {run_.seconds:.1f} s to exit", run_)
     gpu = one_summary(run_).gpu
     # The pool's 1024 pairs in flight (a slow loop may see the first replays finish and their
