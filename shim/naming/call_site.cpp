@@ -10,15 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <atomic>
-
 #include "naming/elf_symbols.hpp"
 #include "naming/symbol_names.hpp"
 #include "no_cancel.hpp"
 #include "resolve/cuda_libraries.hpp"
-#include "resolve/libc_symbols.hpp"
 #include "resolve/real_functions.hpp"
-#include "support/log.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum_replay::shim {
