@@ -161,7 +161,9 @@ bool try_frame(uintptr_t address, const char *skip_prefixes, char *out, size_t o
 
 // The file of the module a frame is in: the loader's name for it, or for the program itself
 // (whose loader name is empty, and whose dli_fname is argv[0] as given: relative to a directory
-// it may have left) the file the kernel ran.
+// it may have left) the file the kernel ran. The loader's name may name another file by now (a
+// relative path after a chdir, a library replaced on disk): symtab_function_name reads it only
+// when it carries the loaded module's build ID.
 const char *module_file(const link_map *module) {
   return module->l_name && module->l_name[0] ? module->l_name : "/proc/self/exe";
 }
@@ -187,8 +189,9 @@ void walk_stack(const char *skip_prefixes, char *out, size_t out_size) {
                     else if (dladdr1(reinterpret_cast<void *>(address), &info,
                                      reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP) &&
                              map &&
-                             symtab_function_name(module_file(map), map->l_addr, address, local,
-                                                  sizeof local))
+                             symtab_function_name(module_file(map),
+                                                  loaded_build_id(map->l_addr, map->l_name),
+                                                  map->l_addr, address, local, sizeof local))
                       name = local;
                     readable_symbol_name(name, symbol, size);
                   }))

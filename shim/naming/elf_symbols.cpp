@@ -15,6 +15,7 @@ namespace {
 // far beyond any real one (a large executable has a few hundred thousand).
 constexpr uint64_t kMaxSymbols = uint64_t{16} << 20;
 constexpr size_t kSymbolsPerRead = 40;  // 960 bytes of stack: threads may have the smallest
+constexpr uint64_t kMaxNoteSegment = 64 * 1024;  // a loaded module's notes: a few hundred bytes
 
 bool read_at(int fd, void *buffer, size_t size, uint64_t offset) {
   auto *bytes = static_cast<unsigned char *>(buffer);
@@ -39,13 +40,70 @@ bool covers(const ElfW(Sym) & symbol, uint64_t address) {
   return address >= symbol.st_value && address - symbol.st_value < size;
 }
 
-bool search(int fd, uint64_t file_size, uint64_t address, char *out, size_t out_size) {
+// Notes are aligned to 4 bytes, or to 8 in a section or segment aligned so (gABI).
+size_t note_alignment(uint64_t section_or_segment_alignment) {
+  return section_or_segment_alignment == 8 ? 8 : 4;
+}
+
+size_t aligned(size_t size, size_t alignment) {
+  return (size + alignment - 1) & ~(alignment - 1);
+}
+
+// The NT_GNU_BUILD_ID note among the notes of one note section or segment, into `out`.
+bool find_build_id(const unsigned char *notes, size_t size, size_t alignment, BuildId &out) {
+  size_t at = 0;
+  while (size - at >= sizeof(ElfW(Nhdr))) {
+    ElfW(Nhdr) note;
+    memcpy(&note, notes + at, sizeof note);
+    at += sizeof note;
+    const size_t name_size = aligned(note.n_namesz, alignment);
+    if (name_size > size - at) return false;
+    const unsigned char *name = notes + at;
+    at += name_size;
+    if (note.n_descsz > size - at) return false;
+    if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == sizeof "GNU" &&
+        memcmp(name, "GNU", sizeof "GNU") == 0) {
+      if (note.n_descsz == 0 || note.n_descsz > sizeof out.bytes) return false;
+      memcpy(out.bytes, notes + at, note.n_descsz);
+      out.size = note.n_descsz;
+      return true;
+    }
+    const size_t description_size = aligned(note.n_descsz, alignment);
+    if (description_size > size - at) return false;
+    at += description_size;
+  }
+  return false;
+}
+
+// Whether the file carries the build ID `loaded`, in a note section. A build-ID section is 36
+// bytes (a 20-byte SHA-1) to 100; larger note sections (properties, ABI tags) are not read.
+// Its own frame, apart from the symbol search's buffer: threads may have the smallest stacks.
+__attribute__((noinline)) bool file_has_build_id(int fd, const ElfW(Ehdr) & header,
+                                                 const BuildId &loaded) {
+  for (unsigned i = 0; i < header.e_shnum; ++i) {
+    ElfW(Shdr) section;
+    if (!read_at(fd, &section, sizeof section, header.e_shoff + uint64_t{i} * sizeof section))
+      return false;
+    unsigned char notes[256];
+    BuildId found;
+    if (section.sh_type == SHT_NOTE && section.sh_size <= sizeof notes &&
+        read_at(fd, notes, static_cast<size_t>(section.sh_size), section.sh_offset) &&
+        find_build_id(notes, static_cast<size_t>(section.sh_size),
+                      note_alignment(section.sh_addralign), found))
+      return found.size == loaded.size && memcmp(found.bytes, loaded.bytes, found.size) == 0;
+  }
+  return false;
+}
+
+bool search(int fd, uint64_t file_size, const BuildId &loaded, uint64_t address, char *out,
+            size_t out_size) {
   ElfW(Ehdr) header;
   if (!read_at(fd, &header, sizeof header, 0) || memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
       header.e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
       header.e_shentsize != sizeof(ElfW(Shdr)) || header.e_shnum == 0 ||
       header.e_shoff >= file_size)
     return false;
+  if (loaded.size && !file_has_build_id(fd, header, loaded)) return false;
   ElfW(Shdr) symbols{}, names{};
   bool found_table = false;
   for (unsigned i = 0; i < header.e_shnum && !found_table; ++i) {
@@ -88,10 +146,40 @@ bool search(int fd, uint64_t file_size, uint64_t address, char *out, size_t out_
   return out[0] != '\0';
 }
 
+struct BuildIdQuery {
+  uintptr_t load_bias;
+  const char *loader_name;
+  BuildId *out;
+};
+
+// dl_iterate_phdr's callback: the build ID in the notes of the module asked for. Its note
+// segments lie inside its loaded (readable) segments.
+int read_loaded_build_id(dl_phdr_info *info, size_t, void *data) {
+  const auto &query = *static_cast<const BuildIdQuery *>(data);
+  const char *name = info->dlpi_name ? info->dlpi_name : "";
+  if (info->dlpi_addr != query.load_bias || strcmp(name, query.loader_name) != 0) return 0;
+  for (unsigned i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr) &segment = info->dlpi_phdr[i];
+    if (segment.p_type == PT_NOTE && segment.p_memsz <= kMaxNoteSegment &&
+        find_build_id(reinterpret_cast<const unsigned char *>(info->dlpi_addr + segment.p_vaddr),
+                      static_cast<size_t>(segment.p_memsz), note_alignment(segment.p_align),
+                      *query.out))
+      break;
+  }
+  return 1;  // found the module: stop
+}
+
 }  // namespace
 
-bool symtab_function_name(const char *module_path, uintptr_t load_bias, uintptr_t address,
-                          char *out, size_t out_size) {
+BuildId loaded_build_id(uintptr_t load_bias, const char *loader_name) {
+  BuildId id;
+  BuildIdQuery query{load_bias, loader_name ? loader_name : "", &id};
+  dl_iterate_phdr(read_loaded_build_id, &query);
+  return id;
+}
+
+bool symtab_function_name(const char *module_path, const BuildId &loaded, uintptr_t load_bias,
+                          uintptr_t address, char *out, size_t out_size) {
   if (!module_path || !*module_path || out_size < 2 || address < load_bias) return false;
   // Our own descriptor, for the length of this call: O_NONBLOCK so that a path that is not a
   // regular file (a FIFO planted where a module was) is never waited on, checked below.
@@ -100,7 +188,7 @@ bool symtab_function_name(const char *module_path, uintptr_t load_bias, uintptr_
   struct stat file {};
   const bool found =
       fstat(fd, &file) == 0 && S_ISREG(file.st_mode) &&
-      search(fd, static_cast<uint64_t>(file.st_size), address - load_bias, out, out_size);
+      search(fd, static_cast<uint64_t>(file.st_size), loaded, address - load_bias, out, out_size);
   close(fd);
   if (!found) out[0] = '\0';
   return found;

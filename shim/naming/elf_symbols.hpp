@@ -10,11 +10,25 @@
 
 namespace ferrum_replay::shim {
 
+// A module's GNU build ID (the linker's NT_GNU_BUILD_ID note): what tells the file a module was
+// loaded from apart from whatever its path names now. `size` 0: none known.
+struct BuildId {
+  unsigned char bytes[64];
+  size_t size = 0;
+};
+
+// The build ID of the module the loader loaded at `load_bias` under `loader_name` (link_map's
+// l_addr and l_name), read from its notes in memory; size 0 when it has none.
+BuildId loaded_build_id(uintptr_t load_bias, const char *loader_name);
+
 // The (mangled) name of the function symbol of `module_path`'s .symtab that covers `address`
 // in a module loaded at `load_bias` (link_map::l_addr), into `out`. A symbol without a size
 // covers only its first byte. False when the file cannot be read, is not an ELF file of this
-// process's class, has no .symtab (stripped), or no function there covers the address.
-bool symtab_function_name(const char *module_path, uintptr_t load_bias, uintptr_t address,
-                          char *out, size_t out_size);
+// process's class, has no .symtab (stripped), or no function there covers the address — and,
+// when `loaded` has a build ID, when the file does not carry the same one: the path may name
+// another file by now (a library replaced on disk by an upgrade while the program runs, a
+// relative path after a chdir), whose symbols are not the loaded module's.
+bool symtab_function_name(const char *module_path, const BuildId &loaded, uintptr_t load_bias,
+                          uintptr_t address, char *out, size_t out_size);
 
 }  // namespace ferrum_replay::shim

@@ -104,6 +104,33 @@ def sites_after_unload():
            f"each plugin's graph named after its own function: {counts}", run_)
 
 
+def sites_of_moved_modules():
+    """A loaded plugin whose path names another build of it by the time a graph is
+    instantiated inside (a library upgraded on disk while the program runs; a relative dlopen
+    path after a chdir): the graph is never named after a function of the file now at the path
+    ('site_in_other_build'), only after its own function or as module+offset."""
+    for mode in ("replaced", "chdir"):
+        with tempfile.TemporaryDirectory(prefix="ferrum-moved-") as tmp:
+            loaded_dir, other_dir = os.path.join(tmp, "loaded"), os.path.join(tmp, "other")
+            os.mkdir(loaded_dir)
+            os.mkdir(other_dir)
+            plugin = os.path.join(loaded_dir, "plugin.so")
+            shutil.copy(path_of("LOADED_BUILD_PLUGIN"), plugin)
+            newer = os.path.join(other_dir, "plugin.so")
+            shutil.copy(path_of("OTHER_BUILD_PLUGIN"), newer)
+            args = [plugin, newer] if mode == "replaced" else [loaded_dir, other_dir]
+            run_ = run([path_of("MOVED_MODULE_SITES"), mode, *args, str(ITERS)])
+            expect(run_.returncode == 0, f"{mode}: program failed", run_)
+            counts = counts_by_name(run_)
+            expect(sum(counts.values()) == ITERS and len(counts) == 1,
+                   f"{mode}: one graph, every launch in a range: {counts}", run_)
+            (name,) = counts
+            expect("site_in_other_build" not in name,
+                   f"{mode}: named after the file now at the path: {name!r}", run_)
+            expect("site_in_loaded_build" in name or re.fullmatch(r"plugin\.so\+0x[0-9a-f]+", name),
+                   f"{mode}: neither its own function nor module+offset: {name!r}", run_)
+
+
 def ctypes_call_sites():
     """Graphs instantiated from Python through ctypes: the FFI layers (libffi's call stub,
     the _ctypes module) are skipped like the CUDA libraries, so no graph is named after an
@@ -495,7 +522,7 @@ def summary_file():
 
 SCENARIOS = {f.__name__: f for f in (
     call_site_names, stripped_binary_sites, site_past_symbol_end, sites_after_unload,
-    ctypes_call_sites,
+    sites_of_moved_modules, ctypes_call_sites,
     runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, python_package_names,

@@ -2,10 +2,12 @@
 // made here: the function that covers an address, and every way a file can be short, odd or
 // not an ELF file at all — each a plain "not found", never a crash, a wait or a read past the
 // buffer.
+#include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,13 +18,17 @@
 
 #include "naming/elf_symbols.hpp"
 
+using ferrum_replay::shim::BuildId;
+using ferrum_replay::shim::loaded_build_id;
 using ferrum_replay::shim::symtab_function_name;
 
 namespace {
 
-// An ELF file of this process's class with three sections: none, .symtab, .strtab.
+// An ELF file of this process's class with three sections: none, .symtab, .strtab; and a
+// fourth, a build-ID note, when `build_id` is set.
 struct ElfImage {
   std::string names = std::string("\0first\0local_fn\0data\0nosize\0", 29);
+  std::string build_id;
   std::vector<ElfW(Sym)> symbols;
   ElfW(Ehdr) header{};
   ElfW(Shdr) sections[3]{};
@@ -47,15 +53,33 @@ struct ElfImage {
     symbol.st_size = size;
     symbols.push_back(symbol);
   }
-  // Header, then the symbols, the names and the section headers.
+  // The note as a linker writes it: header, "GNU", the ID, each padded to 4 bytes.
+  std::string note() const {
+    ElfW(Nhdr) header{4, static_cast<ElfW(Word)>(build_id.size()), NT_GNU_BUILD_ID};
+    std::string out(reinterpret_cast<const char *>(&header), sizeof header);
+    out.append("GNU\0", 4);
+    out += build_id;
+    out.resize((out.size() + 3) & ~size_t{3}, '\0');
+    return out;
+  }
+  // Header, then the symbols, the names, the note and the section headers.
   std::string bytes() {
     const size_t symbols_at = sizeof header;
     const size_t names_at = symbols_at + symbols.size() * sizeof(ElfW(Sym));
-    const size_t sections_at = names_at + names.size();
+    const size_t note_at = names_at + names.size();
+    const std::string notes = build_id.empty() ? "" : note();
+    const size_t sections_at = note_at + notes.size();
     ElfW(Ehdr) h = header;
     h.e_shoff = sections_at;
-    ElfW(Shdr) s[3];
-    memcpy(s, sections, sizeof s);
+    ElfW(Shdr) s[4]{};
+    memcpy(s, sections, sizeof sections);
+    if (!notes.empty()) {
+      h.e_shnum = 4;
+      s[3].sh_type = SHT_NOTE;
+      s[3].sh_offset = note_at;
+      s[3].sh_size = notes.size();
+      s[3].sh_addralign = 4;
+    }
     if (s[1].sh_type == 0) {
       s[1].sh_type = SHT_SYMTAB;
       s[1].sh_link = 2;
@@ -69,7 +93,8 @@ struct ElfImage {
     std::string out(reinterpret_cast<const char *>(&h), sizeof h);
     out.append(reinterpret_cast<const char *>(symbols.data()), symbols.size() * sizeof(ElfW(Sym)));
     out += names;
-    out.append(reinterpret_cast<const char *>(s), sizeof s);
+    out += notes;
+    out.append(reinterpret_cast<const char *>(s), h.e_shnum * sizeof(ElfW(Shdr)));
     return out;
   }
 };
@@ -87,10 +112,18 @@ struct TempFile {
   ~TempFile() { unlink(path.c_str()); }
 };
 
-std::string lookup(const std::string &path, uintptr_t bias, uintptr_t address,
-                   size_t out_size = 64) {
+BuildId id_of(const std::string &bytes) {
+  BuildId id;
+  memcpy(id.bytes, bytes.data(), bytes.size());
+  id.size = bytes.size();
+  return id;
+}
+
+std::string lookup(const std::string &path, uintptr_t bias, uintptr_t address, size_t out_size = 64,
+                   const BuildId &loaded = BuildId{}) {
   std::vector<char> out(out_size, 'x');
-  if (!symtab_function_name(path.c_str(), bias, address, out.data(), out.size())) return "<none>";
+  if (!symtab_function_name(path.c_str(), loaded, bias, address, out.data(), out.size()))
+    return "<none>";
   REQUIRE(memchr(out.data(), '\0', out.size()) != nullptr);
   return out.data();
 }
@@ -146,4 +179,52 @@ TEST_CASE("a file that is short, odd or no ELF file gives no name") {
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   CHECK(lookup(fifo, 0, 0x1110) == "<none>");
   unlink(fifo.c_str());
+}
+
+TEST_CASE("a loaded module's build ID: the file must carry the same one") {
+  ElfImage image;
+  image.build_id = std::string("\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa", 10);
+  TempFile file(image.bytes());
+  CHECK(lookup(file.path, 0, 0x1110, 64, id_of(image.build_id)) == "local_fn");
+  CHECK(lookup(file.path, 0, 0x1110) == "local_fn");  // nothing known of the loaded module
+  // Another build at the path (a library replaced on disk, a relative path after a chdir):
+  // its symbols are not the loaded module's.
+  CHECK(lookup(file.path, 0, 0x1110, 64, id_of("\x11\x22\x33\x44\x55\x66\x77\x88\x99\xab")) ==
+        "<none>");
+  CHECK(lookup(file.path, 0, 0x1110, 64, id_of("\x11\x22\x33\x44\x55")) == "<none>");
+  TempFile without(ElfImage().bytes());  // a file with no build ID at all
+  CHECK(lookup(without.path, 0, 0x1110, 64, id_of(image.build_id)) == "<none>");
+  // A note that claims more than its section holds is no ID.
+  ElfImage broken = image;
+  std::string bytes = broken.bytes();
+  const size_t at = bytes.find("GNU", sizeof(ElfW(Ehdr))) - sizeof(ElfW(Nhdr));
+  ElfW(Word) huge = 0x7fffffff;
+  memcpy(&bytes[at + offsetof(ElfW(Nhdr), n_descsz)], &huge, sizeof huge);
+  TempFile broken_file(bytes);
+  CHECK(lookup(broken_file.path, 0, 0x1110, 64, id_of(image.build_id)) == "<none>");
+}
+
+namespace {
+__attribute__((noinline)) int local_probe_function(int x) {
+  asm volatile("" ::: "memory");
+  return x + 1;
+}
+}  // namespace
+
+TEST_CASE("this test program's own build ID, read from memory, matches its file") {
+  const BuildId own = loaded_build_id(0, "");  // a PIE's bias is not 0: look it up
+  Dl_info info{};
+  link_map *map = nullptr;
+  const auto address = reinterpret_cast<uintptr_t>(&local_probe_function);
+  REQUIRE(dladdr1(reinterpret_cast<void *>(address), &info, reinterpret_cast<void **>(&map),
+                  RTLD_DL_LINKMAP));
+  REQUIRE(map != nullptr);
+  const BuildId loaded = loaded_build_id(map->l_addr, map->l_name);
+  if (map->l_addr != 0) CHECK(own.size == 0);  // the bias must match, not just the name
+  REQUIRE(loaded.size > 0);  // the toolchain links with --build-id (gcc and clang here do)
+  CHECK(lookup("/proc/self/exe", map->l_addr, address, 64, loaded).find("local_probe_function") !=
+        std::string::npos);
+  BuildId other = loaded;
+  other.bytes[0] ^= 1;
+  CHECK(lookup("/proc/self/exe", map->l_addr, address, 64, other) == "<none>");
 }
