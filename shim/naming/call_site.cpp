@@ -30,47 +30,69 @@ bool has_prefix(const char *text, const char *prefix, size_t prefix_length) {
 
 namespace {
 
-// ---- the symbolization cache, by return address ----
+// ---- the symbolization cache, by return address and module ----
+
+// Which module an address was named in: where it is mapped and what it is (its build ID, or
+// without one its file name). A module unloaded (dlclose) and another loaded at its addresses
+// must not find the first one's names (F40); the same module loaded again there has the same
+// names.
+struct ModuleIdentity {
+  uintptr_t start;
+  uint64_t key;
+};
+
+uint64_t fnv1a(const unsigned char *bytes, size_t size, uint64_t hash) {
+  for (size_t i = 0; i < size; ++i) hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
+  return hash;
+}
+
+ModuleIdentity identity_of(const Dl_info &info, const BuildId &id) {
+  constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ULL;
+  ModuleIdentity identity{};
+  identity.start = reinterpret_cast<uintptr_t>(info.dli_fbase);
+  identity.key = id.size ? fnv1a(id.bytes, id.size, kFnvBasis)
+                         : fnv1a(reinterpret_cast<const unsigned char *>(info.dli_fname),
+                                 info.dli_fname ? strlen(info.dli_fname) : 0, ~kFnvBasis);
+  return identity;
+}
 
 struct CachedSite {
   uintptr_t address;
+  ModuleIdentity module;
   char site[128];
 };
 constexpr size_t kCacheSize = 1024;  // distinct instantiation sites of a process: a handful
 // Allocated on first use (under the cache mutex): .bss would cost every process at start-up.
 CachedSite *g_cache = nullptr;
+bool g_cache_suspect = false;  // see reset_cache_in_child
+pthread_mutex_t g_cache_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 bool ensure_cache() {
   if (!g_cache) g_cache = static_cast<CachedSite *>(calloc(kCacheSize, sizeof(CachedSite)));
+  if (g_cache && g_cache_suspect) memset(g_cache, 0, kCacheSize * sizeof(CachedSite));
+  g_cache_suspect = false;
   return g_cache != nullptr;
 }
-pthread_mutex_t g_cache_mutex = PTHREAD_MUTEX_INITIALIZER;
 
-// How many modules the loader has unloaded so far (dl_iterate_phdr's dlpi_subs). A module
-// unloaded and another loaded at its addresses would find the first one's names here: the
-// cache is kept for one count only.
-unsigned long long g_cache_unloads = 0;
-
-int read_unloads(dl_phdr_info *info, size_t size, void *unloads) {
-  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
-    *static_cast<unsigned long long *>(unloads) = info->dlpi_subs;
-  return 1;  // the counters are the same in every entry: the first one is enough
+// A fork() child has only the forking thread: a thread of the parent's that held the cache
+// mutex at the fork is not there to give it back, and the child's first walk waited for it for
+// ever. The child's mutex starts afresh, and the cache — which that thread may have left half
+// written — is emptied at its first use. Nothing is locked before the fork (a fork from a signal
+// handler that interrupted this thread inside the cache would wait for itself).
+void reset_cache_in_child() {
+  pthread_mutex_init(&g_cache_mutex, nullptr);
+  g_cache_suspect = true;
+}
+pthread_once_t g_fork_handler_once = PTHREAD_ONCE_INIT;
+void install_fork_handler() {
+  pthread_atfork(nullptr, nullptr, reset_cache_in_child);
 }
 
-// Empties the cache when a module was unloaded since it was filled. The count is read before
-// the cache mutex is taken: dl_iterate_phdr takes the loader's lock, which is held while a
-// callback of another thread's dl_iterate_phdr runs — and that callback may instantiate a
-// graph, whose walk would then wait for the cache mutex.
-void forget_unloaded_modules() {
-  unsigned long long unloads = 0;
-  dl_iterate_phdr(read_unloads, &unloads);
-  pthread_mutex_lock(&g_cache_mutex);
-  if (unloads != g_cache_unloads && g_cache) memset(g_cache, 0, kCacheSize * sizeof(CachedSite));
-  g_cache_unloads = unloads;
-  pthread_mutex_unlock(&g_cache_mutex);
+bool same_module(const ModuleIdentity &a, const ModuleIdentity &b) {
+  return a.start == b.start && a.key == b.key;
 }
 
-bool cached_site(uintptr_t address, char *out, size_t out_size) {
+bool cached_site(uintptr_t address, const ModuleIdentity &module, char *out, size_t out_size) {
   pthread_mutex_lock(&g_cache_mutex);
   bool found = false;
   if (ensure_cache())
@@ -78,8 +100,8 @@ bool cached_site(uintptr_t address, char *out, size_t out_size) {
          ++probes, i = (i + 1) % kCacheSize) {
       if (g_cache[i].address == 0) break;
       if (g_cache[i].address == address) {
-        common::printable_copy(g_cache[i].site, out, out_size);
-        found = true;
+        found = same_module(g_cache[i].module, module);
+        if (found) common::printable_copy(g_cache[i].site, out, out_size);
         break;
       }
     }
@@ -87,13 +109,15 @@ bool cached_site(uintptr_t address, char *out, size_t out_size) {
   return found;
 }
 
-void remember_site(uintptr_t address, const char *site) {
+// Remembers (or replaces: another module at the address now) the site of an address.
+void remember_site(uintptr_t address, const ModuleIdentity &module, const char *site) {
   pthread_mutex_lock(&g_cache_mutex);
   if (ensure_cache())
     for (size_t i = address % kCacheSize, probes = 0; probes < kCacheSize;
          ++probes, i = (i + 1) % kCacheSize) {
       if (g_cache[i].address == 0 || g_cache[i].address == address) {
         g_cache[i].address = address;
+        g_cache[i].module = module;
         common::printable_copy(site, g_cache[i].site, sizeof g_cache[i].site);
         break;
       }
@@ -114,6 +138,8 @@ void module_and_offset(const Dl_info &info, uintptr_t address, char *out, size_t
 struct FrameModule {
   Dl_info info{};
   const ElfW(Sym) *symbol = nullptr;
+  link_map *map = nullptr;  // the loader's entry for the module
+  BuildId id;               // its build ID, read from memory (elf_symbols.hpp)
 };
 
 // Whether `address` lies inside the dynamic symbol dladdr1 reported. A name is only as good
@@ -144,18 +170,25 @@ bool try_frame(uintptr_t address, const char *skip_prefixes, char *out, size_t o
   frame.symbol = static_cast<const ElfW(Sym) *>(symbol_entry);
   if (is_own_address(reinterpret_cast<void *>(address))) return false;
   if (is_skipped_frame(info.dli_fname, "", skip_prefixes)) return false;
-  if (cached_site(address, out, out_size)) return out[0] != '\0';
+  Dl_info same{};
+  if (!dladdr1(reinterpret_cast<void *>(address), &same, reinterpret_cast<void **>(&frame.map),
+               RTLD_DL_LINKMAP) ||
+      !frame.map)
+    return false;
+  frame.id = loaded_build_id(info.dli_fbase, frame.map->l_addr);
+  const ModuleIdentity module = identity_of(info, frame.id);
+  if (cached_site(address, module, out, out_size)) return out[0] != '\0';
   char symbol[256];
   symbol_of(frame, symbol, sizeof symbol);
   if (is_skipped_frame(info.dli_fname, symbol, skip_prefixes)) {
-    remember_site(address, "");  // skipped: remember that too
+    remember_site(address, module, "");  // skipped: remember that too
     return false;
   }
   if (symbol[0])
     common::printable_copy(symbol, out, out_size);
   else
     module_and_offset(info, address, out, out_size);
-  remember_site(address, out);
+  remember_site(address, module, out);
   return true;
 }
 
@@ -172,7 +205,6 @@ const char *module_file(const link_map *module) {
 // descriptor of its own) and names a frame by the dynamic symbol that covers it, else by the
 // module's full symbol table (elf_symbols.hpp: local functions), else module+offset.
 void walk_stack(const char *skip_prefixes, char *out, size_t out_size) {
-  forget_unloaded_modules();
   void *frames[kMaxFrames];
   const int count = backtrace(frames, kMaxFrames);
   for (int i = 1; i < count; ++i) {
@@ -182,16 +214,10 @@ void walk_stack(const char *skip_prefixes, char *out, size_t out_size) {
                   [address](const FrameModule &module, char *symbol, size_t size) {
                     const char *name = nullptr;
                     char local[256];
-                    Dl_info info{};
-                    link_map *map = nullptr;
                     if (dynamic_symbol_covers(module, address))
                       name = module.info.dli_sname;
-                    else if (dladdr1(reinterpret_cast<void *>(address), &info,
-                                     reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP) &&
-                             map &&
-                             symtab_function_name(module_file(map),
-                                                  loaded_build_id(map->l_addr, map->l_name),
-                                                  map->l_addr, address, local, sizeof local))
+                    else if (symtab_function_name(module_file(module.map), module.id,
+                                                  module.map->l_addr, address, local, sizeof local))
                       name = local;
                     readable_symbol_name(name, symbol, size);
                   }))
@@ -243,6 +269,7 @@ void capture_call_site(char *out, size_t out_size, const char *skip_prefixes) {
   // Reading a module's symbol table opens, reads and closes its file: inside an instantiation
   // or a launch, neither of them a cancellation point (no_cancel.hpp).
   const common::NoCancel no_cancel;
+  pthread_once(&g_fork_handler_once, install_fork_handler);
   walk_stack(skip_prefixes, out, out_size);
 }
 

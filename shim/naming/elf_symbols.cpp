@@ -146,35 +146,43 @@ bool search(int fd, uint64_t file_size, const BuildId &loaded, uint64_t address,
   return out[0] != '\0';
 }
 
-struct BuildIdQuery {
-  uintptr_t load_bias;
-  const char *loader_name;
-  BuildId *out;
-};
-
-// dl_iterate_phdr's callback: the build ID in the notes of the module asked for. Its note
-// segments lie inside its loaded (readable) segments.
-int read_loaded_build_id(dl_phdr_info *info, size_t, void *data) {
-  const auto &query = *static_cast<const BuildIdQuery *>(data);
-  const char *name = info->dlpi_name ? info->dlpi_name : "";
-  if (info->dlpi_addr != query.load_bias || strcmp(name, query.loader_name) != 0) return 0;
-  for (unsigned i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr) &segment = info->dlpi_phdr[i];
-    if (segment.p_type == PT_NOTE && segment.p_memsz <= kMaxNoteSegment &&
-        find_build_id(reinterpret_cast<const unsigned char *>(info->dlpi_addr + segment.p_vaddr),
-                      static_cast<size_t>(segment.p_memsz), note_alignment(segment.p_align),
-                      *query.out))
-      break;
-  }
-  return 1;  // found the module: stop
-}
-
 }  // namespace
 
-BuildId loaded_build_id(uintptr_t load_bias, const char *loader_name) {
+BuildId loaded_build_id(const void *module_start, uintptr_t load_bias) {
   BuildId id;
-  BuildIdQuery query{load_bias, loader_name ? loader_name : "", &id};
-  dl_iterate_phdr(read_loaded_build_id, &query);
+  if (!module_start) return id;
+  // The module's first page: its ELF header and, in every object a linker makes, the program
+  // headers right behind it (the loader maps them with the first segment). Anything else —
+  // headers elsewhere, odd sizes — is left alone: no ID known.
+  constexpr size_t kFirstPage = 4096;
+  const auto *start = static_cast<const unsigned char *>(module_start);
+  ElfW(Ehdr) header;
+  memcpy(&header, start, sizeof header);
+  if (memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
+      header.e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
+      header.e_phentsize != sizeof(ElfW(Phdr)) || header.e_phoff < sizeof header ||
+      header.e_phoff > kFirstPage ||
+      header.e_phnum > (kFirstPage - header.e_phoff) / sizeof(ElfW(Phdr)))
+    return id;
+  const unsigned char *table = start + header.e_phoff;
+  for (unsigned i = 0; i < header.e_phnum; ++i) {
+    ElfW(Phdr) note;
+    memcpy(&note, table + i * sizeof note, sizeof note);
+    if (note.p_type != PT_NOTE || note.p_memsz > kMaxNoteSegment) continue;
+    // Read only where a loaded segment maps the file's bytes.
+    bool mapped = false;
+    for (unsigned j = 0; j < header.e_phnum && !mapped; ++j) {
+      ElfW(Phdr) load;
+      memcpy(&load, table + j * sizeof load, sizeof load);
+      mapped = load.p_type == PT_LOAD && note.p_vaddr >= load.p_vaddr &&
+               note.p_vaddr - load.p_vaddr <= load.p_filesz &&
+               note.p_memsz <= load.p_filesz - (note.p_vaddr - load.p_vaddr);
+    }
+    if (mapped &&
+        find_build_id(reinterpret_cast<const unsigned char *>(load_bias + note.p_vaddr),
+                      static_cast<size_t>(note.p_memsz), note_alignment(note.p_align), id))
+      break;
+  }
   return id;
 }
 

@@ -17,9 +17,12 @@ struct BuildId {
   size_t size = 0;
 };
 
-// The build ID of the module the loader loaded at `load_bias` under `loader_name` (link_map's
-// l_addr and l_name), read from its notes in memory; size 0 when it has none.
-BuildId loaded_build_id(uintptr_t load_bias, const char *loader_name);
+// The build ID of a loaded module, read from its notes in memory: `module_start` is where its
+// first page is mapped (Dl_info::dli_fbase), `load_bias` its link_map::l_addr. Size 0 when it
+// has none. Reads the loaded image only, through no loader call: dl_iterate_phdr takes a lock
+// of the loader's that a fork() child may find held for ever (a thread of the parent's was
+// loading a library at the fork), and this runs inside the program's graph calls.
+BuildId loaded_build_id(const void *module_start, uintptr_t load_bias);
 
 // The (mangled) name of the function symbol of `module_path`'s .symtab that covers `address`
 // in a module loaded at `load_bias` (link_map::l_addr), into `out`. A symbol without a size

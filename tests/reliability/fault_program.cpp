@@ -28,6 +28,14 @@
 //                  its own, then exits. The parent waits for it at most 20 s (then kills it).
 //                  Prints child_ms= (the child's wall time), child_launches=, child_failed=,
 //                  child_status= (`hung` when killed).
+//   fork-while-naming
+//                  a worker thread instantiates (names: the call-site walk) and destroys graphs
+//                  in a loop, loading and unloading the library `--how PATH` each time (an
+//                  unload empties the walk's cache, under its lock: the lock is held longer),
+//                  while the main thread forks N times; each child instantiates a
+//                  graph of its own (its first walk), launches it once and exits. The parent
+//                  waits for each at most 2 s (then kills it). Prints forks=, hung= (children
+//                  killed), failed= (children that did not exit 0).
 //   fork-children  launches N times, forks a child that exits without launching, launches N
 //                  times more, then forks a child that launches 3 times. Prints
 //                  idle_child=<pid>, busy_child=<pid>.
@@ -349,6 +357,20 @@ int fork_in_launch(long n) {
   return 0;
 }
 
+// Waits for `child` at most `bound_ms` (then kills it): its exit status, 128+N for a signal,
+// -1 when it had to be killed.
+int wait_at_most(pid_t child, int bound_ms) {
+  int status = 0;
+  for (int waited = 0; waited < bound_ms; waited += 5) {
+    if (waitpid(child, &status, WNOHANG) == child)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  return -1;
+}
+
 int fork_during_activation(long n, const std::string &how) {
   if (how == "stderr-full") {
     int pipe_fds[2];
@@ -381,22 +403,55 @@ int fork_during_activation(long n, const std::string &how) {
     std::fflush(stdout);
     _exit(mine.failed.load() == 0 ? 0 : 3);
   }
-  int status = 0;
-  bool ended = false;
-  for (int waited = 0; waited < 200 && !ended; ++waited) {
-    ended = waitpid(child, &status, WNOHANG) == child;
-    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (!ended) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
+  const int status = wait_at_most(child, 20000);
+  if (status < 0)
     std::printf("child_status=hung\n");
-  } else {
-    std::printf("child_status=%d\n",
-                WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
+  else
+    std::printf("child_status=%d\n", status);
   std::fflush(stdout);
   first.join();
+  return 0;
+}
+
+int fork_while_naming(long n, const std::string &unloadable) {
+  Driver d = load_driver();
+  CUresult (*graph_exec_destroy)(CUgraphExec) = nullptr;
+  lookup(d.handle, "cuGraphExecDestroy", graph_exec_destroy);
+  CUgraph graph = nullptr;
+  CUgraphNode node = nullptr;
+  if (d.graphCreate(&graph, 0) != CUDA_SUCCESS ||
+      d.graphAddEmptyNode(&node, graph, nullptr, 0) != CUDA_SUCCESS)
+    die("graph set-up failed");
+  std::atomic<bool> stop{false};
+  std::thread worker([&] {
+    d.ctxSetCurrent(d.ctx);
+    while (!stop.load()) {
+      void *library = dlopen(unloadable.c_str(), RTLD_NOW | RTLD_LOCAL);
+      CUgraphExec exec = nullptr;
+      if (d.graphInstantiate(&exec, graph, 0) == CUDA_SUCCESS) graph_exec_destroy(exec);
+      if (library) dlclose(library);
+    }
+  });
+  long hung = 0, failed = 0;
+  for (long i = 0; i < n; ++i) {
+    const pid_t child = fork();
+    if (child < 0) die("fork failed");
+    if (child == 0) {
+      d.ctxSetCurrent(d.ctx);
+      CUgraphExec exec = nullptr;
+      const bool ok = d.graphInstantiate(&exec, graph, 0) == CUDA_SUCCESS &&
+                      d.launch(exec, nullptr) == CUDA_SUCCESS;
+      _exit(ok ? 0 : 3);
+    }
+    const int status = wait_at_most(child, 2000);
+    if (status < 0)
+      ++hung;
+    else if (status != 0)
+      ++failed;
+  }
+  stop.store(true);
+  worker.join();
+  std::printf("forks=%ld\nhung=%ld\nfailed=%ld\n", n, hung, failed);
   return 0;
 }
 
@@ -734,6 +789,7 @@ int main(int argc, char **argv) {
   if (mode == "late-driver") return late_driver(n);
   if (mode == "fork-in-launch") return fork_in_launch(n);
   if (mode == "fork-during-activation") return fork_during_activation(n, how);
+  if (mode == "fork-while-naming") return fork_while_naming(n, how);
   if (mode == "fork-children") return fork_children(n);
   if (mode == "clone-child") return clone_child(n, how == "idle");
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);

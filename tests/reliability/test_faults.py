@@ -249,6 +249,19 @@ def fork_during_activation():
                f"{how}: the child took {got['child_ms']} ms (bound {bound_ms})", run_)
 
 
+def fork_while_naming():
+    """fork() while another thread names a graph (the call-site walk, whose cache has a lock of
+    its own): the child's first graph instantiation waited for ever on the lock that a thread
+    the child does not have held at the fork (about one fork in eight here). 60 forks, each child
+    instantiates and launches once: none may hang. (The worker loads and unloads a library as it goes: each unload empties
+    the cache under its lock, which widens the window.)"""
+    run_ = fault("fork-while-naming", "--launches", "60", "--how", FAILING_TOOL, timeout=240)
+    got = values(run_.stdout)
+    expect(run_.returncode == 0 and got.get("forks") == 60, "the program failed", run_)
+    expect(got["hung"] == 0, f"{got['hung']} of 60 children hung (killed after 2 s)", run_)
+    expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
+
+
 def forked_children_count_their_own():
     """A launcher forks a child that launches nothing and one that launches 3 times: each
     process's launch summary counts its own launches (the children's counters restart at the
@@ -880,6 +893,7 @@ SCENARIOS = {f.__name__: f for f in (
     exit_in_signal_handler_inside_recorder, exit_in_signal_handler_inside_shim,
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,
+    fork_while_naming,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
     first_launch_on_smallest_stack, file_size_limit, address_space_limit,
