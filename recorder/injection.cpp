@@ -27,6 +27,7 @@
 #include "recorder.hpp"
 #include "secure_execution.hpp"
 #include "settings.hpp"
+#include "stack_room.hpp"
 #include "utf8.hpp"
 
 namespace ferrum_replay::recorder {
@@ -413,6 +414,19 @@ Recorder *ensure_recorder() {
 // Runs when the process exits normally (exit() from any thread, or return from main) and after
 // every atexit handler, so that ranges closed by the program's own exit handlers are complete.
 // _exit() and fatal signals skip it: that data is lost by design.
+void write_report_on_this_thread(void *recorder) {
+  const common::CLocaleScope c_locale;  // c_locale.hpp: the trace's and the table's numbers
+  try {
+    write_exit_report(*static_cast<Recorder *>(recorder), *g_settings, *g_cwd, g_gpu_flush);
+  } catch (const std::bad_alloc &) {
+    // The snapshot, the trace or the table needed memory the host no longer had. A temporary
+    // being written was removed (write_trace_file); say so without allocating.
+    static const char kLine[] =
+        "ferrum-replay recorder: out of memory at exit: trace or table not written\n";
+    write_stderr(std::string_view(kLine, sizeof kLine - 1));
+  }
+}
+
 __attribute__((destructor)) void report_at_exit() {
   Recorder *r = g_recorder.load(std::memory_order_acquire);
   if (!r || g_reported.exchange(true)) return;
@@ -433,14 +447,12 @@ __attribute__((destructor)) void report_at_exit() {
     write_stderr(std::string_view(kLine, sizeof kLine - 1));
     return;
   }
-  const common::CLocaleScope c_locale;  // c_locale.hpp: the trace's and the table's numbers
-  try {
-    write_exit_report(*r, *g_settings, *g_cwd, g_gpu_flush);
-  } catch (const std::bad_alloc &) {
-    // The snapshot, the trace or the table needed memory the host no longer had. A temporary
-    // being written was removed (write_trace_file); say so without allocating.
+  // On a stack with room for it (stack_room.hpp): exit() may come from a thread or a signal
+  // handler whose stack is far smaller than the report's buffers.
+  if (!common::run_with_stack_room(write_report_on_this_thread, r, common::kExitReportStack)) {
     static const char kLine[] =
-        "ferrum-replay recorder: out of memory at exit: trace or table not written\n";
+        "ferrum-replay recorder: too little stack left where exit() was called, and no thread "
+        "could be made for the report: trace or table not written\n";
     write_stderr(std::string_view(kLine, sizeof kLine - 1));
   }
   // Replays completing from now on have no report to go to.

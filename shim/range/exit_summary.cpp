@@ -18,6 +18,7 @@
 #include "range/graph_registry.hpp"
 #include "range/process_files.hpp"
 #include "range/replay_numbers.hpp"
+#include "stack_room.hpp"
 #include "support/log.hpp"
 #include "text_rules.hpp"
 
@@ -54,6 +55,25 @@ struct Text {
   ~Text() { free(data); }
 };
 
+// write_exit_summary on a stack with room for it (stack_room.hpp): exit() may come from a
+// thread or a signal handler whose stack is far smaller than the summary's buffers.
+void write_summary_on_this_thread(void *written) {
+  const common::CLocaleScope c_locale;  // per thread: the one that formats the numbers
+  *static_cast<bool *>(written) = write_exit_summary();
+}
+
+bool write_exit_summary_with_room() {
+  bool written = false;
+  if (!common::run_with_stack_room(write_summary_on_this_thread, &written,
+                                   common::kExitReportStack)) {
+    warn_line(
+        "too little stack left where exit() was called, and no thread could be made for "
+        "the launch summary: not written");
+    return false;
+  }
+  return written;
+}
+
 __attribute__((destructor)) void summary_at_exit() {
   // Only a process that activated the shim (one that used CUDA) has anything to say.
   if (detail::g_phase.load(std::memory_order_acquire) != detail::Phase::active) return;
@@ -64,7 +84,6 @@ __attribute__((destructor)) void summary_at_exit() {
   // The exiting thread may have a cancellation request pending: acted on in here, it would end
   // that thread inside exit(), the summary unwritten (no_cancel.hpp).
   const common::NoCancel no_cancel;
-  const common::CLocaleScope c_locale;  // c_locale.hpp: "0.051", whatever the program's locale
   // The summary the user asked for is written whole, or none was asked for (a child's, whose
   // counts are its parent's, is not asked for).
   bool reported = true;
@@ -78,7 +97,7 @@ __attribute__((destructor)) void summary_at_exit() {
       reported = false;
     }
   } else if (settings().summary[0] && own_state) {
-    reported = write_exit_summary();
+    reported = write_exit_summary_with_room();
   }
   // A marker that stays makes a judge reading the running directory call this process lost:
   // so it does where the summary is missing (a full disk, ulimit -f, the branch above), whose

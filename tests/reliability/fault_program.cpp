@@ -59,6 +59,14 @@
 //                  the main thread calls exit(0). Prints `held=1` first.
 //   small-stack    N launches (the process's first among them) on a thread whose stack is the
 //                  smallest POSIX allows (PTHREAD_STACK_MIN), as some thread pools make them.
+//   exit-small-stack
+//                  N launches, then 40 lines of its own to stdout (buffered: not yet written),
+//                  then exit() where little stack is left. `--how thread`: exit(3) on a thread
+//                  with a 32 KiB stack; `--how altstack`: exit(7) in a SIGTERM handler on a
+//                  16 KiB alternate stack the program malloc'ed (no guard page: what runs off it
+//                  overwrites the heap below); `--how guarded`: the same on an alternate stack
+//                  with a guard page below; `--how main`: returns 0 from main (run it under a
+//                  small RLIMIT_STACK).
 //   size-limit     run with a small file size limit (RLIMIT_FSIZE): N launches, then, with
 //                  --own-bytes B > 0, a SIGXFSZ handler that writes `SIGXFSZ handled` to stdout
 //                  and B bytes written to own.bin in the working directory in 4 KiB writes, which
@@ -116,6 +124,7 @@
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -726,6 +735,56 @@ int small_stack(long n) {
   return 0;
 }
 
+void exit_seven(int) {
+  std::exit(7);
+}
+
+void *exit_three(void *) {
+  std::exit(3);
+}
+
+int exit_small_stack(long n, const std::string &how) {
+  {
+    Driver d = load_driver();
+    Counts c;
+    for (long i = 0; i < n; ++i) launch_once(d, c);
+  }
+  for (int i = 0; i < 40; ++i)
+    std::printf("line %02d of the program's own buffered output ......\n", i);
+  if (how == "main") return 0;
+  if (how == "thread") {
+    pthread_attr_t attributes;
+    pthread_t thread;
+    if (pthread_attr_init(&attributes) != 0 || pthread_attr_setstacksize(&attributes, 32768) != 0 ||
+        pthread_create(&thread, &attributes, exit_three, nullptr) != 0)
+      die("cannot start a thread with a 32 KiB stack");
+    pthread_join(thread, nullptr);
+    return 1;  // not reached: the thread exits the process
+  }
+  constexpr size_t kAlternate = 16384;
+  stack_t alternate{};
+  alternate.ss_size = kAlternate;
+  if (how == "altstack") {
+    alternate.ss_sp = std::malloc(kAlternate);
+  } else if (how == "guarded") {
+    const long page = sysconf(_SC_PAGESIZE);
+    void *area = mmap(nullptr, page + kAlternate, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED || mprotect(area, page, PROT_NONE) != 0) die("mmap");
+    alternate.ss_sp = static_cast<char *>(area) + page;
+  } else {
+    die(("unknown --how " + how).c_str());
+  }
+  struct sigaction action {};
+  action.sa_handler = exit_seven;
+  action.sa_flags = SA_ONSTACK;
+  if (!alternate.ss_sp || sigaltstack(&alternate, nullptr) != 0 ||
+      sigaction(SIGTERM, &action, nullptr) != 0)
+    die("cannot set up the alternate stack");
+  raise(SIGTERM);
+  return 1;  // not reached
+}
+
 // 0, or the errno of the step that makes descriptor 2 impossible to reopen through /proc.
 int make_stderr_unreopenable(const std::string &how) {
   if (how == "setuid") return setgid(65534) != 0 || setuid(65534) != 0 ? errno : 0;
@@ -803,6 +862,7 @@ int main(int argc, char **argv) {
   if (mode == "sigterm") return sigterm();
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);
+  if (mode == "exit-small-stack") return exit_small_stack(n, how);
   if (mode == "stderr-unreopenable") return stderr_unreopenable(n, how, launch_first);
   die(("unknown mode " + mode).c_str());
 }

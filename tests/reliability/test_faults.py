@@ -485,6 +485,31 @@ def first_launch_on_smallest_stack():
                f"one summary and no marker expected: {files}")
 
 
+def exit_with_little_stack():
+    """exit() where little stack is left — on a thread with a 32 KiB stack, in a signal handler
+    on a 16 KiB alternate stack (malloc'ed, or with a guard page), from main under a 40 KiB
+    RLIMIT_STACK. The exit reports keep some 40 KiB of buffers in their frames: they crashed the
+    program (status 139) or, on the malloc'ed stack, overwrote the heap below it — the program's
+    own buffered output. Now: the program's status and output, the trace and the summary."""
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+        return "skip: a sanitizer's frames are larger than these stacks"
+    cases = (("thread", 3, None), ("altstack", 7, None), ("guarded", 7, None),
+             ("main", 0, {resource.RLIMIT_STACK: 40 * 1024}))
+    expected = "".join(f"line {i:02d} of the program's own buffered output ......\n"
+                       for i in range(40))
+    for how, status, rlimits in cases:
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = os.path.join(tmp, "s.txt")
+            run_ = fault("exit-small-stack", "--launches", "5", "--how", how,
+                         env={"FERRUM_REPLAY_SUMMARY": summary}, rlimits=rlimits)
+            expect(run_.returncode == status, f"{how}: exit {run_.returncode}, not {status}", run_)
+            expect(run_.stdout == expected, f"{how}: the program's own output changed", run_)
+            expect(run_.trace is not None and len(run_.ranges()) == 5,
+                   f"{how}: no trace of the 5 launches", run_)
+            text = open(summary).read() if os.path.exists(summary) else ""
+            expect(", 5 launches," in text, f"{how}: launch summary {text!r}", run_)
+
+
 def file_size_limit():
     """The program runs with a file size limit (RLIMIT_FSIZE, `ulimit -f`) below the size of our
     files. A write past it fails with EFBIG and the kernel sends the writing thread SIGXFSZ,
@@ -896,7 +921,7 @@ SCENARIOS = {f.__name__: f for f in (
     fork_while_naming,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
-    first_launch_on_smallest_stack, file_size_limit, address_space_limit,
+    first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, address_space_limit,
     first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,
     exit_from_worker, underscore_exit, sigterm_handler_exits)}
