@@ -114,6 +114,25 @@ exit_on_signals() {
   trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 131' QUIT; trap 'exit 143' TERM
 }
 
-# $1 made absolute, under the working directory when it is relative: a path handed to the
-# program's processes (a relative TMPDIR's run directory), which may work in other directories.
-absolute() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$PWD" "$1" ;; esac; }
+# Sets the variable named $1 to the path $2 made absolute, under the working directory when it
+# is relative: a path handed to the program's processes (a relative TMPDIR's run directory),
+# which may work in other directories, or to a command that would take a leading '-' for an
+# option (mkdir, mktemp). Assigned, never printed: $(...) drops a name's trailing newlines
+# (`--out 'smoke<LF>'` wrote into another directory, `smoke`).
+absolute() { case $2 in /*) eval "$1=\$2" ;; *) eval "$1=\$PWD/\$2" ;; esac; }
+
+# Sets temp_dir to the directory for this run's own temporary files, absolute: TMPDIR (default
+# /tmp) when it is a directory this user can write in, else /tmp, with one warning line (the
+# program still runs, with its TMPDIR as given); empty when neither is.
+find_temp_dir() {
+  absolute temp_dir "${TMPDIR:-/tmp}"
+  if [ ! -d "$temp_dir" ] || [ ! -w "$temp_dir" ] || [ ! -x "$temp_dir" ]; then
+    if [ -d /tmp ] && [ -w /tmp ] && [ -x /tmp ]; then
+      printf '%s: warning: TMPDIR %s is not a directory this user can write in: temporary files go to /tmp\n' \
+        "$prog" "$(shown "$temp_dir")" >&2
+      temp_dir=/tmp
+    else
+      temp_dir=''
+    fi
+  fi
+}

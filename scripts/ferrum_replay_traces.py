@@ -278,19 +278,20 @@ class TraceReader:
                               error.msg.startswith("Unterminated string"))
                 if self.eof or not incomplete:
                     self.fail(error.msg, error.pos)
-                if len(self.buf) - self.pos > MAX_VALUE:
-                    raise InputError(f"{quoted(self.path)}: {what} larger than "
-                                     f"{MAX_VALUE >> 20} MiB: not a trace this tool reads")
-                self.fill()
-                continue
             except RecursionError as error:
                 raise InputError(f"{quoted(self.path)}: JSON nested too deeply for a "
                                  "trace") from error
-            if end == len(self.buf) and not self.eof:  # a number may go on
-                self.fill()
-                continue
-            self.pos = end
-            return obj
+            else:
+                if end < len(self.buf) or self.eof:
+                    self.pos = end
+                    return obj
+                # (at the buffer's end: a number may go on)
+            # Incomplete so far: read on, up to MAX_VALUE (whatever the value: a string, an
+            # object, a number).
+            if len(self.buf) - self.pos > MAX_VALUE:
+                raise InputError(f"{quoted(self.path)}: {what} larger than "
+                                 f"{MAX_VALUE >> 20} MiB: not a trace this tool reads")
+            self.fill()
 
     def events(self, on_batch):
         """After '[': the array's elements, in batches, to on_batch(list)."""
@@ -1608,8 +1609,8 @@ def session_trace_moves(stamp, pattern):
 # name (as globs), when its last session began; check and compare leave out a trace of that
 # name written before then by another session (docs/usage.md, "Checking a run").
 RECORDS_FILE = ".ferrum-replay-records"
-RECORDS_KEPT = 32            # names noted per directory, the most recent
-RECORDS_LIMIT = 64 << 10     # a larger file is not ours
+RECORDS_LIMIT = 1 << 20      # bytes of a note (thousands of names); a larger file is not ours
+RECORDS_LOCK_SECONDS = 10    # the longest a `record` waits for another one's note update
 
 
 def output_globs(pattern):
@@ -1622,7 +1623,9 @@ def read_records(directory):
     """[(globs, start ns, session)] noted in DIRECTORY, or None when there is a file of that
     name that is not a note of ours: not a regular file (a link someone planted, a FIFO, a
     device), another user's (a shared directory: anyone may plant one), larger than a note
-    gets, or not a note. [] when there is none."""
+    gets, or not a note. [] when there is none. When names had to be dropped from a full
+    note while traces of theirs were still there, one more entry (["*"], that time, "") makes
+    every trace written before then an earlier run's: a judge fails rather than pass on it."""
     try:
         fd = os.open(os.path.join(directory, RECORDS_FILE),
                      os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -1655,13 +1658,43 @@ def read_records(directory):
         if (isinstance(globs, list) and globs and all(isinstance(g, str) for g in globs)
                 and _is_int(start) and start >= 0 and isinstance(session, str)):
             found.append((globs, start, session))
+    dropped = value.get("droppedBeforeNs")
+    if _is_int(dropped) and dropped > 0:
+        found.append((["*"], dropped, ""))
     return found
+
+
+def lock_directory(directory, seconds=RECORDS_LOCK_SECONDS):
+    """(descriptor, None) holding an exclusive flock on DIRECTORY itself (no file is made in
+    it; closing the descriptor releases it), or (None, why) when it cannot be had within
+    SECONDS (another process holds it: a `record` stopped while noting, anyone's flock on a
+    shared directory) or at all (a file system without locks: why is None)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None, None
+    deadline, pause = time.monotonic() + seconds, 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd, None
+        except OSError as error:
+            busy = error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR)
+            if not busy or time.monotonic() >= deadline:
+                os.close(fd)
+                return None, (f"another process held its lock for {seconds} s" if busy
+                              else None)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def note_record(pattern, stamp):
     """Notes this session's start in the directory the pattern writes into (one expanded
     here: none when its directory holds %p or an unset %q{VAR}). Best effort: a directory
-    that refuses it refuses the traces too, and the recorder says so."""
+    that refuses it refuses the traces too, and the recorder says so. Runs that start at once
+    (the ranks of a job, each its own `record`) take turns (lock_directory): none loses
+    another's entry. A name is dropped only while traces of it remain when the note is full
+    (RECORDS_LIMIT), and then every trace written before it counts as an earlier run's."""
     directory = directory_part(pattern)
     if not directory or has_pid(directory):
         return
@@ -1677,29 +1710,54 @@ def note_record(pattern, stamp):
         start = session_start_ns(stamp)[0]
     except (OSError, InputError):
         return
-    globs = output_globs(pattern)
-    noted = read_records(directory)
-    if noted is None:
-        # A file of the user's (or another user's) at the note's name: never replaced. Judges
-        # do not read it either; a reused directory is then judged as a whole.
-        print(f"ferrum-replay: warning: {quoted(os.path.join(directory, RECORDS_FILE))} is not "
-              "a note of this user's ferrum-replay: left as it is, and this run is not noted "
-              "(check and compare of the directory judge every run in it)", file=sys.stderr)
-        return
-    kept = [e for e in noted if e[0] != globs]
-    kept = sorted(kept, key=lambda e: e[1])[-(RECORDS_KEPT - 1):] + [(globs, start, stamp)]
-    while True:  # the oldest names go first when long ones overfill the file
-        text = json.dumps({"ferrumReplayRecords": [
-            {"names": g, "startNs": n, "session": s} for g, n, s in kept]}, ensure_ascii=True)
-        if len(text) < RECORDS_LIMIT or len(kept) == 1:
-            break
-        kept.pop(0)
-    if len(text) >= RECORDS_LIMIT:
-        return
+    note_path = os.path.join(directory, RECORDS_FILE)
+    lock, why = lock_directory(directory)
+    if why:
+        print(f"ferrum-replay: warning: {quoted(directory)}: {why}: this run is noted without "
+              "waiting longer (a run noting at the same moment may lose its entry)",
+              file=sys.stderr)
     try:
-        write_atomically(os.path.join(directory, RECORDS_FILE), lambda h: h.write(text + "\n"))
-    except InputError:
-        pass
+        noted = read_records(directory)
+        if noted is None:
+            # A file of the user's (or another user's) at the note's name: never replaced.
+            # Judges do not read it either; a reused directory is then judged as a whole.
+            print(f"ferrum-replay: warning: {quoted(note_path)} is not a note of this user's "
+                  "ferrum-replay: left as it is, and this run is not noted (check and compare "
+                  "of the directory judge every run in it)", file=sys.stderr)
+            return
+        dropped = max((n for g, n, s in noted if g == ["*"] and not s), default=0)
+        new = (output_globs(pattern), start, stamp)
+        kept = sorted((e for e in noted if e[0] != new[0] and
+                       not (e[0] == ["*"] and not e[2])), key=lambda e: e[1])
+        text = records_text(kept, new, dropped)
+        if len(text) >= RECORDS_LIMIT:
+            # Full: first the names of which no trace is left (nothing to leave out).
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                names = []
+            kept = [e for e in kept if any(fnmatch.filter(names, g) for g in e[0])]
+            text = records_text(kept, new, dropped)
+        while len(text) >= RECORDS_LIMIT and kept:  # then the oldest, remembering when
+            dropped = max(dropped, kept.pop(0)[1])
+            text = records_text(kept, new, dropped)
+        if len(text) >= RECORDS_LIMIT:
+            return
+        try:
+            write_atomically(note_path, lambda h: h.write(text + "\n"))
+        except InputError:
+            pass
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def records_text(kept, new, dropped):
+    value = {"ferrumReplayRecords": [{"names": g, "startNs": n, "session": s}
+                                     for g, n, s in [*kept, new]]}
+    if dropped:
+        value["droppedBeforeNs"] = dropped
+    return json.dumps(value, ensure_ascii=True)
 
 
 def earlier_record(path, records=None):
@@ -2417,6 +2475,14 @@ def later_namesakes(paths):
 def cmd_check(args):
     domain = args.domain
     failures, notes = [], []
+    # A running directory given that cannot be read fails, as a missing --launch-summary does:
+    # read as empty, it passed whatever the run left.
+    if args.running_dir is not None:
+        try:
+            os.listdir(args.running_dir)
+        except OSError as error:
+            raise InputError(f"--running-dir {quoted(args.running_dir)}: cannot read: "
+                             f"{error.strerror or error}") from error
     # First: a process whose counts are missing makes every count below incomplete.
     unfinished = unfinished_processes(args.running_dir)
     for pid, program, state in unfinished[:1]:
@@ -2737,21 +2803,24 @@ def build_parser():
 
 class _GuardedOutput:
     """Standard output that remembers its first write error (a full disk, /dev/full, a reader
-    gone) instead of raising it from the middle of a table: the command ends, then says so."""
+    gone; none at all: closed, `>&-`) instead of raising it from the middle of a table: the
+    command ends, then says so."""
 
     def __init__(self, stream):
         self.stream, self.error = stream, None
 
     def write(self, text):
-        if self.error is None:
+        if self.error is None and text:
             try:
+                if self.stream is None:  # (Python started without a descriptor 1)
+                    raise OSError(errno.EBADF, os.strerror(errno.EBADF))
                 return self.stream.write(text)
             except OSError as error:
                 self.error = error
         return len(text)
 
     def flush(self):
-        if self.error is None:
+        if self.error is None and self.stream is not None:
             try:
                 self.stream.flush()
             except OSError as error:
@@ -2763,9 +2832,14 @@ class _GuardedOutput:
 
 def run_main():
     """main(), with standard output that fails said in one line instead of a traceback: exit 1
-    (a verdict that was not written is no pass), never 0."""
-    if sys.stdout is None:  # started with standard output closed: print() writes nowhere
-        return main()
+    (a verdict that was not written is no pass), never 0 — also when it was closed (`>&-`), as
+    for any command whose output is written there. Text the locale's encoding cannot hold (a
+    graph name in CJK under ISO-8859-1) is written escaped (\\uXXXX), not a failure."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # None (closed), or not a text stream
+            pass
     out = sys.stdout = _GuardedOutput(sys.stdout)
     status = main()
     out.flush()
@@ -2773,7 +2847,7 @@ def run_main():
         return status
     try:  # what is left in the stream's buffer goes nowhere at exit, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), out.stream.fileno())
-    except (OSError, ValueError):
+    except (AttributeError, OSError, ValueError):
         pass
     if not isinstance(out.error, BrokenPipeError):  # a reader that left asked for no more
         reason = f": {out.error.strerror}" if out.error.strerror else ""

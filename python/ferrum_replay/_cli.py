@@ -31,6 +31,42 @@ def restore_default_signals():
             signal.signal(number, signal.SIG_DFL)
 
 
+# What Python's C-locale coercion (PEP 538) puts in LC_CTYPE at start-up, when LC_ALL is unset
+# and LC_CTYPE resolves to the C locale (LANG=C, or no locale variable at all).
+COERCED_LOCALES = (b"C.UTF-8", b"C.utf8", b"UTF-8")
+
+
+def starting_environment(path="/proc/self/environ"):
+    """The environment this process was started with ({name: value}, bytes; the first of a
+    name given twice, as getenv reads it), or None where it cannot be read. The kernel keeps
+    it where execve put it: setenv (Python's start-up included) leaves it as it was."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    started = {}
+    for entry in data.split(b"\0"):
+        name, equals, value = entry.partition(b"=")
+        if equals and name not in started:
+            started[name] = value
+    return started
+
+
+def undo_locale_coercion():
+    """Gives LC_CTYPE back the value the command was started with (or none), where Python's
+    C-locale coercion replaced it: the program gets the locale its caller gave (under LANG=C,
+    `printf 'été' | wc -m` counts bytes, 6, not the 4 characters of C.UTF-8)."""
+    started = starting_environment()
+    now = os.environb.get(b"LC_CTYPE")
+    if started is None or now not in COERCED_LOCALES or started.get(b"LC_CTYPE") == now:
+        return
+    if b"LC_CTYPE" in started:
+        os.environb[b"LC_CTYPE"] = started[b"LC_CTYPE"]
+    else:
+        del os.environb[b"LC_CTYPE"]
+
+
 def main(argv=None):
     args = sys.argv[1:] if argv is None else list(argv)
     wrapper = wrapper_path()
@@ -50,6 +86,8 @@ def main(argv=None):
     # rather than ending the program). Back to the defaults a shell starts a program with, as
     # subprocess's restore_signals does.
     restore_default_signals()
+    # The same for the environment: the wrapper and the program get the caller's own.
+    undo_locale_coercion()
     # Replaces this process: the wrapper's exit code and signals are the command's own.
     # Through sh, so that a wheel's unpacking need not have kept the execute bit.
     try:

@@ -1416,6 +1416,20 @@ def test_check_later_namesakes(tmp):
     expect(done.returncode == 0, "an older namesake failed the check", done)
 
 
+def test_check_inputs_must_exist(tmp):
+    """check fails on a --running-dir that cannot be read, as on a --launch-summary that cannot
+    (it passed silently, reading no marker there: a typo judged every run clean)."""
+    trace = make_trace(os.path.join(tmp, "t.json"), "--ranges", 4, "--graphs", 1, cwd=tmp)
+    os.makedirs(os.path.join(tmp, "running"))
+    done = wrapper("check", "--running-dir", "running", trace, cwd=tmp)
+    expect(done.returncode == 0 and "OK: 4 ranges" in done.stdout, "an empty running dir", done)
+    for option, missing in (("--running-dir", "/nonexistent"), ("--running-dir", trace),
+                            ("--launch-summary", "/nonexistent")):
+        done = wrapper("check", option, missing, trace, cwd=tmp)
+        expect(done.returncode == 1 and done.stdout.startswith("ferrum-replay check: FAIL: ") and
+               "cannot read" in done.stdout, f"check {option} {missing}", done)
+
+
 def test_check_gpu_expectations(tmp):
     gpu = make_trace(os.path.join(tmp, "gpu.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5,
                      "--graph-us", "graph 2=300", cwd=tmp)
@@ -1871,6 +1885,120 @@ def test_reused_directory_judges_last_run(tmp):
                "another user's note is not read", done)
 
 
+def test_records_note_keeps_every_name(tmp):
+    """The directory note (.ferrum-replay-records) loses no entry: `record` runs that start
+    at once into one directory (srun ferrum-replay record: one per rank) take turns, and a
+    name is never dropped while traces of it remain (33 ranks, each its own name, used to push
+    rank 0's out: its earlier run's trace then passed `check`). A note that is really full
+    drops its oldest names and makes every trace written before them an earlier run's."""
+    res = os.path.join(tmp, "res")
+    os.makedirs(res)
+
+    def note():
+        with open(os.path.join(res, ".ferrum-replay-records"), encoding="utf-8") as handle:
+            return json.load(handle)
+
+    def noted_names():
+        return sorted(e["names"][0] for e in note()["ferrumReplayRecords"])
+
+    def stamp(name):
+        path = write(os.path.join(tmp, name), f"{time.time_ns()}\n")
+        return path
+
+    # 16 ranks start their `record` at once (the helper's step that notes, as the wrapper
+    # runs it before the program).
+    procs = [subprocess.Popen([*traces_helper(), "record-output", "--since",
+                               stamp(f"stamp{rank}"), "--", os.path.join(res, f"rank{rank}.%p.json")],
+                              cwd=tmp, env=base_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in range(16)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        expect(proc.returncode == 0 and not err, f"record-output: {proc.returncode} {err}")
+    expect(noted_names() == sorted(f"rank{r}.*.json" for r in range(16)),
+           f"16 ranks noted at once: {noted_names()}")
+
+    # Job 1: 40 ranks, each its own name, write traces; job 2 runs them again, and its rank 0
+    # launches nothing: rank 0's trace is job 1's.
+    program = [launch_driver(), "--iters", "1"]
+    done = wrapper("record", "-o", "res/rank0.%p.json", "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "job 1, rank 0", done)
+    old = traces_in(res, r"rank0\.\d+\.json$")
+    expect(len(old) == 1, f"job 1's rank 0 trace: {old}", done)
+    for rank in range(40):
+        helper = subprocess.run([*traces_helper(), "record-output", "--since",
+                                 stamp(f"job2.{rank}"), "--",
+                                 os.path.join(res, f"rank{rank}.%p.json")],
+                                cwd=tmp, env=base_env(), capture_output=True, text=True)
+        expect(helper.returncode == 0, f"job 2, rank {rank}: {helper.stderr}")
+    expect("rank0.*.json" in noted_names(), f"rank 0 kept among 40 names: {noted_names()}")
+    done = wrapper("check", *old, cwd=tmp)
+    expect(done.returncode == 1 and "FAIL: no trace of the last `ferrum-replay record`" in
+           done.stdout, "check of rank 0's earlier trace", done)
+
+    # A note full of names whose traces are all there: the oldest go, and what was written
+    # before them is judged an earlier run's (check fails rather than pass on it).
+    kept = make_trace(os.path.join(res, "kept.json"), "--ranges", 4, cwd=tmp)
+    write(os.path.join(res, "other.json"), "{}")
+    past = time.time_ns() - 10**9
+    entries, size = [], 40
+    while size < (1 << 20) - 300:  # just under the limit: the next name does not fit
+        entry = {"names": ["other.*" if entries else "kept.*", f"pad{len(entries)}"],
+                 "startNs": past + len(entries), "session": "s" * 100}
+        entries.append(entry)
+        size += len(json.dumps(entry)) + 2
+    text = json.dumps({"ferrumReplayRecords": entries})
+    entries[-1]["session"] += "s" * ((1 << 20) - 40 - len(text))
+    write(os.path.join(res, ".ferrum-replay-records"),
+          json.dumps({"ferrumReplayRecords": entries}) + "\n")
+    os.utime(kept, ns=(past - 1000, past - 1000))
+    done = wrapper("check", kept, cwd=tmp)
+    expect(done.returncode == 1 and "earlier run" in done.stdout, "(kept.json noted)", done)
+    helper = subprocess.run([*traces_helper(), "record-output", "--since", stamp("full"), "--",
+                             os.path.join(res, "new.%p.json")],
+                            cwd=tmp, env=base_env(), capture_output=True, text=True)
+    expect(helper.returncode == 0 and not helper.stderr,
+           f"record-output into a full note: {helper.stderr}")
+    value = note()
+    names = [e["names"][0] for e in value["ferrumReplayRecords"]]
+    expect(os.path.getsize(os.path.join(res, ".ferrum-replay-records")) < 1 << 20 and
+           value.get("droppedBeforeNs", 0) >= past and "kept.*" not in names and
+           names[-1] == "new.*.json", f"a full note drops its oldest names and says when: "
+           f"{value.get('droppedBeforeNs')}, {names[:3]}, {names[-1]}")
+    done = wrapper("check", kept, cwd=tmp)
+    expect(done.returncode == 1 and "earlier run" in done.stdout,
+           "a trace written before a dropped name's run is an earlier run's", done)
+
+
+def test_file_size_limit_spares_the_wrapper(tmp):
+    """Under a file size limit (`ulimit -f 0`) the wrapper's own writes (its session stamp)
+    fail instead of ending it by SIGXFSZ (exit 153) before the program ran, its stamp left in
+    TMPDIR and ci-smoke-profile blaming the workload; the program still gets the SIGXFSZ
+    disposition its caller gave (default, or ignored when the caller ignored it)."""
+    temp = os.path.join(tmp, "tmp")
+    os.makedirs(temp)
+    env = {"TMPDIR": temp}
+    limited = ["/bin/sh", "-c", 'ulimit -f 0 && exec "$@"', "sh"]
+    program = [launch_driver(), "--iters", "1"]
+    for command in ([WRAPPER, "record", "-o", "t.json", "--"], [WRAPPER, "record", "--"]):
+        done = run([*limited, *command, *program], tmp, env)
+        expect(done.returncode == 0 and "launches=2" in done.stdout,
+               f"{command[1:3]} under ulimit -f 0: the program runs, its status kept", done)
+    done = run([*limited, CI_SMOKE, "--", *program], tmp, env)
+    expect_verdict(done, False, "its summary could not be written")
+    expect(os.listdir(temp) == [], f"left in TMPDIR: {os.listdir(temp)}")
+    xfsz = 1 << (signal.SIGXFSZ - 1)
+    show = ["sh", "-c", "grep '^SigIgn:' /proc/self/status"]
+    for ignore in (False, True):
+        caller = ["/bin/sh", "-c", ("trap '' XFSZ; " if ignore else "") + 'exec "$@"', "sh"]
+        for command in ([WRAPPER, "run", "--"], [WRAPPER, "record", "--"],
+                        [CI_SMOKE, "--allow-no-ranges", "--"]):
+            done = run([*caller, *command, *show], tmp, env)
+            ignored = re.search(r"^SigIgn:\s*([0-9a-f]+)$", done.stdout, re.M)
+            expect(ignored and bool(int(ignored[1], 16) & xfsz) == ignore,
+                   f"{command[:2]}: the program's SIGXFSZ {'ignored' if ignore else 'default'}",
+                   done)
+
+
 def test_check_counts_dropped_ranges(tmp):
     """A trace whose recorder gave ranges up (beyond FERRUM_RECORD_MEMORY with nowhere to
     spill, nested beyond the depth limit, from a signal handler) is no complete profile:
@@ -1909,20 +2037,52 @@ def test_judges_output_failure(tmp):
         expect(done.returncode == 1 and "Traceback" not in done.stderr and
                "cannot write to standard output: No space left on device" in done.stderr,
                f"{args[0]} > /dev/full: exit {done.returncode}: {done.stderr}")
-    # Standard output closed (a daemon, a CI step): the verdict is the exit status, and
-    # record runs the program and passes its status on.
+    # Standard output closed (`>&-`): no more written than to /dev/full, so exit 1 and one line
+    # (as `env >&-`), where they exited 0 having written nothing; record runs the program and
+    # passes its status on (it writes nothing there).
     closed = {"stdout": subprocess.DEVNULL}
-    for args, status in ((["summary", trace], 0), (["check", "--expect-total", "40", trace], 0),
+    for args, status in ((["summary", trace], 1), (["check", "--expect-total", "40", trace], 1),
                          (["check", "--expect-total", "41", trace], 1),
-                         (["compare", trace, other], 0),
+                         (["compare", trace, other], 1),
                          (["record", "--", "sh", "-c", "exit 7"], 7),
                          (["record", "-o", "out/", "--", "sh", "-c", "exit 7"], 7)):
         done = subprocess.run(["/bin/sh", "-c", 'exec "$@" >&-', "sh", WRAPPER, *args], cwd=tmp,
                               env=base_env(), stderr=subprocess.PIPE, text=True, timeout=60,
                               **closed)
-        expect(done.returncode == status and "Traceback" not in done.stderr,
+        said = "cannot write to standard output: Bad file descriptor" in done.stderr
+        expect(done.returncode == status and "Traceback" not in done.stderr and
+               said == (args[0] != "record"),
                f"{' '.join(args[:2])} >&-: exit {done.returncode} (expected {status}): "
                f"{done.stderr}")
+
+
+def test_judges_in_a_non_utf8_locale(tmp):
+    """Under a locale whose charset cannot write a graph's name (CJK under ISO-8859-1), summary,
+    compare and check write it escaped (\\uXXXX) and go on: they stopped half-way with exit 2,
+    blaming the trace ("a value of an unexpected kind (UnicodeEncodeError ...)"), and check's
+    FAIL named that instead of the real reason."""
+    locales = os.path.join(tmp, "loc")
+    os.makedirs(locales)
+    made = subprocess.run(["localedef", "-i", "en_US", "-f", "ISO-8859-1",
+                           os.path.join(locales, "en_US.ISO-8859-1")],
+                          capture_output=True, text=True) if shutil.which("localedef") else None
+    if made is None or not os.path.exists(os.path.join(locales, "en_US.ISO-8859-1", "LC_CTYPE")):
+        return "skip: localedef cannot build an ISO-8859-1 locale here"
+    program = [launch_driver(), "--iters", "2", "--name-graphs", "解码"]
+    for name in ("a.json", "b.json"):
+        done = wrapper("record", "-o", name, "--", *program, cwd=tmp)
+        expect(done.returncode == 0, "record", done)
+    write(os.path.join(tmp, "exp.txt"), '"解码*" 100\n')
+    latin1 = {"LOCPATH": locales, "LC_ALL": "en_US.ISO-8859-1"}
+    done = wrapper("summary", "a.json", cwd=tmp, env=latin1)
+    expect(done.returncode == 0 and "\\u89e3\\u7801 0" in done.stdout and
+           "protocol errors: none" in done.stdout, "summary under ISO-8859-1", done)
+    done = wrapper("compare", "a.json", "b.json", cwd=tmp, env=latin1)
+    expect(done.returncode in (0, 1) and "\\u89e3\\u7801 1" in done.stdout and
+           "ferrum-replay compare: " in done.stdout, "compare under ISO-8859-1", done)
+    done = wrapper("check", "--expect", "exp.txt", "b.json", cwd=tmp, env=latin1)
+    expect(done.returncode == 1 and "4 ranges match '\\u89e3\\u7801*', expected at least 100"
+           in done.stdout, "check under ISO-8859-1: the real reason", done)
 
 
 def max_rss_kb(argv, cwd):
@@ -2006,9 +2166,17 @@ def test_bounded_readers(tmp):
     huge = os.path.join(tmp, "huge.json")
     with open(huge, "w") as handle:
         handle.write('{"traceEvents":[{"ph":"X","name":"' + "a" * (17 << 20) + '"}]}')
+    # A number is bounded as a string is (it grew to the file, re-read at every MiB: 23 s and
+    # 285 MB for 128 MiB): at the top level and as an event.
+    number = write(os.path.join(tmp, "number.json"),
+                   '{"traceEvents":[\n],"x":0.' + "1" * (40 << 20) + '}\n')
+    number_event = write(os.path.join(tmp, "number_event.json"),
+                         '{"traceEvents":[\n-0.' + "1" * (40 << 20) + '\n]}\n')
     for path, why in (("/dev/zero", "a device, not a trace file"),
                       (fifo, "a FIFO, not a trace file"), (tmp, "a directory, not a trace"),
-                      (huge, "an event larger than 16 MiB")):
+                      (huge, "an event larger than 16 MiB"),
+                      (number, "the value of 'x' larger than 16 MiB"),
+                      (number_event, "an event larger than 16 MiB")):
         for args in (["summary"], ["merge", "-o", "m.json"], ["check"]):
             start = time.monotonic()
             done, rss = max_rss_kb([WRAPPER, *args, path], tmp)
@@ -2383,6 +2551,59 @@ def test_patterns_hold_literal_paths(tmp):
     expect_verdict(done, True, "the shim's 6 launches all have their range")
 
 
+def test_paths_taken_as_given(tmp):
+    """A path the user gives is the path used, whatever its first and last characters: one that
+    starts with '-' is no option (ci-smoke-profile --out - made './-' and then `cd -` went to
+    $OLDPWD; --out -m700 was mkdir's option), one that ends in a line break keeps it ($(...)
+    drops trailing newlines: --out 'smoke<LF>' wrote into the user's other directory 'smoke',
+    record -o 't.json<LF>' wrote t.json, a working directory 'w<LF>' sent the traces to 'w',
+    --expect 'exp<LF>' read 'exp')."""
+    program = [launch_driver(), "--iters", "1"]
+    for out in ("-", "-m700", "smoke\n"):
+        os.makedirs(os.path.join(tmp, "smoke"), exist_ok=True)
+        done = ci_smoke("--out", out, "--", *program, cwd=tmp)
+        expect_verdict(done, True, "2 ranges of 2 graphs in 1 process")
+        runs = glob.glob(os.path.join(glob.escape(os.path.join(tmp, out)), "run-*", "traces",
+                                      "*.json"))
+        expect(len(runs) == 1 and os.listdir(os.path.join(tmp, "smoke")) == [],
+               f"--out {out!r}: the run's trace in {out!r}: {runs}", done)
+    write(os.path.join(tmp, "exp"), "* 1\n")
+    write(os.path.join(tmp, "exp\n"), "* 100\n")
+    done = ci_smoke("--expect", "exp\n", "--", *program, cwd=tmp)
+    expect_verdict(done, False, "expected at least 100")
+    done = wrapper("record", "-o", "t.json\n", "--", *program, cwd=tmp)
+    expect(done.returncode == 0 and os.path.isfile(os.path.join(tmp, "t.json\n")) and
+           not os.path.exists(os.path.join(tmp, "t.json")), "record -o 't.json<LF>'", done)
+    for name in ("w", "w\n"):
+        os.makedirs(os.path.join(tmp, name))
+    done = wrapper("record", "--", *program, cwd=os.path.join(tmp, "w\n"))
+    expect(done.returncode == 0 and len(traces_in(os.path.join(tmp, "w\n"))) == 1 and
+           os.listdir(os.path.join(tmp, "w")) == [], "record in a directory 'w<LF>'", done)
+
+
+def test_unusable_tmpdir_runs_the_program(tmp):
+    """A TMPDIR that is missing, a file, or a relative name starting with '-' does not stop
+    `record` or ci-smoke-profile (record exited 2 without running the program: "cannot
+    create a temporary file"): their own temporary files go to /tmp, with one warning line;
+    the program runs with its TMPDIR as given."""
+    program = [launch_driver(), "--iters", "1"]
+    os.makedirs(os.path.join(tmp, "-t"))
+    write(os.path.join(tmp, "file"), "")
+    for tmpdir, warned in (("/nonexistent", True), (os.path.join(tmp, "file"), True),
+                           ("-t", False)):
+        env = {"TMPDIR": tmpdir}
+        done = wrapper("record", "-o", "t.json", "--", *program, cwd=tmp, env=env)
+        warnings = [l for l in done.stderr.splitlines() if "TMPDIR" in l]
+        expect(done.returncode == 0 and "launches=2" in done.stdout and
+               "trace: " in done.stderr and len(warnings) == (1 if warned else 0),
+               f"record with TMPDIR={tmpdir}: the program runs, its trace reported", done)
+        done = ci_smoke("--", *program, cwd=tmp, env=env)
+        expect_verdict(done, True, "2 ranges of 2 graphs in 1 process")
+        done = wrapper("run", "--", "sh", "-c", 'printf %s "$TMPDIR"', cwd=tmp, env=env)
+        expect(done.stdout == tmpdir, "the program's TMPDIR is its own", done)
+    expect(os.listdir(os.path.join(tmp, "-t")) == [], "left in TMPDIR '-t'")
+
+
 def test_launch_summary_names_exact(tmp):
     """The shim's launch summary and nsys stats are read with names exactly as written: a
     name may begin or end with spaces, hold '#', a tab or digits; the destroyed graphs' totals
@@ -2713,6 +2934,25 @@ def test_python_module_from_checkout(tmp):
         proc.wait(timeout=60)
         expect(proc.returncode == -signal.SIGPIPE,
                f"{command[:3]} | head -1: ended by SIGPIPE (exit {proc.returncode}, {err!r})")
+
+
+def test_python_module_keeps_locale(tmp):
+    """python -m ferrum_replay hands the program the locale variables its caller gave: Python's
+    C-locale coercion (PEP 538) sets LC_CTYPE=C.UTF-8 at start-up under LANG=C, which made
+    `printf 'été' | wc -m` count 3 characters under `python -m ferrum_replay run` and 5 bytes
+    directly."""
+    show = 'printf "%s|" "${LC_CTYPE-unset}"; printf "\\303\\251t\\303\\251" | wc -m'
+    for given, expected in (({}, "unset|5"), ({"LC_CTYPE": "C"}, "C|5"),
+                            ({"LC_CTYPE": "POSIX"}, "POSIX|5"),
+                            ({"LC_CTYPE": "C.UTF-8"}, "C.UTF-8|3")):
+        env = {k: v for k, v in base_env().items() if not k.startswith(("LC_", "LANG"))}
+        env.update({"LANG": "C", "PYTHONPATH": os.path.join(SOURCE, "python"), **given})
+        for command in ([WRAPPER, "run"], [sys.executable, "-m", "ferrum_replay", "run"]):
+            done = subprocess.run([*command, "--", "sh", "-c", show], cwd=tmp, env=env,
+                                  capture_output=True, text=True, timeout=60)
+            expect(done.returncode == 0 and done.stdout.split() == expected.split(),
+                   f"LANG=C {given}: {command[-2:]}: {done.stdout!r} (expected {expected!r}) "
+                   f"{done.stderr}")
 
 
 TESTS = {name[len("test_"):]: fn for name, fn in globals().items() if name.startswith("test_")}
