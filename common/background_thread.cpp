@@ -10,7 +10,7 @@ namespace {
 void *named_start(void *argument) {
   const auto *thread = static_cast<const BackgroundThread *>(argument);
   prctl(PR_SET_NAME, thread->name, 0, 0, 0);
-  return thread->main(nullptr);
+  return thread->main(thread->argument);
 }
 
 }  // namespace

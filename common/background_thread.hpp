@@ -14,8 +14,9 @@
 namespace ferrum_replay::common {
 
 struct BackgroundThread {
-  void *(*main)(void *);  // called with nullptr
-  const char *name;       // at most 15 characters
+  void *(*main)(void *);     // called with `argument`
+  const char *name;          // at most 15 characters
+  void *argument = nullptr;  // (read by the new thread at its start)
 };
 
 // Starts `thread.main` on such a thread with a stack of `stack_bytes`; `thread` must outlive the

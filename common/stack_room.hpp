@@ -12,15 +12,19 @@
 namespace ferrum_replay::common {
 
 // Bytes left on the stack the caller runs on (its alternate signal stack when on one), below
-// the caller's frame; SIZE_MAX when it cannot be told.
+// the caller's frame; SIZE_MAX when it cannot be told — also when the frame lies outside the
+// stack the thread library or the kernel knows of (a fiber's, a coroutine's, an alternate
+// stack disarmed for its handler: SS_AUTODISARM).
 size_t stack_room();
 
-// Runs `work(argument)` on the calling thread when its stack has `bytes` left, else on a thread
-// of our own with a stack of that size (every signal blocked, waited for: it is ours). False
-// when neither was possible (no thread could be made): `work` did not run.
+// Runs `work(argument)` on the calling thread when its stack is known to have `bytes` left,
+// else on a thread of our own with a stack of that size (every signal blocked, waited for: it
+// is ours). Where no thread can be made, in place all the same when the room is unknown or at
+// least kStackInPlace. False when `work` did not run.
 bool run_with_stack_room(void (*work)(void *), void *argument, size_t bytes);
 
-// What the exit reports ask for: several times what they were measured to need.
+// What the exit reports ask for: several times what they were measured to need (about 40 KiB).
 constexpr size_t kExitReportStack = 256 * 1024;
+constexpr size_t kStackInPlace = 64 * 1024;
 
 }  // namespace ferrum_replay::common

@@ -66,7 +66,14 @@
 //                  16 KiB alternate stack the program malloc'ed (no guard page: what runs off it
 //                  overwrites the heap below); `--how guarded`: the same on an alternate stack
 //                  with a guard page below; `--how main`: returns 0 from main (run it under a
-//                  small RLIMIT_STACK).
+//                  small RLIMIT_STACK); `--how fiber`: exit(3) from a fiber (makecontext) on a
+//                  16 KiB guarded stack, on a thread of 8 MiB mapped after it (so the frame lies
+//                  above the thread's own stack); `--how fiber-main`: the same on the main
+//                  thread (run it with no RLIMIT_STACK); `--how autodisarm`: exit(7) in a
+//                  handler on a 16 KiB guarded alternate stack with SS_AUTODISARM (the kernel
+//                  then reports none inside the handler), on a thread made after it;
+//                  `--how no-thread`: exit(3) on a 128 KiB thread of a process that may make no
+//                  more threads (a seccomp filter: clone3 ENOSYS, clone EAGAIN).
 //   size-limit     run with a small file size limit (RLIMIT_FSIZE): N launches, then, with
 //                  --own-bytes B > 0, a SIGXFSZ handler that writes `SIGXFSZ handled` to stdout
 //                  and B bytes written to own.bin in the working directory in 4 KiB writes, which
@@ -121,14 +128,19 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -743,6 +755,76 @@ void *exit_three(void *) {
   std::exit(3);
 }
 
+// A 16 KiB stack with a guard page below it, mapped here.
+char *guarded_stack(size_t size) {
+  const long page = sysconf(_SC_PAGESIZE);
+  void *area =
+      mmap(nullptr, page + size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (area == MAP_FAILED || mprotect(area, page, PROT_NONE) != 0) die("mmap");
+  return static_cast<char *>(area) + page;
+}
+
+constexpr size_t kSmallStack = 16384;
+char *g_small_stack = nullptr;
+ucontext_t g_outside, g_fiber;
+
+void exit_three_now() {
+  std::exit(3);
+}
+
+void *run_fiber(void *) {
+  getcontext(&g_fiber);
+  g_fiber.uc_stack.ss_sp = g_small_stack;
+  g_fiber.uc_stack.ss_size = kSmallStack;
+  g_fiber.uc_link = &g_outside;
+  makecontext(&g_fiber, exit_three_now, 0);
+  swapcontext(&g_outside, &g_fiber);
+  return nullptr;
+}
+
+void *exit_on_disarmed_stack(void *) {
+#ifndef SS_AUTODISARM
+#define SS_AUTODISARM (1U << 31)
+#endif
+  stack_t alternate{};
+  alternate.ss_sp = g_small_stack;
+  alternate.ss_size = kSmallStack;
+  alternate.ss_flags = SS_AUTODISARM;
+  struct sigaction action {};
+  action.sa_handler = exit_seven;
+  action.sa_flags = SA_ONSTACK;
+  if (sigaltstack(&alternate, nullptr) != 0 || sigaction(SIGTERM, &action, nullptr) != 0)
+    die("cannot set up the alternate stack");
+  raise(SIGTERM);
+  return nullptr;
+}
+
+void *exit_without_more_threads(void *) {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAGAIN),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
+    die("seccomp");
+  std::exit(3);
+}
+
+void run_on_thread(void *(*function)(void *), size_t stack_bytes) {
+  pthread_attr_t attributes;
+  pthread_t thread;
+  if (pthread_attr_init(&attributes) != 0 ||
+      pthread_attr_setstacksize(&attributes, stack_bytes) != 0 ||
+      pthread_create(&thread, &attributes, function, nullptr) != 0)
+    die("cannot start a thread");
+  pthread_join(thread, nullptr);
+}
+
 int exit_small_stack(long n, const std::string &how) {
   {
     Driver d = load_driver();
@@ -752,26 +834,23 @@ int exit_small_stack(long n, const std::string &how) {
   for (int i = 0; i < 40; ++i)
     std::printf("line %02d of the program's own buffered output ......\n", i);
   if (how == "main") return 0;
-  if (how == "thread") {
-    pthread_attr_t attributes;
-    pthread_t thread;
-    if (pthread_attr_init(&attributes) != 0 || pthread_attr_setstacksize(&attributes, 32768) != 0 ||
-        pthread_create(&thread, &attributes, exit_three, nullptr) != 0)
-      die("cannot start a thread with a 32 KiB stack");
-    pthread_join(thread, nullptr);
-    return 1;  // not reached: the thread exits the process
+  // Each of the others exits the process where it says: the returns are not reached.
+  if (how == "thread") run_on_thread(exit_three, 32768);
+  if (how == "no-thread") run_on_thread(exit_without_more_threads, 128 * 1024);
+  if (how == "fiber" || how == "fiber-main" || how == "autodisarm") {
+    g_small_stack = guarded_stack(kSmallStack);  // before the thread: above its stack
+    if (how == "fiber-main") run_fiber(nullptr);
+    run_on_thread(how == "fiber" ? run_fiber : exit_on_disarmed_stack, 8 << 20);
+    return 1;
   }
+  if (how == "thread" || how == "no-thread") return 1;
   constexpr size_t kAlternate = 16384;
   stack_t alternate{};
   alternate.ss_size = kAlternate;
   if (how == "altstack") {
     alternate.ss_sp = std::malloc(kAlternate);
   } else if (how == "guarded") {
-    const long page = sysconf(_SC_PAGESIZE);
-    void *area = mmap(nullptr, page + kAlternate, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (area == MAP_FAILED || mprotect(area, page, PROT_NONE) != 0) die("mmap");
-    alternate.ss_sp = static_cast<char *>(area) + page;
+    alternate.ss_sp = guarded_stack(kAlternate);
   } else {
     die(("unknown --how " + how).c_str());
   }

@@ -487,14 +487,22 @@ def first_launch_on_smallest_stack():
 
 def exit_with_little_stack():
     """exit() where little stack is left — on a thread with a 32 KiB stack, in a signal handler
-    on a 16 KiB alternate stack (malloc'ed, or with a guard page), from main under a 40 KiB
-    RLIMIT_STACK. The exit reports keep some 40 KiB of buffers in their frames: they crashed the
+    on a 16 KiB alternate stack (malloc'ed, or with a guard page, or disarmed in the handler),
+    from main under a 40 KiB RLIMIT_STACK, from a fiber on a 16 KiB stack (on a thread, on the
+    main thread without a stack limit), on a thread of a process that may make no more threads. The exit reports keep some 40 KiB of buffers in their frames: they crashed the
     program (status 139) or, on the malloc'ed stack, overwrote the heap below it — the program's
     own buffered output. Now: the program's status and output, the trace and the summary."""
     if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
         return "skip: a sanitizer's frames are larger than these stacks"
+    unlimited = resource.getrlimit(resource.RLIMIT_STACK)[1] == resource.RLIM_INFINITY
     cases = (("thread", 3, None), ("altstack", 7, None), ("guarded", 7, None),
-             ("main", 0, {resource.RLIMIT_STACK: 40 * 1024}))
+             ("main", 0, {resource.RLIMIT_STACK: 40 * 1024}),
+             # Stacks of the program's own making, above the thread's (their bounds unknown:
+             # the reports go to a thread of ours), and a process that may make no thread (in
+             # place: 128 KiB is room enough).
+             ("fiber", 3, None), ("autodisarm", 7, None), ("no-thread", 3, None),
+             *((("fiber-main", 3, {resource.RLIMIT_STACK: resource.RLIM_INFINITY}),)
+               if unlimited else ()))
     expected = "".join(f"line {i:02d} of the program's own buffered output ......\n"
                        for i in range(40))
     for how, status, rlimits in cases:
