@@ -4,11 +4,16 @@
 #include <execinfo.h>
 #include <link.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
 
 #include "naming/elf_symbols.hpp"
 #include "naming/symbol_names.hpp"
@@ -32,27 +37,48 @@ namespace {
 
 // ---- the symbolization cache, by return address and module ----
 
-// Which module an address was named in: where it is mapped and what it is (its build ID, or
-// without one its file name). A module unloaded (dlclose) and another loaded at its addresses
-// must not find the first one's names (F40); the same module loaded again there has the same
+// The file of the module a frame is in: the loader's name for it, or for the program itself
+// (whose loader name is empty, and whose dli_fname is argv[0] as given: relative to a directory
+// it may have left) the file the kernel ran. The loader's name may name another file by now (a
+// relative path after a chdir, a library replaced on disk): symtab_function_name reads it only
+// when it carries the loaded module's build ID, where the module has one.
+const char *module_file(const link_map *module) {
+  return module->l_name && module->l_name[0] ? module->l_name : "/proc/self/exe";
+}
+
+// Which module an address was named in: where it is mapped and what it is — its build ID, or
+// without one its file: name, device, inode, size and time of change. A module unloaded
+// (dlclose) and another loaded at its addresses must not find the first one's names (F40),
+// nor a plugin rebuilt in place and loaded again; the same module loaded again has the same
 // names.
 struct ModuleIdentity {
   uintptr_t start;
   uint64_t key;
 };
 
-uint64_t fnv1a(const unsigned char *bytes, size_t size, uint64_t hash) {
+constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ULL;
+
+uint64_t fnv1a(const void *data, size_t size, uint64_t hash) {
+  const auto *bytes = static_cast<const unsigned char *>(data);
   for (size_t i = 0; i < size; ++i) hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
   return hash;
 }
 
-ModuleIdentity identity_of(const Dl_info &info, const BuildId &id) {
-  constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ULL;
+ModuleIdentity identity_of(const Dl_info &info, const link_map *map, const BuildId &id) {
   ModuleIdentity identity{};
   identity.start = reinterpret_cast<uintptr_t>(info.dli_fbase);
-  identity.key = id.size ? fnv1a(id.bytes, id.size, kFnvBasis)
-                         : fnv1a(reinterpret_cast<const unsigned char *>(info.dli_fname),
-                                 info.dli_fname ? strlen(info.dli_fname) : 0, ~kFnvBasis);
+  if (id.size) {
+    identity.key = fnv1a(id.bytes, id.size, kFnvBasis);
+    return identity;
+  }
+  identity.key = fnv1a(info.dli_fname, info.dli_fname ? strlen(info.dli_fname) : 0, ~kFnvBasis);
+  struct stat file {};
+  if (stat(module_file(map), &file) == 0) {
+    const uint64_t facts[] = {file.st_dev, file.st_ino, static_cast<uint64_t>(file.st_size),
+                              static_cast<uint64_t>(file.st_mtim.tv_sec),
+                              static_cast<uint64_t>(file.st_mtim.tv_nsec)};
+    identity.key = fnv1a(facts, sizeof facts, identity.key);
+  }
   return identity;
 }
 
@@ -64,7 +90,7 @@ struct CachedSite {
 constexpr size_t kCacheSize = 1024;  // distinct instantiation sites of a process: a handful
 // Allocated on first use (under the cache mutex): .bss would cost every process at start-up.
 CachedSite *g_cache = nullptr;
-bool g_cache_suspect = false;  // see reset_cache_in_child
+bool g_cache_suspect = false;  // see cache_is_ours
 pthread_mutex_t g_cache_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 bool ensure_cache() {
@@ -74,18 +100,31 @@ bool ensure_cache() {
   return g_cache != nullptr;
 }
 
-// A fork() child has only the forking thread: a thread of the parent's that held the cache
-// mutex at the fork is not there to give it back, and the child's first walk waited for it for
-// ever. The child's mutex starts afresh, and the cache — which that thread may have left half
-// written — is emptied at its first use. Nothing is locked before the fork (a fork from a signal
-// handler that interrupted this thread inside the cache would wait for itself).
-void reset_cache_in_child() {
-  pthread_mutex_init(&g_cache_mutex, nullptr);
-  g_cache_suspect = true;
-}
-pthread_once_t g_fork_handler_once = PTHREAD_ONCE_INIT;
-void install_fork_handler() {
-  pthread_atfork(nullptr, nullptr, reset_cache_in_child);
+// The process whose cache mutex and entries these are: 0 none yet, -PID being made PID's.
+std::atomic<int> g_cache_owner{0};
+
+// Makes the cache this process's. A child — of fork() or of a clone that runs no fork handlers
+// (_Fork, a raw clone) — has only the thread that made it: a thread of the parent's that held
+// the mutex at that moment is not there to give it back, and the child's first walk waited for
+// it for ever. The first walk of each process makes the mutex afresh and drops the entries (that
+// thread may have left one half written). No fork handler: registering one takes the loader's
+// fork lock from inside a graph call. False when another thread of this process is at it and did
+// not finish within the bound: that walk goes without the cache.
+bool cache_is_ours() {
+  const int self = getpid();
+  for (int spin = 0; spin < 10000; ++spin) {
+    int owner = g_cache_owner.load(std::memory_order_acquire);
+    if (owner == self) return true;
+    if (owner != -self &&
+        g_cache_owner.compare_exchange_strong(owner, -self, std::memory_order_acq_rel)) {
+      pthread_mutex_init(&g_cache_mutex, nullptr);
+      g_cache_suspect = true;  // emptied at its first use, under the new mutex
+      g_cache_owner.store(self, std::memory_order_release);
+      return true;
+    }
+    sched_yield();
+  }
+  return false;
 }
 
 bool same_module(const ModuleIdentity &a, const ModuleIdentity &b) {
@@ -109,19 +148,26 @@ bool cached_site(uintptr_t address, const ModuleIdentity &module, char *out, siz
   return found;
 }
 
-// Remembers (or replaces: another module at the address now) the site of an address.
+// Remembers (or replaces: another module at the address now) the site of an address. A full
+// cache (modules loaded and unloaded at ever new addresses) starts afresh.
 void remember_site(uintptr_t address, const ModuleIdentity &module, const char *site) {
   pthread_mutex_lock(&g_cache_mutex);
-  if (ensure_cache())
+  if (ensure_cache()) {
+    size_t slot = kCacheSize;
     for (size_t i = address % kCacheSize, probes = 0; probes < kCacheSize;
-         ++probes, i = (i + 1) % kCacheSize) {
+         ++probes, i = (i + 1) % kCacheSize)
       if (g_cache[i].address == 0 || g_cache[i].address == address) {
-        g_cache[i].address = address;
-        g_cache[i].module = module;
-        common::printable_copy(site, g_cache[i].site, sizeof g_cache[i].site);
+        slot = i;
         break;
       }
+    if (slot == kCacheSize) {
+      memset(g_cache, 0, kCacheSize * sizeof(CachedSite));
+      slot = address % kCacheSize;
     }
+    g_cache[slot].address = address;
+    g_cache[slot].module = module;
+    common::printable_copy(site, g_cache[slot].site, sizeof g_cache[slot].site);
+  }
   pthread_mutex_unlock(&g_cache_mutex);
 }
 
@@ -158,8 +204,8 @@ bool dynamic_symbol_covers(const FrameModule &frame, uintptr_t address) {
 // Decides a frame: `symbol_of` names it (expensive, only called when the module is not
 // skipped and the address is not cached). Returns true when `out` holds the site.
 template <typename SymbolOf>
-bool try_frame(uintptr_t address, const char *skip_prefixes, char *out, size_t out_size,
-               SymbolOf &&symbol_of) {
+bool try_frame(uintptr_t address, const char *skip_prefixes, bool use_cache, char *out,
+               size_t out_size, SymbolOf &&symbol_of) {
   FrameModule frame;
   Dl_info &info = frame.info;
   void *symbol_entry = nullptr;
@@ -176,41 +222,33 @@ bool try_frame(uintptr_t address, const char *skip_prefixes, char *out, size_t o
       !frame.map)
     return false;
   frame.id = loaded_build_id(info.dli_fbase, frame.map->l_addr);
-  const ModuleIdentity module = identity_of(info, frame.id);
-  if (cached_site(address, module, out, out_size)) return out[0] != '\0';
+  const ModuleIdentity module = identity_of(info, frame.map, frame.id);
+  if (use_cache && cached_site(address, module, out, out_size)) return out[0] != '\0';
   char symbol[256];
   symbol_of(frame, symbol, sizeof symbol);
   if (is_skipped_frame(info.dli_fname, symbol, skip_prefixes)) {
-    remember_site(address, module, "");  // skipped: remember that too
+    if (use_cache) remember_site(address, module, "");  // skipped: remember that too
     return false;
   }
   if (symbol[0])
     common::printable_copy(symbol, out, out_size);
   else
     module_and_offset(info, address, out, out_size);
-  remember_site(address, module, out);
+  if (use_cache) remember_site(address, module, out);
   return true;
-}
-
-// The file of the module a frame is in: the loader's name for it, or for the program itself
-// (whose loader name is empty, and whose dli_fname is argv[0] as given: relative to a directory
-// it may have left) the file the kernel ran. The loader's name may name another file by now (a
-// relative path after a chdir, a library replaced on disk): symtab_function_name reads it only
-// when it carries the loaded module's build ID.
-const char *module_file(const link_map *module) {
-  return module->l_name && module->l_name[0] ? module->l_name : "/proc/self/exe";
 }
 
 // Walks the stack with glibc's backtrace() (the C++ unwinder, reading the unwind tables; no
 // descriptor of its own) and names a frame by the dynamic symbol that covers it, else by the
 // module's full symbol table (elf_symbols.hpp: local functions), else module+offset.
 void walk_stack(const char *skip_prefixes, char *out, size_t out_size) {
+  const bool use_cache = cache_is_ours();
   void *frames[kMaxFrames];
   const int count = backtrace(frames, kMaxFrames);
   for (int i = 1; i < count; ++i) {
     // A return address points after the call; one byte back lies inside the caller's call.
     const uintptr_t address = reinterpret_cast<uintptr_t>(frames[i]) - 1;
-    if (try_frame(address, skip_prefixes, out, out_size,
+    if (try_frame(address, skip_prefixes, use_cache, out, out_size,
                   [address](const FrameModule &module, char *symbol, size_t size) {
                     const char *name = nullptr;
                     char local[256];
@@ -269,7 +307,6 @@ void capture_call_site(char *out, size_t out_size, const char *skip_prefixes) {
   // Reading a module's symbol table opens, reads and closes its file: inside an instantiation
   // or a launch, neither of them a cancellation point (no_cancel.hpp).
   const common::NoCancel no_cancel;
-  pthread_once(&g_fork_handler_once, install_fork_handler);
   walk_stack(skip_prefixes, out, out_size);
 }
 

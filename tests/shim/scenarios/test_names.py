@@ -131,6 +131,26 @@ def sites_of_moved_modules():
                    f"{mode}: neither its own function nor module+offset: {name!r}", run_)
 
 
+def sites_of_reloaded_modules():
+    """A plugin unloaded, rebuilt in place (another build at its path) and loaded again at the
+    same address: the second graph is named after the new build's function, never from the
+    names cached for the first build — with a build ID and without one (some toolchains link
+    without: the module is then told apart by its file)."""
+    for suffix in ("", "_NO_ID"):
+        with tempfile.TemporaryDirectory(prefix="ferrum-reloaded-") as tmp:
+            plugin, newer = os.path.join(tmp, "plugin.so"), os.path.join(tmp, "newer.so")
+            shutil.copy(path_of("LOADED_BUILD_PLUGIN" + suffix), plugin)
+            shutil.copy(path_of("OTHER_BUILD_PLUGIN" + suffix), newer)
+            run_ = run([path_of("MOVED_MODULE_SITES"), "reloaded", plugin, newer, str(ITERS)])
+            expect(run_.returncode == 0, f"{suffix or 'build ID'}: program failed", run_)
+            if "same_address=1" not in run_.stdout:
+                return "skip: the loader put the rebuilt plugin elsewhere: nothing was reused"
+            counts = counts_by_name(run_)
+            expect(counts == {"site_in_loaded_build": ITERS, "site_in_other_build": ITERS},
+                   f"{suffix or 'build ID'}: each graph named after its own build: {counts}",
+                   run_)
+
+
 def ctypes_call_sites():
     """Graphs instantiated from Python through ctypes: the FFI layers (libffi's call stub,
     the _ctypes module) are skipped like the CUDA libraries, so no graph is named after an
@@ -522,7 +542,7 @@ def summary_file():
 
 SCENARIOS = {f.__name__: f for f in (
     call_site_names, stripped_binary_sites, site_past_symbol_end, sites_after_unload,
-    sites_of_moved_modules, ctypes_call_sites,
+    sites_of_moved_modules, sites_of_reloaded_modules, ctypes_call_sites,
     runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, python_package_names,

@@ -6,6 +6,11 @@
 //                            a plugin.so of its own (a relative path the loader keeps as given)
 // then instantiates a graph through the loaded plugin and launches it ITERS times. The graph
 // must never be named after a function of the file now at the path.
+//   reloaded  PLUGIN NEWER   loads PLUGIN, instantiates a graph through it, unloads it, renames
+//                            NEWER over it (a plugin rebuilt in place) and loads it again, most
+//                            likely at the same address, and instantiates a second graph: each
+//                            graph is named after the build it was instantiated in. Prints
+//                            `same_address=0|1`.
 //
 // Usage: moved_module_sites MODE A B ITERS; prints `launches=<N> failed=<F>`; exit 0, or 1
 // when a step fails.
@@ -36,6 +41,8 @@ int main(int argc, char **argv) {
     if (chdir(argv[2]) != 0) return fail("chdir failed");
     plugin = dlopen("./plugin.so", RTLD_NOW | RTLD_LOCAL);
     if (!plugin || chdir(argv[3]) != 0) return fail("load or chdir failed");
+  } else if (strcmp(argv[1], "reloaded") == 0) {
+    plugin = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
   } else {
     return fail("unknown mode");
   }
@@ -52,9 +59,21 @@ int main(int argc, char **argv) {
       cuGraphAddEmptyNode(&node, graph, nullptr, 0) != CUDA_SUCCESS ||
       instantiate(&exec, graph) != CUDA_SUCCESS)
     return fail("graph set-up failed");
+  CUgraphExec second = nullptr;
+  if (strcmp(argv[1], "reloaded") == 0) {
+    const void *first_address = reinterpret_cast<const void *>(instantiate);
+    if (dlclose(plugin) != 0 || rename(argv[3], argv[2]) != 0) return fail("replace failed");
+    plugin = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+    const auto again =
+        plugin ? reinterpret_cast<Instantiate>(dlsym(plugin, "instantiate_here")) : nullptr;
+    if (!again || again(&second, graph) != CUDA_SUCCESS) return fail("reload failed");
+    printf("same_address=%d\n", reinterpret_cast<const void *>(again) == first_address);
+  }
   int failed = 0;
-  for (int i = 0; i < iters; ++i)
+  for (int i = 0; i < iters; ++i) {
     if (cuGraphLaunch(exec, nullptr) != CUDA_SUCCESS) ++failed;
-  printf("launches=%d failed=%d\n", iters, failed);
+    if (second && cuGraphLaunch(second, nullptr) != CUDA_SUCCESS) ++failed;
+  }
+  printf("launches=%d failed=%d\n", second ? 2 * iters : iters, failed);
   return failed == 0 ? 0 : 1;
 }
