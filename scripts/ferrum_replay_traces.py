@@ -1078,12 +1078,18 @@ def trace_inputs(path, side, newest=False):
         found = sorted(glob.glob(os.path.join(glob.escape(path), "*.json")))
         if not found:
             raise InputError(f"{quoted(path)}: a directory without traces (*.json)")
+        untrusted = untrusted_inputs(found) if newest else []
+        if untrusted:
+            raise InputError(f"{side}: {untrusted[0]}")
         kept, left = last_run_only(found, f"compare: {side}")
         if not kept:
             raise InputError(f"{side} {quoted(path)} holds no trace of the last `ferrum-replay "
                              f"record` into it (which wrote none): its {len(left)} "
                              f"trace{'s are' if len(left) != 1 else ' is'} of earlier runs")
         return kept
+    untrusted = untrusted_inputs([path]) if newest else []
+    if untrusted:
+        raise InputError(f"{side}: {untrusted[0]}")
     start = earlier_record(path) if newest else None
     if start is not None:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start / 1e9))
@@ -1619,11 +1625,57 @@ def output_globs(pattern):
     return pattern_globs(name) if name else ["ferrum-replay.*"]
 
 
+def trusted_owner(uid, directory):
+    """Whether a file owned by UID in DIRECTORY may be taken for one written for this user:
+    this user's, root's (a container writing as root into a bind mount), or the directory
+    owner's (who may replace anything in it anyway). Another user's file in a directory not
+    theirs (a shared, sticky /tmp) may have been planted there."""
+    if uid in (os.geteuid(), 0):
+        return True
+    try:
+        return os.stat(directory or ".").st_uid == uid
+    except OSError:
+        return False
+
+
+def untrusted_inputs(paths):
+    """Why each of PATHS (traces) cannot be judged as this run's, [] when all can: a trace
+    another user left in a directory not theirs, or a directory whose note of runs is not one
+    this user can trust (which of its traces are the last run's cannot be told)."""
+    why, notes = [], {}
+    for path in paths:
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            owner = os.stat(path).st_uid
+        except OSError:
+            continue
+        if not trusted_owner(owner, directory):
+            why.append(f"{quoted(path)} belongs to another user (uid {owner}) in a directory "
+                       "not theirs: it may have been planted there")
+        if directory not in notes:
+            notes[directory] = note_owner_untrusted(directory)
+            if notes[directory] is not None:
+                why.append(f"{quoted(os.path.join(directory, RECORDS_FILE))} belongs to another "
+                           f"user (uid {notes[directory]}): which traces in {quoted(directory)} "
+                           "are the last run's cannot be told")
+    return why
+
+
+def note_owner_untrusted(directory):
+    """The owner of DIRECTORY's note of runs when it is a user this one cannot trust, else
+    None (no note, or a trusted one)."""
+    try:
+        st = os.lstat(os.path.join(directory, RECORDS_FILE))
+    except OSError:
+        return None
+    return None if trusted_owner(st.st_uid, directory) else st.st_uid
+
+
 def read_records(directory):
     """[(globs, start ns, session)] noted in DIRECTORY, or None when there is a file of that
     name that is not a note of ours: not a regular file (a link someone planted, a FIFO, a
-    device), another user's (a shared directory: anyone may plant one), larger than a note
-    gets, or not a note. [] when there is none. When names had to be dropped from a full
+    device), another user's in a directory not theirs (trusted_owner: a shared directory, where
+    anyone may plant one), larger than a note gets, or not a note. [] when there is none. When names had to be dropped from a full
     note while traces of theirs were still there, one more entry (["*"], that time, "") makes
     every trace written before then an earlier run's: a judge fails rather than pass on it."""
     try:
@@ -1636,7 +1688,7 @@ def read_records(directory):
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > RECORDS_LIMIT or \
-                st.st_uid != os.geteuid():
+                not trusted_owner(st.st_uid, directory):
             return None
         data = os.read(fd, RECORDS_LIMIT + 1)
     except OSError:
@@ -2511,6 +2563,8 @@ def cmd_check(args):
                             "the directory's)")
     traces, earlier = args.traces, []
     if not args.nsys_stats:
+        # Another user's trace or note in a directory not theirs is not this run's to judge.
+        failures += untrusted_inputs(traces)
         # A trace of an earlier run than the last `record` of its name into its directory is
         # never judged: not when the last run wrote none (a reused directory), nor beside the
         # last run's (its counts would be added to them).

@@ -1392,6 +1392,17 @@ def test_nsys_stale_tables(tmp):
     rows = [l for l in again.stderr.splitlines() if l.startswith(DOMAIN + " ")]
     expect(not rows and "WARNING: the report holds no range" in again.stderr,
            "a run without ranges shows the earlier run's table", again)
+    expect("CSV: " not in again.stderr, "tables named that nsys did not write", again)
+    # -f true and a program that fails: the report is this run's (replaced), its table shown;
+    # without -f true nsys keeps the earlier report, which is said.
+    failing = ["/bin/sh", "-c", '"$0" "$@"; exit 3', *program]
+    again = wrapper("nsys", "-f", "true", "-o", "prof", "--", *failing, cwd=tmp, env=env)
+    rows = [l for l in again.stderr.splitlines() if l.startswith(DOMAIN + " ")]
+    expect(again.returncode == 3 and len(rows) == 2 and "earlier run" not in again.stderr,
+           "-f true: the failing run's own report called an earlier run's", again)
+    again = wrapper("nsys", "-o", "prof", "--", *failing, cwd=tmp, env=env)
+    expect(again.returncode != 0 and "is from an earlier run" in again.stderr,
+           "without -f true: the kept report", again)
 
 
 def test_check_later_namesakes(tmp):
@@ -1862,7 +1873,8 @@ def test_reused_directory_judges_last_run(tmp):
                                                ".ferrum-replay-records")),
                f"-o {stream}: a note beside a stream", done)
     # A note is this user's own: a planted link, a file of the user's at that name, another
-    # user's note (a shared directory) are never read, nor replaced.
+    # user's note (a shared directory) are never read, nor replaced — and beside another
+    # user's note, check fails (F64).
     note = os.path.join(tmp, "runs", ".ferrum-replay-records")
     os.unlink(note)
     os.symlink(os.path.join(tmp, "q", ".ferrum-replay-records"), note)
@@ -1881,8 +1893,68 @@ def test_reused_directory_judges_last_run(tmp):
         expect(done.returncode == 1 and "earlier run" in done.stdout, "our own note", done)
         os.chown(note, 65534, 65534)  # as if another user had planted it
         done = wrapper("check", *traces_in(os.path.join(tmp, "runs")), cwd=tmp)
-        expect(done.returncode == 0 and "earlier run" not in done.stdout,
-               "another user's note is not read", done)
+        expect(done.returncode == 1 and "earlier run" not in done.stdout and
+               "belongs to another user (uid 65534)" in done.stdout,
+               "another user's note is not read: which run is the last cannot be told", done)
+
+
+def test_judges_of_other_users_files(tmp):
+    """Files of other users (run as root, which can give files away). The recording user's
+    note is trusted by a judge who is another user where that user owns the directory (it was
+    ignored: a judge running as root, or a CI account, passed a run that launched nothing on
+    the earlier run's trace); a trace or a note another user left in a directory not theirs (a
+    shared, sticky /tmp: planted, with a future time of change) fails check and is refused by
+    compare as NEW, where it passed."""
+    if os.geteuid() != 0:
+        return "skip: giving files to other users needs root"
+    program = [launch_driver(), "--graphs", "2", "--iters", "5"]
+    owner, other = 65534, 65533
+    base = os.path.join(tmp, "base.json")
+    done = wrapper("record", "-o", base, "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "record BASE", done)
+    # The recording user's own directory, judged by another user (here: root).
+    mine = os.path.join(tmp, "mine")
+    os.mkdir(mine)
+    done = wrapper("record", "-o", "mine/", "--", *program, cwd=tmp)
+    first = traces_in(mine)
+    done = wrapper("record", "-o", "mine/", "--", ARGV_ECHO, cwd=tmp)
+    expect(len(first) == 1 and traces_in(mine) == first, "the empty run wrote nothing", done)
+    for path in [mine, *first, os.path.join(mine, ".ferrum-replay-records")]:
+        os.chown(path, owner, owner)
+    done = wrapper("check", "--expect-total", "10", *first, cwd=tmp)
+    expect(done.returncode == 1 and "earlier run" in done.stdout,
+           "check by another user of the owner's earlier run", done)
+    done = wrapper("compare", base, mine, cwd=tmp)
+    expect(done.returncode == 2 and "holds no trace of the last" in done.stderr,
+           "compare by another user", done)
+    # A shared directory: a trace another user planted at this user's name, a future time.
+    shared = os.path.join(tmp, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    os.chown(shared, other, other)
+    planted = os.path.join(shared, "t.json")
+    shutil.copy(base, planted)
+    os.chown(planted, owner, owner)
+    os.utime(planted, (2e9, 2e9))
+    done = wrapper("check", "--expect-total", "10", planted, cwd=tmp)
+    expect(done.returncode == 1 and "belongs to another user" in done.stdout,
+           "check of a planted trace", done)
+    done = wrapper("compare", base, planted, cwd=tmp)
+    expect(done.returncode == 2 and "belongs to another user" in done.stderr,
+           "compare of a planted NEW", done)
+    # This user's own trace there, beside a note another user planted.
+    os.unlink(planted)
+    done = wrapper("record", "-o", planted, "--", *program, cwd=tmp)
+    expect(done.returncode == 0 and os.path.exists(planted), "record into shared", done)
+    note = os.path.join(shared, ".ferrum-replay-records")
+    if os.path.exists(note):
+        os.unlink(note)
+    with open(note, "w") as handle:
+        handle.write('{"ferrumReplayRecords": []}\n')
+    os.chown(note, owner, owner)
+    done = wrapper("check", "--expect-total", "10", planted, cwd=tmp)
+    expect(done.returncode == 1 and "cannot be told" in done.stdout,
+           "check beside a planted note", done)
 
 
 def test_records_note_keeps_every_name(tmp):
