@@ -1613,10 +1613,18 @@ def session_trace_moves(stamp, pattern):
 # trace there: a judge reading the directory (or a glob of it) afterwards would judge an
 # earlier run's traces. So `record` notes in the directory it writes into, for each output
 # name (as globs), when its last session began; check and compare leave out a trace of that
-# name written before then by another session (docs/usage.md, "Checking a run").
-RECORDS_FILE = ".ferrum-replay-records"
+# name written before then by another session (docs/usage.md, "Checking a run"). Each user
+# has a note of their own there (records_file): in a directory several users write into, no
+# one's note can stand for, block or be replaced by another's, and a trace is judged by the
+# note of the user it belongs to.
+RECORDS_PREFIX = ".ferrum-replay-records."
 RECORDS_LIMIT = 1 << 20      # bytes of a note (thousands of names); a larger file is not ours
 RECORDS_LOCK_SECONDS = 10    # the longest a `record` waits for another one's note update
+
+
+def records_file(uid):
+    """The name of user UID's note in a directory."""
+    return f"{RECORDS_PREFIX}{uid}"
 
 
 def output_globs(pattern):
@@ -1638,48 +1646,55 @@ def trusted_owner(uid, directory):
         return False
 
 
+def trace_owner(path):
+    """The user PATH belongs to — the link's and its target's, where it is a link (both must be
+    trusted) — as (link owner, file owner), or None where it cannot be read."""
+    try:
+        return os.lstat(path).st_uid, os.stat(path).st_uid
+    except OSError:
+        return None
+
+
 def untrusted_inputs(paths):
     """Why each of PATHS (traces) cannot be judged as this run's, [] when all can: a trace
-    another user left in a directory not theirs, or a directory whose note of runs is not one
-    this user can trust (which of its traces are the last run's cannot be told)."""
-    why, notes = [], {}
+    another user left in a directory not theirs, or one whose user's note there is not that
+    user's (planted: which of the user's traces are the last run's cannot be told)."""
+    why, notes = [], set()
     for path in paths:
         directory = os.path.dirname(os.path.abspath(path))
+        owners = trace_owner(path)
+        if owners is None:
+            continue
+        for owner in sorted(set(owners)):
+            if not trusted_owner(owner, directory):
+                why.append(f"{quoted(path)} belongs to another user (uid {owner}) in a "
+                           "directory not theirs: it may have been planted there")
+        owner = owners[1]
+        if (directory, owner) in notes:
+            continue
+        notes.add((directory, owner))
+        note = os.path.join(directory, records_file(owner))
         try:
-            owner = os.stat(path).st_uid
+            note_owner = os.lstat(note).st_uid
         except OSError:
             continue
-        if not trusted_owner(owner, directory):
-            why.append(f"{quoted(path)} belongs to another user (uid {owner}) in a directory "
-                       "not theirs: it may have been planted there")
-        if directory not in notes:
-            notes[directory] = note_owner_untrusted(directory)
-            if notes[directory] is not None:
-                why.append(f"{quoted(os.path.join(directory, RECORDS_FILE))} belongs to another "
-                           f"user (uid {notes[directory]}): which traces in {quoted(directory)} "
-                           "are the last run's cannot be told")
+        if note_owner != owner:
+            why.append(f"{quoted(note)}, the note of uid {owner}'s runs, belongs to uid "
+                       f"{note_owner}: which of {quoted(directory)}'s traces are the last run's "
+                       "cannot be told")
     return why
 
 
-def note_owner_untrusted(directory):
-    """The owner of DIRECTORY's note of runs when it is a user this one cannot trust, else
-    None (no note, or a trusted one)."""
+def read_records(directory, uid=None):
+    """[(globs, start ns, session)] noted in DIRECTORY by user UID (this user by default), or
+    None when there is a file at that note's name that is not such a note: not a regular file
+    (a link someone planted, a FIFO, a device), not UID's (planted), larger than a note gets,
+    or not a note. [] when there is none. When names had to be dropped from a full note while
+    traces of theirs were still there, one more entry (["*"], that time, "") makes every trace
+    written before then an earlier run's: a judge fails rather than pass on it."""
+    uid = os.geteuid() if uid is None else uid
     try:
-        st = os.lstat(os.path.join(directory, RECORDS_FILE))
-    except OSError:
-        return None
-    return None if trusted_owner(st.st_uid, directory) else st.st_uid
-
-
-def read_records(directory):
-    """[(globs, start ns, session)] noted in DIRECTORY, or None when there is a file of that
-    name that is not a note of ours: not a regular file (a link someone planted, a FIFO, a
-    device), another user's in a directory not theirs (trusted_owner: a shared directory, where
-    anyone may plant one), larger than a note gets, or not a note. [] when there is none. When names had to be dropped from a full
-    note while traces of theirs were still there, one more entry (["*"], that time, "") makes
-    every trace written before then an earlier run's: a judge fails rather than pass on it."""
-    try:
-        fd = os.open(os.path.join(directory, RECORDS_FILE),
+        fd = os.open(os.path.join(directory, records_file(uid)),
                      os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
         return []
@@ -1687,8 +1702,7 @@ def read_records(directory):
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > RECORDS_LIMIT or \
-                not trusted_owner(st.st_uid, directory):
+        if not stat.S_ISREG(st.st_mode) or st.st_size > RECORDS_LIMIT or st.st_uid != uid:
             return None
         data = os.read(fd, RECORDS_LIMIT + 1)
     except OSError:
@@ -1762,7 +1776,7 @@ def note_record(pattern, stamp):
         start = session_start_ns(stamp)[0]
     except (OSError, InputError):
         return
-    note_path = os.path.join(directory, RECORDS_FILE)
+    note_path = os.path.join(directory, records_file(os.geteuid()))
     lock, why = lock_directory(directory)
     if why:
         print(f"ferrum-replay: warning: {quoted(directory)}: {why}: this run is noted without "
@@ -1788,7 +1802,8 @@ def note_record(pattern, stamp):
                 names = os.listdir(directory)
             except OSError:
                 names = []
-            kept = [e for e in kept if any(fnmatch.filter(names, g) for g in e[0])]
+            literal = set(names)
+            kept = [e for e in kept if any_matches(e[0], names, literal)]
             text = records_text(kept, new, dropped)
         while len(text) >= RECORDS_LIMIT and kept:  # then the oldest, remembering when
             dropped = max(dropped, kept.pop(0)[1])
@@ -1804,6 +1819,19 @@ def note_record(pattern, stamp):
             os.close(lock)
 
 
+def any_matches(globs, names, literal):
+    """Whether any of NAMES (a directory's list; LITERAL: the same as a set) matches one of
+    GLOBS: a glob without a wildcard (most names: a job's own file) is looked up, not matched
+    against every name."""
+    for glob_ in globs:
+        if not any(c in glob_ for c in "*?["):
+            if glob_ in literal:
+                return True
+        elif fnmatch.filter(names, glob_):
+            return True
+    return False
+
+
 def records_text(kept, new, dropped):
     value = {"ferrumReplayRecords": [{"names": g, "startNs": n, "session": s}
                                      for g, n, s in [*kept, new]]}
@@ -1814,8 +1842,8 @@ def records_text(kept, new, dropped):
 
 def earlier_record(path, records=None):
     """When the trace at PATH was written before the last `record` of its name into its
-    directory began, by another session: that record's start (ns), else None. RECORDS: a
-    cache of read_records by directory."""
+    directory began, by another session of its user: that record's start (ns), else None.
+    RECORDS: a cache of read_records by directory and user."""
     try:
         st = os.stat(path)
     except OSError:
@@ -1823,10 +1851,11 @@ def earlier_record(path, records=None):
     directory = os.path.dirname(os.path.abspath(path))
     if records is None:
         records = {}
-    if directory not in records:
-        records[directory] = read_records(directory)
+    key = (directory, st.st_uid)  # the note of the user the trace belongs to
+    if key not in records:
+        records[key] = read_records(directory, st.st_uid)
     name = os.path.basename(path)
-    for globs, start, session in records[directory] or ():
+    for globs, start, session in records[key] or ():
         if st.st_mtime_ns >= start or not any(fnmatch.fnmatchcase(name, g) for g in globs):
             continue
         if written_for(path)[1] != session:  # (64 KiB of its tail at most)

@@ -33,6 +33,9 @@ DOMAIN = "ferrum-replay"
 LISTING = sys.argv[1:] == ["--list"]  # names the scenarios only: no environment needed
 
 
+# This user's note of runs in a directory (scripts/ferrum_replay_traces.py records_file).
+NOTE = f".ferrum-replay-records.{os.geteuid()}"
+
 def env_path(name):
     value = os.environ.get(name)
     if not value and not LISTING:
@@ -699,7 +702,7 @@ def test_process_lost_after_launch(tmp):
            "ended without writing" not in done.stderr,
            "record, deep TMPDIR: the shim refused a markers' directory nobody asked for", done)
     expect(traces_in(deep) and not [f for f in os.listdir(deep) if not f.endswith(".json")
-                                    and f != ".ferrum-replay-records"],
+                                    and not f.startswith(".ferrum-replay-records.")],
            f"record, deep TMPDIR: left {os.listdir(deep)}", done)
     # The user's own FERRUM_REPLAY_SUMMARY is left alone: the summaries go there, and a lost
     # process is still named.
@@ -1870,14 +1873,14 @@ def test_reused_directory_judges_last_run(tmp):
     for stream in ("/dev/null", fifo):
         done = wrapper("record", "-o", stream, "--", ARGV_ECHO, cwd=tmp)
         expect(not os.path.exists(os.path.join(os.path.dirname(stream),
-                                               ".ferrum-replay-records")),
+                                               NOTE)),
                f"-o {stream}: a note beside a stream", done)
     # A note is this user's own: a planted link, a file of the user's at that name, another
     # user's note (a shared directory) are never read, nor replaced — and beside another
     # user's note, check fails (F64).
-    note = os.path.join(tmp, "runs", ".ferrum-replay-records")
+    note = os.path.join(tmp, "runs", NOTE)
     os.unlink(note)
-    os.symlink(os.path.join(tmp, "q", ".ferrum-replay-records"), note)
+    os.symlink(os.path.join(tmp, "q", NOTE), note)
     done = wrapper("check", *traces_in(os.path.join(tmp, "runs")), cwd=tmp)
     expect(done.returncode == 0 and "earlier run" not in done.stdout, "a link is not read", done)
     os.unlink(note)
@@ -1894,7 +1897,7 @@ def test_reused_directory_judges_last_run(tmp):
         os.chown(note, 65534, 65534)  # as if another user had planted it
         done = wrapper("check", *traces_in(os.path.join(tmp, "runs")), cwd=tmp)
         expect(done.returncode == 1 and "earlier run" not in done.stdout and
-               "belongs to another user (uid 65534)" in done.stdout,
+               "belongs to uid 65534" in done.stdout and "cannot be told" in done.stdout,
                "another user's note is not read: which run is the last cannot be told", done)
 
 
@@ -1904,7 +1907,8 @@ def test_judges_of_other_users_files(tmp):
     ignored: a judge running as root, or a CI account, passed a run that launched nothing on
     the earlier run's trace); a trace or a note another user left in a directory not theirs (a
     shared, sticky /tmp: planted, with a future time of change) fails check and is refused by
-    compare as NEW, where it passed."""
+    compare as NEW, where it passed; in a directory several users record into, each user's
+    runs are judged by that user's own note."""
     if os.geteuid() != 0:
         return "skip: giving files to other users needs root"
     program = [launch_driver(), "--graphs", "2", "--iters", "5"]
@@ -1919,7 +1923,10 @@ def test_judges_of_other_users_files(tmp):
     first = traces_in(mine)
     done = wrapper("record", "-o", "mine/", "--", ARGV_ECHO, cwd=tmp)
     expect(len(first) == 1 and traces_in(mine) == first, "the empty run wrote nothing", done)
-    for path in [mine, *first, os.path.join(mine, ".ferrum-replay-records")]:
+    # As if that user had recorded: the note is the user's own (named by uid).
+    note = os.path.join(mine, f".ferrum-replay-records.{owner}")
+    os.rename(os.path.join(mine, NOTE), note)
+    for path in [mine, *first, note]:
         os.chown(path, owner, owner)
     done = wrapper("check", "--expect-total", "10", *first, cwd=tmp)
     expect(done.returncode == 1 and "earlier run" in done.stdout,
@@ -1946,7 +1953,7 @@ def test_judges_of_other_users_files(tmp):
     os.unlink(planted)
     done = wrapper("record", "-o", planted, "--", *program, cwd=tmp)
     expect(done.returncode == 0 and os.path.exists(planted), "record into shared", done)
-    note = os.path.join(shared, ".ferrum-replay-records")
+    note = os.path.join(shared, NOTE)  # this user's note, planted by another before it
     if os.path.exists(note):
         os.unlink(note)
     with open(note, "w") as handle:
@@ -1955,6 +1962,19 @@ def test_judges_of_other_users_files(tmp):
     done = wrapper("check", "--expect-total", "10", planted, cwd=tmp)
     expect(done.returncode == 1 and "cannot be told" in done.stdout,
            "check beside a planted note", done)
+    # Several users record into one group directory: each run is judged by its user's note,
+    # whoever noted first (another user's note blocked every later one's runs).
+    group = os.path.join(tmp, "group")
+    os.mkdir(group)
+    os.chmod(group, 0o2777)
+    os.chown(group, other, other)
+    with open(os.path.join(group, f".ferrum-replay-records.{owner}"), "w") as handle:
+        handle.write('{"ferrumReplayRecords": [{"names": ["*"], "startNs": 1, "session": "x"}]}\n')
+    os.chown(os.path.join(group, f".ferrum-replay-records.{owner}"), owner, owner)
+    done = wrapper("record", "-o", "group/t.json", "--", *program, cwd=tmp)
+    done = wrapper("check", "--expect-total", "10", os.path.join(group, "t.json"), cwd=tmp)
+    expect(done.returncode == 0 and "OK: 10 ranges" in done.stdout,
+           "a run judged beside another user's note", done)
 
 
 def test_records_note_keeps_every_name(tmp):
@@ -1967,7 +1987,7 @@ def test_records_note_keeps_every_name(tmp):
     os.makedirs(res)
 
     def note():
-        with open(os.path.join(res, ".ferrum-replay-records"), encoding="utf-8") as handle:
+        with open(os.path.join(res, NOTE), encoding="utf-8") as handle:
             return json.load(handle)
 
     def noted_names():
@@ -2020,7 +2040,7 @@ def test_records_note_keeps_every_name(tmp):
         size += len(json.dumps(entry)) + 2
     text = json.dumps({"ferrumReplayRecords": entries})
     entries[-1]["session"] += "s" * ((1 << 20) - 40 - len(text))
-    write(os.path.join(res, ".ferrum-replay-records"),
+    write(os.path.join(res, NOTE),
           json.dumps({"ferrumReplayRecords": entries}) + "\n")
     os.utime(kept, ns=(past - 1000, past - 1000))
     done = wrapper("check", kept, cwd=tmp)
@@ -2032,7 +2052,7 @@ def test_records_note_keeps_every_name(tmp):
            f"record-output into a full note: {helper.stderr}")
     value = note()
     names = [e["names"][0] for e in value["ferrumReplayRecords"]]
-    expect(os.path.getsize(os.path.join(res, ".ferrum-replay-records")) < 1 << 20 and
+    expect(os.path.getsize(os.path.join(res, NOTE)) < 1 << 20 and
            value.get("droppedBeforeNs", 0) >= past and "kept.*" not in names and
            names[-1] == "new.*.json", f"a full note drops its oldest names and says when: "
            f"{value.get('droppedBeforeNs')}, {names[:3]}, {names[-1]}")
