@@ -1730,14 +1730,26 @@ def read_records(directory, uid=None):
     return found
 
 
-def lock_directory(directory, seconds=RECORDS_LOCK_SECONDS):
-    """(descriptor, None) holding an exclusive flock on DIRECTORY itself (no file is made in
-    it; closing the descriptor releases it), or (None, why) when it cannot be had within
-    SECONDS (another process holds it: a `record` stopped while noting, anyone's flock on a
-    shared directory) or at all (a file system without locks: why is None)."""
+def lock_note(directory, seconds=RECORDS_LOCK_SECONDS):
+    """(descriptor, None) holding an exclusive flock on this user's lock file beside the note
+    (records_file(uid) + ".lock", made readable by this user only, so that no other user can
+    open it to hold it; not the directory itself, which anyone who can read it may lock — and a
+    caller serialising jobs with `flock DIR` does); closing the descriptor releases it. (None,
+    why) when it cannot be had within SECONDS (another `record` stopped while noting) or at all
+    (a file there that is not this user's, a file system without locks: why None)."""
+    path = os.path.join(directory, records_file(os.geteuid()) + ".lock")
     try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o600)
     except OSError:
+        return None, None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            os.close(fd)  # planted by another user: not ours to lock
+            return None, None
+    except OSError:
+        os.close(fd)
         return None, None
     deadline, pause = time.monotonic() + seconds, 0.001
     while True:
@@ -1748,7 +1760,7 @@ def lock_directory(directory, seconds=RECORDS_LOCK_SECONDS):
             busy = error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR)
             if not busy or time.monotonic() >= deadline:
                 os.close(fd)
-                return None, (f"another process held its lock for {seconds} s" if busy
+                return None, (f"another `record` held its lock for {seconds} s" if busy
                               else None)
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
@@ -1758,7 +1770,7 @@ def note_record(pattern, stamp):
     """Notes this session's start in the directory the pattern writes into (one expanded
     here: none when its directory holds %p or an unset %q{VAR}). Best effort: a directory
     that refuses it refuses the traces too, and the recorder says so. Runs that start at once
-    (the ranks of a job, each its own `record`) take turns (lock_directory): none loses
+    (the ranks of a job, each its own `record`) take turns (lock_note): none loses
     another's entry. A name is dropped only while traces of it remain when the note is full
     (RECORDS_LIMIT), and then every trace written before it counts as an earlier run's."""
     directory = directory_part(pattern)
@@ -1777,7 +1789,7 @@ def note_record(pattern, stamp):
     except (OSError, InputError):
         return
     note_path = os.path.join(directory, records_file(os.geteuid()))
-    lock, why = lock_directory(directory)
+    lock, why = lock_note(directory)
     if why:
         print(f"ferrum-replay: warning: {quoted(directory)}: {why}: this run is noted without "
               "waiting longer (a run noting at the same moment may lose its entry)",

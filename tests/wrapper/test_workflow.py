@@ -1977,6 +1977,29 @@ def test_judges_of_other_users_files(tmp):
            "a run judged beside another user's note", done)
 
 
+def test_records_note_lock_is_the_users(tmp):
+    """The note's turn-taking lock is a file only this user can open: a caller that serialises
+    its jobs with `flock DIR` (or anyone who can read the directory) holding a lock on the
+    directory itself made every `record` into it wait 10 s before the program started."""
+    import fcntl
+    res = os.path.join(tmp, "res")
+    os.mkdir(res)
+    held = os.open(res, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        started = time.monotonic()
+        done = wrapper("record", "-o", "res/t.json", "--", launch_driver(), "--iters", "3",
+                       cwd=tmp)
+        took = time.monotonic() - started
+    finally:
+        os.close(held)
+    expect(done.returncode == 0 and "held its lock" not in done.stderr and took < 8,
+           f"record waited {took:.1f} s on a lock of the directory's", done)
+    lock = os.path.join(res, NOTE + ".lock")
+    expect(os.path.exists(lock) and stat.S_IMODE(os.stat(lock).st_mode) & 0o077 == 0,
+           "the lock file is this user's alone", done)
+
+
 def test_records_note_keeps_every_name(tmp):
     """The directory note (.ferrum-replay-records) loses no entry: `record` runs that start
     at once into one directory (srun ferrum-replay record: one per rank) take turns, and a
