@@ -1,4 +1,5 @@
-// How the shim starts a thread of its own inside the host program (the GPU reaper): joinable, so
+// How we start a thread of our own inside the host program (the shim's GPU reaper; the exit
+// reports' thread where the exiting one has too little stack, stack_room.hpp): joinable, so
 // that the shim can end it and wait for it to be gone (a bounded pthread_timedjoin_np) before
 // the last program thread that needs it ends — a process lives as long as its last thread,
 // and that must not be the shim's (gpu_timing.cpp, g_life_mutex); with every signal blocked,

@@ -1913,6 +1913,18 @@ def test_judges_of_other_users_files(tmp):
         return "skip: giving files to other users needs root"
     program = [launch_driver(), "--graphs", "2", "--iters", "5"]
     owner, other = 65534, 65533
+
+    def directory_of_other(name, mode):  # a directory of a third user's, writable by all
+        path = os.path.join(tmp, name)
+        os.mkdir(path)
+        os.chmod(path, mode)
+        os.chown(path, other, other)
+        return path
+
+    def file_of_owner(path, text):  # a file of the user who "recorded" (owner)
+        with open(path, "w") as handle:
+            handle.write(text)
+        os.chown(path, owner, owner)
     base = os.path.join(tmp, "base.json")
     done = wrapper("record", "-o", base, "--", *program, cwd=tmp)
     expect(done.returncode == 0, "record BASE", done)
@@ -1935,10 +1947,7 @@ def test_judges_of_other_users_files(tmp):
     expect(done.returncode == 2 and "holds no trace of the last" in done.stderr,
            "compare by another user", done)
     # A shared directory: a trace another user planted at this user's name, a future time.
-    shared = os.path.join(tmp, "shared")
-    os.mkdir(shared)
-    os.chmod(shared, 0o1777)
-    os.chown(shared, other, other)
+    shared = directory_of_other("shared", 0o1777)
     planted = os.path.join(shared, "t.json")
     shutil.copy(base, planted)
     os.chown(planted, owner, owner)
@@ -1956,21 +1965,15 @@ def test_judges_of_other_users_files(tmp):
     note = os.path.join(shared, NOTE)  # this user's note, planted by another before it
     if os.path.exists(note):
         os.unlink(note)
-    with open(note, "w") as handle:
-        handle.write('{"ferrumReplayRecords": []}\n')
-    os.chown(note, owner, owner)
+    file_of_owner(note, '{"ferrumReplayRecords": []}\n')
     done = wrapper("check", "--expect-total", "10", planted, cwd=tmp)
     expect(done.returncode == 1 and "cannot be told" in done.stdout,
            "check beside a planted note", done)
     # Several users record into one group directory: each run is judged by its user's note,
     # whoever noted first (another user's note blocked every later one's runs).
-    group = os.path.join(tmp, "group")
-    os.mkdir(group)
-    os.chmod(group, 0o2777)
-    os.chown(group, other, other)
-    with open(os.path.join(group, f".ferrum-replay-records.{owner}"), "w") as handle:
-        handle.write('{"ferrumReplayRecords": [{"names": ["*"], "startNs": 1, "session": "x"}]}\n')
-    os.chown(os.path.join(group, f".ferrum-replay-records.{owner}"), owner, owner)
+    group = directory_of_other("group", 0o2777)
+    file_of_owner(os.path.join(group, f".ferrum-replay-records.{owner}"),
+                  '{"ferrumReplayRecords": [{"names": ["*"], "startNs": 1, "session": "x"}]}\n')
     done = wrapper("record", "-o", "group/t.json", "--", *program, cwd=tmp)
     done = wrapper("check", "--expect-total", "10", os.path.join(group, "t.json"), cwd=tmp)
     expect(done.returncode == 0 and "OK: 10 ranges" in done.stdout,
