@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "startup_env.hpp"
+
 namespace ferrum_replay::common {
 namespace {
 
@@ -88,7 +90,7 @@ bool unprintable(const unsigned char *in, size_t length) {
 }  // namespace
 
 const char *process_env(const char *name, void *) {
-  return getenv(name);
+  return startup_env(name);
 }
 
 bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup env, void *context,

@@ -19,7 +19,8 @@ inline constexpr size_t kQuotedSize = kMessageLimit + 4;
 
 // A getenv stand-in: tests and probes give a fake environment.
 using EnvLookup = const char *(*)(const char *name, void *context);
-// The EnvLookup of the process environment (getenv; `context` unused).
+// The EnvLookup of the process environment: the one it was started with (startup_env.hpp, the
+// rule for every setting of ours; `context` unused).
 const char *process_env(const char *name, void *context);
 
 // Expands `pattern` into `out` (terminated). %p -> `pid`, %h -> `host` (null: empty),

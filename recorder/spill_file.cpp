@@ -14,6 +14,7 @@
 #include "held_here.hpp"
 #include "no_cancel.hpp"
 #include "own_process.hpp"
+#include "startup_env.hpp"
 #include "write_signals.hpp"
 
 namespace ferrum_replay::recorder {
@@ -167,7 +168,7 @@ void SpillFile::fail(int error) {
 
 std::string SpillFile::directory() const {
   if (directory_for_tests_) return directory_for_tests_;
-  const char *tmpdir = std::getenv("TMPDIR");
+  const char *tmpdir = common::startup_env("TMPDIR");
   return tmpdir && *tmpdir == '/' ? tmpdir : "/tmp";
 }
 

@@ -21,6 +21,7 @@
 #include "range/process_files.hpp"
 #include "resolve/libc_symbols.hpp"
 #include "secure_execution.hpp"
+#include "startup_env.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -78,7 +79,7 @@ int match_tool(dl_phdr_info *info, size_t, void *context) {
 // initialisation failed), or it is loaded and simply installed no handler for domains.
 // Whether it is loaded is read from the loader's list, without taking a reference to it.
 void describe_missing_tool(char *out, size_t size) {
-  const char *path = getenv("NVTX_INJECTION64_PATH");
+  const char *path = common::startup_env("NVTX_INJECTION64_PATH");
   if (!path || !path[0]) {
     snprintf(out, size, "no NVTX tool is attached (NVTX_INJECTION64_PATH is unset)");
     return;

@@ -47,6 +47,10 @@
 //                  of a process with other threads — GPU timing's reaper — may not: a lock
 //                  of the allocator's may be held by a thread it does not have).
 //                  Prints child=<pid>, child_status=.
+//   env-churn      `--how before`: clearenv() before the first graph call; `--how after`: one
+//                  launch, then clearenv(). Then a thread sets new variables without end (each
+//                  setenv of a new name reallocates the array getenv walks; a clearenv() every
+//                  20,000), while the main thread launches N times and exits with it running.
 //   exit-from-worker  T threads launch in a loop; thread 0 calls exit(0) after N launches while
 //                  the others are launching.
 //   underscore-exit   N launches, then _exit(0).
@@ -670,6 +674,35 @@ void launch_and_print(long n) {
   print_counts(c, stdout);
 }
 
+// A thread that changes the environment for as long as the process lives: new names (each
+// setenv of one reallocates, and so frees, the array getenv walks), and every 20,000 names a
+// clearenv() (which frees it outright).
+void churn_environment() {
+  char name[32];
+  for (unsigned long i = 0;; ++i) {
+    if (i % 20000 == 0) clearenv();
+    std::snprintf(name, sizeof name, "CHURN_%lu", i);
+    setenv(name, "1", 1);
+  }
+}
+
+int env_churn(long n, const std::string &how) {
+  // `before`: the environment is cleared before the process's first graph call (so before the
+  // shim reads its settings); `after`: after the first launch (before the exit hooks expand
+  // their patterns and the recorder's first spill reads TMPDIR).
+  if (how == "before") clearenv();
+  Driver d = load_driver();
+  Counts c;
+  if (how == "after") {
+    launch_once(d, c);
+    clearenv();
+  }
+  std::thread(churn_environment).detach();
+  while (static_cast<long>(c.launches.load()) < n) launch_once(d, c);
+  print_counts(c, stdout);
+  return 0;  // exit() with the churn still running
+}
+
 int exit_without_memory(long n) {
   launch_and_print(n);
   limit_address_space(0);
@@ -942,6 +975,7 @@ int main(int argc, char **argv) {
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);
   if (mode == "exit-small-stack") return exit_small_stack(n, how);
+  if (mode == "env-churn") return env_churn(n, how);
   if (mode == "stderr-unreopenable") return stderr_unreopenable(n, how, launch_first);
   die(("unknown mode " + mode).c_str());
 }

@@ -861,6 +861,54 @@ def expect_nesting_only(run_):
     expect(not problems, f"ranges overlap without nesting: {problems[:3]}", run_)
 
 
+def environment_changed_at_run_time():
+    """F67: settings come from the environment the process started with. A program that clears
+    its environment before its first graph call, or after it, and changes it on another thread
+    without end meanwhile (through its exit): the launch summary and the trace are where the
+    start-up environment said (`%q{RUN_TAG}` as it was), every launch counted, nothing on
+    stderr, the exit status kept. Before the fix the shim's settings were lost with a
+    clearenv() before the first launch, and `%q{RUN_TAG}` was read at exit from the changed
+    environment (unset: one line, the files elsewhere) by a getenv racing the program's setenv
+    (freed memory)."""
+    for how in ("before", "after"):
+        with tempfile.TemporaryDirectory() as tmp:
+            spill = os.path.join(tmp, "spill")
+            os.mkdir(spill)
+            env = {
+                "RUN_TAG": "startup",
+                "FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "summary.%q{RUN_TAG}.txt"),
+                "FERRUM_RECORD_OUT": os.path.join(tmp, "t.%q{RUN_TAG}.json"),
+                "FERRUM_RECORD_MEMORY": "0",  # spills from the first full chunk: reads TMPDIR
+                "TMPDIR": spill,
+            }
+            # A large environment: the array getenv walks is then a mapping of its own, which
+            # setenv's realloc moves and unmaps (a racing getenv faults instead of reading
+            # stale memory).
+            env.update({f"PAD_{i}": "1" for i in range(20000)})
+            run_ = fault("env-churn", "--how", how, "--launches", "20000", env=env)
+            expect(run_.returncode == 0, f"{how}: exit status {run_.returncode}", run_)
+            expect(values(run_.stdout).get("launches") == 20000, f"{how}: launches missing",
+                   run_)
+            expect(run_.stderr == "", f"{how}: something on stderr", run_)
+            summary = os.path.join(tmp, "summary.startup.txt")
+            expect(os.path.exists(summary),
+                   f"{how}: no summary where the start-up environment said: "
+                   f"{sorted(os.listdir(tmp))}", run_)
+            with open(summary) as handle:
+                text = handle.read()
+            expect("20000" in text, f"{how}: the summary does not count 20000 launches:\n{text}",
+                   run_)
+            if how == "after":
+                # The recorder was attached at the first launch, before the clearenv (NVTX finds
+                # its tool through the environment of the moment: docs/settings.md).
+                trace_path = os.path.join(tmp, "t.startup.json")
+                expect(os.path.exists(trace_path), f"no trace at the start-up pattern's name: "
+                       f"{sorted(os.listdir(tmp))}", run_)
+                trace = trace_check.load(trace_path)
+                ranges = len(trace_check.ranges(trace, domain=harness.DOMAIN))
+                expect(ranges == 20000, f"{ranges} ranges for 20000 launches", run_)
+
+
 def underscore_exit():
     with tempfile.TemporaryDirectory() as tmp:
         run_ = fault("underscore-exit", "--launches", "200",
@@ -932,7 +980,7 @@ SCENARIOS = {f.__name__: f for f in (
     first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, address_space_limit,
     first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,
-    exit_from_worker, underscore_exit, sigterm_handler_exits)}
+    exit_from_worker, underscore_exit, sigterm_handler_exits, environment_changed_at_run_time)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

@@ -1,11 +1,13 @@
 // FERRUM_REPLAY* parsing: what a user who sets a variable gets, and what is said when the
 // value is wrong (one sentence, then the default).
 #include <doctest/doctest.h>
+#include <stdlib.h>
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "startup_env.hpp"
 #include "support/settings.hpp"
 
 namespace {
@@ -139,4 +141,41 @@ TEST_CASE("every echoed value: printable, quoted, cut at 200 bytes on a characte
                     std::string(200 - 30, 'y') + "...' is invalid") == 0);
     for (char c : line) CHECK(static_cast<unsigned char>(c) >= 0x20);
   }
+}
+
+// F67: the settings' environment is the one the process started with (common/startup_env.hpp).
+TEST_CASE("settings come from the start-up environment, not from setenv or clearenv later") {
+  // FERRUM_TEST_RANK=3 is in the environment meson starts this test with.
+  REQUIRE(ferrum_replay::common::startup_env("FERRUM_TEST_RANK") != nullptr);
+  CHECK(std::string(ferrum_replay::common::startup_env("FERRUM_TEST_RANK")) == "3");
+  setenv("FERRUM_TEST_RANK", "9", 1);
+  setenv("FERRUM_TEST_SET_LATER", "1", 1);
+  CHECK(std::string(ferrum_replay::common::startup_env("FERRUM_TEST_RANK")) == "3");
+  CHECK(ferrum_replay::common::startup_env("FERRUM_TEST_SET_LATER") == nullptr);
+  unsetenv("FERRUM_TEST_RANK");
+  CHECK(std::string(ferrum_replay::common::startup_env("FERRUM_TEST_RANK")) == "3");
+  setenv("FERRUM_TEST_RANK", "3", 1);
+  unsetenv("FERRUM_TEST_SET_LATER");
+}
+
+TEST_CASE("the start-up environment's parsing: names whole, an area rewritten is refused") {
+  using ferrum_replay::common::startup_env_lookup;
+  using ferrum_replay::common::startup_env_plausible;
+  static const char kArea[] = "A=1\0AB=2\0EMPTY=\0C=x=y";  // the literal's NUL ends the area
+  const unsigned long size = sizeof kArea;
+  CHECK(startup_env_plausible(kArea, size));
+  CHECK(std::string(startup_env_lookup(kArea, size, "A")) == "1");
+  CHECK(std::string(startup_env_lookup(kArea, size, "AB")) == "2");
+  CHECK(std::string(startup_env_lookup(kArea, size, "EMPTY")).empty());
+  CHECK(std::string(startup_env_lookup(kArea, size, "C")) == "x=y");
+  CHECK(startup_env_lookup(kArea, size, "B") == nullptr);
+  CHECK(startup_env_lookup(kArea, size, "") == nullptr);
+  CHECK(startup_env_lookup(kArea, size, "A=1") == nullptr);
+  CHECK(startup_env_plausible("", 0));  // an empty environment
+  // A process title written over the area (setproctitle): NULs, text without '='.
+  static const char kTitle[] = "ray::worker\0\0\0";
+  CHECK_FALSE(startup_env_plausible(kTitle, sizeof kTitle));
+  static const char kZeros[8] = {};
+  CHECK_FALSE(startup_env_plausible(kZeros, sizeof kZeros));
+  CHECK_FALSE(startup_env_plausible("A=1", 3));  // no final NUL
 }
