@@ -51,6 +51,9 @@
 //                  launch, then clearenv(). Then a thread sets new variables without end (each
 //                  setenv of a new name reallocates the array getenv walks; a clearenv() every
 //                  20,000), while the main thread launches N times and exits with it running.
+//   dlclose-shim   not preloaded: dlopens the shim ($FERRUM_SHIM, RTLD_LOCAL), pushes and pops a
+//                  graph name on a worker thread, dlcloses the shim, then lets the worker exit.
+//                  Prints dlclose=<result>, joined=1.
 //   exit-from-worker  T threads launch in a loop; thread 0 calls exit(0) after N launches while
 //                  the others are launching.
 //   underscore-exit   N launches, then _exit(0).
@@ -703,6 +706,34 @@ int env_churn(long n, const std::string &how) {
   return 0;  // exit() with the churn still running
 }
 
+// The shim loaded with dlopen (to call its naming API) rather than preloaded, then dlclose'd.
+int dlclose_shim() {
+  const char *path = std::getenv("FERRUM_SHIM");
+  if (!path) die("FERRUM_SHIM is not set");
+  void *shim = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!shim) die(dlerror());
+  using PushFn = int (*)(const char *);
+  using PopFn = int (*)();
+  auto push = reinterpret_cast<PushFn>(dlsym(shim, "ferrum_replay_push_graph_name"));
+  auto pop = reinterpret_cast<PopFn>(dlsym(shim, "ferrum_replay_pop_graph_name"));
+  if (!push || !pop) die("no naming scope in the shim");
+  std::atomic<int> step{0};
+  std::thread worker([&] {
+    push("decode");
+    pop();
+    step.store(1);
+    while (step.load() != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // returns: the thread's exit runs the destructors of its pthread keys
+  });
+  while (step.load() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::printf("dlclose=%d\n", dlclose(shim));
+  std::fflush(stdout);
+  step.store(2);
+  worker.join();
+  std::printf("joined=1\n");
+  return 0;
+}
+
 int exit_without_memory(long n) {
   launch_and_print(n);
   limit_address_space(0);
@@ -975,6 +1006,7 @@ int main(int argc, char **argv) {
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);
   if (mode == "exit-small-stack") return exit_small_stack(n, how);
+  if (mode == "dlclose-shim") return dlclose_shim();
   if (mode == "env-churn") return env_churn(n, how);
   if (mode == "stderr-unreopenable") return stderr_unreopenable(n, how, launch_first);
   die(("unknown mode " + mode).c_str());

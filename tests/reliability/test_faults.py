@@ -909,6 +909,18 @@ def environment_changed_at_run_time():
                 expect(ranges == 20000, f"{ranges} ranges for 20000 launches", run_)
 
 
+def shim_dlopened_and_closed():
+    """F68: a program that dlopens the shim to call its naming API (not preloaded) and
+    dlcloses it: its threads still exit normally. Before the fix the shim was unloaded with the
+    destructor of its thread-exit key still registered (glibc never removes one): the worker's
+    exit jumped into unmapped memory, SIGSEGV."""
+    run_ = fault("dlclose-shim", preload=False, record=False,
+                 env={"FERRUM_SHIM": harness.path_of("FERRUM_SHIM")})
+    expect(run_.returncode == 0, f"exit status {run_.returncode}", run_)
+    expect(values(run_.stdout).get("joined") == 1, "the worker's exit did not return", run_)
+    expect(run_.stderr == "", "something on stderr", run_)
+
+
 def underscore_exit():
     with tempfile.TemporaryDirectory() as tmp:
         run_ = fault("underscore-exit", "--launches", "200",
@@ -980,7 +992,8 @@ SCENARIOS = {f.__name__: f for f in (
     first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, address_space_limit,
     first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,
-    exit_from_worker, underscore_exit, sigterm_handler_exits, environment_changed_at_run_time)}
+    exit_from_worker, underscore_exit, sigterm_handler_exits, environment_changed_at_run_time,
+    shim_dlopened_and_closed)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
