@@ -151,6 +151,7 @@ detail::Phase activate() {
     gpu::configure(false, 1);
     return detail::Phase::pass_through;
   }
+  note_working_directory();  // process_files.hpp: where relative paths of ours point
   set_running_dir(g_settings.running_dir);
   NamingEnvironment naming;
   naming.rules = read_names_file(

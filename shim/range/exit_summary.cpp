@@ -254,6 +254,12 @@ bool write_exit_summary() {
   }
   if (unset[0])
     warn_line("FERRUM_REPLAY_SUMMARY: not set: %s (each %%q{NAME} expanded to nothing)", unset);
+  // Relative: in the directory the process activated in, not where it has gone (F69).
+  if (!make_absolute(path, sizeof path)) {
+    warn_line("cannot write the summary to '%s': %s", message_value(path).text,
+              strerror(ENAMETOOLONG));
+    return false;
+  }
   return write_text(path, text.data, text.length);
 }
 

@@ -44,9 +44,12 @@ ino_t g_marker_inode;
 // (g_marker_claimed) uses them. (common::running_marker_name keeps no path of its own on the
 // stack either; the pattern's expansion takes about 4 KiB of it. The first launch stays within
 // PTHREAD_STACK_MIN: fault first_launch_on_smallest_stack.)
+// The working directory when the shim activated (note_working_directory), or "" where it could
+// not be read (removed already, or longer than this).
+char g_working_directory[common::kMaxExpandedPath + 1];
+
 struct MarkerScratch {
   char directory[common::kMaxExpandedPath + 1];
-  char cwd[common::kMaxExpandedPath + 1];
   char path[2 * common::kMaxExpandedPath + 128];
   char marker[sizeof g_marker_path];
 } g_scratch;
@@ -61,8 +64,8 @@ void make_running_marker(const char *pattern, int pid) {
   int fits = -1;
   if (m.directory[0] == '/')
     fits = snprintf(m.path, sizeof m.path, "%s/ferrum-replay", m.directory);
-  else if (getcwd(m.cwd, sizeof m.cwd))
-    fits = snprintf(m.path, sizeof m.path, "%s/%s/ferrum-replay", m.cwd, m.directory);
+  else if (g_working_directory[0])
+    fits = snprintf(m.path, sizeof m.path, "%s/%s/ferrum-replay", g_working_directory, m.directory);
   if (fits < 0 || static_cast<size_t>(fits) >= sizeof m.path) return;
   // O_EXCL: a marker already there is never replaced, and this one is made beside it. It is
   // another process's of the same pid number: an earlier image of this process, which launched
@@ -142,6 +145,21 @@ bool summary_file_path(const char *given, char *out, size_t out_size) {
                                static_cast<int>(getpid()))
                     : snprintf(out, out_size, "%s", given);
   return n >= 0 && static_cast<size_t>(n) < out_size;
+}
+
+void note_working_directory() {
+  if (!getcwd(g_working_directory, sizeof g_working_directory)) g_working_directory[0] = '\0';
+}
+
+bool make_absolute(char *path, size_t size) {
+  if (path[0] == '/' || path[0] == '\0' || !g_working_directory[0]) return true;
+  const size_t directory = strlen(g_working_directory);
+  const size_t length = strlen(path);
+  if (directory + 1 + length + 1 > size) return false;
+  memmove(path + directory + 1, path, length + 1);
+  memcpy(path, g_working_directory, directory);
+  path[directory] = '/';
+  return true;
 }
 
 void set_running_dir(const char *pattern) {

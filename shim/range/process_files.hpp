@@ -31,6 +31,19 @@ bool expand_process_pattern(const char *pattern, char *out, size_t out_size, cha
 // DIR/ferrum-replay-summary.<pid>.txt for one that ends with '/'. False if it does not fit.
 bool summary_file_path(const char *given, char *out, size_t out_size);
 
+// Relative paths (FERRUM_REPLAY_SUMMARY, FERRUM_REPLAY_RUNNING_DIR, expanded) name files in the
+// working directory the process had when the shim activated (its first graph call), as the
+// recorder's trace does from NVTX's initialisation on: never in whatever directory the program
+// has moved to by its exit — a daemon's "/", a directory it removed, a test fixture's temporary
+// one (the summary went there, or was lost with a line on stderr and the running marker left:
+// F69). One rule, for every path of the shim's.
+// At activation, before the running marker or any summary path: notes that directory (nothing
+// where it cannot be read: relative paths then stay relative, as before).
+void note_working_directory();
+// Makes `path` (an expanded pattern, `size` bytes of room) absolute against that directory, in
+// place; false, `path` unchanged, where the result does not fit.
+bool make_absolute(char *path, size_t size);
+
 // At activation: the FERRUM_REPLAY_RUNNING_DIR value (settings, valid for the process's life;
 // "" for none).
 void set_running_dir(const char *pattern);

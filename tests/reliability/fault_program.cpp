@@ -51,6 +51,9 @@
 //                  launch, then clearenv(). Then a thread sets new variables without end (each
 //                  setenv of a new name reallocates the array getenv walks; a clearenv() every
 //                  20,000), while the main thread launches N times and exits with it running.
+//   chdir-before-exit
+//                  N launches, then chdir: `--how deleted` into a directory it makes and then
+//                  removes, else into the directory `--how` names; then exit(0).
 //   dlclose-shim   not preloaded: dlopens the shim ($FERRUM_SHIM, RTLD_LOCAL), pushes and pops a
 //                  graph name on a worker thread, dlcloses the shim, then lets the worker exit.
 //                  Prints dlclose=<result>, joined=1.
@@ -706,6 +709,20 @@ int env_churn(long n, const std::string &how) {
   return 0;  // exit() with the churn still running
 }
 
+// A program that changes its working directory after its first launches, as daemons (to "/"),
+// test fixtures and build tools do: `--how deleted` into a directory of its own that it then
+// removes (a temporary directory cleaned up before exit), else into the directory `how` names.
+int chdir_before_exit(long n, const std::string &how) {
+  launch_and_print(n);
+  if (how == "deleted") {
+    char made[] = "/tmp/fault-cwd-XXXXXX";
+    if (!mkdtemp(made) || chdir(made) != 0 || rmdir(made) != 0) die("no directory to leave");
+  } else if (chdir(how.c_str()) != 0) {
+    die("chdir failed");
+  }
+  return 0;
+}
+
 // The shim loaded with dlopen (to call its naming API) rather than preloaded, then dlclose'd.
 int dlclose_shim() {
   const char *path = std::getenv("FERRUM_SHIM");
@@ -1006,6 +1023,7 @@ int main(int argc, char **argv) {
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);
   if (mode == "exit-small-stack") return exit_small_stack(n, how);
+  if (mode == "chdir-before-exit") return chdir_before_exit(n, how);
   if (mode == "dlclose-shim") return dlclose_shim();
   if (mode == "env-churn") return env_churn(n, how);
   if (mode == "stderr-unreopenable") return stderr_unreopenable(n, how, launch_first);

@@ -909,6 +909,35 @@ def environment_changed_at_run_time():
                 expect(ranges == 20000, f"{ranges} ranges for 20000 launches", run_)
 
 
+def working_directory_changed_before_exit():
+    """F69: relative FERRUM_REPLAY_SUMMARY and FERRUM_REPLAY_RUNNING_DIR name files in the
+    directory the process launched in, like the recorder's relative trace: a program that moves
+    to another directory after its launches (a daemon, a test fixture) or into one it then
+    removes keeps its summary beside its trace, nothing on stderr, its marker removed. Before
+    the fix the summary went into the new directory, or (removed) was lost with a line on stderr
+    and the marker left (the wrapper's judges then fail the run)."""
+    for how in ("deleted", "elsewhere"):
+        with tempfile.TemporaryDirectory() as tmp:
+            run_dir = os.path.join(tmp, "run")
+            other = os.path.join(tmp, "other")
+            os.makedirs(os.path.join(run_dir, "markers"))
+            os.mkdir(other)
+            env = {"FERRUM_REPLAY_SUMMARY": "s.txt", "FERRUM_RECORD_OUT": "t.json",
+                   "FERRUM_REPLAY_RUNNING_DIR": "markers"}
+            run_ = fault("chdir-before-exit", "--how", other if how == "elsewhere" else how,
+                         "--launches", "100", env=env, cwd=run_dir)
+            expect(run_.returncode == 0, f"{how}: exit status {run_.returncode}", run_)
+            expect(run_.stderr == "", f"{how}: something on stderr", run_)
+            expect(os.path.exists(os.path.join(run_dir, "t.json")), f"{how}: no trace", run_)
+            expect(os.path.exists(os.path.join(run_dir, "s.txt")),
+                   f"{how}: no summary beside the trace: run/ {sorted(os.listdir(run_dir))}, "
+                   f"other/ {sorted(os.listdir(other))}", run_)
+            expect(not os.listdir(other), f"{how}: files of ours in the program's new "
+                   f"directory: {os.listdir(other)}", run_)
+            left = os.listdir(os.path.join(run_dir, "markers"))
+            expect(not left, f"{how}: running marker left: {left}", run_)
+
+
 def shim_dlopened_and_closed():
     """F68: a program that dlopens the shim to call its naming API (not preloaded) and
     dlcloses it: its threads still exit normally. Before the fix the shim was unloaded with the
@@ -993,7 +1022,7 @@ SCENARIOS = {f.__name__: f for f in (
     first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,
     exit_from_worker, underscore_exit, sigterm_handler_exits, environment_changed_at_run_time,
-    shim_dlopened_and_closed)}
+    shim_dlopened_and_closed, working_directory_changed_before_exit)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
