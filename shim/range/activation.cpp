@@ -18,6 +18,7 @@
 #include "no_cancel.hpp"
 #include "output_file.hpp"
 #include "own_process.hpp"
+#include "range/exit_order.hpp"
 #include "range/process_files.hpp"
 #include "resolve/libc_symbols.hpp"
 #include "secure_execution.hpp"
@@ -153,6 +154,9 @@ detail::Phase activate() {
   }
   note_working_directory();  // process_files.hpp: where relative paths of ours point
   set_running_dir(g_settings.running_dir);
+  // After the program's libraries and the NVTX tool are loaded: the exit hook then runs after
+  // their destructors, whose launches it counts (exit_order.hpp).
+  if (g_settings.summary[0] || g_settings.running_dir[0]) defer_exit_hook();
   NamingEnvironment naming;
   naming.rules = read_names_file(
       g_settings.names_path, [](const char *sentence, void *) { warn_line("%s", sentence); },

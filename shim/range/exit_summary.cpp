@@ -15,6 +15,7 @@
 #include "output_file.hpp"
 #include "own_process.hpp"
 #include "range/activation.hpp"
+#include "range/exit_order.hpp"
 #include "range/graph_registry.hpp"
 #include "range/process_files.hpp"
 #include "range/replay_numbers.hpp"
@@ -74,7 +75,15 @@ bool write_exit_summary_with_room() {
   return written;
 }
 
+// The shim's own destructor: the hook, unless libferrum-replay-last.so runs it later
+// (exit_order.hpp).
 __attribute__((destructor)) void summary_at_exit() {
+  if (!exit_hook_deferred()) exit_hook();
+}
+
+}  // namespace
+
+void exit_hook() {
   // Only a process that activated the shim (one that used CUDA) has anything to say.
   if (detail::g_phase.load(std::memory_order_acquire) != detail::Phase::active) return;
   // A child made without fork handlers (own_process.hpp): the counts are its parent's, and a
@@ -116,8 +125,6 @@ __attribute__((destructor)) void summary_at_exit() {
              "report this process as lost",
              message_value(left.path).text, left.why);
 }
-
-}  // namespace
 
 namespace {
 

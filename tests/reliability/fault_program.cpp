@@ -54,6 +54,9 @@
 //   chdir-before-exit
 //                  N launches, then chdir: `--how deleted` into a directory it makes and then
 //                  removes, else into the directory `--how` names; then exit(0).
+//   library-destructor-launch
+//                  N launches, then exit: the library it links (last_flush.c) launches once
+//                  more from its ELF destructor. Prints launches=, then destructor_launch=0.
 //   dlclose-shim   not preloaded: dlopens the shim ($FERRUM_SHIM, RTLD_LOCAL), pushes and pops a
 //                  graph name on a worker thread, dlcloses the shim, then lets the worker exit.
 //                  Prints dlclose=<result>, joined=1.
@@ -723,6 +726,18 @@ int chdir_before_exit(long n, const std::string &how) {
   return 0;
 }
 
+extern "C" void last_flush_arm(int (*launch)(void *, void *), void *exec);  // last_flush.c
+
+// N launches; the library last_flush.c makes one more from its destructor at exit.
+int library_destructor_launch(long n) {
+  Driver d = load_driver();
+  Counts c;
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  print_counts(c, stdout);
+  last_flush_arm(reinterpret_cast<int (*)(void *, void *)>(d.launch), d.exec);
+  return 0;
+}
+
 // The shim loaded with dlopen (to call its naming API) rather than preloaded, then dlclose'd.
 int dlclose_shim() {
   const char *path = std::getenv("FERRUM_SHIM");
@@ -1024,6 +1039,7 @@ int main(int argc, char **argv) {
   if (mode == "small-stack") return small_stack(n);
   if (mode == "exit-small-stack") return exit_small_stack(n, how);
   if (mode == "chdir-before-exit") return chdir_before_exit(n, how);
+  if (mode == "library-destructor-launch") return library_destructor_launch(n);
   if (mode == "dlclose-shim") return dlclose_shim();
   if (mode == "env-churn") return env_churn(n, how);
   if (mode == "stderr-unreopenable") return stderr_unreopenable(n, how, launch_first);

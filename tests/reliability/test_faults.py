@@ -938,6 +938,33 @@ def working_directory_changed_before_exit():
             expect(not left, f"{how}: running marker left: {left}", run_)
 
 
+def launch_from_library_destructor():
+    """F70: a library the program links makes one last launch from its ELF destructor. The
+    launch summary counts it, as the trace does, and `check --launch-summary` passes. Before
+    the fix the shim's exit hook ran from its own destructor, which the C library calls before
+    those of the program's libraries (load order): the summary said 10 launches, the trace
+    held 11 ranges, and the judges failed the run ("ranges without a launch the shim
+    counted")."""
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = os.path.join(tmp, "s.txt")
+        trace_path = os.path.join(tmp, "t.json")
+        markers = os.path.join(tmp, "markers")
+        os.mkdir(markers)
+        run_ = fault("library-destructor-launch", "--launches", "10",
+                     env={"FERRUM_REPLAY_SUMMARY": summary, "FERRUM_RECORD_OUT": trace_path,
+                          "FERRUM_REPLAY_RUNNING_DIR": markers})
+        expect(run_.returncode == 0, f"exit status {run_.returncode}", run_)
+        expect(values(run_.stdout).get("destructor_launch") == 0, "no launch at exit", run_)
+        expect(run_.stderr == "", "something on stderr", run_)
+        with open(summary) as handle:
+            text = handle.read()
+        expect("11 launches" in text, f"the summary misses the destructor's launch:\n{text}",
+               run_)
+        ranges = len(trace_check.ranges(trace_check.load(trace_path), domain=harness.DOMAIN))
+        expect(ranges == 11, f"{ranges} ranges in the trace, expected 11", run_)
+        expect(not os.listdir(markers), f"running marker left: {os.listdir(markers)}", run_)
+
+
 def shim_dlopened_and_closed():
     """F68: a program that dlopens the shim to call its naming API (not preloaded) and
     dlcloses it: its threads still exit normally. Before the fix the shim was unloaded with the
@@ -1022,7 +1049,8 @@ SCENARIOS = {f.__name__: f for f in (
     first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,
     exit_from_worker, underscore_exit, sigterm_handler_exits, environment_changed_at_run_time,
-    shim_dlopened_and_closed, working_directory_changed_before_exit)}
+    shim_dlopened_and_closed, working_directory_changed_before_exit,
+    launch_from_library_destructor)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

@@ -1,0 +1,44 @@
+#include "range/exit_order.hpp"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <atomic>
+
+#include "resolve/libc_symbols.hpp"
+
+namespace ferrum_replay::shim {
+namespace {
+
+std::atomic<bool> g_deferred{false};
+std::atomic<bool> g_tried{false};
+
+}  // namespace
+
+void defer_exit_hook() {
+  if (g_tried.exchange(true, std::memory_order_acq_rel)) return;
+  Dl_info self{};
+  if (!dladdr(reinterpret_cast<void *>(&defer_exit_hook), &self) || !self.dli_fname) return;
+  const char *slash = strrchr(self.dli_fname, '/');
+  if (!slash) return;  // a shim found without a directory: nothing to load beside it
+  char path[4096];
+  const int n = snprintf(path, sizeof path, "%.*s/libferrum-replay-last.so",
+                         static_cast<int>(slash - self.dli_fname), self.dli_fname);
+  if (n < 0 || static_cast<size_t>(n) >= sizeof path) return;
+  // RTLD_NODELETE: never unloaded, so the hook it holds runs at exit whatever a program
+  // dlcloses. RTLD_LOCAL: its one symbol stays out of the program's scope.
+  void *last = libc_dlopen()(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!last) return;
+  using RunAtExit = void (*)(void (*)());
+  auto run_at_exit = reinterpret_cast<RunAtExit>(libc_dlsym()(last, "ferrum_replay_run_at_exit"));
+  if (!run_at_exit) return;
+  run_at_exit(exit_hook);
+  g_deferred.store(true, std::memory_order_release);
+}
+
+bool exit_hook_deferred() {
+  return g_deferred.load(std::memory_order_acquire);
+}
+
+}  // namespace ferrum_replay::shim
