@@ -1570,9 +1570,10 @@ def session_start_ns(stamp):
 
 
 def session_traces(stamp, pattern):
-    """The traces of this session: a regular file matching the pattern, written since the
-    stamp, that holds a ferrum-replay trace whose recorder started after the session began.
-    A trace of an earlier run at the same name is never counted. With a fixed name, the .old
+    """The traces of this session: a regular file matching the pattern that holds a
+    ferrum-replay trace naming this session (one naming none: written since the stamp by a
+    recorder started after the session began). A trace of an earlier run at the same name is
+    never counted. With a fixed name, the .old
     beside each name counts too: a `record` of the same name started while this one ran moved
     this run's trace there (move_earlier_trace)."""
     return sorted(session_trace_moves(stamp, pattern))
@@ -1592,18 +1593,22 @@ def session_trace_moves(stamp, pattern):
                 continue
             try:
                 st = os.lstat(path)
-                if not stat.S_ISREG(st.st_mode) or st.st_mtime_ns < stamp_mtime \
-                        or path.endswith(".tmp"):
+                if not stat.S_ISREG(st.st_mode) or path.endswith(".tmp"):
                     continue
                 m = tail_metadata(path)
             except (OSError, InputError):
                 continue
             origin = clock_of(m).get("originRealtimeNs") if isinstance(m, dict) else None
-            # A trace that names its session is this one's only if it names this stamp: a
-            # `record` of the same name that overlaps this one writes traces as new as ours.
+            # A trace that names its session is this one's exactly when it names this stamp,
+            # whatever its times say: a `record` of the same name that overlaps this one writes
+            # traces as new as ours, and a file system's clock behind this host's (an NFS
+            # server's) dated this run's trace before the stamp ("no trace was written ... the
+            # file at NAME is an earlier run's"). Only a trace without one is judged by time.
             session = m.get("session") if isinstance(m, dict) else None
-            if _is_int(origin) and origin >= since and \
-                    (not isinstance(session, str) or session == stamp):
+            if isinstance(session, str):
+                if session == stamp:
+                    found[path] = moved
+            elif _is_int(origin) and origin >= since and st.st_mtime_ns >= stamp_mtime:
                 found[path] = moved
     return found
 
@@ -1686,11 +1691,12 @@ def untrusted_inputs(paths):
 
 
 def read_records(directory, uid=None):
-    """[(globs, start ns, session)] noted in DIRECTORY by user UID (this user by default), or
-    None when there is a file at that note's name that is not such a note: not a regular file
+    """[(globs, start ns, session, overlapping)] noted in DIRECTORY by user UID (this user by
+    default; OVERLAPPING: the sessions of that name still running when it began, note_record;
+    None in a note written before they were noted), or None when there is a file at that note's name that is not such a note: not a regular file
     (a link someone planted, a FIFO, a device), not UID's (planted), larger than a note gets,
     or not a note. [] when there is none. When names had to be dropped from a full note while
-    traces of theirs were still there, one more entry (["*"], that time, "") makes every trace
+    traces of theirs were still there, one more entry (["*"], that time, "", None) makes every trace
     written before then an earlier run's: a judge fails rather than pass on it."""
     uid = os.geteuid() if uid is None else uid
     try:
@@ -1721,12 +1727,15 @@ def read_records(directory, uid=None):
         if not isinstance(entry, dict):
             continue
         globs, start, session = entry.get("names"), entry.get("startNs"), entry.get("session")
+        overlapping = entry.get("overlapping")
+        if not (isinstance(overlapping, list) and all(isinstance(o, str) for o in overlapping)):
+            overlapping = None
         if (isinstance(globs, list) and globs and all(isinstance(g, str) for g in globs)
                 and _is_int(start) and start >= 0 and isinstance(session, str)):
-            found.append((globs, start, session))
+            found.append((globs, start, session, overlapping))
     dropped = value.get("droppedBeforeNs")
     if _is_int(dropped) and dropped > 0:
-        found.append((["*"], dropped, ""))
+        found.append((["*"], dropped, "", None))
     return found
 
 
@@ -1803,8 +1812,16 @@ def note_record(pattern, stamp):
                   "ferrum-replay: left as it is, and this run is not noted (check and compare "
                   "of the directory judge every run in it)", file=sys.stderr)
             return
-        dropped = max((n for g, n, s in noted if g == ["*"] and not s), default=0)
-        new = (output_globs(pattern), start, stamp)
+        dropped = max((n for g, n, s, _ in noted if g == ["*"] and not s), default=0)
+        globs = output_globs(pattern)
+        # The sessions of this name still running now (a session is its wrapper's stamp, there
+        # until the wrapper ends): their traces, written after this start, are as much the last
+        # run's as this one's (the ranks of a job, each its own `record`). Every other
+        # session's trace is an earlier run's, whatever its time says (earlier_record).
+        overlapping = sorted({o for g, _, s, running in noted if g == globs
+                              for o in [s, *(running or ())]
+                              if o.startswith("/") and o != stamp and os.path.lexists(o)})
+        new = (globs, start, stamp, overlapping)
         kept = sorted((e for e in noted if e[0] != new[0] and
                        not (e[0] == ["*"] and not e[2])), key=lambda e: e[1])
         text = records_text(kept, new, dropped)
@@ -1845,17 +1862,24 @@ def any_matches(globs, names, literal):
 
 
 def records_text(kept, new, dropped):
-    value = {"ferrumReplayRecords": [{"names": g, "startNs": n, "session": s}
-                                     for g, n, s in [*kept, new]]}
+    value = {"ferrumReplayRecords": [dict({"names": g, "startNs": n, "session": s},
+                                          **({} if o is None else {"overlapping": o}))
+                                     for g, n, s, o in [*kept, new]]}
     if dropped:
         value["droppedBeforeNs"] = dropped
     return json.dumps(value, ensure_ascii=True)
 
 
 def earlier_record(path, records=None):
-    """When the trace at PATH was written before the last `record` of its name into its
-    directory began, by another session of its user: that record's start (ns), else None.
-    RECORDS: a cache of read_records by directory and user."""
+    """When the trace at PATH is of an earlier run than the last `record` of its name into its
+    directory (by its user): that record's start (ns), else None. A trace that names its
+    session is judged by it, not by its time alone: the last session's is that run's; one of a
+    session still running when it began (`overlapping`) is that run's when written since; any
+    other is an earlier run's, however new its time of change (a clock stepped back since, an
+    NFS server's clock ahead of this host's, `cp -p`, an archive unpacked: an earlier run's
+    trace passed `check` as the last run's). A trace without a session, or a note without
+    `overlapping` (an older one), is judged by its time: written before the last record began,
+    it is an earlier run's. RECORDS: a cache of read_records by directory and user."""
     try:
         st = os.stat(path)
     except OSError:
@@ -1867,10 +1891,18 @@ def earlier_record(path, records=None):
     if key not in records:
         records[key] = read_records(directory, st.st_uid)
     name = os.path.basename(path)
-    for globs, start, session in records[key] or ():
-        if st.st_mtime_ns >= start or not any(fnmatch.fnmatchcase(name, g) for g in globs):
+    written = False  # the trace's session, read once (64 KiB of its tail at most)
+    for globs, start, session, overlapping in records[key] or ():
+        if not any(fnmatch.fnmatchcase(name, g) for g in globs):
             continue
-        if written_for(path)[1] != session:  # (64 KiB of its tail at most)
+        if written is False:
+            written = written_for(path)[1]
+        if written == session:
+            continue
+        if overlapping is None or written is None:
+            if st.st_mtime_ns < start:
+                return start
+        elif written not in overlapping or st.st_mtime_ns < start:
             return start
     return None
 

@@ -2003,6 +2003,68 @@ def test_records_note_lock_is_the_users(tmp):
            "the lock file is this user's alone", done)
 
 
+def test_judged_by_session_not_clock(tmp):
+    """A reused directory's traces are judged by the session that wrote them, not by their
+    time of change: a clock stepped back between two runs (NTP, a VM restored), an NFS
+    server's clock ahead of this host's, or `cp -p` leaves an earlier run's trace newer than
+    the last `record` — which launched nothing — and `check` passed on it as the last run's
+    (F75). The last run's own trace, with a time in the past (a server's clock behind), is
+    still judged and reported by `record` as its own; so are the traces of runs of that name still running when the last began
+    (the ranks of a job, each its own `record`), written since."""
+    hour = 3600
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    runs = os.path.join(tmp, "runs")
+    done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
+    first = traces_in(runs)
+    expect(done.returncode == 0 and len(first) == 1, "first run", done)
+    base = os.path.join(tmp, "base.json")
+    shutil.copy(first[0], base)
+    later = time.time() + hour  # the clock then steps back an hour
+    os.utime(first[0], (later, later))
+    done = wrapper("record", "-o", "runs/", "--", ARGV_ECHO, cwd=tmp)
+    expect("no trace was written" in done.stderr, "the last run launches nothing", done)
+    done = wrapper("check", "--expect-total", "20", *traces_in(runs), cwd=tmp)
+    expect(done.returncode == 1 and "FAIL: no trace of the last `ferrum-replay record`" in
+           done.stdout, "check of an earlier run's trace with a time in the future", done)
+    done = wrapper("compare", base, runs, cwd=tmp)
+    expect(done.returncode == 2 and "holds no trace of the last" in done.stderr,
+           "compare of a directory holding only an earlier run's trace", done)
+    # The last run's own trace with a time an hour in the past is the last run's.
+    done = wrapper("record", "-o", "runs/", "--", launch_driver(), "--iters", "3", cwd=tmp)
+    latest = [t for t in traces_in(runs) if t not in first]
+    expect(done.returncode == 0 and len(latest) == 1, "third run", done)
+    earlier = time.time() - hour
+    os.utime(latest[0], (earlier, earlier))
+    n = len(our_ranges(trace_check.load(latest[0])))
+    done = wrapper("check", "--expect-total", str(n), *latest, cwd=tmp)
+    expect(done.returncode == 0 and f"OK: {n} ranges" in done.stdout,
+           "the last run's trace with a time in the past", done)
+    done = wrapper("check", *traces_in(runs), cwd=tmp)
+    expect(done.returncode == 1 and "is of an earlier run" in done.stdout,
+           "the earlier run's trace beside it", done)
+    # `record` names the trace it wrote, though a file system's clock behind this host's dated
+    # it before the run began (it said "no trace was written ... the file at NAME is an
+    # earlier run's").
+    done = wrapper("record", "-o", "named.json", "--", "/bin/sh", "-c",
+                   '"$@" && touch -d "1 hour ago" named.json', "sh", *program, cwd=tmp)
+    expect(done.returncode == 0 and "trace: " in done.stderr and "earlier run" not in
+           done.stderr, "record's report of its own trace dated in the past", done)
+    # Two runs of one name at once: the first still runs when the second begins; both are the
+    # last run's.
+    ranks = os.path.join(tmp, "ranks")
+    slow = subprocess.Popen([WRAPPER, "record", "-o", "ranks/", "--", "/bin/sh", "-c",
+                             'sleep 2; exec "$@"', "sh", *program], cwd=tmp, env=base_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1)
+    done = wrapper("record", "-o", "ranks/", "--", *program, cwd=tmp)
+    out, err = slow.communicate(timeout=120)
+    expect(done.returncode == 0 and slow.returncode == 0, f"two runs at once: {err}", done)
+    both = traces_in(ranks)
+    done = wrapper("check", "--expect-total", "40", *both, cwd=tmp)
+    expect(len(both) == 2 and done.returncode == 0 and "OK: 40 ranges" in done.stdout,
+           f"two runs of one name at once: {both}", done)
+
+
 def test_records_note_keeps_every_name(tmp):
     """The directory note (.ferrum-replay-records) loses no entry: `record` runs that start
     at once into one directory (srun ferrum-replay record: one per rank) take turns, and a
