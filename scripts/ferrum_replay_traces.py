@@ -1092,7 +1092,7 @@ def trace_inputs(path, side, newest=False):
         raise InputError(f"{side}: {untrusted[0]}")
     start = earlier_record(path) if newest else None
     if start is not None:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start / 1e9))
+        when = record_began(start)
         raise InputError(f"{side} {quoted(path)} is an earlier run's trace: it was written "
                          "before the last `ferrum-replay record` of its name into its "
                          f"directory began ({when}), which wrote none there")
@@ -1625,6 +1625,16 @@ def session_trace_moves(stamp, pattern):
 RECORDS_PREFIX = ".ferrum-replay-records."
 RECORDS_LIMIT = 1 << 20      # bytes of a note (thousands of names); a larger file is not ours
 RECORDS_LOCK_SECONDS = 10    # the longest a `record` waits for another one's note update
+# The start read from an empty note: a `record` began there whose note could not be written
+# (mark_unnoted): every trace of its user there is judged an earlier run's.
+UNNOTED = 1 << 63
+
+
+def record_began(start):
+    """When the last `record` (of a note's entry) began, as messages say it."""
+    if start >= UNNOTED:
+        return "unknown: its start could not be noted there, a full disk?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start / 1e9))
 
 
 def records_file(uid):
@@ -1716,10 +1726,14 @@ def read_records(directory, uid=None):
     finally:
         os.close(fd)
     try:
-        value = json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8")) if data else {}
     except (ValueError, RecursionError):
         return None
     entries = value.get("ferrumReplayRecords") if isinstance(value, dict) else None
+    if not data:
+        # Emptied by a `record` that could not write its entry (mark_unnoted): which traces
+        # are the last run's cannot be told, so none is.
+        return [(["*"], UNNOTED, "", None)]
     if not isinstance(entries, list):
         return None
     found = []
@@ -1794,10 +1808,14 @@ def note_record(pattern, stamp):
         directory, unset = expand_output(directory)
         if unset or not os.path.isdir(directory):
             return
-        start = session_start_ns(stamp)[0]
     except (OSError, InputError):
         return
     note_path = os.path.join(directory, records_file(os.geteuid()))
+    start = None
+    try:
+        start = session_start_ns(stamp)[0] if stamp else None
+    except OSError:
+        pass
     lock, why = lock_note(directory)
     if why:
         print(f"ferrum-replay: warning: {quoted(directory)}: {why}: this run is noted without "
@@ -1812,7 +1830,17 @@ def note_record(pattern, stamp):
                   "ferrum-replay: left as it is, and this run is not noted (check and compare "
                   "of the directory judge every run in it)", file=sys.stderr)
             return
+        if start is None:
+            # A run without a session (no temporary file could be made for its stamp: TMPDIR
+            # and /tmp unusable, as on a read-only root file system) cannot be noted: left as
+            # it was, the note would name the run before as the last one. (The wrapper says
+            # so.)
+            mark_unnoted(note_path, None)
+            return
         dropped = max((n for g, n, s, _ in noted if g == ["*"] and not s), default=0)
+        if dropped >= UNNOTED:
+            # The run that emptied the note (mark_unnoted) and every one before it: earlier.
+            dropped = start
         globs = output_globs(pattern)
         # The sessions of this name still running now (a session is its wrapper's stamp, there
         # until the wrapper ends): their traces, written after this start, are as much the last
@@ -1837,15 +1865,46 @@ def note_record(pattern, stamp):
         while len(text) >= RECORDS_LIMIT and kept:  # then the oldest, remembering when
             dropped = max(dropped, kept.pop(0)[1])
             text = records_text(kept, new, dropped)
-        if len(text) >= RECORDS_LIMIT:
-            return
         try:
+            if len(text) >= RECORDS_LIMIT:
+                raise InputError(f"{quoted(note_path)}: this run's entry is larger than a note gets")
             write_atomically(note_path, lambda h: h.write(text + "\n"))
-        except InputError:
-            pass
+        except InputError as error:
+            mark_unnoted(note_path, error)
     finally:
         if lock is not None:
             os.close(lock)
+
+
+def mark_unnoted(note_path, why):
+    """This run could not be noted (WHY: a full disk or quota for the note's new copy; None:
+    the run has no session, and the wrapper says so): the
+    note, left as it was, would name the run before as the last one, and a judge would pass
+    on that run's traces as this one's, which wrote none. So the note is emptied in place,
+    which needs no room (read_records: every trace of this user in the directory is then an
+    earlier run's, until a `record` there is noted again): check fails, compare refuses."""
+    try:
+        fd = os.open(note_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK |
+                     os.O_CLOEXEC, 0o644)
+    except OSError:
+        fd = None
+    emptied = False
+    if fd is not None:
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.ftruncate(fd, 0)
+                emptied = True
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    if why is None:
+        return
+    print(f"ferrum-replay: warning: {why}: this run is not noted: " + ("until a run is noted there, check and compare fail on every trace "
+                          "of yours in its directory" if emptied else
+                          "check and compare of its directory may judge an earlier run's traces "
+                          "as this run's"), file=sys.stderr)
 
 
 def any_matches(globs, names, literal):
@@ -1915,7 +1974,7 @@ def last_run_only(paths, what=None):
         start = earlier_record(path, records)
         (kept if start is None else left).append((path, start))
     if left and what:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(max(s for _, s in left) / 1e9))
+        when = record_began(max(s for _, s in left))
         n = len(left)
         print(f"ferrum-replay: {what}: {n} trace{'s' if n != 1 else ''} of an earlier run left "
               f"out, written before the last `ferrum-replay record` into "
@@ -2163,8 +2222,7 @@ def cmd_record_output(args):
                           f"{error.strerror or error}")
     else:
         move_earlier_trace(pattern)
-    if args.since:
-        note_record(pattern, args.since)
+    note_record(pattern, args.since)
     return 0
 
 
@@ -2643,7 +2701,16 @@ def cmd_check(args):
         # last run's (its counts would be added to them).
         current, earlier = last_run_only(traces)
         where = quoted(os.path.dirname(earlier[0]) or ".") if earlier else ""
-        if earlier and not current:
+        unnoted = [p for p in earlier if (earlier_record(p) or 0) >= UNNOTED]
+        if unnoted:
+            # Its start could not be noted (mark_unnoted): none of its user's traces there can
+            # be told to be its.
+            where = quoted(os.path.dirname(unnoted[0]) or ".")
+            traces = current
+            failures.append(f"the last `ferrum-replay record` into {where} could not be noted "
+                            "there (a full disk or quota?): none of the traces given can be "
+                            "told to be its; record again once there is room")
+        elif earlier and not current:
             traces = []  # with --allow-no-ranges: the last run launched nothing, as allowed
             if not args.allow_no_ranges:
                 failures.append(f"no trace of the last `ferrum-replay record` into {where}: the "

@@ -2065,6 +2065,70 @@ def test_judged_by_session_not_clock(tmp):
            f"two runs of one name at once: {both}", done)
 
 
+def test_unnoted_run_judges_nothing(tmp):
+    """A `record` into a reused directory that cannot note its start there (a full disk or
+    quota: its new note cannot be written, nor its trace) left the note naming the run before
+    as the last one: `check DIR/*.json` passed on that run's trace (F76). The note is emptied
+    in place instead (no room needed): check fails and compare refuses every trace of the
+    user's there until a run is noted again. The program's status passes unchanged.
+    (`ulimit -f 0` stands in for the full disk: every write fails, EFBIG.) So is a run
+    without a session (no temporary directory: it was not noted at all)."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    runs = os.path.join(tmp, "runs")
+    done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
+    first = traces_in(runs)
+    expect(done.returncode == 0 and len(first) == 1, "first run", done)
+    base = os.path.join(tmp, "base.json")
+    shutil.copy(first[0], base)
+    done = run(["/bin/sh", "-c", 'ulimit -f 0; exec "$@"', "sh", WRAPPER, "record", "-o",
+                "runs/", "--", "/bin/sh", "-c", '"$@"; exit 3', "sh", *program], tmp)
+    expect(done.returncode == 3 and traces_in(runs) == first,
+           "a run that can write nothing: its status", done)
+    unnoted = done
+    done = wrapper("check", "--expect-total", "20", *traces_in(runs), cwd=tmp)
+    expect(done.returncode == 1 and "FAIL: the last `ferrum-replay record` into" in
+           done.stdout and "could not be noted" in done.stdout,
+           "check of the run before an unnoted one", done)
+    done = wrapper("compare", base, runs, cwd=tmp)
+    expect(done.returncode == 2 and "holds no trace of the last" in done.stderr,
+           "compare of the directory of an unnoted run", done)
+    expect("this run is not noted" in unnoted.stderr, "the unnoted run says so", unnoted)
+    # A run noted again: its trace is the last run's, the one before the unnoted run is not.
+    done = wrapper("record", "-o", "runs/", "--", launch_driver(), "--iters", "3", cwd=tmp)
+    latest = [t for t in traces_in(runs) if t not in first]
+    expect(done.returncode == 0 and len(latest) == 1, "a run noted again", done)
+    n = len(our_ranges(trace_check.load(latest[0])))
+    done = wrapper("check", "--expect-total", str(n), *latest, cwd=tmp)
+    expect(done.returncode == 0, "check of the run noted again", done)
+    done = wrapper("check", *first, cwd=tmp)
+    expect(done.returncode == 1 and "earlier run" in done.stdout,
+           "the run before the unnoted one stays an earlier run's", done)
+    # A run without a session cannot be noted either: no temporary file for its stamp (TMPDIR
+    # and /tmp unusable: a read-only root file system, the output on a volume). Made here
+    # with a read-only /tmp in a mount namespace of its own, the output outside /tmp.
+    if os.geteuid() != 0 or not shutil.which("unshare") or not os.path.isdir("/dev/shm") or \
+            subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        print("unnoted_run_judges_nothing: no mount namespace here: the case without a "
+              "temporary directory is skipped")
+        return
+    volume = tempfile.mkdtemp(dir="/dev/shm", prefix="ferrum-workflow-")
+    try:
+        done = wrapper("record", "-o", "out/", "--", *program, cwd=volume)
+        first = traces_in(os.path.join(volume, "out"))
+        expect(done.returncode == 0 and len(first) == 1, "a run onto the volume", done)
+        done = run(["unshare", "-m", "/bin/sh", "-c",
+                    'mount -t tmpfs -o ro tmpfs /tmp && exec "$@"', "sh", WRAPPER, "record",
+                    "-o", "out/", "--", "/bin/sh", "-c", "exit 4"], volume,
+                   env={"TMPDIR": "/nonexistent"})
+        expect(done.returncode == 4 and "cannot create a temporary file" in done.stderr,
+               "a run without a temporary directory", done)
+        done = wrapper("check", "--expect-total", "20", *first, cwd=volume)
+        expect(done.returncode == 1 and "could not be noted" in done.stdout,
+               "check after a run without a session", done)
+    finally:
+        shutil.rmtree(volume, ignore_errors=True)
+
+
 def test_records_note_keeps_every_name(tmp):
     """The directory note (.ferrum-replay-records) loses no entry: `record` runs that start
     at once into one directory (srun ferrum-replay record: one per rank) take turns, and a
