@@ -1625,6 +1625,7 @@ def session_trace_moves(stamp, pattern):
 RECORDS_PREFIX = ".ferrum-replay-records."
 RECORDS_LIMIT = 1 << 20      # bytes of a note (thousands of names); a larger file is not ours
 RECORDS_LOCK_SECONDS = 10    # the longest a `record` waits for another one's note update
+OVERLAP_KEPT = 256           # sessions of other hosts an entry keeps as maybe still running
 # The start read from an empty note: a `record` began there whose note could not be written
 # (mark_unnoted): every trace of its user there is judged an earlier run's.
 UNNOTED = 1 << 63
@@ -1701,12 +1702,13 @@ def untrusted_inputs(paths):
 
 
 def read_records(directory, uid=None):
-    """[(globs, start ns, session, overlapping)] noted in DIRECTORY by user UID (this user by
-    default; OVERLAPPING: the sessions of that name still running when it began, note_record;
-    None in a note written before they were noted), or None when there is a file at that note's name that is not such a note: not a regular file
+    """[(globs, start ns, session, overlapping, host)] noted in DIRECTORY by user UID (this user
+    by default; OVERLAPPING: the sessions of that name still running when it began, as
+    [(session, host)], note_record; None in a note written before they were noted; HOST: where
+    the session ran, '' when not noted), or None when there is a file at that note's name that is not such a note: not a regular file
     (a link someone planted, a FIFO, a device), not UID's (planted), larger than a note gets,
     or not a note. [] when there is none. When names had to be dropped from a full note while
-    traces of theirs were still there, one more entry (["*"], that time, "", None) makes every trace
+    traces of theirs were still there, one more entry (["*"], that time, "", None, "") makes every trace
     written before then an earlier run's: a judge fails rather than pass on it."""
     uid = os.geteuid() if uid is None else uid
     try:
@@ -1733,7 +1735,7 @@ def read_records(directory, uid=None):
     if not data:
         # Emptied by a `record` that could not write its entry (mark_unnoted): which traces
         # are the last run's cannot be told, so none is.
-        return [(["*"], UNNOTED, "", None)]
+        return [(["*"], UNNOTED, "", None, "")]
     if not isinstance(entries, list):
         return None
     found = []
@@ -1741,15 +1743,20 @@ def read_records(directory, uid=None):
         if not isinstance(entry, dict):
             continue
         globs, start, session = entry.get("names"), entry.get("startNs"), entry.get("session")
+        host = entry.get("host") if isinstance(entry.get("host"), str) else ""
         overlapping = entry.get("overlapping")
-        if not (isinstance(overlapping, list) and all(isinstance(o, str) for o in overlapping)):
+        if isinstance(overlapping, list) and all(
+                isinstance(o, list) and len(o) == 2 and all(isinstance(x, str) for x in o)
+                for o in overlapping):
+            overlapping = [tuple(o) for o in overlapping]
+        else:
             overlapping = None
         if (isinstance(globs, list) and globs and all(isinstance(g, str) for g in globs)
                 and _is_int(start) and start >= 0 and isinstance(session, str)):
-            found.append((globs, start, session, overlapping))
+            found.append((globs, start, session, overlapping, host))
     dropped = value.get("droppedBeforeNs")
     if _is_int(dropped) and dropped > 0:
-        found.append((["*"], dropped, "", None))
+        found.append((["*"], dropped, "", None, ""))
     return found
 
 
@@ -1837,7 +1844,7 @@ def note_record(pattern, stamp):
             # so.)
             mark_unnoted(note_path, None)
             return
-        dropped = max((n for g, n, s, _ in noted if g == ["*"] and not s), default=0)
+        dropped = max((n for g, n, s, _, _ in noted if g == ["*"] and not s), default=0)
         if dropped >= UNNOTED:
             # The run that emptied the note (mark_unnoted) and every one before it: earlier.
             dropped = start
@@ -1845,11 +1852,19 @@ def note_record(pattern, stamp):
         # The sessions of this name still running now (a session is its wrapper's stamp, there
         # until the wrapper ends): their traces, written after this start, are as much the last
         # run's as this one's (the ranks of a job, each its own `record`). Every other
-        # session's trace is an earlier run's, whatever its time says (earlier_record).
-        overlapping = sorted({o for g, _, s, running in noted if g == globs
-                              for o in [s, *(running or ())]
-                              if o.startswith("/") and o != stamp and os.path.lexists(o)})
-        new = (globs, start, stamp, overlapping)
+        # session's trace is an earlier run's, whatever its time says (earlier_record). A
+        # session of another host (ranks on other nodes, a shared file system) cannot be seen
+        # running from here: it is kept until a run on its host finds it ended, the most
+        # recent OVERLAP_KEPT of them (its traces still count only when written since).
+        here = socket.gethostname()
+        candidates = {(o, h or host) for g, _, s, running, host in noted if g == globs
+                      for o, h in [(s, host), *(running or ())]}
+        overlapping = sorted((o, h) for o, h in candidates
+                             if o.startswith("/") and o != stamp and
+                             (h != here or os.path.lexists(o)))
+        if len(overlapping) > OVERLAP_KEPT:
+            overlapping = sorted(overlapping, key=lambda p: (p[1] == here, p))[-OVERLAP_KEPT:]
+        new = (globs, start, stamp, overlapping, here)
         kept = sorted((e for e in noted if e[0] != new[0] and
                        not (e[0] == ["*"] and not e[2])), key=lambda e: e[1])
         text = records_text(kept, new, dropped)
@@ -1922,8 +1937,10 @@ def any_matches(globs, names, literal):
 
 def records_text(kept, new, dropped):
     value = {"ferrumReplayRecords": [dict({"names": g, "startNs": n, "session": s},
-                                          **({} if o is None else {"overlapping": o}))
-                                     for g, n, s, o in [*kept, new]]}
+                                          **({"host": h} if h else {}),
+                                          **({} if o is None else
+                                             {"overlapping": [list(p) for p in o]}))
+                                     for g, n, s, o, h in [*kept, new]]}
     if dropped:
         value["droppedBeforeNs"] = dropped
     return json.dumps(value, ensure_ascii=True)
@@ -1951,7 +1968,7 @@ def earlier_record(path, records=None):
         records[key] = read_records(directory, st.st_uid)
     name = os.path.basename(path)
     written = False  # the trace's session, read once (64 KiB of its tail at most)
-    for globs, start, session, overlapping in records[key] or ():
+    for globs, start, session, overlapping, _ in records[key] or ():
         if not any(fnmatch.fnmatchcase(name, g) for g in globs):
             continue
         if written is False:
@@ -1961,7 +1978,7 @@ def earlier_record(path, records=None):
         if overlapping is None or written is None:
             if st.st_mtime_ns < start:
                 return start
-        elif written not in overlapping or st.st_mtime_ns < start:
+        elif written not in {o for o, _ in overlapping} or st.st_mtime_ns < start:
             return start
     return None
 

@@ -2063,6 +2063,31 @@ def test_judged_by_session_not_clock(tmp):
     done = wrapper("check", "--expect-total", "40", *both, cwd=tmp)
     expect(len(both) == 2 and done.returncode == 0 and "OK: 40 ranges" in done.stdout,
            f"two runs of one name at once: {both}", done)
+    # The same with the first run on another host (a rank on another node, the directory on a
+    # shared file system): its stamp cannot be seen from here, and its trace still counts. Made
+    # with a host name and a TMPDIR of its own in namespaces of its own.
+    if os.geteuid() != 0 or not shutil.which("unshare") or \
+            subprocess.run(["unshare", "-mu", "true"], capture_output=True).returncode != 0:
+        print("judged_by_session_not_clock: no namespaces here: the case of another host is "
+              "skipped")
+        return
+    nodes = os.path.join(tmp, "nodes")
+    private = os.path.join(tmp, "node-tmp")
+    os.makedirs(private)
+    slow = subprocess.Popen(
+        ["unshare", "-mu", "/bin/sh", "-c",
+         'hostname other-node && mount -t tmpfs tmpfs "$TMPDIR" && exec "$@"', "sh", WRAPPER,
+         "record", "-o", "nodes/", "--", "/bin/sh", "-c", 'sleep 2; exec "$@"', "sh", *program],
+        cwd=tmp, env=base_env({"TMPDIR": private}), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    time.sleep(1)
+    done = wrapper("record", "-o", "nodes/", "--", *program, cwd=tmp)
+    out, err = slow.communicate(timeout=120)
+    expect(done.returncode == 0 and slow.returncode == 0, f"two hosts at once: {err}", done)
+    both = traces_in(nodes)
+    done = wrapper("check", "--expect-total", "40", *both, cwd=tmp)
+    expect(len(both) == 2 and done.returncode == 0 and "OK: 40 ranges" in done.stdout,
+           f"two runs of one name at once on two hosts: {both}", done)
 
 
 def test_unnoted_run_judges_nothing(tmp):
