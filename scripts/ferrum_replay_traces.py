@@ -1853,10 +1853,11 @@ def note_record(pattern, stamp):
         # until the wrapper ends): their traces, written after this start, are as much the last
         # run's as this one's (the ranks of a job, each its own `record`). Every other
         # session's trace is an earlier run's, whatever its time says (earlier_record). A
-        # session of another host (ranks on other nodes, a shared file system) cannot be seen
-        # running from here: it is kept until a run on its host finds it ended, the most
-        # recent OVERLAP_KEPT of them (its traces still count only when written since).
-        here = socket.gethostname()
+        # session of another host (ranks on other nodes, a shared file system), or of another
+        # mount namespace here (a container's own /tmp), cannot be seen running from here: it
+        # is kept until a run where it ran finds it ended, the most recent OVERLAP_KEPT of them
+        # (its traces still count only when written since).
+        here = stamp_view()
         candidates = {(o, h or host) for g, _, s, running, host in noted if g == globs
                       for o, h in [(s, host), *(running or ())]}
         overlapping = sorted((o, h) for o, h in candidates
@@ -1933,6 +1934,15 @@ def any_matches(globs, names, literal):
         elif fnmatch.filter(names, glob_):
             return True
     return False
+
+
+def stamp_view():
+    """Where a session's stamp can be seen from: this host and mount namespace ('host' in the
+    note; a container with the host's name, `docker --network host`, has a /tmp of its own)."""
+    try:
+        return f"{socket.gethostname()} {os.readlink('/proc/self/ns/mnt')}"
+    except OSError:
+        return socket.gethostname()
 
 
 def records_text(kept, new, dropped):

@@ -2071,23 +2071,26 @@ def test_judged_by_session_not_clock(tmp):
         print("judged_by_session_not_clock: no namespaces here: the case of another host is "
               "skipped")
         return
-    nodes = os.path.join(tmp, "nodes")
-    private = os.path.join(tmp, "node-tmp")
-    os.makedirs(private)
-    slow = subprocess.Popen(
-        ["unshare", "-mu", "/bin/sh", "-c",
-         'hostname other-node && mount -t tmpfs tmpfs "$TMPDIR" && exec "$@"', "sh", WRAPPER,
-         "record", "-o", "nodes/", "--", "/bin/sh", "-c", 'sleep 2; exec "$@"', "sh", *program],
-        cwd=tmp, env=base_env({"TMPDIR": private}), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    time.sleep(1)
-    done = wrapper("record", "-o", "nodes/", "--", *program, cwd=tmp)
-    out, err = slow.communicate(timeout=120)
-    expect(done.returncode == 0 and slow.returncode == 0, f"two hosts at once: {err}", done)
-    both = traces_in(nodes)
-    done = wrapper("check", "--expect-total", "40", *both, cwd=tmp)
-    expect(len(both) == 2 and done.returncode == 0 and "OK: 40 ranges" in done.stdout,
-           f"two runs of one name at once on two hosts: {both}", done)
+    # And on this host's name in a mount namespace of its own (a container sharing the host's
+    # name, `docker --network host`, with a /tmp of its own).
+    for other, setup in (("node", "hostname other-node && "), ("container", "")):
+        nodes = os.path.join(tmp, f"{other}s")
+        private = os.path.join(tmp, f"{other}-tmp")
+        os.makedirs(private)
+        slow = subprocess.Popen(
+            ["unshare", "-mu", "/bin/sh", "-c",
+             setup + 'mount -t tmpfs tmpfs "$TMPDIR" && exec "$@"', "sh", WRAPPER, "record",
+             "-o", f"{other}s/", "--", "/bin/sh", "-c", 'sleep 2; exec "$@"', "sh", *program],
+            cwd=tmp, env=base_env({"TMPDIR": private}), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        time.sleep(1)
+        done = wrapper("record", "-o", f"{other}s/", "--", *program, cwd=tmp)
+        out, err = slow.communicate(timeout=120)
+        expect(done.returncode == 0 and slow.returncode == 0, f"another {other}: {err}", done)
+        both = traces_in(nodes)
+        done = wrapper("check", "--expect-total", "40", *both, cwd=tmp)
+        expect(len(both) == 2 and done.returncode == 0 and "OK: 40 ranges" in done.stdout,
+               f"two runs of one name at once, one in another {other}: {both}", done)
 
 
 def test_unnoted_run_judges_nothing(tmp):
