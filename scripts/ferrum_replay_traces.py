@@ -1086,6 +1086,8 @@ def trace_inputs(path, side, newest=False):
             raise InputError(f"{side} {quoted(path)} holds no trace of the last `ferrum-replay "
                              f"record` into it (which wrote none): its {len(left)} "
                              f"trace{'s are' if len(left) != 1 else ' is'} of earlier runs")
+        if newest:
+            refuse_merged_earlier(kept, side)
         return kept
     untrusted = untrusted_inputs([path]) if newest else []
     if untrusted:
@@ -1096,6 +1098,8 @@ def trace_inputs(path, side, newest=False):
         raise InputError(f"{side} {quoted(path)} is an earlier run's trace: it was written "
                          "before the last `ferrum-replay record` of its name into its "
                          f"directory began ({when}), which wrote none there")
+    if newest:
+        refuse_merged_earlier([path], side)
     return [path]
 
 
@@ -1355,6 +1359,27 @@ def write_output(out, write):
         write_atomically(out, write)
 
 
+def merged_earlier(meta):
+    """How many of the processes a merged trace holds merge found to be of an earlier run than
+    the last `record` into their directory (cmd_merge: earlierRun)."""
+    merged = meta.get("merged") if isinstance(meta, dict) else None
+    return sum(1 for m in merged or () if isinstance(m, dict) and m.get("earlierRun") is True)
+
+
+def refuse_merged_earlier(paths, side):
+    """NEW must be the run just made: a merged trace of NEW holding an earlier run's traces is
+    an input error (the scan reports a file it cannot read)."""
+    for path in paths:
+        try:
+            n = merged_earlier(read_metadata(path))
+        except (OSError, InputError):
+            continue
+        if n:
+            raise InputError(f"{side} {quoted(path)} merges {n} trace{'s' if n != 1 else ''} of "
+                             "an earlier run than the last `ferrum-replay record` into "
+                             f"{'their' if n != 1 else 'its'} directory (merge said so)")
+
+
 def cmd_merge(args):
     pattern = args.output
     expanded, unset = expand_output(pattern)
@@ -1377,6 +1402,17 @@ def cmd_merge(args):
         raise InputError(f"the output {quoted(out)} is a directory: name a file")
     kept = distinct_runs(paths, [read_metadata(path) for path in paths])
     paths, metas = [path for path, _ in kept], [meta for _, meta in kept]
+    # A trace of an earlier run than the last `record` into its directory (a reused one, whose
+    # last run wrote none) is merged, as merge reads what it is given, but the merged trace
+    # names it (earlierRun): check fails on it and compare refuses it as NEW. Named by no note,
+    # the merged file was judged as the last run's (merge -o runs/merged.json runs/*.json).
+    earlier_inputs = set(last_run_only(paths)[1])
+    if earlier_inputs:
+        n = len(earlier_inputs)
+        print(f"ferrum-replay: warning: {n} of the traces merged {'are' if n != 1 else 'is'} of "
+              "an earlier run than the last `ferrum-replay record` into "
+              f"{'their' if n != 1 else 'its'} directory: {quoted(sorted(earlier_inputs)[0])}; "
+              "the merged trace says so, and check and compare refuse it", file=sys.stderr)
     shifts, how, clock = alignment(metas)
     # Non-ASCII names as UTF-8, as the recorder writes them: older viewers show \\u escapes
     # literally. Lone surrogates (from \\ud800-style escapes in a hand-made input) cannot be
@@ -1477,7 +1513,8 @@ def cmd_merge(args):
                 merged.append({"file": os.path.abspath(path), "pid": m.get("pid"),
                                "mergedPid": pid_map.get(m.get("pid")), "host": m.get("host"),
                                "rank": m.get("rank"), "clock": clock_of(m) or None,
-                               "shiftUs": round(shift, 3)})
+                               "shiftUs": round(shift, 3),
+                               **({"earlierRun": True} if path in earlier_inputs else {})})
         t = {"ranges": 0, "marks": 0, "startEndRanges": 0, "rejectedPushes": 0}
         t.update({key: 0 for key, _ in DROPS})
         errors = {key: 0 for key, _ in PROTOCOL_ERRORS}
@@ -2772,6 +2809,14 @@ def cmd_check(args):
             failures.append("unbalanced ranges: " + errors_line(t)[len("protocol errors: "):])
         if drops_line(t):
             failures.append(drops_line(t) + ": the profile is missing them")
+        for scan in scans:
+            n = merged_earlier(scan.meta)
+            if n:
+                failures.append(f"{quoted(scan.path)} merges {n} trace{'s' if n != 1 else ''} of "
+                                "an earlier run than the last `ferrum-replay record` into "
+                                f"{'their' if n != 1 else 'its'} directory (merge said so): "
+                                "merge only the last run's traces")
+                break
         for scan in scans:
             line = scan.nesting_line()
             if line:

@@ -2157,6 +2157,40 @@ def test_unnoted_run_judges_nothing(tmp):
         shutil.rmtree(volume, ignore_errors=True)
 
 
+def test_merge_keeps_earlier_runs_named(tmp):
+    """merge reads what it is given, an earlier run's traces in a reused directory included;
+    the merged file, named by no note, was then judged as the last run's: after a run that
+    launched nothing, `merge -o runs/merged.json runs/ferrum-replay.*.json` and `check
+    runs/merged.json` passed on the earlier run's data (F77). The merged trace now names such
+    parts: merge warns, check fails, compare refuses it as NEW. The last run's traces merge
+    and pass as before."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    base = os.path.join(tmp, "base.json")
+    done = wrapper("record", "-o", base, "--", *program, cwd=tmp)
+    merged = os.path.join(tmp, "runs", "merged.json")
+    done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "first run", done)
+    done = wrapper("merge", "-o", merged, *traces_in(os.path.join(tmp, "runs"),
+                                                     r"ferrum-replay\..*\.json$"), cwd=tmp)
+    expect(done.returncode == 0 and "earlier run" not in done.stderr, "merge of the last run",
+           done)
+    done = wrapper("check", "--expect-total", "20", merged, cwd=tmp)
+    expect(done.returncode == 0, "check of the last run's merged trace", done)
+    done = wrapper("record", "-o", "runs/", "--", ARGV_ECHO, cwd=tmp)
+    expect("no trace was written" in done.stderr, "a run that launches nothing", done)
+    done = wrapper("merge", "-o", merged, *traces_in(os.path.join(tmp, "runs"),
+                                                     r"ferrum-replay\..*\.json$"), cwd=tmp)
+    merging = done
+    done = wrapper("check", "--expect-total", "20", merged, cwd=tmp)
+    expect(done.returncode == 1 and "merges 1 trace of an earlier run" in done.stdout,
+           "check of a merged trace of an earlier run", done)
+    expect(merging.returncode == 0 and "1 of the traces merged is of an earlier run" in
+           merging.stderr, "merge of an earlier run's trace says so", merging)
+    done = wrapper("compare", base, merged, cwd=tmp)
+    expect(done.returncode == 2 and "merges 1 trace of an earlier run" in done.stderr,
+           "compare of a merged trace of an earlier run as NEW", done)
+
+
 def test_records_note_keeps_every_name(tmp):
     """The directory note (.ferrum-replay-records) loses no entry: `record` runs that start
     at once into one directory (srun ferrum-replay record: one per rank) take turns, and a
