@@ -2008,7 +2008,7 @@ def test_judged_by_session_not_clock(tmp):
     time of change: a clock stepped back between two runs (NTP, a VM restored), an NFS
     server's clock ahead of this host's, or `cp -p` leaves an earlier run's trace newer than
     the last `record` — which launched nothing — and `check` passed on it as the last run's
-    (F75). The last run's own trace, with a time in the past (a server's clock behind), is
+    (F71). The last run's own trace, with a time in the past (a server's clock behind), is
     still judged and reported by `record` as its own; so are the traces of runs of that name still running when the last began
     (the ranks of a job, each its own `record`), written since."""
     hour = 3600
@@ -2096,7 +2096,7 @@ def test_judged_by_session_not_clock(tmp):
 def test_unnoted_run_judges_nothing(tmp):
     """A `record` into a reused directory that cannot note its start there (a full disk or
     quota: its new note cannot be written, nor its trace) left the note naming the run before
-    as the last one: `check DIR/*.json` passed on that run's trace (F76). The note is emptied
+    as the last one: `check DIR/*.json` passed on that run's trace (F72). The note is emptied
     in place instead (no room needed): check fails and compare refuses every trace of the
     user's there until a run is noted again. The program's status passes unchanged.
     (`ulimit -f 0` stands in for the full disk: every write fails, EFBIG.) So is a run
@@ -2161,7 +2161,7 @@ def test_merge_keeps_earlier_runs_named(tmp):
     """merge reads what it is given, an earlier run's traces in a reused directory included;
     the merged file, named by no note, was then judged as the last run's: after a run that
     launched nothing, `merge -o runs/merged.json runs/ferrum-replay.*.json` and `check
-    runs/merged.json` passed on the earlier run's data (F77). The merged trace now names such
+    runs/merged.json` passed on the earlier run's data (F73). The merged trace now names such
     parts: merge warns, check fails, compare refuses it as NEW. The last run's traces merge
     and pass as before."""
     program = [launch_driver(), "--graphs", "2", "--iters", "10"]
