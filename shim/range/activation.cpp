@@ -155,8 +155,15 @@ detail::Phase activate() {
   note_working_directory();  // process_files.hpp: where relative paths of ours point
   set_running_dir(g_settings.running_dir);
   // After the program's libraries and the NVTX tool are loaded: the exit hook then runs after
-  // their destructors, whose launches it counts (exit_order.hpp).
-  if (g_settings.summary[0] || g_settings.running_dir[0]) defer_exit_hook();
+  // their destructors, whose launches it counts (exit_order.hpp). Only where a tool answered:
+  // a tool's ranges are what the summary is checked against, and NVTX has loaded that tool
+  // with a dlopen of its own (usually just now) — this one adds no wait that one did not have.
+  // Without a tool it would be the process's only one here, and in a fork() child made while
+  // another thread of the parent walked the loaded objects (dl_iterate_phdr, C++ exception
+  // unwinding) it waits for ever on the loader's lock that thread held (fault
+  // fork_while_loader_busy). Left: a child whose parent loaded the tool (its own NVTX calls)
+  // but never launched, forked during such a walk.
+  if (detail::g_domain && (g_settings.summary[0] || g_settings.running_dir[0])) defer_exit_hook();
   NamingEnvironment naming;
   naming.rules = read_names_file(
       g_settings.names_path, [](const char *sentence, void *) { warn_line("%s", sentence); },

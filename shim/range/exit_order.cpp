@@ -20,8 +20,10 @@ void defer_exit_hook() {
   if (g_tried.exchange(true, std::memory_order_acq_rel)) return;
   Dl_info self{};
   if (!dladdr(reinterpret_cast<void *>(&defer_exit_hook), &self) || !self.dli_fname) return;
+  // Only beside a shim preloaded by an absolute path: a relative one (LD_PRELOAD=lib/...) names
+  // a file in whatever directory the program is in now, which may not hold ours.
+  if (self.dli_fname[0] != '/') return;
   const char *slash = strrchr(self.dli_fname, '/');
-  if (!slash) return;  // a shim found without a directory: nothing to load beside it
   char path[4096];
   const int n = snprintf(path, sizeof path, "%.*s/libferrum-replay-last.so",
                          static_cast<int>(slash - self.dli_fname), self.dli_fname);

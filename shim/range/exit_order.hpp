@@ -1,10 +1,11 @@
 // When the shim's exit hook runs (libferrum-replay-last.so, shim/exit_last/exit_last.c, says
 // why): the C library calls ELF destructors in load order, and the preloaded shim's comes before
 // those of every library the program links — a launch from one of them was counted by the
-// recorder, not by the summary (F70). At activation the shim loads that small library from its
-// own directory (after the program's libraries and the NVTX tool) and the hook runs from its
-// destructor; where it cannot be loaded (not installed beside the shim), from the shim's own
-// destructor, as before.
+// recorder, not by the summary (F70). At activation, where an NVTX tool is attached (activation.cpp
+// says why only there), the shim loads that small library from its own directory (after the
+// program's libraries and the NVTX tool) and the hook runs from its destructor; elsewhere, or
+// where it cannot be loaded (not installed beside the shim), from the shim's own destructor,
+// as before.
 #pragma once
 
 namespace ferrum_replay::shim {

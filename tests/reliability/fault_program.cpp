@@ -36,6 +36,13 @@
 //                  graph of its own (its first walk), launches it once and exits. The parent
 //                  waits for each at most 2 s (then kills it). Prints forks=, hung= (children
 //                  killed), failed= (children that did not exit 0).
+//   fork-while-loader-busy
+//                  never launches itself: a worker thread walks the loaded objects without end
+//                  (dl_iterate_phdr, which holds the loader's write lock for the walk; C++
+//                  exception unwinding does the same), while the main thread forks N times; each
+//                  child makes the process's first graph call (the shim's activation), launches
+//                  once and exits. The parent waits for each at most 2 s. Prints forks=, hung=,
+//                  failed=.
 //   fork-children  launches N times, forks a child that exits without launching, launches N
 //                  times more, then forks a child that launches 3 times. Prints
 //                  idle_child=<pid>, busy_child=<pid>.
@@ -141,6 +148,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <nvtx3/nvToolsExt.h>
@@ -485,6 +493,57 @@ int fork_while_naming(long n, const std::string &unloadable) {
   }
   stop.store(true);
   worker.join();
+  std::printf("forks=%ld\nhung=%ld\nfailed=%ld\n", n, hung, failed);
+  return 0;
+}
+
+int walk_slowly(dl_phdr_info *, size_t, void *) {
+  usleep(200);  // the walk (and the lock it holds) lasts a while
+  return 0;
+}
+
+int fork_while_loader_busy(long n) {
+  // The driver is loaded here (a child's own dlopen would wait on the lock) but nothing of it
+  // is looked up or called before the fork: the shim activates in each child.
+  Driver d;
+  d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!d.handle) die(dlerror());
+  std::atomic<bool> stop{false};
+  std::thread walker([&] {
+    while (!stop.load()) dl_iterate_phdr(walk_slowly, nullptr);
+  });
+  usleep(20000);
+  long hung = 0, failed = 0;
+  for (long i = 0; i < n; ++i) {
+    const pid_t child = fork();
+    if (child < 0) die("fork failed");
+    if (child == 0) {
+      lookup(d.handle, "cuInit", d.init);
+      lookup(d.handle, "cuDeviceGet", d.deviceGet);
+      lookup(d.handle, "cuCtxCreate_v4", d.ctxCreate);
+      lookup(d.handle, "cuGraphCreate", d.graphCreate);
+      lookup(d.handle, "cuGraphAddEmptyNode", d.graphAddEmptyNode);
+      lookup(d.handle, "cuGraphInstantiateWithFlags", d.graphInstantiate);
+      lookup(d.handle, "cuGraphLaunch", d.launch);
+      CUdevice device = 0;
+      CUgraph graph = nullptr;
+      CUgraphNode node = nullptr;
+      const bool ok = d.init(0) == CUDA_SUCCESS && d.deviceGet(&device, 0) == CUDA_SUCCESS &&
+                      d.ctxCreate(&d.ctx, nullptr, 0, device) == CUDA_SUCCESS &&
+                      d.graphCreate(&graph, 0) == CUDA_SUCCESS &&
+                      d.graphAddEmptyNode(&node, graph, nullptr, 0) == CUDA_SUCCESS &&
+                      d.graphInstantiate(&d.exec, graph, 0) == CUDA_SUCCESS &&
+                      d.launch(d.exec, nullptr) == CUDA_SUCCESS;
+      _exit(ok ? 0 : 3);
+    }
+    const int status = wait_at_most(child, 2000);
+    if (status < 0)
+      ++hung;
+    else if (status != 0)
+      ++failed;
+  }
+  stop.store(true);
+  walker.join();
   std::printf("forks=%ld\nhung=%ld\nfailed=%ld\n", n, hung, failed);
   return 0;
 }
@@ -1024,6 +1083,7 @@ int main(int argc, char **argv) {
   if (mode == "fork-in-launch") return fork_in_launch(n);
   if (mode == "fork-during-activation") return fork_during_activation(n, how);
   if (mode == "fork-while-naming") return fork_while_naming(n, how);
+  if (mode == "fork-while-loader-busy") return fork_while_loader_busy(n);
   if (mode == "fork-children") return fork_children(n);
   if (mode == "clone-child") return clone_child(n, how == "idle");
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);

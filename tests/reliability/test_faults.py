@@ -262,6 +262,24 @@ def fork_while_naming():
     expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
 
 
+def fork_while_loader_busy():
+    """A launcher that never launches forks while another of its threads walks the loaded
+    objects (dl_iterate_phdr holds the loader's write lock for the walk; so does C++ exception
+    unwinding): that lock stays held for ever in the child, and a dlopen there waits for it.
+    Each child's first graph call activates the shim with only a launch summary asked for (no
+    NVTX tool): the activation must load nothing (F70's exit-order library is loaded only where
+    a tool was loaded already). 40 forks: none may hang."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.%p.txt"),
+               "FERRUM_REPLAY_RUNNING_DIR": tmp}
+        run_ = fault("fork-while-loader-busy", "--launches", "40", record=False, env=env,
+                     timeout=240)
+    got = values(run_.stdout)
+    expect(run_.returncode == 0 and got.get("forks") == 40, "the program failed", run_)
+    expect(got["hung"] == 0, f"{got['hung']} of 40 children hung (killed after 2 s)", run_)
+    expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
+
+
 def forked_children_count_their_own():
     """A launcher forks a child that launches nothing and one that launches 3 times: each
     process's launch summary counts its own launches (the children's counters restart at the
@@ -1042,7 +1060,7 @@ SCENARIOS = {f.__name__: f for f in (
     exit_in_signal_handler_inside_recorder, exit_in_signal_handler_inside_shim,
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,
-    fork_while_naming,
+    fork_while_naming, fork_while_loader_busy,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
     first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, address_space_limit,
