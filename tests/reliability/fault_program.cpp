@@ -455,6 +455,24 @@ int fork_during_activation(long n, const std::string &how) {
   return 0;
 }
 
+// Forks n children, each running child() and exiting with its answer (0: it worked); waits for
+// each at most 2 s (then kills it). Prints forks=, hung= (children killed), failed=.
+template <typename Child>
+void fork_and_tally(long n, Child child) {
+  long hung = 0, failed = 0;
+  for (long i = 0; i < n; ++i) {
+    const pid_t pid = fork();
+    if (pid < 0) die("fork failed");
+    if (pid == 0) _exit(child() ? 0 : 3);
+    const int status = wait_at_most(pid, 2000);
+    if (status < 0)
+      ++hung;
+    else if (status != 0)
+      ++failed;
+  }
+  std::printf("forks=%ld\nhung=%ld\nfailed=%ld\n", n, hung, failed);
+}
+
 int fork_while_naming(long n, const std::string &unloadable) {
   Driver d = load_driver();
   CUresult (*graph_exec_destroy)(CUgraphExec) = nullptr;
@@ -474,26 +492,14 @@ int fork_while_naming(long n, const std::string &unloadable) {
       if (library) dlclose(library);
     }
   });
-  long hung = 0, failed = 0;
-  for (long i = 0; i < n; ++i) {
-    const pid_t child = fork();
-    if (child < 0) die("fork failed");
-    if (child == 0) {
-      d.ctxSetCurrent(d.ctx);
-      CUgraphExec exec = nullptr;
-      const bool ok = d.graphInstantiate(&exec, graph, 0) == CUDA_SUCCESS &&
-                      d.launch(exec, nullptr) == CUDA_SUCCESS;
-      _exit(ok ? 0 : 3);
-    }
-    const int status = wait_at_most(child, 2000);
-    if (status < 0)
-      ++hung;
-    else if (status != 0)
-      ++failed;
-  }
+  fork_and_tally(n, [&] {
+    d.ctxSetCurrent(d.ctx);
+    CUgraphExec exec = nullptr;
+    return d.graphInstantiate(&exec, graph, 0) == CUDA_SUCCESS &&
+           d.launch(exec, nullptr) == CUDA_SUCCESS;
+  });
   stop.store(true);
   worker.join();
-  std::printf("forks=%ld\nhung=%ld\nfailed=%ld\n", n, hung, failed);
   return 0;
 }
 
@@ -505,46 +511,20 @@ int walk_slowly(dl_phdr_info *, size_t, void *) {
 int fork_while_loader_busy(long n) {
   // The driver is loaded here (a child's own dlopen would wait on the lock) but nothing of it
   // is looked up or called before the fork: the shim activates in each child.
-  Driver d;
-  d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (!d.handle) die(dlerror());
+  if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) die(dlerror());
   std::atomic<bool> stop{false};
   std::thread walker([&] {
     while (!stop.load()) dl_iterate_phdr(walk_slowly, nullptr);
   });
   usleep(20000);
-  long hung = 0, failed = 0;
-  for (long i = 0; i < n; ++i) {
-    const pid_t child = fork();
-    if (child < 0) die("fork failed");
-    if (child == 0) {
-      lookup(d.handle, "cuInit", d.init);
-      lookup(d.handle, "cuDeviceGet", d.deviceGet);
-      lookup(d.handle, "cuCtxCreate_v4", d.ctxCreate);
-      lookup(d.handle, "cuGraphCreate", d.graphCreate);
-      lookup(d.handle, "cuGraphAddEmptyNode", d.graphAddEmptyNode);
-      lookup(d.handle, "cuGraphInstantiateWithFlags", d.graphInstantiate);
-      lookup(d.handle, "cuGraphLaunch", d.launch);
-      CUdevice device = 0;
-      CUgraph graph = nullptr;
-      CUgraphNode node = nullptr;
-      const bool ok = d.init(0) == CUDA_SUCCESS && d.deviceGet(&device, 0) == CUDA_SUCCESS &&
-                      d.ctxCreate(&d.ctx, nullptr, 0, device) == CUDA_SUCCESS &&
-                      d.graphCreate(&graph, 0) == CUDA_SUCCESS &&
-                      d.graphAddEmptyNode(&node, graph, nullptr, 0) == CUDA_SUCCESS &&
-                      d.graphInstantiate(&d.exec, graph, 0) == CUDA_SUCCESS &&
-                      d.launch(d.exec, nullptr) == CUDA_SUCCESS;
-      _exit(ok ? 0 : 3);
-    }
-    const int status = wait_at_most(child, 2000);
-    if (status < 0)
-      ++hung;
-    else if (status != 0)
-      ++failed;
-  }
+  fork_and_tally(n, [] {
+    Driver d = load_driver();  // dlopen of a loaded library: no new object, no write lock
+    Counts c;
+    launch_once(d, c);
+    return c.failed == 0;
+  });
   stop.store(true);
   walker.join();
-  std::printf("forks=%ld\nhung=%ld\nfailed=%ld\n", n, hung, failed);
   return 0;
 }
 
