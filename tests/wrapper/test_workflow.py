@@ -2145,7 +2145,10 @@ def test_unnoted_run_judges_nothing(tmp):
         first = traces_in(os.path.join(volume, "out"))
         expect(done.returncode == 0 and len(first) == 1, "a run onto the volume", done)
         done = run(["unshare", "-m", "/bin/sh", "-c",
-                    'mount -t tmpfs -o ro tmpfs /tmp && exec "$@"', "sh", WRAPPER, "record",
+                    # /tmp made read-only where it is, its files kept: the checkout and
+                    # the build may be under it (a CI clone in /tmp).
+                    'mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp && exec "$@"',
+                    "sh", WRAPPER, "record",
                     "-o", "out/", "--", "/bin/sh", "-c", "exit 4"], volume,
                    env={"TMPDIR": "/nonexistent"})
         expect(done.returncode == 4 and "cannot create a temporary file" in done.stderr,
