@@ -20,8 +20,11 @@ void defer_exit_hook() {
   if (g_tried.exchange(true, std::memory_order_acq_rel)) return;
   Dl_info self{};
   if (!dladdr(reinterpret_cast<void *>(&defer_exit_hook), &self) || !self.dli_fname) return;
-  // Only beside a shim preloaded by an absolute path: a relative one (LD_PRELOAD=lib/...) names
-  // a file in whatever directory the program is in now, which may not hold ours.
+  // Only an absolute name says where the shim is. The loader keeps the name it was given: a
+  // relative LD_PRELOAD (shim/libferrum-replay.so) is relative to the directory the process
+  // started in, and a dlopen of it now is resolved against the working directory of the moment,
+  // where any file of that name may be (a program that moved elsewhere loaded it). Nothing is
+  // loaded then: the hook runs from the shim's own destructor.
   if (self.dli_fname[0] != '/') return;
   const char *slash = strrchr(self.dli_fname, '/');
   char path[4096];

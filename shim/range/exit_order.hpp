@@ -4,8 +4,9 @@
 // recorder, not by the summary (F70). At activation, where an NVTX tool is attached (activation.cpp
 // says why only there), the shim loads that small library from its own directory (after the
 // program's libraries and the NVTX tool) and the hook runs from its destructor; elsewhere, or
-// where it cannot be loaded (not installed beside the shim), from the shim's own destructor,
-// as before.
+// where it cannot be loaded (not installed beside the shim, or the shim preloaded by a relative
+// path, which no longer says where it is once the program changes directory), from the shim's
+// own destructor, as before.
 #pragma once
 
 namespace ferrum_replay::shim {

@@ -63,7 +63,9 @@
 //                  removes, else into the directory `--how` names; then exit(0).
 //   library-destructor-launch
 //                  N launches, then exit: the library it links (last_flush.c) launches once
-//                  more from its ELF destructor. Prints launches=, then destructor_launch=0.
+//                  more from its ELF destructor. Prints launches=, last_library=<the loader's
+//                  name of libferrum-replay-last.so, or none>, then destructor_launch=0.
+//                  `--how DIR`: moves into DIR before its first launch.
 //   dlclose-shim   not preloaded: dlopens the shim ($FERRUM_SHIM, RTLD_LOCAL), pushes and pops a
 //                  graph name on a worker thread, dlcloses the shim, then lets the worker exit.
 //                  Prints dlclose=<result>, joined=1.
@@ -767,12 +769,28 @@ int chdir_before_exit(long n, const std::string &how) {
 
 extern "C" void last_flush_arm(int (*launch)(void *, void *), void *exec);  // last_flush.c
 
-// N launches; the library last_flush.c makes one more from its destructor at exit.
-int library_destructor_launch(long n) {
+// The name the loader gave each loaded libferrum-replay-last.so (none: `none`).
+int print_last_library(dl_phdr_info *info, size_t, void *found) {
+  const char *name = info->dlpi_name ? info->dlpi_name : "";
+  const size_t length = strlen(name), suffix = strlen("libferrum-replay-last.so");
+  if (length >= suffix && strcmp(name + length - suffix, "libferrum-replay-last.so") == 0) {
+    printf("last_library=%s\n", name);
+    *static_cast<bool *>(found) = true;
+  }
+  return 0;
+}
+
+// N launches; the library last_flush.c makes one more from its destructor at exit. `--how DIR`:
+// first moves into DIR (before the first launch); then names the exit library loaded, if any.
+int library_destructor_launch(long n, const std::string &how) {
+  if (how != "descriptors" && chdir(how.c_str()) != 0) die("chdir failed");
   Driver d = load_driver();
   Counts c;
   for (long i = 0; i < n; ++i) launch_once(d, c);
   print_counts(c, stdout);
+  bool found = false;
+  dl_iterate_phdr(print_last_library, &found);
+  if (!found) printf("last_library=none\n");
   last_flush_arm(reinterpret_cast<int (*)(void *, void *)>(d.launch), d.exec);
   return 0;
 }
@@ -1079,7 +1097,7 @@ int main(int argc, char **argv) {
   if (mode == "small-stack") return small_stack(n);
   if (mode == "exit-small-stack") return exit_small_stack(n, how);
   if (mode == "chdir-before-exit") return chdir_before_exit(n, how);
-  if (mode == "library-destructor-launch") return library_destructor_launch(n);
+  if (mode == "library-destructor-launch") return library_destructor_launch(n, how);
   if (mode == "dlclose-shim") return dlclose_shim();
   if (mode == "env-churn") return env_churn(n, how);
   if (mode == "stderr-unreopenable") return stderr_unreopenable(n, how, launch_first);

@@ -983,6 +983,32 @@ def launch_from_library_destructor():
         expect(not os.listdir(markers), f"running marker left: {os.listdir(markers)}", run_)
 
 
+def exit_library_of_a_relative_shim():
+    """The shim preloaded by a relative path (`LD_PRELOAD=shim/libferrum-replay.so`, as a user
+    in a build tree writes it), in a program that changes directory before its first launch:
+    the loader's name of the shim stays relative, and the activation's dlopen of the exit
+    library "beside" it was resolved against the new working directory — it loaded whatever
+    file of that name was there (here a copy planted in that directory) into the program.
+    Now a relative name loads nothing: the hook runs from the shim's own destructor."""
+    shim = harness.path_of("FERRUM_SHIM")
+    build = os.path.dirname(os.path.dirname(shim))
+    relative = os.path.relpath(shim, build)
+    with tempfile.TemporaryDirectory() as tmp:
+        planted = os.path.join(tmp, os.path.dirname(relative))
+        os.makedirs(planted)
+        shutil.copy(os.path.join(os.path.dirname(shim), "libferrum-replay-last.so"), planted)
+        summary = os.path.join(tmp, "s.txt")
+        env = {"LD_PRELOAD": relative, "FERRUM_REPLAY_SUMMARY": summary}
+        run_ = fault("library-destructor-launch", "--launches", "10", "--how", tmp, cwd=build,
+                     env=env)
+        expect(run_.returncode == 0 and values(run_.stdout).get("destructor_launch") == 0,
+               f"exit status {run_.returncode}", run_)
+        loaded = re.findall(r"last_library=(.*)", run_.stdout)
+        expect(loaded == ["none"], f"a library from the program's new directory: {loaded}", run_)
+        with open(summary) as handle:
+            expect("10 launches" in handle.read(), "no summary", run_)
+
+
 def shim_dlopened_and_closed():
     """F68: a program that dlopens the shim to call its naming API (not preloaded) and
     dlcloses it: its threads still exit normally. Before the fix the shim was unloaded with the
@@ -1068,7 +1094,7 @@ SCENARIOS = {f.__name__: f for f in (
     marker_after_setuid,
     exit_from_worker, underscore_exit, sigterm_handler_exits, environment_changed_at_run_time,
     shim_dlopened_and_closed, working_directory_changed_before_exit,
-    launch_from_library_destructor)}
+    launch_from_library_destructor, exit_library_of_a_relative_shim)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
