@@ -1855,9 +1855,14 @@ def note_record(pattern, stamp):
     except (OSError, InputError):
         return
     note_path = os.path.join(directory, records_file(os.geteuid()))
-    start = None
+    # A run without a session (no temporary file could be made for its stamp: TMPDIR and /tmp
+    # unusable, as on a read-only root file system) is noted by its start alone, now, before
+    # its program runs: its traces name no session and are judged by their time (written
+    # since: this run's), as is every other trace of the name written before it (earlier).
+    # Emptying the note instead failed every correct run there, a fresh directory's too.
+    start = time.time_ns()
     try:
-        start = session_start_ns(stamp)[0] if stamp else None
+        start = session_start_ns(stamp)[0] if stamp else start
     except OSError:
         pass
     lock, why = lock_note(directory)
@@ -1873,13 +1878,6 @@ def note_record(pattern, stamp):
             print(f"ferrum-replay: warning: {quoted(note_path)} is not a note of this user's "
                   "ferrum-replay: left as it is, and this run is not noted (check and compare "
                   "of the directory judge every run in it)", file=sys.stderr)
-            return
-        if start is None:
-            # A run without a session (no temporary file could be made for its stamp: TMPDIR
-            # and /tmp unusable, as on a read-only root file system) cannot be noted: left as
-            # it was, the note would name the run before as the last one. (The wrapper says
-            # so.)
-            mark_unnoted(note_path, None)
             return
         dropped = max((n for g, n, s, _, _ in noted if g == ["*"] and not s), default=0)
         if dropped >= UNNOTED:
@@ -1902,7 +1900,7 @@ def note_record(pattern, stamp):
                              (h != here or os.path.lexists(o)))
         if len(overlapping) > OVERLAP_KEPT:
             overlapping = sorted(overlapping, key=lambda p: (p[1] == here, p))[-OVERLAP_KEPT:]
-        new = (globs, start, stamp, overlapping, here)
+        new = (globs, start, stamp or "", overlapping, here)
         kept = sorted((e for e in noted if e[0] != new[0] and
                        not (e[0] == ["*"] and not e[2])), key=lambda e: e[1])
         text = records_text(kept, new, dropped)
@@ -1930,10 +1928,10 @@ def note_record(pattern, stamp):
 
 
 def mark_unnoted(note_path, why):
-    """This run could not be noted (WHY: a full disk or quota for the note's new copy; None:
-    the run has no session, and the wrapper says so): the
-    note, left as it was, would name the run before as the last one, and a judge would pass
-    on that run's traces as this one's, which wrote none. So the note is emptied in place,
+    """This run could not be noted (WHY: a full disk or quota for the note's new copy, or an
+    entry larger than a note gets): the note, left as it was, would name the run before as the
+    last one, and a judge would pass on that run's traces as this one's, which wrote none. So
+    the note is emptied in place,
     which needs no room (read_records: every trace of this user in the directory is then an
     earlier run's, until a `record` there is noted again): check fails, compare refuses."""
     try:
@@ -1952,8 +1950,6 @@ def mark_unnoted(note_path, why):
             pass
         finally:
             os.close(fd)
-    if why is None:
-        return
     print(f"ferrum-replay: warning: {why}: this run is not noted: " + ("until a run is noted there, check and compare fail on every trace "
                           "of yours in its directory" if emptied else
                           "check and compare of its directory may judge an earlier run's traces "
@@ -2020,7 +2016,7 @@ def earlier_record(path, records=None):
             continue
         if written is False:
             written = written_for(path)[1]
-        if written == session:
+        if session and written == session:
             continue
         if overlapping is None or written is None:
             if st.st_mtime_ns < start:

@@ -2099,8 +2099,10 @@ def test_unnoted_run_judges_nothing(tmp):
     as the last one: `check DIR/*.json` passed on that run's trace (F72). The note is emptied
     in place instead (no room needed): check fails and compare refuses every trace of the
     user's there until a run is noted again. The program's status passes unchanged.
-    (`ulimit -f 0` stands in for the full disk: every write fails, EFBIG.) So is a run
-    without a session (no temporary directory: it was not noted at all)."""
+    (`ulimit -f 0` stands in for the full disk: every write fails, EFBIG.) A run without a
+    session (no temporary directory: it was not noted at all) is noted by its start alone:
+    the run before is an earlier run's, and its own trace is judged as the last run's (the
+    note used to be emptied, and `check` failed every correct run, in a fresh directory too)."""
     program = [launch_driver(), "--graphs", "2", "--iters", "10"]
     runs = os.path.join(tmp, "runs")
     done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
@@ -2131,9 +2133,9 @@ def test_unnoted_run_judges_nothing(tmp):
     done = wrapper("check", *first, cwd=tmp)
     expect(done.returncode == 1 and "earlier run" in done.stdout,
            "the run before the unnoted one stays an earlier run's", done)
-    # A run without a session cannot be noted either: no temporary file for its stamp (TMPDIR
-    # and /tmp unusable: a read-only root file system, the output on a volume). Made here
-    # with a read-only /tmp in a mount namespace of its own, the output outside /tmp.
+    # A run without a session: no temporary file for its stamp (TMPDIR and /tmp unusable: a
+    # read-only root file system, the output on a volume). Made here with a read-only /tmp in
+    # a mount namespace of its own, the output outside /tmp.
     if os.geteuid() != 0 or not shutil.which("unshare") or not os.path.isdir("/dev/shm") or \
             subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
         print("unnoted_run_judges_nothing: no mount namespace here: the case without a "
@@ -2144,18 +2146,28 @@ def test_unnoted_run_judges_nothing(tmp):
         done = wrapper("record", "-o", "out/", "--", *program, cwd=volume)
         first = traces_in(os.path.join(volume, "out"))
         expect(done.returncode == 0 and len(first) == 1, "a run onto the volume", done)
-        done = run(["unshare", "-m", "/bin/sh", "-c",
-                    # /tmp made read-only where it is, its files kept: the checkout and
-                    # the build may be under it (a CI clone in /tmp).
-                    'mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp && exec "$@"',
-                    "sh", WRAPPER, "record",
-                    "-o", "out/", "--", "/bin/sh", "-c", "exit 4"], volume,
-                   env={"TMPDIR": "/nonexistent"})
+        def sessionless(out, *argv):
+            # /tmp made read-only where it is, its files kept: the checkout and the build may
+            # be under it (a CI clone in /tmp).
+            return run(["unshare", "-m", "/bin/sh", "-c",
+                        'mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp && exec "$@"',
+                        "sh", WRAPPER, "record", "-o", out, "--", *argv], volume,
+                       env={"TMPDIR": "/nonexistent"})
+        done = sessionless("out/", "/bin/sh", "-c", "exit 4")
         expect(done.returncode == 4 and "cannot create a temporary file" in done.stderr,
                "a run without a temporary directory", done)
         done = wrapper("check", "--expect-total", "20", *first, cwd=volume)
-        expect(done.returncode == 1 and "could not be noted" in done.stdout,
-               "check after a run without a session", done)
+        expect(done.returncode == 1 and "no trace of the last `ferrum-replay record`" in
+               done.stdout, "check after a run without a session", done)
+        # Its own trace is its run's: in that directory, and in a fresh one.
+        for out in ("out/", "fresh/"):
+            done = sessionless(out, *program)
+            expect(done.returncode == 0, "a run without a session that launches", done)
+            latest = [t for t in traces_in(os.path.join(volume, out)) if t not in first]
+            check = wrapper("check", "--expect-total", "20", *latest, cwd=volume)
+            expect(len(latest) == 1 and check.returncode == 0 and "OK: 20 ranges" in
+                   check.stdout, f"check of a run without a session into {out}", check)
+            first += latest
     finally:
         shutil.rmtree(volume, ignore_errors=True)
 
