@@ -1663,6 +1663,9 @@ RECORDS_PREFIX = ".ferrum-replay-records."
 RECORDS_LIMIT = 1 << 20      # bytes of a note (thousands of names); a larger file is not ours
 RECORDS_LOCK_SECONDS = 10    # the longest a `record` waits for another one's note update
 OVERLAP_KEPT = 256           # sessions of other hosts an entry keeps as maybe still running
+# In `overlapping`, for the sessions it had no room for (note_record): any session not listed
+# may have been running, and its traces are judged by their time, as in an older note.
+OVERLAP_CUT = ("*", "")
 # The start read from an empty note: a `record` began there whose note could not be written
 # (mark_unnoted): every trace of its user there is judged an earlier run's.
 UNNOTED = 1 << 63
@@ -1890,16 +1893,26 @@ def note_record(pattern, stamp):
         # session's trace is an earlier run's, whatever its time says (earlier_record). A
         # session of another host (ranks on other nodes, a shared file system), or of another
         # mount namespace here (a container's own /tmp), cannot be seen running from here: it
-        # is kept until a run where it ran finds it ended, the most recent OVERLAP_KEPT of them
-        # (its traces still count only when written since).
+        # is kept until a run where it ran finds it ended, at most OVERLAP_KEPT of them (its
+        # traces still count only when written since).
         here = stamp_view()
         candidates = {(o, h or host) for g, _, s, running, host in noted if g == globs
                       for o, h in [(s, host), *(running or ())]}
         overlapping = sorted((o, h) for o, h in candidates
                              if o.startswith("/") and o != stamp and
                              (h != here or os.path.lexists(o)))
+        # Beyond OVERLAP_KEPT (the ranks of a large job, each its own `record`; sessions of
+        # hosts no later run visits), the list is cut, this host's kept first, and says so
+        # (OVERLAP_CUT): a session dropped from it may still be running, and its traces are
+        # then judged by their time — never an earlier run's only for lack of room (a good
+        # job of 300 ranks failed `check`). A cut stays with the name's later entries: what
+        # was dropped is not known any more.
+        cut = len(overlapping) > OVERLAP_KEPT or any(
+            OVERLAP_CUT in (running or ()) for g, _, _, running, _ in noted if g == globs)
         if len(overlapping) > OVERLAP_KEPT:
             overlapping = sorted(overlapping, key=lambda p: (p[1] == here, p))[-OVERLAP_KEPT:]
+        if cut:
+            overlapping.append(OVERLAP_CUT)
         new = (globs, start, stamp or "", overlapping, here)
         kept = sorted((e for e in noted if e[0] != new[0] and
                        not (e[0] == ["*"] and not e[2])), key=lambda e: e[1])
@@ -2021,7 +2034,8 @@ def earlier_record(path, records=None):
         if overlapping is None or written is None:
             if st.st_mtime_ns < start:
                 return start
-        elif written not in {o for o, _ in overlapping} or st.st_mtime_ns < start:
+        elif st.st_mtime_ns < start or written not in {o for o, _ in overlapping} and \
+                OVERLAP_CUT not in overlapping:
             return start
     return None
 

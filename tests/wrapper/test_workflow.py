@@ -2093,6 +2093,52 @@ def test_judged_by_session_not_clock(tmp):
                f"two runs of one name at once, one in another {other}: {both}", done)
 
 
+def test_many_ranks_on_other_nodes_all_count(tmp):
+    """A job whose ranks each run their own `record` into a shared directory (`srun
+    ferrum-replay record -o shared/`), more than the 256 other sessions a note entry keeps as
+    still running: the last rank's entry had no room for some, cut by name, and their traces
+    were called an earlier run's — `check` failed a good 300-rank job (F71 review). The cut
+    list now says so, and a session left out of it is judged by its time (written since the
+    last start: that run's)."""
+    shared = os.path.join(tmp, "shared")
+    os.makedirs(shared)
+    # 300 ranks of other nodes noted before this host's rank (their stamps are in their own
+    # hosts' TMPDIR: never seen from here).
+    past = time.time_ns() - 10**9
+    others = [[f"/tmp/node{n:02d}/ferrum-replay-stamp.{n:02d}{r}", f"node{n:02d} mnt:[1]"]
+              for n in range(38) for r in range(8)][:300]
+    write(os.path.join(shared, NOTE), json.dumps({"ferrumReplayRecords": [
+        {"names": ["ferrum-replay.*"], "startNs": past, "session": others[-1][0],
+         "host": others[-1][1], "overlapping": others[:-1]}]}) + "\n")
+    stamp = write(os.path.join(tmp, "stamp"), f"{time.time_ns()}\n")
+    done = run([*traces_helper(), "record-output", "--since", stamp, "--", "shared/"], tmp)
+    expect(done.returncode == 0 and not done.stderr, "this host's rank notes", done)
+    # Every rank's trace is written after the last rank began: one of a session the entry had
+    # no room for, and this host's.
+    entry = json.load(open(os.path.join(shared, NOTE)))["ferrumReplayRecords"][-1]
+    kept = {o for o, _ in entry["overlapping"]}
+    dropped = [o for o, _ in others if o not in kept]
+    expect(dropped, f"the entry kept all {len(kept)} sessions: nothing to judge")
+    traces = []
+    for n, session in enumerate((dropped[0], stamp)):
+        trace = os.path.join(shared, f"ferrum-replay.rank{n}.json")
+        done = run([launch_driver(), "--iters", "3"], tmp, {
+            "LD_PRELOAD": env_path("FERRUM_SHIM"),
+            "NVTX_INJECTION64_PATH": env_path("FERRUM_RECORDER_LIB"),
+            "FERRUM_RECORD_OUT": trace, "FERRUM_RECORD_SESSION": session,
+            "FERRUM_RECORD_TABLE": "0"})
+        expect(done.returncode == 0 and os.path.exists(trace), f"rank {n}", done)
+        traces.append(trace)
+    done = wrapper("check", "--expect-total", "12", *traces, cwd=tmp)
+    expect(done.returncode == 0 and "OK: 12 ranges" in done.stdout,
+           "a rank the note had no room for is the last run's", done)
+    # Its trace written before the last rank began is still an earlier run's.
+    os.utime(traces[0], ns=(past, past))
+    done = wrapper("check", *traces, cwd=tmp)
+    expect(done.returncode == 1 and "earlier run" in done.stdout,
+           "a trace of a session left out, written before the last start", done)
+
+
 def test_unnoted_run_judges_nothing(tmp):
     """A `record` into a reused directory that cannot note its start there (a full disk or
     quota: its new note cannot be written, nor its trace) left the note naming the run before
