@@ -1508,6 +1508,8 @@ def cmd_merge(args):
                             pass
                     if _is_number(entry.get("shiftUs")):
                         entry["shiftUs"] = round(entry["shiftUs"] + shift, 3)
+                    if path in earlier_inputs:  # each part of a merged trace of an earlier run
+                        entry["earlierRun"] = True
                     merged.append(entry)
             else:
                 merged.append({"file": os.path.abspath(path), "pid": m.get("pid"),

@@ -2237,6 +2237,9 @@ def test_merge_keeps_earlier_runs_named(tmp):
            done)
     done = wrapper("check", "--expect-total", "20", merged, cwd=tmp)
     expect(done.returncode == 0, "check of the last run's merged trace", done)
+    kept = os.path.join(tmp, "runs", "ferrum-replay.all.json")
+    done = wrapper("merge", "-o", kept, merged, cwd=tmp)
+    expect(done.returncode == 0 and "earlier run" not in done.stderr, "merge kept", done)
     done = wrapper("record", "-o", "runs/", "--", ARGV_ECHO, cwd=tmp)
     expect("no trace was written" in done.stderr, "a run that launches nothing", done)
     done = wrapper("merge", "-o", merged, *traces_in(os.path.join(tmp, "runs"),
@@ -2250,6 +2253,15 @@ def test_merge_keeps_earlier_runs_named(tmp):
     done = wrapper("compare", base, merged, cwd=tmp)
     expect(done.returncode == 2 and "merges 1 trace of an earlier run" in done.stderr,
            "compare of a merged trace of an earlier run as NEW", done)
+    # A merged trace of the earlier run kept in the directory under a name of the runs'
+    # (merged while that run was the last), merged again elsewhere: its parts are named.
+    again = os.path.join(tmp, "again.json")
+    done = wrapper("merge", "-o", again, kept, cwd=tmp)
+    expect(done.returncode == 0 and "1 of the traces merged is of an earlier run" in
+           done.stderr, "merge of an earlier run's merged trace says so", done)
+    done = wrapper("check", "--expect-total", "20", again, cwd=tmp)
+    expect(done.returncode == 1 and "merges 1 trace of an earlier run" in done.stdout,
+           "check of a merge of an earlier run's merged trace", done)
 
 
 def test_records_note_keeps_every_name(tmp):
