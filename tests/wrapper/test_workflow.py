@@ -3173,11 +3173,13 @@ def test_install_tree(tmp):
     installed = wrappers[0]
     prefix = os.path.dirname(os.path.dirname(installed))
     libs = {f: d for d, _, files in os.walk(prefix) for f in files}
-    for name in ("libferrum-replay.so", "libferrum-replay-recorder.so",
-                 "ferrum_replay_traces.py", "ferrum-replay-ci-smoke-profile"):
+    for name in ("libferrum-replay.so", "libferrum-replay-last.so",
+                 "libferrum-replay-recorder.so", "ferrum_replay_traces.py",
+                 "ferrum-replay-ci-smoke-profile"):
         expect(name in libs, f"{name} not installed: {sorted(libs)}", done)
-    expect(libs["libferrum-replay.so"] == libs["libferrum-replay-recorder.so"] ==
-           libs["ferrum_replay_traces.py"] and
+    # The exit library beside the shim, or the shim's exit hook runs early (exit_order.hpp).
+    expect(libs["libferrum-replay.so"] == libs["libferrum-replay-last.so"] ==
+           libs["libferrum-replay-recorder.so"] == libs["ferrum_replay_traces.py"] and
            libs["libferrum-replay.so"].endswith(os.sep + "ferrum-replay"),
            "shim, recorder and helper together in <libdir>/ferrum-replay", done)
     expect(os.stat(installed).st_mode & stat.S_IXUSR, "the wrapper is executable", done)
@@ -3244,8 +3246,9 @@ def test_pip_install_record(tmp):
                    "print(ferrum_replay.available())"], tmp).stdout.split()
     expect(len(package) == 2 and package[0].startswith(venv) and package[1] == "False",
            f"the package is imported from the environment, no shim loaded: {package}")
-    for name in ("lib/libferrum-replay.so", "lib/libferrum-replay-recorder.so",
-                 "lib/ferrum_replay_traces.py", "bin/ferrum-replay"):
+    for name in ("lib/libferrum-replay.so", "lib/libferrum-replay-last.so",
+                 "lib/libferrum-replay-recorder.so", "lib/ferrum_replay_traces.py",
+                 "bin/ferrum-replay"):
         expect(os.path.isfile(os.path.join(package[0], name)), f"{name} not in the package")
     # Nothing of the build tree may be used.
     env = {"FERRUM_BUILD_DIR": os.path.join(tmp, "no-build"), "FERRUM_REPLAY_BUILD": "0"}
