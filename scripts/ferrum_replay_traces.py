@@ -1082,6 +1082,11 @@ def trace_inputs(path, side, newest=False):
         if untrusted:
             raise InputError(f"{side}: {untrusted[0]}")
         kept, left = last_run_only(found, f"compare: {side}")
+        if not kept and any((earlier_record(p) or 0) >= UNNOTED for p in left):
+            # Its start could not be noted (mark_unnoted): whether it wrote any is unknown.
+            raise InputError(f"{side} {quoted(path)} holds no trace of the last `ferrum-replay "
+                             "record` into it that can be told to be its: that run could not "
+                             "be noted there (a full disk or quota?)")
         if not kept:
             raise InputError(f"{side} {quoted(path)} holds no trace of the last `ferrum-replay "
                              f"record` into it (which wrote none): its {len(left)} "
@@ -1093,6 +1098,10 @@ def trace_inputs(path, side, newest=False):
     if untrusted:
         raise InputError(f"{side}: {untrusted[0]}")
     start = earlier_record(path) if newest else None
+    if start is not None and start >= UNNOTED:
+        raise InputError(f"{side} {quoted(path)} cannot be told to be a trace of the last "
+                         "`ferrum-replay record` into its directory: that run could not be "
+                         "noted there (a full disk or quota?)")
     if start is not None:
         when = record_began(start)
         raise InputError(f"{side} {quoted(path)} is an earlier run's trace: it was written "

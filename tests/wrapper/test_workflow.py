@@ -2166,8 +2166,12 @@ def test_unnoted_run_judges_nothing(tmp):
            done.stdout and "could not be noted" in done.stdout,
            "check of the run before an unnoted one", done)
     done = wrapper("compare", base, runs, cwd=tmp)
-    expect(done.returncode == 2 and "holds no trace of the last" in done.stderr,
-           "compare of the directory of an unnoted run", done)
+    expect(done.returncode == 2 and "holds no trace of the last" in done.stderr and
+           "which wrote none" not in done.stderr, "compare of the directory of an unnoted run",
+           done)
+    done = wrapper("compare", base, *first, cwd=tmp)
+    expect(done.returncode == 2 and "could not be noted" in done.stderr and
+           "which wrote none" not in done.stderr, "compare of a trace of an unnoted run", done)
     expect("this run is not noted" in unnoted.stderr, "the unnoted run says so", unnoted)
     # A run noted again: its trace is the last run's, the one before the unnoted run is not.
     done = wrapper("record", "-o", "runs/", "--", launch_driver(), "--iters", "3", cwd=tmp)
