@@ -2218,6 +2218,13 @@ def test_unnoted_run_judges_nothing(tmp):
             expect(len(latest) == 1 and check.returncode == 0 and "OK: 20 ranges" in
                    check.stdout, f"check of a run without a session into {out}", check)
             first += latest
+        # ci-smoke-profile --out on such a host (a CI runner with a read-only root): its
+        # fresh run directory's note used to be emptied, and every good workload failed.
+        done = run(["unshare", "-m", "/bin/sh", "-c",
+                    'mount -t tmpfs -o ro tmpfs /tmp && exec "$@"', "sh", CI_SMOKE, "--out",
+                    os.path.join(volume, "ci"), "--", *program], volume,
+                   env={"TMPDIR": "/nonexistent"})
+        expect_verdict(done, True, "20 ranges")
     finally:
         shutil.rmtree(volume, ignore_errors=True)
 
