@@ -2020,9 +2020,10 @@ def earlier_record(path, records=None):
     session still running when it began (`overlapping`) is that run's when written since; any
     other is an earlier run's, however new its time of change (a clock stepped back since, an
     NFS server's clock ahead of this host's, `cp -p`, an archive unpacked: an earlier run's
-    trace passed `check` as the last run's). A trace without a session, or a note without
-    `overlapping` (an older one), is judged by its time: written before the last record began,
-    it is an earlier run's. RECORDS: a cache of read_records by directory and user."""
+    trace passed `check` as the last run's). A trace without a session, a note without
+    `overlapping` (an older one), or a session left out of a cut list (OVERLAP_CUT), is judged
+    by its time: written before the last record began, it is an earlier run's. RECORDS: a
+    cache of read_records by directory and user."""
     try:
         st = os.stat(path)
     except OSError:
