@@ -2221,7 +2221,8 @@ def test_unnoted_run_judges_nothing(tmp):
         # ci-smoke-profile --out on such a host (a CI runner with a read-only root): its
         # fresh run directory's note used to be emptied, and every good workload failed.
         done = run(["unshare", "-m", "/bin/sh", "-c",
-                    'mount -t tmpfs -o ro tmpfs /tmp && exec "$@"', "sh", CI_SMOKE, "--out",
+                    'mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp && exec "$@"',
+                    "sh", CI_SMOKE, "--out",
                     os.path.join(volume, "ci"), "--", *program], volume,
                    env={"TMPDIR": "/nonexistent"})
         expect_verdict(done, True, "20 ranges")
