@@ -380,8 +380,19 @@ std::atomic<unsigned long long> g_captured_launches{0};
 std::atomic<unsigned long long> g_captured_event_records{0};
 std::atomic<unsigned long long> g_events_created{0};
 
-__attribute__((destructor)) void write_report() {
+// The report's path, read when the driver is loaded: at exit another thread of the program may
+// be changing the environment (fault environment_changed_at_run_time), and a getenv then reads
+// the array setenv frees — the stand-in would crash where a driver does not. Unset then, it is
+// read at exit (standin_timeline's child sets it after the driver is loaded).
+char g_report_path[4096];
+
+__attribute__((constructor)) void note_report_path() {
   const char *path = std::getenv("FERRUM_STANDIN_REPORT");
+  if (path != nullptr) std::snprintf(g_report_path, sizeof g_report_path, "%s", path);
+}
+
+__attribute__((destructor)) void write_report() {
+  const char *path = g_report_path[0] ? g_report_path : std::getenv("FERRUM_STANDIN_REPORT");
   if (path == nullptr || path[0] == '\0') return;
   char line[384];
   const int n = std::snprintf(line, sizeof line,
