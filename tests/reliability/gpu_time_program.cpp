@@ -186,6 +186,10 @@ void *launch_then_cancel_self(void *argument) {
 }
 
 void *cancel_main(void *) {
+  // The process ends with its last thread, which runs the exit handlers: the main thread once
+  // cancelled, or this one, should it return after the main thread is gone (seen under ASan).
+  // Either has the context current, so that the handler's launch means the same on both.
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
   pthread_cancel(g_main_thread);
   return nullptr;
 }
@@ -394,6 +398,7 @@ int main(int argc, char **argv) {
     CUcontext ctx = nullptr;
     check(cuDevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
     check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    g_context = ctx;  // for cancel_main's thread
     CUgraphExec exec = make_exec();
     g_exit_exec = exec;
     std::atexit(report_at_exit);
