@@ -280,10 +280,16 @@ void lookup(void *handle, const char *name, T &out) {
 }
 
 // Loads libcuda.so.1, creates a context and one graph exec.
-Driver load_driver() {
+void *open_driver() {
+  void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!handle) die(dlerror());
+  return handle;
+}
+
+// Looks the driver's functions up in `handle` and makes a context and one graph.
+Driver set_up_driver(void *handle) {
   Driver d;
-  d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (!d.handle) die(dlerror());
+  d.handle = handle;
   lookup(d.handle, "cuInit", d.init);
   lookup(d.handle, "cuDeviceGet", d.deviceGet);
   lookup(d.handle, "cuCtxCreate_v4", d.ctxCreate);
@@ -302,6 +308,10 @@ Driver load_driver() {
       d.graphInstantiate(&d.exec, graph, 0) != CUDA_SUCCESS)
     die("driver set-up failed");
   return d;
+}
+
+Driver load_driver() {
+  return set_up_driver(open_driver());
 }
 
 struct Counts {
@@ -511,16 +521,17 @@ int walk_slowly(dl_phdr_info *, size_t, void *) {
 }
 
 int fork_while_loader_busy(long n) {
-  // The driver is loaded here (a child's own dlopen would wait on the lock) but nothing of it
-  // is looked up or called before the fork: the shim activates in each child.
-  if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) die(dlerror());
+  // The driver is loaded here (a child's own dlopen would wait on the lock, and under TSan so
+  // does one of a library already loaded: its interceptor walks the loaded objects) but nothing
+  // of it is looked up or called before the fork: the shim activates in each child.
+  void *driver = open_driver();
   std::atomic<bool> stop{false};
   std::thread walker([&] {
     while (!stop.load()) dl_iterate_phdr(walk_slowly, nullptr);
   });
   usleep(20000);
-  fork_and_tally(n, [] {
-    Driver d = load_driver();  // dlopen of a loaded library: no new object, no write lock
+  fork_and_tally(n, [driver] {
+    Driver d = set_up_driver(driver);
     Counts c;
     launch_once(d, c);
     return c.failed == 0;
