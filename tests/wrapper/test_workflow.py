@@ -2003,6 +2003,19 @@ def test_records_note_lock_is_the_users(tmp):
            "the lock file is this user's alone", done)
 
 
+def first_run_into_runs(tmp):
+    """A first `record -o runs/` in TMP of a program of 20 ranges, its trace copied to
+    TMP/base.json: (the program's argv, the runs directory, [its trace], the copy)."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    runs = os.path.join(tmp, "runs")
+    done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
+    first = traces_in(runs)
+    expect(done.returncode == 0 and len(first) == 1, "first run", done)
+    base = os.path.join(tmp, "base.json")
+    shutil.copy(first[0], base)
+    return program, runs, first, base
+
+
 def test_judged_by_session_not_clock(tmp):
     """A reused directory's traces are judged by the session that wrote them, not by their
     time of change: a clock stepped back between two runs (NTP, a VM restored), an NFS
@@ -2012,13 +2025,7 @@ def test_judged_by_session_not_clock(tmp):
     still judged and reported by `record` as its own; so are the traces of runs of that name still running when the last began
     (the ranks of a job, each its own `record`), written since."""
     hour = 3600
-    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
-    runs = os.path.join(tmp, "runs")
-    done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
-    first = traces_in(runs)
-    expect(done.returncode == 0 and len(first) == 1, "first run", done)
-    base = os.path.join(tmp, "base.json")
-    shutil.copy(first[0], base)
+    program, runs, first, base = first_run_into_runs(tmp)
     later = time.time() + hour  # the clock then steps back an hour
     os.utime(first[0], (later, later))
     done = wrapper("record", "-o", "runs/", "--", ARGV_ECHO, cwd=tmp)
@@ -2149,13 +2156,7 @@ def test_unnoted_run_judges_nothing(tmp):
     session (no temporary directory: it was not noted at all) is noted by its start alone:
     the run before is an earlier run's, and its own trace is judged as the last run's (the
     note used to be emptied, and `check` failed every correct run, in a fresh directory too)."""
-    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
-    runs = os.path.join(tmp, "runs")
-    done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
-    first = traces_in(runs)
-    expect(done.returncode == 0 and len(first) == 1, "first run", done)
-    base = os.path.join(tmp, "base.json")
-    shutil.copy(first[0], base)
+    program, runs, first, base = first_run_into_runs(tmp)
     done = run(["/bin/sh", "-c", 'ulimit -f 0; exec "$@"', "sh", WRAPPER, "record", "-o",
                 "runs/", "--", "/bin/sh", "-c", '"$@"; exit 3', "sh", *program], tmp)
     expect(done.returncode == 3 and traces_in(runs) == first,
