@@ -76,8 +76,12 @@ bool write_exit_summary_with_room() {
 }
 
 // The shim's own destructor: the hook, unless libferrum-replay-last.so runs it later
-// (exit_order.hpp).
+// (exit_order.hpp). It runs at the exit of every process, CUDA or not: the phase is read first
+// because it sits in the page the loader wrote at start-up (activation.cpp); the flag read
+// next is in .bss, whose first read faulted in pages of its own: 7-12 us of /bin/true's
+// start-to-exit (docs/performance.md, "Start-up").
 __attribute__((destructor)) void summary_at_exit() {
+  if (detail::g_phase.load(std::memory_order_acquire) != detail::Phase::active) return;
   if (!exit_hook_deferred()) exit_hook();
 }
 
