@@ -29,7 +29,10 @@ What it runs, each in its own processes (a preload cannot be added to a running 
               without/with the preload; medians, and the median of the pairs' ratios and
               differences (the vs-baseline column). An empty preloaded library
               (bench/empty_preload.c) gives the floor any preload pays; the target row pairs
-              the shim against it directly (4000 pairs of /bin/true, --baseline).
+              the shim against it directly (4000 pairs of /bin/true, --baseline). The shim
+              is linked into fewer segments than the toolchain's default (shim/meson.build),
+              which the empty library is not: a second row pairs the shim against the same
+              empty library linked like it, to show the shim's code and data apart.
   side effects  bench/ferrum-bench-probe without/with the preload (threads, descriptors,
               environment, libraries mapped, stderr), and, where strace exists, every file
               /bin/true and python3 open and every thread they create.
@@ -76,6 +79,8 @@ def locate(args):
         "launch": path("FERRUM_BENCH_LAUNCH", "bench", "ferrum-bench-launch"),
         "naive": path("FERRUM_BENCH_NAIVE", "bench", "libferrum-bench-naive.so"),
         "empty": path("FERRUM_BENCH_EMPTY", "bench", "libferrum-bench-empty.so"),
+        "empty_shim_layout": path("FERRUM_BENCH_EMPTY_SHIM_LAYOUT", "bench",
+                                  "libferrum-bench-empty-shim-layout.so"),
         "spawn": path("FERRUM_BENCH_SPAWN", "bench", "ferrum-bench-spawn"),
         "probe": path("FERRUM_BENCH_PROBE", "bench", "ferrum-bench-probe"),
         "shim": path("FERRUM_SHIM", "shim", "libferrum-replay.so"),
@@ -344,7 +349,7 @@ T1 = "/1/0/threads:1"
 T8 = "/1/0/threads:8"
 T8_SHARED = "/1/1/threads:8"
 GRAPHS_IN_PROCESS = 10_000  # ferrum-bench-launch instantiates this many at start
-EXPECTED_ROWS = 26 + 5 + 7 + 7 + 5  # launch (and floor), scaling, GPU timing, non-CUDA process, memory
+EXPECTED_ROWS = 26 + 5 + 7 + 8 + 5  # launch (and floor), scaling, GPU timing, non-CUDA process, memory
 GPU_TIMING_TARGET_NS = 50.0
 STARTUP_TARGET_RATIO = 1.01  # /bin/true: the shim over an empty preloaded library (issue 14)
 TIMED_FRACTION_MIN = 0.99  # a GPU-timing row measures timed replays, or it does not hold
@@ -494,6 +499,8 @@ def build_table(launch, startup, effects, memory, opts):
     for label, (without, with_, pair_ratio, pair_diff_us), target in (
             ("start-up of /bin/true, shim vs an empty preloaded library (same run)",
              startup["true_vs_empty"], STARTUP_TARGET_RATIO),
+            ("  the shim vs an empty library with the shim's segment layout",
+             startup["true_vs_same_layout"], None),
             ("  start-up, /bin/true, shim vs no preload", startup["true"], None),
             ("  floor: an empty preloaded library vs no preload, /bin/true", startup["empty"],
              None),
@@ -618,6 +625,10 @@ def main():
                                                     opts["startup_target_count"],
                                                     opts["spawn_warmup"],
                                                     baseline=paths["empty"])}
+        progress("start-up: /bin/true, the shim against an empty library linked the same way")
+        startup["true_vs_same_layout"] = measure_startup(
+            paths, env, ["/bin/true"], opts["startup_target_count"], opts["spawn_warmup"],
+            baseline=paths["empty_shim_layout"])
         progress("start-up: /bin/true")
         startup["true"] = measure_startup(paths, env, ["/bin/true"], opts["spawn_count"],
                                           opts["spawn_warmup"])

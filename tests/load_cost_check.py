@@ -6,6 +6,9 @@ start-up cost over an empty preloaded library is issue 14's target (docs/perform
 "Start-up"). Timings are too noisy to fail a test on, but what makes them is visible in the
 built library (readelf), and each check here was a measured cost:
 
+  - two LOAD segments, one executable and one writable (-z noseparate-code): each more is a
+    mapping and its teardown, 13-25 us of /bin/true's start-to-exit (four, and not checked,
+    when built with -Dseparate-code=true);
   - the writable segment is mapped from the file in full (file size = memory size): no
     anonymous mapping for .bss and no zeroing of a page at load (shim/hooks/file_backed_bss.ld);
   - the loader's relocations write at most 2 pages (copy-on-write faults), as an empty
@@ -18,7 +21,7 @@ built library (readelf), and each check here was a measured cost:
   - .bss starts in a page the relocations write: crtstuff's destructor reads its first
     bytes at every exit, a fault of its own anywhere else (so .data must stay small).
 
-  tests/load_cost_check.py LIBFERRUM_REPLAY_SO [b_sanitize] [b_coverage]
+  tests/load_cost_check.py LIBFERRUM_REPLAY_SO [b_sanitize] [b_coverage] [separate_code]
 
 Skipped (77) in sanitizer and coverage builds, whose instrumentation adds data and relocations,
 and when the shim was linked without the .bss script (a linker other than GNU ld or lld:
@@ -29,6 +32,7 @@ import subprocess
 import sys
 
 MAX_WRITTEN_PAGES = 2
+MAX_LOAD_SEGMENTS = 2
 MAX_RELATIVE = 250
 PAGE = 4096
 
@@ -36,6 +40,11 @@ PAGE = 4096
 def readelf(*args):
     return subprocess.run(["readelf", "-W", *args], check=True, capture_output=True,
                           text=True).stdout
+
+
+def load_segments(library):
+    return [line.split() for line in readelf("-l", library).splitlines()
+            if line.split()[:1] == ["LOAD"]]
 
 
 def writable_load(library):
@@ -74,7 +83,7 @@ def dynamic_tags(library):
     return set(re.findall(r"\((\w+)\)", readelf("-d", library)))
 
 
-def main(library, sanitize="none", coverage="false"):
+def main(library, sanitize="none", coverage="false", separate_code="false"):
     if sanitize != "none" or coverage == "true":
         print("load cost: instrumented build, not checked")
         return 77
@@ -83,6 +92,11 @@ def main(library, sanitize="none", coverage="false"):
               "not checked")
         return 77
     ok = True
+    segments = load_segments(library)
+    if separate_code != "true" and len(segments) > MAX_LOAD_SEGMENTS:
+        print(f"load cost: {len(segments)} LOAD segments, at most {MAX_LOAD_SEGMENTS} (one"
+              " executable, one writable): linked without -z noseparate-code?")
+        ok = False
     file_size, memory_size = writable_load(library)
     if file_size != memory_size:
         print(f"load cost: the writable segment is {memory_size} bytes, {file_size} from the file:"
@@ -113,7 +127,8 @@ def main(library, sanitize="none", coverage="false"):
     if "FINI" in dynamic_tags(library):
         print("load cost: DT_FINI is set: the loader calls _fini at every exit")
         ok = False
-    print(f"load cost: writable segment {file_size}/{memory_size} bytes from the file, "
+    print(f"load cost: {len(segments)} LOAD segments; writable segment {file_size}/{memory_size}"
+          " bytes from the file, "
           f"{len(pages)} pages written by {len(targets)} relocations ({relative} relative): "
           + ("ok" if ok else "TOO COSTLY"))
     return 0 if ok else 1
