@@ -2016,6 +2016,25 @@ def first_run_into_runs(tmp):
     return program, runs, first, base
 
 
+def both_runs_count(tmp, directory, program, where, launcher=(), env=None):
+    """Two `record -o DIRECTORY/` of PROGRAM (20 ranges) at once, the first (started through
+    LAUNCHER, with ENV added to its environment) still running when the second begins: `check`
+    counts both traces as the last run's."""
+    slow = subprocess.Popen([*launcher, WRAPPER, "record", "-o", f"{directory}/", "--",
+                             "/bin/sh", "-c", 'sleep 2; exec "$@"', "sh", *program],
+                            cwd=tmp, env=base_env(env or {}), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(1)
+    done = wrapper("record", "-o", f"{directory}/", "--", *program, cwd=tmp)
+    _, err = slow.communicate(timeout=120)
+    expect(done.returncode == 0 and slow.returncode == 0, f"two runs at once, {where}: {err}",
+           done)
+    both = traces_in(os.path.join(tmp, directory))
+    done = wrapper("check", "--expect-total", "40", *both, cwd=tmp)
+    expect(len(both) == 2 and done.returncode == 0 and "OK: 40 ranges" in done.stdout,
+           f"two runs of one name at once, {where}: {both}", done)
+
+
 def test_judged_by_session_not_clock(tmp):
     """A reused directory's traces are judged by the session that wrote them, not by their
     time of change: a clock stepped back between two runs (NTP, a VM restored), an NFS
@@ -2058,18 +2077,7 @@ def test_judged_by_session_not_clock(tmp):
            done.stderr, "record's report of its own trace dated in the past", done)
     # Two runs of one name at once: the first still runs when the second begins; both are the
     # last run's.
-    ranks = os.path.join(tmp, "ranks")
-    slow = subprocess.Popen([WRAPPER, "record", "-o", "ranks/", "--", "/bin/sh", "-c",
-                             'sleep 2; exec "$@"', "sh", *program], cwd=tmp, env=base_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1)
-    done = wrapper("record", "-o", "ranks/", "--", *program, cwd=tmp)
-    out, err = slow.communicate(timeout=120)
-    expect(done.returncode == 0 and slow.returncode == 0, f"two runs at once: {err}", done)
-    both = traces_in(ranks)
-    done = wrapper("check", "--expect-total", "40", *both, cwd=tmp)
-    expect(len(both) == 2 and done.returncode == 0 and "OK: 40 ranges" in done.stdout,
-           f"two runs of one name at once: {both}", done)
+    both_runs_count(tmp, "ranks", program, "on this host")
     # The same with the first run on another host (a rank on another node, the directory on a
     # shared file system): its stamp cannot be seen from here, and its trace still counts. Made
     # with a host name and a TMPDIR of its own in namespaces of its own.
@@ -2081,23 +2089,12 @@ def test_judged_by_session_not_clock(tmp):
     # And on this host's name in a mount namespace of its own (a container sharing the host's
     # name, `docker --network host`, with a /tmp of its own).
     for other, setup in (("node", "hostname other-node && "), ("container", "")):
-        nodes = os.path.join(tmp, f"{other}s")
         private = os.path.join(tmp, f"{other}-tmp")
         os.makedirs(private)
-        slow = subprocess.Popen(
-            ["unshare", "-mu", "/bin/sh", "-c",
-             setup + 'mount -t tmpfs tmpfs "$TMPDIR" && exec "$@"', "sh", WRAPPER, "record",
-             "-o", f"{other}s/", "--", "/bin/sh", "-c", 'sleep 2; exec "$@"', "sh", *program],
-            cwd=tmp, env=base_env({"TMPDIR": private}), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
-        time.sleep(1)
-        done = wrapper("record", "-o", f"{other}s/", "--", *program, cwd=tmp)
-        out, err = slow.communicate(timeout=120)
-        expect(done.returncode == 0 and slow.returncode == 0, f"another {other}: {err}", done)
-        both = traces_in(nodes)
-        done = wrapper("check", "--expect-total", "40", *both, cwd=tmp)
-        expect(len(both) == 2 and done.returncode == 0 and "OK: 40 ranges" in done.stdout,
-               f"two runs of one name at once, one in another {other}: {both}", done)
+        both_runs_count(tmp, f"{other}s", program, f"the first in another {other}",
+                        ["unshare", "-mu", "/bin/sh", "-c",
+                         setup + 'mount -t tmpfs tmpfs "$TMPDIR" && exec "$@"', "sh"],
+                        {"TMPDIR": private})
 
 
 def test_many_ranks_on_other_nodes_all_count(tmp):
