@@ -1563,12 +1563,12 @@ def cmd_merge(args):
 
 # ---- one recording session (the wrapper's record, ci-smoke-profile) ----
 
-def pattern_globs(pattern):
+def pattern_globs(pattern, any_variable=False):
     """A recorder output pattern as globs: %p is any pid, and so is a %q{VAR} that is not set
-    here (a launcher sets RANK for each process it starts, not for us); the rest expands as
-    the recorder would. A name shared by processes, or taken by another file, gets a fresh
-    name (text rules, section 2). A pattern ending in '/' is a directory of default-named
-    traces."""
+    here (a launcher sets RANK for each process it starts, not for us) — with ANY_VARIABLE,
+    every %q{VAR}; the rest expands as the recorder would. A name shared by processes, or
+    taken by another file, gets a fresh name (text rules, section 2). A pattern ending in
+    '/' is a directory of default-named traces."""
     segments, current, i = [], [], 0
     while i < len(pattern):
         close = pattern.find("}", i + 3) if pattern.startswith("%q{", i) else -1
@@ -1580,7 +1580,7 @@ def pattern_globs(pattern):
             current = []
             i += 2
         elif close > 0 and _VARIABLE.match(pattern[i + 3:close]) and \
-                pattern[i + 3:close] not in os.environ:
+                (any_variable or pattern[i + 3:close] not in os.environ):
             segments.append("".join(current))
             current = []
             i = close + 1
@@ -1694,10 +1694,11 @@ def records_file(uid):
     return f"{RECORDS_PREFIX}{uid}"
 
 
-def output_globs(pattern):
-    """The file names (globs) a recorder output pattern writes, in its directory."""
+def output_globs(pattern, any_variable=False):
+    """The file names (globs) a recorder output pattern writes, in its directory (with
+    ANY_VARIABLE: whatever value each %q{VAR} has in the program's processes)."""
     name = pattern[len(directory_part(pattern)):]
-    return pattern_globs(name) if name else ["ferrum-replay.*"]
+    return pattern_globs(name, any_variable) if name else ["ferrum-replay.*"]
 
 
 def trusted_owner(uid, directory):
@@ -1753,14 +1754,16 @@ def untrusted_inputs(paths):
 
 
 def read_records(directory, uid=None):
-    """[(globs, start ns, session, overlapping, host)] noted in DIRECTORY by user UID (this user
-    by default; OVERLAPPING: the sessions of that name still running when it began, as
-    [(session, host)], note_record; None in a note written before they were noted; HOST: where
-    the session ran, '' when not noted), or None when there is a file at that note's name that is not such a note: not a regular file
-    (a link someone planted, a FIFO, a device), not UID's (planted), larger than a note gets,
-    or not a note. [] when there is none. When names had to be dropped from a full note while
-    traces of theirs were still there, one more entry (["*"], that time, "", None, "") makes every trace
-    written before then an earlier run's: a judge fails rather than pass on it."""
+    """[(globs, start ns, session, overlapping, host, any_value)] noted in DIRECTORY by user UID
+    (this user by default; OVERLAPPING: the sessions of that name still running when it began,
+    as [(session, host)], note_record; None in a note written before they were noted; HOST:
+    where the session ran, '' when not noted; ANY_VALUE: the globs of the name with any value
+    of its %q{VAR}s, None where they are the globs, note_record), or None when there is a
+    file at that note's name that is not such a note: not a regular file (a link someone
+    planted, a FIFO, a device), not UID's (planted), larger than a note gets, or not a note.
+    [] when there is none. When names had to be dropped from a full note while traces of
+    theirs were still there, one more entry (["*"], that time, "", None, "", None) makes every
+    trace written before then an earlier run's: a judge fails rather than pass on it."""
     uid = os.geteuid() if uid is None else uid
     try:
         fd = os.open(os.path.join(directory, records_file(uid)),
@@ -1786,7 +1789,7 @@ def read_records(directory, uid=None):
     if not data:
         # Emptied by a `record` that could not write its entry (mark_unnoted): which traces
         # are the last run's cannot be told, so none is.
-        return [(["*"], UNNOTED, "", None, "")]
+        return [(["*"], UNNOTED, "", None, "", None)]
     if not isinstance(entries, list):
         return None
     found = []
@@ -1796,6 +1799,10 @@ def read_records(directory, uid=None):
         globs, start, session = entry.get("names"), entry.get("startNs"), entry.get("session")
         host = entry.get("host") if isinstance(entry.get("host"), str) else ""
         overlapping = entry.get("overlapping")
+        any_value = entry.get("anyValueNames")
+        if not (isinstance(any_value, list) and any_value and
+                all(isinstance(g, str) for g in any_value)):
+            any_value = None
         if isinstance(overlapping, list) and all(
                 isinstance(o, list) and len(o) == 2 and all(isinstance(x, str) for x in o)
                 for o in overlapping):
@@ -1804,10 +1811,10 @@ def read_records(directory, uid=None):
             overlapping = None
         if (isinstance(globs, list) and globs and all(isinstance(g, str) for g in globs)
                 and _is_int(start) and start >= 0 and isinstance(session, str)):
-            found.append((globs, start, session, overlapping, host))
+            found.append((globs, start, session, overlapping, host, any_value))
     dropped = value.get("droppedBeforeNs")
     if _is_int(dropped) and dropped > 0:
-        found.append((["*"], dropped, "", None, ""))
+        found.append((["*"], dropped, "", None, "", None))
     return found
 
 
@@ -1893,7 +1900,7 @@ def note_record(pattern, stamp):
                   "ferrum-replay: left as it is, and this run is not noted (check and compare "
                   "of the directory judge every run in it)", file=sys.stderr)
             return
-        dropped = max((n for g, n, s, _, _ in noted if g == ["*"] and not s), default=0)
+        dropped = max((n for g, n, s, *_ in noted if g == ["*"] and not s), default=0)
         if dropped >= UNNOTED:
             # The run that emptied the note (mark_unnoted) and every one before it: earlier.
             dropped = start
@@ -1907,7 +1914,7 @@ def note_record(pattern, stamp):
         # is kept until a run where it ran finds it ended, at most OVERLAP_KEPT of them (its
         # traces still count only when written since).
         here = stamp_view()
-        candidates = {(o, h or host) for g, _, s, running, host in noted if g == globs
+        candidates = {(o, h or host) for g, _, s, running, host, _ in noted if g == globs
                       for o, h in [(s, host), *(running or ())]}
         overlapping = sorted((o, h) for o, h in candidates
                              if o.startswith("/") and o != stamp and
@@ -1919,12 +1926,18 @@ def note_record(pattern, stamp):
         # job of 300 ranks failed `check`). A cut stays with the name's later entries: what
         # was dropped is not known any more.
         cut = len(overlapping) > OVERLAP_KEPT or any(
-            OVERLAP_CUT in (running or ()) for g, _, _, running, _ in noted if g == globs)
+            OVERLAP_CUT in (running or ()) for g, _, _, running, *_ in noted if g == globs)
         if len(overlapping) > OVERLAP_KEPT:
             overlapping = sorted(overlapping, key=lambda p: (p[1] == here, p))[-OVERLAP_KEPT:]
         if cut:
             overlapping.append(OVERLAP_CUT)
-        new = (globs, start, stamp or "", overlapping, here)
+        # A %q{VAR} set here is part of the name, but a process of the run may have it set
+        # otherwise (srun's tasks each their own SLURM_PROCID under a batch step's 0, a launcher
+        # exporting RANK anew): its trace is of this name too, and one an earlier run left
+        # under such a name is judged by these globs (earlier_record).
+        any_value = output_globs(pattern, any_variable=True)
+        new = (globs, start, stamp or "", overlapping, here,
+               any_value if any_value != globs else None)
         kept = sorted((e for e in noted if e[0] != new[0] and
                        not (e[0] == ["*"] and not e[2])), key=lambda e: e[1])
         text = records_text(kept, new, dropped)
@@ -2006,8 +2019,9 @@ def records_text(kept, new, dropped):
     value = {"ferrumReplayRecords": [dict({"names": g, "startNs": n, "session": s},
                                           **({"host": h} if h else {}),
                                           **({} if o is None else
-                                             {"overlapping": [list(p) for p in o]}))
-                                     for g, n, s, o, h in [*kept, new]]}
+                                             {"overlapping": [list(p) for p in o]}),
+                                          **({} if a is None else {"anyValueNames": a}))
+                                     for g, n, s, o, h, a in [*kept, new]]}
     if dropped:
         value["droppedBeforeNs"] = dropped
     return json.dumps(value, ensure_ascii=True)
@@ -2022,7 +2036,10 @@ def earlier_record(path, records=None):
     NFS server's clock ahead of this host's, `cp -p`, an archive unpacked: an earlier run's
     trace passed `check` as the last run's). A trace without a session, a note without
     `overlapping` (an older one), or a session left out of a cut list (OVERLAP_CUT), is judged
-    by its time: written before the last record began, it is an earlier run's. RECORDS: a
+    by its time: written before the last record began, it is an earlier run's. A trace whose
+    name the entry's pattern gives only with another value of a %q{VAR} than `record` had
+    (a process of the run set it otherwise) is an earlier run's when the session it names is
+    no longer in the note: a later `record` of that output replaced its entry. RECORDS: a
     cache of read_records by directory and user."""
     try:
         st = os.stat(path)
@@ -2036,8 +2053,16 @@ def earlier_record(path, records=None):
         records[key] = read_records(directory, st.st_uid)
     name = os.path.basename(path)
     written = False  # the trace's session, read once (64 KiB of its tail at most)
-    for globs, start, session, overlapping, _ in records[key] or ():
+    for globs, start, session, overlapping, _, any_value in records[key] or ():
         if not any(fnmatch.fnmatchcase(name, g) for g in globs):
+            if not any_value or not any(fnmatch.fnmatchcase(name, g) for g in any_value):
+                continue
+            if written is False:
+                written = written_for(path)[1]
+            # (A name the entry's own globs miss: another run's of its own value, say a job
+            # tag, is judged by its own entry, where its session still is.)
+            if written is not None and written not in noted_sessions(records[key]):
+                return start
             continue
         if written is False:
             written = written_for(path)[1]
@@ -2050,6 +2075,12 @@ def earlier_record(path, records=None):
                 OVERLAP_CUT not in overlapping:
             return start
     return None
+
+
+def noted_sessions(entries):
+    """Every session a note names: its entries' and those still running when each began."""
+    return {s for _, _, session, overlapping, *_ in entries
+            for s in [session, *(o for o, _ in overlapping or ())]}
 
 
 def last_run_only(paths, what=None):

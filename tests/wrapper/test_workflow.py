@@ -1901,6 +1901,58 @@ def test_reused_directory_judges_last_run(tmp):
                "another user's note is not read: which run is the last cannot be told", done)
 
 
+def test_variable_set_otherwise_per_process(tmp):
+    """A %q{VAR} set in `record`'s environment is part of the output name, but the program's
+    processes may each have it set otherwise (srun's tasks, SLURM_PROCID 0..N-1, under a batch
+    step whose own is 0; a launcher exporting RANK anew). Such a process's trace, left by an
+    earlier run whose process of that value launched nothing in the last run, was named by no
+    note entry and passed `check` of the directory as the last run's (F74). A name of another
+    value that its own `record` noted (a job tag: TAG=A, then TAG=B) is still judged by its own
+    entry."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    os.makedirs(os.path.join(tmp, "out"))
+    out = "out/t.%q{SLURM_PROCID}.json"
+
+    def ranks(second):  # rank 0 as the wrapper has it; rank 1 set by the launcher, runs SECOND
+        return ["/bin/sh", "-c",
+                'q=$1; shift; SLURM_PROCID=0 "$0" "$@" & SLURM_PROCID=1 "$q" "$@"; wait',
+                program[0], second, *program[1:]]
+
+    batch = {"SLURM_PROCID": "0"}
+    done = wrapper("record", "-o", out, "--", *ranks(launch_driver()), cwd=tmp, env=batch)
+    first = traces_in(os.path.join(tmp, "out"))
+    expect(done.returncode == 0 and [os.path.basename(t) for t in first] == ["t.0.json", "t.1.json"],
+           f"first run: a trace per rank: {first}", done)
+    # The last run: rank 1 launches nothing (ARGV_ECHO in place of the program).
+    done = wrapper("record", "-o", out, "--", *ranks(ARGV_ECHO), cwd=tmp, env=batch)
+    expect(done.returncode == 0, "last run", done)
+    rank1 = os.path.join(tmp, "out", "t.1.json")
+    done = wrapper("check", "--expect-total", "40", os.path.join(tmp, "out", "t.0.json"), rank1,
+                   cwd=tmp, env=batch)
+    expect(done.returncode == 1 and "1 of the traces given is of an earlier run" in done.stdout,
+           "check of the last run with rank 1's trace of the run before", done)
+    done = wrapper("check", rank1, cwd=tmp, env=batch)
+    expect(done.returncode == 1 and "earlier run" in done.stdout,
+           "check of rank 1's trace of the run before", done)
+    done = wrapper("check", "--expect-total", "20", os.path.join(tmp, "out", "t.0.json"),
+                   cwd=tmp, env=batch)
+    expect(done.returncode == 0, "check of the last run's own trace", done)
+    # Both ranks launch again: both traces are the last run's.
+    done = wrapper("record", "-o", out, "--", *ranks(launch_driver()), cwd=tmp, env=batch)
+    done = wrapper("check", "--expect-total", "40", os.path.join(tmp, "out", "t.0.json"), rank1,
+                   cwd=tmp, env=batch)
+    expect(done.returncode == 0 and "OK: 40 ranges" in done.stdout, "check of a full run", done)
+    # Job tags: each run's trace is judged by its own entry.
+    for tag in ("A", "B"):
+        done = wrapper("record", "-o", "out/j.%q{TAG}.json", "--", *program, cwd=tmp,
+                       env={"TAG": tag})
+        expect(done.returncode == 0, f"job {tag}", done)
+    for tag in ("A", "B"):
+        done = wrapper("check", "--expect-total", "20", os.path.join(tmp, "out", f"j.{tag}.json"),
+                       cwd=tmp)
+        expect(done.returncode == 0, f"check of job {tag}'s trace", done)
+
+
 def test_judges_of_other_users_files(tmp):
     """Files of other users (run as root, which can give files away). The recording user's
     note is trusted by a judge who is another user where that user owns the directory (it was
