@@ -1566,7 +1566,7 @@ def cmd_merge(args):
 def pattern_globs(pattern, any_variable=False):
     """A recorder output pattern as globs: %p is any pid, and so is a %q{VAR} that is not set
     here (a launcher sets RANK for each process it starts, not for us) — with ANY_VARIABLE,
-    every %q{VAR}; the rest expands as the recorder would. A name shared by processes, or
+    every %q{VAR}, and %h (processes on other hosts); the rest expands as the recorder would. A name shared by processes, or
     taken by another file, gets a fresh name (text rules, section 2). A pattern ending in
     '/' is a directory of default-named traces."""
     segments, current, i = [], [], 0
@@ -1575,7 +1575,7 @@ def pattern_globs(pattern, any_variable=False):
         if pattern.startswith("%%", i):
             current.append("%%")
             i += 2
-        elif pattern.startswith("%p", i):
+        elif pattern.startswith("%p", i) or (any_variable and pattern.startswith("%h", i)):
             segments.append("".join(current))
             current = []
             i += 2

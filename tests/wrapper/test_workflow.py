@@ -1942,6 +1942,26 @@ def test_variable_set_otherwise_per_process(tmp):
     done = wrapper("check", "--expect-total", "40", os.path.join(tmp, "out", "t.0.json"), rank1,
                    cwd=tmp, env=batch)
     expect(done.returncode == 0 and "OK: 40 ranges" in done.stdout, "check of a full run", done)
+    # %h likewise: a process on another host (a launcher's rank on another node) writes its
+    # host's name; here another host name in a UTS namespace of its own.
+    if os.geteuid() != 0 or not shutil.which("unshare") or \
+            subprocess.run(["unshare", "-u", "true"], capture_output=True).returncode != 0:
+        print("variable_set_otherwise_per_process: no UTS namespace here: the %h case is not run")
+    else:
+        os.makedirs(os.path.join(tmp, "h"))
+
+        def on_two_hosts(second):
+            return ["/bin/sh", "-c", 'q=$1; shift; "$0" "$@" & unshare -u /bin/sh -c '
+                    '\'hostname node2 && exec "$0" "$@"\' "$q" "$@"; wait',
+                    program[0], second, *program[1:]]
+        for second in (launch_driver(), ARGV_ECHO):
+            done = wrapper("record", "-o", "h/t.%h.json", "--", *on_two_hosts(second), cwd=tmp)
+            expect(done.returncode == 0, f"%h: record ({os.path.basename(second)})", done)
+        node2 = os.path.join(tmp, "h", "t.node2.json")
+        expect(os.path.isfile(node2), "%h: the first run's trace of node2", done)
+        done = wrapper("check", node2, cwd=tmp)
+        expect(done.returncode == 1 and "earlier run" in done.stdout,
+               "%h: check of node2's trace of the run before", done)
     # Job tags: each run's trace is judged by its own entry.
     for tag in ("A", "B"):
         done = wrapper("record", "-o", "out/j.%q{TAG}.json", "--", *program, cwd=tmp,
