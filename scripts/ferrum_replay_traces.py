@@ -1566,9 +1566,9 @@ def cmd_merge(args):
 def pattern_globs(pattern, any_variable=False):
     """A recorder output pattern as globs: %p is any pid, and so is a %q{VAR} that is not set
     here (a launcher sets RANK for each process it starts, not for us) — with ANY_VARIABLE,
-    every %q{VAR}, and %h (processes on other hosts); the rest expands as the recorder would. A name shared by processes, or
-    taken by another file, gets a fresh name (text rules, section 2). A pattern ending in
-    '/' is a directory of default-named traces."""
+    every %q{VAR}, and %h (processes on other hosts); the rest expands as the recorder
+    would. A name shared by processes, or taken by another file, gets a fresh name (text
+    rules, section 2). A pattern ending in '/' is a directory of default-named traces."""
     segments, current, i = [], [], 0
     while i < len(pattern):
         close = pattern.find("}", i + 3) if pattern.startswith("%q{", i) else -1

@@ -1921,7 +1921,8 @@ def test_variable_set_otherwise_per_process(tmp):
     batch = {"SLURM_PROCID": "0"}
     done = wrapper("record", "-o", out, "--", *ranks(launch_driver()), cwd=tmp, env=batch)
     first = traces_in(os.path.join(tmp, "out"))
-    expect(done.returncode == 0 and [os.path.basename(t) for t in first] == ["t.0.json", "t.1.json"],
+    expect(done.returncode == 0 and
+           [os.path.basename(t) for t in first] == ["t.0.json", "t.1.json"],
            f"first run: a trace per rank: {first}", done)
     # The last run: rank 1 launches nothing (ARGV_ECHO in place of the program).
     done = wrapper("record", "-o", out, "--", *ranks(ARGV_ECHO), cwd=tmp, env=batch)
@@ -1939,6 +1940,7 @@ def test_variable_set_otherwise_per_process(tmp):
     expect(done.returncode == 0, "check of the last run's own trace", done)
     # Both ranks launch again: both traces are the last run's.
     done = wrapper("record", "-o", out, "--", *ranks(launch_driver()), cwd=tmp, env=batch)
+    expect(done.returncode == 0, "a full run", done)
     done = wrapper("check", "--expect-total", "40", os.path.join(tmp, "out", "t.0.json"), rank1,
                    cwd=tmp, env=batch)
     expect(done.returncode == 0 and "OK: 40 ranges" in done.stdout, "check of a full run", done)
