@@ -2039,8 +2039,10 @@ def earlier_record(path, records=None):
     by its time: written before the last record began, it is an earlier run's. A trace whose
     name the entry's pattern gives only with another value of a %q{VAR} than `record` had
     (a process of the run set it otherwise) is an earlier run's when the session it names is
-    no longer in the note: a later `record` of that output replaced its entry. RECORDS: a
-    cache of read_records by directory and user."""
+    no longer in the note: a later `record` of that output replaced its entry; one that names
+    no session, when written before the run of every entry whose any-value names match it
+    began, unless an entry's own names do. RECORDS: a cache of read_records by directory and
+    user."""
     try:
         st = os.stat(path)
     except OSError:
@@ -2053,6 +2055,7 @@ def earlier_record(path, records=None):
         records[key] = read_records(directory, st.st_uid)
     name = os.path.basename(path)
     written = False  # the trace's session, read once (64 KiB of its tail at most)
+    own_entry, any_value_starts = False, []
     for globs, start, session, overlapping, _, any_value in records[key] or ():
         if not any(fnmatch.fnmatchcase(name, g) for g in globs):
             if not any_value or not any(fnmatch.fnmatchcase(name, g) for g in any_value):
@@ -2063,7 +2066,9 @@ def earlier_record(path, records=None):
             # tag, is judged by its own entry, where its session still is.)
             if written is not None and written not in noted_sessions(records[key]):
                 return start
+            any_value_starts.append(start)
             continue
+        own_entry = True
         if written is False:
             written = written_for(path)[1]
         if session and written == session:
@@ -2074,6 +2079,12 @@ def earlier_record(path, records=None):
         elif st.st_mtime_ns < start or written not in {o for o, _ in overlapping} and \
                 OVERLAP_CUT not in overlapping:
             return start
+    # A trace without a session (a run without a stamp, a recorder before sessions) that only
+    # any-value names match, and no entry's own names: by its time, written before every such
+    # entry's run began (the runs of a job tag's own entry, say, wrote theirs since).
+    if written is None and not own_entry and any_value_starts and \
+            st.st_mtime_ns < min(any_value_starts):
+        return min(any_value_starts)
     return None
 
 

@@ -1901,6 +1901,21 @@ def test_reused_directory_judges_last_run(tmp):
                "another user's note is not read: which run is the last cannot be told", done)
 
 
+def can_take_tmp_away():
+    """Whether without_tmp can run here (root, unshare, a /dev/shm for the output volume)."""
+    return os.geteuid() == 0 and bool(shutil.which("unshare")) and os.path.isdir("/dev/shm") \
+        and subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+def without_tmp(argv, cwd, env=None):
+    """Runs ARGV with no usable temporary directory (a read-only root file system, the output
+    on a volume): /tmp made read-only where it is in a mount namespace of its own, its files
+    kept (the checkout and the build may be under it: a CI clone in /tmp), TMPDIR nowhere."""
+    return run(["unshare", "-m", "/bin/sh", "-c",
+                'mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp && exec "$@"', "sh",
+                *argv], cwd, env={"TMPDIR": "/nonexistent", **(env or {})})
+
+
 def test_variable_set_otherwise_per_process(tmp):
     """A %q{VAR} set in `record`'s environment is part of the output name, but the program's
     processes may each have it set otherwise (srun's tasks, SLURM_PROCID 0..N-1, under a batch
@@ -1973,6 +1988,39 @@ def test_variable_set_otherwise_per_process(tmp):
         done = wrapper("check", "--expect-total", "20", os.path.join(tmp, "out", f"j.{tag}.json"),
                        cwd=tmp)
         expect(done.returncode == 0, f"check of job {tag}'s trace", done)
+    # The same without a session (no temporary file for the stamp: a read-only root file
+    # system, the output on a volume): the traces name none and are judged by their time. An
+    # earlier run's rank-1 trace passed `check` after a last run whose rank 1 launched nothing;
+    # a job tag's rank-1 trace, written after its own run began, still counts.
+    if not can_take_tmp_away():
+        print("variable_set_otherwise_per_process: no mount namespace here: the case without "
+              "a session is not run")
+        return
+    volume = tempfile.mkdtemp(dir="/dev/shm", prefix="ferrum-workflow-")
+    try:
+        os.makedirs(os.path.join(volume, "out"))
+
+        def sessionless(pattern, second, env):
+            done = without_tmp([WRAPPER, "record", "-o", pattern, "--", *ranks(second)], volume,
+                               {**batch, **env})
+            expect(done.returncode == 0 and "cannot create a temporary file" in done.stderr,
+                   f"a run without a session ({pattern}, {env})", done)
+            time.sleep(0.05)  # the next run begins after these traces' time of change
+
+        sessionless("out/a.%q{JOB}.%q{SLURM_PROCID}.json", launch_driver(), {"JOB": "A"})
+        sessionless("out/t.%q{SLURM_PROCID}.json", launch_driver(), {})
+        sessionless("out/t.%q{SLURM_PROCID}.json", ARGV_ECHO, {})
+        done = wrapper("check", os.path.join(volume, "out", "t.1.json"), cwd=volume)
+        expect(done.returncode == 1 and "earlier run" in done.stdout,
+               "check of rank 1's trace of the run before, without sessions", done)
+        sessionless("out/a.%q{JOB}.%q{SLURM_PROCID}.json", launch_driver(), {"JOB": "B"})
+        done = wrapper("check", "--expect-total", "40",
+                       *(os.path.join(volume, "out", f"a.A.{r}.json") for r in (0, 1)),
+                       cwd=volume)
+        expect(done.returncode == 0 and "OK: 40 ranges" in done.stdout,
+               "check of job A's two ranks without sessions, after job B's", done)
+    finally:
+        shutil.rmtree(volume, ignore_errors=True)
 
 
 def test_judges_of_other_users_files(tmp):
@@ -2258,8 +2306,7 @@ def test_unnoted_run_judges_nothing(tmp):
     # A run without a session: no temporary file for its stamp (TMPDIR and /tmp unusable: a
     # read-only root file system, the output on a volume). Made here with a read-only /tmp in
     # a mount namespace of its own, the output outside /tmp.
-    if os.geteuid() != 0 or not shutil.which("unshare") or not os.path.isdir("/dev/shm") or \
-            subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+    if not can_take_tmp_away():
         print("unnoted_run_judges_nothing: no mount namespace here: the case without a "
               "temporary directory is skipped")
         return
@@ -2269,12 +2316,7 @@ def test_unnoted_run_judges_nothing(tmp):
         first = traces_in(os.path.join(volume, "out"))
         expect(done.returncode == 0 and len(first) == 1, "a run onto the volume", done)
         def sessionless(out, *argv):
-            # /tmp made read-only where it is, its files kept: the checkout and the build may
-            # be under it (a CI clone in /tmp).
-            return run(["unshare", "-m", "/bin/sh", "-c",
-                        'mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp && exec "$@"',
-                        "sh", WRAPPER, "record", "-o", out, "--", *argv], volume,
-                       env={"TMPDIR": "/nonexistent"})
+            return without_tmp([WRAPPER, "record", "-o", out, "--", *argv], volume)
         done = sessionless("out/", "/bin/sh", "-c", "exit 4")
         expect(done.returncode == 4 and "cannot create a temporary file" in done.stderr,
                "a run without a temporary directory", done)
@@ -2292,11 +2334,8 @@ def test_unnoted_run_judges_nothing(tmp):
             first += latest
         # ci-smoke-profile --out on such a host (a CI runner with a read-only root): its
         # fresh run directory's note used to be emptied, and every good workload failed.
-        done = run(["unshare", "-m", "/bin/sh", "-c",
-                    'mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp && exec "$@"',
-                    "sh", CI_SMOKE, "--out",
-                    os.path.join(volume, "ci"), "--", *program], volume,
-                   env={"TMPDIR": "/nonexistent"})
+        done = without_tmp([CI_SMOKE, "--out", os.path.join(volume, "ci"), "--", *program],
+                           volume)
         expect_verdict(done, True, "20 ranges")
     finally:
         shutil.rmtree(volume, ignore_errors=True)
