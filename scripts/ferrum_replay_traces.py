@@ -2039,10 +2039,11 @@ def earlier_record(path, records=None):
     by its time: written before the last record began, it is an earlier run's. A trace whose
     name the entry's pattern gives only with another value of a %q{VAR} than `record` had
     (a process of the run set it otherwise) is an earlier run's when the session it names is
-    no longer in the note: a later `record` of that output replaced its entry; one that names
-    no session, when written before the run of every entry whose any-value names match it
-    began, unless an entry's own names do. RECORDS: a cache of read_records by directory and
-    user."""
+    no longer in the note (a later `record` of that output replaced its entry), or is there
+    only as one still running when an entry's run began, the trace written before; one that
+    names no session, when written before the run of every entry whose any-value names match
+    it began, unless an entry's own names do. RECORDS: a cache of read_records by directory
+    and user."""
     try:
         st = os.stat(path)
     except OSError:
@@ -2064,7 +2065,8 @@ def earlier_record(path, records=None):
                 written = written_for(path)[1]
             # (A name the entry's own globs miss: another run's of its own value, say a job
             # tag, is judged by its own entry, where its session still is.)
-            if written is not None and written not in noted_sessions(records[key]):
+            if written is not None and not noted_session(records[key], written,
+                                                         st.st_mtime_ns):
                 return start
             any_value_starts.append(start)
             continue
@@ -2088,10 +2090,13 @@ def earlier_record(path, records=None):
     return None
 
 
-def noted_sessions(entries):
-    """Every session a note names: its entries' and those still running when each began."""
-    return {s for _, _, session, overlapping, *_ in entries
-            for s in [session, *(o for o, _ in overlapping or ())]}
+def noted_session(entries, written, mtime_ns):
+    """Whether a trace of session WRITTEN, changed at MTIME_NS, is of a run the note ENTRIES
+    still name: an entry's own session, or one still running when an entry's run began
+    (`overlapping`) when written since, as earlier_record judges a trace its globs match."""
+    return any(written == session or mtime_ns >= start and
+               written in {o for o, _ in overlapping or ()}
+               for _, start, session, overlapping, *_ in entries)
 
 
 def last_run_only(paths, what=None):

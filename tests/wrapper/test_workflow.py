@@ -1959,6 +1959,31 @@ def test_variable_set_otherwise_per_process(tmp):
     done = wrapper("check", "--expect-total", "40", os.path.join(tmp, "out", "t.0.json"), rank1,
                    cwd=tmp, env=batch)
     expect(done.returncode == 0 and "OK: 40 ranges" in done.stdout, "check of a full run", done)
+    # A run still running when the last began counts with it for what it writes since, as for
+    # the entry's own names: its rank-1 trace written before then is an earlier run's, its
+    # rank 2's written after counts.
+    os.makedirs(os.path.join(tmp, "o"))
+    rank1 = os.path.join(tmp, "o", "t.1.json")
+    slow = subprocess.Popen(
+        [WRAPPER, "record", "-o", "o/t.%q{SLURM_PROCID}.json", "--", "/bin/sh", "-c",
+         'SLURM_PROCID=1 "$@"; sleep 3; SLURM_PROCID=2 exec "$@"', "sh", *program],
+        cwd=tmp, env=base_env(batch), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        if os.path.isfile(rank1):
+            break
+        time.sleep(0.1)
+    time.sleep(0.05)
+    done = wrapper("record", "-o", "o/t.%q{SLURM_PROCID}.json", "--", *ranks(ARGV_ECHO),
+                   cwd=tmp, env=batch)
+    _, err = slow.communicate(timeout=120)
+    expect(done.returncode == 0 and slow.returncode == 0, f"two runs at once: {err}", done)
+    done = wrapper("check", rank1, cwd=tmp)
+    expect(done.returncode == 1 and "earlier run" in done.stdout,
+           "check of rank 1's trace written before the last run began", done)
+    done = wrapper("check", "--expect-total", "40", os.path.join(tmp, "o", "t.0.json"),
+                   os.path.join(tmp, "o", "t.2.json"), cwd=tmp)
+    expect(done.returncode == 0 and "OK: 40 ranges" in done.stdout,
+           "check of the last run and of rank 2's trace written since", done)
     # %h likewise: a process on another host (a launcher's rank on another node) writes its
     # host's name; here another host name in a UTS namespace of its own.
     if os.geteuid() != 0 or not shutil.which("unshare") or \
