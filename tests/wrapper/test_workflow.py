@@ -1966,7 +1966,7 @@ def test_variable_set_otherwise_per_process(tmp):
     rank1 = os.path.join(tmp, "o", "t.1.json")
     slow = subprocess.Popen(
         [WRAPPER, "record", "-o", "o/t.%q{SLURM_PROCID}.json", "--", "/bin/sh", "-c",
-         'SLURM_PROCID=1 "$@"; sleep 3; SLURM_PROCID=2 exec "$@"', "sh", *program],
+         'SLURM_PROCID=1 "$@"; sleep 4; SLURM_PROCID=2 exec "$@"', "sh", *program],
         cwd=tmp, env=base_env(batch), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for _ in range(300):
         if os.path.isfile(rank1):
