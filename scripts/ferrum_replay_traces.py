@@ -1947,8 +1947,9 @@ def note_record(pattern, stamp):
                 names = os.listdir(directory)
             except OSError:
                 names = []
-            literal = set(names)
-            kept = [e for e in kept if any_matches(e[0], names, literal)]
+            literal, sessions = set(names), {}
+            kept = [e for e in kept if any_matches(e[0], names, literal) or
+                    any_value_traces_left(e, directory, names, sessions)]
             text = records_text(kept, new, dropped)
         while len(text) >= RECORDS_LIMIT and kept:  # then the oldest, remembering when
             dropped = max(dropped, kept.pop(0)[1])
@@ -1991,6 +1992,28 @@ def mark_unnoted(note_path, why):
                           "of yours in its directory" if emptied else
                           "check and compare of its directory may judge an earlier run's traces "
                           "as this run's"), file=sys.stderr)
+
+
+def any_value_traces_left(entry, directory, names, sessions):
+    """Whether a trace of ENTRY's run is left in DIRECTORY (NAMES: its list) at a name only its
+    any-value names match (a process that set the %q{VAR} otherwise): the entry still judges
+    it (earlier_record), and without the entry it would be an earlier run's. Told by the
+    session the trace names (SESSIONS: a cache by path); an entry without a session, by any
+    such name. Read only when the note is full."""
+    _, _, session, overlapping, _, any_value = entry
+    if not any_value:
+        return False
+    runs = {session, *(o for o, _ in overlapping or ())} - {""}
+    for glob_ in any_value:
+        for name in fnmatch.filter(names, glob_):
+            if not session:
+                return True
+            path = os.path.join(directory, name)
+            if path not in sessions:
+                sessions[path] = written_for(path)[1]
+            if sessions[path] in runs:
+                return True
+    return False
 
 
 def any_matches(globs, names, literal):

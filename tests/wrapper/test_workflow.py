@@ -2013,6 +2013,31 @@ def test_variable_set_otherwise_per_process(tmp):
         done = wrapper("check", "--expect-total", "20", os.path.join(tmp, "out", f"j.{tag}.json"),
                        cwd=tmp)
         expect(done.returncode == 0, f"check of job {tag}'s trace", done)
+    # A full note first leaves out the names of which no trace is left: a run whose rank 0
+    # launched nothing has its rank 1's trace left, at a name only its any-value names match.
+    # Its entry stays, or the trace would be an earlier run's beside the next job's entry.
+    os.makedirs(os.path.join(tmp, "full"))
+    done = wrapper("record", "-o", "full/t.%q{SLURM_PROCID}.json", "--", "/bin/sh", "-c",
+                   'SLURM_PROCID=0 "$0"; SLURM_PROCID=1 exec "$@"', ARGV_ECHO, *program,
+                   cwd=tmp, env=batch)
+    expect(done.returncode == 0 and traces_in(os.path.join(tmp, "full")) ==
+           [os.path.join(tmp, "full", "t.1.json")], "a run whose rank 0 launched nothing", done)
+    with open(os.path.join(tmp, "full", NOTE)) as note_file:
+        entries = json.load(note_file)["ferrumReplayRecords"]
+    size = len(json.dumps({"ferrumReplayRecords": entries}))
+    while size < (1 << 20) - 120:  # names without traces, just under the limit
+        entries.insert(0, {"names": [f"gone{len(entries)}.json"], "startNs": 1,
+                           "session": "s"})
+        size += len(json.dumps(entries[0])) + 2
+    write(os.path.join(tmp, "full", NOTE), json.dumps({"ferrumReplayRecords": entries}) + "\n")
+    done = wrapper("record", "-o", "full/t.%q{TAG}.json", "--", *program, cwd=tmp,
+                   env={"TAG": "next"})
+    expect(done.returncode == 0 and os.path.getsize(os.path.join(tmp, "full", NOTE)) < 4096,
+           "the next job, into a full note", done)
+    done = wrapper("check", "--expect-total", "20", os.path.join(tmp, "full", "t.1.json"),
+                   cwd=tmp)
+    expect(done.returncode == 0 and "OK: 20 ranges" in done.stdout,
+           "check of rank 1's trace after a full note", done)
     # The same without a session (no temporary file for the stamp: a read-only root file
     # system, the output on a volume): the traces name none and are judged by their time. An
     # earlier run's rank-1 trace passed `check` after a last run whose rank 1 launched nothing;
