@@ -15,6 +15,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <time.h>
 
 namespace ferrum_replay::common {
 
@@ -45,6 +46,50 @@ inline void lock_ours(pthread_mutex_t *mutex) {
 inline void unlock_ours(pthread_mutex_t *mutex) {
   pthread_mutex_unlock(mutex);
   note_lock_given_back();
+}
+
+// The same rule for our pthread_atfork prepare handlers, which lock what a fork must not copy
+// half-changed. fork() called from a signal handler that interrupted one of our locked sections on
+// this thread (a crash reporter's or a supervisor's handler that forks) runs them on that very
+// thread: a prepare handler that waited for the lock the interrupted section holds waited for
+// itself, and the host's fork() never returned. So a prepare handler takes each lock through
+// lock_for_fork: outside our locks it waits as lock() does; inside one it only tries, for a bounded
+// time (another thread's section ends soon, the interrupted one only after the handler returns),
+// and gives up. Its parent and child handlers then give back only what it took, and where the fork
+// came from inside our lock, the child keeps its copy as it is, as a child made without fork
+// handlers does (own_process.hpp): the interrupted section, which the child's thread resumes when
+// its handler returns, ends it there.
+inline constexpr long kForkLockTryMs = 100;
+
+template <typename Mutex>
+bool lock_for_fork(Mutex &mutex) {
+  if (!inside_our_lock()) {
+    mutex.lock();
+    return true;
+  }
+  timespec start{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    if (mutex.try_lock()) return true;
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long elapsed_ms =
+        (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+    if (elapsed_ms >= kForkLockTryMs) return false;
+    const timespec pause{0, 100 * 1000};  // no cancellation: disabled inside our locks
+    nanosleep(&pause, nullptr);
+  }
+}
+
+// pthread_mutex_t through lock_for_fork.
+struct PthreadMutexRef {
+  pthread_mutex_t *mutex;
+  void lock() { pthread_mutex_lock(mutex); }
+  bool try_lock() { return pthread_mutex_trylock(mutex) == 0; }
+};
+inline bool lock_for_fork(pthread_mutex_t *mutex) {
+  PthreadMutexRef ref{mutex};
+  return lock_for_fork(ref);
 }
 
 // Locks `mutex` (anything with lock() and unlock()) for the scope and counts it as held here.

@@ -20,12 +20,17 @@
 
 #include <atomic>
 
+#include "held_here.hpp"
+
 namespace ferrum_replay::common {
 
 namespace own_process_detail {
 inline std::atomic<pid_t> g_pid{0};  // 0: nothing noted, the state is nobody else's
 inline pthread_once_t g_once = PTHREAD_ONCE_INIT;
 inline void note_in_child() {
+  // fork() from a signal handler inside one of our locked sections (held_here.hpp,
+  // lock_for_fork): the child's resets did not run, its copy is its parent's.
+  if (inside_our_lock()) return;
   g_pid.store(getpid(), std::memory_order_relaxed);
 }
 }  // namespace own_process_detail

@@ -83,12 +83,14 @@ void GpuTracks::collect(Snapshot *snap) const {
   snap->memory_drops += memory_drops_;
 }
 
-void GpuTracks::before_fork() {
-  mu_.lock();
+bool GpuTracks::before_fork() {
+  if (!common::lock_for_fork(mu_)) return false;  // held_here.hpp
+  if (common::inside_our_lock()) return true;     // in a signal handler: the child keeps its copy
   try {
     orphans_.reserve(orphans_.size() + tracks_.size());
   } catch (const std::bad_alloc &) {
   }
+  return true;
 }
 
 void GpuTracks::after_fork_in_child() {

@@ -59,7 +59,8 @@ class GpuTracks {
 
   // Also makes room for every track to become an orphan in the child, whose handler must not
   // allocate (Recorder::before_fork); without that room, they are simply not kept there.
-  void before_fork();
+  // Whether it took the lock (held_here.hpp: lock_for_fork).
+  bool before_fork();
   void after_fork_in_parent() { mu_.unlock(); }
   // The child's tracks start empty: the parent's replays belong to the parent's trace.
   void after_fork_in_child();

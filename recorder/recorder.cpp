@@ -454,27 +454,48 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   return snap;
 }
 
+namespace {
+// The locks this thread's prepare handler took (held_here.hpp: lock_for_fork); all of them
+// unless fork() was called from a signal handler inside a locked section of ours.
+struct ForkLocks {
+  bool threads = false, names = false, gpu = false, spill = false;
+};
+thread_local ForkLocks t_fork_locks __attribute__((tls_model("initial-exec")));
+}  // namespace
+
 void Recorder::before_fork() {
-  threads_mu_.lock();
+  ForkLocks &taken = t_fork_locks;
+  taken.threads = common::lock_for_fork(threads_mu_);
   // The child's handler must not allocate (it cannot report a failure): room for every buffer to
-  // become an orphan there. Without it, those buffers are simply not kept in the child.
-  try {
-    orphans_.reserve(orphans_.size() + threads_.size());
-  } catch (const std::bad_alloc &) {
+  // become an orphan there. Without it, those buffers are simply not kept in the child. Not from
+  // a signal handler inside our lock: that child keeps its copy as it is.
+  if (taken.threads && !common::inside_our_lock()) {
+    try {
+      orphans_.reserve(orphans_.size() + threads_.size());
+    } catch (const std::bad_alloc &) {
+    }
   }
-  names_.mutex().lock();
-  gpu_.before_fork();
-  spill_.lock_for_fork();
+  taken.names = common::lock_for_fork(names_.mutex());
+  taken.gpu = gpu_.before_fork();
+  taken.spill = spill_.lock_for_fork();
 }
 
 void Recorder::after_fork_in_parent() {
-  spill_.unlock_after_fork();
-  gpu_.after_fork_in_parent();
-  names_.mutex().unlock();
-  threads_mu_.unlock();
+  const ForkLocks &taken = t_fork_locks;
+  if (taken.spill) spill_.unlock_after_fork();
+  if (taken.gpu) gpu_.after_fork_in_parent();
+  if (taken.names) names_.mutex().unlock();
+  if (taken.threads) threads_mu_.unlock();
 }
 
 void Recorder::after_fork_in_child() {
+  if (common::inside_our_lock()) {
+    // fork() from a signal handler inside a locked section of ours: the section resumes in
+    // this child when the handler returns; nothing reset under it, and the copy stays its
+    // parent's (own_process.hpp: no trace from here), as in a child made without fork handlers.
+    after_fork_in_parent();
+    return;
+  }
   spill_.unlock_after_fork();
   spill_.forget_after_fork();
   gpu_.after_fork_in_child();

@@ -328,8 +328,8 @@ void SpillFile::release_range(uint64_t offset, uint64_t bytes) const {
   });
 }
 
-void SpillFile::lock_for_fork() {
-  create_mu_.lock();
+bool SpillFile::lock_for_fork() {
+  return common::lock_for_fork(create_mu_);
 }
 
 void SpillFile::unlock_after_fork() {

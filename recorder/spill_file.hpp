@@ -93,7 +93,8 @@ class SpillFile {
   std::string directory() const;
 
   // pthread_atfork: no thread may be creating a segment while another forks.
-  void lock_for_fork();
+  // Whether it took the lock (held_here.hpp: lock_for_fork).
+  bool lock_for_fork();
   void unlock_after_fork();
   // In a fork() child, after unlock_after_fork: unmaps the parent's segments (a shared mapping:
   // writing them would change the parent's runs) and starts empty.

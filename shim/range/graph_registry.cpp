@@ -8,6 +8,7 @@
 
 #include <new>
 
+#include "held_here.hpp"
 #include "naming/graph_naming.hpp"
 #include "range/replay_numbers.hpp"
 #include "support/log.hpp"
@@ -33,26 +34,33 @@ void *map_zeroed(size_t bytes) {
 // destruction) and must be consistent (ordinals in order, unique messages).
 pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
 
+// Counted as held here (held_here.hpp): a fork() from a signal handler that lands inside must
+// not wait for it in lock_before_fork.
 class Lock {
  public:
-  Lock() { pthread_mutex_lock(&g_mutex); }
-  ~Lock() { pthread_mutex_unlock(&g_mutex); }
+  Lock() { common::lock_ours(&g_mutex); }
+  ~Lock() { common::unlock_ours(&g_mutex); }
   Lock(const Lock &) = delete;
   Lock &operator=(const Lock &) = delete;
 };
 
-// A fork while another thread registers would leave the child's mutex locked forever.
+// A fork while another thread registers would leave the child's mutex locked forever. One from
+// a signal handler that interrupted this thread's registration takes nothing (held_here.hpp:
+// lock_for_fork): the child keeps the copy as it is, the interrupted registration ends it.
+thread_local bool t_locked_for_fork __attribute__((tls_model("initial-exec"))) = false;
 void lock_before_fork() {
-  pthread_mutex_lock(&g_mutex);
+  t_locked_for_fork = common::lock_for_fork(&g_mutex);
 }
 void unlock_after_fork() {
-  pthread_mutex_unlock(&g_mutex);
+  if (t_locked_for_fork) pthread_mutex_unlock(&g_mutex);
 }
 void reset_in_child() {
+  if (!t_locked_for_fork) return;
   // Held by this very thread since lock_before_fork: unlocked, not reinitialised, so that a
   // thread checker sees it released (a reinitialised mutex still counts as held and makes
   // every later lock order look like a cycle).
   pthread_mutex_unlock(&g_mutex);
+  if (common::inside_our_lock()) return;  // forked from a handler inside our lock: kept as is
   detail::g_registry.start_counting_afresh();
 }
 pthread_once_t g_fork_handlers_once = PTHREAD_ONCE_INIT;

@@ -121,6 +121,14 @@
 //                  registers the thread under its lock and maps memory there; the armed mmap
 //                  raises SIGUSR1 on that thread, whose handler calls exit(0) — as a SIGTERM
 //                  handler that calls exit() may land anywhere. Prints `armed=1` first. No driver.
+//   fork-in-handler  as exit-in-handler, but the handler calls fork() (a crash reporter's or
+//                  a supervisor's handler may): the child _exits at once, or with `--how
+//                  continue` returns from the handler, goes on and exits normally (prints
+//                  `child=1`); the parent waits for it, prints `forked=1` and returns 0.
+//   fork-in-handler-shim  the same inside the shim: one launch, then N instantiations of one
+//                  graph with this program's mmap armed: the shim's registry grows its tables
+//                  under its lock, where the armed mmap raises SIGUSR1 and the handler forks.
+//                  Prints `armed=1`, then `instantiated=N raised=1`.
 //   exit-in-handler-timed  the same inside the shim, with GPU timing on (FERRUM_REPLAY_GPU_TIME):
 //                  one launch on the main thread; then a second thread instantiates a graph of its
 //                  own and launches it, this program's pthread_setspecific armed: the shim
@@ -668,18 +676,75 @@ void exit_now(int) {
   std::exit(0);
 }
 
-int exit_in_handler() {
-  nvtxRangePushA("main");  // NVTX and the recorder set up on the main thread
+// One range on the main thread (NVTX and the recorder set up there); then `handler` for SIGUSR1
+// and a second thread whose first NVTX call, registered under the recorder's lock with its memory
+// mapped there, raises it from the armed mmap.
+void raise_in_first_nvtx_call(void (*handler)(int)) {
+  nvtxRangePushA("main");
   nvtxRangePop();
-  signal(SIGUSR1, exit_now);
+  signal(SIGUSR1, handler);
   std::printf("armed=1\n");
   std::fflush(stdout);
   std::thread([] {
     t_raise_at_mmap = true;
-    nvtxRangePushA("worker");  // the thread's first: registered, its memory mapped
+    nvtxRangePushA("worker");
     nvtxRangePop();
   }).join();
+}
+
+int exit_in_handler() {
+  raise_in_first_nvtx_call(exit_now);
   return 3;  // never reached: the handler exits
+}
+
+// fork-in-handler(-shim): the handler forks, as a crash reporter's or a supervisor's may. The
+// child ends at once with _exit, or with --how continue returns from the handler and goes on
+// (prints `child=1`; the interrupted call finishes there); the parent waits for it and goes on.
+bool g_child_continues = false;
+
+void fork_now(int) {
+  const pid_t child = fork();
+  if (child == 0) {
+    if (!g_child_continues) _exit(0);
+    const char line[] = "child=1\n";
+    (void)!write(1, line, sizeof line - 1);
+    return;
+  }
+  if (child > 0) {
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  const char line[] = "forked=1\n";
+  (void)!write(1, line, sizeof line - 1);
+}
+
+int fork_in_handler(const std::string &how) {
+  g_child_continues = how == "continue";
+  raise_in_first_nvtx_call(fork_now);
+  return 0;
+}
+
+int fork_in_handler_shim(long n, const std::string &how) {
+  g_child_continues = how == "continue";
+  Driver d = load_driver();
+  Counts counts;
+  launch_once(d, counts);  // the shim activated, its registry made
+  signal(SIGUSR1, fork_now);
+  std::printf("armed=1\n");
+  std::fflush(stdout);
+  CUgraph graph = nullptr;
+  CUgraphNode node = nullptr;
+  if (d.graphCreate(&graph, 0) != CUDA_SUCCESS ||
+      d.graphAddEmptyNode(&node, graph, nullptr, 0) != CUDA_SUCCESS)
+    die("driver set-up failed");
+  t_raise_at_mmap = true;  // the registry grows its tables (mmap) under its lock
+  for (long i = 0; i < n; ++i) {
+    CUgraphExec exec = nullptr;
+    if (d.graphInstantiate(&exec, graph, 0) != CUDA_SUCCESS) die("instantiate failed");
+  }
+  std::printf("instantiated=%ld raised=%d\n", n, t_raise_at_mmap ? 0 : 1);
+  return 0;
 }
 
 int exit_in_handler_timed() {
@@ -1101,6 +1166,8 @@ int main(int argc, char **argv) {
   if (mode == "memory-limit") return memory_limit(n, own_bytes, limit_first);
   if (mode == "heap-exhausted") return heap_exhausted(n);
   if (mode == "exit-in-handler") return exit_in_handler();
+  if (mode == "fork-in-handler") return fork_in_handler(how);
+  if (mode == "fork-in-handler-shim") return fork_in_handler_shim(n, how);
   if (mode == "exit-in-handler-timed") return exit_in_handler_timed();
   if (mode == "exit-without-memory") return exit_without_memory(n);
   if (mode == "sigterm") return sigterm();

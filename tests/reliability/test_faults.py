@@ -486,6 +486,54 @@ def exit_in_signal_handler_inside_shim():
                " program=fault_program " in line, f"the marker's line: {line!r}", run_)
 
 
+def fork_in_signal_handler_inside_our_lock():
+    """A signal handler that calls fork() (a crash reporter's, a supervisor's) lands while its
+    thread is inside a locked section of ours: the recorder registering the thread at its first
+    NVTX call, the shim's registry growing its tables at an instantiation. Our fork prepare
+    handler, run by that fork on that thread, waited for the lock the interrupted section holds:
+    fork() never returned (both hung, 3 of 3). Now the host's fork returns, its child ends or
+    goes on as it chose, and the parent's trace, summary and marker are its own; a child that
+    goes on writes nothing of ours (its copy is its parent's, as a child without fork
+    handlers)."""
+    for how in ("exit", "continue"):
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "t.json")
+            try:
+                run_ = fault("fork-in-handler", "--how", how, preload=False, timeout=30,
+                             env={"FERRUM_RECORD_OUT": trace})
+            except subprocess.TimeoutExpired:
+                expect(False, f"recorder, child {how}: fork() in the handler never returned (our "
+                       "prepare handler waited for its own thread's lock)")
+            expect(run_.returncode == 0 and "forked=1" in run_.stdout and run_.stderr == "",
+                   f"recorder, child {how}: the program's fork or its output changed", run_)
+            expect(("child=1" in run_.stdout) == (how == "continue"),
+                   f"recorder, child {how}: the child's line", run_)
+            names = sorted(e["name"] for e in trace_check.load(trace)["traceEvents"]
+                           if e.get("ph") == "X")
+            expect(names == ["main", "worker"], f"recorder, child {how}: the parent's trace holds "
+                   f"{names}", run_)
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = os.path.join(tmp, "summary.txt")
+            try:
+                run_ = fault("fork-in-handler-shim", "--how", how, "--launches", "5000",
+                             timeout=30, cwd=tmp,
+                             env={"FERRUM_REPLAY_SUMMARY": summary,
+                                  "FERRUM_REPLAY_RUNNING_DIR": "."})
+            except subprocess.TimeoutExpired:
+                expect(False, f"shim, child {how}: fork() in the handler never returned (our "
+                       "prepare handler waited for its own thread's lock)")
+            expect(run_.returncode == 0 and "forked=1" in run_.stdout and
+                   "instantiated=5000 raised=1" in run_.stdout and run_.stderr == "",
+                   f"shim, child {how}: the program's fork or its output changed", run_)
+            expect(os.listdir(tmp) == ["summary.txt"],
+                   f"shim, child {how}: one summary, no marker left: {os.listdir(tmp)}", run_)
+            with open(summary, encoding="utf-8") as handle:
+                head = handle.readline()
+            expect(head.startswith("ferrum-replay launch summary: 5001 graphs, 1 launches"),
+                   f"shim, child {how}: the summary's first line: {head!r}", run_)
+            expect_balanced(run_)
+
+
 def first_launch_on_smallest_stack():
     """The process's first launch on a thread with the smallest stack POSIX allows
     (PTHREAD_STACK_MIN; some thread pools make them): a running directory, which makes that
@@ -1084,6 +1132,7 @@ def sigterm_handler_exits():
 
 SCENARIOS = {f.__name__: f for f in (
     exit_in_signal_handler_inside_recorder, exit_in_signal_handler_inside_shim,
+    fork_in_signal_handler_inside_our_lock,
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,
     fork_while_naming, fork_while_loader_busy,
