@@ -650,25 +650,44 @@ int lock_output_dir(const char *dir, int timeout_ms) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   char name[sizeof address.sun_path - 1];
-  if (!output_lock_name(dir, name, sizeof name)) return -1;
+  errno = 0;
+  if (!output_lock_name(dir, name, sizeof name)) return errno ? -errno : -ENAMETOOLONG;
   const size_t name_length = strlen(name);
   memcpy(address.sun_path + 1, name, name_length);  // sun_path[0] == 0: the abstract namespace
   const socklen_t length =
       static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name_length);
   const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (sock < 0) return -1;
+  if (sock < 0) return errno ? -errno : -EIO;
   const uint64_t deadline = monotonic_ms() + static_cast<uint64_t>(timeout_ms > 0 ? timeout_ms : 0);
+  int error = 0;
   for (;;) {
     if (bind(sock, reinterpret_cast<const sockaddr *>(&address), length) == 0) return sock;
-    if (errno != EADDRINUSE || monotonic_ms() >= deadline) break;
+    error = errno ? errno : EIO;
+    if (error != EADDRINUSE || monotonic_ms() >= deadline) break;
     sleep_ms(10);
   }
   close(sock);
-  return -1;
+  return -error;
 }
 
 void unlock_output_dir(int lock) {
   if (lock >= 0) close(lock);
+}
+
+void describe_lock_failure(int lock, int timeout_ms, char *out, size_t out_size) {
+  if (out_size == 0) return;
+  if (lock == -EADDRINUSE) {
+    char wait[32];
+    if (timeout_ms % 1000 == 0)
+      snprintf(wait, sizeof wait, "%d s", timeout_ms / 1000);
+    else
+      snprintf(wait, sizeof wait, "%d ms", timeout_ms);
+    snprintf(out, out_size,
+             "the output lock of its directory was held by another ferrum-replay process for %s",
+             wait);
+  } else
+    snprintf(out, out_size, "the output lock of its directory cannot be taken here: %s",
+             strerror(lock < 0 ? -lock : EIO));
 }
 
 }  // namespace ferrum_replay::common

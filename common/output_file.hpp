@@ -161,10 +161,18 @@ bool directory_of(const char *path, char *out, size_t out_size);
 // A lock that only ferrum-replay processes take, per directory, and that vanishes with the
 // process however it ends: an abstract unix socket named after the directory's device and
 // inode. Retried every 10 ms for at most `timeout_ms`. Returns the socket (release with
-// unlock_output_dir), or -1 when it was not had in time (or cannot exist here). The user's
-// directory itself is never locked, so a program that locks it cannot make us wait.
+// unlock_output_dir), or -errno: -EADDRINUSE when another process held it for the whole wait;
+// any other value when it cannot be taken here at all (the directory gone, socket() refused by
+// a sandbox, no descriptor left), so that nobody is told of a holder that does not exist. The
+// user's directory itself is never locked, so a program that locks it cannot make us wait.
 int lock_output_dir(const char *dir, int timeout_ms);
 void unlock_output_dir(int lock);
+// How long an exit waits for the lock: a stuck holder costs the host this much, once.
+inline constexpr int kOutputLockWaitMs = 2000;
+// Why a lock was not had, for a log line ("the output lock of its directory was held by another
+// ferrum-replay process for 2 s", "the output lock of its directory cannot be taken here:
+// Operation not permitted"); `lock` is what lock_output_dir returned (< 0). Always terminated.
+void describe_lock_failure(int lock, int timeout_ms, char *out, size_t out_size);
 // The socket name (without the leading NUL) lock_output_dir binds for `dir`; for tests.
 bool output_lock_name(const char *dir, char *out, size_t out_size);
 

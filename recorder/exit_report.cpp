@@ -115,11 +115,10 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
                    (outcome.foreign_regular
                         ? " (FERRUM_RECORD_FORCE=1 replaces a regular file of yours)\n"
                         : " (a symbolic link or special file is never replaced)\n"));
-    } else if (outcome.unlocked && !outcome.sibling && outcome.written_path != absolute) {
-      write_stderr(
-          "ferrum-replay recorder: another ferrum-replay process held the output lock "
-          "of the directory for 2 s; replaced nothing and wrote " +
-          quoted_for_message(outcome.written_path) + "\n");
+    } else if (!outcome.unlocked.empty() && !outcome.sibling && outcome.written_path != absolute) {
+      write_stderr("ferrum-replay recorder: " + quoted_for_message(absolute) + ": " +
+                   outcome.unlocked + "; replaced nothing and wrote " +
+                   quoted_for_message(outcome.written_path) + "\n");
     }
   }
   if (expanded.too_long)

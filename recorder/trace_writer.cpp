@@ -580,8 +580,12 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
     char dir[8192];
     const int lock = common::directory_of(path.c_str(), dir, sizeof dir)
                          ? common::lock_output_dir(dir, options.lock_timeout_ms)
-                         : -1;
-    outcome->unlocked = lock < 0;
+                         : -ENAMETOOLONG;
+    if (lock < 0) {
+      char why[256];
+      common::describe_lock_failure(lock, options.lock_timeout_ms, why, sizeof why);
+      outcome->unlocked = why;
+    }
     common::PlaceRequest request;
     request.force = options.force;
     request.locked = lock >= 0;

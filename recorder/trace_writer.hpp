@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <string>
 
+#include "output_file.hpp"
 #include "snapshot.hpp"
 
 namespace ferrum_replay::recorder {
@@ -91,20 +92,21 @@ std::string render_trace(const Snapshot &snap);
 //       anything else (another program's file, a symbolic link, a FIFO, a device): left alone,
 //         not even its time stamp touched; the trace goes to the first free NAME.1.EXT ..
 //         NAME.99.EXT and `diverted` is set. A symbolic link is never followed nor replaced.
-//     Without the lock (held by another process for the whole wait) nothing is replaced: a
-//     taken name sends the trace to NAME.<pid>.EXT, and `unlocked` is set.
+//     Without the lock (held by another process for the whole wait, or impossible here)
+//     nothing is replaced: a taken name sends the trace to NAME.<pid>.EXT, and `unlocked` says
+//     why.
 // Nothing ever opens a file name for writing except the fresh temporary, so a planted symbolic
 // link can never redirect or truncate another file.
 struct TraceFileOptions {
   bool force = false;
-  uint64_t run_start_ns = 0;   // CLOCK_REALTIME; 0: no sibling rule
-  int lock_timeout_ms = 2000;  // the longest wait for the output lock
+  uint64_t run_start_ns = 0;                        // CLOCK_REALTIME; 0: no sibling rule
+  int lock_timeout_ms = common::kOutputLockWaitMs;  // the longest wait for the output lock
 };
 struct TraceFileOutcome {
   std::string written_path;      // where the trace is, when written
   bool diverted = false;         // the requested name held something that is not our trace
   bool sibling = false;          // the name held a trace written during this run: NAME.<pid>.EXT
-  bool unlocked = false;         // the output lock was not had in time
+  std::string unlocked;          // why the output lock was not had; empty when it was
   bool stream = false;           // written to a stream (device, FIFO, descriptor)
   bool foreign_regular = false;  // diverted from a regular file of this user (FORCE would do)
   std::string error;             // strerror text, when not written

@@ -323,12 +323,12 @@ bool write_text(const char *given, const char *data, size_t length) {
   if (close(fd) != 0 && error == 0) error = errno;
   char placed[sizeof tmp];
   common::PlaceResult result;
-  bool unlocked = false;
+  int lock = 0;
   if (error == 0) {
     char dir[sizeof named];
-    const int lock =
-        common::directory_of(path, dir, sizeof dir) ? common::lock_output_dir(dir, 2000) : -1;
-    unlocked = lock < 0;
+    lock = common::directory_of(path, dir, sizeof dir)
+               ? common::lock_output_dir(dir, common::kOutputLockWaitMs)
+               : -ENAMETOOLONG;
     common::PlaceRequest request;
     request.locked = lock >= 0;
     request.run_start_ns = common::process_start_realtime_ns();
@@ -348,11 +348,12 @@ bool write_text(const char *given, const char *data, size_t length) {
   else if (result.sibling)
     warn_line("'%s' was written by another process of this run; the summary is in '%s'",
               message_value(path).text, message_value(placed).text);
-  else if (unlocked)
-    warn_line(
-        "another ferrum-replay process held the output lock of the directory of '%s' for "
-        "2 s; the summary is in '%s'",
-        message_value(path).text, message_value(placed).text);
+  else if (lock < 0) {
+    char why[256];
+    common::describe_lock_failure(lock, common::kOutputLockWaitMs, why, sizeof why);
+    warn_line("'%s': %s; the summary is in '%s'", message_value(path).text, why,
+              message_value(placed).text);
+  }
   return true;  // whole, beside the name
 }
 

@@ -116,6 +116,9 @@
 //                  takes every block the heap can still give and returns normally without giving
 //                  them back: the exit hooks find no memory. Prints `launches=` first, then
 //                  `limited=<bytes>` and `heap_taken=1`.
+//   no-sockets     N launches; then a seccomp filter makes socket() fail with EPERM (a sandbox
+//                  that allows no sockets) and the program returns normally: the exit hooks
+//                  cannot take the output lock. Prints `launches=` first, then `sockets=0`.
 //   exit-in-handler  uses NVTX itself: one range on the main thread; then a second thread arms
 //                  this program's mmap (below) and makes its first NVTX call. The recorder
 //                  registers the thread under its lock and maps memory there; the armed mmap
@@ -168,6 +171,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -792,6 +796,14 @@ int heap_exhausted(long n) {
   return 0;
 }
 
+// Makes `filter` this process's seccomp filter (and its threads' to come): a sandbox's rules.
+void install_seccomp(sock_filter *filter, size_t count) {
+  sock_fprog program{static_cast<unsigned short>(count), filter};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
+    die("seccomp");
+}
+
 // Loads the driver, launches `n` times and prints the counts.
 void launch_and_print(long n) {
   Driver d = load_driver();
@@ -896,6 +908,20 @@ int dlclose_shim() {
   step.store(2);
   worker.join();
   std::printf("joined=1\n");
+  return 0;
+}
+
+int no_sockets(long n) {
+  launch_and_print(n);
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  install_seccomp(filter, sizeof filter / sizeof filter[0]);
+  if (socket(AF_UNIX, SOCK_STREAM, 0) >= 0 || errno != EPERM) die("socket() still works");
+  std::printf("sockets=0\n");
   return 0;
 }
 
@@ -1037,10 +1063,7 @@ void *exit_without_more_threads(void *) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAGAIN),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
-  sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-      prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
-    die("seccomp");
+  install_seccomp(filter, sizeof filter / sizeof filter[0]);
   std::exit(3);
 }
 
@@ -1170,6 +1193,7 @@ int main(int argc, char **argv) {
   if (mode == "fork-in-handler-shim") return fork_in_handler_shim(n, how);
   if (mode == "exit-in-handler-timed") return exit_in_handler_timed();
   if (mode == "exit-without-memory") return exit_without_memory(n);
+  if (mode == "no-sockets") return no_sockets(n);
   if (mode == "sigterm") return sigterm();
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);

@@ -550,7 +550,7 @@ TEST_CASE("an flock on the output directory, by this process or another, never d
     close(ready[1]);
   }
   CHECK(outcome.written_path == dir / "t.json");
-  CHECK_FALSE(outcome.unlocked);
+  CHECK(outcome.unlocked.empty());
   CHECK(read_file(dir / "t.json") == render_trace(s));
 }
 
@@ -570,7 +570,8 @@ TEST_CASE("the output lock held elsewhere costs at most ~2 s and then nothing is
   const double waited = seconds_since(start);
   CHECK(waited >= 0.25);
   CHECK(waited < 1.5);
-  CHECK(outcome.unlocked);
+  CHECK(outcome.unlocked ==
+        "the output lock of its directory was held by another ferrum-replay process for 300 ms");
   // Our earlier trace would be replaced under the lock; without it, the trace goes beside.
   CHECK(outcome.written_path == numbered_path(path, static_cast<unsigned long>(getpid())));
   CHECK(read_file(path) == earlier);
@@ -581,6 +582,46 @@ TEST_CASE("the output lock held elsewhere costs at most ~2 s and then nothing is
   REQUIRE(write_trace_file(dir / "u.json", s, TraceFileOptions{}, &outcome));
   CHECK(seconds_since(start2) < 3.0);  // nothing at u.json: written without waiting on others
   close(again);
+}
+
+TEST_CASE("a lock that cannot be taken here is not reported as held by another process") {
+  using ferrum_replay::common::describe_lock_failure;
+  using ferrum_replay::common::lock_output_dir;
+  TempDir dir;
+  char why[256];
+  // Held elsewhere for the whole wait.
+  const int held = hold_output_lock(dir.path);
+  const int lock = lock_output_dir(dir.path.c_str(), 50);
+  CHECK(lock == -EADDRINUSE);
+  describe_lock_failure(lock, 2000, why, sizeof why);
+  CHECK(std::string(why) ==
+        "the output lock of its directory was held by another ferrum-replay process for 2 s");
+  close(held);
+  // No descriptor left for the socket: refused at once, and said so.
+  rlimit files{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &files) == 0);
+  const int lowest_free = dup(0);
+  REQUIRE(lowest_free >= 0);
+  close(lowest_free);
+  rlimit none = files;
+  none.rlim_cur = static_cast<rlim_t>(lowest_free);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &none) == 0);
+  const timespec start = now_monotonic();
+  const int refused = lock_output_dir(dir.path.c_str(), 2000);
+  const double waited = seconds_since(start);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &files) == 0);
+  CHECK(refused == -EMFILE);
+  CHECK(waited < 0.5);
+  describe_lock_failure(refused, 2000, why, sizeof why);
+  CHECK(std::string(why) == std::string("the output lock of its directory cannot be taken here: ") +
+                                std::strerror(EMFILE));
+  // The directory gone.
+  const int gone = lock_output_dir((dir / "missing").c_str(), 2000);
+  CHECK(gone == -ENOENT);
+  // A buffer too small still ends in a NUL.
+  char small[8];
+  describe_lock_failure(gone, 2000, small, sizeof small);
+  CHECK(std::strlen(small) == 7);
 }
 
 TEST_CASE("leftover temporaries of dead processes of ours are removed; nothing else is") {

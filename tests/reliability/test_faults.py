@@ -54,6 +54,10 @@ _memory                      when a thread's first NVTX calls  in droppedForMemo
 exit_without_memory          exit code and output unchanged    the summary written whole, or one
                              when its exit finds no memory     line saying why (never a partial or
                                                                silently missing one)
+output_lock_impossible       exit code and output unchanged    the earlier trace and summary kept;
+                             when its sandbox refuses          the new ones beside them at once,
+                             socket() (seccomp, EPERM)         one line each: the lock cannot be
+                                                               taken here (not "held elsewhere")
 stderr_not_reopenable        stderr a blocking pipe that       the summary, the recorder's table,
                              cannot be reopened through /proc  the log lines after that step and
                              (descriptors used up; as root     the "cannot write trace" line reach
@@ -761,6 +765,59 @@ def exit_without_memory():
                    "no summary, and no line saying why", run_)
 
 
+def output_lock_impossible():
+    """The program's sandbox allows no sockets (a seccomp filter: socket() fails with EPERM), so
+    the output lock cannot be taken at exit. Without the lock nothing is replaced: the earlier
+    trace and summary at the names stay as they were and the new ones go beside them, at once
+    (no wait for a holder that does not exist), with one line each that says the lock cannot be
+    taken here and why, not that another process held it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [PROGRAM, "no-sockets", "--launches", "50"]
+        quiet = {"FERRUM_STANDIN_REPORT": ""}
+        outputs = {"FERRUM_RECORD_OUT": "t.json", "FERRUM_REPLAY_SUMMARY": "s.txt"}
+        bare = harness.run(argv, preload=False, record=False, cwd=tmp, env=quiet)
+        expect(bare.returncode == 0 and "sockets=0" in bare.stdout,
+               "the program fails without the shim", bare)
+        first = harness.run([PROGRAM, "size-limit", "--launches", "5"], cwd=tmp,
+                            env={**quiet, **outputs})
+        expect(first.returncode == 0 and first.stderr == "" and
+               sorted(os.listdir(tmp)) == ["s.txt", "t.json"],
+               f"the first run (with sockets) left {sorted(os.listdir(tmp))}", first)
+        old = time.time() - 3600
+        earlier = {}
+        for name in ("s.txt", "t.json"):
+            os.utime(os.path.join(tmp, name), (old, old))
+            with open(os.path.join(tmp, name), "rb") as handle:
+                earlier[name] = handle.read()
+        started = time.monotonic()
+        run_ = harness.run(argv, cwd=tmp, env={**quiet, **outputs})
+        took = time.monotonic() - started
+        expect(run_.returncode == 0 and run_.stdout == bare.stdout,
+               f"exit code or output changed (without the shim: {bare.stdout!r})", run_)
+        expect(took < 1.5, f"took {took:.1f} s: waited for a lock nobody holds", run_)
+        for name, data in earlier.items():
+            with open(os.path.join(tmp, name), "rb") as handle:
+                expect(handle.read() == data and os.stat(os.path.join(tmp, name)).st_mtime == old,
+                       f"{name} was replaced without the lock", run_)
+        beside = sorted(set(os.listdir(tmp)) - set(earlier))
+        expect(len(beside) == 2 and re.fullmatch(r"s\.\d+\.txt", beside[0]) and
+               re.fullmatch(r"t\.\d+\.json", beside[1]),
+               f"expected s.<pid>.txt and t.<pid>.json beside: {beside}", run_)
+        with open(os.path.join(tmp, beside[0])) as handle:
+            expect(handle.read().startswith("ferrum-replay launch summary: 1 graphs, 50 launches"),
+                   "the summary beside is not this run's", run_)
+        trace = trace_check.load(os.path.join(tmp, beside[1]))
+        expect(len(trace_check.ranges(trace, domain=harness.DOMAIN)) == 50,
+               "the trace beside does not hold this run's 50 launches", run_)
+        lines = run_.stderr.splitlines()
+        why = "the output lock of its directory cannot be taken here: Operation not permitted"
+        expect(len(lines) == 2 and all(why in line for line in lines) and
+               any(beside[0] in line for line in lines) and
+               any(beside[1] in line for line in lines) and
+               not any("held" in line for line in lines),
+               f"expected one line per output saying {why!r}", run_)
+
+
 def stderr_reader_gone():
     """The program's stderr is a pipe whose reader has gone: the shim's own lines (an invalid
     setting, the summary) must not kill the program with SIGPIPE, nor change its exit code."""
@@ -1156,7 +1213,8 @@ SCENARIOS = {f.__name__: f for f in (
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
     first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, address_space_limit,
-    first_nvtx_call_without_memory, exit_without_memory, stderr_reader_gone, stderr_not_reopenable,
+    first_nvtx_call_without_memory, exit_without_memory, output_lock_impossible,
+    stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,
     exit_from_worker, underscore_exit, sigterm_handler_exits, environment_changed_at_run_time,
     shim_dlopened_and_closed, working_directory_changed_before_exit,
