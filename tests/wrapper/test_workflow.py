@@ -12,6 +12,7 @@ FERRUM_BUILD_DIR=<the build under test>, so it never starts a build inside the t
 names are not assumed (the shim names graphs by call site): counts are compared per name and in
 total, and FERRUM_REPLAY_SITE=off gives "graph N" where a test needs known names.
 """
+import contextlib
 import glob
 import json
 import os
@@ -1908,6 +1909,22 @@ def can_take_tmp_away():
         and subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
 
 
+@contextlib.contextmanager
+def volume_without_tmp(case):
+    """A fresh directory outside /tmp (the output volume of a host whose /tmp is unusable) for
+    runs through without_tmp, removed afterwards; None where this host cannot take /tmp away
+    (one line says the case is not run)."""
+    if not can_take_tmp_away():
+        print(f"{case}: no mount namespace here: the case without a session is not run")
+        yield None
+        return
+    volume = tempfile.mkdtemp(dir="/dev/shm", prefix="ferrum-workflow-")
+    try:
+        yield volume
+    finally:
+        shutil.rmtree(volume, ignore_errors=True)
+
+
 def without_tmp(argv, cwd, env=None):
     """Runs ARGV with no usable temporary directory (a read-only root file system, the output
     on a volume): /tmp made read-only where it is in a mount namespace of its own, its files
@@ -2043,12 +2060,9 @@ def test_variable_set_otherwise_per_process(tmp):
     # system, the output on a volume): the traces name none and are judged by their time. An
     # earlier run's rank-1 trace passed `check` after a last run whose rank 1 launched nothing;
     # a job tag's rank-1 trace, written after its own run began, still counts.
-    if not can_take_tmp_away():
-        print("variable_set_otherwise_per_process: no mount namespace here: the case without "
-              "a session is not run")
-        return
-    volume = tempfile.mkdtemp(dir="/dev/shm", prefix="ferrum-workflow-")
-    try:
+    with volume_without_tmp("variable_set_otherwise_per_process") as volume:
+        if volume is None:
+            return
         os.makedirs(os.path.join(volume, "out"))
 
         def sessionless(pattern, second, env):
@@ -2070,8 +2084,6 @@ def test_variable_set_otherwise_per_process(tmp):
                        cwd=volume)
         expect(done.returncode == 0 and "OK: 40 ranges" in done.stdout,
                "check of job A's two ranks without sessions, after job B's", done)
-    finally:
-        shutil.rmtree(volume, ignore_errors=True)
 
 
 def test_judges_of_other_users_files(tmp):
@@ -2357,12 +2369,9 @@ def test_unnoted_run_judges_nothing(tmp):
     # A run without a session: no temporary file for its stamp (TMPDIR and /tmp unusable: a
     # read-only root file system, the output on a volume). Made here with a read-only /tmp in
     # a mount namespace of its own, the output outside /tmp.
-    if not can_take_tmp_away():
-        print("unnoted_run_judges_nothing: no mount namespace here: the case without a "
-              "temporary directory is skipped")
-        return
-    volume = tempfile.mkdtemp(dir="/dev/shm", prefix="ferrum-workflow-")
-    try:
+    with volume_without_tmp("unnoted_run_judges_nothing") as volume:
+        if volume is None:
+            return
         done = wrapper("record", "-o", "out/", "--", *program, cwd=volume)
         first = traces_in(os.path.join(volume, "out"))
         expect(done.returncode == 0 and len(first) == 1, "a run onto the volume", done)
@@ -2388,8 +2397,6 @@ def test_unnoted_run_judges_nothing(tmp):
         done = without_tmp([CI_SMOKE, "--out", os.path.join(volume, "ci"), "--", *program],
                            volume)
         expect_verdict(done, True, "20 ranges")
-    finally:
-        shutil.rmtree(volume, ignore_errors=True)
 
 
 def test_merge_keeps_earlier_runs_named(tmp):
