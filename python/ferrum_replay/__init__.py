@@ -73,7 +73,7 @@ def _encoded(text):
     if isinstance(text, bytes):
         encoded = text
     elif isinstance(text, str):
-        encoded = text.encode("utf-8", "surrogateescape")
+        encoded = _utf8(text)
     else:
         raise TypeError(f"a graph's name is a str or bytes, not {type(text).__name__}")
     # The shim takes a C string: a NUL would silently cut the name there. Refused, as the os
@@ -81,6 +81,19 @@ def _encoded(text):
     if b"\0" in encoded:
         raise ValueError("a graph's name cannot hold a NUL character")
     return encoded
+
+
+def _utf8(text):
+    """`text` as UTF-8. U+DC80..U+DCFF give back the bytes they stand for (surrogateescape: a
+    name from os.fsdecode() or a bytes path). Any other surrogate stands for no byte — a lone
+    half of a pair, as json.loads('"\\ud83d"') or '\\ud83d\\ude80' written in Python give —
+    and has no UTF-8 at all: it becomes '?', as the shim writes malformed UTF-8, where encode()
+    raised UnicodeEncodeError into the program, shim or not."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return "".join("?" if "\ud800" <= c <= "\udfff" and not "\udc80" <= c <= "\udcff"
+                       else c for c in text).encode("utf-8", "surrogateescape")
 
 
 _HANDLE_LIMIT = 1 << (8 * ctypes.sizeof(ctypes.c_void_p))

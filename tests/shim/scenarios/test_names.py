@@ -381,6 +381,44 @@ def python_package_names():
            "preloaded, no tool and no summary: name() must not say it took a name", idle)
 
 
+# Names with surrogates that stand for no byte, which str.encode cannot encode: a lone half of
+# a pair (as json.loads gives for "\ud83d") by handle, a pair written in Python (not joined
+# into its character) beside surrogateescape's stand-ins for the bytes of 'é' by scope. Graph
+# i is launched i + 1 times.
+UNENCODABLE_PROGRAM = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import name_graphs_ctypes as example
+import ferrum_replay
+cuda = example.open_driver()
+execs = [example.instantiate(cuda)[1]]
+lone = json.loads('"decode \\ud83d"')
+print("named=%s" % ferrum_replay.name(execs[0], lone))
+with ferrum_replay.graph_name("rocket \ud83d\ude80 x\udcc3\udca9"):
+    execs.append(example.instantiate(cuda)[1])
+for i, exec_ in enumerate(execs):
+    for _ in range(i + 1):
+        example.check(cuda.cuGraphLaunch(exec_, None), "cuGraphLaunch")
+example.check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+print("done")
+"""
+
+
+def python_package_unencodable_names():
+    """A str name holding a surrogate that stands for no byte (a lone half of a pair) is
+    named with '?' in its place, as malformed UTF-8 is; surrogateescape's stand-ins still give
+    back their bytes. It raised UnicodeEncodeError into the program, with or without the
+    shim, from name() and from graph_name()."""
+    argv = [sys.executable, "-c", UNENCODABLE_PROGRAM, EXAMPLES]
+    run_ = run(argv, env=PACKAGE_ENV)
+    expect(run_.returncode == 0 and run_.stdout == "named=True\ndone\n", "program", run_)
+    counts = counts_by_name(run_)
+    expect(counts == {"decode ?": 1, "rocket ?? x\u00e9": 2}, f"names {counts}", run_)
+    bare = run(argv, env=PACKAGE_ENV, preload=False, record=False)
+    expect(bare.returncode == 0 and bare.stdout == "named=False\ndone\n" and not bare.stderr,
+           "without the shim", bare)
+
+
 def names_file():
     """Ordinals and site patterns name graphs; each bad line is one numbered error."""
     path = with_file("# the server's graphs\n1 = prefill\nsite:* = decoder\nbogus line\n0 = x\n")
@@ -546,6 +584,7 @@ SCENARIOS = {f.__name__: f for f in (
     runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, python_package_names,
+    python_package_unencodable_names,
     scope_names, names_not_taken,
     scope_beats_names_file, names_file,
     names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
