@@ -176,7 +176,15 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
 
     def __enter__(self):
         if _push_graph_name is not None and _pop_graph_name is not None:
-            _push_graph_name(self._name)  # a level is pushed whatever it returns
+            # Python runs a signal's handler (Ctrl-C's KeyboardInterrupt, a timeout's alarm) as
+            # soon as a call returns: when it raises right after the push, `with` never calls
+            # __exit__, and the level would stay pushed, naming every graph this thread
+            # instantiates from then on. Undone here instead.
+            try:
+                _push_graph_name(self._name)  # a level is pushed whatever it returns
+            except BaseException:
+                _pop_graph_name()
+                raise
         return self
 
     def __exit__(self, *exc_info):

@@ -419,6 +419,44 @@ def python_package_unencodable_names():
            "without the shim", bare)
 
 
+# A signal's exception raised as the push returns (Python runs a handler as soon as a call
+# returns, and one that lands during the push raises there), before `with` has entered the
+# block; then one graph instantiated and launched outside every scope.
+INTERRUPTED_PUSH_PROGRAM = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import name_graphs_ctypes as example
+import ferrum_replay
+cuda = example.open_driver()
+push = ferrum_replay._push_graph_name
+def push_then_interrupt(name):
+    push(name)
+    raise KeyboardInterrupt
+ferrum_replay._push_graph_name = push_then_interrupt
+try:
+    with ferrum_replay.graph_name("interrupted"):
+        pass
+except KeyboardInterrupt:
+    print("interrupted")
+ferrum_replay._push_graph_name = push
+exec_ = example.instantiate(cuda)[1]
+example.check(cuda.cuGraphLaunch(exec_, None), "cuGraphLaunch")
+example.check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+print("left=%d" % sum(1 for _ in iter(ferrum_replay._pop_graph_name, -22)))
+"""
+
+
+def python_package_scope_interrupted():
+    """A KeyboardInterrupt (any signal handler's exception) raised right after graph_name's
+    push leaves nothing pushed: `with` does not call __exit__ when __enter__ raises, and the
+    name stayed in effect on the thread, naming every graph instantiated there later."""
+    run_ = run([sys.executable, "-c", INTERRUPTED_PUSH_PROGRAM, EXAMPLES], env=PACKAGE_ENV)
+    names = list(counts_by_name(run_))
+    expect(len(names) == 1 and names[0] != "interrupted",
+           f"the graph instantiated after the interrupted scope is named {names}", run_)
+    expect(run_.returncode == 0 and run_.stdout == "interrupted\nleft=0\n", "program", run_)
+
+
 def names_file():
     """Ordinals and site patterns name graphs; each bad line is one numbered error."""
     path = with_file("# the server's graphs\n1 = prefill\nsite:* = decoder\nbogus line\n0 = x\n")
@@ -584,7 +622,7 @@ SCENARIOS = {f.__name__: f for f in (
     runtime_instantiation_registers_once,
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, python_package_names,
-    python_package_unencodable_names,
+    python_package_unencodable_names, python_package_scope_interrupted,
     scope_names, names_not_taken,
     scope_beats_names_file, names_file,
     names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
