@@ -30,9 +30,18 @@ scope's; both beat a names file (FERRUM_REPLAY_NAMES) and the call site. Names a
 control bytes and malformed UTF-8 become '?', and they are cut at 127 bytes.
 """
 
-import ctypes
 import functools
 import operator
+import struct
+
+try:
+    import ctypes
+except ImportError:
+    # A Python built without _ctypes (no libffi where it was compiled): nothing here can call
+    # the shim, so everything is the no-op it is without the shim, and the `ferrum-replay`
+    # command, which imports this package first and needs no ctypes, still runs. (Imported
+    # unconditionally, it failed the program's `import ferrum_replay`, and the command.)
+    ctypes = None
 
 __all__ = ["available", "graph_name", "name"]
 
@@ -49,6 +58,8 @@ def _shim_functions():
     """The shim's exported functions, each None when the process has none of that name
     (ctypes.CDLL(None) is dlopen(NULL): the global scope, where a preloaded library is).
     Looked up one by one: a shim older than the naming scope still names by handle."""
+    if ctypes is None:
+        return None, None, None
     try:
         process = ctypes.CDLL(None)
     except OSError:
@@ -96,7 +107,7 @@ def _utf8(text):
                        else c for c in text).encode("utf-8", "surrogateescape")
 
 
-_HANDLE_LIMIT = 1 << (8 * ctypes.sizeof(ctypes.c_void_p))
+_HANDLE_LIMIT = 1 << (8 * struct.calcsize("P"))  # a pointer's size
 
 
 def _handle(graph_exec):
@@ -119,9 +130,9 @@ def _handle_value(graph_exec):
             break
         if isinstance(value, int):
             return value
-        if isinstance(value, ctypes.c_void_p):
+        if ctypes is not None and isinstance(value, ctypes.c_void_p):
             return value.value or 0
-        if isinstance(value, ctypes._Pointer):
+        if ctypes is not None and isinstance(value, ctypes._Pointer):
             return ctypes.cast(value, ctypes.c_void_p).value or 0
         raw = getattr(value, "raw_cuda_graph_exec", None)
         if callable(raw):  # torch.cuda.CUDAGraph (PyTorch 2.7+)

@@ -3518,6 +3518,36 @@ def test_python_module_keeps_locale(tmp):
                    f"{done.stderr}")
 
 
+def test_python_without_ctypes(tmp):
+    """A Python built without _ctypes (no libffi where it was compiled; simulated by a
+    sitecustomize that blocks the module): `import ferrum_replay` and the command ran into
+    ModuleNotFoundError. The command runs the program, exit code kept; the naming API is the
+    no-op it is without the shim, preloaded or not, and still refuses bad handles."""
+    blocker = os.path.join(tmp, "no-ctypes")
+    os.mkdir(blocker)
+    with open(os.path.join(blocker, "sitecustomize.py"), "w") as handle:
+        handle.write("import sys\nsys.modules['_ctypes'] = None\n")
+    env = {"PYTHONPATH": blocker + os.pathsep + os.path.join(SOURCE, "python")}
+    done = run([sys.executable, "-m", "ferrum_replay", "run", "--", "sh", "-c", "exit 3"], tmp,
+               env)
+    expect(done.returncode == 3 and not done.stderr, "python -m ferrum_replay without ctypes",
+           done)
+    program = ("import ferrum_replay as f\n"
+               "with f.graph_name('scoped'):\n"
+               "    print(f.available(), f.name(5, 'x'))\n"
+               "for bad in (-1, object()):\n"
+               "    try:\n"
+               "        f.name(bad, 'x')\n"
+               "    except (OverflowError, TypeError) as error:\n"
+               "        print(type(error).__name__)\n"
+               "import ctypes  # fails: the simulation holds\n")
+    for preload in ({}, {"LD_PRELOAD": env_path("FERRUM_SHIM")}):
+        done = run([sys.executable, "-c", program], tmp, {**env, **preload})
+        expect(done.stdout == "False False\nOverflowError\nTypeError\n" and
+               done.stderr.rstrip().endswith("import of _ctypes halted; None in sys.modules"),
+               f"the naming API without ctypes ({preload or 'no shim'})", done)
+
+
 TESTS = {name[len("test_"):]: fn for name, fn in globals().items() if name.startswith("test_")}
 
 
