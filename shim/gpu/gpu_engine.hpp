@@ -115,6 +115,10 @@ struct Pair {
   std::atomic<uint32_t> claims{0};  // times claimed, for Engine::claims()
   CUevent start = nullptr, end = nullptr;
   uint64_t stream = 0;
+  // Streams 0 and 2 are not one stream each: one legacy stream per context, one per-thread
+  // default stream per thread and context (ferrum_replay_gpu_replay's `context`, `thread`).
+  CUcontext context = nullptr;
+  uint32_t thread = 0;
   // The graph's label text at launch (shim/range). The registry reuses a label only once no
   // claimed or recorded pair names it (Engine::name_in_flight): a replay can stay in flight for
   // longer than the label's quarantine lasts. Atomic: the registry reads it from its thread.
