@@ -4,7 +4,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 #include <new>
 
 #include "support/log.hpp"
@@ -115,10 +114,6 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_cla
 // The pair this thread claimed and has not ended yet (Engine::give_back_abandoned). Written by
 // this thread only; a jump out of the launch leaves it set.
 constinit __attribute__((tls_model("initial-exec"))) thread_local Pair *t_held_pair = nullptr;
-
-// This thread's id (gettid), once it launched on its per-thread default stream; 0 before. The
-// fork child's thread asks again (Engine::reset_in_child): its id is not its parent's.
-constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_thread_id = 0;
 
 // A thread's first cursor: far from other threads' (its TLS block's address and a count of
 // the threads seeded so far, mixed), never 0. The count, because the C library reuses an
@@ -267,13 +262,7 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   else if (seen == 0 && per_thread)
     seen = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
   pair->stream = seen;
-  pair->context = context;
-  pair->thread = 0;
-  if (seen == reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD)) {
-    if (__builtin_expect(t_thread_id == 0, 0)) t_thread_id = static_cast<uint32_t>(gettid());
-    pair->thread = t_thread_id;
-  }
-  pair->name.store(name, std::memory_order_relaxed);
+  pair->name = name;
   pair->category = category;
   pair->replay = replay;
   // Only the claiming thread writes a claimed pair: a plain increment, read by claims().
@@ -637,7 +626,7 @@ bool Engine::prepare_current_context() {
 // Under the mutex: a recorded pair whose end event has completed becomes one replay in `into`
 // (and its pair goes back to the pool); one that failed is counted and freed.
 Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
-                                            ferrum_replay_gpu_replay *into, char *name_copy) {
+                                            ferrum_replay_gpu_replay *into) {
   Pool *pool = &pool_ref;
   const CUresult done = api_.event_query(pair.end);
   if (done == CUDA_ERROR_NOT_READY) return ReadResult::not_ready;
@@ -662,17 +651,7 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
   out.size = sizeof out;
   out.device = pool->device;
   out.stream = pair.stream;
-  out.context = reinterpret_cast<uint64_t>(pair.context);
-  out.thread = pair.thread;
-  out.name = pair.name.load(std::memory_order_relaxed);
-  if (name_copy) {
-    // While the pair is held (freed below, with release): the registry keeps the label until
-    // then (name_in_flight), not until the batch is delivered.
-    const size_t length = strnlen(out.name, kReplayNameBytes - 1);
-    memcpy(name_copy, out.name, length);
-    name_copy[length] = '\0';
-    out.name = name_copy;
-  }
+  out.name = pair.name;
   out.category = pair.category;
   out.replay = pair.replay;
   out.start_ns = static_cast<uint64_t>(start);
@@ -712,8 +691,7 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
       if (pending_count_ == kPending) return;
-      const ReadResult read =
-          read_pair_locked(*pool, pair, &pending_[pending_count_], pending_names_[pending_count_]);
+      const ReadResult read = read_pair_locked(*pool, pair, &pending_[pending_count_]);
       if (read == ReadResult::read) ++pending_count_;
       running |= read == ReadResult::not_ready;
     }
@@ -735,8 +713,7 @@ void Engine::give_back_abandoned() {
 }
 
 size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,
-                         const std::atomic<uint64_t> *end_through, uint64_t self,
-                         char (*names)[kReplayNameBytes]) {
+                         const std::atomic<uint64_t> *end_through, uint64_t self) {
   *more = false;
   size_t filled = 0;
   lock();
@@ -744,16 +721,8 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
     unlock();
     return 0;
   }
-  // Replays read while their context was going away come first. Their names move with them: the
-  // next context's end may fill pending_ again while this batch is delivered.
-  while (pending_count_ > 0 && filled < capacity) {
-    batch[filled] = pending_[--pending_count_];
-    if (names) {
-      memcpy(names[filled], pending_names_[pending_count_], kReplayNameBytes);
-      batch[filled].name = names[filled];
-    }
-    ++filled;
-  }
+  // Replays read while their context was going away come first.
+  while (pending_count_ > 0 && filled < capacity) batch[filled++] = pending_[--pending_count_];
   if (ending_ > 0) {  // a context is being ended right now: no CUDA call until it is over
     *more = pending_count_ > 0;
     unlock();
@@ -775,8 +744,7 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
         *more = true;
         break;
       }
-      const ReadResult read =
-          read_pair_locked(*pool, pair, &batch[filled], names ? names[filled] : nullptr);
+      const ReadResult read = read_pair_locked(*pool, pair, &batch[filled]);
       if (read == ReadResult::not_ready) continue;
       if (read == ReadResult::read) ++filled;
     }
@@ -795,7 +763,6 @@ void Engine::reset_in_child() {
   // Only this thread exists: whoever held the mutex at the fork (the reaper, mid-pass) is gone.
   pthread_mutex_init(&mutex_, nullptr);
   pending_count_ = 0;  // the parent's replays
-  t_thread_id = 0;     // the forking thread's, in the parent
   ending_ = 0;         // the calls in progress were the parent's threads'
   for (auto &primary : primary_) primary.store(nullptr, std::memory_order_relaxed);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
@@ -813,21 +780,6 @@ void Engine::reset_in_child() {
   align_error_max_ = 0;
   if (stats_) memset(static_cast<void *>(stats_), 0, sizeof(GraphStats) * kMaxTimedGraphs);
   other_ = GraphStats();
-}
-
-bool Engine::name_in_flight(const char *text) const {
-  for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
-    const Pool *pool = pools_[slot].load(std::memory_order_acquire);
-    if (!pool) continue;
-    for (const Pair &pair : pool->pairs) {
-      // Acquire: a pair seen free was read before (read_pair_locked copies its name first).
-      const uint32_t state = pair.state.load(std::memory_order_acquire);
-      if ((state == kClaimed || state == kRecorded) &&
-          pair.name.load(std::memory_order_relaxed) == text)
-        return true;
-    }
-  }
-  return false;
 }
 
 uint64_t Engine::claims() const {

@@ -106,23 +106,13 @@ inline constexpr uint32_t kClaimProbes = 4;
 // How long a context's destruction waits for its replays still running before their times are
 // given up (the destruction itself waits for the context's work anyway).
 inline constexpr uint64_t kHarvestBoundNs = 20 * 1000 * 1000;
-// A replay's name as delivered: copied out of the graph's label when its pair is read, with its
-// NUL (the range messages of shim/range are at most 159 bytes; longer ones would be cut).
-inline constexpr size_t kReplayNameBytes = 160;
 
 struct Pair {
   std::atomic<uint32_t> state{0};   // kFree, kClaimed, kRecorded, kDead (gpu_engine.cpp)
   std::atomic<uint32_t> claims{0};  // times claimed, for Engine::claims()
   CUevent start = nullptr, end = nullptr;
   uint64_t stream = 0;
-  // Streams 0 and 2 are not one stream each: one legacy stream per context, one per-thread
-  // default stream per thread and context (ferrum_replay_gpu_replay's `context`, `thread`).
-  CUcontext context = nullptr;
-  uint32_t thread = 0;
-  // The graph's label text at launch (shim/range). The registry reuses a label only once no
-  // claimed or recorded pair names it (Engine::name_in_flight): a replay can stay in flight for
-  // longer than the label's quarantine lasts. Atomic: the registry reads it from its thread.
-  std::atomic<const char *> name{""};
+  const char *name = "";
   uint32_t category = 0;
   uint64_t replay = 0;
 };
@@ -201,13 +191,8 @@ class Engine {
   // filled before everything finished was taken. Calls CUDA only on live contexts.
   // With `end_through`, the pass ends before its next pair once *end_through reaches `self`
   // (each read is driver calls: a slow driver must not hold up a reaper asked to end).
-  // With `names` (`capacity` of them), each replay's name is copied there while its pair is
-  // still held, and `batch[i].name` points at `names[i]`: once the pair is free the label may be
-  // reused for another graph before the batch is delivered. Without it (unit tests that read
-  // the batch at once), the names point at the labels.
   size_t reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,
-                   const std::atomic<uint64_t> *end_through = nullptr, uint64_t self = 0,
-                   char (*names)[kReplayNameBytes] = nullptr);
+                   const std::atomic<uint64_t> *end_through = nullptr, uint64_t self = 0);
   // The context `context` is about to be destroyed: its pool goes first (its events destroyed
   // while the context still lives), its in-flight replays count as not timed.
   void drop_context(CUcontext context);
@@ -265,19 +250,12 @@ class Engine {
   // A replay the caller decided not to time (lock-free: the launch path may call it).
   void not_timed(Untimed why) { count(why); }
 
-  // Whether a claimed or recorded pair still names `text` (a label's): its replay's name is
-  // read when the GPU has finished it. No lock (the registry asks, under its own mutex); a
-  // launch that read the label before it was retired and has not stored it in its pair yet is
-  // the registry's quarantine's to cover.
-  bool name_in_flight(const char *text) const;
-
  private:
   void count(Untimed why, uint64_t n = 1) {
     untimed_[static_cast<unsigned>(why)].fetch_add(n, std::memory_order_relaxed);
   }
   enum class ReadResult { not_ready, read, failed };
-  ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into,
-                              char *name_copy);
+  ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into);
   void harvest_locked(uint32_t slot, uint64_t bound_ns);
   Pool *find_pool(CUcontext context, bool *requested);
   void create_pool(uint32_t slot, bool align_now);
@@ -306,7 +284,6 @@ class Engine {
   // Replays read while their context was being destroyed, for the reaper's next pass.
   static constexpr uint32_t kPending = 4096;
   ferrum_replay_gpu_replay pending_[kPending] = {};
-  char pending_names_[kPending][kReplayNameBytes];  // their names (not initialised: untouched)
   uint32_t pending_count_ = 0;
 };
 
@@ -316,12 +293,6 @@ Engine &make_engine();
 inline Engine &engine() {
   Engine *made = g_engine.load(std::memory_order_acquire);
   return __builtin_expect(made != nullptr, 1) ? *made : make_engine();
-}
-
-// Engine::name_in_flight, false before the engine is made (no pair exists then).
-inline bool name_in_flight(const char *text) {
-  const Engine *made = g_engine.load(std::memory_order_acquire);
-  return made && made->name_in_flight(text);
 }
 
 }  // namespace ferrum_replay::shim::gpu

@@ -173,79 +173,6 @@ def exit_in_flight():
            f"output or a slow exit ({traced.seconds:.1f} s)", traced)
 
 
-def replay_named_as_launched():
-    """F77: graph 1's one replay (2 s; 10 s under a sanitizer) stays in flight while graph 1 is destroyed and 10,000
-    graphs are instantiated and destroyed, enough for its label's memory to leave the registry's
-    quarantines and be reused. Its GPU time is delivered under the name its CPU range had,
-    'graph 1', not under that of a later graph (it read 'graph 8194')."""
-    # (The churn takes a tenth of a second here; a sanitizer build's, several times that.)
-    replay_ns = 10_000_000_000 if SANITIZED else 2_000_000_000
-    run_ = program("destroyed-in-flight", 10000, record=True, timeout=120,
-                   env={"FERRUM_STANDIN_GRAPH_NS": str(replay_ns), "FERRUM_REPLAY_SITE": "off"})
-    expect(run_.returncode == 0 and "launches=2 failed=0" in run_.stdout, "program failed", run_)
-    expect("in_flight_after_churn=1" in run_.stdout,
-           "graph 1's replay finished before the churn did: nothing tested", run_)
-    shown = {}
-    for event in gpu_check.trace_check.gpu_replays(run_.trace):
-        shown.setdefault(event["args"]["category"], []).append(event["name"])
-    expect(shown == {1: ["graph 1"], 10002: ["graph 10002"]},
-           f"GPU replays by graph ordinal: {shown}", run_)
-    expect_balanced(run_)
-
-
-def default_streams_apart():
-    """F78: the default streams are one per context (legacy, NULL) and one per thread and context
-    (per-thread, CU_STREAM_PER_THREAD), and their replays run at once: two threads' per-thread
-    streams and two contexts' legacy streams, 5 replays of 5 ms each, make four GPU tracks of
-    one graph each, whose blocks never overlap (they were two tracks of two graphs, each block
-    overlapping its neighbour by ~5 ms: viewers drop such blocks)."""
-    run_ = program("default-streams", 5, record=True,
-                   env={"FERRUM_STANDIN_GRAPH_NS": "5000000,5000000,5000000,5000000",
-                        "FERRUM_REPLAY_SITE": "off"})
-    expect(run_.returncode == 0 and "launches=20 failed=0" in run_.stdout, "program failed", run_)
-    tracks = gpu_check.track_names(run_.trace)
-    on = {}
-    for event in gpu_check.trace_check.gpu_replays(run_.trace):
-        on.setdefault(tracks.get((event["pid"], event["tid"])), []).append(event)
-    graphs = {track: sorted({e["name"] for e in events}) for track, events in on.items()}
-    expect(len(on) == 4 and all(len(events) == 5 for events in on.values()) and
-           all(len(names) == 1 for names in graphs.values()), f"graphs by track: {graphs}", run_)
-    for track, events in on.items():
-        events.sort(key=lambda e: e["ts"])
-        for before, after in zip(events, events[1:]):
-            expect(after["ts"] >= before["ts"] + before["dur"] - 0.01,
-                   f"{track}: {after['name']} at {after['ts']} overlaps {before['name']} "
-                   f"at {before['ts']} (+{before['dur']} us)", run_)
-    expect_balanced(run_)
-
-
-def shared_stream_times_own_replay():
-    """F79 (open; should_fail in meson.build): two threads launch their graphs, of 20 and 60 us,
-    2,000 times each on one stream. A replay timed is charged its own graph's time: each GPU
-    event lasts its graph's simulated duration (a replay is counted as not timed where that
-    cannot be known). Today the other thread's replays that land between a replay's two
-    events are charged to it: ~130 of each graph's events read 80, 140, 200 ... us. A race: on
-    an idle machine it shows in every run, on a loaded one (the two threads seldom running at
-    once) in few, so it runs only with FERRUM_OPEN_FINDINGS=1 (skipped otherwise), up to five
-    times, and fails on the first run that shows it."""
-    if os.environ.get("FERRUM_OPEN_FINDINGS") != "1":
-        return "skip: open finding F79, a race (FERRUM_OPEN_FINDINGS=1 runs it)"
-    for _ in range(5):
-        run_ = program("shared-stream", 2000, record=True,
-                       env={"FERRUM_STANDIN_GRAPH_NS": "20000,60000", "FERRUM_REPLAY_SITE": "off",
-                            "FERRUM_STANDIN_LAUNCH_QUEUE": "4096"})
-        expect(run_.returncode == 0 and "launches=4000 failed=0" in run_.stdout,
-               "program failed", run_)
-        expected = {"graph 1": 20, "graph 2": 60}
-        wrong = {}
-        for event in gpu_check.trace_check.gpu_replays(run_.trace):
-            if abs(event["dur"] - expected[event["name"]]) > 2:
-                wrong.setdefault(event["name"], []).append(round(event["dur"]))
-        expect(not wrong, "GPU events not of their graph's duration: " +
-               ", ".join(f"{name}: {len(d)} ({sorted(set(d))[:6]} us)"
-                         for name, d in wrong.items()), run_)
-
-
 def capture_untouched():
     """Launches into a capturing stream gain no event nodes (the stand-in counts event records
     into a capture: none), the captured graph holds only the launches, and the launches outside
@@ -479,8 +406,7 @@ def no_thread_keys():
 
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
-    burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, replay_named_as_launched,
-    default_streams_apart, shared_stream_times_own_replay, capture_untouched,
+    burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
     no_thread_keys)}
