@@ -128,6 +128,16 @@ uint32_t seed_cursor() {
   return static_cast<uint32_t>(mixed >> 32) | 1u;
 }
 
+// The pair no longer needs its name (it goes back to the pool, or dies): its owner may reuse the
+// text once no pair holds it. Release: the reaper's copy of the text (read_pair_locked) comes
+// before the owner's reuse, which reads the count with acquire.
+void let_name_go(Pair &pair) {
+  if (std::atomic<uint32_t> *holds = pair.name_holds) {
+    pair.name_holds = nullptr;
+    holds->fetch_sub(1, std::memory_order_release);
+  }
+}
+
 void short_pause() {
   timespec pause{0, 50 * 1000};
   nanosleep(&pause, nullptr);
@@ -190,7 +200,8 @@ Pool *Engine::find_pool(CUcontext context, bool *requested) {
 }
 
 void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-                   uint32_t category, uint64_t replay, bool *requested) {
+                   std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay,
+                   bool *requested) {
   *requested = false;
   if (g_config.every > 1 && (replay - 1) % g_config.every != 0) {
     count(Untimed::sampled_out);
@@ -263,6 +274,10 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
     seen = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
   pair->stream = seen;
   pair->name = name;
+  // Held from here until the pair goes back (let_name_go). A label retired between the
+  // launch's read of it and this line is its quarantine's to cover, as for the CPU range.
+  if (name_holds) name_holds->fetch_add(1, std::memory_order_relaxed);
+  pair->name_holds = name_holds;
   pair->category = category;
   pair->replay = replay;
   // Only the claiming thread writes a claimed pair: a plain increment, read by claims().
@@ -286,15 +301,18 @@ void Engine::end(Ticket &ticket, bool launched) {
   // The pair is claimed by this thread: release_pool waits for it before it destroys any
   // event, so both events are alive here. A pool on its way out gets its pair back unused.
   if (pool->state.load(std::memory_order_acquire) != kReady) {
+    let_name_go(pair);
     pair.state.store(kFree, std::memory_order_release);
     count(Untimed::context_dropped);
     return;
   }
   auto record = ticket.per_thread ? api_.event_record_ptsz : api_.event_record;
   if (!launched) {
+    let_name_go(pair);
     pair.state.store(kFree, std::memory_order_release);
     count(Untimed::launch_failed);
   } else if (record(pair.end, ticket.stream) != CUDA_SUCCESS) {
+    let_name_go(pair);
     pair.state.store(kFree, std::memory_order_release);
     count(Untimed::event_error);
   } else {
@@ -476,6 +494,7 @@ void Engine::release_pool(uint32_t slot, bool destroy_events) {
       quiet = false;
       continue;
     }
+    if (seen == kRecorded) let_name_go(pair);  // dead now: its replay is never read
     if (was == kReady && seen == kRecorded) ++in_flight;
   }
   for (Pair &pair : pool->pairs) {
@@ -626,7 +645,7 @@ bool Engine::prepare_current_context() {
 // Under the mutex: a recorded pair whose end event has completed becomes one replay in `into`
 // (and its pair goes back to the pool); one that failed is counted and freed.
 Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
-                                            ferrum_replay_gpu_replay *into) {
+                                            ferrum_replay_gpu_replay *into, char *name_copy) {
   Pool *pool = &pool_ref;
   const CUresult done = api_.event_query(pair.end);
   if (done == CUDA_ERROR_NOT_READY) return ReadResult::not_ready;
@@ -634,6 +653,7 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
   if (done != CUDA_SUCCESS ||
       api_.elapsed(&since_reference, pool->reference, pair.start) != CUDA_SUCCESS ||
       api_.elapsed(&duration, pair.start, pair.end) != CUDA_SUCCESS || duration < 0) {
+    let_name_go(pair);
     pair.state.store(kFree, std::memory_order_release);
     count(Untimed::event_error);
     return ReadResult::failed;
@@ -652,6 +672,14 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
   out.device = pool->device;
   out.stream = pair.stream;
   out.name = pair.name;
+  if (name_copy) {
+    // While the pair still holds the name (let go below): the registry keeps the label until
+    // then, not until the batch is delivered.
+    const size_t length = strnlen(out.name, kReplayNameBytes - 1);
+    memcpy(name_copy, out.name, length);
+    name_copy[length] = '\0';
+    out.name = name_copy;
+  }
   out.category = pair.category;
   out.replay = pair.replay;
   out.start_ns = static_cast<uint64_t>(start);
@@ -659,6 +687,7 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
   out.align_error_ns = error;
   if (error > align_error_max_) align_error_max_ = error;
   if (GraphStats *stats = stats_slot(pair.category)) stats->add(length);
+  let_name_go(pair);  // after the copy above
   pair.state.store(kFree, std::memory_order_release);
   timed_.fetch_add(1, std::memory_order_relaxed);
   return ReadResult::read;
@@ -691,7 +720,8 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
       if (pending_count_ == kPending) return;
-      const ReadResult read = read_pair_locked(*pool, pair, &pending_[pending_count_]);
+      const ReadResult read =
+          read_pair_locked(*pool, pair, &pending_[pending_count_], pending_names_[pending_count_]);
       if (read == ReadResult::read) ++pending_count_;
       running |= read == ReadResult::not_ready;
     }
@@ -708,12 +738,14 @@ void Engine::give_back_abandoned() {
   t_held_pair = nullptr;
   // Claimed by this thread: nobody else moves it out of kClaimed (release_pool waits for it,
   // then gives the pool up without touching it), and a pool's memory is never unmapped.
+  let_name_go(*pair);
   pair->state.store(kFree, std::memory_order_release);
   count(Untimed::abandoned);
 }
 
 size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,
-                         const std::atomic<uint64_t> *end_through, uint64_t self) {
+                         const std::atomic<uint64_t> *end_through, uint64_t self,
+                         char (*names)[kReplayNameBytes]) {
   *more = false;
   size_t filled = 0;
   lock();
@@ -721,8 +753,16 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
     unlock();
     return 0;
   }
-  // Replays read while their context was going away come first.
-  while (pending_count_ > 0 && filled < capacity) batch[filled++] = pending_[--pending_count_];
+  // Replays read while their context was going away come first. Their names move with them: the
+  // next context's end may fill pending_ again while this batch is delivered.
+  while (pending_count_ > 0 && filled < capacity) {
+    batch[filled] = pending_[--pending_count_];
+    if (names) {
+      memcpy(names[filled], pending_names_[pending_count_], kReplayNameBytes);
+      batch[filled].name = names[filled];
+    }
+    ++filled;
+  }
   if (ending_ > 0) {  // a context is being ended right now: no CUDA call until it is over
     *more = pending_count_ > 0;
     unlock();
@@ -744,7 +784,8 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
         *more = true;
         break;
       }
-      const ReadResult read = read_pair_locked(*pool, pair, &batch[filled]);
+      const ReadResult read =
+          read_pair_locked(*pool, pair, &batch[filled], names ? names[filled] : nullptr);
       if (read == ReadResult::not_ready) continue;
       if (read == ReadResult::read) ++filled;
     }
@@ -770,7 +811,10 @@ void Engine::reset_in_child() {
     if (Pool *pool = pools_[i].load(std::memory_order_relaxed)) {
       pool->state.store(kUnused, std::memory_order_relaxed);
       pool->context.store(nullptr, std::memory_order_relaxed);
-      for (Pair &pair : pool->pairs) pair.state.store(kFree, std::memory_order_relaxed);
+      for (Pair &pair : pool->pairs) {
+        let_name_go(pair);  // the parent's replays: the child's copy of their labels is free
+        pair.state.store(kFree, std::memory_order_relaxed);
+      }
     }
   }
   pools_used_.store(false, std::memory_order_relaxed);

@@ -106,13 +106,20 @@ inline constexpr uint32_t kClaimProbes = 4;
 // How long a context's destruction waits for its replays still running before their times are
 // given up (the destruction itself waits for the context's work anyway).
 inline constexpr uint64_t kHarvestBoundNs = 20 * 1000 * 1000;
+// A replay's name as delivered: copied out of the graph's label when its pair is read, with its
+// NUL (the range messages of shim/range are at most 159 bytes; longer ones would be cut).
+inline constexpr size_t kReplayNameBytes = 160;
 
 struct Pair {
   std::atomic<uint32_t> state{0};   // kFree, kClaimed, kRecorded, kDead (gpu_engine.cpp)
   std::atomic<uint32_t> claims{0};  // times claimed, for Engine::claims()
   CUevent start = nullptr, end = nullptr;
   uint64_t stream = 0;
+  // The graph's label text at launch (shim/range), read when the GPU has finished the replay,
+  // and its owner's count of pairs that name it (or null): raised while the pair holds the
+  // name, so the registry never reuses a label a replay in flight still names (F77).
   const char *name = "";
+  std::atomic<uint32_t> *name_holds = nullptr;
   uint32_t category = 0;
   uint64_t replay = 0;
 };
@@ -168,8 +175,11 @@ class Engine {
   // caller then makes sure a reaper runs). A timed replay's ticket is filled in place, field by
   // field, in the caller's frame: a ticket returned by value was stored in pieces and read
   // back whole (a store-forwarding stall; about 5 ns per launch in paired runs).
-  void begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name, uint32_t category,
-             uint64_t replay, bool *requested);
+  // `name_holds` (may be null): the count that name's owner keeps of the pairs naming it; one
+  // more while this replay's pair holds the name (Pair::name_holds).
+  void begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
+             std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay,
+             bool *requested);
   // After the real launch: records the end event and hands the pair to the reaper.
   void end(Ticket &ticket, bool launched);
   // A launch of this thread that never reached end(): left by a jump (siglongjmp out of the
@@ -191,8 +201,13 @@ class Engine {
   // filled before everything finished was taken. Calls CUDA only on live contexts.
   // With `end_through`, the pass ends before its next pair once *end_through reaches `self`
   // (each read is driver calls: a slow driver must not hold up a reaper asked to end).
+  // With `names` (`capacity` of them), each replay's name is copied there while its pair is
+  // still held, and `batch[i].name` points at `names[i]`: once the pair is free the label may be
+  // reused for another graph before the batch is delivered. Without it (unit tests that read
+  // the batch at once), the names point at the labels.
   size_t reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,
-                   const std::atomic<uint64_t> *end_through = nullptr, uint64_t self = 0);
+                   const std::atomic<uint64_t> *end_through = nullptr, uint64_t self = 0,
+                   char (*names)[kReplayNameBytes] = nullptr);
   // The context `context` is about to be destroyed: its pool goes first (its events destroyed
   // while the context still lives), its in-flight replays count as not timed.
   void drop_context(CUcontext context);
@@ -255,7 +270,8 @@ class Engine {
     untimed_[static_cast<unsigned>(why)].fetch_add(n, std::memory_order_relaxed);
   }
   enum class ReadResult { not_ready, read, failed };
-  ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into);
+  ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into,
+                              char *name_copy);
   void harvest_locked(uint32_t slot, uint64_t bound_ns);
   Pool *find_pool(CUcontext context, bool *requested);
   void create_pool(uint32_t slot, bool align_now);
@@ -284,6 +300,7 @@ class Engine {
   // Replays read while their context was being destroyed, for the reaper's next pass.
   static constexpr uint32_t kPending = 4096;
   ferrum_replay_gpu_replay pending_[kPending] = {};
+  char pending_names_[kPending][kReplayNameBytes];  // their names (not initialised: untouched)
   uint32_t pending_count_ = 0;
 };
 

@@ -168,6 +168,7 @@ void *g_sink_context = nullptr;
 
 constexpr size_t kBatch = 512;
 ferrum_replay_gpu_replay g_batch[kBatch];  // pass_here's (g_life_mutex); a reaper has its own
+char g_names[kBatch][kReplayNameBytes];    // g_batch's names (Engine::reap_pass)
 
 bool on_reaper() {
   return g_reaper_running.load(std::memory_order_acquire) &&
@@ -200,14 +201,16 @@ void *reaper_main(void *) {
     return g_end_through.load(std::memory_order_acquire) >= self;
   };
   // Its own batch: a reaper let go may still be delivering while the next one reads.
-  static_assert(sizeof(ferrum_replay_gpu_replay) * kBatch <= 64 * 1024, "fits the stack");
+  static_assert((sizeof(ferrum_replay_gpu_replay) + kReplayNameBytes) * kBatch <= 128 * 1024,
+                "fits the stack");
   ferrum_replay_gpu_replay batch[kBatch];
+  char names[kBatch][kReplayNameBytes];
   Engine &timing = engine();
   uint64_t claims = timing.claims();
   for (;;) {
     bool more = true;
     while (more && !asked_to_end())
-      deliver(batch, timing.reap_pass(batch, kBatch, &more, &g_end_through, self));
+      deliver(batch, timing.reap_pass(batch, kBatch, &more, &g_end_through, self, names));
     // Idle only when nothing is in flight and no launch came since the last look: a program
     // that synchronises after each burst has nothing in flight just after it, and a 20 ms nap
     // then would let the next bursts drain the pool (a stream of short replays went ~70 %
@@ -269,7 +272,7 @@ void pass_here_locked() {
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (exchange) exchange(&mode);
   bool more = true;
-  while (more) deliver(g_batch, engine().reap_pass(g_batch, kBatch, &more));
+  while (more) deliver(g_batch, engine().reap_pass(g_batch, kBatch, &more, nullptr, 0, g_names));
   if (exchange) exchange(&mode);
 }
 

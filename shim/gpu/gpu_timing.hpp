@@ -36,10 +36,10 @@ bool make_launch_ready();
 // reaper makes it). Cheap once one runs: one load.
 void start_reaper();
 inline void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-                         uint32_t category, uint64_t replay) {
+                         std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay) {
   if (__builtin_expect(!t_launch_ready, 0) && !make_launch_ready()) return;
   bool requested = false;
-  engine().begin(ticket, stream, per_thread, name, category, replay, &requested);
+  engine().begin(ticket, stream, per_thread, name, name_holds, category, replay, &requested);
   if (__builtin_expect(requested, 0)) start_reaper();
 }
 inline void launch_end(Ticket &ticket, bool launched) {

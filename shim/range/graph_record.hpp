@@ -21,6 +21,9 @@ struct GraphLabel {
   nvtxStringHandle_t message = nullptr;  // registered; null when no NVTX tool answers
   GraphLabel *next_free = nullptr;       // the pool's free list (registry mutex)
   uint32_t color = 0;                    // ARGB, stable per name
+  // Timed replays in flight that name this label (GPU timing reads `text` when the GPU has
+  // finished one): the registry reuses the label only once it is 0 (release_label).
+  mutable std::atomic<uint32_t> replays_in_flight{0};
   char text[kMaxMessageLength + 1] = {};
 };
 

@@ -321,8 +321,29 @@ void GraphRegistry::relabel(GraphRecord &record) {
 
 void GraphRegistry::retire_label(const GraphLabel *label) {
   if (!label) return;
-  if (GraphLabel *leaving = labels_.retire(const_cast<GraphLabel *>(label)))
-    labels_.release(leaving);
+  // Two held labels looked at again per retirement: the list drains faster than it fills.
+  for (int looked = 0; looked < 2 && held_oldest_; ++looked) {
+    GraphLabel *held = held_oldest_;
+    held_oldest_ = held->next_free;
+    if (!held_oldest_) held_newest_ = nullptr;
+    release_label(held);
+  }
+  if (GraphLabel *leaving = labels_.retire(const_cast<GraphLabel *>(label))) release_label(leaving);
+}
+
+// A label out of its quarantine goes back on the free list, unless a timed replay in flight
+// names it: its GPU time is delivered under that name when the GPU finishes it, maybe seconds
+// and thousands of retirements later (a replay of graph 1 read as "graph 8194"). Such a label
+// waits, held, at the end of the list.
+void GraphRegistry::release_label(GraphLabel *label) {
+  // Acquire: pairs of that label's replays let it go with release, after copying its text.
+  if (label->replays_in_flight.load(std::memory_order_acquire) == 0) {
+    labels_.release(label);
+    return;
+  }
+  label->next_free = nullptr;
+  (held_newest_ ? held_newest_->next_free : held_oldest_) = label;
+  held_newest_ = label;
 }
 
 void GraphRegistry::retire(GraphRecord &record) {

@@ -21,7 +21,9 @@
 //     record counts only when it names the same handle (GraphRecord::handle), and a launch that
 //     finds nothing takes the slow path, which looks again under the mutex. A rebuild costs one
 //     pass over the table after at least a quarter of it was filled: O(1) amortised.
-//   - Records and labels: recycled behind a quarantine of 4096 (ChunkPool).
+//   - Records and labels: recycled behind a quarantine of 4096 (ChunkPool); a label that a
+//     timed replay still in flight names (GPU timing reads it when the GPU has finished) is
+//     held back until none does.
 //   - Messages shown by live graphs: counted by hash; an entry leaves when its count reaches 0
 //     (backward-shift deletion, no tombstones), and the table shrinks and grows with them.
 //   - Graphs the registry cannot know are destroyed — first seen at launch, or named before any
@@ -29,10 +31,11 @@
 //     kMaxUnconfirmed of them are held. Past that, the oldest that has not been launched since
 //     it was last looked at leaves (as if destroyed; launched again, it is registered anew).
 //     Graphs the shim saw instantiated leave only when destroyed or their handle is reused.
-// So memory is bounded by the largest number of graphs live at once, plus the quarantines and
-// the unconfirmed graphs; instantiation, destruction, naming and launch are O(1) amortised.
-// The table holds at most kMaxLiveGraphs live graphs; beyond that, graphs share the overflow
-// record "graph (unregistered)".
+// So memory is bounded by the largest number of graphs live at once, plus the quarantines, the
+// labels held for replays in flight (at most one per event pair) and the unconfirmed graphs;
+// instantiation, destruction, naming and launch are O(1) amortised. The table holds at most
+// kMaxLiveGraphs live graphs; beyond that, graphs share the overflow record
+// "graph (unregistered)".
 #pragma once
 
 #include <nvtx3/nvToolsExt.h>
@@ -218,6 +221,7 @@ class GraphRegistry {
   void relabel(GraphRecord &record);
   void retire(GraphRecord &record);
   void retire_label(const GraphLabel *label);
+  void release_label(GraphLabel *label);
   void hold_unconfirmed(GraphRecord &record);
   void unlink_unconfirmed(GraphRecord &record);
   GraphRecord &overflow();
@@ -229,6 +233,10 @@ class GraphRegistry {
   std::atomic<size_t> records_issued_{0};
   detail::ChunkPool<GraphRecord> records_;
   detail::ChunkPool<GraphLabel> labels_;
+  // Labels out of their quarantine that a timed replay still in flight names (GPU timing reads
+  // the name when the GPU has finished): released once none does. A list through next_free; at
+  // most one label per pair in flight.
+  GraphLabel *held_oldest_ = nullptr, *held_newest_ = nullptr;
   detail::MessageCounts messages_;
   GraphRecord *unconfirmed_oldest_ = nullptr, *unconfirmed_newest_ = nullptr;
   size_t unconfirmed_ = 0;

@@ -159,6 +159,8 @@ class LaunchRange {
   uint64_t replay() const { return replay_; }
   uint32_t category() const { return record_.ordinal; }
   const char *message() const { return record_text(record_); }
+  // The label behind message(), read once with it; null when the graph has none (record.name).
+  const GraphLabel *label() const { return record_.label.load(std::memory_order_acquire); }
 
   LaunchRange(const LaunchRange &) = delete;
   LaunchRange &operator=(const LaunchRange &) = delete;
@@ -178,7 +180,11 @@ class LaunchRange {
 class TimedReplay {
  public:
   TimedReplay(const LaunchRange &range, CUstream stream, bool per_thread) {
-    gpu::launch_begin(ticket_, stream, per_thread, range.message(), range.category(),
+    // The label's text and its count of replays in flight, from one read of the label: the
+    // replay holds the label (the registry does not reuse it) until its time is read.
+    const GraphLabel *label = range.label();
+    gpu::launch_begin(ticket_, stream, per_thread, label ? label->text : range.message(),
+                      label ? &label->replays_in_flight : nullptr, range.category(),
                       range.replay());
   }
   void finish(bool launched) { gpu::launch_end(ticket_, launched); }

@@ -20,6 +20,10 @@
 //   many N [S]        one graph, N launches on one stream, synchronised every S (default 100,
 //                     a burst of an ordinary run); prints
 //                     quarter_rss_kib=<VmRSS after each quarter> seconds=<the loop>.
+//   destroyed-in-flight N  graph 1 launched once (make it long) and destroyed at once; then N
+//                     graphs instantiated and destroyed one after another while it runs; prints
+//                     in_flight_after_churn=<1 if graph 1's replay had not finished then>; then
+//                     one more graph launched once, everything synchronised.
 //   exit-in-flight N  N launches, then exit(0) with the replays in flight (no synchronisation).
 //   capture N         one graph: N launches on a stream, then the same graph launched N times
 //                     into a capture of another stream; the captured graph is instantiated and
@@ -338,6 +342,18 @@ int main(int argc, char **argv) {
     check(cuStreamSynchronize(s), "cuStreamSynchronize");
     std::printf("quarter_rss_kib=%ld,%ld,%ld,%ld seconds=%.3f\n", rss[0], rss[1], rss[2], rss[3],
                 static_cast<double>(now_ns() - begin) / 1e9);
+  } else if (mode == "destroyed-in-flight") {
+    new_context();
+    CUstream s = new_stream();
+    CUgraphExec exec = make_exec();
+    launch(exec, s);  // graph 1: one long replay (FERRUM_STANDIN_GRAPH_NS), left in flight
+    check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+    for (long i = 0; i < n; ++i) check(cuGraphExecDestroy(make_exec()), "cuGraphExecDestroy");
+    std::printf("in_flight_after_churn=%d\n", cuStreamQuery(s) == CUDA_ERROR_NOT_READY);
+    CUgraphExec last = make_exec();
+    launch(last, s);
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    check(cuGraphExecDestroy(last), "cuGraphExecDestroy");
   } else if (mode == "exit-in-flight") {
     new_context();
     launches(make_exec(), new_stream(), n);

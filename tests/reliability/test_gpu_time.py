@@ -173,6 +173,24 @@ def exit_in_flight():
            f"output or a slow exit ({traced.seconds:.1f} s)", traced)
 
 
+def replay_named_as_launched():
+    """F77: graph 1's one replay (2 s) stays in flight while graph 1 is destroyed and 10,000
+    graphs are instantiated and destroyed, enough for its label's memory to leave the registry's
+    quarantines and be reused. Its GPU time is delivered under the name its CPU range had,
+    'graph 1', not under that of a later graph (it read 'graph 8194')."""
+    run_ = program("destroyed-in-flight", 10000, record=True, timeout=120,
+                   env={"FERRUM_STANDIN_GRAPH_NS": "2000000000", "FERRUM_REPLAY_SITE": "off"})
+    expect(run_.returncode == 0 and "launches=2 failed=0" in run_.stdout, "program failed", run_)
+    expect("in_flight_after_churn=1" in run_.stdout,
+           "graph 1's replay finished before the churn did: nothing tested", run_)
+    shown = {}
+    for event in gpu_check.trace_check.gpu_replays(run_.trace):
+        shown.setdefault(event["args"]["category"], []).append(event["name"])
+    expect(shown == {1: ["graph 1"], 10002: ["graph 10002"]},
+           f"GPU replays by graph ordinal: {shown}", run_)
+    expect_balanced(run_)
+
+
 def capture_untouched():
     """Launches into a capturing stream gain no event nodes (the stand-in counts event records
     into a capture: none), the captured graph holds only the launches, and the launches outside
@@ -406,7 +424,8 @@ def no_thread_keys():
 
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
-    burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, capture_untouched,
+    burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, replay_named_as_launched,
+    capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
     no_thread_keys)}

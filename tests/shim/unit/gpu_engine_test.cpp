@@ -37,6 +37,7 @@ struct FakeDriver {
   int create_fail_after = -1;  // cuEventCreate fails after this many successes
   int creates = 0, records = 0, records_ptsz = 0, pushes = 0, calls_on_dead = 0;
   bool end_record = false;  // the next record on a user stream is an end event
+  bool fail_end_records = false, fail_queries = false;  // a launch's failure, reported late
   std::vector<CUstream> record_streams;
 
   uint64_t gpu_now() const { return now - gpu_offset; }
@@ -74,6 +75,10 @@ CUresult event_create(CUevent *event, unsigned) {
 }
 CUresult record_on(CUevent event, CUstream stream) {
   if (!fake->live.count(event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (fake->end_record && fake->fail_end_records) {
+    fake->end_record = false;
+    return CUDA_ERROR_LAUNCH_FAILED;
+  }
   fake->record_streams.push_back(stream);
   // Our own stream (the alignment) completes at once; a user stream: the start event at
   // "now", the end event launch_ns later.
@@ -90,6 +95,7 @@ CUresult event_record_ptsz(CUevent event, CUstream stream) {
   return record_on(event, stream);
 }
 CUresult event_query(CUevent event) {
+  if (fake->fail_queries) return CUDA_ERROR_LAUNCH_FAILED;
   unsafe_call();
   if (!fake->live.count(event)) return CUDA_ERROR_INVALID_HANDLE;
   auto found = fake->done_at.find(event);
@@ -175,6 +181,7 @@ struct Fixture {
   gpu::Engine *engine = new gpu::Engine();  // large: on the heap
   ferrum_replay_gpu_replay batch[2048];
   uint64_t replay = 0;
+  std::atomic<uint32_t> holds{0};  // the label's count of replays in flight (launch's name)
 
   Fixture(uint32_t every = 1) {
     fake = &driver;
@@ -191,9 +198,10 @@ struct Fixture {
               bool per_thread = false) {
     bool requested = false;
     gpu::Ticket ticket;
-    engine->begin(ticket, stream, per_thread, "graph a", 1, ++replay, &requested);
+    engine->begin(ticket, stream, per_thread, "graph a", &holds, 1, ++replay, &requested);
     const bool timed = ticket.pool != nullptr;
     engine->end(ticket, ok);
+    driver.end_record = false;  // a failed launch records no end event: the next is a start
     return timed;
   }
   size_t reap() {
@@ -329,7 +337,7 @@ TEST_CASE("gpu engine: a launch left by a jump gives its pair back; a late end l
   const uint64_t timed = f.engine->totals().timed;
   bool requested = false;
   gpu::Ticket left;
-  f.engine->begin(left, reinterpret_cast<CUstream>(0x77), false, "g", 1, 2, &requested);
+  f.engine->begin(left, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 2, &requested);
   REQUIRE(left.pool != nullptr);
   const int records = f.driver.records;  // the start event's
   // The thread's next outermost graph call finds this one abandoned (siglongjmp): the pair
@@ -395,6 +403,63 @@ TEST_CASE("gpu engine: a failed launch or a failed record is not timed, the pair
   CHECK(f.engine->totals().in_flight == 0);
 }
 
+// F77: the registry reuses a graph's label once its count is 0; the name is read when the GPU
+// has finished. Every way a pair goes back must lower the count once, and only then.
+TEST_CASE("gpu engine: a replay holds its name until its time is read, whichever way it ends") {
+  Fixture f;
+  f.launch();
+  f.reap();
+  REQUIRE(f.holds == 0);
+  // In flight: held; read: let go, and the name delivered is the launch's.
+  for (int i = 0; i < 3; ++i) REQUIRE(f.launch());
+  CHECK(f.holds == 3);
+  CHECK(f.reap() == 0);  // not finished yet
+  CHECK(f.holds == 3);
+  f.driver.now += 1000000;
+  REQUIRE(f.reap() == 3);
+  CHECK(f.holds == 0);
+  CHECK(std::string(f.batch[0].name) == "graph a");
+  // A failed launch, a failed end record, a replay whose events report an error.
+  CHECK(f.launch(reinterpret_cast<CUstream>(0x77), false));
+  CHECK(f.holds == 0);
+  f.driver.fail_end_records = true;
+  CHECK(f.launch());
+  f.driver.fail_end_records = false;
+  CHECK(f.holds == 0);
+  CHECK(f.launch());
+  CHECK(f.holds == 1);
+  f.driver.fail_queries = true;
+  f.driver.now += 1000000;
+  CHECK(f.reap() == 0);
+  f.driver.fail_queries = false;
+  CHECK(f.holds == 0);
+  CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::event_error)] == 2);
+  // A launch left by a jump.
+  bool requested = false;
+  gpu::Ticket left;
+  f.engine->begin(left, reinterpret_cast<CUstream>(0x77), false, "g", &f.holds, 1, 99, &requested);
+  REQUIRE(left.pool != nullptr);
+  CHECK(f.holds == 1);
+  f.engine->give_back_abandoned();
+  CHECK(f.holds == 0);
+  f.engine->end(left, true);  // judged abandoned: touches nothing
+  CHECK(f.holds == 0);
+  f.driver.end_record = false;  // the abandoned launch never recorded its end event
+  // Its context destroyed while replays are in flight: they are never read.
+  for (int i = 0; i < 4; ++i) f.launch();
+  CHECK(f.holds == 4);
+  f.engine->drop_context(reinterpret_cast<CUcontext>(0x100));
+  CHECK(f.holds == 0);
+  // The child of a fork: the parent's replays are not its own.
+  f.driver.current = reinterpret_cast<CUcontext>(0x200);
+  f.launch();
+  f.reap();
+  REQUIRE(f.launch());
+  CHECK(f.holds == 1);
+  f.engine->reset_in_child();
+  CHECK(f.holds == 0);
+}
+
 TEST_CASE("gpu engine: a destroyed context's pool goes first; no call into it afterwards") {
   Fixture f;
   f.launch();
@@ -433,7 +498,8 @@ TEST_CASE(
   std::thread launcher([&] {
     bool requested = false;
     gpu::Ticket ticket;
-    f.engine->begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", 1, 9, &requested);
+    f.engine->begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 9,
+                    &requested);
     timed = ticket.pool != nullptr;
     if (timed) {
       start = ticket.pair->start;
@@ -478,18 +544,18 @@ TEST_CASE(
   bool more = false;
   bool requested = false;
   gpu::Ticket first;
-  timing.begin(first, reinterpret_cast<CUstream>(0x77), false, "g", 1, 1, &requested);
+  timing.begin(first, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 1, &requested);
   timing.end(first, true);
   timing.reap_pass(batch, 64, &more);  // the pool is made
   gpu::Ticket ticket;
-  timing.begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", 1, 2, &requested);
+  timing.begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 2, &requested);
   REQUIRE(ticket.pool != nullptr);
   timing.end(ticket, true);
   driver.now += 1000000;  // that replay has finished
   // Another context asks for a pool: made at the next pass, not during the call below.
   driver.current = reinterpret_cast<CUcontext>(0x300);
   gpu::Ticket other;
-  timing.begin(other, reinterpret_cast<CUstream>(0x77), false, "g", 1, 3, &requested);
+  timing.begin(other, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 3, &requested);
   timing.end(other, true);
   driver.current = reinterpret_cast<CUcontext>(0x100);
 
