@@ -1,7 +1,9 @@
 #include "gpu_tracks.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <new>
 
 #include "held_here.hpp"
@@ -14,15 +16,44 @@ GpuTracks::~GpuTracks() {
   for (ThreadBuffer *b : orphans_) delete b;
 }
 
-ThreadBuffer *GpuTracks::track_for(int32_t device, uint64_t stream) {
-  // Few streams per process: a linear search, most recent first (consecutive replays mostly
-  // share a stream).
-  for (size_t i = tracks_.size(); i-- > 0;)
-    if (tracks_[i].device == device && tracks_[i].stream == stream) return tracks_[i].buffer;
+ThreadBuffer *GpuTracks::track_for(const ferrum_replay_gpu_replay &r) {
+  const int32_t device = r.device;
+  const uint64_t stream = r.stream;
+  // The legacy (0) and per-thread (2) default streams are one per context, and 2 one per thread
+  // too: replays of two such streams run at once, and on one track they would overlap (viewers
+  // drop overlapping blocks). A shim that does not say which (an older struct) gets one track.
+  const bool by_owner = (stream == 0 || stream == 2) &&
+                        r.size >= offsetof(ferrum_replay_gpu_replay, thread) + sizeof r.thread;
+  const uint64_t context = by_owner ? r.context : 0;
+  uint32_t thread = by_owner && stream == 2 ? r.thread : 0;
+  const auto find = [&]() -> ThreadBuffer * {
+    // Few streams per process: a linear search, most recent first (consecutive replays mostly
+    // share a stream).
+    for (size_t i = tracks_.size(); i-- > 0;) {
+      const Track &t = tracks_[i];
+      if (t.device == device && t.stream == stream && t.context == context && t.thread == thread)
+        return t.buffer;
+    }
+    return nullptr;
+  };
+  if (ThreadBuffer *found = find()) return found;
+  if (thread && per_thread_tracks_ >= kMaxPerThreadTracks) {
+    thread = kLaterThreads;
+    if (ThreadBuffer *found = find()) return found;
+  }
   if (tracks_.size() >= kMaxGpuTracks) return nullptr;
+  size_t number = 1;
+  if (by_owner) {
+    number = static_cast<size_t>(std::find(contexts_.begin(), contexts_.end(), context) -
+                                 contexts_.begin()) +
+             1;
+    if (number > contexts_.size()) contexts_.push_back(context);
+  }
   const uint32_t tid = kGpuTrackTidBase + static_cast<uint32_t>(tracks_.size());
-  auto *buffer = new ThreadBuffer(tid, gpu_track_name(device, stream), spill_, budget_);
-  tracks_.push_back(Track{device, stream, buffer});
+  auto *buffer =
+      new ThreadBuffer(tid, gpu_track_name(device, stream, number, thread), spill_, budget_);
+  tracks_.push_back(Track{device, stream, context, thread, buffer});
+  if (thread && thread != kLaterThreads) ++per_thread_tracks_;
   return buffer;
 }
 
@@ -35,7 +66,7 @@ void GpuTracks::add(const ferrum_replay_gpu_replay *replays, size_t count) noexc
       const ferrum_replay_gpu_replay &r = replays[i];
       // A shim built against a shorter struct: the fields up to `end_ns` are the ones needed.
       if (r.size < offsetof(ferrum_replay_gpu_replay, end_ns) + sizeof r.end_ns) continue;
-      ThreadBuffer *track = track_for(r.device, r.stream);
+      ThreadBuffer *track = track_for(r);
       if (!track) {
         ++dropped_;
         continue;
@@ -97,18 +128,31 @@ void GpuTracks::after_fork_in_child() {
   for (const Track &t : tracks_)
     if (orphans_.size() < orphans_.capacity()) orphans_.push_back(t.buffer);
   tracks_.clear();
+  contexts_.clear();
+  per_thread_tracks_ = 0;
   dropped_ = 0;
   memory_drops_ = 0;
   mu_.unlock();
 }
 
-std::string gpu_track_name(int32_t device, uint64_t stream) {
-  char buf[96];
+std::string gpu_track_name(int32_t device, uint64_t stream, size_t context_number,
+                           uint32_t thread) {
+  char buf[128];
   const std::string gpu = device >= 0 ? "GPU " + std::to_string(device) : std::string("GPU ?");
+  char owner[64] = "";
+  if (thread == kLaterThreads)
+    std::snprintf(owner, sizeof owner, " of threads beyond the first %zu", kMaxPerThreadTracks);
+  else if (thread)
+    std::snprintf(owner, sizeof owner, " of thread %" PRIu32, thread);
+  if (context_number > 1) {
+    const size_t used = std::strlen(owner);
+    std::snprintf(owner + used, sizeof owner - used, ", context %zu", context_number);
+  }
   if (stream == 0)
-    std::snprintf(buf, sizeof buf, "%s \xC2\xB7 stream 0 (legacy default)", gpu.c_str());
+    std::snprintf(buf, sizeof buf, "%s \xC2\xB7 stream 0 (legacy default%s)", gpu.c_str(), owner);
   else if (stream == 2)
-    std::snprintf(buf, sizeof buf, "%s \xC2\xB7 stream 0x2 (per-thread default)", gpu.c_str());
+    std::snprintf(buf, sizeof buf, "%s \xC2\xB7 stream 0x2 (per-thread default%s)", gpu.c_str(),
+                  owner);
   else
     std::snprintf(buf, sizeof buf, "%s \xC2\xB7 stream 0x%" PRIx64, gpu.c_str(), stream);
   return buf;

@@ -29,6 +29,11 @@ struct Snapshot;
 inline constexpr uint32_t kGpuTrackTidBase = 0x40000000u;
 // The most (device, stream) tracks kept; replays on further streams are counted, not stored.
 inline constexpr size_t kMaxGpuTracks = 4096;
+// The most per-thread default streams with a track of their own (one per thread and context);
+// the replays of later threads share one more per device and context (kLaterThreads): a program
+// that starts a thread per request must not use up kMaxGpuTracks and lose its replays.
+inline constexpr size_t kMaxPerThreadTracks = 256;
+inline constexpr uint32_t kLaterThreads = UINT32_MAX;
 
 // What the exit report knows of GPU timing (the shim's ferrum_replay_gpu_status).
 struct GpuStatus {
@@ -69,21 +74,29 @@ class GpuTracks {
   struct Track {
     int32_t device;
     uint64_t stream;
+    uint64_t context;  // streams 0 and 2: one per context (0 for other streams)
+    uint32_t thread;   // stream 2: one per thread too (0 for other streams)
     ThreadBuffer *buffer;
   };
-  ThreadBuffer *track_for(int32_t device, uint64_t stream);
+  ThreadBuffer *track_for(const ferrum_replay_gpu_replay &replay);
 
   SpillFile *spill_;
   MemoryBudget *budget_;  // the recorder's, shared with the threads' ranges
   mutable std::mutex mu_;
   std::vector<Track> tracks_;
   std::vector<ThreadBuffer *> orphans_;  // tracks of the parent, after fork
+  std::vector<uint64_t> contexts_;       // of default streams, as first seen: named 1, 2...
+  size_t per_thread_tracks_ = 0;         // tracks of one thread's per-thread default stream
   uint64_t dropped_ = 0;
   uint64_t memory_drops_ = 0;  // replays not stored for want of memory for their track
 };
 
 // The display name of a GPU track: "GPU 0 · stream 0x7f00..." ("GPU ?" for an unknown device;
 // the legacy and per-thread default streams by name).
-std::string gpu_track_name(int32_t device, uint64_t stream);
+// `context_number` (1, 2...: contexts in the order their default streams were first seen) and
+// `thread` (stream 2's launching thread) tell apart the default streams of several contexts
+// and threads; the first context's are named as if it were the only one.
+std::string gpu_track_name(int32_t device, uint64_t stream, size_t context_number = 1,
+                           uint32_t thread = 0);
 
 }  // namespace ferrum_replay::recorder

@@ -110,6 +110,10 @@ typedef struct ferrum_replay_gpu_replay {
   uint64_t start_ns;       /* the GPU began the replay */
   uint64_t end_ns;         /* the GPU finished it */
   uint64_t align_error_ns; /* bound of the alignment error of start_ns and end_ns */
+  /* Which stream 0 or 2 it ran on: each context has its own legacy and per-thread default
+   * streams, and each thread its own per-thread one (absent when `size` ends before these). */
+  uint64_t context; /* the launch's CUcontext */
+  uint32_t thread;  /* stream 2: the launching thread's id (gettid); 0 on any other stream */
 } ferrum_replay_gpu_replay;
 
 /* Called with completed replays, in batches, from a thread of the shim — or, when none runs

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include <new>
 
 #include "support/log.hpp"
@@ -114,6 +115,10 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_cla
 // The pair this thread claimed and has not ended yet (Engine::give_back_abandoned). Written by
 // this thread only; a jump out of the launch leaves it set.
 constinit __attribute__((tls_model("initial-exec"))) thread_local Pair *t_held_pair = nullptr;
+
+// This thread's id (gettid), once it launched on its per-thread default stream; 0 before. The
+// fork child's thread asks again (Engine::reset_in_child): its id is not its parent's.
+constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_thread_id = 0;
 
 // A thread's first cursor: far from other threads' (its TLS block's address and a count of
 // the threads seeded so far, mixed), never 0. The count, because the C library reuses an
@@ -273,6 +278,12 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   else if (seen == 0 && per_thread)
     seen = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
   pair->stream = seen;
+  pair->context = context;
+  pair->thread = 0;
+  if (seen == reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD)) {
+    if (__builtin_expect(t_thread_id == 0, 0)) t_thread_id = static_cast<uint32_t>(gettid());
+    pair->thread = t_thread_id;
+  }
   pair->name = name;
   // Held from here until the pair goes back (let_name_go). A label retired between the
   // launch's read of it and this line is its quarantine's to cover, as for the CPU range.
@@ -671,6 +682,8 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
   out.size = sizeof out;
   out.device = pool->device;
   out.stream = pair.stream;
+  out.context = reinterpret_cast<uint64_t>(pair.context);
+  out.thread = pair.thread;
   out.name = pair.name;
   if (name_copy) {
     // While the pair still holds the name (let go below): the registry keeps the label until
@@ -804,6 +817,7 @@ void Engine::reset_in_child() {
   // Only this thread exists: whoever held the mutex at the fork (the reaper, mid-pass) is gone.
   pthread_mutex_init(&mutex_, nullptr);
   pending_count_ = 0;  // the parent's replays
+  t_thread_id = 0;     // the forking thread's, in the parent
   ending_ = 0;         // the calls in progress were the parent's threads'
   for (auto &primary : primary_) primary.store(nullptr, std::memory_order_relaxed);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {

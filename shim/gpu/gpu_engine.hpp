@@ -115,6 +115,10 @@ struct Pair {
   std::atomic<uint32_t> claims{0};  // times claimed, for Engine::claims()
   CUevent start = nullptr, end = nullptr;
   uint64_t stream = 0;
+  // Streams 0 and 2 are not one stream each: one legacy stream per context, one per-thread
+  // default stream per thread and context (ferrum_replay_gpu_replay's `context`, `thread`).
+  CUcontext context = nullptr;
+  uint32_t thread = 0;
   // The graph's label text at launch (shim/range), read when the GPU has finished the replay,
   // and its owner's count of pairs that name it (or null): raised while the pair holds the
   // name, so the registry never reuses a label a replay in flight still names (F77).

@@ -24,6 +24,11 @@
 //                     graphs instantiated and destroyed one after another while it runs; prints
 //                     in_flight_after_churn=<1 if graph 1's replay had not finished then>; then
 //                     one more graph launched once, everything synchronised.
+//   default-streams N  two threads launch a graph each N times on their per-thread default
+//                     streams (CU_STREAM_PER_THREAD) at once, synchronised; then two contexts
+//                     launch a graph each N times on their legacy default streams (NULL),
+//                     interleaved, synchronised. Graphs 1 and 2 per thread, 3 (the second
+//                     context's) and 4 on the legacy streams.
 //   exit-in-flight N  N launches, then exit(0) with the replays in flight (no synchronisation).
 //   capture N         one graph: N launches on a stream, then the same graph launched N times
 //                     into a capture of another stream; the captured graph is instantiated and
@@ -177,6 +182,8 @@ void report_at_exit() {
 pthread_t g_main_thread;
 CUcontext g_context = nullptr;
 CUgraphExec g_exec = nullptr;
+long g_per_thread_count = 0;  // default-streams: launches per thread
+std::atomic<unsigned long long> g_failed_per_thread{0};
 
 void *launch_then_cancel_self(void *argument) {
   check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
@@ -250,6 +257,16 @@ void *end_context_cancel_pending(void *) {
   if (g_end_how == "destroy") result = cuCtxDestroy(g_context);
   if (g_end_how == "release") result = cuDevicePrimaryCtxRelease(0);
   return result == CUDA_SUCCESS ? &g_end_how : nullptr;
+}
+
+// One thread of default-streams: its graph launched on its per-thread default stream.
+void *launch_per_thread(void *argument) {
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  const CUgraphExec exec = *static_cast<const CUgraphExec *>(argument);
+  for (long i = 0; i < g_per_thread_count; ++i)
+    if (cuGraphLaunch(exec, CU_STREAM_PER_THREAD) != CUDA_SUCCESS) g_failed_per_thread.fetch_add(1);
+  check(cuStreamSynchronize(CU_STREAM_PER_THREAD), "cuStreamSynchronize");
+  return nullptr;
 }
 
 int usage() {
@@ -354,6 +371,32 @@ int main(int argc, char **argv) {
     launch(last, s);
     check(cuStreamSynchronize(s), "cuStreamSynchronize");
     check(cuGraphExecDestroy(last), "cuGraphExecDestroy");
+  } else if (mode == "default-streams") {
+    // Two threads, each N launches of its own graph on its per-thread default stream, at once.
+    g_context = new_context();
+    static CUgraphExec per_thread[2] = {make_exec(), make_exec()};
+    g_per_thread_count = n;
+    pthread_t threads[2];
+    for (int i = 0; i < 2; ++i)
+      if (pthread_create(&threads[i], nullptr, launch_per_thread, &per_thread[i]) != 0)
+        check(CUDA_ERROR_UNKNOWN, "pthread_create");
+    for (pthread_t thread : threads) pthread_join(thread, nullptr);
+    g_launches += 2 * static_cast<unsigned long long>(n);
+    g_failed += g_failed_per_thread.load();
+    // Two contexts, N launches each on its legacy default stream, interleaved.
+    CUcontext other = new_context();
+    CUgraphExec in_other = make_exec();
+    check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+    CUgraphExec in_first = make_exec();
+    for (long i = 0; i < n; ++i) {
+      check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+      launch(in_first, nullptr);
+      check(cuCtxSetCurrent(other), "cuCtxSetCurrent");
+      launch(in_other, nullptr);
+    }
+    check(cuCtxSynchronize(), "cuCtxSynchronize");
+    check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+    check(cuCtxSynchronize(), "cuCtxSynchronize");
   } else if (mode == "exit-in-flight") {
     new_context();
     launches(make_exec(), new_stream(), n);

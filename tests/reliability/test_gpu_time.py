@@ -191,6 +191,32 @@ def replay_named_as_launched():
     expect_balanced(run_)
 
 
+def default_streams_apart():
+    """F78: the default streams are one per context (legacy, NULL) and one per thread and context
+    (per-thread, CU_STREAM_PER_THREAD), and their replays run at once: two threads' per-thread
+    streams and two contexts' legacy streams, 5 replays of 5 ms each, make four GPU tracks of
+    one graph each, whose blocks never overlap (they were two tracks of two graphs, each block
+    overlapping its neighbour by ~5 ms: viewers drop such blocks)."""
+    run_ = program("default-streams", 5, record=True,
+                   env={"FERRUM_STANDIN_GRAPH_NS": "5000000,5000000,5000000,5000000",
+                        "FERRUM_REPLAY_SITE": "off"})
+    expect(run_.returncode == 0 and "launches=20 failed=0" in run_.stdout, "program failed", run_)
+    tracks = gpu_check.track_names(run_.trace)
+    on = {}
+    for event in gpu_check.trace_check.gpu_replays(run_.trace):
+        on.setdefault(tracks.get((event["pid"], event["tid"])), []).append(event)
+    graphs = {track: sorted({e["name"] for e in events}) for track, events in on.items()}
+    expect(len(on) == 4 and all(len(events) == 5 for events in on.values()) and
+           all(len(names) == 1 for names in graphs.values()), f"graphs by track: {graphs}", run_)
+    for track, events in on.items():
+        events.sort(key=lambda e: e["ts"])
+        for before, after in zip(events, events[1:]):
+            expect(after["ts"] >= before["ts"] + before["dur"] - 0.01,
+                   f"{track}: {after['name']} at {after['ts']} overlaps {before['name']} "
+                   f"at {before['ts']} (+{before['dur']} us)", run_)
+    expect_balanced(run_)
+
+
 def capture_untouched():
     """Launches into a capturing stream gain no event nodes (the stand-in counts event records
     into a capture: none), the captured graph holds only the launches, and the launches outside
@@ -425,7 +451,7 @@ def no_thread_keys():
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
     burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, replay_named_as_launched,
-    capture_untouched,
+    default_streams_apart, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
     no_thread_keys)}

@@ -210,6 +210,39 @@ TEST_CASE("streams beyond the track limit are counted as not timed, not stored")
   CHECK(render_trace(snap).find("\"notTimed\":3,") != std::string::npos);
 }
 
+TEST_CASE("default streams: a track per context and thread, later threads sharing one") {
+  Recorder r(Settings{}, 0);
+  GpuStatus status;
+  status.registered = true;
+  r.set_gpu_status(status);
+  auto on = [](uint64_t stream, uint64_t context, uint32_t thread, uint64_t at) {
+    auto one = replay(0, stream, "g", 1, at, at + 5);
+    one.context = context;
+    one.thread = thread;
+    return one;
+  };
+  std::vector<ferrum_replay_gpu_replay> batch = {on(0, 0xa0, 0, 10),  on(0, 0xb0, 0, 10),
+                                                 on(2, 0xa0, 11, 10), on(2, 0xa0, 12, 10),
+                                                 on(2, 0xb0, 11, 10), on(0, 0xa0, 0, 20)};
+  // A thread per request: beyond kMaxPerThreadTracks threads, one shared track, nothing lost.
+  for (uint32_t t = 0; t < kMaxPerThreadTracks + 50; ++t) batch.push_back(on(2, 0xc0, 100 + t, t));
+  GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
+  const Snapshot snap = r.snapshot();
+  CHECK(snap.gpu_replay_count() == batch.size());
+  REQUIRE(snap.gpu_tracks.size() == 5 + (kMaxPerThreadTracks - 3) + 1);
+  CHECK(snap.gpu_tracks[0].name == "GPU 0 \xC2\xB7 stream 0 (legacy default)");
+  CHECK(snap.gpu_tracks[0].events.size() == 2);
+  CHECK(snap.gpu_tracks[1].name == "GPU 0 \xC2\xB7 stream 0 (legacy default, context 2)");
+  CHECK(snap.gpu_tracks[2].name == "GPU 0 \xC2\xB7 stream 0x2 (per-thread default of thread 11)");
+  CHECK(snap.gpu_tracks[3].name == "GPU 0 \xC2\xB7 stream 0x2 (per-thread default of thread 12)");
+  CHECK(snap.gpu_tracks[4].name ==
+        "GPU 0 \xC2\xB7 stream 0x2 (per-thread default of thread 11, context 2)");
+  CHECK(snap.gpu_tracks.back().name ==
+        "GPU 0 \xC2\xB7 stream 0x2 (per-thread default of threads beyond the first 256, "
+        "context 3)");
+  CHECK(snap.gpu_tracks.back().events.size() == 53);
+}
+
 TEST_CASE("percentiles: exact below 32 ns, within 3.2% above, clamped to [min, max]") {
   for (uint64_t v : {0ull, 1ull, 31ull})
     CHECK(DurationHistogram::bucket_middle(DurationHistogram::bucket_of(v)) == v);

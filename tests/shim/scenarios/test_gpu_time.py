@@ -20,7 +20,7 @@ TOLERANCE_NS = 2_000
 ON = {"FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_STANDIN_GRAPH_NS": ",".join(map(str, GRAPH_NS))}
 CREATED = r"GPU 0 · stream 0x[0-9a-f]+"
 LEGACY = r"GPU 0 · stream 0 \(legacy default\)"
-PER_THREAD = r"GPU 0 · stream 0x2 \(per-thread default\)"
+PER_THREAD = r"GPU 0 · stream 0x2 \(per-thread default of thread \d+\)"
 
 
 def launch(program_variable, *extra, env=None, **kwargs):
