@@ -166,7 +166,9 @@ pthread_mutex_t g_sink_mutex = PTHREAD_MUTEX_INITIALIZER;
 ferrum_replay_gpu_sink_fn g_sink = nullptr;  // (g_sink_mutex)
 void *g_sink_context = nullptr;
 
-constexpr size_t kBatch = 512;
+// 256: a reaper's batch and its names (Engine::reap_pass) stay within the 64 KiB of its stack
+// that 512 replays took before names were copied; the rest is the sink's.
+constexpr size_t kBatch = 256;
 ferrum_replay_gpu_replay g_batch[kBatch];  // pass_here's (g_life_mutex); a reaper has its own
 char g_names[kBatch][kReplayNameBytes];    // g_batch's names (Engine::reap_pass)
 
@@ -201,7 +203,7 @@ void *reaper_main(void *) {
     return g_end_through.load(std::memory_order_acquire) >= self;
   };
   // Its own batch: a reaper let go may still be delivering while the next one reads.
-  static_assert((sizeof(ferrum_replay_gpu_replay) + kReplayNameBytes) * kBatch <= 128 * 1024,
+  static_assert((sizeof(ferrum_replay_gpu_replay) + kReplayNameBytes) * kBatch <= 64 * 1024,
                 "fits the stack");
   ferrum_replay_gpu_replay batch[kBatch];
   char names[kBatch][kReplayNameBytes];
