@@ -174,12 +174,14 @@ def exit_in_flight():
 
 
 def replay_named_as_launched():
-    """F77: graph 1's one replay (2 s) stays in flight while graph 1 is destroyed and 10,000
+    """F77: graph 1's one replay (2 s; 10 s under a sanitizer) stays in flight while graph 1 is destroyed and 10,000
     graphs are instantiated and destroyed, enough for its label's memory to leave the registry's
     quarantines and be reused. Its GPU time is delivered under the name its CPU range had,
     'graph 1', not under that of a later graph (it read 'graph 8194')."""
+    # (The churn takes a tenth of a second here; a sanitizer build's, several times that.)
+    replay_ns = 10_000_000_000 if SANITIZED else 2_000_000_000
     run_ = program("destroyed-in-flight", 10000, record=True, timeout=120,
-                   env={"FERRUM_STANDIN_GRAPH_NS": "2000000000", "FERRUM_REPLAY_SITE": "off"})
+                   env={"FERRUM_STANDIN_GRAPH_NS": str(replay_ns), "FERRUM_REPLAY_SITE": "off"})
     expect(run_.returncode == 0 and "launches=2 failed=0" in run_.stdout, "program failed", run_)
     expect("in_flight_after_churn=1" in run_.stdout,
            "graph 1's replay finished before the churn did: nothing tested", run_)
