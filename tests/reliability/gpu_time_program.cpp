@@ -29,6 +29,8 @@
 //                     launch a graph each N times on their legacy default streams (NULL),
 //                     interleaved, synchronised. Graphs 1 and 2 per thread, 3 (the second
 //                     context's) and 4 on the legacy streams.
+//   shared-stream N   two threads launch a graph each (graphs 1 and 2) N times on one stream
+//                     of the program's, at once; synchronised.
 //   exit-in-flight N  N launches, then exit(0) with the replays in flight (no synchronisation).
 //   capture N         one graph: N launches on a stream, then the same graph launched N times
 //                     into a capture of another stream; the captured graph is instantiated and
@@ -182,7 +184,9 @@ void report_at_exit() {
 pthread_t g_main_thread;
 CUcontext g_context = nullptr;
 CUgraphExec g_exec = nullptr;
-long g_per_thread_count = 0;  // default-streams: launches per thread
+long g_per_thread_count = 0;  // default-streams, shared-stream: launches per thread
+CUstream g_shared_stream = nullptr;
+std::atomic<int> g_shared_ready{0};
 std::atomic<unsigned long long> g_failed_per_thread{0};
 
 void *launch_then_cancel_self(void *argument) {
@@ -267,6 +271,34 @@ void *launch_per_thread(void *argument) {
     if (cuGraphLaunch(exec, CU_STREAM_PER_THREAD) != CUDA_SUCCESS) g_failed_per_thread.fetch_add(1);
   check(cuStreamSynchronize(CU_STREAM_PER_THREAD), "cuStreamSynchronize");
   return nullptr;
+}
+
+// One thread of shared-stream: its graph launched on the stream both threads use.
+void *launch_on_shared_stream(void *argument) {
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  const CUgraphExec exec = *static_cast<const CUgraphExec *>(argument);
+  // Both threads launch at once, not one after the other.
+  g_shared_ready.fetch_add(1);
+  while (g_shared_ready.load() < 2) sched_yield();
+  for (long i = 0; i < g_per_thread_count; ++i)
+    if (cuGraphLaunch(exec, g_shared_stream) != CUDA_SUCCESS) g_failed_per_thread.fetch_add(1);
+  return nullptr;
+}
+
+// Two threads running `body` with a graph each (instantiated here, in the current context), N
+// launches each; joined, their launches counted.
+void launch_on_two_threads(void *(*body)(void *), long n) {
+  static CUgraphExec execs[2];
+  execs[0] = make_exec();
+  execs[1] = make_exec();
+  g_per_thread_count = n;
+  pthread_t threads[2];
+  for (int i = 0; i < 2; ++i)
+    if (pthread_create(&threads[i], nullptr, body, &execs[i]) != 0)
+      check(CUDA_ERROR_UNKNOWN, "pthread_create");
+  for (pthread_t thread : threads) pthread_join(thread, nullptr);
+  g_launches += 2 * static_cast<unsigned long long>(n);
+  g_failed += g_failed_per_thread.load();
 }
 
 int usage() {
@@ -374,15 +406,7 @@ int main(int argc, char **argv) {
   } else if (mode == "default-streams") {
     // Two threads, each N launches of its own graph on its per-thread default stream, at once.
     g_context = new_context();
-    static CUgraphExec per_thread[2] = {make_exec(), make_exec()};
-    g_per_thread_count = n;
-    pthread_t threads[2];
-    for (int i = 0; i < 2; ++i)
-      if (pthread_create(&threads[i], nullptr, launch_per_thread, &per_thread[i]) != 0)
-        check(CUDA_ERROR_UNKNOWN, "pthread_create");
-    for (pthread_t thread : threads) pthread_join(thread, nullptr);
-    g_launches += 2 * static_cast<unsigned long long>(n);
-    g_failed += g_failed_per_thread.load();
+    launch_on_two_threads(launch_per_thread, n);
     // Two contexts, N launches each on its legacy default stream, interleaved.
     CUcontext other = new_context();
     CUgraphExec in_other = make_exec();
@@ -397,6 +421,12 @@ int main(int argc, char **argv) {
     check(cuCtxSynchronize(), "cuCtxSynchronize");
     check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
     check(cuCtxSynchronize(), "cuCtxSynchronize");
+  } else if (mode == "shared-stream") {
+    // Two threads, each N launches of its own graph on one stream of the program's, at once.
+    g_context = new_context();
+    g_shared_stream = new_stream();
+    launch_on_two_threads(launch_on_shared_stream, n);
+    check(cuStreamSynchronize(g_shared_stream), "cuStreamSynchronize");
   } else if (mode == "exit-in-flight") {
     new_context();
     launches(make_exec(), new_stream(), n);
