@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -283,6 +284,20 @@ def test_program_checks(tmp):
                    f"{sub} with PATH={path!r}: the program in the working directory", done)
     done = wrapper("record", cwd=tmp)
     expect(done.returncode == 2 and "no program given" in done.stderr, "no program", done)
+    # A PATH without the system's tools (empty, a service's own directory only): one line
+    # naming the tool and the PATH, exit 2, the program not run -- not "cannot find
+    # libferrum-replay.so", a temporary file that "cannot be created", or exit 127 as if the
+    # program were missing.
+    marker = os.path.join(tmp, "ran")
+    write(here, f"#!/bin/sh\n: > {shlex.quote(marker)}\n")
+    for path in ("", path_dir):
+        for sub in ("run", "record", "nsys", "env"):
+            args = (sub,) if sub == "env" else (sub, "--", here)
+            done = wrapper(*args, cwd=tmp, env={"PATH": path})
+            expect(done.returncode == 2 and "cannot find the system tool 'env'" in done.stderr
+                   and f"PATH='{path}'" in done.stderr and len(done.stderr.splitlines()) == 1,
+                   f"{sub} with PATH={path!r}: one line naming the missing tool", done)
+            expect(not os.path.exists(marker), f"{sub} with PATH={path!r} ran the program", done)
 
 
 # ---- record ---------------------------------------------------------------------------------
