@@ -298,6 +298,25 @@ def test_program_checks(tmp):
                    and f"PATH='{path}'" in done.stderr and len(done.stderr.splitlines()) == 1,
                    f"{sub} with PATH={path!r}: one line naming the missing tool", done)
             expect(not os.path.exists(marker), f"{sub} with PATH={path!r} ran the program", done)
+    # Every tool but readlink, and the wrapper reached through a symlink (bin/ferrum-replay, as
+    # installed): readlink is named, not "cannot find libferrum-replay.so". A PATH holding
+    # control characters is not shown: the line stays one line, no escape reaches the terminal.
+    tools = os.path.join(tmp, "tools")
+    linked = os.path.join(tmp, "linked-bin")
+    os.mkdir(tools)
+    os.mkdir(linked)
+    for tool in ("env", "mktemp", "rm", "mkdir", "date", "wc", "tr", "sed", "cat"):
+        os.symlink(shutil.which(tool), os.path.join(tools, tool))
+    os.symlink(WRAPPER, os.path.join(linked, "ferrum-replay"))
+    for argv, path, said in (
+            ([os.path.join(linked, "ferrum-replay")], tools,
+             f"cannot find the system tool 'readlink' in PATH='{tools}'"),
+            ([WRAPPER], "/nope\n\033[31mRED:" + tools,
+             "cannot find the system tool 'readlink' in a PATH holding control characters")):
+        done = run(argv + ["run", "--", here], tmp, {"PATH": path})
+        expect(done.returncode == 2 and said in done.stderr and "\033" not in done.stderr
+               and len(done.stderr.splitlines()) == 1, f"PATH={path!r}: {said}", done)
+        expect(not os.path.exists(marker), f"PATH={path!r} ran the program", done)
 
 
 # ---- record ---------------------------------------------------------------------------------
