@@ -24,8 +24,23 @@ ThreadBuffer *GpuTracks::track_for(const ferrum_replay_gpu_replay &r) {
   // drop overlapping blocks). A shim that does not say which (an older struct) gets one track.
   const bool by_owner = (stream == 0 || stream == 2) &&
                         r.size >= offsetof(ferrum_replay_gpu_replay, thread) + sizeof r.thread;
-  const uint64_t context = by_owner ? r.context : 0;
+  uint64_t context = by_owner ? r.context : 0;
   uint32_t thread = by_owner && stream == 2 ? r.thread : 0;
+  // Contexts are numbered as first seen (1, 2...); past kMaxContextTracks, later ones share.
+  size_t number = 1;
+  if (by_owner) {
+    const auto known = std::find(contexts_.begin(), contexts_.end(), context);
+    if (known != contexts_.end()) {
+      number = static_cast<size_t>(known - contexts_.begin()) + 1;
+    } else if (contexts_.size() < kMaxContextTracks) {
+      contexts_.push_back(context);
+      number = contexts_.size();
+    } else {
+      context = kLaterContexts;
+      number = SIZE_MAX;
+      if (thread) thread = kLaterThreads;
+    }
+  }
   const auto find = [&]() -> ThreadBuffer * {
     // Few streams per process: a linear search, most recent first (consecutive replays mostly
     // share a stream).
@@ -42,13 +57,6 @@ ThreadBuffer *GpuTracks::track_for(const ferrum_replay_gpu_replay &r) {
     if (ThreadBuffer *found = find()) return found;
   }
   if (tracks_.size() >= kMaxGpuTracks) return nullptr;
-  size_t number = 1;
-  if (by_owner) {
-    number = static_cast<size_t>(std::find(contexts_.begin(), contexts_.end(), context) -
-                                 contexts_.begin()) +
-             1;
-    if (number > contexts_.size()) contexts_.push_back(context);
-  }
   const uint32_t tid = kGpuTrackTidBase + static_cast<uint32_t>(tracks_.size());
   auto *buffer =
       new ThreadBuffer(tid, gpu_track_name(device, stream, number, thread), spill_, budget_);
@@ -60,12 +68,17 @@ ThreadBuffer *GpuTracks::track_for(const ferrum_replay_gpu_replay &r) {
 void GpuTracks::add(const ferrum_replay_gpu_replay *replays, size_t count) noexcept {
   if (!replays) return;
   const common::HeldHere lock(mu_);  // held_here.hpp: a flush's sink, and the exit report
+  // The replays are `size` bytes apart, which is less than our sizeof when the shim's struct is
+  // older than ours (ferrum_replay.h): each is copied into a full one, the fields it lacks 0.
+  // The fields up to `end_ns` are the ones needed.
+  const size_t stride = count ? replays[0].size : 0;
+  if (stride < offsetof(ferrum_replay_gpu_replay, end_ns) + sizeof replays[0].end_ns) return;
+  const char *bytes = reinterpret_cast<const char *>(replays);
   size_t i = 0;
   try {
     for (; i < count; ++i) {
-      const ferrum_replay_gpu_replay &r = replays[i];
-      // A shim built against a shorter struct: the fields up to `end_ns` are the ones needed.
-      if (r.size < offsetof(ferrum_replay_gpu_replay, end_ns) + sizeof r.end_ns) continue;
+      ferrum_replay_gpu_replay r{};
+      memcpy(&r, bytes + i * stride, stride < sizeof r ? stride : sizeof r);
       ThreadBuffer *track = track_for(r);
       if (!track) {
         ++dropped_;
@@ -140,14 +153,15 @@ std::string gpu_track_name(int32_t device, uint64_t stream, size_t context_numbe
   char buf[128];
   const std::string gpu = device >= 0 ? "GPU " + std::to_string(device) : std::string("GPU ?");
   char owner[64] = "";
-  if (thread == kLaterThreads)
+  if (context_number == SIZE_MAX)  // every later context's, whichever thread
+    std::snprintf(owner, sizeof owner, " of contexts beyond the first %zu", kMaxContextTracks);
+  else if (thread == kLaterThreads)
     std::snprintf(owner, sizeof owner, " of threads beyond the first %zu", kMaxPerThreadTracks);
   else if (thread)
     std::snprintf(owner, sizeof owner, " of thread %" PRIu32, thread);
-  if (context_number > 1) {
-    const size_t used = std::strlen(owner);
+  const size_t used = std::strlen(owner);
+  if (context_number > 1 && context_number != SIZE_MAX)
     std::snprintf(owner + used, sizeof owner - used, ", context %zu", context_number);
-  }
   if (stream == 0)
     std::snprintf(buf, sizeof buf, "%s \xC2\xB7 stream 0 (legacy default%s)", gpu.c_str(), owner);
   else if (stream == 2)

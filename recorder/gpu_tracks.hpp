@@ -34,6 +34,11 @@ inline constexpr size_t kMaxGpuTracks = 4096;
 // that starts a thread per request must not use up kMaxGpuTracks and lose its replays.
 inline constexpr size_t kMaxPerThreadTracks = 256;
 inline constexpr uint32_t kLaterThreads = UINT32_MAX;
+// The most contexts whose default streams have tracks of their own; the default streams of later
+// contexts share one track per device and stream (kLaterContexts): a program that makes and ends
+// a context per job must not use up kMaxGpuTracks either (F86).
+inline constexpr size_t kMaxContextTracks = 64;
+inline constexpr uint64_t kLaterContexts = UINT64_MAX;
 
 // What the exit report knows of GPU timing (the shim's ferrum_replay_gpu_status).
 struct GpuStatus {

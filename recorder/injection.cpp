@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <mutex>
@@ -396,10 +397,18 @@ Recorder *ensure_recorder() {
   r->set_gpu_domain(common::domain_name(common::process_env("FERRUM_REPLAY_DOMAIN", nullptr)));
   auto set_sink = reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(
       dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK));
+  // With our own layout where the shim takes it (a shim before the struct grew has only the
+  // first way, and delivers its own, shorter layout: GpuTracks::add steps by `size`).
+  auto set_sink_sized = reinterpret_cast<ferrum_replay_set_gpu_sink_sized_fn>(
+      dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK_SIZED));
   auto flush =
       reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
   g_recorder.store(r, std::memory_order_release);
-  if (set_sink && set_sink(&GpuTracks::sink, &r->gpu()) == 0) {
+  const int registration =
+      set_sink_sized ? set_sink_sized(&GpuTracks::sink, &r->gpu(), sizeof(ferrum_replay_gpu_replay))
+      : set_sink     ? set_sink(&GpuTracks::sink, &r->gpu())
+                     : -ENOSYS;
+  if (registration == 0) {
     g_set_gpu_sink = set_sink;
     g_gpu_flush = flush;
     GpuStatus registered;

@@ -92,11 +92,14 @@ typedef int (*ferrum_replay_pop_graph_name_fn)(void);
  * without GPU times. Both functions are safe to call from any thread. */
 
 #define FERRUM_REPLAY_SET_GPU_SINK "ferrum_replay_set_gpu_sink"
+#define FERRUM_REPLAY_SET_GPU_SINK_SIZED "ferrum_replay_set_gpu_sink_sized"
 #define FERRUM_REPLAY_GPU_FLUSH "ferrum_replay_gpu_flush"
 
 /* One replay whose GPU work has completed. Times are CLOCK_MONOTONIC nanoseconds: the GPU's
  * event clock aligned once per context to the CPU's (see align_error_ns). GPU time is
- * stream-ordered: from when the stream reached the replay to when its work completed. */
+ * stream-ordered: from when the stream reached the replay to when its work completed.
+ * The struct only grows at its end, and a sink gets an array of them: a sink built against an
+ * older header must get its own stride (see ferrum_replay_set_gpu_sink_sized). */
 typedef struct ferrum_replay_gpu_replay {
   uint32_t size;           /* sizeof(ferrum_replay_gpu_replay) of the shim that filled it */
   int32_t device;          /* CUDA device ordinal of the launch's context, -1 if unknown */
@@ -110,6 +113,7 @@ typedef struct ferrum_replay_gpu_replay {
   uint64_t start_ns;       /* the GPU began the replay */
   uint64_t end_ns;         /* the GPU finished it */
   uint64_t align_error_ns; /* bound of the alignment error of start_ns and end_ns */
+  /* -- the first layout ends here (FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE bytes) -- */
   /* Which stream 0 or 2 it ran on: each context has its own legacy and per-thread default
    * streams, and each thread its own per-thread one (absent when `size` ends before these). */
   uint64_t context; /* the launch's CUcontext */
@@ -123,10 +127,25 @@ typedef struct ferrum_replay_gpu_replay {
 typedef void (*ferrum_replay_gpu_sink_fn)(const ferrum_replay_gpu_replay *replays, size_t count,
                                           void *context);
 
+/* The first layout's size: the fields up to align_error_ns. */
+#define FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE (offsetof(ferrum_replay_gpu_replay, align_error_ns) + 8)
+
 /* Registers `sink` (NULL unregisters). One sink at a time; returns 0, or -ENOTSUP when GPU
- * timing is off in this process (the tool then has no GPU times to expect). */
+ * timing is off in this process (the tool then has no GPU times to expect). The sink gets the
+ * first layout, elements FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE bytes apart, as a sink built
+ * before the struct grew expects; a new tool uses ferrum_replay_set_gpu_sink_sized. */
 int ferrum_replay_set_gpu_sink(ferrum_replay_gpu_sink_fn sink, void *context);
 typedef int (*ferrum_replay_set_gpu_sink_fn)(ferrum_replay_gpu_sink_fn sink, void *context);
+
+/* The same, for a sink that knows `replay_size`, its own sizeof(ferrum_replay_gpu_replay):
+ * each element is min(replay_size, the shim's own size) bytes long and says so in `size`.
+ * Step through the array by replays[0].size, not by sizeof (an older shim's elements are
+ * shorter), and read only the fields `size` covers. Returns -EINVAL when replay_size is below
+ * the first layout's. */
+int ferrum_replay_set_gpu_sink_sized(ferrum_replay_gpu_sink_fn sink, void *context,
+                                     size_t replay_size);
+typedef int (*ferrum_replay_set_gpu_sink_sized_fn)(ferrum_replay_gpu_sink_fn sink, void *context,
+                                                   size_t replay_size);
 
 /* What GPU timing did in this process so far. */
 typedef struct ferrum_replay_gpu_status {

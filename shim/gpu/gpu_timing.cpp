@@ -165,6 +165,7 @@ uint64_t g_wake_target = 0;
 pthread_mutex_t g_sink_mutex = PTHREAD_MUTEX_INITIALIZER;
 ferrum_replay_gpu_sink_fn g_sink = nullptr;  // (g_sink_mutex)
 void *g_sink_context = nullptr;
+size_t g_sink_stride = sizeof(ferrum_replay_gpu_replay);  // (g_sink_mutex) set_sink
 
 // 256: a reaper's batch and its names (Engine::reap_pass) stay within the 64 KiB of its stack
 // that 512 replays took before names were copied; the rest is the sink's.
@@ -182,10 +183,24 @@ bool on_reaper() {
 // held — a thread that returned with a cancel pending was "cancelled" in its key's destructor,
 // and the next thread to register waited for ever.
 
-void deliver(const ferrum_replay_gpu_replay *batch, size_t count) {
+// Hands `batch` to the sink in the sink's layout: a sink built against a shorter struct steps
+// through the array by its own sizeof, so each replay is moved down to its stride, cut to the
+// fields the sink knows (`size` says so). In place, front to back: a replay moves only down, over
+// ones already moved.
+void deliver(ferrum_replay_gpu_replay *batch, size_t count) {
   if (count == 0) return;
   common::lock_ours(&g_sink_mutex);
-  if (g_sink) g_sink(batch, count, g_sink_context);
+  if (g_sink) {
+    const size_t stride = g_sink_stride;
+    if (stride < sizeof *batch) {
+      char *bytes = reinterpret_cast<char *>(batch);
+      for (size_t i = 0; i < count; ++i) {
+        batch[i].size = static_cast<uint32_t>(stride);
+        memmove(bytes + i * stride, &batch[i], stride);
+      }
+    }
+    g_sink(batch, count, g_sink_context);
+  }
   common::unlock_ours(&g_sink_mutex);
 }
 
@@ -476,7 +491,7 @@ void prepare_current_context() {
   if (engine().prepare_current_context() && register_thread()) start_reaper();
 }
 
-int set_sink(ferrum_replay_gpu_sink_fn sink, void *context) {
+int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size) {
   install_handlers();
   // The reaper holds the sink mutex while it delivers: once this returns, the old sink is
   // never called again (unless called from inside the sink, which must not happen).
@@ -484,6 +499,8 @@ int set_sink(ferrum_replay_gpu_sink_fn sink, void *context) {
   if (!inside) common::lock_ours(&g_sink_mutex);
   g_sink = sink;
   g_sink_context = sink ? context : nullptr;
+  g_sink_stride = replay_size < sizeof(ferrum_replay_gpu_replay) ? replay_size
+                                                                 : sizeof(ferrum_replay_gpu_replay);
   if (!inside) common::unlock_ours(&g_sink_mutex);
   return 0;
 }

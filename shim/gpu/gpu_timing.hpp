@@ -127,7 +127,9 @@ inline void note_primary_context(CUdevice device, CUcontext context) {
 }
 
 // ferrum_replay_set_gpu_sink / ferrum_replay_gpu_flush, once the caller knows timing is on.
-int set_sink(ferrum_replay_gpu_sink_fn sink, void *context);
+// `replay_size`: the sink's own sizeof(ferrum_replay_gpu_replay), or the first layout's for a
+// sink registered the first way; replays reach it that many bytes apart (at most ours).
+int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size);
 int flush(ferrum_replay_gpu_status *status);
 
 }  // namespace ferrum_replay::shim::gpu

@@ -12,7 +12,7 @@
 //   cuCtxDestroy, cuDevicePrimaryCtxRelease, GPU timing's event pools go before their context
 //   cuDevicePrimaryCtxReset (and _v2 forms)  (shim/gpu/gpu_timing.hpp)
 //   cuDevicePrimaryCtxRetain                 which context is the device's primary one
-//   ferrum_replay_set_gpu_sink, _gpu_flush   GPU times per replay, handed to a tool
+//   ferrum_replay_set_gpu_sink(_sized), _gpu_flush   GPU times per replay, handed to a tool
 //   cuGetProcAddress / cuGetProcAddress_v2   the driver's lookup: its answers for
 //                                            cuGraphLaunch and for itself are wrapped
 //                                            (lookup_wrappers.cpp)
@@ -218,7 +218,14 @@ __attribute__((visibility("default"))) int ferrum_replay_pop_graph_name(void) {
 __attribute__((visibility("default"))) int ferrum_replay_set_gpu_sink(
     ferrum_replay_gpu_sink_fn sink, void *context) {
   if (!ferrum_replay::shim::gpu_timing_asked()) return -ENOTSUP;
-  return ferrum_replay::shim::gpu::set_sink(sink, context);
+  return ferrum_replay::shim::gpu::set_sink(sink, context, FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE);
+}
+
+__attribute__((visibility("default"))) int ferrum_replay_set_gpu_sink_sized(
+    ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size) {
+  if (!ferrum_replay::shim::gpu_timing_asked()) return -ENOTSUP;
+  if (replay_size < FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE) return -EINVAL;
+  return ferrum_replay::shim::gpu::set_sink(sink, context, replay_size);
 }
 
 __attribute__((visibility("default"))) int ferrum_replay_gpu_flush(

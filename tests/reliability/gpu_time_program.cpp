@@ -63,6 +63,16 @@
 //   no-keys N M       every thread-specific key of the process taken first (prints
 //                     keys_taken=<k>); then the main thread and M threads, one after the other,
 //                     launch one graph N times each, synchronised.
+//   sink N LAYOUT     a tool's GPU-time sink registered by the program itself (no recorder), as
+//                     a tool built against LAYOUT of ferrum_replay.h reads the batches: `first`
+//                     (ferrum_replay_set_gpu_sink, the struct before it grew, indexed by its
+//                     sizeof), `sized` (ferrum_replay_set_gpu_sink_sized with today's sizeof,
+//                     stepping by `size`), `sized-first` (the same with the first layout's
+//                     size), `sized-newer` (a size 32 bytes larger: a tool newer than the shim),
+//                     `sized-short` (8 bytes: refused). Graphs 1, 2, 3 launched N times each,
+//                     in turn, on one stream; synchronised; flushed. Prints set_sink=<rc>, a line
+//                     `sink_replay size= category= replay= name= dur_ns= context=` per replay
+//                     (context: `absent` where `size` does not cover it), flush=<rc>.
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
@@ -76,7 +86,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+#include <ferrum_replay/ferrum_replay.h>
+
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -308,6 +322,93 @@ int usage() {
 
 }  // namespace
 
+// The first layout of ferrum_replay_gpu_replay, as a tool compiled before the struct grew
+// declares it. The header only ever grows at its end: these offsets must stay its own.
+struct FirstLayoutReplay {
+  uint32_t size;
+  int32_t device;
+  uint64_t stream;
+  const char *name;
+  uint32_t category;
+  uint64_t replay;
+  uint64_t start_ns;
+  uint64_t end_ns;
+  uint64_t align_error_ns;
+};
+static_assert(sizeof(FirstLayoutReplay) == FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE);
+static_assert(offsetof(FirstLayoutReplay, name) == offsetof(ferrum_replay_gpu_replay, name));
+static_assert(offsetof(FirstLayoutReplay, replay) == offsetof(ferrum_replay_gpu_replay, replay));
+static_assert(offsetof(FirstLayoutReplay, align_error_ns) ==
+              offsetof(ferrum_replay_gpu_replay, align_error_ns));
+
+void print_replay(uint32_t size, uint32_t category, uint64_t replay, const char *name,
+                  uint64_t start_ns, uint64_t end_ns, const uint64_t *context) {
+  char owner[32] = "absent";
+  if (context)
+    std::snprintf(owner, sizeof owner, "%#llx", static_cast<unsigned long long>(*context));
+  std::printf("sink_replay size=%u category=%u replay=%llu name=%s dur_ns=%llu context=%s\n", size,
+              category, static_cast<unsigned long long>(replay), name ? name : "(null)",
+              static_cast<unsigned long long>(end_ns - start_ns), owner);
+}
+
+// A tool built against the first layout: steps through the batch by its own sizeof.
+void first_layout_sink(const ferrum_replay_gpu_replay *replays, size_t count, void *) {
+  const auto *r = reinterpret_cast<const FirstLayoutReplay *>(replays);
+  for (size_t i = 0; i < count; ++i)
+    print_replay(r[i].size, r[i].category, r[i].replay, r[i].name, r[i].start_ns, r[i].end_ns,
+                 nullptr);
+}
+
+// A tool that registered its size: steps by `size`, reads only what `size` covers.
+void sized_sink(const ferrum_replay_gpu_replay *replays, size_t count, void *) {
+  const size_t stride = count ? replays[0].size : 0;
+  const char *bytes = reinterpret_cast<const char *>(replays);
+  for (size_t i = 0; i < count; ++i) {
+    ferrum_replay_gpu_replay r{};
+    std::memcpy(&r, bytes + i * stride, stride < sizeof r ? stride : sizeof r);
+    const bool owner = r.size >= offsetof(ferrum_replay_gpu_replay, context) + sizeof r.context;
+    print_replay(r.size, r.category, r.replay, r.name, r.start_ns, r.end_ns,
+                 owner ? &r.context : nullptr);
+  }
+}
+
+int sink_mode(long n, const std::string &layout) {
+  auto set_sink = reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(
+      dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK));
+  auto set_sized = reinterpret_cast<ferrum_replay_set_gpu_sink_sized_fn>(
+      dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK_SIZED));
+  auto flush =
+      reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
+  if (!set_sink || !set_sized || !flush) {
+    std::fprintf(stderr, "gpu_time_program: the shim's GPU sink functions are not there\n");
+    return 1;
+  }
+  const size_t ours = sizeof(ferrum_replay_gpu_replay);
+  int registered = -1;
+  if (layout == "first")
+    registered = set_sink(first_layout_sink, nullptr);
+  else if (layout == "sized")
+    registered = set_sized(sized_sink, nullptr, ours);
+  else if (layout == "sized-first")
+    registered = set_sized(sized_sink, nullptr, FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE);
+  else if (layout == "sized-newer")
+    registered = set_sized(sized_sink, nullptr, ours + 32);
+  else if (layout == "sized-short")
+    registered = set_sized(sized_sink, nullptr, 8);
+  else
+    return usage();
+  std::printf("set_sink=%d\n", registered);
+  new_context();
+  CUstream stream = new_stream();
+  CUgraphExec graphs[3] = {make_exec(), make_exec(), make_exec()};
+  for (long i = 0; i < n; ++i)
+    for (CUgraphExec exec : graphs) launch(exec, stream);
+  check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  std::fflush(stdout);
+  std::printf("flush=%d\n", flush(nullptr));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) return usage();
   const std::string mode = argv[1];
@@ -315,7 +416,11 @@ int main(int argc, char **argv) {
   const long m = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 0;
   check(cuInit(0), "cuInit");
 
-  if (mode == "ctx-destroy") {
+  if (mode == "sink") {
+    if (argc < 4) return usage();
+    const int status = sink_mode(n, argv[3]);
+    if (status != 0) return status;
+  } else if (mode == "ctx-destroy") {
     CUcontext a = new_context();
     CUstream s = new_stream();
     launches(make_exec(), s, n);

@@ -219,6 +219,55 @@ def default_streams_apart():
     expect_balanced(run_)
 
 
+def sink_layouts():
+    """F85: a tool's sink gets the batch in the layout it was built against. The struct grew
+    (F78's context and thread) and a sink is handed an array: a sink built against the first
+    layout read the first replay of each batch and garbage after it (a name read from another
+    field: a crash on the shim's thread). Each way of registering, 3 graphs x 4 replays: every
+    replay reaches the sink whole, under its graph's name, with its simulated duration, and
+    `size` says which fields are there; a size below the first layout's is refused."""
+    ours = None
+    for layout, size in (("first", 64), ("sized", None), ("sized-first", 64),
+                         ("sized-newer", None), ("sized-short", None)):
+        run_ = program("sink", 4, layout, timeout=60,
+                       env={"FERRUM_STANDIN_GRAPH_NS": "100000,200000,300000",
+                            "FERRUM_REPLAY_SITE": "off"})
+        expect(run_.returncode == 0 and "launches=12 failed=0" in run_.stdout,
+               f"{layout}: program failed", run_)
+        replays = []
+        for line in run_.stdout.splitlines():
+            if line.startswith("sink_replay "):  # the name holds a space: taken by its own
+                fields = dict(f.split("=", 1) for f in line.split(" ") if "=" in f)
+                fields["name"] = line.split(" name=", 1)[1].split(" dur_ns=")[0]
+                replays.append(fields)
+        if layout == "sized-short":
+            expect("set_sink=-22" in run_.stdout and not replays,
+                   "a size below the first layout's: -EINVAL, nothing delivered", run_)
+            continue
+        expect("set_sink=0" in run_.stdout and "flush=0" in run_.stdout, f"{layout}: set-up", run_)
+        expect(len(replays) == 12, f"{layout}: {len(replays)} replays reached the sink, not 12",
+               run_)
+        sizes = {int(r["size"]) for r in replays}
+        if size is None:
+            expect(len(sizes) == 1 and min(sizes) > 64, f"{layout}: sizes {sizes}", run_)
+            ours = ours or min(sizes)
+            expect(min(sizes) == ours, f"{layout}: size {sizes}, the shim's is {ours}", run_)
+        else:
+            expect(sizes == {size}, f"{layout}: sizes {sizes}, expected {size}", run_)
+        seen = {}
+        for r in replays:
+            category = int(r["category"])
+            expect(r["name"] == f"graph {category}", f"{layout}: replay {r}", run_)
+            simulated = 100000 * category
+            expect(abs(int(r["dur_ns"]) - simulated) <= simulated // 20,
+                   f"{layout}: {r['dur_ns']} ns for graph {category} ({simulated} simulated)", run_)
+            expect((r["context"] == "absent") == (int(r["size"]) == 64) and
+                   r["context"] not in ("0", "0x0"), f"{layout}: context {r['context']}", run_)
+            seen.setdefault(category, []).append(int(r["replay"]))
+        expect({c: sorted(n) for c, n in seen.items()} == {c: [1, 2, 3, 4] for c in (1, 2, 3)},
+               f"{layout}: replay numbers {seen}", run_)
+
+
 def shared_stream_times_own_replay():
     """F79 (open; should_fail in meson.build): two threads launch their graphs, of 20 and 60 us,
     2,000 times each on one stream. A replay timed is charged its own graph's time: each GPU
@@ -480,7 +529,7 @@ def no_thread_keys():
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
     burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, replay_named_as_launched,
-    default_streams_apart, shared_stream_times_own_replay, capture_untouched,
+    default_streams_apart, sink_layouts, shared_stream_times_own_replay, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
     no_thread_keys)}

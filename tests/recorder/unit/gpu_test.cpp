@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -105,6 +106,33 @@ TEST_CASE("replays become GPU events on one track per (device, stream), in trace
   CHECK(trace.find("\"gpu\":{\"timed\":4,\"inFlightAtExit\":2,\"notTimed\":5,"
                    "\"alignErrorNs\":1500}") != std::string::npos);
   CHECK(count_of(trace, "\"thread_sort_index\"") == 3);
+}
+
+// A shim whose struct is the first layout (before `context` and `thread`): its batch is an array
+// of that size, and every replay of it is read, not just the first.
+TEST_CASE("a shim of the first layout: its replays are FIRST_SIZE bytes apart, each one read") {
+  Recorder r(Settings{}, 0);
+  GpuStatus status;
+  status.registered = true;
+  r.set_gpu_status(status);
+  constexpr size_t kFirst = FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE;
+  static_assert(kFirst < sizeof(ferrum_replay_gpu_replay));
+  const char *names[3] = {"alpha", "beta", "gamma"};
+  alignas(ferrum_replay_gpu_replay) unsigned char bytes[3 * kFirst];
+  memset(bytes, 0xEE, sizeof bytes);
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto one = replay(0, i == 2 ? 0 : 0x7f00, names[i], i + 1, 1000 * (i + 1), 1000 * (i + 1) + 50);
+    one.size = kFirst;
+    memcpy(bytes + i * kFirst, &one, kFirst);
+  }
+  GpuTracks::sink(reinterpret_cast<const ferrum_replay_gpu_replay *>(bytes), 3, &r.gpu());
+  const Snapshot snap = r.snapshot();
+  REQUIRE(snap.gpu_replay_count() == 3);
+  REQUIRE(snap.gpu_tracks.size() == 2);
+  // Without `context`, the legacy stream is the device's one track, as that shim meant it.
+  CHECK(snap.gpu_tracks[1].name == "GPU 0 \xC2\xB7 stream 0 (legacy default)");
+  const std::string trace = render_trace(snap);
+  for (const char *name : names) CHECK(count_of(trace, std::string("\"name\":\"") + name) == 1);
 }
 
 TEST_CASE("a replay that ends before it starts has duration 0; a too-short struct is skipped") {
@@ -241,6 +269,42 @@ TEST_CASE("default streams: a track per context and thread, later threads sharin
         "GPU 0 \xC2\xB7 stream 0x2 (per-thread default of threads beyond the first 256, "
         "context 3)");
   CHECK(snap.gpu_tracks.back().events.size() == 53);
+}
+
+// F86: a program that makes and ends a context per job (or a driver that never reuses a
+// context's handle) had a legacy track per context, until the 4,096 tracks were used up and every
+// later replay, its own streams' too, was dropped.
+TEST_CASE("default streams: contexts beyond the first 64 share one track; nothing is dropped") {
+  Recorder r(Settings{}, 0);
+  GpuStatus status;
+  status.registered = true;
+  r.set_gpu_status(status);
+  std::vector<ferrum_replay_gpu_replay> batch;
+  const uint64_t contexts = kMaxGpuTracks + 100;
+  for (uint64_t c = 0; c < contexts; ++c) {
+    auto legacy = replay(0, 0, "g", 1, 10 * c, 10 * c + 5);
+    legacy.context = 0x1000 + c;
+    batch.push_back(legacy);
+    auto per_thread = replay(0, 2, "g", 2, 10 * c, 10 * c + 5);
+    per_thread.context = 0x1000 + c;
+    per_thread.thread = 7 + static_cast<uint32_t>(c);
+    batch.push_back(per_thread);
+  }
+  batch.push_back(replay(0, 0x7f00, "own", 1, 1, 2));  // the program's own stream, after them
+  GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
+  const Snapshot snap = r.snapshot();
+  CHECK(snap.gpu_replay_count() == batch.size());
+  CHECK(r.gpu().dropped() == 0);
+  // 64 contexts' legacy and per-thread tracks, one of each for the rest, the program's stream.
+  REQUIRE(snap.gpu_tracks.size() == 2 * kMaxContextTracks + 2 + 1);
+  size_t later = 0;
+  for (const ThreadSnapshot &t : snap.gpu_tracks) {
+    if (t.name.find("of contexts beyond the first 64)") == std::string::npos) continue;
+    ++later;
+    CHECK(t.events.size() == contexts - kMaxContextTracks);
+  }
+  CHECK(later == 2);
+  CHECK(snap.gpu_tracks.back().name == "GPU 0 \xC2\xB7 stream 0x7f00");
 }
 
 TEST_CASE("percentiles: exact below 32 ns, within 3.2% above, clamped to [min, max]") {
