@@ -87,9 +87,10 @@ typedef int (*ferrum_replay_pop_graph_name_fn)(void);
  * With GPU timing on (FERRUM_REPLAY_GPU_TIME=on; `ferrum-replay record` turns it on), the
  * shim brackets each timed replay with two driver events on the launch's stream and reads
  * them off the launch path once the GPU has passed them. A tool that wants those times (the
- * bundled recorder does) looks up FERRUM_REPLAY_SET_GPU_SINK with dlsym(RTLD_DEFAULT, ...)
- * and registers a sink; without the shim the lookup finds nothing and the tool goes on
- * without GPU times. Both functions are safe to call from any thread. */
+ * bundled recorder does) looks up FERRUM_REPLAY_SET_GPU_SINK_SIZED (a shim older than it:
+ * FERRUM_REPLAY_SET_GPU_SINK) with dlsym(RTLD_DEFAULT, ...) and registers a sink; without the
+ * shim the lookup finds nothing and the tool goes on without GPU times. These functions are
+ * safe to call from any thread. */
 
 #define FERRUM_REPLAY_SET_GPU_SINK "ferrum_replay_set_gpu_sink"
 #define FERRUM_REPLAY_SET_GPU_SINK_SIZED "ferrum_replay_set_gpu_sink_sized"
@@ -101,7 +102,8 @@ typedef int (*ferrum_replay_pop_graph_name_fn)(void);
  * The struct only grows at its end, and a sink gets an array of them: a sink built against an
  * older header must get its own stride (see ferrum_replay_set_gpu_sink_sized). */
 typedef struct ferrum_replay_gpu_replay {
-  uint32_t size;           /* sizeof(ferrum_replay_gpu_replay) of the shim that filled it */
+  uint32_t size;           /* this element's length, the fields it holds: the shim's sizeof,
+                              or less for a sink that asked for less (the array's stride) */
   int32_t device;          /* CUDA device ordinal of the launch's context, -1 if unknown */
   uint64_t stream;         /* the launch's stream handle as passed (0: legacy NULL stream,
                               also CU_STREAM_LEGACY; 2: CU_STREAM_PER_THREAD, also what _ptsz
