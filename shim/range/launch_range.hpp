@@ -159,7 +159,7 @@ class LaunchRange {
   uint64_t replay() const { return replay_; }
   uint32_t category() const { return record_.ordinal; }
   const char *message() const { return record_text(record_); }
-  // The label behind message(), read once with it; null when the graph has none (record.name).
+  // The graph's current label; null when it has none (message() is then the record's name).
   const GraphLabel *label() const { return record_.label.load(std::memory_order_acquire); }
 
   LaunchRange(const LaunchRange &) = delete;
