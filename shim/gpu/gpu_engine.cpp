@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <new>
 
+#include "gpu/stream_watch.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim::gpu {
@@ -210,6 +211,7 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   *requested = false;
   if (g_config.every > 1 && (replay - 1) % g_config.every != 0) {
     count(Untimed::sampled_out);
+    watch_sampled_out(stream, per_thread);
     return;
   }
   CUcontext context = nullptr;
@@ -218,6 +220,8 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
     count(Untimed::no_context);
     return;
   }
+  // From here the replay's graph goes on the stream, timed or not: others must know (F79).
+  open_window(stream_key(stream, per_thread, context));
   Pool *pool = find_pool(context, requested);
   if (!pool) {
     count(Untimed::pool_not_ready);
@@ -235,6 +239,8 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   if (!is_capturing || !record || is_capturing(stream, &capture) != CUDA_SUCCESS ||
       capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    // A captured launch runs nothing now: no window (one whose query failed keeps its own).
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) close_window();
     count(Untimed::capturing);
     return;
   }
@@ -302,7 +308,10 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
 
 void Engine::end(Ticket &ticket, bool launched) {
   Pool *pool = ticket.pool;
-  if (!pool) return;
+  if (!pool) {  // not timed; its window, if one is open, closes all the same
+    close_window();
+    return;
+  }
   ticket.pool = nullptr;
   // Given back meanwhile (give_back_abandoned: a graph call judged this one abandoned): the
   // pair may be another launch's now, and this replay is counted already.
@@ -311,24 +320,34 @@ void Engine::end(Ticket &ticket, bool launched) {
   Pair &pair = *ticket.pair;
   // The pair is claimed by this thread: release_pool waits for it before it destroys any
   // event, so both events are alive here. A pool on its way out gets its pair back unused.
+  Untimed why = Untimed::count_;  // timed
   if (pool->state.load(std::memory_order_acquire) != kReady) {
-    let_name_go(pair);
-    pair.state.store(kFree, std::memory_order_release);
-    count(Untimed::context_dropped);
+    why = Untimed::context_dropped;
+  } else if (!launched) {
+    why = Untimed::launch_failed;
+  } else {
+    auto record = ticket.per_thread ? api_.event_record_ptsz : api_.event_record;
+    if (record(pair.end, ticket.stream) != CUDA_SUCCESS) why = Untimed::event_error;
+  }
+  // After the last enqueue: did another thread's launch use the stream meanwhile? (F79)
+  if (!close_window() && why == Untimed::count_) why = Untimed::stream_shared;
+  if (__builtin_expect(why == Untimed::count_, 1)) {
+    pair.state.store(kRecorded, std::memory_order_release);
     return;
   }
-  auto record = ticket.per_thread ? api_.event_record_ptsz : api_.event_record;
-  if (!launched) {
-    let_name_go(pair);
-    pair.state.store(kFree, std::memory_order_release);
-    count(Untimed::launch_failed);
-  } else if (record(pair.end, ticket.stream) != CUDA_SUCCESS) {
-    let_name_go(pair);
-    pair.state.store(kFree, std::memory_order_release);
-    count(Untimed::event_error);
-  } else {
-    pair.state.store(kRecorded, std::memory_order_release);
-  }
+  let_name_go(pair);
+  pair.state.store(kFree, std::memory_order_release);
+  count(why);
+}
+
+void Engine::watch_sampled_out(CUstream stream, bool per_thread) {
+  if (own_default_stream(stream, per_thread)) return;
+  CUcontext context = nullptr;
+  if (legacy_default_stream(stream, per_thread) &&
+      (stopped_.load(std::memory_order_relaxed) || !api_.ctx_get_current ||
+       api_.ctx_get_current(&context) != CUDA_SUCCESS || !context))
+    return;
+  open_window(stream_key(stream, per_thread, context));
 }
 
 bool Engine::align(Pool &pool) {
@@ -746,6 +765,7 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
 }
 
 void Engine::give_back_abandoned() {
+  if (window_open()) close_window();  // the stream's window the jump left open
   Pair *pair = t_held_pair;
   if (!pair) return;
   t_held_pair = nullptr;
@@ -819,6 +839,7 @@ void Engine::reset_in_child() {
   pending_count_ = 0;  // the parent's replays
   t_thread_id = 0;     // the forking thread's, in the parent
   ending_ = 0;         // the calls in progress were the parent's threads'
+  reset_stream_slots_in_child();
   for (auto &primary : primary_) primary.store(nullptr, std::memory_order_relaxed);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     keys_[i].store(nullptr, std::memory_order_relaxed);

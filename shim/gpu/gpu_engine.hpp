@@ -150,11 +150,13 @@ enum class Untimed : unsigned {
   context_dropped,  // the context was destroyed while the replay was in flight
   unregistered,     // its thread could not be registered (gpu_timing.cpp): no key left
   abandoned,        // the launch was left by a jump (siglongjmp) before its end event
+  stream_shared,    // another thread's launch used its stream meanwhile (stream_watch.hpp)
   count_
 };
 inline constexpr const char *kUntimedNames[] = {
-    "sampled out", "no context",    "pool not ready",    "pool exhausted",        "capturing",
-    "event error", "launch failed", "context destroyed", "thread not registered", "left by a jump"};
+    "sampled out",  "no context",    "pool not ready",    "pool exhausted",        "capturing",
+    "event error",  "launch failed", "context destroyed", "thread not registered", "left by a jump",
+    "stream shared"};
 static_assert(sizeof kUntimedNames / sizeof *kUntimedNames ==
               static_cast<unsigned>(Untimed::count_));
 
@@ -174,17 +176,21 @@ class Engine {
   const EventApi &api() const { return api_; }
 
   // ---- the launch path: lock-free, allocation-free, never waits ----
-  // Decides whether this replay is timed and records its start event. `replay` is the graph's
-  // 1-based replay number. `requested` is set when this launch asked for a new pool (the
-  // caller then makes sure a reaper runs). A timed replay's ticket is filled in place, field by
-  // field, in the caller's frame: a ticket returned by value was stored in pieces and read
-  // back whole (a store-forwarding stall; about 5 ns per launch in paired runs).
+  // Decides whether this replay is timed, opens a window on its stream (stream_watch.hpp: every
+  // launch on a stream other threads may use, timed or not) and records its start event.
+  // `replay` is the graph's 1-based replay number. `requested` is set when this launch asked
+  // for a new pool (the caller then makes sure a reaper runs). A timed replay's ticket is
+  // filled in place, field by field, in the caller's frame: a ticket returned by value was
+  // stored in pieces and read back whole (a store-forwarding stall; about 5 ns per launch in
+  // paired runs).
   // `name_holds` (may be null): the count that name's owner keeps of the pairs naming it; one
   // more while this replay's pair holds the name (Pair::name_holds).
   void begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
              std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay,
              bool *requested);
-  // After the real launch: records the end event and hands the pair to the reaper.
+  // After the real launch: records the end event and hands the pair to the reaper. For every
+  // launch that opened a window on its stream (stream_watch.hpp), timed or not, it closes it;
+  // a timed replay that met another thread's launch there is not timed ("stream shared").
   void end(Ticket &ticket, bool launched);
   // A launch of this thread that never reached end(): left by a jump (siglongjmp out of the
   // driver, from a signal handler), which runs no destructor. Its pair would stay claimed for
@@ -274,6 +280,7 @@ class Engine {
     untimed_[static_cast<unsigned>(why)].fetch_add(n, std::memory_order_relaxed);
   }
   enum class ReadResult { not_ready, read, failed };
+  void watch_sampled_out(CUstream stream, bool per_thread);
   ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into,
                               char *name_copy);
   void harvest_locked(uint32_t slot, uint64_t bound_ns);

@@ -475,7 +475,8 @@ bool make_launch_ready() {
     engine().not_timed(Untimed::unregistered);
     return false;
   }
-  t_launch_ready = true;  // both hold for good: this thread's later launches go straight on
+  prepare_stream_slots();  // once per process (stream_watch.hpp)
+  t_launch_ready = true;   // both hold for good: this thread's later launches go straight on
   return true;
 }
 

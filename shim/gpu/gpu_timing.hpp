@@ -20,6 +20,7 @@
 #include <cuda.h>
 
 #include "gpu/gpu_engine.hpp"
+#include "gpu/stream_watch.hpp"
 
 namespace ferrum_replay::shim::gpu {
 
@@ -43,7 +44,8 @@ inline void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const
   if (__builtin_expect(requested, 0)) start_reaper();
 }
 inline void launch_end(Ticket &ticket, bool launched) {
-  if (ticket.pool) engine().end(ticket, launched);  // untimed: nothing to do
+  // Untimed, and no window open on a watched stream (stream_watch.hpp): nothing to do.
+  if (ticket.pool || window_open()) engine().end(ticket, launched);
 }
 // The calling thread's launch left by a jump, if it timed one (Engine::give_back_abandoned).
 inline void give_back_abandoned() {

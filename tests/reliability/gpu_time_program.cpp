@@ -29,8 +29,10 @@
 //                     launch a graph each N times on their legacy default streams (NULL),
 //                     interleaved, synchronised. Graphs 1 and 2 per thread, 3 (the second
 //                     context's) and 4 on the legacy streams.
-//   shared-stream N   two threads launch a graph each (graphs 1 and 2) N times on one stream
-//                     of the program's, at once; synchronised.
+//   shared-stream N [legacy]  two threads, a graph each (graphs 1 and 2), on one stream of the
+//                     program's (`legacy`: the legacy default stream, NULL): one thread launches
+//                     N times alone, then both N times each at once, then the other N times
+//                     alone; synchronised.
 //   exit-in-flight N  N launches, then exit(0) with the replays in flight (no synchronisation).
 //   capture N         one graph: N launches on a stream, then the same graph launched N times
 //                     into a capture of another stream; the captured graph is instantiated and
@@ -287,15 +289,25 @@ void *launch_per_thread(void *argument) {
   return nullptr;
 }
 
-// One thread of shared-stream: its graph launched on the stream both threads use.
+// One thread of shared-stream: its graph launched on the stream both threads use, alone (the
+// thread that arrives first, then the other) and at once.
 void *launch_on_shared_stream(void *argument) {
   check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
   const CUgraphExec exec = *static_cast<const CUgraphExec *>(argument);
-  // Both threads launch at once, not one after the other.
+  auto launch_all = [exec] {
+    for (long i = 0; i < g_per_thread_count; ++i)
+      if (cuGraphLaunch(exec, g_shared_stream) != CUDA_SUCCESS) g_failed_per_thread.fetch_add(1);
+  };
+  const bool first = g_shared_ready.fetch_add(1) == 0;
+  if (first) launch_all();  // alone: the other waits
   g_shared_ready.fetch_add(1);
-  while (g_shared_ready.load() < 2) sched_yield();
-  for (long i = 0; i < g_per_thread_count; ++i)
-    if (cuGraphLaunch(exec, g_shared_stream) != CUDA_SUCCESS) g_failed_per_thread.fetch_add(1);
+  while (g_shared_ready.load() < 4) sched_yield();  // both at once, not one after the other
+  launch_all();
+  g_shared_ready.fetch_add(1);
+  if (!first) {
+    while (g_shared_ready.load() < 6) sched_yield();  // alone again: the first has finished
+    launch_all();
+  }
   return nullptr;
 }
 
@@ -527,10 +539,11 @@ int main(int argc, char **argv) {
     check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
     check(cuCtxSynchronize(), "cuCtxSynchronize");
   } else if (mode == "shared-stream") {
-    // Two threads, each N launches of its own graph on one stream of the program's, at once.
+    // Two threads, each 2N launches of its own graph on one stream, N of them at once.
     g_context = new_context();
-    g_shared_stream = new_stream();
+    g_shared_stream = argc > 3 && std::string(argv[3]) == "legacy" ? nullptr : new_stream();
     launch_on_two_threads(launch_on_shared_stream, n);
+    g_launches += 2 * static_cast<unsigned long long>(n);  // the N alone of each
     check(cuStreamSynchronize(g_shared_stream), "cuStreamSynchronize");
   } else if (mode == "exit-in-flight") {
     new_context();

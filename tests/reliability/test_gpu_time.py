@@ -273,30 +273,53 @@ def sink_layouts():
 
 
 def shared_stream_times_own_replay():
-    """F79 (open; should_fail in meson.build): two threads launch their graphs, of 20 and 60 us,
-    2,000 times each on one stream. A replay timed is charged its own graph's time: each GPU
-    event lasts its graph's simulated duration (a replay is counted as not timed where that
-    cannot be known). Today the other thread's replays that land between a replay's two
-    events are charged to it: ~130 of each graph's events read 80, 140, 200 ... us. A race: on
-    an idle machine it shows in every run, on a loaded one (the two threads seldom running at
-    once) in few, so it runs only with FERRUM_OPEN_FINDINGS=1 (skipped otherwise), up to five
-    times, and fails on the first run that shows it."""
-    if os.environ.get("FERRUM_OPEN_FINDINGS") != "1":
-        return "skip: open finding F79, a race (FERRUM_OPEN_FINDINGS=1 runs it)"
-    for _ in range(5):
-        run_ = program("shared-stream", 2000, record=True,
-                       env={"FERRUM_STANDIN_GRAPH_NS": "20000,60000", "FERRUM_REPLAY_SITE": "off",
-                            "FERRUM_STANDIN_LAUNCH_QUEUE": "4096"})
-        expect(run_.returncode == 0 and "launches=4000 failed=0" in run_.stdout,
-               "program failed", run_)
-        expected = {"graph 1": 20, "graph 2": 60}
-        wrong = {}
-        for event in gpu_check.trace_check.gpu_replays(run_.trace):
-            if abs(event["dur"] - expected[event["name"]]) > 2:
-                wrong.setdefault(event["name"], []).append(round(event["dur"]))
-        expect(not wrong, "GPU events not of their graph's duration: " +
-               ", ".join(f"{name}: {len(d)} ({sorted(set(d))[:6]} us)"
-                         for name, d in wrong.items()), run_)
+    """F79: two threads, a graph each (1 and 3 ms), on one stream: a stream of the program's, then
+    the legacy default stream (NULL). One thread launches 150 times alone, then both 150 times
+    each at once, then the other 150 times alone; each launch call returns 20 us after it queued
+    its replay, as a real one spends microseconds (FERRUM_STANDIN_LAUNCH_CALL_NS), so launches
+    made at once meet on the stream. Every GPU event lasts its own graph's simulated duration —
+    without the stream watch the other thread's replays queued between a replay's two events
+    were charged to it (1 ms replays read 4, 5, 7 ms); the replays that met another launch are
+    counted as not timed ("stream shared"), and no replay made alone is. The same with every
+    second replay timed (FERRUM_REPLAY_GPU_TIME_EVERY=2): the replays not timed go on the stream
+    too, and count the same for the timed ones they meet."""
+    n = 150
+    expected = {"graph 1": 1000, "graph 2": 3000}
+    for stream in ("own", "legacy"):
+        for every in (1, 2):
+            what = f"{stream} stream, every {every}"
+            run_ = program("shared-stream", n, *(["legacy"] if stream == "legacy" else []),
+                           record=True,
+                           env={"FERRUM_STANDIN_GRAPH_NS": "1000000,3000000",
+                                "FERRUM_REPLAY_SITE": "off",
+                                "FERRUM_STANDIN_LAUNCH_CALL_NS": "20000",
+                                "FERRUM_REPLAY_GPU_TIME_EVERY": str(every)})
+            expect(run_.returncode == 0 and f"launches={4 * n} failed=0" in run_.stdout,
+                   f"{what}: program failed", run_)
+            # The GPU is slower than the launches: each replay's start event waits for the
+            # replay before it, so its time is its own graph's. The stream's first replay also
+            # holds the moments before its launch reached an idle stream.
+            replays = sorted(gpu_check.trace_check.gpu_replays(run_.trace),
+                             key=lambda event: float(event["ts"]))
+            wrong = {}
+            for event in replays[1:]:
+                if abs(event["dur"] - expected[event["name"]]) > 2:
+                    wrong.setdefault(event["name"], []).append(round(event["dur"]))
+            expect(replays and not wrong, f"{what}: GPU events not of their graph's duration: " +
+                   ", ".join(f"{name}: {len(d)} ({sorted(set(d))[:6]} us)"
+                             for name, d in wrong.items()), run_)
+            gpu = one_summary(run_).gpu
+            why = gpu["why"]
+            shared, sampled = why.get("stream shared", 0), why.get("sampled out", 0)
+            # Each graph's replays 1, 3, 5 ... are timed with every 2: half of its 2n.
+            expect(set(why) <= {"stream shared", "sampled out"} and
+                   sampled == (2 * n if every == 2 else 0) and
+                   gpu["timed"] + shared + sampled == 4 * n and gpu["timed"] == len(replays),
+                   f"{what}: GPU line {gpu}, {len(replays)} GPU events", run_)
+            # The 2n made alone are all timed (those the sampling keeps), and launches made at
+            # once met.
+            expect(gpu["timed"] >= 2 * n // every and shared > 0,
+                   f"{what}: {gpu['timed']} timed, {shared} stream shared", run_)
 
 
 def capture_untouched():

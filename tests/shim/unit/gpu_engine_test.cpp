@@ -790,3 +790,131 @@ TEST_CASE("settings: FERRUM_REPLAY_GPU_TIME and _EVERY") {
   }
   delete env;
 }
+
+// ---- the stream watch (shim/gpu/stream_watch.hpp, F79) ----
+// Another thread's launch inside a window is played out on a thread of its own while the main
+// thread's window is open (one after the other: the fake driver is not thread-safe).
+namespace {
+struct Watched : Fixture {
+  explicit Watched(uint32_t every = 1) : Fixture(every) { gpu::prepare_stream_slots(); }
+  uint64_t shared() {
+    return engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::stream_shared)];
+  }
+  // A launch's first half: true when it is being timed.
+  bool begin(gpu::Ticket &ticket, CUstream stream, bool per_thread = false) {
+    bool requested = false;
+    engine->begin(ticket, stream, per_thread, "graph a", &holds, 1, ++replay, &requested);
+    return ticket.pool != nullptr;
+  }
+  void end(gpu::Ticket &ticket) {
+    engine->end(ticket, true);
+    driver.end_record = false;
+  }
+  // A whole launch: true when its time goes to the reaper (timed, and not met by another).
+  bool kept(CUstream stream, bool per_thread = false) {
+    const uint64_t before = shared();
+    gpu::Ticket ticket;
+    const bool timed = begin(ticket, stream, per_thread);
+    end(ticket);
+    return timed && shared() == before;
+  }
+  // The same on another thread, made now.
+  bool kept_elsewhere(CUstream stream, bool per_thread = false,
+                      CUcontext context = reinterpret_cast<CUcontext>(0x100)) {
+    bool timed = false;
+    std::thread([&] {
+      const CUcontext before = driver.current;
+      driver.current = context;
+      timed = kept(stream, per_thread);
+      driver.current = before;
+    }).join();
+    return timed;
+  }
+};
+}  // namespace
+
+TEST_CASE("gpu stream watch: another thread's launch inside a window: neither is timed") {
+  Watched f;
+  const CUstream stream = reinterpret_cast<CUstream>(0x5100);  // no other case's
+  CHECK_FALSE(f.launch(stream));                               // the pool is requested
+  f.reap();
+  for (int i = 0; i < 3; ++i) CHECK(f.kept(stream));  // one thread: its own
+  CHECK(f.shared() == 0);
+  gpu::Ticket mine;
+  REQUIRE(f.begin(mine, stream));
+  CHECK_FALSE(f.kept_elsewhere(stream));  // it met this one's open window
+  f.end(mine);                            // and this one met it
+  CHECK(f.shared() == 2);
+  CHECK(f.holds.load() == 3);  // the two given back let their name go
+  // Shared from now on, for both threads; each alone is timed again.
+  CHECK(f.kept(stream));
+  CHECK(f.kept_elsewhere(stream));
+  CHECK(f.kept(stream));
+  CHECK(f.shared() == 2);
+  // A window of the other thread's while this one's is open, shared mode now.
+  REQUIRE(f.begin(mine, stream));
+  CHECK_FALSE(f.kept_elsewhere(stream));
+  f.end(mine);
+  CHECK(f.shared() == 4);
+  f.driver.now += 1000000;
+  CHECK(f.reap() == 6);  // the timed ones, and none of those that met
+}
+
+TEST_CASE("gpu stream watch: a window left by a jump is closed at the thread's next call") {
+  Watched f;
+  const CUstream stream = reinterpret_cast<CUstream>(0x5200);
+  CHECK_FALSE(f.launch(stream));
+  f.reap();
+  for (bool shared_slot : {false, true}) {
+    CAPTURE(shared_slot);
+    if (shared_slot) f.kept_elsewhere(stream);  // the slot changes hands: shared for good
+    gpu::Ticket left;
+    REQUIRE(f.begin(left, stream));
+    f.engine->give_back_abandoned();  // the jump out of the launch, found at the next call
+    const uint64_t before = f.shared();
+    // The window is closed: later launches alone, of either thread, are timed.
+    CHECK(f.kept(stream));
+    CHECK(f.kept_elsewhere(stream));
+    CHECK(f.kept(stream));
+    CHECK(f.shared() == before);
+  }
+}
+
+TEST_CASE("gpu stream watch: the legacy stream is its context's; a per-thread stream, nobody's") {
+  Watched f;
+  CHECK_FALSE(f.launch(nullptr));
+  f.reap();
+  const CUcontext other = reinterpret_cast<CUcontext>(0x200);
+  gpu::Ticket mine;
+  // Another context's legacy stream is another stream (that launch itself is not timed: its
+  // context has no pool yet).
+  REQUIRE(f.begin(mine, nullptr));
+  f.kept_elsewhere(nullptr, false, other);
+  f.end(mine);
+  CHECK(f.shared() == 0);
+  // The per-thread default stream, whichever way it is spelled, is one thread's own.
+  REQUIRE(f.begin(mine, nullptr, true));
+  CHECK(f.kept_elsewhere(nullptr, true));
+  CHECK(f.kept_elsewhere(CU_STREAM_PER_THREAD));
+  f.end(mine);
+  CHECK(f.shared() == 0);
+  // The same context's legacy stream, spelled NULL or CU_STREAM_LEGACY, is one stream.
+  REQUIRE(f.begin(mine, nullptr));
+  CHECK_FALSE(f.kept_elsewhere(CU_STREAM_LEGACY));
+  f.end(mine);
+  CHECK(f.shared() == 2);
+}
+
+TEST_CASE("gpu stream watch: a replay not timed (sampled out) still counts for the timed one") {
+  Watched f(2);  // replays 1, 3, 5 ... timed
+  const CUstream stream = reinterpret_cast<CUstream>(0x5300);
+  CHECK_FALSE(f.launch(stream));  // replay 1: the pool is requested
+  f.reap();
+  CHECK_FALSE(f.launch(stream));  // 2: sampled out
+  gpu::Ticket mine;
+  REQUIRE(f.begin(mine, stream));         // 3
+  CHECK_FALSE(f.kept_elsewhere(stream));  // 4: sampled out, on the stream meanwhile
+  f.end(mine);
+  CHECK(f.shared() == 1);
+  CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::sampled_out)] == 2);
+}

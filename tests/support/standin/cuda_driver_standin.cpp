@@ -135,6 +135,9 @@
 //   FERRUM_STANDIN_LAUNCH_QUEUE=<n>  unfinished replays a stream holds before a launch blocks
 //                                    (default 1024; 1 makes every launch wait for the previous
 //                                    replay, so that ranges around launches last a replay).
+//   FERRUM_STANDIN_LAUNCH_CALL_NS=<n> a graph launch returns n ns after it queued its replay (a
+//                                    real cuGraphLaunch spends microseconds of CPU), so that two
+//                                    threads' launches on one stream meet.
 //   FERRUM_STANDIN_NO_EVENTS=1       a driver without the event API: cuGetProcAddress does not
 //                                    know the cuEvent* names; the exported functions return
 //                                    CUDA_ERROR_NOT_SUPPORTED.
@@ -314,6 +317,7 @@ struct Config {
   long long kernel_ns = 20000;
   std::vector<long long> graph_ns;
   size_t launch_queue = 1024;
+  long long launch_call_ns = 0;
   bool no_events = false;
   bool event_create_fail = false;
   bool trace = false;
@@ -355,6 +359,9 @@ __attribute__((noinline)) Config read_config() {
   }
   if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_QUEUE"); v != nullptr && v[0] != '\0') {
     c.launch_queue = std::max(1UL, std::strtoul(v, nullptr, 0));
+  }
+  if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_CALL_NS"); v != nullptr && v[0] != '\0') {
+    c.launch_call_ns = std::max(0LL, std::strtoll(v, nullptr, 0));
   }
   c.no_events = env_flag("FERRUM_STANDIN_NO_EVENTS");
   c.event_create_fail = env_flag("FERRUM_STANDIN_EVENT_CREATE_FAIL");
@@ -1975,7 +1982,9 @@ CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz,
   STANDIN_REQUIRE_INIT();
   const CUgraphExec_st *e = exec_resolve(hGraphExec);
   if (e == nullptr || !e->live.load(std::memory_order_acquire)) return CUDA_ERROR_INVALID_VALUE;
-  return enqueue_replay(hStream, ptsz, e->sim_ns.load(std::memory_order_relaxed));
+  const CUresult queued = enqueue_replay(hStream, ptsz, e->sim_ns.load(std::memory_order_relaxed));
+  if (c.launch_call_ns > 0) sleep_until_ns(now_ns() + c.launch_call_ns);
+  return queued;
 }
 
 INTERNAL CUresult i_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
