@@ -170,7 +170,8 @@ def name(graph_exec, graph_name):
 class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph_name(...)`)
     """A naming scope: every CUDA graph instantiated on this thread inside the block is
     named `graph_name` (the innermost scope's name when they nest). Works as a decorator
-    too. A no-op without the shim.
+    too, of generator and coroutine functions as well: each step of their body runs in the
+    scope, nothing while they are suspended. A no-op without the shim.
 
         with ferrum_replay.graph_name("decode bs=8"), torch.cuda.graph(g):
             ...
@@ -204,12 +205,83 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
         return False
 
     def __call__(self, function):
+        # The scope is open while the function's own code runs, and only then. A generator's,
+        # a coroutine's or an async generator's body runs after the call has returned, one
+        # step at a time: each step runs inside the scope, and between steps (suspended at a
+        # yield or an await) the thread's other code is not named after it.
+        import inspect  # here: a program that never decorates does not pay for importing it
+
+        if inspect.isasyncgenfunction(function):
+            @functools.wraps(function)
+            async def scoped_async_generator(*args, **kwargs):
+                inner = function(*args, **kwargs)
+                step = inner.asend(None)
+                while True:
+                    try:
+                        item = await _ScopedSteps(self, step)
+                    except StopAsyncIteration:
+                        return
+                    try:
+                        sent = yield item
+                    except GeneratorExit:
+                        await _ScopedSteps(self, inner.aclose())
+                        raise
+                    except BaseException as error:  # athrow(): into the body, in the scope
+                        step = inner.athrow(error)
+                    else:
+                        step = inner.asend(sent)
+            return scoped_async_generator
+        if inspect.iscoroutinefunction(function):
+            @functools.wraps(function)
+            async def scoped_coroutine(*args, **kwargs):
+                return await _ScopedSteps(self, function(*args, **kwargs))
+            return scoped_coroutine
+        if inspect.isgeneratorfunction(function):
+            @functools.wraps(function)
+            def scoped_generator(*args, **kwargs):
+                return (yield from self._steps(function(*args, **kwargs)))
+            return scoped_generator
+
         @functools.wraps(function)
         def scoped(*args, **kwargs):
             with self:
                 return function(*args, **kwargs)
         return scoped
 
+    def _steps(self, inner):
+        """Drives `inner` (a generator, or an awaitable's iterator) as `yield from` would, each
+        of its steps inside this scope."""
+        sent, thrown = None, None
+        while True:
+            with self:
+                try:
+                    item = inner.send(sent) if thrown is None else inner.throw(thrown)
+                except StopIteration as stop:
+                    return stop.value
+            sent, thrown = None, None
+            try:
+                sent = yield item
+            except GeneratorExit:
+                with self:  # its `finally` blocks run in the scope too
+                    inner.close()
+                raise
+            except BaseException as error:
+                thrown = error
+
     def __repr__(self):
         return f"ferrum_replay.graph_name({self._name.decode('utf-8', 'replace')!r})"
+
+
+class _ScopedSteps:
+    """An awaitable that awaits `awaitable`, each step of it inside `scope` (graph_name's
+    decorator on coroutines and async generators)."""
+
+    __slots__ = ("_scope", "_awaitable")
+
+    def __init__(self, scope, awaitable):
+        self._scope = scope
+        self._awaitable = awaitable
+
+    def __await__(self):
+        return (yield from self._scope._steps(self._awaitable.__await__()))
 

@@ -460,6 +460,88 @@ def python_package_scope_interrupted():
     expect(run_.returncode == 0 and run_.stdout == "interrupted\nleft=0\n", "program", run_)
 
 
+SCOPED_STEPS_PROGRAM = r"""
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+import name_graphs_ctypes as example
+import ferrum_replay
+cuda = example.open_driver()
+def launch_new():
+    exec_ = example.instantiate(cuda)[1]
+    example.check(cuda.cuGraphLaunch(exec_, None), "cuGraphLaunch")
+
+@ferrum_replay.graph_name("generator")
+def generator():
+    launch_new()
+    got = yield 1
+    launch_new()  # resumed with send()
+    try:
+        yield got
+    except ValueError:  # thrown in
+        launch_new()
+    try:
+        yield 3
+    finally:  # closed early
+        launch_new()
+
+@ferrum_replay.graph_name("coroutine")
+async def coroutine():
+    launch_new()
+    await asyncio.sleep(0)  # meanwhile another task's graph: not named after this scope
+    launch_new()
+    return 7
+
+async def meanwhile():
+    launch_new()
+
+@ferrum_replay.graph_name("async generator")
+async def async_generator():
+    launch_new()
+    await asyncio.sleep(0)
+    yield 1
+    launch_new()
+    yield 2
+
+values = []
+steps = generator()
+launch_new()  # created, not started: outside
+values.append(next(steps))
+launch_new()  # suspended at a yield: outside
+values.append(steps.send(2))
+values.append(steps.throw(ValueError("in")))
+steps.close()
+launch_new()
+
+async def main():
+    values.extend(await asyncio.gather(coroutine(), meanwhile()))
+    values.extend([item async for item in async_generator()])
+asyncio.run(main())
+print(values)
+pop = ferrum_replay._pop_graph_name  # None without the shim
+print("left=%d" % (sum(1 for _ in iter(pop, -22)) if pop else 0))
+"""
+
+
+def python_package_scope_decorates_steps():
+    """graph_name as a decorator of a generator, a coroutine and an async generator function
+    names the graphs their bodies instantiate — each step (to a yield, an await), resumed by
+    next, send or throw, and the `finally` that close runs — and not the graphs the thread
+    instantiates while they are suspended (the caller's, another asyncio task's). Before, the
+    scope closed as the call returned the generator or coroutine object, before any of its
+    body ran: none of its graphs took the name. The values come back unchanged, and nothing is
+    left pushed. The same program runs without the shim."""
+    expected = "[1, 2, 3, 7, None, 1, 2]\nleft=0\n"
+    run_ = run([sys.executable, "-c", SCOPED_STEPS_PROGRAM, EXAMPLES], env=PACKAGE_ENV)
+    expect(run_.returncode == 0 and run_.stdout == expected, "program", run_)
+    counts = counts_by_name(run_)
+    scoped = {name: counts.pop(name, 0) for name in ("generator", "coroutine", "async generator")}
+    expect(scoped == {"generator": 4, "coroutine": 2, "async generator": 2} and
+           sum(counts.values()) == 4, f"names {scoped}, the others {counts}", run_)
+    bare = run([sys.executable, "-c", SCOPED_STEPS_PROGRAM, EXAMPLES], env=PACKAGE_ENV,
+               preload=False, record=False)
+    expect(bare.returncode == 0 and bare.stdout == expected, "without the shim", bare)
+
+
 def names_file():
     """Ordinals and site patterns name graphs; each bad line is one numbered error."""
     path = with_file("# the server's graphs\n1 = prefill\nsite:* = decoder\nbogus line\n0 = x\n")
@@ -626,6 +708,7 @@ SCENARIOS = {f.__name__: f for f in (
     category_and_payload, site_at_launch, handle_reuse_gets_new_identity, user_names,
     user_names_from_two_threads, unusual_names, python_ctypes_names, python_package_names,
     python_package_unencodable_names, python_package_scope_interrupted,
+    python_package_scope_decorates_steps,
     scope_names, names_not_taken,
     scope_beats_names_file, names_file,
     names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
