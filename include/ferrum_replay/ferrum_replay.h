@@ -158,7 +158,8 @@ typedef struct ferrum_replay_gpu_status {
                               failure, sampled out, context destroyed while in flight, no
                               current context, launch failed, thread not registered, launch
                               left by a jump (siglongjmp), another thread's launch on the
-                              same stream between its two events (stream shared) */
+                              same stream between its two events (stream shared), its
+                              context beyond the 16 that have a pool */
   uint64_t sampled_out;    /* of not_timed: skipped by FERRUM_REPLAY_GPU_TIME_EVERY */
   uint64_t align_error_ns; /* the largest alignment error bound of any context */
 } ferrum_replay_gpu_status;

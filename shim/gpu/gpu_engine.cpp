@@ -188,7 +188,7 @@ struct Pool {
 
 Engine::~Engine() = default;
 
-Pool *Engine::find_pool(CUcontext context, bool *requested) {
+Pool *Engine::find_pool(CUcontext context, bool *requested, bool *full) {
   for (uint32_t i = 0; i < kMaxContexts; ++i)
     if (keys_[i].load(std::memory_order_acquire) == context)
       return pools_[i].load(std::memory_order_acquire);
@@ -202,6 +202,7 @@ Pool *Engine::find_pool(CUcontext context, bool *requested) {
     }
     if (expected == context) return nullptr;  // another thread asked for it just now
   }
+  *full = true;
   return nullptr;
 }
 
@@ -222,9 +223,10 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   }
   // From here the replay's graph goes on the stream, timed or not: others must know (F79).
   open_window(stream_key(stream, per_thread, context));
-  Pool *pool = find_pool(context, requested);
+  bool full = false;
+  Pool *pool = find_pool(context, requested, &full);
   if (!pool) {
-    count(Untimed::pool_not_ready);
+    count(full ? Untimed::contexts_full : Untimed::pool_not_ready);
     return;
   }
   // A look without a locked instruction first: a pool being made or dropped, or remade for
@@ -653,8 +655,8 @@ bool Engine::prepare_current_context() {
   if (stopped_.load(std::memory_order_relaxed) || !api_.ctx_get_current ||
       api_.ctx_get_current(&context) != CUDA_SUCCESS || !context)
     return false;
-  bool requested = false;
-  find_pool(context, &requested);
+  bool requested = false, full = false;
+  find_pool(context, &requested, &full);
   lock();
   bool known = false;
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {

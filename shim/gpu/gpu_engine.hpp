@@ -98,8 +98,8 @@ struct GraphStats {
 
 // ---- the pools ----
 inline constexpr uint32_t kPairsPerContext = 1024;  // replays in flight per context, at most
-inline constexpr uint32_t kMaxContexts = 16;
-inline constexpr uint32_t kMaxTimedGraphs = 1024;  // graphs with a row of GPU statistics
+inline constexpr uint32_t kMaxContexts = 16;        // kUntimedNames says "over 16 contexts"
+inline constexpr uint32_t kMaxTimedGraphs = 1024;   // graphs with a row of GPU statistics
 inline constexpr int kAlignTries = 5;
 inline constexpr uint64_t kEventResolutionNs = 500;
 inline constexpr uint32_t kClaimProbes = 4;
@@ -141,7 +141,7 @@ struct Ticket {
 // Why a replay was not timed (each counted).
 enum class Untimed : unsigned {
   sampled_out,
-  no_context,       // no current context, or the pool's context slots are all taken
+  no_context,       // no current context
   pool_not_ready,   // the context's pool is being created, or could not be
   pool_exhausted,   // every pair in flight
   capturing,        // the stream is being captured, or the query failed
@@ -151,12 +151,14 @@ enum class Untimed : unsigned {
   unregistered,     // its thread could not be registered (gpu_timing.cpp): no key left
   abandoned,        // the launch was left by a jump (siglongjmp) before its end event
   stream_shared,    // another thread's launch used its stream meanwhile (stream_watch.hpp)
+  contexts_full,    // its context came after kMaxContexts others that still have a pool
   count_
 };
 inline constexpr const char *kUntimedNames[] = {
-    "sampled out",  "no context",    "pool not ready",    "pool exhausted",        "capturing",
-    "event error",  "launch failed", "context destroyed", "thread not registered", "left by a jump",
-    "stream shared"};
+    "sampled out",    "no context",        "pool not ready",
+    "pool exhausted", "capturing",         "event error",
+    "launch failed",  "context destroyed", "thread not registered",
+    "left by a jump", "stream shared",     "over 16 contexts"};
 static_assert(sizeof kUntimedNames / sizeof *kUntimedNames ==
               static_cast<unsigned>(Untimed::count_));
 
@@ -284,7 +286,9 @@ class Engine {
   ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into,
                               char *name_copy);
   void harvest_locked(uint32_t slot, uint64_t bound_ns);
-  Pool *find_pool(CUcontext context, bool *requested);
+  // The context's pool; null while it is being made (`*requested`: asked for now), or when
+  // every slot is another context's (`*full`).
+  Pool *find_pool(CUcontext context, bool *requested, bool *full);
   void create_pool(uint32_t slot, bool align_now);
   bool align(Pool &pool);
   bool ensure_aligned(uint32_t slot);

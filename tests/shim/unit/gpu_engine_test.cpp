@@ -791,6 +791,31 @@ TEST_CASE("settings: FERRUM_REPLAY_GPU_TIME and _EVERY") {
   delete env;
 }
 
+TEST_CASE(
+    "gpu engine: a context beyond the 16th is not timed, and says why; a slot freed is used") {
+  Fixture f;
+  const auto context = [](uintptr_t i) { return reinterpret_cast<CUcontext>(0x9000 + 0x10 * i); };
+  for (uintptr_t i = 0; i < gpu::kMaxContexts; ++i) {
+    f.driver.current = context(i);
+    CHECK_FALSE(f.launch());  // each asks for a pool
+  }
+  f.reap();
+  f.driver.current = context(gpu::kMaxContexts);
+  CHECK_FALSE(f.launch());
+  CHECK_FALSE(f.launch());
+  gpu::Totals totals = f.engine->totals();
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::contexts_full)] == 2);
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::pool_not_ready)] == gpu::kMaxContexts);
+  CHECK(std::string(gpu::kUntimedNames[static_cast<unsigned>(gpu::Untimed::contexts_full)]) ==
+        "over 16 contexts");
+  // One of the 16 ends: the 17th gets its slot, and its replays are timed.
+  f.engine->drop_context(context(3));
+  CHECK_FALSE(f.launch());  // asks for a pool now
+  f.reap();
+  CHECK(f.launch());
+  f.driver.current = reinterpret_cast<CUcontext>(0x100);
+}
+
 // ---- the stream watch (shim/gpu/stream_watch.hpp, F79) ----
 // Another thread's launch inside a window is played out on a thread of its own while the main
 // thread's window is open (one after the other: the fake driver is not thread-safe).
