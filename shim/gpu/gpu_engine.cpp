@@ -246,8 +246,9 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
     count(Untimed::capturing);
     return;
   }
-  // The claim is the launch path's one locked instruction. This thread's own cursor (no shared
-  // counter to bump), seeded apart from other threads'; busy pairs are skipped by a plain load.
+  // The claim: the launch path's one locked instruction on a stream one thread uses (a shared
+  // one adds two: stream_watch.hpp). This thread's own cursor (no shared counter to bump),
+  // seeded apart from other threads'; busy pairs are skipped by a plain load.
   uint32_t cursor = t_claim_cursor;
   if (cursor == 0) cursor = seed_cursor();
   Pair *pair = nullptr;

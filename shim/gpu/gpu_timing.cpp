@@ -54,6 +54,8 @@ uint64_t monotonic_ns() {
 // 0: not resolved, 1: being resolved, 2: resolved (the engine's table is complete), 3: off for
 // the process (the driver cannot be kept loaded: keep_driver).
 std::atomic<int> g_api_state{0};
+// Said once: the stream table (stream_watch.hpp) could not be mapped.
+std::atomic<bool> g_stream_table_missing{false};
 
 // Before the engine has the functions (so before any event exists): one reference of its own to
 // each library they lie in (the driver), never dropped. Events may be in flight whenever the
@@ -475,8 +477,11 @@ bool make_launch_ready() {
     engine().not_timed(Untimed::unregistered);
     return false;
   }
-  prepare_stream_slots();  // once per process (stream_watch.hpp)
-  t_launch_ready = true;   // both hold for good: this thread's later launches go straight on
+  if (!prepare_stream_slots() && !g_stream_table_missing.exchange(true))
+    log_line(LogLevel::error,
+             "GPU timing: no memory for the stream table; replays on a stream that several "
+             "threads use may be charged each other's work");
+  t_launch_ready = true;  // both hold for good: this thread's later launches go straight on
   return true;
 }
 

@@ -13,16 +13,17 @@ constexpr uint64_t kOneWindow = 1;                  // the low half: windows ope
 constexpr uint64_t kOneOpened = uint64_t{1} << 32;  // the high half: windows opened, mod 2^32
 }  // namespace
 
-void prepare_stream_slots() {
-  if (g_stream_slots.load(std::memory_order_acquire)) return;
+bool prepare_stream_slots() {
+  if (g_stream_slots.load(std::memory_order_acquire)) return true;
   // Untouched pages cost nothing: a program with a few streams touches a few of them.
   void *memory =
       mmap(nullptr, kTableBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return;
+  if (memory == MAP_FAILED) return false;
   StreamSlot *expected = nullptr;
   if (!g_stream_slots.compare_exchange_strong(expected, static_cast<StreamSlot *>(memory),
                                               std::memory_order_acq_rel))
     munmap(memory, kTableBytes);  // another thread's first launch mapped it just now
+  return true;
 }
 
 void reset_stream_slots_in_child() {
@@ -32,14 +33,29 @@ void reset_stream_slots_in_child() {
     madvise(table, kTableBytes, MADV_DONTNEED);
 }
 
+StreamSlot &find_slot(StreamSlot *table, uintptr_t key, uint32_t home) {
+  constexpr uint32_t kMask = (1u << kStreamSlotBits) - 1;
+  for (uint32_t probe = 0; probe < kStreamProbes; ++probe) {
+    StreamSlot &slot = table[(home + probe) & kMask];
+    uintptr_t seen = slot.key.load(std::memory_order_acquire);
+    if (seen == 0 && slot.key.compare_exchange_strong(seen, key, std::memory_order_acq_rel))
+      return slot;
+    if (seen == key) return slot;  // its own, or another thread claimed it for this key first
+  }
+  // Every slot it may take is another stream's: watched together with the first, as one stream
+  // (what meets there is not timed; nothing wrong is delivered).
+  return table[home];
+}
+
 void open_window_shared(StreamWindow &window, StreamSlot &slot, uintptr_t owner) {
   const uintptr_t me = this_thread_tag();
   if (owner == 0) {  // the slot's first launch: this thread owns it, unless another was quicker
     if (slot.owner.compare_exchange_strong(owner, me, std::memory_order_acq_rel)) {
       const uint64_t before = slot.owner_windows.load(std::memory_order_relaxed);
-      slot.owner_windows.store((before + 1) | 1, std::memory_order_relaxed);
       window.open = reinterpret_cast<uintptr_t>(&slot) | StreamWindow::kAsOwner |
                     ((before & 1) ? StreamWindow::kMet : 0);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      slot.owner_windows.store((before + 1) | 1, std::memory_order_relaxed);
       return;
     }  // else `owner` is now the quicker thread's tag, or kSharedSlot
   }

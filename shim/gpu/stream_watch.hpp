@@ -10,14 +10,14 @@
 // shared"); every launch on a watched stream opens a window, timed or not (sampled out, pool
 // exhausted), since its graph lands on the stream all the same.
 //
-// Each stream (its handle; the legacy default stream by its context) hashes to one slot of a
-// fixed table. The per-thread default stream needs none: no other thread can enqueue on it.
-// A slot belongs first to the one thread that launches there: the owner's windows take no
-// locked instruction (a load of the owner, and a counter only the owner writes, odd while its
-// window is open). The first launch of another thread turns the slot shared for good: from then
-// on each window counts itself in and out of the slot's word (two locked instructions) and
-// also reads the former owner's counter, in case that thread's window was open as the slot
-// changed hands.
+// Each stream (its handle; the legacy default stream by its context) has a slot of a fixed
+// table: the first free one of kStreamProbes from its hash, claimed for its key for good. The
+// per-thread default stream needs none: no other thread can enqueue on it. A slot belongs first to
+// the one thread that launches there: the owner's windows take no locked instruction (a load of the
+// owner, and a counter only the owner writes, odd while its window is open). The first launch of
+// another thread turns the slot shared for good: from then on each window counts itself in and out
+// of the slot's word (two locked instructions) and also reads the former owner's counter, in case
+// that thread's window was open as the slot changed hands.
 //
 // Why that is enough: the driver gives two threads' calls on one stream an order, so it
 // synchronises them. If B enqueues inside A's window, whatever B wrote before its first enqueue
@@ -25,10 +25,12 @@
 // opened or closed inside B's, B sees A's counter or count changed.
 //
 // What it does not see: work enqueued on the stream other than through a graph launch the shim
-// intercepts (kernels, copies, a launch made inside another intercepted call), and the legacy
-// stream's implicit waits for the context's blocking streams. Two streams that hash to one slot
-// are watched as one: their launches that meet are not timed, and both pay the shared slot's two
-// locked instructions (docs/gpu-time.md).
+// intercepts (kernels, copies, a launch made inside another intercepted call), and the implicit
+// waits between the legacy stream and the context's blocking streams (the per-thread default
+// stream is one). What it may see too much of: a window left open by a jump out of a launch
+// until its thread's next graph call closes it (docs/gpu-time.md); and where every slot a
+// stream may take is another's (over 4,096 streams seen, handles are not given back), two
+// streams watched as one.
 #pragma once
 
 #include <cuda.h>
@@ -39,16 +41,21 @@
 namespace ferrum_replay::shim::gpu {
 
 inline constexpr uint32_t kStreamSlotBits = 12;  // 4,096 slots, 64 bytes each, mapped on demand
+inline constexpr uint32_t kStreamProbes = 8;     // slots a stream may take, from its hash on
 inline constexpr uintptr_t kSharedSlot = 1;      // StreamSlot::owner once two threads used it
 
 struct alignas(64) StreamSlot {
+  std::atomic<uintptr_t> key{0};           // 0: free; the stream's key (stream_key) for good
   std::atomic<uintptr_t> owner{0};         // 0: unused; a thread's tag; kSharedSlot
   std::atomic<uint64_t> owner_windows{0};  // written by the owner only: odd while one is open
   std::atomic<uint64_t> shared{0};         // once shared: windows opened << 32 | windows open now
 };
 
 // This thread's open window: one at most (a launch inside a launch is not intercepted). The
-// owner's is one word: one store to open it, one load to close it.
+// owner's is one word (a store to open, a load and a store to close), written before the slot's
+// counter when a window opens and after it when it closes, so that a jump out of the launch at any
+// point leaves give_back_abandoned a window to close (a shared one can still be left counted by a
+// signal landing between the slot's count and this word: a few instructions).
 struct StreamWindow {
   static constexpr uintptr_t kAsOwner = 1;  // opened by the slot's owner
   static constexpr uintptr_t kMet = 2;      // another window was open when this one opened
@@ -60,9 +67,9 @@ struct StreamWindow {
 extern constinit std::atomic<StreamSlot *> g_stream_slots;
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local StreamWindow t_window;
 
-// Maps the table (once per process; off the launch path). Without it (no memory) no window is
-// opened and replays are timed as if each stream had one thread.
-void prepare_stream_slots();
+// Maps the table (once per process; off the launch path). False without it (no memory): no
+// window is opened, and replays are timed as if each stream had one thread.
+bool prepare_stream_slots();
 // After fork, in the child (its only thread): every slot and this thread's window forgotten.
 void reset_stream_slots_in_child();
 
@@ -86,6 +93,8 @@ inline uintptr_t stream_key(CUstream stream, bool per_thread, CUcontext context)
 
 void open_window_shared(StreamWindow &window, StreamSlot &slot, uintptr_t owner);
 bool close_window_shared(StreamWindow &window, StreamSlot &slot, bool met);
+// The slot of `key` beyond its first probe (claimed there if free).
+StreamSlot &find_slot(StreamSlot *table, uintptr_t key, uint32_t home);
 
 // The thread pointer (%fs base, TPIDR_EL0): one instruction, unique among the live threads.
 inline uintptr_t this_thread_tag() {
@@ -96,18 +105,23 @@ inline uintptr_t this_thread_tag() {
 inline void open_window(uintptr_t key) {
   StreamSlot *table = g_stream_slots.load(std::memory_order_acquire);
   if (!table || key == 0) return;
-  StreamSlot &slot = table[(key * 0x9E3779B97F4A7C15ull) >> (64 - kStreamSlotBits)];
-  const uintptr_t owner = slot.owner.load(std::memory_order_relaxed);
+  const uint32_t home =
+      static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - kStreamSlotBits));
+  StreamSlot *slot = &table[home];
+  if (__builtin_expect(slot->key.load(std::memory_order_acquire) != key, 0))
+    slot = &find_slot(table, key, home);
+  const uintptr_t owner = slot->owner.load(std::memory_order_relaxed);
   if (__builtin_expect(owner == this_thread_tag(), 1)) {
-    const uint64_t before = slot.owner_windows.load(std::memory_order_relaxed);
-    // Relaxed: the driver's own synchronisation of the stream's enqueues orders it (above).
-    slot.owner_windows.store((before + 1) | 1, std::memory_order_relaxed);
+    const uint64_t before = slot->owner_windows.load(std::memory_order_relaxed);
     // Odd before: a window of this thread's never closed (none is left so: safe all the same).
-    t_window.open = reinterpret_cast<uintptr_t>(&slot) | StreamWindow::kAsOwner |
+    t_window.open = reinterpret_cast<uintptr_t>(slot) | StreamWindow::kAsOwner |
                     ((before & 1) ? StreamWindow::kMet : 0);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // recorded before the counter moves
+    // Relaxed: the driver's own synchronisation of the stream's enqueues orders it (above).
+    slot->owner_windows.store((before + 1) | 1, std::memory_order_relaxed);
     return;
   }
-  open_window_shared(t_window, slot, owner);
+  open_window_shared(t_window, *slot, owner);
 }
 
 // After the launch's last enqueue (or where it ends otherwise). True when no other launch met
@@ -115,16 +129,18 @@ inline void open_window(uintptr_t key) {
 inline bool close_window() {
   const uintptr_t open = t_window.open;
   if (!open) return true;
-  t_window.open = 0;
   StreamSlot *slot = reinterpret_cast<StreamSlot *>(open & ~uintptr_t{63});
   const bool met = open & StreamWindow::kMet;
   if (__builtin_expect(open & StreamWindow::kAsOwner, 1)) {
-    // Only the owner writes its counter: even again.
+    // Only the owner writes its counter: even again (twice, after a jump: still even).
     const uint64_t now = slot->owner_windows.load(std::memory_order_relaxed);
     slot->owner_windows.store((now | 1) + 1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_window.open = 0;
     // Another thread that enqueued inside this window turned the slot shared before it did.
     return !met && slot->owner.load(std::memory_order_relaxed) == this_thread_tag();
   }
+  t_window.open = 0;
   return close_window_shared(t_window, *slot, met);
 }
 

@@ -885,6 +885,33 @@ TEST_CASE("gpu stream watch: another thread's launch inside a window: neither is
   CHECK(f.reap() == 6);  // the timed ones, and none of those that met
 }
 
+TEST_CASE("gpu stream watch: two streams whose hashes meet keep their own slots") {
+  Watched f;
+  const auto home = [](uintptr_t key) {
+    return (key * 0x9E3779B97F4A7C15ull) >> (64 - gpu::kStreamSlotBits);
+  };
+  const uintptr_t first = 0x7000;
+  uintptr_t second = first + 0x10;
+  while (home(second) != home(first)) second += 0x10;  // another stream, the same first slot
+  const CUstream mine = reinterpret_cast<CUstream>(first);
+  const CUstream other = reinterpret_cast<CUstream>(second);
+  CHECK_FALSE(f.launch(mine));  // the pool is requested
+  f.reap();
+  CHECK(f.kept(mine));
+  CHECK(f.kept_elsewhere(other));
+  // Each thread's window on its own stream while the other's is open: neither met.
+  gpu::Ticket ticket;
+  REQUIRE(f.begin(ticket, mine));
+  CHECK(f.kept_elsewhere(other));
+  f.end(ticket);
+  CHECK(f.shared() == 0);
+  // The same stream from the other thread still meets.
+  REQUIRE(f.begin(ticket, mine));
+  CHECK_FALSE(f.kept_elsewhere(mine));
+  f.end(ticket);
+  CHECK(f.shared() == 2);
+}
+
 TEST_CASE("gpu stream watch: a window left by a jump is closed at the thread's next call") {
   Watched f;
   const CUstream stream = reinterpret_cast<CUstream>(0x5200);
