@@ -215,9 +215,8 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
     watch_sampled_out(stream, per_thread);
     return;
   }
-  CUcontext context = nullptr;
-  if (stopped_.load(std::memory_order_relaxed) || !api_.ctx_get_current ||
-      api_.ctx_get_current(&context) != CUDA_SUCCESS || !context) {
+  const CUcontext context = current_context();
+  if (!context) {
     count(Untimed::no_context);
     return;
   }
@@ -345,12 +344,18 @@ void Engine::end(Ticket &ticket, bool launched) {
 
 void Engine::watch_sampled_out(CUstream stream, bool per_thread) {
   if (own_default_stream(stream, per_thread)) return;
-  CUcontext context = nullptr;
-  if (legacy_default_stream(stream, per_thread) &&
-      (stopped_.load(std::memory_order_relaxed) || !api_.ctx_get_current ||
-       api_.ctx_get_current(&context) != CUDA_SUCCESS || !context))
-    return;
+  const bool legacy = legacy_default_stream(stream, per_thread);
+  const CUcontext context = legacy ? current_context() : nullptr;  // the legacy stream's key
+  if (legacy && !context) return;
   open_window(stream_key(stream, per_thread, context));
+}
+
+CUcontext Engine::current_context() {
+  CUcontext context = nullptr;
+  if (stopped_.load(std::memory_order_relaxed) || !api_.ctx_get_current ||
+      api_.ctx_get_current(&context) != CUDA_SUCCESS)
+    return nullptr;
+  return context;
 }
 
 bool Engine::align(Pool &pool) {
@@ -652,10 +657,8 @@ const GraphStats *Engine::stats_for(uint32_t ordinal) const {
 }
 
 bool Engine::prepare_current_context() {
-  CUcontext context = nullptr;
-  if (stopped_.load(std::memory_order_relaxed) || !api_.ctx_get_current ||
-      api_.ctx_get_current(&context) != CUDA_SUCCESS || !context)
-    return false;
+  const CUcontext context = current_context();
+  if (!context) return false;
   bool requested = false, full = false;
   find_pool(context, &requested, &full);
   lock();

@@ -282,6 +282,8 @@ class Engine {
     untimed_[static_cast<unsigned>(why)].fetch_add(n, std::memory_order_relaxed);
   }
   enum class ReadResult { not_ready, read, failed };
+  // The calling thread's current context; null when it has none, or after stop() (no CUDA call).
+  CUcontext current_context();
   void watch_sampled_out(CUstream stream, bool per_thread);
   ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into,
                               char *name_copy);
