@@ -293,6 +293,8 @@ def shared_stream_times_own_replay():
                            env={"FERRUM_STANDIN_GRAPH_NS": "1000000,3000000",
                                 "FERRUM_REPLAY_SITE": "off",
                                 "FERRUM_STANDIN_LAUNCH_CALL_NS": "20000",
+                                # Few replays in flight: the pool's pairs are not all taken.
+                                "FERRUM_STANDIN_LAUNCH_QUEUE": "64",
                                 "FERRUM_REPLAY_GPU_TIME_EVERY": str(every)})
             expect(run_.returncode == 0 and f"launches={4 * n} failed=0" in run_.stdout,
                    f"{what}: program failed", run_)
@@ -317,15 +319,19 @@ def shared_stream_times_own_replay():
             gpu = one_summary(run_).gpu
             why = gpu["why"]
             shared, sampled = why.get("stream shared", 0), why.get("sampled out", 0)
+            # A thread's pairs can still run into the other's in the pool, on a loaded machine.
+            exhausted = why.get("pool exhausted", 0)
             # Each graph's replays 1, 3, 5 ... are timed with every 2: half of its 2n.
-            expect(set(why) <= {"stream shared", "sampled out"} and
+            expect(set(why) <= {"stream shared", "sampled out", "pool exhausted"} and
                    sampled == (2 * n if every == 2 else 0) and
-                   gpu["timed"] + shared + sampled == 4 * n and gpu["timed"] == len(replays),
+                   gpu["timed"] + shared + sampled + exhausted == 4 * n and
+                   gpu["timed"] == len(replays),
                    f"{what}: GPU line {gpu}, {len(replays)} GPU events", run_)
-            # The 2n made alone are all timed (those the sampling keeps), and launches made at
-            # once met.
-            expect(gpu["timed"] >= 2 * n // every and shared > 0,
-                   f"{what}: {gpu['timed']} timed, {shared} stream shared", run_)
+            # Only the 2n made at once can meet (those the sampling keeps), and some did; the
+            # 2n made alone are all timed (but for a pool exhausted).
+            expect(0 < shared <= 2 * n // every and gpu["timed"] + exhausted >= 2 * n // every,
+                   f"{what}: {gpu['timed']} timed, {shared} stream shared, {exhausted} pool "
+                   "exhausted", run_)
 
 
 def capture_untouched():
