@@ -127,8 +127,13 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_thr
 // threads all probed the same pairs, still taken by their predecessors' replays — 80 % of a
 // churn of one-launch threads went untimed ("pool exhausted"). Once per thread.
 std::atomic<uint32_t> g_threads_seeded{0};
+// This thread's ordinal (from the same count, from 1) and its count of claimed pairs: a pair's
+// launcher and order (UnfinishedRuns). Set with the cursor, before the thread's first claim.
+constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_launcher = 0;
+constinit __attribute__((tls_model("initial-exec"))) thread_local uint64_t t_claims = 0;
 uint32_t seed_cursor() {
   const uint64_t nth = g_threads_seeded.fetch_add(1, std::memory_order_relaxed);
+  t_launcher = static_cast<uint32_t>(nth) + 1;
   const uint64_t mixed =
       (reinterpret_cast<uintptr_t>(&t_claim_cursor) ^ (nth << 32)) * 0x9E3779B97F4A7C15ull;
   return static_cast<uint32_t>(mixed >> 32) | 1u;
@@ -299,6 +304,8 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   pair->name_holds = name_holds;
   pair->category = category;
   pair->replay = replay;
+  pair->launcher = t_launcher;
+  pair->order = ++t_claims;
   // Only the claiming thread writes a claimed pair: a plain increment, read by claims().
   pair->claims.store(pair->claims.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   ticket.pool = pool;
@@ -755,13 +762,18 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
   constexpr uint64_t kPauseNs = 50 * 1000;
   for (uint64_t round = 0;; ++round) {
     bool running = false;
+    UnfinishedRuns unfinished;
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
       if (pending_count_ == kPending) return;
+      if (unfinished.behind(pair)) continue;  // running: an older replay of its run is
       const ReadResult read =
           read_pair_locked(*pool, pair, &pending_[pending_count_], pending_names_[pending_count_]);
       if (read == ReadResult::read) ++pending_count_;
-      running |= read == ReadResult::not_ready;
+      if (read == ReadResult::not_ready) {
+        running = true;
+        unfinished.unfinished(pair);
+      }
     }
     if (!running || !api_.now_ns || api_.now_ns() >= deadline || round * kPauseNs >= bound_ns)
       return;
@@ -816,6 +828,7 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
     Pool *pool = pools_[slot].load(std::memory_order_acquire);
     if (!pool || pool->state.load(std::memory_order_acquire) != kReady) continue;
     if (!ensure_aligned(slot)) continue;
+    UnfinishedRuns unfinished;
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
       if (end_through && end_through->load(std::memory_order_acquire) >= self) break;
@@ -823,9 +836,10 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
         *more = true;
         break;
       }
+      if (unfinished.behind(pair)) continue;  // not finished either: no driver call
       const ReadResult read =
           read_pair_locked(*pool, pair, &batch[filled], names ? names[filled] : nullptr);
-      if (read == ReadResult::not_ready) continue;
+      if (read == ReadResult::not_ready) unfinished.unfinished(pair);
       if (read == ReadResult::read) ++filled;
     }
   }

@@ -126,6 +126,52 @@ struct Pair {
   std::atomic<uint32_t> *name_holds = nullptr;
   uint32_t category = 0;
   uint64_t replay = 0;
+  // Who enqueued it, and when: the launching thread's ordinal (0 for none yet) and its count of
+  // claimed pairs. One thread's replays on one stream finish in this order (UnfinishedRuns).
+  uint32_t launcher = 0;
+  uint64_t order = 0;
+};
+
+// A stream runs its work in the order it was enqueued, so once a replay a thread enqueued on a
+// stream has not finished, neither have the replays that thread enqueued there after it. A pass
+// over a pool asks the driver about each such run's oldest unfinished replay only: with 1,000
+// replays queued behind a long one, one cuEventQuery per pass instead of 1,000 — each a driver
+// call, which may take locks the program's own launches take, every millisecond. Keyed by the
+// launching thread too: two threads' replays on one stream have no order the shim knows. Runs
+// past kRuns are not remembered, only asked about pair by pair (as before: slower, not wrong).
+class UnfinishedRuns {
+ public:
+  // True when an older replay of the same run was found unfinished in this pass.
+  bool behind(const Pair &pair) const {
+    for (size_t i = 0; i < count_; ++i) {
+      const Run &run = runs_[i];
+      if (run.launcher == pair.launcher && run.stream == pair.stream && run.context == pair.context)
+        return pair.order > run.order;
+    }
+    return false;
+  }
+  void unfinished(const Pair &pair) {  // the driver said `pair` has not finished
+    for (size_t i = 0; i < count_; ++i) {
+      Run &run = runs_[i];
+      if (run.launcher == pair.launcher && run.stream == pair.stream &&
+          run.context == pair.context) {
+        if (pair.order < run.order) run.order = pair.order;
+        return;
+      }
+    }
+    if (count_ < kRuns) runs_[count_++] = Run{pair.context, pair.stream, pair.launcher, pair.order};
+  }
+
+ private:
+  static constexpr size_t kRuns = 32;  // 1 KiB of stack: harvest_locked runs on program threads
+  struct Run {
+    CUcontext context;
+    uint64_t stream;
+    uint32_t launcher;
+    uint64_t order;  // the oldest unfinished replay seen
+  };
+  Run runs_[kRuns];
+  size_t count_ = 0;
 };
 
 struct Pool;

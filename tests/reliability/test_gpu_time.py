@@ -122,6 +122,26 @@ def burst_mostly_timed():
            gpu["in_flight"] == 0, f"GPU line {gpu}: fewer than 95 % of 500 timed", run_)
 
 
+def deep_queue_few_queries():
+    """400 replays of a 2 ms graph queued at once on one stream, then synchronised: 0.8 s of GPU
+    work behind the launches. The reaper reads each replay once it has finished and, meanwhile,
+    asks the driver about the oldest unfinished one only (a stream runs in order): about one
+    cuEventQuery per replay and one per pass, where asking about every replay in flight each
+    millisecond made it some 150,000 driver calls on the program's behalf."""
+    run_ = program("burst", 400, "sync", env={"FERRUM_STANDIN_GRAPH_NS": "2000000"}, timeout=60)
+    expect(run_.returncode == 0 and "launches=400 failed=0" in run_.stdout, "program failed", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] >= 380 and gpu["timed"] + gpu["not_timed"] == 400 and
+           gpu["in_flight"] == 0, f"GPU line {gpu}: fewer than 95 % of 400 timed", run_)
+    queries = run_.report.get("event_queries")
+    # The reaper wakes every millisecond while replays are in flight: a pass each.
+    bound = 3 * 400 + 2 * int(run_.seconds * 1000)
+    expect(queries is not None and queries <= bound,
+           f"{queries} cuEventQuery calls for 400 replays in {run_.seconds:.2f} s (bound {bound})",
+           run_)
+    only_summary_on_stderr(run_)
+
+
 def many(replays):
     """`replays` timed replays of a 20 us graph in bursts of 100, each synchronised (a steady
     50,000 replays a second): resident memory flat over the second half, every replay accounted
@@ -567,8 +587,9 @@ def no_thread_keys():
 
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
-    burst_mostly_timed, many_replays, many_replays_long, exit_in_flight, replay_named_as_launched,
-    default_streams_apart, sink_layouts, shared_stream_times_own_replay, capture_untouched,
+    burst_mostly_timed, deep_queue_few_queries, many_replays, many_replays_long, exit_in_flight,
+    replay_named_as_launched, default_streams_apart, sink_layouts, shared_stream_times_own_replay,
+    capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
     no_thread_keys)}

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -39,6 +40,11 @@ struct FakeDriver {
   bool end_record = false;  // the next record on a user stream is an end event
   bool fail_end_records = false, fail_queries = false;  // a launch's failure, reported late
   std::vector<CUstream> record_streams;
+  // With `queued`, a user stream runs its replays one after another, as a GPU does: a start
+  // event completes when the stream's earlier work has, the end event launch_ns after it.
+  bool queued = false;
+  std::map<CUstream, uint64_t> busy_until;  // GPU time each stream's queued work ends
+  int queries = 0;                          // cuEventQuery calls
 
   uint64_t gpu_now() const { return now - gpu_offset; }
 };
@@ -82,7 +88,13 @@ CUresult record_on(CUevent event, CUstream stream) {
   fake->record_streams.push_back(stream);
   // Our own stream (the alignment) completes at once; a user stream: the start event at
   // "now", the end event launch_ns later.
-  fake->done_at[event] = fake->gpu_now() + (fake->end_record ? fake->launch_ns : 0);
+  if (fake->queued && stream != reinterpret_cast<CUstream>(0xABC)) {
+    uint64_t &busy = fake->busy_until[stream];
+    busy = fake->end_record ? busy + fake->launch_ns : std::max(busy, fake->gpu_now());
+    fake->done_at[event] = busy;
+  } else {
+    fake->done_at[event] = fake->gpu_now() + (fake->end_record ? fake->launch_ns : 0);
+  }
   fake->end_record = !fake->end_record && stream != reinterpret_cast<CUstream>(0xABC);
   return CUDA_SUCCESS;
 }
@@ -95,6 +107,7 @@ CUresult event_record_ptsz(CUevent event, CUstream stream) {
   return record_on(event, stream);
 }
 CUresult event_query(CUevent event) {
+  ++fake->queries;
   if (fake->fail_queries) return CUDA_ERROR_LAUNCH_FAILED;
   unsafe_call();
   if (!fake->live.count(event)) return CUDA_ERROR_INVALID_HANDLE;
@@ -390,6 +403,50 @@ TEST_CASE("gpu engine: a burst of a few hundred replays on one stream is timed i
   int timed = 0;
   for (int i = 0; i < 500; ++i) timed += f.launch();
   CHECK(timed == 500);
+}
+
+TEST_CASE(
+    "gpu engine: a pass asks the driver about each run's oldest unfinished replay, not about "
+    "every replay in flight; every finished one is read at the next pass") {
+  Fixture f;
+  f.launch();
+  f.reap();  // the pool
+  f.driver.queued = true;
+  f.driver.launch_ns = 1000000;
+  const auto a = reinterpret_cast<CUstream>(0x77), b = reinterpret_cast<CUstream>(0x88),
+             c = reinterpret_cast<CUstream>(0x99);
+  // Stream c: five replays of another thread's, then five of this one's (two runs on one
+  // stream); a: 200 queued; b: 10. All queued at once; the streams run side by side.
+  std::thread other([&] {
+    for (int i = 0; i < 5; ++i) f.launch(c);
+  });
+  other.join();
+  for (int i = 0; i < 200; ++i) {
+    REQUIRE(f.launch(a));
+    if (i < 10) REQUIRE(f.launch(b));
+    if (i < 5) REQUIRE(f.launch(c));
+  }
+  const uint64_t queued_at = f.driver.now;
+  f.driver.queries = 0;
+  size_t read = 0, passes = 0, read_b = 0;
+  while (read < 220 && passes < 2000) {
+    f.driver.now += 250000;
+    const size_t got = f.reap();
+    ++passes;
+    for (size_t i = 0; i < got; ++i) read_b += f.batch[i].stream == 0x88;
+    read += got;
+    const uint64_t done = (f.driver.now - queued_at) / 1000000;  // replays each stream finished
+    const size_t finished =
+        std::min<uint64_t>(done, 200) + std::min<uint64_t>(done, 10) + std::min<uint64_t>(done, 10);
+    REQUIRE(read == finished);  // none held back behind another run
+    REQUIRE(read_b == std::min<uint64_t>(done, 10));
+  }
+  CHECK(read == 220);
+  CHECK(f.engine->totals().in_flight == 0);
+  // One query per replay read, and at most one per run and pass besides (four runs: a, b, and
+  // c's two). Asking about every pair in flight made it some 80,000.
+  CHECK(static_cast<size_t>(f.driver.queries) <= 220 + 4 * passes);
+  MESSAGE("passes=", passes, " queries=", f.driver.queries);
 }
 
 TEST_CASE("gpu engine: a failed launch or a failed record is not timed, the pair comes back") {

@@ -175,10 +175,12 @@
 //   FERRUM_STANDIN_REPORT=<path>     at exit, append one line
 //                                    `driver launches=<N> launches_ptsz=<M> instantiates=<K>
 //                                    procaddress_queries=<Q> captured_launches=<C>
-//                                    captured_event_records=<E> events_created=<V>` (read at
-//                                    exit; launches count every call, captured ones too;
-//                                    events_created counts every cuEventCreate call, failed
-//                                    ones too, so that 0 proves nobody asked for an event).
+//                                    captured_event_records=<E> events_created=<V>
+//                                    event_queries=<Q>` (read at exit; launches count every
+//                                    call, captured ones too; events_created counts every
+//                                    cuEventCreate call, failed ones too, so that 0 proves
+//                                    nobody asked for an event; event_queries every
+//                                    cuEventQuery outside bench mode).
 //   (the empty name prints as `symbol=`)
 
 #include <cuda.h>
@@ -386,6 +388,7 @@ std::atomic<unsigned long long> g_queries{0};
 std::atomic<unsigned long long> g_captured_launches{0};
 std::atomic<unsigned long long> g_captured_event_records{0};
 std::atomic<unsigned long long> g_events_created{0};
+std::atomic<unsigned long long> g_event_queries{0};
 
 // The report's path, read when the driver is loaded: at exit another thread of the program may
 // be changing the environment (fault environment_changed_at_run_time), and a getenv then reads
@@ -402,13 +405,15 @@ __attribute__((destructor)) void write_report() {
   const char *path = g_report_path[0] ? g_report_path : std::getenv("FERRUM_STANDIN_REPORT");
   if (path == nullptr || path[0] == '\0') return;
   char line[384];
-  const int n = std::snprintf(line, sizeof line,
-                              "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
-                              "procaddress_queries=%llu captured_launches=%llu "
-                              "captured_event_records=%llu events_created=%llu\n",
-                              g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(),
-                              g_queries.load(), g_captured_launches.load(),
-                              g_captured_event_records.load(), g_events_created.load());
+  const int n =
+      std::snprintf(line, sizeof line,
+                    "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
+                    "procaddress_queries=%llu captured_launches=%llu "
+                    "captured_event_records=%llu events_created=%llu "
+                    "event_queries=%llu\n",
+                    g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(),
+                    g_queries.load(), g_captured_launches.load(), g_captured_event_records.load(),
+                    g_events_created.load(), g_event_queries.load());
   // The tests' report, not the driver's: never a cancellation point (see sleep_until_ns).
   int cancel_state = 0;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
@@ -2100,6 +2105,7 @@ CUresult event_stamp(CUevent hEvent, long long *stamp) {
 INTERNAL CUresult i_cuEventQuery(CUevent hEvent) {
   if (config().bench) return hEvent != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
   STANDIN_REQUIRE_EVENTS();
+  g_event_queries.fetch_add(1, std::memory_order_relaxed);
   long long stamp = 0;
   if (const CUresult r = event_stamp(hEvent, &stamp); r != CUDA_SUCCESS) return r;
   return now_ns() >= stamp ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
