@@ -760,13 +760,20 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
   } pop_on_return{api_};
   // Bounded by the clock and, whatever the clock says, by the number of 50 us pauses.
   constexpr uint64_t kPauseNs = 50 * 1000;
+  // The last round asks about every pair (UnfinishedRuns: where stream order broke unseen, a
+  // finished replay skipped behind another would be counted as still running): with no time
+  // to poll, the only one.
+  bool every_pair = bound_ns == 0;
   for (uint64_t round = 0;; ++round) {
-    bool running = false;
-    UnfinishedRuns unfinished;
+    bool running = false, skipped = false;
+    UnfinishedRuns unfinished(!every_pair);
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
       if (pending_count_ == kPending) return;
-      if (unfinished.behind(pair)) continue;  // running: an older replay of its run is
+      if (unfinished.behind(pair)) {  // running: an older replay of its run is
+        skipped = true;
+        continue;
+      }
       const ReadResult read =
           read_pair_locked(*pool, pair, &pending_[pending_count_], pending_names_[pending_count_]);
       if (read == ReadResult::read) ++pending_count_;
@@ -775,8 +782,12 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
         unfinished.unfinished(pair);
       }
     }
-    if (!running || !api_.now_ns || api_.now_ns() >= deadline || round * kPauseNs >= bound_ns)
-      return;
+    if (!running) return;
+    if (!api_.now_ns || api_.now_ns() >= deadline || round * kPauseNs >= bound_ns) {
+      if (every_pair || !skipped) return;
+      every_pair = true;  // at once: the time is up
+      continue;
+    }
     const timespec pause{0, static_cast<long>(kPauseNs)};
     nanosleep(&pause, nullptr);
   }
@@ -824,11 +835,14 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
     Pool *pool = pools_[slot].load(std::memory_order_acquire);
     if (!pool || pool->state.load(std::memory_order_acquire) == kUnused) create_pool(slot, true);
   }
+  if (!mid_pass_)
+    full_pass_ = full_pass_asked_.exchange(false, std::memory_order_acq_rel) ||
+                 ++passes_ % kFullPassEvery == 0;
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
     Pool *pool = pools_[slot].load(std::memory_order_acquire);
     if (!pool || pool->state.load(std::memory_order_acquire) != kReady) continue;
     if (!ensure_aligned(slot)) continue;
-    UnfinishedRuns unfinished;
+    UnfinishedRuns unfinished(!full_pass_);
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
       if (end_through && end_through->load(std::memory_order_acquire) >= self) break;
@@ -843,6 +857,7 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
       if (read == ReadResult::read) ++filled;
     }
   }
+  mid_pass_ = *more;
   unlock();
   return filled;
 }
@@ -859,6 +874,7 @@ void Engine::reset_in_child() {
   pending_count_ = 0;  // the parent's replays
   t_thread_id = 0;     // the forking thread's, in the parent
   ending_ = 0;         // the calls in progress were the parent's threads'
+  mid_pass_ = false;   // the parent's reaper's
   reset_stream_slots_in_child();
   for (auto &primary : primary_) primary.store(nullptr, std::memory_order_relaxed);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {

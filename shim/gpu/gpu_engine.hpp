@@ -139,10 +139,18 @@ struct Pair {
 // call, which may take locks the program's own launches take, every millisecond. Keyed by the
 // launching thread too: two threads' replays on one stream have no order the shim knows. Runs
 // past kRuns are not remembered, only asked about pair by pair (as before: slower, not wrong).
+// The order can break where the shim cannot see it: a stream destroyed with work still queued
+// and its handle value given to a new stream (the shim does not hook cuStreamDestroy), or
+// thread ordinals wrapped. A finished replay then waits behind an unfinished one of another
+// stream; passes that ask about every pair (Engine::kFullPassEvery, flushes, the exit, the last
+// round before a context goes) bound that wait.
 class UnfinishedRuns {
  public:
+  // With `skip` false, behind() is always false: a pass that asks about every pair.
+  explicit UnfinishedRuns(bool skip) : skip_(skip) {}
   // True when an older replay of the same run was found unfinished in this pass.
   bool behind(const Pair &pair) const {
+    if (!skip_) return false;
     for (size_t i = 0; i < count_; ++i) {
       const Run &run = runs_[i];
       if (run.launcher == pair.launcher && run.stream == pair.stream && run.context == pair.context)
@@ -172,6 +180,7 @@ class UnfinishedRuns {
   };
   Run runs_[kRuns];
   size_t count_ = 0;
+  bool skip_;
 };
 
 struct Pool;
@@ -263,6 +272,13 @@ class Engine {
   // still held, and `batch[i].name` points at `names[i]`: once the pair is free the label may be
   // reused for another graph before the batch is delivered. Without it (unit tests that read
   // the batch at once), the names point at the labels.
+  // Every kFullPassEvery-th pass asks the driver about every replay in flight, not only about
+  // each run's oldest unfinished one (UnfinishedRuns): where stream order broke unseen, a
+  // finished replay waits at most this many passes (the reaper's: about 1 ms apart when busy).
+  static constexpr uint64_t kFullPassEvery = 256;
+  // The next pass to start asks about every replay in flight: a flush or the exit reports
+  // whatever has finished, in stream order or not.
+  void ask_full_pass() { full_pass_asked_.store(true, std::memory_order_release); }
   size_t reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,
                    const std::atomic<uint64_t> *end_through = nullptr, uint64_t self = 0,
                    char (*names)[kReplayNameBytes] = nullptr);
@@ -357,6 +373,11 @@ class Engine {
   std::atomic<uint64_t> untimed_[static_cast<unsigned>(Untimed::count_)] = {};
   uint64_t align_error_max_ = 0;
   int ending_ = 0;  // context-ending calls in progress (context_ending_locked)
+  // Passes begun (reap_pass; a pass is the calls up to one that returns without `more`), and
+  // whether the current one asks about every pair (kFullPassEvery, ask_full_pass()).
+  uint64_t passes_ = 0;
+  bool mid_pass_ = false, full_pass_ = false;
+  std::atomic<bool> full_pass_asked_{false};
   bool warned_api_ = false;
   GraphStats *stats_ = nullptr;  // kMaxTimedGraphs entries, mapped on first reap
   GraphStats other_;             // graphs without a row of their own (the engine is static)

@@ -298,6 +298,7 @@ void pass_here_locked() {
 // What has finished is read once more: by the reaper when one runs, else here (a flush, the
 // exit: never a launch). Decided under g_life_mutex, which a start needs too.
 void last_pass(int timeout_ms) {
+  engine().ask_full_pass();  // whatever has finished, in stream order or not
   common::lock_ours(&g_life_mutex);
   const bool running = g_reaper_running.load(std::memory_order_relaxed);
   if (!running) pass_here_locked();
