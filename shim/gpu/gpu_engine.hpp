@@ -263,6 +263,13 @@ class Engine {
   bool prepare_current_context();
 
   // ---- off the launch path (each takes the mutex) ----
+  // Every kFullPassEvery-th pass asks the driver about every replay in flight, not only about
+  // each run's oldest unfinished one (UnfinishedRuns): where stream order broke unseen, a
+  // finished replay waits at most this many passes (the reaper's: about 1 ms apart when busy).
+  static constexpr uint64_t kFullPassEvery = 256;
+  // The next pass to start asks about every replay in flight: a flush or the exit reports
+  // whatever has finished, in stream order or not. A flag the pass reads: takes no lock.
+  void ask_full_pass() { full_pass_asked_.store(true, std::memory_order_release); }
   // Creates requested pools, reaps finished pairs into `batch` (at most `capacity`), updates
   // the statistics. Returns the number of replays put in `batch`; `*more` when the batch
   // filled before everything finished was taken. Calls CUDA only on live contexts.
@@ -272,13 +279,6 @@ class Engine {
   // still held, and `batch[i].name` points at `names[i]`: once the pair is free the label may be
   // reused for another graph before the batch is delivered. Without it (unit tests that read
   // the batch at once), the names point at the labels.
-  // Every kFullPassEvery-th pass asks the driver about every replay in flight, not only about
-  // each run's oldest unfinished one (UnfinishedRuns): where stream order broke unseen, a
-  // finished replay waits at most this many passes (the reaper's: about 1 ms apart when busy).
-  static constexpr uint64_t kFullPassEvery = 256;
-  // The next pass to start asks about every replay in flight: a flush or the exit reports
-  // whatever has finished, in stream order or not.
-  void ask_full_pass() { full_pass_asked_.store(true, std::memory_order_release); }
   size_t reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool *more,
                    const std::atomic<uint64_t> *end_through = nullptr, uint64_t self = 0,
                    char (*names)[kReplayNameBytes] = nullptr);
