@@ -454,6 +454,13 @@ def validate_meta(path, meta_value):
 
 
 def validate_event(path, index, event):
+    if event.get("ph") == "X":
+        # A complete event says what ran, where, when and for how long: one without a duration
+        # read as 0 us made a judge pass on a trace that holds no time at all.
+        for key in ("name", "ts", "dur", "pid", "tid"):
+            if key not in event:
+                raise InputError(f"{quoted(path)}: event {index}: a complete event (\"ph\":\"X\") "
+                                 f"without {key}")
     for key in ("name", "cat"):
         if key in event and not isinstance(event[key], str):
             raise InputError(f"{quoted(path)}: event {index}: {key} is not text")
@@ -677,8 +684,8 @@ class Scan:
                 continue
             ph = event.get("ph")
             if ph == "X":
-                ts = event.get("ts", 0)
-                dur = event.get("dur", 0)
+                ts = event.get("ts")
+                dur = event.get("dur")
                 pid = event.get("pid")
                 tid = event.get("tid")
                 cat = event.get("cat")
@@ -1164,18 +1171,23 @@ def cmd_compare(args):
         raise InputError(f"NEW is not a run of its own: {why}; comparing a run with itself "
                          "guards nothing")
     new_cpu, new_gpu = compare_side(new_scans, args.domain)
-    rows, regressions, missing = [], [], []
+    rows, regressions, missing, untimed = [], [], [], []
     for name in sorted(set(base_cpu.index) | set(base_gpu.index) |
                        set(new_cpu.index) | set(new_gpu.index)):
-        # GPU time where both sides have it for this graph, else the CPU launch time.
-        kind = "gpu" if base_gpu.get(name) and new_gpu.get(name) else "cpu"
+        # GPU time where BASE has it for this graph, else the CPU launch time. A graph with GPU
+        # time in BASE and none in NEW is no pass on its CPU time: a GPU slowdown is invisible
+        # there (NEW recorded with --no-gpu-time, or none of its replays finished in time).
+        kind = "gpu" if base_gpu.get(name) and base_gpu.get(name)[0] else "cpu"
         base = (base_gpu if kind == "gpu" else base_cpu).get(name)
         new = (new_gpu if kind == "gpu" else new_cpu).get(name)
         base_mean = base[1] / base[0] if base and base[0] else None
         new_mean = new[1] / new[0] if new and new[0] else None
         if base_mean is None and new_mean is None:
             continue
-        if new_mean is None:
+        if new_mean is None and kind == "gpu" and new_cpu.get(name) and new_cpu.get(name)[0]:
+            change = "no GPU time"
+            untimed.append(name)
+        elif new_mean is None:
             change = "missing"
             missing.append(name)
         elif base_mean is None:
@@ -1202,7 +1214,7 @@ def cmd_compare(args):
         print("".join(r[i].ljust(widths[i] + 3) if i < 2 else r[i].rjust(widths[i] + 3)
                       for i in range(len(header))).rstrip())
     if any(r[1] == "cpu" for r in rows):
-        print("time: gpu = GPU time per replay; cpu = CPU launch time (a side has no GPU time "
+        print("time: gpu = GPU time per replay; cpu = CPU launch time (BASE has no GPU time "
               "for that graph)")
     problems = []
     if regressions:
@@ -1212,6 +1224,10 @@ def cmd_compare(args):
     if missing:
         problems.append(f"{len(missing)} graph{'s' if len(missing) != 1 else ''} of BASE "
                         "missing from NEW: " + ", ".join(quoted(n) for n in missing[:4]))
+    if untimed:
+        problems.append(f"{len(untimed)} graph{'s' if len(untimed) != 1 else ''} with GPU time "
+                        "in BASE without any in NEW (GPU timing off, or no replay of it "
+                        "finished before exit): " + ", ".join(quoted(n) for n in untimed[:4]))
     if problems:
         print("ferrum-replay compare: FAIL: " + "; ".join(problems))
         return 1
@@ -2994,6 +3010,17 @@ def cmd_check(args):
                             f"{quoted(pattern)}, but the traces hold no GPU time for it (GPU "
                             "timing was off, the shim is older than GPU timing, or no replay "
                             "of it completed)")
+        elif untimed := sorted(name for name, s in counts.items()
+                               if s[0] and fnmatch.fnmatchcase(name, pattern)
+                               and not (gpu_counts and (gpu_counts.get(name) or (0,))[0])):
+            # A mean over the graphs that have GPU time says nothing of those that have none.
+            failures.append(f"expectation line {number}: max-gpu-mean-ms {max_gpu:g} for "
+                            f"{quoted(pattern)}, but {len(untimed)} graph"
+                            f"{'s' if len(untimed) != 1 else ''} matching it "
+                            f"{'have' if len(untimed) != 1 else 'has'} no GPU time (no replay "
+                            "of it was timed: launched into a stream capture, the pool "
+                            "exhausted, a shared stream; or none finished before exit): "
+                            + ", ".join(quoted(n) for n in untimed[:4]))
         elif sum(s[1] for s in gpu) / gn / 1e6 > max_gpu:
             failures.append(f"expectation line {number}: replays matching {quoted(pattern)} "
                             f"take {sum(s[1] for s in gpu) / gn / 1e6:.3f} ms of GPU time on "

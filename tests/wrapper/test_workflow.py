@@ -1360,9 +1360,17 @@ def test_compare(tmp):
     # A graph of BASE missing from NEW: exit 1.
     done = wrapper("compare", base, fewer, cwd=tmp)
     expect(done.returncode == 1 and "missing from NEW: 'graph 2'" in done.stdout, "missing", done)
-    # No GPU time on one side: CPU launch time, labelled.
+    # GPU time in BASE, none in NEW (recorded with --no-gpu-time, or no replay finished before
+    # exit): the CPU launch times cannot show a GPU slowdown, so no pass on them: exit 1, each
+    # such graph named. It passed, comparing CPU times, whatever the GPU did.
     done = wrapper("compare", base, cpu, cwd=tmp)
-    expect(done.returncode == 0 and re.search(r"^graph 1\s+cpu\s+20\s+2\.000\s+20\s+2\.100",
+    expect(done.returncode == 1 and re.search(r"^graph 1\s+gpu\s+20\s+5\.000\s+0\s+-\s+no GPU time$",
+                                              done.stdout, re.M)
+           and "2 graphs with GPU time in BASE without any in NEW" in done.stdout,
+           "GPU time in BASE only", done)
+    # No GPU time in BASE: CPU launch time, labelled.
+    done = wrapper("compare", cpu, base, cwd=tmp)
+    expect(done.returncode == 0 and re.search(r"^graph 1\s+cpu\s+20\s+2\.100\s+20\s+2\.000",
                                               done.stdout, re.M)
            and "cpu = CPU launch time" in done.stdout, "CPU fallback labelled", done)
     # Several traces per side: a directory.
@@ -1404,7 +1412,21 @@ def test_compare(tmp):
         backwards = handle.read().replace('"dur":2.000', '"dur":-2.000', 1)
     expect('"dur":-2.000' in backwards, "the base trace's first range could not be turned round")
     write(d("backwards.json"), backwards)
-    for args, why in [([base, d("nope.json")], "cannot read"),
+    # A complete event without one of its fields read as 0 (a duration of 0 us): both judges
+    # passed on a trace that held no time. Each field, on a CPU range and on a GPU replay.
+    incomplete = []
+    with open(base, encoding="utf-8") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    for field in ("name", "ts", "dur", "pid", "tid"):
+        for cat in ("ferrum-replay", "ferrum-replay,gpu"):
+            at = next(i for i, line in enumerate(lines) if f'"cat":"{cat}",' in line)
+            cut = re.sub(f'"{field}":[^,]*,', "", lines[at], count=1)
+            expect(cut != lines[at], f"no {field} to take out of {lines[at]!r}")
+            path = write(d(f"no-{field}-{cat.replace(',', '-')}.json"),
+                         "".join(lines[:at] + [cut] + lines[at + 1:]))
+            incomplete += [([base, path], f'a complete event ("ph":"X") without {field}'),
+                           ([path, base], f'a complete event ("ph":"X") without {field}')]
+    for args, why in incomplete + [([base, d("nope.json")], "cannot read"),
                       ([d("foreign.json"), base], "not a ferrum-replay trace"),
                       ([empty, base], "holds no range of the domain"),
                       ([empty, empty], "holds no range of the domain"),
@@ -1496,6 +1518,27 @@ def test_check_gpu_expectations(tmp):
     done = check("'graph 1' 1 - 0.1\n", cpu)
     expect(done.returncode == 1 and "the traces hold no GPU time for it" in done.stdout,
            "a GPU bound without GPU data fails with its reason", done)
+    # One graph the pattern matches has GPU time, another none (its replays still in flight at
+    # exit, or none timed): a mean over the first says nothing of the second. It passed.
+    with open(gpu, encoding="utf-8") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    kept = [line for line in lines if '"name":"graph 2","cat":"ferrum-replay,gpu"' not in line]
+    expect(len(lines) - len(kept) == 20, "the trace's 20 GPU replays of graph 2 not taken out")
+    last = next(i for i, line in enumerate(kept) if line.startswith("]")) - 1
+    kept[last] = kept[last].rstrip().rstrip(",") + "\n"  # the events' last one
+    partial = write(os.path.join(tmp, "partial.json"), "".join(kept))
+    done = check("'graph *' 20 - 1\n", partial)
+    expect(done.returncode == 1 and "1 graph matching it has no GPU time" in done.stdout and
+           "'graph 2'" in done.stdout, "a matched graph without GPU time passed", done)
+    done = check("'graph 1' 20 - 1\n", partial)
+    expect(done.returncode == 0, "the graph with GPU time alone", done)
+    # A GPU replay without its duration is no measurement of 0 us: refused.
+    no_dur = write(os.path.join(tmp, "no-dur.json"), "".join(
+        re.sub(r'"dur":[^,]*,', "", line, count=1) if "ferrum-replay,gpu" in line else line
+        for line in lines))
+    done = check("'graph *' 20 - 1\n", no_dur)
+    expect(done.returncode == 1 and 'a complete event ("ph":"X") without dur' in done.stdout,
+           "GPU replays without a duration passed", done)
     # The CPU bound under its new name, and the old name with one note.
     done = check("'graph 1' 1 max-cpu-mean-ms=0.001\n", cpu)
     expect(done.returncode == 1 and "more than max-cpu-mean-ms 0.001" in done.stdout,
