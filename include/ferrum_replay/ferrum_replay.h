@@ -125,7 +125,8 @@ typedef struct ferrum_replay_gpu_replay {
 /* Called with completed replays, in batches, from a thread of the shim — or, when none runs
  * (no thread of the program that times launches lives), from the thread calling
  * ferrum_replay_gpu_flush or exiting; never the launching thread, never with a lock of the
- * program's held. Must not block, call CUDA or call ferrum_replay_gpu_flush. */
+ * program's held. Must not block, call CUDA, call ferrum_replay_gpu_flush or end the process
+ * (exit() from a sink leaves the shim's launch summary unwritten, said in one line). */
 typedef void (*ferrum_replay_gpu_sink_fn)(const ferrum_replay_gpu_replay *replays, size_t count,
                                           void *context);
 

@@ -102,7 +102,11 @@ inline constexpr uint32_t kMaxContexts = 16;        // kUntimedNames says "over 
 inline constexpr uint32_t kMaxTimedGraphs = 1024;   // graphs with a row of GPU statistics
 inline constexpr int kAlignTries = 5;
 inline constexpr uint64_t kEventResolutionNs = 500;
-inline constexpr uint32_t kClaimProbes = 4;
+inline constexpr uint32_t kClaimProbes = 4;  // neighbours from the thread's cursor, then:
+// pairs sampled across the pool, kClaimStride apart, before a replay is called "pool exhausted"
+// (Engine::begin: a cursor that ran into another thread's block of pairs in flight).
+inline constexpr uint32_t kClaimSamples = 16;
+inline constexpr uint32_t kClaimStride = kPairsPerContext / kClaimSamples + 1;
 // How long a context's destruction waits for its replays still running before their times are
 // given up (the destruction itself waits for the context's work anyway).
 inline constexpr uint64_t kHarvestBoundNs = 20 * 1000 * 1000;

@@ -101,12 +101,13 @@ void exit_hook() {
   // counts are its parent's, is not asked for).
   bool reported = true;
   if (common::inside_our_lock()) {
-    // exit() from a signal handler that interrupted this thread holding a lock of ours, which
-    // the summary's GPU columns would wait for, for ever (held_here.hpp).
+    // exit() from a signal handler that interrupted this thread holding a lock of ours, or
+    // from a GPU-time sink (called under the sink's lock), which the summary's GPU columns
+    // would wait for, for ever (held_here.hpp).
     if (settings().summary[0]) {
       warn_line(
-          "exit() was called from a signal handler that interrupted the shim on the same "
-          "thread: no launch summary written");
+          "exit() was called while this thread held a lock of the shim (from a signal handler "
+          "that interrupted the shim, or from a GPU-time sink): no launch summary written");
       reported = false;
     }
   } else if (settings().summary[0] && own_state) {

@@ -71,7 +71,8 @@
 //                     sizeof), `sized` (ferrum_replay_set_gpu_sink_sized with today's sizeof,
 //                     stepping by `size`), `sized-first` (the same with the first layout's
 //                     size), `sized-newer` (a size 32 bytes larger: a tool newer than the shim),
-//                     `sized-short` (8 bytes: refused). Graphs 1, 2, 3 launched N times each,
+//                     `sized-short` (8 bytes: refused), `exiting` (a sink that calls exit(3)
+//                     on its first batch). Graphs 1, 2, 3 launched N times each,
 //                     in turn, on one stream; synchronised; flushed. Prints set_sink=<rc>, a line
 //                     `sink_replay size= category= replay= name= dur_ns= context=` per replay
 //                     (context: `absent` where `size` does not cover it), flush=<rc>.
@@ -384,6 +385,12 @@ void sized_sink(const ferrum_replay_gpu_replay *replays, size_t count, void *) {
   }
 }
 
+// A tool that ends the process from its sink (the contract forbids it; the shim must still end
+// the process, and say in one line why its summary is missing).
+void exiting_sink(const ferrum_replay_gpu_replay *, size_t, void *) {
+  std::exit(3);
+}
+
 int sink_mode(long n, const std::string &layout) {
   auto set_sink = reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(
       dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK));
@@ -407,6 +414,8 @@ int sink_mode(long n, const std::string &layout) {
     registered = set_sized(sized_sink, nullptr, ours + 32);
   else if (layout == "sized-short")
     registered = set_sized(sized_sink, nullptr, 8);
+  else if (layout == "exiting")
+    registered = set_sized(exiting_sink, nullptr, ours);
   else
     return usage();
   std::printf("set_sink=%d\n", registered);

@@ -453,7 +453,7 @@ def exit_in_handler(mode, missing, **kwargs):
                "thread held)")
     expect(run_.returncode == 0 and "armed=1" in run_.stdout, f"{mode}: the program failed", run_)
     lines = run_.stderr.splitlines()
-    expect(len(lines) == 1 and "exit() was called from a signal handler" in lines[0],
+    expect(len(lines) == 1 and "exit() was called" in lines[0] and "signal handler" in lines[0],
            f"{mode}: one line should say why there is {missing}", run_)
     return run_
 

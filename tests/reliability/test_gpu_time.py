@@ -239,6 +239,18 @@ def default_streams_apart():
     expect_balanced(run_)
 
 
+def sink_exits():
+    """A sink that calls exit() (which ferrum_replay.h forbids) runs under the shim's sink lock:
+    the exit hooks must not wait for that lock (the process ends with the sink's status) and
+    the one line about the missing summary must say why. It blamed a signal handler."""
+    run_ = program("sink", 4, "exiting", timeout=60,
+                   env={"FERRUM_STANDIN_GRAPH_NS": "100000", "FERRUM_REPLAY_SUMMARY": "stderr"})
+    lines = run_.stderr.splitlines()
+    expect(run_.returncode == 3 and "set_sink=0" in run_.stdout and len(lines) == 1 and
+           "exit() was called while this thread held a lock of the shim" in lines[0] and
+           "GPU-time sink" in lines[0], "exit() from a sink", run_)
+
+
 def sink_layouts():
     """F85: a tool's sink gets the batch in the layout it was built against. The struct grew
     (F78's context and thread) and a sink is handed an array: a sink built against the first
@@ -426,7 +438,8 @@ def main_thread_exits():
         every = n + m + 1  # with the exit handler's
         # The main thread's replays, in flight as it ended, are read by the next reaper, which
         # the worker starts 100 ms later; its first launches may find some of those pairs not
-        # read yet: at most one failed claim per kClaimProbes (4) of the main thread's 20 pairs.
+        # read yet: at most one failed claim per kClaimProbes (4) of the main thread's 20 pairs
+        # (fewer: the claim then samples the pool).
         missed = gpu["why"].get("pool exhausted", 0)
         expect(gpu["timed"] + missed == every and missed <= (n // 4 if m else 0) and
                gpu["in_flight"] == 0 and gpu["not_timed"] == missed,
@@ -588,8 +601,8 @@ def no_thread_keys():
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
     burst_mostly_timed, deep_queue_few_queries, many_replays, many_replays_long, exit_in_flight,
-    replay_named_as_launched, default_streams_apart, sink_layouts, shared_stream_times_own_replay,
-    capture_untouched,
+    replay_named_as_launched, default_streams_apart, sink_layouts, sink_exits,
+    shared_stream_times_own_replay, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
     no_thread_keys)}

@@ -507,6 +507,30 @@ TEST_CASE(
   CHECK(f.engine->totals().in_flight == 0);
 }
 
+TEST_CASE(
+    "gpu engine: threads whose replays are in flight in blocks of pairs leave each other's "
+    "launches timed while half the pool is free") {
+  // Each thread claims pairs one after another from a cursor of its own: a cursor that runs
+  // into another thread's block found its neighbours taken launch after launch ("pool
+  // exhausted") until past it. Eight rounds, fresh threads each (fresh cursors): each round,
+  // three threads' 100 replays stay in flight, then this thread's 200 (500 of 1,024 pairs).
+  for (int round = 0; round < 8; ++round) {
+    Fixture f;
+    f.queue_on_streams(uint64_t{1000} * 1000 * 1000);  // nothing finishes meanwhile
+    int timed = 0;
+    for (int t = 0; t < 3; ++t) {
+      std::thread other([&, t] {
+        for (int i = 0; i < 100; ++i)
+          timed += f.launch(reinterpret_cast<CUstream>(static_cast<uintptr_t>(0x1000 + t)));
+      });
+      other.join();
+    }
+    for (int i = 0; i < 200; ++i) timed += f.launch(reinterpret_cast<CUstream>(0x77));
+    CHECK(timed == 500);
+    CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::pool_exhausted)] == 0);
+  }
+}
+
 TEST_CASE("gpu engine: a failed launch or a failed record is not timed, the pair comes back") {
   Fixture f;
   f.launch();
