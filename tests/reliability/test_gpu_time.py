@@ -125,9 +125,10 @@ def burst_mostly_timed():
 def deep_queue_few_queries():
     """400 replays of a 2 ms graph queued at once on one stream, then synchronised: 0.8 s of GPU
     work behind the launches. The reaper reads each replay once it has finished and, meanwhile,
-    asks the driver about the oldest unfinished one only (a stream runs in order): about one
-    cuEventQuery per replay and one per pass, where asking about every replay in flight each
-    millisecond made it some 150,000 driver calls on the program's behalf."""
+    asks the driver about the oldest unfinished one only (a stream runs in order), and about
+    every one in flight in one pass of every 256 (Engine::kFullPassEvery): about one
+    cuEventQuery per replay and two per pass, where asking about every replay in flight each
+    millisecond made it some 135,000 driver calls on the program's behalf."""
     run_ = program("burst", 400, "sync", env={"FERRUM_STANDIN_GRAPH_NS": "2000000"}, timeout=60)
     expect(run_.returncode == 0 and "launches=400 failed=0" in run_.stdout, "program failed", run_)
     gpu = one_summary(run_).gpu
