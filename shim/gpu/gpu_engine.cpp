@@ -175,6 +175,16 @@ class RelaxedCapture {
   CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
 };
 
+// Claims `candidate` for this thread if it is free: a plain load first, so that a busy pair
+// costs no locked instruction.
+inline Pair *try_claim(Pair &candidate) {
+  if (candidate.state.load(std::memory_order_relaxed) != kFree) return nullptr;
+  uint32_t expected = kFree;
+  return candidate.state.compare_exchange_strong(expected, kClaimed, std::memory_order_seq_cst)
+             ? &candidate
+             : nullptr;
+}
+
 }  // namespace
 
 struct Pool {
@@ -256,13 +266,8 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   uint32_t cursor = t_claim_cursor;
   if (cursor == 0) cursor = seed_cursor();
   Pair *pair = nullptr;
-  for (uint32_t probe = 0; probe < kClaimProbes && !pair; ++probe) {
-    Pair &candidate = pool->pairs[cursor++ % kPairsPerContext];
-    if (candidate.state.load(std::memory_order_relaxed) != kFree) continue;
-    uint32_t expected = kFree;
-    if (candidate.state.compare_exchange_strong(expected, kClaimed, std::memory_order_seq_cst))
-      pair = &candidate;
-  }
+  for (uint32_t probe = 0; probe < kClaimProbes && !pair; ++probe)
+    pair = try_claim(pool->pairs[cursor++ % kPairsPerContext]);
   // Every neighbour taken: each thread claims pairs one after another, so this cursor has most
   // likely run into another thread's block still in flight, with most of the pool free. Moving
   // on 4 at a time failed every launch until past the block: 3-6 % of 6 threads' replays went
@@ -270,13 +275,7 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   // moved to the free one found. Only when the neighbours are taken: a few more loads then.
   for (uint32_t sample = 1; sample <= kClaimSamples && !pair; ++sample) {
     const uint32_t at = cursor + sample * kClaimStride;
-    Pair &candidate = pool->pairs[at % kPairsPerContext];
-    if (candidate.state.load(std::memory_order_relaxed) != kFree) continue;
-    uint32_t expected = kFree;
-    if (candidate.state.compare_exchange_strong(expected, kClaimed, std::memory_order_seq_cst)) {
-      pair = &candidate;
-      cursor = at + 1;
-    }
+    if ((pair = try_claim(pool->pairs[at % kPairsPerContext]))) cursor = at + 1;
   }
   t_claim_cursor = cursor;
   if (!pair) {

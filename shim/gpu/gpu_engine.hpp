@@ -155,23 +155,16 @@ class UnfinishedRuns {
   // True when an older replay of the same run was found unfinished in this pass.
   bool behind(const Pair &pair) const {
     if (!skip_) return false;
-    for (size_t i = 0; i < count_; ++i) {
-      const Run &run = runs_[i];
-      if (run.launcher == pair.launcher && run.stream == pair.stream && run.context == pair.context)
-        return pair.order > run.order;
-    }
-    return false;
+    const size_t at = find(pair);
+    return at < count_ && pair.order > runs_[at].order;
   }
   void unfinished(const Pair &pair) {  // the driver said `pair` has not finished
-    for (size_t i = 0; i < count_; ++i) {
-      Run &run = runs_[i];
-      if (run.launcher == pair.launcher && run.stream == pair.stream &&
-          run.context == pair.context) {
-        if (pair.order < run.order) run.order = pair.order;
-        return;
-      }
+    const size_t at = find(pair);
+    if (at < count_) {
+      if (pair.order < runs_[at].order) runs_[at].order = pair.order;
+    } else if (count_ < kRuns) {
+      runs_[count_++] = Run{pair.context, pair.stream, pair.launcher, pair.order};
     }
-    if (count_ < kRuns) runs_[count_++] = Run{pair.context, pair.stream, pair.launcher, pair.order};
   }
 
  private:
@@ -182,6 +175,13 @@ class UnfinishedRuns {
     uint32_t launcher;
     uint64_t order;  // the oldest unfinished replay seen
   };
+  size_t find(const Pair &pair) const {  // the run `pair` belongs to; count_ when none
+    size_t i = 0;
+    while (i < count_ && !(runs_[i].launcher == pair.launcher && runs_[i].stream == pair.stream &&
+                           runs_[i].context == pair.context))
+      ++i;
+    return i;
+  }
   Run runs_[kRuns];
   size_t count_ = 0;
   bool skip_;

@@ -422,8 +422,8 @@ TEST_CASE(
              c = reinterpret_cast<CUstream>(0x99);
   // Stream c: three replays of another thread's, then five of this one's (two runs on one
   // stream); a: 200 queued; b: 10. All queued at once; the streams run side by side. (Three,
-  // fewer than kClaimProbes: this thread's cursor may run into the other's pairs, and a
-  // launch that finds kClaimProbes taken in a row goes untimed, "pool exhausted".)
+  // fewer than kClaimProbes: wherever the two threads' cursors lie, each launch of this thread
+  // finds a free pair among its neighbours, and every launch is timed without the samples.)
   static_assert(gpu::kClaimProbes > 3);
   std::thread other([&] {
     for (int i = 0; i < 3; ++i) REQUIRE(f.launch(c));
