@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_check  # noqa: E402
@@ -276,7 +277,9 @@ def driver_without_events():
 def summary_without_tool():
     """No NVTX tool at all: FERRUM_REPLAY_SUMMARY=stderr still tells GPU time per graph (the
     simulated durations) and closes with the GPU line."""
+    started = time.monotonic()
     run_ = launch("LAUNCH_DRIVER", record=False, env={"FERRUM_REPLAY_SUMMARY": "stderr"})
+    ran_ns = (time.monotonic() - started) * 1e9
     expect(run_.returncode == 0, "program failed", run_)
     [summary] = gpu_check.summaries(run_.stderr)
     expect(summary.header_columns and summary.header_columns[4:6] == ["gpu", "n"],
@@ -284,21 +287,26 @@ def summary_without_tool():
     expect(len(summary.rows) == GRAPHS, f"rows {summary.rows}", run_)
     for row, simulated in zip(sorted(summary.rows, key=lambda r: int(r["graph"])), GRAPH_NS):
         expect(int(row["gpu n"]) == ITERS, f"row {row}: gpu n", run_)
-        # The first replay found its stream idle: it also counts the gap between its start
-        # event and its launch (max, and a 21st of it in the mean); the others queued behind it.
-        spread = float(row["max us"]) * 1000 - simulated
-        for column, bound in (("min us", TOLERANCE_NS), ("mean us", TOLERANCE_NS + spread / ITERS)):
-            expect(abs(float(row[column]) * 1000 - simulated) <= bound,
-                   f"row {row}: {column} is not the simulated {simulated} ns", run_)
-        expect(-TOLERANCE_NS <= spread <= 1_000_000, f"row {row}: max us", run_)
-        # A log-bucket histogram: within 6.25 %; p99 of 21 replays is the slowest, the first.
+        # A replay that found its stream run dry (the first; any after its thread was preempted
+        # longer than the work queued, on a loaded machine) also counts the gap between its start
+        # event and its launch; the others queued behind one another and read their own time.
+        # The gaps of one stream do not overlap: together they fit in the run.
+        total, longest = float(row["gpu tot ms"]) * 1e6, float(row["max us"]) * 1000
+        gaps = total - ITERS * simulated
+        expect(abs(float(row["min us"]) * 1000 - simulated) <= TOLERANCE_NS,
+               f"row {row}: min us is not the simulated {simulated} ns", run_)
+        expect(-ITERS * TOLERANCE_NS <= gaps <= ran_ns and
+               -TOLERANCE_NS <= longest - simulated <= gaps + ITERS * TOLERANCE_NS,
+               f"row {row}: total and max beyond the simulated {simulated} ns and gaps within "
+               f"the run's {ran_ns / 1e6:.1f} ms", run_)
+        # Printed to 1 ns (mean) and 1 us (total).
+        expect(abs(float(row["mean us"]) * 1000 * ITERS - total) <= 1000,
+               f"row {row}: mean is not total / {ITERS}", run_)
+        # A log-bucket histogram: within 6.25 %; p99 of 21 replays is the slowest.
         expect(abs(float(row["p50 us"]) * 1000 - simulated) <= simulated * 0.0625,
                f"row {row}: p50 us is not near the simulated {simulated} ns", run_)
         expect(float(row["p50 us"]) <= float(row["p99 us"]) <= float(row["max us"]) * 1.0625,
                f"row {row}: p99 us out of order", run_)
-        expect(abs(float(row["gpu tot ms"]) * 1e6 - ITERS * simulated) <= ITERS * TOLERANCE_NS
-               + spread,
-               f"row {row}: total", run_)
     expect(summary.gpu == {"timed": LAUNCHES, "not_timed": 0, "in_flight": 0, "why": {},
                            "align_ns": summary.gpu["align_ns"]},
            f"GPU line {summary.gpu}", run_)
