@@ -18,6 +18,7 @@ Output (stdout):
 Exit status: 0; 1 when a replay computed a wrong result; 77 when PyTorch cannot be imported
 or sees no GPU (a skip).
 """
+import contextlib
 import sys
 
 SIZES = (1, 1 << 10, 1 << 16, 1 << 20)
@@ -35,8 +36,6 @@ def main():
         print("torch sees no CUDA device")
         return 77
     if names:
-        import contextlib
-
         import ferrum_replay
         by_handle = hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec")
     graphs, expected = [], []
