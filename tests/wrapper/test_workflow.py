@@ -3318,20 +3318,88 @@ def test_gpu_smoke_without_gpu(tmp):
     done = run([GPU_SMOKE], tmp, env=env)
     expect(done.returncode == 77 and "SKIP: nvidia-smi fails" in done.stdout, "nvidia-smi", done)
     # nvidia-smi succeeds but there is no GPU behind it: every case runs, fails and says why,
-    # and the closing line counts them (no build: --no-build).
+    # and the closing line counts them (no build: --no-build). PyTorch is the stand-in of
+    # tests/wrapper/fake_torch, which sees a device and launches nothing: the torch cases run
+    # under the shim and fail (no ranges), where a SKIP would hide them.
     write(os.path.join(bindir, "nvidia-smi"), "#!/bin/sh\nexit 0\n")
-    done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, FERRUM_GPU_SMOKE_DIR=os.path.join(
-        tmp, "smoke"), FERRUM_GPU_SMOKE_TIMEOUT="60"), timeout=300)
+    fake_torch = os.path.join(SOURCE, "tests", "wrapper", "fake_torch")
+    env = dict(env, FERRUM_GPU_SMOKE_DIR=os.path.join(tmp, "smoke"), PYTHONPATH=fake_torch)
+    done = run([GPU_SMOKE, "--no-build"], tmp, env=env, timeout=300)
     verdicts = re.findall(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.+)$", done.stdout, re.M)
     names = [v[1] for v in verdicts]
     expect(names == ["real-static-runtime", "real-shared-runtime", "real-per-thread-stream",
                      "demo", "gpu-time", "torch", "torch-names"], f"one verdict per case: {names}",
            done)
-    expect(all(v[0] != "PASS" for v in verdicts), "nothing passes without a GPU", done)
-    failed = sum(v[0] == "FAIL" for v in verdicts)
-    skipped = sum(v[0] == "SKIP" for v in verdicts)
-    expect(done.stdout.endswith(f"0 passed, {failed} failed, {skipped} skipped\n")
-           and done.returncode == (1 if failed else 0), "closing line and status", done)
+    # Every case fails: the programs (built here with nvcc) find no GPU; only nsys may skip.
+    expect(all(v[0] == "FAIL" for v in verdicts), "nothing passes or skips without a GPU", done)
+    skipped = done.stdout.count("\nSKIP  gpu-time-nsys ")
+    expect(done.stdout.endswith(f"0 passed, {len(verdicts)} failed, {skipped} skipped\n")
+           and done.returncode == 1, "closing line and status", done)
+    # A PyTorch that sees no device even without the shim: the torch cases skip, saying so.
+    done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, FAKE_TORCH_CUDA="0"), timeout=300)
+    torch = re.findall(r"^(SKIP|FAIL|PASS)\s+(torch\S*)\s+(.+)$", done.stdout, re.M)
+    expect(torch == [("SKIP", name, "PyTorch sees no CUDA device (without the shim)")
+                     for name in ("torch", "torch-names")], f"torch verdicts {torch}", done)
+
+
+def test_torch_graphs_script(tmp):
+    """tests/wrapper/torch_graphs.py, which gpu-smoke runs on a GPU machine, against a stand-in
+    for PyTorch (tests/wrapper/fake_torch: its graphs replay the captured work, nothing is
+    launched): both modes run to the end and print what gpu-smoke reads — the replays per graph
+    and, with --names, the names per graph (by scope: the stand-in has no
+    raw_cuda_graph_exec) — and no CUDA device is exit status 77. The plain mode used to raise
+    UnboundLocalError (contextlib imported only with --names): a FAIL on the GPU machine."""
+    fake = os.path.join(SOURCE, "tests", "wrapper", "fake_torch")
+    script = os.path.join(SOURCE, "tests", "wrapper", "torch_graphs.py")
+    path = fake + os.pathsep + os.path.join(SOURCE, "python")
+    plain = run([sys.executable, script], tmp, env={"PYTHONPATH": fake})
+    expect(plain.returncode == 0 and plain.stdout == "per_graph=3,5,7,11\nreplays=26\n" and
+           plain.stderr == "", "plain mode", plain)
+    named = run([sys.executable, script, "--names"], tmp, env={"PYTHONPATH": path})
+    expect(named.returncode == 0 and named.stderr == "" and named.stdout.splitlines() == [
+        "names=scope size 1:3;scope size 1024:5;scope size 65536:7;scope size 1048576:11",
+        "handle_names=unavailable", "per_graph=3,5,7,11", "replays=26"], "--names", named)
+    none = run([sys.executable, script], tmp, env={"PYTHONPATH": fake, "FAKE_TORCH_CUDA": "0"})
+    expect(none.returncode == 77 and none.stdout == "torch sees no CUDA device\n", "no device",
+           none)
+
+
+def test_build_without_doctest(tmp):
+    """What gpu-smoke asks of a GPU machine that has no network and no doctest: `scripts/bootstrap
+    --build-only` is content, the build configures (the unit test programs left out, with a
+    warning), while the full bootstrap that scripts/test runs still refuses. doctest is hidden
+    by an empty folder mounted over its own, in a mount namespace of this test's (root only)."""
+    header = next((d for d in ("/usr/include", "/usr/local/include")
+                   if os.path.isfile(os.path.join(d, "doctest", "doctest.h"))), None)
+    if header is None or os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skip: needs root, unshare and doctest under /usr/include or /usr/local/include"
+    empty = os.path.join(tmp, "empty")
+    os.mkdir(empty)
+    build = os.path.join(tmp, "build")
+    hide = f"mount --bind {shlex.quote(empty)} {shlex.quote(os.path.join(header, 'doctest'))}"
+    script = (f"{hide} || exit 99\n"
+              f"{shlex.quote(os.path.join(SOURCE, 'scripts', 'bootstrap'))} --quiet --build-only"
+              " || exit 10\n"
+              f"{shlex.quote(env_path('MESON'))} setup {shlex.quote(build)} "
+              f"{shlex.quote(SOURCE)} -Dcuda-home={shlex.quote(env_path('FERRUM_CUDA_HOME'))} "
+              "-Dwerror=false >&2 || exit 11\n"
+              f"{shlex.quote(env_path('MESON'))} introspect {shlex.quote(build)} --tests || exit 12\n"
+              f"{shlex.quote(os.path.join(SOURCE, 'scripts', 'bootstrap'))} --quiet >&2\n"
+              "echo full=$? >&2\n")
+    done = run(["unshare", "-m", "sh", "-c", script], tmp, timeout=600)
+    if done.returncode == 99:
+        return "skip: this machine does not let a mount namespace bind a folder"
+    expect(done.returncode == 0, "bootstrap --build-only or the configure failed", done)
+    names = {t["name"] for t in json.loads(done.stdout)}
+    expect("shim layering" in names and "gpu summary_without_tool" in names and
+           not names & {"shim unit", "common unit", "recorder unit", "recorder output safety"},
+           f"the tests declared: {sorted(names)[:8]}...", done)
+    expect("full=1" in done.stderr and "still missing: doctest/doctest.h" in done.stderr,
+           "the full bootstrap did not refuse", done)
+    with open(os.path.join(build, "meson-logs", "meson-log.txt"), encoding="utf-8",
+              errors="replace") as log:
+        expect("the unit test programs are not built" in log.read(), "no warning", done)
+    return None
 
 
 # ---- a machine without the CUDA toolkit ----------------------------------------------------
