@@ -16,6 +16,8 @@
 //   --instantiate HOW flags (default: cuGraphInstantiate/cudaGraphInstantiate, i.e.
 //                     ...WithFlags) or params (...WithParams, _ptsz in a per-thread build)
 //   --upload          upload each graph once after instantiating it (not a launch)
+//   --launch-times    also print launch_ns=: the wall time spent inside the launch calls, per
+//                     graph (CLOCK_MONOTONIC around each call, summed over threads)
 //   --reinstantiate K every K rounds destroy all graph execs (in order) and instantiate them
 //                     again (in order): the stand-in driver hands the destroyed handles out
 //                     again, swapped when G=2 (needs --threads 1)
@@ -51,6 +53,7 @@
 // Output on stdout, ending with these lines, the last always in this form:
 //   names: calls=<C> failed=<F>     (only with --name-graphs; F counts non-zero returns)
 //   names: absent                   (instead, when no ferrum_replay_name_graph_exec was found)
+//   launch_ns=<ns inside graph 0's launch calls>,<graph 1>,...   (only with --launch-times)
 //   per_graph=<launches of graph 0>,<graph 1>,...
 //   exceptions=<launches that threw>
 //   jumped=<launches left by siglongjmp>   (only with --jump-out)
@@ -68,6 +71,7 @@
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <time.h>
 
 #include <atomic>
 #include <cctype>
@@ -95,6 +99,7 @@ struct Options {
   bool app_ranges = false;
   bool instantiate_with_params = false;
   bool upload = false;
+  bool launch_times = false;
   int reinstantiate_every = 0;
   unsigned long long flags = 0;
   int version = 0;  // 0: the program's default
@@ -238,6 +243,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.instantiate_with_params = v == "params";
     } else if (a == "--upload") {
       o.upload = true;
+    } else if (a == "--launch-times") {
+      o.launch_times = true;
     } else if (a == "--reinstantiate") {
       o.reinstantiate_every = static_cast<int>(number());
     } else if (a == "--flags") {
@@ -299,7 +306,15 @@ struct ThreadResult {
   unsigned long long jumped = 0;
   int last_result = 0;
   std::vector<unsigned long long> per_graph;
+  std::vector<unsigned long long> launch_ns;  // --launch-times
 };
+
+inline unsigned long long monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<unsigned long long>(now.tv_sec) * 1000000000ull +
+         static_cast<unsigned long long>(now.tv_nsec);
+}
 
 [[noreturn]] inline void die(Backend &b, const char *what, int code) {
   std::fprintf(stderr, "error: %s failed: %s (%d)\n", what, b.error_name(code), code);
@@ -382,6 +397,7 @@ __attribute__((noinline)) inline bool launch_under_watchdog(Backend &b, int g, C
 
 inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResult &r) {
   r.per_graph.assign(static_cast<size_t>(o.graphs), 0);
+  r.launch_ns.assign(static_cast<size_t>(o.graphs), 0);
   const char *what = "";
   CUstream_st *stream = special_stream(o.stream);
   if (int e = b.thread_begin(&stream, &what); e != 0) die(b, what, e);
@@ -397,6 +413,7 @@ inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResul
       if (o.app_ranges) nvtxRangePushA("app step");
       bool returned = false;
       int result = 0;
+      const unsigned long long called = o.launch_times ? monotonic_ns() : 0;
       try {
         if (r.launches < static_cast<unsigned long long>(o.jump_out)) {
           returned = launch_under_watchdog(b, g, stream, &result);
@@ -408,6 +425,7 @@ inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResul
       } catch (const std::exception &ex) {
         ++r.exceptions;
       }
+      if (o.launch_times) r.launch_ns[static_cast<size_t>(g)] += monotonic_ns() - called;
       if (o.app_ranges) nvtxRangePop();
       ++r.launches;
       ++r.per_graph[static_cast<size_t>(g)];
@@ -456,13 +474,17 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
 
   ThreadResult total;
   total.per_graph.assign(static_cast<size_t>(o.graphs), 0);
+  total.launch_ns.assign(static_cast<size_t>(o.graphs), 0);
   int result = 0;
   for (const ThreadResult &r : results) {
     total.launches += r.launches;
     total.failed += r.failed;
     total.exceptions += r.exceptions;
     total.jumped += r.jumped;
-    for (size_t g = 0; g < r.per_graph.size(); ++g) total.per_graph[g] += r.per_graph[g];
+    for (size_t g = 0; g < r.per_graph.size(); ++g) {
+      total.per_graph[g] += r.per_graph[g];
+      total.launch_ns[g] += r.launch_ns[g];
+    }
     if (result == 0) result = r.last_result;
   }
   if (o.name_graphs) {
@@ -471,6 +493,12 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
     } else {
       std::printf("names: calls=%llu failed=%llu\n", naming.calls.load(), naming.failed.load());
     }
+  }
+  if (o.launch_times) {
+    std::printf("launch_ns=");
+    for (size_t g = 0; g < total.launch_ns.size(); ++g)
+      std::printf("%s%llu", g == 0 ? "" : ",", total.launch_ns[g]);
+    std::printf("\n");
   }
   std::printf("per_graph=");
   for (size_t g = 0; g < total.per_graph.size(); ++g) {
