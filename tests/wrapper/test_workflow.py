@@ -3330,11 +3330,18 @@ def test_gpu_smoke_without_gpu(tmp):
     expect(names == ["real-static-runtime", "real-shared-runtime", "real-per-thread-stream",
                      "demo", "gpu-time", "torch", "torch-names"], f"one verdict per case: {names}",
            done)
-    # Every case fails: the programs (built here with nvcc) find no GPU; only nsys may skip.
+    # Every case fails: the programs (built here with nvcc) find no GPU (nsys runs only after
+    # a gpu-time case that passed).
     expect(all(v[0] == "FAIL" for v in verdicts), "nothing passes or skips without a GPU", done)
-    skipped = done.stdout.count("\nSKIP  gpu-time-nsys ")
-    expect(done.stdout.endswith(f"0 passed, {len(verdicts)} failed, {skipped} skipped\n")
+    expect(done.stdout.endswith(f"0 passed, {len(verdicts)} failed, 0 skipped\n")
            and done.returncode == 1, "closing line and status", done)
+    # A PyTorch that sees the GPU without the shim and none under it: the shim's failure.
+    done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, FAKE_TORCH_CUDA="not-under-shim"),
+               timeout=300)
+    torch = re.findall(r"^(SKIP|FAIL|PASS)\s+(torch\S*)\s+(.+)$", done.stdout, re.M)
+    expect(torch == [("FAIL", name, "under the shim: torch sees no CUDA device (it sees the GPU "
+                      "without it)") for name in ("torch", "torch-names")],
+           f"torch verdicts {torch}", done)
     # A PyTorch that sees no device even without the shim: the torch cases skip, saying so.
     done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, FAKE_TORCH_CUDA="0"), timeout=300)
     torch = re.findall(r"^(SKIP|FAIL|PASS)\s+(torch\S*)\s+(.+)$", done.stdout, re.M)
@@ -3366,37 +3373,45 @@ def test_torch_graphs_script(tmp):
 
 def test_build_without_doctest(tmp):
     """What gpu-smoke asks of a GPU machine that has no network and no doctest: `scripts/bootstrap
-    --build-only` is content, the build configures (the unit test programs left out, with a
-    warning), while the full bootstrap that scripts/test runs still refuses. doctest is hidden
-    by an empty folder mounted over its own, in a mount namespace of this test's (root only)."""
+    --build-only` is content, and the build configures with -Dunit-tests=auto (the unit test
+    programs left out, with a warning); without that option the configure stops, saying why,
+    and the full bootstrap that scripts/test runs still refuses (apt-get masked: nothing is
+    installed). doctest is hidden by an empty folder mounted over its own, in a mount namespace
+    of this test's (root only)."""
     header = next((d for d in ("/usr/include", "/usr/local/include")
                    if os.path.isfile(os.path.join(d, "doctest", "doctest.h"))), None)
+    apt = shutil.which("apt-get")
     if header is None or os.geteuid() != 0 or not shutil.which("unshare"):
         return "skip: needs root, unshare and doctest under /usr/include or /usr/local/include"
     empty = os.path.join(tmp, "empty")
     os.mkdir(empty)
-    build = os.path.join(tmp, "build")
-    hide = f"mount --bind {shlex.quote(empty)} {shlex.quote(os.path.join(header, 'doctest'))}"
-    script = (f"{hide} || exit 99\n"
-              f"{shlex.quote(os.path.join(SOURCE, 'scripts', 'bootstrap'))} --quiet --build-only"
-              " || exit 10\n"
-              f"{shlex.quote(env_path('MESON'))} setup {shlex.quote(build)} "
-              f"{shlex.quote(SOURCE)} -Dcuda-home={shlex.quote(env_path('FERRUM_CUDA_HOME'))} "
-              "-Dwerror=false >&2 || exit 11\n"
-              f"{shlex.quote(env_path('MESON'))} introspect {shlex.quote(build)} --tests || exit 12\n"
-              f"{shlex.quote(os.path.join(SOURCE, 'scripts', 'bootstrap'))} --quiet >&2\n"
-              "echo full=$? >&2\n")
+    q = shlex.quote
+    meson, bootstrap = q(env_path("MESON")), q(os.path.join(SOURCE, "scripts", "bootstrap"))
+    setup = (f"{meson} setup {{}} {q(SOURCE)} -Dcuda-home={q(env_path('FERRUM_CUDA_HOME'))} "
+             "-Dwerror=false")
+    script = "\n".join([
+        f"mount --bind {q(empty)} {q(os.path.join(header, 'doctest'))} || exit 99",
+        f"mount --bind /dev/null {q(apt)} || exit 99" if apt else ":",
+        f"{bootstrap} --quiet --build-only || exit 10",
+        setup.format(q(os.path.join(tmp, "strict"))) + " >&2 && exit 11",
+        setup.format(q(os.path.join(tmp, "build"))) + " -Dunit-tests=auto >&2 || exit 12",
+        f"{meson} introspect {q(os.path.join(tmp, 'build'))} --tests || exit 13",
+        f"{bootstrap} --quiet >&2",
+        "echo full=$? >&2"])
     done = run(["unshare", "-m", "sh", "-c", script], tmp, timeout=600)
     if done.returncode == 99:
         return "skip: this machine does not let a mount namespace bind a folder"
-    expect(done.returncode == 0, "bootstrap --build-only or the configure failed", done)
+    expect(done.returncode == 0, "bootstrap --build-only or the configures did not do as they "
+           "should (10: bootstrap, 11: configured without doctest and -Dunit-tests=auto, 12: not "
+           "with it, 13: introspect)", done)
+    expect("or configure with -Dunit-tests=auto" in done.stderr, "why the configure stops", done)
     names = {t["name"] for t in json.loads(done.stdout)}
     expect("shim layering" in names and "gpu summary_without_tool" in names and
            not names & {"shim unit", "common unit", "recorder unit", "recorder output safety"},
            f"the tests declared: {sorted(names)[:8]}...", done)
     expect("full=1" in done.stderr and "still missing: doctest/doctest.h" in done.stderr,
            "the full bootstrap did not refuse", done)
-    with open(os.path.join(build, "meson-logs", "meson-log.txt"), encoding="utf-8",
+    with open(os.path.join(tmp, "build", "meson-logs", "meson-log.txt"), encoding="utf-8",
               errors="replace") as log:
         expect("the unit test programs are not built" in log.read(), "no warning", done)
     return None

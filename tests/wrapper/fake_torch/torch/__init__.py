@@ -4,8 +4,9 @@ names the script calls (torch.ones, torch.cuda.Stream, torch.cuda.stream, torch.
 torch.cuda.CUDAGraph with replay(), torch.cuda.synchronize, Tensor.fill_/numel, == and .all()).
 A tensor holds one value (every element of the script's tensors is equal); work done while a
 graph captures is recorded and done again by each replay, into the same tensors, as a CUDA
-graph replays its kernels. FAKE_TORCH_CUDA=0 makes torch.cuda.is_available() False. It
-launches nothing: what it checks is the script's own flow, not the shim."""
+graph replays its kernels. FAKE_TORCH_CUDA=0 makes torch.cuda.is_available() False, and
+FAKE_TORCH_CUDA=not-under-shim False only where the shim is in LD_PRELOAD. It launches
+nothing: what it checks is the script's own flow, not the shim."""
 import contextlib
 import os
 
@@ -72,7 +73,10 @@ class _Cuda:
 
     @staticmethod
     def is_available():
-        return os.environ.get("FAKE_TORCH_CUDA", "1") != "0"
+        mode = os.environ.get("FAKE_TORCH_CUDA", "1")
+        if mode == "not-under-shim":  # a PyTorch the shim broke
+            return "libferrum-replay" not in os.environ.get("LD_PRELOAD", "")
+        return mode != "0"
 
     @staticmethod
     def current_stream():
