@@ -390,10 +390,10 @@ std::atomic<unsigned long long> g_captured_event_records{0};
 std::atomic<unsigned long long> g_events_created{0};
 std::atomic<unsigned long long> g_event_queries{0};
 
-// The report's path, read when the driver is loaded: at exit another thread of the program may
-// be changing the environment (fault environment_changed_at_run_time), and a getenv then reads
-// the array setenv frees — the stand-in would crash where a driver does not. Unset then, it is
-// read at exit (standin_timeline's child sets it after the driver is loaded).
+// The report's path, read when the driver is loaded and never later: at exit another thread of
+// the program may be changing the environment (fault environment_changed_at_run_time), and a
+// getenv then reads the array setenv frees — the stand-in would crash where a driver does not.
+// A program that clears its environment before it loads the driver (the same test) has none.
 char g_report_path[4096];
 
 __attribute__((constructor)) void note_report_path() {
@@ -402,8 +402,8 @@ __attribute__((constructor)) void note_report_path() {
 }
 
 __attribute__((destructor)) void write_report() {
-  const char *path = g_report_path[0] ? g_report_path : std::getenv("FERRUM_STANDIN_REPORT");
-  if (path == nullptr || path[0] == '\0') return;
+  const char *path = g_report_path;
+  if (path[0] == '\0') return;
   char line[384];
   const int n =
       std::snprintf(line, sizeof line,

@@ -10,6 +10,7 @@
 //   launch-queue       run with FERRUM_STANDIN_GRAPH_NS=700000 FERRUM_STANDIN_LAUNCH_QUEUE=2.
 //   no-events          run with FERRUM_STANDIN_NO_EVENTS=1.
 //   event-create-fail  run with FERRUM_STANDIN_EVENT_CREATE_FAIL=1.
+//   capture-child      (model's child) one event record captured on a stream of its own.
 // Prints one line per failed check and `ok` at the end; exit status 0 when every check held.
 
 #include <cuda.h>
@@ -405,8 +406,20 @@ void capture() {
   check_result(cuStreamEndCapture(s, &g), CUDA_ERROR_INVALID_VALUE, "end without a capture");
 }
 
+// What capture-child does: one event record captured, in a process of its own.
+bool capture_one_record() {
+  CUstream s = nullptr;
+  CUevent ev = nullptr;
+  CUgraph g = nullptr;
+  return cuStreamCreate(&s, 0) == CUDA_SUCCESS && cuEventCreate(&ev, 0) == CUDA_SUCCESS &&
+         cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS &&
+         cuEventRecordWithFlags(ev, s, CU_EVENT_RECORD_EXTERNAL) == CUDA_SUCCESS &&
+         cuStreamEndCapture(s, &g) == CUDA_SUCCESS;
+}
+
 // The report counts captured event records (a test of the shim asserts it added none): a child
-// process captures one, and its report at exit says so.
+// process, started afresh with FERRUM_STANDIN_REPORT set (the stand-in reads it when it is
+// loaded, never at exit), captures one, and its report at exit says so.
 void captured_records_reported() {
   char path[] = "/tmp/standin-timeline-report.XXXXXX";
   const int fd = mkstemp(path);
@@ -417,15 +430,8 @@ void captured_records_reported() {
   const pid_t child = fork();
   if (child == 0) {
     setenv("FERRUM_STANDIN_REPORT", path, 1);
-    CUstream s = nullptr;
-    CUevent ev = nullptr;
-    CUgraph g = nullptr;
-    const bool ok = cuStreamCreate(&s, 0) == CUDA_SUCCESS &&
-                    cuEventCreate(&ev, 0) == CUDA_SUCCESS &&
-                    cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS &&
-                    cuEventRecordWithFlags(ev, s, CU_EVENT_RECORD_EXTERNAL) == CUDA_SUCCESS &&
-                    cuStreamEndCapture(s, &g) == CUDA_SUCCESS;
-    std::exit(ok ? 0 : 1);
+    execl("/proc/self/exe", "standin_timeline", "capture-child", static_cast<char *>(nullptr));
+    _exit(127);
   }
   int status = 0;
   waitpid(child, &status, 0);
@@ -684,6 +690,9 @@ int main(int argc, char **argv) {
     no_events();
   } else if (mode == "event-create-fail") {
     event_create_fail();
+  } else if (mode == "capture-child") {  // captured_records_reported's child
+    set_up();
+    return capture_one_record() ? 0 : 1;
   } else {
     std::fprintf(stderr, "usage: standin_timeline MODE (see the source)\n");
     return 2;
