@@ -12,9 +12,7 @@ uint32_t ChunkWriter::write_whole(EventChunk &chunk, uint32_t used, uint64_t sta
   e.attrs = attrs;
   e.domain_id = domain_id;
   e.depth = depth;
-  PackedRecord &escape = chunk.slots[used];
-  escape = PackedRecord{};
-  escape.templ = EventChunk::kEscape;
+  chunk.slots[used] = PackedRecord::make(0, EventChunk::kEscape, 0, 0);
   std::memcpy(static_cast<void *>(&chunk.slots[used + 1]), &e, sizeof e);
   last_anchor_ = anchor_of(attrs.kind, start, end);
   return EventChunk::kMaxSlotsPerEvent;

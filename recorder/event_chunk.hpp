@@ -45,15 +45,31 @@ struct PackedTemplate {
 };
 
 // One event that repeats a template (16 bytes), or the escape that says a whole Event follows in
-// the next kEscapeSlots slots.
+// the next kEscapeSlots slots. Two words, each written whole (make): as bit-fields, every field
+// was a read-modify-write of memory the chunk had never held, and a byte store read back as part
+// of a word stalled store forwarding (measured: docs/performance.md).
+//   lo: bits 0-39 time_delta, 40-47 templ, 48-63 zero
+//   hi: bits 0-39 duration, 40-63 payload_delta
 struct PackedRecord {
+  uint64_t lo, hi;
+
   // 40 bits of ticks each way: minutes at a CPU counter's few GHz, so that a thread stalled
-  // between two ranges (a loaded machine, a debugger) does not turn them into escapes.
-  int64_t time_delta : 40;  // this event's anchor (anchor_of) minus the previous event's, in ticks
-  uint64_t templ : 8;       // index into the chunk's templates, or kEscape
-  uint64_t unused : 16;
-  uint64_t duration : 40;      // end - start, in ticks
-  int64_t payload_delta : 24;  // Payload::u minus the template's payload_base
+  // between two ranges (a loaded machine, a debugger) does not turn them into escapes. The
+  // caller has checked that each value fits its field (ChunkWriter::write).
+  static PackedRecord make(int64_t time_delta, uint8_t templ, uint64_t duration,
+                           int64_t payload_delta) {
+    return PackedRecord{(static_cast<uint64_t>(time_delta) & kMask40) | uint64_t{templ} << 40,
+                        duration | static_cast<uint64_t>(payload_delta) << 40};
+  }
+  // This event's anchor (anchor_of) minus the previous event's, in ticks.
+  int64_t time_delta() const { return static_cast<int64_t>(lo << 24) >> 24; }
+  // The index into the chunk's templates, or kEscape.
+  uint8_t templ() const { return static_cast<uint8_t>(lo >> 40); }
+  uint64_t duration() const { return hi & kMask40; }  // end - start, in ticks
+  // Payload::u minus the template's payload_base.
+  int64_t payload_delta() const { return static_cast<int64_t>(hi) >> 40; }
+
+  static constexpr uint64_t kMask40 = (uint64_t{1} << 40) - 1;
 };
 static_assert(sizeof(PackedRecord) == 16, "a packed event is 16 bytes");
 
@@ -102,8 +118,9 @@ class ChunkWriter {
  public:
   // Writes one event at `chunk.slots[used]` (the caller has checked !chunk.full(used)) and
   // returns the slots it took. Publishing is the caller's.
-  uint32_t write(EventChunk &chunk, uint32_t used, uint64_t start, uint64_t end,
-                 const RangeAttrs &attrs, uint32_t domain_id, uint32_t depth) {
+  [[gnu::always_inline]] uint32_t write(EventChunk &chunk, uint32_t used, uint64_t start,
+                                        uint64_t end, const RangeAttrs &attrs, uint32_t domain_id,
+                                        uint32_t depth) {
     if (used == 0) [[unlikely]]
       restart();
     if (attrs.kind == EventKind::range || attrs.kind == EventKind::mark) [[likely]] {
@@ -114,13 +131,9 @@ class ChunkWriter {
       if (delta >= -kMax40 - 1 && delta <= kMax40 && duration <= kMaxDuration) [[likely]] {
         const int templ = find_or_add(chunk, attrs, domain_id, depth);
         if (templ >= 0) [[likely]] {
-          PackedRecord &r = chunk.slots[used];
-          r.time_delta = delta;
-          r.templ = static_cast<uint64_t>(templ);
-          r.unused = 0;
-          r.duration = duration;
-          r.payload_delta =
-              static_cast<int64_t>(attrs.payload.u - chunk.templates[templ].payload_base);
+          chunk.slots[used] = PackedRecord::make(
+              delta, static_cast<uint8_t>(templ), duration,
+              static_cast<int64_t>(attrs.payload.u - chunk.templates[templ].payload_base));
           last_anchor_ = end;
           ++events_;
           return 1;
@@ -146,7 +159,11 @@ class ChunkWriter {
   // The template of this attribute set whose payload base is within 23 bits of the payload
   // (either way: a step number that starts again); a new one where there is none and the table
   // has room; else -1.
-  int find_or_add(EventChunk &chunk, const RangeAttrs &attrs, uint32_t domain_id, uint32_t depth) {
+  // Inlined into write, as write is into ThreadBuffer::record and it into Recorder::pop: a call
+  // here saved and restored six registers per event; adding a template is the rare part, out of
+  // line.
+  [[gnu::always_inline]] int find_or_add(EventChunk &chunk, const RangeAttrs &attrs,
+                                         uint32_t domain_id, uint32_t depth) {
     uint64_t h = (reinterpret_cast<uintptr_t>(attrs.name) ^ (uint64_t{domain_id} << 40) ^
                   (uint64_t{depth} << 20) ^ attrs.category) *
                  0x9e3779b97f4a7c15ull;
@@ -165,8 +182,8 @@ class ChunkWriter {
       }
     }
   }
-  int add(EventChunk &chunk, size_t index_slot, const RangeAttrs &attrs, uint32_t domain_id,
-          uint32_t depth) {
+  [[gnu::noinline]] int add(EventChunk &chunk, size_t index_slot, const RangeAttrs &attrs,
+                            uint32_t domain_id, uint32_t depth) {
     if (templates_ == EventChunk::kTemplates) return -1;
     PackedTemplate &t = chunk.templates[templates_];
     t.name = attrs.name;
@@ -197,7 +214,7 @@ class ChunkWriter {
 inline uint32_t count_events(const EventChunk &chunk, uint32_t used) {
   uint32_t events = 0;
   for (uint32_t i = 0; i < used; ++events)
-    i += chunk.slots[i].templ == EventChunk::kEscape ? EventChunk::kMaxSlotsPerEvent : 1;
+    i += chunk.slots[i].templ() == EventChunk::kEscape ? EventChunk::kMaxSlotsPerEvent : 1;
   return events;
 }
 
@@ -213,23 +230,22 @@ uint32_t unpack(const EventChunk &chunk, uint32_t used, Out &&out) {
   for (uint32_t i = 0; i < used; ++events) {
     const PackedRecord &r = chunk.slots[i];
     Event e;
-    if (r.templ == EventChunk::kEscape) {
+    if (r.templ() == EventChunk::kEscape) {
       std::memcpy(static_cast<void *>(&e), &chunk.slots[i + 1], sizeof e);
       anchor = anchor_of(e.attrs.kind, e.start, e.end);
       i += EventChunk::kMaxSlotsPerEvent;
     } else {
-      const PackedTemplate &t = chunk.templates[r.templ];
-      anchor += static_cast<uint64_t>(static_cast<int64_t>(r.time_delta));  // sign-extended
+      const PackedTemplate &t = chunk.templates[r.templ()];
+      anchor += static_cast<uint64_t>(r.time_delta());
       e.end = anchor;
-      e.start = anchor - r.duration;
+      e.start = anchor - r.duration();
       e.attrs.name = t.name;
       e.attrs.category = t.category;
       e.attrs.has_color = t.has_color;
       e.attrs.kind = t.kind;
       e.attrs.color = t.color;
       e.attrs.payload.kind = t.payload_kind;
-      e.attrs.payload.u =
-          t.payload_base + static_cast<uint64_t>(static_cast<int64_t>(r.payload_delta));
+      e.attrs.payload.u = t.payload_base + static_cast<uint64_t>(r.payload_delta());
       e.domain_id = t.domain_id;
       e.depth = t.depth;
       i += 1;

@@ -108,7 +108,7 @@ MessageText wide_as_utf8(const wchar_t *text) noexcept {
   ((attr)->size >= offsetof(nvtxEventAttributes_t, field) + sizeof((attr)->field))
 
 // The payload as the trace keeps it: 32-bit integers and floats widened to their 64-bit kind.
-Payload payload_of(const nvtxEventAttributes_t &attr) {
+[[gnu::always_inline]] inline Payload payload_of(const nvtxEventAttributes_t &attr) {
   const auto &v = attr.payload;
   switch (attr.payloadType) {
     case NVTX_PAYLOAD_TYPE_UNSIGNED_INT64:
@@ -130,7 +130,9 @@ Payload payload_of(const nvtxEventAttributes_t &attr) {
 
 // What an event's attributes say, decoded once for every kind of event (push, mark, start):
 // written into `out` in place (a push decodes straight into its frame), the message returned.
-inline MessageText decode_into(RangeAttrs &out, const nvtxEventAttributes_t *attr) noexcept {
+// Inlined into each handler, so that a push makes no call of its own before the clock.
+[[gnu::always_inline]] inline MessageText decode_into(RangeAttrs &out,
+                                                      const nvtxEventAttributes_t *attr) noexcept {
   MessageText message{std::string_view(), true};  // stable: a literal or a registered string
   if (attr) {
     if (FERRUM_ATTR_HAS(attr, category)) out.category = attr->category;

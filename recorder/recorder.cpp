@@ -121,7 +121,7 @@ Recorder::~Recorder() {
   for (const NameBlock &names : kept_names_) release_name_block(names);
 }
 
-__attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
+constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 
 ThreadBuffer *Recorder::register_thread() noexcept {
   // A signal handler's NVTX call that interrupted this thread holding a lock of ours (this very

@@ -58,11 +58,13 @@ struct MessageText {
 // not allocated by glibc on a thread's first use of it, which aborts the process when there is
 // no memory for it ("cannot allocate memory for thread-local data"). (A loader out of static
 // TLS fails to load the recorder instead: NVTX then runs the program without a tool.)
+// constinit: without it, every access from another file first tested for a TLS initialisation
+// function that cannot exist (a load and a branch per push and per pop).
 struct ThreadSlot {
   uint64_t generation = 0;
   ThreadBuffer *buffer = nullptr;
 };
-extern __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot;
 
 class Recorder {
  public:

@@ -91,10 +91,6 @@ FrameStack *ThreadBuffer::add_stack(uint32_t domain_id) {
   return &stacks_[domain_id];
 }
 
-FrameStack *ThreadBuffer::find_stack(uint32_t domain_id) {
-  return domain_id < stacks_.size() ? &stacks_[domain_id] : nullptr;
-}
-
 bool ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
   const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
   try {

@@ -146,6 +146,46 @@ TEST_CASE(
   CHECK(used > events.size());  // some were stored whole
 }
 
+TEST_CASE("packed chunk: each field of a record keeps its extreme values, and one beyond escapes") {
+  // The record's two words are built by shifts and masks (PackedRecord::make): a sign or a bit
+  // lost at a field's edge would show here, not in the ordinary traffic above.
+  constexpr int64_t kGap = (int64_t{1} << 39) - 1;         // time_delta: 40 bits, signed
+  constexpr uint64_t kDuration = (uint64_t{1} << 40) - 1;  // duration: 40 bits
+  constexpr int64_t kPayload = (int64_t{1} << 23) - 1;     // payload_delta: 24 bits, signed
+  const uint64_t t = uint64_t{1} << 62;
+  const uint64_t base = uint64_t{1} << 50;
+  auto packs = [](const std::vector<Event> &events) {
+    uint32_t used = 0;
+    check_round_trip(events, &used);
+    return used == events.size();
+  };
+  // At each edge: every event packs.
+  CHECK(packs({range("a", t, t + 1, base), range("a", t + kGap - 1, t + kGap + 1, base),
+               range("a", t + 1, t + 2, base)}));  // forward, then back by -kGap
+  CHECK(packs({range("a", t, t + 1, base), range("a", t - (kGap + 1) + 1 - 1, t - (kGap + 1) + 1,
+                                                 base)}));  // back by exactly -2^39
+  CHECK(packs({range("a", t, t + 1, base), range("a", t + 1 - kDuration, t + 1, base)}));
+  CHECK(packs({range("a", t, t + 1, base), range("a", t + 1, t + 2, base + kPayload),
+               range("a", t + 2, t + 3, base - kPayload - 1)}));
+  // One beyond: stored whole, and still read back exactly (check_round_trip).
+  CHECK_FALSE(packs({range("a", t, t + 1, base), range("a", t + kGap + 1, t + kGap + 2, base)}));
+  CHECK_FALSE(packs({range("a", t, t + 1, base), range("a", t - kDuration, t + 1, base)}));
+  // A payload one beyond a template's reach takes a new template (a base of its own): packed.
+  CHECK(packs({range("a", t, t + 1, base), range("a", t + 1, t + 2, base + kPayload + 1)}));
+  // The last of the table's templates, index 127: its index survives the record's 8 bits.
+  static std::vector<std::string> names;
+  for (uint32_t i = names.size(); i < EventChunk::kTemplates; ++i)
+    names.push_back("name " + std::to_string(i));
+  std::vector<Event> all;
+  for (uint32_t i = 0; i < EventChunk::kTemplates; ++i)
+    all.push_back(range(names[i].c_str(), t + i, t + i + 1, base - i));
+  for (uint32_t i = 0; i < EventChunk::kTemplates; ++i) {  // each again, newest first
+    const uint32_t j = EventChunk::kTemplates - 1 - i;
+    all.push_back(range(names[j].c_str(), t + 200 + i, t + 300 + i, base - j + kPayload));
+  }
+  CHECK(packs(all));
+}
+
 TEST_CASE("packed chunk: a chunk whose table of templates is full stores new names whole") {
   static std::vector<std::string> names;
   names.clear();
