@@ -151,19 +151,53 @@ class ChunkWriter {
     templates_ = 0;
     events_ = 0;
     std::memset(index_, 0, sizeof index_);
+    recent_index_[0] = recent_index_[1] = -1;
   }
   static constexpr size_t kIndexSize = 2 * EventChunk::kTemplates;  // at most half full
   static constexpr int64_t kMax40 = (int64_t{1} << 39) - 1;         // PackedRecord's field widths
   static constexpr uint64_t kMaxDuration = (uint64_t{1} << 40) - 1;
   static constexpr int64_t kMax24 = (int64_t{1} << 23) - 1;
+  // Whether template `t` is this attribute set (its payload aside).
+  static bool same_set(const PackedTemplate &t, const RangeAttrs &attrs, uint32_t domain_id,
+                       uint32_t depth) {
+    return t.name == attrs.name && t.domain_id == domain_id && t.depth == depth &&
+           t.category == attrs.category && t.color == attrs.color &&
+           t.has_color == attrs.has_color && t.kind == attrs.kind &&
+           t.payload_kind == attrs.payload.kind;
+  }
+  static bool near_base(const PackedTemplate &t, uint64_t payload) {
+    const int64_t delta = static_cast<int64_t>(payload - t.payload_base);
+    return delta >= -kMax24 - 1 && delta <= kMax24;
+  }
   // The template of this attribute set whose payload base is within 23 bits of the payload
   // (either way: a step number that starts again); a new one where there is none and the table
   // has room; else -1.
+  //
+  // The two templates used last are tried first, from copies kept here: a graph's replays
+  // repeat one, a range around each launch alternates two. The hash and the probe of the
+  // chunk's table they skip were a chain of dependent loads that cost about 7 ns per range
+  // (measured with the lookup left out: docs/performance.md).
+  //
   // Inlined into write, as write is into ThreadBuffer::record and it into Recorder::pop: a call
   // here saved and restored six registers per event; adding a template is the rare part, out of
   // line.
   [[gnu::always_inline]] int find_or_add(EventChunk &chunk, const RangeAttrs &attrs,
                                          uint32_t domain_id, uint32_t depth) {
+    for (int k = 0; k < 2; ++k)
+      if (recent_index_[k] >= 0 && same_set(recent_[k], attrs, domain_id, depth) &&
+          near_base(recent_[k], attrs.payload.u)) [[likely]]
+        return recent_index_[k];
+    const int found = find_or_add_in_table(chunk, attrs, domain_id, depth);
+    if (found >= 0) {
+      recent_[1] = recent_[0];
+      recent_index_[1] = recent_index_[0];
+      recent_[0] = chunk.templates[found];
+      recent_index_[0] = found;
+    }
+    return found;
+  }
+  [[gnu::always_inline]] int find_or_add_in_table(EventChunk &chunk, const RangeAttrs &attrs,
+                                                  uint32_t domain_id, uint32_t depth) {
     uint64_t h = (reinterpret_cast<uintptr_t>(attrs.name) ^ (uint64_t{domain_id} << 40) ^
                   (uint64_t{depth} << 20) ^ attrs.category) *
                  0x9e3779b97f4a7c15ull;
@@ -171,12 +205,8 @@ class ChunkWriter {
       const uint8_t entry = index_[i];
       if (entry == 0) return add(chunk, i, attrs, domain_id, depth);
       const PackedTemplate &t = chunk.templates[entry - 1];
-      if (t.name == attrs.name && t.domain_id == domain_id && t.depth == depth &&
-          t.category == attrs.category && t.color == attrs.color &&
-          t.has_color == attrs.has_color && t.kind == attrs.kind &&
-          t.payload_kind == attrs.payload.kind) {
-        const int64_t delta = static_cast<int64_t>(attrs.payload.u - t.payload_base);
-        if (delta >= -kMax24 - 1 && delta <= kMax24) [[likely]]
+      if (same_set(t, attrs, domain_id, depth)) {
+        if (near_base(t, attrs.payload.u)) [[likely]]
           return entry - 1;
         return add(chunk, i, attrs, domain_id, depth);  // the same set, a payload far away
       }
@@ -205,6 +235,9 @@ class ChunkWriter {
   uint32_t templates_ = 0;
   uint32_t events_ = 0;
   uint8_t index_[kIndexSize] = {};  // template index + 1 by hash of the attribute set; 0: empty
+  // Copies of the two templates found or added last (find_or_add) and their indexes; -1: none.
+  PackedTemplate recent_[2] = {};
+  int recent_index_[2] = {-1, -1};
 };
 
 // The number of events in the first `used` slots of `chunk` (without unpacking them): what a

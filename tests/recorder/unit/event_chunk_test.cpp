@@ -186,6 +186,37 @@ TEST_CASE("packed chunk: each field of a record keeps its extreme values, and on
   CHECK(packs(all));
 }
 
+TEST_CASE("packed chunk: the templates a writer used last belong to its chunk alone") {
+  // ChunkWriter tries the two templates it used last before the chunk's table; handed an empty
+  // chunk, it must not find them there (their indexes name the previous chunk's templates).
+  const uint64_t t = uint64_t{1} << 62;
+  std::vector<Event> first, second;
+  for (uint64_t i = 0; i < 50; ++i) {  // "a" and "b" alternate: both cached
+    first.push_back(range("a", t + 10 * i, t + 10 * i + 3, 100 + i));
+    first.push_back(range("b", t + 10 * i + 4, t + 10 * i + 6, 7, 1));
+  }
+  for (uint64_t i = 0; i < 50; ++i)  // "b" alone: template 0 of the next chunk
+    second.push_back(range("b", t + 1000 + i, t + 1001 + i, 7, 1));
+  // The same set far from its template's base, then near the old base again.
+  second.push_back(range("b", t + 2000, t + 2001, uint64_t{1} << 40, 1));
+  second.push_back(range("b", t + 2002, t + 2003, 8, 1));
+  auto *chunk = new EventChunk;
+  auto *next = new EventChunk;
+  ChunkWriter writer;
+  const uint32_t used_first = pack(*chunk, writer, first);
+  CHECK(used_first == first.size());
+  const uint32_t used_second = pack(*next, writer, second);
+  CHECK(used_second == second.size());
+  const std::vector<Event> back = unpacked(*next, used_second);
+  REQUIRE(back.size() == second.size());
+  for (size_t i = 0; i < back.size(); ++i) {
+    INFO("event " << i);
+    CHECK(same(back[i], second[i]));
+  }
+  delete chunk;
+  delete next;
+}
+
 TEST_CASE("packed chunk: a chunk whose table of templates is full stores new names whole") {
   static std::vector<std::string> names;
   names.clear();
