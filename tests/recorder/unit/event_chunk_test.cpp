@@ -159,19 +159,24 @@ TEST_CASE("packed chunk: each field of a record keeps its extreme values, and on
     check_round_trip(events, &used);
     return used == events.size();
   };
-  // At each edge: every event packs.
-  CHECK(packs({range("a", t, t + 1, base), range("a", t + kGap - 1, t + kGap + 1, base),
-               range("a", t + 1, t + 2, base)}));  // forward, then back by -kGap
-  CHECK(packs({range("a", t, t + 1, base), range("a", t - (kGap + 1) + 1 - 1, t - (kGap + 1) + 1,
-                                                 base)}));  // back by exactly -2^39
-  CHECK(packs({range("a", t, t + 1, base), range("a", t + 1 - kDuration, t + 1, base)}));
-  CHECK(packs({range("a", t, t + 1, base), range("a", t + 1, t + 2, base + kPayload),
-               range("a", t + 2, t + 3, base - kPayload - 1)}));
-  // One beyond: stored whole, and still read back exactly (check_round_trip).
-  CHECK_FALSE(packs({range("a", t, t + 1, base), range("a", t + kGap + 1, t + kGap + 2, base)}));
-  CHECK_FALSE(packs({range("a", t, t + 1, base), range("a", t - kDuration, t + 1, base)}));
-  // A payload one beyond a template's reach takes a new template (a base of its own): packed.
-  CHECK(packs({range("a", t, t + 1, base), range("a", t + 1, t + 2, base + kPayload + 1)}));
+  // The first event ends at t + 1 (a range's anchor is its end): each second event below ends
+  // exactly at, or one tick beyond, what a record holds from there.
+  const uint64_t a = t + 1;
+  // Time: forward by 2^39 - 1 and back by 2^39 pack; one tick further either way is stored whole.
+  CHECK(packs({range("a", t, a, base), range("a", a + kGap - 1, a + kGap, base)}));
+  CHECK(packs({range("a", t, a, base), range("a", a - kGap - 2, a - kGap - 1, base)}));
+  CHECK_FALSE(packs({range("a", t, a, base), range("a", a + kGap, a + kGap + 1, base)}));
+  CHECK_FALSE(packs({range("a", t, a, base), range("a", a - kGap - 3, a - kGap - 2, base)}));
+  // Duration: 2^40 - 1 ticks packs, 2^40 is stored whole.
+  CHECK(packs({range("a", t, a, base), range("a", a + 1 - kDuration, a + 1, base)}));
+  CHECK_FALSE(packs({range("a", t, a, base), range("a", a - kDuration, a + 1, base)}));
+  // Payload: 2^23 - 1 above the template's base and 2^23 below it pack against it. One beyond
+  // either way takes a template of its own (still packed): read back wrong, had it been packed
+  // against the first (check_round_trip).
+  CHECK(packs({range("a", t, a, base), range("a", a, a + 1, base + kPayload),
+               range("a", a + 1, a + 2, base - kPayload - 1)}));
+  CHECK(packs({range("a", t, a, base), range("a", a, a + 1, base + kPayload + 1)}));
+  CHECK(packs({range("a", t, a, base), range("a", a, a + 1, base - kPayload - 2)}));
   // The last of the table's templates, index 127: its index survives the record's 8 bits.
   static std::vector<std::string> names;
   for (uint32_t i = names.size(); i < EventChunk::kTemplates; ++i)
@@ -186,35 +191,62 @@ TEST_CASE("packed chunk: each field of a record keeps its extreme values, and on
   CHECK(packs(all));
 }
 
+TEST_CASE("packed chunk: attribute sets in a cycle, fewer and more than the writer keeps at hand") {
+  // Nested ranges pop innermost first, so k nested sets come back in a cycle of k: within the
+  // writer's recent templates (k <= 4) or beyond them, every event packs and reads back exactly.
+  static const char *const names[] = {"step", "forward", "layer", "attn", "mlp",
+                                      "norm", "rope",    "kv",    "out"};
+  for (int k : {1, 2, 3, 4, 5, 6, 9}) {
+    INFO("cycle of " << k);
+    std::vector<Event> events;
+    uint64_t t = uint64_t{1} << 45;
+    for (int i = 0; i < 3000; ++i, t += 5) {
+      const int s = i % k;
+      events.push_back(range(names[s], t - 2, t, 1000 + i / k, static_cast<uint32_t>(k - 1 - s)));
+    }
+    uint32_t used = 0;
+    check_round_trip(events, &used);
+    CHECK(used == events.size());
+  }
+}
+
 TEST_CASE("packed chunk: the templates a writer used last belong to its chunk alone") {
-  // ChunkWriter tries the two templates it used last before the chunk's table; handed an empty
-  // chunk, it must not find them there (their indexes name the previous chunk's templates).
+  // ChunkWriter tries the last templates its table gave before the table itself. Handed an
+  // empty chunk — a new one, or the same one emptied by a spill, which still holds its old
+  // templates — it must not find them there: a record naming an old template would read back
+  // as whatever new attribute set is later written over it.
   const uint64_t t = uint64_t{1} << 62;
   std::vector<Event> first, second;
-  for (uint64_t i = 0; i < 50; ++i) {  // "a" and "b" alternate: both cached
+  for (uint64_t i = 0; i < 50; ++i) {  // "a" and "b" alternate: both at hand
     first.push_back(range("a", t + 10 * i, t + 10 * i + 3, 100 + i));
     first.push_back(range("b", t + 10 * i + 4, t + 10 * i + 6, 7, 1));
   }
-  for (uint64_t i = 0; i < 50; ++i)  // "b" alone: template 0 of the next chunk
+  for (uint64_t i = 0; i < 50; ++i)  // "b" alone: template 0 of the emptied chunk
     second.push_back(range("b", t + 1000 + i, t + 1001 + i, 7, 1));
   // The same set far from its template's base, then near the old base again.
   second.push_back(range("b", t + 2000, t + 2001, uint64_t{1} << 40, 1));
   second.push_back(range("b", t + 2002, t + 2003, 8, 1));
-  auto *chunk = new EventChunk;
-  auto *next = new EventChunk;
-  ChunkWriter writer;
-  const uint32_t used_first = pack(*chunk, writer, first);
-  CHECK(used_first == first.size());
-  const uint32_t used_second = pack(*next, writer, second);
-  CHECK(used_second == second.size());
-  const std::vector<Event> back = unpacked(*next, used_second);
-  REQUIRE(back.size() == second.size());
-  for (size_t i = 0; i < back.size(); ++i) {
-    INFO("event " << i);
-    CHECK(same(back[i], second[i]));
+  // New sets: written over the old templates' places.
+  for (const char *name : {"c", "d", "e"}) second.push_back(range(name, t + 2004, t + 2005));
+  second.push_back(range("b", t + 2006, t + 2007, 9, 1));
+  for (const bool same_chunk : {true, false}) {
+    const char *const which = same_chunk ? "the same chunk, emptied" : "a new chunk";
+    INFO(which);
+    auto *chunk = new EventChunk;
+    auto *next = same_chunk ? chunk : new EventChunk;
+    ChunkWriter writer;
+    CHECK(pack(*chunk, writer, first) == first.size());
+    const uint32_t used = pack(*next, writer, second);  // from slot 0: restarts the writer
+    CHECK(used == second.size());
+    const std::vector<Event> back = unpacked(*next, used);
+    REQUIRE(back.size() == second.size());
+    for (size_t i = 0; i < back.size(); ++i) {
+      INFO("event " << i);
+      CHECK(same(back[i], second[i]));
+    }
+    if (next != chunk) delete next;
+    delete chunk;
   }
-  delete chunk;
-  delete next;
 }
 
 TEST_CASE("packed chunk: a chunk whose table of templates is full stores new names whole") {
