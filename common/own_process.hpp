@@ -27,10 +27,12 @@ namespace ferrum_replay::common {
 namespace own_process_detail {
 inline std::atomic<pid_t> g_pid{0};  // 0: nothing noted, the state is nobody else's
 inline pthread_once_t g_once = PTHREAD_ONCE_INIT;
+inline bool g_kept_as_parents = false;  // keep_parents_copy_in_child() ran in this process
 inline void note_in_child() {
   // fork() from a signal handler inside one of our locked sections (held_here.hpp,
-  // lock_for_fork): the child's resets did not run, its copy is its parent's.
-  if (inside_our_lock()) return;
+  // lock_for_fork), or inside a change that takes no lock (keep_parents_copy_in_child): the
+  // child's resets did not run, its copy is its parent's.
+  if (inside_our_lock() || g_kept_as_parents) return;
   g_pid.store(getpid(), std::memory_order_relaxed);
 }
 }  // namespace own_process_detail
@@ -41,6 +43,17 @@ inline void note_own_process() {
   own_process_detail::g_pid.store(getpid(), std::memory_order_relaxed);
   pthread_once(&own_process_detail::g_once,
                [] { pthread_atfork(nullptr, nullptr, own_process_detail::note_in_child); });
+}
+
+// For a fork() child handler that found the forking thread interrupted in the middle of a change
+// of ours that takes no lock (a range being stored: the recorder's ThreadBuffer::storing), by the
+// signal handler that forked. Resetting the state under that change broke it when the handler
+// returned in the child; so the child keeps its copy as it is, and, as in a child made without
+// fork handlers, that copy is not the child's (state_is_this_process). Whichever of this and the
+// note above runs first in the child.
+inline void keep_parents_copy_in_child() {
+  own_process_detail::g_kept_as_parents = true;
+  own_process_detail::g_pid.store(-1, std::memory_order_relaxed);  // no process's
 }
 
 // False in a child made without fork handlers: the state it sees is its parent's.

@@ -15,6 +15,7 @@
 #include "clock.hpp"
 #include "errno_kept.hpp"
 #include "held_here.hpp"
+#include "own_process.hpp"
 #include "proc_self.hpp"
 #include "utf8.hpp"
 
@@ -489,10 +490,15 @@ void Recorder::after_fork_in_parent() {
 }
 
 void Recorder::after_fork_in_child() {
-  if (common::inside_our_lock()) {
-    // fork() from a signal handler inside a locked section of ours: the section resumes in
-    // this child when the handler returns; nothing reset under it, and the copy stays its
-    // parent's (own_process.hpp: no trace from here), as in a child made without fork handlers.
+  ThreadBuffer *self = t_slot.generation == generation_ ? t_slot.buffer : nullptr;
+  if (common::inside_our_lock() || (self && self->storing())) {
+    // fork() from a signal handler inside a locked section of ours, or inside the forking
+    // thread's ThreadBuffer::record (which takes no lock): that section resumes in this child
+    // when the handler returns; nothing reset under it (emptied, the chunk it writes to was
+    // unmapped under it, or its events were published again as the child's), and the copy
+    // stays its parent's (own_process.hpp: no trace from here), as in a child made without
+    // fork handlers.
+    if (!common::inside_our_lock()) common::keep_parents_copy_in_child();
     after_fork_in_parent();
     return;
   }
@@ -502,7 +508,6 @@ void Recorder::after_fork_in_child() {
   names_.mutex().unlock();
   // Only the forking thread exists in the child. The parent's other threads, their open ranges
   // and every range completed before the fork belong to the parent's trace.
-  ThreadBuffer *self = t_slot.generation == generation_ ? t_slot.buffer : nullptr;
   for (ThreadBuffer *t : threads_)
     if (t != self && orphans_.size() < orphans_.capacity()) orphans_.push_back(t);
   threads_.clear();

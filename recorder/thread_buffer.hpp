@@ -240,6 +240,10 @@ class ThreadBuffer {
     record(event.start, event.end, event.attrs, event.domain_id, event.depth);
   }
 
+  // Inside record(): a signal handler that runs now interrupted the storing of an event (the
+  // fork() child handler asks: Recorder::after_fork_in_child). Owner only.
+  bool storing() const { return writing_; }
+
   // ---- any thread ----
   uint32_t published_open_frames() const { return open_published_.load(std::memory_order_relaxed); }
   // Events dropped because a signal handler recorded while this thread was storing one.

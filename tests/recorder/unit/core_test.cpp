@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -23,6 +25,7 @@
 
 #include "../../support/address_space.hpp"
 #include "json_text.hpp"
+#include "own_process.hpp"
 #include "recorder.hpp"
 #include "trace_writer.hpp"
 
@@ -520,6 +523,91 @@ TEST_CASE(
     if (!unlimit_address_space()) return 7;
     if (r.snapshot().memory_drops < 2) return 8;  // the limit did not bite: nothing was tested
     return 0;
+  });
+  CHECK(failed == 0);
+}
+
+namespace fork_in_record {
+// ThreadSanitizer holds a signal back until the thread next calls into an intercepted function:
+// a handler never runs inside record() there, so the case below cannot arise (it is skipped).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kSignalsDeferred = true;
+#else
+inline constexpr bool kSignalsDeferred = false;
+#endif
+
+// The signal handler below forks the moment it finds that it interrupted ThreadBuffer::record.
+Recorder *g_recorder = nullptr;
+volatile sig_atomic_t g_state = 0;   // 0: looking, 1: forked (the parent), 2: the child
+volatile sig_atomic_t g_child = -1;  // the child's exit status, or 1000 + its signal
+
+void on_profile_tick(int) {
+  if (g_state != 0) return;
+  ThreadBuffer *thread = g_recorder->current_thread();
+  if (!thread || !thread->storing()) return;
+  g_state = 1;
+  g_recorder->before_fork();  // what the recorder's pthread_atfork handlers do (injection.cpp)
+  const pid_t pid = fork();
+  if (pid == 0) {
+    g_recorder->after_fork_in_child();
+    g_state = 2;
+    return;  // the interrupted write resumes, in the child
+  }
+  g_recorder->after_fork_in_parent();
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+    g_child = 999;
+    return;
+  }
+  g_child = WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+}
+}  // namespace fork_in_record
+
+TEST_CASE(
+    "fork() from a signal handler that interrupted the storing of a range: the child goes on "
+    "unharmed and keeps its copy as its parent's" *
+    doctest::skip(fork_in_record::kSignalsDeferred)) {
+  // A handler that forks (a supervisor taking a snapshot) can land inside ThreadBuffer::record,
+  // which takes no lock. The child's fork handler used to empty the chunks under that write: when
+  // the handler returned in the child, the write went on into a chunk no longer mapped (SIGSEGV),
+  // or published the parent's events again as the child's. Now that child keeps its copy as it
+  // is, and the copy is not its own (no trace from it: own_process.hpp), as for a fork from
+  // inside one of our locks. Profiling ticks until one lands inside record().
+  using namespace fork_in_record;
+  const int failed = in_child([&]() -> int {
+    Recorder r(Settings{}, 0);
+    const auto &g = r.names().global_domain();
+    g_recorder = &r;
+    ferrum_replay::common::note_own_process();
+    // Beyond the first chunk: emptied, the chunk being written to would be unmapped.
+    for (uint32_t i = 0; i < 2 * EventChunk::kRepeatedEvents; ++i) {
+      push(r, g, "before");
+      r.pop(g);
+    }
+    struct sigaction action {};
+    action.sa_handler = on_profile_tick;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGPROF, &action, nullptr) != 0) return 2;
+    itimerval every{{0, 50}, {0, 50}};
+    if (setitimer(ITIMER_PROF, &every, nullptr) != 0) return 3;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (g_state == 0 && std::chrono::steady_clock::now() < give_up)
+      for (int i = 0; i < 1000; ++i) {
+        push(r, g, "step");
+        r.pop(g);
+      }
+    itimerval off{};
+    setitimer(ITIMER_PROF, &off, nullptr);
+    if (g_state == 0) return 4;  // no tick landed inside record(): nothing was tested
+    if (g_state == 2) {          // the child: records on, across chunks and spills
+      for (uint32_t i = 0; i < 3 * EventChunk::kRepeatedEvents; ++i) {
+        if (push(r, g, "after") == kRejected) _exit(5);
+        r.pop(g);
+      }
+      (void)r.snapshot();
+      _exit(ferrum_replay::common::state_is_this_process() ? 6 : 0);
+    }
+    return g_child;  // the parent: the child's verdict
   });
   CHECK(failed == 0);
 }
