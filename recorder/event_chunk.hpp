@@ -174,27 +174,33 @@ class ChunkWriter {
   // has room; else -1.
   //
   // The last four templates the table gave (found or added) are tried first: a graph's replays
-  // repeat one, a range around each launch alternates two, ranges nested four deep pop in a cycle
-  // of four. The hash and the probe of the chunk's table they skip were a chain of dependent loads
-  // that cost about 7 ns per range (measured with the lookup left out: docs/performance.md). More
-  // than four sets in a cycle miss every time, and pay the four compares on top of the table:
-  // about 1.4 ns per event (a writer alone: 6.2 -> 7.6 ns).
+  // repeat one, a range around each launch alternates two, ranges nested four deep pop in a
+  // cycle of four. The hash and the probe of the chunk's table they skip were a chain of
+  // dependent loads that cost about 7 ns per range (measured with the lookup left out:
+  // docs/performance.md). The newest is compared with a copy kept here (a graph's replays: no
+  // load from the chunk before the record is stored), the other three by index. More than four
+  // sets in a cycle miss every time and pay the compares on top of the table: on the writer
+  // alone 7.9 ns per event instead of 6.2; 3.7-4.4 for cycles of one to four.
   //
   // Inlined into write, as write is into ThreadBuffer::record and it into Recorder::pop: a call
   // here saved and restored six registers per event; adding a template is the rare part, out of
   // line.
   [[gnu::always_inline]] int find_or_add(EventChunk &chunk, const RangeAttrs &attrs,
                                          uint32_t domain_id, uint32_t depth) {
-    for (int k = 0; k < kRecent; ++k) {
+    if (recent_[0] >= 0 && same_set(newest_, attrs, domain_id, depth) &&
+        near_base(newest_, attrs.payload.u)) [[likely]]
+      return recent_[0];
+    for (int k = 1; k < kRecent; ++k) {
       const int r = recent_[k];
       if (r >= 0 && same_set(chunk.templates[r], attrs, domain_id, depth) &&
-          near_base(chunk.templates[r], attrs.payload.u)) [[likely]]
+          near_base(chunk.templates[r], attrs.payload.u))
         return r;
     }
     const int found = find_or_add_in_table(chunk, attrs, domain_id, depth);
-    if (found >= 0) {
-      recent_[next_recent_] = found;  // the oldest makes way
-      next_recent_ = (next_recent_ + 1) % kRecent;
+    if (found >= 0) {  // the newest first; the oldest makes way
+      for (int k = kRecent - 1; k > 0; --k) recent_[k] = recent_[k - 1];
+      recent_[0] = found;
+      newest_ = chunk.templates[found];
     }
     return found;
   }
@@ -237,10 +243,10 @@ class ChunkWriter {
   uint32_t templates_ = 0;
   uint32_t events_ = 0;
   uint8_t index_[kIndexSize] = {};  // template index + 1 by hash of the attribute set; 0: empty
-  // The indexes of the templates found or added last (find_or_add); -1: none.
+  // The indexes of the templates the table gave last (find_or_add), newest first; -1: none.
   static constexpr int kRecent = 4;
   int recent_[kRecent] = {-1, -1, -1, -1};
-  int next_recent_ = 0;
+  PackedTemplate newest_ = {};  // a copy of templates[recent_[0]]
 };
 
 // The number of events in the first `used` slots of `chunk` (without unpacking them): what a
