@@ -66,7 +66,7 @@ struct alignas(64) GraphRecord {
   // 512-byte stride every record's first line (the one a launch reads) fell in the same eighth
   // of a physically indexed cache's sets: with 10,000 graphs launched in turn those lines no
   // longer stayed in the core's L2. At 576 bytes they spread over all its sets (measured,
-  // docs/performance.md: 10,000 graphs against one, 1.34x -> 1.13x on an Intel VM).
+  // docs/performance.md: 10,000 graphs against one, 1.35x -> 1.13x on an Intel VM).
   char spread_sets[64] = {};
 };
 static_assert(offsetof(GraphRecord, rejected_pushes) + sizeof(uint64_t) <= 64,
