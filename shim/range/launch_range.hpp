@@ -248,8 +248,10 @@ FERRUM_REAL_STACK_FRAME inline Result launch_in_range(const void *exec, CUstream
 template <typename Result, typename Function, typename Exec, typename Stream>
 FERRUM_REAL_STACK_FRAME __attribute__((noinline)) Result launch_through_active(
     Function real, Exec exec, Stream stream, bool per_thread, Result success) {
+  // Captured by value: three registers. By reference, they were stored to the frame and every
+  // call of the real function loaded them back through the lambda's pointers.
   return launch_in_range(exec, reinterpret_cast<CUstream>(stream), per_thread, success,
-                         [&] { return real(exec, stream); });
+                         [real, exec, stream] { return real(exec, stream); });
 }
 
 // The launch of `exec` on `stream` through the real function `real`: launch_in_range() around
