@@ -70,6 +70,11 @@ struct PackedRecord {
   int64_t payload_delta() const { return static_cast<int64_t>(hi) >> 40; }
 
   static constexpr uint64_t kMask40 = (uint64_t{1} << 40) - 1;
+  // What each field holds (ChunkWriter::write checks against these): time_delta and
+  // payload_delta signed, -(kMax + 1) ... kMax; duration 0 ... kMaxDuration.
+  static constexpr int64_t kMaxTimeDelta = (int64_t{1} << 39) - 1;
+  static constexpr uint64_t kMaxDuration = kMask40;
+  static constexpr int64_t kMaxPayloadDelta = (int64_t{1} << 23) - 1;
 };
 static_assert(sizeof(PackedRecord) == 16, "a packed event is 16 bytes");
 
@@ -154,9 +159,9 @@ class ChunkWriter {
     for (int &r : recent_) r = -1;
   }
   static constexpr size_t kIndexSize = 2 * EventChunk::kTemplates;  // at most half full
-  static constexpr int64_t kMax40 = (int64_t{1} << 39) - 1;         // PackedRecord's field widths
-  static constexpr uint64_t kMaxDuration = (uint64_t{1} << 40) - 1;
-  static constexpr int64_t kMax24 = (int64_t{1} << 23) - 1;
+  static constexpr int64_t kMax40 = PackedRecord::kMaxTimeDelta;    // PackedRecord's field widths
+  static constexpr uint64_t kMaxDuration = PackedRecord::kMaxDuration;
+  static constexpr int64_t kMax24 = PackedRecord::kMaxPayloadDelta;
   // Whether template `t` is this attribute set (its payload aside).
   static bool same_set(const PackedTemplate &t, const RangeAttrs &attrs, uint32_t domain_id,
                        uint32_t depth) {
