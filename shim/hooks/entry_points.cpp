@@ -20,7 +20,7 @@
 //                                            reaches the driver (loader_stubs_x86_64.S,
 //                                            loader_hooks.cpp)
 //
-// Every launch, whichever route, ends in launch_in_range() (launch_range.hpp), whose
+// Every launch, whichever route, ends in launch_through() (launch_range.hpp), whose
 // outermost-call guard keeps a runtime launch that reaches the driver underneath to one range.
 #include <errno.h>
 
@@ -76,12 +76,24 @@ constexpr bool per_thread_name(const char *name) {
          name[length - 3] == 't' && name[length - 2] == 's' && name[length - 1] == 'z';
 }
 
+// A launch whose real function is not resolved yet (the first), or with none loaded. Out of
+// line, so that a launch (below) needs no frame of its own: a load, a branch, a tail call.
+template <bool PerThread, typename Result, typename Function, typename Exec, typename Stream>
+__attribute__((noinline, cold)) Result intercept_unresolved_launch(RealFunction<Function> &function,
+                                                                   Result success, Result not_found,
+                                                                   Exec exec, Stream stream) {
+  Function real = function.get();
+  if (real == nullptr) return missing_real_function(function, not_found);
+  return launch_through(real, exec, stream, PerThread, success);
+}
+
 template <bool PerThread, typename Result, typename Function, typename Exec, typename Stream>
 Result intercept_launch(RealFunction<Function> &function, Result success, Result not_found,
                         Exec exec, Stream stream) {
-  Function real = function.get();
-  if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
-  return launch_through(real, exec, stream, PerThread, success);
+  Function real = function.resolved();
+  if (__builtin_expect(real != nullptr, 1))
+    return launch_through(real, exec, stream, PerThread, success);
+  return intercept_unresolved_launch<PerThread>(function, success, not_found, exec, stream);
 }
 
 // The context-ending calls: GPU timing lets go of the context's pool first. With timing off

@@ -29,6 +29,16 @@ inline bool shim_active() {
   return detail::activate_slow();
 }
 
+// shim_active() without its slow path, for a launch that keeps its first calls out of line (and
+// so needs no frame of its own): active, passing through for good, or not decided yet (then
+// shim_active() decides).
+enum class ShimState : unsigned char { active, passing_through, undecided };
+inline ShimState shim_state() {
+  const detail::Phase phase = detail::g_phase.load(std::memory_order_acquire);
+  if (__builtin_expect(phase == detail::Phase::active, 1)) return ShimState::active;
+  return phase == detail::Phase::pass_through ? ShimState::passing_through : ShimState::undecided;
+}
+
 // The user's settings, read from the environment once, on first need (which is never in a
 // process that does not use CUDA). Valid for the life of the process.
 const Settings &settings();

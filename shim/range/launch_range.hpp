@@ -31,10 +31,8 @@ namespace ferrum_replay::shim {
 // %fs-relative accesses, no __tls_get_addr call per launch.
 struct ThreadCalls {
   // The marker in the frame of the open outermost call, null when none is open; while that
-  // call runs, the marker holds `cookie` (unique per call on this thread).
+  // call runs, the marker holds its own address ^ kMarkerKey (OutermostCall).
   const volatile uintptr_t *open;
-  uintptr_t cookie;
-  uintptr_t entered;  // outermost calls entered on this thread, for the cookies
   // The range the open call pushed and has not popped yet, if any.
   nvtxDomainHandle_t pop_domain;
   bool pop_pending;
@@ -61,14 +59,44 @@ unsigned long long abandoned_calls();
 // "fake stacks", where frame addresses are not ordered by depth. No effect in other builds.
 #define FERRUM_REAL_STACK_FRAME __attribute__((no_sanitize_address))
 
+// What an open call's marker holds: its own address ^ this key. Not the address alone: a
+// pointer to itself is common in other data (an empty list's head) that may come to lie where
+// an abandoned call's marker was. Not unique per call either (it was, at the cost of a counter,
+// a multiply and a second thread-local store per launch): `open` only ever points at a marker
+// written by the call that set it, and another call whose marker lies at the same address is
+// not nested in it (the frame check below) — so only a foreign value there needs telling apart.
+inline constexpr uintptr_t kMarkerKey = 0x9E3779B97F4A7C15ull;
+
+// Whether a call whose frame lies at `here` is nested in this thread's open call (the caller
+// saw one open): below it on the same stack, within reach, and its marker intact.
+FERRUM_REAL_STACK_FRAME inline bool nested_in_open_call(uintptr_t here) {
+  const volatile uintptr_t *marker = t_calls.open;
+  const uintptr_t open = reinterpret_cast<uintptr_t>(marker);
+  return here < open && open - here < kNestingReach && *marker == (open ^ kMarkerKey);
+}
+
+// This thread's stack pointer: an address in the caller's frame, for nested_in_open_call() in
+// a function that keeps no frame of its own.
+inline uintptr_t stack_pointer() {
+  uintptr_t sp;
+#if defined(__x86_64__)
+  asm("mov %%rsp, %0" : "=r"(sp));
+#elif defined(__aarch64__)
+  asm("mov %0, sp" : "=r"(sp));
+#else
+#error "stack_pointer(): an architecture this shim does not support"
+#endif
+  return sp;
+}
+
 // Claims the outermost-call guard of this thread for the scope, unless a call is open on
 // this thread further up the same stack (then this call is nested in it and passes through).
 //
-// Why a frame address and a cookie rather than a depth counter: siglongjmp out of a call (a
+// Why a frame address and a marker rather than a depth counter: siglongjmp out of a call (a
 // watchdog pattern) skips its destructor, and a counter would stay raised for ever — every
 // later launch of the thread would get no range. Stacks grow down on every supported
 // architecture, so a call nested in the open one has its frame below the open call's; a call
-// whose frame is at or above it — or far away, or whose marker no longer holds the cookie
+// whose frame is at or above it — or far away, or whose marker no longer holds its value
 // because the stack was reused — cannot be nested: the open call was abandoned.
 class OutermostCall {
  public:
@@ -77,14 +105,10 @@ class OutermostCall {
   FERRUM_REAL_STACK_FRAME OutermostCall() {
     ThreadCalls &calls = t_calls;
     if (calls.open) {
-      const uintptr_t here = reinterpret_cast<uintptr_t>(&marker_);
-      const uintptr_t open = reinterpret_cast<uintptr_t>(calls.open);
-      if (here < open && open - here < kNestingReach && *calls.open == calls.cookie) return;
+      if (nested_in_open_call(reinterpret_cast<uintptr_t>(&marker_))) return;
       if (!close_abandoned_call()) return;
     }
-    const uintptr_t cookie = (++calls.entered * 0x9E3779B97F4A7C15ull) | 1;  // never 0
-    marker_ = cookie;
-    calls.cookie = cookie;
+    marker_ = reinterpret_cast<uintptr_t>(&marker_) ^ kMarkerKey;
     calls.open = &marker_;
     claimed_ = true;
   }
@@ -212,55 +236,61 @@ inline GraphRecord &record_for_launch(const void *exec) {
 }
 
 // The launch with GPU timing on: bracketed by two events on `stream` (gpu_timing.hpp).
-template <typename Result, typename Call>
-__attribute__((noinline)) Result timed_launch(LaunchRange &range, CUstream stream, bool per_thread,
-                                              Result success, Call &call) {
-  TimedReplay timed(range, stream, per_thread);
-  Result result = call();
+template <typename Result, typename Function, typename Exec, typename Stream>
+__attribute__((noinline)) Result timed_launch(LaunchRange &range, Function real, Exec exec,
+                                              Stream stream, bool per_thread, Result success) {
+  TimedReplay timed(range, reinterpret_cast<CUstream>(stream), per_thread);
+  Result result = real(exec, stream);
   timed.finish(result == success);
   if (result != success) range.note_failed_launch();
   return result;
 }
 
-// Runs `call` (the real launch on `stream`; `per_thread`: a _ptsz launch, whose null stream is
-// the per-thread default stream) inside one range named after `exec`, unless this thread is
-// already inside an intercepted call or the shim is off. The result is returned unchanged.
-template <typename Result, typename Call>
-FERRUM_REAL_STACK_FRAME inline Result launch_in_range(const void *exec, CUstream stream,
-                                                      bool per_thread, Result success,
-                                                      Call &&call) {
-  // Off or without a tool: not even the guard (a process that asked for nothing pays least).
-  if (!shim_active()) return call();
+// launch_through() with the shim active: the real launch of `exec` on `stream` inside one range
+// named after `exec`, unless this thread is already inside an intercepted call. The result is
+// returned unchanged. Out of line, so that the pass-through path below is one load, one branch
+// and a tail call into the real function. (Inlined, the range's frame was set up before the
+// branch: about 1.2 ns more per launch for every process that asked for nothing.) The real
+// function is called directly, not through a lambda: one in a frame (GPU timing's path takes
+// it by reference) cost about 0.5 ns per launch, measured.
+template <typename Result, typename Function, typename Exec, typename Stream>
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) Result launch_through_active(
+    Function real, Exec exec, Stream stream, bool per_thread, Result success) {
   OutermostCall outermost;
-  if (!outermost.claimed()) return call();
+  if (!outermost.claimed()) return real(exec, stream);
   LaunchRange range(record_for_launch(exec), shim_domain());
   // GPU timing off: this one predictable branch is all it costs.
-  if (gpu::timing_on()) return timed_launch(range, stream, per_thread, success, call);
-  Result result = call();
+  if (gpu::timing_on()) return timed_launch(range, real, exec, stream, per_thread, success);
+  Result result = real(exec, stream);
   if (result != success) range.note_failed_launch();
   return result;
 }
 
-// launch_through() with the shim active: out of line, so that the pass-through path below is one
-// load, one branch and a tail call into the real function. (Inlined, the range's frame and the
-// lambda's captures were set up before the branch: about 1.2 ns more per launch for every
-// process that asked for nothing.)
+// The first launches, while the shim decides whether it is active (shim_active()).
 template <typename Result, typename Function, typename Exec, typename Stream>
-FERRUM_REAL_STACK_FRAME __attribute__((noinline)) Result launch_through_active(
-    Function real, Exec exec, Stream stream, bool per_thread, Result success) {
-  // Captured by value: three registers. By reference, they were stored to the frame and every
-  // call of the real function loaded them back through the lambda's pointers.
-  return launch_in_range(exec, reinterpret_cast<CUstream>(stream), per_thread, success,
-                         [real, exec, stream] { return real(exec, stream); });
+__attribute__((noinline, cold)) Result launch_through_undecided(Function real, Exec exec,
+                                                                Stream stream, bool per_thread,
+                                                                Result success) {
+  if (!shim_active()) return real(exec, stream);
+  return launch_through_active(real, exec, stream, per_thread, success);
 }
 
-// The launch of `exec` on `stream` through the real function `real`: launch_in_range() around
-// it, or, with the shim off or without a tool, the real call alone.
+// The launch of `exec` on `stream` through the real function `real` (`per_thread`: a _ptsz
+// launch, whose null stream is the per-thread default stream): launch_through_active() around
+// it, or, with the shim off or without a tool, the real call alone. No frame of its own on the
+// usual paths (every call it makes is a tail call): the pass-through, and the driver's launch
+// under the runtime's — which, found nested here, skips the out-of-line frame, the guard's set-up
+// and its teardown (about 0.8 ns per runtime launch, measured).
 template <typename Result, typename Function, typename Exec, typename Stream>
 inline Result launch_through(Function real, Exec exec, Stream stream, bool per_thread,
                              Result success) {
-  if (!shim_active()) return real(exec, stream);
-  return launch_through_active(real, exec, stream, per_thread, success);
+  const ShimState state = shim_state();
+  if (__builtin_expect(state == ShimState::active, 1)) {
+    if (t_calls.open && nested_in_open_call(stack_pointer())) return real(exec, stream);
+    return launch_through_active(real, exec, stream, per_thread, success);
+  }
+  if (state == ShimState::passing_through) return real(exec, stream);
+  return launch_through_undecided(real, exec, stream, per_thread, success);
 }
 
 // Gives `exec`, just instantiated from `graph` (a CUgraph) by `api`, its identity: ordinal,

@@ -44,6 +44,8 @@ class RealFunction {
     Function function = function_.load(std::memory_order_acquire);
     return __builtin_expect(function != nullptr, 1) ? function : resolve();
   }
+  // The definition found so far, without resolving one: null until a get() or provide() found it.
+  Function resolved() const { return function_.load(std::memory_order_acquire); }
   const char *name() const { return name_; }
 
   // A genuine definition seen in a lookup's answer; kept if none is known yet.

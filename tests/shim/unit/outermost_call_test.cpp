@@ -47,6 +47,21 @@ FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool claim_deeper(int depth) {
   return claimed && scribble[0] == 0x5a;
 }
 
+// What a launch's frameless entry decides (launch_through()) from `depth` frames deeper.
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool entry_sees_nested(int depth) {
+  volatile char scribble[512];
+  memset(const_cast<char *>(scribble), 0x5a, sizeof scribble);
+  if (depth > 0) return entry_sees_nested(depth - 1) && scribble[0] == 0x5a;
+  return open_call() &&
+         ferrum_replay::shim::nested_in_open_call(ferrum_replay::shim::stack_pointer());
+}
+
+FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool entry_nested_inside() {
+  ferrum_replay::shim::OutermostCall outer;
+  REQUIRE(outer.claimed());
+  return entry_sees_nested(2);
+}
+
 FERRUM_REAL_STACK_FRAME __attribute__((noinline)) bool nested_claim_inside() {
   ferrum_replay::shim::OutermostCall outer;
   REQUIRE(outer.claimed());
@@ -80,6 +95,20 @@ TEST_CASE("a call nested in an open call passes through; the guard is free after
   CHECK(claim_here());
 }
 
+TEST_CASE("a launch's entry passes a nested call through where the guard would, and no other") {
+  CHECK(entry_nested_inside());
+  CHECK(!open_call());
+  CHECK_FALSE(entry_sees_nested(2));  // nothing open
+  // A call left by siglongjmp: not nested from above, nor from deeper once its frame's stack was
+  // reused — the guard then closes it (the entry leaves that to it).
+  abandon();
+  CHECK_FALSE(entry_sees_nested(0));
+  CHECK_FALSE(entry_sees_nested(8));
+  CHECK(open_call());
+  CHECK(claim_here());
+  CHECK(!open_call());
+}
+
 TEST_CASE("a call left by siglongjmp is closed at the next call, from any depth") {
   const unsigned long long before = ferrum_replay::shim::abandoned_calls();
   // From the same depth and from above: the dead frame is not above this one.
@@ -89,8 +118,7 @@ TEST_CASE("a call left by siglongjmp is closed at the next call, from any depth"
   CHECK(!open_call());
   abandon();
   CHECK(claim_from_above());
-  // From deeper, after the dead frame's stack was reused: its marker no longer holds the
-  // cookie.
+  // From deeper, after the dead frame's stack was reused: its marker no longer holds its value.
   abandon();
   CHECK(claim_deeper(8));
   CHECK(ferrum_replay::shim::abandoned_calls() == before + 3);
