@@ -199,9 +199,11 @@ GraphRegistry::Slot *GraphRegistry::slot_of(uintptr_t handle) const {
   if (!table || handle == 0 || handle == kTombstone) return nullptr;
   size_t index = table->index(handle);
   for (size_t probes = 0; probes <= table->mask; ++probes, index = (index + 1) & table->mask) {
-    const uintptr_t seen = table->slots[index].handle.load(std::memory_order_relaxed);
-    if (seen == handle) return &table->slots[index];
+    Slot &slot = table->slots[index];
+    const uint64_t seen = slot.word.load(std::memory_order_relaxed);
     if (seen == 0) return nullptr;
+    const GraphRecord *record = slot_record(slot);
+    if (record && record->handle.load(std::memory_order_relaxed) == handle) return &slot;
   }
   return nullptr;
 }
@@ -215,9 +217,10 @@ GraphRegistry::Slot *GraphRegistry::claim_slot(uintptr_t handle) {
       size_t index = table->index(handle);
       for (size_t probes = 0; probes <= table->mask; ++probes, index = (index + 1) & table->mask) {
         Slot &slot = table->slots[index];
-        const uintptr_t seen = slot.handle.load(std::memory_order_relaxed);
-        if (seen == handle) return &slot;
-        if (seen == kTombstone && !tombstone) tombstone = &slot;
+        const uint64_t seen = slot.word.load(std::memory_order_relaxed);
+        const GraphRecord *record = slot_record(slot);
+        if (record && record->handle.load(std::memory_order_relaxed) == handle) return &slot;
+        if (seen == kTombstoneWord && !tombstone) tombstone = &slot;
         if (seen != 0) continue;
         if (tombstone) return tombstone;  // reusing one keeps the load as it is
         if ((live_slots_ + dead_slots_ + 1) * 4 <= (table->mask + 1) * 3) return &slot;
@@ -244,21 +247,19 @@ bool GraphRegistry::rebuild(size_t live_needed) {
     fresh.mask = (size_t{1} << bits) - 1;
     fresh.bits = bits;
   } else {  // replaced two rebuilds ago: a stalled launch may still probe it (see find)
-    for (size_t i = 0; i <= fresh.mask; ++i) {
-      fresh.slots[i].handle.store(0, std::memory_order_relaxed);
-      fresh.slots[i].record.store(nullptr, std::memory_order_relaxed);
-    }
+    for (size_t i = 0; i <= fresh.mask; ++i)
+      fresh.slots[i].word.store(0, std::memory_order_relaxed);
   }
   size_t live = 0;
   for (size_t i = 0; old && i <= old->mask; ++i) {
-    const uintptr_t handle = old->slots[i].handle.load(std::memory_order_relaxed);
-    GraphRecord *record = old->slots[i].record.load(std::memory_order_relaxed);
-    if (handle == 0 || handle == kTombstone || !record) continue;
-    size_t index = fresh.index(handle);
-    while (fresh.slots[index].handle.load(std::memory_order_relaxed) != 0)
+    const GraphRecord *record = slot_record(old->slots[i]);
+    if (!record) continue;
+    // Its word moves as it is: the tag does not depend on the table's size.
+    size_t index = fresh.index(record->handle.load(std::memory_order_relaxed));
+    while (fresh.slots[index].word.load(std::memory_order_relaxed) != 0)
       index = (index + 1) & fresh.mask;
-    fresh.slots[index].record.store(record, std::memory_order_release);
-    fresh.slots[index].handle.store(handle, std::memory_order_release);
+    fresh.slots[index].word.store(old->slots[i].word.load(std::memory_order_relaxed),
+                                  std::memory_order_release);
     ++live;
   }
   table_.store(&fresh, std::memory_order_release);
@@ -269,19 +270,18 @@ bool GraphRegistry::rebuild(size_t live_needed) {
 }
 
 // `slot` (from claim_slot) now holds `record` for `handle`.
+// (claim_slot's: free, a tombstone, or the handle's own, whose record this one replaces.)
 void GraphRegistry::publish(Slot &slot, uintptr_t handle, GraphRecord *record) {
-  const uintptr_t seen = slot.handle.load(std::memory_order_relaxed);
-  slot.record.store(record, std::memory_order_release);
-  if (seen == handle) return;
-  if (seen == kTombstone) --dead_slots_;
+  const uint64_t seen = slot.word.load(std::memory_order_relaxed);
+  slot.word.store(slot_word(handle, record), std::memory_order_release);
+  if (seen != 0 && seen != kTombstoneWord) return;  // the handle's slot already
+  if (seen == kTombstoneWord) --dead_slots_;
   ++live_slots_;
-  slot.handle.store(handle, std::memory_order_release);
 }
 
 // The graph in `slot` is gone: its slot becomes a tombstone.
 void GraphRegistry::vacate(Slot &slot) {
-  slot.record.store(nullptr, std::memory_order_release);
-  slot.handle.store(kTombstone, std::memory_order_release);
+  slot.word.store(kTombstoneWord, std::memory_order_release);
   --live_slots_;
   ++dead_slots_;
 }
@@ -415,7 +415,7 @@ void GraphRegistry::hold_unconfirmed(GraphRecord &record) {
              oldest.ordinal,
              reinterpret_cast<void *>(oldest.handle.load(std::memory_order_relaxed)));
     if (Slot *slot = slot_of(oldest.handle.load(std::memory_order_relaxed));
-        slot && slot->record.load(std::memory_order_relaxed) == &oldest)
+        slot && slot_record(*slot) == &oldest)
       vacate(*slot);
     retire(oldest);  // unlinks it
   }
@@ -428,6 +428,10 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
   Slot *slot = handle && handle != kTombstone ? claim_slot(handle) : nullptr;
   GraphRecord *record = slot ? records_.allocate() : nullptr;
+  if (record && !fits_in_slot(record)) {  // mapped above 2^48: never without a hint, but checked
+    records_.release(record);
+    record = nullptr;
+  }
   if (!record) return &overflow();
   record->in_use = true;
   record->ordinal = static_cast<uint32_t>(records_issued_.load(std::memory_order_relaxed) + 1);
@@ -440,9 +444,7 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   record->site_pending.store(site_pending, std::memory_order_relaxed);
   record->user_named = program_name != nullptr;
   common::printable_copy(program_name, record->name, sizeof record->name);
-  GraphRecord *previous = slot->handle.load(std::memory_order_relaxed) == handle
-                              ? slot->record.load(std::memory_order_relaxed)
-                              : nullptr;
+  GraphRecord *previous = slot_record(*slot);  // claim_slot's: the handle's, if any
   if (previous) retire(*previous);
   relabel(*record);
   if (!record->label.load(std::memory_order_relaxed)) {  // no label to be had: never publish
@@ -507,7 +509,7 @@ void GraphRegistry::on_destroy(const void *exec) {
   Lock lock;
   Slot *slot = slot_of(reinterpret_cast<uintptr_t>(exec));
   if (!slot) return;
-  GraphRecord *record = slot->record.load(std::memory_order_relaxed);
+  GraphRecord *record = slot_record(*slot);
   if (record) retire(*record);
   vacate(*slot);
   if (record)

@@ -125,16 +125,16 @@ class GraphRegistry {
     const SlotTable *table = table_.load(std::memory_order_acquire);
     if (__builtin_expect(table == nullptr, 0)) return nullptr;  // nothing registered yet
     size_t index = table->index(handle);
+    const uint64_t tag = slot_tag(handle);
     for (size_t probes = 0; probes <= table->mask; ++probes) {
-      const Slot &slot = table->slots[index];
-      const uintptr_t seen = slot.handle.load(std::memory_order_acquire);
-      if (seen == handle) {
-        GraphRecord *record = slot.record.load(std::memory_order_acquire);
-        // A table refilled under a stalled launch may pair the handle with another's record.
-        return record && record->handle.load(std::memory_order_relaxed) == handle ? record
-                                                                                  : nullptr;
-      }
+      const uint64_t seen = table->slots[index].word.load(std::memory_order_acquire);
       if (seen == 0) return nullptr;
+      if ((seen >> kTagShift) == tag) {
+        // The record says whose it is: another handle's with the same tag, or, in a table
+        // refilled under a stalled launch, any record at all.
+        GraphRecord *record = reinterpret_cast<GraphRecord *>(seen & kAddressMask);
+        if (record->handle.load(std::memory_order_relaxed) == handle) return record;
+      }
       index = (index + 1) & table->mask;
     }
     return nullptr;
@@ -188,14 +188,40 @@ class GraphRegistry {
   }
 
  private:
-  // Handle values 0 (a free slot) and kTombstone (a destroyed graph's slot) are never
-  // registered: such launches share the overflow record.
+  // Handle values 0 and ~0 (a free slot and a destroyed graph's, when slots held handles) are
+  // never registered: such launches share the overflow record.
   static constexpr uintptr_t kTombstone = ~uintptr_t{0};
 
+  // A slot of the handle table is one word: 0 when free, kTombstoneWord once its graph was
+  // destroyed, or else the record's address (below 2^48: mapped memory, registries never ask
+  // for more) under 16 bits of the handle's hash (slot_tag), so that a probe rarely reads a
+  // record that is not the one it looks for. The handle itself is the record's
+  // (GraphRecord::handle). One word, not the handle and the record side by side: the table
+  // takes half the memory (at 10,000 graphs 128 KiB instead of 256), and with 10,000 graphs
+  // launched in turn a launch took 1.2 ns less (docs/performance.md).
   struct Slot {
-    std::atomic<uintptr_t> handle{0};
-    std::atomic<GraphRecord *> record{nullptr};
+    std::atomic<uint64_t> word{0};
   };
+  static constexpr unsigned kTagShift = 48;
+  static constexpr uint64_t kAddressMask = (uint64_t{1} << kTagShift) - 1;
+  static constexpr uint64_t kTombstoneWord = 1;  // tag 0: no handle's (slot_tag sets the top bit)
+  // Bits 16..30 of the Fibonacci hash (the table's index takes the top bits), and the top bit.
+  static uint64_t slot_tag(uintptr_t handle) {
+    return 0x8000 | (((handle * 0x9E3779B97F4A7C15ull) >> 16) & 0x7FFF);
+  }
+  static uint64_t slot_word(uintptr_t handle, const GraphRecord *record) {
+    return (slot_tag(handle) << kTagShift) | reinterpret_cast<uintptr_t>(record);
+  }
+  // The record a slot holds; null when it is free or a tombstone.
+  static GraphRecord *slot_record(const Slot &slot) {
+    const uint64_t word = slot.word.load(std::memory_order_relaxed);
+    return word == 0 || word == kTombstoneWord
+               ? nullptr
+               : reinterpret_cast<GraphRecord *>(word & kAddressMask);
+  }
+  static bool fits_in_slot(const GraphRecord *record) {
+    return (reinterpret_cast<uintptr_t>(record) & ~kAddressMask) == 0;
+  }
 
   // One handle table. Mapped on first use and never unmapped nor moved: a launch may still
   // probe a table that was replaced.
