@@ -437,7 +437,6 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   record->ordinal = static_cast<uint32_t>(records_issued_.load(std::memory_order_relaxed) + 1);
   record->generation.store(record->ordinal, std::memory_order_relaxed);
   record->api = api;
-  record->handle.store(handle, std::memory_order_relaxed);
   record->confirmed = confirmed;
   common::printable_copy(site, record->site, sizeof record->site);
   common::printable_copy(content, record->content, sizeof record->content);
@@ -455,6 +454,9 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
     return &overflow();
   }
   records_issued_.store(record->ordinal, std::memory_order_release);
+  // Last, released: a launch stalled in a replaced table may still hold this record's slot
+  // word from its previous life, and find() takes a record whose handle matches as complete.
+  record->handle.store(handle, std::memory_order_release);
   publish(*slot, handle, record);
   if (!confirmed) hold_unconfirmed(*record);
   log_line(LogLevel::debug, "graph exec %p registered by %s as graph %u: '%s'", exec, api,

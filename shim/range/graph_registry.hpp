@@ -106,7 +106,7 @@ struct MessageCounts {
 
 class GraphRegistry {
  public:
-  // The handle table: 2^kMinTableBits slots at first, doubling up to 2^kMaxTableBits (16 bytes
+  // The handle table: 2^kMinTableBits slots at first, doubling up to 2^kMaxTableBits (8 bytes
   // a slot), at most half of them live.
   static constexpr unsigned kMinTableBits = 10;
   static constexpr unsigned kMaxTableBits = 21;
@@ -123,7 +123,9 @@ class GraphRegistry {
   GraphRecord *find(const void *exec) const {
     const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
     const SlotTable *table = table_.load(std::memory_order_acquire);
-    if (__builtin_expect(table == nullptr, 0)) return nullptr;  // nothing registered yet
+    // Nothing registered yet; or a null handle, never registered (a recycled record's handle
+    // reads 0 while the registry fills it in).
+    if (__builtin_expect(table == nullptr || handle == 0, 0)) return nullptr;
     size_t index = table->index(handle);
     const uint64_t tag = slot_tag(handle);
     for (size_t probes = 0; probes <= table->mask; ++probes) {
@@ -133,7 +135,7 @@ class GraphRegistry {
         // The record says whose it is: another handle's with the same tag, or, in a table
         // refilled under a stalled launch, any record at all.
         GraphRecord *record = reinterpret_cast<GraphRecord *>(seen & kAddressMask);
-        if (record->handle.load(std::memory_order_relaxed) == handle) return record;
+        if (record->handle.load(std::memory_order_acquire) == handle) return record;
       }
       index = (index + 1) & table->mask;
     }
@@ -194,10 +196,10 @@ class GraphRegistry {
 
   // A slot of the handle table is one word: 0 when free, kTombstoneWord once its graph was
   // destroyed, or else the record's address (below 2^48: mapped memory, registries never ask
-  // for more) under 16 bits of the handle's hash (slot_tag), so that a probe rarely reads a
-  // record that is not the one it looks for. The handle itself is the record's
-  // (GraphRecord::handle). One word, not the handle and the record side by side: the table
-  // takes half the memory (at 10,000 graphs 128 KiB instead of 256), and with 10,000 graphs
+  // for more) under a tag of the handle's hash (slot_tag: 15 bits and a bit that is always set),
+  // so that a probe rarely reads a record that is not the one it looks for. The handle itself is
+  // the record's (GraphRecord::handle). One word, not the handle and the record side by side: the
+  // table takes half the memory (at 10,000 graphs 128 KiB instead of 256), and with 10,000 graphs
   // launched in turn a launch took 1.2 ns less (docs/performance.md).
   struct Slot {
     std::atomic<uint64_t> word{0};

@@ -15,6 +15,8 @@
 #include <nvtx3/nvToolsExt.h>
 #include <stdint.h>
 
+#include <atomic>
+
 #include "gpu/gpu_timing.hpp"
 #include "range/activation.hpp"
 #include "range/graph_registry.hpp"
@@ -59,20 +61,27 @@ unsigned long long abandoned_calls();
 // "fake stacks", where frame addresses are not ordered by depth. No effect in other builds.
 #define FERRUM_REAL_STACK_FRAME __attribute__((no_sanitize_address))
 
-// What an open call's marker holds: its own address ^ this key. Not the address alone: a
-// pointer to itself is common in other data (an empty list's head) that may come to lie where
-// an abandoned call's marker was. Not unique per call either (it was, at the cost of a counter,
-// a multiply and a second thread-local store per launch): `open` only ever points at a marker
-// written by the call that set it, and another call whose marker lies at the same address is
-// not nested in it (the frame check below) — so only a foreign value there needs telling apart.
+// What an open call's marker holds: its own address ^ its thread's ThreadCalls ^ this key.
+// Not the address alone: a pointer to itself is common in other data (an empty list's head)
+// that may come to lie where an abandoned call's marker was. Not the same on every thread: a
+// stack can pass between threads (pooled fiber stacks), and another thread's call claiming at
+// the very address of this thread's abandoned marker would otherwise write what this thread's
+// next call takes for its open call's marker. Not unique per call (it was, at the cost of a
+// counter, a multiply and a second thread-local store per launch): on one thread, `open` only
+// ever points at a marker written by the call that set it, and a later call of that thread
+// whose marker lies at the same address is not nested in it (the frame check) — so only a
+// value written by something else needs telling apart.
 inline constexpr uintptr_t kMarkerKey = 0x9E3779B97F4A7C15ull;
+inline uintptr_t marker_value(const volatile uintptr_t *marker) {
+  return reinterpret_cast<uintptr_t>(marker) ^ reinterpret_cast<uintptr_t>(&t_calls) ^ kMarkerKey;
+}
 
 // Whether a call whose frame lies at `here` is nested in this thread's open call (the caller
 // saw one open): below it on the same stack, within reach, and its marker intact.
 FERRUM_REAL_STACK_FRAME inline bool nested_in_open_call(uintptr_t here) {
   const volatile uintptr_t *marker = t_calls.open;
   const uintptr_t open = reinterpret_cast<uintptr_t>(marker);
-  return here < open && open - here < kNestingReach && *marker == (open ^ kMarkerKey);
+  return here < open && open - here < kNestingReach && *marker == marker_value(marker);
 }
 
 // This thread's stack pointer: an address in the caller's frame, for nested_in_open_call() in
@@ -108,7 +117,10 @@ class OutermostCall {
       if (nested_in_open_call(reinterpret_cast<uintptr_t>(&marker_))) return;
       if (!close_abandoned_call()) return;
     }
-    marker_ = reinterpret_cast<uintptr_t>(&marker_) ^ kMarkerKey;
+    marker_ = marker_value(&marker_);
+    // The marker before the pointer to it, also for a signal handler on this very thread (the
+    // compiler may not swap the two stores).
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     calls.open = &marker_;
     claimed_ = true;
   }

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include <thread>
 #include <vector>
 
 #include "range/launch_range.hpp"
@@ -106,6 +107,22 @@ TEST_CASE("a launch's entry passes a nested call through where the guard would, 
   CHECK_FALSE(entry_sees_nested(8));
   CHECK(open_call());
   CHECK(claim_here());
+  CHECK(!open_call());
+}
+
+TEST_CASE("an abandoned call's marker rewritten by another thread's call is not taken as open") {
+  abandon();
+  auto *marker = const_cast<uintptr_t *>(ferrum_replay::shim::t_calls.open);
+  // A stack passed between threads (pooled fiber stacks): another thread's call claims at the
+  // very address of this thread's abandoned marker and writes its own value there.
+  uintptr_t foreign = 0;
+  std::thread([&] { foreign = ferrum_replay::shim::marker_value(marker); }).join();
+  const uintptr_t deeper = reinterpret_cast<uintptr_t>(marker) - 64;  // a nested call's frame
+  *marker = ferrum_replay::shim::marker_value(marker);  // as the abandoned call left it
+  CHECK(ferrum_replay::shim::nested_in_open_call(deeper));
+  *marker = foreign;
+  CHECK_FALSE(ferrum_replay::shim::nested_in_open_call(deeper));
+  CHECK(claim_here());  // closes the abandoned call
   CHECK(!open_call());
 }
 
