@@ -33,7 +33,7 @@ namespace ferrum_replay::shim {
 // %fs-relative accesses, no __tls_get_addr call per launch.
 struct ThreadCalls {
   // The marker in the frame of the open outermost call, null when none is open; while that
-  // call runs, the marker holds its own address ^ kMarkerKey (OutermostCall).
+  // call runs, the marker holds marker_value() of its own address (OutermostCall).
   const volatile uintptr_t *open;
   // The range the open call pushed and has not popped yet, if any.
   nvtxDomainHandle_t pop_domain;
