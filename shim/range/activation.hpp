@@ -18,25 +18,25 @@ extern nvtxDomainHandle_t g_domain;  // written once, before g_phase becomes Pha
 bool activate_slow();
 }  // namespace detail
 
-// True when launches get ranges; false when there is nothing to do — FERRUM_REPLAY=off, or
-// no NVTX tool attached and no summary asked for (ranges would go nowhere) — and while
-// re-entered from the NVTX tool's own initialisation (which may call CUDA and must not wait
-// for itself). Fast path: one acquire load and a branch, either way.
-inline bool shim_active() {
-  const detail::Phase phase = detail::g_phase.load(std::memory_order_acquire);
-  if (__builtin_expect(phase == detail::Phase::active, 1)) return true;
-  if (phase == detail::Phase::pass_through) return false;
-  return detail::activate_slow();
-}
-
-// shim_active() without its slow path, for a launch that keeps its first calls out of line (and
-// so needs no frame of its own): active, passing through for good, or not decided yet (then
-// shim_active() decides).
+// Where activation stands, without deciding: active, passing through for good, or not decided
+// yet (then shim_active() decides). For a launch that keeps its first calls out of line, so
+// that it needs no frame of its own.
 enum class ShimState : unsigned char { active, passing_through, undecided };
 inline ShimState shim_state() {
   const detail::Phase phase = detail::g_phase.load(std::memory_order_acquire);
   if (__builtin_expect(phase == detail::Phase::active, 1)) return ShimState::active;
   return phase == detail::Phase::pass_through ? ShimState::passing_through : ShimState::undecided;
+}
+
+// True when launches get ranges; false when there is nothing to do — FERRUM_REPLAY=off, or
+// no NVTX tool attached and no summary asked for (ranges would go nowhere) — and while
+// re-entered from the NVTX tool's own initialisation (which may call CUDA and must not wait
+// for itself). Fast path: one acquire load and a branch, either way.
+inline bool shim_active() {
+  const ShimState state = shim_state();
+  if (__builtin_expect(state == ShimState::active, 1)) return true;
+  if (state == ShimState::passing_through) return false;
+  return detail::activate_slow();
 }
 
 // The user's settings, read from the environment once, on first need (which is never in a
