@@ -133,7 +133,8 @@ class ChunkWriter {
         chunk.base = last_anchor_ = end;
       const int64_t delta = static_cast<int64_t>(end - last_anchor_);
       const uint64_t duration = end - start;
-      if (delta >= -kMax40 - 1 && delta <= kMax40 && duration <= kMaxDuration) [[likely]] {
+      if (delta >= -PackedRecord::kMaxTimeDelta - 1 && delta <= PackedRecord::kMaxTimeDelta &&
+          duration <= PackedRecord::kMaxDuration) [[likely]] {
         const int templ = find_or_add(chunk, attrs, domain_id, depth);
         if (templ >= 0) [[likely]] {
           chunk.slots[used] = PackedRecord::make(
@@ -159,9 +160,6 @@ class ChunkWriter {
     for (int &r : recent_) r = -1;
   }
   static constexpr size_t kIndexSize = 2 * EventChunk::kTemplates;  // at most half full
-  static constexpr int64_t kMax40 = PackedRecord::kMaxTimeDelta;    // PackedRecord's field widths
-  static constexpr uint64_t kMaxDuration = PackedRecord::kMaxDuration;
-  static constexpr int64_t kMax24 = PackedRecord::kMaxPayloadDelta;
   // Whether template `t` is this attribute set (its payload aside).
   static bool same_set(const PackedTemplate &t, const RangeAttrs &attrs, uint32_t domain_id,
                        uint32_t depth) {
@@ -172,7 +170,7 @@ class ChunkWriter {
   }
   static bool near_base(const PackedTemplate &t, uint64_t payload) {
     const int64_t delta = static_cast<int64_t>(payload - t.payload_base);
-    return delta >= -kMax24 - 1 && delta <= kMax24;
+    return delta >= -PackedRecord::kMaxPayloadDelta - 1 && delta <= PackedRecord::kMaxPayloadDelta;
   }
   // The template of this attribute set whose payload base is within 23 bits of the payload
   // (either way: a step number that starts again); a new one where there is none and the table
