@@ -196,7 +196,7 @@ uint32_t color_for_name(const char *name) {
 
 GraphRegistry::Slot *GraphRegistry::slot_of(uintptr_t handle) const {
   const SlotTable *table = table_.load(std::memory_order_relaxed);
-  if (!table || handle == 0 || handle == kTombstone) return nullptr;
+  if (!table || handle == 0) return nullptr;
   size_t index = table->index(handle);
   for (size_t probes = 0; probes <= table->mask; ++probes, index = (index + 1) & table->mask) {
     Slot &slot = table->slots[index];
@@ -426,7 +426,8 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
                                           const char *program_name) {
   pthread_once(&g_fork_handlers_once, install_fork_handlers);
   const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
-  Slot *slot = handle && handle != kTombstone ? claim_slot(handle) : nullptr;
+  // A null handle is never registered: its launches share the overflow record.
+  Slot *slot = handle ? claim_slot(handle) : nullptr;
   GraphRecord *record = slot ? records_.allocate() : nullptr;
   if (record && !fits_in_slot(record)) {  // mapped above 2^48: never without a hint, but checked
     records_.release(record);

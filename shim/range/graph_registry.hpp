@@ -190,10 +190,6 @@ class GraphRegistry {
   }
 
  private:
-  // Handle values 0 and ~0 (a free slot and a destroyed graph's, when slots held handles) are
-  // never registered: such launches share the overflow record.
-  static constexpr uintptr_t kTombstone = ~uintptr_t{0};
-
   // A slot of the handle table is one word: 0 when free, kTombstoneWord once its graph was
   // destroyed, or else the record's address (below 2^48: mapped memory, registries never ask
   // for more) under a tag of the handle's hash (slot_tag: 15 bits and a bit that is always set),
