@@ -153,17 +153,23 @@ class LaunchRange {
  public:
   // Only inside a claimed OutermostCall.
   LaunchRange(GraphRecord &record, nvtxDomainHandle_t domain) : record_(record), domain_(domain) {
+    // Payload: this graph's replay number (1-based), so summaries group by name while each
+    // instance stays identifiable. Taken whether or not a range is pushed: it is the count.
+    replay_ = take_replay_number(record);
+    // No NVTX tool answered the domain's creation (FERRUM_REPLAY_SUMMARY or GPU timing alone;
+    // NVTX's answer holds for the process): no range is built or pushed, and no pop is owed.
+    // With no tool NVTX would drop it; a tool that handles ranges but no domains would get it
+    // in NVTX's global domain, the program's, as ours (the log line at activation says that
+    // no tool sees ranges). Building one for NVTX's no-op cost about 1 ns per launch.
+    if (!domain_) return;
     nvtxEventAttributes_t attributes{};
     attributes.version = NVTX_VERSION;
     attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
     attributes.category = record.ordinal;
     attributes.colorType = NVTX_COLOR_ARGB;
     attributes.color = record.color.load(std::memory_order_relaxed);
-    // Payload: this graph's replay number (1-based), so summaries group by name while each
-    // instance stays identifiable.
     attributes.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
-    attributes.payload.ullValue = take_replay_number(record);
-    replay_ = attributes.payload.ullValue;
+    attributes.payload.ullValue = replay_;
     if (nvtxStringHandle_t message = record.message.load(std::memory_order_acquire)) {
       attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
       attributes.message.registered = message;
@@ -184,7 +190,7 @@ class LaunchRange {
     // Whatever the push returned: see the invariant above. Not when the pop was issued
     // already — only if a call nested in this one was taken for a new call after an abandoned
     // one (a stack this guard cannot order), which then closed this range early; balance holds.
-    if (!t_calls.pop_pending) return;
+    if (!domain_ || !t_calls.pop_pending) return;
     t_calls.pop_pending = false;
     nvtxDomainRangePop(domain_);
   }

@@ -36,10 +36,13 @@ threads_come_and_go      20,000 threads one after another, each   every launch i
                                                                   the bare run's (not ~10 KiB per
                                                                   ended thread)
 tool_without_handlers    an NVTX tool that attaches but installs  the shim's log says the tool is
-                         nothing (FERRUM_REPLAY_LOG=info)         loaded and handles no domain, not
-                                                                  that it failed; a tool that fails
-                                                                  and an unset path each get their
-                                                                  own words
+                         nothing (FERRUM_REPLAY_LOG=info); then   loaded and handles no domain, not
+                         the same tool handling ranges but not    that it failed; a tool that fails
+                         domain creation, with the summary on     and an unset path each get their
+                                                                  own words; the ranging tool gets
+                                                                  none of the shim's ranges (it
+                                                                  counts the program's own), the
+                                                                  summary every launch
 distinct_names           200,000 NVTX ranges, each message new     every name intact in the trace;
                          (a sequence number in it, 200 bytes:     anonymous memory grows by under
                          40 MB of names) with                     8 MiB (it grew by the names: the
@@ -270,6 +273,27 @@ def tool_without_handlers():
     unset = harness.run(argv, record=False, env=log)
     expect("no NVTX tool is attached (NVTX_INJECTION64_PATH is unset)" in unset.stderr,
            "no tool at all is not reported as such", unset)
+    # The same tool handling ranges (in any domain handle, NULL included) but still answering no
+    # domain creation: as the log says, it sees none of the shim's ranges — with no domain of its
+    # own the shim pushes none (not into NVTX's global domain, the program's) — while the
+    # summary still counts every launch. Its counting is checked on a program's own ranges first.
+    counting = {"NVTX_INJECTION64_PATH": IDLE_TOOL, "FERRUM_TEST_TOOL_COUNT_RANGES": "1"}
+    own = harness.run([PROGRAM, "distinct-names", "10"], preload=False, record=False,
+                      env=counting)
+    expect(own.returncode == 0 and "idle tool: pushes=11 pops=11" in own.stderr,
+           "the counting tool did not count the program's own 11 ranges", own)
+    with tempfile.TemporaryDirectory(prefix="ferrum-domainless-") as work:
+        summary = os.path.join(work, "summary.txt")
+        counted = harness.run(argv, record=False,
+                              env={**log, **counting, "FERRUM_REPLAY_SUMMARY": summary})
+        expect(counted.returncode == 0 and "launches=3 failed=0" in counted.stdout,
+               "the program failed", counted)
+        expect("idle tool: pushes=0 pops=0" in counted.stderr,
+               "a tool that answered no domain creation was handed the shim's ranges", counted)
+        expect("so no tool sees ranges" in counted.stderr, "the log does not say so", counted)
+        graphs, _ = ferrum_replay_traces.read_launch_summaries([summary])
+        expect([c["launches"] for c in graphs.values()] == [3],
+               f"the summary does not count the 3 launches: {dict(graphs)}", counted)
 
 
 def table_capped():
