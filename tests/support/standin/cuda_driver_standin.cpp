@@ -103,6 +103,10 @@
 //   CUDA_ERROR_INVALID_HANDLE. Contexts, streams and events are never freed (a destroyed
 //   context's objects stay tombstones; a destroyed stream or event may be reused, as a real
 //   driver's handle may), so a stale handle never reaches freed memory.
+// - A C API: nothing is thrown into the caller (but with FERRUM_STANDIN_LAUNCH_THROW, below).
+//   Where an allocation of the stand-in's own fails (a program under an address-space limit),
+//   the call answers CUDA_ERROR_OUT_OF_MEMORY (STANDIN_OUT_OF_MEMORY below), as the real driver
+//   does.
 //
 // What is simplified: one device (ordinal 0); nothing executes (memset and kernel nodes are
 // validated and stored, never run; cuMemAlloc is malloc; a replay's duration is declared, not
@@ -125,6 +129,9 @@
 //                                    the call, whatever the handle).
 //   FERRUM_STANDIN_LAUNCH_THROW=1    every cuGraphLaunch/_ptsz throws std::runtime_error (after
 //                                    counting), to test unwinding through an interposer.
+//   FERRUM_STANDIN_DIRTY_ERRNO=1     every function leaves errno set to a value of its own when it
+//                                    returns (standin_errno.hpp): which driver function ran last
+//                                    before a program's call returned is then known.
 //   FERRUM_STANDIN_LAUNCH_RAISE=<sig> every cuGraphLaunch/_ptsz raises signal number sig (after
 //                                    counting, before returning), so that a handler can leave
 //                                    the launch with siglongjmp (a watchdog pattern).
@@ -193,6 +200,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -202,6 +210,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -209,6 +218,8 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+#include "standin_errno.hpp"
 
 extern "C" {
 __attribute__((visibility("default"))) extern const int ferrum_standin_driver_marker;
@@ -325,6 +336,7 @@ struct Config {
   bool trace = false;
   bool bench = false;
   bool no_handle_reuse = false;
+  bool dirty_errno = false;
   const char *instantiate_log = nullptr;
 };
 
@@ -370,6 +382,7 @@ __attribute__((noinline)) Config read_config() {
   c.trace = env_flag("FERRUM_STANDIN_TRACE");
   c.bench = env_flag("FERRUM_STANDIN_BENCH");
   c.no_handle_reuse = env_flag("FERRUM_STANDIN_NO_HANDLE_REUSE");
+  c.dirty_errno = env_flag("FERRUM_STANDIN_DIRTY_ERRNO");
   if (const char *v = std::getenv("FERRUM_STANDIN_INSTANTIATE_LOG"); v != nullptr && v[0] != '\0') {
     c.instantiate_log = v;
   }
@@ -558,6 +571,27 @@ CUgraphExec exec_take_locked() {
 
 #define INTERNAL static __attribute__((noinline, noipa))
 
+// Every internal function is a function-try-block ending in this: an allocation of ours that
+// fails answers CUDA_ERROR_OUT_OF_MEMORY, as the real driver does, and never throws into a C
+// caller (a program under an address-space limit, the shim's event pools).
+#define STANDIN_OUT_OF_MEMORY        \
+  catch (const std::bad_alloc &) {   \
+    return CUDA_ERROR_OUT_OF_MEMORY; \
+  }
+
+// The first statement of every internal function: with FERRUM_STANDIN_DIRTY_ERRNO=1 the function
+// leaves errno set to its own value when it returns (standin_errno.hpp).
+struct DirtyErrno {
+  const char *function;
+  ~DirtyErrno() {
+    if (config().dirty_errno) errno = standin_errno_of(function);
+  }
+};
+#define STANDIN_DIRTY_ERRNO()     \
+  const DirtyErrno dirty_errno_ { \
+    __func__                      \
+  }
+
 INTERNAL CUresult i_cuGetErrorString(CUresult error, const char **pStr);
 INTERNAL CUresult i_cuGetErrorName(CUresult error, const char **pStr);
 
@@ -601,56 +635,71 @@ const ErrorText *find_error(CUresult error) {
   return nullptr;
 }
 
-INTERNAL CUresult i_cuGetErrorString(CUresult error, const char **pStr) {
+INTERNAL CUresult i_cuGetErrorString(CUresult error, const char **pStr) try {
+  STANDIN_DIRTY_ERRNO();
   if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const ErrorText *e = find_error(error);
   *pStr = e != nullptr ? e->text : nullptr;
   return e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuGetErrorName(CUresult error, const char **pStr) {
+INTERNAL CUresult i_cuGetErrorName(CUresult error, const char **pStr) try {
+  STANDIN_DIRTY_ERRNO();
   if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const ErrorText *e = find_error(error);
   *pStr = e != nullptr ? e->name : nullptr;
   return e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuInit(unsigned int Flags) {
+INTERNAL CUresult i_cuInit(unsigned int Flags) try {
+  STANDIN_DIRTY_ERRNO();
   if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
   g_initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuDriverGetVersion(int *driverVersion) {
+INTERNAL CUresult i_cuDriverGetVersion(int *driverVersion) try {
+  STANDIN_DIRTY_ERRNO();
   if (driverVersion == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *driverVersion = CUDA_VERSION;  // 13000
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuDeviceGet(CUdevice *device, int ordinal) {
+INTERNAL CUresult i_cuDeviceGet(CUdevice *device, int ordinal) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
   *device = 0;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuDeviceGetCount(int *count) {
+INTERNAL CUresult i_cuDeviceGetCount(int *count) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *count = 1;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuDeviceGetName(char *name, int len, CUdevice dev) {
+INTERNAL CUresult i_cuDeviceGetName(char *name, int len, CUdevice dev) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
   std::snprintf(name, static_cast<size_t>(len), "%s", kDeviceName);
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+INTERNAL CUresult i_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
@@ -659,8 +708,10 @@ INTERNAL CUresult i_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
   *pctx = &st().primary;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuDevicePrimaryCtxRelease(CUdevice dev) {
+INTERNAL CUresult i_cuDevicePrimaryCtxRelease(CUdevice dev) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -668,6 +719,7 @@ INTERNAL CUresult i_cuDevicePrimaryCtxRelease(CUdevice dev) {
   --st().primary_refs;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 // ---------------------------------------------------------------------------------------------
 // The virtual GPU: per-stream timelines on CLOCK_MONOTONIC. A launch returns at once; its work
@@ -851,29 +903,36 @@ CUresult create_context(CUcontext *pctx, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+INTERNAL CUresult i_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) try {
+  STANDIN_DIRTY_ERRNO();
   (void)flags;
   return create_context(pctx, dev);
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
-                                   unsigned int flags, CUdevice dev) {
+                                   unsigned int flags, CUdevice dev) try {
+  STANDIN_DIRTY_ERRNO();
   if (numParams < 0 || (numParams > 0 && paramsArray == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   (void)flags;
   return create_context(pctx, dev);
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
-                                   unsigned int flags, CUdevice dev) {
+                                   unsigned int flags, CUdevice dev) try {
+  STANDIN_DIRTY_ERRNO();
   (void)ctxCreateParams;
   (void)flags;
   return create_context(pctx, dev);
 }
+STANDIN_OUT_OF_MEMORY
 
 // The context becomes a tombstone (never freed); its streams and events die with it, and stay
 // tombstones too, so later calls with their handles return CUDA_ERROR_INVALID_HANDLE. If it is
 // current to the calling thread it is popped off the thread's stack.
-INTERNAL CUresult i_cuCtxDestroy(CUcontext ctx) {
+INTERNAL CUresult i_cuCtxDestroy(CUcontext ctx) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   {
     std::lock_guard<std::mutex> tlock(tl().mutex);
@@ -894,8 +953,10 @@ INTERNAL CUresult i_cuCtxDestroy(CUcontext ctx) {
     t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuCtxSetCurrent(CUcontext ctx) {
+INTERNAL CUresult i_cuCtxSetCurrent(CUcontext ctx) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (ctx != nullptr) {
     std::lock_guard<std::mutex> lock(st().mutex);
@@ -908,15 +969,19 @@ INTERNAL CUresult i_cuCtxSetCurrent(CUcontext ctx) {
   }
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuCtxGetCurrent(CUcontext *pctx) {
+INTERNAL CUresult i_cuCtxGetCurrent(CUcontext *pctx) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pctx = t_current;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuCtxPushCurrent_v2(CUcontext ctx) {
+INTERNAL CUresult i_cuCtxPushCurrent_v2(CUcontext ctx) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   {
@@ -930,16 +995,20 @@ INTERNAL CUresult i_cuCtxPushCurrent_v2(CUcontext ctx) {
   t_current = ctx;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuCtxPopCurrent_v2(CUcontext *pctx) {
+INTERNAL CUresult i_cuCtxPopCurrent_v2(CUcontext *pctx) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (pctx != nullptr) *pctx = t_current;
   t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuCtxGetDevice(CUdevice *device) {
+INTERNAL CUresult i_cuCtxGetDevice(CUdevice *device) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUcontext ctx = nullptr;
@@ -947,8 +1016,10 @@ INTERNAL CUresult i_cuCtxGetDevice(CUdevice *device) {
   *device = ctx->device;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
+INTERNAL CUresult i_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) try {
+  STANDIN_DIRTY_ERRNO();
   if (ctx == nullptr) return i_cuCtxGetDevice(device);
   STANDIN_REQUIRE_INIT();
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -957,6 +1028,7 @@ INTERNAL CUresult i_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
   *device = ctx->device;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 // Sleeps until every stream of the context is idle.
 CUresult context_synchronize(CUcontext ctx) {
@@ -969,14 +1041,17 @@ CUresult context_synchronize(CUcontext ctx) {
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuCtxSynchronize() {
+INTERNAL CUresult i_cuCtxSynchronize() try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   CUcontext ctx = nullptr;
   if (const CUresult r = current_context(&ctx); r != CUDA_SUCCESS) return r;
   return context_synchronize(ctx);
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuCtxSynchronize_v2(CUcontext ctx) {
+INTERNAL CUresult i_cuCtxSynchronize_v2(CUcontext ctx) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (ctx == nullptr) ctx = t_current;
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
@@ -986,6 +1061,7 @@ INTERNAL CUresult i_cuCtxSynchronize_v2(CUcontext ctx) {
   }
   return context_synchronize(ctx);
 }
+STANDIN_OUT_OF_MEMORY
 
 CUresult stream_create(CUstream *phStream, unsigned int flags, int priority) {
   STANDIN_REQUIRE_INIT();
@@ -999,19 +1075,24 @@ CUresult stream_create(CUstream *phStream, unsigned int flags, int priority) {
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuStreamCreate(CUstream *phStream, unsigned int Flags) {
+INTERNAL CUresult i_cuStreamCreate(CUstream *phStream, unsigned int Flags) try {
+  STANDIN_DIRTY_ERRNO();
   return stream_create(phStream, Flags, 0);
 }
+STANDIN_OUT_OF_MEMORY
 
 // One device whose priority range is [0, 0] (cuCtxGetStreamPriorityRange's answer on a device
 // without priorities): any priority is clamped to 0, as the real driver clamps.
 INTERNAL CUresult i_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
-                                               int priority) {
+                                               int priority) try {
+  STANDIN_DIRTY_ERRNO();
   (void)priority;
   return stream_create(phStream, flags, 0);
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuStreamDestroy(CUstream hStream) {
+INTERNAL CUresult i_cuStreamDestroy(CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
     return CUDA_ERROR_INVALID_HANDLE;
@@ -1026,6 +1107,7 @@ INTERNAL CUresult i_cuStreamDestroy(CUstream hStream) {
   tl().free_streams = s;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 // Sleeps until the work queued on the stream is done (legacy stream work queued after blocking
 // streams' work started after it, so that is included). A capturing stream cannot be synchronized:
@@ -1047,13 +1129,17 @@ CUresult stream_synchronize(CUstream hStream, bool ptsz) {
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuStreamSynchronize(CUstream hStream) {
+INTERNAL CUresult i_cuStreamSynchronize(CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   return stream_synchronize(hStream, false);
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuStreamSynchronize_ptsz(CUstream hStream) {
+INTERNAL CUresult i_cuStreamSynchronize_ptsz(CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   return stream_synchronize(hStream, true);
 }
+STANDIN_OUT_OF_MEMORY
 
 CUresult stream_query(CUstream hStream, bool ptsz) {
   STANDIN_REQUIRE_INIT();
@@ -1067,13 +1153,17 @@ CUresult stream_query(CUstream hStream, bool ptsz) {
   return s->busy_until <= now_ns() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-INTERNAL CUresult i_cuStreamQuery(CUstream hStream) {
+INTERNAL CUresult i_cuStreamQuery(CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   return stream_query(hStream, false);
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuStreamQuery_ptsz(CUstream hStream) {
+INTERNAL CUresult i_cuStreamQuery_ptsz(CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   return stream_query(hStream, true);
 }
+STANDIN_OUT_OF_MEMORY
 
 CUresult stream_get_ctx(CUstream hStream, CUcontext *pctx, bool ptsz) {
   STANDIN_REQUIRE_INIT();
@@ -1085,15 +1175,20 @@ CUresult stream_get_ctx(CUstream hStream, CUcontext *pctx, bool ptsz) {
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
+INTERNAL CUresult i_cuStreamGetCtx(CUstream hStream, CUcontext *pctx) try {
+  STANDIN_DIRTY_ERRNO();
   return stream_get_ctx(hStream, pctx, false);
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) {
+INTERNAL CUresult i_cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) try {
+  STANDIN_DIRTY_ERRNO();
   return stream_get_ctx(hStream, pctx, true);
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+INTERNAL CUresult i_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
@@ -1105,8 +1200,10 @@ INTERNAL CUresult i_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
   *dptr = d;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuMemFree_v2(CUdeviceptr dptr) {
+INTERNAL CUresult i_cuMemFree_v2(CUdeviceptr dptr) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   {
     std::lock_guard<std::mutex> lock(st().mutex);
@@ -1115,6 +1212,7 @@ INTERNAL CUresult i_cuMemFree_v2(CUdeviceptr dptr) {
   std::free(reinterpret_cast<void *>(static_cast<uintptr_t>(dptr)));
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 // ---------------------------------------------------------------------------------------------
 // Modules and libraries. The only image format the stand-in understands is PTX text (which the
@@ -1410,16 +1508,21 @@ CUresult load_module(CUmodule *module, const void *image, unsigned int numOption
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuModuleLoadData(CUmodule *module, const void *image) {
+INTERNAL CUresult i_cuModuleLoadData(CUmodule *module, const void *image) try {
+  STANDIN_DIRTY_ERRNO();
   return load_module(module, image, 0, nullptr, nullptr);
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
-                                       CUjit_option *options, void **optionValues) {
+                                       CUjit_option *options, void **optionValues) try {
+  STANDIN_DIRTY_ERRNO();
   return load_module(module, image, numOptions, options, optionValues);
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuModuleUnload(CUmodule hmod) {
+INTERNAL CUresult i_cuModuleUnload(CUmodule hmod) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   {
     std::lock_guard<std::mutex> lock(st().mutex);
@@ -1429,8 +1532,10 @@ INTERNAL CUresult i_cuModuleUnload(CUmodule hmod) {
   delete hmod;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
+INTERNAL CUresult i_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (hfunc == nullptr || hmod == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -1443,8 +1548,10 @@ INTERNAL CUresult i_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const 
   }
   return CUDA_ERROR_NOT_FOUND;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuFuncGetName(const char **name, CUfunction hfunc) {
+INTERNAL CUresult i_cuFuncGetName(const char **name, CUfunction hfunc) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (name == nullptr || hfunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -1452,11 +1559,14 @@ INTERNAL CUresult i_cuFuncGetName(const char **name, CUfunction hfunc) {
   *name = hfunc->signature.name.c_str();
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuLibraryLoadData(CUlibrary *library, const void *code,
                                       CUjit_option *jitOptions, void **jitOptionsValues,
                                       unsigned int numJitOptions, CUlibraryOption *libraryOptions,
-                                      void **libraryOptionValues, unsigned int numLibraryOptions) {
+                                      void **libraryOptionValues,
+                                      unsigned int numLibraryOptions) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if ((numJitOptions > 0 && (jitOptions == nullptr || jitOptionsValues == nullptr)) ||
@@ -1487,8 +1597,10 @@ INTERNAL CUresult i_cuLibraryLoadData(CUlibrary *library, const void *code,
   *library = lib;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuLibraryUnload(CUlibrary library) {
+INTERNAL CUresult i_cuLibraryUnload(CUlibrary library) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   {
     std::lock_guard<std::mutex> lock(st().mutex);
@@ -1501,8 +1613,10 @@ INTERNAL CUresult i_cuLibraryUnload(CUlibrary library) {
   delete library;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name) {
+INTERNAL CUresult i_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (pKernel == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -1515,8 +1629,10 @@ INTERNAL CUresult i_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, con
   }
   return CUDA_ERROR_NOT_FOUND;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
+INTERNAL CUresult i_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (pFunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
@@ -1525,8 +1641,10 @@ INTERNAL CUresult i_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
   *pFunc = &kernel->function;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuKernelGetName(const char **name, CUkernel hfunc) {
+INTERNAL CUresult i_cuKernelGetName(const char **name, CUkernel hfunc) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (name == nullptr || hfunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -1534,8 +1652,10 @@ INTERNAL CUresult i_cuKernelGetName(const char **name, CUkernel hfunc) {
   *name = hfunc->function.signature.name.c_str();
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
+INTERNAL CUresult i_cuGraphCreate(CUgraph *phGraph, unsigned int flags) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   auto *g = new CUgraph_st;
@@ -1544,8 +1664,10 @@ INTERNAL CUresult i_cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
   *phGraph = g;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuGraphDestroy(CUgraph hGraph) {
+INTERNAL CUresult i_cuGraphDestroy(CUgraph hGraph) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   {
     std::lock_guard<std::mutex> lock(st().mutex);
@@ -1555,6 +1677,7 @@ INTERNAL CUresult i_cuGraphDestroy(CUgraph hGraph) {
   delete hGraph;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 // Under st().mutex: the graph is live and every dependency is one of its nodes.
 bool graph_and_dependencies_valid_locked(CUgraph g, const CUgraphNode *deps, size_t n) {
@@ -1659,15 +1782,19 @@ CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *d
 }
 
 INTERNAL CUresult i_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
-                                        const CUgraphNode *dependencies, size_t numDependencies) {
+                                        const CUgraphNode *dependencies,
+                                        size_t numDependencies) try {
+  STANDIN_DIRTY_ERRNO();
   return add_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_EMPTY,
                   nullptr);
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                          const CUgraphNode *dependencies, size_t numDependencies,
                                          const CUDA_MEMSET_NODE_PARAMS *memsetParams,
-                                         CUcontext ctx) {
+                                         CUcontext ctx) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (memsetParams == nullptr || memsetParams->dst == 0 || memsetParams->width == 0 ||
       memsetParams->height == 0) {
@@ -1686,10 +1813,12 @@ INTERNAL CUresult i_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGrap
   return add_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_MEMSET,
                   memsetParams);
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                          const CUgraphNode *dependencies, size_t numDependencies,
-                                         const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
+                                         const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) try {
+  STANDIN_DIRTY_ERRNO();
   if (nodeParams == nullptr || nodeParams->func == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_KERNEL_NODE_PARAMS_v2 p{};
   p.func = nodeParams->func;
@@ -1705,21 +1834,25 @@ INTERNAL CUresult i_cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGrap
   return add_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_KERNEL,
                   nullptr, &p);
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
                                             const CUgraphNode *dependencies, size_t numDependencies,
-                                            const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
+                                            const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) try {
+  STANDIN_DIRTY_ERRNO();
   if (nodeParams == nullptr || (nodeParams->func == nullptr && nodeParams->kern == nullptr)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return add_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_KERNEL,
                   nullptr, nodeParams);
 }
+STANDIN_OUT_OF_MEMORY
 
 // Two-call protocol: nodes == NULL gives the count; otherwise the first min(count, *numNodes)
 // nodes (in the order they were added), NULL in the remaining entries, and *numNodes set to
 // the number filled.
-INTERNAL CUresult i_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {
+INTERNAL CUresult i_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -1734,8 +1867,10 @@ INTERNAL CUresult i_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *
   *numNodes = filled;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) {
+INTERNAL CUresult i_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (type == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -1743,6 +1878,7 @@ INTERNAL CUresult i_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
   *type = hNode->type;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 // Under st().mutex: the node's kernel parameters, or nullptr if it is not a live kernel node.
 const CUDA_KERNEL_NODE_PARAMS_v2 *kernel_params_locked(CUgraphNode hNode) {
@@ -1753,7 +1889,8 @@ const CUDA_KERNEL_NODE_PARAMS_v2 *kernel_params_locked(CUgraphNode hNode) {
 // The CUDA 10.0 ABI: no kern field, so a node made from a CUkernel reports that kernel's
 // function (what cuKernelGetFunction returns).
 INTERNAL CUresult i_cuGraphKernelNodeGetParams(CUgraphNode hNode,
-                                               CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
+                                               CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -1772,10 +1909,12 @@ INTERNAL CUresult i_cuGraphKernelNodeGetParams(CUgraphNode hNode,
   nodeParams->extra = p->extra;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 // The CUDA 12.0 ABI: func as added (NULL for a node made from a CUkernel), kern and ctx.
 INTERNAL CUresult i_cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
-                                                  CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
+                                                  CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -1784,6 +1923,7 @@ INTERNAL CUresult i_cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
   *nodeParams = *p;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 constexpr unsigned long long kKnownInstantiateFlags =
     CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
@@ -1875,20 +2015,26 @@ CUresult instantiate_with_log(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphN
 
 INTERNAL CUresult i_cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
                                        CUgraphNode *phErrorNode, char *logBuffer,
-                                       size_t bufferSize) {
+                                       size_t bufferSize) try {
+  STANDIN_DIRTY_ERRNO();
   return instantiate_with_log(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
                                           CUgraphNode *phErrorNode, char *logBuffer,
-                                          size_t bufferSize) {
+                                          size_t bufferSize) try {
+  STANDIN_DIRTY_ERRNO();
   return instantiate_with_log(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                                unsigned long long flags) {
+                                                unsigned long long flags) try {
+  STANDIN_DIRTY_ERRNO();
   return instantiate(phGraphExec, hGraph, flags);
 }
+STANDIN_OUT_OF_MEMORY
 
 CUresult instantiate_with_params(CUgraphExec *phGraphExec, CUgraph hGraph,
                                  CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
@@ -1901,29 +2047,37 @@ CUresult instantiate_with_params(CUgraphExec *phGraphExec, CUgraph hGraph,
 }
 
 INTERNAL CUresult i_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                                 CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
+                                                 CUDA_GRAPH_INSTANTIATE_PARAMS *params) try {
+  STANDIN_DIRTY_ERRNO();
   return instantiate_with_params(phGraphExec, hGraph, params);
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                                      CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
+                                                      CUDA_GRAPH_INSTANTIATE_PARAMS *params) try {
+  STANDIN_DIRTY_ERRNO();
   return instantiate_with_params(phGraphExec, hGraph, params);
 }
+STANDIN_OUT_OF_MEMORY
 
 CUresult upload(CUgraphExec hGraphExec) {
   STANDIN_REQUIRE_INIT();
   return exec_live(hGraphExec) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-INTERNAL CUresult i_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+INTERNAL CUresult i_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   (void)hStream;
   return upload(hGraphExec);
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+INTERNAL CUresult i_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   (void)hStream;
   return upload(hGraphExec);
 }
+STANDIN_OUT_OF_MEMORY
 
 // Under tl().mutex (st().mutex taken inside): adds a node of `type` to the graph a stream is
 // capturing into, after the capture's last node.
@@ -1992,13 +2146,17 @@ CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz,
   return queued;
 }
 
-INTERNAL CUresult i_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+INTERNAL CUresult i_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   return launch(hGraphExec, hStream, false, g_launches);
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+INTERNAL CUresult i_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   return launch(hGraphExec, hStream, true, g_launches_ptsz);
 }
+STANDIN_OUT_OF_MEMORY
 
 // ---------------------------------------------------------------------------------------------
 // Events. With FERRUM_STANDIN_NO_EVENTS=1 every event function returns CUDA_ERROR_NOT_SUPPORTED
@@ -2016,7 +2174,8 @@ bool event_live_locked(CUevent e) {
          !e->ctx->destroyed.load(std::memory_order_acquire);
 }
 
-INTERNAL CUresult i_cuEventCreate(CUevent *phEvent, unsigned int Flags) {
+INTERNAL CUresult i_cuEventCreate(CUevent *phEvent, unsigned int Flags) try {
+  STANDIN_DIRTY_ERRNO();
   g_events_created.fetch_add(1, std::memory_order_relaxed);
   STANDIN_REQUIRE_EVENTS();
   constexpr unsigned kKnown =
@@ -2043,6 +2202,7 @@ INTERNAL CUresult i_cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   *phEvent = e;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 // Stamps the event with the time the stream's work queued so far ends (for the legacy stream,
 // with the blocking streams' work it implicitly waits for). Into a capturing stream: an event
@@ -2080,19 +2240,28 @@ CUresult event_record(CUevent hEvent, CUstream hStream, unsigned int flags, bool
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuEventRecord(CUevent hEvent, CUstream hStream) {
+INTERNAL CUresult i_cuEventRecord(CUevent hEvent, CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   return event_record(hEvent, hStream, 0, false);
 }
-INTERNAL CUresult i_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+STANDIN_OUT_OF_MEMORY
+INTERNAL CUresult i_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   return event_record(hEvent, hStream, 0, true);
 }
-INTERNAL CUresult i_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+STANDIN_OUT_OF_MEMORY
+INTERNAL CUresult i_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream,
+                                           unsigned int flags) try {
+  STANDIN_DIRTY_ERRNO();
   return event_record(hEvent, hStream, flags, false);
 }
+STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
-                                                unsigned int flags) {
+                                                unsigned int flags) try {
+  STANDIN_DIRTY_ERRNO();
   return event_record(hEvent, hStream, flags, true);
 }
+STANDIN_OUT_OF_MEMORY
 
 // The event's completion time: 0 for a never-recorded event (complete, as documented).
 CUresult event_stamp(CUevent hEvent, long long *stamp) {
@@ -2102,7 +2271,8 @@ CUresult event_stamp(CUevent hEvent, long long *stamp) {
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuEventQuery(CUevent hEvent) {
+INTERNAL CUresult i_cuEventQuery(CUevent hEvent) try {
+  STANDIN_DIRTY_ERRNO();
   if (config().bench) return hEvent != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
   STANDIN_REQUIRE_EVENTS();
   g_event_queries.fetch_add(1, std::memory_order_relaxed);
@@ -2110,16 +2280,20 @@ INTERNAL CUresult i_cuEventQuery(CUevent hEvent) {
   if (const CUresult r = event_stamp(hEvent, &stamp); r != CUDA_SUCCESS) return r;
   return now_ns() >= stamp ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuEventSynchronize(CUevent hEvent) {
+INTERNAL CUresult i_cuEventSynchronize(CUevent hEvent) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_EVENTS();
   long long stamp = 0;
   if (const CUresult r = event_stamp(hEvent, &stamp); r != CUDA_SUCCESS) return r;
   sleep_until_ns(stamp);
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+INTERNAL CUresult i_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) try {
+  STANDIN_DIRTY_ERRNO();
   if (config().bench) {  // every event completed at once, at the same time
     if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (hStart == nullptr || hEnd == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -2138,8 +2312,10 @@ INTERNAL CUresult i_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUe
   *pMilliseconds = static_cast<float>(static_cast<double>(hEnd->stamp - hStart->stamp) / 1e6);
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuEventDestroy(CUevent hEvent) {
+INTERNAL CUresult i_cuEventDestroy(CUevent hEvent) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_EVENTS();
   std::lock_guard<std::mutex> lock(tl().mutex);
   if (!event_live_locked(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
@@ -2148,6 +2324,7 @@ INTERNAL CUresult i_cuEventDestroy(CUevent hEvent) {
   tl().free_events = hEvent;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 // ---------------------------------------------------------------------------------------------
 // Stream capture: while a stream captures, graph launches and event records into it are not run
@@ -2178,18 +2355,26 @@ CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode, bool ptsz) {
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuStreamBeginCapture(CUstream hStream) {
+INTERNAL CUresult i_cuStreamBeginCapture(CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, false);
 }
-INTERNAL CUresult i_cuStreamBeginCapture_ptsz(CUstream hStream) {
+STANDIN_OUT_OF_MEMORY
+INTERNAL CUresult i_cuStreamBeginCapture_ptsz(CUstream hStream) try {
+  STANDIN_DIRTY_ERRNO();
   return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, true);
 }
-INTERNAL CUresult i_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+STANDIN_OUT_OF_MEMORY
+INTERNAL CUresult i_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) try {
+  STANDIN_DIRTY_ERRNO();
   return begin_capture(hStream, mode, false);
 }
-INTERNAL CUresult i_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+STANDIN_OUT_OF_MEMORY
+INTERNAL CUresult i_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) try {
+  STANDIN_DIRTY_ERRNO();
   return begin_capture(hStream, mode, true);
 }
+STANDIN_OUT_OF_MEMORY
 
 // The captured graph, or (capture invalidated) NULL and CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
 // A stream that is not capturing: CUDA_ERROR_INVALID_VALUE (cuStreamEndCapture's documented
@@ -2219,12 +2404,16 @@ CUresult end_capture(CUstream hStream, CUgraph *phGraph, bool ptsz) {
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+INTERNAL CUresult i_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) try {
+  STANDIN_DIRTY_ERRNO();
   return end_capture(hStream, phGraph, false);
 }
-INTERNAL CUresult i_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
+STANDIN_OUT_OF_MEMORY
+INTERNAL CUresult i_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) try {
+  STANDIN_DIRTY_ERRNO();
   return end_capture(hStream, phGraph, true);
 }
+STANDIN_OUT_OF_MEMORY
 
 // Under tl().mutex.
 CUstreamCaptureStatus capture_status_locked(const CUstream_st *s) {
@@ -2248,12 +2437,16 @@ CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus *status, bool ptsz
   return CUDA_SUCCESS;
 }
 
-INTERNAL CUresult i_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *status) {
+INTERNAL CUresult i_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *status) try {
+  STANDIN_DIRTY_ERRNO();
   return is_capturing(hStream, status, false);
 }
-INTERNAL CUresult i_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *status) {
+STANDIN_OUT_OF_MEMORY
+INTERNAL CUresult i_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *status) try {
+  STANDIN_DIRTY_ERRNO();
   return is_capturing(hStream, status, true);
 }
+STANDIN_OUT_OF_MEMORY
 
 // Every version of cuStreamGetCaptureInfo: the status; while capturing, the capture's id, graph
 // and dependency set (the last captured node, or none), edge data NULL (all edges default).
@@ -2276,38 +2469,51 @@ CUresult capture_info(CUstream hStream, bool ptsz, CUstreamCaptureStatus *status
 }
 
 INTERNAL CUresult i_cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *status,
-                                           cuuint64_t *id) {
+                                           cuuint64_t *id) try {
+  STANDIN_DIRTY_ERRNO();
   return capture_info(hStream, false, status, id, nullptr, nullptr, nullptr, nullptr);
 }
+STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *status,
-                                                cuuint64_t *id) {
+                                                cuuint64_t *id) try {
+  STANDIN_DIRTY_ERRNO();
   return capture_info(hStream, true, status, id, nullptr, nullptr, nullptr, nullptr);
 }
+STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *status,
                                               cuuint64_t *id, CUgraph *graph,
-                                              const CUgraphNode **deps, size_t *num_deps) {
+                                              const CUgraphNode **deps, size_t *num_deps) try {
+  STANDIN_DIRTY_ERRNO();
   return capture_info(hStream, false, status, id, graph, deps, nullptr, num_deps);
 }
+STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *status,
                                                    cuuint64_t *id, CUgraph *graph,
-                                                   const CUgraphNode **deps, size_t *num_deps) {
+                                                   const CUgraphNode **deps, size_t *num_deps) try {
+  STANDIN_DIRTY_ERRNO();
   return capture_info(hStream, true, status, id, graph, deps, nullptr, num_deps);
 }
+STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *status,
                                               cuuint64_t *id, CUgraph *graph,
                                               const CUgraphNode **deps,
-                                              const CUgraphEdgeData **edges, size_t *num_deps) {
+                                              const CUgraphEdgeData **edges, size_t *num_deps) try {
+  STANDIN_DIRTY_ERRNO();
   return capture_info(hStream, false, status, id, graph, deps, edges, num_deps);
 }
+STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *status,
                                                    cuuint64_t *id, CUgraph *graph,
                                                    const CUgraphNode **deps,
                                                    const CUgraphEdgeData **edges,
-                                                   size_t *num_deps) {
+                                                   size_t *num_deps) try {
+  STANDIN_DIRTY_ERRNO();
   return capture_info(hStream, true, status, id, graph, deps, edges, num_deps);
 }
+STANDIN_OUT_OF_MEMORY
 
-INTERNAL CUresult i_cuGraphExecDestroy(CUgraphExec hGraphExec) {
+INTERNAL CUresult i_cuGraphExecDestroy(CUgraphExec hGraphExec) try {
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   std::lock_guard<std::mutex> lock(st().mutex);
   if (!exec_live(hGraphExec)) return CUDA_ERROR_INVALID_VALUE;
@@ -2318,14 +2524,17 @@ INTERNAL CUresult i_cuGraphExecDestroy(CUgraphExec hGraphExec) {
   g_exec_free = e;
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
                                         cuuint64_t flags, CUdriverProcAddressQueryResult *status);
 
 INTERNAL CUresult i_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
-                                     cuuint64_t flags) {
+                                     cuuint64_t flags) try {
+  STANDIN_DIRTY_ERRNO();
   return i_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
 }
+STANDIN_OUT_OF_MEMORY
 
 }  // namespace
 
@@ -2864,7 +3073,9 @@ void trace_query(const Config &c, const char *symbol, int cudaVersion, cuuint64_
 }
 
 INTERNAL CUresult i_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
-                                        cuuint64_t flags, CUdriverProcAddressQueryResult *status) {
+                                        cuuint64_t flags,
+                                        CUdriverProcAddressQueryResult *status) try {
+  STANDIN_DIRTY_ERRNO();
   g_queries.fetch_add(1, std::memory_order_relaxed);
   const Config &c = config();
   constexpr cuuint64_t kKnownFlags =
@@ -2900,5 +3111,6 @@ INTERNAL CUresult i_cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda
   }
   return CUDA_SUCCESS;
 }
+STANDIN_OUT_OF_MEMORY
 
 }  // namespace
