@@ -2,7 +2,10 @@
 // between a call of its own and the check of its errno when it reaches us (a launch, an NVTX call,
 // a signal handler's range that interrupted it), and a failed attempt of ours that we recovered
 // from (O_TMPFILE before mkostemp, ENOMEM before a dropped event) must not show there. One rule
-// for the shim, the recorder and common/: every such stretch is a scope holding an ErrnoKept.
+// for the shim, the recorder and common/: every such stretch is a scope holding an ErrnoKept,
+// placed where the program's call enters that cold stretch (as NoCancel is, no_cancel.hpp: a
+// launch's registration, activation, a graph's naming or destruction, GPU timing's set-up), never
+// around the real function the program called — its errno is the program's to see.
 #pragma once
 
 #include <errno.h>
@@ -11,12 +14,13 @@ namespace ferrum_replay::common {
 
 class ErrnoKept {
  public:
-  ErrnoKept() : saved_(errno) {}
-  ~ErrnoKept() { errno = saved_; }
+  ErrnoKept() : where_(&errno), saved_(*where_) {}  // errno's address: one call, not two
+  ~ErrnoKept() { *where_ = saved_; }
   ErrnoKept(const ErrnoKept &) = delete;
   ErrnoKept &operator=(const ErrnoKept &) = delete;
 
  private:
+  int *const where_;
   const int saved_;
 };
 

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "background_thread.hpp"
+#include "errno_kept.hpp"
 #include "held_here.hpp"
 #include "own_process.hpp"
 #include "resolve/real_functions.hpp"
@@ -487,6 +488,7 @@ bool make_launch_ready() {
 }
 
 void prepare_current_context() {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: after the real instantiate
   install_handlers();
   if (g_api_state.load(std::memory_order_acquire) != 2) {
     int expected = 0;
@@ -499,6 +501,7 @@ void prepare_current_context() {
 }
 
 int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size) {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: the answer is the return value
   install_handlers();
   // The reaper holds the sink mutex while it delivers: once this returns, the old sink is
   // never called again (unless called from inside the sink, which must not happen).
@@ -513,6 +516,7 @@ int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size) 
 }
 
 int flush(ferrum_replay_gpu_status *status) {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp
   install_handlers();
   last_pass(2000);
   if (!status) return 0;

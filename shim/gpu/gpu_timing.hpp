@@ -19,6 +19,7 @@
 
 #include <cuda.h>
 
+#include "errno_kept.hpp"
 #include "gpu/gpu_engine.hpp"
 #include "gpu/stream_watch.hpp"
 
@@ -75,11 +76,15 @@ template <typename Call>
 auto around_context_destroy(CUcontext context, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
-  timing.lock();
-  timing.drop_context_locked(context, true);  // its events go while the context lives
-  timing.context_ending_locked(true);
-  timing.unlock();
+  {
+    const common::ErrnoKept errno_kept;  // errno_kept.hpp: the events' destruction
+    timing.lock();
+    timing.drop_context_locked(context, true);  // its events go while the context lives
+    timing.context_ending_locked(true);
+    timing.unlock();
+  }
   auto result = call();
+  const common::ErrnoKept errno_kept;  // after the real call, whose errno is the program's
   timing.lock();
   timing.context_ending_locked(false);
   timing.drop_context_locked(context, false);  // a request made meanwhile
@@ -90,11 +95,15 @@ template <typename Call>
 auto around_primary_reset(CUdevice device, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
-  timing.lock();
-  timing.drop_device_locked(device, true);
-  timing.context_ending_locked(true);
-  timing.unlock();
+  {
+    const common::ErrnoKept errno_kept;
+    timing.lock();
+    timing.drop_device_locked(device, true);
+    timing.context_ending_locked(true);
+    timing.unlock();
+  }
   auto result = call();
+  const common::ErrnoKept errno_kept;
   timing.lock();
   timing.context_ending_locked(false);
   timing.drop_device_locked(device, false);
@@ -108,13 +117,17 @@ template <typename Call>
 auto around_primary_release(CUdevice device, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool()) return call();
-  timing.lock();
-  // Whether this release is the last is known only afterwards, when the context may be gone:
-  // what has finished is read now (without waiting: the release may not end anything).
-  timing.harvest_device_locked(device);
-  timing.context_ending_locked(true);
-  timing.unlock();
+  {
+    const common::ErrnoKept errno_kept;
+    timing.lock();
+    // Whether this release is the last is known only afterwards, when the context may be gone:
+    // what has finished is read now (without waiting: the release may not end anything).
+    timing.harvest_device_locked(device);
+    timing.context_ending_locked(true);
+    timing.unlock();
+  }
   auto result = call();
+  const common::ErrnoKept errno_kept;
   timing.lock();
   timing.context_ending_locked(false);
   if (!primary_context_active(device)) timing.drop_device_locked(device, false);

@@ -13,6 +13,7 @@
 
 #include <new>
 
+#include "errno_kept.hpp"
 #include "gpu/gpu_engine.hpp"
 #include "naming/graph_naming.hpp"
 #include "no_cancel.hpp"
@@ -207,6 +208,7 @@ bool activate_slow() {
   // the names file, logs; the others wait below (nanosleep): a launch is not a cancellation
   // point, so none of this may act on the program's cancellation request (no_cancel.hpp).
   const common::NoCancel no_cancel;
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: files, NVTX's dlopen, the tool's init
   // The claim carries the claiming process: a fork() child made at any moment after it knows
   // that the activating thread is not among its own (a claim and a pid stored apart left a
   // window where the child saw the claim without the pid, and waited on every launch).
@@ -259,6 +261,7 @@ bool activate_slow() {
 namespace {
 
 void read_into_settings() {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp
   new (&g_settings) Settings();
   common::note_standard_streams();  // before any line of ours: stdout and stderr as they are
   read_settings(g_settings, common::process_env, nullptr, complain_on_stderr, nullptr);

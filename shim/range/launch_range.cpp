@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "errno_kept.hpp"
 #include "naming/call_site.hpp"
 #include "naming/graph_content.hpp"
 #include "range/scope_names.hpp"
@@ -20,6 +21,7 @@ std::atomic<bool> g_abandoned_reported{false};
 }  // namespace
 
 bool close_abandoned_call() {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: sigaltstack, a tool's pop, a log line
   // A signal handler on the alternate stack that interrupted the open call: nested in it,
   // wherever that stack lies. (One system call, on this rare path only.)
   stack_t alternate{};
@@ -55,6 +57,7 @@ struct Site {
 }  // namespace
 
 GraphRecord &record_for_launch_slow(const void *exec, GraphRecord *record) {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: the registry's mappings, the call site
   const Site site;  // the launch's own call site: the best we know of a graph seen late
   if (!record) return graph_registry().register_at_launch(exec, site.text);
   graph_registry().name_at_first_launch(*record, site.text);
@@ -64,6 +67,7 @@ GraphRecord &record_for_launch_slow(const void *exec, GraphRecord *record) {
 static_assert(kMaxScopeNameLength == kMaxNameLength, "a scope's name is cut as a graph's name");
 
 void register_instantiated(const void *exec, const void *graph, const char *api) {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: after the real call, whose errno counts
   const Settings &config = settings();
   char site[kMaxSiteLength + 1] = "";
   if (config.site_mode == SiteMode::instantiate)
@@ -76,6 +80,7 @@ void register_instantiated(const void *exec, const void *graph, const char *api)
 }
 
 int name_graph_exec(const void *exec, const char *name) {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: the answer is the return value
   char site[kMaxSiteLength + 1] = "";
   if (exec && !graph_registry().find(exec)) {
     const Site seen;

@@ -17,6 +17,7 @@
 
 #include <atomic>
 
+#include "errno_kept.hpp"
 #include "gpu/gpu_timing.hpp"
 #include "range/activation.hpp"
 #include "range/graph_registry.hpp"
@@ -222,6 +223,7 @@ class LaunchRange {
 class TimedReplay {
  public:
   TimedReplay(const LaunchRange &range, CUstream stream, bool per_thread) {
+    const common::ErrnoKept errno_kept;  // errno_kept.hpp: the driver calls, a thread's set-up
     // The label's text and its count of replays in flight, from one read of the label: the
     // replay holds the label (the registry does not reuse it) until its time is read.
     const GraphLabel *label = range.label();
@@ -229,8 +231,12 @@ class TimedReplay {
                       label ? &label->replays_in_flight : nullptr, range.category(),
                       range.replay());
   }
-  void finish(bool launched) { gpu::launch_end(ticket_, launched); }
-  ~TimedReplay() { gpu::launch_end(ticket_, false); }  // no-op once finished
+  void finish(bool launched) {
+    const common::ErrnoKept errno_kept;  // after the real launch, whose errno is the program's
+    gpu::launch_end(ticket_, launched);
+  }
+  // No-op once finished; otherwise an exception is on its way out of the launch.
+  ~TimedReplay() { gpu::launch_end(ticket_, false); }
 
   TimedReplay(const TimedReplay &) = delete;
   TimedReplay &operator=(const TimedReplay &) = delete;
@@ -358,7 +364,10 @@ FERRUM_REAL_STACK_FRAME inline auto destroy_and_forget(Exec exec, Call &&call) {
   if (!shim_active()) return call();
   OutermostCall outermost;
   if (!outermost.claimed()) return call();
-  graph_registry().on_destroy(exec);
+  {
+    const common::ErrnoKept errno_kept;  // errno_kept.hpp
+    graph_registry().on_destroy(exec);
+  }
   return call();
 }
 

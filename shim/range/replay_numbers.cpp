@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include "errno_kept.hpp"
 #include "range/process_files.hpp"
 
 namespace ferrum_replay::shim {
@@ -91,6 +92,7 @@ void set_up() {
 // A free cache for this thread, or null. Without the thread-exit key a claimed cache could
 // never be released: then none is claimed.
 ReplayCache *claim_cache() {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: the key's set-up may allocate
   pthread_once(&g_setup_once, set_up);
   if (!g_release_key_made) return nullptr;
   for (unsigned i = 0; i < kMaxCaches; ++i) {
@@ -136,7 +138,10 @@ uint64_t take_replay_number_slow(GraphRecord &record) {
 uint64_t take_replay_number_unowned(GraphRecord &record) {
   // Every process's first launch comes this way (a fork() child's too: its records have no
   // launcher), and few others do: where its running marker is made (process_files.hpp).
-  note_launching_process();
+  {
+    const common::ErrnoKept errno_kept;  // errno_kept.hpp
+    note_launching_process();
+  }
   if (t_launcher == kNoToken) {
     uint32_t token;
     do token = g_last_token.fetch_add(1, std::memory_order_relaxed) + 1;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "errno_kept.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum_replay::shim {
@@ -59,6 +60,7 @@ int push_scope_name(const char *name) {
   ThreadScope &scope = t_scope;
   const size_t level = scope.depth++;
   if (level >= kMaxScopeDepth) return -ENOSPC;
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: the thread's first page of names
   ScopeNames *names = thread_names();
   if (!names) return -ENOSPC;  // the level carries no name; the outer one, if any, applies
   char *slot = names->names[level];

@@ -4,6 +4,7 @@
 #include <link.h>
 #include <string.h>
 
+#include "errno_kept.hpp"
 #include "resolve/libc_symbols.hpp"
 #include "support/log.hpp"
 
@@ -73,6 +74,7 @@ bool keep_loaded(const void *function) {
 }
 
 void *find_next_definition(const char *name) {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: the loader's lookups, a log line
   DlsymFunction libc_lookup = libc_dlsym();
   if (!libc_lookup) return nullptr;
   // Called from here, libc's dlsym resolves RTLD_NEXT relative to the shim.

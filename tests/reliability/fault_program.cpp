@@ -102,10 +102,25 @@
 //                  stop at the first failure (prints own_write_error=<errno>, 0 if all written).
 //                  Returns normally, so the shim and the recorder write their files at exit.
 //   memory-limit   limits its address space (RLIMIT_AS) to what it has mapped now plus B bytes
-//                  (--own-bytes) — after its first launch, or before it with --limit-first 1 —
-//                  then launches N times in all and returns normally. The memory the shim and
-//                  the recorder still want (chunks, tables, the trace at exit) is then not to be
-//                  had. Prints `limited=<bytes>` first.
+//                  (--own-bytes) — after its first launch, or with --limit-first 1 before it
+//                  and before its graph's instantiation — then launches N times in all,
+//                  instantiates 32 more graphs, launches each twice and destroys it, and returns
+//                  normally. The memory the shim and the recorder still want (chunks, tables,
+//                  names, the trace at exit) is then not to be had. Its errno is set to a mark
+//                  before each of those calls and compared after: prints `limited=<bytes>`
+//                  first, then the calls that changed it, `errno_changed_launch=<launches>
+//                  errno_changed_other=<instantiates and destroys>`, the first of them as
+//                  `errno_first=<call>:<errno>`. (The stand-in's own calls leave errno alone,
+//                  except that its launch allocates, and malloc may leave ENOMEM behind when it
+//                  recovers from a failed mapping: a launch's errno is then the real call's.)
+//   errno-passes   for FERRUM_STANDIN_DIRTY_ERRNO=1 (every function of the stand-in leaves errno
+//                  set to its own value: standin_errno.hpp): instantiates 8 graphs, launches each
+//                  N times (--launches), destroys them and its context; after each call its errno
+//                  must be the value of the driver function it called — the real call's, passed
+//                  through, not one left by a driver call the shim made on its own afterwards
+//                  (GPU timing's end event, a graph's content at instantiation, its pool). Prints
+//                  `errno_calls=<calls> errno_wrong=<calls after which errno was another value>`,
+//                  the first of those as `errno_first=<call>:<errno>:<expected>`.
 //   heap-exhausted uses NVTX itself: one range on the main thread; then a second thread limits
 //                  the address space (RLIMIT_AS) to what is mapped, takes every block the heap
 //                  can still give (a program that has used up its memory) and makes its first
@@ -189,6 +204,7 @@
 #include <vector>
 
 #include "../support/address_space.hpp"
+#include "../support/standin/standin_errno.hpp"
 
 // exit-during-first-launch: 1 armed, 2 while the shim's fstat of its running marker is held.
 std::atomic<int> g_hold_marker{0};
@@ -275,8 +291,10 @@ struct Driver {
   CUresult (*graphCreate)(CUgraph *, unsigned) = nullptr;
   CUresult (*graphAddEmptyNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t) = nullptr;
   CUresult (*graphInstantiate)(CUgraphExec *, CUgraph, unsigned long long) = nullptr;
+  CUresult (*graphExecDestroy)(CUgraphExec) = nullptr;
   LaunchFn launch = nullptr;
   CUcontext ctx = nullptr;
+  CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
 };
 
@@ -298,8 +316,9 @@ void *open_driver() {
   return handle;
 }
 
-// Looks the driver's functions up in `handle` and makes a context and one graph.
-Driver set_up_driver(void *handle) {
+// Looks the driver's functions up in `handle` and makes a context and one graph (and, unless
+// `instantiate` is false, its executable graph: d.exec).
+Driver set_up_driver(void *handle, bool instantiate = true) {
   Driver d;
   d.handle = handle;
   lookup(d.handle, "cuInit", d.init);
@@ -309,15 +328,15 @@ Driver set_up_driver(void *handle) {
   lookup(d.handle, "cuGraphCreate", d.graphCreate);
   lookup(d.handle, "cuGraphAddEmptyNode", d.graphAddEmptyNode);
   lookup(d.handle, "cuGraphInstantiateWithFlags", d.graphInstantiate);
+  lookup(d.handle, "cuGraphExecDestroy", d.graphExecDestroy);
   lookup(d.handle, "cuGraphLaunch", d.launch);
   CUdevice device = 0;
-  CUgraph graph = nullptr;
   CUgraphNode node = nullptr;
   if (d.init(0) != CUDA_SUCCESS || d.deviceGet(&device, 0) != CUDA_SUCCESS ||
       d.ctxCreate(&d.ctx, nullptr, 0, device) != CUDA_SUCCESS ||
-      d.graphCreate(&graph, 0) != CUDA_SUCCESS ||
-      d.graphAddEmptyNode(&node, graph, nullptr, 0) != CUDA_SUCCESS ||
-      d.graphInstantiate(&d.exec, graph, 0) != CUDA_SUCCESS)
+      d.graphCreate(&d.graph, 0) != CUDA_SUCCESS ||
+      d.graphAddEmptyNode(&node, d.graph, nullptr, 0) != CUDA_SUCCESS ||
+      (instantiate && d.graphInstantiate(&d.exec, d.graph, 0) != CUDA_SUCCESS))
     die("driver set-up failed");
   return d;
 }
@@ -664,14 +683,96 @@ void limit_address_space(long margin) {
   std::printf("limited=%lu\n", static_cast<unsigned long>(limit.rlim_cur));
 }
 
+// The program's errno across its calls: set to a mark no call makes before each, compared after;
+// launches counted apart from the other calls.
+struct ErrnoWatch {
+  static constexpr int kMark = 4242;
+  unsigned long launches = 0, others = 0;
+  char first[96] = "";
+  template <typename Call>
+  auto operator()(const char *what, Call &&call) {
+    errno = kMark;
+    auto result = call();
+    if (errno != kMark) {
+      if (launches + others == 0) std::snprintf(first, sizeof first, "%s:%d", what, errno);
+      ++(std::strncmp(what, "cuGraphLaunch", 13) == 0 ? launches : others);
+    }
+    return result;
+  }
+};
+
+// Each call's errno against the value its driver function leaves (FERRUM_STANDIN_DIRTY_ERRNO).
+int errno_passes(long n) {
+  Driver d = set_up_driver(open_driver(), false);
+  CUresult (*ctx_destroy)(CUcontext) = nullptr;
+  lookup(d.handle, "cuCtxDestroy_v2", ctx_destroy);
+  unsigned long calls = 0, wrong = 0;
+  char first[128] = "";
+  const auto check = [&](const char *what, const char *internal) {
+    ++calls;
+    const int expected = standin_errno_of(internal);
+    if (errno != expected && wrong++ == 0)
+      std::snprintf(first, sizeof first, "%s:%d:%d", what, errno, expected);
+  };
+  CUgraphExec execs[8] = {};
+  for (CUgraphExec &exec : execs) {
+    errno = 0;
+    if (d.graphInstantiate(&exec, d.graph, 0) != CUDA_SUCCESS) die("instantiate failed");
+    check("cuGraphInstantiateWithFlags", "i_cuGraphInstantiateWithFlags");
+  }
+  for (long i = 0; i < n; ++i)
+    for (CUgraphExec exec : execs) {
+      errno = 0;
+      if (d.launch(exec, nullptr) != CUDA_SUCCESS) die("launch failed");
+      check("cuGraphLaunch", "i_cuGraphLaunch");
+    }
+  for (CUgraphExec exec : execs) {
+    errno = 0;
+    d.graphExecDestroy(exec);
+    check("cuGraphExecDestroy", "i_cuGraphExecDestroy");
+  }
+  errno = 0;
+  ctx_destroy(d.ctx);
+  check("cuCtxDestroy_v2", "i_cuCtxDestroy");
+  std::printf("errno_calls=%lu errno_wrong=%lu\n", calls, wrong);
+  if (wrong) std::printf("errno_first=%s\n", first);
+  return 0;
+}
+
 int memory_limit(long n, long margin, bool limit_first) {
-  Driver d = load_driver();
+  // Limited first: before the graph's instantiation too (the shim's first call, where it
+  // starts: settings, NVTX and its tool, its tables), as a program already short of memory.
+  Driver d = set_up_driver(open_driver(), !limit_first);
   Counts c;
-  if (limit_first) limit_address_space(margin);
+  ErrnoWatch watch;
+  if (limit_first) {
+    limit_address_space(margin);
+    if (watch("cuGraphInstantiate", [&] { return d.graphInstantiate(&d.exec, d.graph, 0); }) !=
+        CUDA_SUCCESS)
+      die("instantiate failed");
+  }
   for (long i = 0; i < n; ++i) {
-    launch_once(d, c);
+    watch("cuGraphLaunch", [&] {
+      launch_once(d, c);
+      return 0;
+    });
     if (i == 0 && !limit_first) limit_address_space(margin);
   }
+  // New graphs under the limit: registered (names, call sites), launched, destroyed.
+  for (int g = 0; g < 32; ++g) {
+    CUgraphExec exec = nullptr;
+    if (watch("cuGraphInstantiate", [&] { return d.graphInstantiate(&exec, d.graph, 0); }) !=
+        CUDA_SUCCESS)
+      die("instantiate failed");
+    for (int k = 0; k < 2; ++k) {
+      const CUresult r = watch("cuGraphLaunch (new)", [&] { return d.launch(exec, nullptr); });
+      c.launches.fetch_add(1);
+      if (r != CUDA_SUCCESS) c.failed.fetch_add(1);
+    }
+    watch("cuGraphExecDestroy", [&] { return d.graphExecDestroy(exec); });
+  }
+  std::printf("errno_changed_launch=%lu\nerrno_changed_other=%lu\n", watch.launches, watch.others);
+  if (watch.launches + watch.others) std::printf("errno_first=%s\n", watch.first);
   print_counts(c, stdout);
   return 0;
 }
@@ -1176,6 +1277,7 @@ int main(int argc, char **argv) {
     if (std::strcmp(argv[i], "--launch-first") == 0) launch_first = std::atoi(argv[i + 1]) != 0;
   }
   if (mode == "no-driver") return no_driver();
+  if (mode == "errno-passes") return errno_passes(n);
   if (mode == "late-driver") return late_driver(n);
   if (mode == "fork-in-launch") return fork_in_launch(n);
   if (mode == "fork-during-activation") return fork_during_activation(n, how);

@@ -45,9 +45,18 @@ file_size_limit              exit code and output unchanged    nothing past the 
                              under RLIMIT_FSIZE 8 KiB and 0;   output ("File too large"), no
                              its own SIGXFSZ handler called    temporary left; at 0 (no summary)
                              for its own write only            the running marker stays, empty
+errno_passes_through         a driver whose every function     the program's errno after each of
+                             leaves errno set to a value of    its calls is its own call's (8
+                             its own: instantiates, launches   graphs, 2,000 launches, their
+                             and destroys 8 graphs, destroys   destruction, the context's): none
+                             its context; recorder, GPU        left by the driver calls the shim
+                             timing, content and call sites    makes after the real one (end
+                             on; the summary alone; off        events, content, pools)
 address_space_limit          exit code and launches unchanged  every launch recorded or counted in
                              under RLIMIT_AS set just above    droppedForMemory; else one line
-                             what it mapped                    saying out of memory
+                             what it mapped; its errno as      saying out of memory
+                             each of its calls left it (new
+                             graphs made and destroyed too)
 first_nvtx_call_without      exit code and output unchanged    the thread's ranges and marks counted
 _memory                      when a thread's first NVTX calls  in droppedForMemory, or one line
                              come after its heap is used up    saying out of memory
@@ -664,52 +673,100 @@ def file_size_limit():
                        f"{what}: the marker holds part of a line", run_)
 
 
+def errno_passes_through():
+    """A program's errno after a call through the shim is what the real call left: nothing the
+    shim does afterwards on its own (GPU timing's end event, a new graph's content and event
+    pool, the pools dropped around a context's end) may leave a value there. The stand-in driver
+    is made to leave a value of its own in errno from every function (FERRUM_STANDIN_DIRTY_ERRNO):
+    after each of the program's calls errno must name the function the program called. (Before
+    the shim kept errno, 808 of 817 calls read another function's value.)"""
+    launches = 250
+    calls = 8 + 8 * launches + 8 + 1
+    dirty = {"FERRUM_STANDIN_DIRTY_ERRNO": "1", "FERRUM_STANDIN_REPORT": ""}
+    configurations = {
+        "without the shim": dict(preload=False, record=False, env=dirty),
+        "recorder, GPU timing, content and call sites": dict(env={
+            **dirty, "FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_CONTENT": "on",
+            "FERRUM_REPLAY_SITE": "launch", "FERRUM_REPLAY_SUMMARY": "stderr"}),
+        "the summary alone, no tool": dict(record=False,
+                                           env={**dirty, "FERRUM_REPLAY_SUMMARY": "stderr"}),
+        "FERRUM_REPLAY=off": dict(record=False, env={**dirty, "FERRUM_REPLAY": "off"}),
+    }
+    for what, how in configurations.items():
+        run_ = fault("errno-passes", "--launches", str(launches), **how)
+        got = values(run_.stdout)
+        expect(run_.returncode == 0 and got.get("errno_calls") == calls,
+               f"{what}: the program failed", run_)
+        first = run_.stdout.split("errno_first=")[-1].splitlines()[0] if got.get(
+            "errno_wrong") else ""
+        expect(got.get("errno_wrong") == 0,
+               f"{what}: after {got.get('errno_wrong')} of {calls} calls errno was not the "
+               f"called function's (first: call, errno, expected: {first})", run_)
+
+
 def address_space_limit():
     """The program limits its address space (RLIMIT_AS, `ulimit -v`) to what it has mapped plus
-    256 KiB or 1 MiB — before its first launch or after it — and launches 20,000 times: the
-    recorder's chunks, the shim's tables and GPU timing's pools, the snapshot and the trace at
-    exit can no longer have the memory they want. Nothing of ours may end the program (no
-    std::bad_alloc escaping into it, no store through a mapping that failed): exit code and
-    launches as without the shim, only our own lines on stderr, no temporary left. A trace
-    that is written accounts for every launch: recorded, or counted in droppedForMemory."""
+    256 KiB or 1 MiB — before its first launch or after it — and launches 20,000 times, then
+    instantiates, launches and destroys 32 graphs more: the recorder's chunks, the shim's
+    tables and GPU timing's pools, the snapshot and the trace at exit can no longer have the
+    memory they want. Nothing of ours may end the program (no std::bad_alloc escaping into it,
+    no store through a mapping that failed): exit code and launches as without the shim, only
+    our own lines on stderr, no temporary left, the program's errno as each of its calls left
+    it (it read ENOMEM after every launch and instantiate). A trace that is written accounts
+    for every launch: recorded, or counted in droppedForMemory."""
     if os.environ.get("FERRUM_TEST_PRELOAD_FIRST") or harness.EMULATOR:
         return "skip: a sanitizer's shadow memory or an emulator does not fit an address-space limit"
     launches = 20000
+    total = launches + 2 * 32  # and 32 graphs instantiated under the limit, launched twice each
     for limit_first in ("0", "1"):
         for margin in (256 * 1024, 1024 * 1024):
+            argv = [PROGRAM, "memory-limit", "--launches", str(launches), "--own-bytes",
+                    str(margin), "--limit-first", limit_first]
+            quiet = {"FERRUM_STANDIN_REPORT": ""}
+            where = f"{margin // 1024} KiB more, limited {'before' if limit_first == '1' else 'after'} the first launch"
             with tempfile.TemporaryDirectory() as tmp:
-                argv = [PROGRAM, "memory-limit", "--launches", str(launches), "--own-bytes",
-                        str(margin), "--limit-first", limit_first]
-                quiet = {"FERRUM_STANDIN_REPORT": ""}
                 bare = harness.run(argv, preload=False, record=False, cwd=tmp, env=quiet)
-                what = f"{margin // 1024} KiB more, limited {'before' if limit_first == '1' else 'after'} the first launch"
-                expect(bare.returncode == 0 and values(bare.stdout).get("launches") == launches,
-                       f"{what}: the program fails without the shim", bare)
-                run_ = harness.run(argv, cwd=tmp,
-                                   env={**quiet, "FERRUM_RECORD_OUT": "t.json",
-                                        "FERRUM_REPLAY_SUMMARY": "s.txt",
-                                        "FERRUM_REPLAY_GPU_TIME": "on"})
-                got = values(run_.stdout)
-                expect(run_.returncode == 0 and got.get("launches") == launches and
-                       got.get("failed") == 0,
-                       f"{what}: exit code or launches changed", run_)
-                foreign = [line for line in run_.stderr.splitlines()
-                           if not line.startswith("ferrum-replay")]
-                expect(not foreign, f"{what}: lines not ours on stderr: {foreign[:3]}", run_)
-                left = [f for f in os.listdir(tmp) if f.endswith(".tmp")]
-                expect(not left, f"{what}: temporaries left: {left}", run_)
-                trace_path = os.path.join(tmp, "t.json")
-                if os.path.exists(trace_path):
-                    footer_ = footer(trace_check.load(trace_path))
-                    accounted = footer_.get("ranges", 0) + footer_.get("droppedForMemory", 0)
-                    expect(accounted >= launches,
-                           f"{what}: {footer_.get('ranges')} ranges and "
-                           f"{footer_.get('droppedForMemory')} dropped for {launches} launches",
-                           run_)
-                else:
-                    expect("out of memory" in run_.stderr or
-                           "Cannot allocate memory" in run_.stderr,
-                           f"{what}: no trace, and no line saying why", run_)
+            got = values(bare.stdout)
+            expect(bare.returncode == 0 and got.get("launches") == total and
+                   got.get("errno_changed_launch") == got.get("errno_changed_other") == 0,
+                   f"{where}: the program fails without the shim", bare)
+            for gpu_time in ("on", "off"):
+                with tempfile.TemporaryDirectory() as tmp:
+                    address_space_limited_run(argv, tmp, f"{where}, GPU timing {gpu_time}",
+                                              total, {**quiet, "FERRUM_REPLAY_GPU_TIME": gpu_time})
+
+
+def address_space_limited_run(argv, tmp, what, total, env):
+    run_ = harness.run(argv, cwd=tmp, env={**env, "FERRUM_RECORD_OUT": "t.json",
+                                           "FERRUM_REPLAY_SUMMARY": "s.txt"})
+    got = values(run_.stdout)
+    expect(run_.returncode == 0 and got.get("launches") == total and got.get("failed") == 0,
+           f"{what}: exit code or launches changed", run_)
+    # The program's errno after each of its calls is what the call left: our mappings that
+    # failed (ENOMEM) must not show there (every launch and instantiate read ENOMEM). With GPU
+    # timing on, the stand-in's own launch allocates under the pressure of the shim's events, and
+    # malloc may leave ENOMEM behind from a mapping it recovered from: that is the real call's
+    # errno, so there only the instantiates and destroys are held to it.
+    changed = got.get("errno_changed_other", -1)
+    if env.get("FERRUM_REPLAY_GPU_TIME") != "on":
+        changed += got.get("errno_changed_launch", -1)
+    first = run_.stdout.split("errno_first=")[-1].splitlines()[0] if changed else ""
+    expect(changed == 0, f"{what}: the program's errno changed across {changed} of its calls "
+           f"(first: {first})", run_)
+    foreign = [line for line in run_.stderr.splitlines() if not line.startswith("ferrum-replay")]
+    expect(not foreign, f"{what}: lines not ours on stderr: {foreign[:3]}", run_)
+    left = [f for f in os.listdir(tmp) if f.endswith(".tmp")]
+    expect(not left, f"{what}: temporaries left: {left}", run_)
+    trace_path = os.path.join(tmp, "t.json")
+    if os.path.exists(trace_path):
+        footer_ = footer(trace_check.load(trace_path))
+        accounted = footer_.get("ranges", 0) + footer_.get("droppedForMemory", 0)
+        expect(accounted >= total,
+               f"{what}: {footer_.get('ranges')} ranges and "
+               f"{footer_.get('droppedForMemory')} dropped for {total} launches", run_)
+    else:
+        expect("out of memory" in run_.stderr or "Cannot allocate memory" in run_.stderr,
+               f"{what}: no trace, and no line saying why", run_)
 
 
 def first_nvtx_call_without_memory():
@@ -1212,7 +1269,8 @@ SCENARIOS = {f.__name__: f for f in (
     fork_while_naming, fork_while_loader_busy,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
-    first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, address_space_limit,
+    first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, errno_passes_through,
+    address_space_limit,
     first_nvtx_call_without_memory, exit_without_memory, output_lock_impossible,
     stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,
