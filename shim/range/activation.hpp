@@ -43,7 +43,8 @@ inline bool shim_active() {
 // process that does not use CUDA). Valid for the life of the process.
 const Settings &settings();
 
-// Our NVTX domain; null when no NVTX tool is attached (NVTX then ignores every call).
+// Our NVTX domain; null when no NVTX tool answered its creation (none is attached, or the one
+// attached handles no domains): the shim then pushes no range (LaunchRange).
 // Inline: read on every launch, after shim_active() has ordered it.
 inline nvtxDomainHandle_t shim_domain() {
   return detail::g_domain;

@@ -39,8 +39,19 @@ struct ThreadCalls {
   // The range the open call pushed and has not popped yet, if any.
   nvtxDomainHandle_t pop_domain;
   bool pop_pending;
+  // errno's address on this thread, once thread_errno() asked for it.
+  int *errno_at;
 };
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadCalls t_calls;
+
+// errno's address on this thread, for the ErrnoKept of the launch's own calls around the real
+// one (the tool's push and pop, GPU timing's events): &errno is a call into the C library, made
+// once per thread.
+inline int *thread_errno() {
+  int *at = t_calls.errno_at;
+  if (__builtin_expect(at == nullptr, 0)) t_calls.errno_at = at = &errno;
+  return at;
+}
 
 // How far below an open call's frame a call nested in it can be: the CUDA library's own
 // frames between the two layers, a tool's callback, a signal frame. Only within this reach is
@@ -181,7 +192,11 @@ class LaunchRange {
     // Owed from the moment it is issued: a jump out of the push itself still gets its pop.
     t_calls.pop_domain = domain_;
     t_calls.pop_pending = true;
-    const int depth = nvtxDomainRangePushEx(domain_, &attributes);
+    int depth;
+    {
+      const common::ErrnoKept errno_kept(thread_errno());  // the tool's handler: errno_kept.hpp
+      depth = nvtxDomainRangePushEx(domain_, &attributes);
+    }
     // -2 (NVTX_NO_PUSH_POP_TRACKING) means no tool; other negatives are a tool's refusal.
     if (depth < 0 && depth != NVTX_NO_PUSH_POP_TRACKING)
       record.rejected_pushes.fetch_add(1, std::memory_order_relaxed);
@@ -193,6 +208,7 @@ class LaunchRange {
     // one (a stack this guard cannot order), which then closed this range early; balance holds.
     if (!domain_ || !t_calls.pop_pending) return;
     t_calls.pop_pending = false;
+    const common::ErrnoKept errno_kept(thread_errno());  // after the real launch: the tool's pop
     nvtxDomainRangePop(domain_);
   }
 
@@ -223,7 +239,7 @@ class LaunchRange {
 class TimedReplay {
  public:
   TimedReplay(const LaunchRange &range, CUstream stream, bool per_thread) {
-    const common::ErrnoKept errno_kept;  // errno_kept.hpp: the driver calls, a thread's set-up
+    const common::ErrnoKept errno_kept(thread_errno());  // the driver calls, a thread's set-up
     // The label's text and its count of replays in flight, from one read of the label: the
     // replay holds the label (the registry does not reuse it) until its time is read.
     const GraphLabel *label = range.label();
@@ -232,7 +248,7 @@ class TimedReplay {
                       range.replay());
   }
   void finish(bool launched) {
-    const common::ErrnoKept errno_kept;  // after the real launch, whose errno is the program's
+    const common::ErrnoKept errno_kept(thread_errno());  // after the real launch: its errno counts
     gpu::launch_end(ticket_, launched);
   }
   // No-op once finished; otherwise an exception is on its way out of the launch.

@@ -101,6 +101,7 @@ import trace_check  # noqa: E402
 
 PROGRAM = None  # --program
 FAILING_TOOL = None  # --failing-tool
+IDLE_TOOL = None  # --idle-tool (tests/reliability/idle_tool.c)
 
 
 def fault(mode, *args, **kwargs):
@@ -676,32 +677,47 @@ def file_size_limit():
 def errno_passes_through():
     """A program's errno after a call through the shim is what the real call left: nothing the
     shim does afterwards on its own (GPU timing's end event, a new graph's content and event
-    pool, the pools dropped around a context's end) may leave a value there. The stand-in driver
-    is made to leave a value of its own in errno from every function (FERRUM_STANDIN_DIRTY_ERRNO):
-    after each of the program's calls errno must name the function the program called. (Before
-    the shim kept errno, 808 of 817 calls read another function's value.)"""
+    pool, the pools dropped around a context's end, the NVTX tool's push and pop — a test tool
+    that leaves errno set in both) may leave a value there. The stand-in driver is made to leave a value of its own in errno from every
+    function (FERRUM_STANDIN_DIRTY_ERRNO=1): after each of the program's calls errno must name the
+    function the program called; and from every function but the launches (=2): after a launch,
+    the program's own value must still be there (GPU timing's start event, before the real
+    launch, must not show either). (Before the shim kept errno, 808 of 817 calls of a shorter
+    run read another function's value.)"""
     launches = 250
     calls = 8 + 8 * launches + 8 + 1
-    dirty = {"FERRUM_STANDIN_DIRTY_ERRNO": "1", "FERRUM_STANDIN_REPORT": ""}
+    everything = {"FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_CONTENT": "on",
+                  "FERRUM_REPLAY_SITE": "launch", "FERRUM_REPLAY_SUMMARY": "stderr"}
     configurations = {
-        "without the shim": dict(preload=False, record=False, env=dirty),
-        "recorder, GPU timing, content and call sites": dict(env={
-            **dirty, "FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_CONTENT": "on",
-            "FERRUM_REPLAY_SITE": "launch", "FERRUM_REPLAY_SUMMARY": "stderr"}),
-        "the summary alone, no tool": dict(record=False,
-                                           env={**dirty, "FERRUM_REPLAY_SUMMARY": "stderr"}),
-        "FERRUM_REPLAY=off": dict(record=False, env={**dirty, "FERRUM_REPLAY": "off"}),
+        "without the shim": dict(preload=False, record=False, env={}),
+        "recorder, GPU timing, content and call sites": dict(env=everything),
+        "the summary alone, no tool": dict(record=False, env={"FERRUM_REPLAY_SUMMARY": "stderr"}),
+        # A tool whose push and pop leave errno set (the shim's range around each launch).
+        "a tool that leaves errno set": dict(record=False, env={
+            "NVTX_INJECTION64_PATH": IDLE_TOOL, "FERRUM_TEST_TOOL_DOMAINS": "1",
+            "FERRUM_TEST_TOOL_DIRTY_ERRNO": "7777", "FERRUM_REPLAY_GPU_TIME": "on"}),
+        "FERRUM_REPLAY=off": dict(record=False, env={"FERRUM_REPLAY": "off"}),
     }
-    for what, how in configurations.items():
-        run_ = fault("errno-passes", "--launches", str(launches), **how)
-        got = values(run_.stdout)
-        expect(run_.returncode == 0 and got.get("errno_calls") == calls,
-               f"{what}: the program failed", run_)
-        first = run_.stdout.split("errno_first=")[-1].splitlines()[0] if got.get(
-            "errno_wrong") else ""
-        expect(got.get("errno_wrong") == 0,
-               f"{what}: after {got.get('errno_wrong')} of {calls} calls errno was not the "
-               f"called function's (first: call, errno, expected: {first})", run_)
+    # 1: every driver function leaves its value, the launch too (what the shim does after the
+    # real call must not show); 2: the launches leave errno alone, so the program's own value
+    # must survive them (what the shim does before the real launch must not show either).
+    for mode in ("1", "2"):
+        for what, how in configurations.items():
+            errno_passes_run(f"{what}, dirty errno {mode}", launches, calls,
+                             dict(how, env={**how["env"], "FERRUM_STANDIN_DIRTY_ERRNO": mode,
+                                            "FERRUM_STANDIN_REPORT": ""}))
+
+
+def errno_passes_run(what, launches, calls, how):
+    run_ = fault("errno-passes", "--launches", str(launches), **how)
+    got = values(run_.stdout)
+    expect(run_.returncode == 0 and got.get("errno_calls") == calls,
+           f"{what}: the program failed", run_)
+    first = run_.stdout.split("errno_first=")[-1].splitlines()[0] if got.get(
+        "errno_wrong") else ""
+    expect(got.get("errno_wrong") == 0,
+           f"{what}: after {got.get('errno_wrong')} of {calls} calls errno was not the "
+           f"value expected (first: call, errno, expected: {first})", run_)
 
 
 def address_space_limit():
@@ -747,10 +763,10 @@ def address_space_limited_run(argv, tmp, what, total, env):
     # timing on, the stand-in's own launch allocates under the pressure of the shim's events, and
     # malloc may leave ENOMEM behind from a mapping it recovered from: that is the real call's
     # errno, so there only the instantiates and destroys are held to it.
-    changed = got.get("errno_changed_other", -1)
-    if env.get("FERRUM_REPLAY_GPU_TIME") != "on":
-        changed += got.get("errno_changed_launch", -1)
-    first = run_.stdout.split("errno_first=")[-1].splitlines()[0] if changed else ""
+    kinds = ["other"] if env.get("FERRUM_REPLAY_GPU_TIME") == "on" else ["other", "launch"]
+    changed = sum(got.get(f"errno_changed_{kind}", -1) for kind in kinds)
+    first = ", ".join(line.split("=", 1)[1] for line in run_.stdout.splitlines()
+                      if any(line.startswith(f"errno_first_{kind}=") for kind in kinds))
     expect(changed == 0, f"{what}: the program's errno changed across {changed} of its calls "
            f"(first: {first})", run_)
     foreign = [line for line in run_.stderr.splitlines() if not line.startswith("ferrum-replay")]
@@ -1280,10 +1296,12 @@ SCENARIOS = {f.__name__: f for f in (
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    while args[:1] in (["--program"], ["--failing-tool"]):
+    while args[:1] in (["--program"], ["--failing-tool"], ["--idle-tool"]):
         # Absolute: some scenarios run the program in a directory of their own.
         if args[0] == "--program":
             PROGRAM = os.path.abspath(args[1])
+        elif args[0] == "--idle-tool":
+            IDLE_TOOL = os.path.abspath(args[1])
         else:
             FAILING_TOOL = os.path.abspath(args[1])
         args = args[2:]

@@ -131,7 +131,9 @@
 //                                    counting), to test unwinding through an interposer.
 //   FERRUM_STANDIN_DIRTY_ERRNO=1     every function leaves errno set to a value of its own when it
 //                                    returns (standin_errno.hpp): which driver function ran last
-//                                    before a program's call returned is then known.
+//                                    before a program's call returned is then known. With 2,
+//                                    every function but cuGraphLaunch/_ptsz, which leave it
+//                                    alone (as a launch that makes no system call does).
 //   FERRUM_STANDIN_LAUNCH_RAISE=<sig> every cuGraphLaunch/_ptsz raises signal number sig (after
 //                                    counting, before returning), so that a handler can leave
 //                                    the launch with siglongjmp (a watchdog pattern).
@@ -336,7 +338,7 @@ struct Config {
   bool trace = false;
   bool bench = false;
   bool no_handle_reuse = false;
-  bool dirty_errno = false;
+  int dirty_errno = 0;  // 0 off; 1 every function; 2 all but the graph launches
   const char *instantiate_log = nullptr;
 };
 
@@ -382,7 +384,8 @@ __attribute__((noinline)) Config read_config() {
   c.trace = env_flag("FERRUM_STANDIN_TRACE");
   c.bench = env_flag("FERRUM_STANDIN_BENCH");
   c.no_handle_reuse = env_flag("FERRUM_STANDIN_NO_HANDLE_REUSE");
-  c.dirty_errno = env_flag("FERRUM_STANDIN_DIRTY_ERRNO");
+  if (env_flag("FERRUM_STANDIN_DIRTY_ERRNO"))
+    c.dirty_errno = std::strcmp(std::getenv("FERRUM_STANDIN_DIRTY_ERRNO"), "2") == 0 ? 2 : 1;
   if (const char *v = std::getenv("FERRUM_STANDIN_INSTANTIATE_LOG"); v != nullptr && v[0] != '\0') {
     c.instantiate_log = v;
   }
@@ -579,12 +582,18 @@ CUgraphExec exec_take_locked() {
     return CUDA_ERROR_OUT_OF_MEMORY; \
   }
 
-// The first statement of every internal function: with FERRUM_STANDIN_DIRTY_ERRNO=1 the function
-// leaves errno set to its own value when it returns (standin_errno.hpp).
+// The first statement of every internal function: with FERRUM_STANDIN_DIRTY_ERRNO the function
+// leaves errno set to its own value when it returns (standin_errno.hpp) — with 2, every function
+// but the graph launches, which leave it alone.
 struct DirtyErrno {
   const char *function;
   ~DirtyErrno() {
-    if (config().dirty_errno) errno = standin_errno_of(function);
+    const int mode = config().dirty_errno;
+    if (mode == 0) return;
+    if (mode == 2 && (std::strcmp(function, "i_cuGraphLaunch") == 0 ||
+                      std::strcmp(function, "i_cuGraphLaunch_ptsz") == 0))
+      return;
+    errno = standin_errno_of(function);
   }
 };
 #define STANDIN_DIRTY_ERRNO()     \
@@ -1658,10 +1667,10 @@ INTERNAL CUresult i_cuGraphCreate(CUgraph *phGraph, unsigned int flags) try {
   STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  auto *g = new CUgraph_st;
+  auto g = std::make_unique<CUgraph_st>();  // freed if the set has no room for it
   std::lock_guard<std::mutex> lock(st().mutex);
-  st().graphs.insert(g);
-  *phGraph = g;
+  st().graphs.insert(g.get());
+  *phGraph = g.release();
   return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
@@ -1775,8 +1784,11 @@ CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *d
       return r;
     }
   }
-  *phGraphNode = node.get();
+  // Room first, published last: an allocation that fails (CUDA_ERROR_OUT_OF_MEMORY) leaves no
+  // trace of the node, never a freed one in st().nodes.
+  hGraph->nodes.reserve(hGraph->nodes.size() + 1);
   st().nodes.insert(node.get());
+  *phGraphNode = node.get();
   hGraph->nodes.push_back(std::move(node));
   return CUDA_SUCCESS;
 }
@@ -2091,8 +2103,9 @@ CUresult capture_add_node_locked(CUstream_st *s, CUgraphNodeType type, long long
   node->owner = s->capture_graph;
   node->type = type;
   node->sim_ns = sim_ns;
-  s->capture_last = node.get();
+  s->capture_graph->nodes.reserve(s->capture_graph->nodes.size() + 1);  // as in add_node
   st().nodes.insert(node.get());
+  s->capture_last = node.get();
   s->capture_graph->nodes.push_back(std::move(node));
   return CUDA_SUCCESS;
 }
@@ -2117,8 +2130,9 @@ CUresult enqueue_replay(CUstream hStream, bool ptsz, long long sim_ns) {
       const long long now = now_ns();
       while (!s->pending.empty() && s->pending.front() <= now) s->pending.pop_front();
       if (s->pending.size() < depth) {
-        s->busy_until = stream_ready_at_locked(s, now) + sim_ns;
-        s->pending.push_back(s->busy_until);
+        const long long done = stream_ready_at_locked(s, now) + sim_ns;
+        s->pending.push_back(done);  // first: without room, the stream is left as it was
+        s->busy_until = done;
         return CUDA_SUCCESS;
       }
       wait_until = s->pending.front();
@@ -2194,8 +2208,9 @@ INTERNAL CUresult i_cuEventCreate(CUevent *phEvent, unsigned int Flags) try {
     tl().free_events = e->next_free;
     *e = CUevent_st();
   } else {
-    e = new CUevent_st();
-    tl().events.insert(e);
+    auto made = std::make_unique<CUevent_st>();
+    tl().events.insert(made.get());
+    e = made.release();
   }
   e->ctx = ctx;
   e->flags = Flags;
@@ -2342,11 +2357,12 @@ CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode, bool ptsz) {
   if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
   if (s->kind == StreamKind::kLegacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (s->capturing) return CUDA_ERROR_ILLEGAL_STATE;
-  auto *g = new CUgraph_st;
+  auto made = std::make_unique<CUgraph_st>();
   {
     std::lock_guard<std::mutex> glock(st().mutex);
-    st().graphs.insert(g);
+    st().graphs.insert(made.get());
   }
+  CUgraph g = made.release();
   s->capturing = true;
   s->capture_invalidated = false;
   s->capture_id = ++tl().capture_ids;
