@@ -129,8 +129,8 @@
 //                                    the call, whatever the handle).
 //   FERRUM_STANDIN_LAUNCH_THROW=1    every cuGraphLaunch/_ptsz throws std::runtime_error (after
 //                                    counting), to test unwinding through an interposer.
-//   FERRUM_STANDIN_DIRTY_ERRNO=1     every function leaves errno set to a value of its own when it
-//                                    returns (standin_errno.hpp): which driver function ran last
+//   FERRUM_STANDIN_DIRTY_ERRNO=1     every function leaves errno set to a value of its own
+//                                    (standin_errno.hpp): which driver function ran last
 //                                    before a program's call returned is then known. With 2,
 //                                    every function but cuGraphLaunch/_ptsz, which leave it
 //                                    alone (as a launch that makes no system call does).
@@ -583,23 +583,29 @@ CUgraphExec exec_take_locked() {
   }
 
 // The first statement of every internal function: with FERRUM_STANDIN_DIRTY_ERRNO the function
-// leaves errno set to its own value when it returns (standin_errno.hpp) — with 2, every function
-// but the graph launches, which leave it alone.
-struct DirtyErrno {
-  const char *function;
-  ~DirtyErrno() {
-    const int mode = config().dirty_errno;
-    if (mode == 0) return;
-    if (mode == 2 && (std::strcmp(function, "i_cuGraphLaunch") == 0 ||
-                      std::strcmp(function, "i_cuGraphLaunch_ptsz") == 0))
-      return;
-    errno = standin_errno_of(function);
-  }
-};
-#define STANDIN_DIRTY_ERRNO()     \
-  const DirtyErrno dirty_errno_ { \
-    __func__                      \
-  }
+// sets errno to its own value (standin_errno.hpp) — with 2, every function but the graph launches,
+// which leave it alone. Set on entry, not on return: a destructor in every function cost each
+// call about 1 ns (paired), the benchmark's baseline included, and so did a call of config()
+// (out of line). Even this check keeps a function's arguments across the call it may make (about
+// 0.5 ns): the calls on the benchmark's paths (the launches, event records, capture queries) make
+// it after their benchmark fast path, and cuCtxGetCurrent last. The stand-in's functions set
+// errno no other way; the two that call another set theirs again after it. g_dirty_errno: the
+// mode once config() was read, -1 before.
+std::atomic<int> g_dirty_errno{-1};
+__attribute__((noinline, cold)) void dirty_errno_at_entry(const char *function) {
+  const int mode = config().dirty_errno;
+  g_dirty_errno.store(mode, std::memory_order_relaxed);
+  if (mode == 0 || (mode == 2 && (std::strcmp(function, "i_cuGraphLaunch") == 0 ||
+                                  std::strcmp(function, "i_cuGraphLaunch_ptsz") == 0)))
+    return;
+  errno = standin_errno_of(function);
+}
+#define STANDIN_DIRTY_ERRNO_AS(function)                                         \
+  do {                                                                           \
+    if (__builtin_expect(g_dirty_errno.load(std::memory_order_relaxed) != 0, 0)) \
+      dirty_errno_at_entry(function);                                            \
+  } while (0)
+#define STANDIN_DIRTY_ERRNO() STANDIN_DIRTY_ERRNO_AS(__func__)
 
 INTERNAL CUresult i_cuGetErrorString(CUresult error, const char **pStr);
 INTERNAL CUresult i_cuGetErrorName(CUresult error, const char **pStr);
@@ -981,10 +987,10 @@ INTERNAL CUresult i_cuCtxSetCurrent(CUcontext ctx) try {
 STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuCtxGetCurrent(CUcontext *pctx) try {
-  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pctx = t_current;
+  STANDIN_DIRTY_ERRNO();  // last, with nothing left to keep: on GPU timing's every launch
   return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
@@ -1029,7 +1035,11 @@ STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) try {
   STANDIN_DIRTY_ERRNO();
-  if (ctx == nullptr) return i_cuCtxGetDevice(device);
+  if (ctx == nullptr) {
+    const CUresult r = i_cuCtxGetDevice(device);
+    STANDIN_DIRTY_ERRNO();  // this function's value, not the one it called
+    return r;
+  }
   STANDIN_REQUIRE_INIT();
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -2146,6 +2156,8 @@ CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz,
   const Config &c = config();
   // The benchmark's fast path: no counter, no timeline.
   if (c.bench) return hGraphExec != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  // After the benchmark's path (never dirty), which it would slow down (see STANDIN_DIRTY_ERRNO).
+  STANDIN_DIRTY_ERRNO_AS(ptsz ? "i_cuGraphLaunch_ptsz" : "i_cuGraphLaunch");
   counter.fetch_add(1, std::memory_order_relaxed);
   if (c.launch_raise != 0) std::raise(c.launch_raise);
   if (c.launch_throw) {
@@ -2161,13 +2173,11 @@ CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz,
 }
 
 INTERNAL CUresult i_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) try {
-  STANDIN_DIRTY_ERRNO();
   return launch(hGraphExec, hStream, false, g_launches);
 }
 STANDIN_OUT_OF_MEMORY
 
 INTERNAL CUresult i_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) try {
-  STANDIN_DIRTY_ERRNO();
   return launch(hGraphExec, hStream, true, g_launches_ptsz);
 }
 STANDIN_OUT_OF_MEMORY
@@ -2223,7 +2233,8 @@ STANDIN_OUT_OF_MEMORY
 // with the blocking streams' work it implicitly waits for). Into a capturing stream: an event
 // record node, counted (captured_event_records in FERRUM_STANDIN_REPORT); the event's own
 // state is left as it was.
-CUresult event_record(CUevent hEvent, CUstream hStream, unsigned int flags, bool ptsz) {
+CUresult event_record(CUevent hEvent, CUstream hStream, unsigned int flags, bool ptsz,
+                      const char *caller) {
   // The benchmark's fast path: the arguments checked, nothing stamped, no lock.
   if (config().bench) {
     if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) {
@@ -2231,6 +2242,7 @@ CUresult event_record(CUevent hEvent, CUstream hStream, unsigned int flags, bool
     }
     return hEvent != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
   }
+  STANDIN_DIRTY_ERRNO_AS(caller);  // after the benchmark's path, as in launch()
   STANDIN_REQUIRE_EVENTS();
   if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -2256,25 +2268,21 @@ CUresult event_record(CUevent hEvent, CUstream hStream, unsigned int flags, bool
 }
 
 INTERNAL CUresult i_cuEventRecord(CUevent hEvent, CUstream hStream) try {
-  STANDIN_DIRTY_ERRNO();
-  return event_record(hEvent, hStream, 0, false);
+  return event_record(hEvent, hStream, 0, false, __func__);
 }
 STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) try {
-  STANDIN_DIRTY_ERRNO();
-  return event_record(hEvent, hStream, 0, true);
+  return event_record(hEvent, hStream, 0, true, __func__);
 }
 STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream,
                                            unsigned int flags) try {
-  STANDIN_DIRTY_ERRNO();
-  return event_record(hEvent, hStream, flags, false);
+  return event_record(hEvent, hStream, flags, false, __func__);
 }
 STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
                                                 unsigned int flags) try {
-  STANDIN_DIRTY_ERRNO();
-  return event_record(hEvent, hStream, flags, true);
+  return event_record(hEvent, hStream, flags, true, __func__);
 }
 STANDIN_OUT_OF_MEMORY
 
@@ -2287,8 +2295,8 @@ CUresult event_stamp(CUevent hEvent, long long *stamp) {
 }
 
 INTERNAL CUresult i_cuEventQuery(CUevent hEvent) try {
-  STANDIN_DIRTY_ERRNO();
   if (config().bench) return hEvent != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_EVENTS();
   g_event_queries.fetch_add(1, std::memory_order_relaxed);
   long long stamp = 0;
@@ -2438,12 +2446,14 @@ CUstreamCaptureStatus capture_status_locked(const CUstream_st *s) {
                                 : CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
-CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus *status, bool ptsz) {
+CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus *status, bool ptsz,
+                      const char *caller) {
   if (config().bench) {  // the benchmark's fast path: no stream captures
     if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
     *status = CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
   }
+  STANDIN_DIRTY_ERRNO_AS(caller);  // after the benchmark's path, as in launch()
   STANDIN_REQUIRE_INIT();
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(tl().mutex);
@@ -2454,13 +2464,11 @@ CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus *status, bool ptsz
 }
 
 INTERNAL CUresult i_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *status) try {
-  STANDIN_DIRTY_ERRNO();
-  return is_capturing(hStream, status, false);
+  return is_capturing(hStream, status, false, __func__);
 }
 STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *status) try {
-  STANDIN_DIRTY_ERRNO();
-  return is_capturing(hStream, status, true);
+  return is_capturing(hStream, status, true, __func__);
 }
 STANDIN_OUT_OF_MEMORY
 
@@ -2548,7 +2556,9 @@ INTERNAL CUresult i_cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda
 INTERNAL CUresult i_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
                                      cuuint64_t flags) try {
   STANDIN_DIRTY_ERRNO();
-  return i_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
+  const CUresult r = i_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
+  STANDIN_DIRTY_ERRNO();  // this function's value, not the one it called
+  return r;
 }
 STANDIN_OUT_OF_MEMORY
 
