@@ -722,7 +722,7 @@ int errno_passes(long n) {
   // before each launch must still be there after it.
   const char *dirty = std::getenv("FERRUM_STANDIN_DIRTY_ERRNO");
   const bool launch_clean = dirty && std::strcmp(dirty, "2") == 0;
-  constexpr int kProgramsOwn = 4242;
+  constexpr int kProgramsOwn = ErrnoWatch::kMark;  // the program's own value, as memory-limit's
   unsigned long calls = 0, wrong = 0;
   char first[128] = "";
   const auto check = [&](const char *what, const char *internal) {
