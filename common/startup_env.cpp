@@ -13,6 +13,7 @@
 #include "errno_kept.hpp"
 #include "no_cancel.hpp"
 #include "proc_self.hpp"
+#include "zeroed_memory.hpp"
 
 namespace ferrum_replay::common {
 
@@ -34,18 +35,13 @@ constexpr size_t kMaxCopy = size_t{16} << 20;
 Copy *const kUnreadable = reinterpret_cast<Copy *>(uintptr_t{1});
 std::atomic<Copy *> g_copy{nullptr};
 
-void *map_bytes(size_t bytes) {
-  void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
-}
-
 // Reads /proc/self/environ into a fresh mapping; null when it cannot be read whole or does not
 // read as an environment.
 Copy *read_copy() {
   const int fd = open_process_file("environ", O_RDONLY);
   if (fd < 0) return nullptr;
   size_t mapped = size_t{64} << 10;
-  auto *copy = static_cast<Copy *>(map_bytes(mapped));
+  auto *copy = static_cast<Copy *>(map_zeroed(mapped));
   bool whole = false;
   while (copy) {
     const size_t room = mapped - sizeof(Copy) - copy->size;
@@ -69,7 +65,7 @@ Copy *read_copy() {
   if (!copy) return nullptr;
   copy->mapped = mapped;
   if (!whole || !startup_env_plausible(copy->bytes(), copy->size)) {
-    munmap(copy, mapped);
+    unmap_zeroed(copy, mapped);
     return nullptr;
   }
   return copy;
@@ -86,7 +82,7 @@ Copy *the_copy() {
   Copy *offered = mine ? mine : kUnreadable;
   Copy *expected = nullptr;
   if (g_copy.compare_exchange_strong(expected, offered, std::memory_order_acq_rel)) return offered;
-  if (mine) munmap(mine, mine->mapped);
+  if (mine) unmap_zeroed(mine, mine->mapped);
   return expected;
 }
 

@@ -10,6 +10,7 @@
 #include "own_process.hpp"
 #include "snapshot.hpp"
 #include "utf8.hpp"
+#include "zeroed_memory.hpp"
 
 namespace ferrum_replay::recorder {
 
@@ -60,15 +61,14 @@ ThreadBuffer::Chunk *ThreadBuffer::new_chunk(bool populate) {
   const common::ErrnoKept errno_kept;  // a push that finds no memory drops its event, not errno
   // MAP_POPULATE: the chunk's pages are faulted in by this one call, not one page fault every
   // 64 events on the recording path (measured: page faults were a fifth of a range's cost).
-  void *memory = ::mmap(nullptr, sizeof(Chunk), PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
-  if (memory == MAP_FAILED) return nullptr;
+  void *memory = common::map_zeroed(sizeof(Chunk), populate);
+  if (!memory) return nullptr;
   return new (memory) Chunk;
 }
 
 void ThreadBuffer::delete_chunk(Chunk *chunk) {
   chunk->~Chunk();
-  ::munmap(chunk, sizeof(Chunk));
+  common::unmap_zeroed(chunk, sizeof(Chunk));
 }
 
 void ThreadBuffer::free_chunks() {

@@ -2,13 +2,13 @@
 
 #include <sched.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include <new>
 
 #include "gpu/stream_watch.hpp"
 #include "support/log.hpp"
+#include "zeroed_memory.hpp"
 
 namespace ferrum_replay::shim::gpu {
 
@@ -100,11 +100,6 @@ namespace {
 // again.
 enum PairState : uint32_t { kFree = 0, kClaimed = 1, kRecorded = 2, kDead = 3 };
 enum PoolState : uint32_t { kUnused = 0, kReady = 1, kFailed = 2, kDropping = 3 };
-
-void *map_zeroed(size_t size) {
-  void *memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return memory == MAP_FAILED ? nullptr : memory;
-}
 
 // How long drop waits for launches that hold a claimed pair (between their two records: the
 // real launch call) before it gives the pool up without destroying its events.
@@ -414,7 +409,7 @@ void Engine::create_pool(uint32_t slot, bool align_now) {
   if (!pool) {
     // Never unmapped: a launch may read it. (Checked before constructing: a placement new on a
     // null pointer constructs at address 0, it does not return null.)
-    void *memory = map_zeroed(sizeof(Pool));
+    void *memory = common::map_zeroed(sizeof(Pool));
     if (!memory) return;
     pool = new (memory) Pool();
     pools_[slot].store(pool, std::memory_order_release);
@@ -650,7 +645,8 @@ GraphStats *Engine::stats_slot(uint32_t ordinal) {
   // Without the memory for the rows (an address-space limit), every graph shares `other_`,
   // which needs none: mapping it here, once per replay that found no rows, lost the replay's
   // time and the mapping.
-  if (!stats_) stats_ = static_cast<GraphStats *>(map_zeroed(sizeof(GraphStats) * kMaxTimedGraphs));
+  if (!stats_)
+    stats_ = static_cast<GraphStats *>(common::map_zeroed(sizeof(GraphStats) * kMaxTimedGraphs));
   if (ordinal == 0 || !stats_) return &other_;
   uint32_t index = (ordinal * 2654435761u) % kMaxTimedGraphs;
   for (uint32_t probe = 0; probe < kMaxTimedGraphs; ++probe) {

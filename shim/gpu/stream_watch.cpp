@@ -1,6 +1,6 @@
 #include "gpu/stream_watch.hpp"
 
-#include <sys/mman.h>
+#include "zeroed_memory.hpp"
 
 namespace ferrum_replay::shim::gpu {
 
@@ -16,13 +16,12 @@ constexpr uint64_t kOneOpened = uint64_t{1} << 32;  // the high half: windows op
 bool prepare_stream_slots() {
   if (g_stream_slots.load(std::memory_order_acquire)) return true;
   // Untouched pages cost nothing: a program with a few streams touches a few of them.
-  void *memory =
-      mmap(nullptr, kTableBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return false;
+  void *memory = common::map_zeroed(kTableBytes);
+  if (!memory) return false;
   StreamSlot *expected = nullptr;
   if (!g_stream_slots.compare_exchange_strong(expected, static_cast<StreamSlot *>(memory),
                                               std::memory_order_acq_rel))
-    munmap(memory, kTableBytes);  // another thread's first launch mapped it just now
+    common::unmap_zeroed(memory, kTableBytes);  // another thread's first launch mapped it just now
   return true;
 }
 

@@ -4,7 +4,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include <new>
 
@@ -13,6 +12,7 @@
 #include "range/replay_numbers.hpp"
 #include "support/log.hpp"
 #include "text_rules.hpp"
+#include "zeroed_memory.hpp"
 
 namespace ferrum_replay::shim {
 namespace {
@@ -23,11 +23,6 @@ uint64_t hash_text(const char *text) {
   for (const unsigned char *p = reinterpret_cast<const unsigned char *>(text); *p; ++p)
     hash = (hash ^ *p) * 1099511628211ull;
   return hash;
-}
-
-void *map_zeroed(size_t bytes) {
-  void *memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return memory == MAP_FAILED ? nullptr : memory;
 }
 
 // One mutex for every slow path: registration is rare (instantiation, first sight, naming,
@@ -81,7 +76,7 @@ T *ChunkPool<T>::allocate() {
   const size_t chunk = used / kChunkSize;
   if (chunk == kMaxChunks) return nullptr;
   if (!chunks[chunk]) {
-    chunks[chunk] = static_cast<T *>(map_zeroed(kChunkSize * sizeof(T)));
+    chunks[chunk] = static_cast<T *>(common::map_zeroed(kChunkSize * sizeof(T)));
     if (!chunks[chunk]) return nullptr;
   }
   return new (&chunks[chunk][used++ % kChunkSize]) T();
@@ -90,7 +85,7 @@ T *ChunkPool<T>::allocate() {
 template <typename T>
 T *ChunkPool<T>::retire(T *object) {
   if (!quarantine) {
-    quarantine = static_cast<T **>(map_zeroed(kQuarantine * sizeof(T *)));
+    quarantine = static_cast<T **>(common::map_zeroed(kQuarantine * sizeof(T *)));
     if (!quarantine) return nullptr;  // no quarantine, no reuse: it simply stays
   }
   T *leaving = nullptr;
@@ -120,7 +115,7 @@ MessageCounts::Entry *MessageCounts::find(uint64_t key) const {
 
 bool MessageCounts::resize(unsigned new_bits) {
   const size_t new_capacity = size_t{1} << new_bits;
-  auto *fresh = static_cast<Entry *>(map_zeroed(new_capacity * sizeof(Entry)));
+  auto *fresh = static_cast<Entry *>(common::map_zeroed(new_capacity * sizeof(Entry)));
   if (!fresh) return false;
   Entry *old = entries;
   const size_t old_capacity = capacity;
@@ -133,7 +128,7 @@ bool MessageCounts::resize(unsigned new_bits) {
     while (entries[j].hash) j = (j + 1) & (capacity - 1);
     entries[j] = old[i];
   }
-  if (old) munmap(old, old_capacity * sizeof(Entry));
+  if (old) common::unmap_zeroed(old, old_capacity * sizeof(Entry));
   return true;
 }
 
@@ -242,7 +237,8 @@ bool GraphRegistry::rebuild(size_t live_needed) {
   if (bits > kMaxTableBits) return false;
   SlotTable &fresh = tables_[bits][old == &tables_[bits][0] ? 1 : 0];
   if (!fresh.slots) {
-    fresh.slots = static_cast<Slot *>(map_zeroed((size_t{1} << bits) * sizeof(Slot)));  // free
+    fresh.slots =
+        static_cast<Slot *>(common::map_zeroed((size_t{1} << bits) * sizeof(Slot)));  // free
     if (!fresh.slots) return false;
     fresh.mask = (size_t{1} << bits) - 1;
     fresh.bits = bits;

@@ -4,10 +4,10 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "errno_kept.hpp"
 #include "text_rules.hpp"
+#include "zeroed_memory.hpp"
 
 namespace ferrum_replay::shim {
 namespace {
@@ -29,7 +29,7 @@ pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
 // At a thread's exit (pthread key destructor): the page goes back.
 void release_names(void *names) {
-  munmap(names, sizeof(ScopeNames));
+  common::unmap_zeroed(names, sizeof(ScopeNames));
   t_scope.names = nullptr;
   t_scope.depth = 0;
 }
@@ -43,11 +43,10 @@ ScopeNames *thread_names() {
   if (scope.names) return scope.names;
   pthread_once(&g_key_once, make_key);
   if (!g_key_made) return nullptr;  // could not be released at exit: no names rather than a leak
-  void *page =
-      mmap(nullptr, sizeof(ScopeNames), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (page == MAP_FAILED) return nullptr;
+  void *page = common::map_zeroed(sizeof(ScopeNames));
+  if (!page) return nullptr;
   if (pthread_setspecific(g_key, page) != 0) {
-    munmap(page, sizeof(ScopeNames));
+    common::unmap_zeroed(page, sizeof(ScopeNames));
     return nullptr;
   }
   scope.names = static_cast<ScopeNames *>(page);
