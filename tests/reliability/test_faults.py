@@ -46,12 +46,15 @@ file_size_limit              exit code and output unchanged    nothing past the 
                              its own SIGXFSZ handler called    temporary left; at 0 (no summary)
                              for its own write only            the running marker stays, empty
 errno_passes_through         a driver whose every function     the program's errno after each of
-                             leaves errno set to a value of    its calls is its own call's (8
-                             its own: instantiates, launches   graphs, 2,000 launches, their
-                             and destroys 8 graphs, destroys   destruction, the context's): none
-                             its context; recorder, GPU        left by the driver calls the shim
-                             timing, content and call sites    makes after the real one (end
-                             on; the summary alone; off        events, content, pools)
+                             leaves errno set to a value of    its calls is its own call's (5
+                             its own: looks up, instantiates,  lookups, 8 graphs, 2,000 launches,
+                             launches and destroys 8 graphs,   their destruction, the context's):
+                             destroys its context; recorder,   none left by the driver calls the
+                             GPU timing, content and call      shim makes after the real one (end
+                             sites on; the summary alone;      events, content, pools), nor by
+                             off; each also with a C library   the C library calls of its own
+                             whose calls leave errno set when  (activation, settings, markers)
+                             they succeed (dirty_libc.c)
 address_space_limit          exit code and launches unchanged  every launch recorded or counted in
                              under RLIMIT_AS set just above    droppedForMemory; else one line
                              what it mapped; its errno as      saying out of memory
@@ -685,7 +688,7 @@ def errno_passes_through():
     launch, must not show either). (Before the shim kept errno, 808 of 817 calls of a shorter
     run read another function's value.)"""
     launches = 250
-    calls = 8 + 8 * launches + 8 + 1
+    calls = 5 + 8 + 8 * launches + 8 + 1  # 5 lookups, 8 instantiates, the launches, 8 destroys
     everything = {"FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_CONTENT": "on",
                   "FERRUM_REPLAY_SITE": "launch", "FERRUM_REPLAY_SUMMARY": "stderr"}
     configurations = {
@@ -698,6 +701,13 @@ def errno_passes_through():
             "FERRUM_TEST_TOOL_DIRTY_ERRNO": "7777", "FERRUM_REPLAY_GPU_TIME": "on"}),
         "FERRUM_REPLAY=off": dict(record=False, env={"FERRUM_REPLAY": "off"}),
     }
+    # A C library whose calls leave errno set when they succeed (dirty_libc.c): every stretch
+    # of ours inside a program's call — activation in its dlsym, the tool's start, the first
+    # launch's registration and running marker, GPU timing's set-up — must keep errno.
+    dirty_libc = {"FERRUM_TEST_DIRTY_LIBC": "5151"}
+    configurations.update({
+        f"{what}, a C library that leaves errno set": dict(how, env={**how["env"], **dirty_libc})
+        for what, how in list(configurations.items())})
     # 1: every driver function leaves its value, the launch too (what the shim does after the
     # real call must not show); 2: the launches leave errno alone, so the program's own value
     # must survive them (what the shim does before the real launch must not show either).
