@@ -2639,7 +2639,9 @@ def test_file_size_limit_spares_the_wrapper(tmp):
 def test_check_counts_dropped_ranges(tmp):
     """A trace whose recorder gave ranges up (beyond FERRUM_RECORD_MEMORY with nowhere to
     spill, nested beyond the depth limit, from a signal handler) is no complete profile:
-    check fails and says so, summary says so, merge keeps the counts."""
+    check fails and says so, summary says so, merge keeps the counts, and compare fails on it
+    as either side (it judged the replays such a recorder kept — the first ones, until its
+    memory ran out — and passed a run that had lost 95 % of them)."""
     trace = make_trace(os.path.join(tmp, "t.json"), "--ranges", 40, "--graphs", 2, cwd=tmp)
     document = json.load(open(trace))
     document["ferrumReplay"].update({"droppedForMemory": 7, "droppedBeyondDepth": 2})
@@ -2658,6 +2660,16 @@ def test_check_counts_dropped_ranges(tmp):
     merged = json.load(open(os.path.join(tmp, "m.json")))["ferrumReplay"]
     expect(merged.get("droppedForMemory") == 7 and merged.get("droppedBeyondDepth") == 2,
            f"merge keeps the counts: {merged}", done)
+    other = make_trace(os.path.join(tmp, "other.json"), "--ranges", 40, "--graphs", 2,
+                       "--origin-ns", 1_700_000_000_000_000_000, cwd=tmp)
+    done = wrapper("compare", other, trace, cwd=tmp)
+    expect(done.returncode == 0, "compare of two complete runs", done)
+    for base, new, side in ((other, lost, "NEW"), (lost, other, "BASE")):
+        done = wrapper("compare", base, new, cwd=tmp)
+        expect(done.returncode == 1 and "ferrum-replay compare: FAIL" in done.stdout and
+               f"{side}: ranges dropped by the recorder: 7 beyond FERRUM_RECORD_MEMORY with "
+               "nowhere to spill, 2 nested beyond the depth limit: its means leave them out"
+               in done.stdout, f"compare with {side} a trace that lost ranges", done)
 
 
 def test_judges_output_failure(tmp):
