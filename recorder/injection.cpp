@@ -20,6 +20,7 @@
 #include "clock.hpp"
 #include "exit_report.hpp"
 #include "held_here.hpp"
+#include "loader_error.hpp"
 #include "name_registry.hpp"
 #include "no_cancel.hpp"
 #include "nvtx_tool.hpp"
@@ -397,6 +398,9 @@ Recorder *ensure_recorder() {
   // Filed under the domain the shim's ranges are in: the shim's own rule (text_rules.hpp), so
   // that a name it refused (and said so) does not split a graph's CPU and GPU rows.
   r->set_gpu_domain(common::domain_name(common::process_env("FERRUM_REPLAY_DOMAIN", nullptr)));
+  // Without the shim these lookups fail: no message of ours for the program's dlerror()
+  // (its NVTX call started us). loader_error.hpp.
+  const common::LoaderErrorCleared loader_error;
   auto set_sink = reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(
       dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK));
   // With our own layout where the shim takes it (a shim before the struct grew has only the

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "loader_error.hpp"
 #include "resolve/libc_symbols.hpp"
 #include "text_rules.hpp"
 
@@ -20,6 +21,7 @@ Demangle find_demangler() {
   static std::atomic<bool> looked{false};
   if (!looked.load(std::memory_order_acquire)) {
     DlsymFunction lookup = libc_dlsym();
+    const common::LoaderErrorCleared loader_error;  // loader_error.hpp: a C program has none
     if (lookup)
       demangler.store(reinterpret_cast<Demangle>(lookup(RTLD_DEFAULT, "__cxa_demangle")),
                       std::memory_order_release);

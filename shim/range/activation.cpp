@@ -15,6 +15,7 @@
 
 #include "errno_kept.hpp"
 #include "gpu/gpu_engine.hpp"
+#include "loader_error.hpp"
 #include "naming/graph_naming.hpp"
 #include "no_cancel.hpp"
 #include "output_file.hpp"
@@ -135,6 +136,9 @@ detail::Phase activate() {
              "is written, and every launch passes through untouched");
     return detail::Phase::pass_through;
   }
+  // From here on the loader is called (later_copy's lookup, NVTX loading its tool, the tool's
+  // own start, the exit hook's library): no error of ours is left for the program.
+  const common::LoaderErrorCleared loader_error;  // loader_error.hpp
   if (later_copy()) return detail::Phase::pass_through;
   if (!g_settings.enabled) {
     log_line(LogLevel::info, "FERRUM_REPLAY=off: every launch passes through untouched");

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "loader_error.hpp"
 #include "resolve/libc_symbols.hpp"
 
 namespace ferrum_replay::shim {
@@ -33,6 +34,7 @@ void defer_exit_hook() {
   if (n < 0 || static_cast<size_t>(n) >= sizeof path) return;
   // RTLD_NODELETE: never unloaded, so the hook it holds runs at exit whatever a program
   // dlcloses. RTLD_LOCAL: its one symbol stays out of the program's scope.
+  const common::LoaderErrorCleared loader_error;  // loader_error.hpp: the library may be absent
   void *last = libc_dlopen()(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!last) return;
   using RunAtExit = void (*)(void (*)());

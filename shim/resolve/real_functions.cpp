@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "errno_kept.hpp"
+#include "loader_error.hpp"
 #include "resolve/libc_symbols.hpp"
 #include "support/log.hpp"
 
@@ -59,6 +60,7 @@ bool keep_loaded(const void *function) {
     return false;
   if (!map->l_name || !map->l_name[0]) return true;  // the main program: never unloaded
   if (!owner.dli_fname || !owner.dli_fname[0]) return false;
+  const common::LoaderErrorCleared loader_error;  // loader_error.hpp: a NOLOAD that fails
   DlopenFunction libc_open = libc_dlopen();
   void *handle =
       libc_open ? libc_open(owner.dli_fname, RTLD_NOLOAD | RTLD_LAZY | RTLD_LOCAL) : nullptr;
@@ -77,6 +79,7 @@ void *find_next_definition(const char *name) {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp: the loader's lookups, a log line
   DlsymFunction libc_lookup = libc_dlsym();
   if (!libc_lookup) return nullptr;
+  const common::LoaderErrorCleared loader_error;  // loader_error.hpp: RTLD_NEXT may miss
   // Called from here, libc's dlsym resolves RTLD_NEXT relative to the shim.
   void *address = libc_lookup(RTLD_NEXT, name);
   if (address && is_own_address(address)) address = nullptr;

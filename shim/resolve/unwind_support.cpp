@@ -15,6 +15,8 @@
 
 #include <atomic>
 
+#include "loader_error.hpp"
+
 namespace {
 
 using Personality = _Unwind_Reason_Code (*)(int, _Unwind_Action, _Unwind_Exception_Class,
@@ -27,6 +29,8 @@ std::atomic<Resume> g_resume{nullptr};
 // Both from the same library, so the personality and the resume share one unwinder.
 void find_unwinder() {
   if (g_resume.load(std::memory_order_acquire)) return;
+  const ferrum_replay::common::LoaderErrorCleared
+      loader_error;  // loader_error.hpp: NOLOAD may find none
   void *found_personality = nullptr;
   void *found_resume = nullptr;
   // glibc loads libgcc_s privately (RTLD_LOCAL) for pthread_cancel, so a global lookup can

@@ -321,7 +321,11 @@ void lookup(void *handle, const char *name, T &out) {
 
 // Loads libcuda.so.1, creates a context and one graph exec.
 void *open_driver() {
-  void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  // FERRUM_TEST_DRIVER_LOCAL=1: loaded privately, as a framework may: the shim's lookups of
+  // the driver's functions by RTLD_NEXT then miss, and it opens the driver by its path.
+  const char *local = std::getenv("FERRUM_TEST_DRIVER_LOCAL");
+  void *handle =
+      dlopen("libcuda.so.1", RTLD_NOW | (local && *local == '1' ? RTLD_LOCAL : RTLD_GLOBAL));
   if (!handle) die(dlerror());
   return handle;
 }
@@ -722,10 +726,21 @@ static_assert(standin_errnos_distinct("i_cuGraphInstantiateWithFlags", "i_cuGrap
                                       "i_cuCtxGetDevice", "i_cuStreamIsCapturing",
                                       "i_cuGraphGetNodes", "i_cuGraphNodeGetType"));
 int errno_passes(long n) {
+  // The loader's error state after each call, as the POSIX idiom reads it (`dlerror(); p =
+  // dlsym(h, name); if (dlerror()) fail;`): none, whatever failed inside the shim's own loader
+  // calls (a tool that is not there, the exit library missing, a lookup the driver opened
+  // privately cannot answer).
+  unsigned long loader_wrong = 0;
+  char first_loader[256] = "";
+  const auto loader_check = [&](const char *what) {
+    if (const char *message = dlerror(); message && loader_wrong++ == 0)
+      std::snprintf(first_loader, sizeof first_loader, "%s: %s", what, message);
+  };
   // The program's first lookups of graph functions: the shim starts in the first (activation:
   // settings, the NVTX tool's start), and wraps the launch. The C library's dlsym leaves errno
   // as it was; through the shim it must too.
   void *const handle = open_driver();
+  (void)dlerror();
   unsigned long lookups_wrong = 0;
   char first_lookup[96] = "";
   for (const char *name : {"cuGraphLaunch", "cuGraphInstantiateWithFlags", "cuGraphExecDestroy",
@@ -734,8 +749,10 @@ int errno_passes(long n) {
     if (!dlsym(handle, name)) die(name);
     if (errno != ErrnoWatch::kMark && lookups_wrong++ == 0)
       std::snprintf(first_lookup, sizeof first_lookup, "dlsym %s:%d", name, errno);
+    loader_check(name);
   }
   Driver d = set_up_driver(handle, false);
+  loader_check("driver set-up");
   CUresult (*ctx_destroy)(CUcontext) = nullptr;
   lookup(d.handle, "cuCtxDestroy_v2", ctx_destroy);
   // FERRUM_STANDIN_DIRTY_ERRNO=2: the launches leave errno alone, so the program's own value set
@@ -752,6 +769,7 @@ int errno_passes(long n) {
                              : standin_errno_of(internal);
     if (errno != expected && wrong++ == 0)
       std::snprintf(first, sizeof first, "%s:%d:%d", what, errno, expected);
+    loader_check(what);
   };
   CUgraphExec execs[8] = {};
   for (CUgraphExec &exec : execs) {
@@ -775,6 +793,8 @@ int errno_passes(long n) {
   check("cuCtxDestroy_v2", "i_cuCtxDestroy");
   std::printf("errno_calls=%lu errno_wrong=%lu\n", calls + 5, wrong + lookups_wrong);
   if (lookups_wrong || wrong) std::printf("errno_first=%s\n", lookups_wrong ? first_lookup : first);
+  std::printf("loader_wrong=%lu\n", loader_wrong);
+  if (loader_wrong) std::printf("loader_first=%s\n", first_loader);
   return 0;
 }
 

@@ -53,8 +53,11 @@ errno_passes_through         a driver whose every function     the program's err
                              GPU timing, content and call      shim makes after the real one (end
                              sites on; the summary alone;      events, content, pools), nor by
                              off; each also with a C library   the C library calls of its own
-                             whose calls leave errno set when  (activation, settings, markers)
-                             they succeed (dirty_libc.c)
+                             whose calls leave errno set when  (activation, settings, markers);
+                             they succeed (dirty_libc.c); a    dlerror() reports nothing after
+                             tool that is not there, the       each call
+                             driver loaded privately, the
+                             shim without its exit library
 address_space_limit          exit code and launches unchanged  every launch recorded or counted in
                              under RLIMIT_AS set just above    droppedForMemory; else one line
                              what it mapped; its errno as      saying out of memory
@@ -686,7 +689,16 @@ def errno_passes_through():
     function the program called; and from every function but the launches (=2): after a launch,
     the program's own value must still be there (GPU timing's start event, before the real
     launch, must not show either). (Before the shim kept errno, 808 of 817 calls of a shorter
-    run read another function's value.)"""
+    run read another function's value.) The same for the loader's error state: after each call
+    dlerror() reports nothing, also where the shim's own loader calls fail inside it (a tool
+    that is not there made the program's successful dlsym of cuGraphLaunch read as failed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        alone = os.path.join(tmp, "libferrum-replay.so")  # no libferrum-replay-last.so beside it
+        shutil.copy(harness.path_of("FERRUM_SHIM"), alone)
+        errno_passes_configurations(alone)
+
+
+def errno_passes_configurations(alone):
     launches = 250
     calls = 5 + 8 + 8 * launches + 8 + 1  # 5 lookups, 8 instantiates, the launches, 8 destroys
     everything = {"FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_CONTENT": "on",
@@ -700,6 +712,14 @@ def errno_passes_through():
             "NVTX_INJECTION64_PATH": IDLE_TOOL, "FERRUM_TEST_TOOL_DOMAINS": "1",
             "FERRUM_TEST_TOOL_DIRTY_ERRNO": "7777", "FERRUM_REPLAY_GPU_TIME": "on"}),
         "FERRUM_REPLAY=off": dict(record=False, env={"FERRUM_REPLAY": "off"}),
+        # The shim's own loader calls failing inside the program's calls (the loader's error
+        # state after each must be none): an NVTX tool that is not there; the driver loaded
+        # privately (lookups by RTLD_NEXT miss); the shim without its exit library beside it.
+        "a tool that cannot be loaded": dict(record=False, env={
+            "NVTX_INJECTION64_PATH": "/nonexistent/libnvtx-tool.so",
+            "FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_REPLAY_GPU_TIME": "on"}),
+        "the driver loaded privately": dict(env={**everything, "FERRUM_TEST_DRIVER_LOCAL": "1"}),
+        "the shim without its exit library": dict(env={**everything, "LD_PRELOAD": alone}),
     }
     # A C library whose calls leave errno set when they succeed (dirty_libc.c): every stretch
     # of ours inside a program's call — activation in its dlsym, the tool's start, the first
@@ -728,6 +748,11 @@ def errno_passes_run(what, launches, calls, how):
     expect(got.get("errno_wrong") == 0,
            f"{what}: after {got.get('errno_wrong')} of {calls} calls errno was not the "
            f"value expected (first: call, errno, expected: {first})", run_)
+    loader_first = run_.stdout.split("loader_first=")[-1].splitlines()[0] if got.get(
+        "loader_wrong") else ""
+    expect(got.get("loader_wrong") == 0,
+           f"{what}: after {got.get('loader_wrong')} of {calls} calls dlerror() reported an "
+           f"error (first: {loader_first})", run_)
 
 
 def address_space_limit():

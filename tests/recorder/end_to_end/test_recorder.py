@@ -246,6 +246,18 @@ def test_second_module(tmp):
     expect(c.summary()["domains"] == ["global", DOMAIN], f"{c.summary()['domains']}", c)
 
 
+def test_loader_error_kept(tmp):
+    """The program's first NVTX call starts the recorder, which looks the shim's GPU hand-off up
+    (dlsym of ferrum_replay_set_gpu_sink...). Without the shim those lookups fail, and their
+    message was left for the program's next dlerror(): a program checking a dlopen or dlsym of
+    its own that way read our failure as its own. Now none, as without the recorder."""
+    for attach in (False, True):
+        c = run_client(tmp, "--iters", 1, "--loader-state", attach=attach)
+        expect(c.returncode == 0 and re.search(r"^loader_error\tnone$", c.stdout, re.M),
+               f"dlerror() after the first NVTX call, {'with' if attach else 'without'} the "
+               "recorder: none expected", c)
+
+
 def test_reject_all(tmp):
     c = run_client(tmp, "--iters", 20, "--domain", DOMAIN, "--nested", 2,
                    env={"FERRUM_RECORD_REJECT": "all"})

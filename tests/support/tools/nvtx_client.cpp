@@ -7,6 +7,7 @@
 //               [--leave-open K] [--leave-open-in-thread K] [--spinner] [--exit-in-thread]
 //               [--exit-code N] [--module PATH] [--fork] [--timed K] [--marks]
 //               [--start-end] [--start-open K] [--end-unknown] [--categories]
+//               [--loader-state]
 //
 // Each iteration of each worker thread:
 //   push global "step" (RangePushA)
@@ -39,6 +40,7 @@
 // --categories: before anything else, names global categories 3 ("category three", NameCategoryA)
 //   and 4 ("category four ü", NameCategoryW) and DOMAIN's category 7 ("dom category seven",
 //   DomainNameCategoryA).
+// --loader-state: prints "loader_error <what dlerror() said after the first NVTX call, or none>".
 // --signal-ranges N: N global "main" ranges while a SIGPROF handler (every 20 us of CPU) pushes
 //   and pops global "in handler" ranges on the same thread; prints "handler_ranges <n>".
 // --signal-growth N: N new domains, one after another; in each, 64 nested ranges "growth" and
@@ -131,6 +133,7 @@ struct Options {
   int start_open = 0;
   bool end_unknown = false;
   bool categories = false;
+  bool loader_state = false;
   int signal_ranges = 0;
   int signal_growth = 0;
 };
@@ -187,7 +190,8 @@ Options parse(int argc, char **argv) {
       {"--marks", &Options::marks},
       {"--start-end", &Options::start_end},
       {"--end-unknown", &Options::end_unknown},
-      {"--categories", &Options::categories}};
+      {"--categories", &Options::categories},
+      {"--loader-state", &Options::loader_state}};
   static const std::map<std::string, int Options::*> numbers = {
       {"--threads", &Options::threads},
       {"--iters", &Options::iters},
@@ -413,7 +417,14 @@ void other_events(const Options &o, nvtxDomainHandle_t domain) {
 
 int main(int argc, char **argv) {
   const Options o = parse(argc, argv);
+  // The first NVTX call starts the tool; the loader's error state across it is the program's
+  // (a failed lookup of the tool's own must not show: common/loader_error.hpp).
+  (void)dlerror();
   nvtxDomainHandle_t domain = nvtxDomainCreateA(o.domain.c_str());
+  if (o.loader_state) {
+    const char *message = dlerror();
+    std::printf("loader_error\t%s\n", message ? message : "none");
+  }
   nvtxStringHandle_t registered = nvtxDomainRegisterStringA(domain, "dom-registered");
   if (o.categories) {
     nvtxNameCategoryA(3, "category three");
