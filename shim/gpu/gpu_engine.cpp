@@ -227,7 +227,9 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   }
   const CUcontext context = current_context();
   if (!context) {
-    count(Untimed::no_context);
+    // A launch from a static destructor or a late atexit handler comes after the exit's last
+    // pass: said as such, not as a missing context (it had one).
+    count(stopped_.load(std::memory_order_relaxed) ? Untimed::after_exit : Untimed::no_context);
     return;
   }
   // From here the replay's graph goes on the stream, timed or not: others must know (F79).

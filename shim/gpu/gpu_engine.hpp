@@ -211,13 +211,15 @@ enum class Untimed : unsigned {
   abandoned,        // the launch was left by a jump (siglongjmp) before its end event
   stream_shared,    // another thread's launch used its stream meanwhile (stream_watch.hpp)
   contexts_full,    // its context came after kMaxContexts others that still have a pool
+  after_exit,       // launched after the exit's last pass (stop()): no CUDA call of ours then
   count_
 };
 inline constexpr const char *kUntimedNames[] = {
     "sampled out",    "no context",        "pool not ready",
     "pool exhausted", "capturing",         "event error",
     "launch failed",  "context destroyed", "thread not registered",
-    "left by a jump", "stream shared",     "over 16 contexts"};
+    "left by a jump", "stream shared",     "over 16 contexts",
+    "after exit"};
 static_assert(sizeof kUntimedNames / sizeof *kUntimedNames ==
               static_cast<unsigned>(Untimed::count_));
 

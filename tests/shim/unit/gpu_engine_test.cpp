@@ -846,6 +846,21 @@ TEST_CASE("gpu engine: after stop (exit) no CUDA call; in flight counted as such
   CHECK_FALSE(f.launch());
   CHECK(f.driver.records == records);
   CHECK(f.engine->totals().in_flight == 2);
+  // Said as a launch after the exit's last pass (a static destructor's), not as one without a
+  // context: the context is still current.
+  gpu::Totals totals = f.engine->totals();
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::after_exit)] == 1);
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::no_context)] == 0);
+  CHECK(std::string(gpu::kUntimedNames[static_cast<unsigned>(gpu::Untimed::after_exit)]) ==
+        "after exit");
+}
+
+TEST_CASE("gpu engine: a launch without a current context is not timed, and says why") {
+  Fixture f;
+  f.driver.current = nullptr;
+  CHECK_FALSE(f.launch());
+  CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::no_context)] == 1);
+  CHECK(f.driver.records == 0);
 }
 
 TEST_CASE("gpu engine: the child of a fork forgets every pool and starts afresh") {
