@@ -5,7 +5,6 @@
 
 #include <atomic>
 
-#include "loader_error.hpp"
 #include "range/activation.hpp"
 #include "resolve/cuda_libraries.hpp"
 #include "resolve/libc_symbols.hpp"
@@ -56,10 +55,7 @@ __attribute__((visibility("hidden"))) void *ferrum_dlsym_on_handle(void *handle,
   ferrum_replay::shim::DlsymFunction real = ferrum_replay::shim::libc_dlsym();
   if (!real) return nullptr;
   void *found = real(handle, name);
-  if (!found) return found;  // its error is the program's to read
-  // After a lookup that succeeded none is pending: none may be when the program reads it.
-  const ferrum_replay::common::LoaderErrorCleared loader_error;  // loader_error.hpp
-  return ferrum_replay::shim::wrap_loaded_symbol(name, found);
+  return found ? ferrum_replay::shim::wrap_loaded_symbol(name, found) : found;
 }
 
 __attribute__((visibility("hidden"))) void *ferrum_dlvsym_on_handle(void *handle, const char *name,
@@ -67,9 +63,7 @@ __attribute__((visibility("hidden"))) void *ferrum_dlvsym_on_handle(void *handle
   ferrum_replay::shim::DlvsymFunction real = ferrum_replay::shim::libc_dlvsym();
   if (!real) return nullptr;
   void *found = real(handle, name, version);
-  if (!found) return found;
-  const ferrum_replay::common::LoaderErrorCleared loader_error;  // as above
-  return ferrum_replay::shim::wrap_loaded_symbol(name, found);
+  return found ? ferrum_replay::shim::wrap_loaded_symbol(name, found) : found;
 }
 
 }  // extern "C"

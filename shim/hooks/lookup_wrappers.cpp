@@ -17,6 +17,7 @@
 #include "gpu/gpu_timing.hpp"
 #include "hooks/hook_table.hpp"
 #include "hooks/loader_hooks.hpp"
+#include "loader_error.hpp"
 #include "range/launch_range.hpp"
 #include "resolve/real_functions.hpp"
 
@@ -280,6 +281,9 @@ void *wrap_loaded_symbol(const char *name, void *found) {
   if (!name || name[0] != 'c' || name[1] != 'u' || name[2] < 'A' || name[2] > 'Z') return found;
   const HookKind kind = driver_hook_kind(name);
   if (kind == HookKind::none) return found;
+  // Called once the program's own lookup succeeded, when none is pending: whatever our work
+  // below leaves (activation: a tool that is not there) is read off (loader_error.hpp).
+  const common::LoaderErrorCleared loader_error;
   if (kind == HookKind::lookup) return proc_address_wrapper_for(lookup_abi(name), found, "dlsym");
   char how[96];
   snprintf(how, sizeof how, "dlsym(\"%s\")", name);

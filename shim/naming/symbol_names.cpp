@@ -20,11 +20,11 @@ Demangle find_demangler() {
   static std::atomic<Demangle> demangler{nullptr};
   static std::atomic<bool> looked{false};
   if (!looked.load(std::memory_order_acquire)) {
-    DlsymFunction lookup = libc_dlsym();
-    const common::LoaderErrorCleared loader_error;  // loader_error.hpp: a C program has none
-    if (lookup)
+    if (DlsymFunction lookup = libc_dlsym()) {
+      const common::LoaderErrorCleared loader_error;  // loader_error.hpp: a C program has none
       demangler.store(reinterpret_cast<Demangle>(lookup(RTLD_DEFAULT, "__cxa_demangle")),
                       std::memory_order_release);
+    }
     looked.store(true, std::memory_order_release);
   }
   return demangler.load(std::memory_order_acquire);

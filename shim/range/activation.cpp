@@ -109,7 +109,8 @@ void describe_missing_tool(char *out, size_t size) {
 // its real functions this one: were both to open a range, every replay would be two nested
 // ranges and counted twice. The first copy names the replays; a later one passes through.
 bool later_copy() {
-  void *exported = libc_dlsym()(RTLD_DEFAULT, "ferrum_replay_name_graph_exec");
+  DlsymFunction lookup = libc_dlsym();
+  void *exported = lookup ? lookup(RTLD_DEFAULT, "ferrum_replay_name_graph_exec") : nullptr;
   Dl_info theirs{}, ours{};
   if (!exported || !dladdr(exported, &theirs) ||
       !dladdr(reinterpret_cast<void *>(&later_copy), &ours) || theirs.dli_fbase == ours.dli_fbase)

@@ -34,11 +34,14 @@ void defer_exit_hook() {
   if (n < 0 || static_cast<size_t>(n) >= sizeof path) return;
   // RTLD_NODELETE: never unloaded, so the hook it holds runs at exit whatever a program
   // dlcloses. RTLD_LOCAL: its one symbol stays out of the program's scope.
+  DlopenFunction open = libc_dlopen();
+  DlsymFunction lookup = libc_dlsym();
+  if (!open || !lookup) return;
   const common::LoaderErrorCleared loader_error;  // loader_error.hpp: the library may be absent
-  void *last = libc_dlopen()(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  void *last = open(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!last) return;
   using RunAtExit = void (*)(void (*)());
-  auto run_at_exit = reinterpret_cast<RunAtExit>(libc_dlsym()(last, "ferrum_replay_run_at_exit"));
+  auto run_at_exit = reinterpret_cast<RunAtExit>(lookup(last, "ferrum_replay_run_at_exit"));
   if (!run_at_exit) return;
   run_at_exit(exit_hook);
   g_deferred.store(true, std::memory_order_release);

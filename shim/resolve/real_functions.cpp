@@ -60,10 +60,10 @@ bool keep_loaded(const void *function) {
     return false;
   if (!map->l_name || !map->l_name[0]) return true;  // the main program: never unloaded
   if (!owner.dli_fname || !owner.dli_fname[0]) return false;
-  const common::LoaderErrorCleared loader_error;  // loader_error.hpp: a NOLOAD that fails
   DlopenFunction libc_open = libc_dlopen();
-  void *handle =
-      libc_open ? libc_open(owner.dli_fname, RTLD_NOLOAD | RTLD_LAZY | RTLD_LOCAL) : nullptr;
+  if (!libc_open) return false;
+  const common::LoaderErrorCleared loader_error;  // loader_error.hpp: a NOLOAD that fails
+  void *handle = libc_open(owner.dli_fname, RTLD_NOLOAD | RTLD_LAZY | RTLD_LOCAL);
   if (!handle) return false;
   // The same path may name another instance (the function's own is in another namespace).
   link_map *opened = nullptr;
