@@ -18,6 +18,7 @@
 
 #include "c_locale.hpp"
 #include "clock.hpp"
+#include "errno_kept.hpp"
 #include "exit_report.hpp"
 #include "held_here.hpp"
 #include "loader_error.hpp"
@@ -485,6 +486,9 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
   // warnings' writes, the working directory, /proc must not act on a cancellation request
   // pending on its thread (no_cancel.hpp; it aborted the process: noexcept below).
   const ferrum_replay::common::NoCancel no_cancel;
+  // The program's errno too: settings, /proc, the working directory and the hand-off lookups
+  // below may each leave one (errno_kept.hpp; nvtx_client --errno-check).
+  const ferrum_replay::common::ErrnoKept errno_kept;
   // A privileged process: the variable that loaded us, and every setting and path we would
   // act on, come from a less privileged user (secure_execution.hpp). NVTX runs it without a
   // tool. Nothing of ours was set up yet: this is the first thing the recorder does.

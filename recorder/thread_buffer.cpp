@@ -196,6 +196,9 @@ NameBlock &ThreadBuffer::name_block(size_t need) {
 }
 
 bool ThreadBuffer::make_room() {
+  // Once per full chunk, inside the program's push or pop: the spill's segments, their pages
+  // handed back (madvise), a new chunk must leave its errno as it was (errno_kept.hpp).
+  const common::ErrnoKept errno_kept;
   // The full tail is kept in memory (a new chunk linked after it) if the budget has room for
   // it as the exit report will hold it: its events unpacked (thread_buffer.hpp).
   if (spill_ && !(budget_ && budget_->take(uint64_t{writer_.events()} * sizeof(Event)))) {

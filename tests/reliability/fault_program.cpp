@@ -208,7 +208,7 @@
 
 #include "../support/address_space.hpp"
 #include "../support/standin/standin_errno.hpp"
-#include "dirty_libc.h"
+#include "../support/tools/dirty_libc.h"
 
 // exit-during-first-launch: 1 armed, 2 while the shim's fstat of its running marker is held.
 std::atomic<int> g_hold_marker{0};

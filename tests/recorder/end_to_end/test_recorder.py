@@ -258,6 +258,27 @@ def test_loader_error_kept(tmp):
                "recorder: none expected", c)
 
 
+def test_errno_kept(tmp):
+    """The program's errno across each of its NVTX calls is what it set before: the recorder's
+    own system calls inside them (its start, a thread's registration, new names and strings, a
+    full chunk spilled, its pages handed back, a spill file that cannot be made) leave nothing
+    there — also with a C library whose calls leave errno set when they succeed (dirty_libc.c:
+    the recorder's start and a spilling pop left it, before)."""
+    dirty = {"FERRUM_TEST_DIRTY_LIBC": "5151"}
+    nowhere = os.path.join(tmp, "no-such-directory")
+    for what, env in (("as it is", {}), ("a dirty C library", dirty),
+                      ("every chunk spilled", {**dirty, "FERRUM_RECORD_MEMORY": "0"}),
+                      ("no spill file possible", {**dirty, "FERRUM_RECORD_MEMORY": "0",
+                                                  "TMPDIR": nowhere})):
+        c = run_client(tmp, "--threads", 3, "--iters", 0, "--errno-check", 4000, env=env)
+        first = re.search(r"^errno_first\t(.*)$", c.stdout, re.M)
+        expect(c.returncode == 0 and c.values.get("errno_calls", 0) > 60000 and
+               c.values.get("errno_wrong") == 0,
+               f"{what}: errno changed across {c.values.get('errno_wrong')} of "
+               f"{c.values.get('errno_calls')} NVTX calls (first: "
+               f"{first.group(1) if first else '-'})", c)
+
+
 def test_reject_all(tmp):
     c = run_client(tmp, "--iters", 20, "--domain", DOMAIN, "--nested", 2,
                    env={"FERRUM_RECORD_REJECT": "all"})

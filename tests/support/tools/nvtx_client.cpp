@@ -7,7 +7,7 @@
 //               [--leave-open K] [--leave-open-in-thread K] [--spinner] [--exit-in-thread]
 //               [--exit-code N] [--module PATH] [--fork] [--timed K] [--marks]
 //               [--start-end] [--start-open K] [--end-unknown] [--categories]
-//               [--loader-state]
+//               [--loader-state] [--errno-check N]
 //
 // Each iteration of each worker thread:
 //   push global "step" (RangePushA)
@@ -41,6 +41,12 @@
 //   and 4 ("category four ü", NameCategoryW) and DOMAIN's category 7 ("dom category seven",
 //   DomainNameCategoryA).
 // --loader-state: prints "loader_error <what dlerror() said after the first NVTX call, or none>".
+// --errno-check N: the program's errno across its NVTX calls, set to a mark before each and
+//   compared after (the recorder's own system calls inside them must not show): the first call
+//   (the tool's start), then --threads new threads (each one's first call registers it), N
+//   iterations each of a push with a new name, a domain push with a string registered every
+//   16th, their pops, a mark; prints "errno_calls <n>", "errno_wrong <n>" and, when one was
+//   wrong, "errno_first <call>:<errno>".
 // --signal-ranges N: N global "main" ranges while a SIGPROF handler (every 20 us of CPU) pushes
 //   and pops global "in handler" ranges on the same thread; prints "handler_ranges <n>".
 // --signal-growth N: N new domains, one after another; in each, 64 nested ranges "growth" and
@@ -136,7 +142,47 @@ struct Options {
   bool loader_state = false;
   int signal_ranges = 0;
   int signal_growth = 0;
+  int errno_check = 0;
 };
+
+// --errno-check: each call's errno against the mark the program set before it.
+struct ErrnoCheck {
+  static constexpr int kMark = 4242;
+  std::atomic<unsigned long> calls{0}, wrong{0};
+  std::mutex mutex;
+  std::string first;
+  template <typename Call>
+  void operator()(const char *what, Call &&call) {
+    errno = kMark;
+    call();
+    const int seen = errno;
+    ++calls;
+    if (seen != kMark && wrong++ == 0) {
+      const std::lock_guard<std::mutex> lock(mutex);
+      first = std::string(what) + ":" + std::to_string(seen);
+    }
+  }
+};
+
+void errno_check_thread(ErrnoCheck &check, nvtxDomainHandle_t domain, int index, int iterations) {
+  nvtxStringHandle_t registered = nullptr;
+  for (int i = 0; i < iterations; ++i) {
+    const std::string name = "errno " + std::to_string(index) + "." + std::to_string(i);
+    check("nvtxRangePushA", [&] { nvtxRangePushA(name.c_str()); });
+    if (i % 16 == 0)
+      check("nvtxDomainRegisterStringA",
+            [&] { registered = nvtxDomainRegisterStringA(domain, name.c_str()); });
+    nvtxEventAttributes_t attributes{};
+    attributes.version = NVTX_VERSION;
+    attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+    attributes.message.registered = registered;
+    check("nvtxDomainRangePushEx", [&] { nvtxDomainRangePushEx(domain, &attributes); });
+    check("nvtxDomainRangePop", [&] { nvtxDomainRangePop(domain); });
+    check("nvtxRangePop", [&] { nvtxRangePop(); });
+    check("nvtxMarkA", [&] { nvtxMarkA(name.c_str()); });
+  }
+}
 
 // --signal-ranges: ranges recorded by a signal handler on the thread it interrupts.
 volatile sig_atomic_t g_handler_ranges = 0;
@@ -202,7 +248,8 @@ Options parse(int argc, char **argv) {
       {"--timed", &Options::timed},
       {"--signal-ranges", &Options::signal_ranges},
       {"--signal-growth", &Options::signal_growth},
-      {"--start-open", &Options::start_open}};
+      {"--start-open", &Options::start_open},
+      {"--errno-check", &Options::errno_check}};
   static const std::map<std::string, std::string Options::*> texts = {
       {"--domain", &Options::domain}, {"--module", &Options::module}};
   Options o;
@@ -420,7 +467,10 @@ int main(int argc, char **argv) {
   // The first NVTX call starts the tool; the loader's error state across it is the program's
   // (a failed lookup of the tool's own must not show: common/loader_error.hpp).
   (void)dlerror();
-  nvtxDomainHandle_t domain = nvtxDomainCreateA(o.domain.c_str());
+  ErrnoCheck errno_check;
+  nvtxDomainHandle_t domain = nullptr;
+  errno_check("nvtxDomainCreateA (the tool's start)",
+              [&] { domain = nvtxDomainCreateA(o.domain.c_str()); });
   if (o.loader_state) {
     const char *message = dlerror();
     std::printf("loader_error\t%s\n", message ? message : "none");
@@ -550,6 +600,16 @@ int main(int argc, char **argv) {
     sender.join();
     total.merge(mine);
     std::printf("handler_ranges\t%d\n", static_cast<int>(g_handler_ranges));
+  }
+
+  if (o.errno_check > 0) {
+    std::vector<std::thread> checkers;
+    for (int t = 0; t < o.threads; ++t)
+      checkers.emplace_back(errno_check_thread, std::ref(errno_check), domain, t, o.errno_check);
+    for (auto &t : checkers) t.join();
+    std::printf("errno_calls\t%lu\nerrno_wrong\t%lu\n", errno_check.calls.load(),
+                errno_check.wrong.load());
+    if (errno_check.wrong) std::printf("errno_first\t%s\n", errno_check.first.c_str());
   }
 
   if (o.timed > 0) {

@@ -2,8 +2,8 @@
 // POSIX allows of every function whose description does not say otherwise (and which a failed
 // attempt we recover from does in earnest: a missing /proc/thread-self entry before
 // /proc/self's, O_TMPFILE refused before mkostemp, a mapping refused). Linked into fault_program
-// (which exports these definitions, so they come before libc's for the shim, the recorder and
-// the stand-in driver alike); with FERRUM_TEST_DIRTY_LIBC=N each call below that succeeds
+// and nvtx_client (whose definitions come before libc's for the shim, the recorder and the
+// stand-in driver alike); with FERRUM_TEST_DIRTY_LIBC=N each call below that succeeds
 // leaves N in errno. Every stretch of ours that runs inside a program's call (activation in the
 // program's dlsym, settings, the NVTX tool's start, a launch's first registration, the running
 // marker, GPU timing's set-up, a graph's naming and destruction) then shows there unless it
@@ -13,7 +13,9 @@
 // The functions: the system calls and thread-key calls that those stretches make through the
 // dynamic linker (`nm -D --undefined-only libferrum-replay.so`); not clock_gettime, which the
 // launch path calls and no C library lets touch errno. mmap64, pthread_setspecific and fstat64
-// are fault_program's own interposers, which call dirty_libc_after too.
+// are weak here: fault_program has interposers of its own for them, which call dirty_libc_after
+// too. A program linking this file exports its symbols (export_dynamic), or the libraries it
+// loads would bind to libc's.
 #undef _FORTIFY_SOURCE    // its inline wrappers of read and open would clash with these
 #undef _FILE_OFFSET_BITS  // these are the 64-bit names themselves, not open and stat renamed
 #define _GNU_SOURCE
@@ -192,6 +194,31 @@ __attribute__((no_sanitize("thread"))) int socket(int domain, int type, int prot
 __attribute__((no_sanitize("thread"))) int unlink(const char *path) {
   NEXT(unlink)
   const int result = real_unlink(path);
+  dirty_libc_after(result == 0);
+  return result;
+}
+
+// Weak: fault_program's own definitions (which raise signals on demand) take their place there.
+__attribute__((weak, no_sanitize("thread"))) void *mmap64(void *address, size_t length,
+                                                          int protection, int flags, int fd,
+                                                          off64_t offset) {
+  NEXT(mmap64)
+  void *mapping = real_mmap64(address, length, protection, flags, fd, offset);
+  dirty_libc_after(mapping != MAP_FAILED);
+  return mapping;
+}
+
+__attribute__((weak, no_sanitize("thread"))) int pthread_setspecific(pthread_key_t key,
+                                                                     const void *value) {
+  NEXT(pthread_setspecific)
+  const int result = real_pthread_setspecific(key, value);
+  dirty_libc_after(result == 0);
+  return result;
+}
+
+__attribute__((weak, no_sanitize("thread"))) int fstat64(int fd, struct stat64 *st) {
+  NEXT(fstat64)
+  const int result = real_fstat64(fd, st);
   dirty_libc_after(result == 0);
   return result;
 }
