@@ -376,35 +376,56 @@ void print_counts(const Counts &c, FILE *to) {
 
 int no_driver() {
   const auto fake = reinterpret_cast<CUgraphExec>(0x1000);
+  // The loader's error state after each call: the shim's lookups of the missing driver fail
+  // inside it, and must leave nothing for the program's dlerror() (loader_error.hpp).
+  unsigned long loader_errors = 0;
+  std::string first_loader_error;
+  const auto loader_check = [&](const char *after) {
+    if (const char *message = dlerror(); message && loader_errors++ == 0)
+      first_loader_error = std::string(after) + ": " + message;
+  };
   const auto report = [](const char *name, void *fn) {
     if (!fn) std::printf("%s=absent\n", name);
     return fn;
   };
-  if (auto fn =
-          reinterpret_cast<LaunchFn>(report("cuGraphLaunch", dlsym(RTLD_DEFAULT, "cuGraphLaunch"))))
-    std::printf("cuGraphLaunch=%d\n", fn(fake, nullptr));
   if (auto fn = reinterpret_cast<LaunchFn>(
-          report("cuGraphLaunch_ptsz", dlsym(RTLD_DEFAULT, "cuGraphLaunch_ptsz"))))
+          report("cuGraphLaunch", dlsym(RTLD_DEFAULT, "cuGraphLaunch")))) {
+    std::printf("cuGraphLaunch=%d\n", fn(fake, nullptr));
+    loader_check("cuGraphLaunch");
+  }
+  if (auto fn = reinterpret_cast<LaunchFn>(
+          report("cuGraphLaunch_ptsz", dlsym(RTLD_DEFAULT, "cuGraphLaunch_ptsz")))) {
     std::printf("cuGraphLaunch_ptsz=%d\n", fn(fake, nullptr));
+    loader_check("cuGraphLaunch_ptsz");
+  }
   using RtLaunch = int (*)(void *, void *);
   if (auto fn = reinterpret_cast<RtLaunch>(
-          report("cudaGraphLaunch", dlsym(RTLD_DEFAULT, "cudaGraphLaunch"))))
+          report("cudaGraphLaunch", dlsym(RTLD_DEFAULT, "cudaGraphLaunch")))) {
     std::printf("cudaGraphLaunch=%d\n", fn(reinterpret_cast<void *>(fake), nullptr));
+    loader_check("cudaGraphLaunch");
+  }
   using Instantiate = CUresult (*)(CUgraphExec *, CUgraph, unsigned long long);
   if (auto fn = reinterpret_cast<Instantiate>(report(
           "cuGraphInstantiateWithFlags", dlsym(RTLD_DEFAULT, "cuGraphInstantiateWithFlags")))) {
     CUgraphExec exec = nullptr;
     std::printf("cuGraphInstantiateWithFlags=%d\n",
                 fn(&exec, reinterpret_cast<CUgraph>(0x2000), 0));
+    loader_check("cuGraphInstantiateWithFlags");
   }
   using Destroy = CUresult (*)(CUgraphExec);
   if (auto fn = reinterpret_cast<Destroy>(
-          report("cuGraphExecDestroy", dlsym(RTLD_DEFAULT, "cuGraphExecDestroy"))))
+          report("cuGraphExecDestroy", dlsym(RTLD_DEFAULT, "cuGraphExecDestroy")))) {
     std::printf("cuGraphExecDestroy=%d\n", fn(fake));
+    loader_check("cuGraphExecDestroy");
+  }
   using Name = int (*)(void *, const char *);
   if (auto fn = reinterpret_cast<Name>(report(
-          "ferrum_replay_name_graph_exec", dlsym(RTLD_DEFAULT, "ferrum_replay_name_graph_exec"))))
+          "ferrum_replay_name_graph_exec", dlsym(RTLD_DEFAULT, "ferrum_replay_name_graph_exec")))) {
     std::printf("ferrum_replay_name_graph_exec=%d\n", fn(reinterpret_cast<void *>(fake), "x"));
+    loader_check("ferrum_replay_name_graph_exec");
+  }
+  std::printf("loader_errors=%lu\n", loader_errors);
+  if (loader_errors) std::printf("loader_first=%s\n", first_loader_error.c_str());
   return 0;
 }
 

@@ -8,7 +8,8 @@ real_function_missing        our exported cuGraphLaunch etc.   nothing (no range
                              found with dlsym(RTLD_DEFAULT),   call that cannot reach a driver)
                              no libcuda: each returns
                              CUDA_ERROR_NOT_FOUND (500) /
-                             cudaErrorSymbolNotFound, no crash
+                             cudaErrorSymbolNotFound, no crash;
+                             dlerror() then reports nothing
 driver_loaded_after_first    first launch: 500; after dlopen   one range per launch made once the
 _launch                      of the driver the same pointer    driver is there
                              launches normally
@@ -144,6 +145,10 @@ def real_function_missing():
     expect(got.get("ferrum_replay_name_graph_exec") in ("0", "absent"),
            "naming a graph with no driver failed", run_)
     expect(run_.stderr == "", "the shim printed without being asked", run_)
+    # The shim's lookups of the missing driver fail inside each call: nothing of theirs may be
+    # left for the program's dlerror().
+    expect(got.get("loader_errors") == "0", "dlerror() reported the shim's own failed lookup "
+           f"after a call: {run_.stdout.split('loader_first=')[-1].splitlines()[0]}", run_)
     # A range opened for a launch that reached no driver would be recorded and written; a
     # process that recorded nothing writes no trace at all.
     expect(run_.trace is None, "a range was opened for a launch that reached no driver", run_)
