@@ -59,6 +59,12 @@ errno_passes_through         a driver whose every function     the program's err
                              tool that is not there, the       each call
                              driver loaded privately, the
                              shim without its exit library
+loader_error_on_every_route  dlerror() after each call is     (nothing of its own: the program's
+                             none on each route to a launch    view is the check)
+                             (driver linked, dlopen'ed, by
+                             cuGetProcAddress, runtime shared
+                             and static) with a tool that is
+                             not there or the shim alone
 address_space_limit          exit code and launches unchanged  every launch recorded or counted in
                              under RLIMIT_AS set just above    droppedForMemory; else one line
                              what it mapped; its errno as      saying out of memory
@@ -724,6 +730,13 @@ def errno_passes_configurations(alone):
             "NVTX_INJECTION64_PATH": "/nonexistent/libnvtx-tool.so",
             "FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_REPLAY_GPU_TIME": "on"}),
         "the driver loaded privately": dict(env={**everything, "FERRUM_TEST_DRIVER_LOCAL": "1"}),
+        # The shim's exports called, as by a program linked against libcuda: the shim starts
+        # in the first call (not in a lookup), and resolves each real function at its first.
+        "a tool that cannot be loaded, the shim's exports called": dict(record=False, env={
+            "NVTX_INJECTION64_PATH": "/nonexistent/libnvtx-tool.so",
+            "FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_TEST_EXPORTED": "1"}),
+        "recorder, GPU timing, the shim's exports called": dict(env={
+            **everything, "FERRUM_TEST_EXPORTED": "1"}),
         "the shim without its exit library": dict(env={**everything, "LD_PRELOAD": alone}),
     }
     # A C library whose calls leave errno set when they succeed (dirty_libc.c): every stretch
@@ -758,6 +771,39 @@ def errno_passes_run(what, launches, calls, how):
     expect(got.get("loader_wrong") == 0,
            f"{what}: after {got.get('loader_wrong')} of {calls} calls dlerror() reported an "
            f"error (first: {loader_first})", run_)
+
+
+def loader_error_on_every_route():
+    """The loader's error state after each of the program's calls is what it would be without
+    the shim (none), on every route to a graph launch — the driver linked, dlopen'ed, reached
+    through cuGetProcAddress and the runtime's entry-point lookup, the runtime shared and
+    static — while the shim's own loader calls fail inside them: an NVTX tool that is not there
+    (a stale NVTX_INJECTION64_PATH), the shim without libferrum-replay-last.so beside it.
+    (The runtime routes read the tool's "cannot open shared object file" after their set-up.)"""
+    programs = ("LAUNCH_DRIVER", "LAUNCH_DLOPEN_DRIVER", "LAUNCH_PROCADDRESS", "LAUNCH_ENTRY_POINT",
+                "LAUNCH_RUNTIME", "LAUNCH_STATIC_RUNTIME")
+    with tempfile.TemporaryDirectory() as tmp:
+        alone = os.path.join(tmp, "libferrum-replay.so")  # no libferrum-replay-last.so beside it
+        shutil.copy(harness.path_of("FERRUM_SHIM"), alone)
+        configurations = {
+            "without the shim": dict(preload=False, record=False, env={}),
+            "a tool that cannot be loaded": dict(record=False, env={
+                "NVTX_INJECTION64_PATH": "/nonexistent/libnvtx-tool.so",
+                "FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.%p.txt"),
+                "FERRUM_REPLAY_GPU_TIME": "on"}),
+            "the shim without its exit library": dict(env={
+                "LD_PRELOAD": alone, "FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "t.%p.txt"),
+                "FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_SITE": "launch"}),
+        }
+        for program in programs:
+            argv = [harness.path_of(program), "--graphs", "2", "--iters", "5", "--loader-state"]
+            for what, how in configurations.items():
+                run_ = harness.run(argv, **how)
+                got = dict(re.findall(r"^(\w+)=(.*)$", run_.stdout, re.M))
+                expect(run_.returncode == 0 and got.get("loader_errors") == "0",
+                       f"{os.path.basename(argv[0])}, {what}: dlerror() reported an error after "
+                       f"{got.get('loader_errors')} of its calls (first: "
+                       f"{got.get('loader_first', '-')})", run_)
 
 
 def address_space_limit():
@@ -1326,7 +1372,7 @@ SCENARIOS = {f.__name__: f for f in (
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
     first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, errno_passes_through,
-    address_space_limit,
+    loader_error_on_every_route, address_space_limit,
     first_nvtx_call_without_memory, exit_without_memory, output_lock_impossible,
     stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,

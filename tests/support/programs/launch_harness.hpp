@@ -45,6 +45,8 @@
 //                     every launch with FERRUM_STANDIN_LAUNCH_RAISE=<SIGUSR1's number>); later
 //                     signals are ignored by the handler and those launches return normally.
 //                     A launch left this way counts as failed and in jumped=
+//   --loader-state    read dlerror() after each instantiation, launch and destruction (cleared
+//                     first): what a program checking its own loader calls that way would find
 //
 // Graphs are instantiated by the programs' named functions instantiate_graphs() (first
 // instantiation) and reinstantiate_graphs() (--reinstantiate), non-static and noinline, each
@@ -57,6 +59,8 @@
 //   per_graph=<launches of graph 0>,<graph 1>,...
 //   exceptions=<launches that threw>
 //   jumped=<launches left by siglongjmp>   (only with --jump-out)
+//   loader_errors=<calls after which dlerror() reported one>   (only with --loader-state)
+//   loader_first=<call>: <message>                    (with --loader-state, when one did)
 //   launches=<N> failed=<F> result=<R>
 // N counts launches attempted, F those that did not return success (a throw counts as failed),
 // R is the code (CUresult or cudaError_t, as the program's API returns) of the last launch that
@@ -80,6 +84,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,6 +116,7 @@ struct Options {
   std::string name_prefix;
   bool name_from_threads = false;
   int jump_out = 0;  // --jump-out K
+  bool loader_state = false;
 
   // The kernel nodes of graph g, in the order they are added: --kernels, then its --graph-kernels.
   std::vector<std::string> kernels_of(int g) const {
@@ -237,6 +243,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.ptsz = true;
     } else if (a == "--app-ranges") {
       o.app_ranges = true;
+    } else if (a == "--loader-state") {
+      o.loader_state = true;
     } else if (a == "--instantiate") {
       const std::string v = value();
       if (v != "flags" && v != "params") usage(usage_text, "--instantiate: flags or params");
@@ -368,6 +376,22 @@ inline void name_graphs(Backend &b, const Options &o, Naming &n) {
   second.join();
 }
 
+// --loader-state: the calls after which dlerror() (this thread's) reported an error, and the
+// first of them.
+struct LoaderState {
+  std::atomic<unsigned long long> errors{0};
+  std::mutex mutex;
+  std::string first;
+  void check(const Options &o, const char *after) {
+    if (!o.loader_state) return;
+    const char *message = dlerror();
+    if (!message || errors++ != 0) return;
+    const std::lock_guard<std::mutex> lock(mutex);
+    first = std::string(after) + ": " + message;
+  }
+};
+inline LoaderState g_loader_state;
+
 // --jump-out: the watchdog. Armed around a launch, the handler leaves it with siglongjmp.
 inline thread_local sigjmp_buf t_watchdog_jump;
 inline thread_local volatile sig_atomic_t t_watchdog_armed = 0;
@@ -426,6 +450,7 @@ inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResul
         ++r.exceptions;
       }
       if (o.launch_times) r.launch_ns[static_cast<size_t>(g)] += monotonic_ns() - called;
+      g_loader_state.check(o, "a launch");
       if (o.app_ranges) nvtxRangePop();
       ++r.launches;
       ++r.per_graph[static_cast<size_t>(g)];
@@ -444,8 +469,11 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
   const char *what = "";
   Naming naming;
   if (o.jump_out > 0) install_watchdog();
+  if (o.loader_state) (void)dlerror();
   if (int e = b.setup(o, &what); e != 0) die(b, what, e);
+  g_loader_state.check(o, "the set-up");
   if (int e = b.instantiate_all(false, &what); e != 0) die(b, what, e);
+  g_loader_state.check(o, "the instantiations");
   name_graphs(b, o, naming);
   if (o.upload) {
     CUstream_st *stream = special_stream(o.stream);
@@ -470,6 +498,7 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
   for (int g = 0; g < o.graphs; ++g) {
     if (int e = b.destroy_exec(g, &what); e != 0) die(b, what, e);
   }
+  g_loader_state.check(o, "the destructions");
   if (int e = b.teardown(&what); e != 0) die(b, what, e);
 
   ThreadResult total;
@@ -506,6 +535,10 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
   }
   std::printf("\nexceptions=%llu\n", total.exceptions);
   if (o.jump_out > 0) std::printf("jumped=%llu\n", total.jumped);
+  if (o.loader_state) {
+    std::printf("loader_errors=%llu\n", g_loader_state.errors.load());
+    if (g_loader_state.errors) std::printf("loader_first=%s\n", g_loader_state.first.c_str());
+  }
   std::printf("launches=%llu failed=%llu result=%d\n", total.launches, total.failed, result);
   std::fflush(stdout);
   return total.failed == 0 ? 0 : 3;
