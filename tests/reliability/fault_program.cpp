@@ -797,12 +797,39 @@ int errno_passes(long n) {
       std::snprintf(first, sizeof first, "%s:%d:%d", what, errno, expected);
     loader_check(what);
   };
+  // The shim's own API, looked up as a program does (absent without the shim): a naming scope
+  // around the instantiations (a thread's first push maps its page), names given by handle.
+  using PushName = int (*)(const char *);
+  using PopName = int (*)();
+  using NameExec = int (*)(void *, const char *);
+  const auto push_name =
+      reinterpret_cast<PushName>(dlsym(RTLD_DEFAULT, "ferrum_replay_push_graph_name"));
+  const auto pop_name =
+      reinterpret_cast<PopName>(dlsym(RTLD_DEFAULT, "ferrum_replay_pop_graph_name"));
+  const auto name_exec =
+      reinterpret_cast<NameExec>(dlsym(RTLD_DEFAULT, "ferrum_replay_name_graph_exec"));
+  (void)dlerror();  // their lookups' own failure, without the shim, is the program's
+  unsigned long api_calls = 0, api_wrong = 0;
+  char api_first[96] = "";
+  const auto api = [&](const char *what, auto &&call) {
+    errno = kProgramsOwn;
+    call();
+    ++api_calls;
+    if (errno != kProgramsOwn && api_wrong++ == 0)
+      std::snprintf(api_first, sizeof api_first, "%s:%d", what, errno);
+    loader_check(what);
+  };
+  if (push_name) api("ferrum_replay_push_graph_name", [&] { push_name("errno scope"); });
   CUgraphExec execs[8] = {};
   for (CUgraphExec &exec : execs) {
     errno = 0;
     if (d.graphInstantiate(&exec, d.graph, 0) != CUDA_SUCCESS) die("instantiate failed");
     check("cuGraphInstantiateWithFlags", "i_cuGraphInstantiateWithFlags");
   }
+  if (pop_name) api("ferrum_replay_pop_graph_name", [&] { pop_name(); });
+  if (name_exec)
+    for (CUgraphExec exec : execs)
+      api("ferrum_replay_name_graph_exec", [&] { name_exec(exec, "errno graph"); });
   for (long i = 0; i < n; ++i)
     for (CUgraphExec exec : execs) {
       errno = kProgramsOwn;
@@ -819,6 +846,8 @@ int errno_passes(long n) {
   check("cuCtxDestroy_v2", "i_cuCtxDestroy");
   std::printf("errno_calls=%lu errno_wrong=%lu\n", calls + 5, wrong + lookups_wrong);
   if (lookups_wrong || wrong) std::printf("errno_first=%s\n", lookups_wrong ? first_lookup : first);
+  std::printf("api_calls=%lu api_wrong=%lu\n", api_calls, api_wrong);
+  if (api_wrong) std::printf("api_first=%s\n", api_first);
   std::printf("loader_wrong=%lu\n", loader_wrong);
   if (loader_wrong) std::printf("loader_first=%s\n", first_loader);
   return 0;

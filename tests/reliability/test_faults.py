@@ -56,9 +56,10 @@ errno_passes_through         a driver whose every function     the program's err
                              off; each also with a C library   the C library calls of its own
                              whose calls leave errno set when  (activation, settings, markers);
                              they succeed (dirty_libc.c); a    dlerror() reports nothing after
-                             tool that is not there, the       each call
-                             driver loaded privately, the
-                             shim without its exit library
+                             tool that is not there, the       each call; the same across the
+                             driver loaded privately, the      shim's own API (a naming scope,
+                             shim without its exit library,    names by handle)
+                             the shim's exports called
 loader_error_on_every_route  dlerror() after each call is     (nothing of its own: the program's
                              none on each route to a launch    view is the check)
                              (driver linked, dlopen'ed, by
@@ -713,7 +714,8 @@ def errno_passes_configurations(alone):
     launches = 250
     calls = 5 + 8 + 8 * launches + 8 + 1  # 5 lookups, 8 instantiates, the launches, 8 destroys
     everything = {"FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_CONTENT": "on",
-                  "FERRUM_REPLAY_SITE": "launch", "FERRUM_REPLAY_SUMMARY": "stderr"}
+                  "FERRUM_REPLAY_SITE": "launch", "FERRUM_REPLAY_SUMMARY": "stderr",
+                  "FERRUM_REPLAY_RUNNING_DIR": os.path.dirname(alone)}
     configurations = {
         "without the shim": dict(preload=False, record=False, env={}),
         "recorder, GPU timing, content and call sites": dict(env=everything),
@@ -766,6 +768,13 @@ def errno_passes_run(what, launches, calls, how):
     expect(got.get("errno_wrong") == 0,
            f"{what}: after {got.get('errno_wrong')} of {calls} calls errno was not the "
            f"value expected (first: call, errno, expected: {first})", run_)
+    api_first = run_.stdout.split("api_first=")[-1].splitlines()[0] if got.get(
+        "api_wrong") else ""
+    expect(got.get("api_wrong") == 0 and
+           got.get("api_calls") == (0 if how.get("preload") is False else 10),
+           f"{what}: after {got.get('api_wrong')} of {got.get('api_calls')} calls of the shim's "
+           f"own API (a naming scope, names by handle) errno was not the program's "
+           f"(first: {api_first})", run_)
     loader_first = run_.stdout.split("loader_first=")[-1].splitlines()[0] if got.get(
         "loader_wrong") else ""
     expect(got.get("loader_wrong") == 0,
