@@ -62,7 +62,10 @@ run_program() {
   [ -z "$pending" ] || kill -s "$pending" "$child" 2>/dev/null || true
   while :; do
     signalled=
-    wait "$child"; status=$?
+    # 2>/dev/null: the shell's own line for a child a signal ended ("Segmentation fault",
+    # "Terminated"), which the program run without the wrapper never printed. Its stderr is
+    # its own, set when it started.
+    wait "$child" 2>/dev/null; status=$?
     # A signal's trap interrupts the wait (status 128+N); the program's own status comes
     # from waiting again (it is kept when the program had already ended).
     [ -n "$signalled" ] || break

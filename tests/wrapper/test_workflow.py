@@ -2998,6 +2998,24 @@ def default_signals():
         signal.signal(number, signal.SIG_DFL)
 
 
+def test_program_ended_by_its_own_signal(tmp):
+    """A program that a signal of its own ends (a crash: SIGSEGV, an abort) under record, run
+    and ci-smoke-profile: its status (128+N) passes through, and stderr holds no line of the
+    shell's ("Segmentation fault", "Aborted"), which the program run alone never shows — dash
+    printed one for each."""
+    for sig in (signal.SIGSEGV, signal.SIGABRT):
+        program = ["sh", "-c", f"kill -{sig.name[3:]} $$"]
+        bare = run(program, tmp)
+        for done in (wrapper("record", "-o", "t.%p.json", "--", *program, cwd=tmp),
+                     wrapper("run", "--", *program, cwd=tmp),
+                     ci_smoke("--", *program, cwd=tmp)):
+            # run execs the program: its own signal ends the process; the others report 128+N.
+            expect(bare.returncode == -sig and done.returncode in (-sig, 128 + sig),
+                   f"{sig.name}: exit status {done.returncode}", done)
+            expect(not re.search(r"^(Segmentation fault|Aborted)", done.stderr, re.M),
+                   f"{sig.name}: the shell's job-status line on stderr", done)
+
+
 def test_signals_reach_the_program(tmp):
     """TERM, HUP, and an INT or QUIT sent to the wrapper alone (not from its terminal) are
     passed on to the program; the wrapper waits for it and exits with its status (128+N when
@@ -3058,6 +3076,10 @@ def test_signals_reach_the_program(tmp):
         if command[0] == CI_SMOKE:
             verdict = f"ci-smoke-profile: FAIL: the workload exited with status {status}"
             expect(verdict in done.stdout, f"SIG{name}: the verdict", done)
+        # No line of the shell's own for a program a signal ended (dash printed "Terminated",
+        # "Hangup" on stderr, which the program run alone never shows).
+        expect(not re.search(r"^(Terminated|Hangup|Interrupt|Quit)\b", err, re.M),
+               f"SIG{name}: the shell's job-status line on stderr", done)
 
 
 def test_program_keeps_its_descriptors(tmp):
