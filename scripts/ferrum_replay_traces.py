@@ -3101,9 +3101,19 @@ def main(argv=None):
         return 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line, `ferrum-replay CMD: ...`, exit 2: argparse printed its usage
+    first, naming this helper and every internal subcommand the user never typed."""
+
+    def error(self, message):
+        print(f"{self.prog}: {printable(message, MESSAGE_LIMIT)} (see `ferrum-replay --help`)",
+              file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="ferrum_replay_traces.py",
-                                     description=__doc__.split("\n\n")[0])
+    # Subcommands' parsers take this class and name: "ferrum-replay summary".
+    parser = OneLineParser(prog="ferrum-replay", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("summary", help="per-range table of saved traces")

@@ -2998,6 +2998,22 @@ def default_signals():
         signal.signal(number, signal.SIG_DFL)
 
 
+def test_usage_errors_are_one_line(tmp):
+    """A mistyped command line of summary, check, compare or merge is one line on stderr that
+    names the command the user typed, exit 2 — argparse printed its usage of the internal
+    helper (ferrum_replay_traces.py and every subcommand of its) first."""
+    for args, text in ((["summary", "--bogus", "x.json"], "unrecognized arguments: --bogus"),
+                       (["check", "--expect"], "ferrum-replay check: argument --expect"),
+                       (["compare", "a.json"], "ferrum-replay compare: the following arguments"),
+                       (["compare", "--threshold", "nan", "a.json", "b.json"],
+                        "ferrum-replay compare: argument --threshold: a percentage >= 0"),
+                       (["merge", "x.json"], "ferrum-replay merge: the following arguments")):
+        done = wrapper(*args, cwd=tmp)
+        expect(done.returncode == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1
+               and text in done.stderr and "ferrum_replay_traces" not in done.stderr,
+               f"{args}: one line naming the command", done)
+
+
 def test_program_ended_by_its_own_signal(tmp):
     """A program that a signal of its own ends (a crash: SIGSEGV, an abort) under record, run
     and ci-smoke-profile: its status (128+N) passes through, and stderr holds no line of the
