@@ -1082,7 +1082,7 @@ def trace_inputs(path, side, newest=False):
     error, and so is a NEWEST trace file of a run earlier than the last one into its
     directory: NEW must be the run just made."""
     if os.path.isdir(path):
-        found = sorted(glob.glob(os.path.join(glob.escape(path), "*.json")))
+        found = sorted(glob_all(os.path.join(glob.escape(path), "*.json")))
         if not found:
             raise InputError(f"{quoted(path)}: a directory without traces (*.json)")
         untrusted = untrusted_inputs(found) if newest else []
@@ -1615,6 +1615,28 @@ def pattern_globs(pattern, any_variable=False):
     return [text, fresh_name(text, "*")]
 
 
+def glob_all(pattern):
+    """glob.glob, names that start with '.' included: a %q{VAR} of an unset variable expands to
+    '' (-o 'tr/%q{RANK}.%p.json' writes tr/.PID.json, -o '%q{NOPE}.json' writes .json), and
+    Python's glob skips such names: record said no trace was written, compare of the directory
+    found none. Every search for traces and their neighbours goes through here."""
+    if sys.version_info >= (3, 11):
+        return glob.glob(pattern, include_hidden=True)
+    magic = re.compile(r"[*?[]")
+    head, tail = os.path.split(pattern)
+    if not magic.search(pattern):
+        return [pattern] if os.path.lexists(pattern) else []
+    found = []
+    for directory in (glob_all(head) if head and magic.search(head) else [head]):
+        try:
+            names = os.listdir(directory or os.curdir)
+        except OSError:
+            continue
+        found += [os.path.join(directory, name) for name in names
+                  if fnmatch.fnmatchcase(name, tail)]
+    return found
+
+
 def has_pid(pattern):
     return "%p" in pattern.replace("%%", "")
 
@@ -1657,7 +1679,7 @@ def session_trace_moves(stamp, pattern):
         # First: NAME.* of a name without an extension matches NAME.old too.
         globs = [(g + ".old", True) for g, _ in globs] + globs
     for g, moved in globs:
-        for path in glob.glob(g):
+        for path in glob_all(g):
             if path in found:
                 continue
             try:
@@ -2469,7 +2491,7 @@ def earlier_run_names(target):
     written for another name (-o NAME.%p.json, -o NAME.1.json), is not one of them."""
     prefix, _, suffix = fresh_name(target, "\0").partition("\0")
     names = [target]
-    for path in sorted(glob.glob(glob.escape(prefix) + "*" + glob.escape(suffix))):
+    for path in sorted(glob_all(glob.escape(prefix) + "*" + glob.escape(suffix))):
         if re.fullmatch(r"[0-9]+(\.[0-9]+)?", path[len(prefix):len(path) - len(suffix)]) and \
                 written_for(path)[0] == target:
             names.append(path)
@@ -2586,7 +2608,7 @@ def _domain_rows(rows, domain):
 def nsys_rows(stats_base, domain):
     """([(range, count, total_ns, avg_ns, min_ns, max_ns, gpu_total_ns, gpu_avg_ns)], problems)"""
     def find(report):
-        hits = sorted(glob.glob(glob.escape(stats_base) + f"_{report}*.csv"))
+        hits = sorted(glob_all(glob.escape(stats_base) + f"_{report}*.csv"))
         return hits[0] if hits else None
 
     problems = []

@@ -2998,6 +2998,24 @@ def default_signals():
         signal.signal(number, signal.SIG_DFL)
 
 
+def test_traces_whose_names_start_with_a_dot(tmp):
+    """A %q{VAR} of an unset variable expands to '': -o 'tr/%q{RANK}.%p.json' writes
+    tr/.PID.json, -o '%q{NOPE}.json' writes .json. record said no trace was written (Python's
+    glob skips such names), and compare of the directory found none."""
+    for d in ("tr", "tr2"):
+        os.mkdir(os.path.join(tmp, d))
+    program = [launch_driver(), "--graphs", "1", "--iters", "2"]
+    for out in ("tr/%q{RANK}.%p.json", "tr2/%q{RANK}.%p.json", "%q{NOPE}.json"):
+        done = wrapper("record", "-o", out, "--", *program, cwd=tmp)  # RANK, NOPE: unset
+        expect(done.returncode == 0 and "no trace was written" not in done.stderr and
+               "earlier run" not in done.stderr and
+               re.search(r"^ferrum-replay: trace: '.*/\.[0-9]*\.?json'", done.stderr, re.M),
+               f"record -o {out}: the trace it wrote reported", done)
+    done = wrapper("compare", "tr/", "tr2/", cwd=tmp)
+    expect(done.returncode == 0 and "compare: OK: 1 graph" in done.stdout,
+           "compare of two directories whose traces' names start with '.'", done)
+
+
 def test_usage_errors_are_one_line(tmp):
     """A mistyped command line of summary, check, compare or merge is one line on stderr that
     names the command the user typed, exit 2 — argparse printed its usage of the internal
