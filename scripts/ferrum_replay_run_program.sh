@@ -73,6 +73,18 @@ run_program() {
   exit_on_signals
 }
 
+# Execs "$@" (the program, or env/nsys/the wrapper that runs it) with the CDPATH the wrapper's
+# caller gave, which the wrappers unset for their own `cd`. (A variable whose name is no shell
+# name — spring.profiles.active, FOO-BAR — is dropped by sh itself as it starts when sh is
+# dash: docs/usage.md, "What the program gets".)
+exec_with_environment() {
+  if [ -n "${ferrum_caller_cdpath+set}" ]; then
+    CDPATH=$ferrum_caller_cdpath
+    export CDPATH
+  fi
+  exec "$@"
+}
+
 # The program in the foreground: nothing is passed on, the wrapper still waits for it.
 run_in_foreground() {
   for sig in HUP INT QUIT TERM; do trap : "$sig"; done
