@@ -73,17 +73,79 @@ run_program() {
   exit_on_signals
 }
 
-# Execs "$@" (the program, or env/nsys/the wrapper that runs it) with the CDPATH the wrapper's
-# caller gave, which the wrappers unset for their own `cd`. (A variable whose name is no shell
-# name — spring.profiles.active, FOO-BAR — is dropped by sh itself as it starts when sh is
-# dash: docs/usage.md, "What the program gets".)
+# Execs "$@" (the program, or env/nsys/the wrapper that runs it) with the environment the
+# wrapper's caller gave: the CDPATH the wrappers unset for their own `cd`, and the variables
+# whose names are no shell names (spring.profiles.active, FOO-BAR: Kubernetes and Java set
+# such), which sh drops as it starts when it is dash. Those are read from the wrapper's own
+# start-up environment, /proc/PID/environ of its main shell (noted by note_startup_environment
+# where one holds such a name; that shell is alive, waiting or about to exec, while `cat` reads
+# it), beside what sh exports now (`env -0`); python3 execs "$@" with both, so the program keeps
+# this process's pid, which the wrapper waits on and passes signals to. Without /proc, python3
+# or a temporary file: as sh left it. Nothing the wrapper set or changed for the program is
+# touched: a name is only added where sh could not hold it.
 exec_with_environment() {
   if [ -n "${ferrum_caller_cdpath+set}" ]; then
     CDPATH=$ferrum_caller_cdpath
     export CDPATH
   fi
+  if [ -n "${ferrum_environ_pid:-}" ] && command -v python3 >/dev/null 2>&1; then
+    find_temp_dir
+    if [ -n "$temp_dir" ] &&
+      startup=$(mktemp "$temp_dir/ferrum-replay-env.XXXXXX" 2>/dev/null); then
+      environ=/proc/$ferrum_environ_pid/environ
+      if cat "$environ" >"$startup" 2>/dev/null && env -0 >>"$startup" 2>/dev/null &&
+        printf '\0%s\0' "$(wc -c <"$environ" 2>/dev/null)" >>"$startup"; then
+        exec python3 -I -S -c "$restore_environment" "$startup" "$@"
+      fi
+      rm -f "$startup"
+    fi
+  fi
   exec "$@"
 }
+
+# Called first thing by the wrappers' main shell: notes its pid for exec_with_environment when
+# its start-up environment holds a name sh cannot, and /proc/$$ is this very process (a /proc
+# of another PID namespace may give $$ to another). Read by this shell (/proc/self).
+note_startup_environment() {
+  ferrum_environ_pid=''
+  [ /proc/$$/stat -ef /proc/self/stat ] 2>/dev/null || return 0
+  { grep -qzv '^[A-Za-z_][A-Za-z0-9_]*=' </proc/self/environ; } 2>/dev/null || return 0
+  ferrum_environ_pid=$$
+}
+
+# Run by python3 for exec_with_environment: argv[1] a file holding the wrapper's start-up
+# environment, then what sh exports now (both NUL-separated), then the byte count of the first;
+# removed once read. The program's environment: the second, plus each entry of the first whose
+# name is no shell name and is not there.
+restore_environment='
+import errno, os, re, sys
+path, argv = sys.argv[1], sys.argv[2:]
+env = None
+try:
+    with open(path, "rb") as handle:
+        data = handle.read()
+    body, _, size = data[:-1].rpartition(b"\0")
+    startup, current = body[:int(size)], body[int(size):]
+    entries = lambda block: [e.split(b"=", 1) for e in block.split(b"\0") if b"=" in e[1:]]
+    env = dict(entries(current))
+    shell_name = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*\Z")
+    for name, value in entries(startup):
+        if not shell_name.match(name) and name not in env:
+            env[name] = value
+except (OSError, ValueError):
+    pass
+try:
+    os.unlink(path)
+except OSError:
+    pass
+try:
+    if env is None:
+        os.execvp(argv[0], argv)  # what sh passed: nothing restored
+    os.execvpe(argv[0], argv, env)
+except OSError as error:
+    sys.stderr.write("%s: %s\n" % (argv[0], os.strerror(error.errno)))
+    sys.exit(127 if error.errno == errno.ENOENT else 126)
+'
 
 # The program in the foreground: nothing is passed on, the wrapper still waits for it.
 run_in_foreground() {

@@ -3018,18 +3018,32 @@ def test_traces_whose_names_start_with_a_dot(tmp):
            "compare of two directories whose traces' names start with '.'", done)
 
 
-def test_cdpath_reaches_the_program(tmp):
-    """The wrappers unset CDPATH for their own `cd`; the program gets the caller's back (run,
-    record, ci-smoke-profile), and none where the caller set none (found by a hostile
-    review: every program ran without it)."""
-    for command in ([WRAPPER, "run", "--"], [WRAPPER, "record", "-o", "t.%p.json", "--"],
-                    [CI_SMOKE, "--allow-no-ranges", "--"]):
-        for cdpath in ("/tmp:/usr", None):
-            done = run([*command, "env"], tmp, env={"CDPATH": cdpath} if cdpath else None)
-            got = re.findall(r"^CDPATH=(.*)$", done.stdout, re.M)
-            given = cdpath or os.environ.get("CDPATH")  # the test's own, if it has one
-            expect(got == ([given] if given else []),
-                   f"{command[:2]}: CDPATH {cdpath!r} reached the program as {got}", done)
+def test_environment_reaches_the_program(tmp):
+    """The program's environment under run, record and ci-smoke-profile is the caller's, plus
+    only what the subcommand sets (LD_PRELOAD; NVTX_INJECTION64_PATH and FERRUM_* for record).
+    Lost before (a hostile review): CDPATH, which the wrappers unset for their own `cd`, and,
+    where sh is dash, every variable whose name is no shell name (dash drops them as it
+    starts), with values that hold spaces, '=' and newlines too."""
+    odd = {"spring.profiles.active": "prod", "FOO-BAR": "a b=c\nd", "9LIVES": "x"}
+    def environment(done):
+        return dict(e.split("=", 1) for e in done.stdout.split("\0") if "=" in e[1:])
+    for given in ({"CDPATH": "/tmp:/usr", **odd}, {}):
+        bare = environment(run(["env", "-0"], tmp, env=given))
+        for command, added in (([WRAPPER, "run", "--"], ("LD_PRELOAD",)),
+                               ([WRAPPER, "record", "-o", "t.%p.json", "--"],
+                                ("LD_PRELOAD", "NVTX_INJECTION64_PATH", "FERRUM_")),
+                               ([CI_SMOKE, "--allow-no-ranges", "--"],
+                                ("LD_PRELOAD", "NVTX_INJECTION64_PATH", "FERRUM_"))):
+            done = run([*command, "env", "-0"], tmp, env=given)
+            # PWD: sh sets it to the working directory, as any shell that starts a program
+            # does (the bare run inherits this test's).
+            got = {k: v for k, v in environment(done).items()
+                   if not k.startswith(added) and k != "PWD"}
+            want = {k: v for k, v in bare.items() if not k.startswith(added) and k != "PWD"}
+            expect(got == want, f"{command[:2]}: the program's environment differs: missing "
+                   f"{sorted(set(want) - set(got))}, added {sorted(set(got) - set(want))}, "
+                   f"changed {sorted(k for k in got if k in want and got[k] != want[k])}",
+                   done)
 
 
 def test_usage_errors_are_one_line(tmp):
