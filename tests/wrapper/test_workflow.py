@@ -3046,6 +3046,23 @@ def test_environment_reaches_the_program(tmp):
                    done)
 
 
+def test_ci_smoke_out_and_expect_problems_say_why(tmp):
+    """ci-smoke-profile's --out that cannot be a directory, and an --expect that is none: one
+    FAIL line naming the path and the reason, and no line of a system tool's (mkdir's 'cannot
+    create directory', mktemp's 'failed to create directory via template') on stderr."""
+    with open(os.path.join(tmp, "afile"), "w"):
+        pass
+    for args, text in ((["--out", "afile"], "cannot create the --out directory '" +
+                        os.path.join(tmp, "afile") + "': File exists"),
+                       (["--out", "afile/sub"], "cannot create the --out directory '" +
+                        os.path.join(tmp, "afile", "sub") + "': Not a directory"),
+                       (["--expect", tmp], f"expectations file '{tmp}' is not a readable file")):
+        done = ci_smoke(*args, "--", "true", cwd=tmp)
+        expect(done.returncode == 1 and f"ci-smoke-profile: FAIL: {text}" in done.stdout and
+               not re.search(r"^(mkdir|mktemp):", done.stderr, re.M),
+               f"{args}: one FAIL line that says why", done)
+
+
 def test_usage_errors_are_one_line(tmp):
     """A mistyped command line of summary, check, compare or merge is one line on stderr that
     names the command the user typed, exit 2 — argparse printed its usage of the internal
