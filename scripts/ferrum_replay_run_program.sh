@@ -82,23 +82,27 @@ run_program() {
 # it), beside what sh exports now (`env -0`); python3 execs "$@" with both, so the program keeps
 # this process's pid, which the wrapper waits on and passes signals to. Without /proc, python3
 # or a temporary file: as sh left it. Nothing the wrapper set or changed for the program is
-# touched: a name is only added where sh could not hold it.
+# touched: a name is only added where sh could not hold it. The program's LD_PRELOAD (the shim,
+# a sanitizer's runtime) is not the tools' here: unset for them, handed to python3 apart.
 exec_with_environment() {
   if [ -n "${ferrum_caller_cdpath+set}" ]; then
     CDPATH=$ferrum_caller_cdpath
     export CDPATH
   fi
   if [ -n "${ferrum_environ_pid:-}" ] && command -v python3 >/dev/null 2>&1; then
-    find_temp_dir
+    [ -n "${temp_dir:-}" ] || find_temp_dir 2>/dev/null  # the wrapper warned of TMPDIR already
+    env_preload_set=${LD_PRELOAD+set} env_preload=${LD_PRELOAD-}
+    unset LD_PRELOAD
     if [ -n "$temp_dir" ] &&
       startup=$(mktemp "$temp_dir/ferrum-replay-env.XXXXXX" 2>/dev/null); then
       environ=/proc/$ferrum_environ_pid/environ
       if cat "$environ" >"$startup" 2>/dev/null && env -0 >>"$startup" 2>/dev/null &&
         printf '\0%s\0' "$(wc -c <"$environ" 2>/dev/null)" >>"$startup"; then
-        exec python3 -I -S -c "$restore_environment" "$startup" "$@"
+        exec python3 -I -S -c "$restore_environment" "$startup" "$env_preload_set" "$env_preload" "$@"
       fi
       rm -f "$startup"
     fi
+    [ -z "$env_preload_set" ] || export LD_PRELOAD="$env_preload"
   fi
   exec "$@"
 }
@@ -115,11 +119,12 @@ note_startup_environment() {
 
 # Run by python3 for exec_with_environment: argv[1] a file holding the wrapper's start-up
 # environment, then what sh exports now (both NUL-separated), then the byte count of the first;
-# removed once read. The program's environment: the second, plus each entry of the first whose
-# name is no shell name and is not there.
+# removed once read; argv[2] "set" when the program gets LD_PRELOAD, argv[3] its value. The
+# program's environment: the second, its LD_PRELOAD, and each entry of the first whose name is no
+# shell name and is not there.
 restore_environment='
 import errno, os, re, sys
-path, argv = sys.argv[1], sys.argv[2:]
+path, preload_set, preload, argv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 env = None
 try:
     with open(path, "rb") as handle:
@@ -128,6 +133,8 @@ try:
     startup, current = body[:int(size)], body[int(size):]
     entries = lambda block: [e.split(b"=", 1) for e in block.split(b"\0") if b"=" in e[1:]]
     env = dict(entries(current))
+    if preload_set:
+        env[b"LD_PRELOAD"] = os.fsencode(preload)
     shell_name = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*\Z")
     for name, value in entries(startup):
         if not shell_name.match(name) and name not in env:
@@ -139,8 +146,10 @@ try:
 except OSError:
     pass
 try:
-    if env is None:
-        os.execvp(argv[0], argv)  # what sh passed: nothing restored
+    if env is None:  # what sh passed: nothing restored
+        if preload_set:
+            os.environ["LD_PRELOAD"] = preload
+        os.execvp(argv[0], argv)
     os.execvpe(argv[0], argv, env)
 except OSError as error:
     sys.stderr.write("%s: %s\n" % (argv[0], os.strerror(error.errno)))

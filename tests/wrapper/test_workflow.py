@@ -3027,6 +3027,7 @@ def test_environment_reaches_the_program(tmp):
     odd = {"spring.profiles.active": "prod", "FOO-BAR": "a b=c\nd", "9LIVES": "x"}
     def environment(done):
         return dict(e.split("=", 1) for e in done.stdout.split("\0") if "=" in e[1:])
+    preloads = {}  # the program's LD_PRELOAD per wrapper: the same with odd names and without
     for given in ({"CDPATH": "/tmp:/usr", **odd}, {}):
         bare = environment(run(["env", "-0"], tmp, env=given))
         for command, added in (([WRAPPER, "run", "--"], ("LD_PRELOAD",)),
@@ -3035,6 +3036,10 @@ def test_environment_reaches_the_program(tmp):
                                ([CI_SMOKE, "--allow-no-ranges", "--"],
                                 ("LD_PRELOAD", "NVTX_INJECTION64_PATH", "FERRUM_"))):
             done = run([*command, "env", "-0"], tmp, env=given)
+            preload = environment(done).get("LD_PRELOAD")
+            expect(preloads.setdefault(command[1], preload) == preload,
+                   f"{command[:2]}: LD_PRELOAD {preload!r}, {preloads[command[1]]!r} without the "
+                   "odd names", done)
             # PWD: sh sets it to the working directory, as any shell that starts a program
             # does (the bare run inherits this test's).
             got = {k: v for k, v in environment(done).items()
