@@ -3068,6 +3068,20 @@ def test_ci_smoke_out_and_expect_problems_say_why(tmp):
                f"{args}: one FAIL line that says why", done)
 
 
+def test_libdir_that_holds_no_library_is_said(tmp):
+    """A FERRUM_REPLAY_LIBDIR that holds no libferrum-replay.so (a typo, an install that
+    failed) was passed over in silence for the checkout's build: one warning line naming both;
+    the program still runs. A right one says nothing."""
+    wrong = os.path.join(tmp, "no-libraries-here")
+    done = wrapper("run", "--", "true", cwd=tmp, env={"FERRUM_REPLAY_LIBDIR": wrong})
+    expect(done.returncode == 0 and done.stderr.count("\n") == 1 and
+           f"warning: FERRUM_REPLAY_LIBDIR '{wrong}' holds no libferrum-replay.so: using '"
+           in done.stderr, "one warning line", done)
+    right = os.path.join(BUILD, "shim")
+    done = wrapper("run", "--", "true", cwd=tmp, env={"FERRUM_REPLAY_LIBDIR": right})
+    expect(done.returncode == 0 and done.stderr == "", "a right FERRUM_REPLAY_LIBDIR", done)
+
+
 def test_usage_errors_are_one_line(tmp):
     """A mistyped command line of summary, check, compare or merge is one line on stderr that
     names the command the user typed, exit 2 — argparse printed its usage of the internal
