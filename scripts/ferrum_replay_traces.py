@@ -1869,16 +1869,20 @@ def lock_note(directory, seconds=RECORDS_LOCK_SECONDS):
     why) when it cannot be had within SECONDS (another `record` stopped while noting) or at all
     (a file there that is not this user's, a file system without locks: why None)."""
     path = os.path.join(directory, records_file(os.geteuid()) + ".lock")
+    planted = (f"its lock file {quoted(path)} is a link, or not a file of this user's "
+               "(planted there?)")
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                      0o600)
-    except OSError:
-        return None, None
+    except OSError as error:
+        # A link at its name (O_NOFOLLOW) is said; a directory that refuses files is said by
+        # the recorder, whose trace it refuses too.
+        return None, (planted if error.errno == errno.ELOOP else None)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
             os.close(fd)  # planted by another user: not ours to lock
-            return None, None
+            return None, planted
     except OSError:
         os.close(fd)
         return None, None
@@ -1932,8 +1936,7 @@ def note_record(pattern, stamp):
     lock, why = lock_note(directory)
     if why:
         print(f"ferrum-replay: warning: {quoted(directory)}: {why}: this run is noted without "
-              "waiting longer (a run noting at the same moment may lose its entry)",
-              file=sys.stderr)
+              "the lock (a run noting at the same moment may lose its entry)", file=sys.stderr)
     try:
         noted = read_records(directory)
         if noted is None:

@@ -2263,6 +2263,17 @@ def test_records_note_lock_is_the_users(tmp):
     lock = os.path.join(res, NOTE + ".lock")
     expect(os.path.exists(lock) and stat.S_IMODE(os.stat(lock).st_mode) & 0o077 == 0,
            "the lock file is this user's alone", done)
+    # A link planted at the lock's name is never followed (nothing made where it points), and
+    # the run is noted without the lock, said in one warning: it was skipped in silence, and
+    # runs noting at the same moment could lose each other's entries unawares.
+    os.unlink(lock)
+    target = os.path.join(tmp, "planted-target")
+    os.symlink(target, lock)
+    done = wrapper("record", "-o", "res/t.json", "--", launch_driver(), "--iters", "3", cwd=tmp)
+    expect(done.returncode == 0 and not os.path.lexists(target) and
+           re.search(r"^ferrum-replay: warning: .*its lock file .* is a link, or not a file of "
+                     r"this user's \(planted there\?\): this run is noted without the lock",
+                     done.stderr, re.M), "a link planted at the lock's name", done)
 
 
 def first_run_into_runs(tmp):
