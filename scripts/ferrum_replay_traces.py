@@ -2405,10 +2405,18 @@ def cmd_record_output(args):
         return refuse(f"-o {quoted(pattern)}: %p in the directory part expands per process, "
                       "to directories that do not exist: put %p in the file name "
                       "(-o DIR/NAME.%p.json) or leave it out (-o DIR/)")
-    expanded, _ = expand_output(pattern, pid="0")
+    expanded, unset_here = expand_output(pattern, pid="0")
     if not pattern.endswith("/") and not has_pid(pattern) and os.path.isdir(expanded):
-        return refuse(f"-o {quoted(expanded)} is a directory: end it with '/' to write the "
-                      "traces into it")
+        if expanded.rstrip("/") == pattern.rstrip("/"):
+            return refuse(f"-o {quoted(expanded)} is a directory: end it with '/' to write the "
+                          "traces into it")
+        # A pattern that expands to a directory (-o '%q{OUT}' with OUT unset or a directory):
+        # both said, and what made it so.
+        why = (f" ({', '.join(f'%q{{{n}}}' for n in unset_here)} not set here: empty)"
+               if unset_here else "")
+        return refuse(f"-o {quoted(pattern)} names the directory {quoted(expanded)}{why}: end "
+                      "the pattern with '/' to write the traces into a directory, or give it a "
+                      "file name")
     if pattern.endswith("/"):
         made, unset = expand_output(directory)
         if unset:

@@ -2944,6 +2944,16 @@ def test_wrapper_says_what_happened(tmp):
            len(done.stderr.splitlines()) == 1, "-o DIR", done)
     done = wrapper("record", "-o", "adir/", "--", *program, cwd=tmp)
     expect(done.returncode == 0 and traces_in(os.path.join(tmp, "adir")), "-o DIR/", done)
+    # A pattern that expands to a directory (an unset %q{VAR}, from -o or FERRUM_RECORD_OUT):
+    # the pattern and the directory both named, and why; it said "-o '/dir/' is a directory:
+    # end it with '/'" of a path that already did.
+    for args, env in ((["-o", "adir/%q{NOT_SET_X}"], {}),
+                      ([], {"FERRUM_RECORD_OUT": "adir/%q{NOT_SET_X}"})):
+        done = wrapper("record", *args, "--", ARGV_ECHO, cwd=tmp, env=env)
+        expect(done.returncode == 2 and done.stdout == "" and
+               len(done.stderr.splitlines()) == 1 and
+               f"names the directory '{os.path.join(tmp, 'adir')}/' (%q{{NOT_SET_X}} not set "
+               "here: empty)" in done.stderr, "a pattern that expands to a directory", done)
 
     # %q{UNSET}: one warning naming it, wherever the wrapper takes an output pattern (for
     # record it comes from the recorder, in the process that expands the pattern).
