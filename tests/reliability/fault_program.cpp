@@ -761,9 +761,9 @@ int errno_passes(long n) {
   // settings, the NVTX tool's start), and wraps the launch. The C library's dlsym leaves errno
   // as it was; through the shim it must too.
   void *const driver = open_driver();
-  // FERRUM_TEST_EXPORTED=1: every function looked up in the global scope, as a program linked
-  // against libcuda calls them: the graph functions are the shim's exports, and the shim starts
-  // in the program's first call of one (not in a lookup of the driver's handle).
+  // FERRUM_TEST_EXPORTED=1: every function looked up in the global scope, where the graph
+  // functions are the shim's own exports (what a program linked against libcuda calls): each
+  // resolves its real function at its first call.
   const char *exported = std::getenv("FERRUM_TEST_EXPORTED");
   void *const handle = exported && *exported == '1' ? RTLD_DEFAULT : driver;
   (void)dlerror();

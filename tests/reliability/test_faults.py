@@ -732,8 +732,9 @@ def errno_passes_configurations(alone):
             "NVTX_INJECTION64_PATH": "/nonexistent/libnvtx-tool.so",
             "FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_REPLAY_GPU_TIME": "on"}),
         "the driver loaded privately": dict(env={**everything, "FERRUM_TEST_DRIVER_LOCAL": "1"}),
-        # The shim's exports called, as by a program linked against libcuda: the shim starts
-        # in the first call (not in a lookup), and resolves each real function at its first.
+        # The shim's exports called, as by a program linked against libcuda: each resolves
+        # its real function at its first call. (Where the shim starts in a linked program's
+        # first call, not in a lookup: loader_error_on_every_route.)
         "a tool that cannot be loaded, the shim's exports called": dict(record=False, env={
             "NVTX_INJECTION64_PATH": "/nonexistent/libnvtx-tool.so",
             "FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_TEST_EXPORTED": "1"}),
