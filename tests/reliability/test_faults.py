@@ -762,25 +762,24 @@ def errno_passes_configurations(alone):
 def errno_passes_run(what, launches, calls, how):
     run_ = fault("errno-passes", "--launches", str(launches), **how)
     got = values(run_.stdout)
+
+    def first(key):  # the program's KEY=... line: the first wrong call it saw, or ""
+        found = re.search(rf"^{key}=(.*)$", run_.stdout, re.M)
+        return found.group(1) if found else ""
+
     expect(run_.returncode == 0 and got.get("errno_calls") == calls,
            f"{what}: the program failed", run_)
-    first = run_.stdout.split("errno_first=")[-1].splitlines()[0] if got.get(
-        "errno_wrong") else ""
     expect(got.get("errno_wrong") == 0,
            f"{what}: after {got.get('errno_wrong')} of {calls} calls errno was not the "
-           f"value expected (first: call, errno, expected: {first})", run_)
-    api_first = run_.stdout.split("api_first=")[-1].splitlines()[0] if got.get(
-        "api_wrong") else ""
+           f"value expected (first: call, errno, expected: {first('errno_first')})", run_)
     expect(got.get("api_wrong") == 0 and
            got.get("api_calls") == (0 if how.get("preload") is False else 10),
            f"{what}: after {got.get('api_wrong')} of {got.get('api_calls')} calls of the shim's "
            f"own API (a naming scope, names by handle) errno was not the program's "
-           f"(first: {api_first})", run_)
-    loader_first = run_.stdout.split("loader_first=")[-1].splitlines()[0] if got.get(
-        "loader_wrong") else ""
+           f"(first: {first('api_first')})", run_)
     expect(got.get("loader_wrong") == 0,
            f"{what}: after {got.get('loader_wrong')} of {calls} calls dlerror() reported an "
-           f"error (first: {loader_first})", run_)
+           f"error (first: {first('loader_first')})", run_)
 
 
 def loader_error_on_every_route():
