@@ -70,6 +70,12 @@ NameRules parse_names_file(const char *text, size_t length, NamesFileComplaint c
   NameRules result;
   size_t capacity = 0;
   int line_number = 0;
+  // A UTF-8 byte order mark, which some editors write first, is not part of line 1's key: read
+  // as one, it would turn that rule into a bad line (or a pattern that matches nothing).
+  if (length >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {
+    text += 3;
+    length -= 3;
+  }
   for (const char *line = text, *text_end = text + length; line < text_end;) {
     const char *newline = static_cast<const char *>(memchr(line, '\n', text_end - line));
     const char *line_end = newline ? newline : text_end;

@@ -139,6 +139,29 @@ TEST_CASE("names file: each bad line is reported with its number; good lines sti
   CHECK(std::string(ferrum_replay::shim::find_rule_name(parsed.rules, 4, "", "")) == "fine");
 }
 
+TEST_CASE("names file: a byte order mark before line 1 is not part of its key") {
+  const std::pair<const char *, const char *> first_lines[] = {
+      {"site:*capture* = decode\n", "decode"}, {"1 = prefill\n", "prefill"}};
+  for (const auto &[first, expected] : first_lines) {
+    ParsedNames parsed;
+    parse_names(std::string("\xEF\xBB\xBF") + first + "2 = second\n", parsed);
+    CHECK(parsed.complaints.empty());
+    REQUIRE(parsed.rules.count == 2);
+    CHECK(parsed.rules.rules[0].line == 1);
+    const char *name = ferrum_replay::shim::find_rule_name(parsed.rules, 1, "capture", "");
+    REQUIRE(name != nullptr);
+    CHECK(std::string(name) == expected);
+  }
+  // Only at the start of the file: elsewhere the bytes are part of the line, as written.
+  ParsedNames parsed;
+  parse_names(
+      "1 = a\n\xEF\xBB\xBF"
+      "2 = b\n",
+      parsed);
+  CHECK(parsed.rules.count == 1);
+  CHECK(parsed.complaints.size() == 1);
+}
+
 TEST_CASE("names file: a NUL byte or no final newline is handled") {
   ParsedNames parsed;
   parse_names(std::string("1 = a\n2 = b") + std::string(1, '\0') + "c\n3 = last", parsed);
