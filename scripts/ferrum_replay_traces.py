@@ -119,6 +119,36 @@ def quoted(value):
     return f"'{printable(value, MESSAGE_LIMIT)}'"
 
 
+_PLAIN_COUNT = re.compile(r"[0-9]+\Z")
+_PLAIN_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z")
+
+
+def plain_count(text):
+    """A count as a user types one on a command line or in an expectations file: ASCII digits.
+    int() also takes a sign, '_' between digits and other scripts' digits ('١٠'), none of which
+    a user meant as a count. ValueError otherwise."""
+    if not _PLAIN_COUNT.match(text):
+        raise ValueError(text)
+    return int(text)
+
+
+def plain_decimal(text):
+    """A bound or a percentage as a user types one: ASCII digits, a point, an exponent; no sign
+    (every bound is >= 0: '-0' is no bound), no '_', no 'nan' or 'inf', no other script's digits,
+    which float() takes. ValueError otherwise, and for a value too large to be finite."""
+    if not _PLAIN_DECIMAL.match(text) or not math.isfinite(float(text)):
+        raise ValueError(text)
+    return float(text)
+
+
+def listed(texts, limit=4, separator=", "):
+    """The first `limit` of a message's list, and how many it leaves out: a one-line message
+    never names thousands of graphs, and never hides that there were more."""
+    texts = list(texts)
+    more = f" (and {len(texts) - limit} more)" if len(texts) > limit else ""
+    return separator.join(texts[:limit]) + more
+
+
 def expand_output(pattern, pid=None, host=None, env=None):
     """Section 1: (expansion, [names of unset variables]). %p is the pid of the ferrum-replay
     wrapper that started us (FERRUM_REPLAY_PID), else ours. Raises InputError when the
@@ -1220,14 +1250,14 @@ def cmd_compare(args):
     if regressions:
         problems.append(f"{len(regressions)} graph{'s' if len(regressions) != 1 else ''} "
                         f"slower by more than {args.threshold:g}%: "
-                        + ", ".join(quoted(n) for n in regressions[:4]))
+                        + listed(quoted(n) for n in regressions))
     if missing:
         problems.append(f"{len(missing)} graph{'s' if len(missing) != 1 else ''} of BASE "
-                        "missing from NEW: " + ", ".join(quoted(n) for n in missing[:4]))
+                        "missing from NEW: " + listed(quoted(n) for n in missing))
     if untimed:
         problems.append(f"{len(untimed)} graph{'s' if len(untimed) != 1 else ''} with GPU time "
                         "in BASE without any in NEW (GPU timing off, or no replay of it "
-                        "finished before exit): " + ", ".join(quoted(n) for n in untimed[:4]))
+                        "finished before exit): " + listed(quoted(n) for n in untimed))
     # A side whose recorder dropped ranges holds only the replays it kept (the first ones, until
     # its memory ran out): its means are of a part of the run, and no gate (check's rule too).
     for side, scans in (("BASE", base_scans), ("NEW", new_scans)):
@@ -1243,12 +1273,9 @@ def cmd_compare(args):
 
 def _threshold(text):
     try:
-        value = float(text)
+        return plain_decimal(text)
     except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"a percentage >= 0 is needed, got {text!r}")
-    return value
+        raise argparse.ArgumentTypeError(f"a percentage >= 0 is needed, got {text!r}") from None
 
 
 # ---- merge ----
@@ -2084,6 +2111,13 @@ def stamp_view():
         return socket.gethostname()
 
 
+def view_host(view):
+    """The host name of a stamp_view(): the part whose wall clock a note's start is on (every
+    mount namespace of a host shares its clock)."""
+    host, sep, _ = view.rpartition(" mnt:[")
+    return host if sep else view
+
+
 def records_text(kept, new, dropped):
     value = {"ferrumReplayRecords": [dict({"names": g, "startNs": n, "session": s},
                                           **({"host": h} if h else {}),
@@ -2124,28 +2158,32 @@ def earlier_record(path, records=None):
     if key not in records:
         records[key] = read_records(directory, st.st_uid)
     name = os.path.basename(path)
-    written = False  # the trace's session, read once (64 KiB of its tail at most)
+    block = written = False  # the trace's block and session, read once (64 KiB of its tail)
     own_entry, any_value_starts = False, []
-    for globs, start, session, overlapping, _, any_value in records[key] or ():
+    for globs, start, session, overlapping, host, any_value in records[key] or ():
         if not any(fnmatch.fnmatchcase(name, g) for g in globs):
             if not any_value or not any(fnmatch.fnmatchcase(name, g) for g in any_value):
                 continue
             if written is False:
-                written = written_for(path)[1]
+                block = trace_block(path)
+                written = block.get("session") if block else None
+                written = written if isinstance(written, str) else None
             # (A name the entry's own globs miss: another run's of its own value, say a job
             # tag, is judged by its own entry, where its session still is.)
             if written is not None and not noted_session(records[key], written,
                                                          st.st_mtime_ns):
                 return start
-            any_value_starts.append(start)
+            any_value_starts.append((start, host))
             continue
         own_entry = True
         if written is False:
-            written = written_for(path)[1]
+            block = trace_block(path)
+            written = block.get("session") if block else None
+            written = written if isinstance(written, str) else None
         if session and written == session:
             continue
         if overlapping is None or written is None:
-            if st.st_mtime_ns < start:
+            if st.st_mtime_ns < start or written is None and started_before(block, start, host):
                 return start
         elif st.st_mtime_ns < start or written not in {o for o, _ in overlapping} and \
                 OVERLAP_CUT not in overlapping:
@@ -2153,9 +2191,10 @@ def earlier_record(path, records=None):
     # A trace without a session (a run without a stamp, a recorder before sessions) that only
     # any-value names match, and no entry's own names: by its time, written before every such
     # entry's run began (the runs of a job tag's own entry, say, wrote theirs since).
-    if written is None and not own_entry and any_value_starts and \
-            st.st_mtime_ns < min(any_value_starts):
-        return min(any_value_starts)
+    if written is None and not own_entry and any_value_starts and all(
+            st.st_mtime_ns < start or started_before(block, start, host)
+            for start, host in any_value_starts):
+        return min(start for start, _ in any_value_starts)
     return None
 
 
@@ -2473,25 +2512,43 @@ def is_ferrum_trace(path):
     return _trace_tail(path) is not None
 
 
+def trace_block(path):
+    """The ferrumReplay block of a ferrum-replay trace (trace_writer.hpp: last in the file), a
+    dict; None for a file that is not one of ours. Reads the 64 KiB tail only."""
+    tail = _trace_tail(path)
+    at = tail.rfind(TRACE_MARKER) if tail else -1
+    if at < 0:
+        return None
+    try:
+        block, _ = _decoder.raw_decode(
+            tail[at + len(b'"ferrumReplay":'):].decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+    return block if isinstance(block, dict) else None
+
+
 def written_for(path):
     """(output, session) of a ferrum-replay trace: the name its process was asked to write
     and the `record` session it ran in (the recorder writes both last in its block,
     trace_writer.hpp); None for what the trace does not say, (None, None) for a file that is
     not one of ours. Reads the 64 KiB tail only."""
-    tail = _trace_tail(path)
-    at = tail.rfind(TRACE_MARKER) if tail else -1
-    if at < 0:
-        return None, None
-    try:
-        block, _ = _decoder.raw_decode(
-            tail[at + len(b'"ferrumReplay":'):].decode("utf-8", "replace"))
-    except (ValueError, RecursionError):
-        return None, None
-    if not isinstance(block, dict):
-        return None, None
+    block = trace_block(path) or {}
     output, session = block.get("output"), block.get("session")
     return (output if isinstance(output, str) else None,
             session if isinstance(session, str) else None)
+
+
+def started_before(block, start, host):
+    """Whether the recorder that wrote a trace's BLOCK started before START (ns, the wall clock
+    of HOST, a note's stamp_view(), where a `record` began): its clock.originRealtimeNs, which the recorder took at its
+    start, when the trace says it ran on HOST too (another host's clock may be ahead). A trace
+    that names no session is otherwise judged by its time of change alone, which a clock, `cp
+    -p`, `touch` or an NFS server can set ahead; its own start cannot be moved so."""
+    if not isinstance(block, dict) or not host or block.get("host") != view_host(host):
+        return False
+    clock = block.get("clock")
+    origin = clock.get("originRealtimeNs") if isinstance(clock, dict) else None
+    return isinstance(origin, int) and not isinstance(origin, bool) and origin < start
 
 
 def earlier_run_names(target):
@@ -2707,7 +2764,9 @@ def parse_expectations(path):
     if len(text) > EXPECT_LIMIT:
         raise InputError(f"{quoted(path)}: more than {EXPECT_LIMIT >> 20} MiB: not an "
                          "expectations file")
-    lines = text.splitlines()
+    # A byte order mark, which some editors write first, is not part of line 1's pattern: kept,
+    # it would make that pattern match nothing, and a bound with min-count 0 then never applies.
+    lines = text[text.startswith("\ufeff"):].splitlines()
     for number, line in enumerate(lines, 1):
         try:
             words = shlex.split(line, comments=True)
@@ -2735,15 +2794,8 @@ def parse_expectations(path):
                 raise bad
             bounds[key] = value
         try:
-            minimum = int(words[1])
-            values = {}
-            for key, value in bounds.items():
-                if value != "-":
-                    values[key] = float(value)
-                    if not values[key] >= 0 or not math.isfinite(values[key]):
-                        raise ValueError
-            if minimum < 0:
-                raise ValueError
+            minimum = plain_count(words[1])
+            values = {key: plain_decimal(value) for key, value in bounds.items() if value != "-"}
         except ValueError:
             raise InputError(f"{quoted(path)} line {number}: min-count must be an integer >= 0 "
                              f"and each bound a number >= 0 (or '-') in "
@@ -2868,6 +2920,13 @@ def later_namesakes(paths):
 def cmd_check(args):
     domain = args.domain
     failures, notes = [], []
+    # Nothing to judge at all is a command line missing its traces, not a run that wrote none
+    # (ci-smoke-profile always gives --running-dir: there, no trace is the run's verdict).
+    if not (args.traces or args.nsys_stats or args.running_dir is not None or
+            args.launch_summary):
+        print(f"{args.prog}: no traces given: name the traces to check (TRACE..., or "
+              "--nsys-stats BASE) (see `ferrum-replay --help`)", file=sys.stderr)
+        return 2
     # A running directory given that cannot be read fails, as a missing --launch-summary does:
     # read as empty, it passed whatever the run left.
     if args.running_dir is not None:
@@ -2899,7 +2958,7 @@ def cmd_check(args):
         later = later_namesakes(args.traces)
         if later:
             failures.append(f"{len(later)} trace(s) of the same name written after the one(s) "
-                            f"given, not checked: {', '.join(quoted(p) for p in later[:3])}: "
+                            f"given, not checked: {listed((quoted(p) for p in later), 3)}: "
                             "the file at the name may be an earlier run's (pass every trace, or "
                             "the directory's)")
     traces, earlier = args.traces, []
@@ -3005,8 +3064,7 @@ def cmd_check(args):
         for found, what in ((fewer, "launches without their range"),
                             (more, "ranges without a launch the shim counted")):
             if found:
-                failures.append(f"{what}: " + "; ".join(found[:4])
-                                + (f" (and {len(found) - 4} more)" if len(found) > 4 else ""))
+                failures.append(f"{what}: " + listed(found, separator="; "))
         if not fewer and not more and rejected != rejected_by_tool and not args.nsys_stats:
             notes.append(f"the shim counted {rejected} rejected pushes, the recorder "
                          f"{rejected_by_tool}")
@@ -3040,6 +3098,10 @@ def cmd_check(args):
         gpu = [s for name, s in (gpu_counts.items() if gpu_counts else ())
                if fnmatch.fnmatchcase(name, pattern)]
         gn = sum(s[0] for s in gpu)
+        # Assigned here, not in the elif below: the helper runs on Python 3.7 (docs/usage.md).
+        untimed = sorted(name for name, s in counts.items()
+                         if s[0] and fnmatch.fnmatchcase(name, pattern)
+                         and not (gpu_counts and (gpu_counts.get(name) or (0,))[0]))
         if args.nsys_stats:
             failures.append(f"expectation line {number}: max-gpu-mean-ms needs the recorder's "
                             "GPU times (run without --nsys)")
@@ -3048,9 +3110,7 @@ def cmd_check(args):
                             f"{quoted(pattern)}, but the traces hold no GPU time for it (GPU "
                             "timing was off, the shim is older than GPU timing, or no replay "
                             "of it completed)")
-        elif untimed := sorted(name for name, s in counts.items()
-                               if s[0] and fnmatch.fnmatchcase(name, pattern)
-                               and not (gpu_counts and (gpu_counts.get(name) or (0,))[0])):
+        elif untimed:
             # A mean over the graphs that have GPU time says nothing of those that have none.
             failures.append(f"expectation line {number}: max-gpu-mean-ms {max_gpu:g} for "
                             f"{quoted(pattern)}, but {len(untimed)} graph"
@@ -3058,7 +3118,7 @@ def cmd_check(args):
                             f"{'have' if len(untimed) != 1 else 'has'} no GPU time (no replay "
                             "of it was timed: launched into a stream capture, the pool "
                             "exhausted, a shared stream; or none finished before exit): "
-                            + ", ".join(quoted(n) for n in untimed[:4]))
+                            + listed(quoted(n) for n in untimed))
         elif sum(s[1] for s in gpu) / gn / 1e6 > max_gpu:
             failures.append(f"expectation line {number}: replays matching {quoted(pattern)} "
                             f"take {sum(s[1] for s in gpu) / gn / 1e6:.3f} ms of GPU time on "
@@ -3094,19 +3154,26 @@ def cmd_check(args):
     return 0
 
 
+def _count(text):
+    try:
+        return plain_count(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a count (digits) is needed, got {text!r}") from None
+
+
 def _name_count(text):
     name, sep, count = text.rpartition("=")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=COUNT, got {text!r}")
     try:
-        return name, int(count)
+        return name, plain_count(count)
     except ValueError:
         raise argparse.ArgumentTypeError(f"COUNT must be an integer in {text!r}") from None
 
 
 def _counts(text):
     try:
-        return [int(n) for n in text.split(",") if n.strip()]
+        return [plain_count(n.strip()) for n in text.split(",") if n.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected N,N,... got {text!r}") from None
 
@@ -3214,7 +3281,7 @@ def build_parser():
                         "(globs, # comments)")
     p.add_argument("--expect-range", action="append", default=[], type=_name_count,
                    metavar="NAME=COUNT", help="exactly COUNT ranges named NAME")
-    p.add_argument("--expect-total", type=int, metavar="N", help="exactly N ranges")
+    p.add_argument("--expect-total", type=_count, metavar="N", help="exactly N ranges")
     p.add_argument("--expect-counts", type=_counts, metavar="N,N,...",
                    help="the ranges per name, in any order, are exactly these counts")
     p.add_argument("--launch-summary", action="append", default=[], metavar="FILE",

@@ -1189,21 +1189,38 @@ def test_sanitizer_runtime_stays_first(tmp):
            "every sanitizer runtime, in its order, ahead of the shim", done)
 
 
-def old_python3():
-    """A python3 older than 3.7 on this machine (as a project's old virtual environment may put
-    first in PATH), or None."""
-    candidates = [shutil.which(f"python3.{minor}") for minor in range(7)]
+OLDEST_PYTHON = (3, 7)  # the helper's oldest (docs/usage.md, scripts/ferrum-replay)
+
+
+def python3_among(minors):
+    """A python3 of one of these 3.x minor versions on this machine (as a project's virtual
+    environment may put first in PATH), or None."""
+    candidates = [shutil.which(f"python3.{minor}") for minor in minors]
     root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    candidates += sorted(glob.glob(os.path.join(root, "versions", "3.[0-6].*", "bin", "python3")))
+    for minor in minors:
+        candidates += sorted(glob.glob(os.path.join(root, "versions", f"3.{minor}.*", "bin",
+                                                    "python3")))
     for candidate in filter(None, candidates):
         try:
-            said = subprocess.run([candidate, "-c", "import sys; print(sys.version_info < (3, 7))"],
+            said = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
                                   capture_output=True, text=True, timeout=30).stdout
         except OSError:
             continue
-        if said == "True\n":
+        if said.strip() in {f"(3, {minor})" for minor in minors}:
             return candidate
     return None
+
+
+def old_python3():
+    """A python3 older than the helper's oldest on this machine, or None."""
+    return python3_among(range(OLDEST_PYTHON[1]))
+
+
+def path_with_python3(tmp, python):
+    """PATH with PYTHON first as `python3`, as an activated environment puts it."""
+    bindir = tempfile.mkdtemp(dir=tmp, prefix="python-bin.")
+    os.symlink(python, os.path.join(bindir, "python3"))
+    return bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
 
 
 def test_python_environment_is_the_programs(tmp):
@@ -1233,10 +1250,7 @@ def test_python_environment_is_the_programs(tmp):
     if old is None:
         print("note: no python3 older than 3.7 here: its one line is not checked")
         return None
-    bindir = os.path.join(tmp, "old-bin")
-    os.mkdir(bindir)
-    os.symlink(old, os.path.join(bindir, "python3"))
-    path = bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
+    path = path_with_python3(tmp, old)
     for args in (["summary", "t.json"], ["check", "t.json"]):
         done = wrapper(*args, cwd=project, env={"PATH": path})
         expect(done.returncode == 2 and len(done.stderr.splitlines()) == 1 and
@@ -1250,6 +1264,42 @@ def test_python_environment_is_the_programs(tmp):
                done.stderr.count("ferrum-replay needs 3.7 or newer") == 1 and
                "Traceback" not in done.stderr,
                f"record {out} with {old}: the program runs, one line naming the version", done)
+
+
+def test_helpers_run_on_the_oldest_python(tmp):
+    """The wrapper lets a python3 as old as 3.7 run its helper (docs/usage.md); one construct
+    of 3.8 in it (`:=`) made every subcommand a traceback under 3.7, and `record -o` exit 2
+    without running the program. The helpers parse with 3.7's grammar; where a 3.7 is on this
+    machine, the subcommands run under it."""
+    import ast
+    for helper in sorted(glob.glob(os.path.join(SOURCE, "scripts", "*.py"))):
+        with open(helper, encoding="utf-8") as handle:
+            try:
+                ast.parse(handle.read(), helper, feature_version=OLDEST_PYTHON)
+            except SyntaxError as error:
+                raise AssertionError(f"{helper} needs a Python newer than "
+                                     f"{OLDEST_PYTHON}: {error}") from None
+    oldest = python3_among([OLDEST_PYTHON[1]])
+    if oldest is None:
+        print(f"note: no python3.{OLDEST_PYTHON[1]} here: only the grammar is checked")
+        return
+    env = {"PATH": path_with_python3(tmp, oldest)}
+    done = wrapper("record", "-o", "old.json", "--", launch_driver(), "--iters", "2", cwd=tmp,
+                   env=env)
+    expect(done.returncode == 0 and "ferrum-replay: trace: '" in done.stderr and
+           "Traceback" not in done.stderr, f"record under {oldest}", done)
+    expect_file = write(os.path.join(tmp, "e.txt"), "'*' 4 1000 1000\n")
+    for args, said in ((["summary", "old.json"], "4 ranges in 1 trace"),
+                       (["check", "--expect", expect_file, "old.json"], "OK: 4 ranges"),
+                       (["compare", "old.json", "old.json"], "")):
+        done = wrapper(*args, cwd=tmp, env=env)
+        expect("Traceback" not in done.stderr and said in done.stdout and
+               done.returncode == (2 if args[0] == "compare" else 0),
+               f"{args[0]} under {oldest}", done)
+    done = ci_smoke("--expect", expect_file, "--", launch_driver(), "--iters", "2", cwd=tmp,
+                    env=env)
+    expect(done.returncode == 0 and "Traceback" not in done.stderr,
+           f"ci-smoke-profile under {oldest}", done)
 
 
 def test_demo(tmp):
@@ -1549,6 +1599,64 @@ def test_check_gpu_expectations(tmp):
     done = check("'graph 1' 1 max-gpu-ms=1\n", cpu)
     expect(done.returncode == 1 and "expected 'name-pattern min-count" in done.stdout,
            "an unknown bound is refused", done)
+
+
+def test_judges_read_input_as_typed(tmp):
+    """What a user types is read as typed, or refused (hostile review of 2026-12-05):
+    - an expectations file an editor began with a byte order mark: line 1's pattern held it,
+      matched nothing, and its bound (min-count 0) never applied: check passed;
+    - counts and bounds: int() and float() also take '+1', '1_0', other scripts' digits, '-0',
+      'nan'; now digits only, or one line and no verdict;
+    - check with nothing to check was a FAIL "no trace was written"; it is a usage error;
+    - a message's list of graphs named four and hid how many more there were."""
+    trace = make_trace(os.path.join(tmp, "t.json"), "--ranges", 70, "--graphs", 7, cwd=tmp)
+
+    def check(text, *more):
+        with open(os.path.join(tmp, "e.txt"), "wb") as handle:
+            handle.write(text.encode("utf-8"))
+        return wrapper("check", "--expect", os.path.join(tmp, "e.txt"), *more, trace, cwd=tmp)
+
+    for text in ("\ufeff'graph 1' 0 0.0000001\n", "\ufeff# bounds\r\n'graph 1' 0 0.0000001\r\n"):
+        done = check(text)
+        expect(done.returncode == 1 and "ranges matching 'graph 1' take" in done.stdout and
+               "more than max-cpu-mean-ms 1e-07" in done.stdout,
+               f"a bound after a byte order mark ({text!r})", done)
+    done = check("\ufeff'graph 1' 10\n")
+    expect(done.returncode == 0 and "1 expectation met" in done.stdout,
+           "a count after a byte order mark", done)
+    # Only before line 1: elsewhere it is part of a pattern, as written.
+    done = check("'graph 1' 10\n\ufeff'graph 2' 1\n")
+    expect(done.returncode == 1 and "0 ranges match" in done.stdout, "a mark inside", done)
+    for count in ("+1", "1_0", "\u0661", "-0", "0x1", " 1 2"):
+        done = check(f"'graph 1' '{count}'\n")
+        expect(done.returncode == 1 and "min-count must be an integer >= 0" in done.stdout,
+               f"min-count {count!r} taken", done)
+    for bound in ("-0", "+1", "1_0", "nan", "inf", "1e309", "\u0661", "1.5ms", "max-cpu-mean-ms=-0"):
+        done = check(f"'graph 1' 1 {bound}\n")
+        expect(done.returncode == 1 and "each bound a number >= 0" in done.stdout,
+               f"bound {bound!r} taken", done)
+    for bound in ("0.5", ".5", "5.", "1e3", "1E-3", "-"):
+        done = check(f"'graph 1' 1 {bound} {bound}\n".replace(" - -", " -"))
+        expect("min-count must" not in done.stdout and done.returncode in (0, 1),
+               f"bound {bound!r} refused", done)
+    for option, value in (("--expect-total", "+10"), ("--expect-total", "1_0"),
+                          ("--expect-counts", "10,+10"), ("--expect-range", "graph 1=\u0661\u0660")):
+        done = wrapper("check", option, value, trace, cwd=tmp)
+        expect(done.returncode == 2 and not done.stdout and len(done.stderr.splitlines()) == 1,
+               f"check {option} {value!r}", done)
+    for threshold in ("+5", "1_000", "\u0661\u0660", "-0", "nan", "1e309", "10%"):
+        done = wrapper("compare", "--threshold", threshold, trace, trace, cwd=tmp)
+        expect(done.returncode == 2 and "a percentage >= 0 is needed" in done.stderr and
+               len(done.stderr.splitlines()) == 1, f"compare --threshold {threshold!r}", done)
+    done = wrapper("check", cwd=tmp)
+    expect(done.returncode == 2 and not done.stdout and
+           done.stderr.startswith("ferrum-replay check: no traces given") and
+           len(done.stderr.splitlines()) == 1, "check without traces", done)
+    # Six graphs of BASE missing from NEW: four named, and the two more counted.
+    one = make_trace(os.path.join(tmp, "one.json"), "--ranges", 10, "--graphs", 1, cwd=tmp)
+    done = wrapper("compare", trace, one, cwd=tmp)
+    expect(done.returncode == 1 and "6 graphs of BASE missing from NEW: 'graph 2', 'graph 3', "
+           "'graph 4', 'graph 5' (and 2 more)" in done.stdout, "compare's list of six", done)
 
 
 def test_record_gpu_time(tmp):
@@ -2348,6 +2456,34 @@ def test_judged_by_session_not_clock(tmp):
                    '"$@" && touch -d "1 hour ago" named.json', "sh", *program, cwd=tmp)
     expect(done.returncode == 0 and "trace: " in done.stderr and "earlier run" not in
            done.stderr, "record's report of its own trace dated in the past", done)
+    # A trace that names no session (the shim and the recorder attached by hand, `ferrum-replay
+    # env`) is judged by its time; with a time in the future (`touch`, `cp -p`, a server's clock
+    # ahead) it passed as the last run's, which launched nothing. Its recorder's start, in the
+    # trace, is before the run began: an earlier run's.
+    unnamed = os.path.join(tmp, "unnamed")
+    os.makedirs(unnamed)
+    done = run([launch_driver(), "--iters", "2"], tmp, {
+        "LD_PRELOAD": env_path("FERRUM_SHIM"),
+        "NVTX_INJECTION64_PATH": env_path("FERRUM_RECORDER_LIB"),
+        "FERRUM_RECORD_OUT": unnamed + "/", "FERRUM_RECORD_TABLE": "0"})
+    hand_made = traces_in(unnamed)
+    expect(done.returncode == 0 and len(hand_made) == 1, "a run without a session", done)
+    os.utime(hand_made[0], (later, later))
+    done = wrapper("record", "-o", "unnamed/", "--", ARGV_ECHO, cwd=tmp)
+    expect("no trace was written" in done.stderr, "the last run launches nothing", done)
+    done = wrapper("check", *hand_made, cwd=tmp)
+    expect(done.returncode == 1 and "is of an earlier run" in done.stdout,
+           "check of a sessionless earlier trace with a time in the future", done)
+    # Its trace written by hand during a later `record` (a process of the run that dropped
+    # the session from its environment) is still that run's.
+    done = wrapper("record", "-o", "unnamed/", "--", "/usr/bin/env", "-u",
+                   "FERRUM_RECORD_SESSION", launch_driver(), "--iters", "2", cwd=tmp)
+    latest = [t for t in traces_in(unnamed) if t not in hand_made]
+    expect(done.returncode == 0 and len(latest) == 1, "a run whose process drops its session",
+           done)
+    done = wrapper("check", "--expect-total", "4", *latest, cwd=tmp)
+    expect(done.returncode == 0 and "OK: 4 ranges" in done.stdout,
+           "a sessionless trace of the last run", done)
     # Two runs of one name at once: the first still runs when the second begins; both are the
     # last run's.
     both_runs_count(tmp, "ranks", program, "on this host")
