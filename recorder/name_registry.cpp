@@ -8,7 +8,7 @@
 
 namespace ferrum_replay::recorder {
 
-NameRegistry::NameRegistry(bool reject_all, std::string reject_domain)
+NameRegistry::NameRegistry(bool reject_all, std::optional<std::string> reject_domain)
     : reject_all_(reject_all), reject_domain_(std::move(reject_domain)) {
   global_.id = 0;
   global_.reject_target = reject_all_ || reject_domain_ == kGlobalDomainName;
@@ -32,7 +32,7 @@ bool NameRegistry::take_budget_locked(size_t bytes) {
 nvtxDomainRegistration_st *NameRegistry::add_domain_locked(std::string key) {
   auto handle = std::make_unique<nvtxDomainRegistration_st>();
   handle->id = static_cast<uint32_t>(domain_names_.size());
-  handle->reject_target = reject_all_ || key == reject_domain_;
+  handle->reject_target = reject_all_ || (reject_domain_ && key == *reject_domain_);
   domain_names_.push_back(key);
   return domains_.emplace(std::move(key), std::move(handle)).first->second.get();
 }

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -32,9 +33,10 @@ inline constexpr std::string_view kGlobalDomainName = "global";
 
 class NameRegistry {
  public:
-  // `reject_all`: every domain is a rejection target; otherwise only `reject_domain` is
-  // ("global" naming the NULL domain).
-  NameRegistry(bool reject_all, std::string reject_domain);
+  // `reject_all`: every domain is a rejection target; otherwise only `reject_domain` is, when
+  // given ("global" naming the NULL domain). Not given, no domain is: a domain named "" (or
+  // nullptr) is no rejection target, whose push would ask a rejection mode that is none.
+  NameRegistry(bool reject_all, std::optional<std::string> reject_domain);
   ~NameRegistry();
   NameRegistry(const NameRegistry &) = delete;
   NameRegistry &operator=(const NameRegistry &) = delete;
@@ -93,7 +95,7 @@ class NameRegistry {
   };
 
   bool reject_all_;
-  std::string reject_domain_;
+  std::optional<std::string> reject_domain_;
   nvtxDomainRegistration_st global_;
 
   mutable std::mutex mu_;

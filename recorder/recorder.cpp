@@ -109,8 +109,8 @@ Recorder::Recorder(const Settings &settings, uint64_t origin_ns, uint64_t origin
       generation_(g_next_generation.fetch_add(1, std::memory_order_relaxed)),
       names_(settings.reject != RejectMode::none && !settings.reject_domain_only,
              settings.reject != RejectMode::none && settings.reject_domain_only
-                 ? settings.reject_domain
-                 : std::string()),
+                 ? std::optional<std::string>(settings.reject_domain)
+                 : std::nullopt),
       // memory_budget_ is declared after gpu_: only its address is taken here.
       gpu_(settings.spill ? &spill_ : nullptr, &memory_budget_),
       memory_budget_(settings.memory) {}
@@ -246,6 +246,7 @@ bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack) noexcept {
 
 bool Recorder::should_reject_slow() noexcept {
   if (settings_.reject == RejectMode::all) return true;
+  if (settings_.reject != RejectMode::every_nth || settings_.reject_every == 0) return false;
   const uint64_t n = push_counter_.fetch_add(1, std::memory_order_relaxed) + 1;
   return n % settings_.reject_every == 0;
 }

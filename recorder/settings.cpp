@@ -40,7 +40,7 @@ bool parse_byte_count(std::string_view text, uint64_t *value) {
     if (scale != 1) text.remove_suffix(1);
   }
   uint64_t n = 0;
-  if (text == "0") {
+  if (!text.empty() && text.find_first_not_of('0') == std::string_view::npos) {  // 0, 00, 0K
     *value = 0;
     return true;
   }
@@ -130,7 +130,8 @@ Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::s
 
   read_switch(env, context, "FERRUM_RECORD_TABLE", &s.table, "printing the table", warnings);
 
-  if (const char *reject = env("FERRUM_RECORD_REJECT", context); reject && *reject) {
+  const char *reject = env("FERRUM_RECORD_REJECT", context);
+  if (reject && *reject) {
     const std::string_view r(reject);
     uint64_t n = 0;
     if (equals_ignore_case(r, "all")) {
@@ -172,6 +173,9 @@ Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::s
   if (const char *dom = env("FERRUM_RECORD_REJECT_DOMAIN", context); dom && *dom) {
     s.reject_domain_only = true;
     s.reject_domain = dom;
+    if (!(reject && *reject) && warnings)
+      warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_REJECT_DOMAIN='" + quoted(dom) +
+                          "' limits FERRUM_RECORD_REJECT, which is not set; rejecting nothing\n");
   }
   return s;
 }

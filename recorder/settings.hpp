@@ -56,6 +56,7 @@
 //                                Anything else prints one line and keeps 24M.
 //   FERRUM_RECORD_REJECT_DOMAIN  limit rejection (and the every-Nth counter) to pushes in the
 //                                domain of that name; "global" means NVTX's default domain.
+//                                Without FERRUM_RECORD_REJECT: one line, nothing rejected.
 #pragma once
 
 #include <cstdint>

@@ -322,6 +322,27 @@ def test_reject_global_domain_every_nth(tmp):
            "every third global push rejected", c)
 
 
+def test_domain_named_empty(tmp):
+    """A domain named "" (nvtxDomainCreateA(""); NULL and L"" alike) is a domain like any other.
+    With no rejection asked for, the recorder took it for the rejection's domain and divided by
+    the every-Nth count, 0: SIGFPE in the program (hostile review of 2026-12-05). Also with a
+    rejection limited to another domain, and with FERRUM_RECORD_REJECT_DOMAIN alone (one line,
+    nothing rejected)."""
+    for env, said in (({}, None), ({"FERRUM_RECORD_REJECT": "2",
+                                    "FERRUM_RECORD_REJECT_DOMAIN": "other"}, None),
+                      ({"FERRUM_RECORD_REJECT_DOMAIN": "other"},
+                       "ferrum-replay recorder: FERRUM_RECORD_REJECT_DOMAIN='other' limits "
+                       "FERRUM_RECORD_REJECT, which is not set; rejecting nothing")):
+        c = run_client(tmp, "--iters", 6, "--domain", "", "--nested", 2, env=env)
+        expect_clean(c)
+        expect_counts_match(c)
+        expect(c.values["rejected"] == 0 and
+               trace_check.counts_by_name(c.trace, "") == {"dom-ascii": 6},
+               f"the domain named '' with {env}", c)
+        if said:
+            expect(c.stderr.count(said) == 1, "the one line for REJECT_DOMAIN alone", c)
+
+
 def test_invalid_reject_value(tmp):
     c = run_client(tmp, "--iters", 5, env={"FERRUM_RECORD_REJECT": "sometimes"})
     expect_clean(c)

@@ -149,6 +149,30 @@ TEST_CASE("reject every Nth push") {
   CHECK(s.errors.none());
 }
 
+TEST_CASE("no rejection set: a domain named \"\" records like any other (it divided by zero)") {
+  // The registry compared every domain's name with the rejection's domain, "" when none was
+  // set: a domain named "" (nvtxDomainCreateA(""), or NULL) became a rejection target, and its
+  // push asked the every-Nth counter for N = 0: SIGFPE in the program.
+  for (const RejectMode mode : {RejectMode::none, RejectMode::every_nth}) {
+    Recorder r(reject_settings(mode, mode == RejectMode::every_nth ? 2 : 0, "victim"), 0);
+    if (mode == RejectMode::none) {
+      Settings none;  // the settings of a run that asked for no rejection at all
+      Recorder plain(none, 0);
+      auto *empty = plain.names().create_domain("");
+      REQUIRE(empty != nullptr);
+      CHECK_FALSE(empty->reject_target);
+      CHECK(push(plain, *empty, "kept") == 0);
+      CHECK(plain.pop(*empty) == 0);
+      CHECK(count_named(plain.snapshot(), "kept") == 1);
+    }
+    auto *empty = r.names().create_domain("");
+    REQUIRE(empty != nullptr);
+    CHECK_FALSE(empty->reject_target);
+    CHECK(push(r, *empty, "kept") == 0);
+    CHECK(r.pop(*empty) == 0);
+  }
+}
+
 TEST_CASE("reject limited to one domain") {
   SUBCASE("named domain") {
     Recorder r(reject_settings(RejectMode::all, 0, "victim"), 0);

@@ -93,6 +93,17 @@ TEST_CASE("reject modes") {
       parse({{"FERRUM_RECORD_REJECT", "all"}, {"FERRUM_RECORD_REJECT_DOMAIN", "global"}});
   CHECK(dom.reject_domain_only);
   CHECK(dom.reject_domain == "global");
+  // A domain without a rejection to limit: one line, nothing rejected.
+  std::vector<std::string> w;
+  CHECK(parse({{"FERRUM_RECORD_REJECT_DOMAIN", "victim"}}, &w).reject == RejectMode::none);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] ==
+        "ferrum-replay recorder: FERRUM_RECORD_REJECT_DOMAIN='victim' limits "
+        "FERRUM_RECORD_REJECT, which is not set; rejecting nothing\n");
+  // An invalid FERRUM_RECORD_REJECT has its own line, not this one as well.
+  w.clear();
+  parse({{"FERRUM_RECORD_REJECT", "x"}, {"FERRUM_RECORD_REJECT_DOMAIN", "victim"}}, &w);
+  CHECK(w.size() == 1);
 }
 
 TEST_CASE("invalid reject value warns once and rejects nothing") {
@@ -121,7 +132,12 @@ TEST_CASE("parse_positive_u64") {
 
 TEST_CASE("FERRUM_RECORD_MEMORY: a byte count with K, M or G; anything else one warning, 24M") {
   CHECK(parse({}).memory == uint64_t{24} << 20);
-  CHECK(parse({{"FERRUM_RECORD_MEMORY", "0"}}).memory == 0);
+  for (const char *zero : {"0", "00", "0K", "000M"}) {
+    std::vector<std::string> warnings;
+    CHECK_MESSAGE(parse({{"FERRUM_RECORD_MEMORY", zero}}, &warnings).memory == 0, zero);
+    CHECK(warnings.empty());
+  }
+  CHECK(parse({{"FERRUM_RECORD_MEMORY", "05"}}).memory == 5);
   CHECK(parse({{"FERRUM_RECORD_MEMORY", "4096"}}).memory == 4096);
   CHECK(parse({{"FERRUM_RECORD_MEMORY", "512K"}}).memory == 512u * 1024);
   CHECK(parse({{"FERRUM_RECORD_MEMORY", "64m"}}).memory == uint64_t{64} << 20);
