@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "proc_self.hpp"
@@ -132,15 +133,21 @@ bool is_stream_target(const char *path) {
 
 namespace {
 
-// Descriptors 1 and 2 as first seen (note_standard_streams). State: 0 not noted, 1 closed
-// then, 2 noted (dev, ino). Written once, before `state` is published.
+// Descriptors 1 and 2 as first seen (note_standard_streams), and those an output setting
+// names (note_output_stream). State: 0 not noted, 1 closed then, 2 noted (dev, ino). `fd` and
+// the file are written once, before `state` is published.
 struct NotedStream {
   std::atomic<int> state{0};
+  int fd = -1;
   dev_t dev = 0;
   ino_t ino = 0;
 };
 NotedStream g_noted[3];  // by descriptor; [0] unused
 std::atomic<bool> g_streams_noted{false};
+// A process's outputs are a few settings (a trace, a summary): a few descriptors.
+constexpr int kNotedOutputs = 16;
+NotedStream g_noted_outputs[kNotedOutputs];
+std::atomic<int> g_noted_output_slots{0};
 
 // A standard stream the process was started with never has FD_CLOEXEC (it came through exec);
 // descriptor 1 or 2 with it is a file the program opened itself after closing that stream
@@ -150,14 +157,39 @@ bool opened_by_the_program(int fd) {
   return flags < 0 || (flags & FD_CLOEXEC) != 0;
 }
 
-// 0 when `fd` may be written as the host's standard stream, else the error (open_stream).
+// Notes what descriptor `fd` names now into `noted`: closed (or opened by the program itself,
+// FD_CLOEXEC), or its file.
+void note_descriptor(int fd, NotedStream &noted) {
+  struct stat st {};
+  noted.fd = fd;
+  if (opened_by_the_program(fd) || fstat(fd, &st) != 0) {
+    noted.state.store(1, std::memory_order_release);
+    return;
+  }
+  noted.dev = st.st_dev;
+  noted.ino = st.st_ino;
+  noted.state.store(2, std::memory_order_release);
+}
+
+NotedStream *noted_output(int fd) {
+  const int used = std::min(g_noted_output_slots.load(std::memory_order_acquire), kNotedOutputs);
+  for (int i = 0; i < used; ++i)
+    if (g_noted_outputs[i].state.load(std::memory_order_acquire) != 0 &&
+        g_noted_outputs[i].fd == fd)
+      return &g_noted_outputs[i];
+  return nullptr;
+}
+
+// 0 when `fd` may be written as the stream it named when noted, else the error (open_stream).
+// Descriptor 3 and above is the program's own business (its database, its socket) unless an
+// output setting named it when we started: one not noted is not proven ours to write.
 int check_noted(int fd, const struct stat &now) {
-  if (fd != 1 && fd != 2) return 0;
+  const NotedStream *noted = fd == 1 || fd == 2 ? &g_noted[fd] : noted_output(fd);
+  if (!noted) return fd > 2 ? kStreamReplaced : 0;
   if (opened_by_the_program(fd)) return kStreamReplaced;
-  const NotedStream &noted = g_noted[fd];
-  const int state = noted.state.load(std::memory_order_acquire);
+  const int state = noted->state.load(std::memory_order_acquire);
   if (state == 1) return EBADF;
-  if (state == 2 && (now.st_dev != noted.dev || now.st_ino != noted.ino)) return kStreamReplaced;
+  if (state == 2 && (now.st_dev != noted->dev || now.st_ino != noted->ino)) return kStreamReplaced;
   return 0;
 }
 
@@ -165,17 +197,16 @@ int check_noted(int fd, const struct stat &now) {
 
 void note_standard_streams() {
   if (g_streams_noted.exchange(true, std::memory_order_acq_rel)) return;
-  for (int fd = 1; fd <= 2; ++fd) {
-    struct stat st {};
-    NotedStream &noted = g_noted[fd];
-    if (opened_by_the_program(fd) || fstat(fd, &st) != 0) {
-      noted.state.store(1, std::memory_order_release);
-      continue;
-    }
-    noted.dev = st.st_dev;
-    noted.ino = st.st_ino;
-    noted.state.store(2, std::memory_order_release);
-  }
+  for (int fd = 1; fd <= 2; ++fd) note_descriptor(fd, g_noted[fd]);
+}
+
+void note_output_stream(const char *path) {
+  const int fd = path ? descriptor_of(path) : -1;
+  if (fd <= 2) return;  // 1 and 2: note_standard_streams; stdin is never written (EBADF)
+  // Noted again (a setting read again, as a test does): as it is now.
+  if (NotedStream *noted = noted_output(fd)) return note_descriptor(fd, *noted);
+  const int slot = g_noted_output_slots.fetch_add(1, std::memory_order_acq_rel);
+  if (slot < kNotedOutputs) note_descriptor(fd, g_noted_outputs[slot]);
 }
 
 int open_stream(const char *path, Stream *stream) {

@@ -68,6 +68,12 @@ inline constexpr int kStreamNotReopenable = EWOULDBLOCK;
 // this file itself, before or after the note): kStreamReplaced. Without a note, only the
 // FD_CLOEXEC check.
 void note_standard_streams();
+// The same for the descriptor 3 or above that an output setting names (/dev/fd/5,
+// /proc/self/fd/5: a descriptor the user opened for us, `5>trace.json`), noted when the
+// setting is read. open_stream writes to descriptor N >= 3 only as noted here: one no setting
+// named when we started (a pattern that expanded to it later) is kStreamReplaced — number N is
+// otherwise the program's own, whose database or socket may have taken it.
+void note_output_stream(const char *path);
 inline constexpr int kStreamReplaced = ESTALE;
 // 0, or errno (ETIMEDOUT when the reader made no room within stall_ms; kStreamNotReopenable
 // when the first RWF_NOWAIT write finds the kernel unable to, nothing written).

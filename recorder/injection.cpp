@@ -384,6 +384,8 @@ Recorder *ensure_recorder() {
   std::vector<std::string> warnings;
   g_settings = new Settings(parse_settings(common::process_env, nullptr, &warnings));
   for (const std::string &w : warnings) write_stderr(w);
+  // A trace to /dev/fd/N: descriptor N as it is now, the only file it may be written to.
+  common::note_output_stream(g_settings->out_pattern.c_str());
 
   // Relative output paths name a file in the directory the process was in when the recorder
   // was initialised (its first NVTX call; the recorder is not loaded before), even if the

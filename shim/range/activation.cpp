@@ -279,6 +279,8 @@ void read_into_settings() {
     g_settings.log_level = level;
     g_settings.enabled = false;
   }
+  // A summary to /dev/fd/N: descriptor N as it is now, the only file it may be written to.
+  common::note_output_stream(g_settings.summary);
   set_log_level(g_settings.log_level);
   g_settings_state.store(2, std::memory_order_release);
 }

@@ -22,6 +22,15 @@
 //                  launches, without it; then launches N times (both: 2N launches with after)
 //                  and exits 0 if its files still hold exactly its bytes, 3 if not. Prints
 //                  nothing: its output streams are its files now.
+//   output-descriptor DIR N FD keep|before|after
+//                  Opens DIR/inherited at number FD, without FD_CLOEXEC (as `FD>inherited` in a
+//                  shell gives it): the output the test names as /dev/fd/FD. `keep`: launches N
+//                  times. `before`: first closes FD and opens a file of its own, DIR/own (with
+//                  O_CLOEXEC, as Python's os.open does), which takes number FD, then launches N
+//                  times. `after`: launches N times (the shim and the recorder have started:
+//                  they saw `inherited`), then does the same without O_CLOEXEC and launches N
+//                  times more. Exits 0 when its file (if any) holds exactly its 512 KiB of known
+//                  bytes, 3 if not. Prints nothing.
 //   unload         dlopens the driver (RTLD_LOCAL), launches a graph 3000 times, destroys the
 //                  graph and its context, dlcloses the driver and
 //                  prints `still_loaded=1` if dlopen(RTLD_NOLOAD) still finds it, else
@@ -294,6 +303,37 @@ int standard_streams(const std::string &dir, long launches, bool before) {
   d.launch_n(launches);
   const bool kept = read_all(dir + "/out") == known_bytes(5) &&
                     read_all(dir + "/err") == known_bytes(6) && d.failed == 0;
+  return kept ? 0 : 3;
+}
+
+// Number `fd` becomes the file `path` (created empty), opened with `flags`.
+void open_at(const std::string &path, int fd, int flags) {
+  close(fd);
+  const int opened = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | flags, 0600);
+  if (opened < 0) std::exit(1);
+  if (opened != fd) {
+    // dup3 keeps O_CLOEXEC where asked (dup2 never sets it).
+    if (dup3(opened, fd, flags & O_CLOEXEC) != fd) std::exit(1);
+    close(opened);
+  }
+}
+
+int output_descriptor(const std::string &dir, long launches, int fd, const std::string &when) {
+  open_at(dir + "/inherited", fd, 0);
+  const std::string own = dir + "/own";
+  auto take_number = [&](int flags) {
+    open_at(own, fd, flags);
+    const std::string bytes = known_bytes(fd);
+    if (write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) std::exit(1);
+  };
+  if (when == "before") take_number(O_CLOEXEC);
+  Driver d = load_driver();
+  d.launch_n(launches);
+  if (when == "after") {
+    take_number(0);
+    d.launch_n(launches);
+  }
+  const bool kept = (when == "keep" || read_all(own) == known_bytes(fd)) && d.failed == 0;
   return kept ? 0 : 3;
 }
 
@@ -664,6 +704,8 @@ int main(int argc, char **argv) {
   if (mode == "thread-churn" && argc >= 3) return thread_churn(std::atol(argv[2]));
   if (mode == "standard-streams" && argc >= 5)
     return standard_streams(argv[2], std::atol(argv[3]), std::strcmp(argv[4], "before") == 0);
+  if (mode == "output-descriptor" && argc >= 6)
+    return output_descriptor(argv[2], std::atol(argv[3]), std::atoi(argv[4]), argv[5]);
   if (mode == "unbalanced-pushes" && argc >= 3) return unbalanced_pushes(std::atol(argv[2]));
   if (mode == "locale" && argc >= 3) return host_locale(std::atol(argv[2]));
   if (mode == "cancel-pending" && argc >= 4)
@@ -675,7 +717,8 @@ int main(int argc, char **argv) {
   std::fprintf(
       stderr,
       "usage: host_resources descriptors DIR N [close|dup2] | "
-      "standard-streams DIR N before|after | unload | unload-timed N in-flight|completed | "
+      "standard-streams DIR N before|after | output-descriptor DIR N FD keep|before|after | "
+      "unload | unload-timed N in-flight|completed | "
       "reload-timed ROUNDS N | thread-churn N | "
       "distinct-names N [fork] | hostile-names N PEAKFILE | signal-names N | unbalanced-pushes N | "
       "cancel-pending THREADS N | locale N\n");

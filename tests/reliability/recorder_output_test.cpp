@@ -72,6 +72,14 @@ void write_file(const std::string &path, const std::string &text) {
   std::ofstream(path) << text;
 }
 
+// The path PREFIX + fd, given as the output setting: noted as the recorder notes its output
+// when it starts (note_output_stream), the only way a descriptor above 2 is written.
+std::string noted(const char *prefix, int fd) {
+  const std::string path = prefix + std::to_string(fd);
+  ferrum_replay::common::note_output_stream(path.c_str());
+  return path;
+}
+
 struct TempDir {
   std::string path;
   TempDir() {
@@ -766,8 +774,7 @@ TEST_CASE("stream targets: devices, FIFOs and descriptors are written, never cre
     ssize_t n;
     while ((n = read(fds[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
   });
-  REQUIRE(
-      write_trace_file("/proc/self/fd/" + std::to_string(fds[1]), s, TraceFileOptions{}, &outcome));
+  REQUIRE(write_trace_file(noted("/proc/self/fd/", fds[1]), s, TraceFileOptions{}, &outcome));
   close(fds[1]);
   reader.join();
   close(fds[0]);
@@ -779,8 +786,7 @@ TEST_CASE("stream targets: devices, FIFOs and descriptors are written, never cre
   record_nested(big, 3000);  // more than a pipe holds
   const Snapshot bs = big.snapshot_for_report();
   const timespec start = now_monotonic();
-  CHECK_FALSE(
-      write_trace_file("/dev/fd/" + std::to_string(fds[1]), bs, TraceFileOptions{}, &outcome));
+  CHECK_FALSE(write_trace_file(noted("/dev/fd/", fds[1]), bs, TraceFileOptions{}, &outcome));
   CHECK(outcome.error.find(std::strerror(ETIMEDOUT)) == 0);
   // The bound is 2 s without progress: a reader that makes a little room late (a terminal's
   // second flush) may cost one more wait, and a loaded machine adds its scheduling delays.
@@ -788,8 +794,7 @@ TEST_CASE("stream targets: devices, FIFOs and descriptors are written, never cre
 
   // Its reader gone: EPIPE, and no SIGPIPE kills the process (we are still here).
   close(fds[0]);
-  CHECK_FALSE(
-      write_trace_file("/dev/fd/" + std::to_string(fds[1]), bs, TraceFileOptions{}, &outcome));
+  CHECK_FALSE(write_trace_file(noted("/dev/fd/", fds[1]), bs, TraceFileOptions{}, &outcome));
   CHECK(outcome.error == std::strerror(EPIPE));
   sigset_t pending;
   sigpending(&pending);
@@ -797,8 +802,37 @@ TEST_CASE("stream targets: devices, FIFOs and descriptors are written, never cre
   close(fds[1]);
 
   // A descriptor that is not open.
-  CHECK_FALSE(write_trace_file("/proc/self/fd/987654", s, TraceFileOptions{}, &outcome));
+  CHECK_FALSE(write_trace_file(noted("/proc/self/fd/", 987654), s, TraceFileOptions{}, &outcome));
   CHECK(outcome.error == std::strerror(EBADF));
+}
+
+TEST_CASE("a descriptor above 2 is written only as noted when the output setting was read") {
+  Recorder r(spilling_at_once(), 0);
+  const Snapshot s = small_snapshot(r);
+  TraceFileOutcome outcome;
+  TempDir dir;
+  const int fd = open((dir / "given").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);  // no CLOEXEC
+  REQUIRE(fd > 2);
+  // Never named by a setting (a pattern that expanded to it at exit, say): not proven ours.
+  CHECK_FALSE(write_trace_file("/dev/fd/" + std::to_string(fd), s, TraceFileOptions{}, &outcome));
+  CHECK(outcome.error.find(std::strerror(ESTALE)) == 0);
+  CHECK(read_file(dir / "given").empty());
+  // Named, and unchanged: written.
+  REQUIRE(write_trace_file(noted("/dev/fd/", fd), s, TraceFileOptions{}, &outcome));
+  CHECK(read_file(dir / "given") == render_trace(s));
+  // The program closed it and opened its own file, which took the number (no O_CLOEXEC): the
+  // program's file is left alone.
+  close(fd);
+  const int own = open((dir / "own").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(own == fd);
+  CHECK_FALSE(
+      write_trace_file("/proc/self/fd/" + std::to_string(fd), s, TraceFileOptions{}, &outcome));
+  CHECK(outcome.error.find(std::strerror(ESTALE)) == 0);
+  CHECK(read_file(dir / "own").empty());
+  close(own);
+  // Closed since: not written either.
+  CHECK_FALSE(write_trace_file("/dev/fd/" + std::to_string(fd), s, TraceFileOptions{}, &outcome));
+  CHECK(read_file(dir / "own").empty());
 }
 
 TEST_CASE("FERRUM_RECORD_FORCE replaces only a regular file, never a link to one") {
@@ -853,8 +887,7 @@ TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor ke
   int master = -1;
   const int terminal = open_terminal(&master);
   timespec start = now_monotonic();
-  CHECK_FALSE(
-      write_trace_file("/dev/fd/" + std::to_string(terminal), bs, TraceFileOptions{}, &outcome));
+  CHECK_FALSE(write_trace_file(noted("/dev/fd/", terminal), bs, TraceFileOptions{}, &outcome));
   CHECK(outcome.error.find(std::strerror(ETIMEDOUT)) == 0);
   // The bound is 2 s without progress: a reader that makes a little room late (a terminal's
   // second flush) may cost one more wait, and a loaded machine adds its scheduling delays.
@@ -867,8 +900,7 @@ TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor ke
   int pair[2];
   REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
   start = now_monotonic();
-  CHECK_FALSE(write_trace_file("/proc/self/fd/" + std::to_string(pair[0]), bs, TraceFileOptions{},
-                               &outcome));
+  CHECK_FALSE(write_trace_file(noted("/proc/self/fd/", pair[0]), bs, TraceFileOptions{}, &outcome));
   CHECK(outcome.error.find(std::strerror(ETIMEDOUT)) == 0);
   // The bound is 2 s without progress: a reader that makes a little room late (a terminal's
   // second flush) may cost one more wait, and a loaded machine adds its scheduling delays.
@@ -876,8 +908,7 @@ TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor ke
   CHECK((fcntl(pair[0], F_GETFL) & O_NONBLOCK) == 0);
   // Its reader gone: EPIPE and no SIGPIPE.
   close(pair[1]);
-  CHECK_FALSE(write_trace_file("/proc/self/fd/" + std::to_string(pair[0]), bs, TraceFileOptions{},
-                               &outcome));
+  CHECK_FALSE(write_trace_file(noted("/proc/self/fd/", pair[0]), bs, TraceFileOptions{}, &outcome));
   CHECK(outcome.error == std::strerror(EPIPE));
   close(pair[0]);
 
@@ -890,7 +921,7 @@ TEST_CASE("no stream write blocks beyond the bound, and the host's descriptor ke
     ssize_t n;
     while ((n = read(fds[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
   });
-  CHECK(write_trace_file("/dev/fd/" + std::to_string(fds[1]), bs, TraceFileOptions{}, &outcome));
+  CHECK(write_trace_file(noted("/dev/fd/", fds[1]), bs, TraceFileOptions{}, &outcome));
   CHECK((fcntl(fds[1], F_GETFL) & O_NONBLOCK) == 0);
   close(fds[1]);
   reader.join();
@@ -934,19 +965,17 @@ TEST_CASE(
     int failed = 0;
     TraceFileOutcome outcome;
     // A pipe whose reader makes room late (after 1 s): everything, the description blocking.
-    if (!write_trace_file("/dev/fd/" + std::to_string(read_late[1]), bs, TraceFileOptions{},
-                          &outcome) ||
+    if (!write_trace_file(noted("/dev/fd/", read_late[1]), bs, TraceFileOptions{}, &outcome) ||
         (fcntl(read_late[1], F_GETFL) & O_NONBLOCK) != 0)
       failed |= 1;
     // A pipe nobody reads: given up within the bound, the description blocking.
     const timespec start = now_monotonic();
-    if (write_trace_file("/dev/fd/" + std::to_string(unread[1]), bs, TraceFileOptions{},
-                         &outcome) ||
+    if (write_trace_file(noted("/dev/fd/", unread[1]), bs, TraceFileOptions{}, &outcome) ||
         outcome.error.find(std::strerror(ETIMEDOUT)) != 0 || seconds_since(start) > 6.0 ||
         (fcntl(unread[1], F_GETFL) & O_NONBLOCK) != 0)
       failed |= 2;
     // A terminal: no RWF_NOWAIT there, so nothing is written, as before.
-    if (write_trace_file("/dev/fd/" + std::to_string(terminal), bs, TraceFileOptions{}, &outcome) ||
+    if (write_trace_file(noted("/dev/fd/", terminal), bs, TraceFileOptions{}, &outcome) ||
         outcome.error != std::string(std::strerror(ferrum_replay::common::kStreamNotReopenable)) +
                              ferrum_replay::common::stream_error_note(
                                  ferrum_replay::common::kStreamNotReopenable))

@@ -19,6 +19,11 @@ standard_streams_taken   closes stdout and stderr and opens two   they hold exac
                          (O_CLOEXEC) or after (without): then     line or trace written to
                          launches, with the table, the summary    /dev/stdout reaches them; the
                          and the log on stderr                    trace file holds every launch
+output_descriptors_      the trace (/dev/fd/7) or the summary     kept: the output arrives there;
+taken                    (/proc/self/fd/7) to a descriptor the    taken: its file holds exactly its
+                         program then closes, opening its own     bytes, nothing written, one line
+                         file at that number (before its first
+                         launch with O_CLOEXEC, or after without)
 driver_unloadable        dlopens the driver, launches 3,000       dlopen(RTLD_NOLOAD) no longer finds
                          times, dlcloses it                       it, as without the shim (checked:
                                                                   the bare run unloads it too)
@@ -210,6 +215,46 @@ def standard_streams_taken():
                                f"than its own bytes after exit", run_)
                 if not to_stdout:
                     harness.expect_one_range_per_launch(run_, total)
+
+
+def output_descriptors_taken():
+    """FERRUM_RECORD_OUT or FERRUM_REPLAY_SUMMARY naming a descriptor the user opened for us
+    (/dev/fd/7 with `7>trace.json`): the program may close number 7 and open a file of its own
+    that takes it (a database, a log). Only 1 and 2 were guarded; the trace or the summary was
+    appended to the program's file (hostile review of 2026-12-05). Now descriptor 7 is written
+    only while it names the file it named when the shim or the recorder started; otherwise
+    one line, nothing written. Kept, the output arrives there as before."""
+    launches, fd = 20, 7
+    for output in ("trace", "summary"):
+        for when in ("keep", "before", "after"):
+            with tempfile.TemporaryDirectory(prefix="ferrum-fd-") as own_dir:
+                form = "/dev/fd/{}" if output == "trace" else "/proc/self/fd/{}"
+                if output == "trace":
+                    env = {"NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
+                           "FERRUM_RECORD_OUT": form.format(fd), "FERRUM_RECORD_TABLE": "0"}
+                else:
+                    env = {"FERRUM_REPLAY_SUMMARY": form.format(fd)}
+                run_ = harness.run([PROGRAM, "output-descriptor", own_dir, str(launches),
+                                    str(fd), when], record=False, env=env)
+                what = f"{output} to {form.format(fd)}, {when}"
+                expect(run_.returncode == 0 and not run_.stdout,
+                       f"{what}: the program's own file changed during the run", run_)
+                own = os.path.join(own_dir, "own")
+                if when != "keep":
+                    with open(own, "rb") as handle:
+                        expect(handle.read() == known_bytes(fd),
+                               f"{what}: its file holds more than its own bytes after exit", run_)
+                with open(os.path.join(own_dir, "inherited"), "rb") as handle:
+                    inherited = handle.read()
+                said = [line for line in run_.stderr.splitlines()
+                        if "no longer names the stream the program was started with" in line]
+                if when == "keep":
+                    expect((b'"ferrumReplay"' if output == "trace" else
+                            b"ferrum-replay launch summary:") in inherited and not said,
+                           f"{what}: the output did not arrive", run_)
+                else:
+                    expect(not inherited and len(said) == 1 and len(run_.stderr.splitlines()) == 1,
+                           f"{what}: not one line, nothing written", run_)
 
 
 def driver_unloadable():
@@ -754,7 +799,8 @@ def privileged_process():
 
 
 SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
-                                     standard_streams_taken, driver_unloadable,
+                                     standard_streams_taken, output_descriptors_taken,
+                                     driver_unloadable,
                                      driver_unloadable_gpu_timed, threads_come_and_go,
                                      distinct_names, hostile_names, names_from_signal_handlers,
                                      memory_bound_without_spill,
