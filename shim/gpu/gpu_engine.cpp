@@ -198,28 +198,33 @@ struct Pool {
 
 Engine::~Engine() = default;
 
-Pool *Engine::find_pool(CUcontext context, bool *requested, bool *full) {
+Pool *Engine::pool_of(CUcontext context, bool *known) const {
   for (uint32_t i = 0; i < kMaxContexts; ++i)
-    if (keys_[i].load(std::memory_order_acquire) == context)
+    if (keys_[i].load(std::memory_order_acquire) == context) {
+      *known = true;
       return pools_[i].load(std::memory_order_acquire);
+    }
+  return nullptr;
+}
+
+void Engine::request_pool(CUcontext context, bool *requested, bool *full) {
+  bool known = false;
+  if (pool_of(context, &known) || known) return;
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     CUcontext expected = nullptr;
     if (keys_[i].load(std::memory_order_relaxed) != nullptr) continue;
     if (keys_[i].compare_exchange_strong(expected, context, std::memory_order_acq_rel)) {
       pools_used_.store(true, std::memory_order_release);
       *requested = true;
-      return nullptr;
+      return;
     }
-    if (expected == context) return nullptr;  // another thread asked for it just now
+    if (expected == context) return;  // another thread asked for it just now
   }
   *full = true;
-  return nullptr;
 }
 
 void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-                   std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay,
-                   bool *requested) {
-  *requested = false;
+                   std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay) {
   if (g_config.every > 1 && (replay - 1) % g_config.every != 0) {
     count(Untimed::sampled_out);
     watch_sampled_out(stream, per_thread);
@@ -234,10 +239,13 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   }
   // From here the replay's graph goes on the stream, timed or not: others must know (F79).
   open_window(stream_key(stream, per_thread, context));
-  bool full = false;
-  Pool *pool = find_pool(context, requested, &full);
+  bool known = false;
+  Pool *pool = pool_of(context, &known);
   if (!pool) {
-    count(full ? Untimed::contexts_full : Untimed::pool_not_ready);
+    if (known)
+      count(Untimed::pool_not_ready);
+    else
+      ticket.unpooled = context;  // asked for, and counted, in end()
     return;
   }
   // A look without a locked instruction first: a pool being made or dropped, or remade for
@@ -326,16 +334,26 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   t_held_pair = pair;
 }
 
-void Engine::end(Ticket &ticket, bool launched) {
+bool Engine::end(Ticket &ticket, bool launched) {
   Pool *pool = ticket.pool;
   if (!pool) {  // not timed; its window, if one is open, closes all the same
     close_window();
-    return;
+    const CUcontext unpooled = ticket.unpooled;
+    if (!unpooled) return false;
+    ticket.unpooled = nullptr;
+    if (!launched) {  // the context may be gone (destroyed under this thread): nothing asked
+      count(Untimed::launch_failed);
+      return false;
+    }
+    bool requested = false, full = false;
+    request_pool(unpooled, &requested, &full);
+    count(full ? Untimed::contexts_full : Untimed::pool_not_ready);
+    return requested;
   }
   ticket.pool = nullptr;
   // Given back meanwhile (give_back_abandoned: a graph call judged this one abandoned): the
   // pair may be another launch's now, and this replay is counted already.
-  if (__builtin_expect(t_held_pair != ticket.pair, 0)) return;
+  if (__builtin_expect(t_held_pair != ticket.pair, 0)) return false;
   t_held_pair = nullptr;
   Pair &pair = *ticket.pair;
   // The pair is claimed by this thread: release_pool waits for it before it destroys any
@@ -353,11 +371,12 @@ void Engine::end(Ticket &ticket, bool launched) {
   if (!close_window() && why == Untimed::count_) why = Untimed::stream_shared;
   if (__builtin_expect(why == Untimed::count_, 1)) {
     pair.state.store(kRecorded, std::memory_order_release);
-    return;
+    return false;
   }
   let_name_go(pair);
   pair.state.store(kFree, std::memory_order_release);
   count(why);
+  return false;
 }
 
 void Engine::watch_sampled_out(CUstream stream, bool per_thread) {
@@ -679,7 +698,7 @@ bool Engine::prepare_current_context() {
   const CUcontext context = current_context();
   if (!context) return false;
   bool requested = false, full = false;
-  find_pool(context, &requested, &full);
+  request_pool(context, &requested, &full);
   lock();
   bool known = false;
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {

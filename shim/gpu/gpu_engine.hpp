@@ -195,6 +195,11 @@ struct Ticket {
   Pair *pair = nullptr;  // claimed by the launching thread until end()
   bool per_thread = false;
   CUstream stream = nullptr;
+  // A current context without a pool: one is asked for in end(), only if the launch succeeded.
+  // Asked for before it, a context destroyed under a thread that still had it current (its
+  // launch fails) took a slot for good, its pool failed at the reaper's push into it: after 16,
+  // no context was ever timed again, and the reaper had called into a dead context.
+  CUcontext unpooled = nullptr;
 };
 
 // Why a replay was not timed (each counted).
@@ -241,20 +246,20 @@ class Engine {
   // ---- the launch path: lock-free, allocation-free, never waits ----
   // Decides whether this replay is timed, opens a window on its stream (stream_watch.hpp: every
   // launch on a stream other threads may use, timed or not) and records its start event.
-  // `replay` is the graph's 1-based replay number. `requested` is set when this launch asked
-  // for a new pool (the caller then makes sure a reaper runs). A timed replay's ticket is
+  // `replay` is the graph's 1-based replay number. A timed replay's ticket is
   // filled in place, field by field, in the caller's frame: a ticket returned by value was
   // stored in pieces and read back whole (a store-forwarding stall; about 5 ns per launch in
   // paired runs).
   // `name_holds` (may be null): the count that name's owner keeps of the pairs naming it; one
   // more while this replay's pair holds the name (Pair::name_holds).
   void begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-             std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay,
-             bool *requested);
+             std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay);
   // After the real launch: records the end event and hands the pair to the reaper. For every
   // launch that opened a window on its stream (stream_watch.hpp), timed or not, it closes it;
   // a timed replay that met another thread's launch there is not timed ("stream shared").
-  void end(Ticket &ticket, bool launched);
+  // True when it asked for a new pool (the ticket's context had none, and the launch
+  // succeeded): the caller then makes sure a reaper runs.
+  bool end(Ticket &ticket, bool launched);
   // A launch of this thread that never reached end(): left by a jump (siglongjmp out of the
   // driver, from a signal handler), which runs no destructor. Its pair would stay claimed for
   // good — one of the context's pairs fewer, and a replay counted neither timed nor not — so
@@ -356,9 +361,12 @@ class Engine {
   ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into,
                               char *name_copy);
   void harvest_locked(uint32_t slot, uint64_t bound_ns);
-  // The context's pool; null while it is being made (`*requested`: asked for now), or when
-  // every slot is another context's (`*full`).
-  Pool *find_pool(CUcontext context, bool *requested, bool *full);
+  // The context's pool; null while it is being made (`*known`: its slot is taken), or not asked
+  // for yet.
+  Pool *pool_of(CUcontext context, bool *known) const;
+  // Asks for a pool for `context` (a slot keyed to it, for the reaper to fill): `*requested`
+  // when this call took the slot, `*full` when every slot is another context's.
+  void request_pool(CUcontext context, bool *requested, bool *full);
   void create_pool(uint32_t slot, bool align_now);
   bool align(Pool &pool);
   bool ensure_aligned(uint32_t slot);

@@ -157,7 +157,8 @@ std::atomic<bool> g_reaper_running{false};  // written under g_life_mutex
 // The number of the latest reaper (written under g_life_mutex, before it starts).
 std::atomic<uint64_t> g_reapers_started{0};
 std::atomic<uint64_t> g_end_through{0};
-std::atomic<bool> g_handlers_registered{false};
+// install_handlers: 0 not yet, 1 being installed (by one thread), 2 installed.
+std::atomic<int> g_handlers_state{0};
 pthread_t g_reaper{};
 uint64_t g_passes = 0;        // completed passes (g_wake_mutex)
 bool g_wake_request = false;  // (g_wake_mutex)
@@ -394,6 +395,10 @@ void registered_thread_ends(void *) {
 bool register_thread() {
   if (__builtin_expect(t_registered, 1)) return true;
   if (t_unregistrable) return false;
+  // A signal handler's launch that interrupted this thread inside a lock of ours (a flush's
+  // last pass holds g_life_mutex): waiting for it would wait for ever (held_here.hpp). Not
+  // registered now, not marked unregistrable: a later launch registers it.
+  if (common::inside_our_lock()) return false;
   common::lock_ours(&g_life_mutex);
   bool registered = g_key_made;
   if (!registered && pthread_key_create(&g_thread_key, registered_thread_ends) == 0)
@@ -421,11 +426,27 @@ bool register_thread() {
 // On a thread's first timed launch (or a pool made at instantiation), once it is registered:
 // creating a thread is this path's cost, once per process unless every registered thread
 // ended meanwhile.
+namespace {
+
+// A reaper waits on g_wake, which install_handlers initialises: one started while another
+// thread was still inside it waited on a condition variable being made anew. Bounded: the
+// installing thread takes microseconds; one interrupted by this very signal handler never ends.
+bool handlers_installed() {
+  for (int round = 0; round < 200; ++round) {
+    if (install_handlers()) return true;
+    const timespec pause{0, 50 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+  return false;
+}
+
+}  // namespace
+
 void start_reaper() {
   if (g_reaper_running.load(std::memory_order_acquire)) return;
   common::lock_ours(&g_life_mutex);
-  if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0) {
-    install_handlers();
+  if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0 &&
+      handlers_installed()) {
     g_reapers_started.fetch_add(1, std::memory_order_release);
     static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
     const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);
@@ -448,11 +469,16 @@ bool primary_context_active(CUdevice device) {
   return state && state(device, &flags, &active) == CUDA_SUCCESS && active;
 }
 
-void install_handlers() {
-  if (g_handlers_registered.exchange(true, std::memory_order_acq_rel)) return;
+bool install_handlers() {
+  int state = g_handlers_state.load(std::memory_order_acquire);
+  if (__builtin_expect(state == 2, 1)) return true;
+  if (state != 0 || !g_handlers_state.compare_exchange_strong(state, 1, std::memory_order_acq_rel))
+    return false;  // another thread installs them now (or the code a signal handler interrupted)
   init_wake();
   atexit(at_exit);
   pthread_atfork(nullptr, nullptr, fork_child);
+  g_handlers_state.store(2, std::memory_order_release);
+  return true;
 }
 
 bool make_launch_ready() {

@@ -40,13 +40,14 @@ void start_reaper();
 inline void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
                          std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay) {
   if (__builtin_expect(!t_launch_ready, 0) && !make_launch_ready()) return;
-  bool requested = false;
-  engine().begin(ticket, stream, per_thread, name, name_holds, category, replay, &requested);
-  if (__builtin_expect(requested, 0)) start_reaper();
+  engine().begin(ticket, stream, per_thread, name, name_holds, category, replay);
 }
 inline void launch_end(Ticket &ticket, bool launched) {
-  // Untimed, and no window open on a watched stream (stream_watch.hpp): nothing to do.
-  if (ticket.pool || window_open()) engine().end(ticket, launched);
+  // Untimed, no pool to ask for, and no window open on a watched stream (stream_watch.hpp):
+  // nothing to do.
+  if ((ticket.pool || ticket.unpooled || window_open()) && engine().end(ticket, launched))
+      [[unlikely]]
+    start_reaper();
 }
 // The calling thread's launch left by a jump, if it timed one (Engine::give_back_abandoned).
 inline void give_back_abandoned() {
@@ -62,7 +63,8 @@ void prepare_current_context();
 // Before this process first takes the engine's mutex (a pool made at instantiation, a tool's
 // sink or flush, the first timed launch): the fork handlers (a fork while another thread
 // holds the mutex must not leave it held in the child) and the exit pass. Once per process.
-void install_handlers();
+// True once they are; false while another thread installs them.
+bool install_handlers();
 
 // Around the real context-ending calls (hooked_functions.def, kinds context_destroy,
 // primary_release, primary_reset). Called only when timing_on().
@@ -72,6 +74,23 @@ void install_handlers();
 // function of the program that asks the shim anything (ferrum_replay_gpu_flush) must not wait
 // for a mutex held by a thread that waits for that host function. While the call runs, the
 // reaper and pool creation make no CUDA call at all (Engine::ContextEnding).
+//
+// ContextEndingClosed ends that stretch after the real call returns — and also when it unwinds
+// (a pthread_cancel at a cancellation point inside the driver's teardown, which may wait for the
+// context's work; an exception): left open, the reaper made no CUDA call again for the rest of
+// the process and every later replay stayed "in flight" (hostile review of 2026-12-05).
+template <typename After>
+struct ContextEndingClosed {
+  Engine &timing;
+  After after;  // under the mutex, once the stretch is closed
+  ~ContextEndingClosed() {
+    const common::ErrnoKept errno_kept;  // after the real call, whose errno is the program's
+    timing.lock();
+    timing.context_ending_locked(false);
+    after();
+    timing.unlock();
+  }
+};
 template <typename Call>
 auto around_context_destroy(CUcontext context, Call &&call) {
   Engine &timing = engine();
@@ -83,13 +102,9 @@ auto around_context_destroy(CUcontext context, Call &&call) {
     timing.context_ending_locked(true);
     timing.unlock();
   }
-  auto result = call();
-  const common::ErrnoKept errno_kept;  // after the real call, whose errno is the program's
-  timing.lock();
-  timing.context_ending_locked(false);
-  timing.drop_context_locked(context, false);  // a request made meanwhile
-  timing.unlock();
-  return result;
+  const ContextEndingClosed closed{
+      timing, [&] { timing.drop_context_locked(context, false); }};  // a request made meanwhile
+  return call();
 }
 template <typename Call>
 auto around_primary_reset(CUdevice device, Call &&call) {
@@ -102,13 +117,8 @@ auto around_primary_reset(CUdevice device, Call &&call) {
     timing.context_ending_locked(true);
     timing.unlock();
   }
-  auto result = call();
-  const common::ErrnoKept errno_kept;
-  timing.lock();
-  timing.context_ending_locked(false);
-  timing.drop_device_locked(device, false);
-  timing.unlock();
-  return result;
+  const ContextEndingClosed closed{timing, [&] { timing.drop_device_locked(device, false); }};
+  return call();
 }
 // A release destroys the primary context only when it drops the last reference: asked after
 // the call (cuDevicePrimaryCtxGetState).
@@ -126,13 +136,11 @@ auto around_primary_release(CUdevice device, Call &&call) {
     timing.context_ending_locked(true);
     timing.unlock();
   }
-  auto result = call();
-  const common::ErrnoKept errno_kept;
-  timing.lock();
-  timing.context_ending_locked(false);
-  if (!primary_context_active(device)) timing.drop_device_locked(device, false);
-  timing.unlock();
-  return result;
+  const ContextEndingClosed closed{timing, [&] {
+                                     if (!primary_context_active(device))
+                                       timing.drop_device_locked(device, false);
+                                   }};
+  return call();
 }
 
 // A successful cuDevicePrimaryCtxRetain (only when timing_on()): `context` is `device`'s primary

@@ -76,6 +76,20 @@
 //                     in turn, on one stream; synchronised; flushed. Prints set_sink=<rc>, a line
 //                     `sink_replay size= category= replay= name= dur_ns= context=` per replay
 //                     (context: `absent` where `size` does not cover it), flush=<rc>.
+//   dead-contexts R N R rounds: a new context, a thread that makes it current, launches 5 times
+//                     (synchronised) and waits while the main thread destroys the context, then
+//                     launches once more (it fails: the context is gone, as on a real driver);
+//                     then a new context, N launches, each synchronised.
+//   cancelled-in-destroy N M  a new context, N launches, synchronised; a thread with a
+//                     cancellation request pending calls cuCtxDestroy on it (with
+//                     FERRUM_STANDIN_DESTROY_WAIT_MS the call waits in a cancellation point,
+//                     and the thread is cancelled inside it; prints ender=<cancelled|returned>);
+//                     then a new context, M launches, synchronised.
+//   flush-signal N    the primary context; a thread instantiates a graph and ends; the main
+//                     thread, which never launched, calls ferrum_replay_gpu_flush in a loop (2 s
+//                     or N calls) while another thread sends it SIGUSR1 every 20 us, whose
+//                     handler launches the graph: the main thread's first timed launch may land
+//                     inside the flush. Stops once 20 handlers ran. Prints handled=<n>.
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
@@ -93,6 +107,7 @@
 #include <ferrum_replay/ferrum_replay.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -278,6 +293,52 @@ void *end_context_cancel_pending(void *) {
   if (g_end_how == "destroy") result = cuCtxDestroy(g_context);
   if (g_end_how == "release") result = cuDevicePrimaryCtxRelease(0);
   return result == CUDA_SUCCESS ? &g_end_how : nullptr;
+}
+
+std::atomic<int> g_dead_step{0};  // dead-contexts: 1 launched, 2 destroyed
+
+void *launch_across_destroy(void *) {
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  CUstream stream = new_stream();
+  launches(g_exec, stream, 5);
+  check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  g_dead_step.store(1);
+  while (g_dead_step.load() != 2) sched_yield();
+  launch(g_exec, stream);  // fails: its current context was destroyed meanwhile
+  return nullptr;
+}
+
+void *destroy_cancel_pending(void *) {
+  pthread_cancel(pthread_self());  // acted on only at a cancellation point inside the driver
+  return cuCtxDestroy(g_context) == CUDA_SUCCESS ? &g_context : nullptr;
+}
+
+std::atomic<long> g_handled{0};
+
+void launch_in_handler(int) {
+  const int saved = errno;
+  CUcontext current = nullptr;
+  if (cuCtxGetCurrent(&current) == CUDA_SUCCESS && !current) cuCtxSetCurrent(g_context);
+  cuGraphLaunch(g_exec, nullptr);
+  g_handled.fetch_add(1);
+  errno = saved;
+}
+
+void *instantiate_in_thread(void *) {
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  g_exec = make_exec();
+  return nullptr;
+}
+
+std::atomic<bool> g_stop_signals{false};
+
+void *signal_main(void *) {
+  while (!g_stop_signals.load()) {
+    pthread_kill(g_main_thread, SIGUSR1);
+    const timespec pause{0, 20 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+  return nullptr;
 }
 
 // One thread of default-streams: its graph launched on its per-thread default stream.
@@ -665,6 +726,68 @@ int main(int argc, char **argv) {
         check(CUDA_ERROR_UNKNOWN, "pthread_create");
       pthread_join(thread, nullptr);
     }
+  } else if (mode == "dead-contexts") {
+    for (long round = 0; round < n; ++round) {
+      g_context = new_context();
+      g_exec = make_exec();
+      g_dead_step.store(0);
+      pthread_t thread;
+      if (pthread_create(&thread, nullptr, launch_across_destroy, nullptr) != 0)
+        check(CUDA_ERROR_UNKNOWN, "pthread_create");
+      while (g_dead_step.load() != 1) sched_yield();
+      check(cuCtxDestroy(g_context), "cuCtxDestroy");
+      g_dead_step.store(2);
+      pthread_join(thread, nullptr);
+    }
+    new_context();
+    CUstream stream = new_stream();
+    CUgraphExec exec = make_exec();
+    for (long i = 0; i < m; ++i) {
+      launch(exec, stream);
+      check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    }
+  } else if (mode == "cancelled-in-destroy") {
+    g_context = new_context();
+    CUstream stream = new_stream();
+    launches(make_exec(), stream, n);
+    check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    pthread_t ender;
+    if (pthread_create(&ender, nullptr, destroy_cancel_pending, nullptr) != 0)
+      check(CUDA_ERROR_UNKNOWN, "pthread_create");
+    void *ended = nullptr;
+    pthread_join(ender, &ended);
+    std::printf("ender=%s\n", ended == PTHREAD_CANCELED ? "cancelled" : "returned");
+    new_context();
+    CUstream later = new_stream();
+    launches(make_exec(), later, m);
+    check(cuStreamSynchronize(later), "cuStreamSynchronize");
+  } else if (mode == "flush-signal") {
+    check(cuDevicePrimaryCtxRetain(&g_context, 0), "cuDevicePrimaryCtxRetain");
+    pthread_t thread;
+    if (pthread_create(&thread, nullptr, instantiate_in_thread, nullptr) != 0)
+      check(CUDA_ERROR_UNKNOWN, "pthread_create");
+    pthread_join(thread, nullptr);
+    auto flush =
+        reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
+    g_main_thread = pthread_self();
+    struct sigaction action {};
+    action.sa_handler = launch_in_handler;
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &action, nullptr);
+    pthread_t sender;
+    if (pthread_create(&sender, nullptr, signal_main, nullptr) != 0)
+      check(CUDA_ERROR_UNKNOWN, "pthread_create");
+    const unsigned long long until = now_ns() + 2000000000ull;
+    for (long i = 0; i < n && now_ns() < until && g_handled.load() <= 20; ++i) {
+      ferrum_replay_gpu_status status{};
+      status.size = sizeof status;
+      if (flush) flush(&status);
+    }
+    g_stop_signals.store(true);
+    pthread_join(sender, nullptr);
+    signal(SIGUSR1, SIG_IGN);
+    std::printf("handled=%ld\n", g_handled.load());
+    g_launches += static_cast<unsigned long long>(g_handled.load());
   } else if (mode == "end-cancel-pending") {
     g_end_how = argv[2];
     if (g_end_how == "destroy") {

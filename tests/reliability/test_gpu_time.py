@@ -511,6 +511,61 @@ def context_end_cancel_pending():
         expect(one_summary(run_).gpu is not None, f"{how}: no GPU line", run_)
 
 
+def contexts_destroyed_under_a_thread():
+    """20 contexts, each destroyed while another thread still has it current; that thread
+    launches once more (it fails: the context is gone). The shim asked for a pool before the
+    launch: each dead context kept a slot for good, its pool failed at the reaper's push into
+    it; from the 16th on, a new, live context was never timed (hostile review of 2026-12-05).
+    Now a pool is asked for only after a launch succeeded: the new context's 50 replays are
+    timed, the 20 failed launches counted as such, and no call names a dead context (the
+    stand-in counts each push or set-current of a destroyed one)."""
+    run_ = program("dead-contexts", 20, 50, timeout=60)
+    expect(run_.returncode == 0 and "launches=170 failed=20" in run_.stdout, "program", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] == 150 and gpu["not_timed"] == 20 and gpu["in_flight"] == 0 and
+           gpu["why"] == {"launch failed": 20}, f"GPU line {gpu}", run_)
+    expect(run_.report.get("dead_context_calls") == 0,
+           f"calls into a destroyed context: {run_.report}", run_)
+    only_summary_on_stderr(run_)
+
+
+def cancelled_inside_context_destroy():
+    """A thread cancelled inside cuCtxDestroy (the stand-in's teardown waits in a cancellation
+    point, FERRUM_STANDIN_DESTROY_WAIT_MS, as a driver waiting for the context's work may): the
+    shim had marked a context ending around the call, and never unmarked it on the way out of
+    an unwinding call — the reaper made no CUDA call again, and every later replay stayed "in
+    flight" at exit (hostile review of 2026-12-05). Now the next context's 30 are timed."""
+    run_ = program("cancelled-in-destroy", 10, 30, env={"FERRUM_STANDIN_DESTROY_WAIT_MS": "50"},
+                   timeout=60)
+    expect(run_.returncode == 0 and run_.stdout.startswith("ender=cancelled\nlaunches=40 "
+                                                           "failed=0"), "program", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] == 40 and gpu["not_timed"] == 0 and gpu["in_flight"] == 0,
+           f"GPU line {gpu}", run_)
+    only_summary_on_stderr(run_)
+
+
+def signal_launch_during_flush():
+    """A thread inside ferrum_replay_gpu_flush (its last pass holds the shim's life mutex) takes
+    a signal whose handler launches a graph: that thread's first timed launch registered it
+    under the same mutex, and the thread waited for itself for ever (hostile review of
+    2026-12-05: 2 of 3 runs hung). Now such a launch is not timed ("thread not registered"),
+    and a later one is. Three runs, each ending by itself."""
+    for attempt in range(3):
+        try:
+            run_ = program("flush-signal", 100000, env={"FERRUM_STANDIN_BENCH": "1"}, timeout=30)
+        except subprocess.TimeoutExpired:
+            expect(False, f"run {attempt + 1}: the process hung (a signal's launch inside the "
+                   "flush waited for the flush's own lock)")
+        handled = int(run_.stdout.split("handled=")[1].split()[0]) if "handled=" in run_.stdout \
+            else -1
+        expect(run_.returncode == 0 and handled > 0, f"run {attempt + 1}: program", run_)
+        gpu = one_summary(run_).gpu
+        expect(gpu["timed"] + gpu["not_timed"] == handled and
+               set(gpu["why"]) <= {"thread not registered"},
+               f"run {attempt + 1}: GPU line {gpu} for {handled} launches", run_)
+
+
 def fork_child_counts():
     """A forked child that creates its own context and times 7 replays reports its own counts;
     the parent's (2 x 12) are unchanged by it."""
@@ -607,7 +662,8 @@ SCENARIOS = {f.__name__: f for f in (
     shared_stream_times_own_replay, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
-    no_thread_keys)}
+    no_thread_keys, contexts_destroyed_under_a_thread, cancelled_inside_context_destroy,
+    signal_launch_during_flush)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

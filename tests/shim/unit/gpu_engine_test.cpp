@@ -209,9 +209,8 @@ struct Fixture {
   // One launch on `stream`: begin, (the launch), end. True when it was timed.
   bool launch(CUstream stream = reinterpret_cast<CUstream>(0x77), bool ok = true,
               bool per_thread = false) {
-    bool requested = false;
     gpu::Ticket ticket;
-    engine->begin(ticket, stream, per_thread, "graph a", &holds, 1, ++replay, &requested);
+    engine->begin(ticket, stream, per_thread, "graph a", &holds, 1, ++replay);
     const bool timed = ticket.pool != nullptr;
     engine->end(ticket, ok);
     driver.end_record = false;  // a failed launch records no end event: the next is a start
@@ -300,6 +299,31 @@ TEST_CASE(
   f.engine->unlock();
 }
 
+TEST_CASE("gpu engine: a failed launch asks for no pool: dead contexts never take the slots") {
+  // A thread still has a context current after another thread destroyed it; its next launch
+  // fails (CUDA_ERROR_CONTEXT_IS_DESTROYED). Asked for before the launch, the pool took a slot
+  // for good (the reaper's push into the dead context failed): after kMaxContexts of them, no
+  // context was ever timed again (hostile review of 2026-12-05).
+  Fixture f;
+  const uint64_t dead_contexts = 2 * gpu::kMaxContexts;
+  for (uint64_t i = 0; i < dead_contexts; ++i) {
+    f.driver.current = reinterpret_cast<CUcontext>(0x10000 + 0x100 * i);
+    CHECK_FALSE(f.launch(reinterpret_cast<CUstream>(0x77), /*ok=*/false));
+    f.reap();
+  }
+  CHECK(f.driver.pushes == 0);  // no call into any of them
+  gpu::Totals totals = f.engine->totals();
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::launch_failed)] == dead_contexts);
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::contexts_full)] == 0);
+  // A live context: its first launch asks, the reaper makes the pool, the next is timed.
+  f.driver.current = reinterpret_cast<CUcontext>(0x100);
+  CHECK_FALSE(f.launch());
+  f.reap();
+  CHECK(f.launch());
+  totals = f.engine->totals();
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::pool_not_ready)] == 1);
+}
+
 TEST_CASE("gpu engine: per-thread launches record with the _ptsz entry point") {
   Fixture f;
   f.launch();
@@ -356,9 +380,8 @@ TEST_CASE("gpu engine: a launch left by a jump gives its pair back; a late end l
   f.launch();
   f.reap();
   const uint64_t timed = f.engine->totals().timed;
-  bool requested = false;
   gpu::Ticket left;
-  f.engine->begin(left, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 2, &requested);
+  f.engine->begin(left, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 2);
   REQUIRE(left.pool != nullptr);
   const int records = f.driver.records;  // the start event's
   // The thread's next outermost graph call finds this one abandoned (siglongjmp): the pair
@@ -574,9 +597,8 @@ TEST_CASE("gpu engine: a replay holds its name until its time is read, whichever
   CHECK(f.holds == 0);
   CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::event_error)] == 2);
   // A launch left by a jump.
-  bool requested = false;
   gpu::Ticket left;
-  f.engine->begin(left, reinterpret_cast<CUstream>(0x77), false, "g", &f.holds, 1, 99, &requested);
+  f.engine->begin(left, reinterpret_cast<CUstream>(0x77), false, "g", &f.holds, 1, 99);
   REQUIRE(left.pool != nullptr);
   CHECK(f.holds == 1);
   f.engine->give_back_abandoned();
@@ -635,10 +657,8 @@ TEST_CASE(
   bool timed = false, events_alive_at_end = false;
   CUevent start = nullptr, end = nullptr;
   std::thread launcher([&] {
-    bool requested = false;
     gpu::Ticket ticket;
-    f.engine->begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 9,
-                    &requested);
+    f.engine->begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 9);
     timed = ticket.pool != nullptr;
     if (timed) {
       start = ticket.pair->start;
@@ -681,20 +701,19 @@ TEST_CASE(
   timing.set_api(fake_api());
   ferrum_replay_gpu_replay batch[64];
   bool more = false;
-  bool requested = false;
   gpu::Ticket first;
-  timing.begin(first, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 1, &requested);
+  timing.begin(first, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 1);
   timing.end(first, true);
   timing.reap_pass(batch, 64, &more);  // the pool is made
   gpu::Ticket ticket;
-  timing.begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 2, &requested);
+  timing.begin(ticket, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 2);
   REQUIRE(ticket.pool != nullptr);
   timing.end(ticket, true);
   driver.now += 1000000;  // that replay has finished
   // Another context asks for a pool: made at the next pass, not during the call below.
   driver.current = reinterpret_cast<CUcontext>(0x300);
   gpu::Ticket other;
-  timing.begin(other, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 3, &requested);
+  timing.begin(other, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 3);
   timing.end(other, true);
   driver.current = reinterpret_cast<CUcontext>(0x100);
 
@@ -981,8 +1000,7 @@ struct Watched : Fixture {
   }
   // A launch's first half: true when it is being timed.
   bool begin(gpu::Ticket &ticket, CUstream stream, bool per_thread = false) {
-    bool requested = false;
-    engine->begin(ticket, stream, per_thread, "graph a", &holds, 1, ++replay, &requested);
+    engine->begin(ticket, stream, per_thread, "graph a", &holds, 1, ++replay);
     return ticket.pool != nullptr;
   }
   void end(gpu::Ticket &ticket) {

@@ -151,6 +151,12 @@
 //                                    know the cuEvent* names; the exported functions return
 //                                    CUDA_ERROR_NOT_SUPPORTED.
 //   FERRUM_STANDIN_EVENT_CREATE_FAIL=1  cuEventCreate returns CUDA_ERROR_OUT_OF_MEMORY.
+//   FERRUM_STANDIN_DESTROY_WAIT_MS=N cuCtxDestroy/_v2 first waits N ms in a cancellation point
+//                                    (a driver whose teardown waits for the context's work on a
+//                                    condition variable or in poll): a deferred pthread_cancel
+//                                    of the destroying thread unwinds out of the call there, the
+//                                    context not destroyed. Without it, no driver call is a
+//                                    cancellation point (sleep_until_ns).
 //   FERRUM_STANDIN_BENCH=1           benchmark fast path (bench/): cuGraphLaunch/_ptsz do nothing
 //                                    but return CUDA_SUCCESS for a non-null handle — no counter
 //                                    (a cache line every thread would write), no handle or init
@@ -185,7 +191,9 @@
 //                                    `driver launches=<N> launches_ptsz=<M> instantiates=<K>
 //                                    procaddress_queries=<Q> captured_launches=<C>
 //                                    captured_event_records=<E> events_created=<V>
-//                                    event_queries=<Q>` (read at exit; launches count every
+//                                    event_queries=<Q> dead_context_calls=<D>` (read at exit;
+//                                    dead_context_calls counts cuCtxPushCurrent/cuCtxSetCurrent
+//                                    given a destroyed context; launches count every
 //                                    call, captured ones too; events_created counts every
 //                                    cuEventCreate call, failed ones too, so that 0 proves
 //                                    nobody asked for an event; event_queries every
@@ -337,6 +345,7 @@ struct Config {
   bool event_create_fail = false;
   bool trace = false;
   bool bench = false;
+  long long destroy_wait_ns = 0;
   bool no_handle_reuse = false;
   int dirty_errno = 0;  // 0 off; 1 every function; 2 all but the graph launches
   const char *instantiate_log = nullptr;
@@ -379,6 +388,9 @@ __attribute__((noinline)) Config read_config() {
   if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_CALL_NS"); v != nullptr && v[0] != '\0') {
     c.launch_call_ns = std::max(0LL, std::strtoll(v, nullptr, 0));
   }
+  if (const char *v = std::getenv("FERRUM_STANDIN_DESTROY_WAIT_MS"); v != nullptr && v[0] != '\0') {
+    c.destroy_wait_ns = std::max(0LL, std::strtoll(v, nullptr, 0)) * 1000000LL;
+  }
   c.no_events = env_flag("FERRUM_STANDIN_NO_EVENTS");
   c.event_create_fail = env_flag("FERRUM_STANDIN_EVENT_CREATE_FAIL");
   c.trace = env_flag("FERRUM_STANDIN_TRACE");
@@ -405,6 +417,7 @@ std::atomic<unsigned long long> g_captured_launches{0};
 std::atomic<unsigned long long> g_captured_event_records{0};
 std::atomic<unsigned long long> g_events_created{0};
 std::atomic<unsigned long long> g_event_queries{0};
+std::atomic<unsigned long long> g_dead_context_calls{0};
 
 // The report's path, read when the driver is loaded and never later: at exit another thread of
 // the program may be changing the environment (fault environment_changed_at_run_time), and a
@@ -426,10 +439,10 @@ __attribute__((destructor)) void write_report() {
                     "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
                     "procaddress_queries=%llu captured_launches=%llu "
                     "captured_event_records=%llu events_created=%llu "
-                    "event_queries=%llu\n",
+                    "event_queries=%llu dead_context_calls=%llu\n",
                     g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(),
                     g_queries.load(), g_captured_launches.load(), g_captured_event_records.load(),
-                    g_events_created.load(), g_event_queries.load());
+                    g_events_created.load(), g_event_queries.load(), g_dead_context_calls.load());
   // The tests' report, not the driver's: never a cancellation point (see sleep_until_ns).
   int cancel_state = 0;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
@@ -486,6 +499,12 @@ bool initialized() {
 
 bool context_valid_locked(CUcontext ctx) {
   return ctx == &st().primary || st().contexts.count(ctx) != 0;
+}
+
+// A call given a context that no longer lives (FERRUM_STANDIN_REPORT: dead_context_calls).
+void note_if_destroyed_locked(CUcontext ctx) {
+  const std::vector<CUcontext> &dead = st().destroyed_contexts;
+  if (std::find(dead.begin(), dead.end(), ctx) != dead.end()) g_dead_context_calls.fetch_add(1);
 }
 
 // Graph exec handles: objects in chunks that are never freed, so a launch can check a handle
@@ -949,6 +968,12 @@ STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuCtxDestroy(CUcontext ctx) try {
   STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
+  if (const long long wait = config().destroy_wait_ns; wait > 0) {
+    // A cancellation point, unlike sleep_until_ns: a cancelled thread leaves from here.
+    const timespec ts{static_cast<time_t>(wait / 1000000000LL),
+                      static_cast<long>(wait % 1000000000LL)};
+    nanosleep(&ts, nullptr);
+  }
   {
     std::lock_guard<std::mutex> tlock(tl().mutex);
     {
@@ -975,7 +1000,10 @@ INTERNAL CUresult i_cuCtxSetCurrent(CUcontext ctx) try {
   STANDIN_REQUIRE_INIT();
   if (ctx != nullptr) {
     std::lock_guard<std::mutex> lock(st().mutex);
-    if (!context_valid_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!context_valid_locked(ctx)) {
+      note_if_destroyed_locked(ctx);
+      return CUDA_ERROR_INVALID_CONTEXT;
+    }
   }
   if (ctx == nullptr) {  // NULL pops the stack (a no-op on an empty one), as documented
     t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
@@ -1001,7 +1029,10 @@ INTERNAL CUresult i_cuCtxPushCurrent_v2(CUcontext ctx) try {
   if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   {
     std::lock_guard<std::mutex> lock(st().mutex);
-    if (!context_valid_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!context_valid_locked(ctx)) {
+      note_if_destroyed_locked(ctx);
+      return CUDA_ERROR_INVALID_CONTEXT;
+    }
   }
   if (t_current != nullptr) {
     if (t_context_depth == kMaxContextStack) return CUDA_ERROR_OUT_OF_MEMORY;
