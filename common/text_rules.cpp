@@ -99,8 +99,12 @@ bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup e
   if (!out || out_size == 0) return false;
   const size_t capacity = out_size - 1 < kMaxExpandedPath ? out_size - 1 : kMaxExpandedPath;
   Writer w{out, capacity};
-  for (const char *p = pattern ? pattern : ""; *p && !w.full; ++p) {
+  const char *const start = pattern ? pattern : "";
+  for (const char *p = start; *p && !w.full; ++p) {
     if (*p != '%' || !p[1]) {
+      // A relative pattern whose leading placeholders expanded to nothing (an unset %q{DIR}/)
+      // stays relative: it never names the root directory.
+      if (*p == '/' && w.used == 0 && p != start) w.put(".", 1);
       w.put(p, 1);
     } else if (p[1] == 'p') {
       char digits[24];

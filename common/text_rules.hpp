@@ -25,7 +25,9 @@ const char *process_env(const char *name, void *context);
 
 // Expands `pattern` into `out` (terminated). %p -> `pid`, %h -> `host` (null: empty),
 // %q{NAME} -> the value of NAME ([A-Za-z_][A-Za-z0-9_]*), %% -> %; anything else after '%' is
-// kept literally. Each NAME that is unset is written once into `unset` (", " between names;
+// kept literally. A '/' that would begin the expansion of a pattern that does not begin with it
+// (its leading placeholders expanded to nothing) gets a '.' before it: a relative pattern stays
+// relative. Each NAME that is unset is written once into `unset` (", " between names;
 // "" when none; cut at a name boundary if it does not fit; `unset` may be null). Returns false
 // when the expansion is longer than kMaxExpandedPath or than `out_size` - 1 allows (out is then
 // empty).

@@ -162,6 +162,10 @@ def expand_output(pattern, pid=None, host=None, env=None):
         c = pattern[i]
         spec = pattern[i + 1] if i + 1 < n else ""
         if c != "%" or spec == "":
+            # A relative pattern whose leading placeholders expanded to nothing (an unset
+            # %q{DIR}/) stays relative: it never names the root directory.
+            if c == "/" and i > 0 and not any(out):
+                out.append(".")
             out.append(c)
             i += 1
         elif spec == "p":
@@ -1077,6 +1081,14 @@ def others_line(t):
 
 def cmd_summary(args):
     scans = scan_all(args.traces)
+    # Not a judge, but its table must not pass an earlier run's trace off as the last one's
+    # quietly (check's and compare's rule: later_namesakes).
+    later = later_namesakes(args.traces)
+    if later:
+        print(f"ferrum-replay summary: note: {len(later)} trace(s) of the same name written after "
+              f"the one(s) given, not summed: {listed((quoted(p) for p in later), 3)}: the file "
+              "at the name may be an earlier run's (pass every trace, or the directory's)",
+              file=sys.stderr)
     table = aggregate(scans, args.domain, args.by_process)
     gpu_table = aggregate(scans, args.domain, args.by_process, gpu=True)
     t = totals(scans)
@@ -1145,6 +1157,14 @@ def trace_inputs(path, side, newest=False):
                          "before the last `ferrum-replay record` of its name into its "
                          f"directory began ({when}), which wrote none there")
     if newest:
+        # A run that found the name taken within moments of the last one's exit wrote beside
+        # it (NAME.<pid>.EXT): the file at the name is then the earlier run's (check's rule).
+        later = later_namesakes([path])
+        if later:
+            raise InputError(f"{side} {quoted(path)}: {len(later)} trace(s) of the same name "
+                             f"written after it: {listed((quoted(p) for p in later), 3)}: the "
+                             "file at the name may be an earlier run's (give the newest, or the "
+                             "directory of a `ferrum-replay record`)")
         refuse_merged_earlier([path], side)
     return [path]
 
@@ -1616,30 +1636,48 @@ def pattern_globs(pattern, any_variable=False):
     here (a launcher sets RANK for each process it starts, not for us) — with ANY_VARIABLE,
     every %q{VAR}, and %h (processes on other hosts); the rest expands as the recorder
     would. A name shared by processes, or taken by another file, gets a fresh name (text
-    rules, section 2). A pattern ending in '/' is a directory of default-named traces."""
-    segments, current, i = [], [], 0
+    rules, section 2). A pattern ending in '/' is a directory of default-named traces. A
+    %q{VAR} that is a whole directory component may be empty where the program runs (-o
+    'out/%q{JOB}/' with JOB unset: out//NAME): that component is also matched as nothing."""
+    # Literal pieces, and between each two the kind of placeholder: "p" (%p, %h), "v" (%q{VAR}).
+    pieces, kinds, current, i = [], [], [], 0
     while i < len(pattern):
         close = pattern.find("}", i + 3) if pattern.startswith("%q{", i) else -1
         if pattern.startswith("%%", i):
             current.append("%%")
             i += 2
         elif pattern.startswith("%p", i) or (any_variable and pattern.startswith("%h", i)):
-            segments.append("".join(current))
+            pieces.append("".join(current))
+            kinds.append("p")
             current = []
             i += 2
         elif close > 0 and _VARIABLE.match(pattern[i + 3:close]) and \
                 (any_variable or pattern[i + 3:close] not in os.environ):
-            segments.append("".join(current))
+            pieces.append("".join(current))
+            kinds.append("v")
             current = []
             i = close + 1
         else:
             current.append(pattern[i])
             i += 1
-    segments.append("".join(current))
-    text = "*".join(glob.escape(expand_output(s)[0]) for s in segments)
+    pieces.append("".join(current))
+
+    def text_of(drop_empty_components):
+        out = glob.escape(expand_output(pieces[0])[0])
+        for kind, piece in zip(kinds, pieces[1:]):
+            whole = (not out or out.endswith("/")) and piece.startswith("/")
+            if not (drop_empty_components and kind == "v" and whole):
+                out += "*"
+            elif not out and not pattern.startswith("/"):
+                out = "."  # section 1: a relative pattern stays relative
+            out += glob.escape(expand_output(piece)[0])
+        return out
+    variants = [text_of(False)]
+    if text_of(True) != variants[0]:
+        variants.append(text_of(True))
     if pattern.endswith("/"):
-        return [text + "ferrum-replay.*"]
-    return [text, fresh_name(text, "*")]
+        return [v + "ferrum-replay.*" for v in variants]
+    return [g for v in variants for g in (v, fresh_name(v, "*"))]
 
 
 def glob_all(pattern):

@@ -347,7 +347,8 @@ bool write_text(const char *given, const char *data, size_t length) {
     warn_line("'%s' exists and is not a ferrum-replay summary; the summary is in '%s'",
               message_value(path).text, message_value(placed).text);
   else if (result.sibling)
-    warn_line("'%s' was written by another process of this run; the summary is in '%s'",
+    warn_line("'%s' was written moments ago (by another process of this run, or by a run that "
+              "just ended); the summary is in '%s'",
               message_value(path).text, message_value(placed).text);
   else if (lock < 0) {
     char why[256];

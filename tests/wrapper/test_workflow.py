@@ -1531,10 +1531,55 @@ def test_check_later_namesakes(tmp):
            "check passed on a file a later run's namesake followed", done)
     done = wrapper("check", earlier, later, cwd=tmp)
     expect(done.returncode == 0 and "OK: 13 ranges" in done.stdout, "both given: OK", done)
+    # compare of that file as NEW judged the earlier run (a regression gate passed or failed on
+    # another run's replays, hostile review of 2026-12-05); summary showed it without a word.
+    base = make_trace(d("base.json"), "--ranges", 10, "--graphs", 1, cwd=tmp)
+    done = wrapper("compare", base, earlier, cwd=tmp)
+    expect(done.returncode == 2 and "1 trace(s) of the same name written after it: "
+           "'" + later + "'" in done.stderr and not done.stdout,
+           "compare judged a file a later run's namesake followed", done)
+    done = wrapper("compare", base, later, cwd=tmp)
+    expect(done.returncode in (0, 1) and "graph 1" in done.stdout, "compare of the newest", done)
+    done = wrapper("summary", earlier, cwd=tmp)
+    expect(done.returncode == 0 and "note: 1 trace(s) of the same name written after the one(s) "
+           "given, not summed: '" + later + "'" in done.stderr, "summary said nothing", done)
     # An older namesake (an earlier run's diverted trace) does not matter.
     os.utime(later, (1_600_000_000, 1_600_000_000))
     done = wrapper("check", earlier, cwd=tmp)
     expect(done.returncode == 0, "an older namesake failed the check", done)
+    done = wrapper("compare", base, earlier, cwd=tmp)
+    expect(done.returncode in (0, 1) and "graph 1" in done.stdout, "compare, older namesake", done)
+    done = wrapper("summary", earlier, cwd=tmp)
+    expect("note:" not in done.stderr, "summary, older namesake", done)
+
+
+def test_unset_variable_as_a_directory(tmp):
+    """A %q{VAR} that is a whole directory component and is unset (hostile review of
+    2026-12-05): FERRUM_RECORD_OUT='%q{OUTDIR}/' or FERRUM_REPLAY_SUMMARY='%q{OUTDIR}/' wrote
+    into the root directory (/ferrum-replay.PID.json, as root); now the output stays relative
+    (text rules, section 1). `record -o 'out/%q{NOPE}/'` wrote out//ferrum-replay.PID.json and
+    said that no trace was written; it now names the trace."""
+    os.makedirs(os.path.join(tmp, "out"))
+    done = wrapper("record", "-o", "out/%q{NOPE}/", "--", launch_driver(), "--iters", "2",
+                   cwd=tmp, env={"FERRUM_RECORD_TABLE": "0"})
+    expect(done.returncode == 0 and "no trace was written" not in done.stderr and
+           re.search(r"ferrum-replay: trace: '[^']*/out/+ferrum-replay\.\d+\.json'", done.stderr),
+           "record of an unset variable's directory", done)
+    traces = traces_in(os.path.join(tmp, "out"))
+    expect(len(traces) == 1, f"traces in out/: {traces}", done)
+    work = os.path.join(tmp, "work")
+    os.makedirs(work)
+    done = run([launch_driver(), "--iters", "2"], work, {
+        "LD_PRELOAD": env_path("FERRUM_SHIM"),
+        "NVTX_INJECTION64_PATH": env_path("FERRUM_RECORDER_LIB"),
+        "FERRUM_RECORD_OUT": "%q{FERRUM_TEST_NO_SUCH_DIR}/", "FERRUM_RECORD_TABLE": "0",
+        "FERRUM_REPLAY_SUMMARY": "%q{FERRUM_TEST_NO_SUCH_DIR}/"})
+    pid = done.pid
+    expect(done.returncode == 0, "the program", done)
+    for name in (f"ferrum-replay.{pid}.json", f"ferrum-replay-summary.{pid}.txt"):
+        expect(os.path.isfile(os.path.join(work, name)) and
+               not os.path.exists(os.path.join("/", name)),
+               f"{name}: not in the working directory, or in the root directory", done)
 
 
 def test_check_inputs_must_exist(tmp):
