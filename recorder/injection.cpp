@@ -390,8 +390,15 @@ Recorder *ensure_recorder() {
   // Relative output paths name a file in the directory the process was in when the recorder
   // was initialised (its first NVTX call; the recorder is not loaded before), even if the
   // program changes directory again before it exits.
+  // A directory deeper than 4 KiB (getcwd: ERANGE) is read with a larger buffer: "." resolved the
+  // name at exit, wherever the program had gone. (Its trace then cannot be opened by an absolute
+  // name longer than PATH_MAX: the one line at exit says so.)
   std::vector<char> buf(4096);
-  g_cwd = new std::string(getcwd(buf.data(), buf.size()) ? buf.data() : ".");
+  bool known = false;
+  while (!(known = getcwd(buf.data(), buf.size()) != nullptr) && errno == ERANGE &&
+         buf.size() < (size_t{1} << 20))
+    buf.assign(buf.size() * 4, '\0');
+  g_cwd = new std::string(known ? buf.data() : ".");
 
   // The two clocks read back to back: ts 0 of the trace, in monotonic and in wall-clock time.
   const uint64_t origin = monotonic_ns();

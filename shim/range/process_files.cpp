@@ -47,6 +47,7 @@ ino_t g_marker_inode;
 // The working directory when the shim activated (note_working_directory), or "" where it could
 // not be read (removed already, or longer than this).
 char g_working_directory[common::kMaxExpandedPath + 1];
+bool g_working_directory_too_long = false;  // note_working_directory
 
 struct MarkerScratch {
   char directory[common::kMaxExpandedPath + 1];
@@ -148,11 +149,18 @@ bool summary_file_path(const char *given, char *out, size_t out_size) {
 }
 
 void note_working_directory() {
-  if (!getcwd(g_working_directory, sizeof g_working_directory)) g_working_directory[0] = '\0';
+  if (getcwd(g_working_directory, sizeof g_working_directory)) return;
+  g_working_directory[0] = '\0';
+  // Longer than any path we could write to (ERANGE): a relative output name cannot be written
+  // where the process started. Resolved at exit instead, it landed wherever the program had
+  // gone meanwhile; the summary's one line says the name is too long instead.
+  g_working_directory_too_long = errno == ERANGE || errno == ENAMETOOLONG;
 }
 
 bool make_absolute(char *path, size_t size) {
-  if (path[0] == '/' || path[0] == '\0' || !g_working_directory[0]) return true;
+  if (path[0] == '/' || path[0] == '\0') return true;
+  if (g_working_directory_too_long) return false;
+  if (!g_working_directory[0]) return true;
   const size_t directory = strlen(g_working_directory);
   const size_t length = strlen(path);
   if (directory + 1 + length + 1 > size) return false;

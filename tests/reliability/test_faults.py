@@ -1244,6 +1244,24 @@ def working_directory_changed_before_exit():
                    f"directory: {os.listdir(other)}", run_)
             left = os.listdir(os.path.join(run_dir, "markers"))
             expect(not left, f"{how}: running marker left: {left}", run_)
+    # Started in a directory deeper than PATH_MAX (hostile review of 2026-12-05): the recorder
+    # read no working directory (getcwd: ERANGE) and resolved "t.json" at exit, in the program's
+    # new directory; the shim the same for its summary. Such a name cannot be written where the
+    # process started (its absolute name is too long): one line each, nothing elsewhere.
+    with tempfile.TemporaryDirectory() as tmp:
+        other = os.path.join(tmp, "other")
+        os.mkdir(other)
+        descend = 'for i in $(seq 22); do mkdir "$0" && cd -P "$0" || exit 9; done; exec "$@"'
+        env = {"FERRUM_REPLAY_SUMMARY": "s.txt", "FERRUM_RECORD_OUT": "t.json"}
+        run_ = harness.run(["/bin/sh", "-c", descend, "d" * 200, PROGRAM, "chdir-before-exit",
+                            "--how", other, "--launches", "100"], env=env, cwd=tmp)
+        lines = run_.stderr.splitlines()
+        expect(run_.returncode == 0 and len(lines) == 2 and
+               "cannot write trace to 't.json': File name too long" in run_.stderr and
+               "cannot write the summary to 's.txt': File name too long" in run_.stderr,
+               "deep: one line each for the trace and the summary", run_)
+        expect(not os.listdir(other), f"deep: files of ours in the program's new directory: "
+               f"{os.listdir(other)}", run_)
 
 
 def launch_from_library_destructor():
