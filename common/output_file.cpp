@@ -458,6 +458,19 @@ bool fresh_name_within(const char *path, unsigned long token, char *out, size_t 
   return fresh_name_within(path, digits, out, out_size);
 }
 
+namespace {
+char g_temp_in_progress[kPathSize];  // written before g_temp_set is raised
+std::atomic<bool> g_temp_set{false};
+}  // namespace
+
+void temp_finished() {
+  g_temp_set.store(false, std::memory_order_release);
+}
+
+bool remove_temp_in_progress() {
+  return g_temp_set.exchange(false, std::memory_order_acq_rel) && unlink(g_temp_in_progress) == 0;
+}
+
 int create_temp_beside(const char *path, char *tmp, size_t tmp_size) {
   const unsigned tag = host_tag();
   const int pid = static_cast<int>(getpid());
@@ -467,7 +480,13 @@ int create_temp_beside(const char *path, char *tmp, size_t tmp_size) {
     const int n = snprintf(tmp, tmp_size, "%s.%08x.%d.%d.tmp", stem, tag, pid, attempt);
     if (n < 0 || static_cast<size_t>(n) >= tmp_size) return -ENAMETOOLONG;
     const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd >= 0) return fd;
+    if (fd >= 0) {
+      if (static_cast<size_t>(n) < sizeof g_temp_in_progress) {
+        memcpy(g_temp_in_progress, tmp, static_cast<size_t>(n) + 1);
+        g_temp_set.store(true, std::memory_order_release);
+      }
+      return fd;
+    }
     if (errno != EEXIST) return -errno;
   }
   return -EEXIST;

@@ -88,7 +88,15 @@ const char *stream_error_note(int error);
 // name), created O_EXCL|O_NOFOLLOW, mode 0644 minus the umask. Where that name would exceed the
 // file system's limit for a name (NAME_MAX), the last component of PATH is shortened first by
 // the one rule of shortened_component. Returns the descriptor and the name in `tmp`, or -errno.
+// The name is also kept as this process's temporary in progress until temp_finished().
 int create_temp_beside(const char *path, char *tmp, size_t tmp_size);
+// The temporary in progress is placed or removed (call after either).
+void temp_finished();
+// An exit that ends the process while the temporary is being written (a signal handler's exit()
+// interrupting the exit report): removes it, rather than leave a file of a dead process's that
+// no later run removes (its name, a %p pattern's, never comes back). True when one was removed.
+// Async-signal-safe: an unlink of a name kept in static storage.
+bool remove_temp_in_progress();
 
 // Removes the temporaries of `path` (the names above, shortened the same way) left by processes
 // of this host that no longer exist: regular files owned by this user that are empty or start

@@ -452,9 +452,18 @@ void write_report_on_this_thread(void *recorder) {
   }
 }
 
+void remove_trace_temp_at_second_exit() {
+  if (!common::remove_temp_in_progress()) return;
+  static const char kLine[] =
+      "ferrum-replay recorder: exit() was called again while the trace was being written (a "
+      "signal handler's?): trace not written, its temporary removed\n";
+  write_stderr(std::string_view(kLine, sizeof kLine - 1));
+}
+
 __attribute__((destructor)) void report_at_exit() {
   Recorder *r = g_recorder.load(std::memory_order_acquire);
-  if (!r || g_reported.exchange(true)) return;
+  if (!r) return;
+  if (g_reported.exchange(true)) return;
   // A child made without fork handlers (own_process.hpp): what the recorder holds is its
   // parent's ranges, and a trace of them would be counted twice by whoever reads both. Nothing
   // is written (its own ranges cannot be told apart from them).
@@ -472,6 +481,12 @@ __attribute__((destructor)) void report_at_exit() {
     write_stderr(std::string_view(kLine, sizeof kLine - 1));
     return;
   }
+  // exit() called again while the trace is written (a SIGTERM handler's exit() on this thread,
+  // another thread's) runs the exit handlers registered since, not this one: the process ends
+  // before the trace is placed. Registered now, this handler removes the temporary then (a
+  // dead process's file under a name no later run removes) and says why there is no trace;
+  // run after the report, it finds nothing in progress.
+  atexit(remove_trace_temp_at_second_exit);
   // On a stack with room for it (stack_room.hpp): exit() may come from a thread or a signal
   // handler whose stack is far smaller than the report's buffers.
   if (!common::run_with_stack_room(write_report_on_this_thread, r, common::kExitReportStack)) {

@@ -607,6 +607,7 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
     outcome->written_path.clear();
     outcome->error = std::strerror(err ? err : EIO);
   }
+  common::temp_finished();
   return done(ok);
 }
 

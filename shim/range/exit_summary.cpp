@@ -337,8 +337,9 @@ bool write_text(const char *given, const char *data, size_t length) {
     error = common::place_output(tmp, path, request, placed, sizeof placed, &result);
     common::unlock_output_dir(lock);
   }
+  if (error) unlink(tmp);
+  common::temp_finished();
   if (error) {
-    unlink(tmp);
     warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(error));
     return false;
   }
@@ -347,9 +348,10 @@ bool write_text(const char *given, const char *data, size_t length) {
     warn_line("'%s' exists and is not a ferrum-replay summary; the summary is in '%s'",
               message_value(path).text, message_value(placed).text);
   else if (result.sibling)
-    warn_line("'%s' was written moments ago (by another process of this run, or by a run that "
-              "just ended); the summary is in '%s'",
-              message_value(path).text, message_value(placed).text);
+    warn_line(
+        "'%s' was written moments ago (by another process of this run, or by a run that "
+        "just ended); the summary is in '%s'",
+        message_value(path).text, message_value(placed).text);
   else if (lock < 0) {
     char why[256];
     common::describe_lock_failure(lock, common::kOutputLockWaitMs, why, sizeof why);

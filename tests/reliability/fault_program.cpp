@@ -74,6 +74,8 @@
 //   underscore-exit   N launches, then _exit(0).
 //   sigterm        installs a SIGTERM handler that calls exit(42), prints `ready` and launches
 //                  until the signal comes (at most 60 s, then exit 1).
+//   sigterm-at-exit  the same handler; launches N times, prints `exiting` and returns from main:
+//                  a SIGTERM sent then lands while the exit hooks write the trace.
 //   exit-during-first-launch
 //                  a second thread makes the process's first launch, which creates the running
 //                  marker (FERRUM_REPLAY_RUNNING_DIR); while it is in the middle of that
@@ -1175,6 +1177,18 @@ int sigterm() {
   return 1;
 }
 
+int sigterm_at_exit(long n) {
+  Driver d = load_driver();
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  for (long i = 0; i < n; ++i) launch_once(d, g_sigterm_counts);
+  std::printf("exiting\n");
+  std::fflush(stdout);
+  return 0;
+}
+
 int exit_during_first_launch() {
   Driver d = load_driver();
   g_hold_marker.store(1);
@@ -1414,6 +1428,7 @@ int main(int argc, char **argv) {
   if (mode == "exit-without-memory") return exit_without_memory(n);
   if (mode == "no-sockets") return no_sockets(n);
   if (mode == "sigterm") return sigterm();
+  if (mode == "sigterm-at-exit") return sigterm_at_exit(n);
   if (mode == "exit-during-first-launch") return exit_during_first_launch();
   if (mode == "small-stack") return small_stack(n);
   if (mode == "exit-small-stack") return exit_small_stack(n, how);

@@ -1339,6 +1339,55 @@ def underscore_exit():
         expect(not left, f"_exit left files behind: {left}", run_)
 
 
+def sigterm_during_trace_write():
+    """A SIGTERM whose handler calls exit() lands while the exit hooks write the trace (hostile
+    review of 2026-12-05): the second exit() found the report started and returned; the
+    process ended with the handler's status, no trace, nothing said, and its 100 MB temporary
+    (NAME.HOST.PID.N.tmp, a name no later run removes) stayed for good. Now the temporary goes,
+    and one line says why there is no trace."""
+    import time
+    for launches in (1500000, 4000000):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRUM_", "NVTX_"))}
+            env.update({
+                "LD_LIBRARY_PATH": harness.path_of("STANDIN_DIR"),
+                "LD_PRELOAD": harness.path_of("FERRUM_SHIM"),
+                "NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
+                "FERRUM_RECORD_OUT": tmp + "/", "FERRUM_RECORD_TABLE": "0",
+                "FERRUM_STANDIN_BENCH": "1"})
+            if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+                env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + \
+                    ":report_signal_unsafe=0"
+            harness.preload_first(env)
+            child = subprocess.Popen([PROGRAM, "sigterm-at-exit", "--launches", str(launches)],
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+            sent = False
+            deadline = time.monotonic() + 120
+            while child.poll() is None and time.monotonic() < deadline:
+                if any(name.endswith(".tmp") for name in os.listdir(tmp)):
+                    time.sleep(0.05)
+                    child.send_signal(signal.SIGTERM)
+                    sent = True
+                    break
+                time.sleep(0.005)
+            try:
+                out, err = child.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                raise AssertionError("the program hung after SIGTERM during the trace write")
+            if not sent or child.returncode != 42:
+                continue  # the write ended before the signal came: a larger trace
+            left = os.listdir(tmp)
+            expect(not left, f"files left after exit from the handler: {left}\nstderr: {err}")
+            lines = [line for line in err.splitlines() if "ferrum-replay recorder" in line]
+            expect(len(lines) == 1 and "exit() was called again while the trace was being "
+                   "written" in lines[0] and "its temporary removed" in lines[0],
+                   f"not one line saying why there is no trace:\n{err}")
+            return None
+    return "skip: the trace was written before the signal came, twice (a fast machine)"
+
+
 def sigterm_handler_exits():
     with tempfile.TemporaryDirectory() as tmp:
         trace_path = os.path.join(tmp, "t.json")
@@ -1403,7 +1452,7 @@ SCENARIOS = {f.__name__: f for f in (
     first_nvtx_call_without_memory, exit_without_memory, output_lock_impossible,
     stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,
-    exit_from_worker, underscore_exit, sigterm_handler_exits, environment_changed_at_run_time,
+    exit_from_worker, underscore_exit, sigterm_handler_exits, sigterm_during_trace_write, environment_changed_at_run_time,
     shim_dlopened_and_closed, working_directory_changed_before_exit,
     launch_from_library_destructor, exit_library_of_a_relative_shim)}
 
