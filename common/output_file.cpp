@@ -460,6 +460,7 @@ bool fresh_name_within(const char *path, unsigned long token, char *out, size_t 
 
 namespace {
 char g_temp_in_progress[kPathSize];  // written before g_temp_set is raised
+pid_t g_temp_owner = 0;              // the process writing it (a fork child inherits the rest)
 std::atomic<bool> g_temp_set{false};
 }  // namespace
 
@@ -468,6 +469,9 @@ void temp_finished() {
 }
 
 bool remove_temp_in_progress() {
+  // A child forked while its parent wrote (and that exits meanwhile) has a copy of this state:
+  // the temporary is the parent's, still being written.
+  if (!g_temp_set.load(std::memory_order_acquire) || g_temp_owner != getpid()) return false;
   return g_temp_set.exchange(false, std::memory_order_acq_rel) && unlink(g_temp_in_progress) == 0;
 }
 
@@ -483,6 +487,7 @@ int create_temp_beside(const char *path, char *tmp, size_t tmp_size) {
     if (fd >= 0) {
       if (static_cast<size_t>(n) < sizeof g_temp_in_progress) {
         memcpy(g_temp_in_progress, tmp, static_cast<size_t>(n) + 1);
+        g_temp_owner = static_cast<pid_t>(pid);
         g_temp_set.store(true, std::memory_order_release);
       }
       return fd;

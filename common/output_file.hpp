@@ -95,7 +95,8 @@ void temp_finished();
 // An exit that ends the process while the temporary is being written (a signal handler's exit()
 // interrupting the exit report): removes it, rather than leave a file of a dead process's that
 // no later run removes (its name, a %p pattern's, never comes back). True when one was removed.
-// Async-signal-safe: an unlink of a name kept in static storage.
+// Only the process that made it removes it (not a fork child that exits while its parent
+// writes). Async-signal-safe: an unlink of a name kept in static storage.
 bool remove_temp_in_progress();
 
 // Removes the temporaries of `path` (the names above, shortened the same way) left by processes

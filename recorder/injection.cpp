@@ -445,7 +445,9 @@ void write_report_on_this_thread(void *recorder) {
     write_exit_report(*static_cast<Recorder *>(recorder), *g_settings, *g_cwd, g_gpu_flush);
   } catch (const std::bad_alloc &) {
     // The snapshot, the trace or the table needed memory the host no longer had. A temporary
-    // being written was removed (write_trace_file); say so without allocating.
+    // being written was removed (write_trace_file; or here, where its bookkeeping ran out of
+    // memory first); say so without allocating.
+    common::remove_temp_in_progress();
     static const char kLine[] =
         "ferrum-replay recorder: out of memory at exit: trace or table not written\n";
     write_stderr(std::string_view(kLine, sizeof kLine - 1));

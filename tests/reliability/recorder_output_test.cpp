@@ -835,6 +835,35 @@ TEST_CASE("a descriptor above 2 is written only as noted when the output setting
   CHECK(read_file(dir / "own").empty());
 }
 
+TEST_CASE("the temporary in progress is removed only by the process that made it") {
+  TempDir dir;
+  char tmp[8192];
+  const int fd =
+      ferrum_replay::common::create_temp_beside((dir / "t.json").c_str(), tmp, sizeof tmp);
+  REQUIRE(fd >= 0);
+  close(fd);
+  // A child forked while its parent writes, that exits meanwhile: the file is the parent's.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(ferrum_replay::common::remove_temp_in_progress() ? 1 : 0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(access(tmp, F_OK) == 0);
+  // The process that made it removes it, once; after temp_finished, nothing is in progress.
+  CHECK(ferrum_replay::common::remove_temp_in_progress());
+  CHECK(access(tmp, F_OK) != 0);
+  CHECK_FALSE(ferrum_replay::common::remove_temp_in_progress());
+  const int again =
+      ferrum_replay::common::create_temp_beside((dir / "u.json").c_str(), tmp, sizeof tmp);
+  REQUIRE(again >= 0);
+  close(again);
+  ferrum_replay::common::temp_finished();
+  CHECK_FALSE(ferrum_replay::common::remove_temp_in_progress());
+  CHECK(access(tmp, F_OK) == 0);
+}
+
 TEST_CASE("FERRUM_RECORD_FORCE replaces only a regular file, never a link to one") {
   TempDir dir;
   Recorder r(spilling_at_once(), 0);
