@@ -111,6 +111,9 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_cla
 // The pair this thread claimed and has not ended yet (Engine::give_back_abandoned). Written by
 // this thread only; a jump out of the launch leaves it set.
 constinit __attribute__((tls_model("initial-exec"))) thread_local Pair *t_held_pair = nullptr;
+// This thread's launch whose context had no pool, between begin() and end() (Ticket::unpooled):
+// counted by give_back_abandoned when a jump skips end().
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_unpooled = false;
 
 // This thread's id (gettid), once it launched on its per-thread default stream; 0 before. The
 // fork child's thread asks again (Engine::reset_in_child): its id is not its parent's.
@@ -156,7 +159,10 @@ void short_pause() {
 // in that mode. The relaxed mode is never checked by a capture. (The reaper sets it once.)
 class RelaxedCapture {
  public:
-  explicit RelaxedCapture(const EventApi &api) : exchange_(api.exchange_capture_mode) {
+  // Not `needed`: the work below makes no CUDA call, and neither does this (a thread unwinding
+  // out of the driver's teardown must not call it again).
+  explicit RelaxedCapture(const EventApi &api, bool needed = true)
+      : exchange_(needed ? api.exchange_capture_mode : nullptr) {
     if (exchange_ && exchange_(&mode_) != CUDA_SUCCESS) exchange_ = nullptr;
   }
   ~RelaxedCapture() {
@@ -244,8 +250,10 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   if (!pool) {
     if (known)
       count(Untimed::pool_not_ready);
-    else
+    else {
       ticket.unpooled = context;  // asked for, and counted, in end()
+      t_unpooled = true;
+    }
     return;
   }
   // A look without a locked instruction first: a pool being made or dropped, or remade for
@@ -341,8 +349,13 @@ bool Engine::end(Ticket &ticket, bool launched) {
     const CUcontext unpooled = ticket.unpooled;
     if (!unpooled) return false;
     ticket.unpooled = nullptr;
+    t_unpooled = false;
     if (!launched) {  // the context may be gone (destroyed under this thread): nothing asked
       count(Untimed::launch_failed);
+      return false;
+    }
+    if (stopped_.load(std::memory_order_relaxed)) {  // the exit's last pass is over: no reaper
+      count(Untimed::after_exit);
       return false;
     }
     bool requested = false, full = false;
@@ -599,7 +612,7 @@ void Engine::release_pool(uint32_t slot, bool destroy_events) {
 }
 
 void Engine::drop_context_locked(CUcontext context, bool destroy_events) {
-  RelaxedCapture relaxed(api_);
+  RelaxedCapture relaxed(api_, destroy_events);
   for (uint32_t i = 0; i < kMaxContexts; ++i)
     if (context && keys_[i].load(std::memory_order_acquire) == context) {
       if (destroy_events) harvest_locked(i, kHarvestBoundNs);
@@ -628,7 +641,7 @@ bool Engine::ends_with_primary(uint32_t slot, int device) const {
 }
 
 void Engine::drop_device_locked(int device, bool destroy_events) {
-  RelaxedCapture relaxed(api_);
+  RelaxedCapture relaxed(api_, destroy_events);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     if (!keys_[i].load(std::memory_order_acquire) || !ends_with_primary(i, device)) continue;
     if (destroy_events) harvest_locked(i, kHarvestBoundNs);
@@ -826,6 +839,10 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
 
 void Engine::give_back_abandoned() {
   if (window_open()) close_window();  // the stream's window the jump left open
+  if (t_unpooled) {  // a launch in a context without a pool, left before end() counted it
+    t_unpooled = false;
+    count(Untimed::abandoned);
+  }
   Pair *pair = t_held_pair;
   if (!pair) return;
   t_held_pair = nullptr;

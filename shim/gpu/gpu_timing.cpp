@@ -342,6 +342,9 @@ void fork_child() {
   // does not exist here — left as it was, the child's first broadcast (its exit's last pass)
   // waits for that phantom waiter forever.
   init_wake();
+  // Forked while the parent was still installing the handlers (this one is registered, so only
+  // its last store was to come): installed here, or every start_reaper would wait for it.
+  g_handlers_state.store(2, std::memory_order_release);
   pthread_mutex_init(&g_wake_mutex, nullptr);
   pthread_mutex_init(&g_sink_mutex, nullptr);
   g_passes = 0;
@@ -444,6 +447,9 @@ bool handlers_installed() {
 
 void start_reaper() {
   if (g_reaper_running.load(std::memory_order_acquire)) return;
+  // A signal handler's launch on a thread inside a lock of ours (a flush's or the exit's last
+  // pass holds g_life_mutex): the request stays keyed; the next launch, pass or flush starts one.
+  if (common::inside_our_lock()) return;
   common::lock_ours(&g_life_mutex);
   if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0 &&
       handlers_installed()) {

@@ -78,16 +78,20 @@ bool install_handlers();
 // ContextEndingClosed ends that stretch after the real call returns — and also when it unwinds
 // (a pthread_cancel at a cancellation point inside the driver's teardown, which may wait for the
 // context's work; an exception): left open, the reaper made no CUDA call again for the rest of
-// the process and every later replay stayed "in flight" (hostile review of 2026-12-05).
+// the process and every later replay stayed "in flight" (hostile review of 2026-12-05). Its
+// `after` runs under the engine's mutex and is told whether the call returned: on the way out
+// of an unwinding call it makes no CUDA call (the driver may be left mid-teardown on this
+// thread), and a primary context whose release did not return counts as gone.
 template <typename After>
 struct ContextEndingClosed {
   Engine &timing;
-  After after;  // under the mutex, once the stretch is closed
+  After after;  // after(returned), under the mutex, once the stretch is closed
+  bool returned = false;
   ~ContextEndingClosed() {
     const common::ErrnoKept errno_kept;  // after the real call, whose errno is the program's
     timing.lock();
     timing.context_ending_locked(false);
-    after();
+    after(returned);
     timing.unlock();
   }
 };
@@ -102,9 +106,11 @@ auto around_context_destroy(CUcontext context, Call &&call) {
     timing.context_ending_locked(true);
     timing.unlock();
   }
-  const ContextEndingClosed closed{
-      timing, [&] { timing.drop_context_locked(context, false); }};  // a request made meanwhile
-  return call();
+  // A request made meanwhile goes too (no CUDA call: the events are not destroyed).
+  ContextEndingClosed closed{timing, [&](bool) { timing.drop_context_locked(context, false); }};
+  auto result = call();
+  closed.returned = true;
+  return result;
 }
 template <typename Call>
 auto around_primary_reset(CUdevice device, Call &&call) {
@@ -117,8 +123,10 @@ auto around_primary_reset(CUdevice device, Call &&call) {
     timing.context_ending_locked(true);
     timing.unlock();
   }
-  const ContextEndingClosed closed{timing, [&] { timing.drop_device_locked(device, false); }};
-  return call();
+  ContextEndingClosed closed{timing, [&](bool) { timing.drop_device_locked(device, false); }};
+  auto result = call();
+  closed.returned = true;
+  return result;
 }
 // A release destroys the primary context only when it drops the last reference: asked after
 // the call (cuDevicePrimaryCtxGetState).
@@ -136,11 +144,13 @@ auto around_primary_release(CUdevice device, Call &&call) {
     timing.context_ending_locked(true);
     timing.unlock();
   }
-  const ContextEndingClosed closed{timing, [&] {
-                                     if (!primary_context_active(device))
-                                       timing.drop_device_locked(device, false);
-                                   }};
-  return call();
+  ContextEndingClosed closed{timing, [&](bool returned) {
+                               if (!returned || !primary_context_active(device))
+                                 timing.drop_device_locked(device, false);
+                             }};
+  auto result = call();
+  closed.returned = true;
+  return result;
 }
 
 // A successful cuDevicePrimaryCtxRetain (only when timing_on()): `context` is `device`'s primary

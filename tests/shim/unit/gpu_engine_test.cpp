@@ -324,6 +324,31 @@ TEST_CASE("gpu engine: a failed launch asks for no pool: dead contexts never tak
   CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::pool_not_ready)] == 1);
 }
 
+TEST_CASE(
+    "gpu engine: a first launch in a context left by a jump, or ending after exit, counts once") {
+  Fixture f;
+  // A context without a pool: begin() leaves the counting to end(), which a jump skips.
+  gpu::Ticket left;
+  f.engine->begin(left, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 1);
+  REQUIRE(left.unpooled != nullptr);
+  f.engine->give_back_abandoned();
+  f.engine->give_back_abandoned();
+  gpu::Totals totals = f.engine->totals();
+  CHECK(totals.not_timed == 1);
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::abandoned)] == 1);
+  // A launch whose end comes after the exit's last pass asks for no pool (no reaper then).
+  gpu::Ticket late;
+  f.engine->begin(late, reinterpret_cast<CUstream>(0x77), false, "g", nullptr, 1, 2);
+  REQUIRE(late.unpooled != nullptr);
+  f.engine->stop();
+  CHECK_FALSE(f.engine->end(late, true));
+  totals = f.engine->totals();
+  CHECK(totals.not_timed == 2);
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::after_exit)] == 1);
+  f.reap();
+  CHECK(f.driver.pushes == 0);  // no pool was made
+}
+
 TEST_CASE("gpu engine: per-thread launches record with the _ptsz entry point") {
   Fixture f;
   f.launch();
