@@ -1664,13 +1664,21 @@ def pattern_globs(pattern, any_variable=False):
 
     def text_of(drop_empty_components):
         out = glob.escape(expand_output(pieces[0])[0])
-        for kind, piece in zip(kinds, pieces[1:]):
+        k = 0
+        while k < len(kinds):
+            # A run of variables with nothing between them (%q{A}%q{B}) is one placeholder.
+            run = k
+            while run + 1 < len(kinds) and kinds[run + 1] == "v" and not pieces[run + 1]:
+                run += 1
+            piece = pieces[run + 1]
             whole = (not out or out.endswith("/")) and piece.startswith("/")
-            if not (drop_empty_components and kind == "v" and whole):
-                out += "*"
+            if not (drop_empty_components and kinds[k] == "v" and whole and
+                    all(kind == "v" for kind in kinds[k:run + 1])):
+                out += "*" * (run - k + 1)
             elif not out and not pattern.startswith("/"):
                 out = "."  # section 1: a relative pattern stays relative
             out += glob.escape(expand_output(piece)[0])
+            k = run + 1
         return out
     variants = [text_of(False)]
     if text_of(True) != variants[0]:
@@ -2578,10 +2586,11 @@ def written_for(path):
 
 def started_before(block, start, host):
     """Whether the recorder that wrote a trace's BLOCK started before START (ns, the wall clock
-    of HOST, a note's stamp_view(), where a `record` began): its clock.originRealtimeNs, which the recorder took at its
-    start, when the trace says it ran on HOST too (another host's clock may be ahead). A trace
-    that names no session is otherwise judged by its time of change alone, which a clock, `cp
-    -p`, `touch` or an NFS server can set ahead; its own start cannot be moved so."""
+    of HOST, a note's stamp_view(), where a `record` began): its clock.originRealtimeNs, which
+    the recorder took at its start, when the trace says it ran on HOST too (another host's clock
+    may be ahead). A trace that names no session is otherwise judged by its time of change
+    alone, which a clock, `cp -p`, `touch` or an NFS server can set ahead; its own start cannot
+    be moved so."""
     if not isinstance(block, dict) or not host or block.get("host") != view_host(host):
         return False
     clock = block.get("clock")

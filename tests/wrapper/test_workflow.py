@@ -1567,6 +1567,11 @@ def test_unset_variable_as_a_directory(tmp):
            "record of an unset variable's directory", done)
     traces = traces_in(os.path.join(tmp, "out"))
     expect(len(traces) == 1, f"traces in out/: {traces}", done)
+    # Two variables side by side, both unset: one empty component.
+    done = wrapper("record", "-o", "out/%q{NOPE}%q{ALSO_NOT}/", "--", launch_driver(), "--iters",
+                   "2", cwd=tmp, env={"FERRUM_RECORD_TABLE": "0"})
+    expect(done.returncode == 0 and "no trace was written" not in done.stderr and
+           "ferrum-replay: trace: '" in done.stderr, "record of two unset variables", done)
     work = os.path.join(tmp, "work")
     os.makedirs(work)
     done = run([launch_driver(), "--iters", "2"], work, {
