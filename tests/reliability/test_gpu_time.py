@@ -535,6 +535,12 @@ def cancelled_inside_context_destroy():
     shim had marked a context ending around the call, and never unmarked it on the way out of
     an unwinding call — the reaper made no CUDA call again, and every later replay stayed "in
     flight" at exit (hostile review of 2026-12-05). Now the next context's 30 are timed."""
+    if "libtsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
+        # TSan turns off its interceptors inside an intercepted blocking call (the stand-in's
+        # nanosleep) and sees none of the synchronisation of a thread cancelled there as it
+        # unwinds: the engine's mutex, taken on the way out, went unseen and a race was
+        # reported on what it guards (google/sanitizers#646). Default and ASan stages run it.
+        return "skip: TSan does not follow a thread cancelled inside an intercepted call"
     run_ = program("cancelled-in-destroy", 10, 30, env={"FERRUM_STANDIN_DESTROY_WAIT_MS": "50"},
                    timeout=60)
     expect(run_.returncode == 0 and run_.stdout.startswith("ender=cancelled\nlaunches=40 "
