@@ -514,7 +514,28 @@ bool running_marker_name(const char *path, int pid, unsigned sibling, char *out,
   return n > 0 && static_cast<size_t>(n) < out_size - stem_length;
 }
 
-int remove_dead_temps(const char *path, const char *header) {
+namespace {
+
+// "STEM.HOSTTAG.PID.N.tmp" with our host tag: the length of STEM and the pid, else -1.
+long temp_owner_at_end(const char *name, unsigned tag, size_t *stem_length) {
+  const size_t length = strlen(name);
+  char expected[16];
+  snprintf(expected, sizeof expected, ".%08x.", tag);
+  // The shortest such tail: ".xxxxxxxx.P.N.tmp", 17 bytes; the pid at most 10 digits, N 4.
+  for (size_t tail = 17; tail <= 30 && tail < length; ++tail) {
+    const char *at = name + length - tail;
+    if (strncmp(at, expected, 10) != 0) continue;
+    const long pid = temp_owner(at + 1, tag);
+    if (pid <= 0) return -1;
+    *stem_length = length - tail;
+    return pid;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int remove_dead_temps(const char *path, const char *header, PathOfPid path_of_pid, void *context) {
   char dir[kPathSize], stem[kPathSize];
   if (!directory_of(path, dir, sizeof dir) || !temp_stem(path, stem, sizeof stem)) return 0;
   const char *base = last_component(stem);
@@ -531,10 +552,25 @@ int remove_dead_temps(const char *path, const char *header) {
   const uid_t me = geteuid();
   const size_t header_length = header ? strlen(header) : 0;
   int removed = 0;
+  char other[kPathSize], other_dir[kPathSize], other_stem[kPathSize];
   while (const dirent *entry = readdir(listing)) {
     const char *name = entry->d_name;
-    if (strncmp(name, base, base_length) != 0 || name[base_length] != '.') continue;
-    const long pid = temp_owner(name + base_length + 1, tag);
+    long pid = -1;
+    if (strncmp(name, base, base_length) == 0 && name[base_length] == '.') {
+      pid = temp_owner(name + base_length + 1, tag);
+    } else if (path_of_pid) {
+      // Another process's name (a %p pattern): the one the pattern gives the pid in the
+      // temporary's name, in this directory, must be exactly what precedes the tail.
+      size_t stem_length = 0;
+      pid = temp_owner_at_end(name, tag, &stem_length);
+      if (pid > 0 &&
+          !(path_of_pid(pid, other, sizeof other, context) &&
+            directory_of(other, other_dir, sizeof other_dir) && strcmp(other_dir, dir) == 0 &&
+            temp_stem(other, other_stem, sizeof other_stem) &&
+            strlen(last_component(other_stem)) == stem_length &&
+            strncmp(last_component(other_stem), name, stem_length) == 0))
+        pid = -1;
+    }
     if (pid <= 0 || pid == static_cast<long>(getpid())) continue;
     if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or unknown
     const int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);

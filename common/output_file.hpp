@@ -103,7 +103,13 @@ bool remove_temp_in_progress();
 // of this host that no longer exist: regular files owned by this user that are empty or start
 // with `header`. What is not certainly such a leftover is never touched. Returns how many were
 // removed.
-int remove_dead_temps(const char *path, const char *header);
+// With `path_of_pid` (an output pattern with %p: each process's name is its own, and a dead
+// one's never comes back): also the temporaries, in the same directory, of the name that
+// pattern gives the dead process that made each (the pid in the temporary's name), with the
+// same checks. `path_of_pid` writes that name into `out` (false: none).
+using PathOfPid = bool (*)(long pid, char *out, size_t out_size, void *context);
+int remove_dead_temps(const char *path, const char *header, PathOfPid path_of_pid = nullptr,
+                      void *context = nullptr);
 
 // The mark a process keeps while it runs (the shim's, shim/range/process_files.hpp):
 // "PATH.PID.running", or with `sibling` 1..kMaxMarkerSibling "PATH.PID.SIBLING.running" (another

@@ -34,6 +34,24 @@ std::string quoted_for_message(const std::string &text) {
 
 namespace {
 
+// What the trace's name would be for another process of the same pattern, host and directory.
+struct OtherProcessName {
+  const std::string &pattern;
+  const char *host;
+  const std::string &cwd;
+};
+
+bool name_of_other_process(long pid, char *out, size_t out_size, void *context) {
+  const auto &other = *static_cast<const OtherProcessName *>(context);
+  const ExpandedPath expanded =
+      expand_output_pattern(other.pattern, pid, other.host, common::process_env, nullptr);
+  if (expanded.too_long) return false;
+  const std::string absolute = absolute_path(expanded.path, other.cwd);
+  if (absolute.size() >= out_size) return false;
+  memcpy(out, absolute.c_str(), absolute.size() + 1);
+  return true;
+}
+
 uint64_t mtime_ns(const struct stat &st) {
   return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
          static_cast<uint64_t>(st.st_mtim.tv_nsec);
@@ -102,6 +120,14 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
     TraceFileOptions options;
     options.force = settings.force;
     options.run_start_ns = run_start_ns(snap.origin_realtime_ns, settings.session_file);
+    // A %p pattern: each process's name is its own, and a process killed while it wrote left a
+    // temporary under a name no later run takes. Those of dead processes of this pattern, in the
+    // same directory, go too (their checks: remove_dead_temps).
+    OtherProcessName other{settings.out_pattern, host, cwd};
+    if (settings.out_pattern.find("%p") != std::string::npos) {
+      options.path_of_pid = name_of_other_process;
+      options.path_of_pid_context = &other;
+    }
     written = write_trace_file(absolute, snap, options, &outcome);
     if (!written) {
       write_stderr(

@@ -556,7 +556,8 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
   if (common::is_stream_target(path.c_str())) return done(write_trace_stream(path, snap, outcome));
 
   static constexpr char kHeader[] = "{\"traceEvents\":[";
-  common::remove_dead_temps(path.c_str(), kHeader);
+  common::remove_dead_temps(path.c_str(), kHeader, options.path_of_pid,
+                            options.path_of_pid_context);
   char tmp_name[8192];
   const int fd = common::create_temp_beside(path.c_str(), tmp_name, sizeof tmp_name);
   if (fd < 0) {

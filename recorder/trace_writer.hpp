@@ -101,6 +101,10 @@ struct TraceFileOptions {
   bool force = false;
   uint64_t run_start_ns = 0;                        // CLOCK_REALTIME; 0: no sibling rule
   int lock_timeout_ms = common::kOutputLockWaitMs;  // the longest wait for the output lock
+  // The name another process of the same output pattern writes (a %p pattern): the dead ones'
+  // temporaries beside it go too (common::remove_dead_temps). None: only this name's.
+  common::PathOfPid path_of_pid = nullptr;
+  void *path_of_pid_context = nullptr;
 };
 struct TraceFileOutcome {
   std::string written_path;      // where the trace is, when written

@@ -448,6 +448,31 @@ def dead_leftovers_removed():
                f"unexpected files: {os.listdir(tmp)}", run_)
         expect(not [l for l in recorder_lines(run_) if "is not a ferrum-replay trace" in l],
                "the next run was diverted", run_)
+    # A %p pattern: a process killed while it wrote left t.PID.json.TAG.PID.N.tmp, a name no
+    # later process takes; a later run of the pattern removes those of dead processes (hostile
+    # review of 2026-12-05: 100 MB each, for good), and nothing else.
+    header = '{"traceEvents":[\n{"ph":"M","name":"process_name"' + " " * 1000
+    with tempfile.TemporaryDirectory() as tmp:
+        def leftover(name, text=header):
+            path = os.path.join(tmp, name)
+            with open(path, "w") as handle:
+                handle.write(text)
+            return path
+        dead, other_dead = dead_pid(), dead_pid()
+        gone = leftover(f"t.{dead}.json.{host_tag()}.{dead}.0.tmp")
+        kept = [
+            leftover(f"t.{other_dead}.json.{host_tag()}.{other_dead}.0.tmp", "not ours\n"),
+            leftover(f"t.{os.getpid()}.json.{host_tag()}.{os.getpid()}.0.tmp"),  # alive
+            leftover(f"t.{dead}.json.{host_tag()}.{other_dead}.0.tmp"),  # not its own name
+            leftover(f"u.{dead}.json.{host_tag()}.{dead}.0.tmp"),  # not the pattern's
+            leftover(f"t.{dead}.json.00000000.{dead}.0.tmp"),  # another host's
+        ]
+        run_ = launch(os.path.join(tmp, "t.%p.json"))
+        expect_program_unharmed(run_)
+        expect(not os.path.exists(gone), "a dead process's temporary of the pattern stayed", run_)
+        stayed = [p for p in kept if os.path.exists(p)]
+        expect(stayed == kept, f"removed what was not certainly a leftover: "
+               f"{sorted(set(kept) - set(stayed))}", run_)
 
 
 def stream_outputs():
