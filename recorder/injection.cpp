@@ -464,8 +464,7 @@ void remove_trace_temp_at_second_exit() {
 
 __attribute__((destructor)) void report_at_exit() {
   Recorder *r = g_recorder.load(std::memory_order_acquire);
-  if (!r) return;
-  if (g_reported.exchange(true)) return;
+  if (!r || g_reported.exchange(true)) return;
   // A child made without fork handlers (own_process.hpp): what the recorder holds is its
   // parent's ranges, and a trace of them would be counted twice by whoever reads both. Nothing
   // is written (its own ranges cannot be told apart from them).

@@ -450,9 +450,10 @@ void start_reaper() {
   // A signal handler's launch on a thread inside a lock of ours (a flush's or the exit's last
   // pass holds g_life_mutex): the request stays keyed; the next launch, pass or flush starts one.
   if (common::inside_our_lock()) return;
+  // Before the lock: the wait for another thread's install_handlers holds nobody up.
+  if (!handlers_installed()) return;
   common::lock_ours(&g_life_mutex);
-  if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0 &&
-      handlers_installed()) {
+  if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0) {
     g_reapers_started.fetch_add(1, std::memory_order_release);
     static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
     const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);
