@@ -92,7 +92,7 @@ void read_switch(common::EnvLookup env, void *context, const char *name, bool *v
     *value = word == common::Switch::on;
   } else if (warnings) {
     warnings->push_back("ferrum-replay recorder: " + std::string(name) + "='" + quoted(text) +
-                        "' is invalid (expected 1 or 0); " + otherwise + "\n");
+                        "' is invalid (expected on or off); " + otherwise + "\n");
   }
 }
 

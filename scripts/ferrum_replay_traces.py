@@ -112,6 +112,8 @@ MAX_DOMAIN_LENGTH = 63
 DEFAULT_DOMAIN_NAME = "ferrum-replay"
 # (The bytes, as the shim reads them: os.environ decodes with the locale's encoding.)
 DEFAULT_DOMAIN = domain_name(os.environb.get(b"FERRUM_REPLAY_DOMAIN"))[0]
+DOMAIN_HELP = ("the NVTX domain of the shim's ranges (default: FERRUM_REPLAY_DOMAIN's, as the "
+               "shim takes it, else ferrum-replay)")
 
 
 def quoted(value):
@@ -3272,7 +3274,7 @@ def build_parser():
     p = sub.add_parser("compare", help="mean time per graph, BASE against NEW")
     p.add_argument("--threshold", type=_threshold, default=10.0, metavar="PCT",
                    help="fail when a graph's mean grew by more than PCT percent (default 10)")
-    p.add_argument("--domain", default=DEFAULT_DOMAIN)
+    p.add_argument("--domain", default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
     p.add_argument("base", metavar="BASE", help="a trace, or a directory of traces")
     p.add_argument("new", metavar="NEW", help="a trace, or a directory of traces")
     p.set_defaults(run=cmd_compare)
@@ -3315,14 +3317,14 @@ def build_parser():
     p.set_defaults(run=cmd_quote)
 
     p = sub.add_parser("nsys-table", help="our rows of nsys stats CSV output")
-    p.add_argument("--domain", default=DEFAULT_DOMAIN)
+    p.add_argument("--domain", default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
     p.add_argument("--stats-base", required=True)
     p.add_argument("report")
     p.set_defaults(run=cmd_nsys_table)
 
     p = sub.add_parser("check", help="CI smoke verdict")
     p.add_argument("--prog", default="ferrum-replay check", help=argparse.SUPPRESS)
-    p.add_argument("--domain", default=DEFAULT_DOMAIN)
+    p.add_argument("--domain", default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
     p.add_argument("--expect", metavar="FILE",
                    help="lines 'name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]' "
                         "(globs, # comments)")
@@ -3342,7 +3344,8 @@ def build_parser():
                         "(ci-smoke-profile: it asked the shim for them)")
     p.add_argument("--nsys-stats", metavar="BASE",
                    help="check nsys stats CSV output (BASE_nvtx_sum.csv) instead of traces")
-    p.add_argument("--allow-no-ranges", action="store_true")
+    p.add_argument("--allow-no-ranges", action="store_true",
+                   help="pass when the run launched no CUDA graph (otherwise a FAIL)")
     p.add_argument("traces", nargs="*", metavar="TRACE")
     p.set_defaults(run=cmd_check)
     return parser

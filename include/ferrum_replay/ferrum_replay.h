@@ -43,8 +43,9 @@ extern "C" {
  * lasts until the graph is destroyed.
  * Returns 0 when the shim took the name; -EINVAL for a null handle or name (whatever the
  * shim's state); -ENOTSUP when the shim names nothing in this process: switched off
- * (FERRUM_REPLAY=off), or passing every launch through because no NVTX tool is attached and
- * no FERRUM_REPLAY_SUMMARY is asked for (`ferrum-replay run` alone); -EAGAIN while the shim
+ * (FERRUM_REPLAY=off), or passing every launch through because no NVTX tool is attached, no
+ * FERRUM_REPLAY_SUMMARY is asked for and FERRUM_REPLAY_GPU_TIME is off (`ferrum-replay run`
+ * alone); -EAGAIN while the shim
  * is still starting (another thread's start has taken over 2 s, or the call comes from inside
  * it: an NVTX tool's initialisation); -ENOSPC when the shim's registry is full. A program that
  * only names may ignore the result. */

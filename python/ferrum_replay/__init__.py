@@ -76,7 +76,7 @@ _name_graph_exec, _push_graph_name, _pop_graph_name = _shim_functions()
 def available():
     """True when the shim is preloaded in this process. Whether it takes names depends on its
     state: name() says so per call (False while it names nothing: FERRUM_REPLAY=off, or no
-    NVTX tool and no FERRUM_REPLAY_SUMMARY)."""
+    NVTX tool, no FERRUM_REPLAY_SUMMARY and FERRUM_REPLAY_GPU_TIME off)."""
     return _name_graph_exec is not None
 
 

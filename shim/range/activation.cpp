@@ -154,7 +154,9 @@ detail::Phase activate() {
     // No tool answered (NVTX's no-op state lasts for the process) and no summary to count
     // for: every launch passes straight through, lookups hand out the genuine functions.
     log_line(LogLevel::info,
-             "%s, and no FERRUM_REPLAY_SUMMARY: every launch passes through untouched", why);
+             "%s, no FERRUM_REPLAY_SUMMARY and FERRUM_REPLAY_GPU_TIME off: every launch passes "
+             "through untouched",
+             why);
     gpu::configure(false, 1);
     return detail::Phase::pass_through;
   }

@@ -366,7 +366,7 @@ def table_bogus_value():
     lines = run_.stderr.splitlines()
     warnings = [line for line in lines if "FERRUM_RECORD_TABLE" in line]
     expect(warnings == ["ferrum-replay recorder: FERRUM_RECORD_TABLE='bogus' is invalid "
-                        "(expected 1 or 0); printing the table"],
+                        "(expected on or off); printing the table"],
            "expected exactly one quoted warning", run_)
     expect(table_ranges(run_.stderr) == 3, "the table (the default) was not printed", run_)
 

@@ -72,14 +72,14 @@ TEST_CASE("every switch value: the valid ones silently, anything else with one q
       CHECK(parse({{sw.name, bad}}, &w).*sw.field == sw.fallback);
       REQUIRE(w.size() == 1);
       CHECK(w[0] == std::string("ferrum-replay recorder: ") + sw.name + "='" + bad +
-                        "' is invalid (expected 1 or 0); " + sw.otherwise + "\n");
+                        "' is invalid (expected on or off); " + sw.otherwise + "\n");
     }
     // The value is quoted printable: it cannot add a line or garble a terminal.
     std::vector<std::string> w;
     parse({{sw.name, "x\n\x1b[2Jy"}}, &w);
     REQUIRE(w.size() == 1);
     CHECK(w[0] == std::string("ferrum-replay recorder: ") + sw.name +
-                      "='x??[2Jy' is invalid (expected 1 or 0); " + sw.otherwise + "\n");
+                      "='x??[2Jy' is invalid (expected on or off); " + sw.otherwise + "\n");
   }
 }
 
