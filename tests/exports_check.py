@@ -2,7 +2,7 @@
 """The shim exports exactly what its tables declare.
 
 Exported = every row of shim/hooks/hooked_functions.def, the functions of the public header
-(include/ferrum_replay/*.h), and the loader's dlsym/dlvsym/dlopen (shim/loader_stubs_*.S).
+(include/ferrum_replay/*.h), and the loader's dlsym/dlvsym/dlopen (shim/loader_stubs_*.S) and dlclose (loader_hooks.cpp).
 Checked against the built library's dynamic symbols (`nm -D --defined-only`) and against
 shim/hooks/exports.map, the version script that decides them.
 
@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 
-LOADER = {"dlsym", "dlvsym", "dlopen"}
+LOADER = {"dlsym", "dlvsym", "dlopen", "dlclose"}
 
 
 def table_names(root):

@@ -19,6 +19,8 @@
 //   dlsym / dlvsym / dlopen                  the loader: how the runtime (static or shared)
 //                                            reaches the driver (loader_stubs_x86_64.S,
 //                                            loader_hooks.cpp)
+//   dlclose                                  real functions of an unloaded library forgotten
+//                                            (real_functions.hpp, loader_hooks.cpp)
 //
 // Every launch, whichever route, ends in launch_through() (launch_range.hpp), whose
 // outermost-call guard keeps a runtime launch that reaches the driver underneath to one range.

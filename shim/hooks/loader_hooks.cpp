@@ -1,13 +1,16 @@
 #include "hooks/loader_hooks.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <string.h>
 
 #include <atomic>
 
+#include "errno_kept.hpp"
 #include "range/activation.hpp"
 #include "resolve/cuda_libraries.hpp"
 #include "resolve/libc_symbols.hpp"
+#include "resolve/real_functions.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -18,6 +21,26 @@ namespace {
 bool launches_graphs(const char *file) {
   return file &&
          (is_nvidia_library(file) || strncmp(file_base_name(file), "libtorch_cuda", 13) == 0);
+}
+
+// How many libraries the loader has unloaded so far (dl_iterate_phdr's count), as last seen.
+std::atomic<unsigned long long> g_unloads_seen{0};
+
+int read_unloads(dl_phdr_info *info, size_t size, void *data) {
+  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+    *static_cast<unsigned long long *>(data) = info->dlpi_subs;
+  return 1;  // the count is the same in every entry: the first is enough
+}
+
+// After a dlclose of the program's: when it unloaded a library, the real functions found in it
+// are forgotten (a reload elsewhere, or another library in its place, would otherwise be
+// called at the old address). Nothing for a process that never resolved one.
+void after_dlclose() {
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp
+  unsigned long long unloads = 0;
+  dl_iterate_phdr(read_unloads, &unloads);
+  if (unloads == g_unloads_seen.exchange(unloads, std::memory_order_acq_rel)) return;
+  forget_unloaded();
 }
 
 }  // namespace
@@ -49,6 +72,16 @@ __attribute__((visibility("hidden"))) void *ferrum_dlopen_prologue(const char *f
         ferrum_replay::shim::message_value(file).text);
   }
   return reinterpret_cast<void *>(ferrum_replay::shim::libc_dlopen());
+}
+
+// The program's dlclose, passed through; then, if it unloaded a library, after_dlclose().
+__attribute__((visibility("default"))) int dlclose(void *handle) {
+  ferrum_replay::shim::DlcloseFunction real = ferrum_replay::shim::libc_dlclose();
+  if (!real) return -1;  // no C library definition: cannot happen in a process that links one
+  const int result = real(handle);
+  if (result == 0 && ferrum_replay::shim::any_real_function_kept())
+    ferrum_replay::shim::after_dlclose();
+  return result;
 }
 
 __attribute__((visibility("hidden"))) void *ferrum_dlsym_on_handle(void *handle, const char *name) {

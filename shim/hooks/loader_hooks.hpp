@@ -1,4 +1,5 @@
-// The C++ side of the exported dlsym / dlvsym / dlopen (loader_stubs_<arch>.S).
+// The C++ side of the exported dlsym / dlvsym / dlopen (loader_stubs_<arch>.S); dlclose is
+// exported from loader_hooks.cpp itself (it does not depend on its caller).
 #pragma once
 
 extern "C" {

@@ -31,6 +31,10 @@ ferrum_cuGetProcAddress_v12000(const char *symbol, void **pfn, int cudaVersion, 
 }
 
 namespace ferrum_replay::shim {
+
+// A lookup's answer for `symbol`, wrapped when it is a function we intercept (below).
+void *wrap_proc_address_answer(const char *symbol, void *found, int cuda_version, cuuint64_t flags);
+
 namespace {
 
 // The real lookups: g_cuGetProcAddress, g_cuGetProcAddress_v2.
@@ -146,6 +150,33 @@ struct InstantiateParamsHook {
   }
 };
 
+// The driver's lookup itself, per driver instance (two instances — a copy at another path,
+// dlmopen, a driver unloaded and loaded again elsewhere — each answer for their own): its
+// answers for the functions above are wrapped in turn.
+struct LookupHook {
+  using Function = PFN_cuGetProcAddress_v11030;
+  static constexpr const char *kWhat = "cuGetProcAddress";
+  static CUresult call(Function genuine, const char *symbol, void **pfn, int cuda_version,
+                       cuuint64_t flags) {
+    const CUresult result = genuine(symbol, pfn, cuda_version, flags);
+    if (result == CUDA_SUCCESS && pfn && *pfn)
+      *pfn = wrap_proc_address_answer(symbol, *pfn, cuda_version, flags);
+    return result;
+  }
+};
+
+struct LookupV2Hook {
+  using Function = PFN_cuGetProcAddress_v12000;
+  static constexpr const char *kWhat = "cuGetProcAddress_v2";
+  static CUresult call(Function genuine, const char *symbol, void **pfn, int cuda_version,
+                       cuuint64_t flags, CUdriverProcAddressQueryResult *symbol_status) {
+    const CUresult result = genuine(symbol, pfn, cuda_version, flags, symbol_status);
+    if (result == CUDA_SUCCESS && pfn && *pfn)
+      *pfn = wrap_proc_address_answer(symbol, *pfn, cuda_version, flags);
+    return result;
+  }
+};
+
 struct ExecDestroyHook {
   using Function = PFN_cuGraphExecDestroy_v10000;
   static constexpr const char *kWhat = "cuGraphExecDestroy";
@@ -198,6 +229,17 @@ struct WrapperSet<Hook, Result(CUDAAPI *)(Args...)> {
         target = genuine;
       if (target == genuine) {
         log_line(LogLevel::debug, "%s: wrapped %s %p as wrapper %d", how, Hook::kWhat, found, i);
+        return reinterpret_cast<void *>(wrapper_at(i, std::make_integer_sequence<int, kCount>{}));
+      }
+    }
+    // Every wrapper taken: one whose function's library has been unloaded since (a driver
+    // loaded again elsewhere, over and over) serves the new one.
+    for (int i = 0; i < kCount; ++i) {
+      Function target = targets[i].load(std::memory_order_acquire);
+      if (target && !is_loaded_address(reinterpret_cast<const void *>(target)) &&
+          targets[i].compare_exchange_strong(target, genuine, std::memory_order_acq_rel)) {
+        log_line(LogLevel::debug, "%s: wrapped %s %p as wrapper %d (its library was unloaded)", how,
+                 Hook::kWhat, found, i);
         return reinterpret_cast<void *>(wrapper_at(i, std::make_integer_sequence<int, kCount>{}));
       }
     }
@@ -322,15 +364,22 @@ void *proc_address_wrapper_for(ProcAddressAbi abi, void *genuine, const char *ho
     // real function we know; never record ourselves as the real one.
     log_line(LogLevel::debug, "%s: lookup returned the shim's own cuGetProcAddress%s", how,
              v2 ? "_v2" : "");
-  } else if (v2) {
+    log_line(LogLevel::debug, "%s: answered with the shim's cuGetProcAddress%s (%s ABI)", how,
+             v2 ? "_v2" : "", v2 ? "5-argument" : "4-argument");
+    return v2 ? reinterpret_cast<void *>(&ferrum_cuGetProcAddress_v12000)
+              : reinterpret_cast<void *>(&ferrum_cuGetProcAddress_v11030);
+  }
+  // The export's real function too (a program calling cuGetProcAddress by name), and a wrapper
+  // of this very instance's lookup (WrapperSet, per distinct genuine function).
+  if (v2) {
     g_cuGetProcAddress_v2.provide(genuine);
   } else {
     g_cuGetProcAddress.provide(genuine);
   }
-  log_line(LogLevel::debug, "%s: answered with the shim's cuGetProcAddress%s (%s ABI)", how,
+  log_line(LogLevel::debug, "%s: answered with a wrapper of cuGetProcAddress%s (%s ABI)", how,
            v2 ? "_v2" : "", v2 ? "5-argument" : "4-argument");
-  return v2 ? reinterpret_cast<void *>(&ferrum_cuGetProcAddress_v12000)
-            : reinterpret_cast<void *>(&ferrum_cuGetProcAddress_v11030);
+  return v2 ? WrapperSet<LookupV2Hook>::wrap(how, genuine)
+            : WrapperSet<LookupHook>::wrap(how, genuine);
 }
 
 }  // namespace

@@ -54,6 +54,11 @@ std::atomic<int> g_settings_state{0};  // 2: read (a reader claims g_settings_re
 // tool (Nsight's injection) may call CUDA from there. Such a re-entrant launch passes through.
 __attribute__((tls_model("initial-exec"))) thread_local bool t_activating = false;
 
+// Set while this thread reads the settings. A signal handler that interrupts the reading and
+// calls into us on the same thread must not wait for it (the reading cannot go on until the
+// handler returns): its launch passes through, and settings() hands it what is read so far.
+__attribute__((tls_model("initial-exec"))) thread_local bool t_reading_settings = false;
+
 void complain_on_stderr(const char *sentence, void *) {
   warn_line("%s", sentence);
 }
@@ -210,7 +215,7 @@ namespace detail {
 bool activate_slow() {
   Phase phase = g_phase.load(std::memory_order_acquire);
   if (phase == Phase::active) return true;
-  if (phase == Phase::pass_through || t_activating) return false;
+  if (phase == Phase::pass_through || t_activating || t_reading_settings) return false;
   // The first launch initialises NVTX and whatever tool it loads (which may do anything), reads
   // the names file, logs; the others wait below (nanosleep): a launch is not a cancellation
   // point, so none of this may act on the program's cancellation request (no_cancel.hpp).
@@ -269,6 +274,7 @@ namespace {
 
 void read_into_settings() {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp
+  t_reading_settings = true;
   new (&g_settings) Settings();
   common::note_standard_streams();  // before any line of ours: stdout and stderr as they are
   read_settings(g_settings, common::process_env, nullptr, complain_on_stderr, nullptr);
@@ -285,6 +291,7 @@ void read_into_settings() {
   common::note_output_stream(g_settings.summary);
   set_log_level(g_settings.log_level);
   g_settings_state.store(2, std::memory_order_release);
+  t_reading_settings = false;
 }
 
 // The process whose thread reads the settings (0 until a thread claims the reading).
@@ -299,6 +306,9 @@ const Settings &settings() {
   // child; the threads of the reading process wait. Reading takes microseconds (a warning to
   // a full stderr pipe waits at most 2 s: support/log.cpp) and calls nothing that could come
   // back here.
+  // A signal handler on the reading thread (t_reading_settings): what is read so far, each
+  // field its default or the user's value; the waiting below would never end.
+  if (t_reading_settings) return g_settings;
   const pid_t self = getpid();
   pid_t reader = 0;
   if (g_settings_reader.compare_exchange_strong(reader, self, std::memory_order_acq_rel)) {

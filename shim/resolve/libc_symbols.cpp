@@ -40,9 +40,7 @@ const void *dynamic_pointer(ElfW(Addr) base, ElfW(Addr) value) {
   return reinterpret_cast<const void *>(value);
 }
 
-bool read_dynamic_tables(const link_map *object, DynamicTables &tables) {
-  const ElfW(Addr) base = object->l_addr;
-  const ElfW(Dyn) *entry = object->l_ld;
+bool read_dynamic_tables(ElfW(Addr) base, const ElfW(Dyn) * entry, DynamicTables &tables) {
   if (!entry) return false;
   for (; entry->d_tag != DT_NULL; ++entry) {
     switch (entry->d_tag) {
@@ -116,6 +114,7 @@ Function resolve_once(std::atomic<Function> &cache, const char *name) {
 std::atomic<DlsymFunction> g_dlsym{nullptr};
 std::atomic<DlvsymFunction> g_dlvsym{nullptr};
 std::atomic<DlopenFunction> g_dlopen{nullptr};
+std::atomic<DlcloseFunction> g_dlclose{nullptr};
 
 }  // namespace
 
@@ -128,10 +127,49 @@ void *find_definition_after_shim(const char *name) {
   const link_map *own = own_object();
   for (const link_map *object = own ? own->l_next : nullptr; object; object = object->l_next) {
     DynamicTables tables;
-    if (!read_dynamic_tables(object, tables)) continue;
+    if (!read_dynamic_tables(object->l_addr, object->l_ld, tables)) continue;
     if (void *found = lookup_gnu_hash(object->l_addr, tables, name)) return found;
   }
   return nullptr;
+}
+
+namespace {
+
+struct ExportSearch {
+  const char *name;
+  const link_map *own;
+  void *first = nullptr;
+  int others = 0;  // distinct definitions after the first
+};
+
+int search_object(dl_phdr_info *info, size_t, void *data) {
+  ExportSearch &search = *static_cast<ExportSearch *>(data);
+  if (search.own && info->dlpi_addr == search.own->l_addr && info->dlpi_name &&
+      search.own->l_name && same_name(info->dlpi_name, search.own->l_name))
+    return 0;
+  const ElfW(Dyn) *dynamic = nullptr;
+  for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i)
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+      dynamic = reinterpret_cast<const ElfW(Dyn) *>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+  DynamicTables tables;
+  if (!read_dynamic_tables(info->dlpi_addr, dynamic, tables)) return 0;
+  void *found = lookup_gnu_hash(info->dlpi_addr, tables, search.name);
+  if (!found) return 0;
+  if (!search.first)
+    search.first = found;
+  else if (found != search.first)
+    ++search.others;
+  return 0;
+}
+
+}  // namespace
+
+void *find_definition_in_any_object(const char *name, int *others) {
+  // dl_iterate_phdr holds the loader's lock while it walks: no library comes or goes meanwhile.
+  ExportSearch search{name, own_object()};
+  dl_iterate_phdr(search_object, &search);
+  if (others) *others = search.others;
+  return search.first;
 }
 
 DlsymFunction libc_dlsym() {
@@ -142,6 +180,9 @@ DlvsymFunction libc_dlvsym() {
 }
 DlopenFunction libc_dlopen() {
   return resolve_once(g_dlopen, "dlopen");
+}
+DlcloseFunction libc_dlclose() {
+  return resolve_once(g_dlclose, "dlclose");
 }
 
 }  // namespace ferrum_replay::shim

@@ -3,9 +3,17 @@
 // first non-null result is cached for the life of the process) and lock-free on the hot path.
 //
 // A real function is found, in order: from what a lookup handed out (provide(): the driver's
-// cuGetProcAddress answer, dlsym on the driver's handle), by dlsym(RTLD_NEXT), or from the
+// cuGetProcAddress answer, dlsym on the driver's handle), by dlsym(RTLD_NEXT), from the
 // library that owns the real driver (the runtime opens libcuda RTLD_LOCAL, out of RTLD_NEXT's
-// reach). Never one of the shim's own functions: that would be an infinite loop.
+// reach), or from any loaded library that exports it (a runtime or driver loaded as the
+// dependency of a library dlopened RTLD_LOCAL — a Python extension module, ctypes.CDLL — is in
+// no scope of ours, yet that library's calls by name reach our exports first). Never one of the
+// shim's own functions: that would be an infinite loop.
+//
+// The library a definition lies in may be unloaded (the program dlcloses the driver, or a
+// plugin and the runtime it brought) and another loaded in its place: a definition found once
+// is forgotten when its library goes (forget_unloaded(), from our dlclose), and found again at
+// the next call.
 #pragma once
 
 #include <atomic>
@@ -29,43 +37,60 @@ void note_driver_library(const void *real_driver_function);
 // dlmopen into another namespace). Resolution time only, never the launch path.
 bool keep_loaded(const void *function);
 
-// The next definition of `name` after the shim, else the driver library's own; never ours.
-// Null when neither is loaded yet — a later call tries again.
+// The next definition of `name` after the shim, else the driver library's own, else the first
+// loaded library's that exports it; never ours. Null when none is loaded yet — a later call
+// tries again.
 void *find_next_definition(const char *name);
 
-template <typename Function>
-class RealFunction {
- public:
-  constexpr explicit RealFunction(const char *name) : name_(name) {}
-  RealFunction(const RealFunction &) = delete;
-  RealFunction &operator=(const RealFunction &) = delete;
+// Whether `address` lies in a loaded library (or the program): a definition found earlier whose
+// library has been unloaded no longer does. Resolution time only (dladdr).
+bool is_loaded_address(const void *address);
 
-  Function get() {
-    Function function = function_.load(std::memory_order_acquire);
-    return __builtin_expect(function != nullptr, 1) ? function : resolve();
-  }
-  // The definition found so far, without resolving one: null until a get() or provide() found it.
-  Function resolved() const { return function_.load(std::memory_order_acquire); }
+// What every RealFunction keeps, whatever its type: its name and the definition found. (The
+// library each definition lies in is noted apart, in a table of real_functions.cpp: a slot
+// stays two words, as the loader relocates each slot's name in every process.)
+class RealFunctionSlot {
+ public:
+  constexpr explicit RealFunctionSlot(const char *name) : name_(name) {}
+  RealFunctionSlot(const RealFunctionSlot &) = delete;
+  RealFunctionSlot &operator=(const RealFunctionSlot &) = delete;
   const char *name() const { return name_; }
 
-  // A genuine definition seen in a lookup's answer; kept if none is known yet.
-  void provide(void *address) {
-    if (!address || is_own_address(address)) return;
-    Function expected = nullptr;
-    function_.compare_exchange_strong(expected, reinterpret_cast<Function>(address),
-                                      std::memory_order_acq_rel);
-    note_driver_library(address);
-  }
+ protected:
+  void *resolve();              // find_next_definition, kept; null when none
+  void provide(void *address);  // a lookup's genuine answer, kept if none is known yet
+  std::atomic<void *> function_{nullptr};
 
  private:
-  Function resolve() {
-    auto function = reinterpret_cast<Function>(find_next_definition(name_));
-    if (function) function_.store(function, std::memory_order_release);
-    return function;
-  }
-
+  friend void forget_unloaded();
+  // `address` kept (only if none is, with `if_none`); the library it lies in noted for
+  // forget_unloaded.
+  void keep(void *address, bool if_none);
   const char *name_;
-  std::atomic<Function> function_{nullptr};
+};
+
+// Whether any real function has been found yet (false in a process that never reached CUDA).
+bool any_real_function_kept();
+
+// After the program's dlclose unloaded something: every definition whose library is gone is
+// forgotten (the next call finds the definition anew). Off every launch path.
+void forget_unloaded();
+
+template <typename Function>
+class RealFunction : public RealFunctionSlot {
+ public:
+  constexpr explicit RealFunction(const char *name) : RealFunctionSlot(name) {}
+
+  Function get() {
+    void *function = function_.load(std::memory_order_acquire);
+    return reinterpret_cast<Function>(__builtin_expect(function != nullptr, 1) ? function
+                                                                               : resolve());
+  }
+  // The definition found so far, without resolving one: null until a get() or provide() found it.
+  Function resolved() const {
+    return reinterpret_cast<Function>(function_.load(std::memory_order_acquire));
+  }
+  void provide(void *address) { RealFunctionSlot::provide(address); }
 };
 
 }  // namespace ferrum_replay::shim

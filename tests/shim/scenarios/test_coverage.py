@@ -5,6 +5,7 @@ threads — each a real process under LD_PRELOAD, each asserting one balanced ra
 launch and an unchanged result."""
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -59,7 +60,7 @@ def shared_runtime_table():
     run_ = launch("LAUNCH_RUNTIME", env={"FERRUM_REPLAY_LOG": "debug"})
     expect_covered(run_)
     log = run_.stderr
-    expect(re.search(r'cuGetProcAddress self-query: answered with the shim\'s cuGetProcAddress_v2',
+    expect(re.search(r'cuGetProcAddress self-query: answered with a wrapper of cuGetProcAddress_v2',
                      log), "the runtime's self-query at 12000 was not answered by the shim", run_)
     for flags in ("0", "2"):
         expect(re.search(rf'cuGetProcAddress\("cuGraphLaunch", \d+, flags {flags}\): wrapped', log),
@@ -134,6 +135,67 @@ def deepbind_reported_once():
     expect(quiet.returncode == 0 and quiet.stderr == "", "not silent by default", quiet)
 
 
+def plugins_loaded_local():
+    """A library dlopened RTLD_LOCAL (a Python extension module, ctypes.CDLL) that links the
+    shared runtime, or the driver, and calls it by name: the runtime or driver it brought is in
+    no scope of the shim's (dlsym(RTLD_NEXT) cannot see it), yet its calls by name reach our
+    exports first. Each reaches the genuine function (it used to return 500, "not found":
+    every instantiate, launch and destroy failed), one range per launch; and RTLD_GLOBAL as
+    before. Logs asked for: nothing to say (one runtime, no ambiguity)."""
+    for plugin in ("LAUNCH_RUNTIME_PLUGIN", "LAUNCH_DRIVER_PLUGIN"):
+        for scope in ("local", "global"):
+            run_ = run([path_of("PLUGIN_LOADER"), scope, path_of(plugin), "--graphs", str(GRAPHS),
+                        "--iters", str(ITERS)], env={"FERRUM_REPLAY_LOG": "error"})
+            expect_covered(run_)
+            expect(run_.stderr == "", f"{plugin} {scope}: unexpected output", run_)
+
+
+def driver_unloaded_and_reloaded():
+    """The driver unloaded (dlclose) and loaded again at another address, three times: through
+    its private handle's cuGetProcAddress_v2, and by name from a plugin that brought it and took
+    it away again. Every call reaches the driver loaded now — the shim used to call the first
+    one's address, a crash (also with FERRUM_REPLAY=off) — with one range per launch."""
+    for argv in ([path_of("DRIVER_RELOADS"), "lookup", "3", "20"],
+                 [path_of("DRIVER_RELOADS"), "by-name", path_of("RELOAD_PLUGIN"), "3", "20"]):
+        run_ = run(argv)
+        expect_covered(run_, report_key=None, launches=60)
+        expect(run_.stdout.count("moved=yes") == 2, "the driver was not loaded elsewhere", run_)
+        off = run(argv, record=False, env={"FERRUM_REPLAY": "off"})
+        expect(off.returncode == 0 and off.program_counts()["failed"] == 0,
+               "FERRUM_REPLAY=off: the program failed", off)
+
+
+def two_driver_instances():
+    """Two instances of the driver at once (the same library at another path): the second's
+    own cuGetProcAddress_v2, asked after only the second was initialised, answers with the
+    second's functions — not the first instance's, whose cuDeviceGet then said "not
+    initialised". With the shim at work and with FERRUM_REPLAY=off."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "libcuda-copy.so.1")
+        shutil.copy(os.path.join(path_of("STANDIN_DIR"), "libcuda.so.1"), copy)
+        for env in ({}, {"FERRUM_REPLAY": "off"}):
+            run_ = run([path_of("DRIVER_RELOADS"), "instances", copy], record=not env, env=env)
+            expect(run_.returncode == 0 and
+                   "lookup answered from: itself; cuDeviceGet=0" in run_.stdout,
+                   f"{env}: the second instance's lookup answered for another", run_)
+
+
+def handler_launch_while_reading_settings():
+    """A signal handler launches while the thread it interrupted is inside the shim's first
+    reading of its settings (held there by a warning line waiting on a full stderr pipe): the
+    launch passes through with the driver's own result, and the program ends (it used to spin
+    for ever, waiting for the reading it had interrupted)."""
+    bare = run([path_of("HANDLER_LAUNCH")], preload=False, record=False, timeout=30)
+    expect(bare.returncode == 0, "the program failed without the shim", bare)
+    for env in ({"FERRUM_REPLAY_GPU_TIME": "bogus"}, {"FERRUM_REPLAY_GPU_TIME": "bogus",
+                                                      "FERRUM_REPLAY": "off"}):
+        run_ = run([path_of("HANDLER_LAUNCH")], env=env, timeout=30)
+        expect(run_.returncode == 0, f"{env}: the program did not end normally", run_)
+        expect(run_.program_counts() == bare.program_counts(),
+               f"{env}: the handler's launch returned another result than without the shim",
+               run_)
+
+
 def loader_passthrough():
     """dlsym/dlvsym/dlopen for anything that is not a CUDA entry point answer exactly as
     without the shim: same addresses (RTLD_NEXT too), same NULL and dlerror on failure."""
@@ -151,7 +213,8 @@ SCENARIOS = {f.__name__: f for f in (
     dlopen_local_dlsym, procaddress_flags_0, procaddress_flags_2, procaddress_legacy_self_query,
     shared_runtime_table, static_runtime, runtime_driver_entry_point, python_ctypes,
     stacked_interposers_both_orders, interposable_driver, eight_threads_resolving,
-    deepbind_reported_once)}
+    deepbind_reported_once, plugins_loaded_local, driver_unloaded_and_reloaded,
+    two_driver_instances, handler_launch_while_reading_settings)}
 
 if __name__ == "__main__":
     main(SCENARIOS)

@@ -58,7 +58,7 @@ def check(variable):
     logged = run(argv, env={"LD_LIBRARY_PATH": library_path(with_standin=True),
                             "FERRUM_REPLAY_LOG": "debug"})
     log = logged.stderr
-    expect("self-query: answered with the shim's cuGetProcAddress_v2" in log,
+    expect("self-query: answered with a wrapper of cuGetProcAddress_v2" in log,
            "the real runtime's self-query at 12000 was not answered by the shim", logged)
     for flags in ("0", "2"):
         expect(re.search(rf'cuGetProcAddress\("cuGraphLaunch", \d+, flags {flags}\): wrapped', log),

@@ -8,7 +8,8 @@
 // (options: see launch_harness.hpp). Each launch is a direct call of cuGraphLaunch through the
 // PLT; --ptsz calls cuGraphLaunch_ptsz instead.
 //
-// Built twice: launch_driver, and launch_driver_ptsz compiled with
+// Built three times: launch_driver_plugin, a module run by plugin_loader (LAUNCH_AS_PLUGIN: main is
+// its plugin_main); launch_driver; and launch_driver_ptsz compiled with
 // CUDA_API_PER_THREAD_DEFAULT_STREAM, where <cuda.h> maps cuGraphLaunch to cuGraphLaunch_ptsz
 // (and cuStreamSynchronize, cuGraphUpload, cuGraphInstantiateWithParams to their _ptsz forms),
 // as g++ code built for per-thread default streams imports them.
@@ -67,6 +68,11 @@ class LinkedDriver final : public DriverBackend {
 };
 
 }  // namespace
+
+#ifdef LAUNCH_AS_PLUGIN  // built as a module for plugin_loader.cpp: this is its entry point
+extern "C" __attribute__((visibility("default"))) int plugin_main(int argc, char **argv);
+#define main plugin_main
+#endif
 
 int main(int argc, char **argv) {
   LinkedDriver backend;

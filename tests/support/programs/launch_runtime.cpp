@@ -9,12 +9,14 @@
 // cudaStreamPerThread (0x2); --ptsz calls cudaGraphLaunch_ptsz explicitly. The final result=
 // is a cudaError_t.
 //
-// Built three times from this file:
+// Built four times from this file:
 //   launch_runtime         linked with the shared libcudart.so.13 (calls through the PLT)
 //   launch_runtime_ptsz    the same, compiled with CUDA_API_PER_THREAD_DEFAULT_STREAM, so
 //                          <cuda_runtime_api.h> maps cudaGraphLaunch to cudaGraphLaunch_ptsz
 //   launch_static_runtime  linked with the static runtime: cudaGraphLaunch is a hidden, local
 //                          symbol of the executable (as with nvcc's default cudart_static)
+//   launch_runtime_plugin  a module linked with libcudart.so.13, run by plugin_loader
+//                          (LAUNCH_AS_PLUGIN: main is its plugin_main)
 
 #include "runtime_backend.hpp"
 
@@ -38,6 +40,11 @@ class Runtime final : public RuntimeBackend {
 };
 
 }  // namespace
+
+#ifdef LAUNCH_AS_PLUGIN  // built as a module for plugin_loader.cpp: this is its entry point
+extern "C" __attribute__((visibility("default"))) int plugin_main(int argc, char **argv);
+#define main plugin_main
+#endif
 
 int main(int argc, char **argv) {
   Runtime backend;
