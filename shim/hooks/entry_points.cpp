@@ -83,27 +83,28 @@ constexpr bool per_thread_name(const char *name) {
 template <bool PerThread, typename Result, typename Function, typename Exec, typename Stream>
 __attribute__((noinline, cold)) Result intercept_unresolved_launch(RealFunction<Function> &function,
                                                                    Result success, Result not_found,
-                                                                   Exec exec, Stream stream) {
-  Function real = function.get();
+                                                                   const void *caller, Exec exec,
+                                                                   Stream stream) {
+  Function real = function.get(caller);
   if (real == nullptr) return missing_real_function(function, not_found);
   return launch_through(real, exec, stream, PerThread, success);
 }
 
 template <bool PerThread, typename Result, typename Function, typename Exec, typename Stream>
 Result intercept_launch(RealFunction<Function> &function, Result success, Result not_found,
-                        Exec exec, Stream stream) {
+                        const void *caller, Exec exec, Stream stream) {
   Function real = function.resolved();
   if (__builtin_expect(real != nullptr, 1))
     return launch_through(real, exec, stream, PerThread, success);
-  return intercept_unresolved_launch<PerThread>(function, success, not_found, exec, stream);
+  return intercept_unresolved_launch<PerThread>(function, success, not_found, caller, exec, stream);
 }
 
 // The context-ending calls: GPU timing lets go of the context's pool first. With timing off
 // only the call.
 template <typename Result, typename Function>
 Result intercept_context_destroy(RealFunction<Function> &function, Result, Result not_found,
-                                 CUcontext context) {
-  Function real = function.get();
+                                 const void *caller, CUcontext context) {
+  Function real = function.get(caller);
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
   if (!gpu::timing_on()) return real(context);
   return gpu::around_context_destroy(context, [&] { return real(context); });
@@ -111,8 +112,8 @@ Result intercept_context_destroy(RealFunction<Function> &function, Result, Resul
 
 template <typename Result, typename Function>
 Result intercept_primary_release(RealFunction<Function> &function, Result, Result not_found,
-                                 CUdevice device) {
-  Function real = function.get();
+                                 const void *caller, CUdevice device) {
+  Function real = function.get(caller);
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
   if (!gpu::timing_on()) return real(device);
   return gpu::around_primary_release(device, [&] { return real(device); });
@@ -120,8 +121,8 @@ Result intercept_primary_release(RealFunction<Function> &function, Result, Resul
 
 template <typename Result, typename Function>
 Result intercept_primary_reset(RealFunction<Function> &function, Result, Result not_found,
-                               CUdevice device) {
-  Function real = function.get();
+                               const void *caller, CUdevice device) {
+  Function real = function.get(caller);
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
   if (!gpu::timing_on()) return real(device);
   return gpu::around_primary_reset(device, [&] { return real(device); });
@@ -129,8 +130,8 @@ Result intercept_primary_reset(RealFunction<Function> &function, Result, Result 
 
 template <typename Result, typename Function>
 Result intercept_primary_retain(RealFunction<Function> &function, Result success, Result not_found,
-                                CUcontext *context, CUdevice device) {
-  Function real = function.get();
+                                const void *caller, CUcontext *context, CUdevice device) {
+  Function real = function.get(caller);
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
   const Result result = real(context, device);
   if (gpu::timing_on() && result == success && context) gpu::note_primary_context(device, *context);
@@ -146,8 +147,8 @@ bool gpu_timing_asked() {
 
 template <typename Result, typename Function, typename Exec, typename Graph, typename... Rest>
 Result intercept_instantiate(RealFunction<Function> &function, Result success, Result not_found,
-                             Exec *exec, Graph graph, Rest... rest) {
-  Function real = function.get();
+                             const void *caller, Exec *exec, Graph graph, Rest... rest) {
+  Function real = function.get(caller);
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
   return instantiate_and_register(success, exec, graph, function.name(),
                                   [&] { return real(exec, graph, rest...); });
@@ -155,9 +156,9 @@ Result intercept_instantiate(RealFunction<Function> &function, Result success, R
 
 template <typename Result, typename Function, typename Exec>
 Result intercept_destroy(RealFunction<Function> &function, Result success, Result not_found,
-                         Exec exec) {
+                         const void *caller, Exec exec) {
   (void)success;
-  Function real = function.get();
+  Function real = function.get(caller);
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
   return destroy_and_forget(exec, [&] { return real(exec); });
 }
@@ -174,7 +175,8 @@ Result intercept_destroy(RealFunction<Function> &function, Result success, Resul
       CUDAAPI NAME PARAMS {                                                                    \
     using Api = ::ferrum_replay::shim::ApiResult<::ferrum_replay::shim::HookApi::API>;         \
     return ::ferrum_replay::shim::INTERCEPT(::ferrum_replay::shim::g_##NAME, Api::success,     \
-                                            Api::not_found, __VA_ARGS__);                      \
+                                            Api::not_found, __builtin_return_address(0),       \
+                                            __VA_ARGS__);                                      \
   }
 #define FERRUM_DEFINE_launch(API, NAME, ...)                                                       \
   FERRUM_DEFINE_HOOK(intercept_launch<(::ferrum_replay::shim::per_thread_name(#NAME))>, API, NAME, \

@@ -32,10 +32,14 @@ int read_unloads(dl_phdr_info *info, size_t size, void *data) {
   return 1;  // the count is the same in every entry: the first is enough
 }
 
-// After a dlclose of the program's: when it unloaded a library, the real functions found in it
-// are forgotten (a reload elsewhere, or another library in its place, would otherwise be
-// called at the old address). Nothing for a process that never resolved one.
-void after_dlclose() {
+// After a dlclose of the program's, and before each dlopen: when the loader has unloaded a
+// library since last seen, the real functions found in it are forgotten (a reload elsewhere, or
+// another library in its place, would otherwise be called at the old address). Before each
+// dlopen too, since a library may be unloaded by a dlclose that never reaches ours (libc's
+// own, from dlsym(libdl, "dlclose") — Python's ctypes.CDLL("libdl.so.2").dlclose — or a
+// library bound RTLD_DEEPBIND), and is loaded again through dlopen. Called only in a process
+// that has resolved one.
+void forget_if_unloaded() {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp
   unsigned long long unloads = 0;
   dl_iterate_phdr(read_unloads, &unloads);
@@ -61,6 +65,7 @@ __attribute__((visibility("hidden"))) void *ferrum_libc_dlvsym_address() {
 }
 
 __attribute__((visibility("hidden"))) void *ferrum_dlopen_prologue(const char *file, int mode) {
+  if (ferrum_replay::shim::any_real_function_kept()) ferrum_replay::shim::forget_if_unloaded();
   if ((mode & RTLD_DEEPBIND) && ferrum_replay::shim::launches_graphs(file) &&
       !g_deepbind_reported.exchange(true, std::memory_order_relaxed)) {
     (void)ferrum_replay::shim::settings();  // the log level
@@ -74,13 +79,13 @@ __attribute__((visibility("hidden"))) void *ferrum_dlopen_prologue(const char *f
   return reinterpret_cast<void *>(ferrum_replay::shim::libc_dlopen());
 }
 
-// The program's dlclose, passed through; then, if it unloaded a library, after_dlclose().
+// The program's dlclose, passed through; then, if it unloaded a library, forget_if_unloaded().
 __attribute__((visibility("default"))) int dlclose(void *handle) {
   ferrum_replay::shim::DlcloseFunction real = ferrum_replay::shim::libc_dlclose();
   if (!real) return -1;  // no C library definition: cannot happen in a process that links one
   const int result = real(handle);
   if (result == 0 && ferrum_replay::shim::any_real_function_kept())
-    ferrum_replay::shim::after_dlclose();
+    ferrum_replay::shim::forget_if_unloaded();
   return result;
 }
 

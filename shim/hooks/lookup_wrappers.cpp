@@ -394,7 +394,8 @@ extern "C" {
 
 __attribute__((visibility("hidden"))) CUresult CUDAAPI
 ferrum_cuGetProcAddress_v11030(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
-  PFN_cuGetProcAddress_v11030 real = ferrum_replay::shim::g_cuGetProcAddress.get();
+  PFN_cuGetProcAddress_v11030 real =
+      ferrum_replay::shim::g_cuGetProcAddress.get(__builtin_return_address(0));
   if (!real)
     return ferrum_replay::shim::missing_real_function(ferrum_replay::shim::g_cuGetProcAddress,
                                                       CUDA_ERROR_NOT_FOUND);
@@ -407,7 +408,8 @@ ferrum_cuGetProcAddress_v11030(const char *symbol, void **pfn, int cudaVersion, 
 __attribute__((visibility("hidden"))) CUresult CUDAAPI
 ferrum_cuGetProcAddress_v12000(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                CUdriverProcAddressQueryResult *symbolStatus) {
-  PFN_cuGetProcAddress_v12000 real = ferrum_replay::shim::g_cuGetProcAddress_v2.get();
+  PFN_cuGetProcAddress_v12000 real =
+      ferrum_replay::shim::g_cuGetProcAddress_v2.get(__builtin_return_address(0));
   if (!real)
     return ferrum_replay::shim::missing_real_function(ferrum_replay::shim::g_cuGetProcAddress_v2,
                                                       CUDA_ERROR_NOT_FOUND);

@@ -105,7 +105,11 @@ template <typename Function>
 Function resolve_once(std::atomic<Function> &cache, const char *name) {
   Function function = cache.load(std::memory_order_acquire);
   if (!function) {
-    function = reinterpret_cast<Function>(find_definition_after_shim(name));
+    void *found = find_definition_after_shim(name);
+    // Nothing after us: the shim was dlopened (its naming API, RTLD_GLOBAL) rather than
+    // preloaded, and the C library lies before it.
+    if (!found) found = find_definition_in_any_object(name, nullptr);
+    function = reinterpret_cast<Function>(found);
     if (function) cache.store(function, std::memory_order_release);
   }
   return function;
@@ -155,6 +159,9 @@ int search_object(dl_phdr_info *info, size_t, void *data) {
   if (!read_dynamic_tables(info->dlpi_addr, dynamic, tables)) return 0;
   void *found = lookup_gnu_hash(info->dlpi_addr, tables, search.name);
   if (!found) return 0;
+  // Another copy of ferrum-replay (loaded by a program for its naming API from another path):
+  // its exports are interposers like ours, never the real function.
+  if (lookup_gnu_hash(info->dlpi_addr, tables, "ferrum_replay_name_graph_exec")) return 0;
   if (!search.first)
     search.first = found;
   else if (found != search.first)
@@ -166,7 +173,7 @@ int search_object(dl_phdr_info *info, size_t, void *data) {
 
 void *find_definition_in_any_object(const char *name, int *others) {
   // dl_iterate_phdr holds the loader's lock while it walks: no library comes or goes meanwhile.
-  ExportSearch search{name, own_object()};
+  ExportSearch search{name, own_object(), nullptr, 0};
   dl_iterate_phdr(search_object, &search);
   if (others) *others = search.others;
   return search.first;

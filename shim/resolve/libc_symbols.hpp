@@ -28,8 +28,9 @@ DlcloseFunction libc_dlclose();
 void *find_definition_after_shim(const char *name);
 
 // The definition of `name` (a function) exported by the first loaded object in load order,
-// every namespace, that is not the shim; null if none. `others`: how many other objects export
-// a different definition of it. Takes the loader's lock (dl_iterate_phdr): resolution time only.
+// every namespace, that is not the shim (nor another copy of it); null if none. `others`: how many
+// other objects export a different definition of it. Takes the loader's lock (dl_iterate_phdr):
+// resolution time only.
 void *find_definition_in_any_object(const char *name, int *others);
 
 }  // namespace ferrum_replay::shim

@@ -26,6 +26,7 @@ std::atomic<int> g_driver_path_state{0};  // 0: unknown, 1: being written, 2: kn
 struct KeptDefinition {
   std::atomic<RealFunctionSlot *> slot;
   std::atomic<const void *> library;  // the link_map of the library its definition lies in
+  std::atomic<bool> per_caller;       // no definition in a scope of ours: each caller's own
 };
 constexpr int kMaxKept = 128;
 KeptDefinition g_kept[kMaxKept];
@@ -40,6 +41,25 @@ KeptDefinition *kept_entry(RealFunctionSlot *slot) {
   if (index >= kMaxKept) return nullptr;
   g_kept[index].slot.store(slot, std::memory_order_release);
   return &g_kept[index];
+}
+
+// Per-caller definitions (KeptDefinition::per_caller), by call site: open addressing, a few
+// probes from the hash of (slot, return address); lock-free to read. Emptied whenever the
+// loader unloads something (forget_unloaded). A call site that finds no room is looked up in
+// the loader at each call: correct, slower.
+struct CallerDefinition {
+  std::atomic<const void *> caller;  // a return address; null: free
+  std::atomic<RealFunctionSlot *> slot;
+  std::atomic<void *> function;
+};
+constexpr uint32_t kCallerBits = 9;  // 512 call sites of hooked functions
+constexpr uint32_t kCallerProbes = 8;
+CallerDefinition g_callers[1u << kCallerBits];
+
+uint32_t caller_home(const RealFunctionSlot *slot, const void *caller) {
+  const uint64_t key = reinterpret_cast<uintptr_t>(caller) ^
+                       (reinterpret_cast<uintptr_t>(slot) * 0x9E3779B97F4A7C15ull);
+  return static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - kCallerBits));
 }
 
 // The link_map of the library `address` lies in; null when none does.
@@ -115,23 +135,106 @@ bool is_loaded_address(const void *address) {
   return library_of(address) != nullptr;
 }
 
+namespace {
+
+// The library of every entry of `slot` (two threads listing it at once make two).
+void note_library(const RealFunctionSlot *slot, const void *library) {
+  const int count = g_kept_count.load(std::memory_order_acquire);
+  for (int i = 0; i < count && i < kMaxKept; ++i)
+    if (g_kept[i].slot.load(std::memory_order_acquire) == slot)
+      g_kept[i].library.store(library, std::memory_order_release);
+}
+
+// The definition of `name` in the scope of the library `caller` lies in (what that library's
+// call by name would reach without us); null when none there is not ours.
+void *scope_definition(const char *name, const void *caller) {
+  Dl_info owner{};
+  link_map *map = nullptr;
+  if (!caller || !dladdr1(caller, &owner, reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP) ||
+      !map || !map->l_name || !map->l_name[0])
+    return nullptr;  // the main program's scope is the global one: searched already
+  DlopenFunction open = libc_dlopen();
+  DlsymFunction lookup = libc_dlsym();
+  DlcloseFunction close = libc_dlclose();
+  if (!open || !lookup || !close) return nullptr;
+  // RTLD_NOLOAD: the caller's own instance, never a new load; the reference dropped at once.
+  void *handle = open(map->l_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (!handle) return nullptr;
+  void *found = lookup(handle, name);  // the library and its dependencies, in its order
+  close(handle);
+  return found && !is_own_address(found) ? found : nullptr;
+}
+
+}  // namespace
+
 void RealFunctionSlot::keep(void *address, bool if_none) {
-  KeptDefinition *entry = kept_entry(this);
+  (void)kept_entry(this);
   const void *library = library_of(address);
   if (if_none) {
     void *expected = nullptr;
     if (!function_.compare_exchange_strong(expected, address, std::memory_order_acq_rel)) return;
-    if (entry) entry->library.store(library, std::memory_order_release);
+    note_library(this, library);
   } else {
-    if (entry) entry->library.store(library, std::memory_order_release);
+    note_library(this, library);
     function_.store(address, std::memory_order_release);
   }
 }
 
-void *RealFunctionSlot::resolve() {
-  void *function = find_next_definition(name_);
-  if (function) keep(function, false);
+void *RealFunctionSlot::cached_for(const void *caller) const {
+  if (!caller) return nullptr;
+  const uint32_t home = caller_home(this, caller);
+  constexpr uint32_t kMask = (1u << kCallerBits) - 1;
+  for (uint32_t probe = 0; probe < kCallerProbes; ++probe) {
+    CallerDefinition &entry = g_callers[(home + probe) & kMask];
+    const void *seen = entry.caller.load(std::memory_order_acquire);
+    if (!seen) break;
+    if (seen == caller && entry.slot.load(std::memory_order_acquire) == this)
+      if (void *function = entry.function.load(std::memory_order_acquire)) return function;
+  }
+  return nullptr;
+}
+
+void *RealFunctionSlot::definition_for(const void *caller) {
+  if (void *function = cached_for(caller)) return function;
+  const uint32_t home = caller_home(this, caller);
+  constexpr uint32_t kMask = (1u << kCallerBits) - 1;
+  // This call site's first call (or no room for it): its own scope's definition, else the
+  // first loaded library's.
+  const common::ErrnoKept errno_kept;             // errno_kept.hpp
+  const common::LoaderErrorCleared loader_error;  // loader_error.hpp: a NOLOAD that fails
+  void *function = scope_definition(name_, caller);
+  if (!function) function = find_definition_in_any_object(name_, nullptr);
+  if (!function || !caller) return function;
+  for (uint32_t probe = 0; probe < kCallerProbes; ++probe) {
+    CallerDefinition &entry = g_callers[(home + probe) & kMask];
+    const void *free = nullptr;
+    if (entry.caller.compare_exchange_strong(free, caller, std::memory_order_acq_rel)) {
+      entry.slot.store(this, std::memory_order_release);
+      entry.function.store(function, std::memory_order_release);
+      break;
+    }
+  }
   return function;
+}
+
+void *RealFunctionSlot::resolve(const void *caller) {
+  // A call site met before, in per-caller mode: lock-free, no scan.
+  if (void *function = cached_for(caller)) return function;
+  KeptDefinition *entry = kept_entry(this);
+  if (entry && entry->per_caller.load(std::memory_order_acquire)) return definition_for(caller);
+  void *function = find_next_definition(name_);
+  if (function) {
+    keep(function, false);
+    return function;
+  }
+  // In no scope of ours: a library dlopened RTLD_LOCAL brought it. Each caller's own from now
+  // on (a second copy of the runtime, brought by another such library, may come later).
+  int others = 0;
+  if (!find_definition_in_any_object(name_, &others)) return nullptr;
+  if (entry) entry->per_caller.store(true, std::memory_order_release);
+  log_line(LogLevel::debug, "real %s: only in libraries loaded RTLD_LOCAL (%d): per caller", name_,
+           others + 1);
+  return definition_for(caller);
 }
 
 void RealFunctionSlot::provide(void *address) {
@@ -153,6 +256,14 @@ void forget_unloaded() {
       log_line(LogLevel::debug, "real %s: its library was unloaded; forgotten", slot->name_);
     }
   }
+  // Per-caller definitions: all found anew (a caller's library, or the definition's, may be
+  // the one gone; a call site is looked up again at its next call).
+  for (CallerDefinition &entry : g_callers) {
+    if (!entry.caller.load(std::memory_order_acquire)) continue;
+    entry.function.store(nullptr, std::memory_order_release);
+    entry.slot.store(nullptr, std::memory_order_release);
+    entry.caller.store(nullptr, std::memory_order_release);
+  }
 }
 
 void *find_next_definition(const char *name) {
@@ -172,18 +283,6 @@ void *find_next_definition(const char *name) {
       if (address && is_own_address(address)) address = nullptr;
       dlclose(driver);
     }
-  }
-  if (!address) {
-    // Loaded in no scope of ours: as the dependency of a library dlopened RTLD_LOCAL, whose
-    // calls by name reach our exports first. With several such libraries the first loaded
-    // answers every caller (a caller's own scope is not known here): said when logs are asked.
-    int others = 0;
-    address = find_definition_in_any_object(name, &others);
-    if (address && others > 0)
-      log_line(LogLevel::error,
-               "%d libraries outside the global scope export %s: calls by name go to the first "
-               "loaded's (%p)",
-               others + 1, name, address);
   }
   log_line(LogLevel::debug, "real %s resolved to %p", name, address);
   return address;

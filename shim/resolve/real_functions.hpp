@@ -5,10 +5,12 @@
 // A real function is found, in order: from what a lookup handed out (provide(): the driver's
 // cuGetProcAddress answer, dlsym on the driver's handle), by dlsym(RTLD_NEXT), from the
 // library that owns the real driver (the runtime opens libcuda RTLD_LOCAL, out of RTLD_NEXT's
-// reach), or from any loaded library that exports it (a runtime or driver loaded as the
-// dependency of a library dlopened RTLD_LOCAL — a Python extension module, ctypes.CDLL — is in
-// no scope of ours, yet that library's calls by name reach our exports first). Never one of the
-// shim's own functions: that would be an infinite loop.
+// reach), or, for a runtime or driver loaded as the dependency of a library dlopened
+// RTLD_LOCAL (a Python extension module, ctypes.CDLL: in no scope of ours, yet that library's
+// calls by name reach our exports first), per caller: the definition the calling library's own
+// scope holds — two such libraries may each bring a copy of the runtime, and each must reach
+// its own (cached per call site, lock-free; a lookup in the loader only at a call site's first
+// call). Never one of the shim's own functions: that would be an infinite loop.
 //
 // The library a definition lies in may be unloaded (the program dlcloses the driver, or a
 // plugin and the runtime it brought) and another loaded in its place: a definition found once
@@ -37,9 +39,8 @@ void note_driver_library(const void *real_driver_function);
 // dlmopen into another namespace). Resolution time only, never the launch path.
 bool keep_loaded(const void *function);
 
-// The next definition of `name` after the shim, else the driver library's own, else the first
-// loaded library's that exports it; never ours. Null when none is loaded yet — a later call
-// tries again.
+// The next definition of `name` after the shim, else the driver library's own; never ours. Null
+// when neither is loaded — a later call tries again (or, with a caller, its own scope's).
 void *find_next_definition(const char *name);
 
 // Whether `address` lies in a loaded library (or the program): a definition found earlier whose
@@ -57,7 +58,9 @@ class RealFunctionSlot {
   const char *name() const { return name_; }
 
  protected:
-  void *resolve();              // find_next_definition, kept; null when none
+  // find_next_definition, kept; else `caller`'s scope's definition (per caller, never kept here:
+  // another caller may have another); null when none.
+  void *resolve(const void *caller);
   void provide(void *address);  // a lookup's genuine answer, kept if none is known yet
   std::atomic<void *> function_{nullptr};
 
@@ -66,6 +69,8 @@ class RealFunctionSlot {
   // `address` kept (only if none is, with `if_none`); the library it lies in noted for
   // forget_unloaded.
   void keep(void *address, bool if_none);
+  void *definition_for(const void *caller);    // per-caller mode: `caller`'s scope's definition
+  void *cached_for(const void *caller) const;  // ... as found at that call site before; or null
   const char *name_;
 };
 
@@ -81,10 +86,12 @@ class RealFunction : public RealFunctionSlot {
  public:
   constexpr explicit RealFunction(const char *name) : RealFunctionSlot(name) {}
 
-  Function get() {
+  // `caller`: a return address in the code that called our export by name (null: the first
+  // loaded library's definition stands for a caller's own).
+  Function get(const void *caller = nullptr) {
     void *function = function_.load(std::memory_order_acquire);
     return reinterpret_cast<Function>(__builtin_expect(function != nullptr, 1) ? function
-                                                                               : resolve());
+                                                                               : resolve(caller));
   }
   // The definition found so far, without resolving one: null until a get() or provide() found it.
   Function resolved() const {

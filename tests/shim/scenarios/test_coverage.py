@@ -150,18 +150,59 @@ def plugins_loaded_local():
             expect(run_.stderr == "", f"{plugin} {scope}: unexpected output", run_)
 
 
+def plugins_beside_a_loaded_shim():
+    """The program loads ferrum-replay itself for its naming API — a copy at another path beside
+    the preloaded one (RTLD_LOCAL), or instead of preloading it (RTLD_GLOBAL) — then a plugin
+    that brought its runtime or driver (RTLD_LOCAL): the plugin's calls still reach its own
+    (the copy's exports are never taken for the real function: they answered 500; a dlopened
+    shim found no C library after it and resolved nothing)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "libferrum-replay-copy.so")
+        shutil.copy(path_of("FERRUM_SHIM"), copy)
+        for plugin in ("LAUNCH_RUNTIME_PLUGIN", "LAUNCH_DRIVER_PLUGIN"):
+            argv = [path_of("PLUGIN_LOADER"), "local", path_of(plugin), "--graphs", str(GRAPHS),
+                    "--iters", str(ITERS)]
+            expect_covered(run(argv, env={"PLUGIN_LOADER_FIRST": copy}))
+            alone = run(argv, preload=False, record=False,
+                        env={"PLUGIN_LOADER_FIRST": "global:" + path_of("FERRUM_SHIM")})
+            expect(alone.returncode == 0 and alone.program_counts()["failed"] == 0,
+                   f"{plugin}: the shim loaded RTLD_GLOBAL failed the plugin's calls", alone)
+
+
+def runtime_copies_in_two_plugins():
+    """Two libraries, each with its own copy of the runtime (under names of their own, as
+    wheels vendor it), loaded RTLD_LOCAL: each one's calls by name reach its own copy — an error
+    lands in its own runtime's state, and a thread launching through B while A is unloaded and
+    loaded again never runs inside A (it did: the first copy loaded answered every caller, and
+    its unloading under B's launches was a SIGSEGV, with FERRUM_REPLAY=off too)."""
+    argv = [path_of("RUNTIME_COPIES"), path_of("RUNTIME_COPY_PLUGIN_A"),
+            path_of("RUNTIME_COPY_PLUGIN_B")]
+    slow = {"FERRUM_STANDIN_LAUNCH_CALL_NS": "200000"}  # B still launching while A goes
+    bare = run(argv, preload=False, record=False, env=slow)
+    expect(bare.returncode == 0, "the program failed without the shim", bare)
+    run_ = run(argv, env=slow)
+    expect_covered(run_, report_key=None, launches=264)
+    expect(run_.stdout == bare.stdout, "results differ from the run without the shim", run_)
+    off = run(argv, record=False, env=dict(slow, FERRUM_REPLAY="off"))
+    expect(off.stdout == bare.stdout, "FERRUM_REPLAY=off: results differ", off)
+
+
 def driver_unloaded_and_reloaded():
     """The driver unloaded (dlclose) and loaded again at another address, three times: through
     its private handle's cuGetProcAddress_v2, and by name from a plugin that brought it and took
-    it away again. Every call reaches the driver loaded now — the shim used to call the first
-    one's address, a crash (also with FERRUM_REPLAY=off) — with one range per launch."""
+    it away again — also with the C library's own dlclose (ctypes.CDLL("libdl.so.2").dlclose),
+    which never reaches ours. Every call reaches the driver loaded now — the shim used to call
+    the first one's address, a crash (also with FERRUM_REPLAY=off) — one range per launch."""
     # Under ASan: the stand-in driver's own state (made on its first launch, never freed, as the
     # real driver's) is reported by LeakSanitizer once its library is unloaded — frames in an
     # unloaded module match no suppression. Not ours: leak checking off for these runs.
     quiet = ({"ASAN_OPTIONS": os.environ["ASAN_OPTIONS"] + ":detect_leaks=0"}
              if "ASAN_OPTIONS" in os.environ else {})
     for argv in ([path_of("DRIVER_RELOADS"), "lookup", "3", "20"],
-                 [path_of("DRIVER_RELOADS"), "by-name", path_of("RELOAD_PLUGIN"), "3", "20"]):
+                 [path_of("DRIVER_RELOADS"), "by-name", path_of("RELOAD_PLUGIN"), "3", "20"],
+                 # unloaded by the C library's own dlclose, which never reaches ours
+                 [path_of("DRIVER_RELOADS"), "by-name-libc", path_of("RELOAD_PLUGIN"), "3",
+                  "20"]):
         run_ = run(argv, env=quiet)
         expect_covered(run_, report_key=None, launches=60)
         expect(run_.stdout.count("moved=yes") == 2, "the driver was not loaded elsewhere", run_)
@@ -218,7 +259,8 @@ SCENARIOS = {f.__name__: f for f in (
     dlopen_local_dlsym, procaddress_flags_0, procaddress_flags_2, procaddress_legacy_self_query,
     shared_runtime_table, static_runtime, runtime_driver_entry_point, python_ctypes,
     stacked_interposers_both_orders, interposable_driver, eight_threads_resolving,
-    deepbind_reported_once, plugins_loaded_local, driver_unloaded_and_reloaded,
+    deepbind_reported_once, plugins_loaded_local, plugins_beside_a_loaded_shim,
+    runtime_copies_in_two_plugins, driver_unloaded_and_reloaded,
     two_driver_instances, handler_launch_while_reading_settings)}
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@
 //   driver_reloads by-name PLUGIN ROUNDS LAUNCHES
 //       dlopen(PLUGIN, RTLD_GLOBAL), a library linked to libcuda.so.1 that calls the driver by
 //       name (reload_plugin.cpp), then dlclose(PLUGIN): the driver goes with it
+//   driver_reloads by-name-libc PLUGIN ROUNDS LAUNCHES
+//       the same, every dlclose made with the C library's own, as found on its handle
+//       (dlsym(dlopen("libc.so.6"), "dlclose"): Python's ctypes.CDLL("libdl.so.2").dlclose)
 //   driver_reloads instances COPY
 //       two instances at once: libcuda.so.1 and COPY (the same driver at another path), each
 //       dlopen(RTLD_LOCAL); the first's cuGetProcAddress_v2 is used first, then only the second
@@ -27,9 +30,14 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <initializer_list>
+
 namespace {
 
 int g_launches = 0, g_failed = 0, g_result = 0;
+
+// Every dlclose of the program's: as it links it, or the C library's own (by-name-libc).
+int (*g_unload)(void *) = dlclose;
 
 void count(CUresult result) {
   ++g_launches;
@@ -48,7 +56,7 @@ void *base_of(void *function) {
 // Whether the driver is still loaded after the round's dlclose.
 bool driver_loaded() {
   void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (handle) dlclose(handle);
+  if (handle) g_unload(handle);
   return handle != nullptr;
 }
 
@@ -109,14 +117,14 @@ int by_name_round(const char *plugin_path, int launches, void **base) {
   void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!run || !driver) return fprintf(stderr, "driver_reloads: plugin incomplete\n"), 1;
   *base = base_of(dlsym(driver, "cuInit"));
-  dlclose(driver);
+  g_unload(driver);
   int failed = 0, result = 0;
   if (run(launches, &failed, &result) != 0)
     return fprintf(stderr, "driver_reloads: plugin setup failed\n"), 1;
   g_launches += launches;
   g_failed += failed;
   if (result) g_result = result;
-  dlclose(plugin);
+  g_unload(plugin);
   return 0;
 }
 
@@ -152,8 +160,15 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "instances") == 0 && argc == 3) {
     status = instances(argv[2]);
   } else if ((strcmp(mode, "lookup") == 0 && argc == 4) ||
-             (strcmp(mode, "by-name") == 0 && argc == 5)) {
+             ((strcmp(mode, "by-name") == 0 || strcmp(mode, "by-name-libc") == 0) && argc == 5)) {
     const bool by_name = mode[0] == 'b';
+    if (strcmp(mode, "by-name-libc") == 0) {
+      g_unload = nullptr;
+      for (const char *name : {"libc.so.6", "libdl.so.2"})  // glibc 2.34 on; before
+        if (void *library = g_unload ? nullptr : dlopen(name, RTLD_NOW | RTLD_NOLOAD))
+          g_unload = reinterpret_cast<int (*)(void *)>(dlsym(library, "dlclose"));
+      if (!g_unload) return fprintf(stderr, "driver_reloads: no dlclose in libc.so.6\n"), 1;
+    }
     const int rounds = atoi(argv[by_name ? 3 : 2]), launches = atoi(argv[by_name ? 4 : 3]);
     void *previous = nullptr;
     for (int round = 1; round <= rounds && status == 0; ++round) {
@@ -173,8 +188,8 @@ int main(int argc, char **argv) {
     }
   } else {
     fprintf(stderr,
-            "usage: driver_reloads lookup ROUNDS LAUNCHES | by-name PLUGIN ROUNDS LAUNCHES | "
-            "instances COPY\n");
+            "usage: driver_reloads lookup ROUNDS LAUNCHES | by-name[-libc] PLUGIN ROUNDS "
+            "LAUNCHES | instances COPY\n");
     return 2;
   }
   if (status) return status;

@@ -5,15 +5,27 @@
 //
 //   plugin_loader local|global PLUGIN [PROGRAM ARGS...]
 //
+// PLUGIN_LOADER_FIRST=PATH (or global:PATH): dlopen PATH first, RTLD_LOCAL (RTLD_GLOBAL): a
+// program that loads ferrum-replay itself for its naming API, from another path than the
+// preloaded one, or instead of preloading it.
+//
 // Exit status: the plugin's (its output is the launch harness's), 1 when it cannot be loaded.
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int main(int argc, char **argv) {
   if (argc < 3 || (strcmp(argv[1], "local") != 0 && strcmp(argv[1], "global") != 0)) {
     fprintf(stderr, "usage: plugin_loader local|global PLUGIN [ARGS...]\n");
     return 2;
+  }
+  if (const char *first = getenv("PLUGIN_LOADER_FIRST")) {
+    const bool global = strncmp(first, "global:", 7) == 0;
+    if (!dlopen(global ? first + 7 : first, RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL))) {
+      fprintf(stderr, "plugin_loader: %s\n", dlerror());
+      return 1;
+    }
   }
   const int scope = strcmp(argv[1], "local") == 0 ? RTLD_LOCAL : RTLD_GLOBAL;
   void *plugin = dlopen(argv[2], RTLD_NOW | scope);
