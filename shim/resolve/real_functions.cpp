@@ -62,6 +62,22 @@ uint32_t caller_home(const RealFunctionSlot *slot, const void *caller) {
   return static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - kCallerBits));
 }
 
+// The definition of `name` in the scope of the loaded library at `path` (the library and its
+// dependencies, in its order); null when none there is not ours. RTLD_NOLOAD: only while the
+// library is loaded, never a new load; the reference is dropped at once (the program may
+// unload it whenever it likes).
+void *definition_in_scope_of(const char *path, const char *name) {
+  DlopenFunction open = libc_dlopen();
+  DlsymFunction lookup = libc_dlsym();
+  DlcloseFunction close = libc_dlclose();
+  if (!open || !lookup || !close) return nullptr;
+  void *handle = open(path, RTLD_LAZY | RTLD_NOLOAD);
+  if (!handle) return nullptr;
+  void *found = lookup(handle, name);
+  close(handle);
+  return found && !is_own_address(found) ? found : nullptr;
+}
+
 // The link_map of the library `address` lies in; null when none does.
 const void *library_of(const void *address) {
   Dl_info owner{};
@@ -153,16 +169,7 @@ void *scope_definition(const char *name, const void *caller) {
   if (!caller || !dladdr1(caller, &owner, reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP) ||
       !map || !map->l_name || !map->l_name[0])
     return nullptr;  // the main program's scope is the global one: searched already
-  DlopenFunction open = libc_dlopen();
-  DlsymFunction lookup = libc_dlsym();
-  DlcloseFunction close = libc_dlclose();
-  if (!open || !lookup || !close) return nullptr;
-  // RTLD_NOLOAD: the caller's own instance, never a new load; the reference dropped at once.
-  void *handle = open(map->l_name, RTLD_LAZY | RTLD_NOLOAD);
-  if (!handle) return nullptr;
-  void *found = lookup(handle, name);  // the library and its dependencies, in its order
-  close(handle);
-  return found && !is_own_address(found) ? found : nullptr;
+  return definition_in_scope_of(map->l_name, name);
 }
 
 }  // namespace
@@ -274,16 +281,8 @@ void *find_next_definition(const char *name) {
   // Called from here, libc's dlsym resolves RTLD_NEXT relative to the shim.
   void *address = libc_lookup(RTLD_NEXT, name);
   if (address && is_own_address(address)) address = nullptr;
-  if (!address && g_driver_path_state.load(std::memory_order_acquire) == 2) {
-    // RTLD_NOLOAD: only while the driver is still loaded, never a new load; the reference is
-    // dropped at once (the program may unload the driver whenever it likes).
-    DlopenFunction libc_open = libc_dlopen();
-    if (void *driver = libc_open ? libc_open(g_driver_path, RTLD_LAZY | RTLD_NOLOAD) : nullptr) {
-      address = libc_lookup(driver, name);
-      if (address && is_own_address(address)) address = nullptr;
-      dlclose(driver);
-    }
-  }
+  if (!address && g_driver_path_state.load(std::memory_order_acquire) == 2)
+    address = definition_in_scope_of(g_driver_path, name);
   log_line(LogLevel::debug, "real %s resolved to %p", name, address);
   return address;
 }
