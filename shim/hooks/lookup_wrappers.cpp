@@ -399,10 +399,7 @@ ferrum_cuGetProcAddress_v11030(const char *symbol, void **pfn, int cudaVersion, 
   if (!real)
     return ferrum_replay::shim::missing_real_function(ferrum_replay::shim::g_cuGetProcAddress,
                                                       CUDA_ERROR_NOT_FOUND);
-  CUresult result = real(symbol, pfn, cudaVersion, flags);
-  if (result == CUDA_SUCCESS && pfn && *pfn)
-    *pfn = ferrum_replay::shim::wrap_proc_address_answer(symbol, *pfn, cudaVersion, flags);
-  return result;
+  return ferrum_replay::shim::LookupHook::call(real, symbol, pfn, cudaVersion, flags);
 }
 
 __attribute__((visibility("hidden"))) CUresult CUDAAPI
@@ -413,10 +410,8 @@ ferrum_cuGetProcAddress_v12000(const char *symbol, void **pfn, int cudaVersion, 
   if (!real)
     return ferrum_replay::shim::missing_real_function(ferrum_replay::shim::g_cuGetProcAddress_v2,
                                                       CUDA_ERROR_NOT_FOUND);
-  CUresult result = real(symbol, pfn, cudaVersion, flags, symbolStatus);
-  if (result == CUDA_SUCCESS && pfn && *pfn)
-    *pfn = ferrum_replay::shim::wrap_proc_address_answer(symbol, *pfn, cudaVersion, flags);
-  return result;
+  return ferrum_replay::shim::LookupV2Hook::call(real, symbol, pfn, cudaVersion, flags,
+                                                 symbolStatus);
 }
 
 __attribute__((visibility("default"))) CUresult CUDAAPI
