@@ -98,7 +98,11 @@ exec_with_environment() {
       environ=/proc/$ferrum_environ_pid/environ
       if cat "$environ" >"$startup" 2>/dev/null && env -0 >>"$startup" 2>/dev/null &&
         printf '\0%s\0' "$(wc -c <"$environ" 2>/dev/null)" >>"$startup"; then
-        exec python3 -I -S -c "$restore_environment" "$startup" "$env_preload_set" "$env_preload" "$@"
+        # The signals this shell ignores (it gives the program what it was given): Python
+        # ignores SIGPIPE and SIGXFSZ from its start, and its exec would hand that on.
+        proc_self_field 'SigIgn:' status || field=''
+        exec python3 -I -S -c "$restore_environment" "$startup" "$env_preload_set" "$env_preload" \
+          "$field" "$@"
       fi
       rm -f "$startup"
     fi
@@ -119,12 +123,20 @@ note_startup_environment() {
 
 # Run by python3 for exec_with_environment: argv[1] a file holding the wrapper's start-up
 # environment, then what sh exports now (both NUL-separated), then the byte count of the first;
-# removed once read; argv[2] "set" when the program gets LD_PRELOAD, argv[3] its value. The
-# program's environment: the second, its LD_PRELOAD, and each entry of the first whose name is no
-# shell name and is not there.
+# removed once read; argv[2] "set" when the program gets LD_PRELOAD, argv[3] its value; argv[4]
+# the shell's ignored signals (SigIgn, hexadecimal; empty when unread: none). The program's
+# environment: the second, its LD_PRELOAD, and each entry of the first whose name is no shell
+# name and is not there; its SIGPIPE and SIGXFSZ, which Python ignores from its start, as the
+# shell had them.
 restore_environment='
-import errno, os, re, sys
-path, preload_set, preload, argv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+import errno, os, re, signal, sys
+path, preload_set, preload, argv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5:]
+try:
+    ignored = int(sys.argv[4].strip() or "0", 16)
+except ValueError:
+    ignored = 0
+for number in (signal.SIGPIPE, signal.SIGXFSZ):
+    signal.signal(number, signal.SIG_IGN if ignored >> (number - 1) & 1 else signal.SIG_DFL)
 env = None
 try:
     with open(path, "rb") as handle:

@@ -3258,6 +3258,39 @@ def test_environment_reaches_the_program(tmp):
                    done)
 
 
+def test_signal_dispositions_reach_the_program(tmp):
+    """The program starts with the signal dispositions its caller gave the wrapper (run,
+    record, ci-smoke-profile), on every path the wrapper execs it by — also where the
+    caller's environment holds a name sh cannot (a bash exported function, FOO-BAR), which the
+    wrapper restores through python3: Python ignores SIGPIPE and SIGXFSZ from its start, and
+    the program inherited that (a hostile review: `yes | head -1` then ended 1, "Broken pipe",
+    not by SIGPIPE)."""
+    mask = re.compile(r"^SigIgn:\s*([0-9a-f]+)$", re.M)
+    show = ["sh", "-c", "grep '^SigIgn:' /proc/self/status"]
+    # (Under `nsys`, what the program gets is Nsight's to give: fake-nsys starts it as Python's
+    # subprocess does, with both signals at their default.)
+    for odd in ({}, {"BASH_FUNC_f%%": "() {  :\n}", "FOO-BAR": "1"}):
+        for ignore in ("", "PIPE", "XFSZ", "PIPE XFSZ", "INT HUP"):
+            # (The caller is no sh: dash would drop the odd names before the wrapper starts.)
+            caller = [sys.executable, "-c", "import os, signal, sys\n"
+                      "for name in ('PIPE', 'XFSZ', 'INT', 'HUP'):\n"
+                      "    signal.signal(getattr(signal, 'SIG' + name), signal.SIG_IGN if name in "
+                      "sys.argv[1].split() else signal.SIG_DFL)\n"
+                      "os.execvp(sys.argv[2], sys.argv[2:])", ignore]
+            bare = mask.search(run([*caller, *show], tmp, odd).stdout)[1]
+            for command in ([WRAPPER, "run", "--"], [WRAPPER, "record", "-o", "t.%p.json", "--"],
+                            [CI_SMOKE, "--allow-no-ranges", "--"]):
+                done = run([*caller, *command, *show], tmp, odd)
+                got = mask.search(done.stdout)
+                expect(got and int(got[1], 16) == int(bare, 16),
+                       f"{command[:2]} with {sorted(odd)} and {ignore or 'nothing'} ignored: "
+                       f"the program's SigIgn {got and got[1]}, {bare} without the wrapper", done)
+    # What the user sees: a program ended by SIGPIPE reports it, as without the wrapper.
+    done = run(["/bin/sh", "-c", f"'{WRAPPER}' run -- yes | head -1"], tmp, {"FOO-BAR": "1"})
+    expect(done.stdout == "y\n" and "Broken pipe" not in done.stderr,
+           "`run -- yes | head -1`: yes ended by SIGPIPE, silently", done)
+
+
 def test_ci_smoke_out_and_expect_problems_say_why(tmp):
     """ci-smoke-profile's --out that cannot be a directory, and an --expect that is none: one
     FAIL line naming the path and the reason, and no line of a system tool's (mkdir's 'cannot
