@@ -3250,6 +3250,14 @@ def main(argv=None):
         return 2
 
 
+def _given(value):
+    """An option's value, refused when empty: `check --expect "$EXPECT"` with EXPECT unset was
+    taken for no --expect at all, and the gate passed with no expectation checked."""
+    if not value:
+        raise argparse.ArgumentTypeError("needs a value: it was given an empty one")
+    return value
+
+
 class OneLineParser(argparse.ArgumentParser):
     """A usage error is one line, `ferrum-replay CMD: ...`, exit 2: argparse printed its usage
     first, naming this helper and every internal subcommand the user never typed."""
@@ -3266,7 +3274,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("summary", help="per-range table of saved traces")
-    p.add_argument("--domain", help="only this domain ('global' = NVTX's default)")
+    p.add_argument("--domain", type=_given, help="only this domain ('global' = NVTX's default)")
     p.add_argument("--by-process", action="store_true", help="one row per process and range")
     p.add_argument("traces", nargs="+", metavar="TRACE")
     p.set_defaults(run=cmd_summary)
@@ -3274,13 +3282,13 @@ def build_parser():
     p = sub.add_parser("compare", help="mean time per graph, BASE against NEW")
     p.add_argument("--threshold", type=_threshold, default=10.0, metavar="PCT",
                    help="fail when a graph's mean grew by more than PCT percent (default 10)")
-    p.add_argument("--domain", default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
+    p.add_argument("--domain", type=_given, default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
     p.add_argument("base", metavar="BASE", help="a trace, or a directory of traces")
     p.add_argument("new", metavar="NEW", help="a trace, or a directory of traces")
     p.set_defaults(run=cmd_compare)
 
     p = sub.add_parser("merge", help="one trace from several")
-    p.add_argument("-o", "--output", required=True, help="output (%%p, %%h, %%q{VAR} expanded)")
+    p.add_argument("-o", "--output", type=_given, required=True, help="output (%%p, %%h, %%q{VAR} expanded)")
     p.add_argument("traces", nargs="+", metavar="TRACE")
     p.set_defaults(run=cmd_merge)
 
@@ -3317,15 +3325,15 @@ def build_parser():
     p.set_defaults(run=cmd_quote)
 
     p = sub.add_parser("nsys-table", help="our rows of nsys stats CSV output")
-    p.add_argument("--domain", default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
+    p.add_argument("--domain", type=_given, default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
     p.add_argument("--stats-base", required=True)
     p.add_argument("report")
     p.set_defaults(run=cmd_nsys_table)
 
     p = sub.add_parser("check", help="CI smoke verdict")
     p.add_argument("--prog", default="ferrum-replay check", help=argparse.SUPPRESS)
-    p.add_argument("--domain", default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
-    p.add_argument("--expect", metavar="FILE",
+    p.add_argument("--domain", type=_given, default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
+    p.add_argument("--expect", type=_given, metavar="FILE",
                    help="lines 'name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]' "
                         "(globs, # comments)")
     p.add_argument("--expect-range", action="append", default=[], type=_name_count,
@@ -3333,16 +3341,16 @@ def build_parser():
     p.add_argument("--expect-total", type=_count, metavar="N", help="exactly N ranges")
     p.add_argument("--expect-counts", type=_counts, metavar="N,N,...",
                    help="the ranges per name, in any order, are exactly these counts")
-    p.add_argument("--launch-summary", action="append", default=[], metavar="FILE",
+    p.add_argument("--launch-summary", action="append", type=_given, default=[], metavar="FILE",
                    help="the shim's exit summary (FERRUM_REPLAY_SUMMARY); repeatable")
-    p.add_argument("--running-dir", metavar="DIR",
+    p.add_argument("--running-dir", type=_given, metavar="DIR",
                    help="the shim's running markers (FERRUM_REPLAY_RUNNING_DIR): fail on any "
                         "left, a process that launched and ended without writing its trace or "
                         "summary, or is still running (ci-smoke-profile)")
     p.add_argument("--require-launch-summary", action="store_true",
                    help="fail when ranges were recorded but no --launch-summary was written "
                         "(ci-smoke-profile: it asked the shim for them)")
-    p.add_argument("--nsys-stats", metavar="BASE",
+    p.add_argument("--nsys-stats", type=_given, metavar="BASE",
                    help="check nsys stats CSV output (BASE_nvtx_sum.csv) instead of traces")
     p.add_argument("--allow-no-ranges", action="store_true",
                    help="pass when the run launched no CUDA graph (otherwise a FAIL)")

@@ -3291,6 +3291,38 @@ def test_signal_dispositions_reach_the_program(tmp):
            "`run -- yes | head -1`: yes ended by SIGPIPE, silently", done)
 
 
+def test_empty_option_values_are_usage_errors(tmp):
+    """An option given an empty value (`--expect "$EXPECT"` with EXPECT unset) is a usage
+    error, exit 2, naming the option, and no program runs: it was taken for no option at all —
+    `ci-smoke-profile --expect ""` and `check --expect ""` passed with no expectation checked,
+    `record -o ""` wrote under the default name."""
+    trace = make_trace(os.path.join(tmp, "t.json"), "--ranges", 4, "--graphs", 1, cwd=tmp)
+    ran = os.path.join(tmp, "ran")
+    program = ["sh", "-c", 'touch "$0"', ran]
+    nenv = nsys_env(tmp)
+    for argv, option, env in (
+            ([CI_SMOKE, "--expect", "", "--", *program], "--expect", {}),
+            ([CI_SMOKE, "--expect=", "--", *program], "--expect", {}),
+            ([CI_SMOKE, "--out", "", "--", *program], "--out", {}),
+            ([CI_SMOKE, "--out=", "--", *program], "--out", {}),
+            ([WRAPPER, "record", "-o", "", "--", *program], "-o", {}),
+            ([WRAPPER, "record", "--output=", "--", *program], "--output", {}),
+            ([WRAPPER, "nsys", "-o", "", "--", *program], "-o", nenv),
+            ([WRAPPER, "env", "-o", ""], "-o", {}),
+            ([WRAPPER, "check", "--expect", "", trace], "--expect", {}),
+            ([WRAPPER, "check", "--expect=", trace], "--expect", {}),
+            ([WRAPPER, "check", "--domain", "", trace], "--domain", {}),
+            ([WRAPPER, "check", "--running-dir", "", trace], "--running-dir", {}),
+            ([WRAPPER, "check", "--nsys-stats", ""], "--nsys-stats", {}),
+            ([WRAPPER, "summary", "--domain=", trace], "--domain", {}),
+            ([WRAPPER, "compare", "--domain", "", trace, trace], "--domain", {}),
+            ([WRAPPER, "merge", "-o", "", trace], "-o", {})):
+        done = run(argv, tmp, env)
+        expect(done.returncode == 2 and option in done.stderr and "empty" in done.stderr and
+               "OK" not in done.stdout and not os.path.exists(ran),
+               f"{argv[1:]}: a usage error naming {option}, and nothing run", done)
+
+
 def test_ci_smoke_out_and_expect_problems_say_why(tmp):
     """ci-smoke-profile's --out that cannot be a directory, and an --expect that is none: one
     FAIL line naming the path and the reason, and no line of a system tool's (mkdir's 'cannot
