@@ -2732,6 +2732,18 @@ def nsys_rows(stats_base, domain):
     sum_file = find("nvtx_sum")
     if not sum_file:
         return [], [f"no nvtx_sum output ({stats_base}_nvtx_sum.csv): did nsys stats run?"]
+    # A table written before the report beside it is an earlier report's (one replaced since,
+    # by nsys profile -f true): never judged as this one's.
+    try:
+        report_ns = os.stat(stats_base + ".nsys-rep").st_mtime_ns
+    except OSError:
+        report_ns = None  # tables alone: taken as given
+    if report_ns is not None:
+        for table in (sum_file, find("nvtx_gpu_proj_sum")):
+            if table and os.stat(table).st_mtime_ns < report_ns:
+                raise InputError(f"{quoted(table)} was written before the report "
+                                 f"{quoted(stats_base + '.nsys-rep')}: an earlier report's "
+                                 "table, not this one's (run nsys stats on it again)")
     base = _domain_rows(_read_csv(sum_file), domain)
     proj_file = find("nvtx_gpu_proj_sum")
     proj = _domain_rows(_read_csv(proj_file), domain) if proj_file else {}

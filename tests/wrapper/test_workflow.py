@@ -1513,6 +1513,22 @@ def test_nsys_stale_tables(tmp):
     again = wrapper("nsys", "-o", "prof", "--", *failing, cwd=tmp, env=env)
     expect(again.returncode != 0 and "is from an earlier run" in again.stderr,
            "without -f true: the kept report", again)
+    # ... and its tables are not this run's: check of them fails (it passed on the earlier
+    # run's, a hostile review of 2026-12-05).
+    done = wrapper("check", "--nsys-stats", "prof", cwd=tmp)
+    expect(done.returncode == 1 and "FAIL" in done.stdout,
+           "check --nsys-stats after a run whose report nsys kept", done)
+    # Tables older than the report beside them (replaced by nsys profile -f true alone) are an
+    # earlier report's: check fails naming the table.
+    wrapper("nsys", "-f", "true", "-o", "prof", "--", *program, cwd=tmp, env=env)
+    done = wrapper("check", "--nsys-stats", "prof", cwd=tmp)
+    expect(done.returncode == 0 and "OK: 8 ranges" in done.stdout, "this run's tables", done)
+    report = os.path.join(tmp, "prof.nsys-rep")
+    later = os.stat(report).st_mtime + 5
+    os.utime(report, (later, later))
+    done = wrapper("check", "--nsys-stats", "prof", cwd=tmp)
+    expect(done.returncode == 1 and "prof_nvtx_sum.csv' was written before the report" in
+           done.stdout, "check --nsys-stats of tables older than their report", done)
 
 
 def test_check_later_namesakes(tmp):
