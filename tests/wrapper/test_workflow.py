@@ -305,8 +305,9 @@ def test_program_checks(tmp):
     linked = os.path.join(tmp, "linked-bin")
     os.mkdir(tools)
     os.mkdir(linked)
-    for tool in ("env", "mktemp", "rm", "mkdir", "date", "wc", "tr", "sed", "cat"):
-        os.symlink(shutil.which(tool), os.path.join(tools, tool))
+    for tool in wrapper_tools():
+        if tool != "readlink":
+            os.symlink(shutil.which(tool), os.path.join(tools, tool))
     os.symlink(WRAPPER, os.path.join(linked, "ferrum-replay"))
     for argv, path, said in (
             ([os.path.join(linked, "ferrum-replay")], tools,
@@ -317,6 +318,47 @@ def test_program_checks(tmp):
         expect(done.returncode == 2 and said in done.stderr and "\033" not in done.stderr
                and len(done.stderr.splitlines()) == 1, f"PATH={path!r}: {said}", done)
         expect(not os.path.exists(marker), f"PATH={path!r} ran the program", done)
+
+
+def wrapper_tools():
+    """The system tools the wrapper looks up at its start (its `for tool in` line)."""
+    with open(WRAPPER, encoding="utf-8") as handle:
+        return re.search(r"^for tool in ([a-z0-9 ]+); do$", handle.read(), re.M)[1].split()
+
+
+def test_listed_tools_are_all_the_wrapper_needs(tmp):
+    """With a PATH holding only the tools the wrapper looks up at its start (and python3, sh,
+    nsys), every subcommand and ci-smoke-profile work as with the system's PATH: a tool used but
+    not listed failed silently there (a hostile review: without `stat`, `nsys` showed an earlier
+    run's report as this run's; without `grep`, names sh cannot hold left the program's
+    environment; ci-smoke-profile's `dirname` lost the wrapper)."""
+    tools = os.path.join(tmp, "tools")
+    os.mkdir(tools)
+    for tool in [*wrapper_tools(), "python3", "sh"]:
+        os.symlink(shutil.which(tool), os.path.join(tools, tool))
+    os.symlink(FAKE_NSYS, os.path.join(tools, "nsys"))
+    nenv = {**nsys_env(tmp), "PATH": tools}
+    program = [launch_driver(), "--iters", "3", "--graphs", "2"]
+    for env in ({}, {"PATH": tools}):
+        where = f"PATH={env.get('PATH', 'the system')}"
+        out = os.path.join(tmp, "out" if env else "out-system")
+        os.mkdir(out)
+        done = run([WRAPPER, "run", "--", "/usr/bin/env", "-0"], tmp, {**env, "FOO-BAR": "x"})
+        expect(done.returncode == 0 and "FOO-BAR=x\0" in done.stdout,
+               f"{where}: run keeps a name sh cannot hold", done)
+        done = run([WRAPPER, "record", "-o", f"{out}/", "--", *program], tmp, env)
+        expect(done.returncode == 0 and "launches=6" in done.stdout, f"{where}: record", done)
+        done = run([WRAPPER, "check", "--expect-total", "6", *traces_in(out)], tmp, env)
+        expect(done.returncode == 0 and "OK: 6 ranges" in done.stdout, f"{where}: check", done)
+        done = run([CI_SMOKE, "--out", os.path.join(out, "ci"), "--", *program], tmp, env)
+        expect(done.returncode == 0 and "ci-smoke-profile: OK" in done.stdout,
+               f"{where}: ci-smoke-profile", done)
+        report = os.path.join(out, "prof")
+        for attempt in (1, 2):  # the second: nsys keeps the first report (no -f true)
+            done = run([WRAPPER, "nsys", "-o", report, "--", *program], tmp,
+                       {**nenv, "PATH": env.get("PATH", nenv["PATH"] + ":" + os.defpath)})
+        expect(done.returncode != 0 and "is from an earlier run" in done.stderr,
+               f"{where}: nsys said the kept report is an earlier run's", done)
 
 
 # ---- record ---------------------------------------------------------------------------------
