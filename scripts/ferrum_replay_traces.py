@@ -2973,9 +2973,28 @@ def later_namesakes(paths):
             except OSError:
                 continue
             if (stat.S_ISREG(other.st_mode) and (other.st_dev, other.st_ino) not in given and
-                    other.st_mtime_ns > st.st_mtime_ns):
+                    other.st_mtime_ns > st.st_mtime_ns and asked_for(candidate, path)):
                 found.append(candidate)
     return found
+
+
+def asked_for(candidate, path):
+    """Whether CANDIDATE, a file at a fresh name of PATH, is a trace its process was asked to
+    write at PATH (and wrote beside it): a ferrum-replay trace whose `output` names PATH's file
+    (an older recorder's, which does not say: taken to be). Any other file at such a name (a
+    results.2025.json of the program's own, a trace recorded as run.2.json by its own -o) is no
+    later run's trace of PATH: judging PATH failed on it."""
+    if not is_ferrum_trace(candidate):
+        return False
+    output = written_for(candidate)[0]
+    if output is None:
+        return True
+    if os.path.basename(output) != os.path.basename(path):
+        return False
+    try:
+        return os.path.samefile(os.path.dirname(output) or ".", os.path.dirname(path) or ".")
+    except OSError:
+        return False
 
 
 def cmd_check(args):

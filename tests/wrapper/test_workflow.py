@@ -1611,6 +1611,39 @@ def test_check_later_namesakes(tmp):
     expect("note:" not in done.stderr, "summary, older namesake", done)
 
 
+def test_namesakes_are_traces_of_the_name(tmp):
+    """Only a trace whose process was asked to write NAME.EXT is a later namesake of it: a file
+    of the program's own at such a name (results.2025.json) or a trace recorded under its own
+    `-o run.2.json` made `check` of NAME.EXT fail and `compare` refuse it (a hostile review of
+    2026-12-05), while a trace written beside NAME.EXT for it still does."""
+    program = [launch_driver(), "--iters", "2", "--graphs", "1"]
+    done = wrapper("record", "-o", "run.json", "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "record -o run.json", done)
+    done = wrapper("record", "-o", "base.json", "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "record -o base.json", done)
+    time.sleep(0.05)
+    with open(os.path.join(tmp, "run.2025.json"), "w") as handle:
+        handle.write('{"year": 2025}\n')
+    done = wrapper("record", "-o", "run.2.json", "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "record -o run.2.json", done)
+    done = wrapper("check", "run.json", cwd=tmp)
+    expect(done.returncode == 0 and "OK: 2 ranges" in done.stdout,
+           "check failed on files at fresh names that are no traces of run.json", done)
+    done = wrapper("compare", "--threshold", "1000000", "base.json", "run.json", cwd=tmp)
+    expect(done.returncode == 0, "compare refused run.json for files that are no traces of it",
+           done)
+    # A trace that names run.json as what it was asked to write, beside it and newer: a later
+    # run's; check fails naming it.
+    later = os.path.join(tmp, "run.4242.json")
+    document = json.load(open(os.path.join(tmp, "run.2.json")))
+    document["ferrumReplay"]["output"] = os.path.join(tmp, "run.json")
+    with open(later, "w") as handle:
+        json.dump(document, handle, separators=(",", ":"))  # as the recorder writes it
+    done = wrapper("check", "run.json", cwd=tmp)
+    expect(done.returncode == 1 and "not checked: 'run.4242.json'" in done.stdout,
+           "a later run's trace of run.json", done)
+
+
 def test_unset_variable_as_a_directory(tmp):
     """A %q{VAR} that is a whole directory component and is unset (hostile review of
     2026-12-05): FERRUM_RECORD_OUT='%q{OUTDIR}/' or FERRUM_REPLAY_SUMMARY='%q{OUTDIR}/' wrote
