@@ -3264,7 +3264,12 @@ _PARSER = []
 def main(argv=None):
     if not _PARSER:
         _PARSER.append(build_parser())
-    args = _PARSER[0].parse_args(argv)
+    # An argument no subcommand takes is said by that subcommand ("ferrum-replay check: ..."),
+    # as every other usage error of it.
+    args, unknown = _PARSER[0].parse_known_args(argv)
+    if unknown:
+        _PARSER[0].subcommands[args.command].error(
+            "unrecognized arguments: " + " ".join(unknown))
     try:
         try:
             return args.run(args)
@@ -3303,6 +3308,7 @@ def build_parser():
     # Subcommands' parsers take this class and name: "ferrum-replay summary".
     parser = OneLineParser(prog="ferrum-replay", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.subcommands = sub.choices
 
     p = sub.add_parser("summary", help="per-range table of saved traces")
     p.add_argument("--domain", type=_given, help="only this domain ('global' = NVTX's default)")

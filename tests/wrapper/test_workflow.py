@@ -3449,7 +3449,10 @@ def test_usage_errors_are_one_line(tmp):
     """A mistyped command line of summary, check, compare or merge is one line on stderr that
     names the command the user typed, exit 2 — argparse printed its usage of the internal
     helper (ferrum_replay_traces.py and every subcommand of its) first."""
-    for args, text in ((["summary", "--bogus", "x.json"], "unrecognized arguments: --bogus"),
+    for args, text in ((["summary", "--bogus", "x.json"],
+                        "ferrum-replay summary: unrecognized arguments: --bogus"),
+                       (["check", "x.json", "--bogus"],
+                        "ferrum-replay check: unrecognized arguments: --bogus"),
                        (["check", "--expect"], "ferrum-replay check: argument --expect"),
                        (["compare", "a.json"], "ferrum-replay compare: the following arguments"),
                        (["compare", "--threshold", "nan", "a.json", "b.json"],
