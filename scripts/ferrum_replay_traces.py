@@ -1321,7 +1321,9 @@ def alignment(metas):
             and None not in hosts:
         key, how = "originMonotonicNs", "aligned by monotonic clock (one host)"
     elif all(c.get("originRealtimeNs") for c in clocks):
-        key, how = "originRealtimeNs", "aligned by wall clock (several hosts)"
+        why = ("several hosts" if len(hosts - {None}) > 1 else
+               "a trace names no host" if None in hosts else "a trace has no monotonic origin")
+        key, how = "originRealtimeNs", f"aligned by wall clock ({why})"
     else:
         return [0.0] * len(metas), "not aligned: a trace has no clock origin (older recorder)", None
     origins = [int(c[key]) for c in clocks]

@@ -2055,6 +2055,14 @@ def test_judging_counts_only_this_run(tmp):
            "merge of a merged trace", done)
     direct = trace_check.load(os.path.join(tmp, "all3.json"))
     nested = expect_good_trace(os.path.join(tmp, "nested.json"), done)
+    # A trace that names no host is said to be one, not "several hosts" (one trace alone).
+    document = json.load(open(third))
+    del document["ferrumReplay"]["host"]
+    with open(os.path.join(tmp, "hostless.json"), "w") as handle:
+        json.dump(document, handle, separators=(",", ":"))
+    done = wrapper("merge", "-o", "hostless-merged.json", "hostless.json", cwd=tmp)
+    expect(done.returncode == 0 and "aligned by wall clock (a trace names no host)" in
+           done.stderr, "merge of one trace without its host", done)
 
     def timeline(trace):
         return sorted((round(e["ts"], 3), e["name"], e["tid"]) for e in our_ranges(trace))
