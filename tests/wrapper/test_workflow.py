@@ -481,10 +481,8 @@ def test_record_trace(tmp):
     # so in one line (a run that writes no trace leaves it there), and only when there is one.
     bindir = os.path.join(tmp, "no-python-bin")
     os.mkdir(bindir)
-    for tool in ("sh", "env", "date", "mktemp", "rm", "rmdir", "mkdir", "dirname", "readlink",
-                 "sed", "cat", "tr", "wc"):
-        if shutil.which(tool):
-            os.symlink(shutil.which(tool), os.path.join(bindir, tool))
+    for tool in ("sh", *wrapper_tools()):
+        os.symlink(shutil.which(tool), os.path.join(bindir, tool))
     work = os.path.join(tmp, "no-python")
     os.mkdir(work)
     for earlier in (False, True):
