@@ -61,12 +61,11 @@ inline void unlock_ours(pthread_mutex_t *mutex) {
 // its handler returns, ends it there.
 inline constexpr long kForkLockTryMs = 100;
 
+// Tries `mutex` (anything with try_lock()) for up to `ms` milliseconds (CLOCK_MONOTONIC: a
+// clock set back does not stretch it); false when it stayed taken. (A try loop, not
+// pthread_mutex_clocklock, which needs glibc 2.30.)
 template <typename Mutex>
-bool lock_for_fork(Mutex &mutex) {
-  if (!inside_our_lock()) {
-    mutex.lock();
-    return true;
-  }
+bool try_lock_within(Mutex &mutex, long ms) {
   timespec start{};
   clock_gettime(CLOCK_MONOTONIC, &start);
   for (;;) {
@@ -75,13 +74,22 @@ bool lock_for_fork(Mutex &mutex) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     const long elapsed_ms =
         (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-    if (elapsed_ms >= kForkLockTryMs) return false;
+    if (elapsed_ms >= ms) return false;
     const timespec pause{0, 100 * 1000};  // no cancellation: disabled inside our locks
     nanosleep(&pause, nullptr);
   }
 }
 
-// pthread_mutex_t through lock_for_fork.
+template <typename Mutex>
+bool lock_for_fork(Mutex &mutex) {
+  if (!inside_our_lock()) {
+    mutex.lock();
+    return true;
+  }
+  return try_lock_within(mutex, kForkLockTryMs);
+}
+
+// pthread_mutex_t through lock_for_fork and try_lock_within.
 struct PthreadMutexRef {
   pthread_mutex_t *mutex;
   void lock() { pthread_mutex_lock(mutex); }
@@ -90,6 +98,18 @@ struct PthreadMutexRef {
 inline bool lock_for_fork(pthread_mutex_t *mutex) {
   PthreadMutexRef ref{mutex};
   return lock_for_fork(ref);
+}
+
+// lock_ours, waiting at most `ms` milliseconds: for an exit hook's lock that another thread may
+// hold across a call that never returns (the GPU reaper inside a driver call, waiting for the
+// driver's own lock, which exit() from a signal handler interrupted on the exiting thread).
+// False, and nothing held, when it stayed taken.
+inline bool lock_ours_within(pthread_mutex_t *mutex, long ms) {
+  note_lock_taken();
+  PthreadMutexRef ref{mutex};
+  if (try_lock_within(ref, ms)) return true;
+  note_lock_given_back();
+  return false;
 }
 
 // Locks `mutex` (anything with lock() and unlock()) for the scope and counts it as held here.

@@ -342,7 +342,8 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   t_held_pair = pair;
 }
 
-bool Engine::end(Ticket &ticket, bool launched) {
+bool Engine::end(Ticket &ticket, bool launched, bool left) {
+  const Untimed not_launched = left ? Untimed::abandoned : Untimed::launch_failed;
   Pool *pool = ticket.pool;
   if (!pool) {  // not timed; its window, if one is open, closes all the same
     close_window();
@@ -351,7 +352,7 @@ bool Engine::end(Ticket &ticket, bool launched) {
     ticket.unpooled = nullptr;
     t_unpooled = false;
     if (!launched) {  // the context may be gone (destroyed under this thread): nothing asked
-      count(Untimed::launch_failed);
+      count(not_launched);
       return false;
     }
     if (stopped_.load(std::memory_order_relaxed)) {  // the exit's last pass is over: no reaper
@@ -375,7 +376,7 @@ bool Engine::end(Ticket &ticket, bool launched) {
   if (pool->state.load(std::memory_order_acquire) != kReady) {
     why = Untimed::context_dropped;
   } else if (!launched) {
-    why = Untimed::launch_failed;
+    why = not_launched;
   } else {
     auto record = ticket.per_thread ? api_.event_record_ptsz : api_.event_record;
     if (record(pair.end, ticket.stream) != CUDA_SUCCESS) why = Untimed::event_error;
@@ -774,7 +775,8 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
   out.start_ns = static_cast<uint64_t>(start);
   out.end_ns = static_cast<uint64_t>(start) + length;
   out.align_error_ns = error;
-  if (error > align_error_max_) align_error_max_ = error;
+  if (error > align_error_max_.load(std::memory_order_relaxed))
+    align_error_max_.store(error, std::memory_order_relaxed);
   if (GraphStats *stats = stats_slot(pair.category)) stats->add(length);
   let_name_go(pair);  // after the copy above
   pair.state.store(kFree, std::memory_order_release);
@@ -894,6 +896,7 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
       if (end_through && end_through->load(std::memory_order_acquire) >= self) break;
+      if (stopped_.load(std::memory_order_acquire)) break;  // stopped without the mutex: stop()
       if (filled == capacity) {
         *more = true;
         break;
@@ -910,10 +913,20 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
   return filled;
 }
 
+bool Engine::lock_at_exit() {
+  if (mutex_abandoned_.load(std::memory_order_acquire)) return false;
+  if (common::lock_ours_within(&mutex_, kExitLockMs)) return true;
+  mutex_abandoned_.store(true, std::memory_order_release);
+  return false;
+}
+
 void Engine::stop() {
-  lock();
+  // Under the mutex, a pass in progress ends before the runtime's teardown; without it (the
+  // reaper stuck inside a driver call), the reaper makes no further call should its call return
+  // (reap_pass looks at stopped_ before each).
+  const bool locked = lock_at_exit();
   stopped_.store(true, std::memory_order_release);
-  unlock();
+  if (locked) unlock();
 }
 
 void Engine::reset_in_child() {
@@ -940,7 +953,8 @@ void Engine::reset_in_child() {
   stopped_.store(false, std::memory_order_relaxed);
   timed_.store(0, std::memory_order_relaxed);
   for (auto &counter : untimed_) counter.store(0, std::memory_order_relaxed);
-  align_error_max_ = 0;
+  align_error_max_.store(0, std::memory_order_relaxed);
+  mutex_abandoned_.store(false, std::memory_order_relaxed);
   if (stats_) memset(static_cast<void *>(stats_), 0, sizeof(GraphStats) * kMaxTimedGraphs);
   other_ = GraphStats();
 }
@@ -953,17 +967,15 @@ uint64_t Engine::claims() const {
   return sum;
 }
 
-Totals Engine::totals() {
+Totals Engine::totals() const {
   Totals totals;
-  lock();
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
-    Pool *pool = pools_[slot].load(std::memory_order_acquire);
+    const Pool *pool = pools_[slot].load(std::memory_order_acquire);
     if (!pool || pool->state.load(std::memory_order_acquire) != kReady) continue;
-    for (Pair &pair : pool->pairs)
+    for (const Pair &pair : pool->pairs)
       if (pair.state.load(std::memory_order_acquire) != kFree) ++totals.in_flight;
   }
-  totals.align_error_ns = align_error_max_;
-  unlock();
+  totals.align_error_ns = align_error_max_.load(std::memory_order_relaxed);
   totals.timed = timed_.load(std::memory_order_relaxed);
   for (unsigned i = 0; i < static_cast<unsigned>(Untimed::count_); ++i) {
     totals.untimed[i] = untimed_[i].load(std::memory_order_relaxed);

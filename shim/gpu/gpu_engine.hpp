@@ -213,18 +213,25 @@ enum class Untimed : unsigned {
   launch_failed,    // the launch itself returned an error
   context_dropped,  // the context was destroyed while the replay was in flight
   unregistered,     // its thread could not be registered (gpu_timing.cpp): no key left
-  abandoned,        // the launch was left by a jump (siglongjmp) before its end event
+  abandoned,        // the launch was left (a jump, an unwind) before its end event
   stream_shared,    // another thread's launch used its stream meanwhile (stream_watch.hpp)
   contexts_full,    // its context came after kMaxContexts others that still have a pool
   after_exit,       // launched after the exit's last pass (stop()): no CUDA call of ours then
   count_
 };
-inline constexpr const char *kUntimedNames[] = {
-    "sampled out",    "no context",        "pool not ready",
-    "pool exhausted", "capturing",         "event error",
-    "launch failed",  "context destroyed", "thread not registered",
-    "left by a jump", "stream shared",     "over 16 contexts",
-    "after exit"};
+inline constexpr const char *kUntimedNames[] = {"sampled out",
+                                                "no context",
+                                                "pool not ready",
+                                                "pool exhausted",
+                                                "capturing",
+                                                "event error",
+                                                "launch failed",
+                                                "context destroyed",
+                                                "thread not registered",
+                                                "left by a jump or unwind",
+                                                "stream shared",
+                                                "over 16 contexts",
+                                                "after exit"};
 static_assert(sizeof kUntimedNames / sizeof *kUntimedNames ==
               static_cast<unsigned>(Untimed::count_));
 
@@ -258,13 +265,16 @@ class Engine {
   // launch that opened a window on its stream (stream_watch.hpp), timed or not, it closes it;
   // a timed replay that met another thread's launch there is not timed ("stream shared").
   // True when it asked for a new pool (the ticket's context had none, and the launch
-  // succeeded): the caller then makes sure a reaper runs.
-  bool end(Ticket &ticket, bool launched);
+  // succeeded): the caller then makes sure a reaper runs. `left`: the launch did not return but
+  // is being unwound (a cancellation inside the driver, an exception): counted as left, as a
+  // jump out of it is, not as a launch that failed (the launch summary's "failed" column counts
+  // no such launch either).
+  bool end(Ticket &ticket, bool launched, bool left = false);
   // A launch of this thread that never reached end(): left by a jump (siglongjmp out of the
   // driver, from a signal handler), which runs no destructor. Its pair would stay claimed for
   // good — one of the context's pairs fewer, and a replay counted neither timed nor not — so
-  // it is given back and counted ("left by a jump") where the thread is known to have left
-  // that launch: at its next outermost graph call (OutermostCall sees the open call
+  // it is given back and counted ("left by a jump or unwind") where the thread is known to have
+  // left that launch: at its next outermost graph call (OutermostCall sees the open call
   // abandoned), as it ends (its registration's destructor), and at exit on the exiting thread.
   void give_back_abandoned();
 
@@ -329,8 +339,19 @@ class Engine {
   // At exit: no CUDA call is made from now on; what is in flight is counted as such.
   void stop();
   bool stopped() const { return stopped_.load(std::memory_order_acquire); }
+  // The engine's mutex for an exit hook (stop, the launch summary's GPU columns): waited for at
+  // most kExitLockMs, and not at all once an exit hook waited that long in vain. The reaper holds
+  // it across driver calls; exit() from a signal handler that interrupted a driver call on the
+  // exiting thread leaves the driver's own lock held, and the reaper's call waits for it for
+  // ever: an exit hook that waited for the mutex never ended the process (a hostile review: 13
+  // of 40 SIGTERMs to a launching server whose handler calls exit()). False: nothing held, and
+  // what needs the mutex goes unreported.
+  static constexpr long kExitLockMs = 1000;
+  bool lock_at_exit();
 
-  Totals totals();
+  // Lock-free (pair states and counters are atomics): an exit hook reads it whoever holds the
+  // mutex.
+  Totals totals() const;
   // A number that changes whenever a launch tries to claim a pair (the pools' claim cursors,
   // summed; no lock): the reaper stays quick while launches keep coming, even at an instant
   // when it has caught up with every replay in flight.
@@ -385,7 +406,8 @@ class Engine {
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> timed_{0};
   std::atomic<uint64_t> untimed_[static_cast<unsigned>(Untimed::count_)] = {};
-  uint64_t align_error_max_ = 0;
+  std::atomic<uint64_t> align_error_max_{0};  // written under the mutex, read without it
+  std::atomic<bool> mutex_abandoned_{false};  // lock_at_exit waited kExitLockMs in vain
   int ending_ = 0;  // context-ending calls in progress (context_ending_locked)
   // Passes begun (reap_pass; a pass is the calls up to one that returns without `more`), and
   // whether the current one asks about every pair (kFullPassEvery, ask_full_pass()).

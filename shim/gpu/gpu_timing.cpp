@@ -135,7 +135,8 @@ pthread_cond_t g_wake;  // CLOCK_MONOTONIC, initialised when the reaper starts
 // registered, with a thread-specific value whose destructor runs as the thread ends, however
 // it ends, before the C library counts it gone; the last registered thread's destructor ends
 // the reaper and joins it. The next registered thread starts one again. Without a reaper,
-// flush and exit read finished replays on the calling thread (pass_here).
+// a flush reads finished replays on the calling thread (pass_here_locked), the exit on a thread of
+// its own, waited for within a bound (exit_pass_locked).
 pthread_mutex_t g_life_mutex = PTHREAD_MUTEX_INITIALIZER;  // starts, stops, registrations
 pthread_key_t g_thread_key;
 bool g_key_made = false;    // (g_life_mutex)
@@ -284,9 +285,9 @@ void wait_for_pass(int timeout_ms) {
   common::unlock_ours(&g_wake_mutex);
 }
 
-// A pass on the calling thread, when no reaper runs (none can start meanwhile: g_life_mutex),
-// for replays launched after the last registered thread ended it. Only when some are in
-// flight; in the relaxed capture mode, like the reaper (see reaper_main).
+// A pass when no reaper runs (none can start meanwhile: g_life_mutex), for replays launched
+// after the last registered thread ended it; only when some are in flight. In the relaxed
+// capture mode, like the reaper (see reaper_main). A flush makes it on the calling thread.
 void pass_here_locked() {
   if (g_reaper_running.load(std::memory_order_relaxed) || engine().totals().in_flight == 0) return;
   auto exchange = g_exchange_capture_mode_fn.load(std::memory_order_acquire);
@@ -297,13 +298,68 @@ void pass_here_locked() {
   if (exchange) exchange(&mode);
 }
 
-// What has finished is read once more: by the reaper when one runs, else here (a flush, the
-// exit: never a launch). Decided under g_life_mutex, which a start needs too.
-void last_pass(int timeout_ms) {
+// The exit's makes it on a thread of its own, waited for at most `timeout_ms`: the exiting
+// thread may be in exit() from a signal handler that interrupted a driver call, the driver's own
+// lock held, and a driver call made on it would wait for itself (the same lock a reaper's pass
+// waits for: Engine::lock_at_exit). That thread never ends: the exiting thread may be the
+// program's last, which glibc no longer counts, and a thread that ended then would be the last
+// and call exit() again (it did: the second exit ran the exit hooks beside the first, and the
+// trace was lost); the process ends with the first exit's _exit. Without a thread: not read,
+// those replays counted in flight at exit.
+std::atomic<uint64_t> g_exit_passes_asked{0}, g_exit_passes_done{0};
+
+void *exit_pass_main(void *) {
+  const uint64_t asked = g_exit_passes_asked.load(std::memory_order_acquire);
+  if (auto exchange = g_exchange_capture_mode_fn.load(std::memory_order_acquire)) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    exchange(&mode);
+  }
+  ferrum_replay_gpu_replay batch[kBatch];  // its own: a pass let go may still deliver
+  char names[kBatch][kReplayNameBytes];
+  bool more = true;
+  while (more) deliver(batch, engine().reap_pass(batch, kBatch, &more, nullptr, 0, names));
+  g_exit_passes_done.store(asked, std::memory_order_release);
+  for (;;) pause();  // signals are blocked here (background_thread.hpp): until the _exit
+}
+
+void exit_pass_locked(int timeout_ms) {
+  if (g_reaper_running.load(std::memory_order_relaxed) || engine().totals().in_flight == 0) return;
+  static constexpr common::BackgroundThread kPass{exit_pass_main, "ferrum-gpu-exit"};
+  const uint64_t asked = g_exit_passes_asked.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (common::start_background_thread(kPass, 256 * 1024) != 0) return;
+  timespec start{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  while (g_exit_passes_done.load(std::memory_order_acquire) < asked) {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 >=
+        timeout_ms) {
+      log_line(LogLevel::error,
+               "GPU timing: the exit's pass did not end within %d ms (a driver call that does "
+               "not return); let go",
+               timeout_ms);
+      return;
+    }
+    const timespec pause_for{0, 200 * 1000};
+    nanosleep(&pause_for, nullptr);
+  }
+}
+
+// What has finished is read once more: by the reaper when one runs (waited for at most
+// `timeout_ms`), else by a pass of the flush's own thread or the exit's bounded one (never a
+// launch). Decided under g_life_mutex, which a start needs too. Once stopped (the exit),
+// nothing is read any more.
+void last_pass(int timeout_ms, bool at_exit) {
+  if (engine().stopped()) return;
   engine().ask_full_pass();  // whatever has finished, in stream order or not
   common::lock_ours(&g_life_mutex);
   const bool running = g_reaper_running.load(std::memory_order_relaxed);
-  if (!running) pass_here_locked();
+  if (!running) {
+    if (at_exit)
+      exit_pass_locked(timeout_ms);
+    else
+      pass_here_locked();
+  }
   common::unlock_ours(&g_life_mutex);
   if (running) wait_for_pass(timeout_ms);
 }
@@ -317,7 +373,7 @@ void at_exit() {
   // pass would wait for it for ever (held_here.hpp). What finishes from now on goes unreported.
   if (common::inside_our_lock()) return;
   give_back_abandoned();  // the exiting thread's own, if it left a launch by a jump
-  last_pass(1000);
+  last_pass(1000, /*at_exit=*/true);
   engine().stop();  // from here on, no CUDA call: the runtime's teardown comes next
 }
 
@@ -551,7 +607,7 @@ int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size) 
 int flush(ferrum_replay_gpu_status *status) {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp
   install_handlers();
-  last_pass(2000);
+  last_pass(2000, /*at_exit=*/false);
   if (!status) return 0;
   const Totals totals = engine().totals();
   ferrum_replay_gpu_status filled{};

@@ -42,10 +42,10 @@ inline void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const
   if (__builtin_expect(!t_launch_ready, 0) && !make_launch_ready()) return;
   engine().begin(ticket, stream, per_thread, name, name_holds, category, replay);
 }
-inline void launch_end(Ticket &ticket, bool launched) {
+inline void launch_end(Ticket &ticket, bool launched, bool left = false) {
   // Untimed, no pool to ask for, and no window open on a watched stream (stream_watch.hpp):
   // nothing to do.
-  if ((ticket.pool || ticket.unpooled || window_open()) && engine().end(ticket, launched))
+  if ((ticket.pool || ticket.unpooled || window_open()) && engine().end(ticket, launched, left))
       [[unlikely]]
     start_reaper();
 }
@@ -73,7 +73,10 @@ bool install_handlers();
 // across it: the real call waits for the context's work, host functions included, and a host
 // function of the program that asks the shim anything (ferrum_replay_gpu_flush) must not wait
 // for a mutex held by a thread that waits for that host function. While the call runs, the
-// reaper and pool creation make no CUDA call at all (Engine::ContextEnding).
+// reaper and pool creation make no CUDA call at all (Engine::ContextEnding). Once the engine is
+// stopped (the exit), the calls pass straight through, the mutex untouched: the runtime's
+// teardown releases its contexts then, and the reaper may hold the mutex inside a driver call
+// that never returns (Engine::lock_at_exit).
 //
 // ContextEndingClosed ends that stretch after the real call returns — and also when it unwinds
 // (a pthread_cancel at a cancellation point inside the driver's teardown, which may wait for the
@@ -98,7 +101,7 @@ struct ContextEndingClosed {
 template <typename Call>
 auto around_context_destroy(CUcontext context, Call &&call) {
   Engine &timing = engine();
-  if (!timing.any_pool()) return call();
+  if (!timing.any_pool() || timing.stopped()) return call();
   {
     const common::ErrnoKept errno_kept;  // errno_kept.hpp: the events' destruction
     timing.lock();
@@ -115,7 +118,7 @@ auto around_context_destroy(CUcontext context, Call &&call) {
 template <typename Call>
 auto around_primary_reset(CUdevice device, Call &&call) {
   Engine &timing = engine();
-  if (!timing.any_pool()) return call();
+  if (!timing.any_pool() || timing.stopped()) return call();
   {
     const common::ErrnoKept errno_kept;
     timing.lock();
@@ -134,7 +137,7 @@ bool primary_context_active(CUdevice device);
 template <typename Call>
 auto around_primary_release(CUdevice device, Call &&call) {
   Engine &timing = engine();
-  if (!timing.any_pool()) return call();
+  if (!timing.any_pool() || timing.stopped()) return call();
   {
     const common::ErrnoKept errno_kept;
     timing.lock();

@@ -183,9 +183,11 @@ bool write_exit_summary() {
     text.append("%8s  %10s  %9s  %9s  %9s  %9s  %9s  ", "gpu n", "gpu tot ms", "mean us", "min us",
                 "p50 us", "p99 us", "max us");
   text.append("name\n");
-  gpu::Engine *timing = gpu ? &gpu::engine() : nullptr;
+  // The GPU columns need the engine's mutex, which the reaper may hold inside a driver call that
+  // never returns (Engine::lock_at_exit): then they are left empty, and the GPU line says why.
+  gpu::Engine *const engine = gpu ? &gpu::engine() : nullptr;
+  gpu::Engine *timing = engine && engine->lock_at_exit() ? engine : nullptr;
   gpu::GraphStats unlisted;  // timed graphs without a row here (destroyed, records reused)
-  if (timing) timing->lock();
   auto gpu_columns = [&](const gpu::GraphStats *stats) {
     if (!stats || stats->count == 0) {
       text.append("%8d  %10s  %9s  %9s  %9s  %9s  %9s  ", 0, "-", "-", "-", "-", "-", "-");
@@ -209,10 +211,7 @@ bool write_exit_summary() {
         static_cast<unsigned long long>(replay_count(record)),
         static_cast<unsigned long long>(record.failed_launches.load(std::memory_order_relaxed)),
         static_cast<unsigned long long>(record.rejected_pushes.load(std::memory_order_relaxed)));
-    if (timing) {
-      const gpu::GraphStats *stats = record.ordinal ? timing->stats_for(record.ordinal) : nullptr;
-      gpu_columns(stats);
-    }
+    if (gpu) gpu_columns(timing && record.ordinal ? timing->stats_for(record.ordinal) : nullptr);
     text.append("%s\n", label ? label->text : record.name);
   }
   if (timing)
@@ -237,7 +236,13 @@ bool write_exit_summary() {
       text.append("(other timed graphs)\n");
     }
     timing->unlock();
-    const gpu::Totals totals = timing->totals();
+  }
+  if (engine) {
+    if (!timing)
+      text.append(
+          "  GPU columns not read: the shim's GPU reader was held inside a driver call at exit "
+          "(exit() from a signal handler that interrupted a CUDA call?)\n");
+    const gpu::Totals totals = engine->totals();
     text.append("  GPU time: %llu replays timed, %llu not timed, %llu in flight at exit",
                 static_cast<unsigned long long>(totals.timed),
                 static_cast<unsigned long long>(totals.not_timed),

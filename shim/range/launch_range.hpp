@@ -251,8 +251,9 @@ class TimedReplay {
     const common::ErrnoKept errno_kept(thread_errno());  // after the real launch: its errno counts
     gpu::launch_end(ticket_, launched);
   }
-  // No-op once finished; otherwise an exception is on its way out of the launch.
-  ~TimedReplay() { gpu::launch_end(ticket_, false); }
+  // No-op once finished; otherwise the launch is being unwound (an exception, a cancellation
+  // inside the driver): left, not failed.
+  ~TimedReplay() { gpu::launch_end(ticket_, false, /*left=*/true); }
 
   TimedReplay(const TimedReplay &) = delete;
   TimedReplay &operator=(const TimedReplay &) = delete;

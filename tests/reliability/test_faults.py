@@ -42,6 +42,10 @@ inside_recorder              handler's exit() that lands while  saying why (the 
 exit_in_signal_handler_      the same inside the shim: a       the process ends: no launch summary,
 inside_shim                  thread's registration for GPU     one line; its running marker stays
                              timing                            (no summary: a judge names it)
+exit_in_signal_handler_      the same inside the driver,       the process ends with the handler's
+inside_driver                its own lock held (GPU timing;    status in seconds, its trace whole;
+                             the reaper's pass waits for it    the summary's GPU columns said not
+                             holding the engine's mutex)       read (an exit hook waited: a hang)
 file_size_limit              exit code and output unchanged    nothing past the limit: one line per
                              under RLIMIT_FSIZE 8 KiB and 0;   output ("File too large"), no
                              its own SIGXFSZ handler called    temporary left; at 0 (no summary)
@@ -516,6 +520,51 @@ def exit_in_signal_handler_inside_shim():
             line = handle.readline()
         expect(line.startswith("ferrum-replay: running: pid=") and
                " program=fault_program " in line, f"the marker's line: {line!r}", run_)
+
+
+def exit_in_signal_handler_inside_driver():
+    """A SIGTERM handler that calls exit() lands while its thread is inside the driver, holding
+    the driver's own lock (the stand-in's 200th launch raises it there, as a real driver may be
+    interrupted anywhere inside a call), with GPU timing on. The reaper's pass, asked for at
+    exit, waits for that lock inside a driver call while it holds the engine's mutex, and the
+    exit hooks waited for that mutex: the process never ended (a hostile review: 13 of 40
+    SIGTERMs to a launching server). Without the shim the same exit ends at once. Now every
+    exit-path wait on the engine is bounded: the process ends with the handler's status within
+    seconds, its trace written; a launch summary says its GPU columns could not be read."""
+    env = {"FERRUM_REPLAY_GPU_TIME": "on",
+           "FERRUM_STANDIN_LAUNCH_RAISE_LOCKED": f"{int(signal.SIGTERM)},200",
+           # 10 ms replays: the 199 before the signal are still running, so that the reaper's
+           # pass asks the driver about them.
+           "FERRUM_STANDIN_GRAPH_NS": "10000000"}
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):  # as sigterm_handler_exits
+        env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + ":report_signal_unsafe=0"
+    for record, summary in ((True, False), (False, True), (True, True), (False, False)):
+        with tempfile.TemporaryDirectory() as tmp:
+            asked = dict(env, **({"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "summary.txt")}
+                                 if summary else {}))
+            started = time.monotonic()
+            try:
+                run_ = fault("sigterm", timeout=30, record=record, env=asked)
+            except subprocess.TimeoutExpired:
+                expect(False, f"record={record} summary={summary}: the process never ended")
+            took = time.monotonic() - started
+            expect(run_.returncode == 42 and run_.report.get("launches") == 200,
+                   f"record={record} summary={summary}: status {run_.returncode}, expected 42 "
+                   "from the handler at the 200th launch", run_)
+            expect(took < 10, f"record={record} summary={summary}: exit took {took:.1f} s", run_)
+            expect(run_.stderr == "", "no line was asked for", run_)
+            if record:
+                expect(run_.trace is not None and
+                       footer(run_.trace).get("protocolErrors", {}).get("popWithoutPush") == 0,
+                       "the trace of the handler's exit", run_)
+                ranges = len(trace_check.ranges(run_.trace, domain=harness.DOMAIN))
+                expect(199 <= ranges <= 200, f"{ranges} ranges for 200 launches", run_)
+            if summary:
+                with open(asked["FERRUM_REPLAY_SUMMARY"], encoding="utf-8") as handle:
+                    text = handle.read()
+                expect("200 launches" in text and "GPU columns not read: the shim's GPU "
+                       "reader was held inside a driver call at exit" in text and
+                       "GPU time: " in text, f"the summary:\n{text}", run_)
 
 
 def fork_in_signal_handler_inside_our_lock():
@@ -1446,6 +1495,7 @@ def sigterm_handler_exits():
 
 SCENARIOS = {f.__name__: f for f in (
     exit_in_signal_handler_inside_recorder, exit_in_signal_handler_inside_shim,
+    exit_in_signal_handler_inside_driver,
     fork_in_signal_handler_inside_our_lock,
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,

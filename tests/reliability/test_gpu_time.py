@@ -604,7 +604,7 @@ def jump_out_of_timed_launch():
     """A watchdog leaves launches with siglongjmp from a signal handler raised inside the
     driver's launch (launch_harness.hpp --jump-out): no destructor runs, so the launch never
     records its end event. Its event pair goes back to the pool and the replay is counted
-    ("left by a jump"), so that more jumps than the context has pairs (1,024) leave the pool
+    ("left by a jump or unwind"), so that more jumps than the context has pairs (1,024) leave the pool
     whole: the replays after them are timed (at least as many as the pool holds, even if no
     pass of the reaper frees a pair meanwhile), and every launch is accounted for. Before,
     the pool ran dry and nothing after the jumps was timed."""
@@ -623,7 +623,7 @@ def jump_out_of_timed_launch():
             accounted = gpu["timed"] + gpu["not_timed"] + gpu["in_flight"]
             expect(accounted == total,
                    f"{what}: GPU line {gpu} accounts for {accounted} of {total} replays", run_)
-            left = gpu["why"].get("left by a jump", 0)
+            left = gpu["why"].get("left by a jump or unwind", 0)
             # A jumped launch that found no free pair is counted for that reason instead.
             expect(0 < left <= jumped and gpu["not_timed"] >= jumped,
                    f"{what}: {left} replays counted left by a jump, {jumped} jumped: GPU line "
@@ -631,6 +631,25 @@ def jump_out_of_timed_launch():
             expect(gpu["timed"] >= min(pairs, after) * 95 // 100,
                    f"{what}: only {gpu['timed']} of the {after} replays after the jumps timed: "
                    f"GPU line {gpu}", run_)
+
+
+def unwound_timed_launch():
+    """A launch unwound through (a C++ exception thrown inside the driver; a cancellation at a
+    cancellation point inside it is the same unwinding) is no failed launch: the launch summary
+    counts it in no "failed" column, and its GPU line counted it "launch failed" (a hostile
+    review: "failed 0" beside "20 launch failed"). Now both agree: left, not failed; every
+    launch accounted for."""
+    env = {"FERRUM_STANDIN_LAUNCH_THROW": "1"}
+    for variable in ("LAUNCH_DRIVER", "LAUNCH_RUNTIME"):
+        run_ = harness.run([harness.path_of(variable), "--graphs", "2", "--iters", "10"],
+                           record=False, env={**ON, **env})
+        expect("exceptions=20" in run_.stdout, f"{variable}: the stand-in did not throw", run_)
+        summary = one_summary(run_)
+        gpu = summary.gpu
+        failed = sum(int(row["failed"]) for row in summary.rows)
+        expect(failed == 0 and gpu["why"].get("left by a jump or unwind") == 20 and
+               "launch failed" not in gpu["why"] and gpu["not_timed"] == 20,
+               f"{variable}: failed {failed}, GPU line {gpu}", run_)
 
 
 def no_thread_keys():
@@ -668,6 +687,7 @@ SCENARIOS = {f.__name__: f for f in (
     shared_stream_times_own_replay, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
+    unwound_timed_launch,
     no_thread_keys, contexts_destroyed_under_a_thread, cancelled_inside_context_destroy,
     signal_launch_during_flush)}
 

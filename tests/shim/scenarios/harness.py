@@ -11,6 +11,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support",
                                 "tools"))
@@ -164,7 +165,10 @@ def main(scenarios):
             continue
         except Exception as error:  # a crash, a hang, a missing file: still a named failure
             failed += 1
-            print(f"FAIL {name}: {type(error).__name__}: {error}")
+            # Where in the test: an error of the test's own reading is a line, not a riddle.
+            where = traceback.extract_tb(error.__traceback__)[-1]
+            print(f"FAIL {name}: {type(error).__name__}: {error} "
+                  f"({os.path.basename(where.filename)}:{where.lineno}: {where.line})")
             continue
         if outcome == "skip" or (isinstance(outcome, str) and outcome.startswith("skip:")):
             print(f"SKIP {name}" + (outcome[4:] if outcome != "skip" else ""))

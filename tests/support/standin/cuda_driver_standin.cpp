@@ -137,6 +137,12 @@
 //   FERRUM_STANDIN_LAUNCH_RAISE=<sig> every cuGraphLaunch/_ptsz raises signal number sig (after
 //                                    counting, before returning), so that a handler can leave
 //                                    the launch with siglongjmp (a watchdog pattern).
+//   FERRUM_STANDIN_LAUNCH_RAISE_LOCKED=<sig>,<n> the n-th cuGraphLaunch/_ptsz of the process
+//                                    raises signal number sig while it holds the driver's
+//                                    lock (as a real driver may be interrupted anywhere inside
+//                                    a call, its own locks held): a handler that calls exit()
+//                                    then runs the exit handlers with every other thread's
+//                                    driver call waiting for that lock.
 //   FERRUM_STANDIN_KERNEL_NS=<n>     the cost of a kernel without a ferrum_cost_ns pragma
 //                                    (default 20000 ns).
 //   FERRUM_STANDIN_GRAPH_NS=<a,b,..> the k-th instantiation's replays take the k-th value (ns);
@@ -337,6 +343,8 @@ struct Config {
   CUresult launch_result = CUDA_SUCCESS;
   bool launch_throw = false;
   int launch_raise = 0;
+  int launch_raise_locked = 0;                    // the signal, 0: none
+  unsigned long long launch_raise_locked_at = 0;  // at the n-th launch
   long long kernel_ns = 20000;
   std::vector<long long> graph_ns;
   size_t launch_queue = 1024;
@@ -368,6 +376,11 @@ __attribute__((noinline)) Config read_config() {
   c.launch_throw = env_flag("FERRUM_STANDIN_LAUNCH_THROW");
   if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_RAISE"); v != nullptr && v[0] != '\0') {
     c.launch_raise = static_cast<int>(std::strtol(v, nullptr, 0));
+  }
+  if (const char *v = std::getenv("FERRUM_STANDIN_LAUNCH_RAISE_LOCKED"); v != nullptr) {
+    char *end = nullptr;
+    c.launch_raise_locked = static_cast<int>(std::strtol(v, &end, 0));
+    c.launch_raise_locked_at = *end == ',' ? std::strtoull(end + 1, nullptr, 0) : 1;
   }
   if (const char *v = std::getenv("FERRUM_STANDIN_KERNEL_NS"); v != nullptr && v[0] != '\0') {
     c.kernel_ns = std::max(0LL, std::strtoll(v, nullptr, 0));
@@ -411,6 +424,8 @@ const Config &config() {
 
 std::atomic<unsigned long long> g_launches{0};
 std::atomic<unsigned long long> g_launches_ptsz{0};
+std::atomic<unsigned long long> g_launches_any{
+    0};  // both kinds: FERRUM_STANDIN_LAUNCH_RAISE_LOCKED
 std::atomic<unsigned long long> g_instantiates{0};
 std::atomic<unsigned long long> g_queries{0};
 std::atomic<unsigned long long> g_captured_launches{0};
@@ -2155,12 +2170,17 @@ CUresult capture_add_node_locked(CUstream_st *s, CUgraphNodeType type, long long
 // stream already has FERRUM_STANDIN_LAUNCH_QUEUE replays pending: then it sleeps until the
 // oldest is done (a full launch queue blocks the host, as on a GPU). Into a capturing stream,
 // the replay is not run but captured as a child-graph node.
-CUresult enqueue_replay(CUstream hStream, bool ptsz, long long sim_ns) {
-  const size_t depth = config().launch_queue;
+CUresult enqueue_replay(CUstream hStream, bool ptsz, long long sim_ns, unsigned long long nth) {
+  const Config &c = config();
+  const size_t depth = c.launch_queue;
   for (;;) {
     long long wait_until = 0;
     {
       std::lock_guard<std::mutex> lock(tl().mutex);
+      if (c.launch_raise_locked != 0 && nth == c.launch_raise_locked_at) {
+        nth = 0;  // once, also when the launch waits for room and takes the lock again
+        std::raise(c.launch_raise_locked);
+      }
       CUstream_st *s = nullptr;
       if (const CUresult r = stream_resolve_locked(hStream, ptsz, &s); r != CUDA_SUCCESS) return r;
       if (s->capturing) {
@@ -2189,6 +2209,7 @@ CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz,
   if (c.bench) return hGraphExec != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   // After the benchmark's path (never dirty), which it would slow down (see STANDIN_DIRTY_ERRNO).
   STANDIN_DIRTY_ERRNO_AS(ptsz ? "i_cuGraphLaunch_ptsz" : "i_cuGraphLaunch");
+  const unsigned long long nth = g_launches_any.fetch_add(1, std::memory_order_relaxed) + 1;
   counter.fetch_add(1, std::memory_order_relaxed);
   if (c.launch_raise != 0) std::raise(c.launch_raise);
   if (c.launch_throw) {
@@ -2198,7 +2219,8 @@ CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz,
   STANDIN_REQUIRE_INIT();
   const CUgraphExec_st *e = exec_resolve(hGraphExec);
   if (e == nullptr || !e->live.load(std::memory_order_acquire)) return CUDA_ERROR_INVALID_VALUE;
-  const CUresult queued = enqueue_replay(hStream, ptsz, e->sim_ns.load(std::memory_order_relaxed));
+  const CUresult queued =
+      enqueue_replay(hStream, ptsz, e->sim_ns.load(std::memory_order_relaxed), nth);
   if (c.launch_call_ns > 0) sleep_until_ns(now_ns() + c.launch_call_ns);
   return queued;
 }
