@@ -37,6 +37,7 @@ import errno
 import fcntl
 import fnmatch
 import glob
+import hashlib
 import json
 import math
 import os
@@ -2734,18 +2735,7 @@ def nsys_rows(stats_base, domain):
     sum_file = find("nvtx_sum")
     if not sum_file:
         return [], [f"no nvtx_sum output ({stats_base}_nvtx_sum.csv): did nsys stats run?"]
-    # A table written before the report beside it is an earlier report's (one replaced since,
-    # by nsys profile -f true): never judged as this one's.
-    try:
-        report_ns = os.stat(stats_base + ".nsys-rep").st_mtime_ns
-    except OSError:
-        report_ns = None  # tables alone: taken as given
-    if report_ns is not None:
-        for table in (sum_file, find("nvtx_gpu_proj_sum")):
-            if table and os.stat(table).st_mtime_ns < report_ns:
-                raise InputError(f"{quoted(table)} was written before the report "
-                                 f"{quoted(stats_base + '.nsys-rep')}: an earlier report's "
-                                 "table, not this one's (run nsys stats on it again)")
+    check_tables_of_report(stats_base)
     base = _domain_rows(_read_csv(sum_file), domain)
     proj_file = find("nvtx_gpu_proj_sum")
     proj = _domain_rows(_read_csv(proj_file), domain) if proj_file else {}
@@ -2769,7 +2759,56 @@ def nsys_rows(stats_base, domain):
     return rows, problems
 
 
+# Beside the tables `nsys` made them of (BASE_ferrum_report.json): the report they are of, by
+# its size and a digest of its first MiB. A report replaced since (nsys profile -f true, run by
+# hand, without nsys stats) no longer matches: its earlier report's tables are never judged as
+# its own. Content, not times: a copy, a download or `cp -r` gives files times in any order.
+TABLES_OF_SUFFIX = "_ferrum_report.json"
+
+
+def report_identity(report):
+    """{"size": N, "head": sha256 of its first MiB} of an nsys report (OSError when unread)."""
+    with open_regular(report, binary=True) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        head = hashlib.sha256(handle.read(1 << 20)).hexdigest()
+    return {"size": size, "head": head}
+
+
+def note_tables_of_report(stats_base, report):
+    """Notes which report the tables at STATS_BASE were made of (after nsys stats wrote them)."""
+    try:
+        identity = {"ferrumReplayTablesOf": os.path.basename(report), **report_identity(report)}
+        write_atomically(stats_base + TABLES_OF_SUFFIX,
+                         lambda handle: handle.write(json.dumps(identity) + "\n"))
+    except (OSError, InputError) as error:
+        print(f"ferrum-replay: note: which report the tables are of was not noted: {error}",
+              file=sys.stderr)
+
+
+def check_tables_of_report(stats_base):
+    """InputError when the tables at STATS_BASE were noted as made of another report than the
+    one beside them (STATS_BASE.nsys-rep). Tables made without the wrapper (no note), or with no
+    report beside them, are taken as given."""
+    report = stats_base + ".nsys-rep"
+    try:
+        with open_regular(stats_base + TABLES_OF_SUFFIX, binary=True) as handle:
+            noted = json.loads(handle.read(1 << 16).decode("utf-8", "replace"))
+    except (OSError, InputError, ValueError, RecursionError):  # none noted (or unreadable)
+        return
+    if not isinstance(noted, dict) or not os.path.exists(report):
+        return
+    try:
+        identity = report_identity(report)
+    except OSError as error:
+        raise InputError(f"{quoted(report)}: cannot read: {error.strerror or error}") from error
+    if any(noted.get(key) != value for key, value in identity.items()):
+        raise InputError(f"the tables at {quoted(stats_base)} were made of another report than "
+                         f"{quoted(report)} (replaced since): an earlier report's, not this "
+                         "one's (run nsys stats on it again)")
+
+
 def cmd_nsys_table(args):
+    note_tables_of_report(args.stats_base, args.report)
     rows, problems = nsys_rows(args.stats_base, args.domain)
     print(f"ferrum-replay: Nsight Systems report {quoted(args.report)}", file=sys.stderr)
     for problem in problems:
@@ -2982,21 +3021,16 @@ def later_namesakes(paths):
 
 def asked_for(candidate, path):
     """Whether CANDIDATE, a file at a fresh name of PATH, is a trace its process was asked to
-    write at PATH (and wrote beside it): a ferrum-replay trace whose `output` names PATH's file
-    (an older recorder's, which does not say: taken to be). Any other file at such a name (a
-    results.2025.json of the program's own, a trace recorded as run.2.json by its own -o) is no
-    later run's trace of PATH: judging PATH failed on it."""
+    write at PATH (and wrote beside it): a ferrum-replay trace whose `output` has PATH's file
+    name (an older recorder's, which does not say: taken to be). By name alone: the directory
+    it names is where it was written, which a copy, a download or a container's mount moves
+    (compared, it let a judge pass on a copied directory's earlier run). Any other file at such
+    a name (a results.2025.json of the program's own, a trace recorded as run.2.json by its own
+    -o) is no later run's trace of PATH: judging PATH failed on it."""
     if not is_ferrum_trace(candidate):
         return False
     output = written_for(candidate)[0]
-    if output is None:
-        return True
-    if os.path.basename(output) != os.path.basename(path):
-        return False
-    try:
-        return os.path.samefile(os.path.dirname(output) or ".", os.path.dirname(path) or ".")
-    except OSError:
-        return False
+    return output is None or os.path.basename(output) == os.path.basename(path)
 
 
 def cmd_check(args):

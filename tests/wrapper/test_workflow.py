@@ -320,10 +320,12 @@ def test_program_checks(tmp):
         expect(not os.path.exists(marker), f"PATH={path!r} ran the program", done)
 
 
-def wrapper_tools():
-    """The system tools the wrapper looks up at its start (its `for tool in` line)."""
+def wrapper_tools(first_only=False):
+    """The system tools the wrapper looks up (its `need_tools` lines: the first, every
+    subcommand's, with first_only; else all of them)."""
     with open(WRAPPER, encoding="utf-8") as handle:
-        return re.search(r"^for tool in ([a-z0-9 ]+); do$", handle.read(), re.M)[1].split()
+        lines = re.findall(r"^\s*need_tools ([a-z0-9 ]+)$", handle.read(), re.M)
+    return lines[0].split() if first_only else sorted({t for line in lines for t in line.split()})
 
 
 def test_listed_tools_are_all_the_wrapper_needs(tmp):
@@ -359,6 +361,19 @@ def test_listed_tools_are_all_the_wrapper_needs(tmp):
                        {**nenv, "PATH": env.get("PATH", nenv["PATH"] + ":" + os.defpath)})
         expect(done.returncode != 0 and "is from an earlier run" in done.stderr,
                f"{where}: nsys said the kept report is an earlier run's", done)
+    # The judges need no tool only a subcommand that runs a program uses (a coreutils-only
+    # container without grep); that subcommand names it.
+    judges = os.path.join(tmp, "judge-tools")
+    os.mkdir(judges)
+    for tool in [*wrapper_tools(first_only=True), "python3", "sh"]:
+        os.symlink(shutil.which(tool), os.path.join(judges, tool))
+    trace = traces_in(os.path.join(tmp, "out"))[0]
+    for args in (["check", trace], ["summary", trace]):
+        done = run([WRAPPER, *args], tmp, {"PATH": judges})
+        expect(done.returncode == 0, f"{args[0]} with only every subcommand's tools", done)
+    done = run([WRAPPER, "record", "--", *program], tmp, {"PATH": judges})
+    expect(done.returncode == 2 and "cannot find the system tool" in done.stderr and
+           "launches=" not in done.stdout, "record without its own tools names one", done)
 
 
 # ---- record ---------------------------------------------------------------------------------
@@ -1558,17 +1573,25 @@ def test_nsys_stale_tables(tmp):
     done = wrapper("check", "--nsys-stats", "prof", cwd=tmp)
     expect(done.returncode == 1 and "FAIL" in done.stdout,
            "check --nsys-stats after a run whose report nsys kept", done)
-    # Tables older than the report beside them (replaced by nsys profile -f true alone) are an
-    # earlier report's: check fails naming the table.
+    # Tables of a report replaced since (by nsys profile -f true alone, without nsys stats) are
+    # an earlier report's: check fails. A copy that gives the files other times is judged as
+    # before (times are not what tells them apart).
     wrapper("nsys", "-f", "true", "-o", "prof", "--", *program, cwd=tmp, env=env)
     done = wrapper("check", "--nsys-stats", "prof", cwd=tmp)
     expect(done.returncode == 0 and "OK: 8 ranges" in done.stdout, "this run's tables", done)
-    report = os.path.join(tmp, "prof.nsys-rep")
-    later = os.stat(report).st_mtime + 5
-    os.utime(report, (later, later))
+    copied = os.path.join(tmp, "copied")
+    os.mkdir(copied)
+    for name in ("prof_nvtx_sum.csv", "prof_nvtx_gpu_proj_sum.csv", "prof_ferrum_report.json",
+                 "prof.nsys-rep"):
+        shutil.copyfile(os.path.join(tmp, name), os.path.join(copied, name))
+        time.sleep(0.02)  # the tables older than the report, as a copy may leave them
+    done = wrapper("check", "--nsys-stats", os.path.join(copied, "prof"), cwd=tmp)
+    expect(done.returncode == 0 and "OK: 8 ranges" in done.stdout,
+           "the same run's files, copied tables first", done)
+    run([FAKE_NSYS, "profile", "-f", "true", "-o", "prof", *program], tmp, env)
     done = wrapper("check", "--nsys-stats", "prof", cwd=tmp)
-    expect(done.returncode == 1 and "prof_nvtx_sum.csv' was written before the report" in
-           done.stdout, "check --nsys-stats of tables older than their report", done)
+    expect(done.returncode == 1 and "were made of another report than" in done.stdout,
+           "check --nsys-stats of tables of a report replaced since", done)
 
 
 def test_check_later_namesakes(tmp):
@@ -1640,6 +1663,14 @@ def test_namesakes_are_traces_of_the_name(tmp):
     done = wrapper("check", "run.json", cwd=tmp)
     expect(done.returncode == 1 and "not checked: 'run.4242.json'" in done.stdout,
            "a later run's trace of run.json", done)
+    # ... also in a copy of the directory (an artifact downloaded, a container's mount), where
+    # the directory the trace names is not where it lies.
+    copy = os.path.join(tmp, "copied")
+    shutil.copytree(tmp, copy, symlinks=True,
+                    ignore=lambda d, names: [n for n in names if n == "copied"])
+    done = wrapper("check", os.path.join(copy, "run.json"), cwd=tmp)
+    expect(done.returncode == 1 and "not checked: '" + os.path.join(copy, "run.4242.json") in
+           done.stdout, "a later run's trace of run.json, copied", done)
 
 
 def test_unset_variable_as_a_directory(tmp):
