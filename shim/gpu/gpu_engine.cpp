@@ -925,7 +925,7 @@ void Engine::stop() {
   // reaper stuck inside a driver call), the reaper makes no further call should its call return
   // (reap_pass looks at stopped_ before each).
   const bool locked = lock_at_exit();
-  stopped_.store(true, std::memory_order_release);
+  mark_stopped();
   if (locked) unlock();
 }
 

@@ -338,6 +338,9 @@ class Engine {
   void reset_in_child();
   // At exit: no CUDA call is made from now on; what is in flight is counted as such.
   void stop();
+  // stop() without the mutex, for an exit from inside a lock of ours (held_here.hpp): the
+  // reaper makes no further call after its current one (reap_pass looks before each).
+  void mark_stopped() { stopped_.store(true, std::memory_order_release); }
   bool stopped() const { return stopped_.load(std::memory_order_acquire); }
   // The engine's mutex for an exit hook (stop, the launch summary's GPU columns): waited for at
   // most kExitLockMs, and not at all once an exit hook waited that long in vain. The reaper holds

@@ -352,7 +352,14 @@ void exit_pass_locked(int timeout_ms) {
 void last_pass(int timeout_ms, bool at_exit) {
   if (engine().stopped()) return;
   engine().ask_full_pass();  // whatever has finished, in stream order or not
-  common::lock_ours(&g_life_mutex);
+  // At exit, g_life_mutex within the same bound: a flush's pass on another thread holds it
+  // across driver calls (which may wait for the driver's lock this exiting thread holds), and
+  // the last registered thread's end holds it while it joins the reaper (up to 10 s).
+  if (at_exit) {
+    if (!common::lock_ours_within(&g_life_mutex, timeout_ms)) return;
+  } else {
+    common::lock_ours(&g_life_mutex);
+  }
   const bool running = g_reaper_running.load(std::memory_order_relaxed);
   if (!running) {
     if (at_exit)
@@ -370,8 +377,13 @@ void at_exit() {
   // are the parent's — its reaper, which may hold the engine's mutex, does not exist here.
   if (!common::state_is_this_process()) return;
   // exit() from a signal handler that interrupted this thread holding a lock of ours: the last
-  // pass would wait for it for ever (held_here.hpp). What finishes from now on goes unreported.
-  if (common::inside_our_lock()) return;
+  // pass would wait for it for ever (held_here.hpp). What finishes from now on goes unreported;
+  // stopped all the same (no lock taken), so that the runtime's teardown of its contexts passes
+  // straight through the context hooks, whose lock may be the one this thread holds.
+  if (common::inside_our_lock()) {
+    engine().mark_stopped();
+    return;
+  }
   give_back_abandoned();  // the exiting thread's own, if it left a launch by a jump
   last_pass(1000, /*at_exit=*/true);
   engine().stop();  // from here on, no CUDA call: the runtime's teardown comes next
@@ -578,6 +590,9 @@ bool make_launch_ready() {
 
 void prepare_current_context() {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp: after the real instantiate
+  // An instantiation from a signal handler that interrupted this thread inside a lock of ours
+  // (held_here.hpp), the engine's perhaps: the pool comes at the reaper's next pass instead.
+  if (common::inside_our_lock()) return;
   install_handlers();
   if (g_api_state.load(std::memory_order_acquire) != 2) {
     int expected = 0;
@@ -607,7 +622,9 @@ int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size) 
 int flush(ferrum_replay_gpu_status *status) {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp
   install_handlers();
-  last_pass(2000, /*at_exit=*/false);
+  // From inside a lock of ours on this thread (a signal handler's flush, a sink's): no pass,
+  // whose locks may be the one held; the counts are read without one.
+  if (!common::inside_our_lock()) last_pass(2000, /*at_exit=*/false);
   if (!status) return 0;
   const Totals totals = engine().totals();
   ferrum_replay_gpu_status filled{};

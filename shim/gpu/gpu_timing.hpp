@@ -85,6 +85,16 @@ bool install_handlers();
 // `after` runs under the engine's mutex and is told whether the call returned: on the way out
 // of an unwinding call it makes no CUDA call (the driver may be left mid-teardown on this
 // thread), and a primary context whose release did not return counts as gone.
+// A context-ending call from a signal handler that interrupted this thread inside a lock of
+// ours (held_here.hpp) — the engine's, making a pool, say — must not wait for that lock: the
+// handler's exit() ran the program's (or the runtime's) teardown, whose context destruction
+// waited for itself for ever. GPU timing stops there (no CUDA call of ours follows, so none
+// reaches the dead context), and the call passes straight through.
+inline bool inside_our_lock_stop(Engine &timing) {
+  if (!common::inside_our_lock()) return false;
+  timing.mark_stopped();
+  return true;
+}
 template <typename After>
 struct ContextEndingClosed {
   Engine &timing;
@@ -102,6 +112,7 @@ template <typename Call>
 auto around_context_destroy(CUcontext context, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool() || timing.stopped()) return call();
+  if (inside_our_lock_stop(timing)) return call();
   {
     const common::ErrnoKept errno_kept;  // errno_kept.hpp: the events' destruction
     timing.lock();
@@ -119,6 +130,7 @@ template <typename Call>
 auto around_primary_reset(CUdevice device, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool() || timing.stopped()) return call();
+  if (inside_our_lock_stop(timing)) return call();
   {
     const common::ErrnoKept errno_kept;
     timing.lock();
@@ -138,6 +150,7 @@ template <typename Call>
 auto around_primary_release(CUdevice device, Call &&call) {
   Engine &timing = engine();
   if (!timing.any_pool() || timing.stopped()) return call();
+  if (inside_our_lock_stop(timing)) return call();
   {
     const common::ErrnoKept errno_kept;
     timing.lock();

@@ -172,7 +172,10 @@
 //                  is not allowed (not root), then `launches= failed=` and
 //                  `stderr_blocking=<0|1>`: whether descriptor 2's description is still
 //                  blocking after the launches (F_GETFL).
-// Every mode except no-driver, heap-exhausted and exit-in-handler(-timed) prints
+//   exit-in-handler-pool  the same inside the shim's GPU engine (its mutex held while a second
+//                  context's event pool is mapped at its first instantiation); an atexit handler
+//                  registered first destroys that context and prints `destroyed=<CUresult>`.
+// Every mode except no-driver, heap-exhausted and exit-in-handler(-timed, -pool) prints
 // `launches=<N> failed=<F>` for what it completed before its ending (exit-from-worker and sigterm
 // print it only from their exit path, on stderr). Exit status: as the mode says, else 0; 1 on
 // set-up errors.
@@ -994,6 +997,45 @@ int exit_in_handler_timed() {
   return 3;  // never reached: the handler exits
 }
 
+// exit-in-handler-pool: the same inside the shim's GPU engine, its mutex held: a second
+// context's first instantiation makes that context's event pool, mapped under the engine's
+// mutex, and there the armed mmap raises SIGUSR1, whose handler calls exit(0). An atexit handler
+// the program registered first destroys that context, as a runtime's teardown does, and prints
+// `destroyed=<CUresult>`: its context hook must not wait for the mutex this very thread holds.
+CUcontext g_second_context = nullptr;
+CUresult (*g_context_destroy)(CUcontext) = nullptr;
+
+void destroy_second_context() {
+  if (!g_second_context) return;
+  const CUresult result = g_context_destroy(g_second_context);
+  char line[32];
+  const int n = std::snprintf(line, sizeof line, "destroyed=%d\n", static_cast<int>(result));
+  (void)!write(1, line, static_cast<size_t>(n));
+}
+
+int exit_in_handler_pool() {
+  Driver d = load_driver();
+  lookup(d.handle, "cuCtxDestroy_v2", g_context_destroy);
+  std::atexit(destroy_second_context);  // before the shim's exit hook: it runs after it
+  Counts counts;
+  launch_once(d, counts);  // the shim activated, GPU timing set up, the first context's pool
+  signal(SIGUSR1, exit_now);
+  CUdevice device = 0;
+  CUgraph graph = nullptr;
+  CUgraphNode node = nullptr;
+  CUgraphExec exec = nullptr;
+  if (d.deviceGet(&device, 0) != CUDA_SUCCESS ||
+      d.ctxCreate(&g_second_context, nullptr, 0, device) != CUDA_SUCCESS ||
+      d.graphCreate(&graph, 0) != CUDA_SUCCESS ||
+      d.graphAddEmptyNode(&node, graph, nullptr, 0) != CUDA_SUCCESS)
+    die("driver set-up failed");
+  std::printf("armed=1\n");
+  std::fflush(stdout);
+  t_raise_at_mmap = true;
+  d.graphInstantiate(&exec, graph, 0);
+  return 3;  // never reached: the handler exits
+}
+
 int heap_exhausted(long n) {
   // The program's own NVTX, initialised on the main thread (with a tool: the tool attached).
   nvtxRangePushA("main");
@@ -1425,6 +1467,7 @@ int main(int argc, char **argv) {
   if (mode == "fork-in-handler") return fork_in_handler(how);
   if (mode == "fork-in-handler-shim") return fork_in_handler_shim(n, how);
   if (mode == "exit-in-handler-timed") return exit_in_handler_timed();
+  if (mode == "exit-in-handler-pool") return exit_in_handler_pool();
   if (mode == "exit-without-memory") return exit_without_memory(n);
   if (mode == "no-sockets") return no_sockets(n);
   if (mode == "sigterm") return sigterm();

@@ -42,6 +42,10 @@ inside_recorder              handler's exit() that lands while  saying why (the 
 exit_in_signal_handler_      the same inside the shim: a       the process ends: no launch summary,
 inside_shim                  thread's registration for GPU     one line; its running marker stays
                              timing                            (no summary: a judge names it)
+exit_in_signal_handler_      the same inside the GPU engine     the process ends: one line, no
+inside_gpu_engine            (its mutex held), the context      summary; the destruction succeeds
+                             destroyed by the program's atexit  (its hook waited for its own
+                             handler before the shim's hook     thread's lock: a hang)
 exit_in_signal_handler_      the same inside the driver,       the process ends with the handler's
 inside_driver                its own lock held (GPU timing;    status in seconds, its trace whole;
                              the reaper's pass waits for it    the summary's GPU columns said not
@@ -520,6 +524,18 @@ def exit_in_signal_handler_inside_shim():
             line = handle.readline()
         expect(line.startswith("ferrum-replay: running: pid=") and
                " program=fault_program " in line, f"the marker's line: {line!r}", run_)
+
+
+def exit_in_signal_handler_inside_gpu_engine():
+    """The same inside the shim's GPU engine, its mutex held (a second context's event pool
+    being mapped at its first instantiation), and the program's teardown destroys that context
+    in an atexit handler that runs before the shim's exit hook, as a runtime's may: the context
+    hook waited for the mutex its own thread held, and the process never ended (a hostile
+    review). Now the hook sees the thread inside a lock of ours, stops GPU timing and passes
+    the call through: the destruction succeeds, the process ends with one line."""
+    run_ = exit_in_handler("exit-in-handler-pool", "no summary", record=False,
+                           env={"FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_SUMMARY": "stderr"})
+    expect("destroyed=0" in run_.stdout, "the program's own context destruction at exit", run_)
 
 
 def exit_in_signal_handler_inside_driver():
@@ -1499,7 +1515,7 @@ def sigterm_handler_exits():
 
 SCENARIOS = {f.__name__: f for f in (
     exit_in_signal_handler_inside_recorder, exit_in_signal_handler_inside_shim,
-    exit_in_signal_handler_inside_driver,
+    exit_in_signal_handler_inside_driver, exit_in_signal_handler_inside_gpu_engine,
     fork_in_signal_handler_inside_our_lock,
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,
