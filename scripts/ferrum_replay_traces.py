@@ -2767,7 +2767,8 @@ TABLES_OF_SUFFIX = "_ferrum_report.json"
 
 
 def report_identity(report):
-    """{"size": N, "head": sha256 of its first MiB} of an nsys report (OSError when unread)."""
+    """{"size": N, "head": sha256 of its first MiB} of an nsys report (InputError or OSError
+    when it cannot be read)."""
     with open_regular(report, binary=True) as handle:
         size = os.fstat(handle.fileno()).st_size
         head = hashlib.sha256(handle.read(1 << 20)).hexdigest()
@@ -2798,7 +2799,7 @@ def check_tables_of_report(stats_base):
     if not isinstance(noted, dict) or not os.path.exists(report):
         return
     try:
-        identity = report_identity(report)
+        identity = report_identity(report)  # (open_regular's InputError names it already)
     except OSError as error:
         raise InputError(f"{quoted(report)}: cannot read: {error.strerror or error}") from error
     if any(noted.get(key) != value for key, value in identity.items()):
@@ -3361,7 +3362,8 @@ def build_parser():
     p.set_defaults(run=cmd_compare)
 
     p = sub.add_parser("merge", help="one trace from several")
-    p.add_argument("-o", "--output", type=_given, required=True, help="output (%%p, %%h, %%q{VAR} expanded)")
+    p.add_argument("-o", "--output", type=_given, required=True,
+                   help="output (%%p, %%h, %%q{VAR} expanded)")
     p.add_argument("traces", nargs="+", metavar="TRACE")
     p.set_defaults(run=cmd_merge)
 
