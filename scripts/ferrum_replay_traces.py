@@ -2766,7 +2766,7 @@ def nsys_rows(stats_base, domain):
 TABLES_OF_SUFFIX = "_ferrum_report.json"
 
 
-def report_identity(report):
+def report_digest(report):
     """{"size": N, "head": sha256 of its first MiB} of an nsys report (InputError or OSError
     when it cannot be read)."""
     with open_regular(report, binary=True) as handle:
@@ -2778,7 +2778,7 @@ def report_identity(report):
 def note_tables_of_report(stats_base, report):
     """Notes which report the tables at STATS_BASE were made of (after nsys stats wrote them)."""
     try:
-        identity = {"ferrumReplayTablesOf": os.path.basename(report), **report_identity(report)}
+        identity = {"ferrumReplayTablesOf": os.path.basename(report), **report_digest(report)}
         write_atomically(stats_base + TABLES_OF_SUFFIX,
                          lambda handle: handle.write(json.dumps(identity) + "\n"))
     except (OSError, InputError) as error:
@@ -2799,7 +2799,7 @@ def check_tables_of_report(stats_base):
     if not isinstance(noted, dict) or not os.path.exists(report):
         return
     try:
-        identity = report_identity(report)  # (open_regular's InputError names it already)
+        identity = report_digest(report)  # (open_regular's InputError names it already)
     except OSError as error:
         raise InputError(f"{quoted(report)}: cannot read: {error.strerror or error}") from error
     if any(noted.get(key) != value for key, value in identity.items()):
