@@ -158,11 +158,15 @@ def many(replays):
     expect(gpu["timed"] + gpu["not_timed"] == replays and gpu["in_flight"] == 0,
            f"GPU line {gpu}", run_)
     # Under a sanitizer runtime the reaper runs several times slower while the launches keep their
-    # pace: the 95 % sizing rule is a property of the real build, held in the default stage;
-    # there, every replay must still be accounted for, and most timed.
-    share = 0.80 if SANITIZED else 0.95
+    # pace, and CI runs four tests at once on two cores: the 95 % sizing rule is a property of the
+    # real build, held in the default stage. Under a sanitizer every replay must still be
+    # accounted for, the only reason a replay went untimed is a pool in use, and at least half
+    # are timed (a CI run of the TSan stage saw 79.9 %, under the 80 % this asked before).
+    share = 0.50 if SANITIZED else 0.95
     expect(gpu["timed"] >= replays * share,
            f"GPU line {gpu}: fewer than {share:.0%} timed", run_)
+    expect(gpu["not_timed"] == 0 or gpu["why"] == {"pool exhausted": gpu["not_timed"]},
+           f"GPU line {gpu}: a replay untimed for another reason than a pool in use", run_)
     print(f"{replays} replays in {fields['seconds']} s, RSS {rss} KiB, {gpu}")
 
 
@@ -250,6 +254,8 @@ def sink_exits():
     expect(run_.returncode == 3 and "set_sink=0" in run_.stdout and len(lines) == 1 and
            "exit() was called while this thread held a lock of the shim" in lines[0] and
            "GPU-time sink" in lines[0], "exit() from a sink", run_)
+    expect(run_.seconds < (15 if SANITIZED else 5),
+           f"the process took {run_.seconds:.1f} s to end after its sink's exit()", run_)
 
 
 def sink_layouts():
