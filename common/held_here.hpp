@@ -17,6 +17,8 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "monotonic_clock.hpp"
+
 namespace ferrum_replay::common {
 
 inline thread_local unsigned t_our_locks_held __attribute__((tls_model("initial-exec"))) = 0;
@@ -66,15 +68,10 @@ inline constexpr long kForkLockTryMs = 100;
 // pthread_mutex_clocklock, which needs glibc 2.30.)
 template <typename Mutex>
 bool try_lock_within(Mutex &mutex, long ms) {
-  timespec start{};
-  clock_gettime(CLOCK_MONOTONIC, &start);
+  const MonotonicBound bound(ms);
   for (;;) {
     if (mutex.try_lock()) return true;
-    timespec now{};
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    const long elapsed_ms =
-        (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-    if (elapsed_ms >= ms) return false;
+    if (bound.passed()) return false;
     const timespec pause{0, 100 * 1000};  // no cancellation: disabled inside our locks
     nanosleep(&pause, nullptr);
   }

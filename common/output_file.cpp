@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "monotonic_clock.hpp"
 #include "proc_self.hpp"
 #include "text_rules.hpp"
 #include "write_signals.hpp"
@@ -28,12 +29,6 @@ namespace ferrum_replay::common {
 namespace {
 
 constexpr size_t kPathSize = 4096 + 64;  // an expanded path plus a temporary's suffix
-
-uint64_t monotonic_ms() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<uint64_t>(now.tv_sec) * 1000u + static_cast<uint64_t>(now.tv_nsec) / 1000000u;
-}
 
 void sleep_ms(long ms) {
   timespec pause{ms / 1000, (ms % 1000) * 1000000L};

@@ -21,13 +21,11 @@
 #include <x86intrin.h>
 #endif
 
+#include "monotonic_clock.hpp"
+
 namespace ferrum_replay::recorder {
 
-inline uint64_t monotonic_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-}
+using common::monotonic_ns;  // common/monotonic_clock.hpp
 
 // Wall-clock time, read once at the recorder's start so that traces of several processes (or
 // hosts) can be put on one time line (scripts/ferrum-replay merge).

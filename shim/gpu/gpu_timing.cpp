@@ -10,6 +10,7 @@
 #include "background_thread.hpp"
 #include "errno_kept.hpp"
 #include "held_here.hpp"
+#include "monotonic_clock.hpp"
 #include "own_process.hpp"
 #include "resolve/real_functions.hpp"
 #include "support/log.hpp"
@@ -45,12 +46,6 @@ constinit RealFunction<CUresult (*)(CUstreamCaptureMode *)> g_exchange_capture_m
 // Resolved with the rest (resolve_api), on a program thread: a failed lookup on the reaper
 // would leave the C library's dlerror buffer in the reaper's thread-local storage.
 std::atomic<CUresult (*)(CUstreamCaptureMode *)> g_exchange_capture_mode_fn{nullptr};
-
-uint64_t monotonic_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
-}
 
 // 0: not resolved, 1: being resolved, 2: resolved (the engine's table is complete), 3: off for
 // the process (the driver cannot be kept loaded: keep_driver).
@@ -119,7 +114,7 @@ bool resolve_api() {
   api.stream_create = g_stream_create.get();
   api.stream_destroy = g_stream_destroy_v2.get();
   api.primary_state = g_primary_state.get();
-  api.now_ns = monotonic_ns;
+  api.now_ns = common::monotonic_ns;
   if (!keep_driver(api)) return false;
   engine().set_api(api);
   return true;
@@ -248,13 +243,7 @@ void *reaper_main(void *) {
       return nullptr;
     }
     if (!g_wake_request && g_passes >= g_wake_target) {
-      timespec until{};
-      clock_gettime(CLOCK_MONOTONIC, &until);
-      until.tv_nsec += busy ? 1000 * 1000 : 20 * 1000 * 1000;
-      if (until.tv_nsec >= 1000000000) {
-        until.tv_nsec -= 1000000000;
-        ++until.tv_sec;
-      }
+      const timespec until = common::monotonic_after_ms(busy ? 1 : 20);
       pthread_cond_timedwait(&g_wake, &g_wake_mutex, &until);
     }
     g_wake_request = false;
@@ -265,14 +254,7 @@ void *reaper_main(void *) {
 // Asks the reaper for a pass that starts after now and waits for it, at most `timeout_ms`.
 void wait_for_pass(int timeout_ms) {
   if (!g_reaper_running.load(std::memory_order_acquire) || on_reaper()) return;
-  timespec until{};
-  clock_gettime(CLOCK_MONOTONIC, &until);
-  until.tv_sec += timeout_ms / 1000;
-  until.tv_nsec += static_cast<long>(timeout_ms % 1000) * 1000000;
-  if (until.tv_nsec >= 1000000000) {
-    until.tv_nsec -= 1000000000;
-    ++until.tv_sec;
-  }
+  const timespec until = common::monotonic_after_ms(timeout_ms);
   common::lock_ours(&g_wake_mutex);
   const uint64_t target = g_passes + 2;  // the pass running now may have started earlier
   g_wake_request = true;
@@ -327,13 +309,9 @@ void exit_pass_locked(int timeout_ms) {
   static constexpr common::BackgroundThread kPass{exit_pass_main, "ferrum-gpu-exit"};
   const uint64_t asked = g_exit_passes_asked.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (common::start_background_thread(kPass, 256 * 1024) != 0) return;
-  timespec start{};
-  clock_gettime(CLOCK_MONOTONIC, &start);
+  const common::MonotonicBound bound(timeout_ms);
   while (g_exit_passes_done.load(std::memory_order_acquire) < asked) {
-    timespec now{};
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 >=
-        timeout_ms) {
+    if (bound.passed()) {
       log_line(LogLevel::error,
                "GPU timing: the exit's pass did not end within %d ms (a driver call that does "
                "not return); let go",

@@ -16,6 +16,7 @@
 #include "errno_kept.hpp"
 #include "gpu/gpu_engine.hpp"
 #include "loader_error.hpp"
+#include "monotonic_clock.hpp"
 #include "naming/graph_naming.hpp"
 #include "no_cancel.hpp"
 #include "output_file.hpp"
@@ -202,12 +203,6 @@ void short_pause() {
 // (0 until a thread claims the activation: the claim itself.)
 std::atomic<pid_t> g_activating_process{0};
 
-uint64_t monotonic_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<uint64_t>(now.tv_sec) * 1000000000u + static_cast<uint64_t>(now.tv_nsec);
-}
-
 }  // namespace
 
 namespace detail {
@@ -259,7 +254,7 @@ bool activate_slow() {
                  "forked while another thread was activating: this process passes through");
       return g_phase.load(std::memory_order_acquire) == Phase::active;
     }
-    const uint64_t now = monotonic_ns();
+    const uint64_t now = common::monotonic_ns();
     if (deadline == 0)
       deadline = now + 2000000000u;
     else if (now > deadline)
