@@ -1,6 +1,6 @@
 // How we start a thread of our own inside the host program (the shim's GPU reaper; the exit
 // reports' thread where the exiting one has too little stack, stack_room.hpp): joinable, so
-// that the shim can end it and wait for it to be gone (a bounded pthread_timedjoin_np) before
+// that the shim can end it and wait for it to be gone (a join bounded on CLOCK_MONOTONIC) before
 // the last program thread that needs it ends — a process lives as long as its last thread,
 // and that must not be the shim's (gpu_timing.cpp, g_life_mutex); with every signal blocked,
 // so that a signal meant for the program is never delivered to it, and named from inside itself

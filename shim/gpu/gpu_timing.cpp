@@ -420,12 +420,17 @@ void stop_reaper_locked() {
   g_end_through.store(g_reapers_started.load(std::memory_order_relaxed), std::memory_order_release);
   pthread_cond_broadcast(&g_wake);
   common::unlock_ours(&g_wake_mutex);
-  timespec until{};
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 10;
-  if (pthread_timedjoin_np(g_reaper, nullptr, &until) != 0) {
-    pthread_detach(g_reaper);
-    log_line(LogLevel::error, "GPU timing: the reaper thread did not end within 10 s; let go");
+  // Polled on CLOCK_MONOTONIC (monotonic_clock.hpp): pthread_timedjoin_np's time is the wall
+  // clock's, which a clock set back stretches; pthread_clockjoin_np needs glibc 2.34.
+  const common::MonotonicBound bound(10000);
+  while (pthread_tryjoin_np(g_reaper, nullptr) == EBUSY) {
+    if (bound.passed()) {
+      pthread_detach(g_reaper);
+      log_line(LogLevel::error, "GPU timing: the reaper thread did not end within 10 s; let go");
+      break;
+    }
+    const timespec pause{0, 200 * 1000};  // no cancellation: g_life_mutex is held (held_here.hpp)
+    nanosleep(&pause, nullptr);
   }
   g_reaper_running.store(false, std::memory_order_release);
 }
