@@ -16,7 +16,8 @@ NVTX range named after its graph. This module lets the program choose those name
     ferrum_replay.name(g, "decode bs=8")
 
 Without the shim everything here is a no-op and the program runs unchanged; importing the
-module costs one symbol lookup in the process (ctypes.CDLL(None)), nothing else.
+module loads ctypes and looks up the shim's three functions in the process (ctypes.CDLL(None)):
+no thread, no file, no other module of the program's.
 
 The order of the ``with`` matters: Python leaves the context managers of one ``with``
 statement in reverse order, and ``torch.cuda.graph`` instantiates its graph when its block
@@ -31,8 +32,10 @@ control bytes and malformed UTF-8 become '?', and they are cut at 127 bytes.
 """
 
 import functools
+import numbers
 import operator
 import struct
+import sys
 
 try:
     import ctypes
@@ -80,18 +83,23 @@ def available():
     return _name_graph_exec is not None
 
 
+# The shim keeps a name's first 127 bytes (ferrum_replay.h): a character is at least one byte,
+# so its first 127 characters hold them all, whatever the rest.
+_NAME_CHARS_NEEDED = 127
+
+
 def _encoded(text):
-    if isinstance(text, bytes):
-        encoded = text
-    elif isinstance(text, str):
-        encoded = _utf8(text)
-    else:
-        raise TypeError(f"a graph's name is a str or bytes, not {type(text).__name__}")
     # The shim takes a C string: a NUL would silently cut the name there. Refused, as the os
     # functions refuse one in a path.
-    if b"\0" in encoded:
-        raise ValueError("a graph's name cannot hold a NUL character")
-    return encoded
+    if isinstance(text, bytes):
+        if b"\0" in text:
+            raise ValueError("a graph's name cannot hold a NUL character")
+        return text
+    if isinstance(text, str):
+        if "\0" in text:
+            raise ValueError("a graph's name cannot hold a NUL character")
+        return _utf8(text)
+    raise TypeError(f"a graph's name is a str or bytes, not {type(text).__name__}")
 
 
 def _utf8(text):
@@ -103,6 +111,9 @@ def _utf8(text):
     try:
         return text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
+        # Character by character, so only what the shim keeps (ten million lone surrogates took
+        # seven seconds here).
+        text = text[:_NAME_CHARS_NEEDED]
         return "".join("?" if "\ud800" <= c <= "\udfff" and not "\udc80" <= c <= "\udcff"
                        else c for c in text).encode("utf-8", "surrogateescape")
 
@@ -140,14 +151,18 @@ def _handle_value(graph_exec):
             continue
         if hasattr(type(value), "__index__"):
             return operator.index(value)
-        if hasattr(type(value), "__int__") and not isinstance(value, float):
+        # A number that is not an integer (a float, Decimal, Fraction, numpy.float64) has
+        # __int__ too, which would truncate 1.5 to graph 1: refused. An object that only
+        # exposes its handle through __int__ is taken.
+        if hasattr(type(value), "__int__") and not isinstance(value, (float, numbers.Number)):
             return int(value)
         if hasattr(value, "value"):
             value = value.value
             continue
         break
-    raise TypeError(f"not a graph-exec handle: {graph_exec!r} (pass an int, a ctypes pointer, "
-                    "or an object with raw_cuda_graph_exec(), __int__ or .value)")
+    # By its type's name: the object's own repr may raise, or be megabytes long.
+    raise TypeError(f"not a graph-exec handle: a {type(graph_exec).__name__} (pass an int, a "
+                    "ctypes pointer, or an object with raw_cuda_graph_exec(), __int__ or .value)")
 
 
 def name(graph_exec, graph_name):
@@ -215,7 +230,7 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
             @functools.wraps(function)
             async def scoped_async_generator(*args, **kwargs):
                 inner = function(*args, **kwargs)
-                step = inner.asend(None)
+                step = _unhooked_first_step(inner)
                 while True:
                     try:
                         item = await _ScopedSteps(self, step)
@@ -270,6 +285,20 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
 
     def __repr__(self):
         return f"ferrum_replay.graph_name({self._name.decode('utf-8', 'replace')!r})"
+
+
+def _unhooked_first_step(inner):
+    """inner.asend(None) with no async generator hooks: the event loop knows the decorator's
+    generator only, and closes `inner` through it, in the scope. Seen by the loop too (its
+    firstiter hook, run by the first asend), `inner` was closed twice at once when
+    asyncio.run() ended with the generator left open: "aclose(): asynchronous generator is
+    already running" on stderr, and its `finally` run outside the scope."""
+    hooks = sys.get_asyncgen_hooks()
+    sys.set_asyncgen_hooks(firstiter=None, finalizer=None)
+    try:
+        return inner.asend(None)
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
 
 
 class _ScopedSteps:

@@ -71,8 +71,10 @@ def main(argv=None):
     args = sys.argv[1:] if argv is None else list(argv)
     wrapper = wrapper_path()
     if wrapper is None:
+        # (Not "pip install ferrum-replay": the package is installed from its checkout, and a
+        # name on PyPI that is not ours must never be what a message tells people to install.)
         print(f"ferrum-replay: the wrapper script is missing from {_HERE}/bin: reinstall the "
-              "package (pip install ferrum-replay)", file=sys.stderr)
+              "package (pip install . in ferrum-replay's checkout)", file=sys.stderr)
         return 2
     # A stream the caller closed (`>&-`) is None here: nothing to flush, and the wrapper runs
     # with that descriptor closed, as the sh command would.

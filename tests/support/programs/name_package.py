@@ -17,7 +17,9 @@ tells which graph carried it:
   8  no name                      (its call site)
 
 Output: `available=<True|False>`, `named=<name()'s answers, comma-separated>`,
-`typeerrors=<count of the 3 bad calls that raised TypeError>`, `rejected=<count of the 4 bad
+`typeerrors=<count of the 7 bad calls that raised TypeError: a float, a str, an object,
+numbers that are not integers but have __int__ (Decimal 1.5, Decimal NaN, Fraction 3/2: truncated
+they named graph 1), an object whose repr raises (the message must not need it)>`, `rejected=<count of the 4 bad
 values refused as they must be: a handle 2**64 above graph 8's and a negative one
 (OverflowError), a name with a NUL given to name() and to graph_name() (ValueError)>`,
 `null=<name()'s answer for a null handle, 0>`, `launches=<N> failed=<F>`.
@@ -25,6 +27,8 @@ Exit status 0, or 1 on a CUDA error.
 
     PYTHONPATH=python python3 name_package.py
 """
+import decimal
+import fractions
 import os
 import sys
 
@@ -90,7 +94,12 @@ def main():
     execs.append(instantiate())
 
     typeerrors = 0
-    for bad in (1.5, "0x1234", object()):
+    class ReprRaises:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    for bad in (1.5, "0x1234", object(), decimal.Decimal("1.5"), decimal.Decimal("NaN"),
+                fractions.Fraction(3, 2), ReprRaises()):
         try:
             ferrum_replay.name(bad, "bad")
         except TypeError:
