@@ -1833,7 +1833,12 @@ def test_record_gpu_time(tmp):
     """`record` times replays on the GPU by default: the table's "gpu" columns hold the stand-in's
     simulated durations (graph 1: 0.4 ms, graph 2: 0.1 ms), the trace one GPU event per replay;
     `--no-gpu-time` gives CPU columns only and no GPU events. ci-smoke-profile's max-gpu-mean-ms
-    bound then passes or fails on that real GPU data."""
+    bound then passes or fails on that real GPU data.
+    A replay's GPU time is stream-ordered: it also holds any time the launching thread lost
+    between the shim's start event and the launch (docs/gpu-time.md), as on a GPU; on a loaded
+    machine one preemption there adds milliseconds. So the durations are checked on the fastest
+    replay (exact within 2 us) and as the mean's floor, and the judge's passing bounds leave that
+    room; a bound below the duration fails whatever the load."""
     program = [launch_driver(), "--graphs", "2", "--iters", "10"]
     slow = {"FERRUM_REPLAY_SITE": "off", "FERRUM_STANDIN_GRAPH_NS": "400000,100000"}
     done = wrapper("record", "-o", "on.json", "--", *program, cwd=tmp, env=slow)
@@ -1846,8 +1851,9 @@ def test_record_gpu_time(tmp):
         expect(len(row) == 1, f"one table row for {name}", done)
         cells = re.split(r"\s{2,}", row[0].strip())
         # domain, range, count, total ms, mean, min, p50, p99, max, then the same for the GPU
-        expect(cells[9] == "10" and abs(float(cells[11]) - mean) <= 2,
-               f"{name}: gpu count 10, gpu mean {mean} us: {cells}", done)
+        expect(cells[9] == "10" and abs(float(cells[12]) - mean) <= 2 and
+               float(cells[11]) >= mean - 2,
+               f"{name}: gpu count 10, gpu min {mean} us, gpu mean at least that: {cells}", done)
     expect(re.search(r"^gpu: 20 replays timed, 0 in flight at exit, 0 not timed", done.stderr,
                      re.M), "the GPU line", done)
     trace = trace_check.load(os.path.join(tmp, "on.json"))
@@ -1862,8 +1868,9 @@ def test_record_gpu_time(tmp):
            "--no-gpu-time: no GPU data in the trace", done)
     expect(len(our_ranges(trace)) == 20, "--no-gpu-time: every range", done)
 
-    # ci-smoke-profile: graph 1's 0.4 ms against bounds around it (the CPU bound generous).
-    ok = write(os.path.join(tmp, "gpu-ok.txt"), "'graph 1' 10 - 0.5\n'graph 2' 10 - 0.15\n")
+    # ci-smoke-profile: graph 1's 0.4 ms against a bound below it, and bounds above both that
+    # leave room for a loaded machine (the CPU bound generous).
+    ok = write(os.path.join(tmp, "gpu-ok.txt"), "'graph 1' 10 - 20\n'graph 2' 10 - 20\n")
     done = ci_smoke("--expect", ok, "--", *program, cwd=tmp, env=slow)
     expect_verdict(done, True, "2 expectations met")
     tight = write(os.path.join(tmp, "gpu-tight.txt"), "'graph 1' 10 - 0.3\n'graph 2' 10 - 0.15\n")
