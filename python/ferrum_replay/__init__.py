@@ -50,10 +50,14 @@ __all__ = ["available", "graph_name", "name"]
 
 
 def _shim_function(process, symbol, argtypes):
-    function = getattr(process, symbol, None) if process is not None else None
-    if function is not None:
-        function.argtypes = argtypes
-        function.restype = ctypes.c_int
+    # process[symbol], not getattr: a function object of its own, whose restype no other lookup
+    # of the same symbol shares (the scope's push returns None, name()'s an int).
+    try:
+        function = process[symbol] if process is not None else None
+    except AttributeError:
+        return None
+    function.argtypes = argtypes
+    function.restype = ctypes.c_int
     return function
 
 
@@ -62,18 +66,22 @@ def _shim_functions():
     (ctypes.CDLL(None) is dlopen(NULL): the global scope, where a preloaded library is).
     Looked up one by one: a shim older than the naming scope still names by handle."""
     if ctypes is None:
-        return None, None, None
+        return None, None, None, None
     try:
         process = ctypes.CDLL(None)
     except OSError:
         process = None
+    pop = _shim_function(process, "ferrum_replay_pop_graph_name", [])
+    scope_push = _shim_function(process, "ferrum_replay_push_graph_name", [ctypes.c_char_p])
+    if scope_push is not None:
+        scope_push.restype = None  # the call's value is None: no conversion, no Python code
     return (_shim_function(process, "ferrum_replay_name_graph_exec",
                            [ctypes.c_void_p, ctypes.c_char_p]),
             _shim_function(process, "ferrum_replay_push_graph_name", [ctypes.c_char_p]),
-            _shim_function(process, "ferrum_replay_pop_graph_name", []))
+            pop, scope_push if pop is not None else None)
 
 
-_name_graph_exec, _push_graph_name, _pop_graph_name = _shim_functions()
+_name_graph_exec, _push_graph_name, _pop_graph_name, _scope_push = _shim_functions()
 
 
 def available():
@@ -182,6 +190,31 @@ def name(graph_exec, graph_name):
     return _name_graph_exec(handle, encoded) == 0
 
 
+class _EnterScope:
+    """graph_name.__enter__, as a descriptor: `with` finds it on the class and calls what
+    __get__ returns, the shim's push bound to the scope's name (functools.partial and the ctypes
+    call are C). Python runs a signal's handler (Ctrl-C's KeyboardInterrupt, a timeout's alarm)
+    between two instructions of Python code: an __enter__ written in Python, interrupted after
+    its push and before `with` had registered __exit__, left the name pushed (Python 3.8 to 3.10
+    could also interrupt it before the push, inside a `try` that then popped the enclosing
+    scope's name). Here the push and the registration of __exit__ are one step of `with`: a
+    handler runs before (in __get__: nothing pushed, no __exit__ to call) or after (inside the
+    block: __exit__ pops). `with ... as x` gives None."""
+
+    __slots__ = ()
+
+    def __get__(self, scope, owner=None):
+        if scope is None:
+            return self
+        if _scope_push is None:
+            return _no_scope
+        return functools.partial(_scope_push, scope._name)
+
+
+def _no_scope():
+    return None
+
+
 class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph_name(...)`)
     """A naming scope: every CUDA graph instantiated on this thread inside the block is
     named `graph_name` (the innermost scope's name when they nest). Works as a decorator
@@ -201,21 +234,11 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
     def __init__(self, graph_name):
         self._name = _encoded(graph_name)
 
-    def __enter__(self):
-        if _push_graph_name is not None and _pop_graph_name is not None:
-            # Python runs a signal's handler (Ctrl-C's KeyboardInterrupt, a timeout's alarm) as
-            # soon as a call returns: when it raises right after the push, `with` never calls
-            # __exit__, and the level would stay pushed, naming every graph this thread
-            # instantiates from then on. Undone here instead.
-            try:
-                _push_graph_name(self._name)  # a level is pushed whatever it returns
-            except BaseException:
-                _pop_graph_name()
-                raise
-        return self
+    # `with` calls a C function, no Python code of ours: see _EnterScope.
+    __enter__ = _EnterScope()
 
     def __exit__(self, *exc_info):
-        if _push_graph_name is not None and _pop_graph_name is not None:
+        if _scope_push is not None:
             _pop_graph_name()
         return False
 

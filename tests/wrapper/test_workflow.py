@@ -30,6 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support", "tools"))
 import trace_check  # noqa: E402  (the independent reader of traces)
+from python_versions import python3_among  # noqa: E402
 
 DOMAIN = "ferrum-replay"
 LISTING = sys.argv[1:] == ["--list"]  # names the scenarios only: no environment needed
@@ -1245,25 +1246,6 @@ def test_sanitizer_runtime_stays_first(tmp):
 
 
 OLDEST_PYTHON = (3, 7)  # the helper's oldest (docs/usage.md, scripts/ferrum-replay)
-
-
-def python3_among(minors):
-    """A python3 of one of these 3.x minor versions on this machine (as a project's virtual
-    environment may put first in PATH), or None."""
-    candidates = [shutil.which(f"python3.{minor}") for minor in minors]
-    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    for minor in minors:
-        candidates += sorted(glob.glob(os.path.join(root, "versions", f"3.{minor}.*", "bin",
-                                                    "python3")))
-    for candidate in filter(None, candidates):
-        try:
-            said = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
-                                  capture_output=True, text=True, timeout=30).stdout
-        except OSError:
-            continue
-        if said.strip() in {f"(3, {minor})" for minor in minors}:
-            return candidate
-    return None
 
 
 def old_python3():
