@@ -205,10 +205,17 @@ class _EnterScope:
 
     def __get__(self, scope, owner=None):
         if scope is None:
-            return self
+            return self  # graph_name.__enter__, called with the scope: see __call__
         if _scope_push is None:
             return _no_scope
         return functools.partial(_scope_push, scope._name)
+
+    def __call__(self, scope):
+        # graph_name.__enter__(scope), as contextlib.ExitStack.enter_context calls it: the same
+        # push, from Python code (a handler may run between it and the caller's hold on
+        # __exit__, as for any context manager written in Python).
+        if _scope_push is not None:
+            _scope_push(scope._name)
 
 
 def _no_scope():

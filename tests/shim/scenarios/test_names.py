@@ -506,7 +506,7 @@ def python_package_scope_interrupted():
 
 
 SCOPED_STEPS_PROGRAM = r"""
-import asyncio, sys
+import asyncio, contextlib, sys
 sys.path.insert(0, sys.argv[1])
 import name_graphs_ctypes as example
 import ferrum_replay
@@ -561,6 +561,9 @@ async def main():
     values.extend(await asyncio.gather(coroutine(), meanwhile()))
     values.extend([item async for item in async_generator()])
 asyncio.run(main())
+with contextlib.ExitStack() as stack:  # calls graph_name.__enter__(scope) itself
+    stack.enter_context(ferrum_replay.graph_name("exit stack"))
+    launch_new()
 print(values)
 pop = ferrum_replay._pop_graph_name  # None without the shim
 print("left=%d" % (sum(1 for _ in iter(pop, -22)) if pop else 0))
@@ -574,13 +577,15 @@ def python_package_scope_decorates_steps():
     instantiates while they are suspended (the caller's, another asyncio task's). Before, the
     scope closed as the call returned the generator or coroutine object, before any of its
     body ran: none of its graphs took the name. The values come back unchanged, and nothing is
-    left pushed. The same program runs without the shim."""
+    left pushed. The same program runs without the shim. A scope entered through
+    contextlib.ExitStack (which calls graph_name.__enter__ on the class) names its graph too."""
     expected = "[1, 2, 3, 7, None, 1, 2]\nleft=0\n"
     run_ = run([sys.executable, "-c", SCOPED_STEPS_PROGRAM, EXAMPLES], env=PACKAGE_ENV)
     expect(run_.returncode == 0 and run_.stdout == expected, "program", run_)
     counts = counts_by_name(run_)
-    scoped = {name: counts.pop(name, 0) for name in ("generator", "coroutine", "async generator")}
-    expect(scoped == {"generator": 4, "coroutine": 2, "async generator": 2} and
+    scoped = {name: counts.pop(name, 0)
+              for name in ("generator", "coroutine", "async generator", "exit stack")}
+    expect(scoped == {"generator": 4, "coroutine": 2, "async generator": 2, "exit stack": 1} and
            sum(counts.values()) == 4, f"names {scoped}, the others {counts}", run_)
     bare = run([sys.executable, "-c", SCOPED_STEPS_PROGRAM, EXAMPLES], env=PACKAGE_ENV,
                preload=False, record=False)
