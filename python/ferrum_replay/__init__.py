@@ -52,8 +52,10 @@ __all__ = ["available", "graph_name", "name"]
 def _shim_function(process, symbol, argtypes):
     # process[symbol], not getattr: a function object of its own, whose restype no other lookup
     # of the same symbol shares (the scope's push returns None, name()'s an int).
+    if process is None:
+        return None
     try:
-        function = process[symbol] if process is not None else None
+        function = process[symbol]
     except AttributeError:
         return None
     function.argtypes = argtypes
@@ -318,17 +320,26 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
 
 
 def _unhooked_first_step(inner):
-    """inner.asend(None) with no async generator hooks: the event loop knows the decorator's
-    generator only, and closes `inner` through it, in the scope. Seen by the loop too (its
-    firstiter hook, run by the first asend), `inner` was closed twice at once when
-    asyncio.run() ended with the generator left open: "aclose(): asynchronous generator is
-    already running" on stderr, and its `finally` run outside the scope."""
+    """inner.asend(None) with no firstiter hook: the event loop knows the decorator's generator
+    only, and closes `inner` through it, in the scope. Seen by the loop too (its firstiter hook,
+    run by the first asend), `inner` was closed twice at once when asyncio.run() ended with the
+    generator left open: "aclose(): asynchronous generator is already running" on stderr, and
+    its `finally` run outside the scope. Where a loop set a finalizer, `inner` gets one that
+    does nothing: with none, the garbage collector would close it synchronously (an `await` in
+    its `finally` then fails, "async generator ignored GeneratorExit") while the loop's
+    finalizer of the decorator's generator is about to close it properly."""
     hooks = sys.get_asyncgen_hooks()
-    sys.set_asyncgen_hooks(firstiter=None, finalizer=None)
+    finalizer = _closed_by_the_decorator if hooks.finalizer is not None else None
+    sys.set_asyncgen_hooks(firstiter=None, finalizer=finalizer)
     try:
         return inner.asend(None)
     finally:
         sys.set_asyncgen_hooks(*hooks)
+
+
+def _closed_by_the_decorator(inner):
+    """The finalizer of a decorated async generator's inner generator: nothing to do, the
+    decorator's generator, finalized by the loop, closes it."""
 
 
 class _ScopedSteps:

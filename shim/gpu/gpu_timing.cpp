@@ -422,15 +422,22 @@ void stop_reaper_locked() {
   common::unlock_ours(&g_wake_mutex);
   // Polled on CLOCK_MONOTONIC (monotonic_clock.hpp): pthread_timedjoin_np's time is the wall
   // clock's, which a clock set back stretches; pthread_clockjoin_np needs glibc 2.34.
+  // (A reaper cannot end itself: it never registers, and waiting here for itself would be 10 s
+  // lost.)
   const common::MonotonicBound bound(10000);
-  while (pthread_tryjoin_np(g_reaper, nullptr) == EBUSY) {
-    if (bound.passed()) {
-      pthread_detach(g_reaper);
-      log_line(LogLevel::error, "GPU timing: the reaper thread did not end within 10 s; let go");
-      break;
-    }
+  int joined = on_reaper() ? EDEADLK : EBUSY;
+  while (joined == EBUSY && (joined = pthread_tryjoin_np(g_reaper, nullptr)) == EBUSY &&
+         !bound.passed()) {
     const timespec pause{0, 200 * 1000};  // no cancellation: g_life_mutex is held (held_here.hpp)
     nanosleep(&pause, nullptr);
+  }
+  if (joined != 0) {
+    pthread_detach(g_reaper);
+    if (joined == EBUSY)
+      log_line(LogLevel::error, "GPU timing: the reaper thread did not end within 10 s; let go");
+    else
+      log_line(LogLevel::error, "GPU timing: the reaper thread could not be joined (%s); let go",
+               strerror(joined));
   }
   g_reaper_running.store(false, std::memory_order_release);
 }

@@ -4208,7 +4208,8 @@ def test_python_without_ctypes(tmp):
     """A Python built without _ctypes (no libffi where it was compiled; simulated by a
     sitecustomize that blocks the module): `import ferrum_replay` and the command ran into
     ModuleNotFoundError. The command runs the program, exit code kept; the naming API is the
-    no-op it is without the shim, preloaded or not, and still refuses bad handles."""
+    no-op it is without the shim, preloaded or not, and still refuses bad handles. So it is
+    where ctypes cannot open the process's own symbols."""
     blocker = os.path.join(tmp, "no-ctypes")
     os.mkdir(blocker)
     with open(os.path.join(blocker, "sitecustomize.py"), "w") as handle:
@@ -4232,6 +4233,24 @@ def test_python_without_ctypes(tmp):
         expect(done.stdout == "False False\nOverflowError\nTypeError\n" and
                done.stderr.rstrip().endswith("import of _ctypes halted; None in sys.modules"),
                f"the naming API without ctypes ({preload or 'no shim'})", done)
+    # ctypes there, but the process's own symbols not to be had (dlopen(NULL) failing, as
+    # ctypes.CDLL(None) can on an unusual libc): the same no-op. A lookup that went on with no
+    # library made the import itself fail (AttributeError).
+    no_process = os.path.join(tmp, "no-process")
+    os.mkdir(no_process)
+    with open(os.path.join(no_process, "sitecustomize.py"), "w") as handle:
+        handle.write("import ctypes\n"
+                     "class NoProcess:\n"
+                     "    def __init__(self, *args, **kwargs):\n"
+                     "        raise OSError('dlopen(NULL) failed')\n"
+                     "ctypes.CDLL = NoProcess\n")
+    env = {"PYTHONPATH": no_process + os.pathsep + os.path.join(SOURCE, "python")}
+    for preload in ({}, {"LD_PRELOAD": env_path("FERRUM_SHIM")}):
+        done = run([sys.executable, "-c", program.replace("import ctypes", "pass")], tmp,
+                   {**env, **preload})
+        expect(done.returncode == 0 and done.stdout == "False False\nOverflowError\nTypeError\n"
+               and not done.stderr, f"the naming API without the process's symbols "
+               f"({preload or 'no shim'})", done)
 
 
 TESTS = {name[len("test_"):]: fn for name, fn in globals().items() if name.startswith("test_")}
