@@ -606,27 +606,22 @@ import name_graphs_ctypes as example
 import ferrum_replay
 cuda = example.open_driver()
 
-@ferrum_replay.graph_name("left open")
-async def tokens():
-    try:
-        for i in range(100):
-            yield i
-    finally:
-        await asyncio.sleep(0)
-        exec_ = example.instantiate(cuda)[1]
-        example.check(cuda.cuGraphLaunch(exec_, None), "cuGraphLaunch")
-        print("cleanup ran", flush=True)
+# A decorated async generator whose `finally` awaits, then instantiates a graph.
+def closed_generator(name, said):
+    @ferrum_replay.graph_name(name)
+    async def tokens():
+        try:
+            for i in range(100):
+                yield i
+        finally:
+            await asyncio.sleep(0)
+            exec_ = example.instantiate(cuda)[1]
+            example.check(cuda.cuGraphLaunch(exec_, None), "cuGraphLaunch")
+            print(said, flush=True)
+    return tokens
 
-@ferrum_replay.graph_name("collected")
-async def collected():
-    try:
-        for i in range(100):
-            yield i
-    finally:
-        await asyncio.sleep(0)
-        exec_ = example.instantiate(cuda)[1]
-        example.check(cuda.cuGraphLaunch(exec_, None), "cuGraphLaunch")
-        print("collected cleanup ran", flush=True)
+tokens = closed_generator("left open", "cleanup ran")
+collected = closed_generator("collected", "collected cleanup ran")
 
 async def main():
     global kept  # kept alive: closed by the loop's shutdown, not by the garbage collector
