@@ -49,17 +49,13 @@ except ImportError:
 __all__ = ["available", "graph_name", "name"]
 
 
-def _shim_function(process, symbol, argtypes):
-    # process[symbol], not getattr: a function object of its own, whose restype no other lookup
-    # of the same symbol shares (the scope's push returns None, name()'s an int).
+def _shim_function(process, symbol, argtypes, restype):
     if process is None:
         return None
-    try:
-        function = process[symbol]
-    except AttributeError:
-        return None
-    function.argtypes = argtypes
-    function.restype = ctypes.c_int
+    function = getattr(process, symbol, None)
+    if function is not None:
+        function.argtypes = argtypes
+        function.restype = restype
     return function
 
 
@@ -68,22 +64,21 @@ def _shim_functions():
     (ctypes.CDLL(None) is dlopen(NULL): the global scope, where a preloaded library is).
     Looked up one by one: a shim older than the naming scope still names by handle."""
     if ctypes is None:
-        return None, None, None, None
+        return None, None, None
     try:
         process = ctypes.CDLL(None)
     except OSError:
         process = None
-    pop = _shim_function(process, "ferrum_replay_pop_graph_name", [])
-    scope_push = _shim_function(process, "ferrum_replay_push_graph_name", [ctypes.c_char_p])
-    if scope_push is not None:
-        scope_push.restype = None  # the call's value is None: no conversion, no Python code
+    pop = _shim_function(process, "ferrum_replay_pop_graph_name", [], ctypes.c_int)
+    # The push's value is dropped (a level is pushed whatever it returns): restype None, so the
+    # call converts nothing and runs no Python code (see _EnterScope).
+    push = _shim_function(process, "ferrum_replay_push_graph_name", [ctypes.c_char_p], None)
     return (_shim_function(process, "ferrum_replay_name_graph_exec",
-                           [ctypes.c_void_p, ctypes.c_char_p]),
-            _shim_function(process, "ferrum_replay_push_graph_name", [ctypes.c_char_p]),
-            pop, scope_push if pop is not None else None)
+                           [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_int),
+            push if pop is not None else None, pop)
 
 
-_name_graph_exec, _push_graph_name, _pop_graph_name, _scope_push = _shim_functions()
+_name_graph_exec, _push_graph_name, _pop_graph_name = _shim_functions()
 
 
 def available():
@@ -208,16 +203,16 @@ class _EnterScope:
     def __get__(self, scope, owner=None):
         if scope is None:
             return self  # graph_name.__enter__, called with the scope: see __call__
-        if _scope_push is None:
+        if _push_graph_name is None:
             return _no_scope
-        return functools.partial(_scope_push, scope._name)
+        return functools.partial(_push_graph_name, scope._name)
 
     def __call__(self, scope):
         # graph_name.__enter__(scope), as contextlib.ExitStack.enter_context calls it: the same
         # push, from Python code (a handler may run between it and the caller's hold on
         # __exit__, as for any context manager written in Python).
-        if _scope_push is not None:
-            _scope_push(scope._name)
+        if _push_graph_name is not None:
+            _push_graph_name(scope._name)
 
 
 def _no_scope():
@@ -247,7 +242,7 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
     __enter__ = _EnterScope()
 
     def __exit__(self, *exc_info):
-        if _scope_push is not None:
+        if _push_graph_name is not None:
             _pop_graph_name()
         return False
 
