@@ -172,7 +172,7 @@ bool write_exit_summary() {
     if (filled < held) rows[filled++] = &record;
   });
   qsort(rows, filled, sizeof *rows, by_ordinal);
-  const bool gpu = gpu::g_config.on;
+  const bool gpu = gpu::timing_on();
   text.append(
       "ferrum-replay launch summary: %zu graphs, %llu launches, %llu failed, %llu rejected pushes "
       "(pid %d)\n",
@@ -241,7 +241,8 @@ bool write_exit_summary() {
     if (!timing)
       text.append(
           "  GPU columns not read: the shim's GPU reader was held inside a driver call at exit "
-          "(exit() from a signal handler that interrupted a CUDA call?)\n");
+          "(a driver call that did not return, or exit() from a signal handler that "
+          "interrupted a CUDA call)\n");
     const gpu::Totals totals = engine->totals();
     text.append("  GPU time: %llu replays timed, %llu not timed, %llu in flight at exit",
                 static_cast<unsigned long long>(totals.timed),

@@ -91,6 +91,11 @@
 //                     or N calls) while another thread sends it SIGUSR1 every 20 us, whose
 //                     handler launches the graph: the main thread's first timed launch may land
 //                     inside the flush. Stops once 20 handlers ran. Prints handled=<n>.
+//   reaper-stuck N    (with FERRUM_STANDIN_EVENT_QUERY_HANG_MS: the shim's reaper stuck inside the
+//                     driver) a thread instantiates a graph in a new context, times N launches,
+//                     synchronises and returns; main joins it, prints joined_ms=<from its return
+//                     to the join>, then times N launches of that graph, synchronises, and
+//                     returns from main.
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
@@ -231,6 +236,23 @@ void *launch_then_cancel_self(void *argument) {
   // returns) — as when a program cancels a worker already past its last one.
   pthread_cancel(pthread_self());
   return argument;
+}
+
+std::atomic<long long> g_returned_ns{0};
+
+long long monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+void *launch_then_return(void *argument) {
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  g_exec = make_exec();  // here, not on main: main registers with the shim only afterwards
+  launches(g_exec, nullptr, *static_cast<const long *>(argument));
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
+  g_returned_ns.store(monotonic_ns());
+  return nullptr;
 }
 
 void *cancel_main(void *) {
@@ -821,6 +843,16 @@ int main(int argc, char **argv) {
     std::printf("ender=%s\n", ended == PTHREAD_CANCELED ? "cancelled" : "returned");
     check(ended == &g_end_how ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN, g_end_how.c_str());
     pthread_join(launcher, nullptr);  // its second launch may fail: the context ended under it
+  } else if (mode == "reaper-stuck") {
+    g_context = new_context();
+    static long count = n;
+    pthread_t thread;
+    if (pthread_create(&thread, nullptr, launch_then_return, &count) != 0)
+      check(CUDA_ERROR_UNKNOWN, "pthread_create");
+    pthread_join(thread, nullptr);
+    std::printf("joined_ms=%lld\n", (monotonic_ns() - g_returned_ns.load()) / 1000000);
+    launches(g_exec, nullptr, n);
+    check(cuCtxSynchronize(), "cuCtxSynchronize");
   } else if (mode == "fork-thread") {
     static long count = n;
     pthread_t thread;

@@ -686,6 +686,40 @@ def no_thread_keys():
             only_summary_on_stderr(run_)
 
 
+def reaper_stuck_in_driver():
+    """The shim's reaper stuck inside a driver call that does not come back (every cuEventQuery
+    of the stand-in waits 10 minutes: a hung GPU or driver). The last thread that timed launches
+    ends: its end waits for the reaper at most 10 s, then lets it go, in one line with
+    FERRUM_REPLAY_LOG=error; later launches of the program's still succeed at once; the process
+    ends (the exit's reads bounded too) with the program's own status and output, every replay
+    counted in the summary (none timed: in flight), though the driver call never returned."""
+    n = 20
+    limit = 30 if SANITIZED else 16
+    run_ = program("reaper-stuck", n, timeout=90,
+                   env={"FERRUM_STANDIN_GRAPH_NS": "100000",
+                        "FERRUM_STANDIN_EVENT_QUERY_HANG_MS": "600000",
+                        "FERRUM_REPLAY_LOG": "error"})
+    lines = run_.stdout.splitlines()
+    expect(run_.returncode == 0 and len(lines) == 2 and lines[0].startswith("joined_ms=") and
+           lines[1] == f"launches={2 * n} failed=0", "the program's status and output", run_)
+    joined_ms = int(lines[0].split("=")[1])
+    # The thread's end waits for the reaper within the bound, and then no longer.
+    expect(10000 <= joined_ms <= 10000 + (limit - 12) * 1000,
+           f"the thread's end took {joined_ms} ms (10 s bound)", run_)
+    expect(run_.seconds < limit, f"took {run_.seconds:.1f} s with a driver call that never "
+           f"returned (the bounds: 10 s for the reaper, 2 s at exit)", run_)
+    said = [line for line in run_.stderr.splitlines()
+            if not line.startswith(("ferrum-replay launch summary:", "  "))]
+    expect(said == ["ferrum-replay: GPU timing: the reaper thread did not end within 10 s; "
+                    "let go"], f"expected one line about the reaper, got {said}", run_)
+    summary = one_summary(run_)
+    launched = sum(int(r["launches"]) for r in summary.rows)
+    gpu = summary.gpu
+    expect(launched == 2 * n and gpu["timed"] == 0 and
+           gpu["in_flight"] + gpu["not_timed"] == 2 * n,
+           f"summary: {launched} launches, GPU line {gpu}", run_)
+
+
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
     burst_mostly_timed, deep_queue_few_queries, many_replays, many_replays_long, exit_in_flight,
@@ -695,7 +729,7 @@ SCENARIOS = {f.__name__: f for f in (
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
     unwound_timed_launch,
     no_thread_keys, contexts_destroyed_under_a_thread, cancelled_inside_context_destroy,
-    signal_launch_during_flush)}
+    signal_launch_during_flush, reaper_stuck_in_driver)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
