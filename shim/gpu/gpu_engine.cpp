@@ -12,11 +12,11 @@
 
 namespace ferrum_replay::shim::gpu {
 
-Config g_config;
+constinit Config g_config;
 
 void configure(bool on, uint32_t every) {
   g_config.every = every ? every : 1;
-  g_config.on = on;
+  g_config.on.store(on, std::memory_order_release);
 }
 
 constinit std::atomic<Engine *> g_engine{nullptr};

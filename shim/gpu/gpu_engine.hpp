@@ -36,8 +36,11 @@
 namespace ferrum_replay::shim::gpu {
 
 // ---- configuration, fixed at activation (before any launch reads it) ----
+// `on` is atomic (read relaxed: a plain load) because the calls that end a context, and a
+// lookup's answer, may read it while another thread is still activating; `every` only after
+// a launch has seen the shim active.
 struct Config {
-  bool on = false;
+  std::atomic<bool> on{false};
   uint32_t every = 1;  // FERRUM_REPLAY_GPU_TIME_EVERY: time replays 1, 1+N, 1+2N... of each graph
 };
 extern Config g_config;
@@ -47,7 +50,7 @@ class Engine;
 inline Engine &engine();
 // The launch path's one branch: is GPU timing on in this process?
 inline bool timing_on() {
-  return __builtin_expect(g_config.on, 0);
+  return __builtin_expect(g_config.on.load(std::memory_order_relaxed), 0);
 }
 
 // ---- the driver functions the engine calls (null: missing) ----

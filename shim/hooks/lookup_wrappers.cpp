@@ -81,12 +81,13 @@ struct LaunchPerThreadHook {
   }
 };
 
-// The context-ending calls (GPU timing's pools go first; gpu_timing.hpp). Wrapped only while
-// GPU timing is on.
+// The context-ending calls (GPU timing's pools go first; gpu_timing.hpp). Wrapped while GPU
+// timing is on, or may be (a lookup answered before the shim's start had ended).
 struct ContextDestroyHook {
   using Function = PFN_cuCtxDestroy_v4000;
   static constexpr const char *kWhat = "cuCtxDestroy";
   static CUresult call(Function genuine, CUcontext context) {
+    if (!gpu::timing_on()) return genuine(context);
     return gpu::around_context_destroy(context, [&] { return genuine(context); });
   }
 };
@@ -95,6 +96,7 @@ struct PrimaryReleaseHook {
   using Function = PFN_cuDevicePrimaryCtxRelease_v11000;
   static constexpr const char *kWhat = "cuDevicePrimaryCtxRelease";
   static CUresult call(Function genuine, CUdevice device) {
+    if (!gpu::timing_on()) return genuine(device);
     return gpu::around_primary_release(device, [&] { return genuine(device); });
   }
 };
@@ -103,6 +105,7 @@ struct PrimaryResetHook {
   using Function = PFN_cuDevicePrimaryCtxReset_v11000;
   static constexpr const char *kWhat = "cuDevicePrimaryCtxReset";
   static CUresult call(Function genuine, CUdevice device) {
+    if (!gpu::timing_on()) return genuine(device);
     return gpu::around_primary_reset(device, [&] { return genuine(device); });
   }
 };
@@ -112,7 +115,8 @@ struct PrimaryRetainHook {
   static constexpr const char *kWhat = "cuDevicePrimaryCtxRetain";
   static CUresult call(Function genuine, CUcontext *context, CUdevice device) {
     const CUresult result = genuine(context, device);
-    if (result == CUDA_SUCCESS && context) gpu::note_primary_context(device, *context);
+    if (result == CUDA_SUCCESS && context && gpu::timing_on())
+      gpu::note_primary_context(device, *context);
     return result;
   }
 };
@@ -253,20 +257,24 @@ struct WrapperSet<Hook, Result(CUDAAPI *)(Args...)> {
 // cuGraphLaunch asked for with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM).
 void *wrap_kind(HookKind kind, const char *how, void *found, bool per_thread) {
   // Nothing to record (FERRUM_REPLAY=off, or no tool and no summary): the genuine function,
-  // so that such a process pays nothing per launch, not even our check.
-  if (!shim_active()) return found;
+  // so that such a process pays nothing per launch, not even our check. While another thread
+  // is still starting the shim: the wrapper, without waiting (activation.hpp wrap_lookups).
+  if (!wrap_lookups()) return found;
+  // GPU timing's setting is not known before the start has ended: wrapped then too (the
+  // wrappers pass straight through with timing off).
+  const bool timing = gpu::timing_on() || shim_state() == ShimState::undecided;
   switch (kind) {
     case HookKind::launch:
       if (per_thread) return WrapperSet<LaunchPerThreadHook>::wrap(how, found);
       return WrapperSet<LaunchHook>::wrap(how, found);
     case HookKind::context_destroy:
-      return gpu::timing_on() ? WrapperSet<ContextDestroyHook>::wrap(how, found) : found;
+      return timing ? WrapperSet<ContextDestroyHook>::wrap(how, found) : found;
     case HookKind::primary_release:
-      return gpu::timing_on() ? WrapperSet<PrimaryReleaseHook>::wrap(how, found) : found;
+      return timing ? WrapperSet<PrimaryReleaseHook>::wrap(how, found) : found;
     case HookKind::primary_reset:
-      return gpu::timing_on() ? WrapperSet<PrimaryResetHook>::wrap(how, found) : found;
+      return timing ? WrapperSet<PrimaryResetHook>::wrap(how, found) : found;
     case HookKind::primary_retain:
-      return gpu::timing_on() ? WrapperSet<PrimaryRetainHook>::wrap(how, found) : found;
+      return timing ? WrapperSet<PrimaryRetainHook>::wrap(how, found) : found;
     case HookKind::instantiate_legacy:
       return WrapperSet<InstantiateLegacyHook>::wrap(how, found);
     case HookKind::instantiate_flags:

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <new>
+#include <optional>
 
 #include "errno_kept.hpp"
 #include "gpu/gpu_engine.hpp"
@@ -203,11 +204,16 @@ void short_pause() {
 // (0 until a thread claims the activation: the claim itself.)
 std::atomic<pid_t> g_activating_process{0};
 
+// How long a graph call waits for another thread's activation, once per process; set when one
+// waited that long in vain (activate_slow).
+constexpr int kActivationWaitMs = 2000;
+std::atomic<bool> g_activation_overdue{false};
+
 }  // namespace
 
 namespace detail {
 
-bool activate_slow() {
+bool activate_slow(bool wait_for_others) {
   Phase phase = g_phase.load(std::memory_order_acquire);
   if (phase == Phase::active) return true;
   if (phase == Phase::pass_through || t_activating || t_reading_settings) return false;
@@ -230,12 +236,28 @@ bool activate_slow() {
     g_phase.store(phase, std::memory_order_release);
     return phase == Phase::active;
   }
-  // Another thread is activating (the phase may still read `untouched` for a moment). Wait for
-  // it so that this launch gets its range too, but never forever: after 2 s (a tool stuck in
-  // its init) pass this launch through instead. In a fork() child of the activating process
-  // that thread is gone: the child passes through from then on (what the tool had half set up
-  // in it is not to be used).
-  uint64_t deadline = 0;
+  // Another thread is activating (the phase may still read `untouched` for a moment). In a
+  // fork() child of the activating process that thread is gone: the child passes through from
+  // then on (what the tool had half set up in it is not to be used).
+  if (g_activating_process.load(std::memory_order_acquire) != self) {
+    Phase expected = g_phase.load(std::memory_order_acquire);
+    while (
+        expected != Phase::active && expected != Phase::pass_through &&
+        !g_phase.compare_exchange_weak(expected, Phase::pass_through, std::memory_order_acq_rel)) {
+    }
+    if (expected != Phase::active && expected != Phase::pass_through)
+      log_line(LogLevel::info,
+               "forked while another thread was activating: this process passes through");
+    return g_phase.load(std::memory_order_acquire) == Phase::active;
+  }
+  // A lookup hands out our wrapper, which decides at each call: it need not wait.
+  if (!wait_for_others) return true;
+  // Wait for it so that this launch gets its range too, but never long: 2 s at most (a tool
+  // stuck in its init), after which this launch passes through — and so does every later call
+  // of every thread until the activation ends, without waiting again: each waiting its own 2 s
+  // held a program's every launch and instantiation 2 s for as long as the tool took.
+  if (g_activation_overdue.load(std::memory_order_acquire)) return false;
+  std::optional<common::MonotonicBound> bound;  // monotonic_clock.hpp
   for (int spin = 0;; ++spin) {
     phase = g_phase.load(std::memory_order_acquire);
     if (phase == Phase::active || phase == Phase::pass_through) return phase == Phase::active;
@@ -243,22 +265,17 @@ bool activate_slow() {
       sched_yield();
       continue;
     }
-    if (g_activating_process.load(std::memory_order_acquire) != self) {
-      Phase expected = phase;
-      while (expected != Phase::active && expected != Phase::pass_through &&
-             !g_phase.compare_exchange_weak(expected, Phase::pass_through,
-                                            std::memory_order_acq_rel)) {
-      }
-      if (expected != Phase::active && expected != Phase::pass_through)
-        log_line(LogLevel::info,
-                 "forked while another thread was activating: this process passes through");
-      return g_phase.load(std::memory_order_acquire) == Phase::active;
-    }
-    const uint64_t now = common::monotonic_ns();
-    if (deadline == 0)
-      deadline = now + 2000000000u;
-    else if (now > deadline)
+    // Started here, not before the spins: a wait of a few yields never reads the clock.
+    if (!bound) {
+      bound.emplace(kActivationWaitMs);
+    } else if (bound->passed() || g_activation_overdue.load(std::memory_order_acquire)) {
+      if (!g_activation_overdue.exchange(true, std::memory_order_acq_rel))
+        log_line(LogLevel::error,
+                 "another thread's start of the shim (its NVTX tool's initialisation) has taken "
+                 "over %d ms: graph calls pass through until it ends",
+                 kActivationWaitMs);
       return false;
+    }
     short_pause();
   }
 }

@@ -15,7 +15,8 @@ namespace detail {
 enum class Phase : unsigned char { untouched, activating, active, pass_through };
 extern std::atomic<Phase> g_phase;
 extern nvtxDomainHandle_t g_domain;  // written once, before g_phase becomes Phase::active
-bool activate_slow();
+// wait_for_others false: true also while another thread activates (for a lookup's answer).
+bool activate_slow(bool wait_for_others = true);
 }  // namespace detail
 
 // Where activation stands, without deciding: active, passing through for good, or not decided
@@ -37,6 +38,18 @@ inline bool shim_active() {
   if (__builtin_expect(state == ShimState::active, 1)) return true;
   if (state == ShimState::passing_through) return false;
   return detail::activate_slow();
+}
+
+// For a lookup of a function the shim intercepts: whether to hand out our wrapper rather than
+// the genuine function. As shim_active() decides, but never waiting for another thread's
+// activation: while one is under way, the wrapper (it decides at each call, and costs a branch
+// should the process pass through). The genuine function handed out then was never intercepted
+// for the life of the process: the replays through it had no range, even once the tool was up.
+inline bool wrap_lookups() {
+  const ShimState state = shim_state();
+  if (__builtin_expect(state == ShimState::active, 1)) return true;
+  if (state == ShimState::passing_through) return false;
+  return detail::activate_slow(/*wait_for_others=*/false);
 }
 
 // The user's settings, read from the environment once, on first need (which is never in a

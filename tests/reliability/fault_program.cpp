@@ -28,6 +28,14 @@
 //                  its own, then exits. The parent waits for it at most 20 s (then kills it).
 //                  Prints child_ms= (the child's wall time), child_launches=, child_failed=,
 //                  child_status= (`hung` when killed).
+//   launch-during-activation
+//                  a worker thread loads the driver and makes the process's first graph call,
+//                  whose activation an NVTX tool slow to initialise (FERRUM_TEST_TOOL_SLEEP_MS)
+//                  holds up; 300 ms in, the main thread loads the driver (dlsym of the driver's
+//                  functions, a graph instantiated) and launches N times. Prints main_load_ms=,
+//                  main_first_ms= (its first launch), main_ms= (all N), main_launches=,
+//                  main_failed=; then waits for the worker and launches N more times through the
+//                  same pointer: after_launches=, after_failed=.
 //   fork-while-naming
 //                  a worker thread instantiates (names: the call-site walk) and destroys graphs
 //                  in a loop, loading and unloading the library `--how PATH` each time (an
@@ -535,6 +543,40 @@ int fork_during_activation(long n, const std::string &how) {
     std::printf("child_status=%d\n", status);
   std::fflush(stdout);
   first.join();
+  return 0;
+}
+
+int launch_during_activation(long n) {
+  std::thread first([] {
+    Driver d = load_driver();
+    Counts c;
+    launch_once(d, c);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  auto ms_since = [&start] {
+    return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count());
+  };
+  Driver d = load_driver();
+  const long long loaded_ms = ms_since();
+  Counts mine;
+  long long first_ms = -1;
+  for (long i = 0; i < n; ++i) {
+    launch_once(d, mine);
+    if (i == 0) first_ms = ms_since() - loaded_ms;
+  }
+  std::printf(
+      "main_load_ms=%lld\nmain_first_ms=%lld\nmain_ms=%lld\nmain_launches=%llu\n"
+      "main_failed=%llu\n",
+      loaded_ms, first_ms, ms_since() - loaded_ms, mine.launches.load(), mine.failed.load());
+  std::fflush(stdout);
+  first.join();
+  Counts after;
+  for (long i = 0; i < n; ++i) launch_once(d, after);
+  std::printf("after_launches=%llu\nafter_failed=%llu\n", after.launches.load(),
+              after.failed.load());
   return 0;
 }
 
@@ -1454,6 +1496,7 @@ int main(int argc, char **argv) {
   if (mode == "late-driver") return late_driver(n);
   if (mode == "fork-in-launch") return fork_in_launch(n);
   if (mode == "fork-during-activation") return fork_during_activation(n, how);
+  if (mode == "launch-during-activation") return launch_during_activation(n);
   if (mode == "fork-while-naming") return fork_while_naming(n, how);
   if (mode == "fork-while-loader-busy") return fork_while_loader_busy(n);
   if (mode == "fork-children") return fork_children(n);

@@ -289,6 +289,38 @@ def fork_during_activation():
                f"{how}: the child took {got['child_ms']} ms (bound {bound_ms})", run_)
 
 
+def launch_during_activation():
+    """Another thread starts the shim (its first graph call) and its NVTX tool is slow to
+    initialise (8 s here): the main thread meanwhile looks the driver's functions up (dlsym),
+    instantiates a graph and launches 200 times. It waits once, 2 s at most, for the whole
+    process — each graph call and each lookup used to wait its own 2 s (three lookups: 6 s) —
+    with one line saying so under FERRUM_REPLAY_LOG=error; every call returns the driver's
+    result. Once the start has ended, the launches through the pointers looked up meanwhile are
+    intercepted: the lookups handed out the genuine functions after their wait, and those
+    replays were never counted or named for the life of the process."""
+    n = 200
+    run_ = fault("launch-during-activation", "--launches", str(n), record=False, timeout=90,
+                 env={"NVTX_INJECTION64_PATH": FAILING_TOOL, "FERRUM_TEST_TOOL_SLEEP_MS": "8000",
+                      "FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_REPLAY_LOG": "error"})
+    got = values(run_.stdout)
+    expect(run_.returncode == 0 and got.get("main_launches") == n and
+           got.get("main_failed") == 0 and got.get("after_launches") == n and
+           got.get("after_failed") == 0, "the program's calls did not all succeed", run_)
+    expect(got["main_load_ms"] < 4000,
+           f"looking up and instantiating took {got['main_load_ms']} ms while another thread "
+           "started the shim (one wait of 2 s at most for the process)", run_)
+    expect(got["main_ms"] < 1000, f"{n} launches took {got['main_ms']} ms meanwhile", run_)
+    said = [line for line in run_.stderr.splitlines()
+            if not line.startswith(("ferrum-replay launch summary:", "  "))]
+    expect(said == ["ferrum-replay: another thread's start of the shim (its NVTX tool's "
+                    "initialisation) has taken over 2000 ms: graph calls pass through until it "
+                    "ends"], f"expected one line about the wait, got {said}", run_)
+    counted = re.search(r"launch summary: \d+ graphs, (\d+) launches", run_.stderr)
+    expect(counted and int(counted.group(1)) == 1 + n,
+           f"the summary counts {counted and counted.group(1)} launches: expected the first "
+           f"thread's 1 and the {n} made through the looked-up pointer after the start", run_)
+
+
 def fork_while_naming():
     """fork() while another thread names a graph (the call-site walk, whose cache has a lock of
     its own): the child's first graph instantiation waited for ever on the lock that a thread
@@ -1526,6 +1558,7 @@ SCENARIOS = {f.__name__: f for f in (
     fork_in_signal_handler_inside_our_lock,
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,
+    launch_during_activation,
     fork_while_naming, fork_while_loader_busy,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
