@@ -3335,10 +3335,13 @@ def test_traces_whose_names_start_with_a_dot(tmp):
                "earlier run" not in done.stderr and
                re.search(r"^ferrum-replay: trace: '.*/\.[0-9]*\.?json'", done.stderr, re.M),
                f"record -o {out}: the trace it wrote reported", done)
-    # (Two short runs' times differ by more than the default 10 %: the gate is not what is
-    # checked here.)
+    # Each directory's trace found: the graph's 2 replays on both sides. (The verdict is not
+    # what is checked here: two short runs' GPU times on the stand-in are a microsecond apart
+    # idle and can be ten times that on a loaded machine — a preempted launch's stream-ordered
+    # gap — so OK or a regression both do.)
     done = wrapper("compare", "--threshold", "1000", "tr/", "tr2/", cwd=tmp)
-    expect(done.returncode == 0 and "compare: OK: 1 graph" in done.stdout,
+    expect(done.returncode in (0, 1) and
+           re.search(r"^instantiate_graphs +[cg]pu +2 +[0-9.]+ +2 ", done.stdout, re.M),
            "compare of two directories whose traces' names start with '.'", done)
 
 
