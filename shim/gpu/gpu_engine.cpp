@@ -708,12 +708,16 @@ const GraphStats *Engine::stats_for(uint32_t ordinal) const {
   return nullptr;
 }
 
-bool Engine::prepare_current_context() {
+bool Engine::prepare_current_context(long lock_ms) {
   const CUcontext context = current_context();
   if (!context) return false;
   bool requested = false, full = false;
   request_pool(context, &requested, &full);
-  lock();
+  // Bounded: the reaper holds the mutex across its driver calls, and one let go inside a call
+  // that does not return (gpu_timing.cpp stop_reaper_locked) holds it all that time — the
+  // program's instantiation waited for it, for ever. The pool is requested: a reaper's pass
+  // makes it, and this thread registers at its first timed launch.
+  if (!common::lock_ours_within(&mutex_, lock_ms)) return false;
   bool known = false;
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
     if (keys_[slot].load(std::memory_order_acquire) != context) continue;

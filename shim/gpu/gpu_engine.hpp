@@ -283,8 +283,9 @@ class Engine {
 
   // ---- at instantiation (not the launch path) ----
   // Creates the calling thread's current context's pool now, if it has none yet. True when
-  // the context has a pool (made now or before) that a reaper must serve.
-  bool prepare_current_context();
+  // the context has a pool (made now or before) that a reaper must serve. Waits for the mutex
+  // at most `lock_ms` (0: one try); false when it stayed taken (the pool is left requested).
+  bool prepare_current_context(long lock_ms);
 
   // ---- off the launch path (each takes the mutex) ----
   // Every kFullPassEvery-th pass asks the driver about every replay in flight, not only about

@@ -153,6 +153,16 @@ std::atomic<bool> g_reaper_running{false};  // written under g_life_mutex
 // The number of the latest reaper (written under g_life_mutex, before it starts).
 std::atomic<uint64_t> g_reapers_started{0};
 std::atomic<uint64_t> g_end_through{0};
+// The reaper being stopped, number << 1, | 1 once it has been let go inside a driver call that
+// has not returned yet; 0: none. Set under g_life_mutex before the join, so that the reaper,
+// which clears it as it ends, always clears after it was set. A reaper let go may hold the
+// engine's mutex all that time: no reaper is started behind it (each would wait there, and be
+// let go in turn, 10 s more at each thread's end), and no pass is made on a flushing thread or
+// at exit (it would wait there). Back from its call, it starts its successor (reaper_main).
+std::atomic<uint64_t> g_let_go{0};
+bool reaper_let_go() {
+  return g_let_go.load(std::memory_order_acquire) & 1;
+}
 // install_handlers: 0 not yet, 1 being installed (by one thread), 2 installed.
 std::atomic<int> g_handlers_state{0};
 pthread_t g_reaper{};
@@ -240,6 +250,13 @@ void *reaper_main(void *) {
     pthread_cond_broadcast(&g_wake);
     if (asked_to_end()) {
       common::unlock_ours(&g_wake_mutex);
+      // Its stop is over. If it was let go (its join gave up while it was inside a driver call
+      // that has now returned), the threads that launch since have no reaper: it starts one.
+      uint64_t mine = g_let_go.load(std::memory_order_acquire);
+      while ((mine >> 1) == self &&
+             !g_let_go.compare_exchange_weak(mine, 0, std::memory_order_acq_rel)) {
+      }
+      if ((mine >> 1) == self && (mine & 1) && !timing.stopped()) start_reaper();
       return nullptr;
     }
     if (!g_wake_request && g_passes >= g_wake_target) {
@@ -271,7 +288,9 @@ void wait_for_pass(int timeout_ms) {
 // after the last registered thread ended it; only when some are in flight. In the relaxed
 // capture mode, like the reaper (see reaper_main). A flush makes it on the calling thread.
 void pass_here_locked() {
-  if (g_reaper_running.load(std::memory_order_relaxed) || engine().totals().in_flight == 0) return;
+  if (g_reaper_running.load(std::memory_order_relaxed) || engine().totals().in_flight == 0 ||
+      reaper_let_go())
+    return;
   auto exchange = g_exchange_capture_mode_fn.load(std::memory_order_acquire);
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (exchange) exchange(&mode);
@@ -305,7 +324,9 @@ void *exit_pass_main(void *) {
 }
 
 void exit_pass_locked(int timeout_ms) {
-  if (g_reaper_running.load(std::memory_order_relaxed) || engine().totals().in_flight == 0) return;
+  if (g_reaper_running.load(std::memory_order_relaxed) || engine().totals().in_flight == 0 ||
+      reaper_let_go())
+    return;
   static constexpr common::BackgroundThread kPass{exit_pass_main, "ferrum-gpu-exit"};
   const uint64_t asked = g_exit_passes_asked.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (common::start_background_thread(kPass, 256 * 1024) != 0) return;
@@ -403,6 +424,7 @@ void fork_child() {
   g_registered = g_key_made && pthread_getspecific(g_thread_key) ? 1 : 0;
   g_reapers_started.store(0, std::memory_order_relaxed);
   g_end_through.store(0, std::memory_order_relaxed);
+  g_let_go.store(0, std::memory_order_relaxed);  // not a thread of this process
   g_reaper_running.store(false, std::memory_order_release);
 }
 
@@ -416,8 +438,10 @@ void stop_reaper_locked() {
   // next thread to time a launch would find them taken ("pool exhausted") until a new reaper's
   // first pass.
   wait_for_pass(200);
+  const uint64_t number = g_reapers_started.load(std::memory_order_relaxed);
+  g_let_go.store(number << 1, std::memory_order_release);  // being stopped (before it can end)
   common::lock_ours(&g_wake_mutex);
-  g_end_through.store(g_reapers_started.load(std::memory_order_relaxed), std::memory_order_release);
+  g_end_through.store(number, std::memory_order_release);
   pthread_cond_broadcast(&g_wake);
   common::unlock_ours(&g_wake_mutex);
   // Polled on CLOCK_MONOTONIC (monotonic_clock.hpp): pthread_timedjoin_np's time is the wall
@@ -431,10 +455,19 @@ void stop_reaper_locked() {
     const timespec pause{0, 200 * 1000};  // no cancellation: g_life_mutex is held (held_here.hpp)
     nanosleep(&pause, nullptr);
   }
+  uint64_t stopping = number << 1;
+  if (joined != EBUSY) {
+    g_let_go.compare_exchange_strong(stopping, 0, std::memory_order_acq_rel);
+  } else if (!g_let_go.compare_exchange_strong(stopping, stopping | 1, std::memory_order_acq_rel)) {
+    joined = 0;  // it ended (cleared its stop) just as the bound ran out: not stuck
+    pthread_detach(g_reaper);
+  }
   if (joined != 0) {
     pthread_detach(g_reaper);
     if (joined == EBUSY)
-      log_line(LogLevel::error, "GPU timing: the reaper thread did not end within 10 s; let go");
+      log_line(LogLevel::error,
+               "GPU timing: the reaper thread did not end within 10 s (a driver call that does "
+               "not return); let go, and no other started until it returns");
     else
       log_line(LogLevel::error, "GPU timing: the reaper thread could not be joined (%s); let go",
                strerror(joined));
@@ -511,7 +544,7 @@ void start_reaper() {
   // Before the lock: the wait for another thread's install_handlers holds nobody up.
   if (!handlers_installed()) return;
   common::lock_ours(&g_life_mutex);
-  if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0) {
+  if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0 && !reaper_let_go()) {
     g_reapers_started.fetch_add(1, std::memory_order_release);
     static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
     const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);
@@ -591,7 +624,10 @@ void prepare_current_context() {
     g_api_state.store(resolved ? 2 : 3, std::memory_order_release);
     if (!resolved) return;
   }
-  if (engine().prepare_current_context() && register_thread()) start_reaper();
+  // Its pool is made under the engine's mutex: waited for at most 2 s (a pass holds it for
+  // microseconds to milliseconds), not at all while a reaper let go may hold it for good.
+  if (engine().prepare_current_context(reaper_let_go() ? 0 : 2000) && register_thread())
+    start_reaper();
 }
 
 int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size) {

@@ -94,8 +94,14 @@
 //   reaper-stuck N    (with FERRUM_STANDIN_EVENT_QUERY_HANG_MS: the shim's reaper stuck inside the
 //                     driver) a thread instantiates a graph in a new context, times N launches,
 //                     synchronises and returns; main joins it, prints joined_ms=<from its return
-//                     to the join>, then times N launches of that graph, synchronises, and
-//                     returns from main.
+//                     to the join>, then times N launches of that graph and synchronises; a
+//                     second thread and main do the same again (second_joined_ms=,
+//                     second_instantiate_ms=: the second thread's instantiation); main calls
+//                     ferrum_replay_gpu_flush (flush=<rc> flush_ms=) and returns from main.
+//   reaper-returns N M  as reaper-stuck (with FERRUM_STANDIN_EVENT_QUERY_HANG_MS=12000,1: the
+//                     reaper's first query returns after 12 s) up to main's N launches; then main
+//                     waits 3 s (the query has returned) and launches M times in synchronised
+//                     bursts of 100.
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
@@ -246,13 +252,37 @@ long long monotonic_ns() {
   return now.tv_sec * 1000000000LL + now.tv_nsec;
 }
 
+std::atomic<long long> g_instantiate_ms{0};
+
 void *launch_then_return(void *argument) {
   check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  const long long start = monotonic_ns();
   g_exec = make_exec();  // here, not on main: main registers with the shim only afterwards
+  g_instantiate_ms.store((monotonic_ns() - start) / 1000000);
   launches(g_exec, nullptr, *static_cast<const long *>(argument));
   check(cuCtxSynchronize(), "cuCtxSynchronize");
+  // The shim's reaper, which looks every millisecond while replays are unread, is inside a
+  // driver call by now (a whole 500 ms to be scheduled once, on a loaded machine too).
+  const timespec settle{0, 500 * 1000 * 1000};
+  nanosleep(&settle, nullptr);
   g_returned_ns.store(monotonic_ns());
   return nullptr;
+}
+
+// reaper-stuck, reaper-returns: a thread (launch_then_return) in g_context (made on the first
+// call) times `n` launches and ends; joined, `joined` printed (ms from its return to the join);
+// then main times `n` launches of the thread's graph, synchronised.
+void thread_then_main(long n, const char *joined) {
+  if (!g_context) g_context = new_context();
+  static long count;
+  count = n;
+  pthread_t thread;
+  if (pthread_create(&thread, nullptr, launch_then_return, &count) != 0)
+    check(CUDA_ERROR_UNKNOWN, "pthread_create");
+  pthread_join(thread, nullptr);
+  std::printf("%s=%lld\n", joined, (monotonic_ns() - g_returned_ns.load()) / 1000000);
+  launches(g_exec, nullptr, n);
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
 void *cancel_main(void *) {
@@ -844,15 +874,22 @@ int main(int argc, char **argv) {
     check(ended == &g_end_how ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN, g_end_how.c_str());
     pthread_join(launcher, nullptr);  // its second launch may fail: the context ended under it
   } else if (mode == "reaper-stuck") {
-    g_context = new_context();
-    static long count = n;
-    pthread_t thread;
-    if (pthread_create(&thread, nullptr, launch_then_return, &count) != 0)
-      check(CUDA_ERROR_UNKNOWN, "pthread_create");
-    pthread_join(thread, nullptr);
-    std::printf("joined_ms=%lld\n", (monotonic_ns() - g_returned_ns.load()) / 1000000);
-    launches(g_exec, nullptr, n);
-    check(cuCtxSynchronize(), "cuCtxSynchronize");
+    thread_then_main(n, "joined_ms");
+    thread_then_main(n, "second_joined_ms");  // the same context and graph: a graph of its own
+    std::printf("second_instantiate_ms=%lld\n", g_instantiate_ms.load());
+    auto flush =
+        reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
+    const long long flush_start = monotonic_ns();
+    const int flushed = flush ? flush(nullptr) : -1;
+    std::printf("flush=%d flush_ms=%lld\n", flushed, (monotonic_ns() - flush_start) / 1000000);
+  } else if (mode == "reaper-returns") {
+    thread_then_main(n, "joined_ms");  // main registers while the reaper let go is still stuck
+    const timespec after_return{3, 0};
+    nanosleep(&after_return, nullptr);
+    for (long burst = 0; burst < m / 100; ++burst) {
+      launches(g_exec, nullptr, 100);
+      check(cuCtxSynchronize(), "cuCtxSynchronize");
+    }
   } else if (mode == "fork-thread") {
     static long count = n;
     pthread_t thread;

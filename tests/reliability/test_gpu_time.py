@@ -3,6 +3,7 @@ gpu_time_program (its modes in its source) under the preloaded shim with
 FERRUM_REPLAY_GPU_TIME=on, against the stand-in's asynchronous GPU. What the user sees: the
 shim's FERRUM_REPLAY_SUMMARY lines, the recorder trace, the program's own output and exit."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -690,34 +691,71 @@ def reaper_stuck_in_driver():
     """The shim's reaper stuck inside a driver call that does not come back (every cuEventQuery
     of the stand-in waits 10 minutes: a hung GPU or driver). The last thread that timed launches
     ends: its end waits for the reaper at most 10 s, then lets it go, in one line with
-    FERRUM_REPLAY_LOG=error; later launches of the program's still succeed at once; the process
-    ends (the exit's reads bounded too) with the program's own status and output, every replay
-    counted in the summary (none timed: in flight), though the driver call never returned."""
+    FERRUM_REPLAY_LOG=error. From then on nothing of the program's waits for it: main's
+    launches succeed at once; a second thread instantiates a graph (its pool made under the
+    engine's mutex, which the stuck reaper holds: that instantiation waited for ever), times
+    launches and ends without a wait (no new reaper was started to be stuck behind the first and
+    let go after 10 s more); ferrum_replay_gpu_flush returns at once. The process ends (the
+    exit's reads bounded too) with the program's own status and output, every replay counted in
+    the summary (none timed: in flight), though the driver call never returned."""
     n = 20
     limit = 30 if SANITIZED else 16
-    run_ = program("reaper-stuck", n, timeout=90,
-                   env={"FERRUM_STANDIN_GRAPH_NS": "100000",
-                        "FERRUM_STANDIN_EVENT_QUERY_HANG_MS": "600000",
-                        "FERRUM_REPLAY_LOG": "error"})
-    lines = run_.stdout.splitlines()
-    expect(run_.returncode == 0 and len(lines) == 2 and lines[0].startswith("joined_ms=") and
-           lines[1] == f"launches={2 * n} failed=0", "the program's status and output", run_)
-    joined_ms = int(lines[0].split("=")[1])
-    # The thread's end waits for the reaper within the bound, and then no longer.
-    expect(10000 <= joined_ms <= 10000 + (limit - 12) * 1000,
+    try:
+        run_ = program("reaper-stuck", n, timeout=90,
+                       env={"FERRUM_STANDIN_GRAPH_NS": "100000",
+                            "FERRUM_STANDIN_EVENT_QUERY_HANG_MS": "600000",
+                            "FERRUM_REPLAY_LOG": "error"})
+    except subprocess.TimeoutExpired:
+        expect(False, "the program never ended (a call of its own waited for the stuck reaper)")
+    got = dict(re.findall(r"(\w+)=(-?\d+)", run_.stdout))
+    expect(run_.returncode == 0 and got.get("launches") == str(4 * n) and
+           got.get("failed") == "0" and got.get("flush") == "0",
+           "the program's status and output", run_)
+    # The first thread's end waits for the reaper within the bound, and then no longer.
+    joined_ms = int(got["joined_ms"])
+    expect(joined_ms >= 10000, f"the thread's end took {joined_ms} ms: the reaper was not inside "
+           "the driver call by then (the scenario did not happen)", run_)
+    expect(joined_ms <= 10000 + (limit - 12) * 1000,
            f"the thread's end took {joined_ms} ms (10 s bound)", run_)
+    # (Without the fix: the instantiation never returned; a new reaper stuck behind the first
+    # made the flush wait its 2 s.)
+    waits = {k: int(got[k]) for k in ("second_instantiate_ms", "second_joined_ms", "flush_ms")}
+    expect(all(ms < 1000 for ms in waits.values()),
+           f"after the reaper was let go, the program still waited: {waits}", run_)
     expect(run_.seconds < limit, f"took {run_.seconds:.1f} s with a driver call that never "
-           f"returned (the bounds: 10 s for the reaper, 2 s at exit)", run_)
+           f"returned (the bounds: 10 s for the reaper, 1 s at exit)", run_)
     said = [line for line in run_.stderr.splitlines()
             if not line.startswith(("ferrum-replay launch summary:", "  "))]
-    expect(said == ["ferrum-replay: GPU timing: the reaper thread did not end within 10 s; "
-                    "let go"], f"expected one line about the reaper, got {said}", run_)
+    expect(said == ["ferrum-replay: GPU timing: the reaper thread did not end within 10 s (a "
+                    "driver call that does not return); let go, and no other started until it "
+                    "returns"], f"expected one line about the reaper, got {said}", run_)
     summary = one_summary(run_)
     launched = sum(int(r["launches"]) for r in summary.rows)
     gpu = summary.gpu
-    expect(launched == 2 * n and gpu["timed"] == 0 and
-           gpu["in_flight"] + gpu["not_timed"] == 2 * n,
+    expect(launched == 4 * n and gpu["timed"] == 0 and
+           gpu["in_flight"] + gpu["not_timed"] == 4 * n,
            f"summary: {launched} launches, GPU line {gpu}", run_)
+
+def reaper_returns_after_let_go():
+    """The driver call the reaper was let go in returns after all (12 s): GPU timing recovers.
+    Main registered (timed launches) while that reaper was stuck, so no reaper started then; the
+    one let go, back from its call, starts its successor: main's 3000 later launches, in
+    synchronised bursts of 100 (three pools' worth), are timed again (at least 95 %), not left
+    "pool exhausted" for the rest of the run."""
+    n, m = 20, 3000
+    run_ = program("reaper-returns", n, m, timeout=120,
+                   env={"FERRUM_STANDIN_GRAPH_NS": "100000",
+                        "FERRUM_STANDIN_EVENT_QUERY_HANG_MS": "12000,1",
+                        "FERRUM_REPLAY_LOG": "error"})
+    got = dict(re.findall(r"(\w+)=(-?\d+)", run_.stdout))
+    expect(run_.returncode == 0 and got.get("launches") == str(2 * n + m) and
+           got.get("failed") == "0", "the program's status and output", run_)
+    expect(int(got["joined_ms"]) >= 10000, f"the thread's end took {got['joined_ms']} ms: the "
+           "reaper was not inside the driver call by then (the scenario did not happen)", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] >= 0.95 * m and gpu["in_flight"] == 0,
+           f"after the stuck call returned, {gpu['timed']} of {2 * n + m} replays timed "
+           f"(GPU line {gpu})", run_)
 
 
 SCENARIOS = {f.__name__: f for f in (
@@ -729,7 +767,8 @@ SCENARIOS = {f.__name__: f for f in (
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
     unwound_timed_launch,
     no_thread_keys, contexts_destroyed_under_a_thread, cancelled_inside_context_destroy,
-    signal_launch_during_flush, reaper_stuck_in_driver)}
+    signal_launch_during_flush, reaper_stuck_in_driver,
+    reaper_returns_after_let_go)}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

@@ -781,7 +781,7 @@ TEST_CASE(
   unsafe_calls_in_global_mode = 0;
   REQUIRE(t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL);
   // At a graph's instantiation: the pool and its 2048 events are made on this thread.
-  CHECK(f.engine->prepare_current_context());
+  CHECK(f.engine->prepare_current_context(2000));
   CHECK(f.driver.creates > 2 * static_cast<int>(gpu::kPairsPerContext));
   f.launch();
   f.driver.now += 1000000;
@@ -793,7 +793,7 @@ TEST_CASE(
   // A thread that had chosen another mode keeps it.
   t_capture_mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
   f.driver.current = reinterpret_cast<CUcontext>(0x200);
-  CHECK(f.engine->prepare_current_context());
+  CHECK(f.engine->prepare_current_context(2000));
   CHECK(t_capture_mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   CHECK(unsafe_calls_in_global_mode == 0);
@@ -1166,4 +1166,34 @@ TEST_CASE("gpu stream watch: a replay not timed (sampled out) still counts for t
   f.end(mine);
   CHECK(f.shared() == 1);
   CHECK(f.engine->totals().untimed[static_cast<unsigned>(gpu::Untimed::sampled_out)] == 2);
+}
+
+TEST_CASE(
+    "gpu engine: an instantiation waits for the engine's mutex no longer than its bound (a "
+    "reaper let go inside a driver call holds it for good)") {
+  Fixture f;
+  std::atomic<bool> held{false}, release{false};
+  std::thread holder([&] {
+    f.engine->lock();
+    held = true;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    f.engine->unlock();
+  });
+  while (!held) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto waited_ms = [&](long bound) {
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_FALSE(f.engine->prepare_current_context(bound));  // the pool left requested
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 start)
+        .count();
+  };
+  CHECK(waited_ms(0) < 50);  // one try
+  const long long bounded = waited_ms(100);
+  CHECK(bounded >= 100);
+  CHECK(bounded < 1000);
+  CHECK(f.driver.creates == 0);  // no pool made without the mutex
+  release = true;
+  holder.join();
+  CHECK(f.engine->prepare_current_context(0));  // free again: made at once
+  CHECK(f.driver.creates > 2 * static_cast<int>(gpu::kPairsPerContext));
 }

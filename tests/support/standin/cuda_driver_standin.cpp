@@ -157,11 +157,12 @@
 //                                    know the cuEvent* names; the exported functions return
 //                                    CUDA_ERROR_NOT_SUPPORTED.
 //   FERRUM_STANDIN_EVENT_CREATE_FAIL=1  cuEventCreate returns CUDA_ERROR_OUT_OF_MEMORY.
-//   FERRUM_STANDIN_EVENT_QUERY_HANG_MS=N  every cuEventQuery (outside bench mode) first waits
-//                                    N ms, not a cancellation point, holding no lock of the
-//                                    stand-in's: a driver call that does not come back (a hung
-//                                    GPU, a driver stuck in its own wait), for the bounds a
-//                                    caller keeps on whoever makes it.
+//   FERRUM_STANDIN_EVENT_QUERY_HANG_MS=N[,K]  every cuEventQuery (outside bench mode), or the
+//                                    first K of the process, first waits N ms, not a
+//                                    cancellation point, holding no lock of the stand-in's: a
+//                                    driver call that does not come back (a hung GPU, a driver
+//                                    stuck in its own wait), for the bounds a caller keeps on
+//                                    whoever makes it.
 //   FERRUM_STANDIN_DESTROY_WAIT_MS=N cuCtxDestroy/_v2 first waits N ms in a cancellation point
 //                                    (a driver whose teardown waits for the context's work on a
 //                                    condition variable or in poll): a deferred pthread_cancel
@@ -357,6 +358,7 @@ struct Config {
   bool no_events = false;
   bool event_create_fail = false;
   long long event_query_hang_ns = 0;
+  unsigned long long event_query_hangs = ~0ull;  // how many queries wait (the first K)
   bool trace = false;
   bool bench = false;
   long long destroy_wait_ns = 0;
@@ -413,7 +415,9 @@ __attribute__((noinline)) Config read_config() {
   c.no_events = env_flag("FERRUM_STANDIN_NO_EVENTS");
   c.event_create_fail = env_flag("FERRUM_STANDIN_EVENT_CREATE_FAIL");
   if (const char *v = std::getenv("FERRUM_STANDIN_EVENT_QUERY_HANG_MS"); v && v[0] != '\0') {
-    c.event_query_hang_ns = std::max(0LL, std::strtoll(v, nullptr, 0)) * 1000000LL;
+    char *end = nullptr;
+    c.event_query_hang_ns = std::max(0LL, std::strtoll(v, &end, 0)) * 1000000LL;
+    if (*end == ',') c.event_query_hangs = std::strtoull(end + 1, nullptr, 0);
   }
   c.trace = env_flag("FERRUM_STANDIN_TRACE");
   c.bench = env_flag("FERRUM_STANDIN_BENCH");
@@ -2360,8 +2364,9 @@ INTERNAL CUresult i_cuEventQuery(CUevent hEvent) try {
   if (config().bench) return hEvent != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
   STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_EVENTS();
-  g_event_queries.fetch_add(1, std::memory_order_relaxed);
-  if (const long long hang = config().event_query_hang_ns; hang > 0)
+  const unsigned long long query = g_event_queries.fetch_add(1, std::memory_order_relaxed);
+  if (const long long hang = config().event_query_hang_ns;
+      hang > 0 && query < config().event_query_hangs)
     sleep_until_ns(now_ns() + hang);
   long long stamp = 0;
   if (const CUresult r = event_stamp(hEvent, &stamp); r != CUDA_SUCCESS) return r;
