@@ -261,8 +261,9 @@ void *wrap_kind(HookKind kind, const char *how, void *found, bool per_thread) {
   // is still starting the shim: the wrapper, without waiting (activation.hpp wrap_lookups).
   if (!wrap_lookups()) return found;
   // GPU timing's setting is not known before the start has ended: wrapped then too (the
-  // wrappers pass straight through with timing off).
-  const bool timing = gpu::timing_on() || shim_state() == ShimState::undecided;
+  // wrappers pass straight through with timing off). The state first: its acquire orders the
+  // setting's read (read first, "off" could be seen just before the start ended with "on").
+  const bool timing = shim_state() == ShimState::undecided || gpu::timing_on();
   switch (kind) {
     case HookKind::launch:
       if (per_thread) return WrapperSet<LaunchPerThreadHook>::wrap(how, found);

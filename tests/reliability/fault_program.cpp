@@ -31,7 +31,8 @@
 //   launch-during-activation
 //                  a worker thread loads the driver and makes the process's first graph call,
 //                  whose activation an NVTX tool slow to initialise (FERRUM_TEST_TOOL_SLEEP_MS)
-//                  holds up; 300 ms in, the main thread loads the driver (dlsym of the driver's
+//                  holds up; once that has begun (FERRUM_TEST_TOOL_STARTED, else 300 ms in),
+//                  the main thread loads the driver (dlsym of the driver's
 //                  functions, a graph instantiated) and launches N times. Prints main_load_ms=,
 //                  main_first_ms= (its first launch), main_ms= (all N), main_launches=,
 //                  main_failed=; then waits for the worker and launches N more times through the
@@ -552,7 +553,14 @@ int launch_during_activation(long n) {
     Counts c;
     launch_once(d, c);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Until the tool's initialisation is under way (FERRUM_TEST_TOOL_STARTED, made by the tool;
+  // at most 30 s), else 300 ms: the worker's start is then the one in progress.
+  if (const char *started = std::getenv("FERRUM_TEST_TOOL_STARTED")) {
+    for (int i = 0; i < 3000 && access(started, F_OK) != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
   const auto start = std::chrono::steady_clock::now();
   auto ms_since = [&start] {
     return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -299,9 +299,12 @@ def launch_during_activation():
     intercepted: the lookups handed out the genuine functions after their wait, and those
     replays were never counted or named for the life of the process."""
     n = 200
-    run_ = fault("launch-during-activation", "--launches", str(n), record=False, timeout=90,
-                 env={"NVTX_INJECTION64_PATH": FAILING_TOOL, "FERRUM_TEST_TOOL_SLEEP_MS": "8000",
-                      "FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_REPLAY_LOG": "error"})
+    with tempfile.TemporaryDirectory() as tmp:
+        run_ = fault("launch-during-activation", "--launches", str(n), record=False, timeout=90,
+                     env={"NVTX_INJECTION64_PATH": FAILING_TOOL,
+                          "FERRUM_TEST_TOOL_SLEEP_MS": "8000",
+                          "FERRUM_TEST_TOOL_STARTED": os.path.join(tmp, "started"),
+                          "FERRUM_REPLAY_SUMMARY": "stderr", "FERRUM_REPLAY_LOG": "error"})
     got = values(run_.stdout)
     expect(run_.returncode == 0 and got.get("main_launches") == n and
            got.get("main_failed") == 0 and got.get("after_launches") == n and
