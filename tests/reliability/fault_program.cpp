@@ -23,8 +23,9 @@
 //                  a worker thread loads the driver and makes the process's first graph call,
 //                  whose activation of the shim the test slows down: `--how slow-tool`, an NVTX
 //                  tool whose initialisation sleeps; `--how stderr-full`, stderr a full pipe that
-//                  nobody reads, on which the shim's warning about a bad setting waits. 300 ms
-//                  in, the main thread forks: the child loads the driver and launches N times on
+//                  nobody reads, on which the shim's warning about a bad setting waits. Once the
+//                  tool's initialisation has begun (FERRUM_TEST_TOOL_STARTED), else 300 ms in,
+//                  the main thread forks: the child loads the driver and launches N times on
 //                  its own, then exits. The parent waits for it at most 20 s (then kills it).
 //                  Prints child_ms= (the child's wall time), child_launches=, child_failed=,
 //                  child_status= (`hung` when killed).
@@ -505,6 +506,18 @@ int wait_at_most(pid_t child, int bound_ms) {
   return -1;
 }
 
+// Until the worker's start of the shim is under way: the NVTX tool's initialisation has begun
+// (FERRUM_TEST_TOOL_STARTED, the file the failing tool makes; at most 30 s), else 300 ms (a
+// fixed head start, which a loaded machine can outrun).
+void wait_for_tool_start() {
+  if (const char *started = std::getenv("FERRUM_TEST_TOOL_STARTED")) {
+    for (int i = 0; i < 3000 && access(started, F_OK) != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+}
+
 int fork_during_activation(long n, const std::string &how) {
   if (how == "stderr-full") {
     int pipe_fds[2];
@@ -521,7 +534,7 @@ int fork_during_activation(long n, const std::string &how) {
     Counts c;
     launch_once(d, c);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  wait_for_tool_start();
   const pid_t child = fork();
   if (child < 0) die("fork failed");
   if (child == 0) {
@@ -553,14 +566,7 @@ int launch_during_activation(long n) {
     Counts c;
     launch_once(d, c);
   });
-  // Until the tool's initialisation is under way (FERRUM_TEST_TOOL_STARTED, made by the tool;
-  // at most 30 s), else 300 ms: the worker's start is then the one in progress.
-  if (const char *started = std::getenv("FERRUM_TEST_TOOL_STARTED")) {
-    for (int i = 0; i < 3000 && access(started, F_OK) != 0; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  } else {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  }
+  wait_for_tool_start();
   const auto start = std::chrono::steady_clock::now();
   auto ms_since = [&start] {
     return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(

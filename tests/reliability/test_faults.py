@@ -274,12 +274,16 @@ def fork_during_activation():
     4.5 s each (a tool slow to initialise), or for ever (the settings' one warning waiting on
     a full stderr pipe). Now the child passes through at once; its results are the driver's,
     and it waits at most once, for its own warning (2 s)."""
-    cases = (("slow-tool", {"NVTX_INJECTION64_PATH": FAILING_TOOL,
-                            "FERRUM_TEST_TOOL_SLEEP_MS": "3000"}, 1000),
-             ("stderr-full", {"FERRUM_REPLAY_LOG": "bogus"}, 3500))
-    for how, env, bound_ms in cases:
-        run_ = fault("fork-during-activation", "--launches", "5", "--how", how, env=env,
-                     timeout=90)
+    with tempfile.TemporaryDirectory() as tmp:
+        marker = os.path.join(tmp, "started")  # made as the tool's start gets under way
+        cases = (("slow-tool", {"NVTX_INJECTION64_PATH": FAILING_TOOL,
+                                "FERRUM_TEST_TOOL_SLEEP_MS": "3000",
+                                "FERRUM_TEST_TOOL_STARTED": marker}, 1000),
+                 ("stderr-full", {"FERRUM_REPLAY_LOG": "bogus"}, 3500))
+        runs = [(how, bound_ms, fault("fork-during-activation", "--launches", "5", "--how", how,
+                                      env=env, timeout=90))
+                for how, env, bound_ms in cases]
+    for how, bound_ms, run_ in runs:
         got = values(run_.stdout)
         expect(run_.returncode == 0 and got.get("child_status") == 0 and
                got.get("child_launches") == 5 and got.get("child_failed") == 0,
@@ -287,7 +291,6 @@ def fork_during_activation():
                "20 s)", run_)
         expect(got["child_ms"] < bound_ms,
                f"{how}: the child took {got['child_ms']} ms (bound {bound_ms})", run_)
-
 
 def launch_during_activation():
     """Another thread starts the shim (its first graph call) and its NVTX tool is slow to
