@@ -694,10 +694,10 @@ def reaper_stuck_in_driver():
     FERRUM_REPLAY_LOG=error. From then on nothing of the program's waits for it: main's
     launches succeed at once; a second thread instantiates a graph (its pool made under the
     engine's mutex, which the stuck reaper holds: that instantiation waited for ever), times
-    launches and ends without a wait (no new reaper was started to be stuck behind the first and
-    let go after 10 s more); ferrum_replay_gpu_flush returns at once. The process ends (the
-    exit's reads bounded too) with the program's own status and output, every replay counted in
-    the summary (none timed: in flight), though the driver call never returned."""
+    launches and ends without a wait; ferrum_replay_gpu_flush returns at once (no new reaper
+    was started to be stuck behind the first: the flush waited 2 s for its pass). The process
+    ends (the exit's reads bounded too) with the program's own status and output, every replay
+    counted in the summary (none timed: in flight), though the driver call never returned."""
     n = 20
     limit = 30 if SANITIZED else 16
     try:
@@ -717,11 +717,16 @@ def reaper_stuck_in_driver():
            "the driver call by then (the scenario did not happen)", run_)
     expect(joined_ms <= 10000 + (limit - 12) * 1000,
            f"the thread's end took {joined_ms} ms (10 s bound)", run_)
-    # (Without the fix: the instantiation never returned; a new reaper stuck behind the first
-    # made the flush wait its 2 s.)
-    waits = {k: int(got[k]) for k in ("second_instantiate_ms", "second_joined_ms", "flush_ms")}
-    expect(all(ms < 1000 for ms in waits.values()),
-           f"after the reaper was let go, the program still waited: {waits}", run_)
+    # (Without the fix: the instantiation never returned, and the flush waited its 2 s for the
+    # pass of a new reaper stuck behind the first. A sanitizer's loaded run gets more room where
+    # that still tells them apart.)
+    bounds = {"second_instantiate_ms": 5000 if SANITIZED else 1000,
+              "second_joined_ms": 5000 if SANITIZED else 1000,
+              "flush_ms": 1500 if SANITIZED else 1000}
+    waits = {k: int(got[k]) for k in bounds}
+    expect(all(waits[k] < bounds[k] for k in bounds),
+           f"after the reaper was let go, the program still waited: {waits} (bounds {bounds})",
+           run_)
     expect(run_.seconds < limit, f"took {run_.seconds:.1f} s with a driver call that never "
            f"returned (the bounds: 10 s for the reaper, 1 s at exit)", run_)
     said = [line for line in run_.stderr.splitlines()
@@ -736,12 +741,14 @@ def reaper_stuck_in_driver():
            gpu["in_flight"] + gpu["not_timed"] == 4 * n,
            f"summary: {launched} launches, GPU line {gpu}", run_)
 
+
 def reaper_returns_after_let_go():
     """The driver call the reaper was let go in returns after all (12 s): GPU timing recovers.
     Main registered (timed launches) while that reaper was stuck, so no reaper started then; the
     one let go, back from its call, starts its successor: main's 3000 later launches, in
-    synchronised bursts of 100 (three pools' worth), are timed again (at least 95 %), not left
-    "pool exhausted" for the rest of the run."""
+    synchronised bursts of 100 (three pools' worth), are timed again (at least 95 %; half under a
+    sanitizer, as many_replays: a slowed reaper on a loaded machine), not left "pool exhausted"
+    for the rest of the run (without the successor: 1,024, one pool)."""
     n, m = 20, 3000
     run_ = program("reaper-returns", n, m, timeout=120,
                    env={"FERRUM_STANDIN_GRAPH_NS": "100000",
@@ -753,7 +760,7 @@ def reaper_returns_after_let_go():
     expect(int(got["joined_ms"]) >= 10000, f"the thread's end took {got['joined_ms']} ms: the "
            "reaper was not inside the driver call by then (the scenario did not happen)", run_)
     gpu = one_summary(run_).gpu
-    expect(gpu["timed"] >= 0.95 * m and gpu["in_flight"] == 0,
+    expect(gpu["timed"] >= (0.5 if SANITIZED else 0.95) * m and gpu["in_flight"] == 0,
            f"after the stuck call returned, {gpu['timed']} of {2 * n + m} replays timed "
            f"(GPU line {gpu})", run_)
 
