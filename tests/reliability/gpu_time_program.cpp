@@ -875,7 +875,7 @@ int main(int argc, char **argv) {
     pthread_join(launcher, nullptr);  // its second launch may fail: the context ended under it
   } else if (mode == "reaper-stuck") {
     thread_then_main(n, "joined_ms");
-    thread_then_main(n, "second_joined_ms");  // the same context and graph: a graph of its own
+    thread_then_main(n, "second_joined_ms");  // the same context; the thread makes its own graph
     std::printf("second_instantiate_ms=%lld\n", g_instantiate_ms.load());
     auto flush =
         reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
