@@ -215,7 +215,7 @@ enum class Untimed : unsigned {
   event_error,      // a record, query or elapsed call failed
   launch_failed,    // the launch itself returned an error
   context_dropped,  // the context was destroyed while the replay was in flight
-  unregistered,     // its thread could not be registered (gpu_timing.cpp): no key left
+  unregistered,     // its thread not registered (gpu_timing.cpp): no key left, or not yet
   abandoned,        // the launch was left (a jump, an unwind) before its end event
   stream_shared,    // another thread's launch used its stream meanwhile (stream_watch.hpp)
   contexts_full,    // its context came after kMaxContexts others that still have a pool

@@ -144,6 +144,14 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_registe
 // Set when this thread could not be registered: it tries once, not under a mutex at every
 // launch (a launch takes no lock). A thread started later tries again.
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_unregistrable = false;
+// A thread's first try to register waits for g_life_mutex at most kRegisterWaitMs; once that
+// is spent, each later try (at its next launches, until one succeeds) takes it only if free.
+// Its holders take microseconds, but the end of the last registered thread holds it while it
+// stops the reaper: a pass (up to 200 ms) and the join, up to 10 s for a reaper stuck in a
+// driver call. A program thread's launch must not wait that long for our bookkeeping; its
+// replays go untimed ("thread not registered") until the mutex is free.
+constexpr long kRegisterWaitMs = 300;
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_register_waited = false;
 }  // namespace
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_launch_ready = false;
 namespace {
@@ -485,7 +493,8 @@ void registered_thread_ends(void *) {
 }
 
 // Registers the calling thread once (see g_life_mutex) and makes sure a reaper runs; false
-// when it cannot be registered (no thread-specific key left): it times nothing then.
+// when it cannot be registered (no thread-specific key left: it times nothing then), or not
+// now (g_life_mutex held past kRegisterWaitMs: a later launch tries again).
 bool register_thread() {
   if (__builtin_expect(t_registered, 1)) return true;
   if (t_unregistrable) return false;
@@ -493,7 +502,9 @@ bool register_thread() {
   // last pass holds g_life_mutex): waiting for it would wait for ever (held_here.hpp). Not
   // registered now, not marked unregistrable: a later launch registers it.
   if (common::inside_our_lock()) return false;
-  common::lock_ours(&g_life_mutex);
+  const long wait_ms = t_register_waited ? 0 : kRegisterWaitMs;
+  t_register_waited = true;
+  if (!common::lock_ours_within(&g_life_mutex, wait_ms)) return false;  // tried again later
   bool registered = g_key_made;
   if (!registered && pthread_key_create(&g_thread_key, registered_thread_ends) == 0)
     registered = g_key_made = true;

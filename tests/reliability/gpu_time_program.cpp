@@ -96,7 +96,9 @@
 //                     synchronises and returns; main joins it, prints joined_ms=<from its return
 //                     to the join>, then times N launches of that graph and synchronises; a
 //                     second thread and main do the same again (second_joined_ms=,
-//                     second_instantiate_ms=: the second thread's instantiation); main calls
+//                     second_instantiate_ms=: the second thread's instantiation); meanwhile,
+//                     1 s into the first thread's end, a third thread launches that graph N
+//                     times (late_longest_ms=: its longest launch); main calls
 //                     ferrum_replay_gpu_flush (flush=<rc> flush_ms=) and returns from main.
 //   reaper-returns N M  as reaper-stuck (with FERRUM_STANDIN_EVENT_QUERY_HANG_MS=12000,1: the
 //                     reaper's first query returns after 12 s) up to main's N launches; then main
@@ -118,6 +120,7 @@
 #include <dlfcn.h>
 #include <ferrum_replay/ferrum_replay.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
@@ -283,6 +286,34 @@ void thread_then_main(long n, const char *joined) {
   std::printf("%s=%lld\n", joined, (monotonic_ns() - g_returned_ns.load()) / 1000000);
   launches(g_exec, nullptr, n);
   check(cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
+// reaper-stuck: a thread that makes its first launches 1 s after the first thread returned, while
+// that thread's end waits for the stuck reaper; it keeps its own counts (added once joined) and
+// the longest of its launches, in ms.
+struct LateLaunches {
+  long count;
+  unsigned long long launched, failed;
+  long long longest_ms;
+};
+
+void *launch_late(void *argument) {
+  auto &late = *static_cast<LateLaunches *>(argument);
+  while (g_returned_ns.load() == 0) {
+    const timespec poll{0, 1000 * 1000};
+    nanosleep(&poll, nullptr);
+  }
+  const timespec into_the_wait{1, 0};
+  nanosleep(&into_the_wait, nullptr);
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  for (long i = 0; i < late.count; ++i) {
+    const long long start = monotonic_ns();
+    ++late.launched;
+    if (cuGraphLaunch(g_exec, nullptr) != CUDA_SUCCESS) ++late.failed;
+    late.longest_ms = std::max(late.longest_ms, (monotonic_ns() - start) / 1000000);
+  }
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
+  return nullptr;
 }
 
 void *cancel_main(void *) {
@@ -874,7 +905,15 @@ int main(int argc, char **argv) {
     check(ended == &g_end_how ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN, g_end_how.c_str());
     pthread_join(launcher, nullptr);  // its second launch may fail: the context ended under it
   } else if (mode == "reaper-stuck") {
+    LateLaunches late{n, 0, 0, 0};
+    pthread_t late_thread;
+    if (pthread_create(&late_thread, nullptr, launch_late, &late) != 0)
+      check(CUDA_ERROR_UNKNOWN, "pthread_create");
     thread_then_main(n, "joined_ms");
+    pthread_join(late_thread, nullptr);
+    g_launches += late.launched;
+    g_failed += late.failed;
+    std::printf("late_longest_ms=%lld\n", late.longest_ms);
     thread_then_main(n, "second_joined_ms");  // the same context; the thread makes its own graph
     std::printf("second_instantiate_ms=%lld\n", g_instantiate_ms.load());
     auto flush =
