@@ -167,7 +167,9 @@ typedef struct ferrum_replay_gpu_status {
 } ferrum_replay_gpu_status;
 
 /* Delivers, before returning, every replay whose GPU work has completed (to the sink) and
- * fills `status`. Never waits for the GPU. The recorder calls it when it writes its report.
+ * fills `status`. Never waits for the GPU; waits for the shim's own threads at most 2 s for
+ * its lock and 2 s for a pass of its reader (what is still unread then is delivered later).
+ * The recorder calls it when it writes its report.
  * Returns 0, or -ENOTSUP when GPU timing is off. */
 int ferrum_replay_gpu_flush(ferrum_replay_gpu_status *status);
 typedef int (*ferrum_replay_gpu_flush_fn)(ferrum_replay_gpu_status *status);

@@ -359,14 +359,10 @@ void exit_pass_locked(int timeout_ms) {
 void last_pass(int timeout_ms, bool at_exit) {
   if (engine().stopped()) return;
   engine().ask_full_pass();  // whatever has finished, in stream order or not
-  // At exit, g_life_mutex within the same bound: a flush's pass on another thread holds it
-  // across driver calls (which may wait for the driver's lock this exiting thread holds), and
-  // the last registered thread's end holds it while it joins the reaper (up to 10 s).
-  if (at_exit) {
-    if (!common::lock_ours_within(&g_life_mutex, timeout_ms)) return;
-  } else {
-    common::lock_ours(&g_life_mutex);
-  }
+  // g_life_mutex within the same bound: the last registered thread's end holds it while it
+  // joins the reaper (up to 10 s), and a flush's pass on another thread across driver calls
+  // (which may wait for the driver's lock this thread holds, when it is exiting).
+  if (!common::lock_ours_within(&g_life_mutex, timeout_ms)) return;
   const bool running = g_reaper_running.load(std::memory_order_relaxed);
   if (!running) {
     if (at_exit)

@@ -98,7 +98,8 @@
 //                     second thread and main do the same again (second_joined_ms=,
 //                     second_instantiate_ms=: the second thread's instantiation); meanwhile,
 //                     1 s into the first thread's end, a third thread launches that graph N
-//                     times (late_longest_ms=: its longest launch); main calls
+//                     times (late_longest_ms=: its longest launch) and calls
+//                     ferrum_replay_gpu_flush (late_flush_ms=); main calls
 //                     ferrum_replay_gpu_flush (flush=<rc> flush_ms=) and returns from main.
 //   reaper-returns N M  as reaper-stuck (with FERRUM_STANDIN_EVENT_QUERY_HANG_MS=12000,1: the
 //                     reaper's first query returns after 12 s) up to main's N launches; then main
@@ -294,8 +295,12 @@ void thread_then_main(long n, const char *joined) {
 struct LateLaunches {
   long count;
   unsigned long long launched, failed;
-  long long longest_ms;
+  long long longest_ms, flush_ms;
 };
+
+ferrum_replay_gpu_flush_fn flush_fn() {
+  return reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
+}
 
 void *launch_late(void *argument) {
   auto &late = *static_cast<LateLaunches *>(argument);
@@ -313,6 +318,9 @@ void *launch_late(void *argument) {
     late.longest_ms = std::max(late.longest_ms, (monotonic_ns() - start) / 1000000);
   }
   check(cuCtxSynchronize(), "cuCtxSynchronize");
+  const long long start = monotonic_ns();
+  if (auto flush = flush_fn()) flush(nullptr);
+  late.flush_ms = (monotonic_ns() - start) / 1000000;
   return nullptr;
 }
 
@@ -541,8 +549,7 @@ int sink_mode(long n, const std::string &layout) {
       dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK));
   auto set_sized = reinterpret_cast<ferrum_replay_set_gpu_sink_sized_fn>(
       dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK_SIZED));
-  auto flush =
-      reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
+  auto flush = flush_fn();
   if (!set_sink || !set_sized || !flush) {
     std::fprintf(stderr, "gpu_time_program: the shim's GPU sink functions are not there\n");
     return 1;
@@ -860,8 +867,7 @@ int main(int argc, char **argv) {
     if (pthread_create(&thread, nullptr, instantiate_in_thread, nullptr) != 0)
       check(CUDA_ERROR_UNKNOWN, "pthread_create");
     pthread_join(thread, nullptr);
-    auto flush =
-        reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
+    auto flush = flush_fn();
     g_main_thread = pthread_self();
     struct sigaction action {};
     action.sa_handler = launch_in_handler;
@@ -905,7 +911,7 @@ int main(int argc, char **argv) {
     check(ended == &g_end_how ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN, g_end_how.c_str());
     pthread_join(launcher, nullptr);  // its second launch may fail: the context ended under it
   } else if (mode == "reaper-stuck") {
-    LateLaunches late{n, 0, 0, 0};
+    LateLaunches late{n, 0, 0, 0, 0};
     pthread_t late_thread;
     if (pthread_create(&late_thread, nullptr, launch_late, &late) != 0)
       check(CUDA_ERROR_UNKNOWN, "pthread_create");
@@ -913,11 +919,10 @@ int main(int argc, char **argv) {
     pthread_join(late_thread, nullptr);
     g_launches += late.launched;
     g_failed += late.failed;
-    std::printf("late_longest_ms=%lld\n", late.longest_ms);
+    std::printf("late_longest_ms=%lld late_flush_ms=%lld\n", late.longest_ms, late.flush_ms);
     thread_then_main(n, "second_joined_ms");  // the same context; the thread makes its own graph
     std::printf("second_instantiate_ms=%lld\n", g_instantiate_ms.load());
-    auto flush =
-        reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
+    auto flush = flush_fn();
     const long long flush_start = monotonic_ns();
     const int flushed = flush ? flush(nullptr) : -1;
     std::printf("flush=%d flush_ms=%lld\n", flushed, (monotonic_ns() - flush_start) / 1000000);
