@@ -229,6 +229,10 @@ const char *domain_name(const char *value, const char **problem) {
     if (problem) *problem = "a name other than MPI, which Nsight hides";
     return kDefaultDomainName;
   }
+  if (strcmp(value, kGlobalDomainName) == 0) {
+    if (problem) *problem = "a name other than global, the name of NVTX's default domain";
+    return kDefaultDomainName;
+  }
   return value;
 }
 

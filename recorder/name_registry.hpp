@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "text_rules.hpp"
+
 // NVTX only forward-declares these; each tool defines what its handles point to. They are defined
 // here, outside any namespace, so that the handles NVTX passes back are ours without any cast.
 struct nvtxDomainRegistration_st {
@@ -29,7 +31,7 @@ struct nvtxStringRegistration_st {
 namespace ferrum_replay::recorder {
 
 // The name under which NVTX's global (NULL) domain appears in traces and tables.
-inline constexpr std::string_view kGlobalDomainName = "global";
+inline constexpr std::string_view kGlobalDomainName = common::kGlobalDomainName;
 
 class NameRegistry {
  public:

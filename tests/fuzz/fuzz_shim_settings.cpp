@@ -1,7 +1,7 @@
 // libFuzzer target: the shim's FERRUM_REPLAY* settings (shim/support/settings.hpp read_settings).
-// Properties: no crash or UB; the domain is 1..63 bytes without control bytes, never "MPI"; every
-// complaint is one line free of control bytes (quote_value's contract; it passes bytes >= 0x80
-// through unchecked: FINDINGS.md F6).
+// Properties: no crash or UB; the domain is 1..63 bytes without control bytes, never "MPI" or
+// "global"; every complaint is one line free of control bytes (quote_value's contract; it passes
+// bytes >= 0x80 through unchecked: FINDINGS.md F6).
 #include <cstring>
 
 #include "fuzz_common.hpp"
@@ -32,6 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const size_t domain_length = strnlen(settings.domain, sizeof settings.domain);
   FUZZ_CHECK(domain_length >= 1 && domain_length <= ferrum_replay::common::kMaxDomainLength);
   FUZZ_CHECK(std::strcmp(settings.domain, "MPI") != 0);
+  FUZZ_CHECK(std::strcmp(settings.domain, "global") != 0);
   // "1 to 63 printable bytes": no control byte (bytes >= 0x80 pass unchecked: F6).
   for (const char *p = settings.domain; *p; ++p)
     FUZZ_CHECK(static_cast<unsigned char>(*p) >= 0x20 && *p != 0x7F);

@@ -104,8 +104,9 @@ TEST_CASE("domain: any printable name up to 63 bytes, UTF-8 included") {
   CHECK(env.complaints.empty());
 }
 
-TEST_CASE("domain: too long, control bytes or MPI fall back to the default with one line") {
-  for (std::string bad : {std::string(64, 'x'), std::string("tab\there"), std::string("MPI")}) {
+TEST_CASE("domain: too long, control bytes, MPI or global fall back to the default with one line") {
+  for (std::string bad : {std::string(64, 'x'), std::string("tab\there"), std::string("MPI"),
+                          std::string("global")}) {
     Environment env;
     env.values["FERRUM_REPLAY_DOMAIN"] = bad;
     CHECK(std::string(env.read().domain) == "ferrum-replay");
