@@ -197,7 +197,7 @@ void note_standard_streams() {
 
 void note_output_stream(const char *path) {
   const int fd = path ? descriptor_of(path) : -1;
-  if (fd <= 2) return;  // 1 and 2: note_standard_streams; stdin is never written (EBADF)
+  if (fd <= 2) return;  // 1 and 2: note_standard_streams; 0 is never written (open_stream)
   // Noted again (a setting read again, as a test does): as it is now.
   if (NotedStream *noted = noted_output(fd)) return note_descriptor(fd, *noted);
   const int slot = g_noted_output_slots.fetch_add(1, std::memory_order_acq_rel);
@@ -209,6 +209,10 @@ int open_stream(const char *path, Stream *stream) {
   *stream = Stream{};
   stream->stall_ms = stall;
   const int fd = descriptor_of(path);
+  // Descriptor 0 is the program's input, never an output of ours: even when writable (a
+  // terminal, a socket from inetd), and above all when the program closed it and a file of
+  // its own took the number (a database opened read-write).
+  if (fd == 0) return EBADF;
   if (fd >= 0) {
     const int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || (flags & O_ACCMODE) == O_RDONLY) return EBADF;

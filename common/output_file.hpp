@@ -52,7 +52,8 @@ struct Stream {
 //      that for this file (anonymous pipes on Linux 5.x and later; not terminals, not named
 //      FIFOs on 6.18): where it cannot (EOPNOTSUPP, EINVAL, ENOSYS), stream_write returns
 //      kStreamNotReopenable and nothing is written, as before.
-// A pipe whose reader is gone: ENXIO. Any other path is opened O_NONBLOCK|O_NOFOLLOW without
+// Descriptor 0 (/dev/stdin, /dev/fd/0), the program's input: always EBADF. A pipe whose reader
+// is gone: ENXIO. Any other path is opened O_NONBLOCK|O_NOFOLLOW without
 // O_CREAT (a FIFO without a reader: ENXIO) and must still be a stream once open. 0 or errno.
 int open_stream(const char *path, Stream *stream);
 // The error of a blocking descriptor of the host that can neither be reopened non-blocking nor

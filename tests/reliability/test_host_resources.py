@@ -118,6 +118,7 @@ table_bogus_value        FERRUM_RECORD_TABLE=bogus                one quoted war
                                                                   table (the default)
 Uses tests/shim/scenarios/harness.py; run through meson (suite reliability).
 """
+import itertools
 import json
 import os
 import re
@@ -223,38 +224,41 @@ def output_descriptors_taken():
     that takes it (a database, a log). Only 1 and 2 were guarded; the trace or the summary was
     appended to the program's file (hostile review of 2026-12-05). Now descriptor 7 is written
     only while it names the file it named when the shim or the recorder started; otherwise
-    one line, nothing written. Kept, the output arrives there as before."""
-    launches, fd = 20, 7
-    for output in ("trace", "summary"):
-        for when in ("keep", "before", "after"):
-            with tempfile.TemporaryDirectory(prefix="ferrum-fd-") as own_dir:
-                form = "/dev/fd/{}" if output == "trace" else "/proc/self/fd/{}"
-                if output == "trace":
-                    env = {"NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
-                           "FERRUM_RECORD_OUT": form.format(fd), "FERRUM_RECORD_TABLE": "0"}
-                else:
-                    env = {"FERRUM_REPLAY_SUMMARY": form.format(fd)}
-                run_ = harness.run([PROGRAM, "output-descriptor", own_dir, str(launches),
-                                    str(fd), when], record=False, env=env)
-                what = f"{output} to {form.format(fd)}, {when}"
-                expect(run_.returncode == 0 and not run_.stdout,
-                       f"{what}: the program's own file changed during the run", run_)
-                own = os.path.join(own_dir, "own")
-                if when != "keep":
-                    with open(own, "rb") as handle:
-                        expect(handle.read() == known_bytes(fd),
-                               f"{what}: its file holds more than its own bytes after exit", run_)
-                with open(os.path.join(own_dir, "inherited"), "rb") as handle:
-                    inherited = handle.read()
-                said = [line for line in run_.stderr.splitlines()
-                        if "no longer names the stream the program was started with" in line]
-                if when == "keep":
-                    expect((b'"ferrumReplay"' if output == "trace" else
-                            b"ferrum-replay launch summary:") in inherited and not said,
-                           f"{what}: the output did not arrive", run_)
-                else:
-                    expect(not inherited and len(said) == 1 and len(run_.stderr.splitlines()) == 1,
-                           f"{what}: not one line, nothing written", run_)
+    one line, nothing written. Kept, the output arrives there as before. Descriptor 0, the
+    program's input, is never written, however it was opened: read-write, as the program's
+    own file that took number 0 (it got the summary or the trace, F100)."""
+    launches = 20
+    for output, fd, when in itertools.product(("trace", "summary"), (7, 0),
+                                              ("keep", "before", "after")):
+        with tempfile.TemporaryDirectory(prefix="ferrum-fd-") as own_dir:
+            form = "/dev/fd/{}" if output == "trace" else "/proc/self/fd/{}"
+            if output == "trace":
+                env = {"NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
+                       "FERRUM_RECORD_OUT": form.format(fd), "FERRUM_RECORD_TABLE": "0"}
+            else:
+                env = {"FERRUM_REPLAY_SUMMARY": form.format(fd)}
+            run_ = harness.run([PROGRAM, "output-descriptor", own_dir, str(launches),
+                                str(fd), when], record=False, env=env)
+            what = f"{output} to {form.format(fd)}, {when}"
+            expect(run_.returncode == 0 and not run_.stdout,
+                   f"{what}: the program's own file changed during the run", run_)
+            own = os.path.join(own_dir, "own")
+            if when != "keep":
+                with open(own, "rb") as handle:
+                    expect(handle.read() == known_bytes(fd),
+                           f"{what}: its file holds more than its own bytes after exit", run_)
+            with open(os.path.join(own_dir, "inherited"), "rb") as handle:
+                inherited = handle.read()
+            said = [line for line in run_.stderr.splitlines()
+                    if "no longer names the stream the program was started with" in line or
+                    (fd == 0 and "Bad file descriptor" in line)]
+            if when == "keep" and fd != 0:
+                expect((b'"ferrumReplay"' if output == "trace" else
+                        b"ferrum-replay launch summary:") in inherited and not said,
+                       f"{what}: the output did not arrive", run_)
+            else:
+                expect(not inherited and len(said) == 1 and len(run_.stderr.splitlines()) == 1,
+                       f"{what}: not one line, nothing written", run_)
 
 
 def driver_unloadable():
