@@ -204,7 +204,54 @@ void note_output_stream(const char *path) {
   if (slot < kNotedOutputs) note_descriptor(fd, g_noted_outputs[slot]);
 }
 
+namespace {
+
+// Files whose reader made a write give up (ETIMEDOUT), by identity: a later stream there takes
+// the room there is and waits for none. A stderr pipe nobody reads cost 2 s per warning or log
+// line (12 s for six bad settings, 52 s with FERRUM_REPLAY_LOG=debug); now 2 s once per
+// library that writes there. A write there that succeeds whole forgets it.
+constexpr unsigned kStalledFiles = 4;
+std::atomic<uint64_t> g_stalled[kStalledFiles];
+std::atomic<unsigned> g_stalled_next{0};
+
+uint64_t file_identity(const struct stat &st) {
+  return ((static_cast<uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ull) ^
+          static_cast<uint64_t>(st.st_ino)) |
+         1;  // never 0, a free slot
+}
+
+bool stalled_before(uint64_t file) {
+  for (const auto &slot : g_stalled)
+    if (slot.load(std::memory_order_relaxed) == file) return true;
+  return false;
+}
+
+void note_stalled(uint64_t file) {
+  if (!file || stalled_before(file)) return;
+  g_stalled[g_stalled_next.fetch_add(1, std::memory_order_relaxed) % kStalledFiles].store(
+      file, std::memory_order_relaxed);
+}
+
+void forget_stalled(uint64_t file) {
+  for (auto &slot : g_stalled) {
+    uint64_t expected = file;
+    slot.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+  }
+}
+
+int open_stream_here(const char *path, Stream *stream);
+
+}  // namespace
+
 int open_stream(const char *path, Stream *stream) {
+  const int error = open_stream_here(path, stream);
+  if (error == 0 && stream->file && stalled_before(stream->file)) stream->stall_ms = 0;
+  return error;
+}
+
+namespace {
+
+int open_stream_here(const char *path, Stream *stream) {
   const int stall = stream->stall_ms;
   *stream = Stream{};
   stream->stall_ms = stall;
@@ -219,6 +266,7 @@ int open_stream(const char *path, Stream *stream) {
     struct stat st {};
     if (fstat(fd, &st) != 0) return errno;
     if (const int error = check_noted(fd, st)) return error;
+    stream->file = file_identity(st);
     stream->regular = S_ISREG(st.st_mode);
     stream->socket = S_ISSOCK(st.st_mode);
     if (stream->regular || stream->socket || (flags & O_NONBLOCK) != 0) {
@@ -266,8 +314,11 @@ int open_stream(const char *path, Stream *stream) {
   stream->fd = opened;
   stream->owned = true;
   stream->socket = S_ISSOCK(st.st_mode);
+  stream->file = file_identity(st);
   return 0;
 }
+
+}  // namespace
 
 namespace {
 
@@ -293,11 +344,13 @@ int stream_write(Stream *stream, const void *data, size_t length) {
   // A reader that went away must not kill the host with SIGPIPE (write_signals.hpp).
   const WriteSignalsHeld held;
 
-  // Every write is non-blocking (open_stream); the bound is on time without progress.
+  // Every write is non-blocking (open_stream); the bounds are on time without progress and on
+  // the average rate since the stream's first write (Stream).
   const char *p = static_cast<const char *>(data);
   int error = 0;
   const uint64_t stall = static_cast<uint64_t>(stream->stall_ms > 0 ? stream->stall_ms : 0);
   uint64_t deadline = monotonic_ms() + stall;
+  if (stream->started_ms == 0) stream->started_ms = deadline - stall;
   bool ready_but_full = false;  // poll said writable, yet the write found no room
   while (length > 0 && error == 0) {
     const ssize_t n = stream->socket   ? send(stream->fd, p, length, MSG_DONTWAIT | MSG_NOSIGNAL)
@@ -306,6 +359,7 @@ int stream_write(Stream *stream, const void *data, size_t length) {
     if (n > 0) {
       p += n;
       length -= static_cast<size_t>(n);
+      stream->written += static_cast<uint64_t>(n);
       deadline = monotonic_ms() + stall;
       ready_but_full = false;
       stream->nowait_known = true;
@@ -319,20 +373,25 @@ int stream_write(Stream *stream, const void *data, size_t length) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       const uint64_t now = monotonic_ms();
-      if (now >= deadline) {
+      const uint64_t until =
+          std::min(deadline, stream->started_ms + stall + stream->written / kMinStreamRate);
+      if (now >= until) {
         error = ETIMEDOUT;
         break;
       }
       if (ready_but_full) sleep_ms(1);  // a terminal may say writable and still have no room
       pollfd pfd{stream->fd, POLLOUT, 0};
-      const int ready = poll(&pfd, 1, static_cast<int>(deadline - now));
+      const int ready = poll(&pfd, 1, static_cast<int>(until - now));
       if (ready == 0) error = ETIMEDOUT;  // no room within the bound: room made later is too late
       ready_but_full = ready > 0;
     } else {
       error = n < 0 ? errno : EIO;
     }
   }
-
+  if (error == ETIMEDOUT)
+    note_stalled(stream->file);
+  else if (error == 0)
+    forget_stalled(stream->file);
   return error;
 }
 
@@ -341,7 +400,7 @@ const char *stream_error_note(int error) {
     case ENXIO:
       return " (no process is reading it)";
     case ETIMEDOUT:
-      return " (its reader made no room for 2 s)";
+      return " (its reader made no room for 2 s, or too slowly: under 1 MiB/s)";
     case kStreamNotReopenable:
       return " (a blocking descriptor of the program that cannot be reopened non-blocking; "
              "nothing written)";

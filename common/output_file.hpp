@@ -23,7 +23,11 @@ bool is_stream_target(const char *path);
 
 // An open stream. Writing never creates, renames or truncates anything, and never waits more
 // than `stall_ms` without progress for the reader to make room (a full pipe, a terminal nobody
-// reads or that is stopped): every write is non-blocking, on a description of our own
+// reads or that is stopped), nor longer in all than `stall_ms` plus what kMinStreamRate allows
+// for what it wrote (a reader that takes a page now and then); a file whose reader made a
+// write give up is not waited for again (no room: nothing written at once) until a write
+// there succeeds whole — the bound is the process's, not each line's. Every write is
+// non-blocking, on a description of our own
 // (reopened, O_NONBLOCK), on a host descriptor the host made non-blocking itself, on a host
 // descriptor with pwritev2(RWF_NOWAIT) per write, or with send(MSG_DONTWAIT) on a socket. The
 // flags of a host's open file description are never changed.
@@ -35,7 +39,13 @@ struct Stream {
   bool nowait = false;        // the host's blocking descriptor: pwritev2(..., -1, RWF_NOWAIT)
   bool nowait_known = false;  // a RWF_NOWAIT write succeeded: the kernel can do it here
   int stall_ms = 2000;
+  uint64_t file = 0;        // the file's identity (device, inode), for the stalled-file latch
+  uint64_t started_ms = 0;  // monotonic time of the first stream_write
+  uint64_t written = 0;     // bytes written so far
 };
+// The slowest reader waited for: bytes per millisecond on average (about 1 MiB/s), counted
+// from a stream's first write, after its first `stall_ms`.
+inline constexpr uint64_t kMinStreamRate = 1024;
 
 // Opens the stream `path` names for writing. A descriptor path: EBADF if that descriptor of
 // this process is not open for writing; a regular file or a socket behind it, or one the host
@@ -76,7 +86,8 @@ void note_standard_streams();
 // otherwise the program's own, whose database or socket may have taken it.
 void note_output_stream(const char *path);
 inline constexpr int kStreamReplaced = ESTALE;
-// 0, or errno (ETIMEDOUT when the reader made no room within stall_ms; kStreamNotReopenable
+// 0, or errno (ETIMEDOUT when the reader made no room within stall_ms, or too slowly;
+// kStreamNotReopenable
 // when the first RWF_NOWAIT write finds the kernel unable to, nothing written).
 int stream_write(Stream *stream, const void *data, size_t length);
 void close_stream(Stream *stream);

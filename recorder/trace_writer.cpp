@@ -527,10 +527,9 @@ bool write_trace_stream(const std::string &path, const Snapshot &snap, TraceFile
     return true;
   }
   outcome->error = std::strerror(err);
-  if (err == ETIMEDOUT)
-    outcome->error += " (its reader made no room for 2 s; the trace is incomplete)";
-  else
-    outcome->error += common::stream_error_note(err);
+  std::string note = common::stream_error_note(err);
+  if (err == ETIMEDOUT) note.insert(note.size() - 1, "; the trace is incomplete");  // in the ()
+  outcome->error += note;
   return false;
 }
 

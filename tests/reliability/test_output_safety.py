@@ -518,9 +518,10 @@ def stream_outputs():
            "summary to /dev/full: not one line", run_)
 
 
-def run_with_stdout(argv, stdout, env, timeout=30):
-    """Runs argv as harness.run does (shim, recorder, stand-ins), its stdout given; returns
-    (returncode or None when it had to be killed, stderr, seconds)."""
+def run_with_stdout(argv, stdout, env, timeout=30, stderr=None):
+    """Runs argv as harness.run does (shim, recorder, stand-ins), its stdout given (and its
+    stderr, else read); returns (returncode or None when it had to be killed, stderr as read,
+    seconds)."""
     import subprocess
     child_env = {k: v for k, v in os.environ.items()
                  if not k.startswith(("FERRUM_", "NVTX_")) or k in ("FERRUM_SHIM",
@@ -532,13 +533,16 @@ def run_with_stdout(argv, stdout, env, timeout=30):
     harness.preload_first(child_env)
     started = time.monotonic()
     child = subprocess.Popen(harness.under_emulator(argv, child_env), env=child_env,
-                             stdout=stdout, stderr=subprocess.PIPE)
+                             stdout=stdout,
+                             stderr=subprocess.PIPE if stderr is None else stderr)
     try:
         _, err = child.communicate(timeout=timeout)
+        err = err or b""
         code = child.returncode
     except subprocess.TimeoutExpired:
         child.kill()
         _, err = child.communicate()
+        err = err or b""
         code = None
     return code, err.decode(errors="replace"), time.monotonic() - started
 
@@ -592,6 +596,84 @@ def streams_never_block():
     finally:
         left.close()
         right.close()
+
+
+def slow_reader_bounded():
+    """A reader that takes a page now and then (4 KiB every 0.5 s: a stuck consumer, a FIFO
+    read by a process that only polls) held the exit for as long as it liked: the 2 s bound was
+    on time without progress, and each page restarted it (a 1 MB trace: minutes; F101). Now
+    the whole write is bounded too, by an average rate of 1 MiB/s after the first 2 s: the
+    program ends within seconds with its own status, one line saying the trace is
+    incomplete."""
+    import threading
+    program = [harness.path_of("LAUNCH_DRIVER"), "--graphs", "4", "--iters", "3000"]
+    read_end, write_end = os.pipe()
+    done = threading.Event()
+
+    def trickle():
+        while not done.wait(0.5):
+            try:
+                if not os.read(read_end, 4096):
+                    return
+            except OSError:
+                return
+
+    reader = threading.Thread(target=trickle)
+    reader.start()
+    try:
+        code, err, took = run_with_stdout(
+            program, write_end,
+            {"NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
+             "FERRUM_RECORD_OUT": "/dev/stdout", "FERRUM_RECORD_TABLE": "0"}, timeout=60)
+    finally:
+        done.set()
+        reader.join()
+        os.close(read_end)
+        os.close(write_end)
+    expect(code == 0, f"trace to a reader of a page each 0.5 s: exit {code} after {took:.1f} s"
+           f"\n{err}")
+    expect(took < 12, f"trace to a reader of a page each 0.5 s took {took:.1f} s")
+    said = [line for line in err.splitlines() if "too slowly" in line]
+    expect(len(said) == 1 and "the trace is incomplete" in said[0],
+           f"not one line saying the reader was too slow:\n{err}")
+
+
+def stalled_stderr_waited_for_once():
+    """Stderr a full pipe nobody reads: each line of ours (a warning for each bad setting, a log
+    line at each instantiation with FERRUM_REPLAY_LOG=debug) waited its own 2 s for room — six
+    bad settings held the program's first graph call 12 s, the debug log 52 s (F101). Now a
+    file that made a write give up is not waited for again: 2 s once. The program's own
+    status and output stay its own."""
+    program = [harness.path_of("LAUNCH_DRIVER"), "--graphs", "4", "--iters", "10"]
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        while True:
+            os.write(write_end, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(write_end, True)
+    out_read, out_write = os.pipe()
+    try:
+        code, _, took = run_with_stdout(
+            program, out_write,
+            {"FERRUM_REPLAY_GPU_TIME": "bogus", "FERRUM_REPLAY_SITE": "bogus",
+             "FERRUM_REPLAY_CONTENT": "bogus", "FERRUM_REPLAY_GPU_TIME_EVERY": "0",
+             "FERRUM_REPLAY_DOMAIN": "MPI", "FERRUM_REPLAY_LOG": "debug",
+             "FERRUM_REPLAY_SUMMARY": "stderr"}, stderr=write_end, timeout=90)
+        os.close(out_write)
+        out_write = -1
+        with os.fdopen(out_read, "rb") as handle:
+            out_read = -1
+            output = handle.read()
+    finally:
+        for fd in (read_end, write_end, out_read, out_write):
+            if fd >= 0:
+                os.close(fd)
+    expect(code == 0 and b"launches" in output,
+           f"stderr full: exit {code} after {took:.1f} s, stdout {output[:200]!r}")
+    expect(took < 6, f"stderr full, five bad settings and the debug log: {took:.1f} s (2 s at "
+           "most for the first line, none for the rest)")
 
 
 def links_to_streams_never_followed():
@@ -728,7 +810,8 @@ SCENARIOS = {f.__name__: f for f in (
     merge_output_streams,
     locked_directory_never_blocks, output_lock_held_elsewhere, dead_leftovers_removed,
     stream_outputs, unset_variable_named, nothing_recorded_nothing_written, streams_never_block,
-    links_to_streams_never_followed, long_names_written)}
+    links_to_streams_never_followed, long_names_written, slow_reader_bounded,
+    stalled_stderr_waited_for_once)}
 
 if __name__ == "__main__":
     harness.main(SCENARIOS)
