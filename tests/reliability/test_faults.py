@@ -1128,17 +1128,6 @@ def rwf_nowait_on_pipes():
         os.close(write_end)
 
 
-def fill_pipe(write_end):
-    """Fills a pipe without leaving its description changed (the program gets it blocking)."""
-    os.set_blocking(write_end, False)
-    try:
-        while True:
-            os.write(write_end, b"f" * 4096)
-    except BlockingIOError:
-        pass
-    os.set_blocking(write_end, True)
-
-
 def marker_after_setuid():
     """A program that launched and then gave up its user ID (setuid) cannot remove its running
     marker at exit (EACCES in the run's directory): the marker stays, and a judge reading the
@@ -1207,7 +1196,7 @@ def stderr_not_reopenable():
         read_end, write_end = os.pipe()
         got = []
         try:
-            fill_pipe(write_end)
+            harness.fill_pipe(write_end)
             reader = None
             if late_reader:
                 def drain():

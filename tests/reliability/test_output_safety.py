@@ -646,13 +646,7 @@ def stalled_stderr_waited_for_once():
     status and output stay its own."""
     program = [harness.path_of("LAUNCH_DRIVER"), "--graphs", "4", "--iters", "10"]
     read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    try:
-        while True:
-            os.write(write_end, b"x" * 4096)
-    except BlockingIOError:
-        pass
-    os.set_blocking(write_end, True)
+    harness.fill_pipe(write_end)
     out_read, out_write = os.pipe()
     try:
         code, _, took = run_with_stdout(

@@ -117,6 +117,18 @@ def run(argv, preload=True, record=True, env=None, timeout=120, stderr=None, cwd
         return Run(argv, done.returncode, done.stdout, done.stderr or "", trace, report)
 
 
+def fill_pipe(write_end):
+    """Fills a pipe nobody reads without leaving its description changed (the program gets it
+    blocking)."""
+    os.set_blocking(write_end, False)
+    try:
+        while True:
+            os.write(write_end, b"f" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(write_end, True)
+
+
 def set_limits(rlimits):
     for limit, soft in rlimits.items():
         resource.setrlimit(limit, (soft, resource.getrlimit(limit)[1]))
