@@ -27,10 +27,10 @@ bool is_stream_target(const char *path);
 // for what it wrote (a reader that takes a page now and then); a file whose reader made a
 // write give up is not waited for again (no room: nothing written at once) until a write
 // there succeeds whole — the bound is the process's, not each line's. Every write is
-// non-blocking, on a description of our own
-// (reopened, O_NONBLOCK), on a host descriptor the host made non-blocking itself, on a host
-// descriptor with pwritev2(RWF_NOWAIT) per write, or with send(MSG_DONTWAIT) on a socket. The
-// flags of a host's open file description are never changed.
+// non-blocking, on a description of our own (reopened, O_NONBLOCK), on a host descriptor the
+// host made non-blocking itself, on a host descriptor with pwritev2(RWF_NOWAIT) per write, or
+// with send(MSG_DONTWAIT) on a socket. The flags of a host's open file description are never
+// changed.
 struct Stream {
   int fd = -1;
   bool owned = false;         // opened here (closed by close_stream), not the host's descriptor
@@ -87,8 +87,8 @@ void note_standard_streams();
 void note_output_stream(const char *path);
 inline constexpr int kStreamReplaced = ESTALE;
 // 0, or errno (ETIMEDOUT when the reader made no room within stall_ms, or too slowly;
-// kStreamNotReopenable
-// when the first RWF_NOWAIT write finds the kernel unable to, nothing written).
+// kStreamNotReopenable when the first RWF_NOWAIT write finds the kernel unable to, nothing
+// written).
 int stream_write(Stream *stream, const void *data, size_t length);
 void close_stream(Stream *stream);
 // What a message adds to strerror(error) of a stream: " (no process is reading it)", ... or "".
