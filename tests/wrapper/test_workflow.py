@@ -2552,10 +2552,11 @@ def test_records_note_lock_is_the_users(tmp):
                      done.stderr, re.M), "a link planted at the lock's name", done)
 
 
-def first_run_into_runs(tmp):
-    """A first `record -o runs/` in TMP of a program of 20 ranges, its trace copied to
-    TMP/base.json: (the program's argv, the runs directory, [its trace], the copy)."""
-    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+def first_run_into_runs(tmp, extra=()):
+    """A first `record -o runs/` in TMP of a program of 20 ranges (EXTRA: more of its options),
+    its trace copied to TMP/base.json: (the program's argv, the runs directory, [its trace],
+    the copy)."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "10", *extra]
     runs = os.path.join(tmp, "runs")
     done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
     first = traces_in(runs)
@@ -2672,6 +2673,35 @@ def test_judged_by_session_not_clock(tmp):
                         ["unshare", "-mu", "/bin/sh", "-c",
                          setup + 'mount -t tmpfs tmpfs "$TMPDIR" && exec "$@"', "sh"],
                         {"TMPDIR": private})
+
+
+def test_judged_by_session_with_a_large_block(tmp):
+    """The same for a trace whose ferrumReplay block outgrew the 64 KiB the judges read of its
+    end (a program with 3,000 NVTX domains of its own, each listed there): its session went
+    unread, and an earlier run's trace with a time ahead passed `check` and `compare` as the
+    last run's, which launched nothing (F102)."""
+    program, runs, first, base = first_run_into_runs(tmp, ["--app-domains", "3000"])
+    with open(first[0], "rb") as handle:
+        text = handle.read()
+    expect(len(text) - text.rfind(b'"ferrumReplay":') > 65536,
+           "the block is not larger than 64 KiB: this test could not fail")
+    later = time.time() + 3600
+    os.utime(first[0], (later, later))
+    done = wrapper("record", "-o", "runs/", "--", ARGV_ECHO, cwd=tmp)
+    expect("no trace was written" in done.stderr, "the last run launches nothing", done)
+    done = wrapper("check", *traces_in(runs), cwd=tmp)
+    expect(done.returncode == 1 and "FAIL: no trace of the last `ferrum-replay record`" in
+           done.stdout, "check of an earlier run's trace with a large block", done)
+    done = wrapper("compare", base, runs, cwd=tmp)
+    expect(done.returncode == 2 and "holds no trace of the last" in done.stderr,
+           "compare of a directory holding only such a trace", done)
+    # The last run's own trace with a large block is the last run's.
+    done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
+    latest = [t for t in traces_in(runs) if t not in first]
+    expect(done.returncode == 0 and len(latest) == 1, "third run", done)
+    done = wrapper("check", "--expect-total", "20", *latest, cwd=tmp)
+    expect(done.returncode == 0 and "OK: 20 ranges" in done.stdout,
+           "the last run's trace with a large block", done)
 
 
 def test_many_ranks_on_other_nodes_all_count(tmp):

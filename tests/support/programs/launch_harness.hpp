@@ -13,6 +13,9 @@
 //   --ptsz            call the _ptsz launch entry point explicitly
 //   --app-ranges      push an NVTX range "app step" (global domain, nvtxRangePushA) around each
 //                     launch and pop it after, also when the launch threw
+//   --app-domains D   create D NVTX domains of the program's own first (nvtxDomainCreateA,
+//                     "app component NNNNN of a large program"), as a program of many modules
+//                     does: a trace lists each
 //   --instantiate HOW flags (default: cuGraphInstantiate/cudaGraphInstantiate, i.e.
 //                     ...WithFlags) or params (...WithParams, _ptsz in a per-thread build)
 //   --upload          upload each graph once after instantiating it (not a launch)
@@ -102,6 +105,7 @@ struct Options {
   StreamKind stream = StreamKind::kCreated;
   bool ptsz = false;
   bool app_ranges = false;
+  int app_domains = 0;
   bool instantiate_with_params = false;
   bool upload = false;
   bool launch_times = false;
@@ -243,6 +247,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.ptsz = true;
     } else if (a == "--app-ranges") {
       o.app_ranges = true;
+    } else if (a == "--app-domains") {
+      o.app_domains = std::atoi(value().c_str());
     } else if (a == "--loader-state") {
       o.loader_state = true;
     } else if (a == "--instantiate") {
@@ -469,6 +475,11 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
   const char *what = "";
   Naming naming;
   if (o.jump_out > 0) install_watchdog();
+  for (int d = 0; d < o.app_domains; ++d) {
+    char domain[64];
+    std::snprintf(domain, sizeof domain, "app component %05d of a large program", d);
+    nvtxDomainCreateA(domain);
+  }
   if (o.loader_state) (void)dlerror();
   if (int e = b.setup(o, &what); e != 0) die(b, what, e);
   g_loader_state.check(o, "the set-up");
