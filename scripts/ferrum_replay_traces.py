@@ -2920,6 +2920,11 @@ def parse_expectations(path):
                              f"{quoted(line.strip())}") from None
         out.append((words[0], minimum, values.get("max-cpu-mean-ms"),
                     values.get("max-gpu-mean-ms"), number))
+    # A file given that holds none (a generating step that failed and left it empty) is a
+    # mistake, as `--expect ""` is: the gate passed with nothing checked (F103).
+    if not out:
+        raise InputError(f"{quoted(path)}: holds no expectation (only blank lines and "
+                         "comments): a gate that would check nothing")
     return out
 
 

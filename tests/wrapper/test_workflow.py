@@ -3474,6 +3474,22 @@ def test_empty_option_values_are_usage_errors(tmp):
                f"{argv[1:]}: a usage error naming {option}, and nothing run", done)
 
 
+def test_expect_file_without_expectations_fails(tmp):
+    """An --expect file that holds no expectation (empty, or only comments: a generating step
+    that failed) passed the gate with nothing checked, as `--expect ""` did (F103): check and
+    ci-smoke-profile now fail, one line naming the file."""
+    trace = make_trace(os.path.join(tmp, "t.json"), "--ranges", 4, "--graphs", 1, cwd=tmp)
+    program = [launch_driver(), "--graphs", "1", "--iters", "4"]
+    for name, text in (("empty.txt", ""), ("comments.txt", "# name-pattern min-count\n\n")):
+        path = write(os.path.join(tmp, name), text)
+        for argv in ([WRAPPER, "check", "--expect", path, trace],
+                     [CI_SMOKE, "--expect", path, "--", *program]):
+            done = run(argv, tmp, {})
+            expect(done.returncode == 1 and "FAIL: " in done.stdout and
+                   "holds no expectation" in done.stdout and "OK" not in done.stdout,
+                   f"{argv[1:3]} with {name}: one FAIL line", done)
+
+
 def test_ci_smoke_out_and_expect_problems_say_why(tmp):
     """ci-smoke-profile's --out that cannot be a directory, and an --expect that is none: one
     FAIL line naming the path and the reason, and no line of a system tool's (mkdir's 'cannot
