@@ -2200,12 +2200,14 @@ def earlier_record(path, records=None):
     only as one still running when an entry's run began, the trace written before; one that
     names no session, when written before the run of every entry whose any-value names match
     it began, unless an entry's own names do. RECORDS: a cache of read_records by directory
-    and user."""
+    and user. A symbolic link is judged as the trace it leads to, in that trace's directory
+    (`latest.json -> runs/ferrum-replay.PID.json` passed as the last run's, F104)."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    directory = os.path.dirname(os.path.abspath(path))
+    path = os.path.realpath(path)
+    directory = os.path.dirname(path)
     if records is None:
         records = {}
     key = (directory, st.st_uid)  # the note of the user the trace belongs to

@@ -2704,6 +2704,37 @@ def test_judged_by_session_with_a_large_block(tmp):
            "the last run's trace with a large block", done)
 
 
+def test_link_to_an_earlier_run_judged_as_its_trace(tmp):
+    """A symbolic link to a trace (a CI script's `latest.json -> runs/ferrum-replay.PID.json`)
+    is judged as the trace it leads to: once a later run into that directory launched nothing,
+    `check` and `compare` through the link passed on the earlier run's trace, in the
+    link's directory or beside the trace (F104). Through the link to the last run's trace,
+    they still pass."""
+    program, runs, first, base = first_run_into_runs(tmp)
+    done = wrapper("record", "-o", "runs/", "--", ARGV_ECHO, cwd=tmp)
+    expect("no trace was written" in done.stderr, "the last run launches nothing", done)
+    links = [os.path.join(tmp, "latest.json"), os.path.join(runs, "latest.json")]
+    for link in links:
+        os.symlink(first[0], link)
+        done = wrapper("check", link, cwd=tmp)
+        expect(done.returncode == 1 and "FAIL" in done.stdout and "OK" not in done.stdout,
+               f"check through {link}", done)
+        done = wrapper("compare", base, link, cwd=tmp)
+        expect(done.returncode != 0, f"compare through {link}", done)
+        os.unlink(link)
+    done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
+    latest = [t for t in traces_in(runs) if t not in first]
+    expect(done.returncode == 0 and len(latest) == 1, "third run", done)
+    for link in links:
+        os.symlink(latest[0], link)
+        done = wrapper("check", "--expect-total", "20", link, cwd=tmp)
+        expect(done.returncode == 0 and "OK: 20 ranges" in done.stdout,
+               f"check through {link} to the last run's trace", done)
+        done = wrapper("compare", base, link, cwd=tmp)
+        expect(done.returncode == 0, f"compare through {link} to the last run's trace", done)
+        os.unlink(link)
+
+
 def test_many_ranks_on_other_nodes_all_count(tmp):
     """A job whose ranks each run their own `record` into a shared directory (`srun
     ferrum-replay record -o shared/`), more than the 256 other sessions a note entry keeps as
