@@ -3167,6 +3167,14 @@ def cmd_check(args):
                 failures.append(f"ranges do not nest in {quoted(os.path.basename(scan.path))}: "
                                 f"{printable(line)}")
                 break
+        # The recorder's (and merge's) "ranges" counts the range events it wrote: fewer held
+        # is a trace filtered or edited since, which passed on the ranges left (F105).
+        for scan in scans:
+            said, held = (scan.meta or {}).get("ranges"), scan.range_count()
+            if _is_int(said) and said != held:
+                failures.append(f"{quoted(os.path.basename(scan.path))} holds {held} ranges, "
+                                f"its recorder wrote {said}: changed since")
+                break
     total_ranges = counts.ranges()
 
     def ranges_named(name):

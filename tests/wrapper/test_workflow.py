@@ -3521,6 +3521,30 @@ def test_expect_file_without_expectations_fails(tmp):
                    f"{argv[1:3]} with {name}: one FAIL line", done)
 
 
+def test_check_counts_what_the_trace_holds(tmp):
+    """A trace that lost ranges after the recorder wrote it (filtered by a script, edited, one
+    graph's events dropped) passed `check` on the ranges left, though its block still says how
+    many were written (F105): FAIL, naming the trace and both counts. The trace as written,
+    and a merge of traces, still pass."""
+    done = wrapper("record", "-o", "t.json", "--", launch_driver(), "--graphs", "2", "--iters",
+                   "10", "--app-ranges", cwd=tmp)
+    trace = os.path.join(tmp, "t.json")
+    expect(done.returncode == 0 and os.path.exists(trace), "the run", done)
+    done = wrapper("check", "--expect-total", "20", trace, cwd=tmp)
+    expect(done.returncode == 0 and "OK: 20 ranges" in done.stdout, "the trace as written", done)
+    with open(trace, encoding="utf-8") as handle:
+        data = json.load(handle)
+    data["traceEvents"] = [e for e in data["traceEvents"]
+                           if not (e.get("ph") == "X" and "(graph 2)" in e.get("name", ""))]
+    cut = write(os.path.join(tmp, "cut.json"), json.dumps(data))
+    done = wrapper("check", cut, cwd=tmp)
+    expect(done.returncode == 1 and "FAIL: 'cut.json' holds 30 ranges, its recorder wrote 40: "
+           "changed since" in done.stdout, "check of a trace that lost one graph's ranges", done)
+    done = wrapper("merge", "-o", "merged.json", trace, trace, cwd=tmp)
+    done = wrapper("check", os.path.join(tmp, "merged.json"), cwd=tmp)
+    expect(done.returncode == 0 and "OK: " in done.stdout, "check of a merged trace", done)
+
+
 def test_ci_smoke_out_and_expect_problems_say_why(tmp):
     """ci-smoke-profile's --out that cannot be a directory, and an --expect that is none: one
     FAIL line naming the path and the reason, and no line of a system tool's (mkdir's 'cannot
