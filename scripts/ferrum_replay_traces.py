@@ -3319,6 +3319,7 @@ def _name_count(text):
 
 
 def _counts(text):
+    _given(text)  # `--expect-counts "$COUNTS"` with COUNTS unset: a usage error, as for --expect
     try:
         return [plain_count(n.strip()) for n in text.split(",") if n.strip()]
     except ValueError:

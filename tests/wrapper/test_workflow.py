@@ -3494,6 +3494,7 @@ def test_empty_option_values_are_usage_errors(tmp):
             ([WRAPPER, "check", "--expect", "", trace], "--expect", {}),
             ([WRAPPER, "check", "--expect=", trace], "--expect", {}),
             ([WRAPPER, "check", "--domain", "", trace], "--domain", {}),
+            ([WRAPPER, "check", "--expect-counts", "", trace], "--expect-counts", {}),
             ([WRAPPER, "check", "--running-dir", "", trace], "--running-dir", {}),
             ([WRAPPER, "check", "--nsys-stats", ""], "--nsys-stats", {}),
             ([WRAPPER, "summary", "--domain=", trace], "--domain", {}),
