@@ -206,37 +206,47 @@ void note_output_stream(const char *path) {
 
 namespace {
 
-// Files whose reader made a write give up (ETIMEDOUT), by identity: a later stream there takes
-// the room there is and waits for none. A stderr pipe nobody reads cost 2 s per warning or log
-// line (12 s for six bad settings, 52 s with FERRUM_REPLAY_LOG=debug); now 2 s once per
-// library that writes there. A write there that succeeds whole forgets it.
-constexpr unsigned kStalledFiles = 4;
-std::atomic<uint64_t> g_stalled[kStalledFiles];
-std::atomic<unsigned> g_stalled_next{0};
+// What waiting for each stream file's reader has cost so far, across every stream of this
+// library to it (each warning or log line is a stream of its own): the time waited and the
+// bytes written. A file may be waited for `stall_ms` plus what kMinStreamRate allows for what it
+// took, in all. Per stream, a reader that takes a page now and then held the exit for minutes,
+// and a full stderr pipe nobody reads cost 2 s per line (F101); now 2 s once, after which a
+// stuck file gets only the room there is. A healthy reader (a compressor, a slow link) keeps
+// its allowance ahead of the waits. The table keeps kWatchedFiles files: a ninth takes the
+// slots in turn, its counts starting afresh (so does a file evicted that comes back).
+struct FileWaits {
+  std::atomic<uint64_t> file{0};  // file_identity; 0: free
+  std::atomic<uint64_t> waited_ms{0};
+  std::atomic<uint64_t> written{0};
+};
+constexpr unsigned kWatchedFiles = 8;
+FileWaits g_file_waits[kWatchedFiles];
+std::atomic<unsigned> g_next_evicted{0};
 
 uint64_t file_identity(const struct stat &st) {
-  return ((static_cast<uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ull) ^
-          static_cast<uint64_t>(st.st_ino)) |
-         1;  // never 0, a free slot
+  const uint64_t identity =
+      (static_cast<uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ull) ^ static_cast<uint64_t>(st.st_ino);
+  return identity ? identity : 1;  // 0 marks a free slot
 }
 
-bool stalled_before(uint64_t file) {
-  for (const auto &slot : g_stalled)
-    if (slot.load(std::memory_order_relaxed) == file) return true;
-  return false;
-}
-
-void note_stalled(uint64_t file) {
-  if (!file || stalled_before(file)) return;
-  g_stalled[g_stalled_next.fetch_add(1, std::memory_order_relaxed) % kStalledFiles].store(
-      file, std::memory_order_relaxed);
-}
-
-void forget_stalled(uint64_t file) {
-  for (auto &slot : g_stalled) {
-    uint64_t expected = file;
-    slot.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+FileWaits *waits_of(uint64_t file) {
+  if (!file) return nullptr;
+  for (auto &slot : g_file_waits)
+    if (slot.file.load(std::memory_order_relaxed) == file) return &slot;
+  for (auto &slot : g_file_waits) {
+    uint64_t expected = 0;
+    if (slot.file.compare_exchange_strong(expected, file, std::memory_order_relaxed) ||
+        expected == file)
+      return &slot;
   }
+  // (Two threads evicting at once may share a slot, or account a moment to the other file:
+  // a bound a little off, never a wait without one.)
+  FileWaits &slot =
+      g_file_waits[g_next_evicted.fetch_add(1, std::memory_order_relaxed) % kWatchedFiles];
+  slot.waited_ms.store(0, std::memory_order_relaxed);
+  slot.written.store(0, std::memory_order_relaxed);
+  slot.file.store(file, std::memory_order_relaxed);
+  return &slot;
 }
 
 int open_stream_here(const char *path, Stream *stream);
@@ -245,7 +255,7 @@ int open_stream_here(const char *path, Stream *stream);
 
 int open_stream(const char *path, Stream *stream) {
   const int error = open_stream_here(path, stream);
-  if (error == 0 && stream->file && stalled_before(stream->file)) stream->stall_ms = 0;
+  if (error == 0) stream->waits = waits_of(stream->file);
   return error;
 }
 
@@ -345,12 +355,21 @@ int stream_write(Stream *stream, const void *data, size_t length) {
   const WriteSignalsHeld held;
 
   // Every write is non-blocking (open_stream); the bounds are on time without progress and on
-  // the average rate since the stream's first write (Stream).
+  // the file's whole wait (FileWaits; per stream for a file beyond the table).
+  auto *file = static_cast<FileWaits *>(stream->waits);
+  auto add = [](std::atomic<uint64_t> *shared, uint64_t &own, uint64_t amount) {
+    if (shared)
+      shared->fetch_add(amount, std::memory_order_relaxed);
+    else
+      own += amount;
+  };
+  auto read = [](const std::atomic<uint64_t> *shared, uint64_t own) {
+    return shared ? shared->load(std::memory_order_relaxed) : own;
+  };
   const char *p = static_cast<const char *>(data);
   int error = 0;
   const uint64_t stall = static_cast<uint64_t>(stream->stall_ms > 0 ? stream->stall_ms : 0);
   uint64_t deadline = monotonic_ms() + stall;
-  if (stream->started_ms == 0) stream->started_ms = deadline - stall;
   bool ready_but_full = false;  // poll said writable, yet the write found no room
   while (length > 0 && error == 0) {
     const ssize_t n = stream->socket   ? send(stream->fd, p, length, MSG_DONTWAIT | MSG_NOSIGNAL)
@@ -359,7 +378,7 @@ int stream_write(Stream *stream, const void *data, size_t length) {
     if (n > 0) {
       p += n;
       length -= static_cast<size_t>(n);
-      stream->written += static_cast<uint64_t>(n);
+      add(file ? &file->written : nullptr, stream->written, static_cast<uint64_t>(n));
       deadline = monotonic_ms() + stall;
       ready_but_full = false;
       stream->nowait_known = true;
@@ -373,8 +392,10 @@ int stream_write(Stream *stream, const void *data, size_t length) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       const uint64_t now = monotonic_ms();
-      const uint64_t until =
-          std::min(deadline, stream->started_ms + stall + stream->written / kMinStreamRate);
+      const uint64_t allowed =
+          stall + read(file ? &file->written : nullptr, stream->written) / kMinStreamRate;
+      const uint64_t spent = read(file ? &file->waited_ms : nullptr, stream->waited_ms);
+      const uint64_t until = std::min(deadline, now + (allowed > spent ? allowed - spent : 0));
       if (now >= until) {
         error = ETIMEDOUT;
         break;
@@ -382,16 +403,13 @@ int stream_write(Stream *stream, const void *data, size_t length) {
       if (ready_but_full) sleep_ms(1);  // a terminal may say writable and still have no room
       pollfd pfd{stream->fd, POLLOUT, 0};
       const int ready = poll(&pfd, 1, static_cast<int>(until - now));
+      add(file ? &file->waited_ms : nullptr, stream->waited_ms, monotonic_ms() - now);
       if (ready == 0) error = ETIMEDOUT;  // no room within the bound: room made later is too late
       ready_but_full = ready > 0;
     } else {
       error = n < 0 ? errno : EIO;
     }
   }
-  if (error == ETIMEDOUT)
-    note_stalled(stream->file);
-  else if (error == 0)
-    forget_stalled(stream->file);
   return error;
 }
 
@@ -400,7 +418,7 @@ const char *stream_error_note(int error) {
     case ENXIO:
       return " (no process is reading it)";
     case ETIMEDOUT:
-      return " (its reader made no room for 2 s, or too slowly: under 1 MiB/s)";
+      return " (its reader made no room for 2 s, or too slowly: under 64 KiB/s)";
     case kStreamNotReopenable:
       return " (a blocking descriptor of the program that cannot be reopened non-blocking; "
              "nothing written)";

@@ -23,10 +23,10 @@ bool is_stream_target(const char *path);
 
 // An open stream. Writing never creates, renames or truncates anything, and never waits more
 // than `stall_ms` without progress for the reader to make room (a full pipe, a terminal nobody
-// reads or that is stopped), nor longer in all than `stall_ms` plus what kMinStreamRate allows
-// for what it wrote (a reader that takes a page now and then); a file whose reader made a
-// write give up is not waited for again (no room: nothing written at once) until a write
-// there succeeds whole — the bound is the process's, not each line's. Every write is
+// reads or that is stopped), nor, for all of this library's streams to one file together (each
+// log line is one), longer than `stall_ms` plus what kMinStreamRate allows for what they wrote
+// there: a reader that takes a page now and then, or none at all, costs `stall_ms` once, and
+// the file then gets only the room there is (output_file.cpp: FileWaits). Every write is
 // non-blocking, on a description of our own (reopened, O_NONBLOCK), on a host descriptor the
 // host made non-blocking itself, on a host descriptor with pwritev2(RWF_NOWAIT) per write, or
 // with send(MSG_DONTWAIT) on a socket. The flags of a host's open file description are never
@@ -39,13 +39,13 @@ struct Stream {
   bool nowait = false;        // the host's blocking descriptor: pwritev2(..., -1, RWF_NOWAIT)
   bool nowait_known = false;  // a RWF_NOWAIT write succeeded: the kernel can do it here
   int stall_ms = 2000;
-  uint64_t file = 0;        // the file's identity (device, inode), for the stalled-file latch
-  uint64_t started_ms = 0;  // monotonic time of the first stream_write
-  uint64_t written = 0;     // bytes written so far
+  uint64_t file = 0;      // the file's identity (device, inode), for the accounting below
+  void *waits = nullptr;  // the file's account of waits (output_file.cpp), or null: these two
+  uint64_t waited_ms = 0, written = 0;  // this stream's own account
 };
-// The slowest reader waited for: bytes per millisecond on average (about 1 MiB/s), counted
-// from a stream's first write, after its first `stall_ms`.
-inline constexpr uint64_t kMinStreamRate = 1024;
+// The slowest reader waited for, in bytes per millisecond (about 64 KiB/s): the allowance each
+// byte a file took adds to its wait, beyond the first `stall_ms`.
+inline constexpr uint64_t kMinStreamRate = 64;
 
 // Opens the stream `path` names for writing. A descriptor path: EBADF if that descriptor of
 // this process is not open for writing; a regular file or a socket behind it, or one the host

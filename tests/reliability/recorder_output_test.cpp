@@ -1034,6 +1034,100 @@ TEST_CASE(
   close(master);
 }
 
+namespace {
+
+// Writes `bytes` to the descriptor path of `fd` as one stream; the error, and the seconds taken.
+int write_as_stream(int fd, size_t bytes, double *seconds) {
+  namespace common = ferrum_replay::common;
+  const timespec start = now_monotonic();
+  common::Stream stream;
+  int error = common::open_stream(noted("/dev/fd/", fd).c_str(), &stream);
+  const std::string data(bytes, 'x');
+  if (error == 0) error = common::stream_write(&stream, data.data(), data.size());
+  common::close_stream(&stream);
+  *seconds = seconds_since(start);
+  return error;
+}
+
+void fill(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  const std::string page(4096, 'f');
+  while (write(fd, page.data(), page.size()) > 0) {
+  }
+  fcntl(fd, F_SETFL, flags);
+}
+
+ino_t inode_of(int fd) {
+  struct stat st {};
+  fstat(fd, &st);
+  return st.st_ino;
+}
+
+}  // namespace
+
+TEST_CASE("waiting for a stream's reader is bounded per file, and one file's wait is its own") {
+  // F101: the 2 s bound was per stream, and each log line is a stream of its own; a file is now
+  // waited for 2 s plus 1 ms per 64 bytes it took, in all. A first version marked stalled files
+  // by (dev * K ^ ino) | 1: pipes made one after the other (consecutive inodes) were one file.
+  int stuck[2] = {-1, -1}, healthy[2] = {-1, -1};
+  for (int tries = 0; tries < 200; ++tries) {  // a stuck pipe of even inode, the next one after
+    REQUIRE(pipe(stuck) == 0);
+    REQUIRE(pipe(healthy) == 0);
+    if ((inode_of(stuck[1]) & 1) == 0 && inode_of(healthy[1]) == inode_of(stuck[1]) + 1) break;
+    for (int fd : {stuck[0], stuck[1], healthy[0], healthy[1]}) close(fd);
+    stuck[0] = -1;
+  }
+  REQUIRE(stuck[0] >= 0);
+  fill(stuck[1]);
+  double seconds = 0;
+  CHECK(write_as_stream(stuck[1], 100, &seconds) == ETIMEDOUT);
+  CHECK(seconds > 1.5);
+  CHECK(seconds < 6.0);
+  // Its wait spent: the next lines there take the room there is, at once.
+  for (int line = 0; line < 5; ++line) {
+    CHECK(write_as_stream(stuck[1], 100, &seconds) == ETIMEDOUT);
+    CHECK(seconds < 0.5);
+  }
+  // The pipe made next: a reader that starts late (300 ms) is waited for, and gets everything.
+  size_t got = 0;
+  std::thread reader([&] {
+    usleep(300 * 1000);
+    char buffer[65536];
+    ssize_t n;
+    while ((n = read(healthy[0], buffer, sizeof buffer)) > 0) got += static_cast<size_t>(n);
+  });
+  CHECK(write_as_stream(healthy[1], 1 << 20, &seconds) == 0);
+  close(healthy[1]);
+  reader.join();
+  CHECK(got == (1u << 20));
+  for (int fd : {stuck[0], stuck[1], healthy[0]}) close(fd);
+
+  // A reader that takes a page every 0.25 s, and a line of 1 KiB at a time, each a stream of
+  // its own (a debug log): every line waited its own 2 s bound at most, and none ever reached
+  // it — 200 lines took 12 s. Now the file's whole wait is bounded.
+  int slow[2];
+  REQUIRE(pipe(slow) == 0);
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    char page[4096];
+    while (!done.load()) {
+      usleep(250 * 1000);
+      if (read(slow[0], page, sizeof page) <= 0) break;
+    }
+  });
+  const timespec start = now_monotonic();
+  int written = 0;
+  for (int line = 0; line < 200; ++line) written += write_as_stream(slow[1], 1024, &seconds) == 0;
+  const double took = seconds_since(start);
+  done = true;
+  close(slow[1]);
+  trickle.join();
+  close(slow[0]);
+  CHECK(took < 6.0);
+  CHECK(written >= 64);  // the pipe's own room at least
+}
+
 TEST_CASE("a symbolic link at the name is never a stream, whatever it points to") {
   TempDir dir;
   Recorder r(spilling_at_once(), 0);

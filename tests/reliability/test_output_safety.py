@@ -602,7 +602,7 @@ def slow_reader_bounded():
     """A reader that takes a page now and then (4 KiB every 0.5 s: a stuck consumer, a FIFO
     read by a process that only polls) held the exit for as long as it liked: the 2 s bound was
     on time without progress, and each page restarted it (a 1 MB trace: minutes; F101). Now
-    the whole write is bounded too, by an average rate of 1 MiB/s after the first 2 s: the
+    the file's whole wait is bounded too, 2 s plus 1 ms per 64 bytes it took: the
     program ends within seconds with its own status, one line saying the trace is
     incomplete."""
     import threading
