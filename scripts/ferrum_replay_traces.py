@@ -1863,15 +1863,17 @@ def untrusted_inputs(paths):
     user's (planted: which of the user's traces are the last run's cannot be told)."""
     why, notes = [], set()
     for path in paths:
-        directory = os.path.dirname(os.path.abspath(path))
         owners = trace_owner(path)
         if owners is None:
             continue
-        for owner in sorted(set(owners)):
+        # A link in its directory, the trace it leads to in the trace's (earlier_record).
+        places = (os.path.dirname(os.path.abspath(path)),
+                  os.path.dirname(os.path.realpath(path)))
+        for owner, directory in sorted(set(zip(owners, places))):
             if not trusted_owner(owner, directory):
                 why.append(f"{quoted(path)} belongs to another user (uid {owner}) in a "
                            "directory not theirs: it may have been planted there")
-        owner = owners[1]
+        owner, directory = owners[1], places[1]
         if (directory, owner) in notes:
             continue
         notes.add((directory, owner))
@@ -3032,6 +3034,8 @@ def later_namesakes(paths):
                 for name in sorted(indexes[directory].get(os.path.basename(path), ()))]
 
     for path in paths:
+        if os.path.islink(path):  # the trace's own fresh names, beside it (earlier_record)
+            path = os.path.realpath(path)
         try:
             st = os.stat(path)
         except OSError:
