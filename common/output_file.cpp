@@ -355,7 +355,7 @@ int stream_write(Stream *stream, const void *data, size_t length) {
   const WriteSignalsHeld held;
 
   // Every write is non-blocking (open_stream); the bounds are on time without progress and on
-  // the file's whole wait (FileWaits; per stream for a file beyond the table).
+  // the file's whole wait (FileWaits; the stream's own account where it has no file).
   auto *file = static_cast<FileWaits *>(stream->waits);
   auto add = [](std::atomic<uint64_t> *shared, uint64_t &own, uint64_t amount) {
     if (shared)
