@@ -97,7 +97,8 @@ def printable(value, limit=None):
 def domain_name(value):
     """Section 4: (the NVTX domain to use, None or what a name must be). `value` (the user's
     FERRUM_REPLAY_DOMAIN) when it is 1 to 63 bytes that printable() keeps, not MPI (which
-    Nsight hides) and not GLOBAL_DOMAIN_NAME (where the program's own ranges are); otherwise, and when unset or empty, the default -- what the shim and the
+    Nsight hides) and not GLOBAL_DOMAIN_NAME (where the program's own ranges are); otherwise,
+    and when unset or empty, the default -- what the shim and the
     recorder use (they say why), so that a judge looks where the ranges are."""
     if not value:
         return DEFAULT_DOMAIN_NAME, None
@@ -2557,9 +2558,9 @@ def _trace_tail(path, whole_block=False):
     (is_ferrum_trace_file): the same bytes decide, so the wrapper never moves a file the
     recorder would keep. None otherwise. Never blocks on a FIFO or device. With
     `whole_block`, a tail long enough to hold the start of the ferrumReplay block too, read in
-    growing steps up to 64 MiB: the block lists every domain and thread name, and outgrows 64 KiB in a
-    program of a few thousand domains — its session then went unread, and an earlier run's
-    trace passed the judges as the last run's (F102)."""
+    growing steps up to 64 MiB: the block lists every domain and thread name, and outgrows
+    64 KiB in a program of a few thousand domains — its session then went unread, and an
+    earlier run's trace passed the judges as the last run's (F102)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
