@@ -355,17 +355,9 @@ int stream_write(Stream *stream, const void *data, size_t length) {
   const WriteSignalsHeld held;
 
   // Every write is non-blocking (open_stream); the bounds are on time without progress and on
-  // the file's whole wait (FileWaits; the stream's own account where it has no file).
-  auto *file = static_cast<FileWaits *>(stream->waits);
-  auto add = [](std::atomic<uint64_t> *shared, uint64_t &own, uint64_t amount) {
-    if (shared)
-      shared->fetch_add(amount, std::memory_order_relaxed);
-    else
-      own += amount;
-  };
-  auto read = [](const std::atomic<uint64_t> *shared, uint64_t own) {
-    return shared ? shared->load(std::memory_order_relaxed) : own;
-  };
+  // the file's whole wait (FileWaits, which open_stream gives every stream it opens).
+  FileWaits unaccounted;
+  FileWaits &file = stream->waits ? *static_cast<FileWaits *>(stream->waits) : unaccounted;
   const char *p = static_cast<const char *>(data);
   int error = 0;
   const uint64_t stall = static_cast<uint64_t>(stream->stall_ms > 0 ? stream->stall_ms : 0);
@@ -378,7 +370,7 @@ int stream_write(Stream *stream, const void *data, size_t length) {
     if (n > 0) {
       p += n;
       length -= static_cast<size_t>(n);
-      add(file ? &file->written : nullptr, stream->written, static_cast<uint64_t>(n));
+      file.written.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       deadline = monotonic_ms() + stall;
       ready_but_full = false;
       stream->nowait_known = true;
@@ -393,8 +385,8 @@ int stream_write(Stream *stream, const void *data, size_t length) {
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       const uint64_t now = monotonic_ms();
       const uint64_t allowed =
-          stall + read(file ? &file->written : nullptr, stream->written) / kMinStreamRate;
-      const uint64_t spent = read(file ? &file->waited_ms : nullptr, stream->waited_ms);
+          stall + file.written.load(std::memory_order_relaxed) / kMinStreamRate;
+      const uint64_t spent = file.waited_ms.load(std::memory_order_relaxed);
       const uint64_t until = std::min(deadline, now + (allowed > spent ? allowed - spent : 0));
       if (now >= until) {
         error = ETIMEDOUT;
@@ -403,7 +395,7 @@ int stream_write(Stream *stream, const void *data, size_t length) {
       if (ready_but_full) sleep_ms(1);  // a terminal may say writable and still have no room
       pollfd pfd{stream->fd, POLLOUT, 0};
       const int ready = poll(&pfd, 1, static_cast<int>(until - now));
-      add(file ? &file->waited_ms : nullptr, stream->waited_ms, monotonic_ms() - now);
+      file.waited_ms.fetch_add(monotonic_ms() - now, std::memory_order_relaxed);
       if (ready == 0) error = ETIMEDOUT;  // no room within the bound: room made later is too late
       ready_but_full = ready > 0;
     } else {

@@ -39,9 +39,8 @@ struct Stream {
   bool nowait = false;        // the host's blocking descriptor: pwritev2(..., -1, RWF_NOWAIT)
   bool nowait_known = false;  // a RWF_NOWAIT write succeeded: the kernel can do it here
   int stall_ms = 2000;
-  uint64_t file = 0;      // the file's identity (device, inode), for the accounting below
-  void *waits = nullptr;  // the file's account of waits (output_file.cpp), or null: these two
-  uint64_t waited_ms = 0, written = 0;  // this stream's own account
+  uint64_t file = 0;      // the file's identity (device, inode)
+  void *waits = nullptr;  // the file's account of waits (output_file.cpp: FileWaits)
 };
 // The slowest reader waited for, in bytes per millisecond (about 64 KiB/s): the allowance each
 // byte a file took adds to its wait, beyond the first `stall_ms`.
