@@ -640,10 +640,9 @@ def slow_reader_bounded():
 
 def stalled_stderr_waited_for_once():
     """Stderr a full pipe nobody reads: each line of ours (a warning for each bad setting, a log
-    line at each instantiation with FERRUM_REPLAY_LOG=debug) waited its own 2 s for room — six
-    bad settings held the program's first graph call 12 s, the debug log 52 s (F101). Now a
-    file that made a write give up is not waited for again: 2 s once. The program's own
-    status and output stay its own."""
+    line at each instantiation with FERRUM_REPLAY_LOG=debug) waited its own 2 s for room — this
+    test's program took 40 s (F101). Now the file's whole wait is bounded: 2 s once. The
+    program's own status and output stay its own."""
     program = [harness.path_of("LAUNCH_DRIVER"), "--graphs", "4", "--iters", "10"]
     read_end, write_end = os.pipe()
     harness.fill_pipe(write_end)
