@@ -1604,6 +1604,27 @@ def test_check_later_namesakes(tmp):
     done = wrapper("summary", earlier, cwd=tmp)
     expect(done.returncode == 0 and "note: 1 trace(s) of the same name written after the one(s) "
            "given, not summed: '" + later + "'" in done.stderr, "summary said nothing", done)
+    # Through a link (a CI script's links/latest.json -> ../job.json), the namesakes beside the
+    # trace count, not those beside the link: a fresh name of the link's own name there is no
+    # later run of the trace (F104).
+    os.mkdir(d("links"))
+    link = d("links/latest.json")
+    os.symlink(earlier, link)
+    beside_link = make_trace(d("links/latest.4243.json"), "--ranges", 3, "--graphs", 1,
+                             "--pid", 4243, cwd=tmp)
+    done = wrapper("check", link, cwd=tmp)
+    expect(done.returncode == 1 and "'" + later + "'" in done.stdout and
+           beside_link not in done.stdout, "check through a link: the trace's namesakes", done)
+    done = wrapper("compare", base, link, cwd=tmp)
+    expect(done.returncode == 2 and "'" + later + "'" in done.stderr and
+           beside_link not in done.stderr, "compare through a link: the trace's namesakes", done)
+    done = wrapper("summary", link, cwd=tmp)
+    expect(done.returncode == 0 and "'" + later + "'" in done.stderr and
+           beside_link not in done.stderr, "summary through a link: the trace's namesakes", done)
+    os.unlink(link)
+    os.symlink(later, link)  # the newest, through a link: no namesake of it is later
+    done = wrapper("check", link, cwd=tmp)
+    expect(done.returncode == 0 and "OK: 3 ranges" in done.stdout, "check, link to newest", done)
     # An older namesake (an earlier run's diverted trace) does not matter.
     os.utime(later, (1_600_000_000, 1_600_000_000))
     done = wrapper("check", earlier, cwd=tmp)
@@ -2496,10 +2517,28 @@ def test_judges_of_other_users_files(tmp):
     done = wrapper("compare", base, planted, cwd=tmp)
     expect(done.returncode == 2 and "belongs to another user" in done.stderr,
            "compare of a planted NEW", done)
+    # Through a link in a directory of the trace's owner (which would trust the trace there),
+    # the planted trace is still judged by its owner in its own directory (F104).
+    link = os.path.join(mine, "latest.json")
+    os.symlink(planted, link)
+    os.lchown(link, owner, owner)
+    done = wrapper("check", "--expect-total", "10", link, cwd=tmp)
+    expect(done.returncode == 1 and "belongs to another user" in done.stdout,
+           "check of a planted trace through a link", done)
+    os.unlink(link)
     # This user's own trace there, beside a note another user planted.
     os.unlink(planted)
     done = wrapper("record", "-o", planted, "--", *program, cwd=tmp)
     expect(done.returncode == 0 and os.path.exists(planted), "record into shared", done)
+    # A link another user left there, leading to this user's own trace: the link is judged by
+    # its owner in its directory, as a trace is (F104).
+    link = os.path.join(shared, "latest.json")
+    os.symlink(planted, link)
+    os.lchown(link, 65532, 65532)  # neither the directory's owner nor the judge
+    done = wrapper("check", "--expect-total", "10", link, cwd=tmp)
+    expect(done.returncode == 1 and "belongs to another user" in done.stdout,
+           "check through a link planted by another user", done)
+    os.unlink(link)
     note = os.path.join(shared, NOTE)  # this user's note, planted by another before it
     if os.path.exists(note):
         os.unlink(note)
