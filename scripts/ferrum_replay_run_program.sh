@@ -46,7 +46,7 @@ run_program() {
     run_in_foreground "$@"
     return 0
   fi
-  child='' pending=''
+  child='' pending='' received=''
   for sig in HUP INT QUIT TERM; do trap "forward_signal $sig" "$sig"; done
   if [ -e /proc/self/fd/0 ] || [ -h /proc/self/fd/0 ]; then
     eval "exec $spare<&0"
@@ -70,20 +70,23 @@ run_program() {
     # from waiting again (it is kept when the program had already ended).
     [ -n "$signalled" ] || break
   done
+  end_as_program
   exit_on_signals
 }
 
 # Execs "$@" (the program, or env/nsys/the wrapper that runs it) with the environment the
-# wrapper's caller gave: the CDPATH the wrappers unset for their own `cd`, and the variables
-# whose names are no shell names (spring.profiles.active, FOO-BAR: Kubernetes and Java set
-# such), which sh drops as it starts when it is dash. Those are read from the wrapper's own
-# start-up environment, /proc/PID/environ of its main shell (noted by note_startup_environment
-# where one holds such a name; that shell is alive, waiting or about to exec, while `cat` reads
-# it), beside what sh exports now (`env -0`); python3 execs "$@" with both, so the program keeps
-# this process's pid, which the wrapper waits on and passes signals to. Without /proc, python3
-# or a temporary file: as sh left it. Nothing the wrapper set or changed for the program is
-# touched: a name is only added where sh could not hold it. The program's LD_PRELOAD (the shim,
-# a sanitizer's runtime) is not the tools' here: unset for them, handed to python3 apart.
+# wrapper's caller gave, changed only in the variables the wrapper sets for the program
+# (restore_environment): the CDPATH the wrappers unset for their own `cd`, the variables whose
+# names are no shell names (spring.profiles.active, FOO-BAR: Kubernetes and Java set such),
+# which sh drops as it starts when it is dash, and the value the caller gave a variable that
+# shares its name with one of the wrapper's own. The caller's environment is read from the
+# wrapper's own start-up environment, /proc/PID/environ of its main shell (noted by
+# note_startup_environment where one holds such a name; that shell is alive, waiting or about
+# to exec, while `cat` reads it), beside what sh exports now (`env -0`); python3 execs "$@"
+# with both, so the program keeps this process's pid, which the wrapper waits on and passes
+# signals to. Without /proc, python3 or a temporary file: as sh left it (CDPATH handed back).
+# The program's LD_PRELOAD (the shim, a sanitizer's runtime) is not the tools' here: unset for
+# them, handed to python3 apart.
 exec_with_environment() {
   if [ -n "${ferrum_caller_cdpath+set}" ]; then
     CDPATH=$ferrum_caller_cdpath
@@ -111,13 +114,19 @@ exec_with_environment() {
   exec "$@"
 }
 
-# Called first thing by the wrappers' main shell: notes its pid for exec_with_environment when
-# its start-up environment holds a name sh cannot, and /proc/$$ is this very process (a /proc
-# of another PID namespace may give $$ to another). Read by this shell (/proc/self).
+# Called first thing by the wrappers' main shell. Sets the wrapper's EXIT trap (at_exit) and
+# notes its pid for exec_with_environment when its start-up environment holds a name sh cannot,
+# or one that the wrappers' own variables may share (any name but an upper-case one and `_`:
+# theirs are lower-case, and sh exports a variable it was given whatever the script later
+# assigns to it: a program run with out=, version=, dir= in its environment got the wrapper's
+# values), and /proc/$$ is this very process (a /proc of another PID namespace may give $$ to
+# another). Read by this shell (/proc/self).
 note_startup_environment() {
-  ferrum_environ_pid=''
+  reraise='' received=''
+  at_exit ''
+  ferrum_environ_pid='' temp_dir=''
   [ /proc/$$/stat -ef /proc/self/stat ] 2>/dev/null || return 0
-  { grep -qzv '^[A-Za-z_][A-Za-z0-9_]*=' </proc/self/environ; } 2>/dev/null || return 0
+  { grep -qzv -e '^[A-Z][A-Z0-9_]*=' -e '^_=' </proc/self/environ; } 2>/dev/null || return 0
   ferrum_environ_pid=$$
 }
 
@@ -125,9 +134,11 @@ note_startup_environment() {
 # environment, then what sh exports now (both NUL-separated), then the byte count of the first;
 # removed once read; argv[2] "set" when the program gets LD_PRELOAD, argv[3] its value; argv[4]
 # the shell's ignored signals (SigIgn, hexadecimal; empty when unread: none). The program's
-# environment: the second, its LD_PRELOAD, and each entry of the first whose name is no shell
-# name and is not there; its SIGPIPE and SIGXFSZ, which Python ignores from its start, as the
-# shell had them.
+# environment: the first, but for the variables the wrappers set for the program (`ours`:
+# LD_PRELOAD, NVTX_INJECTION64_PATH, FERRUM_*, the list docs/usage.md gives), which are as sh
+# exports them now, and for what sh exports that the first lacks; its LD_PRELOAD; its SIGPIPE
+# and SIGXFSZ, which Python ignores from its start, as the shell had them. A program that is a
+# script without a `#!` line runs under /bin/sh, as execvp and sh run it (Python's exec does not).
 restore_environment='
 import errno, os, re, signal, sys
 path, preload_set, preload, argv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5:]
@@ -144,13 +155,13 @@ try:
     body, _, size = data[:-1].rpartition(b"\0")
     startup, current = body[:int(size)], body[int(size):]
     entries = lambda block: [e.split(b"=", 1) for e in block.split(b"\0") if b"=" in e[1:]]
-    env = dict(entries(current))
+    ours = re.compile(rb"(?:LD_PRELOAD|NVTX_INJECTION64_PATH|FERRUM_[A-Za-z0-9_]*)\Z")
+    env = {name: value for name, value in entries(startup) if not ours.match(name)}
+    for name, value in entries(current):
+        if ours.match(name) or name not in env:
+            env[name] = value
     if preload_set:
         env[b"LD_PRELOAD"] = os.fsencode(preload)
-    shell_name = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*\Z")
-    for name, value in entries(startup):
-        if not shell_name.match(name) and name not in env:
-            env[name] = value
 except (OSError, ValueError):
     pass
 try:
@@ -164,19 +175,41 @@ try:
         os.execvp(argv[0], argv)
     os.execvpe(argv[0], argv, env)
 except OSError as error:
+    if error.errno == errno.ENOEXEC:
+        program = argv[0]
+        if "/" not in program:
+            path = (env or os.environb).get(b"PATH", b"/usr/bin:/bin").split(b":")
+            found = [os.path.join(os.fsdecode(d or b"."), program) for d in path]
+            found = [f for f in found if os.path.isfile(f) and os.access(f, os.X_OK)]
+            program = found[0] if found else program
+        try:
+            os.execve("/bin/sh", ["/bin/sh", program] + argv[1:],
+                      os.environ if env is None else env)
+        except OSError:
+            pass
     sys.stderr.write("%s: %s\n" % (argv[0], os.strerror(error.errno)))
     sys.exit(127 if error.errno == errno.ENOENT else 126)
 '
 
-# The program in the foreground: nothing is passed on, the wrapper still waits for it.
+# The program in the foreground: nothing can be passed on (sh runs a trap only once the
+# program has ended), the wrapper still waits for it; a signal meant for the wrapper that the
+# program never got then ends the wrapper (after its EXIT trap), where it was dropped before:
+# the caller's TERM was lost, the wrapper exited 0.
 run_in_foreground() {
-  for sig in HUP INT QUIT TERM; do trap : "$sig"; done
+  child='' received=''
+  for sig in HUP INT QUIT TERM; do trap "signalled=1; received=$sig" "$sig"; done
   ("$@"); status=$?
+  case $received in
+    '') ;;
+    INT|QUIT) in_terminal_foreground || reraise=$received ;;  # else the program got it too
+    *) reraise=$received ;;
+  esac
+  end_as_program
   exit_on_signals
 }
 
 forward_signal() {
-  signalled=1
+  signalled=1 received=$1
   case $1 in INT|QUIT) ! in_terminal_foreground || return 0 ;; esac
   if [ -n "$child" ]; then
     kill -s "$1" "$child" 2>/dev/null || true
@@ -206,10 +239,41 @@ in_terminal_foreground() {
   [ $# -ge 6 ] && [ "$3" = "$6" ]
 }
 
-# Before and after the program: a signal ends the wrapper as it would have, 128+N, with its
-# EXIT trap (temporary files removed).
+# Before and after the program: a signal ends the wrapper as it would have, by that signal
+# after its EXIT trap (temporary files removed; QUIT: exit 131, see end_as_program).
 exit_on_signals() {
-  trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 131' QUIT; trap 'exit 143' TERM
+  trap 'reraise=HUP; exit 129' HUP; trap 'reraise=INT; exit 130' INT
+  trap 'exit 131' QUIT; trap 'reraise=TERM; exit 143' TERM
+}
+
+# The wrapper's EXIT trap: ACTIONS (its temporary files removed; '' for none; replaces the
+# ones before), then the wrapper's end by the signal in `reraise` where one is due. A shell
+# that runs the wrapper (a loop in a script, xargs) stops on a Ctrl-C only when the command
+# it waited for was *killed* by SIGINT: exit 130 looks handled, and the loop went on to its
+# next program. Killed by the signal, the wrapper ends as the program did.
+at_exit() {
+  exit_actions=$1
+  trap 'eval "$exit_actions"; ending_signal' EXIT
+}
+ending_signal() {
+  case $reraise in
+    '') ;;
+    QUIT) trap - EXIT; exit 131 ;;
+    *) trap - EXIT "$reraise"; kill -s "$reraise" $$ ;;
+  esac
+}
+
+# After the program: where it died of the signal the wrapper itself was sent (a Ctrl-C typed
+# at its terminal reaches both; a TERM passed on), the wrapper ends by that signal too, once
+# it has reported (at_exit). A program that exited 130 on its own after a Ctrl-C cannot be
+# told from one the signal killed (sh sees 130 for both): it ends the wrapper too. QUIT keeps
+# its status: killed by it, the wrapper would leave a core file of the shell.
+end_as_program() {
+  case $received in
+    HUP) [ "$status" -ne 129 ] || reraise=HUP ;;
+    INT) [ "$status" -ne 130 ] || reraise=INT ;;
+    TERM) [ "$status" -ne 143 ] || reraise=TERM ;;
+  esac
 }
 
 # Sets the variable named $1 to the path $2 made absolute, under the working directory when it

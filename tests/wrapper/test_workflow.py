@@ -3451,12 +3451,26 @@ def test_environment_reaches_the_program(tmp):
     only what the subcommand sets (LD_PRELOAD; NVTX_INJECTION64_PATH and FERRUM_* for record).
     Lost before (a hostile review): CDPATH, which the wrappers unset for their own `cd`, and,
     where sh is dash, every variable whose name is no shell name (dash drops them as it
-    starts), with values that hold spaces, '=' and newlines too."""
+    starts), with values that hold spaces, '=' and newlines too; and the value the caller gave
+    a variable named as one of the wrappers' own (out, version, dir, mode...: sh exports a
+    variable it was given whatever the script assigns to it, and the program got the wrapper's
+    values; `ferrum_caller_cdpath` became the program's CDPATH). Every lower-case name the
+    wrappers assign is given here: none may change, nor steer the wrapper."""
     odd = {"spring.profiles.active": "prod", "FOO-BAR": "a b=c\nd", "9LIVES": "x"}
+    scripts = [os.path.join(SOURCE, "scripts", name) for name in
+               ("ferrum-replay", "ci-smoke-profile", "ferrum_replay_run_program.sh")]
+    # Assigned, a `for` loop's, read into, or set through eval (`absolute temp_dir ...`).
+    shapes = [r"(?<![A-Za-z0-9_$])([a-z_][a-z0-9_]*)=", r"\bfor ([a-z_][a-z0-9_]*) in\b",
+              r"\bread -r ([a-z_][a-z0-9_]*)", r"\b(?:absolute|literal_pattern) ([a-z_][a-z0-9_]*) "]
+    own = {name for script in scripts for shape in shapes
+           for name in re.findall(shape, open(script).read())}
+    expect({"out", "version", "dir", "stamp", "temp_dir", "field"} <= own,
+           f"the wrappers' names: {own}")
+    own = {name: f"the caller's {name}" for name in own}
     def environment(done):
         return dict(e.split("=", 1) for e in done.stdout.split("\0") if "=" in e[1:])
     preloads = {}  # the program's LD_PRELOAD per wrapper: the same with odd names and without
-    for given in ({"CDPATH": "/tmp:/usr", **odd}, {}):
+    for given in ({"CDPATH": "/tmp:/usr", **odd}, {}, own):
         bare = environment(run(["env", "-0"], tmp, env=given))
         for command, added in (([WRAPPER, "run", "--"], ("LD_PRELOAD",)),
                                ([WRAPPER, "record", "-o", "t.%p.json", "--"],
@@ -3477,6 +3491,17 @@ def test_environment_reaches_the_program(tmp):
                    f"{sorted(set(want) - set(got))}, added {sorted(set(got) - set(want))}, "
                    f"changed {sorted(k for k in got if k in want and got[k] != want[k])}",
                    done)
+    # A program that is a script without a `#!` line runs under /bin/sh, as execvp and every
+    # shell run it, also where python3 restores the environment: its exec has no such
+    # fallback, and `run` said "Exec format error", exit 126 (a hostile review).
+    script = write(os.path.join(tmp, "no-shebang"), 'echo "ran: $0 $*"\n')
+    os.chmod(script, 0o755)
+    for given in (odd, {}):
+        for path in (script, "no-shebang"):
+            done = run([WRAPPER, "run", "--", path, "a b"], tmp,
+                       env=dict(given, PATH=f"{tmp}:{os.environ['PATH']}"))
+            expect(done.returncode == 0 and done.stdout == f"ran: {script} a b\n",
+                   f"run of a script without #! ({path}, {sorted(given)})", done)
 
 
 def test_signal_dispositions_reach_the_program(tmp):
@@ -3690,12 +3715,13 @@ def test_signals_reach_the_program(tmp):
     # wrapper in the foreground: the signal reached neither, and with --out it died at once.
     smoke, smoke_out = [CI_SMOKE], [CI_SMOKE, "--out", os.path.join(tmp, "kept")]
     cases = [([WRAPPER, *record], sig, handled, 7) for sig in ("TERM", "HUP", "INT", "QUIT")]
-    cases += [([WRAPPER, *record], "TERM", plain, 128 + signal.SIGTERM),
-              ([WRAPPER, *record], "HUP", plain, 128 + signal.SIGHUP),
+    # A program the signal killed: the wrapper ends by it too (test_ctrl_c_stops_the_callers_loop).
+    cases += [([WRAPPER, *record], "TERM", plain, -signal.SIGTERM),
+              ([WRAPPER, *record], "HUP", plain, -signal.SIGHUP),
               (python_module, "TERM", handled, 7)]
     cases += [(command, sig, handled, 7) for command in (smoke, smoke_out)
               for sig in ("TERM", "HUP", "INT")]
-    cases += [(smoke_out, "TERM", plain, 128 + signal.SIGTERM)]
+    cases += [(smoke_out, "TERM", plain, -signal.SIGTERM)]
     for command, name, script, status in cases:
         for leftover in os.listdir(tmp):
             if leftover.startswith(("got.", "ready.")):
@@ -3728,12 +3754,119 @@ def test_signals_reach_the_program(tmp):
         expect(os.listdir(tmpdir) == [], f"SIG{name}: left in TMPDIR: {os.listdir(tmpdir)}",
                done)
         if command[0] == CI_SMOKE:
-            verdict = f"ci-smoke-profile: FAIL: the workload exited with status {status}"
+            verdict = ("ci-smoke-profile: FAIL: the workload exited with status "
+                       f"{status if status > 0 else 128 - status}")
             expect(verdict in done.stdout, f"SIG{name}: the verdict", done)
         # No line of the shell's own for a program a signal ended (dash printed "Terminated",
         # "Hangup" on stderr, which the program run alone never shows).
         expect(not re.search(r"^(Terminated|Hangup|Interrupt|Quit)\b", err, re.M),
                f"SIG{name}: the shell's job-status line on stderr", done)
+
+
+def test_ctrl_c_stops_the_callers_loop(tmp):
+    """A Ctrl-C typed while a loop in bash runs the wrapper (`for m in ...; do ferrum-replay
+    record -- ./bench $m; done`) stops the loop, as it does without the wrapper: bash goes on
+    to the next command unless the one it waited for was killed by SIGINT, and record and
+    ci-smoke-profile exited 130 instead (a hostile review: the loop ran every later program).
+    The wrapper now ends by the signal that ended its program, after its report and its
+    clean-up."""
+    bash = shutil.which("bash")
+    if not bash:
+        return "skip: no bash, whose loop is the caller here"
+    import pty
+    tmpdir = os.path.join(tmp, "tmpdir")
+    os.mkdir(tmpdir)
+    program = ["sh", "-c", 'echo > "ready.$0"; exec sleep 20']
+    for label, command in (("without the wrapper", []),
+                           ("record", [WRAPPER, "record", "-o", "t.%p.json", "--"]),
+                           ("ci-smoke-profile", [CI_SMOKE, "--allow-no-ranges", "--"])):
+        for leftover in os.listdir(tmp):
+            if leftover.startswith(("ready.", "finished")):
+                os.unlink(os.path.join(tmp, leftover))
+        loop = ("for i in 1 2; do " + shlex.join([*command, *program]) + ' "$i"; done; '
+                "echo > finished")
+        pid, master = pty.fork()
+        if pid == 0:  # the caller: bash on a terminal of its own, the signals at their defaults
+            try:
+                os.chdir(tmp)
+                default_signals()
+                os.execve(bash, [bash, "-c", loop], base_env({"TMPDIR": tmpdir}))
+            finally:
+                os._exit(127)
+        output, status = b"", None
+        try:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(os.path.join(tmp, "ready.1")):
+                expect(time.monotonic() < deadline, f"{label}: the program did not start")
+                time.sleep(0.05)
+            time.sleep(0.2)
+            os.write(master, b"\x03")  # Ctrl-C: SIGINT to the terminal's foreground group
+            deadline = time.monotonic() + 30
+            while status is None and time.monotonic() < deadline:
+                try:
+                    output += os.read(master, 4096)
+                except OSError:
+                    pass  # (EIO: the terminal's last process has ended)
+                done_pid, raw = os.waitpid(pid, os.WNOHANG)
+                if done_pid:
+                    status = os.waitstatus_to_exitcode(raw)
+                else:
+                    time.sleep(0.05)
+        finally:
+            if status is None:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.close(master)
+        text = output.decode(errors="replace")
+        expect(status == -signal.SIGINT and not os.path.exists(os.path.join(tmp, "ready.2"))
+               and not os.path.exists(os.path.join(tmp, "finished")),
+               f"{label}: after Ctrl-C the loop went on (bash's status {status}; the second "
+               f"program {'ran' if os.path.exists(os.path.join(tmp, 'ready.2')) else 'did not'})"
+               f"\n{text}")
+        expect(os.listdir(tmpdir) == [], f"{label}: left in TMPDIR: {os.listdir(tmpdir)}")
+
+
+def test_signal_when_no_descriptor_is_spare(tmp):
+    """A caller that hands on descriptors 3 to 9 (make's jobserver, systemd's sockets, a CI
+    runner) leaves the wrapper no spare one to hand the program its stdin in the background:
+    it runs the program in the foreground, where sh runs no trap until the program ends, so a
+    TERM sent to the wrapper cannot be passed on. It was dropped: the wrapper exited 0 as if
+    never signalled (a hostile review). It now ends by the signal once the program has ended
+    and the report is written, its temporary files removed."""
+    tmpdir = os.path.join(tmp, "tmpdir")
+    os.mkdir(tmpdir)
+    program = ["sh", "-c", 'echo > ready; sleep 2; echo > finished']
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(10)]
+    try:
+        for command in ([WRAPPER, "record", "-o", "t.%p.json", "--"],
+                        [CI_SMOKE, "--allow-no-ranges", "--"]):
+            for leftover in ("ready", "finished"):
+                if os.path.exists(os.path.join(tmp, leftover)):
+                    os.unlink(os.path.join(tmp, leftover))
+            proc = subprocess.Popen([*command, *program], cwd=tmp, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, errors="replace",
+                                    env=base_env({"TMPDIR": tmpdir}),
+                                    pass_fds=[fd for fd in held if 3 <= fd <= 9],
+                                    preexec_fn=default_signals)
+            deadline = time.monotonic() + 30
+            while not os.path.exists(os.path.join(tmp, "ready")):
+                expect(time.monotonic() < deadline and proc.poll() is None,
+                       f"{command[:2]}: the program did not start")
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise AssertionError(f"{command[:2]}: the wrapper did not end")
+            done = Done(command, proc.returncode, out, err)
+            expect(proc.returncode == -signal.SIGTERM and
+                   os.path.exists(os.path.join(tmp, "finished")),
+                   f"{command[:2]}: a TERM the program could not be given", done)
+            expect(os.listdir(tmpdir) == [], f"left in TMPDIR: {os.listdir(tmpdir)}", done)
+    finally:
+        for fd in held:
+            os.close(fd)
 
 
 def test_program_keeps_its_descriptors(tmp):
