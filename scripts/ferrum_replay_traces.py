@@ -1583,11 +1583,16 @@ def cmd_merge(args):
                     if ph == "X" and not str(e.get("cat", "")).endswith(",gpu"):
                         counted["ranges"] += 1
                         foreign_ranges[index] += not _is_int(m.get("ranges"))
-                        if "ts" in e and shift:
+                    if ph != "M" and "ts" in e:
+                        # Every event with a time is on its trace's clock and moves by the one
+                        # shift: ranges, GPU replays (",gpu": left behind, they sat seconds away
+                        # from their launches), marks, start/end halves, counters, anything a
+                        # tool added. Metadata has no time; a time we cannot move is refused.
+                        if not _is_number(e["ts"]):
+                            raise InputError(f"{quoted(path)}: event {start + offset}: ts is not "
+                                             "a finite number")
+                        if shift:
                             e["ts"] = round(float(e["ts"]) + shift, 3)
-                    elif ph in ("i", "b", "e") and "ts" in e and shift:
-                        # Marks and start/end ranges move with their process's ranges.
-                        e["ts"] = round(float(e["ts"]) + shift, 3)
                     emit(e)
 
             top = TraceReader(path).read(batch)

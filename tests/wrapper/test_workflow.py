@@ -1149,6 +1149,59 @@ def test_summary_and_merge(tmp):
     expect(done.returncode == 2, "summary without traces", done)
 
 
+def test_merge_moves_gpu_replays_with_launches(tmp):
+    # F110: merge moved each process's ranges, marks and start/end halves onto the common time
+    # line but left its GPU replays (cat "ferrum-replay,gpu") at their own trace's times: every
+    # process's GPU blocks but the earliest one's sat seconds before the launches that made
+    # them. Every event with a time (a tool's counter too) moves by its process's one shift.
+    paths = []
+    for name in ("a.json", "b.json"):
+        done = wrapper("record", "-o", name, "--", launch_driver(), "--graphs", "2", "--iters",
+                       "5", cwd=tmp, env={"FERRUM_REPLAY_SITE": "off",
+                                          "FERRUM_STANDIN_GRAPH_NS": "200000"})
+        expect(done.returncode == 0, "record failed", done)
+        paths.append(os.path.join(tmp, name))
+        time.sleep(0.5)  # the second run starts well after the first one's replays
+    with open(paths[1]) as handle:
+        second = json.load(handle)
+    pid = second["ferrumReplay"]["pid"]
+    second["traceEvents"].append({"ph": "C", "name": "memory", "pid": pid, "tid": pid,
+                                  "ts": 1.5, "args": {"bytes": 1}})
+    with open(paths[1], "w") as handle:
+        json.dump(second, handle)
+    done = wrapper("merge", "-o", "m.json", *paths, cwd=tmp)
+    expect(done.returncode == 0, "merge failed", done)
+    merged = expect_good_trace(os.path.join(tmp, "m.json"), done)
+    entries = {e["pid"]: e for e in merged["ferrumReplay"]["merged"]}
+    expect(entries[pid]["shiftUs"] >= 400000, f"the runs are apart: {entries}", done)
+    for path in paths:
+        trace = trace_check.load(path)
+        meta = trace["ferrumReplay"]
+        entry = entries[meta["pid"]]
+        timed = [e for e in trace["traceEvents"] if e.get("ph") != "M" and "ts" in e]
+        moved = [e for e in merged["traceEvents"] if e.get("pid") == entry["mergedPid"]
+                 and e.get("ph") != "M" and "ts" in e]
+        expect(len(timed) == len(moved) and all(
+            abs(after["ts"] - (before["ts"] + entry["shiftUs"])) < 0.002
+            for before, after in zip(timed, moved)),
+            f"{path}: every event with a time moved by {entry['shiftUs']} us", done)
+        # Each GPU replay starts no earlier than the CPU range of its launch (within the
+        # alignment's error bound): on the launch's time line, not its trace's.
+        launches = {(e["tid"], e["name"], e["args"]["payload"]): e for e in moved
+                    if e["ph"] == "X" and not trace_check.is_gpu(e)}
+        replays = [e for e in moved if e["ph"] == "X" and trace_check.is_gpu(e)]
+        error_us = meta["gpu"]["alignErrorNs"] / 1e3
+        expect(len(replays) == 10, f"{path}: 10 GPU replays: {len(replays)}", done)
+        for replay in replays:
+            launch = [e for key, e in launches.items()
+                      if key[1:] == (replay["name"], replay["args"]["replay"])]
+            expect(len(launch) == 1 and replay["ts"] >= launch[0]["ts"] - error_us - 0.002 and
+                   replay["ts"] < launch[0]["ts"] + 100000,
+                   f"{path}: GPU replay {replay} after its launch {launch}", done)
+    expect(any(e.get("ph") == "C" and e["ts"] == round(1.5 + entries[pid]["shiftUs"], 3)
+               for e in merged["traceEvents"]), "the counter moved with its process", done)
+
+
 # ---- env, run, demo -------------------------------------------------------------------------
 
 def test_env_and_run(tmp):
