@@ -836,7 +836,64 @@ def pid_labels(scan):
     if scan.merged:
         return {pid: str(name) for pid, name in scan.process_names.items()}
     label = process_label(scan.meta, scan.path, scan.process_names.get(scan.meta.get("pid")))
-    return {pid: label for pid, _ in scan.stats}
+    return {pid: label for pid, _ in list(scan.stats) + list(scan.gpu_stats)}
+
+
+def pid_runs(scan):
+    """{pid: the process's run} for each pid of a trace's events (a merged trace's pids are its
+    own): (host, pid, recorder start) as run_identities tells runs apart, or, for a process
+    without a recorder start, (path, pid): its file's own."""
+    m = scan.meta
+    entries = {}  # pid in the events -> the object that names its run
+    if scan.merged:
+        for entry in m["merged"]:
+            if isinstance(entry, dict) and _is_int(entry.get("mergedPid")):
+                entries[entry["mergedPid"]] = entry
+    elif m:
+        entries[m.get("pid")] = m
+    runs = {}
+    for pid in {pid for pid, _ in scan.stats} | {pid for pid, _ in scan.gpu_stats}:
+        found = run_identities(entries[pid])[0] if pid in entries else ()
+        runs[pid] = min(found) if found else (scan.path, str(pid), None)
+    return runs
+
+
+def recorder_start_text(start):
+    """A recorder start (originRealtimeNs, text) as UTC time to the nanosecond, or the text."""
+    try:
+        ns = int(start)
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ns // 10**9)) + \
+            f".{ns % 10**9:09d} UTC"
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(start)
+
+
+def process_row_labels(scans):
+    """{(scan index, pid): label}, one label per process (pid_runs), for summary --by-process.
+    Labels that coincide for two processes (one pid on one host: pid reuse, containers whose
+    workload is pid 1) are told apart by the file, then the recorder start, the pid, the
+    path: keyed by label, two runs' replays were summed into one row set."""
+    runs, labels = {}, {}  # (scan index, pid) -> run; run -> [label, path]
+    for index, scan in enumerate(scans):
+        names = pid_labels(scan)
+        for pid, run in pid_runs(scan).items():
+            runs[(index, pid)] = run
+            labels.setdefault(run, [names.get(pid, str(pid)), scan.path])
+    steps = (lambda run, path: f" · {os.path.basename(path)}",
+             lambda run, path: (f" · recorder start {recorder_start_text(run[2])}"
+                                if run[2] is not None else ""),
+             lambda run, path: f" · pid {run[1]}",
+             lambda run, path: f" · {path}")
+    for step in steps:
+        groups = collections.defaultdict(list)
+        for run, entry in labels.items():
+            groups[entry[0]].append(run)
+        for group in groups.values():
+            suffixes = [step(run, labels[run][1]) for run in group]
+            if len(set(suffixes)) > 1:  # a step that tells none of them apart adds nothing
+                for run, suffix in zip(group, suffixes):
+                    labels[run][0] += suffix
+    return {key: labels[run][0] for key, run in runs.items()}
 
 
 def process_keys(scan):
@@ -975,16 +1032,16 @@ def totals(scans):
 
 def aggregate(scans, domain=None, by_process=False, gpu=False):
     """{(process label or "", domain): NameStats} of the ranges' CPU time, or with `gpu` of
-    the GPU replays' GPU time (keyed by the domain of the ranges they time). A group with one
-    source shares that trace's table (nothing is copied); a second source makes it a table of
-    its own."""
+    the GPU replays' GPU time (keyed by the domain of the ranges they time); by process, one
+    label per process (process_row_labels). A group with one source shares that trace's table
+    (nothing is copied); a second source makes it a table of its own."""
     table, owned = {}, set()
-    for scan in scans:
-        labels = pid_labels(scan) if by_process else None
+    labels = process_row_labels(scans) if by_process else None
+    for index, scan in enumerate(scans):
         for (pid, cat), stats in (scan.gpu_stats if gpu else scan.stats).items():
             if domain is not None and cat != domain:
                 continue
-            key = (labels.get(pid, str(pid)) if by_process else "", cat)
+            key = (labels[(index, pid)] if by_process else "", cat)
             group = table.get(key)
             if group is None:
                 table[key] = stats

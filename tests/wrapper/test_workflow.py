@@ -1149,6 +1149,7 @@ def test_summary_and_merge(tmp):
     expect(done.returncode == 2, "summary without traces", done)
 
 
+
 def test_merge_moves_gpu_replays_with_launches(tmp):
     # F110: merge moved each process's ranges, marks and start/end halves onto the common time
     # line but left its GPU replays (cat "ferrum-replay,gpu") at their own trace's times: every
@@ -1201,6 +1202,44 @@ def test_merge_moves_gpu_replays_with_launches(tmp):
     expect(any(e.get("ph") == "C" and e["ts"] == round(1.5 + entries[pid]["shiftUs"], 3)
                for e in merged["traceEvents"]), "the counter moved with its process", done)
 
+
+def summary_by_process(text):
+    """{process label: {range: (count, gpu mean us)}} of a `summary --by-process` table."""
+    rows = {}
+    for line in text.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) == 17 and cells[2].startswith("graph "):
+            rows.setdefault(cells[0], {})[cells[2]] = (int(cells[3]), cells[12])
+    return rows
+
+
+def test_summary_by_process_tells_runs_apart(tmp):
+    # F111: summary --by-process keyed its rows by the process's label, so two runs whose labels
+    # coincide (one pid on one host: containers, where the workload is pid 1, or pid reuse) were
+    # summed into one row set: 32 = 16 + 16 replays, a GPU mean of 70 us from 50 and 90. One
+    # row set per run (host, pid, recorder start), its label told apart by file, then start.
+    os.mkdir(os.path.join(tmp, "other"))
+    traces = [make_trace(os.path.join(tmp, name), "--ranges", 100, "--graphs", 2, "--gpu-us", us,
+                         cwd=tmp)
+              for name, us in (("a.json", 50), ("b.json", 90), ("other/a.json", 70))]
+    done = wrapper("summary", "--by-process", *traces, cwd=tmp)
+    rows = summary_by_process(done.stdout)
+    label = "generated (pid 4242, on generated)"
+    expect(done.returncode == 0 and "300 ranges in 3 traces (3 processes)" in done.stdout and
+           f"{label} · b.json" in rows and len(rows) == 3, f"three row sets: {list(rows)}", done)
+    expect(sorted(r["graph 1"] for r in rows.values()) ==
+           [(52, "50.000"), (52, "70.000"), (52, "90.000")] and
+           all(r["graph 2"][0] == 48 for r in rows.values()), f"one run per row: {rows}", done)
+    # Two files of one name (a.json, other/a.json): the recorder start tells them apart.
+    starts = [l for l in rows if l.startswith(f"{label} · a.json · recorder start ")]
+    expect(len(starts) == 2 and all(l.endswith(" UTC") for l in starts), "by start", done)
+    # The same in a merged trace, whose labels name the files merged.
+    done = wrapper("merge", "-o", "m.json", *traces, cwd=tmp)
+    expect(done.returncode == 0, "merge failed", done)
+    done = wrapper("summary", "--by-process", os.path.join(tmp, "m.json"), cwd=tmp)
+    rows = summary_by_process(done.stdout)
+    expect(len(rows) == 3 and sorted(r["graph 1"] for r in rows.values()) ==
+           [(52, "50.000"), (52, "70.000"), (52, "90.000")], f"merged: {rows}", done)
 
 # ---- env, run, demo -------------------------------------------------------------------------
 
