@@ -1201,32 +1201,44 @@ def trace_inputs(path, side, newest=False):
         untrusted = untrusted_inputs(found) if newest else []
         if untrusted:
             raise InputError(f"{side}: {untrusted[0]}")
-        kept, left = last_run_only(found, f"compare: {side}")
-        if not kept and any((earlier_record(p) or 0) >= UNNOTED for p in left):
-            # Its start could not be noted (mark_unnoted): whether it wrote any is unknown.
+        records = {}
+        kept, left = last_run_only(found, f"compare: {side}", records)
+        untellable = max((earlier_record(p, records) for p in left), default=0)
+        if not kept and untellable >= UNNOTED:
+            # Its start could not be noted (mark_unnoted), or its note cannot be read: whether
+            # it wrote any is unknown.
             raise InputError(f"{side} {quoted(path)} holds no trace of the last `ferrum-replay "
-                             "record` into it that can be told to be its: that run could not "
-                             "be noted there (a full disk or quota?)")
+                             "record` into it that can be told to be its: "
+                             + untold(untellable, quoted(path)))
         if not kept:
+            silent = silent_output(left[0], records)
             raise InputError(f"{side} {quoted(path)} holds no trace of the last `ferrum-replay "
-                             f"record` into it (which wrote none): its {len(left)} "
-                             f"trace{'s are' if len(left) != 1 else ' is'} of earlier runs")
+                             f"record` into it ({f'{silent}, ' if silent else ''}which wrote "
+                             f"none): its {len(left)} trace{'s are' if len(left) != 1 else ' is'}"
+                             " of earlier runs")
         if newest:
             refuse_merged_earlier(kept, side)
         return kept
     untrusted = untrusted_inputs([path]) if newest else []
     if untrusted:
         raise InputError(f"{side}: {untrusted[0]}")
-    start = earlier_record(path) if newest else None
+    records = {}
+    start = earlier_record(path, records) if newest else None
     if start is not None and start >= UNNOTED:
         raise InputError(f"{side} {quoted(path)} cannot be told to be a trace of the last "
-                         "`ferrum-replay record` into its directory: that run could not be "
-                         "noted there (a full disk or quota?)")
+                         "`ferrum-replay record` into its directory: " +
+                         untold(start, quoted(os.path.dirname(os.path.realpath(path)))))
+    silent = silent_output(path, records) if start is not None else None
+    if silent:
+        raise InputError(f"{side} {quoted(path)} is an earlier run's trace: the last "
+                         f"`ferrum-replay record` into its directory, {silent} (began "
+                         f"{record_began(start)}), wrote no trace there")
     if start is not None:
         when = record_began(start)
         raise InputError(f"{side} {quoted(path)} is an earlier run's trace: it was written "
-                         "before the last `ferrum-replay record` of its name into its "
-                         f"directory began ({when}), which wrote none there")
+                         "before the last `ferrum-replay record` of its name (or, for a name "
+                         f"no record gives, any) into its directory began ({when}), which "
+                         "wrote none there")
     if newest:
         # A run that found the name taken within moments of the last one's exit wrote beside
         # it (NAME.<pid>.EXT): the file at the name is then the earlier run's (check's rule).
@@ -1877,13 +1889,32 @@ OVERLAP_CUT = ("*", "")
 # The start read from an empty note: a `record` began there whose note could not be written
 # (mark_unnoted): every trace of its user there is judged an earlier run's.
 UNNOTED = 1 << 63
+# What earlier_record gives for every trace of a user whose note exists but cannot be read as
+# one (cut short, over RECORDS_LIMIT, a FIFO, a link, another user's): which traces are the
+# last run's cannot be told, so none is (judged, such a note made every run the last one's).
+UNREADABLE = UNNOTED + 1
 
 
 def record_began(start):
     """When the last `record` (of a note's entry) began, as messages say it."""
+    if start >= UNREADABLE:
+        return "unknown: its note cannot be read"
     if start >= UNNOTED:
         return "unknown: its start could not be noted there, a full disk?"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start / 1e9))
+
+
+def untold(start, where):
+    """Why no trace in WHERE (a quoted directory) can be told to be its last run's, for a
+    START of UNNOTED or UNREADABLE (earlier_record): the end of a judge's one line."""
+    if start >= UNREADABLE:
+        return (f"the note of `ferrum-replay record` runs in {where} ({RECORDS_PREFIX}UID) cannot "
+                "be read as one (not a regular file of at most 1 MiB of its user's holding a "
+                "note): which traces are the last run's cannot be told; remove it and record "
+                "again")
+    return (f"the last `ferrum-replay record` into {where} could not be noted there (a full "
+            "disk or quota?): which traces are its cannot be told; record again once there is "
+            "room")
 
 
 def records_file(uid):
@@ -2097,10 +2128,11 @@ def note_record(pattern, stamp):
         noted = read_records(directory)
         if noted is None:
             # A file of the user's (or another user's) at the note's name: never replaced.
-            # Judges do not read it either; a reused directory is then judged as a whole.
+            # Judges do not read it either, and judge no trace of this user's there (UNREADABLE).
             print(f"ferrum-replay: warning: {quoted(note_path)} is not a note of this user's "
-                  "ferrum-replay: left as it is, and this run is not noted (check and compare "
-                  "of the directory judge every run in it)", file=sys.stderr)
+                  "ferrum-replay: left as it is, and this run is not noted (until it is "
+                  "removed, check fails and compare refuses on every trace of yours in the "
+                  "directory: which are the last run's cannot be told)", file=sys.stderr)
             return
         dropped = max((n for g, n, s, *_ in noted if g == ["*"] and not s), default=0)
         if dropped >= UNNOTED:
@@ -2276,7 +2308,12 @@ def earlier_record(path, records=None):
     names no session, when written before the run of every entry whose any-value names match
     it began, unless an entry's own names do. RECORDS: a cache of read_records by directory
     and user. A symbolic link is judged as the trace it leads to, in that trace's directory
-    (`latest.json -> runs/ferrum-replay.PID.json` passed as the last run's, F104)."""
+    (`latest.json -> runs/ferrum-replay.PID.json` passed as the last run's, F104).
+
+    Besides, every trace in a directory is an earlier run's when the last `record` into it
+    left no trace there (silent_record: -o D/new.json after -o D/, F108), and when its user's
+    note there exists but cannot be read (UNREADABLE, F109); a trace at a name no entry gives
+    (a merged all.json, a copy latest.json) is judged by unnamed_earlier (F107)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -2288,10 +2325,25 @@ def earlier_record(path, records=None):
     key = (directory, st.st_uid)  # the note of the user the trace belongs to
     if key not in records:
         records[key] = read_records(directory, st.st_uid)
+    if records[key] is None:
+        return UNREADABLE
+    start = judged_by_note(path, st, records[key])
+    if start is None:
+        silent = silent_record(directory, st.st_uid, records)
+        if silent is not None:
+            return silent[1]
+    return start
+
+
+def judged_by_note(path, st, entries):
+    """earlier_record by the note's ENTRIES alone, for the trace at PATH (a real path; ST: its
+    stat)."""
     name = os.path.basename(path)
     block = written = False  # the trace's block and session, read once (the tail that holds it)
-    own_entry, any_value_starts = False, []
-    for globs, start, session, overlapping, host, any_value in records[key] or ():
+    own_entry, any_value_starts, named = False, [], False
+    for globs, start, session, overlapping, host, any_value in entries:
+        if globs != ["*"] or session:  # (not the mark of dropped names or of an unnoted run)
+            named = named or any(fnmatch.fnmatchcase(name, g) for g in globs + (any_value or []))
         if not any(fnmatch.fnmatchcase(name, g) for g in globs):
             if not any_value or not any(fnmatch.fnmatchcase(name, g) for g in any_value):
                 continue
@@ -2301,8 +2353,7 @@ def earlier_record(path, records=None):
                 written = written if isinstance(written, str) else None
             # (A name the entry's own globs miss: another run's of its own value, say a job
             # tag, is judged by its own entry, where its session still is.)
-            if written is not None and not noted_session(records[key], written,
-                                                         st.st_mtime_ns):
+            if written is not None and not noted_session(entries, written, st.st_mtime_ns):
                 return start
             any_value_starts.append((start, host))
             continue
@@ -2326,7 +2377,124 @@ def earlier_record(path, records=None):
             st.st_mtime_ns < start or started_before(block, start, host)
             for start, host in any_value_starts):
         return min(start for start, _ in any_value_starts)
+    if not named:
+        return unnamed_earlier(path, st, entries, trace_block(path) if block is False else block)
     return None
+
+
+def unnamed_earlier(path, st, entries, block):
+    """earlier_record of a ferrum-replay trace (BLOCK: its ferrumReplay block, None for a file
+    that is not one) at a name no entry of its directory's note ENTRIES gives: a merged
+    `all.json`, a copy `latest.json`, `cp` under any name. Such a file counted as the last
+    run's whatever it held: merged after a run, it stood in for the next run that wrote none
+    (F107). So it is judged by what it holds. A merged trace, by the parts it names
+    (`merged[].file`) that were in this directory: an earlier run's when changed before the
+    last `record` of such a part's name began (against the newest start of any name, a merge of
+    two names' last runs failed once a third name was recorded). A trace of a process that says
+    it was written for this directory, by the session it names, as at its own name: of a
+    session the note names, that name's last run's; of any other, an earlier run's (a copy
+    made since of an earlier trace). Any other, when changed before the last `record` into the
+    directory began (the newest start noted): no file written before then holds that run's
+    data. A merge made since of an earlier run's traces says so itself (earlierRun)."""
+    starts = [start for globs, start, session, *_ in entries if globs != ["*"] or session]
+    if block is None or not starts:
+        return None
+    newest = max(starts)
+    parts = block.get("merged") if isinstance(block.get("merged"), list) else ()
+    names = {os.path.basename(p["file"]) for p in parts if isinstance(p, dict) and
+             isinstance(p.get("file"), str) and
+             os.path.realpath(os.path.dirname(p["file"])) == os.path.dirname(path)}
+    relevant = [start for globs, start, session, _, _, any_value in entries
+                if (globs != ["*"] or session) and
+                any(fnmatch.fnmatchcase(n, g) for n in names for g in globs + (any_value or []))]
+    if relevant:
+        late = [start for start in relevant if st.st_mtime_ns < start]
+        return max(late) if late else None
+    session, output = block.get("session"), block.get("output")
+    if isinstance(session, str) and isinstance(output, str) and "merged" not in block and \
+            os.path.realpath(os.path.dirname(output)) == os.path.dirname(path) and \
+            not any(OVERLAP_CUT in (e[3] or ()) for e in entries):
+        return None if noted_session(entries, session, st.st_mtime_ns) else newest
+    return newest if st.st_mtime_ns < newest else None
+
+
+def silent_record(directory, uid, records):
+    """(output, start) of the last `record` into DIRECTORY by user UID (the newest start in
+    that user's note; OUTPUT: its name as globs) when it left no trace there: its program
+    launched nothing, under a name of its own (-o D/new.json after -o D/, or a changed -o
+    between CI runs). Every trace of that user there is then an earlier run's — the earlier
+    run of another name passed `check D/*.json` and `compare BASE D` as the last one (F108).
+    None otherwise. A trace it left is a ferrum-replay trace there at one of its names of its
+    run (entry_run_trace). RECORDS: earlier_record's cache; the directory is listed once."""
+    key = ("silent", directory, uid)
+    if key not in records:
+        records[key] = None
+        entries = [e for e in records.get((directory, uid)) or () if e[0] != ["*"] or e[2]]
+        newest = max(entries, key=lambda e: e[1]) if entries else None
+        try:
+            names = os.listdir(directory) if newest else []
+        except OSError:
+            names = None  # not listed: which traces are there cannot be told (none said)
+        if newest and names is not None:
+            globs = newest[0] + (newest[5] or [])
+            for name in names:
+                if not any(fnmatch.fnmatchcase(name, g) for g in globs):
+                    continue
+                path = os.path.join(directory, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_uid == uid and \
+                        entry_run_trace(newest, trace_block(path), st.st_mtime_ns):
+                    break
+            else:
+                records[key] = (newest[0], newest[1])
+    return records[key]
+
+
+def entry_run_trace(entry, block, mtime_ns):
+    """Whether a ferrum-replay trace (BLOCK: its ferrumReplay block, None for a file that is
+    not one; changed at MTIME_NS) is of the run of the note's ENTRY, as judged_by_note counts
+    one: naming its session, or one still running when it began (written since); naming none
+    (or in a note without `overlapping`), written since it began by a recorder started since.
+    Not a trace another entry's run wrote at a name this one's any-value names also match (a
+    job tag's)."""
+    _, start, session, overlapping, host, _ = entry
+    if block is None:
+        return False
+    written = block.get("session") if isinstance(block.get("session"), str) else None
+    if session and written == session:
+        return True
+    if mtime_ns < start:
+        return False
+    if written is None or overlapping is None:
+        return not (written is None and started_before(block, start, host))
+    return OVERLAP_CUT in overlapping or written in {o for o, _ in overlapping}
+
+
+def silent_output(path, records=None):
+    """For messages: where PATH (a trace) is judged an earlier run's because the last `record`
+    into its directory left no trace there (silent_record), that record's -o, as
+    -o 'DIR/NAME' (its file names as globs; 'DIR/' for the default names); else None."""
+    try:
+        uid = os.stat(path).st_uid
+    except OSError:
+        return None
+    directory = os.path.dirname(os.path.realpath(path))
+    records = {} if records is None else records
+    if (directory, uid) not in records:
+        records[(directory, uid)] = read_records(directory, uid)
+    if records[(directory, uid)] is None:
+        return None
+    silent = silent_record(directory, uid, records)
+    if silent is None:
+        return None
+    name = "" if silent[0][0] == "ferrum-replay.*" else silent[0][0]
+    given = os.path.dirname(path)  # as the user named it, where it is the trace's own
+    if os.path.realpath(given or ".") != directory:
+        given = directory
+    return f"-o {quoted(os.path.join(given, name) if given else name or './')}"
 
 
 def noted_session(entries, written, mtime_ns):
@@ -2338,14 +2506,15 @@ def noted_session(entries, written, mtime_ns):
                for _, start, session, overlapping, *_ in entries)
 
 
-def last_run_only(paths, what=None):
+def last_run_only(paths, what=None, records=None):
     """(PATHS less the traces of runs earlier than the last `record` into their directory,
-    those traces): with WHAT, one note on stderr naming what was left out."""
-    kept, left, records = [], [], {}
+    those traces): with WHAT, one note on stderr naming what was left out, where any is kept
+    (with none, the judge's refusal says so). RECORDS: earlier_record's cache, to share."""
+    kept, left, records = [], [], {} if records is None else records
     for path in paths:
         start = earlier_record(path, records)
         (kept if start is None else left).append((path, start))
-    if left and what:
+    if left and kept and what:
         when = record_began(max(s for _, s in left))
         n = len(left)
         print(f"ferrum-replay: {what}: {n} trace{'s' if n != 1 else ''} of an earlier run left "
@@ -3185,27 +3354,31 @@ def cmd_check(args):
         # A trace of an earlier run than the last `record` of its name into its directory is
         # never judged: not when the last run wrote none (a reused directory), nor beside the
         # last run's (its counts would be added to them).
-        current, earlier = last_run_only(traces)
+        records = {}
+        current, earlier = last_run_only(traces, records=records)
         where = quoted(os.path.dirname(earlier[0]) or ".") if earlier else ""
-        unnoted = [p for p in earlier if (earlier_record(p) or 0) >= UNNOTED]
+        unnoted = [(p, earlier_record(p, records)) for p in earlier]
+        unnoted = [(p, s) for p, s in unnoted if s >= UNNOTED]
+        # The last run into the directory wrote no trace there, under a name of its own too.
+        silent = silent_output(earlier[0], records) if earlier else None
         if unnoted:
-            # Its start could not be noted (mark_unnoted): none of its user's traces there can
-            # be told to be its.
-            where = quoted(os.path.dirname(unnoted[0]) or ".")
+            # Its start could not be noted (mark_unnoted), or its note cannot be read: none of
+            # its user's traces there can be told to be its.
+            where = quoted(os.path.dirname(os.path.realpath(unnoted[0][0])) or ".")
             traces = current
-            failures.append(f"the last `ferrum-replay record` into {where} could not be noted "
-                            "there (a full disk or quota?): none of the traces given can be "
-                            "told to be its; record again once there is room")
+            failures.append(untold(unnoted[0][1], where))
         elif earlier and not current:
             traces = []  # with --allow-no-ranges: the last run launched nothing, as allowed
             if not args.allow_no_ranges:
-                failures.append(f"no trace of the last `ferrum-replay record` into {where}: the "
+                failures.append(f"no trace of the last `ferrum-replay record` into {where}"
+                                f"{f' ({silent})' if silent else ''}: the "
                                 f"{len(earlier)} given {'are' if len(earlier) != 1 else 'is'} "
                                 "of an earlier run (the last run wrote none)")
         elif earlier:
             failures.append(f"{len(earlier)} of the traces given {'are' if len(earlier) != 1 else 'is'} "
                             "of an earlier run than the last `ferrum-replay record` of "
-                            f"{'their' if len(earlier) != 1 else 'its'} name into {where}: "
+                            f"{'their' if len(earlier) != 1 else 'its'} name into {where}"
+                            f"{f' ({silent}, which wrote none)' if silent else ''}: "
                             f"{quoted(earlier[0])}{f' (and {len(earlier) - 1} more)' if len(earlier) > 1 else ''}"
                             ": pass only the last run's traces")
     scans = scan_all(traces)

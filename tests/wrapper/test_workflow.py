@@ -2325,14 +2325,22 @@ def test_reused_directory_judges_last_run(tmp):
         done = wrapper("check", "--expect-total", str(n), *latest, cwd=tmp)
         expect(done.returncode == 0, f"{out}: the last run of its name", done)
     # A value of %q{VAR} set for the whole run is a name of its own: JOB=1's trace is the
-    # last of its name after a run with JOB=2.
+    # last of its name after a run with JOB=2 — but that run, the last into the directory,
+    # wrote none, so JOB=1's is not judged as the last run's (F108,
+    # test_last_record_of_another_name_wrote_none); once JOB=2 writes one, both are.
     os.mkdir(os.path.join(tmp, "jobs"))
     for job, argv in (("1", program), ("2", [ARGV_ECHO])):
         done = wrapper("record", "-o", "jobs/run.%q{JOB}.json", "--", *argv, cwd=tmp,
                        env={"JOB": job})
     done = wrapper("check", "--expect-total", "20", os.path.join(tmp, "jobs", "run.1.json"),
                    cwd=tmp)
-    expect(done.returncode == 0, "a run of another %q{JOB} value", done)
+    expect(done.returncode == 1 and "run.2.json" in done.stdout,
+           "a run of another %q{JOB} value after a last run that wrote none", done)
+    done = wrapper("record", "-o", "jobs/run.%q{JOB}.json", "--", *program, cwd=tmp,
+                   env={"JOB": "2"})
+    done = wrapper("check", "--expect-total", "40", *traces_in(os.path.join(tmp, "jobs")),
+                   cwd=tmp)
+    expect(done.returncode == 0, "the last runs of two %q{JOB} values", done)
 
     # A stream is written in place: nothing is noted beside it (in /dev, say).
     os.mkdir(os.path.join(tmp, "streams"))
@@ -2345,12 +2353,14 @@ def test_reused_directory_judges_last_run(tmp):
                f"-o {stream}: a note beside a stream", done)
     # A note is this user's own: a planted link, a file of the user's at that name, another
     # user's note (a shared directory) are never read, nor replaced — and beside another
-    # user's note, check fails (F64).
+    # user's note, check fails (F64); beside one that cannot be read, too (F109,
+    # test_unreadable_note_judges_nothing).
     note = os.path.join(tmp, "runs", NOTE)
     os.unlink(note)
     os.symlink(os.path.join(tmp, "q", NOTE), note)
     done = wrapper("check", *traces_in(os.path.join(tmp, "runs")), cwd=tmp)
-    expect(done.returncode == 0 and "earlier run" not in done.stdout, "a link is not read", done)
+    expect(done.returncode == 1 and "earlier run" not in done.stdout and
+           "cannot be read as one" in done.stdout, "a link is not read", done)
     os.unlink(note)
     write(note, "the user's own notes\n")
     done = wrapper("record", "-o", "runs/", "--", ARGV_ECHO, cwd=tmp)
@@ -3010,14 +3020,22 @@ def test_merge_keeps_earlier_runs_named(tmp):
     done = wrapper("merge", "-o", merged, *traces_in(os.path.join(tmp, "runs"),
                                                      r"ferrum-replay\..*\.json$"), cwd=tmp)
     merging = done
+    # (In runs/, whose last run wrote none, no trace is the last run's: F108.)
     done = wrapper("check", "--expect-total", "20", merged, cwd=tmp)
-    expect(done.returncode == 1 and "merges 1 trace of an earlier run" in done.stdout,
-           "check of a merged trace of an earlier run", done)
+    expect(done.returncode == 1 and "no trace of the last `ferrum-replay record`" in
+           done.stdout, "check of a merged trace of an earlier run", done)
     expect(merging.returncode == 0 and "1 of the traces merged is of an earlier run" in
            merging.stderr, "merge of an earlier run's trace says so", merging)
     done = wrapper("compare", base, merged, cwd=tmp)
-    expect(done.returncode == 2 and "merges 1 trace of an earlier run" in done.stderr,
+    expect(done.returncode == 2 and "is an earlier run's trace" in done.stderr,
            "compare of a merged trace of an earlier run as NEW", done)
+    elsewhere = os.path.join(tmp, "merged.json")
+    shutil.copy(merged, elsewhere)
+    for argv, status, out in ((["check", "--expect-total", "20", elsewhere], 1, "stdout"),
+                              (["compare", base, elsewhere], 2, "stderr")):
+        done = wrapper(*argv, cwd=tmp)
+        expect(done.returncode == status and "merges 1 trace of an earlier run" in
+               getattr(done, out), f"{argv[0]} of a merged trace of an earlier run", done)
     # A merged trace of the earlier run kept in the directory under a name of the runs'
     # (merged while that run was the last), merged again elsewhere: its parts are named.
     again = os.path.join(tmp, "again.json")
@@ -3027,6 +3045,157 @@ def test_merge_keeps_earlier_runs_named(tmp):
     done = wrapper("check", "--expect-total", "20", again, cwd=tmp)
     expect(done.returncode == 1 and "merges 1 trace of an earlier run" in done.stdout,
            "check of a merge of an earlier run's merged trace", done)
+
+
+def test_trace_of_no_noted_name_judged_by_time(tmp):
+    """A ferrum-replay trace in a reused `record` directory at a name no note entry gives — a
+    merged `all.json` kept beside the traces, a copy `latest.json` — counted as the last run's
+    whatever it held: after a run that made graph 1 50% slower and launched graph 2 no more,
+    run 1's merge stood in for graph 2 and halved the slowdown, and `compare --threshold 30`
+    passed (F107). Such a file written before the last `record` into the directory began is an
+    earlier run's; a copy that names an earlier session, whenever made, too. A merge or a copy
+    of the last run's traces made since still passes."""
+    slow = {"FERRUM_REPLAY_SITE": "off", "FERRUM_STANDIN_GRAPH_NS": "400000,100000"}
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    base = os.path.join(tmp, "base.json")
+    done = wrapper("record", "-o", base, "--", *program, cwd=tmp, env=slow)
+    expect(done.returncode == 0, "record BASE", done)
+    traces = os.path.join(tmp, "traces")
+    done = wrapper("record", "-o", "traces/", "--", *program, cwd=tmp, env=slow)
+    first = traces_in(traces)
+    expect(done.returncode == 0 and len(first) == 1, "CI run 1", done)
+    merged, latest = os.path.join(traces, "all.json"), os.path.join(traces, "latest.json")
+    done = wrapper("merge", "-o", merged, *first, cwd=tmp)
+    shutil.copy(first[0], latest)
+    for path in (merged, latest):  # made after the last run: its data
+        done = wrapper("check", "--expect-total", "20", path, cwd=tmp)
+        expect(done.returncode == 0 and "OK: 20 ranges" in done.stdout,
+               f"check {path} of the last run", done)
+        done = wrapper("compare", base, path, cwd=tmp)
+        expect(done.returncode == 0, f"compare BASE {path} of the last run", done)
+    # CI run 2: graph 1 50% slower, graph 2 not launched.
+    done = wrapper("record", "-o", "traces/", "--", launch_driver(), "--graphs", "1", "--iters",
+                   "10", cwd=tmp, env=dict(slow, FERRUM_STANDIN_GRAPH_NS="600000"))
+    second = [t for t in traces_in(traces, r"ferrum-replay\..*\.json$") if t not in first]
+    expect(done.returncode == 0 and len(second) == 1, "CI run 2", done)
+    done = wrapper("compare", "--threshold", "30", base, traces, cwd=tmp)
+    expect(done.returncode == 1 and "3 traces of an earlier run left out" in done.stderr and
+           "1 graph slower by more than 30%: 'graph 1'" in done.stdout and
+           "missing from NEW: 'graph 2'" in done.stdout and "+50.0% !" in done.stdout,
+           "compare of the directory judges run 2 alone", done)
+    # A copy of run 1's trace made now still names run 1's session.
+    copied = os.path.join(traces, "copied-now.json")
+    shutil.copy(first[0], copied)
+    for path in (merged, latest, copied):
+        done = wrapper("check", path, cwd=tmp)
+        expect(done.returncode == 1 and "earlier run" in done.stdout,
+               f"check {path} of run 1", done)
+        done = wrapper("compare", base, path, cwd=tmp)
+        expect(done.returncode == 2 and "is an earlier run's trace" in done.stderr,
+               f"compare BASE {path} of run 1", done)
+    done = wrapper("check", "--expect-total", "10", *second, cwd=tmp)
+    expect(done.returncode == 0, "check of run 2's trace", done)
+    # Merged and copied again, after run 2: its data.
+    done = wrapper("merge", "-o", merged, *second, cwd=tmp)
+    shutil.copy(second[0], latest)
+    os.unlink(copied)
+    for path in (merged, latest):
+        done = wrapper("check", "--expect-total", "10", path, cwd=tmp)
+        expect(done.returncode == 0 and "OK: 10 ranges" in done.stdout,
+               f"check {path} of run 2", done)
+    # A record of another name since: run 2 is still the last of its name, and so are its
+    # merge and its copy (judged by the parts' names and the session, not the newest start).
+    done = wrapper("record", "-o", "traces/other.json", "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "a record of another name", done)
+    for path in (merged, latest):
+        done = wrapper("check", "--expect-total", "10", path, cwd=tmp)
+        expect(done.returncode == 0, f"check {path} after a record of another name", done)
+
+
+def test_last_record_of_another_name_wrote_none(tmp):
+    """When the last `record` into a directory wrote no trace there under an output name of
+    its own (`-o D/new.json` after `-o D/`; a CI job whose -o changed), `compare BASE D` and
+    `check D/*.json` passed on the earlier run of the other name, judged by that name's entry
+    alone (F108). They now fail, naming that record's -o. Two records of different names that
+    both wrote traces (prefill.json, then decode.json) are judged together as before."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    base = os.path.join(tmp, "base.json")
+    done = wrapper("record", "-o", base, "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "record BASE", done)
+    d = os.path.join(tmp, "D")
+    done = wrapper("record", "-o", "D/", "--", *program, cwd=tmp)
+    first = traces_in(d)
+    expect(done.returncode == 0 and len(first) == 1, "run A", done)
+    done = wrapper("record", "-o", "D/new.json", "--", "/bin/true", cwd=tmp)
+    expect("no trace was written" in done.stderr, "run B writes none", done)
+    done = wrapper("check", *traces_in(d), cwd=tmp)
+    expect(done.returncode == 1 and "FAIL: no trace of the last `ferrum-replay record` into"
+           in done.stdout and "/D/new.json')" in done.stdout, "check D/*.json", done)
+    done = wrapper("compare", base, "D", cwd=tmp)
+    expect(done.returncode == 2 and "holds no trace of the last" in done.stderr and
+           "new.json" in done.stderr and len(done.stderr.splitlines()) == 1,
+           "compare BASE D: one line", done)
+    done = wrapper("compare", base, first[0], cwd=tmp)
+    expect(done.returncode == 2 and "wrote no trace there" in done.stderr and
+           "new.json" in done.stderr, "compare BASE D/TRACE", done)
+    # The other way round: -o D2/x.json, then -o D2/ that writes none.
+    os.mkdir(os.path.join(tmp, "D2"))
+    done = wrapper("record", "-o", "D2/x.json", "--", *program, cwd=tmp)
+    expect(done.returncode == 0, "record -o D2/x.json", done)
+    done = wrapper("record", "-o", "D2/", "--", "/bin/true", cwd=tmp)
+    done = wrapper("check", os.path.join(tmp, "D2", "x.json"), cwd=tmp)
+    expect(done.returncode == 1 and "/D2/')" in done.stdout, "check D2/x.json", done)
+    # prefill, then decode: both wrote theirs; judged together.
+    os.mkdir(os.path.join(tmp, "pd"))
+    for name in ("prefill", "decode"):
+        done = wrapper("record", "-o", f"pd/{name}.json", "--", *program, cwd=tmp)
+        expect(done.returncode == 0, f"record {name}", done)
+    pd = traces_in(os.path.join(tmp, "pd"))
+    done = wrapper("check", "--expect-total", "40", *pd, cwd=tmp)
+    expect(len(pd) == 2 and done.returncode == 0 and "OK: 40 ranges" in done.stdout,
+           "prefill.json and decode.json judged together", done)
+    done = wrapper("compare", "--threshold", "1000", base, os.path.join(tmp, "pd"), cwd=tmp)
+    expect(done.returncode == 0 and "earlier run" not in done.stderr and
+           re.search(r"\s20\s+[0-9.]+\s+\S+$", done.stdout, re.M),
+           "compare of the directory of both", done)
+
+
+def test_unreadable_note_judges_nothing(tmp):
+    """A note of the user's that exists but cannot be read as one (cut short, larger than a
+    note gets, a FIFO, a link) made every trace in its directory the last run's: after a run
+    that launched nothing, `compare BASE D` and `check D/*.json` passed on the run before, and
+    only `record` warned, saying the judges judge every run (F109). Now check fails and
+    compare refuses (exit 2), in one line each, until the file is removed; `record` says so."""
+    program, runs, first, base = first_run_into_runs(tmp)
+    note = os.path.join(runs, NOTE)
+    elsewhere = write(os.path.join(tmp, "a-note"), open(note).read())
+    for what in ("cut", "large", "fifo", "link"):
+        os.unlink(note)
+        if what == "cut":
+            write(note, '{"ferrumReplayRecords": [')
+        elif what == "large":
+            write(note, json.dumps({"ferrumReplayRecords": [], "pad": "x" * (1 << 20)}))
+        elif what == "fifo":
+            os.mkfifo(note)
+        else:
+            os.symlink(elsewhere, note)
+        done = wrapper("record", "-o", "runs/", "--", "/bin/true", cwd=tmp)
+        expect(done.returncode == 0 and "check fails and compare refuses" in done.stderr and
+               "judge every run" not in done.stderr, f"{what}: record says what judges do",
+               done)
+        done = wrapper("check", "--expect-total", "20", *traces_in(runs), cwd=tmp)
+        expect(done.returncode == 1 and "cannot be read as one" in done.stdout and
+               "cannot be told" in done.stdout, f"{what}: check", done)
+        for new in (runs, first[0]):
+            done = wrapper("compare", base, new, cwd=tmp)
+            expect(done.returncode == 2 and "cannot be read as one" in done.stderr and
+                   len(done.stderr.splitlines()) == 1, f"{what}: compare BASE {new}", done)
+    # Removed: the next run is noted, and judged.
+    os.unlink(note)
+    done = wrapper("record", "-o", "runs/", "--", *program, cwd=tmp)
+    latest = [t for t in traces_in(runs) if t not in first]
+    done = wrapper("check", "--expect-total", "20", *latest, cwd=tmp)
+    expect(len(latest) == 1 and done.returncode == 0, "a run noted again", done)
 
 
 def test_records_note_keeps_every_name(tmp):
