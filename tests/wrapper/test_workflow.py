@@ -1325,6 +1325,14 @@ def test_sanitizer_runtime_stays_first(tmp):
     expect(done.returncode == 0 and "launches=3 failed=0" in done.stdout and
            "does not come first" not in done.stderr, "record an ASan-built program", done)
     expect_good_trace(traces_in(tmp, r"asan\.\d+\.json$")[0], done, launches=3)
+    # ci-smoke-profile hands the runtime on to the program through the wrapper, and keeps it
+    # from its own tools: LeakSanitizer failed its mktemp and date, and the gate failed before
+    # the workload ran ("cannot create a temporary directory"; with --out, a run directory).
+    for out in ([], ["--out", os.path.join(tmp, "asan-smoke")]):
+        done = ci_smoke(*out, "--", program, cwd=tmp, env=env)
+        expect_verdict(done, True, "3 ranges of")
+        expect("launches=3 failed=0" in done.stdout and "does not come first" not in done.stderr,
+               f"ci-smoke-profile {out}: the ASan-built program ran, its runtime first", done)
     done = wrapper("run", "--", program, cwd=tmp, env=env)
     expect(done.returncode == 0 and "launches=3 failed=0" in done.stdout, "run", done)
     done = wrapper("env", "--no-record", cwd=tmp, env=env)
@@ -1335,6 +1343,11 @@ def test_sanitizer_runtime_stays_first(tmp):
     expect(echoed(done)["LD_PRELOAD"] ==
            f"/x/libubsan.so.1 /y/libclang_rt.tsan-x86_64.so {shim} {other}",
            "every sanitizer runtime, in its order, ahead of the shim", done)
+    done = ci_smoke("--allow-no-ranges", "--", ARGV_ECHO, cwd=tmp,
+                    env={"LD_PRELOAD": f"/x/libubsan.so.1:{other} /y/libclang_rt.tsan-x86_64.so"})
+    expect(echoed(done)["LD_PRELOAD"] ==
+           f"/x/libubsan.so.1 /y/libclang_rt.tsan-x86_64.so {shim} {other}",
+           "ci-smoke-profile hands the caller's LD_PRELOAD on to the program", done)
 
 
 OLDEST_PYTHON = (3, 7)  # the helper's oldest (docs/usage.md, scripts/ferrum-replay)
