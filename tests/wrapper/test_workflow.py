@@ -3918,6 +3918,52 @@ def test_ci_smoke_out_and_expect_problems_say_why(tmp):
                f"{args}: one FAIL line that says why", done)
 
 
+def test_ci_smoke_refuses_before_the_workload(tmp):
+    """What ci-smoke-profile finds it cannot judge or profile is its one FAIL line before the
+    workload starts (which may run for an hour): an expectations file that does not parse (the
+    parser `check --expect` uses, its message), python3 missing, the wrapper's libraries
+    missing, nsys missing. Each used to be found after the whole workload had run (python3
+    missing: no verdict at all, exit 2), or blamed on it ("the workload exited with status
+    2")."""
+    ran = os.path.join(tmp, "ran")
+    program = ["sh", "-c", 'touch "$0"', ran]
+    bad = "min-count must be an integer >= 0 and each bound a number >= 0"
+    cases = [(f"* 1 {bound}\n", bad) for bound in ("nan", "-1", "0x10", "inf")]
+    cases += [("* 1 2 3 4\n", "expected 'name-pattern min-count"),
+              ("graph* 1 max-bogus-ms=3\n", "expected 'name-pattern min-count"),
+              ("'graph 1 2\n", "No closing quotation")]
+    for number, (text, why) in enumerate(cases):
+        path = write(os.path.join(tmp, f"bad{number}.expect"), text)
+        for mode in ([], ["--nsys"]):
+            done = ci_smoke(*mode, "--expect", path, "--", *program, cwd=tmp, env=nsys_env(tmp))
+            expect_verdict(done, False, why)
+            expect(path in done.stdout and not os.path.exists(ran),
+                   f"{text!r} {mode}: said before the workload, which did not run", done)
+    # python3 missing: only the wrapper's tools (and sh) in PATH.
+    tools = os.path.join(tmp, "tools")
+    os.mkdir(tools)
+    for tool in [*wrapper_tools(), "sh"]:
+        os.symlink(shutil.which(tool), os.path.join(tools, tool))
+    for env, why in (({"PATH": tools}, "python3 is needed to judge the run and is not in PATH"),
+                     ({"FERRUM_BUILD_DIR": os.path.join(tmp, "no-build")},
+                      "ferrum-replay cannot profile here (see above)")):
+        done = ci_smoke("--", *program, cwd=tmp, env=env)
+        expect_verdict(done, False, why)
+        expect("the workload was not started" in done.stdout and not os.path.exists(ran) and
+               done.returncode == 1, f"{env}: the workload not run", done)
+    expect("cannot find libferrum-replay.so" in done.stderr, "the wrapper says why", done)
+    done = ci_smoke("--nsys", "--", *program, cwd=tmp,
+                    env={"FERRUM_NSYS": os.path.join(tmp, "no-nsys")})
+    expect_verdict(done, False, "ferrum-replay cannot profile here (see above)")
+    expect("nsys is not in PATH" in done.stderr and not os.path.exists(ran), "nsys missing", done)
+    # A good file still passes, its renamed bound noted once (after the run, with the verdict).
+    good = write(os.path.join(tmp, "old-name.expect"), "* 0 max-mean-ms=1000\n")
+    done = ci_smoke("--expect", good, "--", *program, cwd=tmp)
+    expect_verdict(done, False, "no trace was written")
+    expect(os.path.exists(ran) and done.stderr.count("max-mean-ms is now") == 1,
+           "a file that parses: the workload runs, the note said once", done)
+
+
 def test_libdir_that_holds_no_library_is_said(tmp):
     """A FERRUM_REPLAY_LIBDIR that holds no libferrum-replay.so (a typo, an install that
     failed) was passed over in silence for the checkout's build: one warning line naming both;
