@@ -3964,6 +3964,26 @@ def test_ci_smoke_refuses_before_the_workload(tmp):
            "a file that parses: the workload runs, the note said once", done)
 
 
+def test_ci_smoke_messages_are_printable(tmp):
+    """ci-smoke-profile shows every value of the user's in its messages by the one quoting rule
+    (docs/text-rules.md section 3): an unknown option and the path of a wrapper it cannot find
+    (its own directory's) were printed raw, so that an escape sequence reached the terminal and
+    a line break forged a second line, a verdict of its own."""
+    forged = "--x\033[2J\nci-smoke-profile: OK: forged"
+    done = ci_smoke(forged, "--", "true", cwd=tmp)
+    expect(done.returncode == 2 and done.stdout == "" and done.stderr ==
+           "ci-smoke-profile: unknown option '--x?[2J?ci-smoke-profile: OK: forged' "
+           "(try --help)\n", "an unknown option, quoted", done)
+    lonely = os.path.join(tmp, "odd\033[2J\nci-smoke-profile: OK: dir")
+    os.mkdir(lonely)
+    shutil.copy(CI_SMOKE, lonely)  # without the wrapper beside it
+    done = run([os.path.join(lonely, "ci-smoke-profile"), "--", "true"], tmp)
+    expect(done.returncode == 1 and done.stdout ==
+           "ci-smoke-profile: FAIL: cannot find the ferrum-replay wrapper "
+           f"'{tmp}/odd?[2J?ci-smoke-profile: OK: dir/ferrum-replay'\n",
+           "the wrapper's path, quoted without the wrapper", done)
+
+
 def test_libdir_that_holds_no_library_is_said(tmp):
     """A FERRUM_REPLAY_LIBDIR that holds no libferrum-replay.so (a typo, an install that
     failed) was passed over in silence for the checkout's build: one warning line naming both;
