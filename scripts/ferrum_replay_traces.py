@@ -2729,7 +2729,8 @@ def cmd_record_output(args):
     (%h, %q{VAR} of this environment, %%); refuses a %p in the directory part (each process
     would write into a directory of its own pid, which nothing creates) and a pattern that
     names an existing directory without the trailing '/'; moves an earlier run's trace at a
-    fixed name aside (move_earlier_trace). An unset %q{VAR} in the file name
+    fixed name aside (move_earlier_trace); refuses a fixed directory part that is not a
+    directory (no process could write its trace). An unset %q{VAR} in the file name
     is not reported here: each process expands the pattern in its own environment (a
     launcher sets RANK for its children, not for us), and the recorder says so in the process
     where it is really unset."""
@@ -2770,6 +2771,18 @@ def cmd_record_output(args):
             return refuse(f"cannot create directory {quoted(made)}: "
                           f"{error.strerror or error}")
     else:
+        # A fixed directory part (no placeholder but %%: the same in every process) that is not
+        # a directory: no process could write its trace, which the report after the run said
+        # (after a possibly long run). One with a placeholder may expand otherwise per process
+        # (%q{RANK} of a launcher's child, %h of another node): left to the recorder.
+        fixed = (expand_output(directory)[0]
+                 if directory and "%" not in directory.replace("%%", "") else "")
+        if fixed and not os.path.isdir(fixed):
+            bare = fixed.rstrip("/") or "/"
+            return refuse(f"-o {quoted(pattern)}: " + (
+                f"{quoted(bare)} is not a directory" if os.path.lexists(bare) else
+                f"the directory {quoted(bare)} does not exist (create it first, or end -o with "
+                "'/' to write the traces into a directory that is created)"))
         move_earlier_trace(pattern)
     note_record(pattern, args.since)
     return 0

@@ -3679,8 +3679,9 @@ def test_wrapper_says_what_happened(tmp):
                done)
     done = wrapper("record", "-o", os.path.join(tmp, "nodir\x1b[1m/t.json"), "--", *program,
                    cwd=tmp)
-    expect(done.returncode == 0 and "no trace was written: the directory '" in done.stderr and
-           "nodir?[1m' does not exist" in done.stderr, "a missing directory", done)
+    expect(done.returncode == 2 and len(done.stderr.splitlines()) == 1 and
+           "the directory '" in done.stderr and "nodir?[1m' does not exist" in done.stderr,
+           "a missing directory", done)
     os.mkdir(os.path.join(tmp, "dir\x1b[1m\n"))
     done = wrapper("record", "-o", os.path.join(tmp, "dir\x1b[1m\n/t.json"), "--", *program,
                    cwd=tmp)
@@ -4308,13 +4309,37 @@ def test_patterns_hold_literal_paths(tmp):
         lines = done.stderr.splitlines()
         expect(done.returncode == 2 and len(lines) == 1 and "%p in the directory part" in
                lines[0] and "launches=" not in done.stdout, f"-o {pattern} refused", done)
-    # A missing directory under a %p file name: the reason is named, not "no process reached".
-    done = wrapper("record", "-o", "nodir/t.%p.json", "--", *program, cwd=tmp)
+    # A missing directory, or a file where it should be, in a fixed directory part (no
+    # placeholder but %%, the same in every process): refused in one line before the run, with
+    # python3 and without. The whole program used to run first, then no trace was written.
+    write(os.path.join(tmp, "afile"), "")
+    tools = os.path.join(tmp, "tools")
+    os.mkdir(tools)
+    for tool in [*wrapper_tools(), "sh"]:
+        os.symlink(shutil.which(tool), os.path.join(tools, tool))
+    missing = f"the directory '{tmp}/nodir' does not exist"
+    for pattern, why, env in (("nodir/t.json", missing, {}),
+                              ("nodir/t.%p.json", missing, {}),
+                              ("nodir%%/t.json", f"the directory '{tmp}/nodir%' does not", {}),
+                              ("afile/t.json", f"'{tmp}/afile' is not a directory", {}),
+                              ("nodir/t.json", f"'{tmp}/nodir' is not a directory",
+                               {"PATH": tools}),
+                              ("afile/t.json", f"'{tmp}/afile' is not a directory",
+                               {"PATH": tools})):
+        done = wrapper("record", "-o", pattern, "--", *program, cwd=tmp, env=env)
+        lines = done.stderr.splitlines()
+        expect(done.returncode == 2 and len(lines) == 1 and why in lines[0] and
+               "launches=" not in done.stdout, f"-o {pattern} {env}: refused before the run",
+               done)
+    # A directory part that may expand otherwise per process (%q{VAR}, %h) is left to the
+    # recorder: the reason is named after the run, not "no process reached".
+    done = wrapper("record", "-o", "%q{WHERE}/t.%p.json", "--", *program, cwd=tmp,
+                   env={"WHERE": "nodir"})
     expect(done.returncode == 0 and f"the directory '{tmp}/nodir' does not exist" in
            done.stderr and "reached the shim" not in done.stderr, "missing directory named",
            done)
-    write(os.path.join(tmp, "afile"), "")
-    done = wrapper("record", "-o", "afile/t.%p.json", "--", *program, cwd=tmp)
+    done = wrapper("record", "-o", "%q{WHERE}/t.%p.json", "--", *program, cwd=tmp,
+                   env={"WHERE": "afile"})
     expect(done.returncode == 0 and f"no trace was written: '{tmp}/afile' is not a directory"
            in done.stderr, "a file where the directory should be, named as such", done)
 
