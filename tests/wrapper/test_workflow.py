@@ -985,6 +985,16 @@ def test_nsys_command_line(tmp):
     expect(done.returncode == 0 and calls[0]["argv"][-4:] == [ARGV_ECHO, "--", "-t", "x"]
            and calls[0]["argv"][1:3] == ["-t", "cuda,nvtx"] and
            echoed(done)["argv"] == ["--", "-t", "x"], "no -- before the program", done)
+    # A program named like an option, found in PATH or in the working directory, is run as
+    # record runs it: handed on as its file, it went to nsys as an option (-dash: -d ash).
+    dashed = os.path.join(tmp, "dash-bin")
+    os.mkdir(dashed)
+    shutil.copy(ARGV_ECHO, os.path.join(dashed, "-dash"))
+    for where, path in ((dashed, os.path.join(dashed, "-dash")), (".", "./-dash")):
+        done, calls = nsys("--", "-dash", "a", cwd=dashed if where == "." else tmp,
+                           extra={"PATH": where + os.pathsep + env["PATH"]})
+        expect(done.returncode == 0 and calls[0]["argv"][-2:] == [path, "a"] and
+               echoed(done)["argv"] == ["a"], f"-- -dash found in {where}", done)
 
     # No range of our domain in the report: a clear warning; the exit status stays the
     # program's.
