@@ -1017,6 +1017,26 @@ def test_nsys_command_line(tmp):
            "stale report", done)
     done, calls = nsys("-o", "same", "-f", "true", "--", *program)
     expect(done.returncode == 0 and len(calls) == 2, "-f true", done)
+    # Without python3 (only the wrapper's tools in PATH, and an nsys that finds its own Python):
+    # the profile is made, named as without placeholders or by default; only the table of our
+    # ranges is left out, said in one line (nsys used to refuse to start: exit 2).
+    bare = os.path.join(tmp, "no-python-bin")
+    os.mkdir(bare)
+    for tool in [*wrapper_tools(), "sh"]:
+        os.symlink(shutil.which(tool), os.path.join(bare, tool))
+    write(os.path.join(bare, "nsys"), f"#!/bin/sh\nexec {shlex.quote(sys.executable)} "
+          f"{shlex.quote(FAKE_NSYS)} \"$@\"\n")
+    os.chmod(os.path.join(bare, "nsys"), 0o755)
+    for args, name in ((["-o", "plain"], "plain"), ([], None)):
+        done, calls = nsys(*args, "--", *program, extra={"PATH": bare})
+        name = name or f"ferrum-replay-nsys.{done.pid}"
+        expect(done.returncode == 0 and calls[0]["argv"][-len(program) - 2:-len(program)] ==
+               ["-o", name] and os.path.exists(os.path.join(tmp, name + ".nsys-rep")) and
+               "python3 is needed for the table of our ranges" in done.stderr and
+               f"{name}_nvtx_sum.csv" in done.stderr, f"nsys {args} without python3", done)
+    done, calls = nsys("-o", "r%h", "--", *program, extra={"PATH": bare})
+    expect(done.returncode == 2 and "holds a placeholder: python3 is needed" in done.stderr and
+           not calls, "a placeholder without python3: refused before the run", done)
     # No nsys at all.
     done = wrapper("nsys", "--", *program, cwd=tmp, env={"PATH": "/usr/bin:/bin"})
     expect(done.returncode == 127 and "nsys is not in PATH" in done.stderr, "no nsys", done)
