@@ -2329,8 +2329,12 @@ def earlier_record(path, records=None):
         return UNREADABLE
     start = judged_by_note(path, st, records[key])
     if start is None:
+        # Only a trace written before that record began: one written since is of a run that
+        # was still going when it began (the other ranks of a job whose each rank runs its own
+        # record, %q{RANK}: the rank that started last and launched nothing failed the job's
+        # good traces, at random).
         silent = silent_record(directory, st.st_uid, records)
-        if silent is not None:
+        if silent is not None and st.st_mtime_ns < silent[1]:
             return silent[1]
     return start
 
@@ -2424,13 +2428,19 @@ def silent_record(directory, uid, records):
     launched nothing, under a name of its own (-o D/new.json after -o D/, or a changed -o
     between CI runs). Every trace of that user there is then an earlier run's — the earlier
     run of another name passed `check D/*.json` and `compare BASE D` as the last one (F108).
-    None otherwise. A trace it left is a ferrum-replay trace there at one of its names of its
-    run (entry_run_trace). RECORDS: earlier_record's cache; the directory is listed once."""
+    None otherwise, and where that record is still running here (its session stamp is
+    there): it has not written its trace yet (a record of another name into the directory,
+    still going, failed every finished run's trace there). A trace it left is a ferrum-replay
+    trace there at one of its names of its run (entry_run_trace). RECORDS: earlier_record's
+    cache; the directory is listed once."""
     key = ("silent", directory, uid)
     if key not in records:
         records[key] = None
         entries = [e for e in records.get((directory, uid)) or () if e[0] != ["*"] or e[2]]
         newest = max(entries, key=lambda e: e[1]) if entries else None
+        if newest and newest[2].startswith("/") and (newest[4] or stamp_view()) == stamp_view() \
+                and os.path.lexists(newest[2]):
+            newest = None  # still running: its traces are still to come
         try:
             names = os.listdir(directory) if newest else []
         except OSError:

@@ -3201,6 +3201,52 @@ def test_last_record_of_another_name_wrote_none(tmp):
     expect(done.returncode == 0 and "earlier run" not in done.stderr and
            re.search(r"\s20\s+[0-9.]+\s+\S+$", done.stdout, re.M),
            "compare of the directory of both", done)
+    # A job whose each rank runs its own record (-o 'ranks/t.%q{R}.json'): the rank that
+    # started last launches nothing, and finishes first. Rank 0's trace, written after that
+    # rank began, is the job's: it failed, at random (which rank starts last is a race).
+    os.mkdir(os.path.join(tmp, "ranks"))
+    slow = ["sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.05; done; exec "$@"',
+            os.path.join(tmp, "rank1-done"), *program]
+    rank0 = subprocess.Popen([WRAPPER, "record", "-o", "ranks/t.%q{R}.json", "--", *slow],
+                             cwd=tmp, env=base_env({"R": "0"}), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)  # (rank 0's record notes its start first)
+        done = wrapper("record", "-o", "ranks/t.%q{R}.json", "--", "/bin/true", cwd=tmp,
+                       env={"R": "1"})
+        write(os.path.join(tmp, "rank1-done"), "")
+        expect(rank0.wait(timeout=60) == 0, "rank 0")
+    finally:
+        if rank0.poll() is None:
+            rank0.kill()
+    ranks = traces_in(os.path.join(tmp, "ranks"))
+    done = wrapper("check", "--expect-total", "20", *ranks, cwd=tmp)
+    expect(len(ranks) == 1 and done.returncode == 0 and "OK: 20 ranges" in done.stdout,
+           "ranks: the one that started last launched nothing", done)
+    # A record of another name still running in the directory: the finished run's trace is
+    # judged (it failed: "the last run wrote none", of a run that had not ended).
+    hold = os.path.join(tmp, "job-b-go")
+    job_b = subprocess.Popen([WRAPPER, "record", "-o", "pd/job-b.json", "--", "sh", "-c",
+                              'while [ ! -e "$0" ]; do sleep 0.05; done', hold],
+                             cwd=tmp, env=base_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while "job-b.json" not in open(os.path.join(tmp, "pd", NOTE)).read():
+            expect(time.monotonic() < deadline, "job B did not note its start")
+            time.sleep(0.05)
+        done = wrapper("check", "--expect-total", "40", *pd, cwd=tmp)
+        expect(done.returncode == 0 and "OK: 40 ranges" in done.stdout,
+               "judged while a record of another name is still running", done)
+        write(hold, "")
+        job_b.wait(timeout=60)
+    finally:
+        if job_b.poll() is None:
+            job_b.kill()
+    # Once it has ended without a trace, the directory's last run wrote none.
+    done = wrapper("check", *pd, cwd=tmp)
+    expect(done.returncode == 1 and "/pd/job-b.json')" in done.stdout,
+           "after the record of another name ended, writing none", done)
 
 
 def test_unreadable_note_judges_nothing(tmp):
