@@ -84,7 +84,8 @@ run_program() {
 # note_startup_environment where one holds such a name; that shell is alive, waiting or about
 # to exec, while `cat` reads it), beside what sh exports now (`env -0`); python3 execs "$@"
 # with both, so the program keeps this process's pid, which the wrapper waits on and passes
-# signals to. Without /proc, python3 or a temporary file: as sh left it (CDPATH handed back).
+# signals to. Without /proc, a python3 that runs or a temporary file (TMPDIR or /tmp writable):
+# as sh left it (CDPATH handed back).
 # The program's LD_PRELOAD (the shim, a sanitizer's runtime) is not the tools' here: unset for
 # them, handed to python3 apart.
 exec_with_environment() {
@@ -96,7 +97,10 @@ exec_with_environment() {
     [ -n "${temp_dir:-}" ] || find_temp_dir 2>/dev/null  # the wrapper warned of TMPDIR already
     env_preload_set=${LD_PRELOAD+set} env_preload=${LD_PRELOAD-}
     unset LD_PRELOAD
-    if [ -n "$temp_dir" ] &&
+    # A python3 that cannot run (a pyenv shim of a version not installed, a stale venv's link)
+    # is not exec'd: the program would never start. (Any lower-case name in the environment,
+    # http_proxy, takes this path.)
+    if [ -n "$temp_dir" ] && python3 -I -S -c '' >/dev/null 2>&1 &&
       startup=$(mktemp "$temp_dir/ferrum-replay-env.XXXXXX" 2>/dev/null); then
       environ=/proc/$ferrum_environ_pid/environ
       if cat "$environ" >"$startup" 2>/dev/null && env -0 >>"$startup" 2>/dev/null &&

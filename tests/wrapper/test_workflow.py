@@ -3842,6 +3842,19 @@ def test_environment_reaches_the_program(tmp):
                    f"{sorted(set(want) - set(got))}, added {sorted(set(got) - set(want))}, "
                    f"changed {sorted(k for k in got if k in want and got[k] != want[k])}",
                    done)
+    # A python3 in PATH that cannot run (a pyenv shim of a version not installed): the program
+    # still runs, with the environment as sh exports it; the restore through python3 (taken
+    # for any lower-case name) exec'd it, and the program never started (a fresh-eye review).
+    broken = os.path.join(tmp, "broken-python")
+    os.mkdir(broken)
+    write(os.path.join(broken, "python3"), "#!/bin/sh\necho 'pyenv: python3: not installed' >&2\n"
+          "exit 127\n")
+    os.chmod(os.path.join(broken, "python3"), 0o755)
+    done = run([WRAPPER, "run", "--", "sh", "-c", 'echo "ran: $http_proxy"'], tmp,
+               env={"http_proxy": "http://proxy:3128",
+                    "PATH": f"{broken}:{os.environ['PATH']}"})
+    expect(done.returncode == 0 and done.stdout == "ran: http://proxy:3128\n",
+           "run with a python3 that cannot run", done)
     # A program that is a script without a `#!` line runs under /bin/sh, as execvp and every
     # shell run it, also where python3 restores the environment: its exec has no such
     # fallback, and `run` said "Exec format error", exit 126 (a hostile review).
