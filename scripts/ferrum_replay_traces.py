@@ -2739,8 +2739,8 @@ def cmd_record_output(args):
     (%h, %q{VAR} of this environment, %%); refuses a %p in the directory part (each process
     would write into a directory of its own pid, which nothing creates) and a pattern that
     names an existing directory without the trailing '/'; moves an earlier run's trace at a
-    fixed name aside (move_earlier_trace); refuses a fixed directory part that is not a
-    directory (no process could write its trace). An unset %q{VAR} in the file name
+    fixed name aside (move_earlier_trace); refuses a fixed directory part that is a file (no
+    process could write its trace), and warns of one that does not exist yet. An unset %q{VAR} in the file name
     is not reported here: each process expands the pattern in its own environment (a
     launcher sets RANK for its children, not for us), and the recorder says so in the process
     where it is really unset."""
@@ -2783,16 +2783,20 @@ def cmd_record_output(args):
     else:
         # A fixed directory part (no placeholder but %%: the same in every process) that is not
         # a directory: no process could write its trace, which the report after the run said
-        # (after a possibly long run). One with a placeholder may expand otherwise per process
-        # (%q{RANK} of a launcher's child, %h of another node): left to the recorder.
+        # (after a possibly long run): refused. One that does not exist yet is said before the
+        # run, which goes on: the program may create it (`mkdir -p runs/exp1` in its own
+        # start-up; refused, such a run never started). One with a placeholder may expand
+        # otherwise per process (%q{RANK} of a launcher's child, %h of another node): left to
+        # the recorder.
         fixed = (expand_output(directory)[0]
                  if directory and "%" not in directory.replace("%%", "") else "")
         if fixed and not os.path.isdir(fixed):
             bare = fixed.rstrip("/") or "/"
-            return refuse(f"-o {quoted(pattern)}: " + (
-                f"{quoted(bare)} is not a directory" if os.path.lexists(bare) else
-                f"the directory {quoted(bare)} does not exist (create it first, or end -o with "
-                "'/' to write the traces into a directory that is created)"))
+            if os.path.lexists(bare):
+                return refuse(f"-o {quoted(pattern)}: {quoted(bare)} is not a directory")
+            print(f"ferrum-replay: warning: -o {quoted(pattern)}: the directory {quoted(bare)} "
+                  "does not exist: unless the program creates it, no trace can be written (create "
+                  "it first, or end -o with '/' to have it created)", file=sys.stderr)
         move_earlier_trace(pattern)
     note_record(pattern, args.since)
     return 0

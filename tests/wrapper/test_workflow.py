@@ -3755,9 +3755,8 @@ def test_wrapper_says_what_happened(tmp):
                done)
     done = wrapper("record", "-o", os.path.join(tmp, "nodir\x1b[1m/t.json"), "--", *program,
                    cwd=tmp)
-    expect(done.returncode == 2 and len(done.stderr.splitlines()) == 1 and
-           "the directory '" in done.stderr and "nodir?[1m' does not exist" in done.stderr,
-           "a missing directory", done)
+    expect(done.returncode == 0 and "no trace was written: the directory '" in done.stderr and
+           "nodir?[1m' does not exist" in done.stderr, "a missing directory", done)
     os.mkdir(os.path.join(tmp, "dir\x1b[1m\n"))
     done = wrapper("record", "-o", os.path.join(tmp, "dir\x1b[1m\n/t.json"), "--", *program,
                    cwd=tmp)
@@ -4398,28 +4397,39 @@ def test_patterns_hold_literal_paths(tmp):
         lines = done.stderr.splitlines()
         expect(done.returncode == 2 and len(lines) == 1 and "%p in the directory part" in
                lines[0] and "launches=" not in done.stdout, f"-o {pattern} refused", done)
-    # A missing directory, or a file where it should be, in a fixed directory part (no
-    # placeholder but %%, the same in every process): refused in one line before the run, with
-    # python3 and without. The whole program used to run first, then no trace was written.
+    # A file where the directory should be, in a fixed directory part (no placeholder but %%,
+    # the same in every process): refused in one line before the run, with python3 and
+    # without. The whole program used to run first, then no trace was written.
     write(os.path.join(tmp, "afile"), "")
     tools = os.path.join(tmp, "tools")
     os.mkdir(tools)
     for tool in [*wrapper_tools(), "sh"]:
         os.symlink(shutil.which(tool), os.path.join(tools, tool))
+    for env in ({}, {"PATH": tools}):
+        done = wrapper("record", "-o", "afile/t.json", "--", *program, cwd=tmp, env=env)
+        lines = done.stderr.splitlines()
+        expect(done.returncode == 2 and len(lines) == 1 and
+               f"'{tmp}/afile' is not a directory" in lines[0] and
+               "launches=" not in done.stdout, f"-o afile/t.json {env}: refused before the run",
+               done)
+    # One that does not exist yet is said before the run, which goes on: the program may make
+    # it (refused, a program that runs `mkdir -p runs/exp1` first never ran: a fresh-eye
+    # review); if it does not, no trace is written, as said after the run.
     missing = f"the directory '{tmp}/nodir' does not exist"
     for pattern, why, env in (("nodir/t.json", missing, {}),
                               ("nodir/t.%p.json", missing, {}),
                               ("nodir%%/t.json", f"the directory '{tmp}/nodir%' does not", {}),
-                              ("afile/t.json", f"'{tmp}/afile' is not a directory", {}),
-                              ("nodir/t.json", f"'{tmp}/nodir' is not a directory",
-                               {"PATH": tools}),
-                              ("afile/t.json", f"'{tmp}/afile' is not a directory",
-                               {"PATH": tools})):
+                              ("nodir/t.json", missing, {"PATH": tools})):
         done = wrapper("record", "-o", pattern, "--", *program, cwd=tmp, env=env)
         lines = done.stderr.splitlines()
-        expect(done.returncode == 2 and len(lines) == 1 and why in lines[0] and
-               "launches=" not in done.stdout, f"-o {pattern} {env}: refused before the run",
-               done)
+        expect(done.returncode == 0 and lines and "warning:" in lines[0] and why in lines[0] and
+               "launches=" in done.stdout, f"-o {pattern} {env}: said before the run", done)
+    for env in ({}, {"PATH": tools}):
+        made = os.path.join(tmp, "made-by-the-program" + ("-sh" if env else ""))
+        done = wrapper("record", "-o", f"{made}/exp1/t.json", "--", "sh", "-c",
+                       'mkdir -p "$0" && exec "$@"', f"{made}/exp1", *program, cwd=tmp, env=env)
+        expect(done.returncode == 0 and os.path.exists(f"{made}/exp1/t.json"),
+               f"a directory the program makes itself {env}", done)
     # A directory part that may expand otherwise per process (%q{VAR}, %h) is left to the
     # recorder: the reason is named after the run, not "no process reached".
     done = wrapper("record", "-o", "%q{WHERE}/t.%p.json", "--", *program, cwd=tmp,
