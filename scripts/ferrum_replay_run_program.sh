@@ -89,37 +89,46 @@ run_program() {
 # which sh drops as it starts when it is dash, and the value the caller gave a variable that
 # shares its name with one of the wrapper's own. The caller's environment is read from the
 # wrapper's own start-up environment, /proc/PID/environ of its main shell (noted by
-# note_startup_environment where one holds such a name; that shell is alive, waiting or about
-# to exec, while `cat` reads it), beside what sh exports now (`env -0`); python3 execs "$@"
-# with both, so the program keeps this process's pid, which the wrapper waits on and passes
-# signals to. Without /proc, a python3 that runs or a temporary file (TMPDIR or /tmp writable):
-# as sh left it (CDPATH handed back).
-# The program's LD_PRELOAD (the shim, a sanitizer's runtime) is not the tools' here: unset for
-# them, handed to python3 apart.
+# note_startup_environment where one holds such a name), beside what sh exports now (python3's
+# own environment); python3 execs "$@" with both, so the program keeps this process's pid,
+# which the wrapper waits on and passes signals to. In a child of the main shell (record, nsys,
+# ci-smoke-profile, which wait for it) python3 reads that file itself; in the main shell (run,
+# which execs in place: its start-up environment is gone once python3 runs), from a copy in a
+# temporary file. Without /proc, a python3 that runs, or (for run) a writable TMPDIR or /tmp:
+# as sh left it (CDPATH handed back). The program's LD_PRELOAD (the shim, a sanitizer's
+# runtime) is not the tools' here: unset for them, handed to python3 apart.
 exec_with_environment() {
   if [ -n "${ferrum_caller_cdpath+set}" ]; then
     CDPATH=$ferrum_caller_cdpath
     export CDPATH
   fi
   if [ -n "${ferrum_environ_pid:-}" ] && command -v python3 >/dev/null 2>&1; then
-    [ -n "${temp_dir:-}" ] || find_temp_dir 2>/dev/null  # the wrapper warned of TMPDIR already
     env_preload_set=${LD_PRELOAD+set} env_preload=${LD_PRELOAD-}
     unset LD_PRELOAD
     # A python3 that cannot run (a pyenv shim of a version not installed, a stale venv's link)
     # is not exec'd: the program would never start. (Any lower-case name in the environment,
     # http_proxy, takes this path.)
-    if [ -n "$temp_dir" ] && python3 -I -S -c '' >/dev/null 2>&1 &&
-      startup=$(mktemp "$temp_dir/ferrum-replay-env.XXXXXX" 2>/dev/null); then
-      environ=/proc/$ferrum_environ_pid/environ
-      if cat "$environ" >"$startup" 2>/dev/null && env -0 >>"$startup" 2>/dev/null &&
-        printf '\0%s\0' "$(wc -c <"$environ" 2>/dev/null)" >>"$startup"; then
+    if python3 -I -S -c '' >/dev/null 2>&1; then
+      environ=/proc/$ferrum_environ_pid/environ startup=''
+      proc_self_field '' stat || field=''
+      if [ -n "$field" ] && [ "${field%% *}" != "$ferrum_environ_pid" ]; then
+        startup=$environ
+      else
+        [ -n "${temp_dir:-}" ] || find_temp_dir 2>/dev/null  # the wrapper warned of TMPDIR
+        if [ -n "$temp_dir" ] &&
+            startup=$(mktemp "$temp_dir/ferrum-replay-env.XXXXXX" 2>/dev/null); then
+          cat "$environ" >"$startup" 2>/dev/null || { rm -f "$startup"; startup=''; }
+        else
+          startup=''
+        fi
+      fi
+      if [ -n "$startup" ]; then
         # The signals this shell ignores (it gives the program what it was given): Python
         # ignores SIGPIPE and SIGXFSZ from its start, and its exec would hand that on.
         proc_self_field 'SigIgn:' status || field=''
         exec python3 -I -S -c "$restore_environment" "$startup" "$env_preload_set" "$env_preload" \
           "$field" "$@"
       fi
-      rm -f "$startup"
     fi
     [ -z "$env_preload_set" ] || export LD_PRELOAD="$env_preload"
   fi
@@ -142,9 +151,9 @@ note_startup_environment() {
   ferrum_environ_pid=$$
 }
 
-# Run by python3 for exec_with_environment: argv[1] a file holding the wrapper's start-up
-# environment, then what sh exports now (both NUL-separated), then the byte count of the first;
-# removed once read; argv[2] "set" when the program gets LD_PRELOAD, argv[3] its value; argv[4]
+# Run by python3 for exec_with_environment: argv[1] the wrapper's start-up environment
+# (NUL-separated): the main shell's /proc/PID/environ, or a copy of it, removed once read;
+# what sh exports now is python3's own environment; argv[2] "set" when the program gets LD_PRELOAD, argv[3] its value; argv[4]
 # the shell's ignored signals (SigIgn, hexadecimal; empty when unread: none). The program's
 # environment: the first, but for the variables the wrappers set for the program (`ours`:
 # LD_PRELOAD, NVTX_INJECTION64_PATH, FERRUM_*, the list docs/usage.md gives), which are as sh
@@ -163,23 +172,22 @@ for number in (signal.SIGPIPE, signal.SIGXFSZ):
 env = None
 try:
     with open(path, "rb") as handle:
-        data = handle.read()
-    body, _, size = data[:-1].rpartition(b"\0")
-    startup, current = body[:int(size)], body[int(size):]
-    entries = lambda block: [e.split(b"=", 1) for e in block.split(b"\0") if b"=" in e[1:]]
+        startup = handle.read()
+    entries = [e.split(b"=", 1) for e in startup.split(b"\0") if b"=" in e[1:]]
     ours = re.compile(rb"(?:LD_PRELOAD|NVTX_INJECTION64_PATH|FERRUM_[A-Za-z0-9_]*)\Z")
-    env = {name: value for name, value in entries(startup) if not ours.match(name)}
-    for name, value in entries(current):
+    env = {name: value for name, value in entries if not ours.match(name)}
+    for name, value in os.environb.items():
         if ours.match(name) or name not in env:
             env[name] = value
     if preload_set:
         env[b"LD_PRELOAD"] = os.fsencode(preload)
 except (OSError, ValueError):
     pass
-try:
-    os.unlink(path)
-except OSError:
-    pass
+if not path.startswith("/proc/"):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 try:
     if env is None:  # what sh passed: nothing restored
         if preload_set:

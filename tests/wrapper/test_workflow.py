@@ -3841,6 +3841,18 @@ def test_environment_reaches_the_program(tmp):
                    f"{sorted(set(want) - set(got))}, added {sorted(set(got) - set(want))}, "
                    f"changed {sorted(k for k in got if k in want and got[k] != want[k])}",
                    done)
+    # No temporary file can be made (a read-only /tmp, TMPDIR unset): record's child reads the
+    # wrapper's start-up environment itself; it fell back to what sh exports (a fresh-eye
+    # review: the program got the wrapper's out and dir).
+    remount = 'mount --bind /tmp /tmp && mount -o remount,ro,bind /tmp && exec "$@"'
+    if os.geteuid() == 0 and shutil.which("unshare") and \
+            run(["unshare", "-m", "sh", "-c", remount, "sh", "true"], tmp).returncode == 0:
+        given = {"out": "the caller's out", "dir": "the caller's dir", "TMPDIR": "/tmp"}
+        done = run(["unshare", "-m", "sh", "-c", remount, "sh", WRAPPER, "record", "-o",
+                    "/dev/null", "--", "env", "-0"], tmp, env=given)
+        got = environment(done)
+        expect(done.returncode == 0 and all(got.get(k) == v for k, v in given.items()),
+               "record with a read-only /tmp: the caller's values", done)
     # A python3 in PATH that cannot run (a pyenv shim of a version not installed): the program
     # still runs, with the environment as sh exports it; the restore through python3 (taken
     # for any lower-case name) exec'd it, and the program never started (a fresh-eye review).
