@@ -153,7 +153,7 @@ note_startup_environment() {
 
 # Run by python3 for exec_with_environment: argv[1] the wrapper's start-up environment
 # (NUL-separated): the main shell's /proc/PID/environ, or a copy of it, removed once read;
-# what sh exports now is python3's own environment; argv[2] "set" when the program gets LD_PRELOAD, argv[3] its value; argv[4]
+# what sh exports now is python3's own environment as exec'd (/proc/self/environ); argv[2] "set" when the program gets LD_PRELOAD, argv[3] its value; argv[4]
 # the shell's ignored signals (SigIgn, hexadecimal; empty when unread: none). The program's
 # environment: the first, but for the variables the wrappers set for the program (`ours`:
 # LD_PRELOAD, NVTX_INJECTION64_PATH, FERRUM_*, the list docs/usage.md gives), which are as sh
@@ -176,7 +176,11 @@ try:
     entries = [e.split(b"=", 1) for e in startup.split(b"\0") if b"=" in e[1:]]
     ours = re.compile(rb"(?:LD_PRELOAD|NVTX_INJECTION64_PATH|FERRUM_[A-Za-z0-9_]*)\Z")
     env = {name: value for name, value in entries if not ours.match(name)}
-    for name, value in os.environb.items():
+    # What sh exported: the environment python3 was started with, not os.environ, to which
+    # Python adds LC_CTYPE=C.UTF-8 under LANG=C (PEP 538).
+    with open("/proc/self/environ", "rb") as handle:
+        exported = [e.split(b"=", 1) for e in handle.read().split(b"\0") if b"=" in e[1:]]
+    for name, value in exported:
         if ours.match(name) or name not in env:
             env[name] = value
     if preload_set:
