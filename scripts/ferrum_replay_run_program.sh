@@ -221,8 +221,8 @@ except OSError as error:
 # it ends by it (end_as_program). (Ending by a signal the program may not have got would
 # override the status of a program that got it and handled it: a group's TERM.)
 run_in_foreground() {
-  child='' received=''
-  for sig in HUP INT QUIT TERM; do trap "signalled=1; received=$sig" "$sig"; done
+  received=''
+  for sig in HUP INT QUIT TERM; do trap "received=$sig" "$sig"; done
   ("$@"); status=$?
   end_as_program
   exit_on_signals
