@@ -1224,20 +1224,23 @@ def trace_inputs(path, side, newest=False):
         raise InputError(f"{side}: {untrusted[0]}")
     records = {}
     start = earlier_record(path, records) if newest else None
+    judge = records.get(("judged in", os.path.realpath(path)))
+    into = f"{quoted(judge)} (parts of this merged trace were there)" if judge else \
+        "its directory"
     if start is not None and start >= UNNOTED:
         raise InputError(f"{side} {quoted(path)} cannot be told to be a trace of the last "
-                         "`ferrum-replay record` into its directory: " +
-                         untold(start, quoted(os.path.dirname(os.path.realpath(path)))))
+                         f"`ferrum-replay record` into {into}: " +
+                         untold(start, quoted(judge or os.path.dirname(os.path.realpath(path)))))
     silent = silent_output(path, records) if start is not None else None
     if silent:
         raise InputError(f"{side} {quoted(path)} is an earlier run's trace: the last "
-                         f"`ferrum-replay record` into its directory, {silent} (began "
+                         f"`ferrum-replay record` into {into}, {silent} (began "
                          f"{record_began(start)}), wrote no trace there")
     if start is not None:
         when = record_began(start)
         raise InputError(f"{side} {quoted(path)} is an earlier run's trace: it was written "
                          "before the last `ferrum-replay record` of its name (or, for a name "
-                         f"no record gives, any) into its directory began ({when}), which "
+                         f"no record gives, any) into {into} began ({when}), which "
                          "wrote none there")
     if newest:
         # A run that found the name taken within moments of the last one's exit wrote beside
@@ -2336,7 +2339,54 @@ def earlier_record(path, records=None):
         silent = silent_record(directory, st.st_uid, records)
         if silent is not None and st.st_mtime_ns < silent[1]:
             return silent[1]
+        start = parts_earlier(path, st, records)
     return start
+
+
+def parts_earlier(path, st, records):
+    """earlier_record of a merged trace at PATH (ST: its stat) by the directories of its parts
+    other than its own (`merge -o merged/all.json traces/*.json`): an earlier run's when written
+    before the last `record` of a part's name into the part's directory began, or before a last
+    `record` there that left no trace (silent_record), or when the note there cannot be read
+    (UNREADABLE). Judged by its own directory's note alone, such a merge passed `check` and
+    `compare` as the last run's after a run into `traces/` that wrote none (F107). The directory
+    that judged it is kept in RECORDS for messages (judged_in)."""
+    block = trace_block(path)
+    parts = block.get("merged") if isinstance(block, dict) else None
+    names_by_dir = {}
+    for part in parts if isinstance(parts, list) else ():
+        file = part.get("file") if isinstance(part, dict) else None
+        if isinstance(file, str) and os.path.isabs(file):
+            directory = os.path.realpath(os.path.dirname(file))
+            if directory != os.path.dirname(path):
+                names_by_dir.setdefault(directory, set()).add(os.path.basename(file))
+    late = []
+    for directory, names in sorted(names_by_dir.items()):
+        key = (directory, st.st_uid)
+        if key not in records:
+            records[key] = read_records(directory, st.st_uid)
+        if records[key] is None:
+            late.append((UNREADABLE, directory))
+            continue
+        for globs, start, session, _, _, any_value in records[key]:
+            marks_all = globs == ["*"] and not session  # names dropped from a full note
+            if st.st_mtime_ns < start and (marks_all or any(
+                    fnmatch.fnmatchcase(n, g) for n in names for g in globs + (any_value or []))):
+                late.append((start, directory))
+        silent = silent_record(directory, st.st_uid, records)
+        if silent is not None and st.st_mtime_ns < silent[1]:
+            late.append((silent[1], directory))
+    if not late:
+        return None
+    start, directory = max(late)
+    records[("judged in", path)] = directory
+    return start
+
+
+def judged_in(path, records):
+    """The directory whose note judged the trace at PATH an earlier run's (earlier_record with
+    RECORDS), for messages: a merged trace's part's (parts_earlier), else its own as given."""
+    return records.get(("judged in", os.path.realpath(path)), os.path.dirname(path) or ".")
 
 
 def judged_by_note(path, st, entries):
@@ -2491,8 +2541,8 @@ def silent_output(path, records=None):
         uid = os.stat(path).st_uid
     except OSError:
         return None
-    directory = os.path.dirname(os.path.realpath(path))
     records = {} if records is None else records
+    directory = os.path.realpath(judged_in(path, records))
     if (directory, uid) not in records:
         records[(directory, uid)] = read_records(directory, uid)
     if records[(directory, uid)] is None:
@@ -3391,7 +3441,7 @@ def cmd_check(args):
         # last run's (its counts would be added to them).
         records = {}
         current, earlier = last_run_only(traces, records=records)
-        where = quoted(os.path.dirname(earlier[0]) or ".") if earlier else ""
+        where = quoted(judged_in(earlier[0], records)) if earlier else ""
         unnoted = [(p, earlier_record(p, records)) for p in earlier]
         unnoted = [(p, s) for p, s in unnoted if s >= UNNOTED]
         # The last run into the directory wrote no trace there, under a name of its own too.

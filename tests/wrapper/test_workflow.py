@@ -3156,6 +3156,65 @@ def test_trace_of_no_noted_name_judged_by_time(tmp):
         expect(done.returncode == 0, f"check {path} after a record of another name", done)
 
 
+def test_merged_elsewhere_judged_by_its_parts(tmp):
+    """A merged trace kept in another directory than its parts (`merge -o merged/all.json
+    traces/*.json`) was judged by its own directory's note alone, where no `record` ran: after
+    a later run into `traces/`, or one that wrote none there, `check` and `compare` passed on the
+    merge of the run before (F107). It is now judged by its parts' directories: made before the
+    last `record` of a part's name there began, or before a last `record` there that left no
+    trace, it is an earlier run's; merged again since, it passes."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "10"]
+    env = {"FERRUM_REPLAY_SITE": "off"}
+    base = os.path.join(tmp, "base.json")
+    done = wrapper("record", "-o", base, "--", *program, cwd=tmp, env=env)
+    expect(done.returncode == 0, "record BASE", done)
+    traces, merged = os.path.join(tmp, "traces"), os.path.join(tmp, "merged", "all.json")
+    os.mkdir(os.path.dirname(merged))
+
+    def run(*argv):
+        done = wrapper("record", "-o", "traces/", "--", *argv, cwd=tmp, env=env)
+        expect(done.returncode == 0, f"record {argv}", done)
+        done = wrapper("merge", "-o", merged, *traces_in(traces, r"ferrum-replay\..*\.json$"),
+                       cwd=tmp)
+        expect(done.returncode == 0, "merge", done)
+
+    def judged(fresh, what):
+        done = wrapper("check", "--expect-total", "20", merged, cwd=tmp)
+        expect((done.returncode == 0) == fresh and
+               (fresh or "earlier run" in done.stdout and
+                repr(os.path.realpath(traces)) in done.stdout),
+               f"check merged/all.json {what}", done)
+        for new in (merged, os.path.dirname(merged)):
+            done = wrapper("compare", base, new, cwd=tmp)
+            expect(done.returncode == (0 if fresh else 2) and
+                   (fresh or "earlier run" in done.stderr), f"compare BASE {new} {what}", done)
+        return done
+
+    run(*program)
+    judged(True, "of the last run")
+    for old in traces_in(traces):
+        os.unlink(old)
+    # A later run into traces/ (graph 2 no more), not merged again: the merge is run 1's.
+    done = wrapper("record", "-o", "traces/", "--", launch_driver(), "--graphs", "1", "--iters",
+                   "10", cwd=tmp, env=env)
+    expect(done.returncode == 0, "run 2", done)
+    done = judged(False, "after run 2")
+    done = wrapper("compare", base, merged, cwd=tmp)
+    expect(f"{os.path.realpath(traces)!r} (parts of this merged trace were there)" in done.stderr,
+           "compare names the parts' directory", done)
+    for old in traces_in(traces):
+        os.unlink(old)
+    run(*program)
+    judged(True, "merged again after run 3")
+    # A last record into traces/ of another name that wrote none: run 3 is an earlier run.
+    done = wrapper("record", "-o", "traces/new.json", "--", "/bin/true", cwd=tmp)
+    expect("no trace was written" in done.stderr, "run 4 writes none", done)
+    judged(False, "after a run into traces/ that wrote none")
+    done = wrapper("compare", base, merged, cwd=tmp)
+    expect("wrote no trace there" in done.stderr and "new.json" in done.stderr,
+           "compare says the last run wrote none", done)
+
+
 def test_last_record_of_another_name_wrote_none(tmp):
     """When the last `record` into a directory wrote no trace there under an output name of
     its own (`-o D/new.json` after `-o D/`; a CI job whose -o changed), `compare BASE D` and
