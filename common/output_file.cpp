@@ -21,6 +21,7 @@
 #include <atomic>
 
 #include "monotonic_clock.hpp"
+#include "own_descriptor.hpp"
 #include "proc_self.hpp"
 #include "text_rules.hpp"
 #include "write_signals.hpp"
@@ -102,11 +103,16 @@ long temp_owner(const char *rest, unsigned tag) {
 
 }  // namespace
 
-int write_all(int fd, const void *data, size_t length) {
+namespace {
+
+// write(2) until all of DATA is written, STILL_OURS asked before each call.
+template <typename Proof>
+int write_whole(int fd, const void *data, size_t length, Proof still_ours) {
   // A file past the host's size limit (ulimit -f) is EFBIG, not SIGXFSZ (write_signals.hpp).
   const WriteSignalsHeld held;
   const char *p = static_cast<const char *>(data);
   while (length > 0) {
+    if (!still_ours()) return EBADF;
     const ssize_t n = write(fd, p, length);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno;
@@ -115,6 +121,16 @@ int write_all(int fd, const void *data, size_t length) {
     length -= static_cast<size_t>(n);
   }
   return 0;
+}
+
+}  // namespace
+
+int write_all(int fd, const void *data, size_t length) {
+  return write_whole(fd, data, length, [] { return true; });
+}
+
+int OwnDescriptor::write_all(const void *data, size_t length) {
+  return write_whole(fd_, data, length, [this] { return ours(); });
 }
 
 // ---- streams ----
@@ -292,17 +308,18 @@ int open_stream_here(const char *path, Stream *stream) {
     // (pthread_exit) writes its summary from another thread, and /proc/self/fd is gone then.
     char own[32];
     snprintf(own, sizeof own, "fd/%d", fd);
-    const int opened = open_process_file(own, O_WRONLY | O_NONBLOCK | O_NOCTTY);
-    if (opened < 0 && errno == ENXIO) return ENXIO;  // a pipe or FIFO nobody reads any more
-    if (opened >= 0) {
+    OwnDescriptor opened(open_process_file(own, O_WRONLY | O_NONBLOCK | O_NOCTTY));
+    if (!opened && errno == ENXIO) return ENXIO;  // a pipe or FIFO nobody reads any more
+    if (opened) {
       struct stat again {};
-      if (fstat(opened, &again) == 0 && again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
-          !S_ISREG(again.st_mode)) {
-        stream->fd = opened;
+      if (fstat(opened.get(), &again) == 0 && again.st_dev == st.st_dev &&
+          again.st_ino == st.st_ino && !S_ISREG(again.st_mode)) {
+        stream->fd = opened.release();
         stream->owned = true;
         return 0;
       }
-      close(opened);  // not the host's file (another /proc): the host's descriptor, below
+      // (closed as it goes, if still ours) not the host's file (another /proc): the host's
+      // descriptor, below
     }
     // Not reopenable (a pipe of another user: EACCES; no /proc after chroot: ENOENT; no
     // descriptor left: EMFILE): the host's descriptor, each write with RWF_NOWAIT, which
@@ -314,14 +331,12 @@ int open_stream_here(const char *path, Stream *stream) {
   }
   // No O_CREAT, no O_TRUNC: opening cannot create or change a file; O_NONBLOCK: a FIFO without
   // a reader fails (ENXIO) instead of waiting for one; O_NOFOLLOW: a link is never followed.
-  const int opened = open(path, O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
-  if (opened < 0) return errno;
+  OwnDescriptor opened(open(path, O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC));
+  if (!opened) return errno;
   struct stat st {};
-  if (fstat(opened, &st) != 0 || !is_stream_mode(st.st_mode)) {  // replaced meanwhile
-    close(opened);
+  if (fstat(opened.get(), &st) != 0 || !is_stream_mode(st.st_mode))  // replaced meanwhile
     return EINVAL;
-  }
-  stream->fd = opened;
+  stream->fd = opened.release();
   stream->owned = true;
   stream->socket = S_ISSOCK(st.st_mode);
   stream->file = file_identity(st);
@@ -348,9 +363,30 @@ ssize_t write_nowait(int fd, const void *data, size_t length) {
 
 }  // namespace
 
+namespace {
+
+// Whether the stream's descriptor still is the file it was opened on (own_descriptor.hpp's rule,
+// for a Stream): one of ours the program closed, or the program's own that it replaced since,
+// is written no more — and one of ours is then not ours to close.
+bool still_stream(Stream *stream) {
+  if (stream->fd < 0) return false;
+  const int saved = errno;
+  struct stat st {};
+  const bool same = fstat(stream->fd, &st) == 0 && file_identity(st) == stream->file;
+  errno = saved;
+  if (!same && stream->owned) {
+    stream->fd = -1;
+    stream->owned = false;
+  }
+  return same;
+}
+
+}  // namespace
+
 int stream_write(Stream *stream, const void *data, size_t length) {
   if (stream->fd < 0) return EBADF;
-  if (stream->regular) return write_all(stream->fd, data, length);
+  if (stream->regular)
+    return still_stream(stream) ? write_all(stream->fd, data, length) : kStreamReplaced;
   // A reader that went away must not kill the host with SIGPIPE (write_signals.hpp).
   const WriteSignalsHeld held;
 
@@ -364,6 +400,7 @@ int stream_write(Stream *stream, const void *data, size_t length) {
   uint64_t deadline = monotonic_ms() + stall;
   bool ready_but_full = false;  // poll said writable, yet the write found no room
   while (length > 0 && error == 0) {
+    if (!still_stream(stream)) return kStreamReplaced;  // the program's now: not one byte more
     const ssize_t n = stream->socket   ? send(stream->fd, p, length, MSG_DONTWAIT | MSG_NOSIGNAL)
                       : stream->nowait ? write_nowait(stream->fd, p, length)
                                        : write(stream->fd, p, length);
@@ -423,7 +460,7 @@ const char *stream_error_note(int error) {
 }
 
 void close_stream(Stream *stream) {
-  if (stream->owned && stream->fd >= 0) close(stream->fd);
+  if (stream->owned && still_stream(stream)) close(stream->fd);
   stream->fd = -1;
   stream->owned = false;
 }
@@ -609,19 +646,19 @@ int remove_dead_temps(const char *path, const char *header, PathOfPid path_of_pi
   const char *base = last_component(stem);
   const size_t base_length = strlen(base);
   if (base_length == 0) return 0;
-  const int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return 0;
-  DIR *listing = fdopendir(dir_fd);
-  if (!listing) {
-    close(dir_fd);
-    return 0;
-  }
+  OwnDescriptor dir_own(open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_own) return 0;
+  const int dir_fd = dir_own.get();
+  DIR *listing = fdopendir(dir_fd);  // reads through dir_fd: proved before each entry
+  if (!listing) return 0;
   const unsigned tag = host_tag();
   const uid_t me = geteuid();
   const size_t header_length = header ? strlen(header) : 0;
   int removed = 0;
   char other[kPathSize], other_dir[kPathSize], other_stem[kPathSize];
-  while (const dirent *entry = readdir(listing)) {
+  while (dir_own.ours()) {
+    const dirent *entry = readdir(listing);
+    if (!entry) break;
     const char *name = entry->d_name;
     long pid = -1;
     if (strncmp(name, base, base_length) == 0 && name[base_length] == '.') {
@@ -641,20 +678,26 @@ int remove_dead_temps(const char *path, const char *header, PathOfPid path_of_pi
     }
     if (pid <= 0 || pid == static_cast<long>(getpid())) continue;
     if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or unknown
-    const int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) continue;
+    OwnDescriptor temp(openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!temp) continue;
     struct stat st {};
-    bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == me && st.st_nlink == 1;
+    bool ours =
+        fstat(temp.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == me && st.st_nlink == 1;
     if (ours && st.st_size > 0) {
       char head[64];
       const size_t want = header_length < sizeof head ? header_length : sizeof head;
-      ours = want > 0 && pread(fd, head, want, 0) == static_cast<ssize_t>(want) &&
+      ours = want > 0 && temp.ours() &&
+             pread(temp.get(), head, want, 0) == static_cast<ssize_t>(want) &&
              memcmp(head, header, want) == 0;
     }
-    close(fd);
-    if (ours && unlinkat(dir_fd, name, 0) == 0) ++removed;
+    temp.close();
+    if (ours && dir_own.ours() && unlinkat(dir_fd, name, 0) == 0) ++removed;
   }
-  closedir(listing);
+  // closedir closes dir_fd: only while it is still ours (else the DIR is left, a few KiB).
+  if (dir_own.ours()) {
+    dir_own.release();
+    closedir(listing);
+  }
   return removed;
 }
 
@@ -737,28 +780,26 @@ int place_output(const char *tmp, const char *path, const PlaceRequest &request,
 }
 
 bool is_own_file_starting_with(const char *path, const char *const *headers) {
-  const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return false;
+  OwnDescriptor file(open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!file) return false;
   bool ours = false;
   struct stat st {};
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) {
+  if (fstat(file.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) {
     char head[128];
-    const ssize_t got = pread(fd, head, sizeof head, 0);
+    const ssize_t got = file.ours() ? pread(file.get(), head, sizeof head, 0) : -1;
     for (const char *const *h = headers; got > 0 && *h && !ours; ++h) {
       const size_t want = strlen(*h);
       ours = want > 0 && want <= static_cast<size_t>(got) && memcmp(head, *h, want) == 0;
     }
   }
-  close(fd);
   return ours;
 }
 
 uint64_t process_start_realtime_ns() {
-  const int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  OwnDescriptor stat_file(open("/proc/self/stat", O_RDONLY | O_CLOEXEC));
   char buf[1024] = {};
-  const ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
+  const ssize_t n = stat_file.ours() ? pread(stat_file.get(), buf, sizeof buf - 1, 0) : -1;
+  stat_file.close();
   if (n <= 0) return 0;
   buf[n] = '\0';
   // Fields after the command name, which may itself hold spaces and parentheses.
@@ -796,10 +837,14 @@ bool directory_of(const char *path, char *out, size_t out_size) {
 
 // ---- the output lock ----
 
+namespace {
+constexpr char kLockNamePrefix[] = "ferrum-replay-output-";
+}  // namespace
+
 bool output_lock_name(const char *dir, char *out, size_t out_size) {
   struct stat st {};
   if (stat(dir, &st) != 0) return false;
-  const int n = snprintf(out, out_size, "ferrum-replay-output-%llx-%llx",
+  const int n = snprintf(out, out_size, "%s%llx-%llx", kLockNamePrefix,
                          static_cast<unsigned long long>(st.st_dev),
                          static_cast<unsigned long long>(st.st_ino));
   return n > 0 && static_cast<size_t>(n) < out_size;
@@ -830,7 +875,19 @@ int lock_output_dir(const char *dir, int timeout_ms) {
 }
 
 void unlock_output_dir(int lock) {
-  if (lock >= 0) close(lock);
+  if (lock < 0) return;
+  // Closed only while the number still is a lock socket (own_descriptor.hpp: the program may have
+  // closed ours and opened a file of its own at the number since).
+  sockaddr_un bound{};
+  socklen_t length = sizeof bound;
+  const size_t at = offsetof(sockaddr_un, sun_path);
+  const int saved = errno;
+  if (getsockname(lock, reinterpret_cast<sockaddr *>(&bound), &length) == 0 &&
+      bound.sun_family == AF_UNIX && length > at + sizeof kLockNamePrefix - 1 &&
+      bound.sun_path[0] == '\0' &&
+      memcmp(bound.sun_path + 1, kLockNamePrefix, sizeof kLockNamePrefix - 1) == 0)
+    close(lock);
+  errno = saved;
 }
 
 void describe_lock_failure(int lock, int timeout_ms, char *out, size_t out_size) {

@@ -12,6 +12,7 @@
 
 #include "errno_kept.hpp"
 #include "no_cancel.hpp"
+#include "own_descriptor.hpp"
 #include "proc_self.hpp"
 #include "zeroed_memory.hpp"
 
@@ -38,8 +39,10 @@ std::atomic<Copy *> g_copy{nullptr};
 // Reads /proc/self/environ into a fresh mapping; null when it cannot be read whole or does not
 // read as an environment.
 Copy *read_copy() {
-  const int fd = open_process_file("environ", O_RDONLY);
-  if (fd < 0) return nullptr;
+  OwnDescriptor environ_file(open_process_file("environ", O_RDONLY));
+  if (!environ_file) return nullptr;
+  const int fd = environ_file.get();  // read with pread: a number the program took meanwhile
+                                      // keeps its offset (own_descriptor.hpp)
   size_t mapped = size_t{64} << 10;
   auto *copy = static_cast<Copy *>(map_zeroed(mapped));
   bool whole = false;
@@ -53,7 +56,7 @@ Copy *read_copy() {
       mapped *= 2;
       continue;
     }
-    const ssize_t got = read(fd, copy->bytes() + copy->size, room);
+    const ssize_t got = pread(fd, copy->bytes() + copy->size, room, static_cast<off_t>(copy->size));
     if (got < 0 && errno == EINTR) continue;  // a signal of the program's without SA_RESTART
     if (got <= 0) {
       whole = got == 0;
@@ -61,7 +64,7 @@ Copy *read_copy() {
     }
     copy->size += static_cast<size_t>(got);
   }
-  close(fd);
+  if (environ_file.close() == EBADF) whole = false;  // not ours any more: what was read, unsure
   if (!copy) return nullptr;
   copy->mapped = mapped;
   if (!whole || !startup_env_plausible(copy->bytes(), copy->size)) {

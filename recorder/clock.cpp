@@ -1,9 +1,12 @@
 #include "clock.hpp"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cstring>
+
+#include "own_descriptor.hpp"
 
 namespace ferrum_replay::recorder {
 
@@ -15,12 +18,11 @@ bool cpu_counter_backs_monotonic() {
 #else
   return false;
 #endif
-  const int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource",
-                      O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  common::OwnDescriptor source(open(
+      "/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC));
   char line[64] = {};
-  const ssize_t n = read(fd, line, sizeof line - 1);
-  close(fd);
+  const ssize_t n = source.ours() ? pread(source.get(), line, sizeof line - 1, 0) : -1;
+  if (source.close() == EBADF) return false;  // not ours: what was read is not the clock's
   if (n <= 0) return false;
   const size_t len = strcspn(line, "\n");
   return len == strlen(expected) && memcmp(line, expected, len) == 0;

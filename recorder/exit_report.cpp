@@ -105,7 +105,13 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
   snap.host = host;
   const ExpandedPath expanded =
       expand_output_pattern(settings.out_pattern, snap.pid, host, common::process_env, nullptr);
-  if (!expanded.unset.empty())
+  const bool nothing = !expanded.too_long && expanded.path.empty();
+  if (nothing)  // one line: an empty name is no directory to be told about
+    write_stderr("ferrum-replay recorder: cannot write trace: FERRUM_RECORD_OUT=" +
+                 quoted_for_message(settings.out_pattern) + " expands to an empty name" +
+                 (expanded.unset.empty() ? std::string() : " (not set: " + expanded.unset + ")") +
+                 "\n");
+  else if (!expanded.unset.empty())
     write_stderr("ferrum-replay recorder: FERRUM_RECORD_OUT: not set: " + expanded.unset +
                  " (each %q{NAME} expanded to nothing)\n");
 
@@ -113,7 +119,7 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
   bool written = false;
   if (expanded.too_long) {
     outcome.error = "the expanded name is longer than 4095 bytes";
-  } else {
+  } else if (!nothing) {
     const std::string absolute = absolute_path(expanded.path, cwd);
     snap.output_path = absolute;
     snap.session = settings.session_file;

@@ -15,6 +15,7 @@
 #include "clock.hpp"
 #include "errno_kept.hpp"
 #include "held_here.hpp"
+#include "own_descriptor.hpp"
 #include "own_process.hpp"
 #include "proc_self.hpp"
 #include "utf8.hpp"
@@ -51,11 +52,11 @@ void materialize_runs(const Snapshot &snap, ThreadSnapshot &ts) {
 // First line of a /proc file without its newline; empty if unreadable (e.g. the thread is gone).
 std::string read_proc_line(const char *path) {
   std::string out;
-  if (FILE *f = std::fopen(path, "re")) {
-    char buf[256];
-    if (std::fgets(buf, sizeof buf, f)) out = buf;
-    std::fclose(f);
-  }
+  common::OwnDescriptor file(::open(path, O_RDONLY | O_CLOEXEC));  // own_descriptor.hpp
+  char buf[256];
+  const ssize_t n = file.ours() ? ::pread(file.get(), buf, sizeof buf, 0) : -1;
+  if (file.close() == 0 && n > 0) out.assign(buf, static_cast<size_t>(n));
+  if (const size_t end = out.find('\n'); end != std::string::npos) out.resize(end + 1);
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   return out;
 }
@@ -63,13 +64,14 @@ std::string read_proc_line(const char *path) {
 std::string process_display_name() {
   // The process's (not the main thread's: it may have ended, and /proc/self with it).
   std::string cmdline;
-  if (const int fd = common::open_process_file("cmdline", O_RDONLY); fd >= 0) {
+  if (common::OwnDescriptor file(common::open_process_file("cmdline", O_RDONLY)); file) {
     char buf[4096];
-    ssize_t n;
+    ssize_t n;  // pread: a number the program took meanwhile keeps its offset (own_descriptor.hpp)
     while (cmdline.size() < 65536 &&
-           ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)))
+           ((n = ::pread(file.get(), buf, sizeof buf, static_cast<off_t>(cmdline.size()))) > 0 ||
+            (n < 0 && errno == EINTR)))
       if (n > 0) cmdline.append(buf, static_cast<size_t>(n));
-    close(fd);
+    if (file.close() == EBADF) cmdline.clear();  // not ours any more: not the command line
   }
   return command_display_name(cmdline);
 }

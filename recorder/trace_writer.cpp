@@ -14,6 +14,7 @@
 
 #include "json_text.hpp"
 #include "output_file.hpp"
+#include "own_descriptor.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum_replay::recorder {
@@ -312,14 +313,17 @@ bool string_sink(const char *data, size_t size, void *context) {
   return true;
 }
 
-struct FdSink {
-  int fd;
+// The temporary the trace is written to, proved ours before each write (own_descriptor.hpp): a
+// thread of the program that closed our number and opened its own file there got the rest of
+// the trace in that file (26 MB of JSON in a program's log).
+struct FileSink {
+  common::OwnDescriptor file;
   int error = 0;
 };
 
-bool fd_sink(const char *data, size_t size, void *context) {
-  auto *s = static_cast<FdSink *>(context);
-  s->error = common::write_all(s->fd, data, size);
+bool file_sink(const char *data, size_t size, void *context) {
+  auto *s = static_cast<FileSink *>(context);
+  s->error = s->file.write_all(data, size);
   return s->error == 0;
 }
 
@@ -466,11 +470,15 @@ std::string render_trace(const Snapshot &snap) {
 }
 
 bool is_ferrum_trace_file(const std::string &path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return false;
+  common::OwnDescriptor file(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!file) return false;
+  const int fd = file.get();  // read with pread only: a number the program took meanwhile
+                              // keeps its offset; the bytes read are then judged, not harmed
   bool ours = false;
   struct stat st;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+  // Another user's trace is theirs, as another user's summary is (is_own_file_starting_with):
+  // in a directory several users write to, a run replaced a colleague's trace.
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) {
     static constexpr char kHead[] = "{\"traceEvents\":[";
     static constexpr char kMarker[] = "\"ferrumReplay\":{\"version\":";
     char head[sizeof kHead - 1];
@@ -489,8 +497,7 @@ bool is_ferrum_trace_file(const std::string &path) {
                  trailer ||
              tail.find(kMarker) != std::string::npos;
   }
-  ::close(fd);
-  return ours;
+  return ours && file.ours();  // (closed as it goes, if still ours)
 }
 
 std::string numbered_path(const std::string &path, unsigned long n) {
@@ -564,17 +571,18 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
     return done(false);
   }
   const std::string tmp = tmp_name;
-  FdSink sink{fd};
+  FileSink sink{common::OwnDescriptor(fd)};
+  sink.file.move_high();  // held for the whole rendering: out of reach of the program's opens
   bool ok = false;
   try {
-    ok = render_trace(snap, fd_sink, &sink);
+    ok = render_trace(snap, file_sink, &sink);
   } catch (const std::bad_alloc &) {  // the host's memory ran out: no trace, and no temporary
     sink.error = ENOMEM;
   }
   int err = sink.error;
-  if (::close(fd) != 0 && ok) {
+  if (const int closed = sink.file.close(); closed != 0 && ok) {
     ok = false;
-    err = errno;
+    err = closed;
   }
   if (ok) {
     char dir[8192];
@@ -606,6 +614,10 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
     ::unlink(tmp.c_str());
     outcome->written_path.clear();
     outcome->error = std::strerror(err ? err : EIO);
+    if (err == EBADF)
+      outcome->error +=
+          " (a thread of the program closed the temporary's descriptor while the "
+          "trace was written; nothing was written into whatever it opened since)";
   }
   common::temp_finished();
   return done(ok);

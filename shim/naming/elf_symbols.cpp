@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "own_descriptor.hpp"
+
 namespace ferrum_replay::shim {
 namespace {
 
@@ -191,13 +193,15 @@ bool symtab_function_name(const char *module_path, const BuildId &loaded, uintpt
   if (!module_path || !*module_path || out_size < 2 || address < load_bias) return false;
   // Our own descriptor, for the length of this call: O_NONBLOCK so that a path that is not a
   // regular file (a FIFO planted where a module was) is never waited on, checked below.
-  const int fd = open(module_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return false;
+  // Read with pread only, and closed only while still ours (own_descriptor.hpp).
+  common::OwnDescriptor module(open(module_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!module) return false;
+  const int fd = module.get();
   struct stat file {};
   const bool found =
       fstat(fd, &file) == 0 && S_ISREG(file.st_mode) &&
-      search(fd, static_cast<uint64_t>(file.st_size), loaded, address - load_bias, out, out_size);
-  close(fd);
+      search(fd, static_cast<uint64_t>(file.st_size), loaded, address - load_bias, out, out_size) &&
+      module.ours();
   if (!found) out[0] = '\0';
   return found;
 }

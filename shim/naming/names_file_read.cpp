@@ -11,6 +11,7 @@
 
 #include "errno_kept.hpp"
 #include "naming/names_file.hpp"
+#include "own_descriptor.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -49,11 +50,13 @@ void complain_about_line(int line, const char *problem, void *context) {
 }
 
 // Reads at most kMaxNamesFileSize bytes of the regular file `fd`; false when it holds more
-// (it may have grown since fstat) or a read fails.
+// (it may have grown since fstat) or a read fails. With pread: should the program have taken the
+// number meanwhile (own_descriptor.hpp), the offset of its file stays where it was.
 bool read_all(int fd, char *text, size_t &length) {
   length = 0;
   for (;;) {
-    const ssize_t got = read(fd, text + length, kMaxNamesFileSize + 1 - length);
+    const ssize_t got =
+        pread(fd, text + length, kMaxNamesFileSize + 1 - length, static_cast<off_t>(length));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) return false;
     if (got == 0) return true;
@@ -89,7 +92,8 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
   } else {
     // Non-blocking and never our controlling terminal, in case something else took the name
     // since; what was opened must still be a regular file.
-    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    common::OwnDescriptor file(open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    const int fd = file.get();
     struct stat opened {};
     char *text = nullptr;
     size_t length = 0;
@@ -117,8 +121,7 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
       log_line(LogLevel::info, "names file '%s': %zu rules", shown.text, rules.count);
     }
     free(text);
-    if (fd >= 0) close(fd);
-  }
+  }  // (the names file closed as it goes, if still ours)
   return rules;
 }
 

@@ -13,6 +13,7 @@
 #include "held_here.hpp"
 #include "no_cancel.hpp"
 #include "output_file.hpp"
+#include "own_descriptor.hpp"
 #include "own_process.hpp"
 #include "range/activation.hpp"
 #include "range/exit_order.hpp"
@@ -326,8 +327,9 @@ bool write_text(const char *given, const char *data, size_t length) {
     warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(-fd));
     return false;
   }
-  int error = common::write_all(fd, data, length);
-  if (close(fd) != 0 && error == 0) error = errno;
+  common::OwnDescriptor file(fd);  // proved before each use (own_descriptor.hpp)
+  int error = file.write_all(data, length);
+  if (const int closed = file.close(); closed != 0 && error == 0) error = closed;
   char placed[sizeof tmp];
   common::PlaceResult result;
   int lock = 0;

@@ -15,6 +15,7 @@
 #include "errno_kept.hpp"
 #include "no_cancel.hpp"
 #include "output_file.hpp"
+#include "own_descriptor.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum_replay::shim {
@@ -112,13 +113,14 @@ void make_running_marker(const char *pattern, int pid) {
   // A line that cannot be written (a full disk, a file size limit: what will keep the summary
   // from being written too) leaves the marker empty, not half a line: it still names the
   // process by its pid (a judge shows its program as '?'), and stays if the summary is missing.
-  if (length <= 0 || common::write_all(fd, text, static_cast<size_t>(length)) != 0) {
-    const int truncated = ftruncate(fd, 0);  // shrinking: no size limit applies
+  common::OwnDescriptor marker(fd);  // proved before each use (own_descriptor.hpp)
+  if (length <= 0 || marker.write_all(text, static_cast<size_t>(length)) != 0) {
+    const int truncated = marker.ours() ? ftruncate(marker.get(), 0) : 0;  // shrinking: no limit
     (void)truncated;
   }
   struct stat st {};
-  const bool made = fstat(fd, &st) == 0;
-  close(fd);
+  const bool made = marker.ours() && fstat(marker.get(), &st) == 0;
+  marker.close();
   if (!made) {
     unlink(m.marker);
     return;

@@ -776,6 +776,40 @@ def unset_variable_named():
         lines = [l for l in recorder_lines(run_) if "cannot write trace" in l]
         expect(len(lines) == 1 and len(lines[0]) < 400 and "...'" in lines[0],
                "a long path was not cut in the message", run_)
+        # A pattern that expands to nothing at all: one line saying so (it said "Is a
+        # directory" about the pattern, after a line naming the variable).
+        run_ = launch("%q{FERRUM_TEST_NOT_SET}")
+        expect_program_unharmed(run_)
+        lines = [l for l in recorder_lines(run_) if " ranges on " not in l]
+        expect(len(lines) == 1 and "expands to an empty name" in lines[0] and
+               "FERRUM_TEST_NOT_SET" in lines[0], "an empty name: not one line saying so", run_)
+
+
+def another_users_trace_kept():
+    """A trace of another user's at the trace path (a directory several users write to, without
+    the sticky bit; or any directory, for root) was taken for ours by its content alone and
+    replaced. It is now left alone, as another user's summary is: ours goes beside it, one line;
+    FERRUM_RECORD_FORCE=1 replaces only a file of the user's own."""
+    if os.geteuid() != 0:
+        return "skip: needs root to make a file of another user's"
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)
+        out = os.path.join(tmp, "trace.json")
+        expect_our_trace(out, launch(out))
+        os.chown(out, 4242, 4242)
+        old = time.time() - 3600  # long before this run: not a sibling's
+        os.utime(out, (old, old))
+        with open(out, "rb") as handle:
+            theirs = handle.read()
+        for force in ("0", "1"):
+            run_ = launch(out, FERRUM_RECORD_FORCE=force)
+            expect_program_unharmed(run_)
+            with open(out, "rb") as handle:
+                expect(handle.read() == theirs and os.stat(out).st_uid == 4242,
+                       f"another user's trace was replaced (FORCE={force})", run_)
+            notices = [l for l in recorder_lines(run_) if "is not a ferrum-replay trace" in l]
+            expect(len(notices) == 1, f"FORCE={force}: no single line saying where it went", run_)
+        expect_our_trace(os.path.join(tmp, "trace.1.json"), run_)
 
 
 def nothing_recorded_nothing_written():
@@ -800,7 +834,7 @@ def nothing_recorded_nothing_written():
 SCENARIOS = {f.__name__: f for f in (
     symlink_planted, foreign_file_kept, earlier_trace_replaced, mode_respects_umask,
     bad_paths_one_line, summary_file_never_followed, merge_output_never_followed,
-    merge_output_streams,
+    merge_output_streams, another_users_trace_kept,
     locked_directory_never_blocks, output_lock_held_elsewhere, dead_leftovers_removed,
     stream_outputs, unset_variable_named, nothing_recorded_nothing_written, streams_never_block,
     links_to_streams_never_followed, long_names_written, slow_reader_bounded,

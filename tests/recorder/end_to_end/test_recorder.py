@@ -462,6 +462,34 @@ def test_thread_recording_during_exit(tmp):
         os.unlink(c.trace_path)
 
 
+def test_program_takes_the_trace_descriptor(tmp):
+    """A thread of the program that, while the process exits, closes every descriptor it thinks
+    stale (closefrom(3)) and opens a file of its own — which gets the lowest number — got the
+    rest of the trace in that file: the recorder kept writing through a number it no longer
+    held, and closed the program's descriptor after (26 MB of trace JSON in a program's log).
+    Every descriptor of ours is now proved before each use (common/own_descriptor.hpp): the
+    program's file holds its own lines only, and the trace is whole or not written, said in one
+    line, its temporary removed."""
+    victim = os.path.join(tmp, "victim.log")
+    for run in range(4):
+        out = os.path.join(tmp, f"t{run}.json")
+        c = run_client(tmp, "--iters", 100000, "--reopen-at-exit", victim, out=out,
+                       env={"FERRUM_RECORD_TABLE": "0"})
+        expect(c.returncode == 0, f"run {run}: the client failed", c)
+        with open(victim, "rb") as f:
+            foreign = [line for line in f.read().split(b"\n") if line not in (b"L", b"")]
+        expect(not foreign, f"run {run}: {len(foreign)} lines in the program's file are not its "
+               f"own: {foreign[:2]}", c)
+        if os.path.exists(out):
+            expect_counts_match(c)
+        else:
+            lines = c.stderr.splitlines()
+            expect(len(lines) == 1 and "cannot write trace" in lines[0],
+                   f"run {run}: no trace, and not one line saying why", c)
+        left = [n for n in os.listdir(tmp) if n.endswith(".tmp")]
+        expect(not left, f"run {run}: temporaries left: {left}", c)
+
+
 def test_fork_child_writes_its_own_trace(tmp):
     c = run_client(tmp, "--threads", 2, "--iters", 30, "--fork")
     expect_clean(c)
