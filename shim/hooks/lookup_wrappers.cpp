@@ -217,13 +217,9 @@ struct WrapperSet<Hook, Result(CUDAAPI *)(Args...)> {
     return found;
   }
 
+  // `found`: a genuine function, never the shim's own (wrap_kind and proc_address_wrapper_for
+  // have kept those as they are: wrapping one would loop or double the range).
   static void *wrap(const char *how, void *found) {
-    // Already ours (our export reached through an interposable driver, or a wrapper handed
-    // out before): as is — wrapping it again would loop or double the range.
-    if (is_own_address(found)) {
-      log_line(LogLevel::debug, "%s: the lookup returned the shim's own %p; kept", how, found);
-      return found;
-    }
     auto genuine = reinterpret_cast<Function>(found);
     note_driver_library(found);
     for (int i = 0; i < kCount; ++i) {
@@ -256,6 +252,15 @@ struct WrapperSet<Hook, Result(CUDAAPI *)(Args...)> {
 // `per_thread`: a launch with per-thread default stream semantics (cuGraphLaunch_ptsz, or
 // cuGraphLaunch asked for with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM).
 void *wrap_kind(HookKind kind, const char *how, void *found, bool per_thread) {
+  // Already ours — our export, reached through a handle of the program or of the shim
+  // (dlsym(dlopen(NULL), ...), Python's ctypes.CDLL(None), a probe for CUDA in a process that
+  // never loads it) or through an interposable driver; a wrapper handed out before: as is,
+  // before anything else. Only a genuine driver function starts the shim: such a lookup reads
+  // no setting and attaches no tool, as the same lookup through RTLD_DEFAULT (F121).
+  if (is_own_address(found)) {
+    log_line(LogLevel::debug, "%s: the lookup returned the shim's own %p; kept", how, found);
+    return found;
+  }
   // Nothing to record (FERRUM_REPLAY=off, or no tool and no summary): the genuine function,
   // so that such a process pays nothing per launch, not even our check. While another thread
   // is still starting the shim: the wrapper, without waiting (activation.hpp wrap_lookups).
@@ -366,11 +371,12 @@ void *wrap_proc_address_answer(const char *symbol, void *found, int cuda_version
 namespace {
 
 void *proc_address_wrapper_for(ProcAddressAbi abi, void *genuine, const char *how) {
-  (void)settings();  // the log level, for the lines below
   const bool v2 = abi == ProcAddressAbi::v12000;
   if (is_own_address(genuine)) {
-    // An interposable driver (or a stacked interposer) returned our own export: keep the
-    // real function we know; never record ourselves as the real one.
+    // An interposable driver (or a stacked interposer) returned our own export, or the
+    // program looked it up through a handle of its own or of the shim: keep the real function
+    // we know; never record ourselves as the real one. Before the settings, as wrap_kind: our
+    // own export starts nothing (F121); these lines show once a genuine lookup has read them.
     log_line(LogLevel::debug, "%s: lookup returned the shim's own cuGetProcAddress%s", how,
              v2 ? "_v2" : "");
     log_line(LogLevel::debug, "%s: answered with the shim's cuGetProcAddress%s (%s ABI)", how,
@@ -378,6 +384,7 @@ void *proc_address_wrapper_for(ProcAddressAbi abi, void *genuine, const char *ho
     return v2 ? reinterpret_cast<void *>(&ferrum_cuGetProcAddress_v12000)
               : reinterpret_cast<void *>(&ferrum_cuGetProcAddress_v11030);
   }
+  (void)settings();  // the log level, for the lines below
   // The export's real function too (a program calling cuGetProcAddress by name), and a wrapper
   // of this very instance's lookup (WrapperSet, per distinct genuine function).
   if (v2) {

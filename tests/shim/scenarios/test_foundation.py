@@ -276,12 +276,94 @@ def non_cuda_processes():
                        f"{bare.describe()}", shimmed)
 
 
+# Every name the shim intercepts that a lookup can answer with (launches, instantiations, the
+# destroy, the context-ending calls, the driver's lookup itself), and a runtime name.
+PROBED_NAMES = ["cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphInstantiate",
+                "cuGraphInstantiate_v2", "cuGraphInstantiateWithFlags",
+                "cuGraphInstantiateWithParams", "cuGraphExecDestroy", "cuCtxDestroy_v2",
+                "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxReset",
+                "cuDevicePrimaryCtxRetain", "cuGetProcAddress", "cuGetProcAddress_v2",
+                "cudaGraphLaunch"]
+
+
+def cuda_names_probed_without_cuda():
+    """A process that never loads CUDA but looks its names up through a handle — of the
+    program (dlopen(NULL), Python's ctypes.CDLL(None)) or of the shim — with dlsym and dlvsym
+    gets the loader's answer (our export, as from RTLD_DEFAULT) and nothing starts: no setting
+    read, no NVTX tool or libferrum-replay-last.so loaded, no names file read, nothing printed
+    (F121). Each name in a process of its own, so that no route hides behind another's start;
+    the environment is hostile: the recorder attached, a bad setting, a names file with a bad
+    line, the debug log, a summary and a running marker asked for."""
+    probe, shim = path_of("PROBE_CUDA_NAMES"), path_of("FERRUM_SHIM")
+    with tempfile.TemporaryDirectory() as tmp:
+        names = os.path.join(tmp, "bad.names")
+        with open(names, "w") as handle:
+            handle.write("this is not a names line\n")
+        out = os.path.join(tmp, "out")
+        os.mkdir(out)
+        hostile = {"FERRUM_REPLAY": "bogus", "FERRUM_REPLAY_LOG": "debug",
+                   "FERRUM_REPLAY_NAMES": names, "FERRUM_REPLAY_GPU_TIME": "on",
+                   "FERRUM_REPLAY_SUMMARY": out + "/", "FERRUM_REPLAY_RUNNING_DIR": out}
+
+        def probe_one(name):
+            argv = [probe, shim, name]
+            # Without the shim preloaded, its handle is a dlopen of it (RTLD_LOCAL): the plain
+            # loader's answers, which nothing of ours sees.
+            bare = run(argv, preload=False, record=False)
+            expect(bare.returncode == 0 and bare.stderr == "", f"{name}: the probe failed bare",
+                   bare)
+            shimmed = run(argv, env=hostile)
+            expect(shimmed.returncode == 0 and shimmed.stderr == "",
+                   f"{name}: the probe printed under the shim (it started)", shimmed)
+            expect(shimmed.trace is None, f"{name}: the recorder wrote a trace", shimmed)
+            expect(not os.listdir(out), f"{name}: the shim wrote {os.listdir(out)}", shimmed)
+            lines, bare_lines = shimmed.stdout.splitlines(), bare.stdout.splitlines()
+            expect(len(lines) == len(bare_lines), f"{name}: not the bare run's lines:\n"
+                   f"{bare.stdout}", shimmed)
+            for line, bare_line in zip(lines, bare_lines):
+                if line.startswith("program "):
+                    # Preloaded, the program's scope holds our export: the answer is the same
+                    # lookup's through RTLD_DEFAULT, which the shim never sees.
+                    expect(line.endswith(" = RTLD_DEFAULT"),
+                           f"{name}: not the answer of RTLD_DEFAULT: {line!r}", shimmed)
+                elif line.startswith("shim "):  # the loader's answer, as without the shim
+                    expect(line.split(" = ")[0] == bare_line.split(" = ")[0],
+                           f"{name}: {line!r}, without the shim {bare_line!r}", shimmed)
+                else:  # what is mapped: nothing the shim brings in when it starts
+                    expect(line == bare_line, f"{name}: {line!r}, without the shim "
+                           f"{bare_line!r}", shimmed)
+        # Every name, also after one has failed: each route on its own says whether it starts.
+        failures = []
+        for name in PROBED_NAMES:
+            try:
+                probe_one(name)
+            except AssertionError as error:
+                failures.append(str(error))
+        expect(not failures, "\n".join(f.splitlines()[0] for f in failures) +
+               ("\nthe first in full:\n" + failures[0] if failures else ""))
+        # Python's ctypes, as a program probing for CUDA does it: our exports are found (they
+        # are in the program's scope), and the only library of ours mapped is the shim.
+        argv = [sys.executable, "-c", "import ctypes, os\n"
+                "for name in ('cuGraphLaunch', 'cuGetProcAddress_v2', 'cuGraphInstantiate'):\n"
+                "    print(name, hasattr(ctypes.CDLL(None), name))\n"
+                "print(sorted({os.path.basename(l.split()[-1]) for l in open('/proc/self/maps')\n"
+                "              if 'ferrum' in l or 'libcuda' in l}))"]
+        shimmed = run(argv, env=hostile)
+        expected = "".join(f"{name} True\n" for name in
+                           ("cuGraphLaunch", "cuGetProcAddress_v2", "cuGraphInstantiate"))
+        expected += f"['{os.path.basename(shim)}']\n"
+        expect((shimmed.returncode, shimmed.stdout, shimmed.stderr) == (0, expected, ""),
+               f"python ctypes: expected exit 0, stdout {expected!r}, no stderr", shimmed)
+        expect(not os.listdir(out), f"python ctypes: the shim wrote {os.listdir(out)}", shimmed)
+
+
 SCENARIOS = {f.__name__: f for f in (
     numbered_names_without_sites, runtime_launch, driver_launch, runtime_ptsz, driver_ptsz,
     runtime_stream_handles, failing_launch, exception_through_launch, longjmp_out_of_launch,
     rejecting_tool, rejecting_every_third_push, no_tool_attached, switched_off,
     two_copies_of_the_shim, eight_threads,
-    invalid_setting_one_line, custom_domain, log_levels, non_cuda_processes)}
+    invalid_setting_one_line, custom_domain, log_levels, non_cuda_processes,
+    cuda_names_probed_without_cuda)}
 
 if __name__ == "__main__":
     main(SCENARIOS)
