@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -104,8 +105,21 @@ char *map_unnamed_file(const std::string &dir, uint64_t size, int *error) {
     // Real blocks, not a sparse file: a store through the mapping must never meet a full disk
     // (SIGBUS). posix_fallocate falls back to writing where fallocate is not supported; beyond
     // the host's file size limit it is EFBIG, and the SIGXFSZ that comes with it is taken back.
+    // And only where the file system keeps room for the program after it (SpillFile::
+    // leaves_room): refused, it is a file that could not be made, for want of space.
     bool allocated = false;
-    if (still_ours()) {
+    struct statvfs fs {};
+    const auto bytes_of = [](uint64_t blocks, uint64_t unit) {
+      uint64_t product = 0;
+      return __builtin_mul_overflow(blocks, unit, &product) ? UINT64_MAX : product;
+    };
+    bool room = false;
+    if (::fstatvfs(fd, &fs) != 0)
+      *error = errno;
+    else if (!(room = SpillFile::leaves_room(size, bytes_of(fs.f_bavail, fs.f_frsize),
+                                             bytes_of(fs.f_blocks, fs.f_frsize))))
+      *error = ENOSPC;
+    if (room && still_ours()) {
       const common::WriteSignalsHeld held;
       const int failed = ::posix_fallocate(fd, 0, static_cast<off_t>(size));  // not in errno
       allocated = failed == 0;
@@ -144,6 +158,12 @@ void SpillFile::segment_of(uint64_t offset, unsigned *index, uint64_t *base, uin
   *index = beyond >= kMaxSegments ? kMaxSegments : kDoublings + static_cast<unsigned>(beyond);
   *base = kDoublingBytes + beyond * kLargeSegment;
   *size = kLargeSegment;
+}
+
+bool SpillFile::leaves_room(uint64_t bytes, uint64_t available, uint64_t total) {
+  const uint64_t fraction = total / 100 * kMinFreeFraction;
+  const uint64_t margin = fraction > kMinFreeBytes ? fraction : kMinFreeBytes;
+  return available >= bytes && available - bytes >= margin;
 }
 
 SpillFile::~SpillFile() {

@@ -18,6 +18,15 @@
 // pointers (range names), which stay valid because only this process, with the same address space,
 // reads the segments back.
 //
+// Room is left to the host: a segment or name block is made only where the file system would keep
+// at least max(10 % of its size, 256 MiB) free for an unprivileged user after it (leaves_room,
+// checked with fstatvfs on the new file before its space is allocated). Without it the spill took
+// doubling segments until the file system was full, and the program's own writes to $TMPDIR
+// failed with ENOSPC (FINDINGS F122: 15 of a 16 MiB tmpfs). A segment refused for room is a
+// segment that could not be made (ENOSPC), below. On tmpfs the spill is memory (shared memory
+// pages, charged to the program's memory cgroup, not to its resident size): the same margin
+// applies there; ramfs, which reports no size, is never spilled to (docs/settings.md).
+//
 // If a segment cannot be created (no TMPDIR space, a read-only /tmp, no address space), spilling
 // is switched off: events stay in memory while FERRUM_RECORD_MEMORY allows, and beyond it new ones
 // are dropped and counted (thread_buffer.hpp) — the budget is a bound, also for a long run in a
@@ -108,6 +117,17 @@ class SpillFile {
   // kMaxSegments (about 128 GiB in all).
   static constexpr unsigned kMaxSegments = 2048;
   static void segment_of(uint64_t offset, unsigned *index, uint64_t *base, uint64_t *size);
+
+  // The free space a spill file must leave its file system: at least kMinFreeFraction of its size
+  // and at least kMinFreeBytes, whichever is more (a small file system, a 16 MiB tmpfs, is then
+  // never spilled to: what little it has is the program's). Whether `bytes` more may be taken
+  // where `available` bytes are free to an unprivileged user (f_bavail * f_frsize) of `total`
+  // (f_blocks * f_frsize). Checked before each segment and name block; the program may of course
+  // use the margin itself, and two name blocks made at once may each count the same free space
+  // (1 MiB at most each).
+  static constexpr uint64_t kMinFreeBytes = uint64_t{256} << 20;
+  static constexpr uint64_t kMinFreeFraction = 10;  // percent
+  static bool leaves_room(uint64_t bytes, uint64_t available, uint64_t total);
 
  private:
   void fail(int error);  // switches spilling off; the first error is kept

@@ -83,6 +83,11 @@
 //                  thread that waits in pause() for ever, asks for its own cancellation and
 //                  returns from main: the exit hooks run on a thread with a request pending,
 //                  and were that thread cancelled in them, the process would never end.
+//   own-tmpdir-write N MIB
+//                  Records N NVTX ranges "step" (no CUDA), then writes MIB MiB of its own to
+//                  $TMPDIR/own.dat, 1 MiB a write, as a program's temporary file: prints
+//                  `own_write=ok mib=MIB`, or `own_write=failed mib=<written> <strerror>` at the
+//                  first write that fails. The file is left for the test.
 //   locale N       Takes its locale from the environment (setlocale(LC_ALL, ""), as many C and
 //                  C++ programs do), prints `decimal=<2.5 as printf writes it now>`, then
 //                  launches N times and records N NVTX ranges "weighed" with a double payload
@@ -105,6 +110,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -585,6 +591,29 @@ int unbalanced_pushes(long n) {
   return 0;
 }
 
+int own_tmpdir_write(long n, long mib) {
+  for (long i = 0; i < n; ++i) {
+    nvtxRangePushA("step");
+    nvtxRangePop();
+  }
+  const char *tmpdir = std::getenv("TMPDIR");
+  if (!tmpdir) die("TMPDIR is not set");
+  const std::string path = std::string(tmpdir) + "/own.dat";
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) die("own.dat");
+  const std::vector<char> block(size_t{1} << 20, 'o');
+  for (long written = 0; written < mib; ++written) {
+    if (write(fd, block.data(), block.size()) != static_cast<ssize_t>(block.size())) {
+      std::printf("own_write=failed mib=%ld %s\n", written, std::strerror(errno));
+      close(fd);
+      return 0;
+    }
+  }
+  close(fd);
+  std::printf("own_write=ok mib=%ld\n", mib);
+  return 0;
+}
+
 int host_locale(long n) {
   setlocale(LC_ALL, "");
   std::printf("decimal=%.1f\n", 2.5);
@@ -714,6 +743,8 @@ int main(int argc, char **argv) {
   if (mode == "hostile-names" && argc >= 4) return hostile_names(std::atol(argv[2]), argv[3]);
   if (mode == "distinct-names" && argc >= 3)
     return distinct_names(std::atol(argv[2]), argc > 3 && std::strcmp(argv[3], "fork") == 0);
+  if (mode == "own-tmpdir-write" && argc >= 4)
+    return own_tmpdir_write(std::atol(argv[2]), std::atol(argv[3]));
   std::fprintf(
       stderr,
       "usage: host_resources descriptors DIR N [close|dup2] | "
@@ -721,6 +752,6 @@ int main(int argc, char **argv) {
       "unload | unload-timed N in-flight|completed | "
       "reload-timed ROUNDS N | thread-churn N | "
       "distinct-names N [fork] | hostile-names N PEAKFILE | signal-names N | unbalanced-pushes N | "
-      "cancel-pending THREADS N | locale N\n");
+      "cancel-pending THREADS N | locale N | own-tmpdir-write N MIB\n");
   return 1;
 }

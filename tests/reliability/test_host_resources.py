@@ -76,6 +76,13 @@ spill                    directory (a container whose /tmp is     under 8 MiB (i
                                                                   trace or in droppedForMemory;
                                                                   one line names the directory
                                                                   and why
+spill_leaves_room        1,000,000 NVTX ranges with               its own write succeeds (as it does
+                         FERRUM_RECORD_MEMORY=1M, TMPDIR a 16     unrecorded); every range is in
+                         MiB tmpfs of its own (a mount            the trace or in droppedForMemory,
+                         namespace), then writes 10 MiB of its    some dropped; one line names the
+                         own there                                directory and why (the spill took
+                                                                  15 MiB of the 16 and the
+                                                                  program's write failed, ENOSPC)
 unbalanced_pushes        2,000,000 NVTX pushes never popped (an    anonymous memory grows by under
                          error path that skips the pop), each     8 MiB (it grew 55 bytes a push);
                          with a balanced range inside             every balanced range is kept, at
@@ -540,6 +547,53 @@ def memory_bound_without_spill():
            "FERRUM_RECORD_MEMORY=1M and no spill file", run_)
 
 
+def in_small_tmpfs(argv, mount_point, size="16m"):
+    """argv run with a tmpfs of `size` mounted at `mount_point` in a mount namespace of its own
+    (the host's directory stays as it was)."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount -t tmpfs -o size={size} ferrum-test "$0" && exec "$@"',
+            mount_point, *argv]
+
+
+def spill_leaves_room():
+    """The spill never takes the room the program's own writes need. It reserved doubling
+    segments (1, 2, 4 ... 64 MiB) until the file system was full: on a 16 MiB tmpfs TMPDIR it
+    took 15 MiB and the program's own 10 MiB file then failed with ENOSPC (FINDINGS F122). A
+    segment is now made only where max(10 %, 256 MiB) of the file system stays free after it;
+    one refused is one that could not be made: what does not fit FERRUM_RECORD_MEMORY is
+    dropped and counted, and one line says where and why."""
+    if os.geteuid() != 0:
+        return "skip: needs root (a tmpfs mounted in a mount namespace)"
+    if harness.EMULATOR:
+        return "skip: under qemu-user the emulator, not the program, would be unshare's argument"
+    if shutil.which("unshare") is None:
+        return "skip: no unshare(1)"
+    n, own_mib = 1000000, 10
+    work = tempfile.mkdtemp(prefix="ferrum-small-tmpdir-")
+    try:
+        probe = subprocess.run(in_small_tmpfs(["true"], work), capture_output=True, text=True)
+        if probe.returncode != 0:
+            return f"skip: no tmpfs in a mount namespace here: {probe.stderr.strip()[:200]}"
+        argv = in_small_tmpfs([PROGRAM, "own-tmpdir-write", str(n), str(own_mib)], work)
+        env = {"FERRUM_RECORD_MEMORY": "1M", "TMPDIR": work}
+        bare = harness.run(argv, preload=False, record=False, env=env, timeout=120)
+        expect(bare.returncode == 0 and f"own_write=ok mib={own_mib}" in bare.stdout,
+               "the set-up: the program cannot write its own file even unrecorded", bare)
+        run_ = harness.run(argv, preload=False, env=env, timeout=300)
+        expect(run_.returncode == 0, "own-tmpdir-write failed", run_)
+        expect(f"own_write=ok mib={own_mib}" in run_.stdout,
+               "the program's own write to its TMPDIR failed under the recorder", run_)
+        dropped = run_.trace["ferrumReplay"].get("droppedForMemory", 0)
+        ranges = trace_ranges(run_.trace)
+        expect(len(ranges) + dropped == n and dropped > 0,
+               f"{len(ranges)} ranges in the trace and {dropped} dropped for {n} recorded", run_)
+        lines = [l for l in run_.stderr.splitlines() if "no spill file could be made" in l]
+        expect(len(lines) == 1 and f"'{work}': No space left on device" in lines[0],
+               "one line says where and why", run_)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def names_across_fork():
     """Names in spill blocks (FERRUM_RECORD_MEMORY=0) across fork(): a block the parent was
     filling is shared with the child (a shared mapping); were the child to append to it, the two
@@ -807,7 +861,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      driver_unloadable,
                                      driver_unloadable_gpu_timed, threads_come_and_go,
                                      distinct_names, hostile_names, names_from_signal_handlers,
-                                     memory_bound_without_spill,
+                                     memory_bound_without_spill, spill_leaves_room,
                                      names_across_fork, unbalanced_pushes,
                                      privileged_process, cancel_requests_pending, host_locale,
                                      tool_without_handlers, table_capped, table_bogus_value)}

@@ -100,6 +100,24 @@ TEST_CASE("segment geometry covers the address space without gaps") {
   CHECK(index == SpillFile::kMaxSegments);  // beyond the last segment: nothing maps there
 }
 
+TEST_CASE("a spill file leaves the file system max(10 %, 256 MiB) free, or is not made") {
+  constexpr uint64_t MiB = uint64_t{1} << 20, GiB = uint64_t{1} << 30;
+  // A 16 MiB tmpfs, empty: never spilled to (it took 15 MiB, and the program's write failed).
+  CHECK_FALSE(SpillFile::leaves_room(1 * MiB, 16 * MiB, 16 * MiB));
+  // A 1 GiB tmpfs: 256 MiB stay free.
+  CHECK(SpillFile::leaves_room(64 * MiB, 320 * MiB, GiB));
+  CHECK_FALSE(SpillFile::leaves_room(64 * MiB, 320 * MiB - 1, GiB));
+  // A 1 TiB disk: 10 % of it stays free.
+  CHECK(SpillFile::leaves_room(64 * MiB, 103 * GiB, 1024 * GiB));
+  CHECK_FALSE(SpillFile::leaves_room(64 * MiB, 102 * GiB, 1024 * GiB));
+  // More than is free, and ramfs (no size reported, nothing free by its word): never.
+  CHECK_FALSE(SpillFile::leaves_room(64 * MiB, 32 * MiB, 1024 * GiB));
+  CHECK_FALSE(SpillFile::leaves_room(MiB, 0, 0));
+  // Sizes at the end of the range do not wrap.
+  CHECK(SpillFile::leaves_room(64 * MiB, UINT64_MAX, UINT64_MAX / 2));
+  CHECK_FALSE(SpillFile::leaves_room(UINT64_MAX, UINT64_MAX, UINT64_MAX));
+}
+
 TEST_CASE("spilling holds no descriptor, before or after") {
   const std::set<int> before = open_descriptors();
   SpillFile spill;
