@@ -37,16 +37,14 @@ void free_name_rules(NameRules &rules);
 
 // The largest names file read (a names file is a few lines); a larger one is skipped whole.
 inline constexpr size_t kMaxNamesFileSize = size_t{1} << 20;
-// Bad lines reported one by one; the rest are counted in one closing sentence.
-inline constexpr size_t kMaxReportedBadLines = 20;
 
 // Reads and parses the names file at `path` (names_file_read.cpp). The path is the user's: it
 // is looked at before it is opened, and read only when it is a regular file of at most
 // kMaxNamesFileSize bytes — a FIFO, a device, a directory or a larger file are skipped, never
 // opened or waited for. Each problem is one sentence to `say` (a ComplaintSink, settings.hpp:
 // `void (*)(const char *sentence, void *context)`), the path quoted as docs/text-rules.md
-// says: the file cannot be read or was skipped, or a bad line (the first
-// kMaxReportedBadLines, then one sentence with the count of the rest).
+// says: the file cannot be read or was skipped, or it has bad lines (one sentence: the first,
+// and the count of the rest; each is listed at FERRUM_REPLAY_LOG=info).
 using NamesFileSink = void (*)(const char *sentence, void *context);
 NameRules read_names_file(const char *path, NamesFileSink say, void *context);
 

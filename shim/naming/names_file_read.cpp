@@ -31,6 +31,7 @@ struct Reader {
   NamesFileSink say;
   void *context;
   size_t bad_lines = 0;
+  char first_bad[512] = "";  // the first bad line's sentence part: "line N: problem"
 
   void sentence(const char *format, ...) const __attribute__((format(printf, 2, 3))) {
     char text[768];
@@ -42,11 +43,15 @@ struct Reader {
   }
 };
 
+// A bad line: the first is kept for the one sentence said after the parse (a bad setting is one
+// line, however many lines of it are bad: a file of 60 bad lines printed 21 on the program's
+// stderr); each is listed at FERRUM_REPLAY_LOG=info.
 void complain_about_line(int line, const char *problem, void *context) {
   auto &reader = *static_cast<Reader *>(context);
-  if (++reader.bad_lines <= kMaxReportedBadLines)
-    reader.sentence("FERRUM_REPLAY_NAMES='%s' line %d: %s; line ignored", reader.shown, line,
-                    problem);
+  if (++reader.bad_lines == 1)
+    snprintf(reader.first_bad, sizeof reader.first_bad, "line %d: %s", line, problem);
+  log_line(LogLevel::info, "FERRUM_REPLAY_NAMES='%s' line %d: %s; line ignored", reader.shown, line,
+           problem);
 }
 
 // Reads at most kMaxNamesFileSize bytes of the regular file `fd`; false when it holds more
@@ -115,9 +120,13 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
           shown.text);
     } else {
       rules = parse_names_file(text, length, complain_about_line, &reader);
-      if (reader.bad_lines > kMaxReportedBadLines)
-        reader.sentence("FERRUM_REPLAY_NAMES='%s': ... and %zu more bad lines, each ignored",
-                        shown.text, reader.bad_lines - kMaxReportedBadLines);
+      if (reader.bad_lines == 1)
+        reader.sentence("FERRUM_REPLAY_NAMES='%s' %s; line ignored", shown.text, reader.first_bad);
+      else if (reader.bad_lines > 1)
+        reader.sentence(
+            "FERRUM_REPLAY_NAMES='%s' %s; line ignored, and %zu more bad line%s, each ignored "
+            "(FERRUM_REPLAY_LOG=info lists them)",
+            shown.text, reader.first_bad, reader.bad_lines - 1, reader.bad_lines == 2 ? "" : "s");
       log_line(LogLevel::info, "names file '%s': %zu rules", shown.text, rules.count);
     }
     free(text);

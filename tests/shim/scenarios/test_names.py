@@ -666,7 +666,8 @@ def python_package_async_generator_left_open():
 
 
 def names_file():
-    """Ordinals and site patterns name graphs; each bad line is one numbered error."""
+    """Ordinals and site patterns name graphs; bad lines are one line: the first, numbered, and
+    the count of the rest; FERRUM_REPLAY_LOG=info lists each."""
     path = with_file("# the server's graphs\n1 = prefill\nsite:* = decoder\nbogus line\n0 = x\n")
     try:
         run_ = launch(env={"FERRUM_REPLAY_NAMES": path})
@@ -676,8 +677,8 @@ def names_file():
     # Graph 1 by number; the other two share the site rule's name (chosen by a person).
     expect(counts == {"prefill": ITERS, "decoder": 2 * ITERS}, f"names {counts}", run_)
     errors = [l for l in run_.stderr.splitlines() if "FERRUM_REPLAY_NAMES" in l]
-    expect(len(errors) == 2 and "line 4:" in errors[0] and "line 5:" in errors[1],
-           "expected one error for line 4 and one for line 5", run_)
+    expect(len(errors) == 1 and "line 4:" in errors[0] and "and 1 more bad line," in errors[0],
+           "expected one line: line 4, and 1 more", run_)
     missing = launch(env={"FERRUM_REPLAY_NAMES": "/nonexistent/names"})
     expect(missing.returncode == 0 and missing.stderr.count("\n") == 1 and
            "cannot be read" in missing.stderr, "a missing file is not one clear line", missing)
@@ -707,7 +708,8 @@ def names_file_not_a_regular_file():
 
 
 def names_file_many_bad_lines():
-    """A names file of 100,000 bad lines: 20 reported, then one line with the rest's count;
+    """A names file of 100,000 bad lines: one line, the first and the count of the rest (20
+    lines and a count were printed, with FERRUM_REPLAY_LOG silent); each at FERRUM_REPLAY_LOG=info;
     a file over 1 MiB is skipped whole in one line. The good lines still apply."""
     path = with_file("1 = kept\n" + "bogus\n" * 100000)
     try:
@@ -715,10 +717,19 @@ def names_file_many_bad_lines():
     finally:
         os.unlink(path)
     lines = [l for l in run_.stderr.splitlines() if "FERRUM_REPLAY_NAMES" in l]
-    expect(len(lines) == 21 and "line 21:" in lines[19] and
-           lines[20].endswith("... and 99980 more bad lines, each ignored"),
-           f"{len(lines)} lines about the names file, expected 20 and one count", run_)
+    expect(len(lines) == 1 and "line 2:" in lines[0] and
+           "and 99999 more bad lines, each ignored" in lines[0],
+           f"{len(lines)} lines about the names file, expected one with the count", run_)
     expect(counts_by_name(run_).get("kept") == ITERS, "the good line did not apply", run_)
+    path = with_file("1 = kept\n" + "bogus\n" * 3)
+    try:
+        run_ = launch(env={"FERRUM_REPLAY_NAMES": path, "FERRUM_REPLAY_SITE": "off",
+                           "FERRUM_REPLAY_LOG": "info"})
+    finally:
+        os.unlink(path)
+    listed = [l for l in run_.stderr.splitlines() if "FERRUM_REPLAY_NAMES" in l and
+              "; line ignored" in l and "more bad line" not in l]
+    expect(len(listed) == 3, "FERRUM_REPLAY_LOG=info: not each bad line listed", run_)
     huge = with_file("# padding\n" * 200000)
     try:
         big = launch(env={"FERRUM_REPLAY_NAMES": huge})
