@@ -899,7 +899,8 @@ void describe_lock_failure(int lock, int timeout_ms, char *out, size_t out_size)
     else
       snprintf(wait, sizeof wait, "%d ms", timeout_ms);
     snprintf(out, out_size,
-             "the output lock of its directory was held by another ferrum-replay process for %s",
+             "the output lock of its directory was held by another process for %s (a ferrum-replay "
+             "one writing there, or any process of any user that took its name)",
              wait);
   } else
     snprintf(out, out_size, "the output lock of its directory cannot be taken here: %s",
