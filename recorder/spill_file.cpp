@@ -14,6 +14,7 @@
 #include "errno_kept.hpp"
 #include "held_here.hpp"
 #include "no_cancel.hpp"
+#include "own_descriptor.hpp"
 #include "own_process.hpp"
 #include "startup_env.hpp"
 #include "write_signals.hpp"
@@ -73,9 +74,9 @@ size_t page_size() {
 
 // An unnamed file of `size` bytes, mapped shared, its descriptor already closed; nullptr if it
 // cannot be made, and `*error` says why (the program's errno is left as it was). The descriptor
-// is checked to still be the file this function created before each use: should another thread
-// of the program close it and open a file of its own under the same number meanwhile, that file
-// is left alone.
+// is checked to still be the file this function created before each use (own_descriptor.hpp):
+// should another thread of the program close it and open a file of its own under the same number
+// meanwhile, that file is left alone.
 char *map_unnamed_file(const std::string &dir, uint64_t size, int *error) {
   // Called while the program records (a push may fill a chunk): errno stays the program's, also
   // after the O_TMPFILE attempt failed and the fallback succeeded; and open and close, the
@@ -92,16 +93,12 @@ char *map_unnamed_file(const std::string &dir, uint64_t size, int *error) {
     *error = errno;
     return nullptr;
   }
-  *error = EBADF;  // the descriptor was not (or no longer) the file made here
+  *error = EBADF;                  // the descriptor was not (or no longer) the file made here
+  common::OwnDescriptor file(fd);  // proved before each use, closed only if still ours
   struct stat created {};
-  const auto still_ours = [&]() {
-    struct stat now {};
-    return ::fstat(fd, &now) == 0 && now.st_dev == created.st_dev && now.st_ino == created.st_ino &&
-           now.st_nlink == 0;
-  };
   void *mapping = MAP_FAILED;
-  if (::fstat(fd, &created) == 0 && S_ISREG(created.st_mode) && created.st_nlink == 0 &&
-      created.st_size == 0) {
+  if (file && ::fstat(fd, &created) == 0 && S_ISREG(created.st_mode) && created.st_nlink == 0 &&
+      created.st_size == 0 && file.ours()) {
     // Real blocks, not a sparse file: a store through the mapping must never meet a full disk
     // (SIGBUS). posix_fallocate falls back to writing where fallocate is not supported; beyond
     // the host's file size limit it is EFBIG, and the SIGXFSZ that comes with it is taken back.
@@ -119,23 +116,22 @@ char *map_unnamed_file(const std::string &dir, uint64_t size, int *error) {
     else if (!(room = SpillFile::leaves_room(size, bytes_of(fs.f_bavail, fs.f_frsize),
                                              bytes_of(fs.f_blocks, fs.f_frsize))))
       *error = ENOSPC;
-    if (room && still_ours()) {
+    if (room && file.ours()) {
       const common::WriteSignalsHeld held;
       const int failed = ::posix_fallocate(fd, 0, static_cast<off_t>(size));  // not in errno
       allocated = failed == 0;
       if (!allocated) *error = failed;
     }
-    if (allocated && still_ours()) {
+    if (allocated && file.ours()) {
       mapping = map_aligned(fd, size);
       if (mapping == MAP_FAILED) *error = errno;
     }
-    if (mapping != MAP_FAILED && !still_ours()) {
+    if (mapping != MAP_FAILED && !file.ours()) {  // (then not ours to close either)
       ::munmap(mapping, size);
       mapping = MAP_FAILED;
-      fd = -1;  // not ours any more: not ours to close either
     }
   }
-  if (fd >= 0) ::close(fd);
+  file.close();
   if (mapping == MAP_FAILED) return nullptr;
   *error = 0;
   return static_cast<char *>(mapping);
