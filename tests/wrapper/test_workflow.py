@@ -1474,20 +1474,244 @@ def test_helpers_run_on_the_oldest_python(tmp):
            f"ci-smoke-profile under {oldest}", done)
 
 
+def demo_build(tmp, name="demo-build"):
+    """A build directory of the demo's own (links to the build under test's shim, recorder, demo
+    and stand-in driver), for the trace the demo leaves in its build directory: scenarios that
+    run at once never share it, and the build under test gets none."""
+    build = os.path.join(tmp, name)
+    os.makedirs(os.path.join(build, "tests", "support"))
+    for part in ("shim", "recorder", "demo", os.path.join("tests", "support", "standin")):
+        os.symlink(os.path.join(BUILD, part), os.path.join(build, part))
+    return build
+
+
 def test_demo(tmp):
-    done = wrapper("demo", cwd=tmp, env={"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.txt")})
-    expect(done.returncode == 0, "demo failed", done)
+    build = demo_build(tmp)
+    env = {"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.txt"), "FERRUM_BUILD_DIR": build}
+    for _ in range(2):  # the second run's trace replaces the first's
+        done = wrapper("demo", cwd=tmp, env=env)
+        expect(done.returncode == 0, "demo failed", done)
     replays = [int(n) for n in re.findall(r"=(\d+)", re.search(r"^replays: (.*)$", done.stdout,
                                                                 re.M)[1])]
-    traces = traces_in(tmp, r"ferrum-replay-demo\.\d+\.json$")
-    expect(len(traces) == 1, "the demo's trace in the working directory", done)
-    trace = expect_good_trace(traces[0], done)
+    home = os.path.join(build, "ferrum-replay-demo.json")
+    expect(traces_in(build) == [home] and not traces_in(tmp),
+           "the demo's one trace in the build directory, none in the working directory", done)
+    trace = expect_good_trace(home, done)
     counts = sorted(trace_check.counts_by_name(trace, DOMAIN).values())
     expect(len(replays) == 5 and counts == sorted(replays),
            f"one range per replay: {counts} vs {replays}", done)
     expect("driver: ferrum-replay stand-in (no GPU on this machine)" in done.stdout and
-           "protocol errors: none" in done.stderr and "open the trace in" in done.stderr,
+           "protocol errors: none" in done.stderr and
+           done.stderr.rstrip().endswith(f"ferrum-replay: the demo's trace: '{home}': open it in "
+                                         "https://ui.perfetto.dev or chrome://tracing"),
            "the demo's output", done)
+
+
+def test_demo_trace_home(tmp):
+    """The demo's trace has one home, ferrum-replay-demo.json in the build directory: run from a
+    read-only working directory it is written there and the last line says where (the trace went
+    to the working directory, pid-named, one more per run: none there, and still "open the trace
+    in https://ui.perfetto.dev" with exit 0). Where no trace can be written (a read-only build
+    directory, a FERRUM_RECORD_OUT in a read-only directory) the demo says so and exits 1, with
+    no line telling the user to open a trace. Read-only for an unprivileged user (setpriv to
+    nobody when run as root; root writes anywhere)."""
+    as_user = []
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            return "skip: as root, a read-only directory needs setpriv to run as another user"
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    os.chmod(tmp, 0o755)
+    build = demo_build(tmp)
+    readonly = os.path.join(tmp, "ro")
+    os.mkdir(readonly)
+    stale_dir = os.path.join(tmp, "ro-stale")  # holds an earlier run's trace, read-only now
+    os.mkdir(stale_dir)
+    stale = os.path.join(stale_dir, "old.json")
+    with open(stale, "w") as handle:
+        handle.write("{}\n")
+    if as_user:
+        os.chown(build, 65534, 65534)
+    os.chmod(readonly, 0o555)
+    os.chmod(stale_dir, 0o555)
+    env = {"HOME": tmp, "FERRUM_BUILD_DIR": build}
+    home = os.path.join(build, "ferrum-replay-demo.json")
+    success = "open it in https://ui.perfetto.dev"
+
+    def demo(extra=None):
+        return run(as_user + [WRAPPER, "demo"], readonly, {**env, **(extra or {})})
+
+    done = demo()
+    expect(done.returncode == 0 and os.path.isfile(home) and not os.listdir(readonly) and
+           done.stderr.rstrip().splitlines()[-1] ==
+           f"ferrum-replay: the demo's trace: '{home}': {success} or chrome://tracing",
+           "the demo from a read-only directory: its trace in the build directory, and where",
+           done)
+    expect_good_trace(home, done)
+    # No trace can be written: the build directory read-only (the previous trace removed first:
+    # it is not this run's), then a FERRUM_RECORD_OUT of the user's in a read-only directory.
+    os.unlink(home)
+    os.chmod(build, 0o555)
+    try:
+        for extra in ({}, {"FERRUM_RECORD_OUT": os.path.join(readonly, "mine.json")},
+                      {"FERRUM_RECORD_OUT": stale}):  # a file there from before is not this run's
+            done = demo(extra)
+            expect(done.returncode == 1 and "trace not written" in done.stderr and
+                   "ferrum-replay: no trace was written at" in done.stderr and
+                   success not in done.stderr and "open the trace" not in done.stderr and
+                   not os.listdir(readonly) and not os.path.exists(home) and
+                   open(stale).read() == "{}\n",
+                   f"no trace could be written ({extra or 'the build directory'}): said, exit 1",
+                   done)
+    finally:
+        os.chmod(build, 0o755)
+    # FERRUM_RECORD_OUT of the user's, a file that can be written: there, and said so.
+    # Twice: the second run's trace replaces the first's, and is said to be there.
+    mine = os.path.join(build, "mine.json")
+    for _ in range(2):
+        done = demo({"FERRUM_RECORD_OUT": mine})
+        expect(done.returncode == 0 and os.path.isfile(mine) and not os.path.exists(home) and
+               f"ferrum-replay: the demo's trace: '{mine}': {success}" in done.stderr,
+               "FERRUM_RECORD_OUT names the demo's trace", done)
+    return None
+
+
+def test_demo_bootstraps_build_only(tmp):
+    """The demo (and the build on demand of record/run) needs what the build needs, not the test
+    stages' tools: scripts/bootstrap is asked for its --build profile, so an apt-get on PATH is
+    never asked for the aarch64 cross compiler, qemu-user, pkg-config, locales or Google
+    Benchmark (it was: the demo ran the full bootstrap). apt-get and sudo are fakes that log
+    their arguments, the tools bootstrap looks for are off PATH (a folder of links to the
+    system's others), and the demo runs from a scratch copy of the wrapper whose scripts/build
+    only logs (no build is started); the demo itself runs on the build under test."""
+    log = os.path.join(tmp, "apt.log")
+    fakebin = os.path.join(tmp, "fakebin")
+    os.mkdir(fakebin)
+    for name in ("apt-get", "sudo"):
+        with open(os.path.join(fakebin, name), "w") as handle:
+            handle.write(f'#!/bin/sh\necho "{name} $*" >> {shlex.quote(log)}\n'
+                         + ('[ "$1" = -n ] && shift; exec "$@"\n' if name == "sudo" else ""))
+        os.chmod(os.path.join(fakebin, name), 0o755)
+    # Every tool of the system's but those bootstrap looks for (so that it wants them all).
+    hidden = {"aarch64-linux-gnu-g++", "qemu-aarch64", "pkg-config", "apt-get", "sudo"}
+    for directory in ("/usr/local/bin", "/usr/bin", "/bin"):
+        if not os.path.isdir(directory):
+            continue
+        for name in os.listdir(directory):
+            target = os.path.join(fakebin, name)
+            if name not in hidden and not os.path.lexists(target):
+                os.symlink(os.path.join(directory, name), target)
+    build = demo_build(tmp)
+    scripts = os.path.join(tmp, "src", "scripts")
+    os.makedirs(scripts)
+    for name in os.listdir(os.path.join(SOURCE, "scripts")):
+        if name != "build":
+            os.symlink(os.path.join(SOURCE, "scripts", name), os.path.join(scripts, name))
+    with open(os.path.join(scripts, "build"), "w") as handle:
+        handle.write(f'#!/bin/sh\necho "build $*" >> {shlex.quote(log)}\n')
+    os.chmod(os.path.join(scripts, "build"), 0o755)
+    with open(os.path.join(tmp, "src", "meson.build"), "w") as handle:
+        handle.write("# in_source_tree looks for this file\n")
+    # The wrapper is found through its own path: a copy in the scratch scripts/ (a link would
+    # resolve back to the checkout, whose scripts/build is the real one).
+    os.unlink(os.path.join(scripts, "ferrum-replay"))
+    shutil.copy(WRAPPER, os.path.join(scripts, "ferrum-replay"))
+    env = {"PATH": fakebin, "FERRUM_BUILD_DIR": build, "FERRUM_REPLAY_BUILD": "1",
+           "HOME": tmp}
+    done = run([os.path.join(scripts, "ferrum-replay"), "demo"], tmp, env)
+    calls = open(log).read() if os.path.exists(log) else ""
+    expect(done.returncode == 0 and f"build {build}" in calls and
+           "protocol errors: none" in done.stderr,
+           "the demo with a logging apt-get and build", done)
+    for package in ("g++-aarch64-linux-gnu", "qemu-user", "locales", "libbenchmark-dev",
+                    "pkg-config"):
+        expect(f" {package}" not in calls, f"the demo's bootstrap asked apt-get for {package}:\n"
+               f"{calls}", done)
+    return None
+
+
+def test_build_waits_for_another(tmp):
+    """Two scripts/build of one build directory at once (two `ferrum-replay demo` on one checkout):
+    the second waits for the first on the directory's lock (.ferrum-build.lock, flock(1)), says
+    so, and finds the build done; both succeed and the build ran once. It failed ("Some other
+    Meson process is already using this build directory") or ran ninja a second time on the same
+    tree. A scratch meson project (no compiler: one target that notes its run and sleeps) with a
+    copy of scripts/build; a bound (FERRUM_BUILD_WAIT) too short gives up, in one line."""
+    if not shutil.which("flock"):
+        return "skip: no flock(1) here (scripts/build then builds without waiting)"
+    project = os.path.join(tmp, "project")
+    os.makedirs(os.path.join(project, "scripts"))
+    shutil.copy(os.path.join(SOURCE, "scripts", "build"), os.path.join(project, "scripts"))
+    runs, started = os.path.join(tmp, "runs.log"), os.path.join(tmp, "started")
+    with open(os.path.join(project, "step.py"), "w") as handle:
+        handle.write("import sys, time\n"
+                     f"open({runs!r}, 'a').write('run\\n')\n"
+                     f"open({started!r}, 'w').close()\n"
+                     "time.sleep(float(sys.argv[2]))\n"
+                     "open(sys.argv[1], 'w').close()\n")
+    with open(os.path.join(project, "meson.build"), "w") as handle:
+        handle.write("project('scratch')\n"
+                     "option_seconds = get_option('seconds')\n"
+                     "custom_target('step', output: 'done', build_by_default: true,\n"
+                     f"  command: [find_program('python3'), files('step.py'), '@OUTPUT@', "
+                     "option_seconds])\n")
+    with open(os.path.join(project, "meson_options.txt"), "w") as handle:
+        handle.write("option('cuda-home', type: 'string', value: '')\n"
+                     "option('seconds', type: 'string', value: '3')\n")
+    build = os.path.join(tmp, "build")
+    argv = [os.path.join(project, "scripts", "build"), build, "-Dcuda-home=none"]
+    env = {"PATH": os.path.dirname(env_path("MESON")) + os.pathsep +
+           os.environ.get("PATH", "/usr/bin:/bin")}
+    first = subprocess.Popen(argv, cwd=tmp, env=base_env(env), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(started) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = run(argv, tmp, env)
+    out, err = first.communicate(timeout=120)
+    done = Done(argv, first.returncode, out, err)
+    expect(first.returncode == 0, "the first build", done)
+    expect(second.returncode == 0, "the second build failed", second)
+    expect(open(runs).read() == "run\n", f"the step ran {open(runs).read().count('run')} times: "
+           "ninja ran twice on one tree", second)
+    expect("build: another build of" in second.stderr and "waiting for it" in second.stderr,
+           "the second build did not say it waited for the first", second)
+    expect(os.path.isfile(os.path.join(build, ".ferrum-build.lock")), "no lock file", second)
+    # Up to date: nothing to do, no wait. A bound too short to wait for a long build: one line.
+    done = run(argv, tmp, env)
+    expect(done.returncode == 0 and not done.stderr and open(runs).read() == "run\n",
+           "an up-to-date build", done)
+    os.unlink(started)
+    subprocess.run([env_path("MESON"), "configure", build, "-Dseconds=4"], env=base_env(env),
+                   capture_output=True, check=True)
+    os.unlink(os.path.join(build, "done"))
+    first = subprocess.Popen(argv, cwd=tmp, env=base_env(env), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    while not os.path.exists(started) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = run(argv, tmp, {**env, "FERRUM_BUILD_WAIT": "1"})
+    first.communicate(timeout=120)
+    expect(second.returncode == 1 and "giving up" in second.stderr and
+           len(second.stderr.strip().splitlines()) == 2,
+           "a wait past FERRUM_BUILD_WAIT", second)
+    return None
+
+
+def test_bench_rounds_refused(tmp):
+    """bench/run_bench.py --rounds N below 1 (or not a whole number) is refused at once, in one
+    line, exit 2, before anything is measured: 0 was taken for "not given" (the default count
+    ran) and -1 measured a minute of rows, then died in a KeyError traceback. The build
+    directory named does not exist: the refusal must come first (nothing is measured either
+    way)."""
+    script = os.path.join(SOURCE, "bench", "run_bench.py")
+    for value in ("0", "-1", "x"):
+        started = time.monotonic()
+        done = run([sys.executable, script, "--build-dir", os.path.join(tmp, "no-build"),
+                    "--smoke", "--quiet", "--rounds", value], tmp, timeout=120)
+        expect(done.returncode == 2 and not done.stdout and
+               len(done.stderr.splitlines()) == 1 and "--rounds" in done.stderr and
+               time.monotonic() - started < 10,
+               f"run_bench.py --rounds {value}: refused at once, one line", done)
+    return None
 
 
 # ---- ci-smoke-profile -----------------------------------------------------------------------
@@ -4819,9 +5043,10 @@ def test_without_cuda_toolkit(tmp):
     expect(done.returncode == 0 and "protocol errors: none" in done.stderr and
            re.search(r"^replays: ", done.stdout, re.M),
            "the demo did not run", done)
-    traces = traces_in(tmp, r"ferrum-replay-demo\.\d+\.json$")
-    expect(len(traces) == 1, "the demo's trace", done)
-    expect_good_trace(traces[0], done)
+    trace = os.path.join(build, "ferrum-replay-demo.json")
+    expect(os.path.isfile(trace) and f"the demo's trace: '{trace}'" in done.stderr,
+           "the demo's trace, in its build directory", done)
+    expect_good_trace(trace, done)
     return None
 
 
