@@ -473,8 +473,12 @@ def test_program_takes_the_trace_descriptor(tmp):
     victim = os.path.join(tmp, "victim.log")
     for run in range(4):
         out = os.path.join(tmp, f"t{run}.json")
+        # (LeakSanitizer's own exit check reads /proc through descriptors this thread closes
+        # too: it is left out, under ASan.)
+        sanitizer = os.environ.get("ASAN_OPTIONS", "")
         c = run_client(tmp, "--iters", 100000, "--reopen-at-exit", victim, out=out,
-                       env={"FERRUM_RECORD_TABLE": "0"})
+                       env={"FERRUM_RECORD_TABLE": "0",
+                            "ASAN_OPTIONS": f"{sanitizer}:detect_leaks=0".lstrip(":")})
         expect(c.returncode == 0, f"run {run}: the client failed", c)
         with open(victim, "rb") as f:
             foreign = [line for line in f.read().split(b"\n") if line not in (b"L", b"")]
