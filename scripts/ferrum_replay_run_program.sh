@@ -102,13 +102,18 @@ exec_with_environment() {
     CDPATH=$ferrum_caller_cdpath
     export CDPATH
   fi
-  if [ -n "${ferrum_environ_pid:-}" ] && command -v python3 >/dev/null 2>&1; then
+  if [ -n "${ferrum_environ_pid:-}" ]; then
     env_preload_set=${LD_PRELOAD+set} env_preload=${LD_PRELOAD-}
     unset LD_PRELOAD
+    # The wrapper's own choice of Python where it makes one (ferrum-replay's find_python, which
+    # takes FERRUM_REPLAY_PYTHON first: the package's command hands its interpreter on, and
+    # PATH may hold no python3), python3 otherwise.
+    env_python=python3
+    if command -v find_python >/dev/null 2>&1 && find_python; then env_python=$python; fi
     # A python3 that cannot run (a pyenv shim of a version not installed, a stale venv's link)
     # is not exec'd: the program would never start. (Any lower-case name in the environment,
     # http_proxy, takes this path.)
-    if python3 -I -S -c '' >/dev/null 2>&1; then
+    if "$env_python" -I -S -c '' >/dev/null 2>&1; then
       environ=/proc/$ferrum_environ_pid/environ startup=''
       proc_self_field '' stat || field=''
       if [ -n "$field" ] && [ "${field%% *}" != "$ferrum_environ_pid" ]; then
@@ -126,7 +131,7 @@ exec_with_environment() {
         # The signals this shell ignores (it gives the program what it was given): Python
         # ignores SIGPIPE and SIGXFSZ from its start, and its exec would hand that on.
         proc_self_field 'SigIgn:' status || field=''
-        exec python3 -I -S -c "$restore_environment" "$startup" "$env_preload_set" "$env_preload" \
+        exec "$env_python" -I -S -c "$restore_environment" "$startup" "$env_preload_set" "$env_preload" \
           "$field" "$@"
       fi
     fi
@@ -296,19 +301,58 @@ end_as_program() {
   esac
 }
 
+# The one rule for every path the wrappers make absolute from the working directory ($PWD).
+# Sets working_dir to it, or is false (working_dir_problem says why) where $PWD cannot stand
+# for it: empty (dash, started in a directory that was deleted: getcwd fails and PWD stays
+# unset), not absolute (an odd PWD in the caller's environment), or no longer this process's
+# working directory (deleted or moved since the shell started: bash keeps the old name). An
+# empty PWD made '' + '/t.json' = '/t.json': record wrote its traces and its run notes into
+# the root directory (F126).
+working_directory() {
+  working_dir=${PWD:-}
+  case $working_dir in
+    /*) [ "$working_dir" -ef . ] 2>/dev/null && return 0
+        working_dir_problem="the working directory $(shown "$working_dir") is not there any more (deleted or moved)" ;;
+    '') working_dir_problem="the working directory is not there any more (deleted: the shell cannot tell where it is)" ;;
+    *) working_dir_problem="PWD $(shown "$working_dir") is not an absolute path" ;;
+  esac
+  working_dir=''
+  return 1
+}
+
+# working_directory, or one line and exit 2 (before the program runs): $1 says what needed it.
+need_working_directory() {
+  working_directory && return 0
+  printf '%s: %s: %s (cd to a directory that exists, or give an absolute path)\n' \
+    "$prog" "$working_dir_problem" "$1" >&2
+  exit 2
+}
+
 # Sets the variable named $1 to the path $2 made absolute, under the working directory when it
 # is relative: a path handed to the program's processes (a relative TMPDIR's run directory),
 # which may work in other directories, or to a command that would take a leading '-' for an
 # option (mkdir, mktemp). Assigned, never printed: $(...) drops a name's trailing newlines
-# (`--out 'smoke<LF>'` wrote into another directory, `smoke`).
-absolute() { case $2 in /*) eval "$1=\$2" ;; *) eval "$1=\$PWD/\$2" ;; esac; }
+# (`--out 'smoke<LF>'` wrote into another directory, `smoke`). A relative path without a
+# working directory to resolve it against: refused (need_working_directory).
+absolute() {
+  case $2 in
+    /*) eval "$1=\$2" ;;
+    *) need_working_directory "cannot tell where the relative path $(shown "$2") is"
+       eval "$1=\$working_dir/\$2" ;;
+  esac
+}
 
 # Sets temp_dir to the directory for this run's own temporary files, absolute: TMPDIR (default
 # /tmp) when it is a directory this user can write in, else /tmp, with one warning line (the
 # program still runs, with its TMPDIR as given); empty when neither is.
 find_temp_dir() {
-  absolute temp_dir "${TMPDIR:-/tmp}"
-  if [ ! -d "$temp_dir" ] || [ ! -w "$temp_dir" ] || [ ! -x "$temp_dir" ]; then
+  # (A relative TMPDIR without a working directory: not one this user can write in.)
+  temp_dir=${TMPDIR:-/tmp} td_resolved=1
+  case $temp_dir in
+    /*) ;;
+    *) if working_directory; then temp_dir=$working_dir/$temp_dir; else td_resolved=''; fi ;;
+  esac
+  if [ -z "$td_resolved" ] || [ ! -d "$temp_dir" ] || [ ! -w "$temp_dir" ] || [ ! -x "$temp_dir" ]; then
     if [ -d /tmp ] && [ -w /tmp ] && [ -x /tmp ]; then
       printf '%s: warning: TMPDIR %s is not a directory this user can write in: temporary files go to /tmp\n' \
         "$prog" "$(shown "$temp_dir")" >&2

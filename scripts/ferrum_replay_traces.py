@@ -1903,7 +1903,7 @@ def record_began(start):
     if start >= UNREADABLE:
         return "unknown: its note cannot be read"
     if start >= UNNOTED:
-        return "unknown: its start could not be noted there, a full disk?"
+        return "unknown: its start could not be noted there, a full disk? no python3?"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start / 1e9))
 
 
@@ -1916,8 +1916,8 @@ def untold(start, where):
                 "note): which traces are the last run's cannot be told; remove it and record "
                 "again")
     return (f"the last `ferrum-replay record` into {where} could not be noted there (a full "
-            "disk or quota?): which traces are its cannot be told; record again once there is "
-            "room")
+            "disk or quota? no python3 3.7 or newer?): which traces are its cannot be told; "
+            "record again once there is room, with python3")
 
 
 def records_file(uid):

@@ -90,6 +90,13 @@ def main(argv=None):
     restore_default_signals()
     # The same for the environment: the wrapper and the program get the caller's own.
     undo_locale_coercion()
+    # The wrapper's helpers (summary, check, compare, merge, record's output checks) need a
+    # Python 3.7 or newer, which it looked for as python3 in PATH: none there, or an old one,
+    # and the package's own commands failed though a good Python started them. This one is
+    # handed on; the wrapper prefers it where it runs and unsets it, so that the program never
+    # sees it.
+    if sys.executable:
+        os.environ["FERRUM_REPLAY_PYTHON"] = sys.executable
     # Replaces this process: the wrapper's exit code and signals are the command's own.
     # Through sh, so that a wheel's unpacking need not have kept the execute bit.
     try:

@@ -5206,6 +5206,163 @@ def test_pip_install_record(tmp):
     expect(done.stdout == f"ferrum-replay {env_path('PROJECT_VERSION')}\n", "version", done)
 
 
+def in_deleted_directory(tmp, argv, env=None, shell="sh"):
+    """Runs argv (the wrapper or ci-smoke-profile, by SHELL) with a working directory that was
+    deleted after the shell was told to go there: dash leaves PWD empty (getcwd fails), bash
+    keeps the old name of a directory that is not there any more."""
+    gone = tempfile.mkdtemp(dir=tmp, prefix="gone.")
+    return run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", gone,
+                shell, *argv], tmp, env)
+
+
+def root_entries():
+    return {name for name in os.listdir("/") if "ferrum" in name or name.endswith(".json")
+            or name == "smoke"}
+
+
+def test_deleted_working_directory_refused(tmp):
+    """A working directory that was deleted under the caller (a test's temporary directory, a
+    rebuilt checkout): dash leaves PWD empty, and the wrapper made its paths of '' + '/': the
+    default trace, a relative -o and the run notes went to the root directory (F126). Every
+    path made absolute from the working directory is refused there, in one line and exit 2,
+    before the program runs; an absolute -o still works."""
+    before = root_entries()
+    program = [launch_driver(), "--iters", "2"]
+    for shell in ("sh", "bash"):
+        for args, what in ((["record", "--"], "the default trace (no -o) has nowhere to go"),
+                           (["record", "-o", "t.json", "--"], "the relative path 't.json'"),
+                           (["record", "-o", "dir/", "--"], "the relative path 'dir/'")):
+            done = in_deleted_directory(tmp, [WRAPPER, *args, *program], shell=shell)
+            said = [l for l in done.stderr.splitlines() if l.startswith("ferrum-replay")]
+            expect(done.returncode == 2 and len(said) == 1 and
+                   "the working directory" in said[0] and what in said[0] and
+                   "launches=" not in done.stdout, f"{shell}: {args}: refused in one line", done)
+        # ci-smoke-profile's relative --out: the same rule (its `absolute`).
+        done = in_deleted_directory(tmp, [CI_SMOKE, "--out", "smoke", "--", *program],
+                                    shell=shell)
+        said = [l for l in done.stderr.splitlines() if l.startswith("ci-smoke-profile")]
+        expect(done.returncode == 2 and len(said) == 1 and "the working directory" in said[0]
+               and "launches=" not in done.stdout, f"{shell}: ci-smoke-profile --out smoke", done)
+        out = os.path.join(tmp, f"abs-{shell}.json")
+        done = in_deleted_directory(tmp, [WRAPPER, "record", "-o", out, "--", *program],
+                                    shell=shell)
+        expect(done.returncode == 0 and "launches=4" in done.stdout, f"{shell}: an absolute -o "
+               "still records", done)
+        expect_good_trace(out, done, launches=4)
+    expect(root_entries() == before, f"written in /: {sorted(root_entries() - before)}")
+
+
+def fallback_pythons(tmp):
+    """python3s that exist but cannot run the helper: the oldest one here below 3.7 (if any)
+    and one that does not run (a pyenv shim of a version not installed), each as a PATH that
+    has it first."""
+    broken = os.path.join(tmp, "broken-python")
+    os.mkdir(broken)
+    write(os.path.join(broken, "python3"), "#!/bin/sh\necho 'pyenv: python3: not installed' >&2\n"
+          "exit 127\n")
+    os.chmod(os.path.join(broken, "python3"), 0o755)
+    paths = [(broken + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"), "does not run")]
+    old = old_python3()
+    if old is None:
+        print("note: no python3 older than 3.7 here: only one that does not run is checked")
+    else:
+        paths.append((path_with_python3(tmp, old), "ferrum-replay needs 3.7 or newer"))
+    return paths
+
+
+def test_unusable_python3_takes_the_fallback(tmp):
+    """A python3 in PATH that is too old for the helper (3.6) or does not run passed `record`'s
+    "python3 is there" test: neither the helper's steps nor the no-python3 fallback's were
+    taken, and an earlier run's trace at a fixed -o name stayed, unannounced, for `check` to
+    pass as this run's; a -o into a missing directory was no longer said before the run (F127).
+    Such a python3 is now taken for none: the fallback's warnings, and this run's output
+    directory is not left noting the earlier run as the last one."""
+    program = [launch_driver(), "--iters", "2"]
+    for n, (path, why) in enumerate(fallback_pythons(tmp)):
+        out = os.path.join(tmp, f"out{n}")
+        os.mkdir(out)
+        trace = os.path.join(out, "t.json")
+        done = wrapper("record", "-o", trace, "--", *program, cwd=tmp)
+        expect(done.returncode == 0 and os.path.exists(trace), "the earlier run", done)
+        done = wrapper("check", trace, cwd=tmp)
+        expect(done.returncode == 0, "the earlier run's trace passes as its own", done)
+        done = wrapper("record", "-o", trace, "--", "/bin/true", cwd=tmp, env={"PATH": path})
+        expect(done.returncode == 0 and done.stderr.count(why) == 1 and
+               "is there from before and stays" in done.stderr and
+               "the note of earlier runs there is emptied" in done.stderr,
+               f"{why}: the fallback's warnings", done)
+        done = wrapper("check", trace, cwd=tmp)
+        expect(done.returncode == 1 and "FAIL" in done.stdout,
+               f"{why}: the earlier run's trace is not judged the last run's", done)
+        # Without -o: the traces of the run before in the working directory, the same.
+        work = os.path.join(tmp, f"work{n}")
+        os.mkdir(work)
+        done = wrapper("record", "--", *program, cwd=work)
+        expect(done.returncode == 0 and traces_in(work), "the earlier run, no -o", done)
+        done = wrapper("record", "--", "/bin/true", cwd=work, env={"PATH": path})
+        expect(done.returncode == 0 and "the note of earlier runs there is emptied" in
+               done.stderr, f"{why}: no -o: the note emptied", done)
+        done = wrapper("check", *traces_in(work), cwd=work)
+        expect(done.returncode == 1, f"{why}: no -o: the earlier run's trace is not judged the "
+               "last run's", done)
+        missing = os.path.join(tmp, f"missing{n}", "t.json")
+        done = wrapper("record", "-o", missing, "--", "sh", "-c", "echo program ran", cwd=tmp,
+                       env={"PATH": path})
+        lines = done.stderr.splitlines()
+        warned = [i for i, l in enumerate(lines) if "does not exist" in l]
+        expect(done.returncode == 0 and warned and "program ran" in done.stdout,
+               f"{why}: -o into a missing directory said before the run (F115)", done)
+        # The judges: one line naming the problem, as ever.
+        done = wrapper("summary", trace, cwd=tmp, env={"PATH": path})
+        expect(done.returncode == 2 and len(done.stderr.splitlines()) == 1 and
+               why in done.stderr, f"{why}: summary in one line", done)
+
+
+def test_python_command_without_python3_in_path(tmp):
+    """`python -m ferrum_replay` (and the pip `ferrum-replay` command, the same main) run by a
+    good Python, with no python3 in PATH or an old one first: summary, check and record's
+    steps looked for python3 in PATH and failed or were skipped (F128). The wrapper now
+    prefers the interpreter that started it (FERRUM_REPLAY_PYTHON), which the program never
+    sees."""
+    bindir = os.path.join(tmp, "no-python-bin")
+    os.mkdir(bindir)
+    for tool in ("sh", *wrapper_tools()):
+        os.symlink(shutil.which(tool), os.path.join(bindir, tool))
+    paths = [bindir] + [p + os.pathsep + bindir for p, _ in fallback_pythons(tmp)]
+    module = {"PYTHONPATH": os.path.join(SOURCE, "python")}
+    command = [sys.executable, "-m", "ferrum_replay"]
+    for n, path in enumerate(paths):
+        env = {**module, "PATH": path}
+        out = os.path.join(tmp, f"out{n}")
+        os.mkdir(out)
+        trace = os.path.join(out, "t.json")
+        done = run([*command, "record", "-o", trace, "--", launch_driver(), "--iters", "2"],
+                   tmp, env)
+        expect(done.returncode == 0 and "ferrum-replay: trace: '" in done.stderr and
+               "python3" not in done.stderr, f"PATH={path}: record with the helper", done)
+        for args, said in ((["summary", trace], "4 ranges in 1 trace"),
+                           (["check", trace], "OK: 4 ranges")):
+            done = run([*command, *args], tmp, env)
+            expect(done.returncode == 0 and said in done.stdout, f"PATH={path}: {args[0]}", done)
+        # The earlier trace is moved aside by the helper, not kept with a warning.
+        done = run([*command, "record", "-o", trace, "--", "/bin/true"], tmp, env)
+        expect(done.returncode == 0 and "stays" not in done.stderr and
+               os.path.exists(trace + ".old") and not os.path.exists(trace),
+               f"PATH={path}: the earlier trace moved to .old", done)
+        # The program never sees the variable: as sh exports, and as restored (a name sh
+        # cannot hold in the environment).
+        for sub in ("run", "record"):
+            for extra in ({}, {"FOO-BAR": "x"}):
+                done = run([*command, sub, "--", "/usr/bin/env", "-0"], tmp, {**env, **extra})
+                names = [e.split("=", 1)[0] for e in done.stdout.split("\0")]
+                expect(done.returncode == 0 and "FERRUM_REPLAY_PYTHON" not in names and
+                       all(n in names for n in extra),
+                       f"PATH={path}: {sub} {extra}: the program's environment", done)
+    # The sh wrapper itself, with no python3 in PATH: as before, one line.
+    done = wrapper("summary", trace, cwd=tmp, env={"PATH": bindir})
+    expect(done.returncode == 2 and "python3 is needed" in done.stderr, "the sh wrapper", done)
+
+
 def test_python_module_from_checkout(tmp):
     """python -m ferrum_replay with the package imported from the checkout (python/, not
     installed): runs the checkout's scripts/ferrum-replay, arguments and exit code unchanged."""
