@@ -308,12 +308,13 @@ int open_stream_here(const char *path, Stream *stream) {
     // (pthread_exit) writes its summary from another thread, and /proc/self/fd is gone then.
     char own[32];
     snprintf(own, sizeof own, "fd/%d", fd);
-    OwnDescriptor opened(open_process_file(own, O_WRONLY | O_NONBLOCK | O_NOCTTY));
+    OwnDescriptor opened = open_process_file(own, O_WRONLY | O_NONBLOCK | O_NOCTTY);
     if (!opened && errno == ENXIO) return ENXIO;  // a pipe or FIFO nobody reads any more
     if (opened) {
       struct stat again {};
       if (fstat(opened.get(), &again) == 0 && again.st_dev == st.st_dev &&
           again.st_ino == st.st_ino && !S_ISREG(again.st_mode)) {
+        opened.move_high();  // held while the report is written: out of the program's reach
         stream->fd = opened.release();
         stream->owned = true;
         return 0;
@@ -331,7 +332,7 @@ int open_stream_here(const char *path, Stream *stream) {
   }
   // No O_CREAT, no O_TRUNC: opening cannot create or change a file; O_NONBLOCK: a FIFO without
   // a reader fails (ENXIO) instead of waiting for one; O_NOFOLLOW: a link is never followed.
-  OwnDescriptor opened(open(path, O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC));
+  OwnDescriptor opened(open(path, O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC), path);
   if (!opened) return errno;
   struct stat st {};
   if (fstat(opened.get(), &st) != 0 || !is_stream_mode(st.st_mode))  // replaced meanwhile
@@ -646,7 +647,7 @@ int remove_dead_temps(const char *path, const char *header, PathOfPid path_of_pi
   const char *base = last_component(stem);
   const size_t base_length = strlen(base);
   if (base_length == 0) return 0;
-  OwnDescriptor dir_own(open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  OwnDescriptor dir_own(open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), dir, /*follow=*/true);
   if (!dir_own) return 0;
   const int dir_fd = dir_own.get();
   DIR *listing = fdopendir(dir_fd);  // reads through dir_fd: proved before each entry
@@ -678,7 +679,8 @@ int remove_dead_temps(const char *path, const char *header, PathOfPid path_of_pi
     }
     if (pid <= 0 || pid == static_cast<long>(getpid())) continue;
     if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or unknown
-    OwnDescriptor temp(openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    OwnDescriptor temp(openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), name,
+                       /*follow=*/false, dir_fd);
     if (!temp) continue;
     struct stat st {};
     bool ours =
@@ -780,7 +782,7 @@ int place_output(const char *tmp, const char *path, const PlaceRequest &request,
 }
 
 bool is_own_file_starting_with(const char *path, const char *const *headers) {
-  OwnDescriptor file(open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  OwnDescriptor file(open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), path);
   if (!file) return false;
   bool ours = false;
   struct stat st {};
@@ -796,7 +798,8 @@ bool is_own_file_starting_with(const char *path, const char *const *headers) {
 }
 
 uint64_t process_start_realtime_ns() {
-  OwnDescriptor stat_file(open("/proc/self/stat", O_RDONLY | O_CLOEXEC));
+  OwnDescriptor stat_file(open("/proc/self/stat", O_RDONLY | O_CLOEXEC), "/proc/self/stat",
+                          /*follow=*/true);
   char buf[1024] = {};
   const ssize_t n = stat_file.ours() ? pread(stat_file.get(), buf, sizeof buf - 1, 0) : -1;
   stat_file.close();

@@ -9,7 +9,9 @@
 // file it opened (device and inode, from `fstat` right after the open), proves it before each
 // use (`ours`, one `fstat`), and a number that is no longer that file is given up: not used, not
 // closed (it is the program's now; ours was closed by the program). One rule for the shim, the
-// recorder and common/.
+// recorder and common/. A file we name ourselves (a temporary, a marker, /proc and /sys files,
+// an output under our directory lock) is also proved at the open against its path; the user's
+// files that may be replaced while we read them (the names file, a library) are not.
 //
 // What is left: the instant between the proof and the use (one system call). A descriptor held
 // for long — a trace written for a second at exit — is moved first to a high number
@@ -31,16 +33,29 @@ namespace ferrum_replay::common {
 class OwnDescriptor {
  public:
   OwnDescriptor() = default;
-  // Adopts FD, just opened by us (negative: none). Its file is taken at once: the window
-  // between the open and this `fstat` is the one a proof cannot cover.
-  explicit OwnDescriptor(int fd) : fd_(fd) {
-    struct stat st {};
-    if (fd_ >= 0 && ::fstat(fd_, &st) == 0) {
+  // Adopts FD, just opened by us (negative: none), and takes its file at once. With PATH (what
+  // was opened, relative to DIRFD; FOLLOW: as the open followed a final symbolic link, or not),
+  // the file must also be the one at that path: the program may have closed our number and
+  // opened its own file there between our open and this `fstat` (under a slow sanitizer, often),
+  // and adopting that file made the trace its. Not the same file: nothing is adopted, nothing
+  // closed (the number is the program's; ours, if it was, the program closed). Without PATH
+  // (an unnamed file) that instant is not covered.
+  explicit OwnDescriptor(int fd, const char *path = nullptr, bool follow = false,
+                         int dirfd = AT_FDCWD)
+      : fd_(fd) {
+    const int saved = errno;
+    struct stat st {
+    }, named{};
+    if (fd_ >= 0 && ::fstat(fd_, &st) == 0 &&
+        (!path || (::fstatat(dirfd, path, &named, follow ? 0 : AT_SYMLINK_NOFOLLOW) == 0 &&
+                   named.st_dev == st.st_dev && named.st_ino == st.st_ino))) {
       dev_ = st.st_dev;
       ino_ = st.st_ino;
       mode_ = st.st_mode;
+      errno = saved;
     } else {
-      fd_ = -1;  // not open (not ours to close either)
+      errno = fd_ < 0 ? saved : EBADF;  // the open's error; or EBADF: not the file opened
+      fd_ = -1;                         // (not ours to close either)
     }
   }
   ~OwnDescriptor() { close(); }

@@ -6,21 +6,20 @@
 
 namespace ferrum_replay::common {
 
-int open_process_file(const char *relative, int flags) {
+OwnDescriptor open_process_file(const char *relative, int flags) {
   static const char *const kEntries[] = {"/proc/thread-self/", "/proc/self/"};
-  int fd = -1;
   for (const char *entry : kEntries) {
     char path[128];
     const int length = snprintf(path, sizeof path, "%s%s", entry, relative);
     if (length < 0 || static_cast<size_t>(length) >= sizeof path) {
       errno = ENAMETOOLONG;
-      return -1;
+      return OwnDescriptor();
     }
-    fd = open(path, flags | O_CLOEXEC);
+    const int fd = open(path, flags | O_CLOEXEC);
     // Only a missing entry (an old kernel, or the ended main thread's) is worth the second try.
-    if (fd >= 0 || errno != ENOENT) return fd;
+    if (fd >= 0 || errno != ENOENT) return OwnDescriptor(fd, path, /*follow=*/true);
   }
-  return fd;
+  return OwnDescriptor();
 }
 
 }  // namespace ferrum_replay::common

@@ -6,10 +6,13 @@
 // Not for what differs per thread (comm, stat): those stay /proc/self or /proc/self/task/TID.
 #pragma once
 
+#include "own_descriptor.hpp"
+
 namespace ferrum_replay::common {
 
 // open(2) of "/proc/thread-self/<relative>", else "/proc/self/<relative>" (`flags` as open's,
-// O_CLOEXEC added). The descriptor, or -1 with errno set by the last try.
-int open_process_file(const char *relative, int flags);
+// O_CLOEXEC added), held as an OwnDescriptor proved to be the file at that path. Empty when it
+// cannot be opened, errno set by the last try.
+OwnDescriptor open_process_file(const char *relative, int flags);
 
 }  // namespace ferrum_replay::common

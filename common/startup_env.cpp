@@ -39,7 +39,7 @@ std::atomic<Copy *> g_copy{nullptr};
 // Reads /proc/self/environ into a fresh mapping; null when it cannot be read whole or does not
 // read as an environment.
 Copy *read_copy() {
-  OwnDescriptor environ_file(open_process_file("environ", O_RDONLY));
+  OwnDescriptor environ_file = open_process_file("environ", O_RDONLY);
   if (!environ_file) return nullptr;
   const int fd = environ_file.get();  // read with pread: a number the program took meanwhile
                                       // keeps its offset (own_descriptor.hpp)

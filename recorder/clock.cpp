@@ -18,8 +18,9 @@ bool cpu_counter_backs_monotonic() {
 #else
   return false;
 #endif
-  common::OwnDescriptor source(open(
-      "/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC));
+  static constexpr char kSource[] =
+      "/sys/devices/system/clocksource/clocksource0/current_clocksource";
+  common::OwnDescriptor source(open(kSource, O_RDONLY | O_CLOEXEC), kSource, /*follow=*/true);
   char line[64] = {};
   const ssize_t n = source.ours() ? pread(source.get(), line, sizeof line - 1, 0) : -1;
   if (source.close() == EBADF) return false;  // not ours: what was read is not the clock's

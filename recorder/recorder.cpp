@@ -52,7 +52,7 @@ void materialize_runs(const Snapshot &snap, ThreadSnapshot &ts) {
 // First line of a /proc file without its newline; empty if unreadable (e.g. the thread is gone).
 std::string read_proc_line(const char *path) {
   std::string out;
-  common::OwnDescriptor file(::open(path, O_RDONLY | O_CLOEXEC));  // own_descriptor.hpp
+  common::OwnDescriptor file(::open(path, O_RDONLY | O_CLOEXEC), path, /*follow=*/true);
   char buf[256];
   const ssize_t n = file.ours() ? ::pread(file.get(), buf, sizeof buf, 0) : -1;
   if (file.close() == 0 && n > 0) out.assign(buf, static_cast<size_t>(n));
@@ -64,7 +64,7 @@ std::string read_proc_line(const char *path) {
 std::string process_display_name() {
   // The process's (not the main thread's: it may have ended, and /proc/self with it).
   std::string cmdline;
-  if (common::OwnDescriptor file(common::open_process_file("cmdline", O_RDONLY)); file) {
+  if (common::OwnDescriptor file = common::open_process_file("cmdline", O_RDONLY); file) {
     char buf[4096];
     ssize_t n;  // pread: a number the program took meanwhile keeps its offset (own_descriptor.hpp)
     while (cmdline.size() < 65536 &&

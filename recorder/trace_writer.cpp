@@ -470,7 +470,8 @@ std::string render_trace(const Snapshot &snap) {
 }
 
 bool is_ferrum_trace_file(const std::string &path) {
-  common::OwnDescriptor file(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  common::OwnDescriptor file(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC),
+                             path.c_str());
   if (!file) return false;
   const int fd = file.get();  // read with pread only: a number the program took meanwhile
                               // keeps its offset; the bytes read are then judged, not harmed
@@ -571,7 +572,7 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
     return done(false);
   }
   const std::string tmp = tmp_name;
-  FileSink sink{common::OwnDescriptor(fd)};
+  FileSink sink{common::OwnDescriptor(fd, tmp_name)};
   sink.file.move_high();  // held for the whole rendering: out of reach of the program's opens
   bool ok = false;
   try {

@@ -194,6 +194,8 @@ bool symtab_function_name(const char *module_path, const BuildId &loaded, uintpt
   // Our own descriptor, for the length of this call: O_NONBLOCK so that a path that is not a
   // regular file (a FIFO planted where a module was) is never waited on, checked below.
   // Read with pread only, and closed only while still ours (own_descriptor.hpp).
+  // (Not proved against the path: a library upgraded in place since it was loaded is read from
+  // the file opened, then found not to be the one loaded by its build id.)
   common::OwnDescriptor module(open(module_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!module) return false;
   const int fd = module.get();

@@ -97,6 +97,8 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
   } else {
     // Non-blocking and never our controlling terminal, in case something else took the name
     // since; what was opened must still be a regular file.
+    // (Not proved against the path: the user's file may be replaced while it is read — an
+    // editor's rename — and is then still read whole from the descriptor.)
     common::OwnDescriptor file(open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     const int fd = file.get();
     struct stat opened {};

@@ -327,7 +327,7 @@ bool write_text(const char *given, const char *data, size_t length) {
     warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(-fd));
     return false;
   }
-  common::OwnDescriptor file(fd);  // proved before each use (own_descriptor.hpp)
+  common::OwnDescriptor file(fd, tmp);  // proved before each use (own_descriptor.hpp)
   int error = file.write_all(data, length);
   if (const int closed = file.close(); closed != 0 && error == 0) error = closed;
   char placed[sizeof tmp];

@@ -113,7 +113,7 @@ void make_running_marker(const char *pattern, int pid) {
   // A line that cannot be written (a full disk, a file size limit: what will keep the summary
   // from being written too) leaves the marker empty, not half a line: it still names the
   // process by its pid (a judge shows its program as '?'), and stays if the summary is missing.
-  common::OwnDescriptor marker(fd);  // proved before each use (own_descriptor.hpp)
+  common::OwnDescriptor marker(fd, m.marker);  // proved before each use (own_descriptor.hpp)
   if (length <= 0 || marker.write_all(text, static_cast<size_t>(length)) != 0) {
     const int truncated = marker.ours() ? ftruncate(marker.get(), 0) : 0;  // shrinking: no limit
     (void)truncated;

@@ -95,3 +95,25 @@ TEST_CASE("a number that was never open is nothing of ours") {
   CHECK_FALSE(closed);
   CHECK(closed.write_all("x", 1) == EBADF);
 }
+
+TEST_CASE("a number taken over between our open and the adoption is not adopted with its path") {
+  TempDir dir;
+  const std::string ours_path = dir.path + "/ours";
+  const int number = ::open(ours_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(number >= 0);
+  // The program closes it and opens its own file at the number before we take it.
+  ::close(number);
+  const int programs = dir.open("program");
+  REQUIRE(programs == number);
+  OwnDescriptor adopted(number, ours_path.c_str());
+  CHECK_FALSE(adopted);
+  CHECK(adopted.write_all("x", 1) == EBADF);
+  CHECK(adopted.close() == EBADF);
+  CHECK(::fcntl(programs, F_GETFD) >= 0);  // left open: the program's
+  CHECK(dir.size("program") == 0);
+  ::close(programs);
+  // The file at the path, opened just now: adopted.
+  OwnDescriptor fine(::open(ours_path.c_str(), O_RDWR | O_CLOEXEC), ours_path.c_str());
+  CHECK(fine);
+  CHECK(fine.write_all("y", 1) == 0);
+}

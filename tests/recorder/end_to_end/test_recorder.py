@@ -473,12 +473,14 @@ def test_program_takes_the_trace_descriptor(tmp):
     victim = os.path.join(tmp, "victim.log")
     for run in range(4):
         out = os.path.join(tmp, f"t{run}.json")
-        # (LeakSanitizer's own exit check reads /proc through descriptors this thread closes
-        # too: it is left out, under ASan.)
-        sanitizer = os.environ.get("ASAN_OPTIONS", "")
+        # The thread races the recorder for descriptor numbers by design: under TSan that race
+        # is the program's, not reported; LeakSanitizer's own exit check reads /proc through
+        # descriptors the thread closes too: left out under ASan.
+        asan, tsan = os.environ.get("ASAN_OPTIONS", ""), os.environ.get("TSAN_OPTIONS", "")
         c = run_client(tmp, "--iters", 100000, "--reopen-at-exit", victim, out=out,
                        env={"FERRUM_RECORD_TABLE": "0",
-                            "ASAN_OPTIONS": f"{sanitizer}:detect_leaks=0".lstrip(":")})
+                            "ASAN_OPTIONS": f"{asan}:detect_leaks=0".lstrip(":"),
+                            "TSAN_OPTIONS": f"{tsan}:report_bugs=0".lstrip(":")})
         expect(c.returncode == 0, f"run {run}: the client failed", c)
         with open(victim, "rb") as f:
             foreign = [line for line in f.read().split(b"\n") if line not in (b"L", b"")]
@@ -487,9 +489,12 @@ def test_program_takes_the_trace_descriptor(tmp):
         if os.path.exists(out):
             expect_counts_match(c)
         else:
+            # One line says why — unless the thread closed our own description of stderr too
+            # (a pipe is written through a non-blocking one of ours): then none, rather than a
+            # line in the program's file.
             lines = c.stderr.splitlines()
-            expect(len(lines) == 1 and "cannot write trace" in lines[0],
-                   f"run {run}: no trace, and not one line saying why", c)
+            expect(len(lines) <= 1 and all("cannot write trace" in line for line in lines),
+                   f"run {run}: no trace, and more than one line, or another", c)
         left = [n for n in os.listdir(tmp) if n.endswith(".tmp")]
         expect(not left, f"run {run}: temporaries left: {left}", c)
 
