@@ -2383,10 +2383,13 @@ def parts_earlier(path, st, records):
     return start
 
 
-def judged_in(path, records):
+def judged_in(path, records, real=False):
     """The directory whose note judged the trace at PATH an earlier run's (earlier_record with
-    RECORDS), for messages: a merged trace's part's (parts_earlier), else its own as given."""
-    return records.get(("judged in", os.path.realpath(path)), os.path.dirname(path) or ".")
+    RECORDS): a merged trace's part's (parts_earlier), else its own — as given, for messages, or
+    REAL: the directory of the file it is (a link's target's, whose note judged it)."""
+    real_path = os.path.realpath(path)
+    return records.get(("judged in", real_path),
+                       os.path.dirname(real_path) if real else os.path.dirname(path) or ".")
 
 
 def judged_by_note(path, st, entries):
@@ -2542,7 +2545,7 @@ def silent_output(path, records=None):
     except OSError:
         return None
     records = {} if records is None else records
-    directory = os.path.realpath(judged_in(path, records))
+    directory = judged_in(path, records, real=True)
     if (directory, uid) not in records:
         records[(directory, uid)] = read_records(directory, uid)
     if records[(directory, uid)] is None:
@@ -3449,7 +3452,7 @@ def cmd_check(args):
         if unnoted:
             # Its start could not be noted (mark_unnoted), or its note cannot be read: none of
             # its user's traces there can be told to be its.
-            where = quoted(os.path.dirname(os.path.realpath(unnoted[0][0])) or ".")
+            where = quoted(judged_in(unnoted[0][0], records, real=True))
             traces = current
             failures.append(untold(unnoted[0][1], where))
         elif earlier and not current:
