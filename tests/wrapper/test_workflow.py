@@ -5291,6 +5291,10 @@ def test_unusable_python3_takes_the_fallback(tmp):
                "is there from before and stays" in done.stderr and
                "the note of earlier runs there is emptied" in done.stderr,
                f"{why}: the fallback's warnings", done)
+        # /bin/true wrote no trace: no line may say to open it (it said "open the trace in").
+        expect("open the trace" not in done.stderr and
+               "the recorder's lines above say whether and where" in done.stderr,
+               f"{why}: no claim of a trace", done)
         done = wrapper("check", trace, cwd=tmp)
         expect(done.returncode == 1 and "FAIL" in done.stdout,
                f"{why}: the earlier run's trace is not judged the last run's", done)
