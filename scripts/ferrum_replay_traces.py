@@ -240,11 +240,14 @@ _decoder = json.JSONDecoder()
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
-def open_regular(path, binary=False):
+def open_regular(path, binary=False, what="a trace file", follow=True):
     """Opens a regular file for reading, or refuses in one line: a FIFO, a device such as
-    /dev/zero, a directory or a socket is never read (nor waited on: O_NONBLOCK)."""
+    /dev/zero, a directory or a socket is never read (nor waited on: O_NONBLOCK). Every input
+    a judge reads goes through here (`what` names it in the refusal); `follow=False` refuses a
+    symbolic link too (files the shim made itself, which are never links)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC |
+                     (0 if follow else os.O_NOFOLLOW))
     except OSError as error:
         raise InputError(f"{quoted(path)}: cannot read: {error.strerror or error}") from error
     try:
@@ -254,7 +257,7 @@ def open_regular(path, binary=False):
                     "a FIFO" if stat.S_ISFIFO(st.st_mode) else
                     "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
                     "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
-            raise InputError(f"{quoted(path)}: {kind}, not a trace file")
+            raise InputError(f"{quoted(path)}: {kind}, not {what}")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -2658,13 +2661,16 @@ def unfinished_processes(directory):
             continue
         program, image, pid_namespace = "?", None, None
         try:
-            with open(os.path.join(directory, name), "rb") as handle:
+            # Not waited on, not followed: the shim makes a regular file; anything else there
+            # (a FIFO: open() blocked the judge for ever) names no program, and still counts.
+            with open_regular(os.path.join(directory, name), binary=True, what="a marker",
+                              follow=False) as handle:
                 line = RUNNING_MARKER.match(handle.readline(512).decode("utf-8", "replace"))
             if line:
                 program = line[1]
                 image = (int(line[2], 16), int(line[3], 16)) if line[2] else None
                 pid_namespace = int(line[4], 16) if line[4] else None
-        except OSError:
+        except (OSError, InputError):
             pass
         pid = int(match[1])
         found.append((pid, program, process_state(pid, image, pid_namespace)))
@@ -3038,9 +3044,21 @@ def _col(row, *names):
     return None
 
 
+CSV_LIMIT = 256 << 20  # characters of one nsys stats table
+
+
 def _read_csv(path):
-    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
-        text = handle.read()
+    """The rows of an `nsys stats` table, read as every judge input is (open_regular: never a
+    FIFO, a device or a directory) and refused beyond CSV_LIMIT, not cut short."""
+    try:
+        with open_regular(path, binary=True, what="an nsys stats table") as handle:
+            data = handle.read(CSV_LIMIT + 1)
+    except OSError as error:
+        raise InputError(f"{quoted(path)}: cannot read: {error.strerror or error}") from error
+    if len(data) > CSV_LIMIT:
+        raise InputError(f"{quoted(path)}: more than {CSV_LIMIT >> 20} MiB: not an nsys stats "
+                         "table")
+    text = data.decode("utf-8", "replace")
     # Some versions print a title line before the header: start at the header row.
     lines = text.splitlines()
     for i, line in enumerate(lines):
@@ -3084,21 +3102,57 @@ def nsys_rows(stats_base, domain):
     if not proj_file:
         problems.append("no nvtx_gpu_proj_sum output: GPU times not shown")
 
-    def num(row, *names):
-        value = _col(row, *names) if row else None
-        try:
-            return float(str(value).replace(",", "")) if value not in (None, "") else None
-        except ValueError:
-            return None
-
     rows = []
     for name, row in sorted(base.items()):
         p = proj.get(name)
-        rows.append((name, int(num(row, "Instances", "Count") or 0),
-                     num(row, "Total Time (ns)", "Total Time"), num(row, "Avg (ns)", "Average"),
-                     num(row, "Min (ns)", "Minimum"), num(row, "Max (ns)", "Maximum"),
-                     num(p, "Total Proj Time (ns)"), num(p, "Proj Avg (ns)")))
+        count = _cell(row, sum_file, ("Instances", "Count"))
+        rows.append((name, int(count or 0),
+                     _time_ns(row, sum_file, "Total Time", "Total Time"),
+                     _time_ns(row, sum_file, "Avg", "Average"),
+                     _time_ns(row, sum_file, "Min", "Minimum"),
+                     _time_ns(row, sum_file, "Max", "Maximum"),
+                     _time_ns(p, proj_file, "Total Proj Time"), _time_ns(p, proj_file, "Proj Avg")))
     return rows, problems
+
+
+# nsys stats names a time column by its unit, "Avg (ns)" — "(us)", "(ms)", "(s)" with
+# --timeunit; older versions wrote "Average" in ns. A time is read in the unit its header says:
+# read as ns whatever the unit, or as 0 when the column was not found, a 50 ms mean passed a
+# 1 ms bound (F134).
+TIME_UNITS_NS = {"ns": 1.0, "us": 1e3, "\u00b5s": 1e3, "ms": 1e6, "s": 1e9}
+_TIME_HEADER = re.compile(r"(.*?) *\(([^()]*)\) *\Z")
+
+
+def _cell(row, path, names):
+    """A number of `row` from the first of `names` it has (None when none, or empty), in the
+    form nsys writes ("1,234.5"); anything else — nan, inf, a sign, a word — is refused (one
+    line naming the table), never read as no value."""
+    value = _col(row, *names) if row else None
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return plain_decimal(value.strip().replace(",", ""))
+    except ValueError:
+        raise InputError(f"{quoted(path)}: {quoted(names[0])} holds {quoted(value)}, not a "
+                         "number of nsys stats") from None
+
+
+def _time_ns(row, path, stem, old_name=None):
+    """The time in column "STEM (UNIT)" of `row`, in ns (None where the table has no such column
+    or the cell is empty); the old unit-less name is ns. A unit not known is refused."""
+    if not row:
+        return None
+    for key in row:
+        match = _TIME_HEADER.match((key or "").strip())
+        if match and match[1].lower() == stem.lower():
+            unit = TIME_UNITS_NS.get(match[2].strip().lower())
+            if unit is None:
+                raise InputError(f"{quoted(path)}: column {quoted(key)}: a time unit this "
+                                 "reader does not know (ns, us, ms or s)")
+            value = _cell(row, path, (key.strip(),))
+            return None if value is None else value * unit
+    value = _cell(row, path, (old_name,)) if old_name else None
+    return value
 
 
 # Beside the tables `nsys` made them of (BASE_ferrum_report.json): the report they are of, by
@@ -3191,6 +3245,13 @@ EXPECT_FORMAT = ("'name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]' (
 EXPECT_LIMIT = 16 << 20  # characters of an expectations file
 
 
+def name_matches(name, pattern):
+    """Whether an expectation's pattern names a range: the name itself, whatever characters it
+    holds (`decode[bs=8]`, docs/naming.md's `{site} [{content}]`: brackets are a glob's class,
+    and a graph's own name quoted matched nothing), or else a glob (`*`, `?`, `[...]`)."""
+    return name == pattern or fnmatch.fnmatchcase(name, pattern)
+
+
 def parse_expectations(path, note_renames=True):
     """[(pattern, min_count, max_cpu_mean_ms or None, max_gpu_mean_ms or None, line number)]
     from lines `name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]`; a bound is a
@@ -3199,7 +3260,7 @@ def parse_expectations(path, note_renames=True):
     `note_renames`). Shell-like quoting for names with spaces; '#' starts a comment."""
     out, warned = [], False
     try:
-        with open_regular(path) as handle:
+        with open_regular(path, what="an expectations file") as handle:
             # Bounded, and refused beyond the bound: a file cut short would drop its last
             # expectations, or cut one into another (`* 1000000` read as `* 1`).
             text = handle.read(EXPECT_LIMIT + 1)
@@ -3271,6 +3332,9 @@ SUMMARY_HEADER = re.compile(r" *graph +launches +failed +rejected +(gpu n +gpu t
                             r" +p50 us +p99 us +max us +)?name *\Z")
 
 
+SUMMARY_LINE_LIMIT = 1 << 20  # bytes of a summary's line: a longer one is no row (1 MiB names)
+
+
 def read_launch_summaries(paths):
     """({graph name: Counter(launches, failed, rejected)}, Counter of the destroyed graphs'
     totals row) summed over the shim's exit summaries (FERRUM_REPLAY_SUMMARY)."""
@@ -3278,36 +3342,43 @@ def read_launch_summaries(paths):
     recycled = collections.Counter()
     for path in paths:
         try:
-            with open_regular(path, binary=True) as handle:
-                lines = [l.decode("utf-8", "replace") for l in handle]
+            with open_regular(path, binary=True, what="a launch summary") as handle:
+                read_launch_summary(handle, graphs, recycled)
         except OSError as error:
             raise InputError(f"{quoted(path)}: cannot read: {error.strerror or error}") from error
-        in_table = False
-        row_layout = SUMMARY_ROW
-        for line in lines:
-            line = line[:-1] if line.endswith("\n") else line
-            header = SUMMARY_HEADER.match(line)
-            if header:
-                in_table = True
-                row_layout = SUMMARY_GPU_ROW if header[1] else SUMMARY_ROW
-                continue
-            if not in_table:
-                continue
-            row = row_layout.match(line)
-            if row:
-                counts = graphs[row[5]]
-                counts["launches"] += int(row[2])
-                counts["failed"] += int(row[3])
-                counts["rejected"] += int(row[4])
-                continue
-            row = SUMMARY_RECYCLED.match(line)
-            if row:
-                recycled["launches"] += int(row[1])
-                recycled["failed"] += int(row[2])
-                recycled["rejected"] += int(row[3])
-                continue
-            in_table = False  # the table ended (another summary's title line, say)
     return graphs, recycled
+
+
+def read_launch_summary(handle, graphs, recycled):
+    """Adds one summary's rows to `graphs` and `recycled`, a line at a time, each at most
+    SUMMARY_LINE_LIMIT bytes: memory is bounded by the graphs, not by the file (a sparse file of
+    zeros has no line end)."""
+    in_table = False
+    row_layout = SUMMARY_ROW
+    for line in iter(lambda: handle.readline(SUMMARY_LINE_LIMIT), b""):
+        line = line.decode("utf-8", "replace")
+        line = line[:-1] if line.endswith("\n") else line
+        header = SUMMARY_HEADER.match(line)
+        if header:
+            in_table = True
+            row_layout = SUMMARY_GPU_ROW if header[1] else SUMMARY_ROW
+            continue
+        if not in_table:
+            continue
+        row = row_layout.match(line)
+        if row:
+            counts = graphs[row[5]]
+            counts["launches"] += int(row[2])
+            counts["failed"] += int(row[3])
+            counts["rejected"] += int(row[4])
+            continue
+        row = SUMMARY_RECYCLED.match(line)
+        if row:
+            recycled["launches"] += int(row[1])
+            recycled["failed"] += int(row[2])
+            recycled["rejected"] += int(row[3])
+            continue
+        in_table = False  # the table ended (another summary's title line, say)
 
 
 def later_namesakes(paths):
@@ -3471,11 +3542,14 @@ def cmd_check(args):
                             ": pass only the last run's traces")
     scans = scan_all(traces)
     counts = NameStats()  # our domain's ranges, by name
+    untimed_cpu = set()  # names of ranges whose table gave no CPU time (--nsys-stats)
     if args.nsys_stats:
         rows, problems = nsys_rows(args.nsys_stats, domain)
         notes += problems
         for name, count, total, *_ in rows:
             counts.add(name, count, float(total or 0), 0.0, 0.0)
+            if total is None and count:
+                untimed_cpu.add(name)  # a time column of another name: never read as 0
         n_processes = None
     else:
         if not scans and not args.allow_no_ranges and not earlier:
@@ -3531,8 +3605,10 @@ def cmd_check(args):
         # Fewer ranges than launches: launches the profile lost. More: ranges no launch of the
         # shim's accounts for (another run's trace, or this run's launch summary missing).
         fewer, more = [], []
+        # A push the NVTX tool rejected is a launch without its range in the profile: never
+        # excused (the verdict said "the shim's 8 launches all have their range" over 4).
         for name, c in sorted(summaries.items()):
-            expected = c["launches"] - c["rejected"]
+            expected = c["launches"]
             got = ranges_named(name)
             # Graphs destroyed long ago are counted in one totals row, not by name: a name may
             # then have more ranges than its rows (the totals are compared below).
@@ -3543,14 +3619,16 @@ def cmd_check(args):
         rejected = sum(c["rejected"] for c in summaries.values()) + recycled["rejected"]
         # The totals: where graphs destroyed long ago (or unnamed) are counted in one row, and
         # for ranges of names no row of the summaries has (another run's graphs, say).
-        if total_ranges + rejected != launches and (
+        if total_ranges != launches and (
                 recycled or any(not name for name in summaries) or not (fewer or more)):
-            (fewer if total_ranges + rejected < launches else more).append(
+            (fewer if total_ranges < launches else more).append(
                 f"{launches} launches, {total_ranges} ranges")
-        for found, what in ((fewer, "launches without their range"),
-                            (more, "ranges without a launch the shim counted")):
+        refused = (f" ({rejected} of their pushes the NVTX tool rejected: FERRUM_RECORD_REJECT, "
+                   "or a tool that refused them)" if rejected else "")
+        for found, what, why in ((fewer, "launches without their range", refused),
+                                 (more, "ranges without a launch the shim counted", "")):
             if found:
-                failures.append(f"{what}: " + listed(found, separator="; "))
+                failures.append(f"{what}: " + listed(found, separator="; ") + why)
         if not fewer and not more and rejected != rejected_by_tool and not args.nsys_stats:
             notes.append(f"the shim counted {rejected} rejected pushes, the recorder "
                          f"{rejected_by_tool}")
@@ -3567,13 +3645,24 @@ def cmd_check(args):
 
     expectations = parse_expectations(args.expect) if args.expect else []
     gpu_counts = None if args.nsys_stats else aggregate(scans, domain, gpu=True).get(("", domain))
+    unapplied = []  # expectation lines whose bounds matched no range (min-count 0)
     for pattern, minimum, max_cpu, max_gpu, number in expectations:
-        matched = [s for name, s in counts.items() if fnmatch.fnmatchcase(name, pattern)]
-        n = sum(s[0] for s in matched)
-        total = sum(s[1] for s in matched)
+        matched = [(name, s) for name, s in counts.items() if name_matches(name, pattern)]
+        n = sum(s[0] for _, s in matched)
+        total = sum(s[1] for _, s in matched)
+        cpu_untold = sorted(name for name, s in matched if s[0] and name in untimed_cpu)
         if n < minimum:
             failures.append(f"expectation line {number}: {n} ranges match {quoted(pattern)}, "
                             f"expected at least {minimum}")
+        elif n == 0 and (max_cpu is not None or max_gpu is not None):
+            # Allowed not to run, so not a failure; but not "met" either: a bound that matched
+            # nothing (a typo, a renamed graph) was never applied, and the verdict says so.
+            unapplied.append(number)
+            continue
+        elif max_cpu is not None and cpu_untold:
+            failures.append(f"expectation line {number}: max-cpu-mean-ms {max_cpu:g} for "
+                            f"{quoted(pattern)}, but the Nsight Systems table gives no CPU time "
+                            "(no 'Total Time' column) for " + listed(quoted(g) for g in cpu_untold))
         elif max_cpu is not None and n and total / n / 1e6 > max_cpu:
             failures.append(f"expectation line {number}: ranges matching {quoted(pattern)} "
                             f"take {total / n / 1e6:.3f} ms of CPU launch time on average, more "
@@ -3582,11 +3671,11 @@ def cmd_check(args):
             continue
         # A GPU bound never passes without GPU times to judge.
         gpu = [s for name, s in (gpu_counts.items() if gpu_counts else ())
-               if fnmatch.fnmatchcase(name, pattern)]
+               if name_matches(name, pattern)]
         gn = sum(s[0] for s in gpu)
         # Assigned here, not in the elif below: the helper runs on Python 3.7 (docs/usage.md).
         untimed = sorted(name for name, s in counts.items()
-                         if s[0] and fnmatch.fnmatchcase(name, pattern)
+                         if s[0] and name_matches(name, pattern)
                          and not (gpu_counts and (gpu_counts.get(name) or (0,))[0]))
         if args.nsys_stats:
             failures.append(f"expectation line {number}: max-gpu-mean-ms needs the recorder's "
@@ -3631,8 +3720,11 @@ def cmd_check(args):
     where = f" in {n_processes} process{'es' if n_processes != 1 else ''}" \
         if n_processes is not None else " (Nsight Systems report)"
     balanced = ", balanced" if not args.nsys_stats else ""
-    met = f"; {len(expectations)} expectation{'s' if len(expectations) != 1 else ''} met" \
-        if expectations else ""
+    met_n = len(expectations) - len(unapplied)
+    met = f"; {met_n} expectation{'s' if met_n != 1 else ''} met" if expectations else ""
+    if unapplied:
+        met += (f", {len(unapplied)} matched no range (line{'s' if len(unapplied) != 1 else ''} "
+                f"{listed(str(n) for n in unapplied)}: min-count 0, bounds not applied)")
     print(f"{args.prog}: OK: {total_ranges} ranges of {len(counts)} "
           f"graph{'s' if len(counts) != 1 else ''}{where}{balanced}; {launch_note}{met}")
     for note in notes:

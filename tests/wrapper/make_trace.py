@@ -3,9 +3,9 @@
 memory and speed tests of the trace readers.
 
     make_trace.py OUT --ranges N [--threads T] [--graphs G] [--pid P] [--origin-ns NS]
-                  [--cpu-us US] [--gpu-us US] [--graph-us NAME=US]...
+                  [--cpu-us US] [--gpu-us US] [--graph-us NAME=US]... [--name FORMAT]
 
-N ranges of G graph names ("graph 1".."graph G") spread over T threads, each thread's in start
+N ranges of G graph names ("graph 1".."graph G"; --name FORMAT: FORMAT % the number, printf's) spread over T threads, each thread's in start
 order; every range lasts --cpu-us (default 2) us, one every 3 us per thread. With --gpu-us, each
 range also has its GPU replay (as the recorder writes GPU time: cat "ferrum-replay,gpu", a GPU
 track per thread) lasting US, or the --graph-us of its name; and a gpu block. Prints nothing.
@@ -24,7 +24,7 @@ def default_origin_ns(path):
 
 
 def write(path, ranges, threads=4, graphs=8, pid=4242, origin_ns=None,
-          host="generated", cpu_us=2.0, gpu_us=None, graph_us=None):
+          host="generated", cpu_us=2.0, gpu_us=None, graph_us=None, name="graph %d"):
     graph_us = graph_us or {}
     origin_ns = default_origin_ns(path) if origin_ns is None else origin_ns
     per_thread = -(-ranges // threads)
@@ -40,15 +40,15 @@ def write(path, ranges, threads=4, graphs=8, pid=4242, origin_ns=None,
         for t in range(threads):
             tid = pid + 1 + t
             for i in range(min(per_thread, left)):
-                lines.append(',\n{"ph":"X","name":"graph %d","cat":"ferrum-replay","ts":%d.%03d,'
+                graph = json.dumps(name % (i % graphs + 1))
+                lines.append(',\n{"ph":"X","name":%s,"cat":"ferrum-replay","ts":%d.%03d,'
                              '"dur":%.3f,"pid":%d,"tid":%d,"args":{"category":0,"depth":0}}'
-                             % (i % graphs + 1, 3 * i, t, cpu_us, pid, tid))
+                             % (graph, 3 * i, t, cpu_us, pid, tid))
                 if gpu_us is not None:
-                    name = "graph %d" % (i % graphs + 1)
-                    lines.append(',\n{"ph":"X","name":"%s","cat":"ferrum-replay,gpu",'
+                    lines.append(',\n{"ph":"X","name":%s,"cat":"ferrum-replay,gpu",'
                                  '"ts":%d.%03d,"dur":%.3f,"pid":%d,"tid":%d,'
                                  '"args":{"replay":%d,"category":0}}'
-                                 % (name, 3 * i + 1, t, graph_us.get(name, gpu_us), pid,
+                                 % (graph, 3 * i + 1, t, graph_us.get(json.loads(graph), gpu_us), pid,
                                     0x40000000 + t, i + 1))
                 if len(lines) >= 10000:
                     out.write("".join(lines))
@@ -77,10 +77,11 @@ def main():
     parser.add_argument("--cpu-us", type=float, default=2.0)
     parser.add_argument("--gpu-us", type=float)
     parser.add_argument("--graph-us", action="append", default=[])
+    parser.add_argument("--name", default="graph %d")
     args = parser.parse_args()
     graph_us = {k: float(v) for k, _, v in (g.rpartition("=") for g in args.graph_us)}
     write(args.out, args.ranges, args.threads, args.graphs, args.pid, args.origin_ns,
-          cpu_us=args.cpu_us, gpu_us=args.gpu_us, graph_us=graph_us)
+          cpu_us=args.cpu_us, gpu_us=args.gpu_us, graph_us=graph_us, name=args.name)
 
 
 if __name__ == "__main__":

@@ -2281,7 +2281,9 @@ def test_ci_smoke_profile(tmp):
         ("workload status", [], program, dict(named, FERRUM_STANDIN_LAUNCH_RESULT="1"),
          "the workload exited with status 3"),
         ("no graph", [], [ARGV_ECHO], {}, "no trace was written"),
-        ("no range", [], program, {"FERRUM_REPLAY": "off"}, "no trace was written"),
+        # (A workload that drops LD_PRELOAD: the gate's own FERRUM_REPLAY=off is not handed on,
+        # rejected_pushes_are_missing_ranges.)
+        ("no range", [], ["env", "-u", "LD_PRELOAD", *program], {}, "no trace was written"),
         ("unbalanced", [], [env_path("NVTX_CLIENT"), "--domain", DOMAIN, "--iters", "2",
                             "--unbalanced-pop"], {}, "unbalanced ranges: 1 pop without push"),
         ("left open", [], [env_path("NVTX_CLIENT"), "--domain", DOMAIN, "--iters", "2",
@@ -2352,7 +2354,7 @@ def test_ci_smoke_profile(tmp):
     done = ci_smoke("--nsys", "--expect", expectations, "--", *program, cwd=tmp, env=nenv)
     expect_verdict(done, True, "20 ranges of 2 graphs (Nsight Systems report); the shim's 20 "
                                "launches all have their range")
-    done = ci_smoke("--nsys", "--", *program, cwd=tmp, env=dict(nenv, FERRUM_REPLAY="off"))
+    done = ci_smoke("--nsys", "--", "env", "-u", "LD_PRELOAD", *program, cwd=tmp, env=nenv)
     expect_verdict(done, False, "no range of domain 'ferrum-replay' was recorded")
     done = ci_smoke("--bogus", cwd=tmp)
     expect(done.returncode == 2, "usage error", done)
@@ -4243,6 +4245,122 @@ def test_expect_file_without_expectations_fails(tmp):
             expect(done.returncode == 1 and "FAIL: " in done.stdout and
                    "holds no expectation" in done.stdout and "OK" not in done.stdout,
                    f"{argv[1:3]} with {name}: one FAIL line", done)
+
+
+def test_nsys_tables_read_in_their_unit(tmp):
+    """`check --nsys-stats` read every time as ns from a column named "(ns)", and a table made
+    with `nsys stats --timeunit msec` (columns "Avg (ms)"), a `nan` or a negative cell as 0 ms:
+    a 50 ms mean passed a 1 ms bound (F134). Now each time is read in the unit its header names,
+    a unit it does not know or a cell that is no number is a FAIL naming the table, and a bound
+    on a table without a time column fails its line."""
+    expectations = write(os.path.join(tmp, "e.expect"), "decode 10 1\n")
+
+    def table(base, header, cells):
+        with open(os.path.join(tmp, base + "_nvtx_sum.csv"), "w", encoding="utf-8") as handle:
+            handle.write(header + ",Style,Range\n" + cells + f",PushPop,{DOMAIN}:decode\n")
+        return os.path.join(tmp, base)
+
+    heads = "Time (%),Total Time ({u}),Instances,Avg ({u}),Min ({u}),Max ({u})"
+    for unit, scale in (("ns", 1e6), ("us", 1e3), ("ms", 1), ("s", 1e-3)):
+        mean = 50 * scale  # 50 ms in the table's unit
+        cells = f'100.0,"{100 * mean:,.6f}",100,{mean:.6f},{mean:.6f},{mean:.6f}'
+        base = table("t_" + unit, heads.format(u=unit), cells)
+        done = wrapper("check", "--nsys-stats", base, "--expect", expectations, cwd=tmp)
+        expect(done.returncode == 1 and "take 50.000 ms of CPU launch time on average, more than "
+               "max-cpu-mean-ms 1" in done.stdout, f"a 50 ms mean in {unit}", done)
+        done = wrapper("check", "--nsys-stats", base, cwd=tmp)
+        expect(done.returncode == 0 and "OK: 100 ranges of 1 graph" in done.stdout,
+               f"the table in {unit} without a bound", done)
+    for label, header, cells, said in (
+            ("unknown unit", heads.format(u="fs"), "100,5,100,5,5,5", "a time unit"),
+            ("nan", heads.format(u="ns"), "100,nan,100,50000000,1,1", "not a number"),
+            ("negative", heads.format(u="ns"), "100,-5000000000,100,50000000,1,1",
+             "not a number")):
+        done = wrapper("check", "--nsys-stats", table("bad", header, cells), "--expect",
+                       expectations, cwd=tmp)
+        expect(done.returncode == 1 and "FAIL: " in done.stdout and said in done.stdout and
+               "OK" not in done.stdout, label, done)
+    base = table("untimed", "Time (%),Instances", "100,100")
+    done = wrapper("check", "--nsys-stats", base, "--expect", expectations, cwd=tmp)
+    expect(done.returncode == 1 and "gives no CPU time" in done.stdout,
+           "a bound on a table without its time", done)
+
+
+def test_judge_inputs_never_waited_on(tmp):
+    """Every input a judge reads is a regular file read within a bound: an nsys stats table at
+    a FIFO's name blocked `check` for ever, at /dev/zero's it read gigabytes, a directory was a
+    traceback; a FIFO at a running marker's name blocked `check --running-dir` (the same in
+    `record`'s report) for ever (F135). Now the table is a FAIL naming it, and the marker counts
+    as a process lost, whose program is '?'."""
+    base = os.path.join(tmp, "s")
+    os.mkfifo(base + "_nvtx_sum.csv")
+    done = wrapper("check", "--nsys-stats", base, cwd=tmp, timeout=30)
+    expect(done.returncode == 1 and "a FIFO, not an nsys stats table" in done.stdout,
+           "a FIFO as the table", done)
+    os.unlink(base + "_nvtx_sum.csv")
+    os.symlink("/dev/zero", base + "_nvtx_sum.csv")
+    done = wrapper("check", "--nsys-stats", base, cwd=tmp, timeout=30)
+    expect(done.returncode == 1 and "a device, not an nsys stats table" in done.stdout,
+           "/dev/zero as the table", done)
+    os.unlink(base + "_nvtx_sum.csv")
+    os.mkdir(base + "_nvtx_sum.csv")
+    done = wrapper("check", "--nsys-stats", base, cwd=tmp, timeout=30)
+    expect(done.returncode == 1 and "a directory, not an nsys stats table" in done.stdout and
+           "Traceback" not in done.stderr, "a directory as the table", done)
+    running = os.path.join(tmp, "running")
+    os.mkdir(running)
+    os.mkfifo(os.path.join(running, "ferrum-replay.999999.running"))
+    trace = make_trace(os.path.join(tmp, "t.json"), "--ranges", 4, "--graphs", 1, cwd=tmp)
+    done = wrapper("check", "--running-dir", running, trace, cwd=tmp, timeout=30)
+    expect(done.returncode == 1 and "process 999999 ('?')" in done.stdout,
+           "a FIFO as a running marker", done)
+
+
+def test_expectation_names_and_unmatched_bounds(tmp):
+    """A graph's own name in an --expect line matched nothing when it held brackets (a glob's
+    character class): `decode[bs=8]`, docs/naming.md's `{site} [{content}]`; and a line with
+    min-count 0 whose pattern matched no range had its bounds skipped and was counted among
+    the "expectations met" (F136). Now a pattern equal to a range's name matches it, and a
+    bound that matched nothing is said not applied, never met."""
+    trace = make_trace(os.path.join(tmp, "t.json"), "--ranges", 20, "--graphs", 2, "--threads",
+                       1, "--name", "decode[bs=%d]", cwd=tmp)
+    for text, ok, said in (
+            ('"decode[bs=1]" 10 0.001\n', False, "take 0.002 ms of CPU launch time"),
+            ('"decode[bs=1]" 11\n', False, "10 ranges match 'decode[bs=1]', expected at least 11"),
+            ('"decode[bs=1]" 10 1\n"decode[bs=2]" 10 1\n', True, "; 2 expectations met"),
+            ('"decode*" 20 1\n', True, "; 1 expectation met"),
+            ('"prefill*" 0 1\n"decode*" 1 1\n', True,
+             "; 1 expectation met, 1 matched no range (line 1: min-count 0, bounds not applied)")):
+        path = write(os.path.join(tmp, "e.expect"), text)
+        done = wrapper("check", "--expect", path, trace, cwd=tmp)
+        expect((done.returncode == 0) == ok and said in done.stdout, repr(text), done)
+
+
+def test_rejected_pushes_are_missing_ranges(tmp):
+    """A push the NVTX tool rejected excused its launch from having a range: the verdict said
+    "the shim's 8 launches all have their range" over 4 ranges; and ci-smoke-profile handed the
+    workload the caller's FERRUM_REPLAY=off (no summary, no marker: with --allow-no-ranges a
+    workload whose graphs all launched passed as one that launched none) and FERRUM_RECORD_REJECT
+    (F137). Now `check` fails, and the gate drops both with one note."""
+    program = [launch_driver(), "--graphs", "1", "--iters", "4"]
+    done = wrapper("record", "-o", "t.json", "--", *program, cwd=tmp,
+                   env={"FERRUM_RECORD_REJECT": "2",
+                        "FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "launches.txt")})
+    expect(done.returncode == 0, "the run", done)
+    done = wrapper("check", "--launch-summary", os.path.join(tmp, "launches.txt"),
+                   os.path.join(tmp, "t.json"), cwd=tmp)
+    expect(done.returncode == 1 and "launches without their range" in done.stdout and
+           "all have their range" not in done.stdout, "check with rejected pushes", done)
+    for env, said in (({"FERRUM_RECORD_REJECT": "2"}, "FERRUM_RECORD_REJECT"),
+                      ({"FERRUM_REPLAY": "off"}, "FERRUM_REPLAY"),
+                      ({"FERRUM_REPLAY": "0", "FERRUM_RECORD_REJECT": "all",
+                        "FERRUM_RECORD_REJECT_DOMAIN": DOMAIN},
+                       "FERRUM_REPLAY, FERRUM_RECORD_REJECT, FERRUM_RECORD_REJECT_DOMAIN")):
+        done = run([CI_SMOKE, "--allow-no-ranges", "--", *program], tmp, env)
+        expect_verdict(done, True, "OK: 4 ranges of 1 graph in 1 process, balanced; the shim's 4 "
+                       "launches all have their range")
+        expect(f"ci-smoke-profile: note: {said} from the environment not handed to the workload"
+               in done.stderr, f"the note for {env}", done)
 
 
 def test_check_counts_what_the_trace_holds(tmp):
