@@ -604,8 +604,9 @@ int create_temp_beside(const char *path, char *tmp, size_t tmp_size) {
 }
 
 bool running_marker_name(const char *path, int pid, unsigned sibling, char *out, size_t out_size) {
-  static_assert(sizeof ".-2147483648.15.running" - 1 <= kTempSuffixMax && kMaxMarkerSibling <= 15,
-                "the marker's suffix fits where a temporary's does");
+  static_assert(
+      sizeof ".-2147483648.9999.running" - 1 <= kTempSuffixMax && kMaxMarkerSibling <= 9999,
+      "the marker's suffix fits where a temporary's does");
   if (sibling > kMaxMarkerSibling) return false;
   // Called on a launching thread (the shim's first launch), whose stack may be small: no path
   // buffer of its own — `out` holds the directory while its name limit is asked, then the stem.

@@ -125,9 +125,11 @@ int remove_dead_temps(const char *path, const char *header, PathOfPid path_of_pi
 // The mark a process keeps while it runs (the shim's, shim/range/process_files.hpp):
 // "PATH.PID.running", or with `sibling` 1..kMaxMarkerSibling "PATH.PID.SIBLING.running" (another
 // process of that pid number made the first: an earlier image, or a process in another PID
-// namespace), PATH shortened exactly as for its temporaries (the suffix is shorter than
+// namespace), PATH shortened exactly as for its temporaries (the suffix is not longer than
 // theirs). Keeps no path on the stack (`out` is its scratch). False if it does not fit `out`.
-inline constexpr unsigned kMaxMarkerSibling = 15;
+// 9999: sandboxed workers are each pid 1 of a PID namespace of their own, all sharing one run
+// directory; with 15, the 17th had no marker, and a loss of it went unreported (F142).
+inline constexpr unsigned kMaxMarkerSibling = 9999;
 bool running_marker_name(const char *path, int pid, unsigned sibling, char *out, size_t out_size);
 
 // The longest name (one path component) the file system of `path`'s directory accepts.

@@ -136,10 +136,11 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
     }
     written = write_trace_file(absolute, snap, options, &outcome);
     if (!written) {
-      write_stderr(
-          "ferrum-replay recorder: cannot write trace to " +
-          quoted_for_message(expanded.path.empty() ? settings.out_pattern : expanded.path) + ": " +
-          outcome.error + "\n");
+      // The path tried, absolute: a relative name is resolved against where the process was
+      // at its first NVTX call, which may not be where the user looks (the shim's summary
+      // line says the same).
+      write_stderr("ferrum-replay recorder: cannot write trace to " + quoted_for_message(absolute) +
+                   ": " + outcome.error + "\n");
     } else if (outcome.diverted) {
       write_stderr("ferrum-replay recorder: " + quoted_for_message(absolute) +
                    " exists and is not a ferrum-replay trace; left it alone and wrote " +

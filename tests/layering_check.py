@@ -5,7 +5,11 @@ A unit is a source file with its header (shim/range/graph_registry.cpp and .hpp 
 Every `#include "..."` from one unit of the component to another is one step; includes inside
 a folder count too. Fails (exit 1), printing the offending chain, when:
   - two units include each other, or any longer cycle exists;
-  - the longest chain holds more than --max-units units.
+  - the longest chain holds more than --max-units units;
+  - for shim/: a unit is not drawn in the code block of docs/architecture.md's "## Layers"
+    (each line's units `folder/name`, a line beginning `->` one level lower, other lines
+    continuing the level above them), is drawn twice, or includes a unit of its own level or a
+    higher one. The drawing is the rule, read here: it cannot fall behind the tree.
 
   tests/layering_check.py [--max-units N] [--component DIR]... [ROOT]
 """
@@ -90,6 +94,54 @@ def longest_chain(graph):
     return max((chain(u) for u in sorted(graph)), key=len, default=[])
 
 
+DRAWN_UNIT = re.compile(r"\b[a-z_]+/[a-z0-9_]+\b")
+
+
+def drawn_levels(root):
+    """{unit (shim/folder/name): level (0 = the top)} from docs/architecture.md's "## Layers"
+    drawing, and a list of problems (a unit drawn twice; no drawing)."""
+    path = os.path.join(root, "docs", "architecture.md")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as error:
+        return {}, [f"cannot read {path}: {error.strerror}"]
+    section = text.split("\n## Layers\n", 1)
+    blocks = section[1].split("```")[1:2] if len(section) == 2 else []
+    if not blocks:
+        return {}, ["docs/architecture.md has no code block under '## Layers'"]
+    levels, problems, level = {}, [], -1
+    for line in blocks[0].strip("\n").splitlines():
+        if level < 0 or line.lstrip().startswith("->"):
+            level += 1
+        for name in DRAWN_UNIT.findall(line):
+            unit = "shim/" + name
+            if unit in levels:
+                problems.append(f"{name} is drawn twice")
+            levels[unit] = level
+    return levels, problems
+
+
+def drawing_problems(root, graph):
+    levels, problems = drawn_levels(root)
+    if not levels:
+        return problems
+    for unit in sorted(graph):
+        if unit not in levels:
+            problems.append(f"{unit[len('shim/'):]} is not drawn (add it to the level below "
+                            "every unit that includes it)")
+    for unit in sorted(levels):
+        if unit not in graph:
+            problems.append(f"{unit[len('shim/'):]} is drawn but is no unit of shim/")
+    for unit in sorted(graph):
+        for target in sorted(graph[unit]):
+            if unit in levels and target in levels and levels[target] <= levels[unit]:
+                problems.append(f"{unit[len('shim/'):]} (level {levels[unit] + 1}) includes "
+                                f"{target[len('shim/'):]} (level {levels[target] + 1}): not "
+                                "a lower level")
+    return problems
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default=os.path.join(os.path.dirname(__file__), ".."))
@@ -114,6 +166,11 @@ def main(argv=None):
         print(f"layering: {component}/: {len(graph)} units, longest chain {len(chain)} units, "
               f"{verdict}: " + " -> ".join(chain))
         ok = ok and len(chain) <= args.max_units
+        if component == "shim":
+            problems = drawing_problems(root, graph)
+            for problem in problems:
+                print(f"layering: docs/architecture.md's drawing: {problem}")
+            ok = ok and not problems
     return 0 if ok else 1
 
 

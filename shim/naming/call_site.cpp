@@ -291,12 +291,20 @@ bool is_skipped_frame(const char *module, const char *symbol, const char *skip_p
     for (const char *prefix : kSkippedSymbolPrefixes)
       if (has_prefix(symbol, prefix, strlen(prefix))) return true;
   }
+  // FERRUM_REPLAY_SITE_SKIP: items between commas, blanks around each not part of it
+  // (`at::cuda::, libtorch_cuda` skipped nothing after the space), an empty item none (`a,,b`
+  // skipped every frame).
   for (const char *item = skip_prefixes; item && *item;) {
     const char *comma = strchr(item, ',');
-    const size_t length = comma ? static_cast<size_t>(comma - item) : strlen(item);
-    if (has_prefix(module_name, item, length) || (symbol && has_prefix(symbol, item, length)))
+    const char *end = comma ? comma : item + strlen(item);
+    while (item < end && (*item == ' ' || *item == '\t')) ++item;
+    while (end > item && (end[-1] == ' ' || end[-1] == '\t')) --end;
+    const size_t length = static_cast<size_t>(end - item);
+    if (length != 0 &&
+        (has_prefix(module_name, item, length) || (symbol && has_prefix(symbol, item, length))))
       return true;
-    item = comma ? comma + 1 : item + length;
+    if (!comma) break;
+    item = comma + 1;
   }
   return false;
 }

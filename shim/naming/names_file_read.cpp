@@ -122,9 +122,11 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
           shown.text);
     } else {
       rules = parse_names_file(text, length, complain_about_line, &reader);
-      if (reader.bad_lines == 1)
+      // At info each bad line was listed already: no sentence repeats one of them.
+      const bool listed = log_enabled(LogLevel::info);
+      if (reader.bad_lines == 1 && !listed)
         reader.sentence("FERRUM_REPLAY_NAMES='%s' %s; line ignored", shown.text, reader.first_bad);
-      else if (reader.bad_lines > 1)
+      else if (reader.bad_lines > 1 && !listed)
         reader.sentence(
             "FERRUM_REPLAY_NAMES='%s' %s; line ignored, and %zu more bad line%s, each ignored "
             "(FERRUM_REPLAY_LOG=info lists them)",

@@ -133,6 +133,19 @@ bool later_copy() {
   return true;
 }
 
+// A %q{NAME} of FERRUM_REPLAY_RUNNING_DIR that is not set is said once, here, as the summary's
+// is at exit (docs/text-rules.md section 1): the marker itself is made later, silently, at the
+// first launch. Static storage: activation runs once, on one thread.
+void say_unset_running_dir_variables() {
+  static char expanded[common::kMaxExpandedPath + 1];
+  char unset[256];
+  if (g_settings.running_dir[0] &&
+      expand_process_pattern(g_settings.running_dir, expanded, sizeof expanded, unset,
+                             sizeof unset) &&
+      unset[0])
+    warn_line("FERRUM_REPLAY_RUNNING_DIR: not set: %s (each %%q{NAME} expanded to nothing)", unset);
+}
+
 detail::Phase activate() {
   (void)settings();
   // First: a privileged process's environment is not its own (secure_execution.hpp). Its
@@ -169,6 +182,7 @@ detail::Phase activate() {
   }
   note_working_directory();  // process_files.hpp: where relative paths of ours point
   set_running_dir(g_settings.running_dir);
+  say_unset_running_dir_variables();
   // After the program's libraries and the NVTX tool are loaded: the exit hook then runs after
   // their destructors, whose launches it counts (exit_order.hpp). Only where a tool answered:
   // a tool's ranges are what the summary is checked against, and NVTX has loaded that tool

@@ -74,13 +74,36 @@ void make_running_marker(const char *pattern, int pid) {
   // and then replaced itself with exec, or a process in another PID namespace (containers that
   // share the run directory) — the judges must see both.
   int fd = -1;
-  for (unsigned sibling = 0; fd < 0 && sibling <= common::kMaxMarkerSibling; ++sibling) {
+  bool made_without_descriptor = false;
+  for (unsigned sibling = 0;
+       fd < 0 && !made_without_descriptor && sibling <= common::kMaxMarkerSibling; ++sibling) {
     if (!common::running_marker_name(m.path, pid, sibling, m.marker, sizeof m.marker)) return;
     fd = open(m.marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    // No descriptor free (the program is at its open-file limit: a server that holds
+    // thousands of sockets): the marker is made without one, empty — it names the process by
+    // its pid (the judges show its program as '?'). Its absence was a pass: the process that
+    // had no descriptor for the marker had none for its summary either, and the gate said OK
+    // without its launches (F142).
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+      if (mknod(m.marker, S_IFREG | 0644, 0) == 0)
+        made_without_descriptor = true;
+      else if (errno != EEXIST)
+        return;
+      continue;
+    }
     // Nothing said when it cannot be made (no such directory: a remote node of a job whose
     // wrapper made it here; no permission): the marker is the wrapper's business, not the
     // program's, and a missing one only means a loss goes unreported, as without the setting.
     if (fd < 0 && errno != EEXIST) return;
+  }
+  if (made_without_descriptor) {
+    struct stat st {};
+    if (lstat(m.marker, &st) != 0 || !S_ISREG(st.st_mode)) return;
+    memcpy(g_marker_path, m.marker, strlen(m.marker) + 1);
+    g_marker_device = st.st_dev;
+    g_marker_inode = st.st_ino;
+    g_marker_ready.store(pid, std::memory_order_release);
+    return;
   }
   if (fd < 0) return;
   // The program's name (the file it runs, without its directory; from the auxiliary vector:

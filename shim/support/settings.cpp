@@ -142,6 +142,14 @@ void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_co
   settings = Settings{};
   settings.enabled = read_switch(reader, "FERRUM_REPLAY", true);
   read_log_level(reader, settings);
+  if (!settings.enabled) {
+    // Off is a pure pass-through: no other setting applies, so none is read or complained
+    // about (a container that preloads the shim everywhere and turns it off printed a line
+    // per bad setting in every process). The template stays valid all the same.
+    char error[160];
+    parse_message_template(kDefaultMessageTemplate, settings.message_template, error, sizeof error);
+    return;
+  }
   read_domain(reader, settings);
   read_site_mode(reader, settings);
   read_text(reader, "FERRUM_REPLAY_SITE_SKIP", settings.site_skip, sizeof settings.site_skip,

@@ -770,6 +770,16 @@ def unset_variable_named():
         expect(os.path.exists(os.path.join(tmp, "s.txt")), "no summary at s.txt", run_)
         expect(len([l for l in run_.stderr.splitlines() if "NOPE_X" in l]) == 1,
                "summary: no single line naming the unset variable", run_)
+        # The running directory's too (it said nothing, and the markers went elsewhere).
+        os.mkdir(os.path.join(tmp, "run"))
+        run_ = harness.run([harness.path_of("LAUNCH_DRIVER"), *ARGS], record=False,
+                           env={"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s2.txt"),
+                                "FERRUM_REPLAY_RUNNING_DIR":
+                                    os.path.join(tmp, "run%q{NOPE_RUN}")})
+        expect_program_unharmed(run_)
+        expect([l for l in run_.stderr.splitlines() if "NOPE_RUN" in l] ==
+               ["ferrum-replay: FERRUM_REPLAY_RUNNING_DIR: not set: NOPE_RUN (each %q{NAME} "
+                "expanded to nothing)"], "running directory: no single line naming it", run_)
         # A very long path is printed cut, never whole.
         long_dir = os.path.join(tmp, "missing", "d" * 3000)
         run_ = launch(os.path.join(long_dir, "t.json"))

@@ -4363,6 +4363,84 @@ def test_rejected_pushes_are_missing_ranges(tmp):
                in done.stderr, f"the note for {env}", done)
 
 
+def test_marker_made_without_a_free_descriptor(tmp):
+    """A worker at its open-file limit when it first launched got no running marker (the
+    marker needs a descriptor, as the summary does): killed, or exiting with its trace and
+    summary unwritable, it passed ci-smoke-profile as if it had never launched; and the 17th
+    live process of one pid number (sandboxed workers, each pid 1 of its own PID namespace,
+    sharing the run directory) found all 16 marker names taken (F142). Now the marker is made
+    without a descriptor (mknod), and thousands of siblings have a name each."""
+    lost = write(os.path.join(tmp, "lost.py"), f"""
+import os, signal, sys
+sys.path.insert(0, {HERE!r})
+from fork_launch import Cuda
+cuda = Cuda(); cuda.setup()
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+n = cuda.launch(5)            # the first launch, at the descriptor limit
+if sys.argv[1] == "killed":
+    for fd in held:
+        os.close(fd)
+    print(f"pid={{os.getpid()}} launches={{n}}", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+print(f"pid={{os.getpid()}} launches={{n}}", flush=True)  # exits still at its limit
+""")
+    for how in ("killed", "exits"):
+        # Then a worker that launches and ends well: without the marker, the verdict was OK.
+        done = ci_smoke("--", "sh", "-c", f'(ulimit -n 64; exec "$0" "$1" {how}); exec "$2" '
+                        '--graphs 1 --iters 3', sys.executable, lost, launch_driver(), cwd=tmp)
+        pid = re.search(r"pid=(\d+) launches=5", done.stdout)
+        expect(pid and "launches=3" in done.stdout, f"{how}: the workload ran", done)
+        expect_verdict(done, False, f"process {pid[1]} ('?')")
+    if os.geteuid() != 0 or not shutil.which("unshare") or \
+            subprocess.run(["unshare", "-pf", "true"], capture_output=True).returncode != 0:
+        print("marker_made_without_a_free_descriptor: no PID namespaces here: siblings not run")
+        return
+    # 20 workers, each pid 1 of its own PID namespace: 19 end normally, the last is lost.
+    worker = write(os.path.join(tmp, "worker.py"), f"""
+import os, sys, time
+sys.path.insert(0, {HERE!r})
+from fork_launch import Cuda
+cuda = Cuda(); cuda.setup(); cuda.launch(2)
+time.sleep(2)
+if sys.argv[1] == "lost":
+    os._exit(0)
+""")
+    script = (f'i=0; while [ $i -lt 19 ]; do unshare -pf "$0" "$1" ok & i=$((i+1)); done; '
+              f'sleep 1; unshare -pf "$0" "$1" lost & wait')
+    done = ci_smoke("--", "sh", "-c", script, sys.executable, worker, cwd=tmp)
+    expect_verdict(done, False, "process 1 ('python")
+
+
+def test_help_in_every_subcommand(tmp):
+    """`demo --help` removed the last demo trace, ran the demo (which printed its own usage
+    and failed) and blamed "the recorder's lines above"; `run --help` looked for a program
+    named --help, `env --help` was an unknown argument (F144). Now -h/--help right after any
+    subcommand prints the help and does nothing else; a demo that fails says its status."""
+    home = os.path.join(tmp, "fb")  # a build directory of the real build's parts
+    os.mkdir(home)
+    for part in ("shim", "recorder", "demo", "tests"):
+        os.symlink(os.path.join(BUILD, part), os.path.join(home, part))
+    last = write(os.path.join(home, "ferrum-replay-demo.json"), "the last demo's trace\n")
+    env = {"FERRUM_BUILD_DIR": home}
+    for sub in ("record", "nsys", "run", "env", "demo", "summary", "compare", "merge", "check"):
+        for flag in ("-h", "--help"):
+            done = wrapper(sub, flag, cwd=tmp, env=env)
+            expect(done.returncode == 0 and done.stdout.startswith(("ferrum-replay — ", "usage:"))
+                   and done.stderr == "", f"{sub} {flag}", done)
+    expect(open(last).read() == "the last demo's trace\n", "demo --help kept the last trace")
+    done = wrapper("run", "--", "sh", "-c", 'echo "$0:$1"', "--help", cwd=tmp, env=env)
+    expect(done.returncode == 0 and done.stdout == "--help:\n",  # (sh -c's $0)
+           "a program's own --help after --", done)
+    done = wrapper("demo", "--bogus", cwd=tmp, env=env)
+    expect(done.returncode != 0 and "the demo exited with status" in done.stderr and
+           "recorder's lines above" not in done.stderr, "a demo that fails says so", done)
+
+
 def test_check_counts_what_the_trace_holds(tmp):
     """A trace that lost ranges after the recorder wrote it (filtered by a script, edited, one
     graph's events dropped) passed `check` on the ranges left, though its block still says how
@@ -5052,6 +5130,31 @@ def test_gpu_smoke_without_gpu(tmp):
     torch = re.findall(r"^(SKIP|FAIL|PASS)\s+(torch\S*)\s+(.+)$", done.stdout, re.M)
     expect(torch == [("SKIP", name, "PyTorch sees no CUDA device (without the shim)")
                      for name in ("torch", "torch-names")], f"torch verdicts {torch}", done)
+    # FERRUM_GPU_SMOKE_DIR relative and holding a '%': each case runs in a directory of its
+    # own, and the shim and the recorder read '%' as a pattern — no case wrote its trace or
+    # its launch summary (F143). The demo runs on the stand-in driver here (a driver folder
+    # of another name than the stand-in's, which gpu-smoke leaves out of the library path).
+    drivers = os.path.join(tmp, "drv")
+    os.mkdir(drivers)
+    for name in os.listdir(env_path("STANDIN_DIR")):
+        if name.startswith("libcuda.so"):
+            os.symlink(os.path.join(env_path("STANDIN_DIR"), name), os.path.join(drivers, name))
+    done = run([GPU_SMOKE, "--no-build"], tmp, timeout=300, env=dict(
+        env, FERRUM_GPU_SMOKE_DIR="smoke%p", LD_LIBRARY_PATH=drivers))
+    demo = os.path.join(tmp, "smoke%p", "demo")
+    kept = os.listdir(demo) if os.path.isdir(demo) else []
+    expect(any(re.fullmatch(r"trace\.\d+\.json", f) for f in kept) and
+           any(re.fullmatch(r"launches\.\d+\.txt", f) for f in kept),
+           f"the demo's trace and summary in smoke%p/demo: {kept}", done)
+    # A per-case limit that is no whole number of seconds: one line before any case (a word
+    # failed every case as its own fault; 0 was no limit at all).
+    for value in ("forty", "0", "-5", ""):
+        done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, FERRUM_GPU_SMOKE_TIMEOUT=value))
+        if value == "":  # unset: the default
+            continue
+        expect(done.returncode == 2 and "FERRUM_GPU_SMOKE_TIMEOUT must be a whole number" in
+               done.stdout and "PASS" not in done.stdout and "FAIL " not in done.stdout,
+               f"FERRUM_GPU_SMOKE_TIMEOUT={value!r}", done)
 
 
 def test_torch_graphs_script(tmp):

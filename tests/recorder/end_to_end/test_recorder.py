@@ -419,6 +419,15 @@ def test_unwritable_output(tmp):
     expect(c.stderr == f"ferrum-replay recorder: cannot write trace to '{out}': "
            "No such file or directory\n", "exactly one stderr line expected", c)
     expect_stdout_is_clients_own(c)
+    # A relative name: the line names the path tried, resolved where the process started (it
+    # named the pattern, and the user looked for no-such-dir/ where they were).
+    inner = os.path.join(tmp, "inner")
+    os.mkdir(inner)
+    c = run_client(tmp, "--iters", 2, out="no-such-dir/t.json", cwd=inner,
+                   env={"FERRUM_RECORD_TABLE": "0"})
+    expect(c.stderr == f"ferrum-replay recorder: cannot write trace to "
+           f"'{os.path.join(inner, 'no-such-dir', 't.json')}': No such file or directory\n",
+           "a relative name: the path tried", c)
 
 
 def test_no_stdout_pollution_and_table(tmp):

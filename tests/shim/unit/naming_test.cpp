@@ -319,6 +319,14 @@ TEST_CASE("call-site frames: CUDA libraries, the static runtime and user prefixe
       "/app/libtorch_cuda.so", "at::cuda::CUDAGraph::capture_end", "at::cuda::,c10::"));
   CHECK(ferrum_replay::shim::is_skipped_frame("/app/libtorch_cuda.so", "x", "libtorch"));
   CHECK_FALSE(ferrum_replay::shim::is_skipped_frame("/app/server", "main", "at::cuda::,c10::"));
+  // Blanks around an item are not part of it; an empty item skips nothing (it skipped all).
+  CHECK(ferrum_replay::shim::is_skipped_frame("/app/libtorch_cuda.so", "c10::x",
+                                              "at::cuda::, c10:: "));
+  CHECK(ferrum_replay::shim::is_skipped_frame("/app/libtorch_cuda.so", "x",
+                                              " at::cuda::,\tlibtorch"));
+  CHECK_FALSE(ferrum_replay::shim::is_skipped_frame("/app/server", "main", "a,,b"));
+  CHECK_FALSE(ferrum_replay::shim::is_skipped_frame("/app/server", "main", " , "));
+  CHECK(ferrum_replay::shim::is_skipped_frame("/app/server", "b_main", "a,,b"));
 }
 
 TEST_CASE("content descriptions: most frequent first, ties by name, at most three") {

@@ -59,6 +59,22 @@ TEST_CASE("FERRUM_REPLAY switches the shim off with off, 0, false or no, any cas
   }
 }
 
+TEST_CASE("off is a pass-through: the other settings are not read, nor complained about") {
+  // A container that preloads the shim everywhere and switches it off printed a line per bad
+  // setting in every process.
+  Environment env;
+  env.values["FERRUM_REPLAY"] = "off";
+  env.values["FERRUM_REPLAY_GPU_TIME"] = "maybe";
+  env.values["FERRUM_REPLAY_FORMAT"] = "{x";
+  env.values["FERRUM_REPLAY_DOMAIN"] = "MPI";
+  env.values["FERRUM_REPLAY_LOG"] = "loud";  // the one read: it says whether to say "off"
+  ferrum_replay::shim::Settings settings = env.read();
+  CHECK(!settings.enabled);
+  CHECK(!settings.gpu_time);
+  REQUIRE(env.complaints.size() == 1);
+  CHECK(env.complaints[0].find("FERRUM_REPLAY_LOG") != std::string::npos);
+}
+
 TEST_CASE("an empty variable counts as unset") {
   Environment env;
   env.values["FERRUM_REPLAY"] = "";
