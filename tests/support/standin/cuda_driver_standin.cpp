@@ -98,7 +98,9 @@
 //   (cuStreamEndCapture then gives NULL and CUDA_ERROR_STREAM_CAPTURE_INVALIDATED); ending a
 //   capture that was not begun: CUDA_ERROR_INVALID_VALUE.
 // - Contexts: a per-thread stack (cuCtxCreate and cuCtxPushCurrent push, cuCtxPopCurrent pops,
-//   cuCtxSetCurrent replaces the top or, with NULL, pops). cuCtxDestroy pops the context if it
+//   cuCtxSetCurrent replaces the top or, with NULL, pops). The primary context is retained and
+//   released by count; cuDevicePrimaryCtxGetState says it is active while a reference is held
+//   (it is never destroyed here, see below). cuCtxDestroy pops the context if it
 //   is current, and invalidates its streams and events: later calls with their handles return
 //   CUDA_ERROR_INVALID_HANDLE. Contexts, streams and events are never freed (a destroyed
 //   context's objects stay tombstones; a destroyed stream or event may be reused, as a real
@@ -779,6 +781,21 @@ INTERNAL CUresult i_cuDevicePrimaryCtxRelease(CUdevice dev) try {
   std::lock_guard<std::mutex> lock(st().mutex);
   if (st().primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
   --st().primary_refs;
+  return CUDA_SUCCESS;
+}
+STANDIN_OUT_OF_MEMORY
+
+// `active`: the primary context is retained (a real driver destroys it at its last release, and
+// a program asks this to know whether a release was the last; the stand-in keeps its context's
+// objects, see Contexts above). `flags`: 0 (no cuDevicePrimaryCtxSetFlags here).
+INTERNAL CUresult i_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) try {
+  STANDIN_DIRTY_ERRNO();
+  STANDIN_REQUIRE_INIT();
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  *flags = 0;
+  *active = st().primary_refs > 0 ? 1 : 0;
   return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
@@ -2668,6 +2685,9 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   return i_cuDevicePrimaryCtxRelease(dev);
 }
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+  return i_cuDevicePrimaryCtxGetState(dev, flags, active);
+}
 CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
   return i_cuCtxCreate(pctx, flags, dev);
 }
@@ -3071,6 +3091,8 @@ const std::vector<ProcEntry> &proc_table() {
             cuDevicePrimaryCtxRelease),
       ENTRY("cuDevicePrimaryCtxRelease", 11000, i_cuDevicePrimaryCtxRelease,
             cuDevicePrimaryCtxRelease_v2),
+      ENTRY("cuDevicePrimaryCtxGetState", 7000, i_cuDevicePrimaryCtxGetState,
+            cuDevicePrimaryCtxGetState),
       ENTRY("cuCtxCreate", 2000, i_cuCtxCreate, cuCtxCreate),
       ENTRY("cuCtxCreate", 3020, i_cuCtxCreate, cuCtxCreate_v2),
       ENTRY("cuCtxCreate", 11040, i_cuCtxCreate_v3, cuCtxCreate_v3),
