@@ -616,7 +616,7 @@ void Engine::drop_context_locked(CUcontext context, bool destroy_events) {
   RelaxedCapture relaxed(api_, destroy_events);
   for (uint32_t i = 0; i < kMaxContexts; ++i)
     if (context && keys_[i].load(std::memory_order_acquire) == context) {
-      if (destroy_events) harvest_locked(i, kHarvestBoundNs);
+      if (destroy_events) harvest_locked(i, kHarvestBoundNs, LastRound::every_pair);
       release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
     }
 }
@@ -645,7 +645,7 @@ void Engine::drop_device_locked(int device, bool destroy_events) {
   RelaxedCapture relaxed(api_, destroy_events);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     if (!keys_[i].load(std::memory_order_acquire) || !ends_with_primary(i, device)) continue;
-    if (destroy_events) harvest_locked(i, kHarvestBoundNs);
+    if (destroy_events) harvest_locked(i, kHarvestBoundNs, LastRound::every_pair);
     release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
   }
 }
@@ -654,7 +654,10 @@ void Engine::harvest_device_locked(int device) {
   RelaxedCapture relaxed(api_);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     if (!keys_[i].load(std::memory_order_acquire) || !ends_with_primary(i, device)) continue;
-    if (pools_[i].load(std::memory_order_acquire)) harvest_locked(i, 0);
+    // One round, each run's oldest unfinished replay asked about: the release is seldom the
+    // last (a program may retain and release at a high rate), and asking about every replay in
+    // flight made it one driver call per replay, on the program's thread (F139).
+    if (pools_[i].load(std::memory_order_acquire)) harvest_locked(i, 0, LastRound::runs);
   }
 }
 
@@ -792,7 +795,7 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
 // reaper delivers them at its next pass), polling for those still running up to `bound_ns`:
 // the program is ending the context, which waits for its work anyway, and a replay that ran
 // before it deserves its time. What is still running then is counted by release_pool.
-void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
+void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns, LastRound last) {
   Pool *pool = pools_[slot].load(std::memory_order_acquire);
   if (!pool || pool->state.load(std::memory_order_acquire) != kReady || stopped_.load()) return;
   if (!ensure_aligned(slot)) return;
@@ -810,10 +813,11 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
   } pop_on_return{api_};
   // Bounded by the clock and, whatever the clock says, by the number of 50 us pauses.
   constexpr uint64_t kPauseNs = 50 * 1000;
-  // The last round asks about every pair (UnfinishedRuns: where stream order broke unseen, a
-  // finished replay skipped behind another would be counted as still running): with no time
-  // to poll, the only one.
-  bool every_pair = bound_ns == 0;
+  // Each round asks about each run's oldest unfinished replay only (UnfinishedRuns). With
+  // LastRound::every_pair, once the time is up, one more asks about every pair skipped: where
+  // stream order broke unseen, a finished replay skipped behind another would be counted as
+  // still running.
+  bool every_pair = false;
   for (uint64_t round = 0;; ++round) {
     bool running = false, skipped = false;
     UnfinishedRuns unfinished(!every_pair);
@@ -834,7 +838,7 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns) {
     }
     if (!running) return;
     if (!api_.now_ns || api_.now_ns() >= deadline || round * kPauseNs >= bound_ns) {
-      if (every_pair || !skipped) return;
+      if (every_pair || !skipped || last != LastRound::every_pair) return;
       every_pair = true;  // at once: the time is up
       continue;
     }

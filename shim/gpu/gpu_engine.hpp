@@ -328,7 +328,8 @@ class Engine {
   void drop_context_locked(CUcontext context, bool destroy_events);
   void drop_device_locked(int device, bool destroy_events);
   // Reads the finished replays of `device`'s pools (for the reaper's next pass), without
-  // waiting for those still running.
+  // waiting for those still running, and asking the driver about each run's oldest unfinished
+  // replay only (LastRound::runs: on the program's thread, before every release).
   void harvest_device_locked(int device);
   // A program thread is inside a real context-ending call (counted: several may be), made
   // without the mutex: until it returns, reap passes and pool creation call no CUDA function
@@ -388,7 +389,13 @@ class Engine {
   void watch_sampled_out(CUstream stream, bool per_thread);
   ReadResult read_pair_locked(Pool &pool, Pair &pair, ferrum_replay_gpu_replay *into,
                               char *name_copy);
-  void harvest_locked(uint32_t slot, uint64_t bound_ns);
+  // Whether harvest_locked, once its time is up with replays skipped behind unfinished ones of
+  // their run (UnfinishedRuns), asks about every one of them: where the context goes for good
+  // (a destroy, a reset), a finished replay stuck behind a reused stream handle's work is timed
+  // instead of counted as dropped, at one driver call per replay in flight. Not before a
+  // release that is seldom the last (F139).
+  enum class LastRound { runs, every_pair };
+  void harvest_locked(uint32_t slot, uint64_t bound_ns, LastRound last);
   // The context's pool; null while it is being made (`*known`: its slot is taken), or not asked
   // for yet.
   Pool *pool_of(CUcontext context, bool *known) const;

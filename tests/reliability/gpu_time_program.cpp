@@ -105,6 +105,10 @@
 //                     reaper's first query returns after 12 s) up to main's N launches; then main
 //                     waits 3 s (the query has returned) and launches M times in synchronised
 //                     bursts of 100.
+//   retain-release N R  the primary context retained and current: N launches of one graph on a
+//                     stream, left in flight; then R pairs of cuDevicePrimaryCtxRetain and
+//                     cuDevicePrimaryCtxRelease (none the last: the first retain is held), timed.
+//                     Prints release_pairs_ns=<the R pairs>.
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
@@ -934,6 +938,18 @@ int main(int argc, char **argv) {
       launches(g_exec, nullptr, 100);
       check(cuCtxSynchronize(), "cuCtxSynchronize");
     }
+  } else if (mode == "retain-release") {
+    CUcontext p = nullptr;
+    check(cuDevicePrimaryCtxRetain(&p, 0), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(p), "cuCtxSetCurrent");
+    launches(make_exec(), new_stream(), n);
+    const unsigned long long begin = now_ns();
+    for (long i = 0; i < m; ++i) {
+      CUcontext again = nullptr;
+      check(cuDevicePrimaryCtxRetain(&again, 0), "cuDevicePrimaryCtxRetain");
+      check(cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");
+    }
+    std::printf("release_pairs_ns=%llu\n", now_ns() - begin);
   } else if (mode == "fork-thread") {
     static long count = n;
     pthread_t thread;

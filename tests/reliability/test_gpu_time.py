@@ -144,6 +144,31 @@ def deep_queue_few_queries():
     only_summary_on_stderr(run_)
 
 
+def release_asks_few():
+    """F139: 1000 replays of 2 ms in flight in the primary context, then 200 pairs of
+    cuDevicePrimaryCtxRetain/cuDevicePrimaryCtxRelease, none the last release (a driver with
+    cuDevicePrimaryCtxGetState says so afterwards): before each release the shim reads what has
+    finished asking the driver about the oldest unfinished replay of each run only, as the reaper
+    does — a few cuEventQuery calls per release on the program's thread, where asking about every
+    replay in flight made it about 1,000 each (200,000 in all, 80 us per pair). The replays stay
+    timed or in flight, none counted as lost with a context."""
+    run_ = program("retain-release", 1000, 200, env={"FERRUM_STANDIN_GRAPH_NS": "2000000"},
+                   timeout=60)
+    expect(run_.returncode == 0 and "launches=1000 failed=0" in run_.stdout, "program failed",
+           run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] + gpu["in_flight"] + gpu["not_timed"] == 1000 and
+           "context destroyed" not in gpu["why"], f"GPU line {gpu}", run_)
+    queries = run_.report.get("event_queries")
+    # The exit's pass asks about every replay still in flight (1000), the reaper about one per
+    # replay and one or two per pass (about one a millisecond); the releases a few each.
+    bound = 2 * 1000 + 5 * 200 + 2 * int(run_.seconds * 1000)
+    expect(queries is not None and queries <= bound,
+           f"{queries} cuEventQuery calls for 200 releases with 1000 replays in flight, in "
+           f"{run_.seconds:.2f} s (bound {bound})", run_)
+    only_summary_on_stderr(run_)
+
+
 def many(replays):
     """`replays` timed replays of a 20 us graph in bursts of 100, each synchronised (a steady
     50,000 replays a second): resident memory flat over the second half, every replay accounted
@@ -772,7 +797,8 @@ def reaper_returns_after_let_go():
 
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
-    burst_mostly_timed, deep_queue_few_queries, many_replays, many_replays_long, exit_in_flight,
+    burst_mostly_timed, deep_queue_few_queries, release_asks_few,
+    many_replays, many_replays_long, exit_in_flight,
     replay_named_as_launched, default_streams_apart, sink_layouts, sink_exits,
     shared_stream_times_own_replay, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
