@@ -167,12 +167,14 @@ class MergedEvents {
 };
 
 // A GPU track's replays in trace order, as every output shows them (the trace, the table). A
-// stream runs its replays one after another, but each end is read through the clock alignment,
-// so a replay can seem to start a few ns before the previous one on its track ended: within both
+// stream runs its replays one after another, but each is placed through the clock alignment, so
+// a replay can seem to start a few ns before the previous one on its track ended: within both
 // ends' alignment error (2 x Snapshot::gpu.align_error_ns) that is rounding, and the replay is
-// shown starting where the previous one ended. Viewers drop a complete event that partly
-// overlaps its predecessor on a track (Perfetto: slice_drop_overlapping_complete_event; the
-// viewers stage of scripts/test, tests/viewers). A larger overlap is shown as measured.
+// shown moved whole to where the previous one ended — its place is within its error, its length
+// (end - start) stays the shim's measurement, which the table and the judges read. Viewers drop
+// a complete event that partly overlaps its predecessor on a track (Perfetto:
+// slice_drop_overlapping_complete_event; the viewers stage of scripts/test, tests/viewers). A
+// larger overlap is shown as measured.
 class GpuReplays {
  public:
   GpuReplays(const Snapshot &snap, const ThreadSnapshot &track);

@@ -98,7 +98,8 @@ typedef int (*ferrum_replay_pop_graph_name_fn)(void);
 #define FERRUM_REPLAY_GPU_FLUSH "ferrum_replay_gpu_flush"
 
 /* One replay whose GPU work has completed. Times are CLOCK_MONOTONIC nanoseconds: the GPU's
- * event clock aligned once per context to the CPU's (see align_error_ns). GPU time is
+ * event clock aligned to the CPU's, again every second or so while replays are read (see
+ * align_error_ns); end_ns - start_ns is the replay's own pair of events. GPU time is
  * stream-ordered: from when the stream reached the replay to when its work completed.
  * The struct only grows at its end, and a sink gets an array of them: a sink built against an
  * older header must get its own stride (see ferrum_replay_set_gpu_sink_sized). */

@@ -199,6 +199,9 @@ struct Pool {
   // graph's instantiation is aligned later, by the reaper: replays may be recorded before the
   // reference (their offsets are then negative), never read before it. Under the mutex.
   bool aligned = false;
+  // When the clock was last aligned, or tried to be (CLOCK_MONOTONIC): a pass aligns it again
+  // kReanchorNs later (Engine::reanchor_if_due). Under the mutex.
+  uint64_t anchored_ns = 0;
   Pair pairs[kPairsPerContext];
 };
 
@@ -409,7 +412,15 @@ CUcontext Engine::current_context() {
   return context;
 }
 
-bool Engine::align(Pool &pool) {
+// Up to kAlignTries times: records the trial event on the pool's own idle stream and brackets its
+// completion between two CLOCK_MONOTONIC reads. Each try tighter than the ones before makes its
+// event the reference, the bracket's midpoint reference_ns and half its width
+// bracket_error_ns, all three at once: a later try that fails leaves a reference that holds
+// together. A try whose event has not completed after `spin_ns` (a busy device) is given up,
+// and with `stop_when_slow` so are the tries after it. False when no try completed, or a call
+// failed.
+bool Engine::align(Pool &pool, uint64_t spin_ns, bool stop_when_slow) {
+  pool.anchored_ns = api_.now_ns();
   uint64_t best = UINT64_MAX;
   for (int attempt = 0; attempt < kAlignTries; ++attempt) {
     const uint64_t before = api_.now_ns();
@@ -420,10 +431,13 @@ bool Engine::align(Pool &pool) {
       done = api_.event_query(pool.trial);
       after = api_.now_ns();
       if (done != CUDA_ERROR_NOT_READY) break;
-      if (after - before > 20 * 1000 * 1000ull) break;  // a busy device: try again
+      if (after - before > spin_ns) break;  // a busy device: try again
       if (spin > 1000) sched_yield();
     }
-    if (done == CUDA_ERROR_NOT_READY) continue;
+    if (done == CUDA_ERROR_NOT_READY) {
+      if (stop_when_slow) break;
+      continue;
+    }
     if (done != CUDA_SUCCESS) return false;
     if (after - before < best) {
       best = after - before;
@@ -431,11 +445,25 @@ bool Engine::align(Pool &pool) {
       pool.reference = pool.trial;
       pool.trial = swap;
       pool.reference_ns = before + (after - before) / 2;
+      pool.bracket_error_ns = (best + 1) / 2;
     }
   }
-  if (best == UINT64_MAX) return false;
-  pool.bracket_error_ns = (best + 1) / 2;
-  return true;
+  return best != UINT64_MAX;
+}
+
+// Under the mutex, on a pass (the reaper's; a flush's or the exit's without one), before a
+// replay of the pool is read: aligns its clock again once the last alignment is kReanchorNs old.
+// Never on the launch path, nor from a context's end on a program thread (harvest_locked): a
+// replay read there against an older reference is placed less exactly, and says so
+// (read_pair_locked's error). A device too busy to complete the trial event at once keeps the
+// reference it had, until the next period.
+void Engine::reanchor_if_due(Pool &pool) {
+  if (api_.now_ns() - pool.anchored_ns < kReanchorNs) return;
+  pool.anchored_ns = api_.now_ns();  // a failed try waits a period too, not one pass
+  if (api_.ctx_push(pool.context.load(std::memory_order_relaxed)) != CUDA_SUCCESS) return;
+  align(pool, kReanchorSpinNs, true);
+  CUcontext popped = nullptr;
+  api_.ctx_pop(&popped);
 }
 
 void Engine::create_pool(uint32_t slot, bool align_now) {
@@ -494,7 +522,7 @@ void Engine::create_pool(uint32_t slot, bool align_now) {
              "are not timed",
              static_cast<int>(failed), pool->device);
   pool->aligned = false;
-  if (ok && align_now && !(pool->aligned = align(*pool))) {
+  if (ok && align_now && !(pool->aligned = align(*pool, kAlignSpinNs, false))) {
     log_line(LogLevel::error,
              "GPU timing: could not align the GPU clock of device %d to CLOCK_MONOTONIC; replays "
              "in that context are not timed",
@@ -536,7 +564,7 @@ bool Engine::ensure_aligned(uint32_t slot) {
   if (pool->aligned) return true;
   const CUcontext context = pool->context.load(std::memory_order_relaxed);
   if (api_.ctx_push(context) != CUDA_SUCCESS) return false;
-  pool->aligned = align(*pool);
+  pool->aligned = align(*pool, kAlignSpinNs, false);
   if (!pool->aligned) {
     log_line(LogLevel::error,
              "GPU timing: could not align the GPU clock of device %d to CLOCK_MONOTONIC; replays "
@@ -753,15 +781,20 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
     count(Untimed::event_error);
     return ReadResult::failed;
   }
+  // The start from the reference, the length from the pair itself: each a float of
+  // milliseconds, exact to 2^-24 of itself (the reference kept recent: reanchor_if_due).
   const double offset = static_cast<double>(since_reference) * 1e6;
   const double magnitude = offset < 0 ? -offset : offset;
   int64_t start = static_cast<int64_t>(pool->reference_ns) +
                   static_cast<int64_t>(offset < 0 ? offset - 0.5 : offset + 0.5);
   if (start < 0) start = 0;
-  const uint64_t length = static_cast<uint64_t>(static_cast<double>(duration) * 1e6 + 0.5);
-  // Half the bracket, the float's rounding of the offset (2^-24 of it), the resolution.
-  const uint64_t error = pool->bracket_error_ns + static_cast<uint64_t>(magnitude / 16777216.0) +
-                         1 + kEventResolutionNs;
+  const double length_ns = static_cast<double>(duration) * 1e6;
+  const uint64_t length = static_cast<uint64_t>(length_ns + 0.5);
+  // Where the replay's ends lie on CLOCK_MONOTONIC: half the bracket, both floats' rounding,
+  // the resolution.
+  const uint64_t error = pool->bracket_error_ns +
+                         static_cast<uint64_t>((magnitude + length_ns) / 16777216.0) + 1 +
+                         kEventResolutionNs;
   ferrum_replay_gpu_replay &out = *into;
   out.size = sizeof out;
   out.device = pool->device;
@@ -901,6 +934,7 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
     if (!pool || pool->state.load(std::memory_order_acquire) != kReady) continue;
     if (!ensure_aligned(slot)) continue;
     UnfinishedRuns unfinished(!full_pass_);
+    bool anchored = false;  // reanchor_if_due asked this pass
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
       if (end_through && end_through->load(std::memory_order_acquire) >= self) break;
@@ -908,6 +942,10 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
       if (filled == capacity) {
         *more = true;
         break;
+      }
+      if (!anchored) {  // only a pool with replays to read: an idle one costs the GPU nothing
+        reanchor_if_due(*pool);
+        anchored = true;
       }
       if (unfinished.behind(pair)) continue;  // not finished either: no driver call
       const ReadResult read =

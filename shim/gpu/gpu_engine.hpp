@@ -9,11 +9,15 @@
 // statistics — happens off the launch path, under the engine's mutex, in the reaper
 // (gpu_timing.cpp runs it on a thread; unit tests call reap_pass() directly).
 //
-// Alignment: once per context the reaper records a reference event on a stream of its own and
+// Alignment: the reaper records a reference event on a stream of the context's own and
 // brackets the moment it completes between two CLOCK_MONOTONIC reads (the tightest of
 // kAlignTries); a replay's start is reference + cuEventElapsedTime(reference, start), its end
-// start + cuEventElapsedTime(start, end). align_error_ns = half the bracket + the float
-// rounding of the elapsed reading (2^-24 of it) + the events' resolution (kEventResolutionNs).
+// start + cuEventElapsedTime(start, end): its length is the pair's own reading, whatever the
+// reference. cuEventElapsedTime answers a float of milliseconds, exact to 2^-24 of itself, so
+// the reference is renewed (aligned again) every kReanchorNs while replays are read: the start
+// of a replay read an hour into the run is rounded to 30 ns, not to 250 us (F138).
+// align_error_ns = half the bracket + both readings' float rounding + the events' resolution
+// (kEventResolutionNs).
 //
 // Context destruction: drop_context()/the device variants are called before (or, for a
 // primary context's release, right after) the real call, under the mutex; during the call
@@ -105,6 +109,17 @@ inline constexpr uint32_t kMaxContexts = 16;        // kUntimedNames says "over 
 inline constexpr uint32_t kMaxTimedGraphs = 1024;   // graphs with a row of GPU statistics
 inline constexpr int kAlignTries = 5;
 inline constexpr uint64_t kEventResolutionNs = 500;
+// How long an alignment's try polls its event before it is given up (a busy device): a pool's
+// first alignment, whose replays are not timed without it, and a renewal, made with the mutex
+// held every kReanchorNs, which gives up at its first slow try (the old reference serves on).
+inline constexpr uint64_t kAlignSpinNs = 20 * 1000 * 1000;
+inline constexpr uint64_t kReanchorSpinNs = 1000 * 1000;
+// How old a pool's reference grows before a pass aligns the clock again. A start read T ms after
+// the reference is rounded to T * 2^-24 ms (the float cuEventElapsedTime answers): 15.6 us after
+// 131 s of a reference aligned once per context (F138); 30 ns within 2^10 ms. The renewal costs a
+// few event records and queries on the reaper's thread, once a period, and only while replays
+// of the pool are read.
+inline constexpr uint64_t kReanchorNs = 1000ull * 1000 * 1000;
 inline constexpr uint32_t kClaimProbes = 4;  // neighbours from the thread's cursor, then:
 // pairs sampled across the pool, kClaimStride apart, before a replay is called "pool exhausted"
 // (Engine::begin: a cursor that ran into another thread's block of pairs in flight).
@@ -403,7 +418,8 @@ class Engine {
   // when this call took the slot, `*full` when every slot is another context's.
   void request_pool(CUcontext context, bool *requested, bool *full);
   void create_pool(uint32_t slot, bool align_now);
-  bool align(Pool &pool);
+  bool align(Pool &pool, uint64_t spin_ns, bool stop_when_slow);
+  void reanchor_if_due(Pool &pool);
   bool ensure_aligned(uint32_t slot);
   void release_pool(uint32_t slot, bool destroy_events);
   void mark_failed(uint32_t slot, Pool *pool, CUcontext context);

@@ -105,6 +105,9 @@
 //                     reaper's first query returns after 12 s) up to main's N launches; then main
 //                     waits 3 s (the query has returned) and launches M times in synchronised
 //                     bursts of 100.
+//   long-run MS N     a new context and stream: graph 1 launched 3 times, synchronised (its pool
+//                     made and the clock aligned); then MS milliseconds without a launch; then
+//                     graph 2 launched N times back to back, synchronised.
 //   retain-release N R  the primary context retained and current: N launches of one graph on a
 //                     stream, left in flight; then R pairs of cuDevicePrimaryCtxRetain and
 //                     cuDevicePrimaryCtxRelease (none the last: the first retain is held), timed.
@@ -938,6 +941,15 @@ int main(int argc, char **argv) {
       launches(g_exec, nullptr, 100);
       check(cuCtxSynchronize(), "cuCtxSynchronize");
     }
+  } else if (mode == "long-run") {
+    new_context();
+    CUstream s = new_stream();
+    launches(make_exec(), s, 3);
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    const timespec idle{n / 1000, (n % 1000) * 1000 * 1000};
+    nanosleep(&idle, nullptr);
+    launches(make_exec(), s, m);
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
   } else if (mode == "retain-release") {
     CUcontext p = nullptr;
     check(cuDevicePrimaryCtxRetain(&p, 0), "cuDevicePrimaryCtxRetain");

@@ -144,6 +144,34 @@ def deep_queue_few_queries():
     only_summary_on_stderr(run_)
 
 
+def long_run_keeps_lengths():
+    """F138: graph 1 timed (the pool made, the GPU clock aligned), then 2.5 s without a launch,
+    then 1000 replays of graph 2 (10 us each on the stand-in's GPU) back to back. Every one is in
+    the trace as long as the shim measured it — at least its simulated 10 us — and the trace's
+    total for graph 2 is the shim summary's. Before, each start was read as a float of
+    milliseconds from the one alignment, 2.5 s old here (a 0.24 us grid; 15.6 us after 131 s), and
+    the recorder cut a replay whose start came before the previous one's end: here some replays
+    were 9.8 us; after 140 s a third of them 0 us, the graph's mean GPU time 6.4 us instead of 10
+    (`check` passed an 8 us bound, `compare` called the same graph 56 % slower)."""
+    run_ = program("long-run", 2500, 1000, record=True, timeout=120,
+                   env={"FERRUM_STANDIN_GRAPH_NS": "1000000,10000", "FERRUM_REPLAY_SITE": "off"})
+    expect(run_.returncode == 0 and "launches=1003 failed=0" in run_.stdout, "program failed",
+           run_)
+    [row] = replays_of(one_summary(run_), 2)
+    events = gpu_check.trace_check.gpu_replays(run_.trace, "graph 2")
+    expect(len(events) == int(row["gpu n"]) >= 950,
+           f"{len(events)} GPU events of graph 2, the shim timed {row['gpu n']}", run_)
+    lengths = [gpu_check.trace_check._ns(e["dur"]) for e in events]
+    short = sorted(length for length in lengths if length < 10000)
+    expect(not short, f"{len(short)} of graph 2's replays shorter than its 10 us in the trace: "
+           f"{short[:8]} ns", run_)
+    total_ms = sum(lengths) / 1e6
+    expect(abs(total_ms - float(row["gpu tot ms"])) <= 0.0015,
+           f"the trace holds {total_ms:.4f} ms of graph 2's GPU time, the shim measured "
+           f"{row['gpu tot ms']} ms", run_)
+    expect_balanced(run_)
+
+
 def release_asks_few():
     """F139: 1000 replays of 2 ms in flight in the primary context, then 200 pairs of
     cuDevicePrimaryCtxRetain/cuDevicePrimaryCtxRelease, none the last release (a driver with
@@ -797,7 +825,7 @@ def reaper_returns_after_let_go():
 
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
-    burst_mostly_timed, deep_queue_few_queries, release_asks_few,
+    burst_mostly_timed, deep_queue_few_queries, long_run_keeps_lengths, release_asks_few,
     many_replays, many_replays_long, exit_in_flight,
     replay_named_as_launched, default_streams_apart, sink_layouts, sink_exits,
     shared_stream_times_own_replay, capture_untouched,

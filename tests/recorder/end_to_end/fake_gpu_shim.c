@@ -6,6 +6,10 @@
  *   FAKE_GPU_REPLAYS=NAME=N[:US],...   N replays of NAME on device 0, stream 0x5000, each US
  *                               microseconds long (default 2), back to back from registration; the
  *                               status reports 1 in flight, 2 not timed, 250 ns alignment error.
+ *   FAKE_GPU_START_GRID_NS=G    the replays run end to end instead, and each start (its length
+ *                               kept) is handed over rounded to a multiple of G ns, with an
+ *                               alignment error of 250 + G/2: what an engine reading float
+ *                               offsets from a reference minutes old delivered (F138).
  * The sink is called from the flush (the exiting thread) and, for the first replay only, from a
  * thread of this library at registration (a shim thread delivering while the program runs). */
 #define _GNU_SOURCE
@@ -74,6 +78,9 @@ __attribute__((visibility("default"))) int ferrum_replay_gpu_flush(
   const char *spec = getenv("FAKE_GPU_REPLAYS");
   char *copy = strdup(spec ? spec : "");
   uint64_t at = g_registered_ns + 1000;
+  const char *grid_text = getenv("FAKE_GPU_START_GRID_NS");
+  const uint64_t grid = grid_text ? strtoull(grid_text, NULL, 10) : 0;
+  const uint64_t error = 250 + grid / 2;
   pthread_mutex_lock(&g_mu);
   for (char *save = NULL, *item = strtok_r(copy, ",", &save); item;
        item = strtok_r(NULL, ",", &save)) {
@@ -93,10 +100,10 @@ __attribute__((visibility("default"))) int ferrum_replay_gpu_flush(
       r.name = item;
       r.category = 1;
       r.replay = i + 1;
-      r.start_ns = at;
-      at += us * 1000 + 100;
+      r.start_ns = grid ? (at + grid / 2) / grid * grid : at;
+      at += us * 1000 + (grid ? 0 : 100);
       r.end_ns = r.start_ns + us * 1000;
-      r.align_error_ns = 250;
+      r.align_error_ns = error;
       if (g_sink) g_sink(&r, 1, g_context);
       ++g_delivered;
     }
@@ -108,7 +115,7 @@ __attribute__((visibility("default"))) int ferrum_replay_gpu_flush(
     status->in_flight = 1;
     status->not_timed = 2;
     status->sampled_out = 0;
-    status->align_error_ns = 250;
+    status->align_error_ns = error;
   }
   return 0;
 }

@@ -858,6 +858,52 @@ def test_gpu_times_from_the_sink(tmp):
            in lines, "gpu line", c)
 
 
+def test_gpu_lengths_kept_where_starts_overlap(tmp):
+    """F138: 1000 replays of 10 us run end to end, handed over with their starts rounded to a
+    15.625 us grid (what the shim delivered 140 s into a run: float offsets from an old
+    reference), alignment error 8.06 us. The trace and the table show each replay as long as the
+    shim measured it (10 us), moved whole where it overlapped its predecessor; `check` fails a
+    bound of 8 us on the mean, and `compare` against the same replays handed over exactly sees
+    no change. (Shown with its start cut, a third of the replays were 0 us long, the mean 6.4 us:
+    `check` passed the 8 us bound and `compare` called the same graph 56 % slower.)"""
+    runs = {}
+    for grid in ("15625", "0"):
+        env = {"LD_PRELOAD": environment_path("FAKE_GPU_SHIM_LIB"), "FAKE_GPU_SHIM": "on",
+               "FAKE_GPU_REPLAYS": "dom-ascii=1000:10", "FAKE_GPU_START_GRID_NS": grid,
+               "FERRUM_REPLAY_DOMAIN": DOMAIN}
+        c = run_client(tmp, "--iters", 4, "--domain", DOMAIN, env=env,
+                       out=os.path.join(tmp, f"grid{grid}.json"))
+        expect_clean(c)
+        runs[grid] = c
+    c = runs["15625"]
+    gpu = [e for e in c.trace["traceEvents"] if e.get("ph") == "X"
+           and e.get("cat") == f"{DOMAIN},gpu" and e["name"] == "dom-ascii"]
+    expect(len(gpu) == 1000, f"{len(gpu)} GPU events", c)
+    lengths = sorted({trace_check._ns(e["dur"]) for e in gpu})
+    expect(lengths == [10000], f"GPU event lengths {lengths[:5]}... ns, all 10000 measured", c)
+    spans = sorted((trace_check._ns(e["ts"]), trace_check._ns(e["ts"]) + trace_check._ns(e["dur"]))
+                   for e in gpu)
+    overlaps = sum(1 for a, b in zip(spans, spans[1:]) if b[0] < a[1])
+    expect(overlaps == 0, f"{overlaps} GPU events overlap their predecessor", c)
+    row = next((line for line in c.stderr.splitlines()
+                if line.startswith(DOMAIN) and " dom-ascii " in line), "")
+    cells = row.split()
+    # domain, range, 7 CPU cells, then gpu count, total ms, mean us, min us.
+    expect(cells[9:13] == ["1000", "10.000", "10.000", "10.000"], f"table row {row!r}", c)
+    expectations = os.path.join(tmp, "expect.txt")
+    with open(expectations, "w") as handle:
+        handle.write("dom-ascii  1  -  0.008\n")
+    judged = run_reader("check", "--domain", DOMAIN, "--expect", expectations, c.trace_path)
+    verdict = judged.stdout + judged.stderr
+    expect(judged.returncode == 1 and "more than max-gpu-mean-ms 0.008" in verdict,
+           f"check of a 10 us graph against 8 us: {judged.returncode} {verdict!r}", c)
+    for base, new in (("0", "15625"), ("15625", "0")):
+        compared = run_reader("compare", "--domain", DOMAIN, runs[base].trace_path,
+                              runs[new].trace_path)
+        expect(compared.returncode == 0, f"compare {base} -> {new}: {compared.returncode} "
+               f"{compared.stdout!r} {compared.stderr!r}", c)
+
+
 def test_gpu_sink_refused_changes_nothing(tmp):
     for mode in ("off", None):
         env = {"FERRUM_REPLAY_DOMAIN": DOMAIN}

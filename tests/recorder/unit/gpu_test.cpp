@@ -149,12 +149,13 @@ TEST_CASE("a replay that ends before it starts has duration 0; a too-short struc
 }
 
 TEST_CASE(
-    "a replay seeming to start before its stream's previous one ended, within the error, "
-    "starts at that end in the trace and the table") {
+    "a replay seeming to start before its stream's previous one ended, within the error, is "
+    "moved whole to that end in the trace and the table: its measured length kept (F138)") {
   // Consecutive replays on one stream, read through the aligned clock, can overlap by a few ns
   // (Perfetto then drops the second: tests/viewers). Within both ends' alignment error the
-  // overlap is rounding; beyond it, or on another stream, the times stay as measured. Replays
-  // reach the sink in any order.
+  // overlap is rounding: the replay is shown from the previous one's end, for as long as it was
+  // measured (its start cut instead made it shorter, down to 0). Beyond the error, or on another
+  // stream, the times stay as measured. Replays reach the sink in any order.
   Recorder r(Settings{}, 0);
   r.set_gpu_domain("ferrum-replay");
   GpuStatus status;
@@ -170,20 +171,64 @@ TEST_CASE(
   std::vector<std::pair<uint64_t, uint64_t>> shown;
   GpuReplays replays(snap, snap.gpu_tracks[0]);
   while (const Event *e = replays.next()) shown.emplace_back(e->start, e->end);
-  // 5 ns early: rounding, starts at 2000; 500 ns early: beyond 2 x 100 ns, as measured.
+  // 5 ns early: rounding, moved to 2000, still 1005 ns long; 505 ns early: beyond 2 x 100 ns,
+  // as measured.
   CHECK(shown ==
-        std::vector<std::pair<uint64_t, uint64_t>>{{1000, 2000}, {2000, 3000}, {2500, 3500}});
+        std::vector<std::pair<uint64_t, uint64_t>>{{1000, 2000}, {2000, 3005}, {2500, 3500}});
   GpuReplays other(snap, snap.gpu_tracks[1]);
   CHECK(other.next()->start == 1990);  // another stream
 
   const std::string trace = render_trace(snap);
-  CHECK(trace.find("\"ts\":2.000,\"dur\":1.000,\"pid\":" + std::to_string(snap.pid) +
+  CHECK(trace.find("\"ts\":2.000,\"dur\":1.005,\"pid\":" + std::to_string(snap.pid) +
                    ",\"tid\":" + std::to_string(kGpuTrackTidBase) + ",\"args\":{\"replay\":2") !=
         std::string::npos);
   const std::vector<RangeStats> rows = aggregate(snap);
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].gpu.count == 4);
-  CHECK(rows[0].gpu.total_ns == 4000);
+  CHECK(rows[0].gpu.total_ns == 4005);  // what the shim measured, every replay
+}
+
+TEST_CASE(
+    "back-to-back replays whose starts came rounded to a coarse grid keep their lengths in the "
+    "trace and the table (F138)") {
+  // What an engine that read starts against a reference 140 s old handed over: 10 us replays
+  // back to back, each start rounded to a 15.625 us grid (within its alignment error, 8 us),
+  // so two of them came with one start. Shown cut, the second was 0 us long and the graph's
+  // mean GPU time 6.4 us instead of 10.
+  Recorder r(Settings{}, 0);
+  r.set_gpu_domain("ferrum-replay");
+  GpuStatus status;
+  status.registered = true;
+  status.align_error_ns = 8000;
+  r.set_gpu_status(status);
+  constexpr uint64_t kGrid = 15625, kLength = 10000;
+  std::vector<ferrum_replay_gpu_replay> batch;
+  for (uint64_t i = 0; i < 100; ++i) {
+    const uint64_t truth = 1000000 + i * kLength;
+    const uint64_t start = (truth + kGrid / 2) / kGrid * kGrid;
+    batch.push_back(replay(0, 9, "g", i + 1, start, start + kLength));
+  }
+  GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
+  const Snapshot snap = r.snapshot();
+  REQUIRE(snap.gpu_tracks.size() == 1);
+  GpuReplays replays(snap, snap.gpu_tracks[0]);
+  uint64_t previous_end = 0, count = 0;
+  bool lengths = true, apart = true;
+  while (const Event *e = replays.next()) {
+    lengths &= e->end - e->start == kLength;
+    apart &= e->start >= previous_end;  // no overlap left for a viewer to drop
+    previous_end = e->end;
+    ++count;
+  }
+  CHECK(count == 100);
+  CHECK(lengths);
+  CHECK(apart);
+  const std::vector<RangeStats> rows = aggregate(snap);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].gpu.total_ns == 100 * kLength);
+  CHECK(rows[0].gpu.min_ns == kLength);
+  const std::string trace = render_trace(snap);
+  CHECK(trace.find("\"dur\":0.000") == std::string::npos);
 }
 
 TEST_CASE("GPU replays spill like ranges: memory bounded, every replay in the report, in order") {

@@ -462,6 +462,38 @@ TEST_CASE("gpu engine: a burst of a few hundred replays on one stream is timed i
 }
 
 TEST_CASE(
+    "gpu engine: replays read minutes after the clock's first alignment keep exact starts and "
+    "lengths: consecutive replays of a stream end to end, the error bound small (F138)") {
+  // cuEventElapsedTime answers a float of milliseconds: a start read against a reference 140 s
+  // old was rounded to a 15.6 us grid, and consecutive 10 us replays of a stream got equal
+  // starts (the recorder then showed a third of them 0 us long). The fake's elapsed times are
+  // floats of milliseconds too.
+  Fixture f;
+  f.queue_on_streams(10000);  // the pool made and aligned; then 10 us replays, back to back
+  for (const uint64_t later_s : {140ull, 140ull + 86400ull}) {  // a long run, then a day on
+    f.driver.now += later_s * 1000 * 1000 * 1000;
+    for (int i = 0; i < 300; ++i) REQUIRE(f.launch());
+    f.driver.now += 10 * 1000 * 1000;  // all finished
+    REQUIRE(f.reap() == 300);
+    std::vector<ferrum_replay_gpu_replay> read(f.batch, f.batch + 300);
+    std::sort(read.begin(), read.end(),
+              [](const auto &a, const auto &b) { return a.replay < b.replay; });
+    bool end_to_end = true, exact = true, bounded = true;
+    for (size_t i = 0; i < read.size(); ++i) {
+      exact &= read[i].end_ns - read[i].start_ns == 10000;
+      if (i > 0) end_to_end &= read[i].start_ns == read[i - 1].end_ns;
+      bounded &= read[i].align_error_ns < 1000;  // bracket 0 here, resolution 500, rounding
+    }
+    CHECK(exact);
+    CHECK(end_to_end);
+    CHECK(bounded);
+    CHECK(f.engine->totals().align_error_ns < 1000);
+    // On the trace's clock: the first one started when it was launched.
+    CHECK(read[0].start_ns + 10 * 1000 * 1000 == f.driver.now);
+  }
+}
+
+TEST_CASE(
     "gpu engine: a pass asks the driver about each run's oldest unfinished replay, not about "
     "every replay in flight; every finished one is read at the next pass") {
   Fixture f;
