@@ -130,7 +130,13 @@ int remove_dead_temps(const char *path, const char *header, PathOfPid path_of_pi
 // 9999: sandboxed workers are each pid 1 of a PID namespace of their own, all sharing one run
 // directory; with 15, the 17th had no marker, and a loss of it went unreported (F142).
 inline constexpr unsigned kMaxMarkerSibling = 9999;
-bool running_marker_name(const char *path, int pid, unsigned sibling, char *out, size_t out_size);
+// `stem_length` (when given): where the suffix begins, for running_marker_sibling.
+bool running_marker_name(const char *path, int pid, unsigned sibling, char *out, size_t out_size,
+                         size_t *stem_length = nullptr);
+// A name made by running_marker_name (its `stem_length`) given sibling `sibling`'s suffix in
+// place: the stem is kept, not computed again. False if it does not fit.
+bool running_marker_sibling(char *marker, size_t marker_size, size_t stem_length, int pid,
+                            unsigned sibling);
 
 // The longest name (one path component) the file system of `path`'s directory accepts.
 size_t name_limit(const char *path);

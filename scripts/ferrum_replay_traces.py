@@ -3245,11 +3245,16 @@ EXPECT_FORMAT = ("'name-pattern min-count [max-cpu-mean-ms [max-gpu-mean-ms]]' (
 EXPECT_LIMIT = 16 << 20  # characters of an expectations file
 
 
-def name_matches(name, pattern):
-    """Whether an expectation's pattern names a range: the name itself, whatever characters it
-    holds (`decode[bs=8]`, docs/naming.md's `{site} [{content}]`: brackets are a glob's class,
-    and a graph's own name quoted matched nothing), or else a glob (`*`, `?`, `[...]`)."""
-    return name == pattern or fnmatch.fnmatchcase(name, pattern)
+def names_matching(names, pattern):
+    """The names an expectation's pattern stands for: the one range name equal to it, whatever
+    characters it holds (`decode[bs=8]`, docs/naming.md's `{site} [{content}]`: brackets are a
+    glob's class, and a graph's own name quoted matched nothing) — that name alone, never also
+    the names its glob reading would match (`decode8`, whose ranges then bounded the mean);
+    else the names it matches as a glob (`*`, `?`, `[...]`)."""
+    names = list(names)
+    if pattern in names:
+        return {pattern}
+    return {name for name in names if fnmatch.fnmatchcase(name, pattern)}
 
 
 def parse_expectations(path, note_renames=True):
@@ -3647,7 +3652,10 @@ def cmd_check(args):
     gpu_counts = None if args.nsys_stats else aggregate(scans, domain, gpu=True).get(("", domain))
     unapplied = []  # expectation lines whose bounds matched no range (min-count 0)
     for pattern, minimum, max_cpu, max_gpu, number in expectations:
-        matched = [(name, s) for name, s in counts.items() if name_matches(name, pattern)]
+        # Which names the pattern stands for is decided on the CPU ranges (every range has one),
+        # and the same names are read for GPU time.
+        chosen = names_matching((name for name, s in counts.items()), pattern)
+        matched = [(name, s) for name, s in counts.items() if name in chosen]
         n = sum(s[0] for _, s in matched)
         total = sum(s[1] for _, s in matched)
         cpu_untold = sorted(name for name, s in matched if s[0] and name in untimed_cpu)
@@ -3670,12 +3678,11 @@ def cmd_check(args):
         if max_gpu is None:
             continue
         # A GPU bound never passes without GPU times to judge.
-        gpu = [s for name, s in (gpu_counts.items() if gpu_counts else ())
-               if name_matches(name, pattern)]
+        gpu = [s for name, s in (gpu_counts.items() if gpu_counts else ()) if name in chosen]
         gn = sum(s[0] for s in gpu)
         # Assigned here, not in the elif below: the helper runs on Python 3.7 (docs/usage.md).
         untimed = sorted(name for name, s in counts.items()
-                         if s[0] and name_matches(name, pattern)
+                         if s[0] and name in chosen
                          and not (gpu_counts and (gpu_counts.get(name) or (0,))[0]))
         if args.nsys_stats:
             failures.append(f"expectation line {number}: max-gpu-mean-ms needs the recorder's "

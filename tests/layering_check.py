@@ -124,8 +124,8 @@ def drawn_levels(root):
 
 def drawing_problems(root, graph):
     levels, problems = drawn_levels(root)
-    if not levels:
-        return problems
+    if not levels and not problems:
+        problems.append("its code block under '## Layers' draws no unit")
     for unit in sorted(graph):
         if unit not in levels:
             problems.append(f"{unit[len('shim/'):]} is not drawn (add it to the level below "

@@ -75,9 +75,13 @@ void make_running_marker(const char *pattern, int pid) {
   // share the run directory) — the judges must see both.
   int fd = -1;
   bool made_without_descriptor = false;
+  size_t stem_length = 0;
   for (unsigned sibling = 0;
        fd < 0 && !made_without_descriptor && sibling <= common::kMaxMarkerSibling; ++sibling) {
-    if (!common::running_marker_name(m.path, pid, sibling, m.marker, sizeof m.marker)) return;
+    if (sibling == 0
+            ? !common::running_marker_name(m.path, pid, 0, m.marker, sizeof m.marker, &stem_length)
+            : !common::running_marker_sibling(m.marker, sizeof m.marker, stem_length, pid, sibling))
+      return;
     fd = open(m.marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     // No descriptor free (the program is at its open-file limit: a server that holds
     // thousands of sockets): the marker is made without one, empty — it names the process by

@@ -1218,6 +1218,29 @@ TEST_CASE("names up to the file system's limit are written; temporaries and fres
                                                      ferrum_replay::common::kMaxMarkerSibling, n,
                                                      sizeof n));
   CHECK(std::string(n).size() - dir.path.size() - 1 <= 255);
+  // A sibling's name made from sibling 0's (its stem not computed again) is the same name, for
+  // a short name and for one shortened at the limit, from sibling 0's name or another's.
+  for (const std::string &given : {std::string(dir / "s.txt"), stem + "a.x"}) {
+    for (const unsigned sibling : {1u, 3u, ferrum_replay::common::kMaxMarkerSibling}) {
+      size_t stem_length = 0;
+      REQUIRE(ferrum_replay::common::running_marker_name(given.c_str(), -2147483647 - 1, 0, m,
+                                                         sizeof m, &stem_length));
+      REQUIRE(ferrum_replay::common::running_marker_sibling(m, sizeof m, stem_length,
+                                                            -2147483647 - 1, 2));
+      REQUIRE(ferrum_replay::common::running_marker_sibling(m, sizeof m, stem_length,
+                                                            -2147483647 - 1, sibling));
+      REQUIRE(ferrum_replay::common::running_marker_name(given.c_str(), -2147483647 - 1, sibling, n,
+                                                         sizeof n));
+      CHECK(std::string(m) == std::string(n));
+    }
+  }
+  size_t stem_length = 0;
+  REQUIRE(ferrum_replay::common::running_marker_name((dir / "s.txt").c_str(), 4242, 0, m, sizeof m,
+                                                     &stem_length));
+  CHECK_FALSE(ferrum_replay::common::running_marker_sibling(
+      m, sizeof m, stem_length, 4242, ferrum_replay::common::kMaxMarkerSibling + 1));
+  CHECK_FALSE(  // does not fit
+      ferrum_replay::common::running_marker_sibling(m, stem_length + 10, stem_length, 4242, 1));
 
   // A dead process's leftover of a long name, made by the one rule, is recognised and removed.
   const std::string path = dir / (std::string(245, 'k') + ".json");

@@ -4334,6 +4334,19 @@ def test_expectation_names_and_unmatched_bounds(tmp):
         path = write(os.path.join(tmp, "e.expect"), text)
         done = wrapper("check", "--expect", path, trace, cwd=tmp)
         expect((done.returncode == 0) == ok and said in done.stdout, repr(text), done)
+    # A name equal to the pattern is the pattern's only match: `decode[bs=1]` read as a glob also
+    # matched `decode1` (whose many quick replays hid its slow ones), a fresh-eye review found.
+    slow = make_trace(os.path.join(tmp, "slow.json"), "--ranges", 10, "--graphs", 1, "--threads",
+                      1, "--name", "decode[bs=%d]", "--gpu-us", 9, "--pid", 11, cwd=tmp)
+    quick = make_trace(os.path.join(tmp, "quick.json"), "--ranges", 90, "--graphs", 1,
+                       "--threads", 1, "--name", "decode%d", "--gpu-us", 1, "--pid", 12, cwd=tmp)
+    path = write(os.path.join(tmp, "e.expect"), '"decode[bs=1]" 1 - 0.005\n')
+    done = wrapper("check", "--expect", path, slow, quick, cwd=tmp)
+    expect(done.returncode == 1 and "replays matching 'decode[bs=1]' take 0.009 ms of GPU time"
+           in done.stdout, "the exact name alone", done)
+    path = write(os.path.join(tmp, "e.expect"), '"decode[0-9]" 90 - 0.005\n')
+    done = wrapper("check", "--expect", path, slow, quick, cwd=tmp)
+    expect(done.returncode == 0 and "; 1 expectation met" in done.stdout, "a glob", done)
 
 
 def test_rejected_pushes_are_missing_ranges(tmp):
@@ -5139,13 +5152,15 @@ def test_gpu_smoke_without_gpu(tmp):
     for name in os.listdir(env_path("STANDIN_DIR")):
         if name.startswith("libcuda.so"):
             os.symlink(os.path.join(env_path("STANDIN_DIR"), name), os.path.join(drivers, name))
-    done = run([GPU_SMOKE, "--no-build"], tmp, timeout=300, env=dict(
-        env, FERRUM_GPU_SMOKE_DIR="smoke%p", LD_LIBRARY_PATH=drivers))
-    demo = os.path.join(tmp, "smoke%p", "demo")
-    kept = os.listdir(demo) if os.path.isdir(demo) else []
-    expect(any(re.fullmatch(r"trace\.\d+\.json", f) for f in kept) and
-           any(re.fullmatch(r"launches\.\d+\.txt", f) for f in kept),
-           f"the demo's trace and summary in smoke%p/demo: {kept}", done)
+    for given in ("smoke%p", "-"):  # (`cd -- -` went to $OLDPWD, a fresh-eye review found)
+        done = run([GPU_SMOKE, "--no-build"], tmp, timeout=300, env=dict(
+            env, FERRUM_GPU_SMOKE_DIR=given, LD_LIBRARY_PATH=drivers))
+        demo = os.path.join(tmp, given, "demo")
+        kept = os.listdir(demo) if os.path.isdir(demo) else []
+        expect(any(re.fullmatch(r"trace\.\d+\.json", f) for f in kept) and
+               any(re.fullmatch(r"launches\.\d+\.txt", f) for f in kept) and
+               f"traces and logs in {os.path.join(tmp, given)}\n" in done.stdout,
+               f"the demo's trace and summary in {given}/demo: {kept}", done)
     # A per-case limit that is no whole number of seconds: one line before any case (a word
     # failed every case as its own fault; 0 was no limit at all).
     for value in ("forty", "0", "-5", ""):
