@@ -18,6 +18,7 @@
 #include "range/activation.hpp"
 #include "range/exit_order.hpp"
 #include "range/graph_registry.hpp"
+#include "range/launch_range.hpp"
 #include "range/process_files.hpp"
 #include "range/replay_numbers.hpp"
 #include "stack_room.hpp"
@@ -98,6 +99,9 @@ void exit_hook() {
   // The exiting thread may have a cancellation request pending: acted on in here, it would end
   // that thread inside exit(), the summary unwritten (no_cancel.hpp).
   const common::NoCancel no_cancel;
+  // A call of this thread left by a jump after the atexit handler that settles it had run (from
+  // a later atexit handler, a library's destructor): closed here, before the summary.
+  settle_thread_calls();
   // The summary the user asked for is written whole, or none was asked for (a child's, whose
   // counts are its parent's, is not asked for).
   bool reported = true;

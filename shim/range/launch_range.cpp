@@ -1,6 +1,9 @@
 #include "range/launch_range.hpp"
 
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
@@ -16,9 +19,67 @@ namespace ferrum_replay::shim {
 constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadCalls t_calls{};
 
 namespace {
+
 std::atomic<unsigned long long> g_abandoned{0};
 std::atomic<bool> g_abandoned_reported{false};
+
+// The open call of this thread can no longer return: its range's pop, late but on this thread
+// and in its domain; its timing pair back to the pool; the guard cleared.
+void settle_open_call() {
+  ThreadCalls &calls = t_calls;
+  if (calls.pop_pending) {
+    calls.pop_pending = false;
+    nvtxDomainRangePop(calls.pop_domain);
+  }
+  if (gpu::timing_on()) gpu::give_back_abandoned();
+  calls.open = nullptr;
+  g_abandoned.fetch_add(1, std::memory_order_relaxed);
+  if (!g_abandoned_reported.exchange(true, std::memory_order_relaxed))
+    log_line(LogLevel::info,
+             "a CUDA graph call was left without returning (a longjmp out of it); its range, if "
+             "any, was closed at the thread's next graph call, as the thread ended, or at exit");
+}
+
+// Where a thread's open call is settled when no later call of the thread comes (a watchdog's
+// thread whose last launch was left by siglongjmp, then returned; a main thread that then
+// returned from main): a pthread key whose destructor runs as a thread ends (returned,
+// pthread_exit, cancelled), and, since no key destructor runs for the thread that calls exit(),
+// an atexit handler for that one. Both made once per process, at the first range.
+pthread_once_t g_end_once = PTHREAD_ONCE_INIT;
+pthread_key_t g_end_key;
+bool g_end_key_made = false;  // written once under g_end_once
+
+void thread_ends(void *) {
+  // A range later in this thread's end (another key's destructor that launches) arms the key
+  // again: the C library runs destructors again for values set meanwhile.
+  t_calls.errno_at = nullptr;
+  settle_thread_calls();
+}
+
+// atexit handlers run in exit() before the ELF destructors, where an NVTX tool writes its report
+// (and the recorder its trace): the pop reaches it in time.
+void exiting_thread() {
+  settle_thread_calls();
+}
+
+void make_end_hooks() {
+  g_end_key_made = pthread_key_create(&g_end_key, thread_ends) == 0;
+  atexit(exiting_thread);
+}
+
 }  // namespace
+
+int *set_up_thread_calls() {
+  int *at = &errno;
+  const int saved = *at;  // the key's set-up may allocate: errno_kept.hpp's rule, by hand
+  pthread_once(&g_end_once, make_end_hooks);
+  // Any non-null value: only its destructor matters. Without one (no memory for the thread's
+  // second-level key array), the thread's next call or the exit hook still settles its call.
+  if (g_end_key_made) (void)pthread_setspecific(g_end_key, &t_calls);
+  *at = saved;
+  t_calls.errno_at = at;
+  return at;
+}
 
 bool close_abandoned_call() {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp: sigaltstack, a tool's pop, a log line
@@ -26,19 +87,18 @@ bool close_abandoned_call() {
   // wherever that stack lies. (One system call, on this rare path only.)
   stack_t alternate{};
   if (sigaltstack(nullptr, &alternate) == 0 && (alternate.ss_flags & SS_ONSTACK)) return false;
-  ThreadCalls &calls = t_calls;
-  if (calls.pop_pending) {
-    calls.pop_pending = false;
-    nvtxDomainRangePop(calls.pop_domain);  // the abandoned range's pop, late but on this thread
-  }
-  if (gpu::timing_on()) gpu::give_back_abandoned();  // and its timing pair, if it had one
-  calls.open = nullptr;
-  g_abandoned.fetch_add(1, std::memory_order_relaxed);
-  if (!g_abandoned_reported.exchange(true, std::memory_order_relaxed))
-    log_line(LogLevel::info,
-             "a CUDA graph call was left without returning (a longjmp out of it); its range, if "
-             "any, was closed at the thread's next graph call");
+  settle_open_call();
   return true;
+}
+
+void settle_thread_calls() {
+  if (!t_calls.open) return;
+  // No frame check here: at a thread's end none of its calls can return, nor at exit (exit()
+  // from a signal handler that interrupted a launch: the launch never resumes, and its range is
+  // closed rather than left open at exit). The pop is never issued twice: LaunchRange clears
+  // pop_pending before its own pop.
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: a tool's pop, a log line
+  settle_open_call();
 }
 
 namespace {

@@ -7,7 +7,9 @@
 // launch (the pop is in a destructor; the shim is built with unwind tables and a
 // personality routine, see unwind_support.cpp). A launch left by a non-local jump (a
 // watchdog's siglongjmp out of a signal handler) runs no destructor: its pop is issued late,
-// at the thread's next intercepted call, which notices the abandoned call (see OutermostCall).
+// at the thread's next intercepted call, which notices the abandoned call (see OutermostCall),
+// or, where none comes, as the thread ends or on the exiting thread at exit
+// (settle_thread_calls).
 //
 // Modelled on nvtx3.hpp's scoped_range_in: cannot be copied, moved or heap-allocated.
 #pragma once
@@ -39,17 +41,24 @@ struct ThreadCalls {
   // The range the open call pushed and has not popped yet, if any.
   nvtxDomainHandle_t pop_domain;
   bool pop_pending;
-  // errno's address on this thread, once thread_errno() asked for it.
+  // errno's address on this thread, once thread_errno() asked for it; null again once the
+  // thread's end was settled (set_up_thread_calls).
   int *errno_at;
 };
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadCalls t_calls;
 
+// A thread's first range (or timed replay): finds errno's address and arms the thread-end
+// hook (settle_thread_calls) before a call of this thread can be left pending. Returns
+// errno's address; errno is kept.
+int *set_up_thread_calls();
+
 // errno's address on this thread, for the ErrnoKept of the launch's own calls around the real
 // one (the tool's push and pop, GPU timing's events): &errno is a call into the C library, made
-// once per thread.
+// once per thread — where the thread-end hook is armed too, so that it costs the launch path
+// no branch of its own.
 inline int *thread_errno() {
   int *at = t_calls.errno_at;
-  if (__builtin_expect(at == nullptr, 0)) t_calls.errno_at = at = &errno;
+  if (__builtin_expect(at == nullptr, 0)) at = set_up_thread_calls();
   return at;
 }
 
@@ -64,6 +73,14 @@ inline constexpr uintptr_t kNestingReach = 256 * 1024;
 // pop now, it is counted, and the guard is cleared. Returns false when the call is nested
 // after all (on the alternate signal stack).
 bool close_abandoned_call();
+
+// This thread's open call, which can no longer return: its range, if any, gets its pop now,
+// on this thread and in its domain, and its GPU timing pair goes back. Where no later
+// intercepted call of the thread comes to close it (close_abandoned_call): called as the
+// thread ends (the hook set_up_thread_calls arms) and, on the exiting thread, in exit()
+// before the tool's report and the launch summary (an atexit handler; again in the exit hook
+// for a call left after that ran). Nothing when no call is open.
+void settle_thread_calls();
 
 // Calls left by a non-local jump and closed late, in this process.
 unsigned long long abandoned_calls();

@@ -115,13 +115,18 @@ def longjmp_out_of_launch():
     """A watchdog leaves launches with siglongjmp from a signal handler (raised inside the
     stand-in driver's launch): no destructor runs, yet every launch — the abandoned ones and
     every one after them, on every thread — has its range and is counted, and every push has
-    its pop (the abandoned range's pop is issued at the thread's next launch)."""
-    jumps = 5
+    its pop: the abandoned range's pop is issued at the thread's next launch, or, where the
+    thread's last launch was left that way, as the thread ends (worker threads that then
+    return) or at exit (a main thread that then returns from main, its graphs never destroyed)."""
     env = {"FERRUM_STANDIN_LAUNCH_RAISE": str(int(signal.SIGUSR1)),
            "FERRUM_REPLAY_SUMMARY": "stderr"}
+    # (jumps per thread, threads, extra arguments): the first launches left, later ones return;
+    # then every launch left, the last one included, with no graph call after it on its thread.
+    cases = [(5, 1, ()), (5, 4, ()), (LAUNCHES, 2, ()), (LAUNCHES, 1, ("--keep-graphs",))]
     for program in ("LAUNCH_DRIVER", "LAUNCH_RUNTIME"):
-        for threads in (1, 4):
-            run_ = launch(program, "--jump-out", str(jumps), "--threads", str(threads), env=env)
+        for jumps, threads, extra in cases:
+            run_ = launch(program, "--jump-out", str(jumps), "--threads", str(threads), *extra,
+                          env=env)
             expect(f"jumped={jumps * threads}" in run_.stdout, "the watchdog did not jump", run_)
             expect(run_.returncode == 3, "a jumped launch is a failed one for the program", run_)
             total = LAUNCHES * threads

@@ -48,6 +48,9 @@
 //                     every launch with FERRUM_STANDIN_LAUNCH_RAISE=<SIGUSR1's number>); later
 //                     signals are ignored by the handler and those launches return normally.
 //                     A launch left this way counts as failed and in jumped=
+//   --keep-graphs     leave the graph execs alive at the end (no destroy: the process exits
+//                     with them, as many do), so that the thread's last launch is its last
+//                     graph call
 //   --loader-state    read dlerror() after each instantiation, launch and destruction (cleared
 //                     first): what a program checking its own loader calls that way would find
 //
@@ -120,6 +123,7 @@ struct Options {
   std::string name_prefix;
   bool name_from_threads = false;
   int jump_out = 0;  // --jump-out K
+  bool keep_graphs = false;
   bool loader_state = false;
 
   // The kernel nodes of graph g, in the order they are added: --kernels, then its --graph-kernels.
@@ -296,6 +300,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.jump_out = static_cast<int>(number());
     } else if (a == "--name-from-threads") {
       o.name_from_threads = true;
+    } else if (a == "--keep-graphs") {
+      o.keep_graphs = true;
     } else if (a == "--help" || a == "-h") {
       std::fputs(usage_text, stdout);
       std::exit(0);
@@ -506,7 +512,7 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
     for (std::thread &t : threads) t.join();
   }
 
-  for (int g = 0; g < o.graphs; ++g) {
+  for (int g = 0; g < o.graphs && !o.keep_graphs; ++g) {
     if (int e = b.destroy_exec(g, &what); e != 0) die(b, what, e);
   }
   g_loader_state.check(o, "the destructions");
