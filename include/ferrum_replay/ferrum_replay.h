@@ -47,8 +47,10 @@ extern "C" {
  * FERRUM_REPLAY_SUMMARY is asked for and FERRUM_REPLAY_GPU_TIME is off (`ferrum-replay run`
  * alone); -EAGAIN while the shim
  * is still starting (another thread's start has taken over 2 s, or the call comes from inside
- * it: an NVTX tool's initialisation); -ENOSPC when the shim's registry is full. A program that
- * only names may ignore the result. */
+ * it: an NVTX tool's initialisation), or when the call comes from a signal handler that
+ * interrupted the shim on the same thread (inside a graph call, or another naming): the name is
+ * not taken, and a later call may try again; -ENOSPC when the shim's registry is full. A
+ * program that only names may ignore the result. */
 int ferrum_replay_name_graph_exec(void *graph_exec, const char *name);
 
 typedef int (*ferrum_replay_name_graph_exec_fn)(void *graph_exec, const char *name);

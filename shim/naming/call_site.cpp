@@ -15,6 +15,7 @@
 
 #include <atomic>
 
+#include "held_here.hpp"
 #include "naming/elf_symbols.hpp"
 #include "naming/symbol_names.hpp"
 #include "no_cancel.hpp"
@@ -91,6 +92,8 @@ constexpr size_t kCacheSize = 1024;  // distinct instantiation sites of a proces
 // Allocated on first use (under the cache mutex): .bss would cost every process at start-up.
 CachedSite *g_cache = nullptr;
 bool g_cache_suspect = false;  // see cache_is_ours
+// Taken through lock_ours (held_here.hpp): counted as held by this thread, so that a signal
+// handler's graph call that interrupted a walk here never waits for it (launch_range.cpp).
 pthread_mutex_t g_cache_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 bool ensure_cache() {
@@ -132,7 +135,7 @@ bool same_module(const ModuleIdentity &a, const ModuleIdentity &b) {
 }
 
 bool cached_site(uintptr_t address, const ModuleIdentity &module, char *out, size_t out_size) {
-  pthread_mutex_lock(&g_cache_mutex);
+  common::lock_ours(&g_cache_mutex);
   bool found = false;
   if (ensure_cache())
     for (size_t i = address % kCacheSize, probes = 0; probes < kCacheSize;
@@ -144,14 +147,14 @@ bool cached_site(uintptr_t address, const ModuleIdentity &module, char *out, siz
         break;
       }
     }
-  pthread_mutex_unlock(&g_cache_mutex);
+  common::unlock_ours(&g_cache_mutex);
   return found;
 }
 
 // Remembers (or replaces: another module at the address now) the site of an address. A full
 // cache (modules loaded and unloaded at ever new addresses) starts afresh.
 void remember_site(uintptr_t address, const ModuleIdentity &module, const char *site) {
-  pthread_mutex_lock(&g_cache_mutex);
+  common::lock_ours(&g_cache_mutex);
   if (ensure_cache()) {
     size_t slot = kCacheSize;
     for (size_t i = address % kCacheSize, probes = 0; probes < kCacheSize;
@@ -168,7 +171,7 @@ void remember_site(uintptr_t address, const ModuleIdentity &module, const char *
     g_cache[slot].module = module;
     common::printable_copy(site, g_cache[slot].site, sizeof g_cache[slot].site);
   }
-  pthread_mutex_unlock(&g_cache_mutex);
+  common::unlock_ours(&g_cache_mutex);
 }
 
 // "module+0xoffset" for a frame without a symbol.
@@ -242,7 +245,9 @@ bool try_frame(uintptr_t address, const char *skip_prefixes, bool use_cache, cha
 // descriptor of its own) and names a frame by the dynamic symbol that covers it, else by the
 // module's full symbol table (elf_symbols.hpp: local functions), else module+offset.
 void walk_stack(const char *skip_prefixes, char *out, size_t out_size) {
-  const bool use_cache = cache_is_ours();
+  // Inside a lock of ours on this thread (a signal handler's walk that interrupted one), the
+  // cache's mutex may be the one held: the walk goes without the cache.
+  const bool use_cache = !common::inside_our_lock() && cache_is_ours();
   void *frames[kMaxFrames];
   const int count = backtrace(frames, kMaxFrames);
   for (int i = 1; i < count; ++i) {

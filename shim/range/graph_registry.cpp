@@ -29,25 +29,45 @@ uint64_t hash_text(const char *text) {
 // destruction) and must be consistent (ordinals in order, unique messages).
 pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
 
-// Counted as held here (held_here.hpp): a fork() from a signal handler that lands inside must
-// not wait for it in lock_before_fork.
-class Lock {
- public:
-  Lock() { common::lock_ours(&g_mutex); }
-  ~Lock() { common::unlock_ours(&g_mutex); }
-  Lock(const Lock &) = delete;
-  Lock &operator=(const Lock &) = delete;
-};
-
 // A fork while another thread registers would leave the child's mutex locked forever. One from
 // a signal handler that interrupted this thread's registration takes nothing (held_here.hpp:
 // lock_for_fork): the child keeps the copy as it is, the interrupted registration ends it.
+// While this thread holds the mutex for the fork (from this prepare handler until the parent's
+// or the child's one gives it back), a graph call on it — a signal handler's landing there,
+// another fork handler's — is refused by Lock rather than waiting for itself. (A flag of its own,
+// not the count of held_here.hpp: a child handler reads that count as "forked from inside a lock
+// of ours", own_process.hpp.)
 thread_local bool t_locked_for_fork __attribute__((tls_model("initial-exec"))) = false;
+
+// Counted as held here (held_here.hpp): a fork() from a signal handler that lands inside must
+// not wait for it in lock_before_fork. Not taken at all by a thread that holds a lock of ours
+// already — this one or another (a signal handler's graph call that interrupted it), nor by one
+// that holds this one for a fork: that wait would never end (graph_registry.hpp says what each
+// slow path does then).
+class Lock {
+ public:
+  Lock() : held_(!common::inside_our_lock() && !t_locked_for_fork) {
+    if (held_) common::lock_ours(&g_mutex);
+  }
+  ~Lock() {
+    if (held_) common::unlock_ours(&g_mutex);
+  }
+  bool held() const { return held_; }
+  Lock(const Lock &) = delete;
+  Lock &operator=(const Lock &) = delete;
+
+ private:
+  const bool held_;
+};
+
 void lock_before_fork() {
+  t_locked_for_fork = true;  // first, as lock_ours counts first: a call in between is refused
   t_locked_for_fork = common::lock_for_fork(&g_mutex);
 }
 void unlock_after_fork() {
-  if (t_locked_for_fork) pthread_mutex_unlock(&g_mutex);
+  if (!t_locked_for_fork) return;
+  pthread_mutex_unlock(&g_mutex);
+  t_locked_for_fork = false;  // after: a call in between is refused, never waits
 }
 void reset_in_child() {
   if (!t_locked_for_fork) return;
@@ -55,6 +75,7 @@ void reset_in_child() {
   // thread checker sees it released (a reinitialised mutex still counts as held and makes
   // every later lock order look like a cycle).
   pthread_mutex_unlock(&g_mutex);
+  t_locked_for_fork = false;
   if (common::inside_our_lock()) return;  // forked from a handler inside our lock: kept as is
   detail::g_registry.start_counting_afresh();
 }
@@ -343,7 +364,7 @@ void GraphRegistry::release_label(GraphLabel *label) {
 }
 
 void GraphRegistry::retire(GraphRecord &record) {
-  if (!record.live || &record == overflow_) return;
+  if (!record.live || &record == overflow_.load(std::memory_order_relaxed)) return;
   if (const GraphLabel *label = record.label.load(std::memory_order_relaxed))
     messages_.remove(hash_text(label->text));
   if (!record.confirmed) unlink_unconfirmed(record);
@@ -361,7 +382,8 @@ void GraphRegistry::retire(GraphRecord &record) {
 }
 
 GraphRecord &GraphRegistry::overflow() {
-  if (!overflow_) {
+  GraphRecord *shared = overflow_.load(std::memory_order_relaxed);
+  if (!shared) {
     // Static, not mapped: it is what a launch gets when nothing else can be had, so it must not
     // need memory itself (.bss, untouched until here: no cost at load, docs/performance.md).
     alignas(GraphRecord) static unsigned char storage[sizeof(GraphRecord)];
@@ -370,13 +392,14 @@ GraphRecord &GraphRegistry::overflow() {
     record->live = false;
     common::printable_copy("graph (unregistered)", record->name, sizeof record->name);
     relabel(*record);
-    overflow_ = record;
+    overflow_.store(record, std::memory_order_release);  // complete: shared_overflow()
+    shared = record;
     log_line(LogLevel::info,
              "a launch with a null handle, more live graphs than the registry holds (%zu), or "
              "no memory to be had for the registry: such launches share the range name '%s'",
              kMaxLiveGraphs, record->name);
   }
-  return *overflow_;
+  return *shared;
 }
 
 void GraphRegistry::unlink_unconfirmed(GraphRecord &record) {
@@ -473,12 +496,12 @@ void GraphRegistry::start_counting_afresh() {
       record->launcher.store(0, std::memory_order_relaxed);
     }
   }
-  if (overflow_) {
-    overflow_->numbers_taken.store(0, std::memory_order_relaxed);
-    overflow_->numbers_returned.store(0, std::memory_order_relaxed);
-    overflow_->failed_launches.store(0, std::memory_order_relaxed);
-    overflow_->rejected_pushes.store(0, std::memory_order_relaxed);
-    overflow_->launcher.store(0, std::memory_order_relaxed);
+  if (GraphRecord *shared = overflow_.load(std::memory_order_relaxed)) {
+    shared->numbers_taken.store(0, std::memory_order_relaxed);
+    shared->numbers_returned.store(0, std::memory_order_relaxed);
+    shared->failed_launches.store(0, std::memory_order_relaxed);
+    shared->rejected_pushes.store(0, std::memory_order_relaxed);
+    shared->launcher.store(0, std::memory_order_relaxed);
   }
   recycled_ = Recycled{};
 }
@@ -486,6 +509,7 @@ void GraphRegistry::start_counting_afresh() {
 GraphRegistry::Occupancy GraphRegistry::occupancy() const {
   Lock lock;
   Occupancy now;
+  if (!lock.held()) return now;  // (refused: nothing)
   now.live_graphs = live_slots_;
   now.tombstones = dead_slots_;
   if (const SlotTable *table = table_.load(std::memory_order_relaxed))
@@ -500,12 +524,14 @@ void GraphRegistry::on_instantiate(const void *exec, const char *api, const char
                                    const char *content, bool site_pending, const char *scope_name) {
   if (!exec) return;
   Lock lock;
+  if (!lock.held()) return;
   create_record(exec, api, site, content, site_pending, true, scope_name);
 }
 
 void GraphRegistry::on_destroy(const void *exec) {
   if (!exec) return;
   Lock lock;
+  if (!lock.held()) return;
   Slot *slot = slot_of(reinterpret_cast<uintptr_t>(exec));
   if (!slot) return;
   GraphRecord *record = slot_record(*slot);
@@ -515,15 +541,17 @@ void GraphRegistry::on_destroy(const void *exec) {
     log_line(LogLevel::debug, "graph exec %p (graph %u) destroyed", exec, record->ordinal);
 }
 
-GraphRecord &GraphRegistry::register_at_launch(const void *exec, const char *site) {
+GraphRecord *GraphRegistry::register_at_launch(const void *exec, const char *site) {
   Lock lock;
-  if (!exec) return overflow();
-  if (GraphRecord *record = find(exec)) return *record;  // another thread was first
-  return *create_record(exec, "launch", site, "", false, false);
+  if (!lock.held()) return nullptr;
+  if (!exec) return &overflow();
+  if (GraphRecord *record = find(exec)) return record;  // another thread was first
+  return create_record(exec, "launch", site, "", false, false);
 }
 
 void GraphRegistry::name_at_first_launch(GraphRecord &record, const char *site) {
   Lock lock;
+  if (!lock.held()) return;
   if (!record.site_pending.load(std::memory_order_relaxed)) return;
   common::printable_copy(site, record.site, sizeof record.site);
   record.site_pending.store(false, std::memory_order_relaxed);
@@ -533,10 +561,11 @@ void GraphRegistry::name_at_first_launch(GraphRecord &record, const char *site) 
 int GraphRegistry::name_graph(const void *exec, const char *name, const char *site) {
   if (!exec || !name) return -EINVAL;
   Lock lock;
+  if (!lock.held()) return -EAGAIN;
   GraphRecord *record = find(exec);
   if (!record)
     record = create_record(exec, "ferrum_replay_name_graph_exec", site, "", false, false);
-  if (record == overflow_) return -ENOSPC;
+  if (record == overflow_.load(std::memory_order_relaxed)) return -ENOSPC;
   record->user_named = true;
   common::printable_copy(name, record->name, sizeof record->name);
   record->site_pending.store(false, std::memory_order_relaxed);

@@ -146,20 +146,34 @@ class GraphRegistry {
   // outside the registry's mutex: walking the stack and querying the driver take the
   // loader's lock, which a thread inside dlopen may hold while it calls CUDA.
   //
+  // Each takes the registry's mutex, unless this thread already holds a lock of ours
+  // (common::inside_our_lock): a signal handler's call that interrupted its thread inside the
+  // shim (registering or naming a graph, reading the call-site cache, writing the summary)
+  // would wait for itself for ever. Such a call waits for nothing and changes nothing: as said
+  // for each below.
+  //
   // A new identity for `exec`, instantiated by `api`; `site_pending`: named at first launch;
   // `scope_name`: the program's name for it from a naming scope (scope_names.hpp), or null.
+  // (Refused: not registered now; its first launch registers it.)
   void on_instantiate(const void *exec, const char *api, const char *site, const char *content,
                       bool site_pending, const char *scope_name = nullptr);
-  // `exec` is about to be destroyed: its handle may be reused for another graph.
+  // `exec` is about to be destroyed: its handle may be reused for another graph. (Refused:
+  // not forgotten; an instantiation the shim sees that reuses the handle replaces its record.)
   void on_destroy(const void *exec);
-  // A graph first seen at launch (instantiated before the shim could see it). Never fails:
-  // past the table's bound, the overflow record.
-  GraphRecord &register_at_launch(const void *exec, const char *site);
-  // FERRUM_REPLAY_SITE=launch: the record's name from its first launch's call site.
+  // A graph first seen at launch (instantiated before the shim could see it): past the
+  // table's bound, the overflow record. Null only when refused (the launch goes without a
+  // range).
+  GraphRecord *register_at_launch(const void *exec, const char *site);
+  // FERRUM_REPLAY_SITE=launch: the record's name from its first launch's call site. (Refused:
+  // the name stays pending, for a later launch.)
   void name_at_first_launch(GraphRecord &record, const char *site);
   // The user's name for `exec` (registering it if unseen, with `site`). 0, or a negative
-  // errno value.
+  // errno value (-EAGAIN when refused).
   int name_graph(const void *exec, const char *name, const char *site);
+
+  // The record launches of a null handle share, once made (by register_at_launch); null
+  // before. Lock-free: such a launch needs no stack walk and no lock.
+  GraphRecord *shared_overflow() const { return overflow_.load(std::memory_order_acquire); }
 
   // Graphs whose records were recycled (destroyed long ago): their totals, for the summary.
   struct Recycled {
@@ -186,7 +200,8 @@ class GraphRegistry {
   void for_each(Visit &&visit) const {
     for (size_t i = 0; i < records_.used; ++i)
       if (const GraphRecord *record = records_.at(i); record && record->in_use) visit(*record);
-    if (overflow_ && overflow_->numbers_taken.load(std::memory_order_relaxed)) visit(*overflow_);
+    const GraphRecord *shared = overflow_.load(std::memory_order_acquire);
+    if (shared && shared->numbers_taken.load(std::memory_order_relaxed)) visit(*shared);
   }
 
  private:
@@ -264,7 +279,7 @@ class GraphRegistry {
   detail::MessageCounts messages_;
   GraphRecord *unconfirmed_oldest_ = nullptr, *unconfirmed_newest_ = nullptr;
   size_t unconfirmed_ = 0;
-  GraphRecord *overflow_ = nullptr;
+  std::atomic<GraphRecord *> overflow_{nullptr};  // published complete (shared_overflow)
   Recycled recycled_;
 };
 

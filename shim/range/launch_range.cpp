@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "errno_kept.hpp"
+#include "held_here.hpp"
 #include "naming/call_site.hpp"
 #include "naming/graph_content.hpp"
 #include "range/scope_names.hpp"
@@ -116,17 +117,29 @@ struct Site {
 
 }  // namespace
 
-GraphRecord &record_for_launch_slow(const void *exec, GraphRecord *record) {
+GraphRecord *record_for_launch_slow(const void *exec, GraphRecord *record) {
+  GraphRegistry &registry = graph_registry();
+  // A null handle is never registered: its launches share one record, found without a stack
+  // walk or a lock once it is made.
+  if (!exec)
+    if (GraphRecord *shared = registry.shared_overflow()) return shared;
+  // A signal handler's launch on a thread inside a lock of ours: the registry would refuse
+  // (graph_registry.hpp), so no walk for nothing. A graph seen already keeps its range.
+  if (common::inside_our_lock()) return record;
   const common::ErrnoKept errno_kept;  // errno_kept.hpp: the registry's mappings, the call site
+  if (!exec) return registry.register_at_launch(nullptr, "");
   const Site site;  // the launch's own call site: the best we know of a graph seen late
-  if (!record) return graph_registry().register_at_launch(exec, site.text);
-  graph_registry().name_at_first_launch(*record, site.text);
-  return *record;
+  if (!record) return registry.register_at_launch(exec, site.text);
+  registry.name_at_first_launch(*record, site.text);
+  return record;
 }
 
 static_assert(kMaxScopeNameLength == kMaxNameLength, "a scope's name is cut as a graph's name");
 
 void register_instantiated(const void *exec, const void *graph, const char *api) {
+  // As in record_for_launch_slow: the registry would refuse; the graph's first launch
+  // registers it.
+  if (common::inside_our_lock()) return;
   const common::ErrnoKept errno_kept;  // errno_kept.hpp: after the real call, whose errno counts
   const Settings &config = settings();
   char site[kMaxSiteLength + 1] = "";
@@ -140,7 +153,11 @@ void register_instantiated(const void *exec, const void *graph, const char *api)
 }
 
 int name_graph_exec(const void *exec, const char *name) {
-  const common::ErrnoKept errno_kept;  // errno_kept.hpp: the answer is the return value
+  // Inside this thread's guard, as a registration is (instantiate_and_register says why).
+  OutermostCall outermost;
+  if (!outermost.claimed()) return -EAGAIN;
+  if (common::inside_our_lock()) return -EAGAIN;  // the registry would refuse: no walk for it
+  const common::ErrnoKept errno_kept;             // errno_kept.hpp: the answer is the return value
   char site[kMaxSiteLength + 1] = "";
   if (exec && !graph_registry().find(exec)) {
     const Site seen;

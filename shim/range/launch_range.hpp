@@ -282,15 +282,18 @@ class TimedReplay {
 
 // The slow path of record_for_launch(): a graph not registered yet, or one named at its first
 // launch (FERRUM_REPLAY_SITE=launch). `record` is what the lock-free lookup found, if anything.
-GraphRecord &record_for_launch_slow(const void *exec, GraphRecord *record);
+// Null only for a graph the registry refused to register (a signal handler's launch on a thread
+// inside a lock of ours: graph_registry.hpp).
+GraphRecord *record_for_launch_slow(const void *exec, GraphRecord *record);
 
-// The record a launch of `exec` pushes a range for: registered on first sight. Never null.
-inline GraphRecord &record_for_launch(const void *exec) {
+// The record a launch of `exec` pushes a range for: registered on first sight. Null (from the
+// slow path only) when the launch goes without a range.
+inline GraphRecord *record_for_launch(const void *exec) {
   GraphRecord *record = graph_registry().find(exec);
   if (__builtin_expect(record == nullptr || record->site_pending.load(std::memory_order_relaxed),
                        0))
     return record_for_launch_slow(exec, record);
-  return *record;
+  return record;
 }
 
 // The launch with GPU timing on: bracketed by two events on `stream` (gpu_timing.hpp).
@@ -316,7 +319,9 @@ FERRUM_REAL_STACK_FRAME __attribute__((noinline)) Result launch_through_active(
     Function real, Exec exec, Stream stream, bool per_thread, Result success) {
   OutermostCall outermost;
   if (!outermost.claimed()) return real(exec, stream);
-  LaunchRange range(record_for_launch(exec), shim_domain());
+  GraphRecord *record = record_for_launch(exec);
+  if (__builtin_expect(record == nullptr, 0)) return real(exec, stream);
+  LaunchRange range(*record, shim_domain());
   // GPU timing off: this one predictable branch is all it costs.
   if (gpu::timing_on()) return timed_launch(range, real, exec, stream, per_thread, success);
   Result result = real(exec, stream);
@@ -355,8 +360,10 @@ inline Result launch_through(Function real, Exec exec, Stream stream, bool per_t
 // call site and content as the settings ask, and name.
 void register_instantiated(const void *exec, const void *graph, const char *api);
 
-// ferrum_replay_name_graph_exec: the program's own name for `exec`. 0 or a negative errno.
-int name_graph_exec(const void *exec, const char *name);
+// ferrum_replay_name_graph_exec: the program's own name for `exec`. 0 or a negative errno:
+// -EAGAIN from inside a graph call of the shim on this thread (a signal handler's), where the
+// naming could wait for a lock that call holds, or call the tool inside its own call.
+FERRUM_REAL_STACK_FRAME int name_graph_exec(const void *exec, const char *name);
 
 // No real definition of `function` is loaded (the program found our export without loading
 // CUDA, say). Says so where asked, and answers as the missing library's absence would.
@@ -371,17 +378,21 @@ Result missing_real_function(RealFunction<Function> &function, Result not_found)
 // Runs `call` (a real instantiate) and gives the new executable graph an identity: ordinal,
 // call site, content and name. The outermost layer registers (the runtime's instantiate
 // reaches the driver's underneath). The result is returned unchanged.
+//
+// The guard is held across the registration too: a signal handler's graph call on this thread
+// while it registers (walking the stack, under the call-site cache's and the registry's
+// mutexes, inside the tool's string registration) is nested, and passes straight through —
+// it once waited there for a lock its own thread held, for ever. So is every stretch of ours
+// that a graph call or ferrum_replay_name_graph_exec runs (the registry's own rule covers the
+// rest: graph_registry.hpp).
 template <typename Result, typename Exec, typename Call>
 FERRUM_REAL_STACK_FRAME inline Result instantiate_and_register(Result success, Exec *out_exec,
                                                                const void *graph, const char *api,
                                                                Call &&call) {
-  Result result;
-  {
-    if (!shim_active()) return call();
-    OutermostCall outermost;
-    if (!outermost.claimed()) return call();
-    result = call();
-  }
+  if (!shim_active()) return call();
+  OutermostCall outermost;
+  if (!outermost.claimed()) return call();
+  const Result result = call();
   if (result == success && out_exec && *out_exec) {
     register_instantiated(*out_exec, graph, api);
     // A graph is instantiated before it is replayed: its context's event pool is made now, off

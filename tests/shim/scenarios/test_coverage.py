@@ -3,6 +3,7 @@ handle, cuGetProcAddress (flags 0 and 2), the shared and the static runtime, the
 cudaGetDriverEntryPoint, Python ctypes, stacked interposers, an interposable driver, many
 threads — each a real process under LD_PRELOAD, each asserting one balanced range per
 launch and an unchanged result."""
+import errno
 import os
 import re
 import shutil
@@ -242,6 +243,56 @@ def handler_launch_while_reading_settings():
                run_)
 
 
+def handler_calls_while_instantiating():
+    """The thread instantiates and destroys graphs in a loop; a timer's signal handler on it
+    launches a graph nobody registered (a null handle), or names a graph, landing among other
+    places where the shim registers the new graph under its own locks. The program ends (it hung
+    on the first such signal: the handler's call waited for a lock its own thread held), every
+    launch of the handler returns the driver's own answer, and a naming either takes the name or
+    says -EAGAIN (it came from inside the shim on that thread)."""
+    program = path_of("HANDLER_LAUNCH")
+    bare = run([program, "instantiating", "null"], preload=False, record=False, timeout=60)
+    expect(bare.returncode == 0, "the program failed without the shim", bare)
+    answer = re.search(r"result=(-?\d+)", bare.stdout)
+    expect(answer is not None, "no result without the shim", bare)
+    for env, record in (({}, True), ({}, False), ({"FERRUM_REPLAY_SITE": "off"}, False),
+                        ({"FERRUM_REPLAY_SITE": "launch"}, True),
+                        ({"FERRUM_REPLAY_GPU_TIME": "on"}, True)):
+        run_ = run([program, "instantiating", "null"], record=record, timeout=60,
+                   env={"FERRUM_REPLAY_SUMMARY": "stderr", **env})
+        expect(run_.returncode == 0 and "HANG" not in run_.stderr,
+               f"{env}, recorder {record}: the program did not end", run_)
+        expect(f"result={answer.group(1)}" in run_.stdout,
+               f"{env}: the handler's launch returned another result than without the shim", run_)
+        if record:
+            expect_balanced(run_)
+    named = run([program, "instantiating", "name"], timeout=60,
+                env={"FERRUM_REPLAY_SUMMARY": "stderr"})
+    expect(named.returncode == 0 and "HANG" not in named.stderr, "the program did not end", named)
+    expect(" other=0" in named.stdout, "a naming answered neither 0 nor -EAGAIN", named)
+    expect_balanced(named)
+
+
+def calls_from_fork_handlers():
+    """A fork handler of the program's that runs while the shim still holds its registry's
+    mutex for the fork (the driver's handlers before it, the shim's after it) — as a signal
+    handler landing in that window would — launches a null graph, instantiates and destroys a
+    graph and names one, in the parent and in the child: each ends (the first call waited for the
+    lock its own thread held, for ever), the CUDA calls return the driver's own answers, and the
+    naming says -EAGAIN."""
+    program = path_of("HANDLER_LAUNCH")
+    bare = run([program, "forking"], preload=False, record=False, timeout=30)
+    expect(bare.returncode == 0, "the program failed without the shim", bare)
+    run_ = run([program, "forking"], timeout=30, env={"FERRUM_REPLAY_SUMMARY": "stderr"})
+    expect(run_.returncode == 0, "the program did not end normally", run_)
+    for side in ("parent", "child"):
+        answers = re.search(side + r": (launch=\S+ instantiate=\S+ destroy=\S+) name=absent",
+                            bare.stdout)
+        expect(answers is not None, f"no {side} line without the shim", bare)
+        expect(f"{side}: {answers.group(1)} name=-{errno.EAGAIN}" in run_.stdout,
+               f"{side}: other answers than without the shim, or a naming not refused", run_)
+
+
 def loader_passthrough():
     """dlsym/dlvsym/dlopen for anything that is not a CUDA entry point answer exactly as
     without the shim: same addresses (RTLD_NEXT too), same NULL and dlerror on failure."""
@@ -261,7 +312,8 @@ SCENARIOS = {f.__name__: f for f in (
     stacked_interposers_both_orders, interposable_driver, eight_threads_resolving,
     deepbind_reported_once, plugins_loaded_local, plugins_beside_a_loaded_shim,
     runtime_copies_in_two_plugins, driver_unloaded_and_reloaded,
-    two_driver_instances, handler_launch_while_reading_settings)}
+    two_driver_instances, handler_launch_while_reading_settings,
+    handler_calls_while_instantiating, calls_from_fork_handlers)}
 
 if __name__ == "__main__":
     main(SCENARIOS)

@@ -33,7 +33,7 @@ std::string message_of(const ferrum_replay::shim::GraphRecord &record) {
 struct Registry : ferrum_replay::shim::GraphRegistry {
   ferrum_replay::shim::GraphRecord &record_for_launch(const void *exec) {
     ferrum_replay::shim::GraphRecord *record = find(exec);
-    return record ? *record : register_at_launch(exec, "");
+    return record ? *record : *register_at_launch(exec, "");
   }
   void on_instantiate(const void *exec, std::nullptr_t, const char *api) {
     GraphRegistry::on_instantiate(exec, api, "", "", false);
