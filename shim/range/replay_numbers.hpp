@@ -17,9 +17,11 @@
 // from a cache, a thread's cache released at its exit) and less what caches still hold:
 // replay_count() adds that up over every cache. Caches live in one static array, so that a
 // reader can find them; a thread claims one at its first launch of a shared graph and releases
-// it when it exits. That first claim is the one time the launch path may take a lock or
+// it when it exits. That first claim is one of the times the launch path may take a lock or
 // allocate (pthread_once, pthread_key_create, pthread_setspecific), once per thread — as the
-// thread's first launch of any graph registers it under the registry's mutex. Past kMaxCaches
+// thread's first range arms its thread-end hook the same way (launch_range.hpp:
+// set_up_thread_calls), and the thread's first launch of any graph registers it under the
+// registry's mutex. Past kMaxCaches
 // threads at once, a thread takes its numbers one at a time. In a fork() child the other threads'
 // caches are dropped and the forking thread's emptied: the child's counters restart at zero
 // (graph_registry.hpp).
