@@ -63,9 +63,22 @@ void exiting_thread() {
   settle_thread_calls();
 }
 
+// fork() on a thread whose last call was left by a non-local jump: its range is closed in the
+// parent, before the fork, so that the child inherits no pop owed (it issued it at its exit: a
+// range of the parent's launch in the child's trace, no launch of the child's to account for
+// it). A fork from inside the open call (a signal handler's, or one the call makes) is nested
+// in it: the call returns in both processes and pops as always.
+FERRUM_REAL_STACK_FRAME void close_abandoned_before_fork() {
+  if (!t_calls.open) return;
+  volatile uintptr_t here = 0;
+  if (nested_in_open_call(reinterpret_cast<uintptr_t>(&here))) return;
+  close_abandoned_call();
+}
+
 void make_end_hooks() {
   g_end_key_made = pthread_key_create(&g_end_key, thread_ends) == 0;
   atexit(exiting_thread);
+  pthread_atfork(close_abandoned_before_fork, nullptr, nullptr);
 }
 
 }  // namespace

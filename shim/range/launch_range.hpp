@@ -206,12 +206,16 @@ class LaunchRange {
       attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
       attributes.message.ascii = record_text(record);
     }
+    // The thread's set-up first (its first range: the thread-end and exit hooks armed): a
+    // signal handler calling exit() inside that set-up found a pop owed for a push never
+    // issued, and popped the program's own range (or none: "pop without push").
+    int *const errno_at = thread_errno();
     // Owed from the moment it is issued: a jump out of the push itself still gets its pop.
     t_calls.pop_domain = domain_;
     t_calls.pop_pending = true;
     int depth;
     {
-      const common::ErrnoKept errno_kept(thread_errno());  // the tool's handler: errno_kept.hpp
+      const common::ErrnoKept errno_kept(errno_at);  // the tool's handler: errno_kept.hpp
       depth = nvtxDomainRangePushEx(domain_, &attributes);
     }
     // -2 (NVTX_NO_PUSH_POP_TRACKING) means no tool; other negatives are a tool's refusal.

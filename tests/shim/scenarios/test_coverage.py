@@ -310,6 +310,26 @@ def loader_passthrough():
            f"loader answers differ under the shim:\nwithout:\n{bare.describe()}", shimmed)
 
 
+def exit_inside_thread_setup():
+    """A signal handler calls exit() while a worker's first launch is inside the shim's set-up of
+    the thread (its thread-end and exit hooks armed: pthread_setspecific, which the program
+    raises the signal from). The pop owed was marked before that set-up, for a push not yet
+    issued, and the exit hook issued it: "pop without push" (a fresh-eye review found). Every
+    landing: balanced, nothing open, the program's status kept."""
+    program = path_of("EXIT_IN_THREAD_SETUP")
+    tsan = os.environ.get("TSAN_OPTIONS")  # exit() from a handler is the premise, as above
+    sanitizer = {"TSAN_OPTIONS": tsan + ":report_signal_unsafe=0"} if tsan else {}
+    raised = 0
+    for at in range(1, 5):
+        run_ = run([program, str(at)], timeout=60, env=sanitizer)
+        expect(run_.returncode == 0, f"signal at pthread_setspecific #{at}: status", run_)
+        raised += "raised" in run_.stdout
+        expect_balanced(run_)
+        ours = run_.ranges()
+        expect(1 <= len(ours) <= 2, f"#{at}: {len(ours)} ranges for at most 2 launches", run_)
+    expect(raised >= 1, "the signal never landed inside the thread's set-up", run_)
+
+
 SCENARIOS = {f.__name__: f for f in (
     loader_passthrough,
     dlopen_local_dlsym, procaddress_flags_0, procaddress_flags_2, procaddress_legacy_self_query,
@@ -318,7 +338,7 @@ SCENARIOS = {f.__name__: f for f in (
     deepbind_reported_once, plugins_loaded_local, plugins_beside_a_loaded_shim,
     runtime_copies_in_two_plugins, driver_unloaded_and_reloaded,
     two_driver_instances, handler_launch_while_reading_settings,
-    handler_calls_while_instantiating, calls_from_fork_handlers)}
+    handler_calls_while_instantiating, calls_from_fork_handlers, exit_inside_thread_setup)}
 
 if __name__ == "__main__":
     main(SCENARIOS)

@@ -10,6 +10,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (DOMAIN, expect, expect_balanced, expect_one_range_per_launch, main,  # noqa: E402
                      path_of, run)
+import trace_check  # noqa: E402  (on the path harness set)
 
 GRAPHS, ITERS = 3, 40
 LAUNCHES = GRAPHS * ITERS
@@ -140,6 +141,21 @@ def longjmp_out_of_launch():
                    "the summary does not count every launch", run_)
             expect(len({r["tid"] for r in run_.ranges()}) == threads, "ranges missing on a thread",
                    run_)
+    # Then a fork (a helper child that exits at once) after the main thread's last launch was
+    # left: the child inherited the pop owed and issued it at its exit — a range of the
+    # parent's launch in the child's trace, no launch of the child's to account for it. The
+    # parent closes it before the fork (a fresh-eye review found).
+    with tempfile.TemporaryDirectory() as out:
+        run_ = launch("LAUNCH_DRIVER", "--jump-out", str(LAUNCHES), "--keep-graphs",
+                      "--fork-after", env=dict(env, FERRUM_RECORD_OUT=os.path.join(out, "t.%p.json")))
+        traces = sorted(os.listdir(out))
+        expect(run_.returncode == 3 and f"jumped={LAUNCHES}" in run_.stdout, "the run", run_)
+        expect(len(traces) == 1, f"traces {traces}: the child wrote one of the parent's range", run_)
+        trace = trace_check.load(os.path.join(out, traces[0]))
+        ours = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == DOMAIN]
+        expect(len(ours) == LAUNCHES and
+               trace["ferrumReplay"]["protocolErrors"]["openAtExit"] == 0,
+               f"the parent's trace: {len(ours)} ranges for {LAUNCHES} launches", run_)
 
 
 def rejecting_tool():

@@ -51,6 +51,10 @@
 //   --keep-graphs     leave the graph execs alive at the end (no destroy: the process exits
 //                     with them, as many do), so that the thread's last launch is its last
 //                     graph call
+//   --fork-after      once every thread is done, fork a child that ends at once with exit(0)
+//                     (a crash reporter, a helper), and wait for it: a pop owed by the forking
+//                     thread must not be inherited (the child would close a range of a launch
+//                     it never made)
 //   --loader-state    read dlerror() after each instantiation, launch and destruction (cleared
 //                     first): what a program checking its own loader calls that way would find
 //
@@ -81,7 +85,9 @@
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cctype>
@@ -124,6 +130,7 @@ struct Options {
   bool name_from_threads = false;
   int jump_out = 0;  // --jump-out K
   bool keep_graphs = false;
+  bool fork_after = false;  // --fork-after
   bool loader_state = false;
 
   // The kernel nodes of graph g, in the order they are added: --kernels, then its --graph-kernels.
@@ -302,6 +309,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.name_from_threads = true;
     } else if (a == "--keep-graphs") {
       o.keep_graphs = true;
+    } else if (a == "--fork-after") {
+      o.fork_after = true;
     } else if (a == "--help" || a == "-h") {
       std::fputs(usage_text, stdout);
       std::exit(0);
@@ -510,6 +519,16 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
       threads.emplace_back([&, t] { run_thread(b, o, naming, results[static_cast<size_t>(t)]); });
     }
     for (std::thread &t : threads) t.join();
+  }
+  if (o.fork_after) {
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    if (child == 0) std::exit(0);
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child || status != 0) {
+      std::fprintf(stderr, "--fork-after: the child failed\n");
+      return 9;
+    }
   }
 
   for (int g = 0; g < o.graphs && !o.keep_graphs; ++g) {
