@@ -145,7 +145,9 @@ void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_co
   if (!settings.enabled) {
     // Off is a pure pass-through: no other setting applies, so none is read or complained
     // about (a container that preloads the shim everywhere and turns it off printed a line
-    // per bad setting in every process). The template stays valid all the same.
+    // per bad setting in every process). The domain and the template stay valid all the same.
+    const char *name = common::domain_name(nullptr, nullptr);  // the default
+    memcpy(settings.domain, name, strlen(name) + 1);
     char error[160];
     parse_message_template(kDefaultMessageTemplate, settings.message_template, error, sizeof error);
     return;

@@ -71,6 +71,7 @@ TEST_CASE("off is a pass-through: the other settings are not read, nor complaine
   ferrum_replay::shim::Settings settings = env.read();
   CHECK(!settings.enabled);
   CHECK(!settings.gpu_time);
+  CHECK(std::string(settings.domain) == "ferrum-replay");  // unread, still a valid name
   REQUIRE(env.complaints.size() == 1);
   CHECK(env.complaints[0].find("FERRUM_REPLAY_LOG") != std::string::npos);
 }
