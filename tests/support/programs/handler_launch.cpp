@@ -137,16 +137,22 @@ void *watchdog(void *) {
       return fprintf(stderr, "handler_launch: %s: %d\n", #call, r), 1; \
   } while (0)
 
-int while_instantiating(const char *mode) {
-  g_name_mode = strcmp(mode, "name") == 0;
-  if (!g_name_mode && strcmp(mode, "null") != 0)
-    return fprintf(stderr, "handler_launch: instantiating null|name\n"), 1;
+// The device's primary context, current on this thread (both modes' set-up). 0 or 1.
+int use_primary_context() {
   MUST(cuInit(0));
   CUdevice device;
   MUST(cuDeviceGet(&device, 0));
   CUcontext context;
   MUST(cuDevicePrimaryCtxRetain(&context, device));
   MUST(cuCtxSetCurrent(context));
+  return 0;
+}
+
+int while_instantiating(const char *mode) {
+  g_name_mode = strcmp(mode, "name") == 0;
+  if (!g_name_mode && strcmp(mode, "null") != 0)
+    return fprintf(stderr, "handler_launch: instantiating null|name\n"), 1;
+  if (use_primary_context() != 0) return 1;
   CUgraph graph;
   MUST(cuGraphCreate(&graph, 0));
   CUgraphNode node;
@@ -218,12 +224,7 @@ void in_child() {
 }
 
 int while_forking() {
-  MUST(cuInit(0));
-  CUdevice device;
-  MUST(cuDeviceGet(&device, 0));
-  CUcontext context;
-  MUST(cuDevicePrimaryCtxRetain(&context, device));
-  MUST(cuCtxSetCurrent(context));
+  if (use_primary_context() != 0) return 1;
   if (pthread_atfork(nullptr, in_parent, in_child) != 0) return perror("pthread_atfork"), 1;
   MUST(cuGraphCreate(&g_graph, 0));
   CUgraphNode node;
