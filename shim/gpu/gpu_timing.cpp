@@ -13,6 +13,7 @@
 #include "monotonic_clock.hpp"
 #include "own_process.hpp"
 #include "resolve/real_functions.hpp"
+#include "support/exit_work.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim::gpu {
@@ -580,7 +581,7 @@ bool install_handlers() {
   if (state != 0 || !g_handlers_state.compare_exchange_strong(state, 1, std::memory_order_acq_rel))
     return false;  // another thread installs them now (or the code a signal handler interrupted)
   init_wake();
-  atexit(at_exit);
+  run_at_exit(ExitWork::gpu_last_pass, at_exit);  // exit_work.hpp: not atexit(), F147
   pthread_atfork(nullptr, nullptr, fork_child);
   g_handlers_state.store(2, std::memory_order_release);
   return true;

@@ -22,6 +22,7 @@
 #include "range/process_files.hpp"
 #include "range/replay_numbers.hpp"
 #include "stack_room.hpp"
+#include "support/exit_work.hpp"
 #include "support/log.hpp"
 #include "text_rules.hpp"
 
@@ -84,6 +85,10 @@ bool write_exit_summary_with_room() {
 // start-to-exit (docs/performance.md, "Start-up").
 __attribute__((destructor)) void summary_at_exit() {
   if (detail::g_phase.load(std::memory_order_acquire) != detail::Phase::active) return;
+  // What the exit handler would have done before (exit_work.hpp): in a fork child that had no
+  // handler of its own, or a process whose atexit found no memory. Here still before the NVTX
+  // tool's destructor (it was loaded later), and before the summary.
+  finish_exit_work();
   if (!exit_hook_deferred()) exit_hook();
 }
 

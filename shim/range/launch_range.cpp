@@ -13,6 +13,7 @@
 #include "naming/call_site.hpp"
 #include "naming/graph_content.hpp"
 #include "range/scope_names.hpp"
+#include "support/exit_work.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -45,7 +46,8 @@ void settle_open_call() {
 // thread whose last launch was left by siglongjmp, then returned; a main thread that then
 // returned from main): a pthread key whose destructor runs as a thread ends (returned,
 // pthread_exit, cancelled), and, since no key destructor runs for the thread that calls exit(),
-// an atexit handler for that one. Both made once per process, at the first range.
+// the shim's exit handler for that one (exit_work.hpp). Both made once per process, at the first
+// range.
 pthread_once_t g_end_once = PTHREAD_ONCE_INIT;
 pthread_key_t g_end_key;
 bool g_end_key_made = false;  // written once under g_end_once
@@ -57,8 +59,8 @@ void thread_ends(void *) {
   settle_thread_calls();
 }
 
-// atexit handlers run in exit() before the ELF destructors, where an NVTX tool writes its report
-// (and the recorder its trace): the pop reaches it in time.
+// The exit handler runs in exit() before the ELF destructors, where an NVTX tool writes its
+// report (and the recorder its trace): the pop reaches it in time (exit_work.hpp).
 void exiting_thread() {
   settle_thread_calls();
 }
@@ -77,7 +79,7 @@ FERRUM_REAL_STACK_FRAME void close_abandoned_before_fork() {
 
 void make_end_hooks() {
   g_end_key_made = pthread_key_create(&g_end_key, thread_ends) == 0;
-  atexit(exiting_thread);
+  run_at_exit(ExitWork::settle_thread_calls, exiting_thread);
   pthread_atfork(close_abandoned_before_fork, nullptr, nullptr);
 }
 

@@ -53,6 +53,13 @@
 //                  child makes the process's first graph call (the shim's activation), launches
 //                  once and exits. The parent waits for each at most 2 s. Prints forks=, hung=,
 //                  failed=.
+//   fork-while-exit-list-busy
+//                  never launches itself: registers 20,000 exit handlers, then a worker thread
+//                  runs the C library's __cxa_finalize for a library that has none without end
+//                  (what each dlclose does: it scans the exit list holding the list's lock),
+//                  while the main thread forks N times; each child makes the process's first
+//                  graph call and first launch, and exits with _exit. The parent waits for each
+//                  at most 2 s. Prints forks=, hung=, failed=.
 //   fork-children  launches N times, forks a child that exits without launching, launches N
 //                  times more, then forks a child that launches 3 times. Prints
 //                  idle_child=<pid>, busy_child=<pid>.
@@ -302,6 +309,8 @@ extern "C" __attribute__((no_sanitize("thread"))) void *mmap64(void *address, si
   dirty_libc_after(mapping != MAP_FAILED);
   return mapping;
 }
+
+extern "C" void __cxa_finalize(void *);  // the C library's, run by every dlclose
 
 namespace {
 
@@ -642,19 +651,17 @@ int fork_while_naming(long n, const std::string &unloadable) {
   return 0;
 }
 
-int walk_slowly(dl_phdr_info *, size_t, void *) {
-  usleep(200);  // the walk (and the lock it holds) lasts a while
-  return 0;
-}
-
-int fork_while_loader_busy(long n) {
-  // The driver is loaded here (a child's own dlopen would wait on the lock, and under TSan so
-  // does one of a library already loaded: its interceptor walks the loaded objects) but nothing
-  // of it is looked up or called before the fork: the shim activates in each child.
+// The driver is loaded here (a child's own dlopen would wait on the loader's lock, and under
+// TSan so does one of a library already loaded: its interceptor walks the loaded objects) but
+// nothing of it is looked up or called before the fork: the shim activates in each child. A
+// worker thread runs `busy` without end while the main thread forks n times; each child makes
+// its first graph call and launch (fork_and_tally).
+template <typename Busy>
+void fork_while_busy(long n, Busy busy) {
   void *driver = open_driver();
   std::atomic<bool> stop{false};
-  std::thread walker([&] {
-    while (!stop.load()) dl_iterate_phdr(walk_slowly, nullptr);
+  std::thread worker([&] {
+    while (!stop.load()) busy();
   });
   usleep(20000);
   fork_and_tally(n, [driver] {
@@ -664,7 +671,30 @@ int fork_while_loader_busy(long n) {
     return c.failed == 0;
   });
   stop.store(true);
-  walker.join();
+  worker.join();
+}
+
+int walk_slowly(dl_phdr_info *, size_t, void *) {
+  usleep(200);  // the walk (and the lock it holds) lasts a while
+  return 0;
+}
+
+int fork_while_loader_busy(long n) {
+  fork_while_busy(n, [] { dl_iterate_phdr(walk_slowly, nullptr); });
+  return 0;
+}
+
+void nothing_at_exit() {}
+
+char g_not_a_library;  // a "library handle" that no exit handler was registered with
+
+int fork_while_exit_list_busy(long n) {
+  // A long exit list: each scan of it holds its lock for a while.
+  for (int i = 0; i < 20000; ++i)
+    if (atexit(nothing_at_exit) != 0) die("atexit failed");
+  // What dlclose does for the library it unloads, without the loader's own locks (which a
+  // child's first dlopen, of the NVTX tool, would wait for: another matter).
+  fork_while_busy(n, [] { __cxa_finalize(&g_not_a_library); });
   return 0;
 }
 
@@ -1513,6 +1543,7 @@ int main(int argc, char **argv) {
   if (mode == "launch-during-activation") return launch_during_activation(n);
   if (mode == "fork-while-naming") return fork_while_naming(n, how);
   if (mode == "fork-while-loader-busy") return fork_while_loader_busy(n);
+  if (mode == "fork-while-exit-list-busy") return fork_while_exit_list_busy(n);
   if (mode == "fork-children") return fork_children(n);
   if (mode == "clone-child") return clone_child(n, how == "idle");
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);

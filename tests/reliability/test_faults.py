@@ -358,6 +358,27 @@ def fork_while_loader_busy():
     expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
 
 
+def fork_while_exit_list_busy():
+    """A launcher that never launches forks while another of its threads is in the C library's
+    __cxa_finalize (what each dlclose runs): it scans the exit list under the list's lock,
+    which fork() does not reset, so a child forked meanwhile finds it held for ever. The shim's
+    exit handler (registered with atexit, which takes that lock) was registered at a process's
+    first range and first GPU-timed instantiation: such a child hung at its first launch
+    (F147). 30 forks, each child's first instantiation and launch, with the recorder and GPU
+    timing on: none may hang."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"FERRUM_REPLAY_GPU_TIME": "on", "FERRUM_REPLAY_RUNNING_DIR": tmp,
+               "FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.%p.txt"),
+               "FERRUM_RECORD_OUT": os.path.join(tmp, "t.%p.json")}
+        if "tsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
+            env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + ":die_after_fork=0"
+        run_ = fault("fork-while-exit-list-busy", "--launches", "30", env=env, timeout=240)
+    got = values(run_.stdout)
+    expect(run_.returncode == 0 and got.get("forks") == 30, "the program failed", run_)
+    expect(got["hung"] == 0, f"{got['hung']} of 30 children hung (killed after 2 s)", run_)
+    expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
+
+
 def forked_children_count_their_own():
     """A launcher forks a child that launches nothing and one that launches 3 times: each
     process's launch summary counts its own launches (the children's counters restart at the
@@ -1556,7 +1577,7 @@ SCENARIOS = {f.__name__: f for f in (
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,
     launch_during_activation,
-    fork_while_naming, fork_while_loader_busy,
+    fork_while_naming, fork_while_loader_busy, fork_while_exit_list_busy,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
     first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, errno_passes_through,

@@ -432,8 +432,11 @@ __attribute__((noinline)) Config read_config() {
   return c;
 }
 
+// Never destroyed: a static with a destructor would be registered with __cxa_atexit at the
+// first driver call, under the C library's lock of the exit list — which a fork child may find
+// held for ever (F147's test forks while another thread unloads a library). No driver does that.
 const Config &config() {
-  static const Config c = read_config();
+  static const Config &c = *new Config(read_config());
   return c;
 }
 
