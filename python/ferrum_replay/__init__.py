@@ -152,18 +152,31 @@ def _handle_value(graph_exec):
             return ctypes.cast(value, ctypes.c_void_p).value or 0
         raw = getattr(value, "raw_cuda_graph_exec", None)
         if callable(raw):  # torch.cuda.CUDAGraph (PyTorch 2.7+)
-            value = raw()
+            try:
+                value = raw()
+            except Exception:
+                # No executable graph yet: PyTorch raises RuntimeError before capture, with
+                # keep_graph=True before instantiate(), after reset(); Paddle raises
+                # NotImplementedError. Nothing to name: a null handle (name() says False).
+                return 0
             continue
-        if hasattr(type(value), "__index__"):
-            return operator.index(value)
-        # A number that is not an integer (a float, Decimal, Fraction, numpy.float64) has
-        # __int__ too, which would truncate 1.5 to graph 1: refused. An object that only
-        # exposes its handle through __int__ is taken.
-        if hasattr(type(value), "__int__") and not isinstance(value, (float, numbers.Number)):
-            return int(value)
-        if hasattr(value, "value"):
-            value = value.value
-            continue
+        try:
+            if hasattr(type(value), "__index__"):
+                return operator.index(value)
+            # A number that is not an integer (a float, Decimal, Fraction, numpy.float64) has
+            # __int__ too, which would truncate 1.5 to graph 1: refused. An object that only
+            # exposes its handle through __int__ is taken.
+            if hasattr(type(value), "__int__") and not isinstance(value, (float, numbers.Number)):
+                return int(value)
+            if hasattr(value, "value"):
+                value = value.value
+                continue
+        except (TypeError, OverflowError, ValueError):
+            raise
+        except Exception as error:
+            # The object's own code failed: one of the errors name() documents, never another.
+            raise TypeError(f"not a graph-exec handle: a {type(graph_exec).__name__} whose "
+                            f"handle could not be read ({type(error).__name__})") from None
         break
     # By its type's name: the object's own repr may raise, or be megabytes long.
     raise TypeError(f"not a graph-exec handle: a {type(graph_exec).__name__} (pass an int, a "
@@ -177,7 +190,8 @@ def name(graph_exec, graph_name):
     `graph_exec`: an int, a ctypes pointer (c_void_p), or any object exposing one through
     raw_cuda_graph_exec() (torch.cuda.CUDAGraph), __int__ or .value; `graph_name`: str or
     bytes. Returns True when the shim took the name; False when the shim is not preloaded,
-    or it refused (a null handle, its registry full). With or without the shim: TypeError
+    or it refused (a null handle — also a framework graph with no executable graph yet, whose
+    raw_cuda_graph_exec() raises — its registry full, or busy: docs/python.md). With or without the shim: TypeError
     for anything that is not a handle or a name, OverflowError for an int outside a
     pointer's range (negative, or 2**64 and above), ValueError for a name with a NUL."""
     handle = _handle(graph_exec)

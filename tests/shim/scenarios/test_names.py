@@ -353,11 +353,15 @@ def python_package_names():
     instantiates inside it, nested, as a decorator, and around a context manager that
     instantiates on exit (torch.cuda.graph) when written first; written second it has closed
     by then. A handle outside a pointer's range and a name with a NUL are refused, never
-    wrapped or cut. Without the shim: the same program, names ignored."""
+    wrapped or cut; a graph object with no executable graph yet (its raw_cuda_graph_exec()
+    raises, as PyTorch's before instantiate()) is not named and its error is not passed on,
+    nor is the error of an object whose __index__ raises (a TypeError). Without the shim: the
+    same program, names ignored."""
     run_ = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV)
     expect(run_.returncode == 0 and "available=True" in run_.stdout
-           and "named=True,True,True" in run_.stdout and "typeerrors=7" in run_.stdout
+           and "named=True,True,True" in run_.stdout and "typeerrors=8" in run_.stdout
            and "rejected=4" in run_.stdout and "null=False" in run_.stdout
+           and "unready=False" in run_.stdout
            and f"launches={PACKAGE_LAUNCHES} failed=0" in run_.stdout, "program", run_)
     counts = counts_by_name(run_)
     named = {n: c for n, c in counts.items() if n in PACKAGE_NAMED}
@@ -369,8 +373,9 @@ def python_package_names():
     expect_balanced(run_)
     bare = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV, preload=False, record=False)
     expect(bare.returncode == 0 and "available=False" in bare.stdout
-           and "named=False,False,False" in bare.stdout and "typeerrors=7" in bare.stdout
+           and "named=False,False,False" in bare.stdout and "typeerrors=8" in bare.stdout
            and "rejected=4" in bare.stdout and "null=False" in bare.stdout
+           and "unready=False" in bare.stdout
            and f"launches={PACKAGE_LAUNCHES} failed=0" in bare.stdout and not bare.stderr,
            "without the shim", bare)
     # Preloaded but naming nothing (`ferrum-replay run` with no tool and no summary): the shim
@@ -378,7 +383,7 @@ def python_package_names():
     idle = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV, record=False)
     expect(idle.returncode == 0 and "available=True" in idle.stdout
            and "named=False,False,False" in idle.stdout and "null=False" in idle.stdout
-           and f"launches={PACKAGE_LAUNCHES} failed=0" in idle.stdout,
+           and "unready=False" in idle.stdout and f"launches={PACKAGE_LAUNCHES} failed=0" in idle.stdout,
            "preloaded, no tool and no summary: name() must not say it took a name", idle)
 
 

@@ -17,9 +17,12 @@ tells which graph carried it:
   8  no name                      (its call site)
 
 Output: `available=<True|False>`, `named=<name()'s answers, comma-separated>`,
-`typeerrors=<count of the 7 bad calls that raised TypeError: a float, a str, an object,
+`typeerrors=<count of the 8 bad calls that raised TypeError: a float, a str, an object,
 numbers that are not integers but have __int__ (Decimal 1.5, Decimal NaN, Fraction 3/2: truncated
-they named graph 1), an object whose repr raises (the message must not need it)>`, `rejected=<count of the 4 bad
+they named graph 1), an object whose repr raises (the message must not need it), an object whose
+__index__ raises RuntimeError (its own error is not passed on)>`,
+`unready=<name()'s answer for a graph object with no executable graph yet: its
+raw_cuda_graph_exec() raises RuntimeError, as PyTorch's does before instantiate()>`, `rejected=<count of the 4 bad
 values refused as they must be: a handle 2**64 above graph 8's and a negative one
 (OverflowError), a name with a NUL given to name() and to graph_name() (ValueError)>`,
 `null=<name()'s answer for a null handle, 0>`, `launches=<N> failed=<F>`.
@@ -54,6 +57,14 @@ class FakeCUDAGraph:
 
     def raw_cuda_graph_exec(self):
         return self._exec.value
+
+
+class UninstantiatedCUDAGraph:
+    """torch.cuda.CUDAGraph(keep_graph=True) after capture, before instantiate()."""
+
+    def raw_cuda_graph_exec(self):
+        raise RuntimeError("You cannot access the raw cudaGraphExec_t instance until "
+                           "instantiate() has been called")
 
 
 class FakeTorchGraph:
@@ -98,8 +109,12 @@ def main():
         def __repr__(self):
             raise RuntimeError("no repr")
 
+    class IndexRaises:
+        def __index__(self):
+            raise RuntimeError("no index")
+
     for bad in (1.5, "0x1234", object(), decimal.Decimal("1.5"), decimal.Decimal("NaN"),
-                fractions.Fraction(3, 2), ReprRaises()):
+                fractions.Fraction(3, 2), ReprRaises(), IndexRaises()):
         try:
             ferrum_replay.name(bad, "bad")
         except TypeError:
@@ -128,6 +143,7 @@ def main():
     print(f"typeerrors={typeerrors}")
     print(f"rejected={rejected}")
     print(f"null={ferrum_replay.name(0, 'null')}")
+    print(f"unready={ferrum_replay.name(UninstantiatedCUDAGraph(), 'unready')}")
     print(f"launches={launches} failed={failed}", flush=True)
     return 0 if failed == 0 else 1
 
