@@ -36,6 +36,7 @@ import numbers
 import operator
 import struct
 import sys
+import types
 
 try:
     import ctypes
@@ -268,30 +269,9 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
         import inspect  # here: a program that never decorates does not pay for importing it
 
         if inspect.isasyncgenfunction(function):
-            @functools.wraps(function)
-            async def scoped_async_generator(*args, **kwargs):
-                inner = function(*args, **kwargs)
-                step = _unhooked_first_step(inner)
-                while True:
-                    try:
-                        item = await _ScopedSteps(self, step)
-                    except StopAsyncIteration:
-                        return
-                    try:
-                        sent = yield item
-                    except GeneratorExit:
-                        await _ScopedSteps(self, inner.aclose())
-                        raise
-                    except BaseException as error:  # athrow(): into the body, in the scope
-                        step = inner.athrow(error)
-                    else:
-                        step = inner.asend(sent)
-            return scoped_async_generator
+            return self._scoped_async_generator_function(function)
         if inspect.iscoroutinefunction(function):
-            @functools.wraps(function)
-            async def scoped_coroutine(*args, **kwargs):
-                return await _ScopedSteps(self, function(*args, **kwargs))
-            return scoped_coroutine
+            return self._scoped_coroutine_function(function)
         if inspect.isgeneratorfunction(function):
             @functools.wraps(function)
             def scoped_generator(*args, **kwargs):
@@ -301,8 +281,49 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
         @functools.wraps(function)
         def scoped(*args, **kwargs):
             with self:
-                return function(*args, **kwargs)
+                result = function(*args, **kwargs)
+            return self._scoped_body(result)
         return scoped
+
+    def _scoped_body(self, result):
+        """What a plain function returned, where it is a body still to run: a decorator under
+        this one that returns a plain def (torch.inference_mode()'s, a timer's) hides that the
+        function is a coroutine or generator function, and the call only made the object.
+        Its steps run in the scope, as where the kind shows."""
+        if isinstance(result, types.CoroutineType):
+            return self._scoped_coroutine_function(lambda: result)()
+        if isinstance(result, types.GeneratorType):
+            return self._steps(result)
+        if isinstance(result, types.AsyncGeneratorType):
+            return self._scoped_async_generator_function(lambda: result)()
+        return result
+
+    def _scoped_coroutine_function(self, function):
+        @functools.wraps(function)
+        async def scoped_coroutine(*args, **kwargs):
+            return await _ScopedSteps(self, function(*args, **kwargs))
+        return scoped_coroutine
+
+    def _scoped_async_generator_function(self, function):
+        @functools.wraps(function)
+        async def scoped_async_generator(*args, **kwargs):
+            inner = function(*args, **kwargs)
+            step = _unhooked_first_step(inner)
+            while True:
+                try:
+                    item = await _ScopedSteps(self, step)
+                except StopAsyncIteration:
+                    return
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    await _ScopedSteps(self, inner.aclose())
+                    raise
+                except BaseException as error:  # athrow(): into the body, in the scope
+                    step = inner.athrow(error)
+                else:
+                    step = inner.asend(sent)
+        return scoped_async_generator
 
     def _steps(self, inner):
         """Drives `inner` (a generator, or an awaitable's iterator) as `yield from` would, each

@@ -515,7 +515,7 @@ def python_package_scope_interrupted():
 
 
 SCOPED_STEPS_PROGRAM = r"""
-import asyncio, contextlib, sys
+import asyncio, contextlib, functools, sys
 sys.path.insert(0, sys.argv[1])
 import name_graphs_ctypes as example
 import ferrum_replay
@@ -556,6 +556,33 @@ async def async_generator():
     launch_new()
     yield 2
 
+def plain(function):  # a decorator that returns a plain def (a timer's, torch.inference_mode()'s)
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **kwargs)
+    return wrapper
+
+@ferrum_replay.graph_name("wrapped generator")
+@plain
+def wrapped_generator():
+    yield 4
+    launch_new()
+
+@ferrum_replay.graph_name("wrapped coroutine")
+@plain
+async def wrapped_coroutine():
+    await asyncio.sleep(0)
+    launch_new()
+    return 8
+
+@ferrum_replay.graph_name("wrapped async generator")
+@plain
+async def wrapped_async_generator():
+    for item in (5,):
+        await asyncio.sleep(0)
+        launch_new()
+        yield item
+
 values = []
 steps = generator()
 launch_new()  # created, not started: outside
@@ -565,10 +592,13 @@ values.append(steps.send(2))
 values.append(steps.throw(ValueError("in")))
 steps.close()
 launch_new()
+values.extend(wrapped_generator())
 
 async def main():
     values.extend(await asyncio.gather(coroutine(), meanwhile()))
     values.extend([item async for item in async_generator()])
+    values.append(await wrapped_coroutine())
+    values.extend([item async for item in wrapped_async_generator()])
 asyncio.run(main())
 with contextlib.ExitStack() as stack:  # calls graph_name.__enter__(scope) itself
     stack.enter_context(ferrum_replay.graph_name("exit stack"))
@@ -587,14 +617,19 @@ def python_package_scope_decorates_steps():
     scope closed as the call returned the generator or coroutine object, before any of its
     body ran: none of its graphs took the name. The values come back unchanged, and nothing is
     left pushed. The same program runs without the shim. A scope entered through
-    contextlib.ExitStack (which calls graph_name.__enter__ on the class) names its graph too."""
-    expected = "[1, 2, 3, 7, None, 1, 2]\nleft=0\n"
+    contextlib.ExitStack (which calls graph_name.__enter__ on the class) names its graph too.
+    So does the scope over a decorator that returns a plain def around such a function (a
+    timer's, torch.inference_mode()'s): the kind is told by what the call returned (F150)."""
+    expected = "[1, 2, 3, 4, 7, None, 1, 2, 8, 5]\nleft=0\n"
     run_ = run([sys.executable, "-c", SCOPED_STEPS_PROGRAM, EXAMPLES], env=PACKAGE_ENV)
     expect(run_.returncode == 0 and run_.stdout == expected, "program", run_)
     counts = counts_by_name(run_)
     scoped = {name: counts.pop(name, 0)
-              for name in ("generator", "coroutine", "async generator", "exit stack")}
-    expect(scoped == {"generator": 4, "coroutine": 2, "async generator": 2, "exit stack": 1} and
+              for name in ("generator", "coroutine", "async generator", "exit stack",
+                           "wrapped generator", "wrapped coroutine", "wrapped async generator")}
+    expect(scoped == {"generator": 4, "coroutine": 2, "async generator": 2, "exit stack": 1,
+                      "wrapped generator": 1, "wrapped coroutine": 1,
+                      "wrapped async generator": 1} and
            sum(counts.values()) == 4, f"names {scoped}, the others {counts}", run_)
     bare = run([sys.executable, "-c", SCOPED_STEPS_PROGRAM, EXAMPLES], env=PACKAGE_ENV,
                preload=False, record=False)
