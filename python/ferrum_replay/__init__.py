@@ -37,6 +37,7 @@ import operator
 import struct
 import sys
 import types
+import weakref
 
 try:
     import ctypes
@@ -151,7 +152,10 @@ def _handle_value(graph_exec):
             return value.value or 0
         if ctypes is not None and isinstance(value, ctypes._Pointer):
             return ctypes.cast(value, ctypes.c_void_p).value or 0
-        raw = getattr(value, "raw_cuda_graph_exec", None)
+        try:
+            raw = getattr(value, "raw_cuda_graph_exec", None)
+        except Exception:  # a property or a proxy's __getattr__ that raises: as below
+            return 0
         if callable(raw):  # torch.cuda.CUDAGraph (PyTorch 2.7+)
             try:
                 value = raw()
@@ -278,34 +282,50 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
                 return (yield from self._steps(function(*args, **kwargs)))
             return scoped_generator
 
+        # A decorator under this one that returns a plain def around a coroutine or generator
+        # function (torch.inference_mode()'s, a timer's: functools.wraps keeps __wrapped__)
+        # hides the kind: the call only makes the object, whose body runs later.
+        body = inspect.unwrap(function)
+        body_code = getattr(body, "__code__", None) if body is not function else None
+
         @functools.wraps(function)
         def scoped(*args, **kwargs):
             with self:
                 result = function(*args, **kwargs)
-            return self._scoped_body(result)
+            return self._scoped_body(result, body, body_code) if body_code else result
         return scoped
 
-    def _scoped_body(self, result):
-        """What a plain function returned, where it is a body still to run: a decorator under
-        this one that returns a plain def (torch.inference_mode()'s, a timer's) hides that the
-        function is a coroutine or generator function, and the call only made the object.
-        Its steps run in the scope, as where the kind shows."""
+    def _scoped_body(self, result, body, body_code):
+        """The object a plain wrapper returned, driven step by step in the scope where it is
+        the decorated body's own, not yet started: a coroutine, generator or async generator
+        made by `body`. Anything else — an object the program shares or has started (a
+        priming decorator's generator), a generator-based coroutine (@types.coroutine) — is
+        handed back as it came."""
+        code = (getattr(result, "cr_code", None) or getattr(result, "gi_code", None)
+                or getattr(result, "ag_code", None))
+        if code is not body_code or not _unstarted(result):
+            return result
         if isinstance(result, types.CoroutineType):
-            return self._scoped_coroutine_function(lambda: result)()
+            wrapper = self._scoped_coroutine_function(lambda: result, body)()
+            # Never awaited: one warning, for the wrapper (named after the body), not two.
+            weakref.finalize(wrapper, result.close)
+            return wrapper
         if isinstance(result, types.GeneratorType):
+            if code.co_flags & _CO_ITERABLE_COROUTINE:
+                return result
             return self._steps(result)
         if isinstance(result, types.AsyncGeneratorType):
-            return self._scoped_async_generator_function(lambda: result)()
+            return self._scoped_async_generator_function(lambda: result, body)()
         return result
 
-    def _scoped_coroutine_function(self, function):
-        @functools.wraps(function)
+    def _scoped_coroutine_function(self, function, named_after=None):
+        @functools.wraps(named_after or function)
         async def scoped_coroutine(*args, **kwargs):
             return await _ScopedSteps(self, function(*args, **kwargs))
         return scoped_coroutine
 
-    def _scoped_async_generator_function(self, function):
-        @functools.wraps(function)
+    def _scoped_async_generator_function(self, function, named_after=None):
+        @functools.wraps(named_after or function)
         async def scoped_async_generator(*args, **kwargs):
             inner = function(*args, **kwargs)
             step = _unhooked_first_step(inner)
@@ -347,6 +367,19 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
 
     def __repr__(self):
         return f"ferrum_replay.graph_name({self._name.decode('utf-8', 'replace')!r})"
+
+
+_CO_ITERABLE_COROUTINE = 0x100  # inspect.CO_ITERABLE_COROUTINE: a @types.coroutine generator
+
+
+def _unstarted(steps):
+    """Whether a generator, coroutine or async generator has not run a step yet (its frame's
+    last instruction is before the first: -1 up to Python 3.10, 0 from 3.11)."""
+    frame = (getattr(steps, "cr_frame", None) or getattr(steps, "gi_frame", None)
+             or getattr(steps, "ag_frame", None))
+    running = (getattr(steps, "cr_running", False) or getattr(steps, "gi_running", False)
+               or getattr(steps, "ag_running", False))
+    return frame is not None and not running and frame.f_lasti <= 0
 
 
 def _unhooked_first_step(inner):

@@ -361,7 +361,7 @@ def python_package_names():
     expect(run_.returncode == 0 and "available=True" in run_.stdout
            and "named=True,True,True" in run_.stdout and "typeerrors=8" in run_.stdout
            and "rejected=4" in run_.stdout and "null=False" in run_.stdout
-           and "unready=False" in run_.stdout
+           and "unready=False,False" in run_.stdout
            and f"launches={PACKAGE_LAUNCHES} failed=0" in run_.stdout, "program", run_)
     counts = counts_by_name(run_)
     named = {n: c for n, c in counts.items() if n in PACKAGE_NAMED}
@@ -375,7 +375,7 @@ def python_package_names():
     expect(bare.returncode == 0 and "available=False" in bare.stdout
            and "named=False,False,False" in bare.stdout and "typeerrors=8" in bare.stdout
            and "rejected=4" in bare.stdout and "null=False" in bare.stdout
-           and "unready=False" in bare.stdout
+           and "unready=False,False" in bare.stdout
            and f"launches={PACKAGE_LAUNCHES} failed=0" in bare.stdout and not bare.stderr,
            "without the shim", bare)
     # Preloaded but naming nothing (`ferrum-replay run` with no tool and no summary): the shim
@@ -383,7 +383,7 @@ def python_package_names():
     idle = run([sys.executable, NAME_PACKAGE], env=PACKAGE_ENV, record=False)
     expect(idle.returncode == 0 and "available=True" in idle.stdout
            and "named=False,False,False" in idle.stdout and "null=False" in idle.stdout
-           and "unready=False" in idle.stdout and f"launches={PACKAGE_LAUNCHES} failed=0" in idle.stdout,
+           and "unready=False,False" in idle.stdout and f"launches={PACKAGE_LAUNCHES} failed=0" in idle.stdout,
            "preloaded, no tool and no summary: name() must not say it took a name", idle)
 
 
@@ -515,7 +515,7 @@ def python_package_scope_interrupted():
 
 
 SCOPED_STEPS_PROGRAM = r"""
-import asyncio, contextlib, functools, sys
+import asyncio, contextlib, functools, gc, sys, types
 sys.path.insert(0, sys.argv[1])
 import name_graphs_ctypes as example
 import ferrum_replay
@@ -583,6 +583,35 @@ async def wrapped_async_generator():
         launch_new()
         yield item
 
+def primed(function):  # a priming decorator: the generator it hands back has started
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        steps = function(*args, **kwargs)
+        next(steps)
+        return steps
+    return wrapper
+
+@ferrum_replay.graph_name("primed")
+@primed
+def averager():
+    total = 0
+    while True:
+        total += yield total
+
+shared = (n for n in range(3))
+
+@ferrum_replay.graph_name("shared")
+def hand_out():  # hands out a generator the program keeps using
+    return shared
+
+@types.coroutine
+def tick():
+    yield
+
+@ferrum_replay.graph_name("generator-based coroutine")
+def ticker():
+    return tick()
+
 values = []
 steps = generator()
 launch_new()  # created, not started: outside
@@ -593,12 +622,19 @@ values.append(steps.throw(ValueError("in")))
 steps.close()
 launch_new()
 values.extend(wrapped_generator())
+values.append(averager().send(5))
+values.append(next(hand_out()))
+values.extend(shared)
+unawaited = wrapped_coroutine()  # never awaited: one warning, for it
+del unawaited
+gc.collect()
 
 async def main():
     values.extend(await asyncio.gather(coroutine(), meanwhile()))
     values.extend([item async for item in async_generator()])
     values.append(await wrapped_coroutine())
     values.extend([item async for item in wrapped_async_generator()])
+    values.append(await ticker())
 asyncio.run(main())
 with contextlib.ExitStack() as stack:  # calls graph_name.__enter__(scope) itself
     stack.enter_context(ferrum_replay.graph_name("exit stack"))
@@ -619,10 +655,17 @@ def python_package_scope_decorates_steps():
     left pushed. The same program runs without the shim. A scope entered through
     contextlib.ExitStack (which calls graph_name.__enter__ on the class) names its graph too.
     So does the scope over a decorator that returns a plain def around such a function (a
-    timer's, torch.inference_mode()'s): the kind is told by what the call returned (F150)."""
-    expected = "[1, 2, 3, 4, 7, None, 1, 2, 8, 5]\nleft=0\n"
+    timer's, torch.inference_mode()'s): the kind is told by what the call returned (F150) —
+    only where that is the decorated body's own object, not started: a priming decorator's
+    generator still takes send(), a generator the program hands out keeps its items, a
+    generator-based coroutine is still awaitable, and a coroutine never awaited gets one
+    warning, its own."""
+    expected = "[1, 2, 3, 4, 5, 0, 1, 2, 7, None, 1, 2, 8, 5, None]\nleft=0\n"
     run_ = run([sys.executable, "-c", SCOPED_STEPS_PROGRAM, EXAMPLES], env=PACKAGE_ENV)
     expect(run_.returncode == 0 and run_.stdout == expected, "program", run_)
+    expect(run_.stderr.count("was never awaited") == 1
+           and "coroutine 'wrapped_coroutine' was never awaited" in run_.stderr,
+           "one warning for the coroutine never awaited, under its own name", run_)
     counts = counts_by_name(run_)
     scoped = {name: counts.pop(name, 0)
               for name in ("generator", "coroutine", "async generator", "exit stack",

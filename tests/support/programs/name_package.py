@@ -21,8 +21,9 @@ Output: `available=<True|False>`, `named=<name()'s answers, comma-separated>`,
 numbers that are not integers but have __int__ (Decimal 1.5, Decimal NaN, Fraction 3/2: truncated
 they named graph 1), an object whose repr raises (the message must not need it), an object whose
 __index__ raises RuntimeError (its own error is not passed on)>`,
-`unready=<name()'s answer for a graph object with no executable graph yet: its
-raw_cuda_graph_exec() raises RuntimeError, as PyTorch's does before instantiate()>`, `rejected=<count of the 4 bad
+`unready=<name()'s answers for graph objects with no executable graph yet: one whose
+raw_cuda_graph_exec() raises RuntimeError, as PyTorch's does before instantiate(), and one whose
+raw_cuda_graph_exec attribute itself raises (a property, a lazy proxy)>`, `rejected=<count of the 4 bad
 values refused as they must be: a handle 2**64 above graph 8's and a negative one
 (OverflowError), a name with a NUL given to name() and to graph_name() (ValueError)>`,
 `null=<name()'s answer for a null handle, 0>`, `launches=<N> failed=<F>`.
@@ -65,6 +66,14 @@ class UninstantiatedCUDAGraph:
     def raw_cuda_graph_exec(self):
         raise RuntimeError("You cannot access the raw cudaGraphExec_t instance until "
                            "instantiate() has been called")
+
+
+class UnreadyProxy:
+    """A lazy proxy of a graph not made yet: reading the attribute raises."""
+
+    @property
+    def raw_cuda_graph_exec(self):
+        raise RuntimeError("the graph is not captured yet")
 
 
 class FakeTorchGraph:
@@ -143,7 +152,9 @@ def main():
     print(f"typeerrors={typeerrors}")
     print(f"rejected={rejected}")
     print(f"null={ferrum_replay.name(0, 'null')}")
-    print(f"unready={ferrum_replay.name(UninstantiatedCUDAGraph(), 'unready')}")
+    unready = [ferrum_replay.name(graph, "unready")
+               for graph in (UninstantiatedCUDAGraph(), UnreadyProxy())]
+    print("unready=" + ",".join(str(n) for n in unready))
     print(f"launches={launches} failed={failed}", flush=True)
     return 0 if failed == 0 else 1
 
