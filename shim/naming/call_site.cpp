@@ -16,11 +16,14 @@
 #include <atomic>
 
 #include "held_here.hpp"
+#include "loader_error.hpp"
 #include "naming/elf_symbols.hpp"
 #include "naming/symbol_names.hpp"
 #include "no_cancel.hpp"
 #include "resolve/cuda_libraries.hpp"
+#include "resolve/libc_symbols.hpp"
 #include "resolve/real_functions.hpp"
+#include "support/loading_process.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum_replay::shim {
@@ -241,15 +244,40 @@ bool try_frame(uintptr_t address, const char *skip_prefixes, bool use_cache, cha
   return true;
 }
 
+// Set once a walk has run in this process or an ancestor: the unwinder is loaded.
+std::atomic<bool> g_walked{false};
+
+// glibc's backtrace() loads the unwinder (libgcc_s.so.1) with dlopen at its first call in a
+// process that has none loaded (a C program, Python through ctypes: the real driver links no C++
+// runtime). Adding a library takes the loader's write lock, which fork() does not reset: a fork
+// child whose parent had another thread in dl_iterate_phdr, or loading or unloading a library,
+// waited for ever at its first instantiation (F155). So in a fork child (loading_process.hpp)
+// the first walk is made only where the unwinder is there already — the probe loads nothing and
+// takes only the loader's main lock, which fork() resets; with none, the graph has no call site.
+bool may_walk() {
+  if (g_walked.load(std::memory_order_acquire) || in_loading_process()) return true;
+  const DlopenFunction open = libc_dlopen();  // not through the shim's own dlopen hook
+  const DlcloseFunction close = libc_dlclose();
+  if (!open || !close) return false;
+  const common::LoaderErrorCleared loader_error;  // loader_error.hpp: absent is an answer
+  void *const unwinder = open("libgcc_s.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!unwinder) return false;
+  close(unwinder);  // the reference the probe took; the library stays
+  return true;
+}
+
 // Walks the stack with glibc's backtrace() (the C++ unwinder, reading the unwind tables; no
 // descriptor of its own) and names a frame by the dynamic symbol that covers it, else by the
 // module's full symbol table (elf_symbols.hpp: local functions), else module+offset.
 void walk_stack(const char *skip_prefixes, char *out, size_t out_size) {
+  out[0] = '\0';
+  if (!may_walk()) return;
   // Inside a lock of ours on this thread (a signal handler's walk that interrupted one), the
   // cache's mutex may be the one held: the walk goes without the cache.
   const bool use_cache = !common::inside_our_lock() && cache_is_ours();
   void *frames[kMaxFrames];
   const int count = backtrace(frames, kMaxFrames);
+  g_walked.store(true, std::memory_order_release);
   for (int i = 1; i < count; ++i) {
     // A return address points after the call; one byte back lies inside the caller's call.
     const uintptr_t address = reinterpret_cast<uintptr_t>(frames[i]) - 1;

@@ -1,9 +1,10 @@
 #include "support/exit_work.hpp"
 
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <atomic>
+
+#include "support/loading_process.hpp"
 
 namespace ferrum_replay::shim {
 namespace {
@@ -13,16 +14,6 @@ std::atomic<void (*)()> g_work[static_cast<unsigned>(ExitWork::count)];
 // 0: not registered; 1: being registered (by one thread); 2: registered; 3: not registered,
 // never will be (atexit failed for want of memory, or a fork child): finish_exit_work does it.
 std::atomic<int> g_state{0};
-
-// The process that loaded the shim (exit_work.hpp says why), noted by a load-time constructor:
-// one getpid() system call in every process (a shell, a compiler), no lock. Kept beside the
-// activation phase (activation.cpp), in initialised data whose page the loader writes at
-// start-up anyway: a write to .bss would fault in a page of its own.
-[[gnu::section(".data.ferrum_replay_phase")]] pid_t g_loaded_in = -1;
-
-__attribute__((constructor)) void note_loading_process() {
-  g_loaded_in = getpid();
-}
 
 void run_exit_work() {
   for (auto &work : g_work)
@@ -36,7 +27,7 @@ void run_at_exit(ExitWork slot, void (*work)()) {
   int expected = 0;
   if (!g_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
   // A child made by fork (or by clone, _Fork) — its pid is not the loader's — registers nothing.
-  const bool registered = getpid() == g_loaded_in && atexit(run_exit_work) == 0;
+  const bool registered = in_loading_process() && atexit(run_exit_work) == 0;
   g_state.store(registered ? 2 : 3, std::memory_order_release);
 }
 

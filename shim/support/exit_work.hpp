@@ -13,7 +13,7 @@
 // registered the handler hung there (F147). (A prepare fork handler that registers it in the
 // parent is no way out: before glibc 2.36 prepare handlers run under the fork-handler lock,
 // which dlclose takes inside the exit list's.) So a process registers it only if it is the
-// process that loaded the shim (its pid, noted at load); a child registers nothing of its own —
+// process that loaded the shim (loading_process.hpp); a child registers nothing of its own —
 // it keeps its parent's handler, registered before the fork, or, where the parent had none, its
 // work runs at the shim's ELF destructor instead (finish_exit_work): after the program's own
 // destructors, before those of the libraries it links and of the NVTX tool.

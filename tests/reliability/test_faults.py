@@ -124,6 +124,8 @@ import trace_check  # noqa: E402
 PROGRAM = None  # --program
 FAILING_TOOL = None  # --failing-tool
 IDLE_TOOL = None  # --idle-tool (tests/reliability/idle_tool.c)
+C_PROGRAM = None  # --c-program (tests/reliability/fork_first_walk.c)
+RUNTIME_FREE_DIR = None  # --runtime-free-dir (tests/support/standin/runtime_free)
 
 
 def fault(mode, *args, **kwargs):
@@ -377,6 +379,25 @@ def fork_while_exit_list_busy():
     expect(run_.returncode == 0 and got.get("forks") == 30, "the program failed", run_)
     expect(got["hung"] == 0, f"{got['hung']} of 30 children hung (killed after 2 s)", run_)
     expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
+
+
+def fork_first_walk_loads_no_unwinder():
+    """A launcher written in C (no unwinder loaded: the real driver links no C++ runtime) forks
+    while another of its threads walks the loaded objects, holding the loader's write lock,
+    which fork() does not reset. The child's first instantiation walks the stack for its call
+    site: glibc's backtrace() loads libgcc_s.so.1 at its first call, and adding a library takes
+    that lock: the child hung for ever (F155). In a fork child the walk is made only where the
+    unwinder is loaded already; there the graph is named without a call site. 20 forks, a launch
+    summary asked for: none may hang, and the parent, which made no walk, loaded nothing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"LD_LIBRARY_PATH": RUNTIME_FREE_DIR,
+               "FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.%p.txt")}
+        run_ = harness.run([C_PROGRAM, "20"], record=False, env=env, timeout=120)
+    got = values(run_.stdout)
+    expect(run_.returncode == 0 and got.get("forks") == 20, "the program failed", run_)
+    expect(got["hung"] == 0, f"{got['hung']} of 20 children hung (killed after 2 s)", run_)
+    expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
+    expect(got["unwinder_loaded"] == 0, "the test's premise: no unwinder in the parent", run_)
 
 
 def forked_children_count_their_own():
@@ -1578,6 +1599,7 @@ SCENARIOS = {f.__name__: f for f in (
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,
     launch_during_activation,
     fork_while_naming, fork_while_loader_busy, fork_while_exit_list_busy,
+    fork_first_walk_loads_no_unwinder,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
     first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, errno_passes_through,
@@ -1591,14 +1613,12 @@ SCENARIOS = {f.__name__: f for f in (
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    while args[:1] in (["--program"], ["--failing-tool"], ["--idle-tool"]):
+    options = {"--program": "PROGRAM", "--failing-tool": "FAILING_TOOL",
+               "--idle-tool": "IDLE_TOOL", "--c-program": "C_PROGRAM",
+               "--runtime-free-dir": "RUNTIME_FREE_DIR"}
+    while args[:1] and args[0] in options:
         # Absolute: some scenarios run the program in a directory of their own.
-        if args[0] == "--program":
-            PROGRAM = os.path.abspath(args[1])
-        elif args[0] == "--idle-tool":
-            IDLE_TOOL = os.path.abspath(args[1])
-        else:
-            FAILING_TOOL = os.path.abspath(args[1])
+        globals()[options[args[0]]] = os.path.abspath(args[1])
         args = args[2:]
     sys.argv[1:] = args
     harness.main(SCENARIOS)
