@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "error_text.hpp"
 #include "monotonic_clock.hpp"
 #include "own_descriptor.hpp"
 #include "proc_self.hpp"
@@ -928,7 +929,7 @@ void describe_lock_failure(int lock, int timeout_ms, char *out, size_t out_size)
              wait);
   } else
     snprintf(out, out_size, "the output lock of its directory cannot be taken here: %s",
-             strerror(lock < 0 ? -lock : EIO));
+             error_text(lock < 0 ? -lock : EIO));
 }
 
 }  // namespace ferrum_replay::common

@@ -90,7 +90,7 @@ inline constexpr int kStreamReplaced = ESTALE;
 // written).
 int stream_write(Stream *stream, const void *data, size_t length);
 void close_stream(Stream *stream);
-// What a message adds to strerror(error) of a stream: " (no process is reading it)", ... or "".
+// What a message adds to error_text(error) of a stream: " (no process is reading it)", ... or "".
 const char *stream_error_note(int error);
 
 // ---- files written aside, then moved into place ----

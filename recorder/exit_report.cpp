@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "error_text.hpp"
 #include "output_file.hpp"
 #include "output_path.hpp"
 #include "summary_table.hpp"
@@ -166,7 +167,8 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
   // name lost) rather than let memory grow past FERRUM_RECORD_MEMORY.
   if (const SpillFile &spill = recorder.spill_file(); spill.failed())
     write_stderr("ferrum-replay recorder: no spill file could be made in " +
-                 quoted_for_message(spill.directory()) + ": " + std::strerror(spill.failure()) +
+                 quoted_for_message(spill.directory()) + ": " +
+                 common::error_text(spill.failure()) +
                  "; what did not fit in FERRUM_RECORD_MEMORY (" + std::to_string(settings.memory) +
                  " bytes) was not recorded: set TMPDIR to a writable directory with room, or "
                  "raise FERRUM_RECORD_MEMORY\n");

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "error_text.hpp"
 #include "json_text.hpp"
 #include "output_file.hpp"
 #include "own_descriptor.hpp"
@@ -534,7 +535,7 @@ bool write_trace_stream(const std::string &path, const Snapshot &snap, TraceFile
     outcome->written_path = path;
     return true;
   }
-  outcome->error = std::strerror(err);
+  outcome->error = common::error_text(err);
   std::string note = common::stream_error_note(err);
   if (err == ETIMEDOUT) note.insert(note.size() - 1, "; the trace is incomplete");  // in the ()
   outcome->error += note;
@@ -557,7 +558,7 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
     return ok;
   };
   if (path.empty() || path.back() == '/') {
-    outcome->error = std::strerror(path.empty() ? ENOENT : EISDIR);
+    outcome->error = common::error_text(path.empty() ? ENOENT : EISDIR);
     return done(false);
   }
   if (common::is_stream_target(path.c_str())) return done(write_trace_stream(path, snap, outcome));
@@ -568,7 +569,7 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
   char tmp_name[8192];
   const int fd = common::create_temp_beside(path.c_str(), tmp_name, sizeof tmp_name);
   if (fd < 0) {
-    outcome->error = std::strerror(-fd);
+    outcome->error = common::error_text(-fd);
     return done(false);
   }
   const std::string tmp = tmp_name;
@@ -614,7 +615,7 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
   if (!ok) {
     ::unlink(tmp.c_str());
     outcome->written_path.clear();
-    outcome->error = std::strerror(err ? err : EIO);
+    outcome->error = common::error_text(err ? err : EIO);
     if (err == EBADF)
       outcome->error +=
           " (a thread of the program closed the temporary's descriptor while the "

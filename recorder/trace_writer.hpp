@@ -113,13 +113,13 @@ struct TraceFileOutcome {
   std::string unlocked;          // why the output lock was not had; empty when it was
   bool stream = false;           // written to a stream (device, FIFO, descriptor)
   bool foreign_regular = false;  // diverted from a regular file of this user (FORCE would do)
-  std::string error;             // strerror text, when not written
+  std::string error;             // error_text.hpp text, when not written
 };
 bool write_trace_file(const std::string &path, const Snapshot &snap,
                       const TraceFileOptions &options, TraceFileOutcome *outcome);
 
-// The default options; on failure returns false and sets `error` to a strerror text. No
-// temporary file is left behind either way.
+// The default options; on failure returns false and sets `error` to an errno text (error_text.hpp).
+// No temporary file is left behind either way.
 bool write_trace_file(const std::string &path, const Snapshot &snap, std::string *error);
 
 inline constexpr char kTraceTrailer[] = ",\"writer\":\"ferrum-replay recorder\"}}\n";

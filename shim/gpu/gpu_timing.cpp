@@ -9,6 +9,7 @@
 
 #include "background_thread.hpp"
 #include "errno_kept.hpp"
+#include "error_text.hpp"
 #include "held_here.hpp"
 #include "monotonic_clock.hpp"
 #include "own_process.hpp"
@@ -475,7 +476,7 @@ void stop_reaper_locked() {
                "not return); let go, and no other started until it returns");
     else
       log_line(LogLevel::error, "GPU timing: the reaper thread could not be joined (%s); let go",
-               strerror(joined));
+               common::error_text(joined));
   }
   g_reaper_running.store(false, std::memory_order_release);
 }
@@ -559,7 +560,7 @@ void start_reaper() {
     if (failed)
       log_line(LogLevel::error,
                "GPU timing: cannot start the reaper thread (%s); replays are not timed",
-               strerror(failed));
+               common::error_text(failed));
     else
       g_reaper_running.store(true, std::memory_order_release);
   }

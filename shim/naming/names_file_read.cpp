@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "errno_kept.hpp"
+#include "error_text.hpp"
 #include "naming/names_file.hpp"
 #include "own_descriptor.hpp"
 #include "support/log.hpp"
@@ -83,7 +84,7 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
   struct stat named {};
   if (stat(path, &named) != 0) {
     reader.sentence("FERRUM_REPLAY_NAMES='%s' cannot be read (%s); no names file applies",
-                    shown.text, strerror(errno));
+                    shown.text, common::error_text(errno));
   } else if (!S_ISREG(named.st_mode)) {
     reader.sentence(
         "FERRUM_REPLAY_NAMES='%s' is %s, not a regular file; skipped, no names file "
@@ -106,7 +107,7 @@ NameRules read_names_file(const char *path, NamesFileSink say, void *context) {
     size_t length = 0;
     if (fd < 0) {
       reader.sentence("FERRUM_REPLAY_NAMES='%s' cannot be read (%s); no names file applies",
-                      shown.text, strerror(errno));
+                      shown.text, common::error_text(errno));
     } else if (fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode)) {
       reader.sentence(
           "FERRUM_REPLAY_NAMES='%s' changed while it was opened; skipped, no names "

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "c_locale.hpp"
+#include "error_text.hpp"
 #include "gpu/gpu_engine.hpp"
 #include "held_here.hpp"
 #include "no_cancel.hpp"
@@ -174,7 +175,8 @@ bool write_exit_summary() {
   if (launches == 0) return true;
   auto **rows = static_cast<const GraphRecord **>(calloc(held ? held : 1, sizeof(GraphRecord *)));
   if (!rows) {
-    warn_line("cannot write the summary to '%s': %s", message_value(target).text, strerror(ENOMEM));
+    warn_line("cannot write the summary to '%s': %s", message_value(target).text,
+              common::error_text(ENOMEM));
     return false;
   }
   size_t filled = 0;
@@ -270,7 +272,8 @@ bool write_exit_summary() {
                 static_cast<unsigned long long>(totals.align_error_ns));
   }
   if (text.failed || !text.data) {  // no memory left at exit: not a summary with rows missing
-    warn_line("cannot write the summary to '%s': %s", message_value(target).text, strerror(ENOMEM));
+    warn_line("cannot write the summary to '%s': %s", message_value(target).text,
+              common::error_text(ENOMEM));
     return false;
   }
   if (strcmp(target, "stderr") == 0) return write_text("/dev/stderr", text.data, text.length);
@@ -285,7 +288,7 @@ bool write_exit_summary() {
   // Relative: in the directory the process activated in, not where it has gone (F69).
   if (!make_absolute(path, sizeof path)) {
     warn_line("cannot write the summary to '%s': %s", message_value(path).text,
-              strerror(ENAMETOOLONG));
+              common::error_text(ENAMETOOLONG));
     return false;
   }
   return write_text(path, text.data, text.length);
@@ -309,8 +312,8 @@ bool write_summary_stream(const char *path, const char *data, size_t length) {
     common::close_stream(&stream);
   }
   if (error)
-    warn_line("cannot write the summary to '%s': %s%s", message_value(path).text, strerror(error),
-              common::stream_error_note(error));
+    warn_line("cannot write the summary to '%s': %s%s", message_value(path).text,
+              common::error_text(error), common::stream_error_note(error));
   return error == 0;
 }
 
@@ -320,7 +323,7 @@ bool write_text(const char *given, const char *data, size_t length) {
   char named[common::kMaxExpandedPath + 64];
   if (!summary_file_path(given, named, sizeof named)) {
     warn_line("cannot write the summary to '%s': %s", message_value(given).text,
-              strerror(ENAMETOOLONG));
+              common::error_text(ENAMETOOLONG));
     return false;
   }
   const char *path = named;
@@ -333,7 +336,8 @@ bool write_text(const char *given, const char *data, size_t length) {
   char tmp[sizeof named + 64];
   const int fd = common::create_temp_beside(path, tmp, sizeof tmp);
   if (fd < 0) {
-    warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(-fd));
+    warn_line("cannot write the summary to '%s': %s", message_value(path).text,
+              common::error_text(-fd));
     return false;
   }
   common::OwnDescriptor file(fd, tmp);  // proved before each use (own_descriptor.hpp)
@@ -357,7 +361,8 @@ bool write_text(const char *given, const char *data, size_t length) {
   if (error) unlink(tmp);
   common::temp_finished();
   if (error) {
-    warn_line("cannot write the summary to '%s': %s", message_value(path).text, strerror(error));
+    warn_line("cannot write the summary to '%s': %s", message_value(path).text,
+              common::error_text(error));
     return false;
   }
   if (strcmp(placed, path) == 0) return true;

@@ -13,6 +13,7 @@
 #include <atomic>
 
 #include "errno_kept.hpp"
+#include "error_text.hpp"
 #include "no_cancel.hpp"
 #include "output_file.hpp"
 #include "own_descriptor.hpp"
@@ -213,10 +214,10 @@ const char *remove_marker_of(int pid) {
   struct stat st {};
   if (lstat(g_marker_path, &st) != 0)
     // Gone (the program removed it, or a chroot() hides it: that one stays, unseen here).
-    return errno == ENOENT ? nullptr : strerror(errno);
+    return errno == ENOENT ? nullptr : common::error_text(errno);
   if (st.st_dev != g_marker_device || st.st_ino != g_marker_inode)
     return "it is no longer the file this process made";
-  if (unlink(g_marker_path) != 0) return strerror(errno);  // after setuid(): EACCES
+  if (unlink(g_marker_path) != 0) return common::error_text(errno);  // after setuid(): EACCES
   return nullptr;
 }
 
