@@ -60,6 +60,14 @@
 //                  while the main thread forks N times; each child makes the process's first
 //                  graph call and first launch, and exits with _exit. The parent waits for each
 //                  at most 2 s. Prints forks=, hung=, failed=.
+//   fork-while-locale-busy
+//                  never launches itself: a worker thread is inside setlocale() (it holds the C
+//                  library's locale lock) for as long as the program runs its children: the
+//                  locale it loads, under `--how DIR` (LOCPATH), is a FIFO that nobody opens for
+//                  writing meanwhile. The main thread forks N times; each child makes the process's
+//                  first graph call and first launch, and exits with exit() (its exit handlers
+//                  write the launch summary and the trace). The parent waits for each at most 2 s.
+//                  Prints forks=, hung=, failed=.
 //   fork-children  launches N times, forks a child that exits without launching, launches N
 //                  times more, then forks a child that launches 3 times. Prints
 //                  idle_child=<pid>, busy_child=<pid>.
@@ -204,6 +212,7 @@
 #include <link.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <locale.h>
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -605,13 +614,22 @@ int launch_during_activation(long n) {
 
 // Forks n children, each running child() and exiting with its answer (0: it worked); waits for
 // each at most 2 s (then kills it). Prints forks=, hung= (children killed), failed=.
+// With ChildEnd::exit each child ends with exit() (its exit handlers run: the shim's summary,
+// the recorder's trace), else with _exit.
+enum class ChildEnd { underscore_exit, exit };
+
 template <typename Child>
-void fork_and_tally(long n, Child child) {
+void fork_and_tally(long n, Child child, ChildEnd end = ChildEnd::underscore_exit) {
   long hung = 0, failed = 0;
   for (long i = 0; i < n; ++i) {
+    std::fflush(nullptr);  // a child's exit() flushes its copy of what is buffered
     const pid_t pid = fork();
     if (pid < 0) die("fork failed");
-    if (pid == 0) _exit(child() ? 0 : 3);
+    if (pid == 0) {
+      const int code = child() ? 0 : 3;
+      if (end == ChildEnd::exit) std::exit(code);
+      _exit(code);
+    }
     const int status = wait_at_most(pid, 2000);
     if (status < 0)
       ++hung;
@@ -651,6 +669,14 @@ int fork_while_naming(long n, const std::string &unloadable) {
   return 0;
 }
 
+// A fork child's first graph call and first launch, on the driver its parent loaded.
+bool first_launch(void *driver) {
+  Driver d = set_up_driver(driver);
+  Counts c;
+  launch_once(d, c);
+  return c.failed == 0;
+}
+
 // The driver is loaded here (a child's own dlopen would wait on the loader's lock, and under
 // TSan so does one of a library already loaded: its interceptor walks the loaded objects) but
 // nothing of it is looked up or called before the fork: the shim activates in each child. A
@@ -664,12 +690,7 @@ void fork_while_busy(long n, Busy busy) {
     while (!stop.load()) busy();
   });
   usleep(20000);
-  fork_and_tally(n, [driver] {
-    Driver d = set_up_driver(driver);
-    Counts c;
-    launch_once(d, c);
-    return c.failed == 0;
-  });
+  fork_and_tally(n, [driver] { return first_launch(driver); });
   stop.store(true);
   worker.join();
 }
@@ -695,6 +716,59 @@ int fork_while_exit_list_busy(long n) {
   // What dlclose does for the library it unloads, without the loader's own locks (which a
   // child's first dlopen, of the NVTX tool, would wait for: another matter).
   fork_while_busy(n, [] { __cxa_finalize(&g_not_a_library); });
+  return 0;
+}
+
+// A thread inside setlocale() holds the C library's locale lock for writing while it loads the
+// locale's files; here for as long as this program likes: the locale `xx_XX` under `dir`
+// (LOCPATH) is a FIFO, whose open() waits for a writer, and there is none until the children
+// are done. Each child forked meanwhile makes its first graph call and launch and ends with
+// exit(): its launch summary, trace and running marker go where the test points them (a
+// missing directory: a message with the error's text). Prints forks=, hung=, failed=.
+int fork_while_locale_busy(long n, const std::string &dir) {
+  const std::string locale_dir = dir + "/xx_XX";
+  // The first of a locale's files that glibc opens (it loads the categories last to first).
+  const std::string fifo = locale_dir + "/LC_IDENTIFICATION";
+  if (mkdir(locale_dir.c_str(), 0700) != 0 || mkfifo(fifo.c_str(), 0600) != 0)
+    die("cannot make the FIFO locale");
+  if (setenv("LOCPATH", dir.c_str(), 1) != 0) die("setenv failed");
+  void *driver = open_driver();
+  std::atomic<long> holder_tid{0};
+  std::atomic<bool> holder_done{false};
+  std::thread holder([&] {
+    holder_tid.store(syscall(SYS_gettid));
+    setlocale(LC_ALL, "xx_XX");
+    holder_done.store(true);
+  });
+  // setlocale takes the lock before it opens a file, and lets it go only after the FIFO's
+  // open() returns: once the thread is in an openat system call, the lock is held until this
+  // program opens the FIFO for writing. (Where the kernel does not show it: 300 ms.)
+  while (holder_tid.load() == 0) usleep(1000);
+  const std::string in_call = "/proc/self/task/" + std::to_string(holder_tid.load()) + "/syscall";
+  const std::string openat = std::to_string(SYS_openat) + " ";
+  bool seen = false;
+  for (int waited = 0; !seen && waited < 10000; ++waited) {
+    char text[64] = "";
+    if (FILE *file = std::fopen(in_call.c_str(), "r")) {
+      seen = std::fgets(text, sizeof text, file) &&
+             std::strncmp(text, openat.c_str(), openat.size()) == 0;
+      std::fclose(file);
+    } else {
+      usleep(300000);
+      break;
+    }
+    if (!seen) usleep(1000);
+  }
+  fork_and_tally(
+      n, [driver] { return first_launch(driver); }, ChildEnd::exit);
+  // A writer that comes and goes: setlocale's open() returns, the file is no locale, the lock
+  // is let go.
+  while (!holder_done.load()) {
+    const int writer = open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (writer >= 0) close(writer);
+    usleep(1000);
+  }
+  holder.join();
   return 0;
 }
 
@@ -1544,6 +1618,7 @@ int main(int argc, char **argv) {
   if (mode == "fork-while-naming") return fork_while_naming(n, how);
   if (mode == "fork-while-loader-busy") return fork_while_loader_busy(n);
   if (mode == "fork-while-exit-list-busy") return fork_while_exit_list_busy(n);
+  if (mode == "fork-while-locale-busy") return fork_while_locale_busy(n, how);
   if (mode == "fork-children") return fork_children(n);
   if (mode == "clone-child") return clone_child(n, how == "idle");
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);

@@ -403,6 +403,40 @@ def fork_first_walk_loads_no_unwinder():
     expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
     expect(got["unwinder_loaded"] == 0, "the test's premise: no unwinder in the parent", run_)
 
+def fork_while_locale_busy():
+    """A launcher forks while another of its threads is inside setlocale() (Python's
+    locale.setlocale, a program that switches LC_NUMERIC around its formatting): setlocale holds
+    the C library's locale lock for writing while it loads the locale, and fork() does not reset
+    it. glibc's strerror translates its text through gettext, which takes that lock — in the C
+    locale too — so each child whose launch summary or trace could not be written (a missing
+    directory) waited for ever in exit() to say why (F154: 26 to 28 of 30 children hung). Here
+    the lock is held for the whole run (the locale loaded is a FIFO nobody writes to); 8 forks,
+    each child's first graph call and launch, then exit() with its summary, trace, running
+    marker and names file in a directory that does not exist: each must end within 2 s, and
+    say in its lines why its summary and trace are missing."""
+    forks = 8
+    with tempfile.TemporaryDirectory() as tmp:
+        missing = os.path.join(tmp, "missing")
+        env = {"FERRUM_REPLAY_SUMMARY": os.path.join(missing, "s.%p.txt"),
+               "FERRUM_RECORD_OUT": os.path.join(missing, "t.%p.json"),
+               "FERRUM_REPLAY_RUNNING_DIR": missing,
+               "FERRUM_REPLAY_NAMES": os.path.join(missing, "names.txt")}
+        if "tsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
+            env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + ":die_after_fork=0"
+        run_ = fault("fork-while-locale-busy", "--launches", str(forks), "--how", tmp, env=env,
+                     timeout=120)
+    got = values(run_.stdout)
+    expect(run_.returncode == 0 and got.get("forks") == forks, "the program failed", run_)
+    expect(got["hung"] == 0, f"{got['hung']} of {forks} children hung (killed after 2 s)", run_)
+    expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
+    summary = re.findall(r"cannot write the summary to '[^']*/missing/s\.\d+\.txt': "
+                         r"No such file or directory", run_.stderr)
+    trace = re.findall(r"cannot write trace to '[^']*/missing/t\.\d+\.json': "
+                       r"No such file or directory", run_.stderr)
+    expect(len(summary) == forks and len(trace) == forks,
+           f"{len(summary)} summary and {len(trace)} trace lines saying why, for {forks} "
+           "children", run_)
+
 
 def forked_children_count_their_own():
     """A launcher forks a child that launches nothing and one that launches 3 times: each
@@ -1602,7 +1636,7 @@ SCENARIOS = {f.__name__: f for f in (
     real_function_missing, driver_loaded_after_first_launch, tool_init_fails,
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,
     launch_during_activation,
-    fork_while_naming, fork_while_loader_busy, fork_while_exit_list_busy,
+    fork_while_naming, fork_while_loader_busy, fork_while_exit_list_busy, fork_while_locale_busy,
     fork_first_walk_loads_no_unwinder,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
