@@ -4,7 +4,7 @@
 // that is not there, libferrum-replay-last.so not beside the shim, a lookup of a name this
 // driver lacks) left its message there: the program's successful lookup of cuGraphLaunch read
 // as failed. Every stretch of ours that calls the loader (dlopen, dlsym, dlclose, dlinfo) inside
-// a program's call therefore ends holding a LoaderErrorCleared, which reads the error, ours, off.
+// a program's call therefore ends holding a LoaderErrorCleared, which clears the error, ours.
 //
 // Why clearing is exact: the C library resets the pending error at every one of those calls
 // (glibc: success clears it, failure sets its own), so once a stretch of ours has called the
@@ -25,8 +25,14 @@ class LoaderErrorCleared {
  public:
   LoaderErrorCleared() = default;
   ~LoaderErrorCleared() {
-    const ErrnoKept errno_kept;  // the message is formatted on first read (malloc: ENOMEM)
-    (void)dlerror();
+    const ErrnoKept errno_kept;
+    // Not dlerror(): with an error of ours pending it formats the message, translated through
+    // gettext under the C library's locale lock, which fork() does not reset — a fork child
+    // whose parent had a thread in setlocale() waited there for ever (F154). A lookup that
+    // succeeds clears the pending error as well, formatting nothing: dlsym itself, found in
+    // the C library by any process that can call it. (The shim's dlsym with RTLD_DEFAULT goes
+    // straight to the C library's: no code of ours, no recursion.)
+    (void)dlsym(RTLD_DEFAULT, "dlsym");
   }
   LoaderErrorCleared(const LoaderErrorCleared &) = delete;
   LoaderErrorCleared &operator=(const LoaderErrorCleared &) = delete;

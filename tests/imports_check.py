@@ -24,10 +24,9 @@ TRANSLATING = {
     # recorder's plain mutexes — and is not listed.)
     "_ZNKSt3_V214error_category10_M_messageB5cxx11Ei",
 }
-# Not listed though it translates too: dlerror. common/loader_error.hpp reads the loader's error
-# off after our loader calls; with one pending (a failed call of ours that nothing after it
-# cleared) its text goes through gettext as well. Left for the owners of shim/resolve (FINDINGS
-# F154, "What is left").
+# dlerror too: with an error pending it formats the message through gettext.
+# common/loader_error.hpp clears our errors with a lookup that succeeds instead (F154).
+TRANSLATING.add("dlerror")
 
 
 def imports(library):

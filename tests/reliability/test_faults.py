@@ -413,29 +413,44 @@ def fork_while_locale_busy():
     the lock is held for the whole run (the locale loaded is a FIFO nobody writes to); 8 forks,
     each child's first graph call and launch, then exit() with its summary, trace, running
     marker and names file in a directory that does not exist: each must end within 2 s, and
-    say in its lines why its summary and trace are missing."""
+    say in its lines why its summary and trace are missing. Twice: with the shim as built, and
+    with a copy alone in a directory, without libferrum-replay-last.so beside it (a supported
+    install), whose failed load at activation left a loader error that dlerror() — as the shim
+    cleared it — formatted under the same lock: every child hung there."""
     forks = 8
     with tempfile.TemporaryDirectory() as tmp:
-        missing = os.path.join(tmp, "missing")
-        env = {"FERRUM_REPLAY_SUMMARY": os.path.join(missing, "s.%p.txt"),
-               "FERRUM_RECORD_OUT": os.path.join(missing, "t.%p.json"),
-               "FERRUM_REPLAY_RUNNING_DIR": missing,
-               "FERRUM_REPLAY_NAMES": os.path.join(missing, "names.txt")}
-        if "tsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
-            env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + ":die_after_fork=0"
-        run_ = fault("fork-while-locale-busy", "--launches", str(forks), "--how", tmp, env=env,
-                     timeout=120)
-    got = values(run_.stdout)
-    expect(run_.returncode == 0 and got.get("forks") == forks, "the program failed", run_)
-    expect(got["hung"] == 0, f"{got['hung']} of {forks} children hung (killed after 2 s)", run_)
-    expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
-    summary = re.findall(r"cannot write the summary to '[^']*/missing/s\.\d+\.txt': "
-                         r"No such file or directory", run_.stderr)
-    trace = re.findall(r"cannot write trace to '[^']*/missing/t\.\d+\.json': "
-                       r"No such file or directory", run_.stderr)
-    expect(len(summary) == forks and len(trace) == forks,
-           f"{len(summary)} summary and {len(trace)} trace lines saying why, for {forks} "
-           "children", run_)
+        alone = os.path.join(tmp, "alone")
+        os.mkdir(alone)
+        shutil.copy(harness.path_of("FERRUM_SHIM"), alone)
+        shims = (None, os.path.join(alone, os.path.basename(harness.path_of("FERRUM_SHIM"))))
+        for index, shim in enumerate(shims):
+            where = os.path.join(tmp, f"run{index}")  # the FIFO locale is made in it
+            os.mkdir(where)
+            missing = os.path.join(where, "missing")
+            env = {"FERRUM_REPLAY_SUMMARY": os.path.join(missing, "s.%p.txt"),
+                   "FERRUM_RECORD_OUT": os.path.join(missing, "t.%p.json"),
+                   "FERRUM_REPLAY_RUNNING_DIR": missing,
+                   "FERRUM_REPLAY_NAMES": os.path.join(missing, "names.txt")}
+            if shim:
+                env["LD_PRELOAD"] = shim
+            if "tsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
+                env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + ":die_after_fork=0"
+            run_ = fault("fork-while-locale-busy", "--launches", str(forks), "--how", where,
+                         env=env, timeout=120)
+            what = "the shim alone in its directory: " if shim else ""
+            got = values(run_.stdout)
+            expect(run_.returncode == 0 and got.get("forks") == forks,
+                   f"{what}the program failed", run_)
+            expect(got["hung"] == 0,
+                   f"{what}{got['hung']} of {forks} children hung (killed after 2 s)", run_)
+            expect(got["failed"] == 0, f"{what}{got['failed']} children failed", run_)
+            summary = re.findall(r"cannot write the summary to '[^']*/missing/s\.\d+\.txt': "
+                                 r"No such file or directory", run_.stderr)
+            trace = re.findall(r"cannot write trace to '[^']*/missing/t\.\d+\.json': "
+                               r"No such file or directory", run_.stderr)
+            expect(len(summary) == forks and len(trace) == forks,
+                   f"{what}{len(summary)} summary and {len(trace)} trace lines saying why, for "
+                   f"{forks} children", run_)
 
 
 def forked_children_count_their_own():
