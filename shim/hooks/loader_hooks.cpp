@@ -1,12 +1,10 @@
 #include "hooks/loader_hooks.hpp"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <string.h>
 
 #include <atomic>
 
-#include "errno_kept.hpp"
 #include "range/activation.hpp"
 #include "resolve/cuda_libraries.hpp"
 #include "resolve/libc_symbols.hpp"
@@ -21,30 +19,6 @@ namespace {
 bool launches_graphs(const char *file) {
   return file &&
          (is_nvidia_library(file) || strncmp(file_base_name(file), "libtorch_cuda", 13) == 0);
-}
-
-// How many libraries the loader has unloaded so far (dl_iterate_phdr's count), as last seen.
-std::atomic<unsigned long long> g_unloads_seen{0};
-
-int read_unloads(dl_phdr_info *info, size_t size, void *data) {
-  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
-    *static_cast<unsigned long long *>(data) = info->dlpi_subs;
-  return 1;  // the count is the same in every entry: the first is enough
-}
-
-// After a dlclose of the program's, and before each dlopen: when the loader has unloaded a
-// library since last seen, the real functions found in it are forgotten (a reload elsewhere, or
-// another library in its place, would otherwise be called at the old address). Before each
-// dlopen too, since a library may be unloaded by a dlclose that never reaches ours (libc's
-// own, from dlsym(libdl, "dlclose") — Python's ctypes.CDLL("libdl.so.2").dlclose — or a
-// library bound RTLD_DEEPBIND), and is loaded again through dlopen. Called only in a process
-// that has resolved one.
-void forget_if_unloaded() {
-  const common::ErrnoKept errno_kept;  // errno_kept.hpp
-  unsigned long long unloads = 0;
-  dl_iterate_phdr(read_unloads, &unloads);
-  if (unloads == g_unloads_seen.exchange(unloads, std::memory_order_acq_rel)) return;
-  forget_unloaded();
 }
 
 }  // namespace
@@ -65,7 +39,11 @@ __attribute__((visibility("hidden"))) void *ferrum_libc_dlvsym_address() {
 }
 
 __attribute__((visibility("hidden"))) void *ferrum_dlopen_prologue(const char *file, int mode) {
-  if (ferrum_replay::shim::any_real_function_kept()) ferrum_replay::shim::forget_if_unloaded();
+  // A library may have been unloaded by a dlclose that never reached ours (libc's own, from
+  // dlsym(libdl, "dlclose") — Python's ctypes.CDLL("libdl.so.2").dlclose — or one bound
+  // RTLD_DEEPBIND): its real functions are forgotten before a dlopen may load another library
+  // in its place.
+  if (ferrum_replay::shim::any_real_function_kept()) ferrum_replay::shim::forget_unloaded();
   if ((mode & RTLD_DEEPBIND) && ferrum_replay::shim::launches_graphs(file) &&
       !g_deepbind_reported.exchange(true, std::memory_order_relaxed)) {
     (void)ferrum_replay::shim::settings();  // the log level
@@ -79,13 +57,14 @@ __attribute__((visibility("hidden"))) void *ferrum_dlopen_prologue(const char *f
   return reinterpret_cast<void *>(ferrum_replay::shim::libc_dlopen());
 }
 
-// The program's dlclose, passed through; then, if it unloaded a library, forget_if_unloaded().
+// The program's dlclose, passed through; then the real functions of a library it unloaded are
+// forgotten (forget_unloaded).
 __attribute__((visibility("default"))) int dlclose(void *handle) {
   ferrum_replay::shim::DlcloseFunction real = ferrum_replay::shim::libc_dlclose();
   if (!real) return -1;  // no C library definition: cannot happen in a process that links one
   const int result = real(handle);
   if (result == 0 && ferrum_replay::shim::any_real_function_kept())
-    ferrum_replay::shim::forget_if_unloaded();
+    ferrum_replay::shim::forget_unloaded();
   return result;
 }
 

@@ -72,22 +72,23 @@ struct ToolSearch {
   bool found;
 };
 
-int match_tool(dl_phdr_info *info, size_t, void *context) {
+bool match_tool(const link_map *object, void *context) {
   auto *search = static_cast<ToolSearch *>(context);
-  const char *name = info->dlpi_name;
-  if (!name || !name[0]) return 0;
+  const char *name = object->l_name;
+  if (!name || !name[0]) return false;
   struct stat st;
   if (strcmp(name, search->path) == 0 ||
       (search->have_file && stat(name, &st) == 0 && st.st_dev == search->file.st_dev &&
        st.st_ino == search->file.st_ino))
     search->found = true;
-  return search->found ? 1 : 0;
+  return search->found;
 }
 
 // Why no NVTX tool answered nvtxDomainCreateA, in words that say what happened: no tool was
 // named, the named one is not loaded (it could not be, or NVTX unloaded it because its
 // initialisation failed), or it is loaded and simply installed no handler for domains.
-// Whether it is loaded is read from the loader's list, without taking a reference to it.
+// Whether it is loaded is read from the loader's list, without taking a reference to it nor the
+// loader's lock (walk_loaded_objects: activation may run in a fork child).
 void describe_missing_tool(char *out, size_t size) {
   const char *path = common::startup_env("NVTX_INJECTION64_PATH");
   if (!path || !path[0]) {
@@ -96,7 +97,7 @@ void describe_missing_tool(char *out, size_t size) {
   }
   ToolSearch search{path, {}, false, false};
   search.have_file = stat(path, &search.file) == 0;
-  dl_iterate_phdr(match_tool, &search);
+  walk_loaded_objects(LoadedObjects::all, match_tool, &search);
   const MessageValue shown = message_value(path);
   if (search.found)
     snprintf(out, size,

@@ -122,19 +122,41 @@ std::atomic<DlcloseFunction> g_dlclose{nullptr};
 
 }  // namespace
 
-void *find_definition_after_shim(const char *name) {
-  // The loader's own list, in load order (what dl_iterate_phdr walks, without calling
-  // anything), from the entry after ours. When the shim's code is linked into a program (unit
-  // tests), "after the shim" means after the main program. Not from _r_debug: that symbol
-  // would make the shim depend on ld.so by name, one more dependency and symbol version the
-  // loader checks in every process (docs/performance.md, "Start-up").
+void walk_loaded_objects(LoadedObjects which, bool (*visit)(const link_map *, void *),
+                         void *context) {
   const link_map *own = own_object();
-  for (const link_map *object = own ? own->l_next : nullptr; object; object = object->l_next) {
-    DynamicTables tables;
-    if (!read_dynamic_tables(object->l_addr, object->l_ld, tables)) continue;
-    if (void *found = lookup_gnu_hash(object->l_addr, tables, name)) return found;
-  }
-  return nullptr;
+  const link_map *object = own;
+  if (which == LoadedObjects::after_shim)
+    object = own ? own->l_next : nullptr;
+  else  // the head of the shim's namespace: each object is linked to the one before it
+    while (object && object->l_prev) object = object->l_prev;
+  for (; object; object = object->l_next)
+    if (visit(object, context)) return;
+}
+
+namespace {
+
+struct NameSearch {
+  const char *name;
+  void *found;
+};
+
+bool search_after_shim(const link_map *object, void *data) {
+  NameSearch &search = *static_cast<NameSearch *>(data);
+  DynamicTables tables;
+  if (!read_dynamic_tables(object->l_addr, object->l_ld, tables)) return false;
+  search.found = lookup_gnu_hash(object->l_addr, tables, search.name);
+  return search.found != nullptr;
+}
+
+}  // namespace
+
+void *find_definition_after_shim(const char *name) {
+  // When the shim's code is linked into a program (unit tests), "after the shim" means after
+  // the main program.
+  NameSearch search{name, nullptr};
+  walk_loaded_objects(LoadedObjects::after_shim, search_after_shim, &search);
+  return search.found;
 }
 
 namespace {
@@ -146,35 +168,28 @@ struct ExportSearch {
   int others = 0;  // distinct definitions after the first
 };
 
-int search_object(dl_phdr_info *info, size_t, void *data) {
+bool search_object(const link_map *object, void *data) {
   ExportSearch &search = *static_cast<ExportSearch *>(data);
-  if (search.own && info->dlpi_addr == search.own->l_addr && info->dlpi_name &&
-      search.own->l_name && same_name(info->dlpi_name, search.own->l_name))
-    return 0;
-  const ElfW(Dyn) *dynamic = nullptr;
-  for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i)
-    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-      dynamic = reinterpret_cast<const ElfW(Dyn) *>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+  if (object == search.own) return false;
   DynamicTables tables;
-  if (!read_dynamic_tables(info->dlpi_addr, dynamic, tables)) return 0;
-  void *found = lookup_gnu_hash(info->dlpi_addr, tables, search.name);
-  if (!found) return 0;
+  if (!read_dynamic_tables(object->l_addr, object->l_ld, tables)) return false;
+  void *found = lookup_gnu_hash(object->l_addr, tables, search.name);
+  if (!found) return false;
   // Another copy of ferrum-replay (loaded by a program for its naming API from another path):
   // its exports are interposers like ours, never the real function.
-  if (lookup_gnu_hash(info->dlpi_addr, tables, "ferrum_replay_name_graph_exec")) return 0;
+  if (lookup_gnu_hash(object->l_addr, tables, "ferrum_replay_name_graph_exec")) return false;
   if (!search.first)
     search.first = found;
   else if (found != search.first)
     ++search.others;
-  return 0;
+  return false;
 }
 
 }  // namespace
 
 void *find_definition_in_any_object(const char *name, int *others) {
-  // dl_iterate_phdr holds the loader's lock while it walks: no library comes or goes meanwhile.
   ExportSearch search{name, own_object(), nullptr, 0};
-  dl_iterate_phdr(search_object, &search);
+  walk_loaded_objects(LoadedObjects::all, search_object, &search);
   if (others) *others = search.others;
   return search.first;
 }

@@ -5,11 +5,14 @@
 // from this library binds to our unversioned definition (glibc accepts an unversioned
 // definition for a versioned reference), so every route through the dynamic linker ends
 // in our own code. Instead we read the exported symbol table of the first object after us
-// in load order that defines the name (what RTLD_NEXT would find), via dl_iterate_phdr and
-// its GNU hash table. Resolved once, lazily; safe to race (the answer is the same).
+// in load order that defines the name (what RTLD_NEXT would find), from the loader's list
+// (walk_loaded_objects) and the object's GNU hash table. Resolved once, lazily; safe to race
+// (the answer is the same).
 // The same table lookup finds a name exported by any loaded library (real_functions.cpp's last
 // resort: a runtime loaded as a dependency of a library dlopened RTLD_LOCAL).
 #pragma once
+
+struct link_map;  // <link.h>
 
 namespace ferrum_replay::shim {
 
@@ -23,14 +26,33 @@ DlvsymFunction libc_dlvsym();
 DlopenFunction libc_dlopen();
 DlcloseFunction libc_dlclose();
 
+// The one way the shim reads which objects are loaded: the loader's own list (the link_map
+// chain that dl_iterate_phdr walks), read directly, never through dl_iterate_phdr. That one
+// holds the loader's write lock (dl_load_write_lock) for its whole walk, and glibc (2.36) does
+// not reset that lock in a fork() child: a child forked while another thread of its parent
+// held it (in dl_iterate_phdr — C++ unwinding, a sanitizer — or loading or unloading a
+// library) waits for it for ever. A bare program's child takes it only to load or unload a
+// library; none of the shim's paths may take it where the program would not (F51, F151–F153).
+// Read-only and calling nothing. An object another thread unloads at the very moment a walk
+// reads it is the walk's risk (the loader frees it under its other lock only): every walk is
+// at resolution time (once per name or call site) or a diagnostic, never on a launch.
+//
+// Which objects, in load order: `after_shim`: those after the shim (what RTLD_NEXT searches; in
+// unit tests, after the main program); `all`: every object of the shim's namespace (what
+// dl_iterate_phdr visits when the shim calls it: its caller's namespace). `visit` is called
+// with each (a `struct link_map *`) and its `context`; true stops the walk.
+enum class LoadedObjects { after_shim, all };
+void walk_loaded_objects(LoadedObjects which, bool (*visit)(const link_map *, void *),
+                         void *context);
+
 // The definition of `name` in the first object after the shim (load order) that exports it;
 // null if none. Exposed for tests.
 void *find_definition_after_shim(const char *name);
 
-// The definition of `name` (a function) exported by the first loaded object in load order,
-// every namespace, that is not the shim (nor another copy of it); null if none. `others`: how many
-// other objects export a different definition of it. Takes the loader's lock (dl_iterate_phdr):
-// resolution time only.
+// The definition of `name` (a function) exported by the first loaded object in load order
+// (the shim's namespace), that is not the shim (nor another copy of it); null if none. `others`:
+// how many other objects export a different definition of it. Resolution time only
+// (walk_loaded_objects).
 void *find_definition_in_any_object(const char *name, int *others);
 
 }  // namespace ferrum_replay::shim

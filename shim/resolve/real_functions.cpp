@@ -51,10 +51,18 @@ struct CallerDefinition {
   std::atomic<const void *> caller;  // a return address; null: free
   std::atomic<RealFunctionSlot *> slot;
   std::atomic<void *> function;
+  // The link_maps of the libraries the caller and the function lie in, as found: the entry
+  // stands while both are still there (forget_unloaded).
+  std::atomic<const void *> caller_library;
+  std::atomic<const void *> library;
 };
 constexpr uint32_t kCallerBits = 9;  // 512 call sites of hooked functions
 constexpr uint32_t kCallerProbes = 8;
 CallerDefinition g_callers[1u << kCallerBits];
+
+// Whether a per-caller definition has been stored since the table was last emptied: most
+// processes never store one, and their dlopen need not read the table.
+std::atomic<bool> g_callers_used{false};
 
 uint32_t caller_home(const RealFunctionSlot *slot, const void *caller) {
   const uint64_t key = reinterpret_cast<uintptr_t>(caller) ^
@@ -78,12 +86,44 @@ void *definition_in_scope_of(const char *path, const char *name) {
   return found && !is_own_address(found) ? found : nullptr;
 }
 
-// The link_map of the library `address` lies in; null when none does.
+#ifdef DLFO_STRUCT_HAS_EH_DBASE  // <dlfcn.h> of glibc 2.35 on: _dl_find_object
+using FindObjectFunction = int (*)(void *, dl_find_object *);
+std::atomic<FindObjectFunction> g_find_object{nullptr};
+std::atomic<bool> g_find_object_looked_up{false};
+
+// glibc's _dl_find_object where the C library has one (2.35 on), else null. Looked up, not
+// linked: a reference would make the shim depend on ld.so by name (docs/performance.md,
+// "Start-up") and on glibc 2.35.
+FindObjectFunction find_object_function() {
+  if (g_find_object_looked_up.load(std::memory_order_acquire))
+    return g_find_object.load(std::memory_order_acquire);
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp
+  FindObjectFunction found = nullptr;
+  if (DlsymFunction lookup = libc_dlsym()) {
+    const common::LoaderErrorCleared loader_error;  // loader_error.hpp: an older C library
+    found = reinterpret_cast<FindObjectFunction>(lookup(RTLD_DEFAULT, "_dl_find_object"));
+  }
+  g_find_object.store(found, std::memory_order_release);
+  g_find_object_looked_up.store(true, std::memory_order_release);
+  return found;
+}
+#endif
+
+// The link_map of the library `address` lies in; null when none does. Asked at each dlopen and
+// dlclose of a process that kept a real function, for each definition kept (forget_unloaded):
+// _dl_find_object answers without a lock and without reading a symbol table; else dladdr1
+// (the loader's dl_load_lock, which glibc resets in a fork child — never its write lock).
 const void *library_of(const void *address) {
+  if (!address) return nullptr;
+#ifdef DLFO_STRUCT_HAS_EH_DBASE
+  if (FindObjectFunction find = find_object_function()) {
+    dl_find_object object{};
+    return find(const_cast<void *>(address), &object) == 0 ? object.dlfo_link_map : nullptr;
+  }
+#endif
   Dl_info owner{};
   link_map *map = nullptr;
-  if (!address || !dladdr1(address, &owner, reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP))
-    return nullptr;
+  if (!dladdr1(address, &owner, reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP)) return nullptr;
   return map;
 }
 
@@ -216,8 +256,11 @@ void *RealFunctionSlot::definition_for(const void *caller) {
     CallerDefinition &entry = g_callers[(home + probe) & kMask];
     const void *free = nullptr;
     if (entry.caller.compare_exchange_strong(free, caller, std::memory_order_acq_rel)) {
+      entry.caller_library.store(library_of(caller), std::memory_order_release);
+      entry.library.store(library_of(function), std::memory_order_release);
       entry.slot.store(this, std::memory_order_release);
       entry.function.store(function, std::memory_order_release);
+      g_callers_used.store(true, std::memory_order_release);
       break;
     }
   }
@@ -250,21 +293,66 @@ void RealFunctionSlot::provide(void *address) {
   note_driver_library(address);
 }
 
+namespace {
+
+// Whether each library a definition was found in is still where it was, asked of the loader once
+// per library (most definitions lie in the driver): forget_unloaded runs at every dlopen and
+// dlclose of a process that kept one.
+class LibrariesStillThere {
+ public:
+  // Whether `address`, found in `library` (a link_map; null: none known), still lies in it.
+  bool holds(const void *library, const void *address) {
+    if (!library) return library_of(address) == nullptr;
+    for (int i = 0; i < count_; ++i)
+      if (known_[i].library == library) return known_[i].there;
+    const bool there = library_of(address) == library;
+    if (count_ < kKnown) known_[count_++] = {library, there};
+    return there;
+  }
+
+ private:
+  static constexpr int kKnown = 8;
+  struct Known {
+    const void *library;
+    bool there;
+  };
+  Known known_[kKnown];
+  int count_ = 0;
+};
+
+}  // namespace
+
 void forget_unloaded() {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp: dladdr may set it
+  LibrariesStillThere libraries;
   const int count = g_kept_count.load(std::memory_order_acquire);
   for (int i = 0; i < count && i < kMaxKept; ++i) {
     RealFunctionSlot *slot = g_kept[i].slot.load(std::memory_order_acquire);
     void *function = slot ? slot->function_.load(std::memory_order_acquire) : nullptr;
     if (!function) continue;
     // Gone, or another library now lies where it was: found anew at the next call.
-    if (library_of(function) != g_kept[i].library.load(std::memory_order_acquire)) {
+    if (!libraries.holds(g_kept[i].library.load(std::memory_order_acquire), function)) {
       slot->function_.store(nullptr, std::memory_order_release);
       log_line(LogLevel::debug, "real %s: its library was unloaded; forgotten", slot->name_);
     }
   }
-  // Per-caller definitions: all found anew (a caller's library, or the definition's, may be
-  // the one gone; a call site is looked up again at its next call).
+  // Per-caller definitions: when the library of one's caller or of its definition is gone,
+  // all are found anew (each at its call site's next call). All, not that one: the table's
+  // probe chains have no holes.
+  if (!g_callers_used.load(std::memory_order_acquire)) return;
+  bool any_gone = false;
+  for (const CallerDefinition &entry : g_callers) {
+    const void *caller = entry.caller.load(std::memory_order_acquire);
+    void *function = entry.function.load(std::memory_order_acquire);
+    if (!caller || !function) continue;  // free, or being filled in (its libraries just read)
+    if (!libraries.holds(entry.caller_library.load(std::memory_order_acquire), caller) ||
+        !libraries.holds(entry.library.load(std::memory_order_acquire), function)) {
+      any_gone = true;
+      break;
+    }
+  }
+  if (!any_gone) return;
+  g_callers_used.store(false, std::memory_order_release);
   for (CallerDefinition &entry : g_callers) {
     if (!entry.caller.load(std::memory_order_acquire)) continue;
     entry.function.store(nullptr, std::memory_order_release);

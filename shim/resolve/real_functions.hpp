@@ -14,8 +14,8 @@
 //
 // The library a definition lies in may be unloaded (the program dlcloses the driver, or a
 // plugin and the runtime it brought) and another loaded in its place: a definition found once
-// is forgotten when its library goes (forget_unloaded(), from our dlclose), and found again at
-// the next call.
+// is forgotten when its library goes (forget_unloaded(), from our dlclose and dlopen), and found
+// again at the next call.
 #pragma once
 
 #include <atomic>
@@ -77,8 +77,10 @@ class RealFunctionSlot {
 // Whether any real function has been found yet (false in a process that never reached CUDA).
 bool any_real_function_kept();
 
-// After the program's dlclose unloaded something: every definition whose library is gone is
-// forgotten (the next call finds the definition anew). Off every launch path.
+// After each dlclose of the program's and before each dlopen: every definition whose library is
+// gone (or is another library now) is forgotten (the next call finds the definition anew). Asks
+// the loader only where each kept definition lies (no dl_iterate_phdr: it may run in a fork
+// child, libc_symbols.hpp). Off every launch path.
 void forget_unloaded();
 
 template <typename Function>

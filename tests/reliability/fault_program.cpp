@@ -52,7 +52,12 @@
 //                  exception unwinding does the same), while the main thread forks N times; each
 //                  child makes the process's first graph call (the shim's activation), launches
 //                  once and exits. The parent waits for each at most 2 s. Prints forks=, hung=,
-//                  failed=.
+//                  failed=. `--how walk-reopen`: each child then also opens the loaded driver
+//                  again (dlopen) and closes that handle. `--how reopen`: the parent
+//                  launches once first, its worker opens and closes the loaded driver without
+//                  end instead of walking, and each child re-opens it as walk-reopen's do.
+//                  FERRUM_TEST_LOOKUP_DEFAULT=1 (any mode): functions looked up in the global
+//                  scope first.
 //   fork-while-exit-list-busy
 //                  never launches itself: registers 20,000 exit handlers, then a worker thread
 //                  runs the C library's __cxa_finalize for a library that has none without end
@@ -346,9 +351,14 @@ struct Driver {
   std::exit(1);
 }
 
+// FERRUM_TEST_LOOKUP_DEFAULT=1: each function is looked up in the global scope first (what a
+// program linked with -lcuda calls: under the shim, its exports of the hooked functions), then
+// in the driver's handle (where the driver was loaded RTLD_LOCAL, the global scope has none).
 template <typename T>
 void lookup(void *handle, const char *name, T &out) {
-  out = reinterpret_cast<T>(dlsym(handle, name));
+  const char *global = std::getenv("FERRUM_TEST_LOOKUP_DEFAULT");
+  out = global && *global == '1' ? reinterpret_cast<T>(dlsym(RTLD_DEFAULT, name)) : nullptr;
+  if (!out) out = reinterpret_cast<T>(dlsym(handle, name));
   if (!out) die((std::string("no ") + name + " in the driver").c_str());
 }
 
@@ -677,20 +687,40 @@ bool first_launch(void *driver) {
   return c.failed == 0;
 }
 
-// The driver is loaded here (a child's own dlopen would wait on the loader's lock, and under
-// TSan so does one of a library already loaded: its interceptor walks the loaded objects) but
-// nothing of it is looked up or called before the fork: the shim activates in each child. A
-// worker thread runs `busy` without end while the main thread forks n times; each child makes
-// its first graph call and launch (fork_and_tally).
+// What a child does after its first launch: nothing more, or open the driver (already loaded:
+// a plugin's or a runtime's own dlopen of it) and close that handle again (which unloads
+// nothing: the parent's handle holds it). Neither takes the loader's write lock in glibc.
+enum class ChildThen { nothing, reopens_driver };
+
+bool reopen_loaded_driver() {
+  void *again = dlopen("libcuda.so.1", RTLD_NOW);
+  return again && dlclose(again) == 0;
+}
+
+// The driver is loaded here (a child's own dlopen of a library not loaded yet would wait on the
+// loader's lock, and under TSan so does one of a library already loaded: its interceptor walks
+// the loaded objects) but, unless `parent_launches`, nothing of it is looked up or called before
+// the fork: the shim activates in each child. A worker thread runs `busy` without end while the
+// main thread forks n times; each child makes its first graph call and launch (fork_and_tally),
+// then `then`.
 template <typename Busy>
-void fork_while_busy(long n, Busy busy) {
+void fork_while_busy(long n, Busy busy, ChildThen then = ChildThen::nothing,
+                     bool parent_launches = false) {
   void *driver = open_driver();
+  if (parent_launches) {
+    Driver d = set_up_driver(driver);
+    Counts c;
+    launch_once(d, c);
+  }
   std::atomic<bool> stop{false};
   std::thread worker([&] {
     while (!stop.load()) busy();
   });
   usleep(20000);
-  fork_and_tally(n, [driver] { return first_launch(driver); });
+  fork_and_tally(n, [driver, then] {
+    if (!first_launch(driver)) return false;
+    return then != ChildThen::reopens_driver || reopen_loaded_driver();
+  });
   stop.store(true);
   worker.join();
 }
@@ -700,8 +730,18 @@ int walk_slowly(dl_phdr_info *, size_t, void *) {
   return 0;
 }
 
-int fork_while_loader_busy(long n) {
-  fork_while_busy(n, [] { dl_iterate_phdr(walk_slowly, nullptr); });
+// `how`: walk (default): the worker walks the loaded objects; walk-reopen: the same, and each
+// child then re-opens and closes the loaded driver; reopen: the parent launches first, then its
+// worker re-opens and closes the loaded driver without end (no loader write lock in glibc:
+// any holder is ours), and each child re-opens it too.
+int fork_while_loader_busy(long n, const std::string &how) {
+  if (how == "reopen")
+    fork_while_busy(
+        n, [] { (void)reopen_loaded_driver(); }, ChildThen::reopens_driver, true);
+  else
+    fork_while_busy(
+        n, [] { dl_iterate_phdr(walk_slowly, nullptr); },
+        how == "walk-reopen" ? ChildThen::reopens_driver : ChildThen::nothing);
   return 0;
 }
 
@@ -1616,7 +1656,7 @@ int main(int argc, char **argv) {
   if (mode == "fork-during-activation") return fork_during_activation(n, how);
   if (mode == "launch-during-activation") return launch_during_activation(n);
   if (mode == "fork-while-naming") return fork_while_naming(n, how);
-  if (mode == "fork-while-loader-busy") return fork_while_loader_busy(n);
+  if (mode == "fork-while-loader-busy") return fork_while_loader_busy(n, how);
   if (mode == "fork-while-exit-list-busy") return fork_while_exit_list_busy(n);
   if (mode == "fork-while-locale-busy") return fork_while_locale_busy(n, how);
   if (mode == "fork-children") return fork_children(n);

@@ -360,6 +360,80 @@ def fork_while_loader_busy():
     expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
 
 
+def under_tsan():
+    return "tsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", "")
+
+
+def fork_children_while_loader_busy(how, forks, env=None):
+    """fault fork-while-loader-busy `--how how`, `forks` children; each must neither hang nor
+    fail. Under TSan a child that starts threads (GPU timing's reaper) after a multithreaded
+    fork needs die_after_fork=0."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict({"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.%p.txt"),
+                    "FERRUM_REPLAY_RUNNING_DIR": tmp}, **(env or {}))
+        if under_tsan():
+            env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + ":die_after_fork=0"
+        run_ = fault("fork-while-loader-busy", "--launches", str(forks), "--how", how,
+                     record=False, env=env, timeout=240)
+    got = values(run_.stdout)
+    expect(run_.returncode == 0 and got.get("forks") == forks, "the program failed", run_)
+    expect(got["hung"] == 0, f"{got['hung']} of {forks} children hung (killed after 2 s)", run_)
+    expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
+    return run_
+
+
+def fork_child_reopens_loaded_driver():
+    """A fork child opens the driver it already has loaded again and closes that handle (a
+    runtime's own dlopen of libcuda, a plugin manager's reference counting): in glibc neither
+    takes the loader's write lock, which a fork child finds held for ever when another thread
+    of the parent was walking the loaded objects (dl_iterate_phdr) at the fork. The shim's
+    dlopen and dlclose hooks walked them (dl_iterate_phdr, to read the loader's unload count):
+    every such child hung; and a parent thread that merely re-opened a loaded library made
+    the shim itself the holder, hanging about one child in ten (F151). 20 forks with a walking
+    thread, 40 with a re-opening one: none may hang. (Not under TSan: its own dlopen
+    interceptor walks the loaded objects, in the bare program too.)"""
+    if under_tsan():
+        return "skip: ThreadSanitizer's own dlopen interceptor walks the loaded objects"
+    # Functions looked up by name, as a program linked with -lcuda calls them: the shim keeps
+    # the real functions it found, and watches the program's dlopen and dlclose from then on.
+    by_name = {"FERRUM_TEST_LOOKUP_DEFAULT": "1"}
+    fork_children_while_loader_busy("walk-reopen", 20, by_name)
+    fork_children_while_loader_busy("reopen", 40, by_name)
+
+
+def fork_child_with_driver_loaded_locally():
+    """A program whose driver is loaded RTLD_LOCAL (a framework's private dlopen) calls the
+    graph functions it finds by name (the shim's exports): no scope holds the real functions,
+    and each call site's first call looked for them in every loaded object with
+    dl_iterate_phdr — in a fork child made while another thread walked the loaded objects, the
+    child's first graph call hung for ever (F152). 20 forks: none may hang."""
+    fork_children_while_loader_busy("walk", 20, {"FERRUM_TEST_DRIVER_LOCAL": "1",
+                                                 "FERRUM_TEST_LOOKUP_DEFAULT": "1"})
+
+
+def fork_child_gpu_timed_with_function_missing():
+    """GPU timing's first timed instantiation resolves optional driver functions (the stand-in
+    lacks cuThreadExchangeStreamCaptureMode; drivers before CUDA 12.8 lack
+    cuEventElapsedTime_v2): a function no scope has was looked for with dl_iterate_phdr, and a
+    fork child made while another thread walked the loaded objects hung at its first
+    instantiation (F152). 20 forks with FERRUM_REPLAY_GPU_TIME=on: none may hang."""
+    fork_children_while_loader_busy("walk", 20, {"FERRUM_REPLAY_GPU_TIME": "on"})
+
+
+def fork_child_logs_missing_tool():
+    """With FERRUM_REPLAY_LOG=info and an NVTX tool that cannot be loaded, the activation says
+    why no tool answered; it looked for the tool among the loaded objects with dl_iterate_phdr,
+    and a fork child made while another thread walked them hung at its first graph call (F153).
+    20 forks: none may hang, and each child still says the tool is not loaded. (Not under TSan:
+    its dlopen interceptor walks the loaded objects after NVTX's failed load of the tool.)"""
+    if under_tsan():
+        return "skip: ThreadSanitizer's dlopen interceptor walks the loaded objects"
+    run_ = fork_children_while_loader_busy("walk", 20, {
+        "FERRUM_REPLAY_LOG": "info", "NVTX_INJECTION64_PATH": "/nonexistent/libtool.so"})
+    said = run_.stderr.count("the NVTX tool '/nonexistent/libtool.so' is not loaded")
+    expect(said == 20, f"{said} of 20 children said the tool is not loaded", run_)
+
+
 def fork_while_exit_list_busy():
     """A launcher that never launches forks while another of its threads is in the C library's
     __cxa_finalize (what each dlclose runs): it scans the exit list under the list's lock,
@@ -1653,6 +1727,8 @@ SCENARIOS = {f.__name__: f for f in (
     launch_during_activation,
     fork_while_naming, fork_while_loader_busy, fork_while_exit_list_busy, fork_while_locale_busy,
     fork_first_walk_loads_no_unwinder,
+    fork_child_reopens_loaded_driver, fork_child_with_driver_loaded_locally,
+    fork_child_gpu_timed_with_function_missing, fork_child_logs_missing_tool,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
     first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, errno_passes_through,
