@@ -27,6 +27,7 @@
 #include "resolve/libc_symbols.hpp"
 #include "secure_execution.hpp"
 #include "startup_env.hpp"
+#include "support/loading_process.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -87,8 +88,9 @@ bool match_tool(const link_map *object, void *context) {
 // Why no NVTX tool answered nvtxDomainCreateA, in words that say what happened: no tool was
 // named, the named one is not loaded (it could not be, or NVTX unloaded it because its
 // initialisation failed), or it is loaded and simply installed no handler for domains.
-// Whether it is loaded is read from the loader's list, without taking a reference to it nor the
-// loader's lock (walk_loaded_objects: activation may run in a fork child).
+// Whether it is loaded is read from the loader's list, without taking a reference to it, and
+// under the loader's lock only in the process that loaded the shim (walk_loaded_objects:
+// activation may run in a fork child).
 void describe_missing_tool(char *out, size_t size) {
   const char *path = common::startup_env("NVTX_INJECTION64_PATH");
   if (!path || !path[0]) {
@@ -97,7 +99,7 @@ void describe_missing_tool(char *out, size_t size) {
   }
   ToolSearch search{path, {}, false, false};
   search.have_file = stat(path, &search.file) == 0;
-  walk_loaded_objects(LoadedObjects::all, match_tool, &search);
+  walk_loaded_objects(LoadedObjects::all, match_tool, &search, in_loading_process());
   const MessageValue shown = message_value(path);
   if (search.found)
     snprintf(out, size,

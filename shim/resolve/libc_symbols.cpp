@@ -107,8 +107,9 @@ Function resolve_once(std::atomic<Function> &cache, const char *name) {
   if (!function) {
     void *found = find_definition_after_shim(name);
     // Nothing after us: the shim was dlopened (its naming API, RTLD_GLOBAL) rather than
-    // preloaded, and the C library lies before it.
-    if (!found) found = find_definition_in_any_object(name, nullptr);
+    // preloaded, and the C library lies before it. Read without the loader's lock: this may
+    // run inside a sanitizer's initialisation (above), where dl_iterate_phdr is not callable.
+    if (!found) found = find_definition_in_any_object(name, nullptr, false);
     function = reinterpret_cast<Function>(found);
     if (function) cache.store(function, std::memory_order_release);
   }
@@ -122,16 +123,40 @@ std::atomic<DlcloseFunction> g_dlclose{nullptr};
 
 }  // namespace
 
-void walk_loaded_objects(LoadedObjects which, bool (*visit)(const link_map *, void *),
-                         void *context) {
+namespace {
+
+struct ObjectWalk {
+  LoadedObjects which;
+  bool (*visit)(const link_map *, void *);
+  void *context;
+};
+
+void walk_list(const ObjectWalk &walk) {
   const link_map *own = own_object();
   const link_map *object = own;
-  if (which == LoadedObjects::after_shim)
+  if (walk.which == LoadedObjects::after_shim)
     object = own ? own->l_next : nullptr;
   else  // the head of the shim's namespace: each object is linked to the one before it
     while (object && object->l_prev) object = object->l_prev;
   for (; object; object = object->l_next)
-    if (visit(object, context)) return;
+    if (walk.visit(object, walk.context)) return;
+}
+
+// Called once, holding the loader's write lock: the whole walk, then stop.
+int walk_holding_loader_lock(dl_phdr_info *, size_t, void *walk) {
+  walk_list(*static_cast<const ObjectWalk *>(walk));
+  return 1;
+}
+
+}  // namespace
+
+void walk_loaded_objects(LoadedObjects which, bool (*visit)(const link_map *, void *),
+                         void *context, bool under_loader_lock) {
+  const ObjectWalk walk{which, visit, context};
+  if (under_loader_lock)
+    dl_iterate_phdr(walk_holding_loader_lock, const_cast<ObjectWalk *>(&walk));
+  else
+    walk_list(walk);
 }
 
 namespace {
@@ -187,9 +212,9 @@ bool search_object(const link_map *object, void *data) {
 
 }  // namespace
 
-void *find_definition_in_any_object(const char *name, int *others) {
+void *find_definition_in_any_object(const char *name, int *others, bool under_loader_lock) {
   ExportSearch search{name, own_object(), nullptr, 0};
-  walk_loaded_objects(LoadedObjects::all, search_object, &search);
+  walk_loaded_objects(LoadedObjects::all, search_object, &search, under_loader_lock);
   if (others) *others = search.others;
   return search.first;
 }

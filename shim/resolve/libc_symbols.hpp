@@ -33,9 +33,15 @@ DlcloseFunction libc_dlclose();
 // held it (in dl_iterate_phdr — C++ unwinding, a sanitizer — or loading or unloading a
 // library) waits for it for ever. A bare program's child takes it only to load or unload a
 // library; none of the shim's paths may take it where the program would not (F51, F151–F153).
-// Read-only and calling nothing. An object another thread unloads at the very moment a walk
-// reads it is the walk's risk (the loader frees it under its other lock only): every walk is
-// at resolution time (once per name or call site) or a diagnostic, never on a launch.
+// Read-only and calling nothing. An object that another thread unloads while a walk reads it
+// would be read after its memory went back (a crash): dlclose takes it off the list under that
+// write lock, and unmaps it after. So where the lock cannot have been left held by a thread the
+// process lacks — the process that loaded the shim (support/loading_process.hpp): pass
+// `under_loader_lock` — the walk runs inside dl_iterate_phdr, only as the lock's holder: no
+// object leaves the list while it is read. In a fork child it reads the list as it is (a thread
+// of the child's own unloading at that moment is the walk's risk, where the lock could wait for
+// ever). Every walk is at resolution time (once per name or call site) or a diagnostic, never
+// on a launch.
 //
 // Which objects, in load order: `after_shim`: those after the shim (what RTLD_NEXT searches; in
 // unit tests, after the main program); `all`: every object of the shim's namespace (what
@@ -43,7 +49,7 @@ DlcloseFunction libc_dlclose();
 // with each (a `struct link_map *`) and its `context`; true stops the walk.
 enum class LoadedObjects { after_shim, all };
 void walk_loaded_objects(LoadedObjects which, bool (*visit)(const link_map *, void *),
-                         void *context);
+                         void *context, bool under_loader_lock = false);
 
 // The definition of `name` in the first object after the shim (load order) that exports it;
 // null if none. Exposed for tests.
@@ -52,7 +58,7 @@ void *find_definition_after_shim(const char *name);
 // The definition of `name` (a function) exported by the first loaded object in load order
 // (the shim's namespace), that is not the shim (nor another copy of it); null if none. `others`:
 // how many other objects export a different definition of it. Resolution time only
-// (walk_loaded_objects).
-void *find_definition_in_any_object(const char *name, int *others);
+// (walk_loaded_objects, which says when to pass `under_loader_lock`).
+void *find_definition_in_any_object(const char *name, int *others, bool under_loader_lock);
 
 }  // namespace ferrum_replay::shim

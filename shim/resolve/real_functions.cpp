@@ -7,6 +7,7 @@
 #include "errno_kept.hpp"
 #include "loader_error.hpp"
 #include "resolve/libc_symbols.hpp"
+#include "support/loading_process.hpp"
 #include "support/log.hpp"
 
 namespace ferrum_replay::shim {
@@ -250,7 +251,7 @@ void *RealFunctionSlot::definition_for(const void *caller) {
   const common::ErrnoKept errno_kept;             // errno_kept.hpp
   const common::LoaderErrorCleared loader_error;  // loader_error.hpp: a NOLOAD that fails
   void *function = scope_definition(name_, caller);
-  if (!function) function = find_definition_in_any_object(name_, nullptr);
+  if (!function) function = find_definition_in_any_object(name_, nullptr, in_loading_process());
   if (!function || !caller) return function;
   for (uint32_t probe = 0; probe < kCallerProbes; ++probe) {
     CallerDefinition &entry = g_callers[(home + probe) & kMask];
@@ -280,7 +281,7 @@ void *RealFunctionSlot::resolve(const void *caller) {
   // In no scope of ours: a library dlopened RTLD_LOCAL brought it. Each caller's own from now
   // on (a second copy of the runtime, brought by another such library, may come later).
   int others = 0;
-  if (!find_definition_in_any_object(name_, &others)) return nullptr;
+  if (!find_definition_in_any_object(name_, &others, in_loading_process())) return nullptr;
   if (entry) entry->per_caller.store(true, std::memory_order_release);
   log_line(LogLevel::debug, "real %s: only in libraries loaded RTLD_LOCAL (%d): per caller", name_,
            others + 1);

@@ -34,7 +34,7 @@ std::vector<Seen> loader_answer() {
   return seen;
 }
 
-std::vector<Seen> walked(LoadedObjects which) {
+std::vector<Seen> walked(LoadedObjects which, bool under_loader_lock = false) {
   std::vector<Seen> seen;
   walk_loaded_objects(
       which,
@@ -43,7 +43,7 @@ std::vector<Seen> walked(LoadedObjects which) {
             {object->l_addr, object->l_name ? object->l_name : ""});
         return false;
       },
-      &seen);
+      &seen, under_loader_lock);
   return seen;
 }
 
@@ -53,6 +53,8 @@ TEST_CASE("the walk of every loaded object visits what dl_iterate_phdr visits, i
   const std::vector<Seen> expected = loader_answer();
   REQUIRE(expected.size() > 2);
   CHECK(walked(LoadedObjects::all) == expected);
+  // The same walk inside dl_iterate_phdr, as the lock's holder (the loading process's way).
+  CHECK(walked(LoadedObjects::all, true) == expected);
   // Linked into this program, "after the shim" is after the program, the first object.
   const std::vector<Seen> after = walked(LoadedObjects::after_shim);
   CHECK(after == std::vector<Seen>(expected.begin() + 1, expected.end()));
