@@ -27,9 +27,10 @@ DlopenFunction libc_dlopen();
 DlcloseFunction libc_dlclose();
 
 // The one way the shim reads which objects are loaded: the loader's own list (the link_map
-// chain that dl_iterate_phdr walks), read directly, never through dl_iterate_phdr. That one
-// holds the loader's write lock (dl_load_write_lock) for its whole walk, and glibc (2.36) does
-// not reset that lock in a fork() child: a child forked while another thread of its parent
+// chain that dl_iterate_phdr walks), read directly — inside dl_iterate_phdr only to hold its
+// lock, and only where asked (below). dl_iterate_phdr holds the loader's write lock
+// (dl_load_write_lock) for its whole walk, and glibc (2.36) does not reset that lock in a fork()
+// child: a child forked while another thread of its parent
 // held it (in dl_iterate_phdr — C++ unwinding, a sanitizer — or loading or unloading a
 // library) waits for it for ever. A bare program's child takes it only to load or unload a
 // library; none of the shim's paths may take it where the program would not (F51, F151–F153).
@@ -41,7 +42,9 @@ DlcloseFunction libc_dlclose();
 // object leaves the list while it is read. In a fork child it reads the list as it is (a thread
 // of the child's own unloading at that moment is the walk's risk, where the lock could wait for
 // ever). Every walk is at resolution time (once per name or call site) or a diagnostic, never
-// on a launch.
+// on a launch. Known limit of the locked walk: a child another thread forks meanwhile inherits
+// the lock held (as during the program's own dl_iterate_phdr) and waits at its first load of a
+// library.
 //
 // Which objects, in load order: `after_shim`: those after the shim (what RTLD_NEXT searches; in
 // unit tests, after the main program); `all`: every object of the shim's namespace (what

@@ -18,7 +18,11 @@ __attribute__((constructor)) void note_loading_process() {
 }  // namespace
 
 bool in_loading_process() {
-  return getpid() == g_loaded_in;
+  // Before the constructor has run — a constructor of a library the program links, which the
+  // C library runs before a preloaded one's, that makes CUDA calls — this is the loading
+  // process (F155's review: its graphs lost their call sites, its exit handler was not made).
+  const pid_t loaded_in = g_loaded_in;
+  return loaded_in < 0 || getpid() == loaded_in;
 }
 
 }  // namespace ferrum_replay::shim

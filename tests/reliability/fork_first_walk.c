@@ -11,7 +11,6 @@
  * Run with LD_LIBRARY_PATH naming the runtime-free driver stand-in
  * (tests/support/standin/runtime_free). C, not C++: a C++ program has the unwinder loaded. */
 #define _GNU_SOURCE
-#include <cuda.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
@@ -20,6 +19,8 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "c_driver.h"
 
 static volatile int g_stop;
 
@@ -37,42 +38,9 @@ static void *walker(void *unused) {
   return NULL;
 }
 
-static void *need(void *driver, const char *name) {
-  void *function = dlsym(driver, name);
-  if (!function) {
-    fprintf(stderr, "no %s in the driver\n", name);
-    exit(1);
-  }
-  return function;
-}
-
 int main(int argc, char **argv) {
   const long n = argc > 1 ? atol(argv[1]) : 20;
-  void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (!driver) {
-    fprintf(stderr, "%s\n", dlerror());
-    return 1;
-  }
-  CUresult (*init)(unsigned) = need(driver, "cuInit");
-  CUresult (*device_get)(CUdevice *, int) = need(driver, "cuDeviceGet");
-  CUresult (*ctx_create)(CUcontext *, CUctxCreateParams *, unsigned, CUdevice) =
-      need(driver, "cuCtxCreate_v4");
-  CUresult (*ctx_set_current)(CUcontext) = need(driver, "cuCtxSetCurrent");
-  CUresult (*graph_create)(CUgraph *, unsigned) = need(driver, "cuGraphCreate");
-  CUresult (*add_empty)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t) =
-      need(driver, "cuGraphAddEmptyNode");
-  CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long) =
-      need(driver, "cuGraphInstantiateWithFlags");
-  CUresult (*launch)(CUgraphExec, CUstream) = need(driver, "cuGraphLaunch");
-  CUdevice device;
-  CUcontext context;
-  CUgraph graph;
-  CUgraphNode node;
-  if (init(0) || device_get(&device, 0) || ctx_create(&context, NULL, 0, device) ||
-      graph_create(&graph, 0) || add_empty(&node, graph, NULL, 0)) {
-    fprintf(stderr, "driver set-up failed\n");
-    return 1;
-  }
+  const struct c_driver d = c_driver_set_up();
   pthread_t thread;
   if (pthread_create(&thread, NULL, walker, NULL) != 0) return 1;
   usleep(20000);
@@ -82,8 +50,8 @@ int main(int argc, char **argv) {
     if (pid < 0) return 1;
     if (pid == 0) {
       CUgraphExec exec;
-      ctx_set_current(context);
-      _exit(instantiate(&exec, graph, 0) || launch(exec, NULL) ? 3 : 0);
+      d.ctx_set_current(d.context);
+      _exit(d.instantiate(&exec, d.graph, 0) || d.launch(exec, NULL) ? 3 : 0);
     }
     int status = -1;
     for (int waited = 0; waited < 2000; ++waited) {

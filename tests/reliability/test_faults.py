@@ -126,6 +126,7 @@ FAILING_TOOL = None  # --failing-tool
 IDLE_TOOL = None  # --idle-tool (tests/reliability/idle_tool.c)
 C_PROGRAM = None  # --c-program (tests/reliability/fork_first_walk.c)
 RUNTIME_FREE_DIR = None  # --runtime-free-dir (tests/support/standin/runtime_free)
+LAUNCH_AT_LOAD = None  # --launch-at-load (tests/reliability/launch_at_load*.c)
 
 
 def fault(mode, *args, **kwargs):
@@ -476,6 +477,28 @@ def fork_first_walk_loads_no_unwinder():
     expect(got["hung"] == 0, f"{got['hung']} of 20 children hung (killed after 2 s)", run_)
     expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
     expect(got["unwinder_loaded"] == 0, "the test's premise: no unwinder in the parent", run_)
+
+def launch_before_shim_constructor():
+    """A library the program links launches from its constructor, which the C library runs
+    before the preloaded shim's: the shim's note of the process that loaded it is not made yet.
+    That process was taken for a fork child (F155's review): its first call-site walk, which
+    would load the unwinder, was refused and its graph named "graph 1". It is the loading
+    process: the graph is named after its call site. (A C program and the runtime-free driver:
+    no unwinder loaded before the walk.)"""
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+        return "skip: a sanitizer's runtime has the unwinder loaded: no such process under it"
+    with tempfile.TemporaryDirectory() as tmp:
+        summary_path = os.path.join(tmp, "summary.txt")
+        env = {"LD_LIBRARY_PATH": os.pathsep.join([RUNTIME_FREE_DIR,
+                                                   os.path.dirname(LAUNCH_AT_LOAD)]),
+               "FERRUM_REPLAY_SUMMARY": summary_path}
+        run_ = harness.run([LAUNCH_AT_LOAD], record=False, env=env, timeout=60)
+        expect(run_.returncode == 0 and "launched" in run_.stderr, "the program failed", run_)
+        with open(summary_path) as handle:
+            summary = handle.read()
+    expect("warm_up_at_load" in summary and "graph 1" not in summary,
+           f"the graph is named after its call site, warm_up_at_load:\n{summary}", run_)
+
 
 def fork_while_locale_busy():
     """A launcher forks while another of its threads is inside setlocale() (Python's
@@ -1726,7 +1749,7 @@ SCENARIOS = {f.__name__: f for f in (
     tool_rejects_every_push, launch_error_classes, fork_while_in_launch, fork_during_activation,
     launch_during_activation,
     fork_while_naming, fork_while_loader_busy, fork_while_exit_list_busy, fork_while_locale_busy,
-    fork_first_walk_loads_no_unwinder,
+    fork_first_walk_loads_no_unwinder, launch_before_shim_constructor,
     fork_child_reopens_loaded_driver, fork_child_with_driver_loaded_locally,
     fork_child_gpu_timed_with_function_missing, fork_child_logs_missing_tool,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
@@ -1744,7 +1767,7 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     options = {"--program": "PROGRAM", "--failing-tool": "FAILING_TOOL",
                "--idle-tool": "IDLE_TOOL", "--c-program": "C_PROGRAM",
-               "--runtime-free-dir": "RUNTIME_FREE_DIR"}
+               "--runtime-free-dir": "RUNTIME_FREE_DIR", "--launch-at-load": "LAUNCH_AT_LOAD"}
     while args[:1] and args[0] in options:
         # Absolute: some scenarios run the program in a directory of their own.
         globals()[options[args[0]]] = os.path.abspath(args[1])
