@@ -435,8 +435,11 @@ __attribute__((noinline)) Config read_config() {
 // Never destroyed: a static with a destructor would be registered with __cxa_atexit at the
 // first driver call, under the C library's lock of the exit list — which a fork child may find
 // held for ever (F147's test forks while another thread unloads a library). No driver does that.
+// Made in static storage, not on the heap: a first call may come from a signal handler
+// (handler_launch), where an allocation is what TSan reports, on a stderr nobody reads.
 const Config &config() {
-  static const Config &c = *new Config(read_config());
+  alignas(Config) static unsigned char storage[sizeof(Config)];
+  static const Config &c = *new (storage) Config(read_config());
   return c;
 }
 
