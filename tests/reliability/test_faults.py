@@ -365,6 +365,10 @@ def under_tsan():
     return "tsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", "")
 
 
+def under_asan():
+    return "asan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", "")
+
+
 def fork_children_while_loader_busy(how, forks, env=None):
     """fault fork-while-loader-busy `--how how`, `forks` children; each must neither hang nor
     fail. Under TSan a child that starts threads (GPU timing's reaper) after a multithreaded
@@ -392,14 +396,18 @@ def fork_child_reopens_loaded_driver():
     every such child hung; and a parent thread that merely re-opened a loaded library made
     the shim itself the holder, hanging about one child in ten (F151). 20 forks with a walking
     thread, 40 with a re-opening one: none may hang. (Not under TSan: its own dlopen
-    interceptor walks the loaded objects, in the bare program too.)"""
+    interceptor walks the loaded objects, in the bare program too. Under ASan only the walking
+    thread: ASan's dlopen interceptor takes its symbolizer's spin lock, which a child forked
+    while a parent thread was in that interceptor finds held for ever — the program without
+    the shim hung 1 to 3 children of 40 in 7 of 15 runs.)"""
     if under_tsan():
         return "skip: ThreadSanitizer's own dlopen interceptor walks the loaded objects"
     # Functions looked up by name, as a program linked with -lcuda calls them: the shim keeps
     # the real functions it found, and watches the program's dlopen and dlclose from then on.
     by_name = {"FERRUM_TEST_LOOKUP_DEFAULT": "1"}
     fork_children_while_loader_busy("walk-reopen", 20, by_name)
-    fork_children_while_loader_busy("reopen", 40, by_name)
+    if not under_asan():
+        fork_children_while_loader_busy("reopen", 40, by_name)
 
 
 def fork_child_with_driver_loaded_locally():
