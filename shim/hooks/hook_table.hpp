@@ -5,7 +5,17 @@
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
+
+// cuda_runtime_api.h declares cudaGraphInstantiate with CUDA 12's three parameters; the shim's
+// export takes CUDA 11's five (hooked_functions.def says why), which C++ rejects as a second C
+// function of one name: the header's declaration is renamed out of the way. It only works
+// where this header includes cuda_runtime_api.h first.
+#if defined(__CUDA_RUNTIME_API_H__)
+#error "hook_table.hpp must be the first to include cuda_runtime_api.h (cudaGraphInstantiate)"
+#endif
+#define cudaGraphInstantiate ferrum_replay_cuda12_cudaGraphInstantiate_declaration
 #include <cuda_runtime_api.h>
+#undef cudaGraphInstantiate
 
 // cuda.h maps these names onto newer entry points (and onto _ptsz names when a program opts
 // into per-thread default streams); the table names the exported symbols themselves.

@@ -20,7 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "c_driver.h"
+#include "../support/c_driver.h"
 
 static volatile int g_stop;
 

@@ -7,7 +7,7 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 
-#include "c_driver.h"
+#include "../support/c_driver.h"
 
 /* Set once the constructor has launched: the program's exit status reads it. */
 int launched_at_load;

@@ -227,6 +227,32 @@ def two_driver_instances():
                    f"{env}: the second instance's lookup answered for another", run_)
 
 
+def cuda11_runtime_instantiate():
+    """A program built against the CUDA 11 runtime (PyTorch, TensorRT, any program built with
+    CUDA 11) calls cudaGraphInstantiate with the five arguments the name took before CUDA 12:
+    error node, log buffer, its size. The shim's export is unversioned, so it also answers
+    libcudart.so.11.0's versioned name; it passed three on, and the runtime handed the driver a
+    log pointer and size from whatever the registers held: the driver's diagnostic went through
+    a wild pointer (a crash), with FERRUM_REPLAY=off too (F157). What the program sees must be
+    what it sees without the shim, whatever the settings; each replay one balanced range."""
+    argv = [path_of("INSTANTIATE_CUDA11"), "10"]
+    bare = run(argv, preload=False, record=False)
+    seen = dict(line.split("=", 1) for line in bare.stdout.splitlines() if "=" in line)
+    expect(bare.returncode == 0 and seen.get("failed_result") == "1" and
+           seen.get("failed_log", "").startswith("graph not instantiated") and
+           seen.get("error_node_cleared") == "1" and seen.get("result") == "0" and
+           seen.get("launched") == "10",
+           "without the shim, the CUDA 11 runtime stand-in did not behave as CUDA 11's", bare)
+    for env in ({}, {"FERRUM_REPLAY": "off"}, {"FERRUM_REPLAY_SUMMARY": "stderr"}):
+        run_ = run(argv, record=not env, env=env)
+        expect(run_.returncode == 0 and run_.stdout == bare.stdout,
+               f"{env}: the program saw other results than without the shim:\n{bare.stdout}",
+               run_)
+        if not env:
+            expect_one_range_per_launch(run_, 10)
+            expect_balanced(run_)
+
+
 def handler_launch_while_reading_settings():
     """A signal handler launches while the thread it interrupted is inside the shim's first
     reading of its settings (held there by a warning line waiting on a full stderr pipe): the
@@ -337,7 +363,7 @@ SCENARIOS = {f.__name__: f for f in (
     stacked_interposers_both_orders, interposable_driver, eight_threads_resolving,
     deepbind_reported_once, plugins_loaded_local, plugins_beside_a_loaded_shim,
     runtime_copies_in_two_plugins, driver_unloaded_and_reloaded,
-    two_driver_instances, handler_launch_while_reading_settings,
+    two_driver_instances, cuda11_runtime_instantiate, handler_launch_while_reading_settings,
     handler_calls_while_instantiating, calls_from_fork_handlers, exit_inside_thread_setup)}
 
 if __name__ == "__main__":

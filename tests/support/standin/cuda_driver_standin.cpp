@@ -2108,12 +2108,16 @@ CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long lon
   return CUDA_SUCCESS;
 }
 
-// The legacy 5-argument form (cuGraphInstantiate, CUDA 10.0) and its CUDA 11.0 twin.
+// The legacy 5-argument form (cuGraphInstantiate, CUDA 10.0) and its CUDA 11.0 twin. Like the
+// driver's, a diagnostic in the caller's log buffer where instantiation failed ("logBuffer:
+// buffer to store diagnostic messages"), an empty one where it worked.
 CUresult instantiate_with_log(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
                               char *logBuffer, size_t bufferSize) {
   const CUresult r = instantiate(phGraphExec, hGraph, 0);
   if (phErrorNode != nullptr) *phErrorNode = nullptr;
-  if (logBuffer != nullptr && bufferSize > 0) logBuffer[0] = '\0';
+  if (logBuffer != nullptr && bufferSize > 0)
+    std::snprintf(logBuffer, bufferSize, "%s",
+                  r == CUDA_SUCCESS ? "" : "graph not instantiated: invalid graph or arguments");
   return r;
 }
 

@@ -1,6 +1,7 @@
-/* The driver set-up of the C test programs (fork_first_walk.c, launch_at_load.c): libcuda.so.1
- * loaded and its functions looked up by name (as a launcher written in C does through its
- * loader), a context and a graph with one empty node made. Exits 1 where any of it fails. */
+/* The driver set-up of the C test programs (tests/reliability/fork_first_walk.c and
+ * launch_at_load.c, tests/support/programs/instantiate_cuda11.c): libcuda.so.1 loaded and its
+ * functions looked up by name (as a launcher written in C does through its loader), a context and
+ * a graph with one empty node made. Exits 1 where any of it fails. */
 #ifndef FERRUM_REPLAY_TESTS_C_DRIVER_H
 #define FERRUM_REPLAY_TESTS_C_DRIVER_H
 
