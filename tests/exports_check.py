@@ -2,7 +2,8 @@
 """The shim exports exactly what its tables declare.
 
 Exported = every row of shim/hooks/hooked_functions.def, the functions of the public header
-(include/ferrum_replay/*.h), and the loader's dlsym/dlvsym/dlopen (shim/loader_stubs_*.S) and dlclose (loader_hooks.cpp).
+(include/ferrum_replay/*.h), and the loader's dlsym/dlvsym/dlopen (shim/loader_stubs_*.S) and dlclose (loader_hooks.cpp),
+and the C library's longjmp family (jump_hooks.cpp).
 Checked against the built library's dynamic symbols (`nm -D --defined-only`) and against
 shim/hooks/exports.map, the version script that decides them.
 
@@ -15,6 +16,8 @@ import subprocess
 import sys
 
 LOADER = {"dlsym", "dlvsym", "dlopen", "dlclose"}
+# The C library's non-local jumps (shim/hooks/jump_hooks.cpp): a jump out of a graph call.
+JUMPS = {"longjmp", "_longjmp", "siglongjmp", "__longjmp_chk"}
 
 
 def table_names(root):
@@ -60,7 +63,7 @@ def main(root, library):
     if len(table) < 10:
         print(f"exports: only {len(table)} rows read from hooked_functions.def")
         return 1
-    want = table | public_names(root) | LOADER
+    want = table | public_names(root) | LOADER | JUMPS
     ok = compare("exports.map", map_names(root), want)
     ok = compare(os.path.basename(library), dynamic_names(library), want) and ok
     print(f"exports: {len(want)} names ({len(table)} hooked, the public API, the loader's): "

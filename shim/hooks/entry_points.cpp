@@ -21,6 +21,8 @@
 //                                            loader_hooks.cpp)
 //   dlclose                                  real functions of an unloaded library forgotten
 //                                            (real_functions.hpp, loader_hooks.cpp)
+//   longjmp / _longjmp / siglongjmp /        a jump that leaves a graph call marks it left
+//   __longjmp_chk                            (launch_range.hpp note_jump, jump_hooks.cpp)
 //
 // Every launch, whichever route, ends in launch_through() (launch_range.hpp), whose
 // outermost-call guard keeps a runtime launch that reaches the driver underneath to one range.

@@ -12,6 +12,7 @@
 #include "held_here.hpp"
 #include "naming/call_site.hpp"
 #include "naming/graph_content.hpp"
+#include "range/jump_target.hpp"
 #include "range/scope_names.hpp"
 #include "support/exit_work.hpp"
 #include "support/log.hpp"
@@ -23,6 +24,10 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadCalls t_
 namespace {
 
 std::atomic<unsigned long long> g_abandoned{0};
+
+// What an open call left by a jump points at (note_jump): never a marker of the thread's stack,
+// nor holding its marker_value, so that no call is taken for one nested in it.
+constinit const volatile uintptr_t g_left_call = 0;
 std::atomic<bool> g_abandoned_reported{false};
 
 // The open call of this thread can no longer return: its range's pop, late but on this thread
@@ -100,11 +105,32 @@ int *set_up_thread_calls() {
 bool close_abandoned_call() {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp: sigaltstack, a tool's pop, a log line
   // A signal handler on the alternate stack that interrupted the open call: nested in it,
-  // wherever that stack lies. (One system call, on this rare path only.)
+  // wherever that stack lies — unless a jump is known to have left it. (One system call, on
+  // this rare path only.)
   stack_t alternate{};
-  if (sigaltstack(nullptr, &alternate) == 0 && (alternate.ss_flags & SS_ONSTACK)) return false;
+  if (t_calls.open != &g_left_call && sigaltstack(nullptr, &alternate) == 0 &&
+      (alternate.ss_flags & SS_ONSTACK))
+    return false;
   settle_open_call();
   return true;
+}
+
+void note_jump(const void *env) {
+  const volatile uintptr_t *marker = t_calls.open;
+  if (!marker || marker == &g_left_call) return;
+  const uintptr_t target = jump_target(env);
+  // Unknown (a jmp_buf we cannot decode), or into a frame below the open call's: nested in it.
+  if (target <= reinterpret_cast<uintptr_t>(marker)) return;
+  const common::ErrnoKept errno_kept;  // errno_kept.hpp: sigaltstack
+  // A handler on the alternate stack that jumps within that stack stays inside the call it
+  // interrupted (the stack may lie anywhere, above the call's frame too).
+  stack_t alternate{};
+  if (sigaltstack(nullptr, &alternate) == 0 && (alternate.ss_flags & SS_ONSTACK)) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(alternate.ss_sp);
+    if (target >= base && target - base <= alternate.ss_size) return;
+  }
+  // A plain store: a handler of this very thread reads it, no other thread does.
+  t_calls.open = &g_left_call;
 }
 
 void settle_thread_calls() {

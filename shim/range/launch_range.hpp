@@ -74,6 +74,15 @@ inline constexpr uintptr_t kNestingReach = 256 * 1024;
 // after all (on the alternate signal stack).
 bool close_abandoned_call();
 
+// A non-local jump of this thread (longjmp, siglongjmp, _longjmp, __longjmp_chk: the shim's
+// exports, hooks/jump_hooks.cpp) to the jmp_buf `env`: where it leaves this thread's open call
+// (it lands above the call's frame, and not on the alternate signal stack it runs on), the call
+// is marked left — no later call can be taken for one nested in it, whatever its stale stack
+// words still hold (F160) — and the thread's next intercepted call settles it, as one whose
+// marker was overwritten (close_abandoned_call). Only marks: a jump usually leaves a signal
+// handler, where the tool's pop must not run. Async-signal-safe. Nothing when no call is open.
+void note_jump(const void *env);
+
 // This thread's open call, which can no longer return: its range, if any, gets its pop now,
 // on this thread and in its domain, and its GPU timing pair goes back. Where no later
 // intercepted call of the thread comes to close it (close_abandoned_call): called as the
@@ -136,6 +145,18 @@ inline uintptr_t stack_pointer() {
 // architecture, so a call nested in the open one has its frame below the open call's; a call
 // whose frame is at or above it — or far away, or whose marker no longer holds its value
 // because the stack was reused — cannot be nested: the open call was abandoned.
+//
+// The stack words alone cannot prove the open call live: below a jump target, a frame that does
+// not write them (a large buffer not written yet) leaves the abandoned marker intact, and every
+// call from below it looked nested, for good (F160). So the jumps themselves are watched: the
+// longjmp family is exported (hooks/jump_hooks.cpp) and a jump that leaves the open call marks
+// it left (note_jump). Not a rule on the calls' shapes (a second nested call, or one of another
+// kind, proving the open one abandoned): a signal handler's calls nest in a live call in any
+// number and of any kind, and taking one for outermost would run it inside the tool or the
+// registry that the interrupted call is in — the guard exists to prevent exactly that. The
+// hot path is unchanged: a mark is a pointer the frame check can never accept. What is not
+// watched (a jump bound inside the C library, setcontext/swapcontext, a jmp_buf that cannot be
+// decoded) keeps the marker rule alone: docs/reliability.md, "Not covered".
 class OutermostCall {
  public:
   // Not instrumented either: the marker it may read lies in a frame that is not instrumented

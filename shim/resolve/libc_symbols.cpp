@@ -232,4 +232,22 @@ DlcloseFunction libc_dlclose() {
   return resolve_once(g_dlclose, "dlclose");
 }
 
+namespace {
+std::atomic<JumpFunction> g_jumps[4]{};
+}  // namespace
+
+JumpFunction libc_jump(LibcJump which) {
+  switch (which) {
+    case LibcJump::longjmp:
+      return resolve_once(g_jumps[0], "longjmp");
+    case LibcJump::underscore_longjmp:
+      return resolve_once(g_jumps[1], "_longjmp");
+    case LibcJump::siglongjmp:
+      return resolve_once(g_jumps[2], "siglongjmp");
+    case LibcJump::longjmp_chk:
+      return resolve_once(g_jumps[3], "__longjmp_chk");
+  }
+  return nullptr;
+}
+
 }  // namespace ferrum_replay::shim

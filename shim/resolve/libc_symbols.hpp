@@ -26,6 +26,11 @@ DlvsymFunction libc_dlvsym();
 DlopenFunction libc_dlopen();
 DlcloseFunction libc_dlclose();
 
+// The C library's non-local jumps, which the shim exports too (hooks/jump_hooks.cpp).
+using JumpFunction = void (*)(void *, int);
+enum class LibcJump { longjmp, underscore_longjmp, siglongjmp, longjmp_chk };
+JumpFunction libc_jump(LibcJump which);
+
 // The one way the shim reads which objects are loaded: the loader's own list (the link_map
 // chain that dl_iterate_phdr walks), read directly — inside dl_iterate_phdr only to hold its
 // lock, and only where asked (below). dl_iterate_phdr holds the loader's write lock

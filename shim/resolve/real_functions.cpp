@@ -28,6 +28,10 @@ struct KeptDefinition {
   std::atomic<RealFunctionSlot *> slot;
   std::atomic<const void *> library;  // the link_map of the library its definition lies in
   std::atomic<bool> per_caller;       // no definition in a scope of ours: each caller's own
+  // What a lookup handed out (RealFunctionSlot::provide), and the link_map it lies in: a
+  // fallback only, for a caller that finds no definition by any other route (F158).
+  std::atomic<void *> provided;
+  std::atomic<const void *> provided_library;
 };
 constexpr int kMaxKept = 128;
 KeptDefinition g_kept[kMaxKept];
@@ -215,17 +219,10 @@ void *scope_definition(const char *name, const void *caller) {
 
 }  // namespace
 
-void RealFunctionSlot::keep(void *address, bool if_none) {
+void RealFunctionSlot::keep(void *address) {
   (void)kept_entry(this);
-  const void *library = library_of(address);
-  if (if_none) {
-    void *expected = nullptr;
-    if (!function_.compare_exchange_strong(expected, address, std::memory_order_acq_rel)) return;
-    note_library(this, library);
-  } else {
-    note_library(this, library);
-    function_.store(address, std::memory_order_release);
-  }
+  note_library(this, library_of(address));
+  function_.store(address, std::memory_order_release);
 }
 
 void *RealFunctionSlot::cached_for(const void *caller) const {
@@ -247,11 +244,13 @@ void *RealFunctionSlot::definition_for(const void *caller) {
   const uint32_t home = caller_home(this, caller);
   constexpr uint32_t kMask = (1u << kCallerBits) - 1;
   // This call site's first call (or no room for it): its own scope's definition, else the
-  // first loaded library's.
+  // driver library's own, else the first loaded library's, else what a lookup handed out.
   const common::ErrnoKept errno_kept;             // errno_kept.hpp
   const common::LoaderErrorCleared loader_error;  // loader_error.hpp: a NOLOAD that fails
   void *function = scope_definition(name_, caller);
+  if (!function) function = definition_in_driver_library(name_);
   if (!function) function = find_definition_in_any_object(name_, nullptr, in_loading_process());
+  if (!function) function = provided();
   if (!function || !caller) return function;
   for (uint32_t probe = 0; probe < kCallerProbes; ++probe) {
     CallerDefinition &entry = g_callers[(home + probe) & kMask];
@@ -268,6 +267,11 @@ void *RealFunctionSlot::definition_for(const void *caller) {
   return function;
 }
 
+// The order is the rule of F158: what the program's own binding reaches (RTLD_NEXT) first, then
+// the caller's own scope; what any lookup taught us (the driver library a handle's lookup found,
+// a lookup's answer) only where neither has a definition. A value learnt on one route (a
+// dlsym on some handle, perhaps another instance of the driver) never answers another (a call
+// by name).
 void *RealFunctionSlot::resolve(const void *caller) {
   // A call site met before, in per-caller mode: lock-free, no scan.
   if (void *function = cached_for(caller)) return function;
@@ -275,13 +279,22 @@ void *RealFunctionSlot::resolve(const void *caller) {
   if (entry && entry->per_caller.load(std::memory_order_acquire)) return definition_for(caller);
   void *function = find_next_definition(name_);
   if (function) {
-    keep(function, false);
+    keep(function);
     return function;
+  }
+  // The shim's own calls (no caller: graph_content.cpp) have no scope of their own: the
+  // driver library's definition, kept (the driver the runtime opened RTLD_LOCAL).
+  if (!caller) {
+    function = definition_in_driver_library(name_);
+    if (function) {
+      keep(function);
+      return function;
+    }
   }
   // In no scope of ours: a library dlopened RTLD_LOCAL brought it. Each caller's own from now
   // on (a second copy of the runtime, brought by another such library, may come later).
   int others = 0;
-  if (!find_definition_in_any_object(name_, &others, in_loading_process())) return nullptr;
+  if (!find_definition_in_any_object(name_, &others, in_loading_process())) return provided();
   if (entry) entry->per_caller.store(true, std::memory_order_release);
   log_line(LogLevel::debug, "real %s: only in libraries loaded RTLD_LOCAL (%d): per caller", name_,
            others + 1);
@@ -290,8 +303,17 @@ void *RealFunctionSlot::resolve(const void *caller) {
 
 void RealFunctionSlot::provide(void *address) {
   if (!address || is_own_address(address)) return;
-  keep(address, true);
   note_driver_library(address);
+  KeptDefinition *entry = kept_entry(this);
+  if (!entry) return;
+  void *expected = nullptr;
+  if (entry->provided.compare_exchange_strong(expected, address, std::memory_order_acq_rel))
+    entry->provided_library.store(library_of(address), std::memory_order_release);
+}
+
+void *RealFunctionSlot::provided() {
+  KeptDefinition *entry = kept_entry(this);
+  return entry ? entry->provided.load(std::memory_order_acquire) : nullptr;
 }
 
 namespace {
@@ -329,6 +351,9 @@ void forget_unloaded() {
   const int count = g_kept_count.load(std::memory_order_acquire);
   for (int i = 0; i < count && i < kMaxKept; ++i) {
     RealFunctionSlot *slot = g_kept[i].slot.load(std::memory_order_acquire);
+    if (void *provided = g_kept[i].provided.load(std::memory_order_acquire))
+      if (!libraries.holds(g_kept[i].provided_library.load(std::memory_order_acquire), provided))
+        g_kept[i].provided.store(nullptr, std::memory_order_release);
     void *function = slot ? slot->function_.load(std::memory_order_acquire) : nullptr;
     if (!function) continue;
     // Gone, or another library now lies where it was: found anew at the next call.
@@ -370,10 +395,15 @@ void *find_next_definition(const char *name) {
   // Called from here, libc's dlsym resolves RTLD_NEXT relative to the shim.
   void *address = libc_lookup(RTLD_NEXT, name);
   if (address && is_own_address(address)) address = nullptr;
-  if (!address && g_driver_path_state.load(std::memory_order_acquire) == 2)
-    address = definition_in_scope_of(g_driver_path, name);
   log_line(LogLevel::debug, "real %s resolved to %p", name, address);
   return address;
+}
+
+void *definition_in_driver_library(const char *name) {
+  if (g_driver_path_state.load(std::memory_order_acquire) != 2) return nullptr;
+  const common::ErrnoKept errno_kept;             // errno_kept.hpp
+  const common::LoaderErrorCleared loader_error;  // loader_error.hpp: a NOLOAD that fails
+  return definition_in_scope_of(g_driver_path, name);
 }
 
 }  // namespace ferrum_replay::shim

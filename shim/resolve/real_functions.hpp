@@ -2,15 +2,19 @@
 // call, never at load time), thread-safe (racing resolutions find the same address; the
 // first non-null result is cached for the life of the process) and lock-free on the hot path.
 //
-// A real function is found, in order: from what a lookup handed out (provide(): the driver's
-// cuGetProcAddress answer, dlsym on the driver's handle), by dlsym(RTLD_NEXT), from the
-// library that owns the real driver (the runtime opens libcuda RTLD_LOCAL, out of RTLD_NEXT's
-// reach), or, for a runtime or driver loaded as the dependency of a library dlopened
-// RTLD_LOCAL (a Python extension module, ctypes.CDLL: in no scope of ours, yet that library's
-// calls by name reach our exports first), per caller: the definition the calling library's own
-// scope holds — two such libraries may each bring a copy of the runtime, and each must reach
-// its own (cached per call site, lock-free; a lookup in the loader only at a call site's first
-// call). Never one of the shim's own functions: that would be an infinite loop.
+// A real function is found, in order: by dlsym(RTLD_NEXT) (what the program binds to without
+// us); for the shim's own calls (no caller), from the library that owns the real driver (the
+// runtime opens libcuda RTLD_LOCAL, out of RTLD_NEXT's reach); or, for a runtime or driver
+// loaded as the dependency of a library dlopened RTLD_LOCAL (a Python extension module,
+// ctypes.CDLL: in no scope of ours, yet that library's calls by name reach our exports first),
+// per caller: the definition the calling library's own scope holds — two such libraries may
+// each bring a copy of the runtime, and each must reach its own (cached per call site,
+// lock-free; a lookup in the loader only at a call site's first call) — else the driver
+// library's, else the first loaded library's, else what a lookup handed out (provide(): the
+// driver's cuGetProcAddress answer on a handle). What a lookup taught is a fallback only: the
+// handle may be another instance's (a copy at another path, dlmopen), and the program's own
+// call by name must reach what it binds to (F158). Never one of the shim's own functions:
+// that would be an infinite loop.
 //
 // The library a definition lies in may be unloaded (the program dlcloses the driver, or a
 // plugin and the runtime it brought) and another loaded in its place: a definition found once
@@ -39,9 +43,14 @@ void note_driver_library(const void *real_driver_function);
 // dlmopen into another namespace). Resolution time only, never the launch path.
 bool keep_loaded(const void *function);
 
-// The next definition of `name` after the shim, else the driver library's own; never ours. Null
-// when neither is loaded — a later call tries again (or, with a caller, its own scope's).
+// The next definition of `name` after the shim (dlsym(RTLD_NEXT): what the program binds to
+// without us); never ours. Null when none is — a later call tries again (or, with a caller, its
+// own scope's).
 void *find_next_definition(const char *name);
+
+// The definition of `name` in the scope of the driver library a lookup noted
+// (note_driver_library); null when none is noted or loaded. A fallback only (F158).
+void *definition_in_driver_library(const char *name);
 
 // Whether `address` lies in a loaded library (or the program): a definition found earlier whose
 // library has been unloaded no longer does. Resolution time only (dladdr).
@@ -59,16 +68,20 @@ class RealFunctionSlot {
 
  protected:
   // find_next_definition, kept; else `caller`'s scope's definition (per caller, never kept here:
-  // another caller may have another); null when none.
+  // another caller may have another); what provide() taught only where neither has one (F158);
+  // null when none.
   void *resolve(const void *caller);
-  void provide(void *address);  // a lookup's genuine answer, kept if none is known yet
+  // A lookup's genuine answer (the first one): a fallback for callers that find no definition by
+  // RTLD_NEXT nor in their own scope (the driver held only by a private RTLD_LOCAL handle in
+  // another namespace) — never ahead of them: the handle may be another instance's.
+  void provide(void *address);
+  void *provided();
   std::atomic<void *> function_{nullptr};
 
  private:
   friend void forget_unloaded();
-  // `address` kept (only if none is, with `if_none`); the library it lies in noted for
-  // forget_unloaded.
-  void keep(void *address, bool if_none);
+  // `address` kept; the library it lies in noted for forget_unloaded.
+  void keep(void *address);
   void *definition_for(const void *caller);    // per-caller mode: `caller`'s scope's definition
   void *cached_for(const void *caller) const;  // ... as found at that call site before; or null
   const char *name_;

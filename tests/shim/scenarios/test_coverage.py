@@ -216,7 +216,9 @@ def two_driver_instances():
     """Two instances of the driver at once (the same library at another path): the second's
     own cuGetProcAddress_v2, asked after only the second was initialised, answers with the
     second's functions — not the first instance's, whose cuDeviceGet then said "not
-    initialised". With the shim at work and with FERRUM_REPLAY=off."""
+    initialised". And the other way round (F158): the program's own lookups by name, after a
+    lookup on a second instance's handle (a copy, a dlmopen namespace), answer from the driver
+    the program links. With the shim at work and with FERRUM_REPLAY=off."""
     with tempfile.TemporaryDirectory() as tmp:
         copy = os.path.join(tmp, "libcuda-copy.so.1")
         shutil.copy(os.path.join(path_of("STANDIN_DIR"), "libcuda.so.1"), copy)
@@ -225,6 +227,18 @@ def two_driver_instances():
             expect(run_.returncode == 0 and
                    "lookup answered from: itself; cuDeviceGet=0" in run_.stdout,
                    f"{env}: the second instance's lookup answered for another", run_)
+        # F158: the program's own cuGetProcAddress(_v2) BY NAME, after a lookup on the second
+        # instance's handle (a copy at another path, a dlmopen namespace), answers from the
+        # driver the program links — it answered from the other instance, whose cuDeviceGet
+        # then said "not initialised".
+        for second in (["copy", copy], ["dlmopen"]):
+            for env in ({}, {"FERRUM_REPLAY": "off"}):
+                run_ = run([path_of("BY_NAME_LOOKUP_INSTANCES")] + second, record=not env, env=env)
+                for lookup in ("cuGetProcAddress_v2", "cuGetProcAddress"):
+                    expect(run_.returncode == 0 and
+                           f"by name {lookup}: result=0 from=linked cuDeviceGet=0" in run_.stdout,
+                           f"{second[0]}, {env}: the program's {lookup} by name answered from "
+                           "the other instance", run_)
 
 
 def cuda11_runtime_instantiate():
