@@ -158,6 +158,50 @@ def longjmp_out_of_launch():
                f"the parent's trace: {len(ours)} ranges for {LAUNCHES} launches", run_)
 
 
+def calls_below_an_abandoned_launch():
+    """After a launch left by siglongjmp, the program serves from a deeper frame whose 64 KiB
+    buffer it has not written yet, so the abandoned call's stack words under the jump target
+    keep their values (F160): every later launch from there has its range and is counted (100
+    of 102 went without either, for good), by the driver API and the runtime's; a naming made
+    there takes its name (it said -EAGAIN); and a child forked there traces its own launches,
+    not the parent's abandoned range."""
+    served = 100
+    env = {"FERRUM_STANDIN_LAUNCH_RAISE": str(int(signal.SIGUSR1)),
+           "FERRUM_REPLAY_SUMMARY": "stderr"}
+    program = path_of("JUMP_THEN_DEEPER")
+    # Each of the C library's jumps; __longjmp_chk is what a _FORTIFY_SOURCE build calls.
+    jumps = [(program, ["--jump", kind]) for kind in ("siglongjmp", "longjmp", "_longjmp")]
+    jumps.append((path_of("JUMP_THEN_DEEPER_FORTIFIED"), ["--jump", "siglongjmp"]))
+    for api in ([], ["--runtime"]):
+        for binary, jump in jumps:
+            run_ = run([binary, *api, *jump, str(served)], env=env)
+            expect(run_.returncode == 0 and f"served={served}" in run_.stdout,
+                   f"{api} {jump}: the run", run_)
+            total = served + 2
+            expect(run_.report.get("launches") == total, "launches did not reach the driver", run_)
+            expect_one_range_per_launch(run_, total)
+            expect_balanced(run_)
+            expect(f"1 graphs, {total} launches" in run_.stderr,
+                   f"{api} {jump}: the summary does not count every launch", run_)
+    named = run([program, "--name", str(served)], env=env)
+    expect(named.returncode == 0 and "name=0" in named.stdout,
+           "the naming below the abandoned launch was refused", named)
+    decoded = named.ranges(name="decode")
+    expect(len(decoded) == served, f"{len(decoded)} ranges named decode for {served} launches",
+           named)
+    with tempfile.TemporaryDirectory() as out:
+        run_ = run([program, "--fork", str(served)],
+                   env=dict(env, FERRUM_RECORD_OUT=os.path.join(out, "t.%p.json")))
+        expect(run_.returncode == 0 and "child=0" in run_.stdout, "the run", run_)
+        counts = sorted(
+            len([e for e in trace_check.load(os.path.join(out, name))["traceEvents"]
+                 if e.get("ph") == "X" and e.get("cat") == DOMAIN])
+            for name in os.listdir(out))
+        expect(counts == [3, served + 2],
+               f"ranges per trace {counts}: the child's own 3 launches, the parent's "
+               f"{served + 2}", run_)
+
+
 def rejecting_tool():
     """A tool that rejects our pushes: we still pop exactly once (the tool swallows it), so the
     application's own ranges stay intact and no protocol error occurs."""
@@ -381,6 +425,7 @@ def cuda_names_probed_without_cuda():
 SCENARIOS = {f.__name__: f for f in (
     numbered_names_without_sites, runtime_launch, driver_launch, runtime_ptsz, driver_ptsz,
     runtime_stream_handles, failing_launch, exception_through_launch, longjmp_out_of_launch,
+    calls_below_an_abandoned_launch,
     rejecting_tool, rejecting_every_third_push, no_tool_attached, switched_off,
     two_copies_of_the_shim, eight_threads,
     invalid_setting_one_line, custom_domain, log_levels, non_cuda_processes,

@@ -4,11 +4,13 @@
 // written yet (a request buffer): the abandoned launch's stack words under the jump target stay
 // as they were, and calls from below them must not be taken for calls nested in it (F160).
 //
-//   jump_then_deeper [--name] [--fork] [--runtime] N
+//   jump_then_deeper [--name] [--fork] [--runtime] [--jump siglongjmp|longjmp|_longjmp] N
 //       N launches from the deep frame. --name: first names the graph "decode" there
 //       (ferrum_replay_name_graph_exec, prints `name=R`). --fork: then forks there; the child
 //       makes 3 launches from that frame and exits (prints `child=S`, its exit status).
 //       --runtime: every launch through the runtime (cudaGraphLaunch) instead of the driver.
+//       --jump: the handler's jump (siglongjmp by default; built with _FORTIFY_SOURCE, as
+//       jump_then_deeper_fortified is, each becomes __longjmp_chk).
 //
 // Prints `first=R`, `served=K` (launches that returned success) and exits 0 when all did.
 #include <cuda.h>
@@ -25,13 +27,17 @@
 namespace {
 
 sigjmp_buf g_jump;
+jmp_buf g_plain_jump;
 volatile sig_atomic_t g_jump_next = 0;
+const char *g_jump_kind = "siglongjmp";
 CUgraphExec g_exec = nullptr;
 bool g_runtime = false;
 
 void on_signal(int) {
   if (g_jump_next) {
     g_jump_next = 0;
+    if (strcmp(g_jump_kind, "longjmp") == 0) longjmp(g_plain_jump, 1);
+    if (strcmp(g_jump_kind, "_longjmp") == 0) _longjmp(g_plain_jump, 1);
     siglongjmp(g_jump, 1);
   }
 }
@@ -84,6 +90,8 @@ int main(int argc, char **argv) {
       options.fork = true;
     } else if (strcmp(argv[i], "--runtime") == 0) {
       g_runtime = true;
+    } else if (strcmp(argv[i], "--jump") == 0 && i + 1 < argc) {
+      g_jump_kind = argv[++i];
     } else {
       options.launches = atoi(argv[i]);
     }
@@ -98,7 +106,8 @@ int main(int argc, char **argv) {
       cuGraphAddEmptyNode(&node, graph, nullptr, 0) || cuGraphInstantiate(&g_exec, graph, 0))
     return fprintf(stderr, "jump_then_deeper: setup failed\n"), 1;
   printf("first=%d\n", launch_once());  // the shim active, the thread set up
-  if (sigsetjmp(g_jump, 1) == 0) {
+  const bool plain = strcmp(g_jump_kind, "siglongjmp") != 0;
+  if ((plain ? setjmp(g_plain_jump) : sigsetjmp(g_jump, 1)) == 0) {
     g_jump_next = 1;
     (void)launch_once();
     return fprintf(stderr, "jump_then_deeper: the watchdog did not jump\n"), 1;
