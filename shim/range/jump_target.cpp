@@ -29,7 +29,10 @@ uintptr_t stored_stack_pointer(const void *env) {
   return static_cast<const uintptr_t *>(env)[kStackPointerIndex];
 }
 
-uintptr_t current_stack_pointer() {
+// Inlined whatever the optimisation level: it must read the stack pointer of the frame that
+// called setjmp (sample()), not a frame of its own — at -O0 a call of its own read a pointer
+// some bytes below, and the decoding's check then turned the watch off in debug builds.
+[[gnu::always_inline]] inline uintptr_t current_stack_pointer() {
   uintptr_t sp;
 #if defined(__x86_64__)
   asm volatile("mov %%rsp, %0" : "=r"(sp));

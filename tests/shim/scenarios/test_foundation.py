@@ -170,7 +170,12 @@ def calls_below_an_abandoned_launch():
            "FERRUM_REPLAY_SUMMARY": "stderr"}
     program = path_of("JUMP_THEN_DEEPER")
     # Each of the C library's jumps; __longjmp_chk is what a _FORTIFY_SOURCE build calls.
-    jumps = [(program, ["--jump", kind]) for kind in ("siglongjmp", "longjmp", "_longjmp")]
+    # Not _longjmp under TSan: it does not see a _longjmp leave a signal handler and reports
+    # the handler's later calls as signal-unsafe (the program without the shim too).
+    kinds = ["siglongjmp", "longjmp"]
+    if "tsan" not in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
+        kinds.append("_longjmp")
+    jumps = [(program, ["--jump", kind]) for kind in kinds]
     jumps.append((path_of("JUMP_THEN_DEEPER_FORTIFIED"), ["--jump", "siglongjmp"]))
     for api in ([], ["--runtime"]):
         for binary, jump in jumps:
