@@ -92,13 +92,56 @@ void *lookup_gnu_hash(ElfW(Addr) base, const DynamicTables &tables, const char *
 
 // The loader's record of the object holding the shim's code (the shim, or the program in
 // unit tests). dladdr1 is not one of our exports and no sanitizer intercepts it.
-const link_map *own_object() {
+const link_map *find_own_object() {
   Dl_info self{};
   link_map *object = nullptr;
-  if (!dladdr1(reinterpret_cast<void *>(&own_object), &self, reinterpret_cast<void **>(&object),
-               RTLD_DL_LINKMAP))
+  if (!dladdr1(reinterpret_cast<void *>(&find_own_object), &self,
+               reinterpret_cast<void **>(&object), RTLD_DL_LINKMAP))
     return nullptr;
   return object;
+}
+
+// Noted at load, by a constructor: dladdr1 takes the loader's main lock, and the first use of
+// the shim's own object may come where that lock must not be waited for — the process's first
+// non-local jump (hooks/jump_hooks.cpp), from a signal handler, inside the program's own
+// dl_iterate_phdr while another thread is in dlopen: a deadlock, in any process (S1). Beside the
+// pid of loading_process.cpp, in the page the loader writes at start-up anyway.
+[[gnu::section(".data.ferrum_replay_phase")]] const link_map *g_own_object = nullptr;
+
+// The loader's own record is also where lazy binding keeps it: the loader writes the object's
+// link_map into the second word of the object's PLT GOT (DT_PLTGOT; x86-64 and AArch64 alike)
+// for its resolver to find. Read there first — a short walk of our own dynamic section and one
+// load, each checked: the GOT within our own object (the loader relocates DT_PLTGOT in place on
+// both), the link_map's dynamic section ours — since dladdr1 scans the shim's symbol table and
+// cost about 4 us of every process's start-up here. Where lazy binding is off (LD_BIND_NOW)
+// the word is unset (0 in the file) and dladdr1 answers.
+extern "C" ElfW(Dyn) _DYNAMIC[] __attribute__((visibility("hidden")));
+
+const link_map *own_object_from_plt_got() {
+  const uintptr_t dynamic = reinterpret_cast<uintptr_t>(_DYNAMIC);
+  constexpr uintptr_t kWithinObject = 1u << 24;  // the GOT lies in our own writable segment
+  for (const ElfW(Dyn) *entry = _DYNAMIC; entry->d_tag != DT_NULL; ++entry) {
+    if (entry->d_tag != DT_PLTGOT) continue;
+    const uintptr_t got = entry->d_un.d_ptr;
+    const uintptr_t distance = got > dynamic ? got - dynamic : dynamic - got;
+    if (distance >= kWithinObject) return nullptr;  // not relocated in place: a file offset
+    const link_map *own = reinterpret_cast<const link_map *const *>(got)[1];
+    return own && own->l_ld == _DYNAMIC ? own : nullptr;
+  }
+  return nullptr;
+}
+
+__attribute__((constructor)) void note_own_object() {
+  const link_map *own = own_object_from_plt_got();
+  if (!own) own = find_own_object();
+  __atomic_store_n(&g_own_object, own, __ATOMIC_RELEASE);
+}
+
+// Before the constructor has run (a sanitizer's initialisation resolving its interceptors
+// through our dlsym, a linked library's constructor): found now.
+const link_map *own_object() {
+  const link_map *own = __atomic_load_n(&g_own_object, __ATOMIC_ACQUIRE);
+  return own ? own : find_own_object();
 }
 
 template <typename Function>

@@ -58,6 +58,13 @@
 //                  end instead of walking, and each child re-opens it as walk-reopen's do.
 //                  FERRUM_TEST_LOOKUP_DEFAULT=1 (any mode): functions looked up in the global
 //                  scope first.
+//   jump-inside-loader-walk
+//                  never touches CUDA: a worker thread loads and unloads the library `--how PATH`
+//                  without end (dlopen takes the loader's main lock, then its write lock), while
+//                  the main thread, inside dl_iterate_phdr (the write lock held), makes the
+//                  process's first non-local jump: a guarded probe — sigsetjmp, a signal,
+//                  siglongjmp back from the handler — as a sampler's crash protection does.
+//                  Prints jumped=1. A hang (killed by the caller's timeout) is the failure.
 //   fork-while-exit-list-busy
 //                  never launches itself: registers 20,000 exit handlers, then a worker thread
 //                  runs the C library's __cxa_finalize for a library that has none without end
@@ -220,6 +227,7 @@
 #include <locale.h>
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stddef.h>
 #include <sys/mman.h>
@@ -742,6 +750,38 @@ int fork_while_loader_busy(long n, const std::string &how) {
     fork_while_busy(
         n, [] { dl_iterate_phdr(walk_slowly, nullptr); },
         how == "walk-reopen" ? ChildThen::reopens_driver : ChildThen::nothing);
+  return 0;
+}
+
+// jump-inside-loader-walk (above).
+sigjmp_buf g_probe_jump;
+void jump_back(int) {
+  siglongjmp(g_probe_jump, 1);
+}
+
+int probe_inside_walk(dl_phdr_info *, size_t, void *jumped) {
+  if (sigsetjmp(g_probe_jump, 1) == 0) {
+    usleep(20000);  // the worker is now waiting for this walk's lock, holding the main one
+    raise(SIGUSR1);
+  } else {
+    *static_cast<int *>(jumped) = 1;
+  }
+  return 1;
+}
+
+int jump_inside_loader_walk(const std::string &library) {
+  signal(SIGUSR1, jump_back);
+  std::atomic<bool> stop{false};
+  std::thread worker([&] {
+    while (!stop.load())
+      if (void *handle = dlopen(library.c_str(), RTLD_NOW)) dlclose(handle);
+  });
+  usleep(5000);
+  int jumped = 0;
+  dl_iterate_phdr(probe_inside_walk, &jumped);
+  stop.store(true);
+  worker.join();
+  std::printf("jumped=%d\n", jumped);
   return 0;
 }
 
@@ -1659,6 +1699,7 @@ int main(int argc, char **argv) {
   if (mode == "fork-while-loader-busy") return fork_while_loader_busy(n, how);
   if (mode == "fork-while-exit-list-busy") return fork_while_exit_list_busy(n);
   if (mode == "fork-while-locale-busy") return fork_while_locale_busy(n, how);
+  if (mode == "jump-inside-loader-walk") return jump_inside_loader_walk(how);
   if (mode == "fork-children") return fork_children(n);
   if (mode == "clone-child") return clone_child(n, how == "idle");
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);

@@ -343,6 +343,24 @@ def fork_while_naming():
     expect(got["failed"] == 0, f"{got['failed']} children failed", run_)
 
 
+def first_jump_inside_loader_walk():
+    """The shim exports the C library's non-local jumps (F160) and looked up the real one at the
+    process's first jump, through dladdr1 — the loader's main lock. A program that jumps inside
+    its own dl_iterate_phdr walk (a sampler's guarded probe: sigsetjmp, a fault, siglongjmp from
+    the handler) while another thread is in dlopen (which holds the main lock and waits for the
+    walk's) deadlocked on its first jump: every run, with FERRUM_REPLAY=off too, in a process
+    that never touches CUDA (S1). The bare C library's jump takes no lock. 5 runs each way."""
+    for env in ({}, {"FERRUM_REPLAY": "off"}):
+        for attempt in range(5):
+            try:
+                run_ = fault("jump-inside-loader-walk", "--how", FAILING_TOOL, record=False,
+                             env=env, timeout=20)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"{env}: run {attempt + 1} hung at its first jump")
+            expect(run_.returncode == 0 and values(run_.stdout).get("jumped") == 1,
+                   f"{env}: the program did not jump back", run_)
+
+
 def fork_while_loader_busy():
     """A launcher that never launches forks while another of its threads walks the loaded
     objects (dl_iterate_phdr holds the loader's write lock for the walk; so does C++ exception
@@ -1759,6 +1777,7 @@ SCENARIOS = {f.__name__: f for f in (
     fork_while_naming, fork_while_loader_busy, fork_while_exit_list_busy, fork_while_locale_busy,
     fork_first_walk_loads_no_unwinder, launch_before_shim_constructor,
     fork_child_reopens_loaded_driver, fork_child_with_driver_loaded_locally,
+    first_jump_inside_loader_walk,
     fork_child_gpu_timed_with_function_missing, fork_child_logs_missing_tool,
     forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
     exit_during_first_launch,
