@@ -162,7 +162,8 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
   if (snap.memory_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.memory_drops) +
                  " pushes, ranges, marks or GPU replays not recorded: out of memory, or beyond "
-                 "FERRUM_RECORD_MEMORY with nowhere to spill (droppedForMemory)\n");
+                 "FERRUM_RECORD_MEMORY with nowhere to spill, or made where the recorder could "
+                 "not take its lock (a signal or fork handler inside it) (droppedForMemory)\n");
   // Spilling is tried only beyond the budget: if it failed, what came after was dropped (or its
   // name lost) rather than let memory grow past FERRUM_RECORD_MEMORY.
   if (const SpillFile &spill = recorder.spill_file(); spill.failed())
@@ -176,8 +177,8 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
     write_stderr("ferrum-replay recorder: " + std::to_string(refused) +
                  " thread, category or registered-string names not kept: beyond the " +
                  std::to_string(NameRegistry::kNamesBudget >> 20) +
-                 " MiB kept for names with no room elsewhere, or given by a signal handler "
-                 "that interrupted the recorder\n");
+                 " MiB kept for names with no room elsewhere, or given by a signal or fork "
+                 "handler that interrupted the recorder\n");
   if (snap.depth_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.depth_drops) +
                  " ranges not recorded: the oldest of more than " + std::to_string(kMaxOpenFrames) +

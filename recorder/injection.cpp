@@ -20,6 +20,7 @@
 #include "clock.hpp"
 #include "errno_kept.hpp"
 #include "exit_report.hpp"
+#include "fork_window.hpp"
 #include "held_here.hpp"
 #include "loader_error.hpp"
 #include "name_registry.hpp"
@@ -479,6 +480,15 @@ __attribute__((destructor)) void report_at_exit() {
     static const char kLine[] =
         "ferrum-replay recorder: exit() was called from a signal handler that interrupted the "
         "recorder on the same thread: no trace or table written\n";
+    write_stderr(std::string_view(kLine, sizeof kLine - 1));
+    return;
+  }
+  // The same inside fork(), where this thread holds every lock of ours for the fork
+  // (fork_window.hpp): a signal handler that landed there, or a fork handler, called exit().
+  if (cannot_wait_for_our_locks()) {
+    static const char kLine[] =
+        "ferrum-replay recorder: exit() was called inside fork() (from a signal handler or a fork "
+        "handler), where the recorder holds its locks for the fork: no trace or table written\n";
     write_stderr(std::string_view(kLine, sizeof kLine - 1));
     return;
   }

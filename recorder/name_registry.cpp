@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "fork_window.hpp"
 #include "held_here.hpp"
 #include "utf8.hpp"
 
@@ -22,7 +23,7 @@ NameRegistry::~NameRegistry() = default;
 
 bool NameRegistry::take_budget_locked(size_t bytes) {
   if (bytes > kNamesBudget - names_bytes_) {
-    ++refused_;
+    refused_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   names_bytes_ += bytes;
@@ -39,9 +40,11 @@ nvtxDomainRegistration_st *NameRegistry::add_domain_locked(std::string key) {
 
 nvtxDomainRegistration_st *NameRegistry::create_domain(std::string_view name) {
   name = bounded_name(name);
-  // A signal handler that interrupted this thread inside one of our locks (held_here.hpp):
-  // waiting for it would wait for ever. A null domain is what NVTX hands out without a tool.
-  if (common::inside_our_lock()) return nullptr;
+  // A signal handler that interrupted this thread inside one of our locks (held_here.hpp), or a
+  // fork handler or signal handler inside our fork window (fork_window.hpp): waiting for it
+  // would wait for ever. A null domain is what NVTX hands out without a tool (not counted: the
+  // program's ranges in it go to the global domain and are recorded there).
+  if (cannot_wait_for_our_locks()) return nullptr;
   const common::HeldHere lock(mu_);
   std::string key(name);
   auto it = domains_.find(key);
@@ -55,7 +58,7 @@ nvtxDomainRegistration_st *NameRegistry::create_domain(std::string_view name) {
 
 nvtxStringRegistration_st *NameRegistry::register_string(std::string_view text) {
   text = bounded_name(text);
-  if (common::inside_our_lock()) return nullptr;  // as in create_domain
+  if (cannot_wait_for_our_locks()) return nullptr;  // as in create_domain
   const common::HeldHere lock(mu_);
   std::string key(text);
   auto it = strings_.find(key);
@@ -74,7 +77,10 @@ nvtxStringRegistration_st *NameRegistry::register_string(std::string_view text) 
 
 void NameRegistry::name_thread(uint32_t tid, std::string_view name) {
   name = bounded_name(name);
-  if (common::inside_our_lock()) return;  // as in create_domain
+  if (cannot_wait_for_our_locks()) {  // as in create_domain; counted as not kept
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   const common::HeldHere lock(mu_);
   auto it = thread_names_.find(tid);
   if (it != thread_names_.end()) {  // renamed: the budget counts the longer of the two
@@ -88,19 +94,19 @@ void NameRegistry::name_thread(uint32_t tid, std::string_view name) {
 }
 
 void NameRegistry::refuse() {
-  if (common::inside_our_lock()) return;
-  const common::HeldHere lock(mu_);
-  ++refused_;
+  refused_.fetch_add(1, std::memory_order_relaxed);  // no lock: callable where none may be taken
 }
 
 uint64_t NameRegistry::refused() const {
-  const common::HeldHere lock(mu_);
-  return refused_;
+  return refused_.load(std::memory_order_relaxed);
 }
 
 void NameRegistry::name_category(uint32_t domain_id, uint32_t category, std::string_view name) {
   name = bounded_name(name);
-  if (common::inside_our_lock()) return;  // as in create_domain
+  if (cannot_wait_for_our_locks()) {  // as in create_domain; counted as not kept
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   const common::HeldHere lock(mu_);
   const uint64_t key = uint64_t{domain_id} << 32 | category;
   auto it = category_names_.find(key);

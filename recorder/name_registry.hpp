@@ -4,6 +4,7 @@
 // process.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -109,7 +110,7 @@ class NameRegistry {
   std::unordered_map<uint64_t, std::string> category_names_;
   std::deque<uint64_t> category_order_;
   size_t names_bytes_ = 0;  // what the budget counts so far
-  uint64_t refused_ = 0;
+  std::atomic<uint64_t> refused_{0};
 };
 
 }  // namespace ferrum_replay::recorder

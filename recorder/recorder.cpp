@@ -14,6 +14,7 @@
 
 #include "clock.hpp"
 #include "errno_kept.hpp"
+#include "fork_window.hpp"
 #include "held_here.hpp"
 #include "own_descriptor.hpp"
 #include "own_process.hpp"
@@ -128,9 +129,10 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_s
 
 ThreadBuffer *Recorder::register_thread() noexcept {
   // A signal handler's NVTX call that interrupted this thread holding a lock of ours (this very
-  // registration, say): taking threads_mu_ would wait for ever (held_here.hpp). No buffer for
-  // the handler's call, and the slot stays unset for the thread's next call.
-  if (common::inside_our_lock()) return nullptr;
+  // registration, say), or a fork handler's inside our fork window (fork_window.hpp): taking
+  // threads_mu_ would wait for ever. No buffer for that call (counted by the caller as a
+  // thread without a buffer's: memory_drops), and the slot stays unset for the thread's next.
+  if (cannot_wait_for_our_locks()) return nullptr;
   ThreadSlot &slot = t_slot;
   ThreadBuffer *buffer = nullptr;
   const common::ErrnoKept errno_kept;  // allocations (ENOMEM) and reading the thread name
@@ -469,6 +471,9 @@ thread_local ForkLocks t_fork_locks __attribute__((tls_model("initial-exec")));
 
 void Recorder::before_fork() {
   ForkLocks &taken = t_fork_locks;
+  // First, as lock_ours counts first: an NVTX call or an exit() on this thread from here until
+  // the parent's or the child's handler has given everything back is refused, never waits.
+  t_holding_for_fork = true;
   taken.threads = common::lock_for_fork(threads_mu_);
   // The child's handler must not allocate (it cannot report a failure): room for every buffer to
   // become an orphan there. Without it, those buffers are simply not kept in the child. Not from
@@ -490,6 +495,7 @@ void Recorder::after_fork_in_parent() {
   if (taken.gpu) gpu_.after_fork_in_parent();
   if (taken.names) names_.mutex().unlock();
   if (taken.threads) threads_mu_.unlock();
+  t_holding_for_fork = false;  // after: see before_fork
 }
 
 void Recorder::after_fork_in_child() {
@@ -530,11 +536,15 @@ void Recorder::after_fork_in_child() {
   // Ids go on counting: an end of the parent's range in the child is unknown to the child's trace.
   end_unknown_.store(0, std::memory_order_relaxed);
   threads_mu_.unlock();
+  t_holding_for_fork = false;  // after: see before_fork
 }
 
 nvtxStringRegistration_st *Recorder::register_string(std::string_view text) {
   text = bounded_name(text);
-  if (common::inside_our_lock()) return nullptr;  // from a signal handler: as in register_thread
+  if (cannot_wait_for_our_locks()) {  // a signal or fork handler: as in register_thread
+    names_.refuse();                  // counted with the names not kept
+    return nullptr;
+  }
   if (nvtxStringRegistration_st *kept = names_.register_string(text)) return kept;
   std::atomic<nvtxStringRegistration_st *> &cached =
       kept_strings_[std::hash<std::string_view>()(text) % kKeptStringsCache];

@@ -88,9 +88,11 @@ def environment_path(variable):
     return value
 
 
-def run_client(tmp, *args, env=None, out=None, attach=True, cwd=None, timeout=120):
-    """Runs nvtx_client with the recorder attached; the trace goes to tmp/t.%p.json unless
-    `out` names another pattern (then Client.trace_path is that pattern, unexpanded)."""
+def run_client(tmp, *args, env=None, out=None, attach=True, cwd=None, timeout=120,
+               program="NVTX_CLIENT"):
+    """Runs nvtx_client (or the program the variable `program` names) with the recorder attached;
+    the trace goes to tmp/t.%p.json unless `out` names another pattern (then Client.trace_path
+    is that pattern, unexpanded)."""
     child_env = {k: v for k, v in os.environ.items()
                  if not k.startswith(("FERRUM_RECORD", "NVTX_"))}
     if attach:
@@ -101,7 +103,7 @@ def run_client(tmp, *args, env=None, out=None, attach=True, cwd=None, timeout=12
     first = os.environ.get("FERRUM_TEST_PRELOAD_FIRST")
     if first and child_env.get("LD_PRELOAD"):
         child_env["LD_PRELOAD"] = first + " " + child_env["LD_PRELOAD"]
-    argv = [environment_path("NVTX_CLIENT"), *map(str, args)]
+    argv = [environment_path(program), *map(str, args)]
     done = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=timeout,
                           cwd=cwd or tmp, errors="replace")
     return Client(argv, done, tmp, out if out is not None and "%" not in out else None)
@@ -521,6 +523,81 @@ def test_fork_child_writes_its_own_trace(tmp):
     expect(summary["pid"] == c.values["child"] and not any(summary["protocolErrors"].values()),
            f"child summary {summary}", c)
     expect(not trace_check.check_nesting(child), "child nesting", c)
+
+
+# NVTX calls a program's fork handlers make: registered before the program's first NVTX call,
+# they run inside the recorder's fork window (after its prepare handler took its locks, before its
+# parent or child handler gave them back), F161.
+FORK_HANDLER_CALLS = [f"{when}-{what}" for when in ("prepare", "parent", "child")
+                      for what in ("mark", "range", "domain", "string", "thread-name", "category",
+                                   "start-end")]
+
+
+def traces_in(tmp):
+    return sorted(n for n in os.listdir(tmp) if n.startswith("t.") and n.endswith(".json"))
+
+
+def test_nvtx_calls_in_fork_handlers(tmp):
+    # Each used to wait for ever on a lock its own thread held for the fork (the prepare
+    # handler's first NVTX call on its thread, a domain, a string, a thread name).
+    for call in FORK_HANDLER_CALLS:
+        run_dir = os.path.join(tmp, call)
+        os.mkdir(run_dir)
+        try:
+            c = run_client(run_dir, "handler", call, program="FORK_EXIT_CLIENT", timeout=20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{call}: the program hung (killed after 20 s)")
+        expect(c.returncode == 0 and "child status 0" in c.stdout and "parent done" in c.stdout,
+               f"{call}: the program did not run to its end", c)
+        traces = traces_in(run_dir)
+        expect(len(traces) == 2, f"{call}: a trace each from the parent and the child: {traces}", c)
+        for name in traces:
+            trace = trace_check.load(os.path.join(run_dir, name))
+            counts = trace_check.counts_by_domain_and_name(trace)
+            own = {"main", "after"} if counts.get(("global", "main")) else {"child"}
+            expect(all(counts.get(("global", n)) == 1 for n in own),
+                   f"{call}: {name} lacks its own ranges: {counts}", c)
+
+
+def test_exit_in_signal_handler_inside_fork(tmp):
+    # A SIGALRM handler calls exit() while the program forks in a loop: the signal lands inside
+    # fork() in some runs, where the recorder's fork handlers hold its locks; the report then
+    # waited for them on the same thread for ever (F161). Every run ends, with its trace or with
+    # the one line saying why there is none.
+    inside = 0
+    for run in range(20):
+        run_dir = os.path.join(tmp, str(run))
+        os.mkdir(run_dir)
+        try:
+            c = run_client(run_dir, "exit-in-fork", program="FORK_EXIT_CLIENT", timeout=10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"run {run}: the program hung (killed after 10 s)")
+        expect(c.returncode == 0, f"run {run}: exit status", c)
+        lines = [line for line in c.stderr.splitlines() if "exit() was called inside fork()" in line]
+        traces = traces_in(run_dir)
+        if lines:
+            inside += 1
+            expect(not traces and len(lines) == 1, f"run {run}: one line, no trace", c)
+        else:
+            expect(len(traces) == 1, f"run {run}: no trace and no line: {traces}", c)
+            counts = trace_check.counts_by_domain_and_name(
+                trace_check.load(os.path.join(run_dir, traces[0])))
+            expect(counts == {("global", "serve"): 1}, f"run {run}: {counts}", c)
+    print(f"  (exit() landed inside fork() in {inside} of 20 runs)")
+
+
+def test_vfork_child_exit_leaves_the_parents_report(tmp):
+    # A vfork child shares its parent's memory: its exit() (after a failed exec) ran the
+    # recorder's exit hook there and marked the parent's report as written; the parent then
+    # wrote no trace and no table at all (F162).
+    c = run_client(tmp, "vfork-exit", program="FORK_EXIT_CLIENT", timeout=60)
+    expect(c.returncode == 0 and "child status 127" in c.stdout, "the program failed", c)
+    expect(traces_in(tmp) == [f"t.{c.values.get('pid')}.json"],
+           f"one trace, the parent's: {traces_in(tmp)}", c)
+    counts = trace_check.counts_by_domain_and_name(c.trace)
+    expect(counts == {("global", "before"): 1, ("global", "after"): 1}, f"counts {counts}", c)
+    expect(any(TABLE_HEADER.match(line) for line in c.stderr.splitlines()),
+           "the parent's table is missing", c)
 
 
 def expect_times_agree_with_monotonic(client, source):

@@ -1,0 +1,137 @@
+// A plain NVTX program that calls NVTX, or exits, where the recorder is inside fork() or shares
+// its parent's memory: the recorder's end-to-end tests run it (test_recorder.py, F161, F162).
+//
+//   fork_exit_client handler WHAT   pthread_atfork handlers registered before the first NVTX call
+//                                   (so they run inside the recorder's fork window) make the NVTX
+//                                   call WHAT (see kHandlerCalls) in the prepare, the parent or
+//                                   the child handler; a worker thread forks. Prints
+//                                   "child status N" and "parent done".
+//   fork_exit_client exit-in-fork   a SIGALRM handler calls exit(0) 20 to 70 ms in while the
+//                                   process forks in a loop, 64 MiB touched so that each fork
+//                                   takes a while: the signal lands inside fork() in some runs.
+//   fork_exit_client vfork-exit     one range, vfork(), the child's exec fails and it calls
+//                                   exit(127) (not _exit), the parent waits and records one more.
+#include <nvtx3/nvToolsExt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+std::string g_call;  // which handler makes which call: "prepare-mark", "child-domain", ...
+
+uint32_t this_thread() {
+  return static_cast<uint32_t>(syscall(SYS_gettid));
+}
+
+void call(const char *when) {
+  const std::string prefix = std::string(when) + "-";
+  if (g_call.compare(0, prefix.size(), prefix) != 0) return;
+  const std::string what = g_call.substr(prefix.size());
+  if (what == "mark") nvtxMarkA("in a fork handler");
+  if (what == "range") {
+    nvtxRangePushA("in a fork handler");
+    nvtxRangePop();
+  }
+  if (what == "domain") nvtxDomainCreateA(("created in the " + std::string(when)).c_str());
+  if (what == "string") nvtxDomainRegisterStringA(nullptr, "a string from a fork handler");
+  if (what == "thread-name") nvtxNameOsThreadA(this_thread(), "named in a fork handler");
+  if (what == "category") nvtxNameCategoryA(7, "named in a fork handler");
+  if (what == "start-end") nvtxRangeEnd(nvtxRangeStartA("in a fork handler"));
+}
+void prepare() {
+  call("prepare");
+}
+void parent() {
+  call("parent");
+}
+void child() {
+  call("child");
+}
+
+void *forker(void *) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    nvtxRangePushA("child");
+    nvtxRangePop();
+    std::exit(0);  // the child's own trace
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  std::printf("child status %d\n", status);
+  return nullptr;
+}
+
+int handler(const char *what) {
+  g_call = what;
+  pthread_atfork(prepare, parent, child);  // a library's, before the first NVTX call
+  nvtxRangePushA("main");                  // the recorder starts here, registers its handlers
+  nvtxRangePop();
+  pthread_t
+      thread;  // forks on a thread that never used NVTX: a prepare handler's call is its first
+  pthread_create(&thread, nullptr, forker, nullptr);
+  pthread_join(thread, nullptr);
+  nvtxRangePushA("after");
+  nvtxRangePop();
+  std::puts("parent done");
+  return 0;
+}
+
+void exit_now(int) {
+  std::exit(0);
+}
+
+int exit_in_fork() {
+  nvtxRangePushA("serve");
+  nvtxRangePop();
+  static char ballast[64 << 20];
+  std::memset(ballast, 1, sizeof ballast);
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  action.sa_handler = exit_now;
+  sigaction(SIGALRM, &action, nullptr);
+  const itimerval in{{0, 0}, {0, 20000 + (getpid() % 50) * 1000}};
+  setitimer(ITIMER_REAL, &in, nullptr);
+  for (;;) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid > 0) waitpid(pid, nullptr, 0);
+  }
+}
+
+int vfork_exit() {
+  nvtxRangePushA("before");
+  nvtxRangePop();
+  const pid_t pid = vfork();
+  if (pid == 0) {
+    execl("/nonexistent/program", "program", static_cast<char *>(nullptr));
+    std::exit(127);  // the classic mistake: _exit is what a vfork child may call
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  std::printf("child status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  nvtxRangePushA("after");
+  nvtxRangePop();
+  std::printf("pid\t%d\n", static_cast<int>(getpid()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, nullptr, _IONBF, 0);  // a fork child must not write the parent's buffer again
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "handler" && argc > 2) return handler(argv[2]);
+  if (mode == "exit-in-fork") return exit_in_fork();
+  if (mode == "vfork-exit") return vfork_exit();
+  std::fprintf(stderr, "usage: fork_exit_client handler WHAT | exit-in-fork | vfork-exit\n");
+  return 2;
+}
