@@ -31,8 +31,11 @@
 #include "recorder.hpp"
 #include "secure_execution.hpp"
 #include "settings.hpp"
+#include "shared_memory_child.hpp"
 #include "stack_room.hpp"
 #include "utf8.hpp"
+
+extern "C" int __cxa_atexit(void (*function)(void *), void *argument, void *dso_handle);
 
 namespace ferrum_replay::recorder {
 namespace {
@@ -463,13 +466,40 @@ void remove_trace_temp_at_second_exit() {
   write_stderr(std::string_view(kLine, sizeof kLine - 1));
 }
 
+void report_at_exit();
+void report_at_exit_handler(void *) {
+  report_at_exit();
+}
+
+// A vfork() child's exit() (shared_memory_child.hpp) ran the exit handlers and the destructors
+// of the memory it shares with its parent, this one included: the parent's exit() will run
+// none of them. So the report is handed to the parent's exit as a handler of its own, and the
+// child ended (with its status) before the C library goes on consuming its parent's state.
+// (Where the shim is loaded, its exit handler ended the child before any destructor ran.)
+// The child that handed it (in the shared memory): where the child could not be ended, the
+// handler runs again in that child, which must not hand it again (for ever).
+std::atomic<pid_t> g_handed_by{0};
+void report_at_the_parents_exit() {
+  const pid_t self = getpid();
+  if (g_handed_by.exchange(self) == self) return;
+  // Registered for no library (atexit() would tie it to ours, and the C library's finalisation
+  // of this library, next in the child's exit, would run it there).
+  if (__cxa_atexit(report_at_exit_handler, nullptr, nullptr) != 0) return;
+  common::end_shared_memory_children_at_exit();
+}
+
 __attribute__((destructor)) void report_at_exit() {
   Recorder *r = g_recorder.load(std::memory_order_acquire);
-  if (!r || g_reported.exchange(true)) return;
+  if (r && common::shares_owners_memory()) {
+    report_at_the_parents_exit();
+    return;
+  }
   // A child made without fork handlers (own_process.hpp): what the recorder holds is its
   // parent's ranges, and a trace of them would be counted twice by whoever reads both. Nothing
-  // is written (its own ranges cannot be told apart from them).
-  if (!common::state_is_this_process()) return;
+  // is written (its own ranges cannot be told apart from them) — and nothing changed, before
+  // anything else: a vfork() child (or clone(CLONE_VM)) that calls exit() shares its parent's
+  // memory, and marking the report done there left the parent with no trace and no table (F162).
+  if (!r || !common::state_is_this_process() || g_reported.exchange(true)) return;
   // The exiting thread may have a cancellation request pending: acted on in here, it ended that
   // thread inside exit(), with no trace, and a process whose other threads lived on never
   // exited (no_cancel.hpp).

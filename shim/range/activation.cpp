@@ -26,6 +26,7 @@
 #include "range/process_files.hpp"
 #include "resolve/libc_symbols.hpp"
 #include "secure_execution.hpp"
+#include "shared_memory_child.hpp"
 #include "startup_env.hpp"
 #include "support/loading_process.hpp"
 #include "support/log.hpp"
@@ -248,6 +249,10 @@ bool activate_slow(bool wait_for_others) {
     g_phase.store(Phase::activating, std::memory_order_release);
     t_activating = true;
     common::note_own_process();  // own_process.hpp: the state made from here on is ours
+    // A vfork() child's exit() must not consume this process's exit handlers and destructors
+    // (shared_memory_child.hpp, F162). Not in a fork child: registering may wait for ever there
+    // (exit_work.hpp).
+    if (in_loading_process()) common::end_shared_memory_children_at_exit();
     phase = activate();
     t_activating = false;
     g_phase.store(phase, std::memory_order_release);

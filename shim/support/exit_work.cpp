@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "own_process.hpp"
 #include "support/loading_process.hpp"
 
 namespace ferrum_replay::shim {
@@ -16,6 +17,11 @@ std::atomic<void (*)()> g_work[static_cast<unsigned>(ExitWork::count)];
 std::atomic<int> g_state{0};
 
 void run_exit_work() {
+  // Only in the process whose state this is (own_process.hpp), before any slot is touched: a
+  // vfork() child that calls exit() (after a failed exec) shares its parent's memory, and the
+  // work it took from the slots never ran in the parent — no GPU last pass, no settled call, no
+  // launch summary; its running marker stayed (F162). A fork() child owns its copy and runs it.
+  if (!common::state_is_this_process()) return;
   for (auto &work : g_work)
     if (void (*const run)() = work.exchange(nullptr, std::memory_order_acq_rel)) run();
 }

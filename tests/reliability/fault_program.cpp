@@ -906,6 +906,28 @@ int clone_child(long n, bool idle) {
   return 0;
 }
 
+// n launches, vfork(), the child's exec fails and it calls exit(127) — the classic slip (a
+// vfork child may only exec or _exit) — in the memory it shares with this process; n more.
+int vfork_exit(long n) {
+  Driver d = load_driver();
+  Counts c;
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  std::fflush(stdout);
+  const pid_t child = vfork();
+  if (child == 0) {
+    execl("/nonexistent/program", "program", static_cast<char *>(nullptr));
+    std::exit(127);
+  }
+  if (child < 0) die("vfork failed");
+  int status = 0;
+  waitpid(child, &status, 0);
+  for (long i = 0; i < n; ++i) launch_once(d, c);
+  std::printf("child=%d\nchild_status=%d\n", child,
+              WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  print_counts(c, stdout);
+  return 0;
+}
+
 int exit_from_worker(long n, int threads) {
   Driver d = load_driver();
   static Counts counts;
@@ -1702,6 +1724,7 @@ int main(int argc, char **argv) {
   if (mode == "jump-inside-loader-walk") return jump_inside_loader_walk(how);
   if (mode == "fork-children") return fork_children(n);
   if (mode == "clone-child") return clone_child(n, how == "idle");
+  if (mode == "vfork-exit") return vfork_exit(n);
   if (mode == "exit-from-worker") return exit_from_worker(n, threads);
   if (mode == "underscore-exit") return underscore_exit(n);
   if (mode == "size-limit") return size_limit(n, own_bytes);

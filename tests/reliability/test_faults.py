@@ -1767,6 +1767,40 @@ def sigterm_handler_exits():
                f"{ranges} ranges for {driver} launches the driver saw")
 
 
+def vfork_child_exits():
+    """A vfork() child whose exec fails calls exit() (not _exit): in the memory it shares with
+    its parent, exit() ran the parent's exit handlers and destructors, and the C library marked
+    them done — the parent then wrote no launch summary and no trace, its running marker stayed,
+    and ci-smoke-profile failed a correct run (F162). Now the shim ends such a child at its exit
+    handler with exit()'s status: the parent writes its summary and trace, whole, and removes
+    its marker; with the recorder alone (no shim), the recorder hands its report to the parent's
+    exit (tests/recorder/end_to_end: vfork_child_exit_leaves_the_parents_report)."""
+    n = 5
+    for gpu in ("off", "on"):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "s.%p.txt"),
+                   "FERRUM_RECORD_OUT": os.path.join(tmp, "t.%p.json"),
+                   "FERRUM_REPLAY_RUNNING_DIR": tmp, "FERRUM_REPLAY_GPU_TIME": gpu}
+            run_ = fault("vfork-exit", "--launches", str(n), env=env, timeout=60)
+            got = values(run_.stdout)
+            expect(run_.returncode == 0 and got.get("child_status") == 127
+                   and got.get("launches") == 2 * n, f"GPU timing {gpu}: the program failed", run_)
+            summaries = glob.glob(os.path.join(tmp, "s.*.txt"))
+            expect(len(summaries) == 1, f"GPU timing {gpu}: the parent's summary: {summaries}",
+                   run_)
+            with open(summaries[0]) as handle:
+                summary = handle.read()
+            expect(f", {2 * n} launches," in summary, f"GPU timing {gpu}: {summary!r}", run_)
+            traces = traces_in(tmp)
+            expect(len(traces) == 1, f"GPU timing {gpu}: the parent's trace: {sorted(traces)}",
+                   run_)
+            (trace,) = traces.values()
+            ranges = trace_check.ranges(trace, domain=harness.DOMAIN)
+            expect(len(ranges) == 2 * n, f"GPU timing {gpu}: {len(ranges)} ranges", run_)
+            left = glob.glob(os.path.join(tmp, "*.running"))
+            expect(not left, f"GPU timing {gpu}: running marker left: {left}", run_)
+
+
 SCENARIOS = {f.__name__: f for f in (
     exit_in_signal_handler_inside_recorder, exit_in_signal_handler_inside_shim,
     exit_in_signal_handler_inside_driver, exit_in_signal_handler_inside_gpu_engine,
@@ -1779,7 +1813,7 @@ SCENARIOS = {f.__name__: f for f in (
     fork_child_reopens_loaded_driver, fork_child_with_driver_loaded_locally,
     first_jump_inside_loader_walk,
     fork_child_gpu_timed_with_function_missing, fork_child_logs_missing_tool,
-    forked_children_count_their_own, child_without_fork_handlers, running_marker_until_exit,
+    forked_children_count_their_own, child_without_fork_handlers, vfork_child_exits, running_marker_until_exit,
     exit_during_first_launch,
     first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, errno_passes_through,
     loader_error_on_every_route, address_space_limit,
