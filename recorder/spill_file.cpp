@@ -199,10 +199,11 @@ char *SpillFile::map_name_block(uint64_t bytes) {
 }
 
 char *SpillFile::create_segment(unsigned index, uint64_t size) {
-  // A push's spill from a signal handler inside our lock, or from a fork handler while this
-  // thread holds create_mu_ for the fork (fork_window.hpp): waiting would never end. No segment:
-  // the run is not written (write: not a failure of the file), its events dropped and counted.
-  if (cannot_wait_for_our_locks()) return nullptr;
+  // A push's spill from a fork handler (or a signal handler inside fork()) while this thread
+  // holds create_mu_ for the fork (fork_window.hpp): waiting would never end. No segment: the
+  // run is not written (write: not a failure of the file), its events dropped and counted.
+  // (Not inside_our_lock(): the threads' and the GPU tracks' locks are held here by design.)
+  if (t_holding_for_fork) return nullptr;
   const common::HeldHere lock(create_mu_);  // held_here.hpp: a push, or the exit report
   if (char *p = segments_[index].load(std::memory_order_relaxed)) return p;
   if (failed_.load(std::memory_order_relaxed)) return nullptr;
@@ -263,7 +264,7 @@ bool SpillFile::write(const SpillRun &run, uint32_t first, const Event *events, 
     // The space reserved for this run stays a hole; later runs are not attempted. (The segment
     // could not be made: create_segment kept why.) Unless it was only not made here, where
     // this thread may not wait for it: later runs can still be written.
-    if (!cannot_wait_for_our_locks()) fail(EIO);
+    if (!t_holding_for_fork) fail(EIO);
     return false;
   }
   written_.fetch_add(bytes, std::memory_order_relaxed);
