@@ -440,7 +440,8 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
     add(std::move(ts));
   }
   // Before the threads' spilled runs are let go: pairing reads every thread's events.
-  match_async_ranges(snap, next_async_id_.load(std::memory_order_relaxed));
+  match_async_ranges(snap, next_async_id_.load(std::memory_order_relaxed),
+                     async_ranges_room(settings_.memory));
   snap.gpu_domain = gpu_domain_;
   gpu_.collect(&snap);
   {

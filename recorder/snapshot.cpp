@@ -36,23 +36,30 @@ const std::string *Snapshot::category_name(uint32_t domain_id, uint32_t category
   return it == category_names.end() ? nullptr : &it->second;
 }
 
-void match_async_ranges(Snapshot &snap, uint64_t ids_issued) {
+void match_async_ranges(Snapshot &snap, uint64_t ids_issued, size_t room) {
   snap.async_ranges.clear();
   snap.async_events = snap.async_started = 0;
   if (ids_issued <= 1) return;
-  std::vector<AsyncRange> &table = snap.async_ranges;
-  table.resize(ids_issued);
-  uint64_t unknown = 0;
+  std::unordered_map<uint64_t, AsyncRange> &table = snap.async_ranges;
+  uint64_t unknown = 0, beyond_room = 0;
   for (const ThreadSnapshot &t : snap.threads) {
     for_each_event(snap, t, [&](const Event &e) {
       if (!e.is_async()) return;
       ++snap.async_events;
       const uint64_t id = e.async_id();
-      if (id == 0 || id >= table.size()) {
+      if (id == 0 || id >= ids_issued) {
         unknown += e.kind() == EventKind::async_end;
         return;
       }
-      AsyncRange &r = table[id];
+      auto it = table.find(id);
+      if (it == table.end()) {
+        if (table.size() >= room) {
+          ++beyond_room;  // neither half of this range is written
+          return;
+        }
+        it = table.emplace(id, AsyncRange{}).first;
+      }
+      AsyncRange &r = it->second;
       if (e.kind() == EventKind::async_begin) {
         r.begun = true;
         r.name = e.attrs.name;
@@ -64,7 +71,7 @@ void match_async_ranges(Snapshot &snap, uint64_t ids_issued) {
       }
     });
   }
-  for (const AsyncRange &r : table) {
+  for (const auto &[id, r] : table) {
     snap.async_started += r.begun;
     if (r.begun && r.ends == 0) ++snap.errors.start_open_at_exit;
     // An end without its begin (the begin was lost: recorded in a parent before fork, or by a
@@ -72,6 +79,7 @@ void match_async_ranges(Snapshot &snap, uint64_t ids_issued) {
     if (r.ends > 0) unknown += r.begun ? r.ends - 1u : r.ends;
   }
   snap.errors.end_unknown_id += unknown;
+  snap.memory_drops += beyond_room;
 }
 
 uint64_t Snapshot::gpu_replay_count() const {

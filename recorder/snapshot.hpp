@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -31,14 +32,26 @@ struct ProtocolErrors {
   }
 };
 
-// One start/end range as match_async_ranges found it, indexed by its id.
+// One start/end range as match_async_ranges found it, by its id.
 struct AsyncRange {
   const char *name = nullptr;  // the begin's (interned) name
   uint32_t domain_id = 0;      // the begin's domain: both halves carry it as their "cat"
   uint16_t ends = 0;           // end events seen for this id (saturating)
   bool begun = false;
+  mutable bool end_written = false;  // the trace writer's: its end is written once
   bool complete() const { return begun && ends != 0; }
 };
+
+// Start/end ranges the exit pairs, at most: one entry per id found in the recorded events (a
+// hash table entry, about kAsyncEntryBytes), within FERRUM_RECORD_MEMORY and never fewer than
+// kMinAsyncRanges. The table used to be indexed by every id ever handed out — 16 bytes for each,
+// kept or not: 20,000,000 start/end pairs took 321 MB in exit() whatever the budget (F163).
+inline constexpr size_t kAsyncEntryBytes = 64;
+inline constexpr size_t kMinAsyncRanges = 65536;
+inline size_t async_ranges_room(uint64_t memory_budget) {
+  const uint64_t room = memory_budget / kAsyncEntryBytes;
+  return room > kMinAsyncRanges ? static_cast<size_t>(room) : kMinAsyncRanges;
+}
 
 struct ThreadSnapshot {
   uint32_t tid = 0;
@@ -82,7 +95,11 @@ struct Snapshot {
   // nvtxNameCategory / nvtxDomainNameCategory: (domain id, category) -> name.
   std::map<std::pair<uint32_t, uint32_t>, std::string> category_names;
   // Start/end ranges by id (match_async_ranges); empty when the process started none.
-  std::vector<AsyncRange> async_ranges;
+  std::unordered_map<uint64_t, AsyncRange> async_ranges;
+  const AsyncRange *async_range(uint64_t id) const {
+    const auto it = async_ranges.find(id);
+    return it == async_ranges.end() ? nullptr : &it->second;
+  }
   uint64_t async_events = 0;   // begin and end events recorded (match_async_ranges)
   uint64_t async_started = 0;  // start/end ranges whose begin was recorded
   std::vector<ThreadSnapshot> threads;
@@ -113,9 +130,11 @@ struct Snapshot {
 };
 
 // Pairs every start/end range's begin with its end over all threads (spilled runs included):
-// fills snap.async_ranges for ids 1 .. ids_issued - 1 and counts in snap.errors the ends of
-// unknown or already ended ranges and the ranges still open. Memory: 16 bytes per range started.
-void match_async_ranges(Snapshot &snap, uint64_t ids_issued);
+// fills snap.async_ranges for the ids (1 .. ids_issued - 1) found in the recorded events, at
+// most `room` of them (async_ranges_room), and counts in snap.errors the ends of unknown or
+// already ended ranges and the ranges still open. The halves of ranges beyond `room` are not
+// paired, hence not written: counted in snap.memory_drops (droppedForMemory).
+void match_async_ranges(Snapshot &snap, uint64_t ids_issued, size_t room);
 
 // Trace order: earlier start first; on equal starts the longer (enclosing) range first.
 inline bool event_before(const Event &a, const Event &b) {

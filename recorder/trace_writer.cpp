@@ -354,8 +354,9 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   // The footer's count is the events written above, never a figure from elsewhere: a trace's
   // counts always equal what it holds.
   uint64_t written = 0, marks = 0, async_written = 0;
-  // A start/end range is written only when both halves are known, its end once.
-  std::vector<bool> end_written(snap.async_ranges.size(), false);
+  // A start/end range is written only when both halves are known, its end once
+  // (AsyncRange::end_written: cleared first, for a snapshot rendered again).
+  for (const auto &entry : snap.async_ranges) entry.second.end_written = false;
   for (const ThreadSnapshot &t : snap.threads) {
     const std::string ids = prepared.ids(t.tid);
     MergedEvents events(snap, t);
@@ -371,15 +372,15 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
           break;
         case EventKind::async_begin:
         case EventKind::async_end: {
-          const uint64_t id = e->async_id();
-          if (id >= snap.async_ranges.size() || !snap.async_ranges[id].complete()) break;
+          const AsyncRange *range = snap.async_range(e->async_id());
+          if (!range || !range->complete()) break;
           if (e->kind() == EventKind::async_end) {
-            if (end_written[id]) break;
-            end_written[id] = true;
+            if (range->end_written) break;
+            range->end_written = true;
           } else {
             ++async_written;
           }
-          append_async(out, snap, prepared, ids, *e, snap.async_ranges[id]);
+          append_async(out, snap, prepared, ids, *e, *range);
           break;
         }
       }

@@ -56,6 +56,9 @@
 //                  fork: N/2 ranges, then fork(); the child records N/2 ranges "child <i> ..."
 //                  and waits until the parent has recorded N/2 more, "parent <i> ...", before it
 //                  exits; each process writes its own trace.
+//   start-end N PEAKFILE
+//                  N start/end ranges (nvtxRangeEnd(nvtxRangeStartA("se"))), RssAnon's growth
+//                  sampled into PEAKFILE as for hostile-names (exit included). Prints "done".
 //   hostile-names N PEAKFILE
 //                  Every kind of name NVTX takes, new each time: N ranges with 200-byte messages
 //                  of their own ("range <i> xxx..."), a range and a mark whose message is 10 MB
@@ -491,6 +494,15 @@ void sample_anon_peak(const char *path, long before) {
   usleep(5000);  // the first sample is in before anything grows
 }
 
+int start_end(long n, const char *peak_path) {
+  nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
+  nvtxRangePop();
+  sample_anon_peak(peak_path, status_kb("RssAnon"));
+  for (long i = 0; i < n; ++i) nvtxRangeEnd(nvtxRangeStartA("se"));
+  std::puts("done");
+  return 0;
+}
+
 // The attributes of an ASCII message: what the domain (Ex) forms take.
 nvtxEventAttributes_t ascii_attributes(const char *message) {
   nvtxEventAttributes_t attributes{};
@@ -741,6 +753,7 @@ int main(int argc, char **argv) {
     return cancel_pending(std::atol(argv[2]), std::atol(argv[3]));
   if (mode == "signal-names" && argc >= 3) return signal_names(std::atol(argv[2]));
   if (mode == "hostile-names" && argc >= 4) return hostile_names(std::atol(argv[2]), argv[3]);
+  if (mode == "start-end" && argc >= 4) return start_end(std::atol(argv[2]), argv[3]);
   if (mode == "distinct-names" && argc >= 3)
     return distinct_names(std::atol(argv[2]), argc > 3 && std::strcmp(argv[3], "fork") == 0);
   if (mode == "own-tmpdir-write" && argc >= 4)
@@ -751,7 +764,8 @@ int main(int argc, char **argv) {
       "standard-streams DIR N before|after | output-descriptor DIR N FD keep|before|after | "
       "unload | unload-timed N in-flight|completed | "
       "reload-timed ROUNDS N | thread-churn N | "
-      "distinct-names N [fork] | hostile-names N PEAKFILE | signal-names N | unbalanced-pushes N | "
+      "distinct-names N [fork] | hostile-names N PEAKFILE | start-end N PEAKFILE | signal-names N "
+      "| unbalanced-pushes N | "
       "cancel-pending THREADS N | locale N | own-tmpdir-write N MIB\n");
   return 1;
 }

@@ -547,6 +547,45 @@ def memory_bound_without_spill():
            "FERRUM_RECORD_MEMORY=1M and no spill file", run_)
 
 
+def start_end_memory_bound():
+    """The exit's pairing of start/end ranges is bounded by FERRUM_RECORD_MEMORY like the rest: it
+    used a table of 16 bytes for every id nvtxRangeStart ever handed out, kept or not (20,000,000
+    start/end pairs with FERRUM_RECORD_MEMORY=1M: 321 MB in exit(), F163). Now it holds the ids
+    found in the recorded events, at most the budget's worth (never fewer than 65,536): with a
+    spill file, the pairs beyond are counted as not recorded (droppedForMemory) and one line
+    says so; without one, the budget had dropped them already."""
+    n = 3000000
+    work = tempfile.mkdtemp(prefix="ferrum-start-end-")
+    try:
+        for tmpdir in ("/nonexistent-ferrum-spill-directory", work):
+            peak_file = os.path.join(work, "peak")
+            out = os.path.join(work, "trace.json")
+            run_ = harness.run([PROGRAM, "start-end", str(n), peak_file], preload=False,
+                               env={"FERRUM_RECORD_MEMORY": "1M", "TMPDIR": tmpdir,
+                                    "FERRUM_RECORD_TABLE": "1", "FERRUM_RECORD_OUT": out},
+                               timeout=300)
+            expect(run_.returncode == 0 and run_.stdout == "done\n", "start-end failed", run_)
+            with open(out) as handle:
+                trace = json.load(handle)
+            meta = trace["ferrumReplay"]
+            begins = sum(1 for e in trace["traceEvents"] if e.get("ph") == "b")
+            dropped = meta.get("droppedForMemory", 0)
+            expect(2 * begins + dropped == 2 * n and dropped > 0,
+                   f"TMPDIR={tmpdir}: {begins} pairs written and {dropped} halves dropped for "
+                   f"{n} pairs", run_)
+            expect(any("not recorded" in l and "droppedForMemory" in l
+                       for l in run_.stderr.splitlines()), "one line says so", run_)
+            if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+                continue  # a sanitizer's allocator and shadow memory: resident size says nothing
+            with open(peak_file) as handle:
+                peak_kb = int(handle.read())
+            expect(0 <= peak_kb < 24 * 1024,
+                   f"TMPDIR={tmpdir}: anonymous memory grew by up to {peak_kb} KiB, exit "
+                   "included", run_)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def in_small_tmpfs(argv, mount_point, size="16m"):
     """argv run with a tmpfs of `size` mounted at `mount_point` in a mount namespace of its own
     (the host's directory stays as it was)."""
@@ -861,7 +900,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      driver_unloadable,
                                      driver_unloadable_gpu_timed, threads_come_and_go,
                                      distinct_names, hostile_names, names_from_signal_handlers,
-                                     memory_bound_without_spill, spill_leaves_room,
+                                     memory_bound_without_spill, start_end_memory_bound, spill_leaves_room,
                                      names_across_fork, unbalanced_pushes,
                                      privileged_process, cancel_requests_pending, host_locale,
                                      tool_without_handlers, table_capped, table_bogus_value)}
