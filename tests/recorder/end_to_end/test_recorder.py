@@ -540,11 +540,17 @@ def traces_in(tmp):
 def test_nvtx_calls_in_fork_handlers(tmp):
     # Each used to wait for ever on a lock its own thread held for the fork (the prepare
     # handler's first NVTX call on its thread, a domain, a string, a thread name).
+    # Under TSan: the child of this fork from a worker thread writes its trace on a thread of
+    # its own where the forking thread's stack is small (stack_room.hpp), which TSan refuses
+    # after a multi-threaded fork unless told (its limit, not the recorder's).
+    tsan = os.environ.get("TSAN_OPTIONS")
+    env = {"TSAN_OPTIONS": tsan + ":die_after_fork=0"} if tsan else None
     for call in FORK_HANDLER_CALLS:
         run_dir = os.path.join(tmp, call)
         os.mkdir(run_dir)
         try:
-            c = run_client(run_dir, "handler", call, program="FORK_EXIT_CLIENT", timeout=20)
+            c = run_client(run_dir, "handler", call, program="FORK_EXIT_CLIENT", timeout=20,
+                           env=env)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"{call}: the program hung (killed after 20 s)")
         expect(c.returncode == 0 and "child status 0" in c.stdout and "parent done" in c.stdout,
@@ -564,12 +570,16 @@ def test_exit_in_signal_handler_inside_fork(tmp):
     # fork() in some runs, where the recorder's fork handlers hold its locks; the report then
     # waited for them on the same thread for ever (F161). Every run ends, with its trace or with
     # the one line saying why there is none.
+    # Under TSan: exit() from a handler runs the exit hooks in signal context: the premise.
+    tsan = os.environ.get("TSAN_OPTIONS")
+    env = {"TSAN_OPTIONS": tsan + ":report_signal_unsafe=0"} if tsan else None
     inside = 0
     for run in range(20):
         run_dir = os.path.join(tmp, str(run))
         os.mkdir(run_dir)
         try:
-            c = run_client(run_dir, "exit-in-fork", program="FORK_EXIT_CLIENT", timeout=10)
+            c = run_client(run_dir, "exit-in-fork", program="FORK_EXIT_CLIENT", timeout=10,
+                           env=env)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"run {run}: the program hung (killed after 10 s)")
         expect(c.returncode == 0, f"run {run}: exit status", c)
