@@ -32,6 +32,11 @@ inline bool shares_owners_memory() {
   const pid_t owner = own_process_detail::g_pid.load(std::memory_order_relaxed);
   const pid_t self = getpid();
   if (owner <= 0 || owner == self) return false;
+  // A vfork() child's parent is the owner. Without this, a child of a fork without handlers
+  // (_Fork, clone) whose owner's pid number now names one of its own threads — the owner gone
+  // and the number reused, or the child in a new pid namespace — compared its memory with its
+  // own and was ended before its output was flushed (review T).
+  if (getppid() != owner) return false;
   return syscall(SYS_kcmp, self, owner, KCMP_VM, 0, 0) == 0;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "fork_window.hpp"
 #include "held_here.hpp"
 #include "snapshot.hpp"
 
@@ -67,6 +68,13 @@ ThreadBuffer *GpuTracks::track_for(const ferrum_replay_gpu_replay &r) {
 
 void GpuTracks::add(const ferrum_replay_gpu_replay *replays, size_t count) noexcept {
   if (!replays) return;
+  // A flush asked by a fork handler (or a signal handler) inside our fork window, where this
+  // thread holds mu_ for the fork (fork_window.hpp): waiting would never end (review T). The
+  // replays are not stored, and counted with those no memory could hold.
+  if (cannot_wait_for_our_locks()) {
+    refused_.fetch_add(count, std::memory_order_relaxed);
+    return;
+  }
   const common::HeldHere lock(mu_);  // held_here.hpp: a flush's sink, and the exit report
   // The replays are `size` bytes apart, which is less than our sizeof when the shim's struct is
   // older than ours (ferrum_replay.h): each is copied into a full one, the fields it lacks 0.
@@ -124,7 +132,7 @@ void GpuTracks::collect(Snapshot *snap) const {
     snap->memory_drops += t.buffer->memory_drops();  // replays no chunk could hold
   }
   snap->gpu.dropped = dropped_;
-  snap->memory_drops += memory_drops_;
+  snap->memory_drops += memory_drops_ + refused_.load(std::memory_order_relaxed);
 }
 
 bool GpuTracks::before_fork() {

@@ -11,6 +11,7 @@
 // ThreadBuffer requires. It is held only by sink calls, the exit snapshot and fork.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -94,6 +95,9 @@ class GpuTracks {
   size_t per_thread_tracks_ = 0;         // tracks of one thread's per-thread default stream
   uint64_t dropped_ = 0;
   uint64_t memory_drops_ = 0;  // replays not stored for want of memory for their track
+  // Replays handed over where this thread may not wait for mu_ (add): lock-free. Not reset in a
+  // fork child (a child handler's refusal is the child's).
+  std::atomic<uint64_t> refused_{0};
 };
 
 // The display name of a GPU track: "GPU 0 · stream 0x7f00..." ("GPU ?" for an unknown device;

@@ -468,9 +468,18 @@ struct ForkLocks {
   bool threads = false, names = false, gpu = false, spill = false;
 };
 thread_local ForkLocks t_fork_locks __attribute__((tls_model("initial-exec")));
+// A fork() made inside our fork window — a signal handler's that landed inside fork(), a fork
+// handler's own — on the thread that holds every lock of ours for the outer fork: its handlers
+// take nothing and give nothing back (the outer fork's do), so they only count the depth.
+// Taking the locks again waited for ever (review T).
+thread_local unsigned t_nested_forks __attribute__((tls_model("initial-exec"))) = 0;
 }  // namespace
 
 void Recorder::before_fork() {
+  if (t_holding_for_fork) {
+    ++t_nested_forks;
+    return;
+  }
   ForkLocks &taken = t_fork_locks;
   // First, as lock_ours counts first: an NVTX call or an exit() on this thread from here until
   // the parent's or the child's handler has given everything back is refused, never waits.
@@ -491,6 +500,10 @@ void Recorder::before_fork() {
 }
 
 void Recorder::after_fork_in_parent() {
+  if (t_nested_forks > 0) {  // a nested fork's (before_fork)
+    --t_nested_forks;
+    return;
+  }
   const ForkLocks &taken = t_fork_locks;
   if (taken.spill) spill_.unlock_after_fork();
   if (taken.gpu) gpu_.after_fork_in_parent();
@@ -500,6 +513,13 @@ void Recorder::after_fork_in_parent() {
 }
 
 void Recorder::after_fork_in_child() {
+  // A nested fork's child (before_fork): it goes on inside the outer fork, whose own handler
+  // (the parent's, in this copy) gives the locks back; the state stays its parent's, which
+  // own_process.hpp tells apart (no trace is written of it).
+  if (t_nested_forks > 0) {
+    --t_nested_forks;
+    return;
+  }
   ThreadBuffer *self = t_slot.generation == generation_ ? t_slot.buffer : nullptr;
   if (common::inside_our_lock() || (self && self->storing())) {
     // fork() from a signal handler inside a locked section of ours, or inside the forking

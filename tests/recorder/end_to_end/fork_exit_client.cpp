@@ -11,14 +11,28 @@
 //                                   takes a while: the signal lands inside fork() in some runs.
 //   fork_exit_client vfork-exit     one range, vfork(), the child's exec fails and it calls
 //                                   exit(127) (not _exit), the parent waits and records one more.
+//   fork_exit_client fork-in-fork   a single-threaded server forks 300 times while a SIGALRM
+//                                   handler, every 3 ms, forks too: some land inside fork().
+//                                   Prints "done".
+//   fork_exit_client newpid-child   one range; a child in a new pid namespace (clone, a copy of
+//                                   memory, no fork handlers) names its thread with the parent's
+//                                   pid number (ns_last_pid), prints a line into a full stdout
+//                                   buffer and calls exit(0). Prints "skip: WHY" where the
+//                                   namespace or ns_last_pid is not allowed.
+// WHAT "gpu-flush": the handler asks the shim for the GPU times so far (ferrum_replay_gpu_flush,
+// looked up: run it with a GPU sink's shim preloaded, the fake one of this directory).
+#include <dlfcn.h>
+#include <fcntl.h>
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +60,11 @@ void call(const char *when) {
   if (what == "thread-name") nvtxNameOsThreadA(this_thread(), "named in a fork handler");
   if (what == "category") nvtxNameCategoryA(7, "named in a fork handler");
   if (what == "start-end") nvtxRangeEnd(nvtxRangeStartA("in a fork handler"));
+  if (what == "gpu-flush") {
+    using Flush = int (*)(void *);
+    if (auto flush = reinterpret_cast<Flush>(dlsym(RTLD_DEFAULT, "ferrum_replay_gpu_flush")))
+      flush(nullptr);
+  }
 }
 void prepare() {
   call("prepare");
@@ -107,6 +126,72 @@ int exit_in_fork() {
   }
 }
 
+void fork_now(int) {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  if (pid > 0) waitpid(pid, nullptr, 0);
+}
+
+int fork_in_fork() {
+  nvtxRangePushA("serve");
+  nvtxRangePop();
+  static char ballast[64 << 20];
+  std::memset(ballast, 1, sizeof ballast);
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  action.sa_handler = fork_now;
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGALRM, &action, nullptr);
+  const itimerval every{{0, 3000}, {0, 3000}};
+  setitimer(ITIMER_REAL, &every, nullptr);
+  for (int i = 0; i < 300; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid > 0)
+      while (waitpid(pid, nullptr, 0) < 0) {
+      }
+  }
+  const itimerval off{};
+  setitimer(ITIMER_REAL, &off, nullptr);
+  std::puts("done");
+  return 0;
+}
+
+void *sleep_for_ever(void *) {
+  pause();
+  return nullptr;
+}
+
+int newpid_child() {
+  nvtxRangePushA("parent");
+  nvtxRangePop();
+  const pid_t parent = getpid();
+  int ready[2];
+  if (pipe(ready) != 0) return 2;
+  const long child = syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+  if (child < 0) {
+    std::printf("skip: clone(CLONE_NEWPID): %d\n", errno);
+    return 0;
+  }
+  if (child == 0) {
+    // The parent's pid number, as the next TID in this namespace: the thread made next has it.
+    const int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY);
+    char number[32];
+    const int n = std::snprintf(number, sizeof number, "%d", static_cast<int>(parent) - 1);
+    const bool named = fd >= 0 && write(fd, number, n) == n;
+    pthread_t thread;
+    pthread_create(&thread, nullptr, sleep_for_ever, nullptr);
+    static char buffer[4096];
+    setvbuf(stdout, buffer, _IOFBF, sizeof buffer);  // flushed by exit() only
+    std::printf(named ? "child output\n" : "skip: ns_last_pid not writable\n");
+    std::exit(0);
+  }
+  int status = -1;
+  waitpid(static_cast<pid_t>(child), &status, 0);
+  std::printf("child status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return 0;
+}
+
 int vfork_exit() {
   nvtxRangePushA("before");
   nvtxRangePop();
@@ -132,6 +217,10 @@ int main(int argc, char **argv) {
   if (mode == "handler" && argc > 2) return handler(argv[2]);
   if (mode == "exit-in-fork") return exit_in_fork();
   if (mode == "vfork-exit") return vfork_exit();
-  std::fprintf(stderr, "usage: fork_exit_client handler WHAT | exit-in-fork | vfork-exit\n");
+  if (mode == "fork-in-fork") return fork_in_fork();
+  if (mode == "newpid-child") return newpid_child();
+  std::fprintf(stderr,
+               "usage: fork_exit_client handler WHAT | exit-in-fork | vfork-exit | fork-in-fork | "
+               "newpid-child\n");
   return 2;
 }

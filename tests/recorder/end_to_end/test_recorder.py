@@ -565,6 +565,53 @@ def test_nvtx_calls_in_fork_handlers(tmp):
                    f"{call}: {name} lacks its own ranges: {counts}", c)
 
 
+def test_gpu_flush_in_fork_handler(tmp):
+    # A library's prepare handler, inside the recorder's fork window, asks the shim for the GPU
+    # times so far: the sink handed them to the recorder's GPU tracks, whose lock this thread
+    # held for the fork — for ever (review T). Refused now, counted; the program runs on.
+    env = {"LD_PRELOAD": environment_path("FAKE_GPU_SHIM_LIB"), "FAKE_GPU_SHIM": "on",
+           "FAKE_GPU_REPLAYS": "g=3"}
+    tsan = os.environ.get("TSAN_OPTIONS")
+    if tsan:
+        env["TSAN_OPTIONS"] = tsan + ":die_after_fork=0"
+    try:
+        c = run_client(tmp, "handler", "prepare-gpu-flush", program="FORK_EXIT_CLIENT",
+                       timeout=20, env=env)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the program hung (killed after 20 s)")
+    expect(c.returncode == 0 and "child status 0" in c.stdout and "parent done" in c.stdout,
+           "the program did not run to its end", c)
+
+
+def test_fork_in_signal_handler_inside_fork(tmp):
+    # A SIGALRM handler forks while the program forks in a loop: some land inside fork(), where
+    # the recorder's prepare handler holds its locks; the nested prepare took them again on the
+    # same thread and waited for ever, 3 runs of 3 (review T). Every run ends now.
+    tsan = os.environ.get("TSAN_OPTIONS")
+    env = {"TSAN_OPTIONS": tsan + ":report_signal_unsafe=0"} if tsan else None
+    for run in range(3):
+        run_dir = os.path.join(tmp, str(run))
+        os.mkdir(run_dir)
+        try:
+            c = run_client(run_dir, "fork-in-fork", program="FORK_EXIT_CLIENT", timeout=60,
+                           env=env)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"run {run}: the program hung (killed after 60 s)")
+        expect(c.returncode == 0 and "done" in c.stdout, f"run {run}: the program failed", c)
+
+
+def test_child_in_new_pid_namespace_keeps_its_output(tmp):
+    # A child with a copy of memory (clone into a new pid namespace: no fork handlers) one of
+    # whose threads has the owner's pid number there: the vfork check (F162) compared the
+    # memory of "the owner" — its own thread — found it the same, and ended the child before
+    # exit() flushed its output (review T). A vfork child's parent is the owner; this one's is not.
+    c = run_client(tmp, "newpid-child", program="FORK_EXIT_CLIENT", timeout=30)
+    if c.stdout.startswith("skip:"):
+        raise Skip(c.stdout.strip())
+    expect(c.returncode == 0 and "child status 0" in c.stdout, "the program failed", c)
+    expect("child output" in c.stdout, "the child's buffered output was lost", c)
+
+
 def test_exit_in_signal_handler_inside_fork(tmp):
     # A SIGALRM handler calls exit() while the program forks in a loop: the signal lands inside
     # fork() in some runs, where the recorder's fork handlers hold its locks; the report then
