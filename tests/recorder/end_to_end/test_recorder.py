@@ -583,20 +583,27 @@ def test_gpu_flush_in_fork_handler(tmp):
            "the program did not run to its end", c)
 
 
+def runs_in_signal_context(tmp, mode, runs, timeout):
+    """fork_exit_client MODE `runs` times, each in tmp/N: yields (N, Client); a run that does
+    not end within `timeout` seconds fails the test. Under TSan, a signal handler's fork() or
+    exit() is the premise, not a finding (report_signal_unsafe=0)."""
+    tsan = os.environ.get("TSAN_OPTIONS")
+    env = {"TSAN_OPTIONS": tsan + ":report_signal_unsafe=0"} if tsan else None
+    for run in range(runs):
+        run_dir = os.path.join(tmp, str(run))
+        os.mkdir(run_dir)
+        try:
+            yield run, run_client(run_dir, mode, program="FORK_EXIT_CLIENT", timeout=timeout,
+                                  env=env)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"run {run}: the program hung (killed after {timeout} s)")
+
+
 def test_fork_in_signal_handler_inside_fork(tmp):
     # A SIGALRM handler forks while the program forks in a loop: some land inside fork(), where
     # the recorder's prepare handler holds its locks; the nested prepare took them again on the
     # same thread and waited for ever, 3 runs of 3 (review T). Every run ends now.
-    tsan = os.environ.get("TSAN_OPTIONS")
-    env = {"TSAN_OPTIONS": tsan + ":report_signal_unsafe=0"} if tsan else None
-    for run in range(3):
-        run_dir = os.path.join(tmp, str(run))
-        os.mkdir(run_dir)
-        try:
-            c = run_client(run_dir, "fork-in-fork", program="FORK_EXIT_CLIENT", timeout=60,
-                           env=env)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"run {run}: the program hung (killed after 60 s)")
+    for run, c in runs_in_signal_context(tmp, "fork-in-fork", 3, timeout=60):
         expect(c.returncode == 0 and "done" in c.stdout, f"run {run}: the program failed", c)
 
 
@@ -618,17 +625,9 @@ def test_exit_in_signal_handler_inside_fork(tmp):
     # waited for them on the same thread for ever (F161). Every run ends, with its trace or with
     # the one line saying why there is none.
     # Under TSan: exit() from a handler runs the exit hooks in signal context: the premise.
-    tsan = os.environ.get("TSAN_OPTIONS")
-    env = {"TSAN_OPTIONS": tsan + ":report_signal_unsafe=0"} if tsan else None
     inside = 0
-    for run in range(20):
+    for run, c in runs_in_signal_context(tmp, "exit-in-fork", 20, timeout=10):
         run_dir = os.path.join(tmp, str(run))
-        os.mkdir(run_dir)
-        try:
-            c = run_client(run_dir, "exit-in-fork", program="FORK_EXIT_CLIENT", timeout=10,
-                           env=env)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"run {run}: the program hung (killed after 10 s)")
         expect(c.returncode == 0, f"run {run}: exit status", c)
         lines = [line for line in c.stderr.splitlines() if "exit() was called inside fork()" in line]
         traces = traces_in(run_dir)
