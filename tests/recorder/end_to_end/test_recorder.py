@@ -603,6 +603,9 @@ def test_fork_in_signal_handler_inside_fork(tmp):
     # A SIGALRM handler forks while the program forks in a loop: some land inside fork(), where
     # the recorder's prepare handler holds its locks; the nested prepare took them again on the
     # same thread and waited for ever, 3 runs of 3 (review T). Every run ends now.
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+        raise Skip("a sanitizer's own fork() interceptor holds its locks across fork(): a "
+                   "nested fork hangs there without the recorder too")
     for run, c in runs_in_signal_context(tmp, "fork-in-fork", 3, timeout=60):
         expect(c.returncode == 0 and "done" in c.stdout, f"run {run}: the program failed", c)
 
