@@ -16,6 +16,7 @@
 #include "json_text.hpp"
 #include "output_file.hpp"
 #include "own_descriptor.hpp"
+#include "range_tracks.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum_replay::recorder {
@@ -357,15 +358,36 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   // A start/end range is written only when both halves are known, its end once
   // (AsyncRange::end_written: cleared first, for a snapshot rendered again).
   for (const auto &entry : snap.async_ranges) entry.second.end_written = false;
+  uint32_t next_moved_tid = kMovedTrackTidBase;
   for (const ThreadSnapshot &t : snap.threads) {
     const std::string ids = prepared.ids(t.tid);
+    // Ranges of a domain that do not nest with the thread's others go to tracks of their own
+    // (range_tracks.hpp): their ids by track, [0] the thread's.
+    RangeTracks tracks;
+    std::vector<std::string> track_ids{ids};
     MergedEvents events(snap, t);
     while (const Event *e = events.next()) {
       switch (e->kind()) {
-        case EventKind::range:
-          append_event(out, snap, prepared, ids, *e);
+        case EventKind::range: {
+          // The times as the trace writes them (write_ts, and the duration after it).
+          const uint64_t start_ns = snap.scale.to_ns(e->start);
+          const uint64_t ts = start_ns >= snap.origin_ns ? start_ns - snap.origin_ns : 0;
+          const RangeTracks::Placement placed =
+              tracks.place(e->domain_id, ts, ts + snap.scale.span_ns(e->start, e->end));
+          if (placed.is_new) {
+            const uint32_t tid = next_moved_tid++;
+            track_ids.push_back(prepared.ids(tid));
+            const uint32_t domain_id = tracks.domain_of(placed.track);
+            out.text(",\n");
+            append_metadata(out, "thread_name", snap.pid, tid,
+                            t.name + " \xC2\xB7 " +
+                                (domain_id < snap.domain_names.size() ? snap.domain_names[domain_id]
+                                                                      : std::string("?")));
+          }
+          append_event(out, snap, prepared, track_ids[placed.track], *e);
           ++written;
           break;
+        }
         case EventKind::mark:
           append_event(out, snap, prepared, ids, *e);
           ++marks;

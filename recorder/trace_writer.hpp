@@ -39,7 +39,11 @@
 // appear only when the caller set them; categoryName only when the program named that category
 // of that domain (nvtxNameCategory, nvtxDomainNameCategory); depth is the level push returned
 // (within the range's domain on its thread; viewers nest across domains). "X" events of one
-// thread are in start order with enclosing ranges first; "ranges" counts them.
+// thread are in start order with enclosing ranges first; "ranges" counts them. A domain whose
+// range would partly overlap another domain's on its thread's track (NVTX's stacks are per
+// domain) moves, from that range on, to a track of its own (range_tracks.hpp): tid
+// T' >= 0x20000000 (kMovedTrackTidBase), named "THREAD · DOMAIN" by a thread_name event just
+// before its first range; every track's ranges nest.
 //
 // Marks are "i" events (thread scope) with a range's args but no depth. A start/end range is a
 // "b" event on the thread that started it and an "e" on the one that ended it, paired by "id"

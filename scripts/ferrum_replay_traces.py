@@ -770,8 +770,10 @@ class Scan:
                     table.add_duration(row, dur)
                 if cat.endswith(",gpu"):
                     continue  # GPU tracks are stream-ordered, not nested: no nesting check
-                # Nesting, per thread, as the events come: each thread's ranges are in start
-                # order, enclosing ranges first (trace_writer.hpp; merge keeps that order).
+                # Nesting, per track (pid, tid), as the events come: each track's ranges are in
+                # start order, enclosing ranges first, and nest — a domain that interleaves with
+                # another on its thread has a track of its own (trace_writer.hpp; merge keeps
+                # that order).
                 end = start + dur
                 thread = threads.get((pid, tid))
                 if thread is None:

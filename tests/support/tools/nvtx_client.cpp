@@ -7,7 +7,7 @@
 //               [--leave-open K] [--leave-open-in-thread K] [--spinner] [--exit-in-thread]
 //               [--exit-code N] [--module PATH] [--fork] [--timed K] [--marks]
 //               [--start-end] [--start-open K] [--end-unknown] [--categories]
-//               [--loader-state] [--errno-check N]
+//               [--loader-state] [--errno-check N] [--interleave N]
 //
 // Each iteration of each worker thread:
 //   push global "step" (RangePushA)
@@ -34,6 +34,9 @@
 //   "se-ex" (RangeStartEx, category 3, double payload 2.5), DOMAIN "dom-se" (DomainRangeStartEx,
 //   category 7, ended by DomainRangeEnd), and global "se-cross" started on the main thread and
 //   ended on another ("cross_start_tid" and "cross_end_tid" lines name the two threads).
+// --interleave N: after the workers, the main thread N times pushes global "il-outer", DOMAIN
+//   "il-inner", pops global (il-outer ends inside il-inner: two domains' ranges interleave, which
+//   NVTX allows, one stack per domain), pushes and pops global "il-after", pops DOMAIN.
 // --start-open K: K global "se-open" ranges started and never ended.
 // --end-unknown: nvtxRangeEnd of an id never handed out, and a second end of "se-a" (with
 //   --start-end): two ends of unknown ranges.
@@ -145,6 +148,7 @@ struct Options {
   int signal_ranges = 0;
   int signal_growth = 0;
   int errno_check = 0;
+  int interleave = 0;
 };
 
 // --errno-check: each call's errno against the mark the program set before it.
@@ -251,7 +255,8 @@ Options parse(int argc, char **argv) {
       {"--signal-ranges", &Options::signal_ranges},
       {"--signal-growth", &Options::signal_growth},
       {"--start-open", &Options::start_open},
-      {"--errno-check", &Options::errno_check}};
+      {"--errno-check", &Options::errno_check},
+      {"--interleave", &Options::interleave}};
   static const std::map<std::string, std::string Options::*> texts = {
       {"--domain", &Options::domain},
       {"--module", &Options::module},
@@ -511,6 +516,24 @@ int main(int argc, char **argv) {
   for (int t = 0; t < o.threads; ++t)
     threads.emplace_back(worker, std::cref(o), t, domain, registered, module_work, std::ref(total));
   for (auto &t : threads) t.join();
+
+  if (o.interleave > 0) {
+    Tally mine;
+    nvtxEventAttributes_t inner{};
+    inner.version = NVTX_VERSION;
+    inner.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    inner.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    inner.message.ascii = "il-inner";
+    for (int k = 0; k < o.interleave; ++k) {
+      mine.count("global", "il-outer", nvtxRangePushA("il-outer"));
+      mine.count(o.domain, "il-inner", nvtxDomainRangePushEx(domain, &inner));
+      nvtxRangePop();
+      mine.count("global", "il-after", nvtxRangePushA("il-after"));
+      nvtxRangePop();
+      nvtxDomainRangePop(domain);
+    }
+    total.merge(mine);
+  }
 
   if (o.wrong_domain_pop) {
     Tally mine;
