@@ -108,15 +108,22 @@ void exit_now(int) {
   std::exit(0);
 }
 
-int exit_in_fork() {
+// A forking server's start: one range (the recorder is running), 64 MiB of touched memory (each
+// fork copies its page tables, so a signal lands inside fork() often), `handler` on SIGALRM.
+void start_server(void (*handler)(int), int flags) {
   nvtxRangePushA("serve");
   nvtxRangePop();
   static char ballast[64 << 20];
   std::memset(ballast, 1, sizeof ballast);
   struct sigaction action;
   std::memset(&action, 0, sizeof action);
-  action.sa_handler = exit_now;
+  action.sa_handler = handler;
+  action.sa_flags = flags;
   sigaction(SIGALRM, &action, nullptr);
+}
+
+int exit_in_fork() {
+  start_server(exit_now, 0);
   const itimerval in{{0, 0}, {0, 20000 + (getpid() % 50) * 1000}};
   setitimer(ITIMER_REAL, &in, nullptr);
   for (;;) {
@@ -133,15 +140,7 @@ void fork_now(int) {
 }
 
 int fork_in_fork() {
-  nvtxRangePushA("serve");
-  nvtxRangePop();
-  static char ballast[64 << 20];
-  std::memset(ballast, 1, sizeof ballast);
-  struct sigaction action;
-  std::memset(&action, 0, sizeof action);
-  action.sa_handler = fork_now;
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGALRM, &action, nullptr);
+  start_server(fork_now, SA_RESTART);
   const itimerval every{{0, 3000}, {0, 3000}};
   setitimer(ITIMER_REAL, &every, nullptr);
   for (int i = 0; i < 300; ++i) {
