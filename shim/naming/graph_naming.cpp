@@ -23,15 +23,17 @@ const NamingEnvironment &naming_environment() {
 void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_context, char *name,
                  size_t name_size, char *message, size_t message_size) {
   const NamingEnvironment &environment = g_environment;
-  bool chosen_by_person = true;
+  bool person = true;  // a person chose the name, and it is shown as they wrote it
   if (inputs.user_name) {
+    person = inputs.user_name_whole;
     common::printable_copy(inputs.user_name, name, name_size);
     if (!name[0]) common::printable_copy("?", name, name_size);
   } else if (const char *rule =
                  find_rule_name(environment.rules, inputs.ordinal, inputs.site, inputs.content)) {
     common::printable_copy(rule, name, name_size);
+    person = strcmp(rule, name) == 0;
   } else {
-    chosen_by_person = false;
+    person = false;
     if (inputs.site[0])
       common::printable_copy(inputs.site, name, name_size);
     else
@@ -43,7 +45,14 @@ void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_con
   else  // no template set (a registry used before activation): the name, as "{name}" renders
     common::printable_copy(name, message, message_size);
   if (!message[0]) snprintf(message, message_size, "graph %u", inputs.ordinal);  // "{site}" unknown
-  if (chosen_by_person || !taken(message, taken_context)) return;
+  // Graphs a person named alike may share a message; that is the only way two live graphs do.
+  // So a person's choice is exempt from the suffix only where the message shows that choice:
+  // the template has {name}, and the name came through whole (not cut, no byte replaced).
+  // Otherwise different names would collide unseen: "{site} [{content}]" shows no name, and two
+  // long names that share their first kMaxNameLength bytes are cut alike.
+  const bool shows_person = person && (!environment.message_template.piece_count ||
+                                       environment.message_template.shows_name);
+  if (shows_person || !taken(message, taken_context)) return;
   // Another live graph shows this message: keep the two apart.
   char suffix[32];
   snprintf(suffix, sizeof suffix, " (graph %u)", inputs.ordinal);

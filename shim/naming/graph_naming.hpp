@@ -7,7 +7,9 @@
 //             ferrum_replay_name_graph_exec for that graph (NamingInputs::user_name);
 //   message = FERRUM_REPLAY_FORMAT rendered with that name (default "{name}");
 //   a message that another live graph already shows gets " (graph N)" appended, unless the
-//   user or the names file chose the name: two graphs share a message only if named alike.
+//   user or the names file chose the name and the message shows it whole (the template has
+//   {name}; the name was neither cut nor had bytes replaced): two graphs share a message only
+//   if a person named them alike.
 // And where names go: the NVTX domain in which messages are registered.
 #pragma once
 
@@ -36,6 +38,9 @@ struct NamingInputs {
   const char *site;     // "" when unknown
   const char *content;  // "" unless FERRUM_REPLAY_CONTENT
   const char *api;      // the function that instantiated it
+  // user_name is the program's name as it gave it: not cut, no byte replaced (it is stored
+  // printable and cut, so only the one who stored it knows).
+  bool user_name_whole;
 };
 
 // Is this message shown by another live graph? (The registry's count of live messages.)

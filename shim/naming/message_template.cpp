@@ -72,6 +72,8 @@ bool parse_message_template(const char *text, MessageTemplate &out, char *error,
   if (!close_literal()) return fail("the template has too many parts");
   if (out.piece_count == 0) return fail("the template is empty");
   out.uses_name_only = out.piece_count == 1 && out.pieces[0].field == TemplateField::name;
+  for (int i = 0; i < out.piece_count; ++i)
+    if (out.pieces[i].field == TemplateField::name) out.shows_name = true;
   return true;
 }
 

@@ -27,6 +27,7 @@ struct MessageTemplate {
   int piece_count = 0;
   char literals[256] = {};
   bool uses_name_only = false;  // exactly "{name}": the common case
+  bool shows_name = false;      // "{name}" is one of its fields
 };
 
 struct TemplateValues {

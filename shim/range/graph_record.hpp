@@ -54,6 +54,7 @@ struct alignas(64) GraphRecord {
   GraphRecord *next_free = nullptr;  // the pool's free list
   bool in_use = false;               // allocated (live or retired-in-quarantine), not free
   bool user_named = false;
+  bool user_name_whole = false;  // the program's name fit and was printable as given
   bool live = true;              // false once destroyed
   bool confirmed = false;        // its instantiation was seen: its destroy will be too
   GraphRecord *older = nullptr;  // the unconfirmed list, oldest first (unconfirmed only)

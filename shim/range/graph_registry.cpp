@@ -84,6 +84,14 @@ void install_fork_handlers() {
   pthread_atfork(lock_before_fork, unlock_after_fork, reset_in_child);
 }
 
+// The program's name (null: none) into the record's {name} field, printable and cut; whether it
+// came through whole decides whether it may share its message (graph_naming.hpp).
+void take_user_name(GraphRecord &record, const char *name) {
+  record.user_named = name != nullptr;
+  common::printable_copy(name, record.name, sizeof record.name);
+  record.user_name_whole = name && strcmp(name, record.name) == 0;
+}
+
 }  // namespace
 
 namespace detail {
@@ -313,8 +321,12 @@ void GraphRegistry::relabel(GraphRecord &record) {
   if (old && record.live) messages_.remove(hash_text(old->text));
   retire_label(old);
   char name[kMaxNameLength + 1], text[kMaxMessageLength + 1];
-  const NamingInputs inputs{record.user_named ? record.name : nullptr, record.ordinal, record.site,
-                            record.content, record.api};
+  const NamingInputs inputs{record.user_named ? record.name : nullptr,
+                            record.ordinal,
+                            record.site,
+                            record.content,
+                            record.api,
+                            record.user_name_whole};
   choose_name(
       inputs,
       [](const char *message, void *registry) {
@@ -388,9 +400,8 @@ GraphRecord &GraphRegistry::overflow() {
     // need memory itself (.bss, untouched until here: no cost at load, docs/performance.md).
     alignas(GraphRecord) static unsigned char storage[sizeof(GraphRecord)];
     GraphRecord *record = new (storage) GraphRecord();
-    record->user_named = true;  // one fixed name, shared on purpose
+    take_user_name(*record, "graph (unregistered)");  // one fixed name, shared on purpose
     record->live = false;
-    common::printable_copy("graph (unregistered)", record->name, sizeof record->name);
     relabel(*record);
     overflow_.store(record, std::memory_order_release);  // complete: shared_overflow()
     shared = record;
@@ -461,8 +472,7 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   common::printable_copy(site, record->site, sizeof record->site);
   common::printable_copy(content, record->content, sizeof record->content);
   record->site_pending.store(site_pending, std::memory_order_relaxed);
-  record->user_named = program_name != nullptr;
-  common::printable_copy(program_name, record->name, sizeof record->name);
+  take_user_name(*record, program_name);
   GraphRecord *previous = slot_record(*slot);  // claim_slot's: the handle's, if any
   if (previous) retire(*previous);
   relabel(*record);
@@ -566,8 +576,7 @@ int GraphRegistry::name_graph(const void *exec, const char *name, const char *si
   if (!record)
     record = create_record(exec, "ferrum_replay_name_graph_exec", site, "", false, false);
   if (record == overflow_.load(std::memory_order_relaxed)) return -ENOSPC;
-  record->user_named = true;
-  common::printable_copy(name, record->name, sizeof record->name);
+  take_user_name(*record, name);
   record->site_pending.store(false, std::memory_order_relaxed);
   relabel(*record);
   return 0;

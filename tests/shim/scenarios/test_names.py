@@ -860,6 +860,23 @@ def template_collisions_stay_apart():
     expect(len(counts_by_name(run_)) == GRAPHS, f"messages {counts_by_name(run_)}", run_)
 
 
+def person_names_stay_apart_unless_shown_alike():
+    """Graphs a person named differently never share a message: not under a template that shows
+    no {name}, not when their long names are cut alike (the names file's graphs named alike still
+    share theirs: names_file)."""
+    run_ = launch("--name-graphs", "job", env={"FERRUM_REPLAY_FORMAT": "{api}"})
+    counts = counts_by_name(run_)
+    expect(len(counts) == GRAPHS and all(n == ITERS for n in counts.values()),
+           f"differently named graphs under '{{api}}': messages {counts}", run_)
+    prefix = "model.layers.attention." * 8  # 184 bytes: every name is cut at the same place
+    run_ = launch("--name-graphs", prefix)
+    counts = counts_by_name(run_)
+    expect(len(counts) == GRAPHS and all(n == ITERS for n in counts.values()),
+           f"long names cut alike: messages {counts}", run_)
+    expect(sum(name.endswith(")") and "(graph " in name for name in counts) == GRAPHS - 1,
+           f"all but the first of the cut names should say their graph: {sorted(counts)}", run_)
+
+
 def content_names():
     """Graphs from one call site, told apart by their kernels."""
     kernels = "gemm*3,softmax;flash_fwd*2;rmsnorm"
@@ -932,7 +949,8 @@ SCENARIOS = {f.__name__: f for f in (
     scope_names, names_not_taken,
     scope_beats_names_file, names_file,
     names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
-    message_template, template_collisions_stay_apart, content_names, summary_file)}
+    message_template, template_collisions_stay_apart, person_names_stay_apart_unless_shown_alike,
+    content_names, summary_file)}
 
 if __name__ == "__main__":
     main(SCENARIOS)
