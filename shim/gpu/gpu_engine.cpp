@@ -176,6 +176,11 @@ class RelaxedCapture {
   CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
 };
 
+// What the driver answers for a context that has ended (pushed, or an event of it queried).
+bool ended_context_answer(CUresult result) {
+  return result == CUDA_ERROR_CONTEXT_IS_DESTROYED || result == CUDA_ERROR_INVALID_CONTEXT;
+}
+
 // Claims `candidate` for this thread if it is free: a plain load first, so that a busy pair
 // costs no locked instruction.
 inline Pair *try_claim(Pair &candidate) {
@@ -457,13 +462,32 @@ bool Engine::align(Pool &pool, uint64_t spin_ns, bool stop_when_slow) {
 // replay read there against an older reference is placed less exactly, and says so
 // (read_pair_locked's error). A device too busy to complete the trial event at once keeps the
 // reference it had, until the next period.
-void Engine::reanchor_if_due(Pool &pool) {
-  if (api_.now_ns() - pool.anchored_ns < kReanchorNs) return;
+// False when the pool's context turned out to have ended (the pool is forgotten).
+bool Engine::reanchor_if_due(uint32_t slot, Pool &pool) {
+  if (api_.now_ns() - pool.anchored_ns < kReanchorNs) return true;
   pool.anchored_ns = api_.now_ns();  // a failed try waits a period too, not one pass
-  if (api_.ctx_push(pool.context.load(std::memory_order_relaxed)) != CUDA_SUCCESS) return;
+  const CUcontext context = pool.context.load(std::memory_order_relaxed);
+  if (!push_pool_context(slot, context))  // read on with the old reference, unless forgotten
+    return keys_[slot].load(std::memory_order_acquire) == context;
   align(pool, kReanchorSpinNs, true);
   CUcontext popped = nullptr;
   api_.ctx_pop(&popped);
+  return true;
+}
+
+bool Engine::push_pool_context(uint32_t slot, CUcontext context) {
+  const CUresult pushed = api_.ctx_push(context);
+  if (pushed == CUDA_SUCCESS) return true;
+  if (ended_context_answer(pushed)) forget_ended(slot, context);
+  return false;
+}
+
+void Engine::forget_ended(uint32_t slot, CUcontext context) {
+  if (!context || keys_[slot].load(std::memory_order_acquire) != context) return;
+  log_line(LogLevel::info,
+           "GPU timing: the driver says a context ended that the shim did not see end; its "
+           "event pool is forgotten");
+  release_pool(slot, false);
 }
 
 void Engine::create_pool(uint32_t slot, bool align_now) {
@@ -499,8 +523,10 @@ void Engine::create_pool(uint32_t slot, bool align_now) {
     pool->state.store(kFailed, std::memory_order_seq_cst);
     return;
   }
-  if (a.ctx_push(context) != CUDA_SUCCESS) {
-    pool->state.store(kFailed, std::memory_order_seq_cst);
+  if (!push_pool_context(slot, context)) {
+    // Forgotten (its context ended unseen: the slot is free again), or failed for good.
+    if (keys_[slot].load(std::memory_order_acquire) == context)
+      pool->state.store(kFailed, std::memory_order_seq_cst);
     return;
   }
   CUdevice device = -1;
@@ -563,7 +589,7 @@ bool Engine::ensure_aligned(uint32_t slot) {
   if (!pool || pool->state.load(std::memory_order_acquire) != kReady) return false;
   if (pool->aligned) return true;
   const CUcontext context = pool->context.load(std::memory_order_relaxed);
-  if (api_.ctx_push(context) != CUDA_SUCCESS) return false;
+  if (!push_pool_context(slot, context)) return false;
   pool->aligned = align(*pool, kAlignSpinNs, false);
   if (!pool->aligned) {
     log_line(LogLevel::error,
@@ -645,6 +671,7 @@ void Engine::drop_context_locked(CUcontext context, bool destroy_events) {
   for (uint32_t i = 0; i < kMaxContexts; ++i)
     if (context && keys_[i].load(std::memory_order_acquire) == context) {
       if (destroy_events) harvest_locked(i, kHarvestBoundNs, LastRound::every_pair);
+      if (keys_[i].load(std::memory_order_acquire) != context) continue;  // forgotten meanwhile
       release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
     }
 }
@@ -674,6 +701,7 @@ void Engine::drop_device_locked(int device, bool destroy_events) {
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     if (!keys_[i].load(std::memory_order_acquire) || !ends_with_primary(i, device)) continue;
     if (destroy_events) harvest_locked(i, kHarvestBoundNs, LastRound::every_pair);
+    if (!keys_[i].load(std::memory_order_acquire)) continue;  // forgotten meanwhile
     release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
   }
 }
@@ -687,6 +715,36 @@ void Engine::harvest_device_locked(int device) {
     // flight made it one driver call per replay, on the program's thread (F139).
     if (pools_[i].load(std::memory_order_acquire)) harvest_locked(i, 0, LastRound::runs);
   }
+}
+
+int Engine::device_of_locked(CUcontext context) {
+  if (!context) return -1;
+  for (uint32_t i = 0; i < kMaxContexts; ++i) {
+    const Pool *pool = pools_[i].load(std::memory_order_acquire);
+    if (keys_[i].load(std::memory_order_acquire) == context && pool && pool->device >= 0)
+      return pool->device;
+  }
+  if (stopped_.load(std::memory_order_relaxed) || !api_.ctx_push || !api_.ctx_pop ||
+      !api_.ctx_get_device || api_.ctx_push(context) != CUDA_SUCCESS)
+    return -1;
+  CUdevice device = -1;
+  if (api_.ctx_get_device(&device) != CUDA_SUCCESS) device = -1;
+  CUcontext popped = nullptr;
+  api_.ctx_pop(&popped);
+  return device;
+}
+
+uint64_t Engine::pool_devices_locked() const {
+  uint64_t devices = 0;
+  for (uint32_t i = 0; i < kMaxContexts; ++i) {
+    const Pool *pool = pools_[i].load(std::memory_order_acquire);
+    if (keys_[i].load(std::memory_order_acquire) && pool && pool->device >= 0 &&
+        pool->device < kMaxDevices)
+      devices |= uint64_t{1} << pool->device;
+  }
+  for (int device = 0; device < kMaxDevices; ++device)
+    if (primary_[device].load(std::memory_order_acquire)) devices |= uint64_t{1} << device;
+  return devices;
 }
 
 void Engine::drop_context(CUcontext context) {
@@ -772,6 +830,7 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
   Pool *pool = &pool_ref;
   const CUresult done = api_.event_query(pair.end);
   if (done == CUDA_ERROR_NOT_READY) return ReadResult::not_ready;
+  if (ended_context_answer(done)) return ReadResult::context_gone;  // the caller forgets the pool
   float since_reference = 0, duration = 0;
   if (done != CUDA_SUCCESS ||
       api_.elapsed(&since_reference, pool->reference, pair.start) != CUDA_SUCCESS ||
@@ -834,8 +893,7 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns, LastRound last) {
   if (!ensure_aligned(slot)) return;
   const uint64_t deadline = api_.now_ns ? api_.now_ns() + bound_ns : 0;
   // The events' context, current on this thread while they are read (the caller's may differ).
-  if (!api_.ctx_push ||
-      api_.ctx_push(pool->context.load(std::memory_order_relaxed)) != CUDA_SUCCESS)
+  if (!api_.ctx_push || !push_pool_context(slot, pool->context.load(std::memory_order_relaxed)))
     return;
   struct PopOnReturn {
     const EventApi &api;
@@ -863,6 +921,10 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns, LastRound last) {
       }
       const ReadResult read =
           read_pair_locked(*pool, pair, &pending_[pending_count_], pending_names_[pending_count_]);
+      if (read == ReadResult::context_gone) {
+        forget_ended(slot, pool->context.load(std::memory_order_relaxed));
+        return;
+      }
       if (read == ReadResult::read) ++pending_count_;
       if (read == ReadResult::not_ready) {
         running = true;
@@ -944,12 +1006,16 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
         break;
       }
       if (!anchored) {  // only a pool with replays to read: an idle one costs the GPU nothing
-        reanchor_if_due(*pool);
+        if (!reanchor_if_due(slot, *pool)) break;  // its context ended unseen: forgotten
         anchored = true;
       }
       if (unfinished.behind(pair)) continue;  // not finished either: no driver call
       const ReadResult read =
           read_pair_locked(*pool, pair, &batch[filled], names ? names[filled] : nullptr);
+      if (read == ReadResult::context_gone) {
+        forget_ended(slot, pool->context.load(std::memory_order_relaxed));
+        break;
+      }
       if (read == ReadResult::not_ready) unfinished.unfinished(pair);
       if (read == ReadResult::read) ++filled;
     }

@@ -107,6 +107,7 @@ struct GraphStats {
 inline constexpr uint32_t kPairsPerContext = 1024;  // replays in flight per context, at most
 inline constexpr uint32_t kMaxContexts = 16;        // kUntimedNames says "over 16 contexts"
 inline constexpr uint32_t kMaxTimedGraphs = 1024;   // graphs with a row of GPU statistics
+inline constexpr int kMaxDevices = 64;  // primary contexts known; a bit each in a device mask
 inline constexpr int kAlignTries = 5;
 inline constexpr uint64_t kEventResolutionNs = 500;
 // How long an alignment's try polls its event before it is given up (a busy device): a pool's
@@ -342,6 +343,11 @@ class Engine {
   // drop_* under a held lock.
   void drop_context_locked(CUcontext context, bool destroy_events);
   void drop_device_locked(int device, bool destroy_events);
+  // The device of `context`, a live context (under lock()): its pool's, else asked of the driver
+  // with the context pushed (cuCtxGetDevice); -1 when neither says.
+  int device_of_locked(CUcontext context);
+  // The devices that have a pool or a known primary context: a bit per ordinal. Under lock().
+  uint64_t pool_devices_locked() const;
   // Reads the finished replays of `device`'s pools (for the reaper's next pass), without
   // waiting for those still running, and asking the driver about each run's oldest unfinished
   // replay only (LastRound::runs: on the program's thread, before every release).
@@ -398,7 +404,8 @@ class Engine {
   void count(Untimed why, uint64_t n = 1) {
     untimed_[static_cast<unsigned>(why)].fetch_add(n, std::memory_order_relaxed);
   }
-  enum class ReadResult { not_ready, read, failed };
+  // context_gone: the driver said the pair's context has ended (forget_ended).
+  enum class ReadResult { not_ready, read, failed, context_gone };
   // The calling thread's current context; null when it has none, or after stop() (no CUDA call).
   CUcontext current_context();
   void watch_sampled_out(CUstream stream, bool per_thread);
@@ -419,8 +426,17 @@ class Engine {
   void request_pool(CUcontext context, bool *requested, bool *full);
   void create_pool(uint32_t slot, bool align_now);
   bool align(Pool &pool, uint64_t spin_ns, bool stop_when_slow);
-  void reanchor_if_due(Pool &pool);
+  bool reanchor_if_due(uint32_t slot, Pool &pool);
   bool ensure_aligned(uint32_t slot);
+  // Pushes the context of the pool in `slot` for the calls that follow; false when it could not
+  // be. One the driver calls ended is forgotten at once (forget_ended).
+  bool push_pool_context(uint32_t slot, CUcontext context);
+  // A context ended without the shim seeing it (a context-ending call it does not hook, or a
+  // driver that ends one on its own): the driver answered CUDA_ERROR_CONTEXT_IS_DESTROYED or
+  // CUDA_ERROR_INVALID_CONTEXT for it. Its pool, if still keyed to it, goes without a further
+  // CUDA call (its events went with the context), its replays in flight counted "context
+  // destroyed", its slot free for another context.
+  void forget_ended(uint32_t slot, CUcontext context);
   void release_pool(uint32_t slot, bool destroy_events);
   void mark_failed(uint32_t slot, Pool *pool, CUcontext context);
   bool ends_with_primary(uint32_t slot, int device) const;
@@ -431,7 +447,6 @@ class Engine {
   std::atomic<CUcontext> keys_[kMaxContexts] = {};
   std::atomic<Pool *> pools_[kMaxContexts] = {};
   std::atomic<bool> pools_used_{false};
-  static constexpr int kMaxDevices = 64;
   std::atomic<CUcontext> primary_[kMaxDevices] = {};  // by device ordinal (note_primary)
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> timed_{0};

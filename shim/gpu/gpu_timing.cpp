@@ -576,6 +576,17 @@ bool primary_context_active(CUdevice device) {
   return state && state(device, &flags, &active) == CUDA_SUCCESS && active;
 }
 
+namespace {
+constinit RealFunction<CUresult (*)(CUcontext *, CUgreenCtx)> g_ctx_from_green{"cuCtxFromGreenCtx"};
+}  // namespace
+
+CUcontext context_of_green(CUgreenCtx green) {
+  auto from_green = g_ctx_from_green.get();
+  CUcontext context = nullptr;
+  if (!green || !from_green || from_green(&context, green) != CUDA_SUCCESS) return nullptr;
+  return context;
+}
+
 bool install_handlers() {
   int state = g_handlers_state.load(std::memory_order_acquire);
   if (__builtin_expect(state == 2, 1)) return true;

@@ -67,7 +67,10 @@ void prepare_current_context();
 bool install_handlers();
 
 // Around the real context-ending calls (hooked_functions.def, kinds context_destroy,
-// primary_release, primary_reset). Called only when timing_on().
+// green_context_destroy, primary_release, primary_reset). Called only when timing_on(). A pool
+// is safe only while the shim sees every end of its context: one it does not see (a driver that
+// ends a context on its own) is forgotten at the driver's first answer that says so
+// (Engine::forget_ended), as a last resort.
 //
 // The engine's mutex is held to drop (or read) the pools before the call and after it, never
 // across it: the real call waits for the context's work, host functions included, and a host
@@ -146,6 +149,12 @@ auto around_primary_reset(CUdevice device, Call &&call) {
 // A release destroys the primary context only when it drops the last reference: asked after
 // the call (cuDevicePrimaryCtxGetState).
 bool primary_context_active(CUdevice device);
+// After a call that released `device`'s primary context, under the engine's mutex: if that was
+// its last reference (or the call did not return: it may have been), the context's pool goes,
+// without a CUDA call (the context may be gone).
+inline void forget_ended_primary_locked(Engine &timing, CUdevice device, bool returned) {
+  if (!returned || !primary_context_active(device)) timing.drop_device_locked(device, false);
+}
 template <typename Call>
 auto around_primary_release(CUdevice device, Call &&call) {
   Engine &timing = engine();
@@ -160,9 +169,48 @@ auto around_primary_release(CUdevice device, Call &&call) {
     timing.context_ending_locked(true);
     timing.unlock();
   }
+  ContextEndingClosed closed{
+      timing, [&](bool returned) { forget_ended_primary_locked(timing, device, returned); }};
+  auto result = call();
+  closed.returned = true;
+  return result;
+}
+
+// cuGreenCtxDestroy (CUDA 12.4). The green context's own context ends: its pool goes first, as
+// for cuCtxDestroy — keyed to the CUcontext cuCtxFromGreenCtx gives for it (context_of_green;
+// where the driver cannot say, the green handle itself, the same object on current drivers,
+// whose pool is then forgotten without a CUDA call). And the call releases the device's primary
+// context (cuda.h), possibly for the last time: that context's pool then goes after it, as after
+// cuDevicePrimaryCtxRelease. Before, the call passed unseen: the pool stayed keyed to the dead
+// context (the reaper pushed it and queried its freed events for the rest of the run, its events
+// and stream leaked), and 16 such contexts held every slot: no later context was timed (F167).
+CUcontext context_of_green(CUgreenCtx green);
+template <typename Call>
+auto around_green_context_destroy(CUgreenCtx green, Call &&call) {
+  Engine &timing = engine();
+  if (!timing.any_pool() || timing.stopped()) return call();
+  if (inside_our_lock_stop(timing)) return call();
+  const CUcontext mapped = context_of_green(green);
+  const CUcontext key = mapped ? mapped : reinterpret_cast<CUcontext>(green);
+  uint64_t devices = 0;
+  {
+    const common::ErrnoKept errno_kept;
+    timing.lock();
+    // The device whose primary context the call releases: the green context's own.
+    const int device = timing.device_of_locked(mapped);
+    devices =
+        device >= 0 && device < kMaxDevices ? uint64_t{1} << device : timing.pool_devices_locked();
+    if (mapped) timing.drop_context_locked(mapped, true);  // its events go while it lives
+    for (int d = 0; d < kMaxDevices; ++d)  // the primary's finished replays, read while it lives
+      if (devices & (uint64_t{1} << d)) timing.harvest_device_locked(d);
+    timing.context_ending_locked(true);
+    timing.unlock();
+  }
   ContextEndingClosed closed{timing, [&](bool returned) {
-                               if (!returned || !primary_context_active(device))
-                                 timing.drop_device_locked(device, false);
+                               timing.drop_context_locked(key, false);
+                               for (int d = 0; d < kMaxDevices; ++d)
+                                 if (devices & (uint64_t{1} << d))
+                                   forget_ended_primary_locked(timing, d, returned);
                              }};
   auto result = call();
   closed.returned = true;

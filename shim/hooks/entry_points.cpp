@@ -9,8 +9,9 @@
 //   ferrum_replay_name_graph_exec            a program's own name for a graph
 //   ferrum_replay_push/pop_graph_name        ... or for the graphs it instantiates in a scope
 //                                            (include/ferrum_replay/ferrum_replay.h)
-//   cuCtxDestroy, cuDevicePrimaryCtxRelease, GPU timing's event pools go before their context
-//   cuDevicePrimaryCtxReset (and _v2 forms)  (shim/gpu/gpu_timing.hpp)
+//   cuCtxDestroy, cuGreenCtxDestroy,         GPU timing's event pools go before their context
+//   cuDevicePrimaryCtxRelease,               (shim/gpu/gpu_timing.hpp)
+//   cuDevicePrimaryCtxReset (and _v2 forms)
 //   cuDevicePrimaryCtxRetain                 which context is the device's primary one
 //   ferrum_replay_set_gpu_sink(_sized), _gpu_flush   GPU times per replay, handed to a tool
 //   cuGetProcAddress / cuGetProcAddress_v2   the driver's lookup: its answers for
@@ -64,6 +65,7 @@ namespace {
 #define FERRUM_REAL_instantiate_params FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_destroy FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_context_destroy FERRUM_HOOK_REAL_FUNCTION
+#define FERRUM_REAL_green_context_destroy FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_primary_release FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_primary_reset FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_primary_retain FERRUM_HOOK_REAL_FUNCTION
@@ -110,6 +112,15 @@ Result intercept_context_destroy(RealFunction<Function> &function, Result, Resul
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
   if (!gpu::timing_on()) return real(context);
   return gpu::around_context_destroy(context, [&] { return real(context); });
+}
+
+template <typename Result, typename Function>
+Result intercept_green_context_destroy(RealFunction<Function> &function, Result, Result not_found,
+                                       const void *caller, CUgreenCtx green) {
+  Function real = function.get(caller);
+  if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
+  if (!gpu::timing_on()) return real(green);
+  return gpu::around_green_context_destroy(green, [&] { return real(green); });
 }
 
 template <typename Result, typename Function>
@@ -189,6 +200,8 @@ Result intercept_destroy(RealFunction<Function> &function, Result success, Resul
 #define FERRUM_DEFINE_destroy(...) FERRUM_DEFINE_HOOK(intercept_destroy, __VA_ARGS__)
 #define FERRUM_DEFINE_context_destroy(...) \
   FERRUM_DEFINE_HOOK(intercept_context_destroy, __VA_ARGS__)
+#define FERRUM_DEFINE_green_context_destroy(...) \
+  FERRUM_DEFINE_HOOK(intercept_green_context_destroy, __VA_ARGS__)
 #define FERRUM_DEFINE_primary_release(...) \
   FERRUM_DEFINE_HOOK(intercept_primary_release, __VA_ARGS__)
 #define FERRUM_DEFINE_primary_reset(...) FERRUM_DEFINE_HOOK(intercept_primary_reset, __VA_ARGS__)

@@ -39,6 +39,7 @@ enum class HookKind {
   instantiate_params,
   destroy,
   context_destroy,
+  green_context_destroy,
   primary_release,
   primary_reset,
   primary_retain,

@@ -5,8 +5,9 @@
 // point through it. So both lookups are watched:
 //   - dlsym/dlvsym on an explicit handle (loader_hooks.cpp) -> wrap_loaded_symbol()
 //   - cuGetProcAddress / _v2 (exported below) -> wrap_proc_address_answer()
-// and the answers for cuGraphLaunch, the instantiate functions, cuGraphExecDestroy (and
-// cuGetProcAddress itself) are replaced by wrappers that call the genuine function found.
+// and the answers for cuGraphLaunch, the instantiate functions, cuGraphExecDestroy, the
+// context-ending functions (and cuGetProcAddress itself) are replaced by wrappers that call the
+// genuine function found.
 #include <cudaTypedefs.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,6 +46,7 @@ namespace {
 #define FERRUM_REAL_instantiate_params(API, NAME, PARAMS)
 #define FERRUM_REAL_destroy(API, NAME, PARAMS)
 #define FERRUM_REAL_context_destroy(API, NAME, PARAMS)
+#define FERRUM_REAL_green_context_destroy(API, NAME, PARAMS)
 #define FERRUM_REAL_primary_release(API, NAME, PARAMS)
 #define FERRUM_REAL_primary_reset(API, NAME, PARAMS)
 #define FERRUM_REAL_primary_retain(API, NAME, PARAMS)
@@ -89,6 +91,15 @@ struct ContextDestroyHook {
   static CUresult call(Function genuine, CUcontext context) {
     if (!gpu::timing_on()) return genuine(context);
     return gpu::around_context_destroy(context, [&] { return genuine(context); });
+  }
+};
+
+struct GreenContextDestroyHook {
+  using Function = PFN_cuGreenCtxDestroy_v12040;
+  static constexpr const char *kWhat = "cuGreenCtxDestroy";
+  static CUresult call(Function genuine, CUgreenCtx green) {
+    if (!gpu::timing_on()) return genuine(green);
+    return gpu::around_green_context_destroy(green, [&] { return genuine(green); });
   }
 };
 
@@ -275,6 +286,8 @@ void *wrap_kind(HookKind kind, const char *how, void *found, bool per_thread) {
       return WrapperSet<LaunchHook>::wrap(how, found);
     case HookKind::context_destroy:
       return timing ? WrapperSet<ContextDestroyHook>::wrap(how, found) : found;
+    case HookKind::green_context_destroy:
+      return timing ? WrapperSet<GreenContextDestroyHook>::wrap(how, found) : found;
     case HookKind::primary_release:
       return timing ? WrapperSet<PrimaryReleaseHook>::wrap(how, found) : found;
     case HookKind::primary_reset:

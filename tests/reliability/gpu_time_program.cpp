@@ -112,6 +112,17 @@
 //                     stream, left in flight; then R pairs of cuDevicePrimaryCtxRetain and
 //                     cuDevicePrimaryCtxRelease (none the last: the first retain is held), timed.
 //                     Prints release_pairs_ns=<the R pairs>.
+//   green J N [F]     J jobs, each in a green context of its own (cuGreenCtxCreate, made current
+//                     through cuCtxFromGreenCtx): a graph, N launches on its legacy stream, then
+//                     cuGreenCtxDestroy — the first F jobs (default 1) with their replays in
+//                     flight, the others synchronised first; 1.5 s later, a context of
+//                     cuCtxCreate times N launches, synchronised, and is destroyed.
+//   primary-reset N M  the primary context retained and current: N launches on a stream, left in
+//                     flight; cuDevicePrimaryCtxReset; retained again (the same handle), a new
+//                     stream and graph, M launches, synchronised; both references released.
+// GPU_TIME_PROGRAM_ROUTE=dlsym|procaddress: the green and reset modes reach cuGreenCtxDestroy and
+// cuDevicePrimaryCtxReset_v2 through dlsym on a handle of libcuda.so.1, or cuGetProcAddress_v2 (by
+// name otherwise).
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
@@ -486,6 +497,27 @@ void launch_on_two_threads(void *(*body)(void *), long n) {
   for (pthread_t thread : threads) pthread_join(thread, nullptr);
   g_launches += 2 * static_cast<unsigned long long>(n);
   g_failed += g_failed_per_thread.load();
+}
+
+// A driver function as GPU_TIME_PROGRAM_ROUTE asks for it (see the usage above): by name (the
+// `by_name` given), through dlsym of `name` on the driver's handle, or through
+// cuGetProcAddress_v2 of `base` (the name without its _v2: the lookup's version picks the ABI).
+template <typename Function>
+Function driver_function(const char *name, const char *base, Function by_name) {
+  const char *route = std::getenv("GPU_TIME_PROGRAM_ROUTE");
+  void *found = nullptr;
+  if (route && std::strcmp(route, "dlsym") == 0) {
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    found = driver ? dlsym(driver, name) : nullptr;
+  } else if (route && std::strcmp(route, "procaddress") == 0) {
+    CUdriverProcAddressQueryResult status{};
+    if (cuGetProcAddress(base, &found, 12040, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS)
+      found = nullptr;
+  } else {
+    return by_name;
+  }
+  if (!found) check(CUDA_ERROR_NOT_FOUND, name);
+  return reinterpret_cast<Function>(found);
 }
 
 int usage() {
@@ -962,6 +994,46 @@ int main(int argc, char **argv) {
       check(cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");
     }
     std::printf("release_pairs_ns=%llu\n", now_ns() - begin);
+  } else if (mode == "green") {
+    using GreenDestroy = CUresult (*)(CUgreenCtx);
+    const auto green_destroy =
+        driver_function<GreenDestroy>("cuGreenCtxDestroy", "cuGreenCtxDestroy", cuGreenCtxDestroy);
+    const long in_flight = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 1;
+    for (long job = 0; job < n; ++job) {
+      CUgreenCtx green = nullptr;
+      CUcontext ctx = nullptr;
+      check(cuGreenCtxCreate(&green, CUdevResourceDesc{}, 0, CU_GREEN_CTX_DEFAULT_STREAM),
+            "cuGreenCtxCreate");
+      check(cuCtxFromGreenCtx(&ctx, green), "cuCtxFromGreenCtx");
+      check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+      launches(make_exec(), nullptr, m);
+      if (job >= in_flight) check(cuCtxSynchronize(), "cuCtxSynchronize");
+      check(cuCtxSetCurrent(nullptr), "cuCtxSetCurrent");
+      check(green_destroy(green), "cuGreenCtxDestroy");
+    }
+    const timespec later{1, 500 * 1000 * 1000};  // the reaper's passes meanwhile
+    nanosleep(&later, nullptr);
+    CUcontext ctx = new_context();
+    launches(make_exec(), nullptr, m);
+    check(cuCtxSynchronize(), "cuCtxSynchronize");
+    check(cuCtxDestroy(ctx), "cuCtxDestroy");
+  } else if (mode == "primary-reset") {
+    using Reset = CUresult (*)(CUdevice);
+    const auto reset = driver_function<Reset>("cuDevicePrimaryCtxReset_v2",
+                                              "cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset);
+    CUcontext p = nullptr;
+    check(cuDevicePrimaryCtxRetain(&p, 0), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(p), "cuCtxSetCurrent");
+    launches(make_exec(), new_stream(), n);
+    check(reset(0), "cuDevicePrimaryCtxReset");  // replays in flight
+    CUcontext again = nullptr;
+    check(cuDevicePrimaryCtxRetain(&again, 0), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(again), "cuCtxSetCurrent");
+    CUstream t = new_stream();
+    launches(make_exec(), t, m);
+    check(cuStreamSynchronize(t), "cuStreamSynchronize");
+    check(cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");
+    check(cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");
   } else if (mode == "fork-thread") {
     static long count = n;
     pthread_t thread;

@@ -41,6 +41,14 @@ def only_summary_on_stderr(run_):
     expect(not lines, f"stderr holds more than the summary: {lines}", run_)
 
 
+def no_dead_calls(run_, what):
+    """The stand-in counted no call given a context that had ended (pushed or set current) or an
+    event that had died (destroyed, or with its context): F167."""
+    dead = (run_.report.get("dead_context_calls"), run_.report.get("dead_event_calls"))
+    expect(dead == (0, 0), f"{what}: calls into ended contexts, dead events: {dead} "
+           f"({run_.report})", run_)
+
+
 def replays_of(summary, ordinal):
     return [r for r in summary.rows if r["graph"] == str(ordinal)]
 
@@ -62,6 +70,7 @@ def context_destroyed_in_flight():
         [later] = [r for r in summary.rows if r["gpu n"] == "30"]
         expect(abs(float(later["min us"]) - 300) <= 2 and abs(float(later["p50 us"]) - 300) <= 20,
                f"{mode}: row {later}", run_)
+        no_dead_calls(run_, mode)
         only_summary_on_stderr(run_)
         # With the recorder: the trace holds the 30, on the new context's stream.
         traced = program(mode, 20, 30, env={"FERRUM_STANDIN_GRAPH_NS": "50000000,300000"},
@@ -86,7 +95,74 @@ def primary_end_spares_created_contexts():
            gpu["why"] == {"context destroyed": 20}, f"GPU line {gpu}", run_)
     [created] = [r for r in one_summary(run_).rows if r["gpu n"] == "60"]
     expect(abs(float(created["p50 us"]) - 300) <= 20, f"row {created}", run_)
+    no_dead_calls(run_, "primary-and-created")
     only_summary_on_stderr(run_)
+
+
+ROUTES = ("name", "dlsym", "procaddress")  # gpu_time_program's GPU_TIME_PROGRAM_ROUTE
+
+
+def green_context_ends_seen():
+    """F167: cuGreenCtxDestroy (CUDA 12.4) with 20 replays of 50 ms in flight in the green
+    context, called by name, through dlsym on the driver's handle and through cuGetProcAddress:
+    the shim sees the end as a cuCtxDestroy's — the 20 counted as not timed (context destroyed),
+    the pool and its events gone before the context — and a later context's 20 replays are
+    timed; no call ever names the dead context or its events. Before, the call passed unseen:
+    the 20 stayed "in flight at exit", the reaper pushed the dead context and queried its events
+    (1,431 times in 1.5 s), its 2,050 events and stream leaked."""
+    for route in ROUTES:
+        run_ = program("green", 1, 20, timeout=60,
+                       env={"FERRUM_STANDIN_GRAPH_NS": "50000000",
+                            "GPU_TIME_PROGRAM_ROUTE": route})
+        expect(run_.returncode == 0 and "launches=40 failed=0" in run_.stdout,
+               f"{route}: program failed", run_)
+        gpu = one_summary(run_).gpu
+        expect(gpu["timed"] == 20 and gpu["not_timed"] == 20 and gpu["in_flight"] == 0 and
+               gpu["why"] == {"context destroyed": 20}, f"{route}: GPU line {gpu}", run_)
+        no_dead_calls(run_, route)
+        only_summary_on_stderr(run_)
+
+
+def many_green_contexts_leave_slots():
+    """F167: 20 jobs, each in a green context of its own that ends with cuGreenCtxDestroy (the
+    first with its replays in flight), then an ordinary context: every job's pool gave its slot
+    back, so all 20 contexts after it and the ordinary one are timed — before, the 16 dead green
+    contexts held every slot and every later context was "over 16 contexts" for the rest of the
+    process. Each cuGreenCtxDestroy is also the last release of the primary context the green
+    context retained (cuda.h): nothing is called into it either."""
+    jobs, n = 20, 20
+    run_ = program("green", jobs, n, timeout=90, env={"FERRUM_STANDIN_GRAPH_NS": "50000000"})
+    total = (jobs + 1) * n
+    expect(run_.returncode == 0 and f"launches={total} failed=0" in run_.stdout,
+           "program failed", run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] == total - n and gpu["not_timed"] == n and gpu["in_flight"] == 0 and
+           gpu["why"] == {"context destroyed": n}, f"GPU line {gpu}", run_)
+    no_dead_calls(run_, "20 green contexts")
+    only_summary_on_stderr(run_)
+
+
+def primary_reset_in_flight():
+    """cuDevicePrimaryCtxReset (by name: _v2; through dlsym and cuGetProcAddress) with 20 replays
+    of 50 ms in flight in the primary context, which the stand-in now really ends (its streams
+    and events die): the 20 counted as not timed (context destroyed), the pool gone before the
+    reset; the context retained again (the same handle) times its 30 at their simulated 300 us;
+    no call names the ended context or its events (U5 of the review behind F167: the reset path
+    had no test, and the stand-in kept a released primary context's objects alive)."""
+    for route in ROUTES:
+        run_ = program("primary-reset", 20, 30, timeout=60,
+                       env={"FERRUM_STANDIN_GRAPH_NS": "50000000,300000",
+                            "GPU_TIME_PROGRAM_ROUTE": route})
+        expect(run_.returncode == 0 and "launches=50 failed=0" in run_.stdout,
+               f"{route}: program failed", run_)
+        summary = one_summary(run_)
+        gpu = summary.gpu
+        expect(gpu["timed"] == 30 and gpu["not_timed"] == 20 and gpu["in_flight"] == 0 and
+               gpu["why"] == {"context destroyed": 20}, f"{route}: GPU line {gpu}", run_)
+        [later] = [r for r in summary.rows if r["gpu n"] == "30"]
+        expect(abs(float(later["p50 us"]) - 300) <= 20, f"{route}: row {later}", run_)
+        no_dead_calls(run_, route)
+        only_summary_on_stderr(run_)
 
 
 def burst_exhausts_pool():
@@ -194,6 +270,7 @@ def release_asks_few():
     expect(queries is not None and queries <= bound,
            f"{queries} cuEventQuery calls for 200 releases with 1000 replays in flight, in "
            f"{run_.seconds:.2f} s (bound {bound})", run_)
+    no_dead_calls(run_, "retain-release")
     only_summary_on_stderr(run_)
 
 
@@ -824,7 +901,8 @@ def reaper_returns_after_let_go():
 
 
 SCENARIOS = {f.__name__: f for f in (
-    context_destroyed_in_flight, primary_end_spares_created_contexts, burst_exhausts_pool,
+    context_destroyed_in_flight, primary_end_spares_created_contexts, green_context_ends_seen,
+    many_green_contexts_leave_slots, primary_reset_in_flight, burst_exhausts_pool,
     burst_mostly_timed, deep_queue_few_queries, long_run_keeps_lengths, release_asks_few,
     many_replays, many_replays_long, exit_in_flight,
     replay_named_as_launched, default_streams_apart, sink_layouts, sink_exits,

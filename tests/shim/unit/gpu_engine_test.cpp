@@ -39,6 +39,7 @@ struct FakeDriver {
   int creates = 0, records = 0, records_ptsz = 0, pushes = 0, calls_on_dead = 0;
   bool end_record = false;  // the next record on a user stream is an end event
   bool fail_end_records = false, fail_queries = false;  // a launch's failure, reported late
+  bool queries_say_destroyed = false;  // cuEventQuery: CUDA_ERROR_CONTEXT_IS_DESTROYED
   std::vector<CUstream> record_streams;
   // With `queued`, a user stream runs its replays one after another, as a GPU does: a start
   // event completes when the stream's earlier work has, the end event launch_ns after it.
@@ -109,6 +110,7 @@ CUresult event_record_ptsz(CUevent event, CUstream stream) {
 CUresult event_query(CUevent event) {
   ++fake->queries;
   if (fake->fail_queries) return CUDA_ERROR_LAUNCH_FAILED;
+  if (fake->queries_say_destroyed) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   unsafe_call();
   if (!fake->live.count(event)) return CUDA_ERROR_INVALID_HANDLE;
   auto found = fake->done_at.find(event);
@@ -699,6 +701,72 @@ TEST_CASE("gpu engine: a destroyed context's pool goes first; no call into it af
   f.reap();
   CHECK(f.launch());
   CHECK(f.driver.calls_on_dead == 0);
+}
+
+TEST_CASE(
+    "gpu engine: a context that ended unseen is forgotten at the driver's first word of it; its "
+    "slot serves another") {
+  // F167: an end the shim does not see (cuGreenCtxDestroy, before it was hooked) left the pool
+  // keyed to the dead context: the reaper pushed it and queried its events for the rest of the
+  // run, and kMaxContexts such contexts held every slot — no later context was ever timed.
+  const uint64_t contexts = 2 * gpu::kMaxContexts;
+  const auto context_at = [](uint64_t i) {
+    return reinterpret_cast<CUcontext>(0x100000 + i * 0x100);
+  };
+  Fixture f;
+  int dead_words = 0;    // the driver's answers that said a context had ended: one per context
+  uint64_t dropped = 0;  // replays in flight when their context's end was learnt
+  SUBCASE("a ready pool: the push of its clock's renewal says so") {
+    for (uint64_t i = 0; i < contexts; ++i) {
+      f.driver.current = context_at(i);
+      f.launch();  // asks for the pool
+      f.reap();    // makes it
+      REQUIRE(f.launch());
+      f.driver.dead.insert(context_at(i));  // ended, unseen
+      f.driver.now += 2 * gpu::kReanchorNs;
+      const int queries = f.driver.queries;
+      CHECK(f.reap() == 0);
+      CHECK(f.driver.queries == queries);  // none of its events asked about
+      CHECK(f.reap() == 0);
+    }
+    dead_words = static_cast<int>(contexts);
+    dropped = contexts;
+  }
+  SUBCASE("a pool asked for, not made yet: the push that would make it says so") {
+    for (uint64_t i = 0; i < contexts; ++i) {
+      f.driver.current = context_at(i);
+      f.launch();
+      f.driver.dead.insert(context_at(i));
+      CHECK(f.reap() == 0);
+      CHECK(f.reap() == 0);
+    }
+    dead_words = static_cast<int>(contexts);
+  }
+  SUBCASE("a replay's query says so") {
+    for (uint64_t i = 0; i < contexts; ++i) {
+      f.driver.current = context_at(i);
+      f.launch();
+      f.reap();
+      REQUIRE(f.launch());
+      f.driver.queries_say_destroyed = true;
+      const int queries = f.driver.queries;
+      CHECK(f.reap() == 0);
+      CHECK(f.reap() == 0);
+      CHECK(f.driver.queries == queries + 1);  // the one that said so, no more
+      f.driver.queries_say_destroyed = false;
+    }
+    dropped = contexts;
+  }
+  CHECK(f.driver.calls_on_dead == dead_words);
+  // Each context's slot was given back: a new context is timed, none "over 16 contexts".
+  f.driver.current = reinterpret_cast<CUcontext>(0x900);
+  CHECK_FALSE(f.launch());
+  f.reap();
+  CHECK(f.launch());
+  const gpu::Totals totals = f.engine->totals();
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::contexts_full)] == 0);
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::context_dropped)] == dropped);
+  CHECK(totals.in_flight == 1);
 }
 
 TEST_CASE(

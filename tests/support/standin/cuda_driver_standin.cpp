@@ -98,13 +98,28 @@
 //   (cuStreamEndCapture then gives NULL and CUDA_ERROR_STREAM_CAPTURE_INVALIDATED); ending a
 //   capture that was not begun: CUDA_ERROR_INVALID_VALUE.
 // - Contexts: a per-thread stack (cuCtxCreate and cuCtxPushCurrent push, cuCtxPopCurrent pops,
-//   cuCtxSetCurrent replaces the top or, with NULL, pops). The primary context is retained and
-//   released by count; cuDevicePrimaryCtxGetState says it is active while a reference is held
-//   (it is never destroyed here, see below). cuCtxDestroy pops the context if it
+//   cuCtxSetCurrent replaces the top or, with NULL, pops). cuCtxDestroy pops the context if it
 //   is current, and invalidates its streams and events: later calls with their handles return
 //   CUDA_ERROR_INVALID_HANDLE. Contexts, streams and events are never freed (a destroyed
 //   context's objects stay tombstones; a destroyed stream or event may be reused, as a real
 //   driver's handle may), so a stale handle never reaches freed memory.
+// - The primary context is retained and released by count; cuDevicePrimaryCtxGetState says it
+//   is active while a reference is held. As cuda.h says, it is destroyed at its last release
+//   (cuDevicePrimaryCtxRelease/_v2, which does not pop it off any thread's stack) and by
+//   cuDevicePrimaryCtxReset/_v2 (which does not release it: the references held before the reset
+//   may still be released, each a CUDA_SUCCESS that does nothing). Its streams and events die
+//   then, as a destroyed context's; a thread that still has it current gets
+//   CUDA_ERROR_CONTEXT_IS_DESTROYED from a launch; pushing it or setting it current is
+//   CUDA_ERROR_INVALID_CONTEXT. The next retain makes it anew, with the same handle.
+// - Green contexts (cuGreenCtxCreate, cuCtxFromGreenCtx, cuGreenCtxDestroy; CUDA 12.4): a
+//   context of its own, not made current at creation, reached as a CUcontext only through
+//   cuCtxFromGreenCtx (a handle distinct from the green context's); creating one retains the
+//   device's primary context and destroying it releases that reference (cuda.h), possibly the
+//   last. cuGreenCtxDestroy destroys the green context's context as cuCtxDestroy would (streams
+//   and events die, popped if current to the caller) without calling cuCtxDestroy, which
+//   refuses a green context's CUcontext (CUDA_ERROR_INVALID_CONTEXT). The resource descriptor
+//   is not looked at (no cuDevResource* functions here); CU_GREEN_CTX_DEFAULT_STREAM is
+//   required, as documented.
 // - A C API: nothing is thrown into the caller (but with FERRUM_STANDIN_LAUNCH_THROW, below).
 //   Where an allocation of the stand-in's own fails (a program under an address-space limit),
 //   the call answers CUDA_ERROR_OUT_OF_MEMORY (STANDIN_OUT_OF_MEMORY below), as the real driver
@@ -205,9 +220,14 @@
 //                                    `driver launches=<N> launches_ptsz=<M> instantiates=<K>
 //                                    procaddress_queries=<Q> captured_launches=<C>
 //                                    captured_event_records=<E> events_created=<V>
-//                                    event_queries=<Q> dead_context_calls=<D>` (read at exit;
+//                                    event_queries=<Q> dead_context_calls=<D>
+//                                    dead_event_calls=<X>` (read at exit;
 //                                    dead_context_calls counts cuCtxPushCurrent/cuCtxSetCurrent
-//                                    given a destroyed context; launches count every
+//                                    given a destroyed context — created, green, or an ended
+//                                    primary one; dead_event_calls counts event calls
+//                                    (record, query, synchronize, elapsed time, destroy) given
+//                                    an event destroyed or whose context ended, as far as a
+//                                    handle not handed out again tells; launches count every
 //                                    call, captured ones too; events_created counts every
 //                                    cuEventCreate call, failed ones too, so that 0 proves
 //                                    nobody asked for an event; event_queries every
@@ -256,8 +276,12 @@ struct CUstream_st;
 // caller still holds stays safe to look at.
 struct CUctx_st {
   CUdevice device;
-  std::atomic<bool> destroyed{false};
+  std::atomic<bool> destroyed{false};  // the primary context: while ended (made anew at retain)
   CUstream_st *legacy = nullptr;  // its legacy default stream, made at first use (timeline lock)
+};
+// A green context: its context (what cuCtxFromGreenCtx gives). Never freed, as contexts.
+struct CUgreenCtx_st {
+  CUcontext ctx;
 };
 // A stream and its virtual timeline (all members under the timeline lock). Stream objects are
 // never freed: a destroyed one goes on a free list (its address may be handed out again, as a
@@ -284,6 +308,7 @@ struct CUevent_st {
   CUcontext ctx = nullptr;
   unsigned int flags = 0;
   bool alive = true;
+  bool context_ended = false;  // died with its context (a tombstone, never reused)
   bool recorded = false;
   long long stamp = 0;
   CUevent_st *next_free = nullptr;
@@ -454,6 +479,7 @@ std::atomic<unsigned long long> g_captured_event_records{0};
 std::atomic<unsigned long long> g_events_created{0};
 std::atomic<unsigned long long> g_event_queries{0};
 std::atomic<unsigned long long> g_dead_context_calls{0};
+std::atomic<unsigned long long> g_dead_event_calls{0};
 
 // The report's path, read when the driver is loaded and never later: at exit another thread of
 // the program may be changing the environment (fault environment_changed_at_run_time), and a
@@ -470,15 +496,15 @@ __attribute__((destructor)) void write_report() {
   const char *path = g_report_path;
   if (path[0] == '\0') return;
   char line[384];
-  const int n =
-      std::snprintf(line, sizeof line,
-                    "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
-                    "procaddress_queries=%llu captured_launches=%llu "
-                    "captured_event_records=%llu events_created=%llu "
-                    "event_queries=%llu dead_context_calls=%llu\n",
-                    g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(),
-                    g_queries.load(), g_captured_launches.load(), g_captured_event_records.load(),
-                    g_events_created.load(), g_event_queries.load(), g_dead_context_calls.load());
+  const int n = std::snprintf(
+      line, sizeof line,
+      "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
+      "procaddress_queries=%llu captured_launches=%llu "
+      "captured_event_records=%llu events_created=%llu "
+      "event_queries=%llu dead_context_calls=%llu dead_event_calls=%llu\n",
+      g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(), g_queries.load(),
+      g_captured_launches.load(), g_captured_event_records.load(), g_events_created.load(),
+      g_event_queries.load(), g_dead_context_calls.load(), g_dead_event_calls.load());
   // The tests' report, not the driver's: never a cancellation point (see sleep_until_ns).
   int cancel_state = 0;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
@@ -503,8 +529,12 @@ struct State {
   std::mutex mutex;  // guards the members below and the exec pool's free list
   CUctx_st primary{0};
   int primary_refs = 0;
-  std::unordered_set<CUcontext> contexts;     // created with cuCtxCreate
-  std::vector<CUcontext> destroyed_contexts;  // tombstones: never freed, still reachable
+  int refs_reset = 0;  // references a reset ended: each may still be released, doing nothing
+  std::unordered_set<CUcontext> contexts;        // created with cuCtxCreate
+  std::unordered_set<CUcontext> green_contexts;  // the contexts of live green contexts
+  std::unordered_set<CUgreenCtx> greens;         // live green contexts
+  std::vector<CUgreenCtx> destroyed_greens;      // tombstones: never freed
+  std::vector<CUcontext> destroyed_contexts;     // tombstones: never freed, still reachable
   std::unordered_set<CUgraph> graphs;
   std::unordered_set<CUgraphNode> nodes;  // the nodes of live graphs
   std::unordered_set<CUdeviceptr> allocations;
@@ -534,13 +564,16 @@ bool initialized() {
 }
 
 bool context_valid_locked(CUcontext ctx) {
-  return ctx == &st().primary || st().contexts.count(ctx) != 0;
+  if (ctx == &st().primary) return !st().primary.destroyed.load(std::memory_order_acquire);
+  return st().contexts.count(ctx) != 0 || st().green_contexts.count(ctx) != 0;
 }
 
 // A call given a context that no longer lives (FERRUM_STANDIN_REPORT: dead_context_calls).
 void note_if_destroyed_locked(CUcontext ctx) {
   const std::vector<CUcontext> &dead = st().destroyed_contexts;
-  if (std::find(dead.begin(), dead.end(), ctx) != dead.end()) g_dead_context_calls.fetch_add(1);
+  if (std::find(dead.begin(), dead.end(), ctx) != dead.end() ||
+      (ctx == &st().primary && st().primary.destroyed.load(std::memory_order_acquire)))
+    g_dead_context_calls.fetch_add(1);
 }
 
 // Graph exec handles: objects in chunks that are never freed, so a launch can check a handle
@@ -768,14 +801,18 @@ INTERNAL CUresult i_cuDeviceGetName(char *name, int len, CUdevice dev) try {
 }
 STANDIN_OUT_OF_MEMORY
 
+// The primary context's references (after the virtual GPU below: its end kills its streams and
+// events).
+CUcontext primary_retain();
+CUresult primary_release();
+void primary_reset();
+
 INTERNAL CUresult i_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) try {
   STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  std::lock_guard<std::mutex> lock(st().mutex);
-  ++st().primary_refs;
-  *pctx = &st().primary;
+  *pctx = primary_retain();
   return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
@@ -784,16 +821,24 @@ INTERNAL CUresult i_cuDevicePrimaryCtxRelease(CUdevice dev) try {
   STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  std::lock_guard<std::mutex> lock(st().mutex);
-  if (st().primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  --st().primary_refs;
+  return primary_release();
+}
+STANDIN_OUT_OF_MEMORY
+
+// cuda.h: "Destroy all allocations and reset all state on the primary context"; it "does not
+// release it" (a reference held before may be released afterwards).
+INTERNAL CUresult i_cuDevicePrimaryCtxReset(CUdevice dev) try {
+  STANDIN_DIRTY_ERRNO();
+  STANDIN_REQUIRE_INIT();
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  primary_reset();
   return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
 
-// `active`: the primary context is retained (a real driver destroys it at its last release, and
-// a program asks this to know whether a release was the last; the stand-in keeps its context's
-// objects, see Contexts above). `flags`: 0 (no cuDevicePrimaryCtxSetFlags here).
+// `active`: the primary context is retained (it is destroyed at its last release: a program asks
+// this to know whether a release was the last). `flags`: 0 (no cuDevicePrimaryCtxSetFlags
+// here).
 INTERNAL CUresult i_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) try {
   STANDIN_DIRTY_ERRNO();
   STANDIN_REQUIRE_INIT();
@@ -1013,6 +1058,56 @@ INTERNAL CUresult i_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreate
 }
 STANDIN_OUT_OF_MEMORY
 
+// Under tl().mutex: a context's end. Its streams and events die (tombstones, never reused: later
+// calls with their handles return CUDA_ERROR_INVALID_HANDLE, and an event's count as
+// dead_event_calls); the next legacy stream of a context made anew (the primary) is a new one.
+void end_context_objects_locked(CUcontext ctx) {
+  ctx->destroyed.store(true, std::memory_order_release);
+  for (CUstream_st *s : tl().streams) {
+    if (s->ctx == ctx) s->alive = false;
+  }
+  for (CUevent e : tl().events) {
+    if (e->ctx == ctx && e->alive) {
+      e->alive = false;
+      e->context_ended = true;
+    }
+  }
+  ctx->legacy = nullptr;
+}
+
+// Under tl().mutex and st().mutex (in that order): one reference of the primary context fewer;
+// the last ends it.
+CUresult primary_release_locked() {
+  if (st().primary_refs == 0) {
+    if (st().refs_reset == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    --st().refs_reset;  // held across a reset: released, nothing more (cuda.h)
+    return CUDA_SUCCESS;
+  }
+  if (--st().primary_refs == 0) end_context_objects_locked(&st().primary);
+  return CUDA_SUCCESS;
+}
+
+CUcontext primary_retain() {
+  std::lock_guard<std::mutex> tlock(tl().mutex);
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().primary_refs++ == 0) st().primary.destroyed.store(false, std::memory_order_release);
+  return &st().primary;
+}
+
+CUresult primary_release() {
+  std::lock_guard<std::mutex> tlock(tl().mutex);
+  std::lock_guard<std::mutex> lock(st().mutex);
+  return primary_release_locked();
+}
+
+void primary_reset() {
+  std::lock_guard<std::mutex> tlock(tl().mutex);
+  std::lock_guard<std::mutex> lock(st().mutex);
+  st().refs_reset += st().primary_refs;
+  st().primary_refs = 0;
+  end_context_objects_locked(&st().primary);
+}
+
 // The context becomes a tombstone (never freed); its streams and events die with it, and stay
 // tombstones too, so later calls with their handles return CUDA_ERROR_INVALID_HANDLE. If it is
 // current to the calling thread it is popped off the thread's stack.
@@ -1032,13 +1127,69 @@ INTERNAL CUresult i_cuCtxDestroy(CUcontext ctx) try {
       if (st().contexts.erase(ctx) == 0) return CUDA_ERROR_INVALID_CONTEXT;
       st().destroyed_contexts.push_back(ctx);
     }
-    ctx->destroyed.store(true, std::memory_order_release);
-    for (CUstream_st *s : tl().streams) {
-      if (s->ctx == ctx) s->alive = false;
+    end_context_objects_locked(ctx);
+  }
+  if (t_current == ctx)
+    t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
+  return CUDA_SUCCESS;
+}
+STANDIN_OUT_OF_MEMORY
+
+// cuda.h: retains the device's primary context; does not make the green context current.
+INTERNAL CUresult i_cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                     unsigned int flags) try {
+  STANDIN_DIRTY_ERRNO();
+  STANDIN_REQUIRE_INIT();
+  (void)desc;  // no cuDevResource* functions here to make one
+  if (phCtx == nullptr || (flags & CU_GREEN_CTX_DEFAULT_STREAM) == 0 ||
+      (flags & ~static_cast<unsigned>(CU_GREEN_CTX_DEFAULT_STREAM)) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  auto made = std::make_unique<CUctx_st>(dev);
+  auto green = std::make_unique<CUgreenCtx_st>(CUgreenCtx_st{made.get()});
+  (void)primary_retain();
+  std::lock_guard<std::mutex> lock(st().mutex);
+  st().green_contexts.insert(made.get());
+  st().greens.insert(green.get());
+  made.release();
+  *phCtx = green.release();
+  return CUDA_SUCCESS;
+}
+STANDIN_OUT_OF_MEMORY
+
+INTERNAL CUresult i_cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx) try {
+  STANDIN_DIRTY_ERRNO();
+  STANDIN_REQUIRE_INIT();
+  if (pContext == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (st().greens.count(hCtx) == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  *pContext = hCtx->ctx;
+  return CUDA_SUCCESS;
+}
+STANDIN_OUT_OF_MEMORY
+
+// cuda.h: destroys the green context, "releasing the primary context of the device that this green
+// context was created for" — as the real driver does, without calling the exported cuCtxDestroy
+// or cuDevicePrimaryCtxRelease (an interposer sees only this call).
+INTERNAL CUresult i_cuGreenCtxDestroy(CUgreenCtx hCtx) try {
+  STANDIN_DIRTY_ERRNO();
+  STANDIN_REQUIRE_INIT();
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> tlock(tl().mutex);
+    std::lock_guard<std::mutex> lock(st().mutex);
+    if (st().greens.erase(hCtx) == 0) {
+      const std::vector<CUgreenCtx> &dead = st().destroyed_greens;
+      return std::find(dead.begin(), dead.end(), hCtx) != dead.end()
+                 ? CUDA_ERROR_CONTEXT_IS_DESTROYED
+                 : CUDA_ERROR_INVALID_CONTEXT;
     }
-    for (CUevent e : tl().events) {
-      if (e->ctx == ctx) e->alive = false;
-    }
+    st().destroyed_greens.push_back(hCtx);
+    ctx = hCtx->ctx;
+    st().green_contexts.erase(ctx);
+    st().destroyed_contexts.push_back(ctx);
+    end_context_objects_locked(ctx);
+    (void)primary_release_locked();
   }
   if (t_current == ctx)
     t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
@@ -2285,10 +2436,13 @@ STANDIN_OUT_OF_MEMORY
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;   \
   } while (0)
 
-// Under tl().mutex: a live event of a live context.
+// Under tl().mutex: a live event of a live context. One the stand-in made that is not (destroyed,
+// or its context ended) is counted: dead_event_calls.
 bool event_live_locked(CUevent e) {
-  return e != nullptr && tl().events.count(e) != 0 && e->alive &&
-         !e->ctx->destroyed.load(std::memory_order_acquire);
+  if (e == nullptr || tl().events.count(e) == 0) return false;
+  if (e->alive && !e->ctx->destroyed.load(std::memory_order_acquire)) return true;
+  g_dead_event_calls.fetch_add(1, std::memory_order_relaxed);
+  return false;
 }
 
 INTERNAL CUresult i_cuEventCreate(CUevent *phEvent, unsigned int Flags) try {
@@ -2698,6 +2852,22 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
   return i_cuDevicePrimaryCtxGetState(dev, flags, active);
 }
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) {
+  return i_cuDevicePrimaryCtxReset(dev);
+}
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  return i_cuDevicePrimaryCtxReset(dev);
+}
+CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                  unsigned int flags) {
+  return i_cuGreenCtxCreate(phCtx, desc, dev, flags);
+}
+CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx) {
+  return i_cuCtxFromGreenCtx(pContext, hCtx);
+}
+CUresult CUDAAPI cuGreenCtxDestroy(CUgreenCtx hCtx) {
+  return i_cuGreenCtxDestroy(hCtx);
+}
 CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
   return i_cuCtxCreate(pctx, flags, dev);
 }
@@ -3041,6 +3211,13 @@ static_assert(
     std::is_same_v<decltype(&cuStreamBeginCapture_v2_ptsz), PFN_cuStreamBeginCapture_v10010_ptsz>);
 static_assert(std::is_same_v<decltype(&cuStreamEndCapture), PFN_cuStreamEndCapture_v10000>);
 static_assert(
+    std::is_same_v<decltype(&cuDevicePrimaryCtxReset), PFN_cuDevicePrimaryCtxReset_v7000>);
+static_assert(
+    std::is_same_v<decltype(&cuDevicePrimaryCtxReset_v2), PFN_cuDevicePrimaryCtxReset_v11000>);
+static_assert(std::is_same_v<decltype(&cuGreenCtxCreate), PFN_cuGreenCtxCreate_v12040>);
+static_assert(std::is_same_v<decltype(&cuCtxFromGreenCtx), PFN_cuCtxFromGreenCtx_v12040>);
+static_assert(std::is_same_v<decltype(&cuGreenCtxDestroy), PFN_cuGreenCtxDestroy_v12040>);
+static_assert(
     std::is_same_v<decltype(&cuStreamEndCapture_ptsz), PFN_cuStreamEndCapture_v10000_ptsz>);
 static_assert(std::is_same_v<decltype(&cuStreamIsCapturing), PFN_cuStreamIsCapturing_v10000>);
 static_assert(
@@ -3103,6 +3280,12 @@ const std::vector<ProcEntry> &proc_table() {
             cuDevicePrimaryCtxRelease_v2),
       ENTRY("cuDevicePrimaryCtxGetState", 7000, i_cuDevicePrimaryCtxGetState,
             cuDevicePrimaryCtxGetState),
+      ENTRY("cuDevicePrimaryCtxReset", 7000, i_cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset),
+      ENTRY("cuDevicePrimaryCtxReset", 11000, i_cuDevicePrimaryCtxReset,
+            cuDevicePrimaryCtxReset_v2),
+      ENTRY("cuGreenCtxCreate", 12040, i_cuGreenCtxCreate, cuGreenCtxCreate),
+      ENTRY("cuCtxFromGreenCtx", 12040, i_cuCtxFromGreenCtx, cuCtxFromGreenCtx),
+      ENTRY("cuGreenCtxDestroy", 12040, i_cuGreenCtxDestroy, cuGreenCtxDestroy),
       ENTRY("cuCtxCreate", 2000, i_cuCtxCreate, cuCtxCreate),
       ENTRY("cuCtxCreate", 3020, i_cuCtxCreate, cuCtxCreate_v2),
       ENTRY("cuCtxCreate", 11040, i_cuCtxCreate_v3, cuCtxCreate_v3),
