@@ -22,7 +22,9 @@
 // Context destruction: drop_context()/the device variants are called before (or, for a
 // primary context's release, right after) the real call, under the mutex; during the call
 // (made without the mutex) the engine calls no CUDA function, so the reaper never touches a
-// dead context; the in-flight replays of a dropped pool count as not timed.
+// dead context; the in-flight replays of a dropped pool count as not timed. A context that ended
+// where the hooks did not see it is forgotten at the driver's first answer that says so
+// (forget_ended): one call into it, not one a pass for the rest of the run (F167).
 //
 // The driver functions are a table of pointers (EventApi) so tests can supply fakes.
 #pragma once
