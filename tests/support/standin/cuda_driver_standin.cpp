@@ -308,7 +308,6 @@ struct CUevent_st {
   CUcontext ctx = nullptr;
   unsigned int flags = 0;
   bool alive = true;
-  bool context_ended = false;  // died with its context (a tombstone, never reused)
   bool recorded = false;
   long long stamp = 0;
   CUevent_st *next_free = nullptr;
@@ -1067,10 +1066,7 @@ void end_context_objects_locked(CUcontext ctx) {
     if (s->ctx == ctx) s->alive = false;
   }
   for (CUevent e : tl().events) {
-    if (e->ctx == ctx && e->alive) {
-      e->alive = false;
-      e->context_ended = true;
-    }
+    if (e->ctx == ctx) e->alive = false;
   }
   ctx->legacy = nullptr;
 }
