@@ -201,8 +201,10 @@ auto around_green_context_destroy(CUgreenCtx green, Call &&call) {
     devices =
         device >= 0 && device < kMaxDevices ? uint64_t{1} << device : timing.pool_devices_locked();
     if (mapped) timing.drop_context_locked(mapped, true);  // its events go while it lives
-    for (int d = 0; d < kMaxDevices; ++d)  // the primary's finished replays, read while it lives
-      if (devices & (uint64_t{1} << d)) timing.harvest_device_locked(d);
+    // The primary context's replays are not read first, as before a release: that would push
+    // other contexts of the device here (other green contexts among them, which may be current
+    // on another thread: cuda.h gives them no synchronisation), for replays the reaper reads
+    // within a millisecond anyway.
     timing.context_ending_locked(true);
     timing.unlock();
   }
