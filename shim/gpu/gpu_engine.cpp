@@ -884,9 +884,10 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
 }
 
 // Under the mutex, before a context goes: reads the pool's finished replays into pending_ (the
-// reaper delivers them at its next pass), polling for those still running up to `bound_ns`:
-// the program is ending the context, which waits for its work anyway, and a replay that ran
-// before it deserves its time. What is still running then is counted by release_pool.
+// next pass delivers them: the reaper's, a flush's or the exit's), polling for those still running
+// up to `bound_ns`: the program is ending the context, which waits for its work anyway, and a
+// replay that ran before it deserves its time. What is still running then is counted by
+// release_pool.
 void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns, LastRound last) {
   Pool *pool = pools_[slot].load(std::memory_order_acquire);
   if (!pool || pool->state.load(std::memory_order_acquire) != kReady || stopped_.load()) return;
@@ -914,18 +915,20 @@ void Engine::harvest_locked(uint32_t slot, uint64_t bound_ns, LastRound last) {
     UnfinishedRuns unfinished(!every_pair);
     for (Pair &pair : pool->pairs) {
       if (pair.state.load(std::memory_order_acquire) != kRecorded) continue;
-      if (pending_count_ == kPending) return;
+      const uint32_t held = pending_count_.load(std::memory_order_relaxed);
+      if (held == kPending) return;
       if (unfinished.behind(pair)) {  // running: an older replay of its run is
         skipped = true;
         continue;
       }
-      const ReadResult read =
-          read_pair_locked(*pool, pair, &pending_[pending_count_], pending_names_[pending_count_]);
+      const ReadResult read = read_pair_locked(*pool, pair, &pending_[held], pending_names_[held]);
       if (read == ReadResult::context_gone) {
         forget_ended(slot, pool->context.load(std::memory_order_relaxed));
         return;
       }
-      if (read == ReadResult::read) ++pending_count_;
+      // Raised after read_pair_locked counted it timed: totals() reads this first, and never
+      // finds more held than timed.
+      if (read == ReadResult::read) pending_count_.store(held + 1, std::memory_order_release);
       if (read == ReadResult::not_ready) {
         running = true;
         unfinished.unfinished(pair);
@@ -970,16 +973,18 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
   }
   // Replays read while their context was going away come first. Their names move with them: the
   // next context's end may fill pending_ again while this batch is delivered.
-  while (pending_count_ > 0 && filled < capacity) {
-    batch[filled] = pending_[--pending_count_];
+  for (uint32_t held = pending_count_.load(std::memory_order_relaxed);
+       held > 0 && filled < capacity;) {
+    batch[filled] = pending_[--held];
     if (names) {
-      memcpy(names[filled], pending_names_[pending_count_], kReplayNameBytes);
+      memcpy(names[filled], pending_names_[held], kReplayNameBytes);
       batch[filled].name = names[filled];
     }
     ++filled;
+    pending_count_.store(held, std::memory_order_release);
   }
   if (ending_ > 0) {  // a context is being ended right now: no CUDA call until it is over
-    *more = pending_count_ > 0;
+    *more = pending_count_.load(std::memory_order_relaxed) > 0;
     unlock();
     return filled;
   }
@@ -1020,6 +1025,9 @@ size_t Engine::reap_pass(ferrum_replay_gpu_replay *batch, size_t capacity, bool 
       if (read == ReadResult::read) ++filled;
     }
   }
+  // Replays read at a context's end that did not fit: the caller's next call delivers them (a
+  // flush's and the exit's pass ask again only while `more`: the rest of a full batch was lost).
+  if (pending_count_.load(std::memory_order_relaxed) > 0) *more = true;
   mid_pass_ = *more;
   unlock();
   return filled;
@@ -1044,10 +1052,10 @@ void Engine::stop() {
 void Engine::reset_in_child() {
   // Only this thread exists: whoever held the mutex at the fork (the reaper, mid-pass) is gone.
   pthread_mutex_init(&mutex_, nullptr);
-  pending_count_ = 0;  // the parent's replays
-  t_thread_id = 0;     // the forking thread's, in the parent
-  ending_ = 0;         // the calls in progress were the parent's threads'
-  mid_pass_ = false;   // the parent's reaper's
+  pending_count_.store(0, std::memory_order_relaxed);  // the parent's replays
+  t_thread_id = 0;                                     // the forking thread's, in the parent
+  ending_ = 0;        // the calls in progress were the parent's threads'
+  mid_pass_ = false;  // the parent's reaper's
   reset_stream_slots_in_child();
   for (auto &primary : primary_) primary.store(nullptr, std::memory_order_relaxed);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
@@ -1081,6 +1089,8 @@ uint64_t Engine::claims() const {
 
 Totals Engine::totals() const {
   Totals totals;
+  // Read before `timed_`, which counted each of them first (harvest_locked): never more than it.
+  const uint64_t undelivered = pending_count_.load(std::memory_order_acquire);
   for (uint32_t slot = 0; slot < kMaxContexts; ++slot) {
     const Pool *pool = pools_[slot].load(std::memory_order_acquire);
     if (!pool || pool->state.load(std::memory_order_acquire) != kReady) continue;
@@ -1088,7 +1098,8 @@ Totals Engine::totals() const {
       if (pair.state.load(std::memory_order_acquire) != kFree) ++totals.in_flight;
   }
   totals.align_error_ns = align_error_max_.load(std::memory_order_relaxed);
-  totals.timed = timed_.load(std::memory_order_relaxed);
+  totals.timed = timed_.load(std::memory_order_acquire) - undelivered;
+  totals.in_flight += undelivered;
   for (unsigned i = 0; i < static_cast<unsigned>(Untimed::count_); ++i) {
     totals.untimed[i] = untimed_[i].load(std::memory_order_relaxed);
     totals.not_timed += totals.untimed[i];

@@ -256,6 +256,10 @@ inline constexpr const char *kUntimedNames[] = {"sampled out",
 static_assert(sizeof kUntimedNames / sizeof *kUntimedNames ==
               static_cast<unsigned>(Untimed::count_));
 
+// `timed` counts the replays handed to the sink (or read while none was registered); a replay
+// read at a context's end and not handed over yet (Engine::pending_) counts in `in_flight` until
+// a pass delivers it: the recorder counts what its sink got, and its trace's timed + in flight +
+// not timed must add up to the launches as the shim's do (F165).
 struct Totals {
   uint64_t timed = 0, in_flight = 0, not_timed = 0, align_error_ns = 0;
   uint64_t untimed[static_cast<unsigned>(Untimed::count_)] = {};
@@ -464,11 +468,13 @@ class Engine {
   bool warned_api_ = false;
   GraphStats *stats_ = nullptr;  // kMaxTimedGraphs entries, mapped on first reap
   GraphStats other_;             // graphs without a row of their own (the engine is static)
-  // Replays read while their context was being destroyed, for the reaper's next pass.
+  // Replays read while their context was being destroyed, for the next pass to deliver: the
+  // reaper's, or where none runs a flush's or the exit's (gpu_timing.cpp). Written under the
+  // mutex; the count is read without it (totals(): not delivered yet, so in flight).
   static constexpr uint32_t kPending = 4096;
   ferrum_replay_gpu_replay pending_[kPending] = {};
   char pending_names_[kPending][kReplayNameBytes];  // their names (not initialised: untouched)
-  uint32_t pending_count_ = 0;
+  std::atomic<uint32_t> pending_count_{0};
 };
 
 // Set once the engine is made (make_engine(), on first use: no load-time constructor).

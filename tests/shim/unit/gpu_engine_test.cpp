@@ -770,6 +770,35 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "gpu engine: replays read as their context ends count in flight until a pass hands them "
+    "over") {
+  // F165: read at a cuCtxDestroy for the next pass to deliver, they counted timed at once; where
+  // no pass came (no reaper running, and the flush and the exit looked for replays in flight
+  // only), the sink never got them while every count said timed.
+  Fixture f;
+  f.launch();
+  f.reap();
+  for (int i = 0; i < 5; ++i) f.launch();
+  f.driver.now += 1000000;  // all five have finished
+  f.engine->drop_context(reinterpret_cast<CUcontext>(0x100));
+  gpu::Totals totals = f.engine->totals();
+  CHECK(totals.timed == 0);
+  CHECK(totals.in_flight == 5);  // what a flush or the exit looks for before it makes a pass
+  CHECK(totals.not_timed == 1);  // the first launch (no pool yet)
+  // A batch too small for them says there is more: a flush's or the exit's pass asks again only
+  // then (the rest of a full batch stayed behind, with no reaper to come for it).
+  bool more = false;
+  CHECK(f.engine->reap_pass(f.batch, 3, &more) == 3);
+  CHECK(more);
+  CHECK(f.engine->totals().in_flight == 2);
+  CHECK(f.engine->reap_pass(f.batch, 3, &more) == 2);
+  CHECK_FALSE(more);
+  totals = f.engine->totals();
+  CHECK(totals.timed == 5);
+  CHECK(totals.in_flight == 0);
+}
+
+TEST_CASE(
     "gpu engine: a drop waits for a launch between begin and end; that replay is counted once, "
     "its events outlive it") {
   Fixture f;
