@@ -130,15 +130,20 @@ typedef struct ferrum_replay_gpu_replay {
  * (no thread of the program that times launches lives), from the thread calling
  * ferrum_replay_gpu_flush or exiting; never the launching thread, never with a lock of the
  * program's held. Must not block, call CUDA, call ferrum_replay_gpu_flush or end the process
- * (exit() from a sink leaves the shim's launch summary unwritten, said in one line). */
+ * (exit() from a sink leaves the shim's launch summary unwritten, said in one line). It may
+ * register another sink or unregister itself (ferrum_replay_set_gpu_sink_sized): the change
+ * holds from the next batch. */
 typedef void (*ferrum_replay_gpu_sink_fn)(const ferrum_replay_gpu_replay *replays, size_t count,
                                           void *context);
 
 /* The first layout's size: the fields up to align_error_ns. */
 #define FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE (offsetof(ferrum_replay_gpu_replay, align_error_ns) + 8)
 
-/* Registers `sink` (NULL unregisters). One sink at a time; returns 0, or -ENOTSUP when GPU
- * timing is off in this process (the tool then has no GPU times to expect). The sink gets the
+/* Registers `sink` (NULL unregisters). One sink at a time; once it returns, the sink it
+ * replaced is not called again (called from inside that sink: from its next batch). Returns 0,
+ * -ENOTSUP when GPU timing is off in this process (the tool then has no GPU times to expect), or
+ * -EDEADLK, the sink unchanged, from a signal handler that interrupted the shim's delivery of a
+ * batch on its thread (the sink's lock held there). The sink gets the
  * first layout, elements FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE bytes apart, as a sink built
  * before the struct grew expects; a new tool uses ferrum_replay_set_gpu_sink_sized. */
 int ferrum_replay_set_gpu_sink(ferrum_replay_gpu_sink_fn sink, void *context);
@@ -158,7 +163,9 @@ typedef int (*ferrum_replay_set_gpu_sink_sized_fn)(ferrum_replay_gpu_sink_fn sin
 typedef struct ferrum_replay_gpu_status {
   uint32_t size;           /* sizeof(ferrum_replay_gpu_status) of the caller */
   uint64_t timed;          /* replays whose GPU time was delivered */
-  uint64_t in_flight;      /* timed replays the GPU has not finished yet */
+  uint64_t in_flight;      /* timed replays not delivered yet: the GPU has not finished them,
+                              or the shim read them as their context ended and has not handed
+                              them to the sink yet (the next flush, or the exit, does) */
   uint64_t not_timed;      /* replays not timed: pool exhausted, stream capturing, event
                               failure, sampled out, context destroyed while in flight, no
                               current context, launch failed, thread not registered, launch

@@ -193,6 +193,15 @@ constexpr size_t kBatch = 256;
 ferrum_replay_gpu_replay g_batch[kBatch];  // pass_here's (g_life_mutex); a reaper has its own
 char g_names[kBatch][kReplayNameBytes];    // g_batch's names (Engine::reap_pass)
 
+// Set on the thread that is calling the sink, around the call (deliver): the reaper, a flushing
+// thread, the exit's pass thread. That thread holds g_sink_mutex, so a sink that registers
+// another sink or unregisters itself (set_sink) must not take it again: keyed to the reaper
+// alone, a sink that unregistered itself inside a flush waited for itself for ever (F166).
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_in_sink = false;
+// How long set_sink, called from inside a lock of ours on its thread (a signal handler's), tries
+// the sink mutex before it refuses: another thread's delivery ends within a sink's call.
+constexpr long kSinkTryMs = 100;
+
 bool on_reaper() {
   return g_reaper_running.load(std::memory_order_acquire) &&
          pthread_equal(pthread_self(), g_reaper);
@@ -207,10 +216,15 @@ bool on_reaper() {
 // through the array by its own sizeof, so each replay is moved down to its stride, cut to the
 // fields the sink knows (`size` says so). In place, front to back: a replay moves only down, over
 // ones already moved.
+// The one place a sink is called, whichever thread delivers: the sink may call set_sink
+// (t_in_sink), which takes effect from the next batch.
 void deliver(ferrum_replay_gpu_replay *batch, size_t count) {
   if (count == 0) return;
   common::lock_ours(&g_sink_mutex);
-  if (g_sink) {
+  // Read once, before the call: the sink may replace them (set_sink, on this thread).
+  const ferrum_replay_gpu_sink_fn sink = g_sink;
+  void *const context = g_sink_context;
+  if (sink) {
     const size_t stride = g_sink_stride;
     if (stride < sizeof *batch) {
       char *bytes = reinterpret_cast<char *>(batch);
@@ -219,7 +233,9 @@ void deliver(ferrum_replay_gpu_replay *batch, size_t count) {
         memmove(bytes + i * stride, &batch[i], stride);
       }
     }
-    g_sink(batch, count, g_sink_context);
+    t_in_sink = true;
+    sink(batch, count, context);
+    t_in_sink = false;
   }
   common::unlock_ours(&g_sink_mutex);
 }
@@ -295,8 +311,10 @@ void wait_for_pass(int timeout_ms) {
 }
 
 // A pass when no reaper runs (none can start meanwhile: g_life_mutex), for replays launched
-// after the last registered thread ended it; only when some are in flight. In the relaxed
-// capture mode, like the reaper (see reaper_main). A flush makes it on the calling thread.
+// after the last registered thread ended it; only when some are in flight — which counts those
+// read at a context's end and not delivered yet (Totals: a cuCtxDestroy on a thread with no
+// reaper running left them for a pass that never came, F165). In the relaxed capture mode, like
+// the reaper (see reaper_main). A flush makes it on the calling thread.
 void pass_here_locked() {
   if (g_reaper_running.load(std::memory_order_relaxed) || engine().totals().in_flight == 0 ||
       reaper_let_go())
@@ -316,7 +334,8 @@ void pass_here_locked() {
 // program's last, which glibc no longer counts, and a thread that ended then would be the last
 // and call exit() again (it did: the second exit ran the exit hooks beside the first, and the
 // trace was lost); the process ends with the first exit's _exit. Without a thread: not read,
-// those replays counted in flight at exit.
+// those replays counted in flight at exit. Like pass_here_locked, it runs where replays read at a
+// context's end wait for delivery, none in flight.
 std::atomic<uint64_t> g_exit_passes_asked{0}, g_exit_passes_done{0};
 
 void *exit_pass_main(void *) {
@@ -653,10 +672,18 @@ void prepare_current_context() {
 int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size) {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp: the answer is the return value
   install_handlers();
-  // The reaper holds the sink mutex while it delivers: once this returns, the old sink is
-  // never called again (unless called from inside the sink, which must not happen).
-  const bool inside = on_reaper();
-  if (!inside) common::lock_ours(&g_sink_mutex);
+  // Whoever delivers holds the sink mutex across the sink's call: once this returns, the old
+  // sink is never called again. Called from inside the sink (on whichever thread delivers), this
+  // thread holds it already: the change takes effect from the next batch.
+  const bool inside = t_in_sink;
+  // From a signal handler that interrupted a section of ours on this thread — perhaps a
+  // delivery holding the sink mutex outside the sink's call — waiting for it could be waiting
+  // for itself: tried within a bound, and refused when it stayed taken.
+  if (!inside && common::inside_our_lock()) {
+    if (!common::lock_ours_within(&g_sink_mutex, kSinkTryMs)) return -EDEADLK;
+  } else if (!inside) {
+    common::lock_ours(&g_sink_mutex);
+  }
   g_sink = sink;
   g_sink_context = sink ? context : nullptr;
   g_sink_stride = replay_size < sizeof(ferrum_replay_gpu_replay) ? replay_size

@@ -227,7 +227,9 @@ inline void note_primary_context(CUdevice device, CUcontext context) {
 
 // ferrum_replay_set_gpu_sink / ferrum_replay_gpu_flush, once the caller knows timing is on.
 // `replay_size`: the sink's own sizeof(ferrum_replay_gpu_replay), or the first layout's for a
-// sink registered the first way; replays reach it that many bytes apart (at most ours).
+// sink registered the first way; replays reach it that many bytes apart (at most ours). A sink
+// may call set_sink from inside its call, on any thread that delivers (from the next batch on);
+// -EDEADLK from a signal handler that interrupted the shim's own delivery on its thread.
 int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size);
 int flush(ferrum_replay_gpu_status *status);
 

@@ -77,6 +77,18 @@
 //                     in turn, on one stream; synchronised; flushed. Prints set_sink=<rc>, a line
 //                     `sink_replay size= category= replay= name= dur_ns= context=` per replay
 //                     (context: `absent` where `size` does not cover it), flush=<rc>.
+//   sink-reenter N PATH ACTION  a new context; graph 1 launched once (make it long), then graph
+//                     2 N times, on one stream: by the main thread (PATH `reaper`: its reaper
+//                     delivers), or by a thread that then returns with them in flight (its end
+//                     stops the reaper), after which main synchronises the context and — PATH
+//                     `flush`: calls ferrum_replay_gpu_flush; `exit`: returns (the exit's pass
+//                     delivers); `destroyed-flush`, `destroyed-exit`: the same after cuCtxDestroy.
+//                     ACTION: the program's own sink, which on its first batch `unregister`s
+//                     itself, `replace`s itself with a second sink, or `keep`s; `none`: no sink
+//                     of the program's (a recorder's). Prints set_sink=<rc>, per batch `sink_batch
+//                     sink=<0|1> count= on=<thread name> set=<the sink's set_sink rc>`, flush=<rc>
+//                     timed= in_flight= not_timed= (flush paths), and at exit (after the shim's
+//                     exit pass) sinks_at_exit first=<replays> second=<replays>.
 //   dead-contexts R N R rounds: a new context, a thread that makes it current, launches 5 times
 //                     (synchronised) and waits while the main thread destroys the context, then
 //                     launches once more (it fails: the context is gone, as on a real driver);
@@ -630,6 +642,90 @@ int sink_mode(long n, const std::string &layout) {
   return 0;
 }
 
+// sink-reenter: the program's own sink, which on its first batch unregisters itself or
+// registers a second sink in its place (F166), delivered on the reaper, a flushing thread or the
+// exit's pass; and replays read as their context is destroyed on a thread without a reaper
+// (F165). Each sink counts what it gets (atomics: the reaper, a flush and the exit may call it).
+std::atomic<long> g_sink_replays[2] = {};
+std::atomic<int> g_sink_batches[2] = {};
+std::atomic<bool> g_sink_reentered{false};
+std::string g_sink_action;
+ferrum_replay_set_gpu_sink_sized_fn g_set_sized = nullptr;
+
+void reentering_sink(const ferrum_replay_gpu_replay *, size_t count, void *which) {
+  const int sink = which ? 1 : 0;
+  g_sink_replays[sink] += static_cast<long>(count);
+  ++g_sink_batches[sink];
+  char on[16] = {};
+  prctl(PR_GET_NAME, on, 0, 0, 0);
+  int set = 0;
+  const bool first = sink == 0 && !g_sink_reentered.exchange(true);
+  if (first && g_sink_action == "unregister")
+    set = g_set_sized(nullptr, nullptr, sizeof(ferrum_replay_gpu_replay));
+  else if (first && g_sink_action == "replace")
+    set = g_set_sized(reentering_sink, &g_sink_replays[1], sizeof(ferrum_replay_gpu_replay));
+  std::printf("sink_batch sink=%d count=%zu on=%s set=%d\n", sink, count, on, set);
+  std::fflush(stdout);
+}
+
+void report_sinks() {  // registered before the shim's exit handler: runs after it
+  std::printf("sinks_at_exit first=%ld second=%ld\n", g_sink_replays[0].load(),
+              g_sink_replays[1].load());
+  std::fflush(stdout);
+}
+
+long g_reenter_count = 0;
+
+// Graph 1 once (make it long: nothing has finished when a worker running this ends), then graph 2
+// g_reenter_count times, on a stream of the context's.
+void *reenter_launches(void *) {
+  check(cuCtxSetCurrent(g_context), "cuCtxSetCurrent");
+  CUstream stream = new_stream();
+  CUgraphExec first = make_exec(), second = make_exec();  // here: only this thread registers
+  launch(first, stream);
+  launches(second, stream, g_reenter_count);
+  return nullptr;  // replays in flight
+}
+
+int sink_reenter_mode(long n, const std::string &path, const std::string &action) {
+  g_set_sized = reinterpret_cast<ferrum_replay_set_gpu_sink_sized_fn>(
+      dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK_SIZED));
+  auto flush = flush_fn();
+  if (!g_set_sized || !flush) {
+    std::fprintf(stderr, "gpu_time_program: the shim's GPU sink functions are not there\n");
+    return 1;
+  }
+  g_sink_action = action;
+  std::atexit(report_sinks);
+  if (action != "none")
+    std::printf("set_sink=%d\n",
+                g_set_sized(reentering_sink, nullptr, sizeof(ferrum_replay_gpu_replay)));
+  g_context = new_context();
+  g_reenter_count = n;
+  if (path == "reaper") {  // this thread launches: registered, its reaper delivers
+    reenter_launches(nullptr);
+  } else {  // a worker launches and ends: the reaper ends with it
+    check(cuCtxPopCurrent(nullptr), "cuCtxPopCurrent");
+    pthread_t worker;
+    if (pthread_create(&worker, nullptr, reenter_launches, nullptr) != 0)
+      check(CUDA_ERROR_UNKNOWN, "pthread_create");
+    pthread_join(worker, nullptr);
+    check(cuCtxPushCurrent(g_context), "cuCtxPushCurrent");
+  }
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
+  if (path.rfind("destroyed-", 0) == 0) check(cuCtxDestroy(g_context), "cuCtxDestroy");
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, "flush") == 0) {
+    ferrum_replay_gpu_status status{};
+    status.size = sizeof status;
+    const int flushed = flush(&status);
+    std::printf("flush=%d timed=%llu in_flight=%llu not_timed=%llu\n", flushed,
+                static_cast<unsigned long long>(status.timed),
+                static_cast<unsigned long long>(status.in_flight),
+                static_cast<unsigned long long>(status.not_timed));
+  }
+  return 0;  // the exit's pass delivers what is left
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) return usage();
   const std::string mode = argv[1];
@@ -640,6 +736,10 @@ int main(int argc, char **argv) {
   if (mode == "sink") {
     if (argc < 4) return usage();
     const int status = sink_mode(n, argv[3]);
+    if (status != 0) return status;
+  } else if (mode == "sink-reenter") {
+    if (argc < 5) return usage();
+    const int status = sink_reenter_mode(n, argv[3], argv[4]);
     if (status != 0) return status;
   } else if (mode == "ctx-destroy") {
     CUcontext a = new_context();

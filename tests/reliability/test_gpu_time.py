@@ -442,6 +442,90 @@ def sink_layouts():
                f"{layout}: replay numbers {seen}", run_)
 
 
+# sink-reenter: graph 1 of 300 ms, then 299 replays of graph 2 of 100 us: 300 replays, more than
+# one batch (256) when they are read at once.
+REENTER = {"FERRUM_STANDIN_GRAPH_NS": "300000000,100000", "FERRUM_REPLAY_SITE": "off"}
+# Where the first batch is delivered on each path (the thread's name): the reaper, the flushing
+# thread (the program's main thread), the exit's pass thread.
+REENTER_ON = {"reaper": "ferrum-gpu", "flush": "gpu_time_progra", "exit": "ferrum-gpu-exit",
+              "destroyed-flush": "gpu_time_progra", "destroyed-exit": "ferrum-gpu-exit"}
+
+
+def sink_reenter(path, action, record=False):
+    """Runs sink-reenter (300 replays) and checks what every path must show: the program ends
+    promptly, with nothing on stderr but the summary, whose GPU line times all 300; a flush's
+    status agrees. Returns (run, the batches: (sink, count, on, set) each, {sink: replays at
+    exit})."""
+    run_ = program("sink-reenter", 299, path, action, record=record, timeout=30, env=REENTER)
+    expect(run_.returncode == 0 and "launches=300 failed=0" in run_.stdout,
+           f"{path} {action}: program failed", run_)
+    expect(run_.seconds < (20 if SANITIZED else 5),
+           f"{path} {action}: took {run_.seconds:.1f} s", run_)
+    if action != "none":
+        expect("set_sink=0" in run_.stdout, f"{path} {action}: set-up", run_)
+    only_summary_on_stderr(run_)
+    gpu = one_summary(run_).gpu
+    expect(gpu["timed"] == 300 and gpu["in_flight"] == 0 and gpu["not_timed"] == 0,
+           f"{path} {action}: GPU line {gpu}", run_)
+    if path.endswith("flush"):
+        expect("flush=0 timed=300 in_flight=0 not_timed=0" in run_.stdout,
+               f"{path} {action}: the flush's status", run_)
+    batches = [re.match(r"sink_batch sink=(\d) count=(\d+) on=(\S+) set=(-?\d+)$", line)
+               for line in run_.stdout.splitlines() if line.startswith("sink_batch ")]
+    expect(all(batches), f"{path} {action}: unreadable sink lines", run_)
+    batches = [(int(m[1]), int(m[2]), m[3], int(m[4])) for m in batches]
+    at_exit = re.search(r"sinks_at_exit first=(\d+) second=(\d+)", run_.stdout)
+    expect(at_exit is not None, f"{path} {action}: no sinks_at_exit line", run_)
+    return run_, batches, {0: int(at_exit[1]), 1: int(at_exit[2])}
+
+
+def sink_reenters():
+    """F166: a sink that unregisters itself, or replaces itself with another, on its first
+    batch, on each path that delivers: the reaper, a flush on a thread with no reaper running,
+    the exit's pass (after a context's end too). The flush hung for ever (the sink's set_sink
+    waited for the sink lock its own thread held: the guard knew the reaper only), the exit
+    gave up after 1 s and lost the rest. Now: the first sink gets one batch, on the path's
+    thread; unregistered, nothing more reaches any sink; replaced, the second gets the rest."""
+    for path in ("reaper", "flush", "exit", "destroyed-flush", "destroyed-exit"):
+        for action in ("unregister", "replace"):
+            run_, batches, at_exit = sink_reenter(path, action)
+            first = [b for b in batches if b[0] == 0]
+            second = [b for b in batches if b[0] == 1]
+            expect(len(first) == 1 and first[0][3] == 0,
+                   f"{path} {action}: the first sink's batches {first}", run_)
+            expect(first[0][2] == REENTER_ON[path],
+                   f"{path} {action}: its batch came on {first[0][2]}, not {REENTER_ON[path]}",
+                   run_)
+            if action == "unregister":
+                expect(not second and at_exit == {0: first[0][1], 1: 0},
+                       f"{path} {action}: delivered after the unregistering: {batches}", run_)
+            else:
+                expect(at_exit[0] == first[0][1] and at_exit[0] + at_exit[1] == 300 and
+                       sum(b[1] for b in second) == at_exit[1],
+                       f"{path} {action}: the sinks got {at_exit} of 300 replays", run_)
+
+
+def context_end_delivers():
+    """F165: 300 replays in flight when the only thread that launched them ends (the reaper ends
+    with it); the main thread then synchronises and destroys the context, which reads them
+    (for "the reaper's next pass"). No reaper came again, and the flush and the exit passed
+    them by (they looked for replays in flight only): the program's sink got none of the 300
+    that every count called timed, and the recorder's trace had 0 GPU replays, its
+    timed + in flight + not timed adding up to 0 of 300. Now the flush, or else the exit,
+    delivers them: the sink gets all 300, the trace shows 300, the counts agree."""
+    for path in ("destroyed-flush", "destroyed-exit"):
+        run_, batches, at_exit = sink_reenter(path, "keep")
+        expect(at_exit == {0: 300, 1: 0} and all(b[2] == REENTER_ON[path] for b in batches),
+               f"{path}: the sink got {at_exit} of 300 replays, in batches {batches}", run_)
+    for path in ("destroyed-flush", "destroyed-exit"):
+        run_, _, _ = sink_reenter(path, "none", record=True)
+        meta = gpu_check.gpu_meta(run_.trace)
+        shown = len(list(gpu_check.trace_check.gpu_replays(run_.trace)))
+        expect(meta["timed"] == 300 and meta["inFlightAtExit"] == 0 and meta["notTimed"] == 0 and
+               shown == 300, f"{path}: trace gpu {meta}, {shown} GPU replays shown", run_)
+        expect_balanced(run_)
+
+
 def shared_stream_times_own_replay():
     """F79: two threads, a graph each (1 and 3 ms), on one stream: a stream of the program's, then
     the legacy default stream (NULL). One thread launches 150 times alone, then both 150 times each
@@ -905,7 +989,8 @@ SCENARIOS = {f.__name__: f for f in (
     many_green_contexts_leave_slots, primary_reset_in_flight, burst_exhausts_pool,
     burst_mostly_timed, deep_queue_few_queries, long_run_keeps_lengths, release_asks_few,
     many_replays, many_replays_long, exit_in_flight,
-    replay_named_as_launched, default_streams_apart, sink_layouts, sink_exits,
+    replay_named_as_launched, default_streams_apart, sink_layouts, sink_exits, sink_reenters,
+    context_end_delivers,
     shared_stream_times_own_replay, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,
     cancel_pending_at_return, context_end_cancel_pending, jump_out_of_timed_launch,
