@@ -442,9 +442,11 @@ def sink_layouts():
                f"{layout}: replay numbers {seen}", run_)
 
 
-# sink-reenter: graph 1 of 300 ms, then 299 replays of graph 2 of 100 us: 300 replays, more than
-# one batch (256) when they are read at once.
-REENTER = {"FERRUM_STANDIN_GRAPH_NS": "300000000,100000", "FERRUM_REPLAY_SITE": "off"}
+# sink-reenter: graph 1 of 300 ms (1 s under a sanitizer: the worker's launches must end before
+# it does), then 299 replays of graph 2 of 100 us: 300 replays, more than one batch (256) when
+# they are read at once.
+REENTER = {"FERRUM_STANDIN_GRAPH_NS": ("1000000000" if SANITIZED else "300000000") + ",100000",
+           "FERRUM_REPLAY_SITE": "off"}
 # Where the first batch is delivered on each path (the thread's name): the reaper, the flushing
 # thread (the program's main thread), the exit's pass thread.
 REENTER_ON = {"reaper": "ferrum-gpu", "flush": "gpu_time_progra", "exit": "ferrum-gpu-exit",
