@@ -309,13 +309,19 @@ void GraphRegistry::vacate(Slot &slot) {
   slot.word.store(kTombstoneWord, std::memory_order_release);
   --live_slots_;
   ++dead_slots_;
+  note_room();
 }
 
-void GraphRegistry::relabel(GraphRecord &record) {
+// The one place a name becomes visible: false when no label could be had (the pool at its
+// bound, or no memory for its next chunk), and then nothing of the record's shown name has
+// changed — the callers put back what they wrote for it (F170: a rename that could not be shown
+// was reported as taken, and the record's {name} said otherwise than its label).
+bool GraphRegistry::relabel(GraphRecord &record) {
   GraphLabel *label = labels_.allocate();
   if (!label) {
     log_line(LogLevel::error, "label pool exhausted; graph %u keeps its name", record.ordinal);
-    return;
+    note_refused(labels_refused_at_);
+    return false;
   }
   const GraphLabel *old = record.label.load(std::memory_order_relaxed);
   if (old && record.live) messages_.remove(hash_text(old->text));
@@ -346,6 +352,16 @@ void GraphRegistry::relabel(GraphRecord &record) {
   record.color.store(label->color, std::memory_order_relaxed);
   record.message.store(label->message, std::memory_order_release);
   record.label.store(label, std::memory_order_release);
+  note_room();  // a label could be had: a name refused for want of one may be tried again
+  return true;
+}
+
+void GraphRegistry::note_room() {
+  room_changes_.store(room_changes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+void GraphRegistry::note_refused(std::atomic<uint64_t> &refused_at) {
+  refused_at.store(room_changes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void GraphRegistry::retire_label(const GraphLabel *label) {
@@ -368,6 +384,7 @@ void GraphRegistry::release_label(GraphLabel *label) {
   // Acquire: pairs of that label's replays let it go with release, after copying its text.
   if (label->replays_in_flight.load(std::memory_order_acquire) == 0) {
     labels_.release(label);
+    note_room();
     return;
   }
   label->next_free = nullptr;
@@ -391,6 +408,7 @@ void GraphRegistry::retire(GraphRecord &record) {
   retire_label(leaving->label.load(std::memory_order_relaxed));
   leaving->in_use = false;
   records_.release(leaving);
+  note_room();
 }
 
 GraphRecord &GraphRegistry::overflow() {
@@ -402,7 +420,8 @@ GraphRecord &GraphRegistry::overflow() {
     GraphRecord *record = new (storage) GraphRecord();
     take_user_name(*record, "graph (unregistered)");  // one fixed name, shared on purpose
     record->live = false;
-    relabel(*record);
+    // Without a label its launches show that fixed name (record_text): nothing to undo.
+    (void)relabel(*record);
     overflow_.store(record, std::memory_order_release);  // complete: shared_overflow()
     shared = record;
     log_line(LogLevel::info,
@@ -457,13 +476,14 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   pthread_once(&g_fork_handlers_once, install_fork_handlers);
   const uintptr_t handle = reinterpret_cast<uintptr_t>(exec);
   // A null handle is never registered: its launches share the overflow record.
-  Slot *slot = handle ? claim_slot(handle) : nullptr;
+  if (!handle) return &overflow();
+  Slot *slot = claim_slot(handle);
   GraphRecord *record = slot ? records_.allocate() : nullptr;
   if (record && !fits_in_slot(record)) {  // mapped above 2^48: never without a hint, but checked
     records_.release(record);
     record = nullptr;
   }
-  if (!record) return &overflow();
+  if (!record) return refuse(slot);
   record->in_use = true;
   record->ordinal = static_cast<uint32_t>(records_issued_.load(std::memory_order_relaxed) + 1);
   record->generation.store(record->ordinal, std::memory_order_relaxed);
@@ -473,17 +493,17 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   common::printable_copy(content, record->content, sizeof record->content);
   record->site_pending.store(site_pending, std::memory_order_relaxed);
   take_user_name(*record, program_name);
-  GraphRecord *previous = slot_record(*slot);  // claim_slot's: the handle's, if any
-  if (previous) retire(*previous);
-  relabel(*record);
-  if (!record->label.load(std::memory_order_relaxed)) {  // no label to be had: never publish
-    record->in_use = false;                              // a record a launch cannot read
+  // claim_slot's: the handle's, if any. Retired first: its message no longer counts against
+  // the new graph's.
+  if (GraphRecord *previous = slot_record(*slot)) retire(*previous);
+  if (!relabel(*record)) {  // no label to be had: never publish a record a launch cannot read
+    record->in_use = false;
     record->live = false;
     records_.release(record);
-    if (previous) vacate(*slot);
-    return &overflow();
+    return refuse(slot);
   }
   records_issued_.store(record->ordinal, std::memory_order_release);
+  note_room();  // registered: memory may have come back for a graph refused earlier
   // Last, released: a launch stalled in a replaced table may still hold this record's slot
   // word from its previous life, and find() takes a record whose handle matches as complete.
   record->handle.store(handle, std::memory_order_release);
@@ -492,6 +512,20 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
   log_line(LogLevel::debug, "graph exec %p registered by %s as graph %u: '%s'", exec, api,
            record->ordinal, record->label.load(std::memory_order_relaxed)->text);
   return record;
+}
+
+// No room for `exec`'s graph (see create_record): its launches share the overflow record. A
+// graph the handle named before (claim_slot's slot holds it: the driver reused the handle) is
+// retired and its slot vacated, so that no launch shows the earlier graph's name. The refusal
+// is noted last, at the room count it leaves (refusing_graphs).
+GraphRecord *GraphRegistry::refuse(Slot *slot) {
+  if (GraphRecord *previous = slot ? slot_record(*slot) : nullptr) {
+    retire(*previous);
+    vacate(*slot);
+  }
+  GraphRecord &shared = overflow();
+  note_refused(graphs_refused_at_);
+  return &shared;
 }
 
 void GraphRegistry::start_counting_afresh() {
@@ -563,9 +597,14 @@ void GraphRegistry::name_at_first_launch(GraphRecord &record, const char *site) 
   Lock lock;
   if (!lock.held()) return;
   if (!record.site_pending.load(std::memory_order_relaxed)) return;
+  char was[sizeof record.site];
+  memcpy(was, record.site, sizeof was);
   common::printable_copy(site, record.site, sizeof record.site);
+  if (!relabel(record)) {  // still pending: tried again once room comes back (refusing_labels)
+    memcpy(record.site, was, sizeof record.site);
+    return;
+  }
   record.site_pending.store(false, std::memory_order_relaxed);
-  relabel(record);
 }
 
 int GraphRegistry::name_graph(const void *exec, const char *name, const char *site) {
@@ -576,9 +615,19 @@ int GraphRegistry::name_graph(const void *exec, const char *name, const char *si
   if (!record)
     record = create_record(exec, "ferrum_replay_name_graph_exec", site, "", false, false);
   if (record == overflow_.load(std::memory_order_relaxed)) return -ENOSPC;
+  // Taken only if shown: without a label for it the record stays as it was, and the program is
+  // told (docs/naming.md: 0 only when it took the name).
+  const bool was_user_named = record->user_named, was_whole = record->user_name_whole;
+  char was[sizeof record->name];
+  memcpy(was, record->name, sizeof was);
   take_user_name(*record, name);
+  if (!relabel(*record)) {
+    record->user_named = was_user_named;
+    record->user_name_whole = was_whole;
+    memcpy(record->name, was, sizeof record->name);
+    return -ENOSPC;
+  }
   record->site_pending.store(false, std::memory_order_relaxed);
-  relabel(*record);
   return 0;
 }
 

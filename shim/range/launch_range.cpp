@@ -164,6 +164,12 @@ GraphRecord *record_for_launch_slow(const void *exec, GraphRecord *record) {
   // walk or a lock once it is made.
   if (!exec)
     if (GraphRecord *shared = registry.shared_overflow()) return shared;
+  // The registry has no room for a graph it does not know (at its bound, or out of memory),
+  // nor for a label, and none came back since: it would refuse again, so no walk, no lock and
+  // no mapping tried for nothing — on every launch of such a graph (graph_registry.hpp).
+  if (!record && registry.refusing_graphs())
+    if (GraphRecord *shared = registry.shared_overflow()) return shared;
+  if (record && registry.refusing_labels()) return record;  // its name stays pending
   // A signal handler's launch on a thread inside a lock of ours: the registry would refuse
   // (graph_registry.hpp), so no walk for nothing. A graph seen already keeps its range.
   if (common::inside_our_lock()) return record;

@@ -153,6 +153,23 @@
 //                  own calls leave errno alone, except that its launch allocates, and malloc may
 //                  leave ENOMEM behind when it recovers from a failed mapping: a launch's errno is
 //                  then the real call's.)
+//   rename-without-memory
+//                  launches its graph once, limits its address space (RLIMIT_AS) to what it has
+//                  mapped now plus B bytes (--own-bytes), names the graph `step I` for I = 0..N-1
+//                  (ferrum_replay_name_graph_exec), launches it once more, lifts the limit and
+//                  returns normally. Prints `taken=<calls that returned 0> refused=<the others>
+//                  refused_with=<the first other result, 0 if none> last_taken=<I of the last
+//                  call that returned 0, -1 if none>`.
+//   launch-refused-graph
+//                  instantiates 4096 graphs (the shim's registry fills its first chunk of
+//                  records), limits its address space to what it has mapped plus B bytes, and
+//                  instantiates one more (no chunk to be had for its record). Then launches the
+//                  first graph N times and the last one N times, five times over, and prints the
+//                  best time of each per launch and the mmap calls made during their launches:
+//                  `registered_ns= refused_ns= registered_maps= refused_maps=`. Then destroys
+//                  one graph (room may have come back) and launches the last one N times:
+//                  `maps_after_destroy=`; lifts the limit, instantiates one graph more and
+//                  launches the last one once: `launches=<launches of the last graph in all>`.
 //   errno-passes   for FERRUM_STANDIN_DIRTY_ERRNO=1 (every function of the stand-in leaves errno
 //                  set to its own value: standin_errno.hpp): instantiates 8 graphs, launches each
 //                  N times (--launches), destroys them and its context; after each call its errno
@@ -237,9 +254,11 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -248,6 +267,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../support/address_space.hpp"
@@ -281,6 +301,8 @@ extern "C" int fstat64(int fd, struct stat64 *st) {
 
 // exit-in-handler: the thread whose next mmap raises SIGUSR1 (whoever calls it: the recorder).
 thread_local bool t_raise_at_mmap = false;
+// launch-refused-graph: every mmap64 call of the process (the shim's mappings among them).
+std::atomic<unsigned long> g_mmap_calls{0};
 
 // The definition of `name` after this program's (libc's), looked up once into `*resolved`. No
 // function-local static guard and no instrumentation: ThreadSanitizer's runtime calls an
@@ -323,6 +345,7 @@ extern "C" __attribute__((no_sanitize("thread"))) void *mmap64(void *address, si
   using Fn = void *(*)(void *, size_t, int, int, int, off64_t);
   static Fn resolved;
   const Fn real = next_definition(&resolved, "mmap64");
+  g_mmap_calls.fetch_add(1, std::memory_order_relaxed);
   if (t_raise_at_mmap) {
     t_raise_at_mmap = false;
     raise(SIGUSR1);
@@ -983,6 +1006,76 @@ void limit_address_space(long margin) {
   rlimit limit{};
   getrlimit(RLIMIT_AS, &limit);
   std::printf("limited=%lu\n", static_cast<unsigned long>(limit.rlim_cur));
+}
+
+int rename_without_memory(long n, long margin) {
+  Driver d = load_driver();
+  using NameFn = int (*)(CUgraphExec, const char *);
+  const auto name = reinterpret_cast<NameFn>(dlsym(RTLD_DEFAULT, "ferrum_replay_name_graph_exec"));
+  if (!name) die("no ferrum_replay_name_graph_exec (run it under the shim)");
+  if (d.launch(d.exec, nullptr) != CUDA_SUCCESS) die("launch failed");
+  limit_address_space(margin);
+  long taken = 0, refused = 0, last_taken = -1;
+  int refused_with = 0;
+  for (long i = 0; i < n; ++i) {
+    char text[32];
+    std::snprintf(text, sizeof text, "step %ld", i);
+    const int result = name(d.exec, text);
+    if (result == 0) {
+      ++taken;
+      last_taken = i;
+    } else if (refused++ == 0) {
+      refused_with = result;
+    }
+  }
+  if (d.launch(d.exec, nullptr) != CUDA_SUCCESS) die("launch failed");
+  // Lifted before exit: the launch summary, written at exit, is what the test reads.
+  if (!unlimit_address_space()) die("cannot lift the address-space limit");
+  std::printf("taken=%ld refused=%ld refused_with=%d last_taken=%ld\n", taken, refused,
+              refused_with, last_taken);
+  return 0;
+}
+
+// The best time per launch of `exec` over five runs of `n` launches, and the mmap calls made
+// during all of them.
+std::pair<double, unsigned long> time_launches(const Driver &d, CUgraphExec exec, long n) {
+  double best = 1e300;
+  const unsigned long maps = g_mmap_calls.load();
+  for (int run = 0; run < 5; ++run) {
+    timespec start{}, end{};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (long i = 0; i < n; ++i)
+      if (d.launch(exec, nullptr) != CUDA_SUCCESS) die("launch failed");
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    const double ns = (end.tv_sec - start.tv_sec) * 1e9 + (end.tv_nsec - start.tv_nsec);
+    best = std::min(best, ns / static_cast<double>(n));
+  }
+  return {best, g_mmap_calls.load() - maps};
+}
+
+int launch_refused_graph(long n, long margin) {
+  Driver d = load_driver();
+  std::vector<CUgraphExec> execs(4095);
+  for (CUgraphExec &exec : execs)
+    if (d.graphInstantiate(&exec, d.graph, 0) != CUDA_SUCCESS) die("instantiate failed");
+  limit_address_space(margin);
+  CUgraphExec refused = nullptr;
+  if (d.graphInstantiate(&refused, d.graph, 0) != CUDA_SUCCESS) die("instantiate failed");
+  const auto [registered_ns, registered_maps] = time_launches(d, d.exec, n);
+  const auto [refused_ns, refused_maps] = time_launches(d, refused, n);
+  std::printf("registered_ns=%.1f refused_ns=%.1f registered_maps=%lu refused_maps=%lu\n",
+              registered_ns, refused_ns, registered_maps, refused_maps);
+  if (d.graphExecDestroy(execs.back()) != CUDA_SUCCESS) die("destroy failed");
+  const unsigned long maps = g_mmap_calls.load();
+  for (long i = 0; i < n; ++i)
+    if (d.launch(refused, nullptr) != CUDA_SUCCESS) die("launch failed");
+  std::printf("maps_after_destroy=%lu\n", g_mmap_calls.load() - maps);
+  if (!unlimit_address_space()) die("cannot lift the address-space limit");
+  CUgraphExec another = nullptr;
+  if (d.graphInstantiate(&another, d.graph, 0) != CUDA_SUCCESS) die("instantiate failed");
+  if (d.launch(refused, nullptr) != CUDA_SUCCESS) die("launch failed");
+  std::printf("launches=%ld\n", 5 * n + n + 1);
+  return 0;
 }
 
 // The program's errno across its calls: set to a mark no call makes before each, compared after;
@@ -1729,6 +1822,8 @@ int main(int argc, char **argv) {
   if (mode == "underscore-exit") return underscore_exit(n);
   if (mode == "size-limit") return size_limit(n, own_bytes);
   if (mode == "memory-limit") return memory_limit(n, own_bytes, limit_first);
+  if (mode == "rename-without-memory") return rename_without_memory(n, own_bytes);
+  if (mode == "launch-refused-graph") return launch_refused_graph(n, own_bytes);
   if (mode == "heap-exhausted") return heap_exhausted(n);
   if (mode == "exit-in-handler") return exit_in_handler();
   if (mode == "fork-in-handler") return fork_in_handler(how);

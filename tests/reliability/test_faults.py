@@ -79,6 +79,15 @@ address_space_limit          exit code and launches unchanged  every launch reco
                              what it mapped; its errno as      saying out of memory
                              each of its calls left it (new
                              graphs made and destroyed too)
+rename_without_memory        a graph renamed 6,000 times with    the summary names the graph with the
+                             no memory left for the registry's  last name the program was told was
+                             next chunk of labels: the names    taken; ferrum_replay_name_graph_exec
+                             it cannot show are refused         returns -ENOSPC for the others
+launch_refused_graph         a graph the registry had no room   its launches cost what a registered
+                             for (no memory for its next chunk  graph's do: no stack walk, lock or
+                             of records), launched 100,000      mapping tried again per launch; one
+                             times beside a registered one      retry after a graph is destroyed;
+                                                                registered once memory came back
 first_nvtx_call_without      exit code and output unchanged    the thread's ranges and marks counted
 _memory                      when a thread's first NVTX calls  in droppedForMemory, or one line
                              come after its heap is used up    saying out of memory
@@ -100,6 +109,7 @@ marker_after_setuid          launches, then (as root) setuid   its running marke
                                                                that says so and why
 Uses tests/shim/scenarios/harness.py; run through meson (suite reliability).
 """
+import errno
 import glob
 import os
 import re
@@ -1260,6 +1270,78 @@ def exit_without_memory():
                    "no summary, and no line saying why", run_)
 
 
+def summary_rows(path):
+    """{ordinal or 0 for the overflow row: (launches, name)} of a launch summary."""
+    rows = {}
+    with open(path) as handle:
+        for line in handle:
+            row = re.match(r" +(\d+) +(\d+) +\d+ +\d+  (.*)$", line)
+            if row:
+                rows[int(row[1])] = (int(row[2]), row[3])
+    return rows
+
+
+def rename_without_memory():
+    """The program names its graph 6,000 times with its address space limited to what it has
+    mapped: the registry's label pool cannot map its next chunk, so some names cannot be shown.
+    ferrum_replay_name_graph_exec returned 0 ("took the name") for every one of them, and the
+    record's {name} took the new name while its label kept the old one (F170). Now such a call
+    returns -ENOSPC and the record stays as it was: the summary shows the last name the program
+    was told was taken."""
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST") or harness.EMULATOR:
+        return "skip: a sanitizer's shadow memory or an emulator does not fit an address-space limit"
+    with tempfile.TemporaryDirectory() as tmp:
+        run_ = fault("rename-without-memory", "--launches", "6000", "--own-bytes", "0",
+                     record=False, cwd=tmp,
+                     env={"FERRUM_STANDIN_REPORT": "", "FERRUM_REPLAY_SUMMARY": "s.txt"})
+        got = values(run_.stdout)
+        expect(run_.returncode == 0 and got.get("taken", 0) + got.get("refused", 0) == 6000,
+               "the program's run", run_)
+        expect(got.get("refused", 0) > 0 and got.get("refused_with") == -errno.ENOSPC,
+               f"names that could not be shown were reported taken: {got}", run_)
+        rows = summary_rows(os.path.join(tmp, "s.txt"))
+        expect(rows.get(1) == (2, f"step {got.get('last_taken')}"),
+               f"the summary's row {rows.get(1)}: not the last name taken "
+               f"(step {got.get('last_taken')})", run_)
+
+
+def launch_refused_graph():
+    """A graph the registry has no room for (its address space limited, no chunk of records to
+    be had) shares the overflow record. Each of its launches took the slow path: a stack walk,
+    the registry's mutex and a failed mmap, about 5 us instead of 30 ns (F171). Now the refusal
+    is remembered lock-free: its launches map nothing and cost about what a registered graph's
+    do (a margin of 10x plus 1 us: a loaded machine's noise, far below the 5 us before); after a
+    destroy it is tried once more; once memory came back (the limit lifted, a graph registered)
+    its next launch registers it."""
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST") or harness.EMULATOR:
+        return "skip: a sanitizer's shadow memory or an emulator does not fit an address-space limit"
+    n = 20000
+    with tempfile.TemporaryDirectory() as tmp:
+        run_ = fault("launch-refused-graph", "--launches", str(n), "--own-bytes",
+                     str(256 * 1024), record=False, cwd=tmp,
+                     env={"FERRUM_STANDIN_REPORT": "", "FERRUM_STANDIN_BENCH": "1",
+                          "FERRUM_REPLAY_SUMMARY": "s.txt"})
+        got = dict(re.findall(r"(\w+)=(-?[\d.]+)", run_.stdout))
+        expect(run_.returncode == 0 and "launches" in got, "the program's run", run_)
+        registered, refused = float(got["registered_ns"]), float(got["refused_ns"])
+        expect(int(got["refused_maps"]) <= int(got["registered_maps"]) + 1,
+               f"{got['refused_maps']} mmap calls in {5 * n} launches of the refused graph "
+               f"({got['registered_maps']} in as many of a registered one)", run_)
+        expect(refused <= 10 * registered + 1000,
+               f"a launch of the refused graph took {refused:.0f} ns, of a registered one "
+               f"{registered:.0f} ns", run_)
+        expect(int(got["maps_after_destroy"]) <= 2,
+               f"{got['maps_after_destroy']} mmap calls in {n} launches after a destroy: more "
+               "than one retry", run_)
+        rows = summary_rows(os.path.join(tmp, "s.txt"))
+        overflow = rows.get(0, (0, ""))
+        expect(overflow == (6 * n, "graph (unregistered)"),
+               f"the overflow row {overflow}: not the {6 * n} launches made while refused", run_)
+        expect(rows.get(max(rows), (0,))[0] == 1 and max(rows) > 4096,
+               f"the refused graph not registered once memory came back: {sorted(rows)[-3:]}",
+               run_)
+
+
 def output_lock_impossible():
     """The program's sandbox allows no sockets (a seccomp filter: socket() fails with EPERM), so
     the output lock cannot be taken at exit. Without the lock nothing is replaced: the earlier
@@ -1816,7 +1898,8 @@ SCENARIOS = {f.__name__: f for f in (
     forked_children_count_their_own, child_without_fork_handlers, vfork_child_exits, running_marker_until_exit,
     exit_during_first_launch,
     first_launch_on_smallest_stack, exit_with_little_stack, file_size_limit, errno_passes_through,
-    loader_error_on_every_route, address_space_limit,
+    loader_error_on_every_route, address_space_limit, rename_without_memory,
+    launch_refused_graph,
     first_nvtx_call_without_memory, exit_without_memory, output_lock_impossible,
     stderr_reader_gone, stderr_not_reopenable,
     marker_after_setuid,

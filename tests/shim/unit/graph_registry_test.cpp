@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../support/address_space.hpp"
 #include "range/graph_registry.hpp"
 #include "range/replay_numbers.hpp"
 
@@ -310,6 +311,48 @@ TEST_CASE("one graph renamed 300,000 times: only its current message is counted"
   const ferrum_replay::shim::GraphRegistry::Occupancy now = registry->occupancy();
   CHECK(now.messages == 1);
   CHECK(now.message_capacity == ferrum_replay::shim::detail::MessageCounts::kMinCapacity);
+}
+
+TEST_CASE("no label to be had: a name is refused, the record stays as it was, until room is back" *
+          doctest::skip(kNoAddressSpaceLimit)) {
+  auto registry = std::make_unique<Registry>();
+  // Graph 1's name comes at its first launch (FERRUM_REPLAY_SITE=launch).
+  registry->GraphRegistry::on_instantiate(handle(1), "x", "", "", true);
+  registry->on_instantiate(handle(2), nullptr, "x");
+  REQUIRE(registry->name_graph(handle(2), "kept") == 0);
+  ferrum_replay::shim::GraphRecord &pending = *registry->find(handle(1));
+  ferrum_replay::shim::GraphRecord &renamed = *registry->find(handle(2));
+  const int failed = in_child([&]() -> int {
+    if (!limit_address_space_to_now()) return 1;
+    // Renames until the label pool needs a chunk it cannot map (F170: each returned 0, and the
+    // record's {name} took the name its label did not show).
+    int result = 0;
+    std::string last = "kept";
+    for (int n = 0; n < 10000 && result == 0; ++n) {
+      const std::string name = "name " + std::to_string(n);
+      result = registry->name_graph(handle(2), name.c_str());
+      if (result == 0) last = name;
+    }
+    if (result != -ENOSPC) return 2;
+    if (message_of(renamed) != last || renamed.name != last) return 3;
+    if (!registry->refusing_labels()) return 4;
+    // The other caller of the one naming step: the name at first launch stays pending.
+    registry->name_at_first_launch(pending, "Server::capture_decode");
+    if (!pending.site_pending.load() || pending.site[0] != '\0' || message_of(pending) != "graph 1")
+      return 5;
+    // Room comes back (a graph destroyed): no longer refusing; tried again, still no memory.
+    registry->on_destroy(handle(2));
+    if (registry->refusing_labels()) return 6;
+    registry->name_at_first_launch(pending, "Server::capture_decode");
+    if (!registry->refusing_labels() || !pending.site_pending.load()) return 7;
+    unlimit_address_space();
+    registry->on_instantiate(handle(3), nullptr, "x");  // memory came back: registered
+    if (registry->refusing_labels()) return 8;
+    registry->name_at_first_launch(pending, "Server::capture_decode");
+    if (pending.site_pending.load() || message_of(pending) != "Server::capture_decode") return 9;
+    return 0;
+  });
+  CHECK(failed == 0);
 }
 
 TEST_CASE("graphs the registry never saw instantiated: held up to a bound, launched ones kept") {
