@@ -700,6 +700,11 @@ class Scan:
     def __init__(self, path):
         self.path = path
         self.stats = {}           # (pid, cat) -> NameStats
+        # (pid, cat) -> ({category: [ranges, latest start, its name]}, {name: its category, or
+        # -1 when ranges of several categories have it}). The shim's ranges carry their graph's
+        # number as their NVTX category: a graph's identity in its process, where its name may
+        # change (renamed after its first launches); 0 for a range without one.
+        self.graphs = {}
         self.gpu_stats = {}       # (pid, domain) -> NameStats of GPU replays (cat "DOMAIN,gpu")
         self.process_names = {}   # pid -> name (first process_name event)
         self.threads = {}         # (pid, tid) -> [last (start, -end), stack of ends]
@@ -726,7 +731,7 @@ class Scan:
 
     def batch(self, batch):
         path, stats, threads, validate = self.path, self.stats, self.threads, validate_event
-        last_pid = last_cat = table = None
+        last_pid = last_cat = table = numbered = owners = None
         index = self.events - 1
         self.events += len(batch)
         for event in batch:
@@ -762,6 +767,7 @@ class Scan:
                         table = stats.get((pid, cat))
                         if table is None:
                             table = stats[(pid, cat)] = NameStats()
+                        numbered, owners = self.graphs.setdefault((pid, cat), ({}, {}))
                     last_pid, last_cat = pid, cat
                 row = table.index.get(name)
                 if row is None:
@@ -770,6 +776,21 @@ class Scan:
                     table.add_duration(row, dur)
                 if cat.endswith(",gpu"):
                     continue  # GPU tracks are stream-ordered, not nested: no nesting check
+                args = event.get("args")
+                category = args.get("category", 0) if type(args) is dict else 0
+                if type(category) is not int or category < 0:
+                    category = 0
+                graph = numbered.get(category)
+                if graph is None:
+                    numbered[category] = [1, start, name]
+                else:
+                    graph[0] += 1
+                    if start >= graph[1]:
+                        graph[1] = start
+                        graph[2] = name
+                owner = owners.get(name)
+                if owner != category:
+                    owners[name] = category if owner is None else -1
                 # Nesting, per track (pid, tid), as the events come: each track's ranges are in
                 # start order, enclosing ranges first, and nest — a domain that interleaves with
                 # another on its thread has a track of its own (trace_writer.hpp; merge keeps
@@ -803,6 +824,17 @@ class Scan:
     @property
     def merged(self):
         return "merged" in self.meta
+
+    def renamed(self, pid, cat):
+        """{name: the name its graph was shown under last} for the names of (pid, cat)'s ranges
+        that belong to one numbered graph, one renamed since (docs/naming.md: a name given after
+        the graph's first launches). A name several graphs had stays as it is."""
+        numbered, owners = self.graphs.get((pid, cat), ({}, {}))
+        out = {}
+        for name, category in owners.items():
+            if category > 0 and numbered[category][2] != name:
+                out[name] = numbered[category][2]
+        return out
 
     def range_count(self, domain=None):
         return sum(t.ranges() for k, t in self.stats.items() if domain is None or k[1] == domain)
@@ -1155,6 +1187,43 @@ def others_line(t):
     return f"also in the traces: {t['marks']} marks, {t['startEndRanges']} start/end ranges"
 
 
+def by_graph(scans, domain, gpu=False):
+    """aggregate()'s NameStats of `domain` over all processes, with each range under the name
+    its graph was shown under last (Scan.renamed): a graph renamed after its first launches is
+    one row, as the launch summary has it, not one per name it had. The GPU replays' names
+    follow their ranges'."""
+    renames = {}
+    for index, scan in enumerate(scans):
+        for pid, cat in scan.graphs:
+            if cat == domain:
+                renamed = scan.renamed(pid, cat)
+                if renamed:
+                    renames[(index, pid)] = renamed
+    if not renames:
+        return aggregate(scans, domain, gpu=gpu).get(("", domain)) or NameStats()
+    table = NameStats()
+    for index, scan in enumerate(scans):
+        for (pid, cat), stats in (scan.gpu_stats if gpu else scan.stats).items():
+            if cat != domain:
+                continue
+            renamed = renames.get((index, pid), {})
+            for name, row in stats.index.items():
+                table.add(renamed.get(name, name), stats.count[row], stats.total[row],
+                          stats.low[row], stats.high[row], stats.histogram(row))
+    return table
+
+
+def numbered_ranges(scans, domain):
+    """{pid: Counter({graph number: ranges})} of `domain`'s ranges (0: ranges without one)."""
+    out = collections.defaultdict(collections.Counter)
+    for scan in scans:
+        for (pid, cat), (numbered, _) in scan.graphs.items():
+            if cat == domain:
+                for category, graph in numbered.items():
+                    out[pid][category] += graph[0]
+    return out
+
+
 def cmd_summary(args):
     scans = scan_all(args.traces)
     # Not a judge, but its table must not pass an earlier run's trace off as the last one's
@@ -1294,8 +1363,9 @@ def compare_side(scans, domain):
         if not scan.meta:
             raise InputError(f"{quoted(scan.path)}: not a ferrum-replay trace (no ferrumReplay "
                              "summary)")
-    return (aggregate(scans, domain).get(("", domain)) or NameStats(),
-            aggregate(scans, domain, gpu=True).get(("", domain)) or NameStats())
+    # By graph: a graph renamed in one run and not the other (named after a warm-up launch) is
+    # one graph on both sides, not a "new" one and a slower one.
+    return by_graph(scans, domain), by_graph(scans, domain, gpu=True)
 
 
 def cmd_compare(args):
@@ -3342,50 +3412,88 @@ SUMMARY_HEADER = re.compile(r" *graph +launches +failed +rejected +(gpu n +gpu t
 SUMMARY_LINE_LIMIT = 1 << 20  # bytes of a summary's line: a longer one is no row (1 MiB names)
 
 
-def read_launch_summaries(paths):
-    """({graph name: Counter(launches, failed, rejected)}, Counter of the destroyed graphs'
-    totals row) summed over the shim's exit summaries (FERRUM_REPLAY_SUMMARY)."""
-    graphs = collections.defaultdict(collections.Counter)
-    recycled = collections.Counter()
+# The process a summary counts: "(pid N)" at the end of the line before its header (the one
+# part of the title relied on). A table without it (an older shim's, or a file a wrapper made)
+# is joined with the traces by name alone.
+SUMMARY_PID = re.compile(r".*\(pid (\d+)\) *\Z")
+
+
+class LaunchTable:
+    """One summary's table: the process it counts (None when its title does not say), its
+    graphs' rows as [ordinal, name, launches, failed, rejected], and the destroyed graphs'
+    totals row, a Counter."""
+
+    __slots__ = ("pid", "rows", "recycled")
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.rows = []
+        self.recycled = collections.Counter()
+
+
+def read_launch_tables(paths):
+    """The tables of the shim's exit summaries (FERRUM_REPLAY_SUMMARY), a list of LaunchTable."""
+    tables = []
     for path in paths:
         try:
             with open_regular(path, binary=True, what="a launch summary") as handle:
-                read_launch_summary(handle, graphs, recycled)
+                read_launch_summary(handle, tables)
         except OSError as error:
             raise InputError(f"{quoted(path)}: cannot read: {error.strerror or error}") from error
+    return tables
+
+
+def read_launch_summaries(paths):
+    """({graph name: Counter(launches, failed, rejected)}, Counter of the destroyed graphs'
+    totals row) summed over the shim's exit summaries (FERRUM_REPLAY_SUMMARY)."""
+    return launches_by_name(read_launch_tables(paths))
+
+
+def launches_by_name(tables):
+    """read_launch_summaries' sums over `tables`."""
+    graphs = collections.defaultdict(collections.Counter)
+    recycled = collections.Counter()
+    for table in tables:
+        for _, name, launches, failed, rejected in table.rows:
+            counts = graphs[name]
+            counts["launches"] += launches
+            counts["failed"] += failed
+            counts["rejected"] += rejected
+        recycled.update(table.recycled)
     return graphs, recycled
 
 
-def read_launch_summary(handle, graphs, recycled):
-    """Adds one summary's rows to `graphs` and `recycled`, a line at a time, each at most
-    SUMMARY_LINE_LIMIT bytes: memory is bounded by the graphs, not by the file (a sparse file of
-    zeros has no line end)."""
-    in_table = False
+def read_launch_summary(handle, tables):
+    """Adds one file's tables to `tables`, a line at a time, each at most SUMMARY_LINE_LIMIT
+    bytes: memory is bounded by the graphs, not by the file (a sparse file of zeros has no line
+    end)."""
+    table = None
     row_layout = SUMMARY_ROW
+    before = None  # the line before, read for a header's pid
     for line in iter(lambda: handle.readline(SUMMARY_LINE_LIMIT), b""):
         line = line.decode("utf-8", "replace")
         line = line[:-1] if line.endswith("\n") else line
+        previous, before = before, line
         header = SUMMARY_HEADER.match(line)
         if header:
-            in_table = True
+            pid = SUMMARY_PID.match(previous) if previous is not None else None
+            table = LaunchTable(int(pid[1]) if pid else None)
+            tables.append(table)
             row_layout = SUMMARY_GPU_ROW if header[1] else SUMMARY_ROW
             continue
-        if not in_table:
+        if table is None:
             continue
         row = row_layout.match(line)
         if row:
-            counts = graphs[row[5]]
-            counts["launches"] += int(row[2])
-            counts["failed"] += int(row[3])
-            counts["rejected"] += int(row[4])
+            table.rows.append([int(row[1]), row[5], int(row[2]), int(row[3]), int(row[4])])
             continue
         row = SUMMARY_RECYCLED.match(line)
         if row:
-            recycled["launches"] += int(row[1])
-            recycled["failed"] += int(row[2])
-            recycled["rejected"] += int(row[3])
+            table.recycled["launches"] += int(row[1])
+            table.recycled["failed"] += int(row[2])
+            table.recycled["rejected"] += int(row[3])
             continue
-        in_table = False  # the table ended (another summary's title line, say)
+        table = None  # the table ended (another summary's title line, say)
 
 
 def later_namesakes(paths):
@@ -3606,20 +3714,60 @@ def cmd_check(args):
                         "launched no CUDA graph, or the shim was not preloaded into it")
 
     # Every intercepted launch has its range: the shim's own count, when it wrote one.
-    summaries, recycled = read_launch_summaries(distinct_inputs(args.launch_summary))
+    tables = read_launch_tables(distinct_inputs(args.launch_summary))
+    summaries, recycled = launches_by_name(tables)
     if summaries or recycled:
         rejected_by_tool = sum(int(scan.meta.get("rejectedPushes", 0)) for scan in scans)
         # Fewer ranges than launches: launches the profile lost. More: ranges no launch of the
         # shim's accounts for (another run's trace, or this run's launch summary missing).
         fewer, more = [], []
+        # By graph where the process is known on both sides: a summary's row is the graph's
+        # number, which its ranges carry as their category, in the process its title names. A
+        # graph renamed after its first launches has one row under its last name and ranges under
+        # each name it had: by name, its earlier ranges counted for no row and it "lacked" them
+        # (F169). Its destroyed graphs' totals row accounts for the numbers no row has.
+        numbered = {} if args.nsys_stats else numbered_ranges(scans, domain)
+        joined = {table.pid for table in tables if table.pid in numbered}
+        unexplained = False  # ranges of numbers no row accounts for, in a joined process
+        several = len({table.pid for table in tables}) > 1
+        for pid in sorted(joined):
+            rows, gone = {}, collections.Counter()
+            for table in tables:
+                if table.pid == pid:
+                    gone.update(table.recycled)
+                    for ordinal, name, launches, _, _ in table.rows:
+                        row = rows.setdefault(ordinal, [name, 0])
+                        row[1] += launches
+            ranges = numbered[pid]
+            where = f" (pid {pid})" if several else ""
+            for ordinal, (name, expected) in sorted(rows.items()):
+                got = ranges.get(ordinal, 0)
+                if got != expected:
+                    (fewer if got < expected else more).append(
+                        f"{quoted(name)}{where}: {expected} launches, {got} ranges")
+            if sum(n for c, n in ranges.items() if c not in rows) != gone["launches"]:
+                unexplained = True
+        # By name for the rest: a summary whose title names no process (an older shim's, one a
+        # wrapper wrote), or a process no trace holds under its pid (merge renumbers a pid two
+        # traces share); and with Nsight Systems' tables, which have no numbers.
+        rest, rest_recycled = launches_by_name([t for t in tables if t.pid not in joined])
+        if joined:
+            named = NameStats()
+            for scan in scans:
+                for (pid, cat), stats in scan.stats.items():
+                    if cat == domain and pid not in joined:
+                        named.merge(stats)
+        else:
+            named = counts
         # A push the NVTX tool rejected is a launch without its range in the profile: never
         # excused (the verdict said "the shim's 8 launches all have their range" over 4).
-        for name, c in sorted(summaries.items()):
+        for name, c in sorted(rest.items()):
             expected = c["launches"]
-            got = ranges_named(name)
+            found = named.get(name)
+            got = found[0] if found else 0
             # Graphs destroyed long ago are counted in one totals row, not by name: a name may
             # then have more ranges than its rows (the totals are compared below).
-            if name and (got < expected or (got > expected and not recycled)):
+            if name and (got < expected or (got > expected and not rest_recycled)):
                 (fewer if got < expected else more).append(
                     f"{quoted(name)}: {c['launches']} launches, {got} ranges")
         launches = sum(c["launches"] for c in summaries.values()) + recycled["launches"]
@@ -3627,7 +3775,8 @@ def cmd_check(args):
         # The totals: where graphs destroyed long ago (or unnamed) are counted in one row, and
         # for ranges of names no row of the summaries has (another run's graphs, say).
         if total_ranges != launches and (
-                recycled or any(not name for name in summaries) or not (fewer or more)):
+                unexplained or rest_recycled or any(not name for name in rest) or
+                not (fewer or more)):
             (fewer if total_ranges < launches else more).append(
                 f"{launches} launches, {total_ranges} ranges")
         refused = (f" ({rejected} of their pushes the NVTX tool rejected: FERRUM_RECORD_REJECT, "
@@ -3734,8 +3883,10 @@ def cmd_check(args):
     if unapplied:
         met += (f", {len(unapplied)} matched no range (line{'s' if len(unapplied) != 1 else ''} "
                 f"{listed(str(n) for n in unapplied)}: min-count 0, bounds not applied)")
-    print(f"{args.prog}: OK: {total_ranges} ranges of {len(counts)} "
-          f"graph{'s' if len(counts) != 1 else ''}{where}{balanced}; {launch_note}{met}")
+    # Graphs, not names: a graph renamed after its first launches is one (by_graph).
+    graphs = len(counts) if args.nsys_stats else len(by_graph(scans, domain))
+    print(f"{args.prog}: OK: {total_ranges} ranges of {graphs} "
+          f"graph{'s' if graphs != 1 else ''}{where}{balanced}; {launch_note}{met}")
     for note in notes:
         print(f"{args.prog}: note: {note}", file=sys.stderr)
     return 0

@@ -5037,6 +5037,65 @@ def test_unusable_tmpdir_runs_the_program(tmp):
     expect(os.listdir(os.path.join(tmp, "-t")) == [], "left in TMPDIR '-t'")
 
 
+def test_graph_renamed_after_launches(tmp):
+    """A graph named after a warm-up launch (docs/naming.md: the latest name wins) has one row
+    in the launch summary, under its last name, and ranges under each name it had. The judges
+    matched the two by name: `check --launch-summary` and ci-smoke-profile failed the correct
+    run ("launches without their range: 'decode 0': 11 launches, 10 ranges"), `check` counted 4
+    graphs for 2 and `compare` showed each graph as two, one of them "new" (F169). Now the
+    summary's rows and the ranges are joined by the graph's number (the ranges' category), per
+    process; the judges still fail what they must."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "11", "--name-graphs", "decode"]
+    renamed = program + ["--name-after", "1"]
+    env = {"FERRUM_REPLAY_SITE": "off"}  # "graph 1", "graph 2" for the warm-up
+    done = ci_smoke("--", *renamed, cwd=tmp, env=env)
+    expect_verdict(done, True, "22 ranges of 2 graphs in 1 process, balanced; the shim's 22 "
+                               "launches all have their range")
+    done = ci_smoke("--", sys.executable, RANK_LAUNCHER, "--nproc", "2", "--", *renamed, cwd=tmp,
+                    env=env)
+    expect_verdict(done, True, "44 ranges of 2 graphs in 2 processes, balanced; the shim's 44 "
+                               "launches all have their range")
+
+    def recorded(name, argv, extra=None):
+        summary = os.path.join(tmp, f"{name}.txt")
+        done = wrapper("record", "-o", f"{name}.json", "--", *argv, cwd=tmp,
+                       env={**env, "FERRUM_REPLAY_SUMMARY": summary, **(extra or {})})
+        expect(done.returncode == 0, f"{name}: the run", done)
+        return os.path.join(tmp, f"{name}.json"), summary
+
+    trace, summary = recorded("renamed", renamed)
+    with open(summary, encoding="utf-8") as handle:
+        text = handle.read()
+    expect(re.search(r"\n +1 +11 +0 +0  .*decode 0\n +2 +11 +0 +0  .*decode 1\n", text),
+           f"one row per graph, under its last name: {text!r}")
+    done = wrapper("check", "--launch-summary", summary, trace, cwd=tmp)
+    expect(done.returncode == 0 and "OK: 22 ranges of 2 graphs in 1 process, balanced; the "
+           "shim's 22 launches all have their range" in done.stdout, "check of the run", done)
+    # What must fail still fails: a launch without its range (a row counting one more), ranges
+    # no row accounts for (a row dropped), a push the tool rejected.
+    for label, edit, why in (
+            ("a launch more", lambda t: re.sub(r"(?m)^( +1 +)11( .*decode 0)$", r"\g<1>12\2", t),
+             "launches without their range: 'decode 0': 12 launches, 11 ranges"),
+            ("a row dropped", lambda t: re.sub(r"(?m)^ +2 +11 .*decode 1\n", "", t),
+             "ranges without a launch the shim counted: 11 launches, 22 ranges")):
+        edited = write(os.path.join(tmp, "edited.txt"), edit(text))
+        done = wrapper("check", "--launch-summary", edited, trace, cwd=tmp)
+        expect(done.returncode == 1 and why in done.stdout, label, done)
+    rejected, rejected_summary = recorded("rejected", renamed, {"FERRUM_RECORD_REJECT": "5"})
+    done = wrapper("check", "--launch-summary", rejected_summary, rejected, cwd=tmp)
+    expect(done.returncode == 1 and "launches without their range" in done.stdout,
+           "a rejected push of a renamed graph", done)
+    # compare: a run named before its first launch against one named after: two graphs, each
+    # with all its replays on both sides (GPU time, and the CPU ranges' names they follow).
+    base, _ = recorded("named-first", program)
+    done = wrapper("compare", "--threshold", "100000", base, trace, cwd=tmp)
+    rows = [line.split() for line in done.stdout.splitlines()[1:] if line.startswith("decode")]
+    expect(done.returncode == 0 and "OK: 2 graphs" in done.stdout and
+           [row[:2] + [row[3], row[5]] for row in rows] ==
+           [["decode", "0", "11", "11"], ["decode", "1", "11", "11"]],
+           "compare: one row per graph", done)
+
+
 def test_launch_summary_names_exact(tmp):
     """The shim's launch summary and nsys stats are read with names exactly as written: a
     name may begin or end with spaces, hold '#', a tab or digits; the destroyed graphs' totals

@@ -37,6 +37,9 @@
 //                     dlsym(RTLD_DEFAULT); silently skipped when no library exports it
 //   --name-from-threads  with --name-graphs: name from two threads at once, racing, each naming
 //                     every graph (the second in reverse order) in kNameRounds rounds
+//   --name-after K    with --name-graphs: name the graphs after K rounds of launches (a warm-up
+//                     launched under the names they had before) instead of after instantiation;
+//                     needs --threads 1
 //   --flags F         launch_procaddress, launch_entry_point: lookup flags 0, 1 or 2
 //   --version V       launch_procaddress, launch_entry_point: CUDA version of the lookup
 //   --self-query Q    launch_procaddress: 12000 (default), 11030 or none
@@ -128,7 +131,8 @@ struct Options {
   bool name_graphs = false;
   std::string name_prefix;
   bool name_from_threads = false;
-  int jump_out = 0;  // --jump-out K
+  int name_after = 0;  // --name-after K
+  int jump_out = 0;    // --jump-out K
   bool keep_graphs = false;
   bool fork_after = false;  // --fork-after
   bool loader_state = false;
@@ -307,6 +311,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.jump_out = static_cast<int>(number());
     } else if (a == "--name-from-threads") {
       o.name_from_threads = true;
+    } else if (a == "--name-after") {
+      o.name_after = static_cast<int>(number());
     } else if (a == "--keep-graphs") {
       o.keep_graphs = true;
     } else if (a == "--fork-after") {
@@ -324,6 +330,9 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
   }
   if (o.name_from_threads && !o.name_graphs) {
     usage(usage_text, "--name-from-threads needs --name-graphs");
+  }
+  if (o.name_after > 0 && (!o.name_graphs || o.threads != 1)) {
+    usage(usage_text, "--name-after needs --name-graphs and --threads 1");
   }
   return o;
 }
@@ -447,6 +456,7 @@ inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResul
   CUstream_st *stream = special_stream(o.stream);
   if (int e = b.thread_begin(&stream, &what); e != 0) die(b, what, e);
   for (int it = 0; it < o.iters; ++it) {
+    if (o.name_after > 0 && it == o.name_after) name_graphs(b, o, naming);
     if (o.reinstantiate_every > 0 && it > 0 && it % o.reinstantiate_every == 0) {
       for (int g = 0; g < o.graphs; ++g) {
         if (int e = b.destroy_exec(g, &what); e != 0) die(b, what, e);
@@ -500,7 +510,7 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
   g_loader_state.check(o, "the set-up");
   if (int e = b.instantiate_all(false, &what); e != 0) die(b, what, e);
   g_loader_state.check(o, "the instantiations");
-  name_graphs(b, o, naming);
+  if (o.name_after == 0) name_graphs(b, o, naming);
   if (o.upload) {
     CUstream_st *stream = special_stream(o.stream);
     if (int e = b.thread_begin(&stream, &what); e != 0) die(b, what, e);
