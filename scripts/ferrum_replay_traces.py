@@ -691,6 +691,22 @@ class NameStats:
         return sum(self.count)
 
 
+class GraphIndex:
+    """The graph numbers of one (pid, domain)'s ranges, beside its NameStats. The shim's ranges
+    carry their graph's number as their NVTX category: a graph's identity in its process, where
+    its name may change (renamed after its first launches); 0 for a range without one. Per row of
+    the NameStats: the number its ranges have (-1 when they have several: graphs named alike)
+    and its latest start; the ranges per number of those mixed rows. Compact
+    (docs/reliability.md): 16 bytes per name, nothing per number unless names are shared."""
+
+    __slots__ = ("owner", "start", "mixed")
+
+    def __init__(self):
+        self.owner = array("q")     # per NameStats row: its ranges' number, or -1
+        self.start = array("d")     # per NameStats row: its latest start, ns
+        self.mixed = {}             # (row, number) -> ranges, for rows whose owner is -1
+
+
 class Scan:
     """What the readers need of one trace, gathered in one streaming pass: per (pid, domain)
     the NameStats of its range names; the nesting check per thread; the process names; the
@@ -700,11 +716,7 @@ class Scan:
     def __init__(self, path):
         self.path = path
         self.stats = {}           # (pid, cat) -> NameStats
-        # (pid, cat) -> ({category: [ranges, latest start, its name]}, {name: its category, or
-        # -1 when ranges of several categories have it}). The shim's ranges carry their graph's
-        # number as their NVTX category: a graph's identity in its process, where its name may
-        # change (renamed after its first launches); 0 for a range without one.
-        self.graphs = {}
+        self.graphs = {}          # (pid, cat) -> GraphIndex of its ranges
         self.gpu_stats = {}       # (pid, domain) -> NameStats of GPU replays (cat "DOMAIN,gpu")
         self.process_names = {}   # pid -> name (first process_name event)
         self.threads = {}         # (pid, tid) -> [last (start, -end), stack of ends]
@@ -731,7 +743,7 @@ class Scan:
 
     def batch(self, batch):
         path, stats, threads, validate = self.path, self.stats, self.threads, validate_event
-        last_pid = last_cat = table = numbered = owners = None
+        last_pid = last_cat = table = graphs = None
         index = self.events - 1
         self.events += len(batch)
         for event in batch:
@@ -767,7 +779,9 @@ class Scan:
                         table = stats.get((pid, cat))
                         if table is None:
                             table = stats[(pid, cat)] = NameStats()
-                        numbered, owners = self.graphs.setdefault((pid, cat), ({}, {}))
+                        graphs = self.graphs.get((pid, cat))
+                        if graphs is None:
+                            graphs = self.graphs[(pid, cat)] = GraphIndex()
                     last_pid, last_cat = pid, cat
                 row = table.index.get(name)
                 if row is None:
@@ -778,19 +792,21 @@ class Scan:
                     continue  # GPU tracks are stream-ordered, not nested: no nesting check
                 args = event.get("args")
                 category = args.get("category", 0) if type(args) is dict else 0
-                if type(category) is not int or category < 0:
-                    category = 0
-                graph = numbered.get(category)
-                if graph is None:
-                    numbered[category] = [1, start, name]
+                if type(category) is not int or not 0 <= category <= 0xFFFFFFFF:
+                    category = 0  # NVTX's are 32-bit: anything else is no graph's number
+                if row is None:  # the table's new row, its last
+                    graphs.owner.append(category)
+                    graphs.start.append(start)
                 else:
-                    graph[0] += 1
-                    if start >= graph[1]:
-                        graph[1] = start
-                        graph[2] = name
-                owner = owners.get(name)
-                if owner != category:
-                    owners[name] = category if owner is None else -1
+                    owner = graphs.owner[row]
+                    if owner != category:
+                        mixed = graphs.mixed
+                        if owner >= 0:  # a second number: the ranges so far were all owner's
+                            mixed[(row, owner)] = table.count[row] - 1
+                            graphs.owner[row] = -1
+                        mixed[(row, category)] = mixed.get((row, category), 0) + 1
+                    if start > graphs.start[row]:
+                        graphs.start[row] = start
                 # Nesting, per track (pid, tid), as the events come: each track's ranges are in
                 # start order, enclosing ranges first, and nest — a domain that interleaves with
                 # another on its thread has a track of its own (trace_writer.hpp; merge keeps
@@ -829,11 +845,29 @@ class Scan:
         """{name: the name its graph was shown under last} for the names of (pid, cat)'s ranges
         that belong to one numbered graph, one renamed since (docs/naming.md: a name given after
         the graph's first launches). A name several graphs had stays as it is."""
-        numbered, owners = self.graphs.get((pid, cat), ({}, {}))
+        graphs, table = self.graphs.get((pid, cat)), self.stats.get((pid, cat))
         out = {}
-        for name, category in owners.items():
-            if category > 0 and numbered[category][2] != name:
-                out[name] = numbered[category][2]
+        if graphs is None or table is None:
+            return out
+        owner, start = graphs.owner, graphs.start
+        # The rows of each number side by side (a sort, not a dict per number: a trace of 200,000
+        # graphs holds as many numbers); a number with two rows or more is a renamed graph.
+        rows = sorted((row for row in range(len(owner)) if owner[row] > 0),
+                      key=owner.__getitem__)
+        names = None
+        first = 0
+        for end in range(1, len(rows) + 1):
+            if end < len(rows) and owner[rows[end]] == owner[rows[first]]:
+                continue
+            if end - first > 1:
+                if names is None:
+                    names = list(table.index)  # by row: rows are numbered as names come
+                group = rows[first:end]
+                last = names[max(group, key=start.__getitem__)]
+                for row in group:
+                    if names[row] != last:
+                        out[names[row]] = last
+            first = end
         return out
 
     def range_count(self, domain=None):
@@ -1217,10 +1251,15 @@ def numbered_ranges(scans, domain):
     """{pid: Counter({graph number: ranges})} of `domain`'s ranges (0: ranges without one)."""
     out = collections.defaultdict(collections.Counter)
     for scan in scans:
-        for (pid, cat), (numbered, _) in scan.graphs.items():
-            if cat == domain:
-                for category, graph in numbered.items():
-                    out[pid][category] += graph[0]
+        for (pid, cat), graphs in scan.graphs.items():
+            if cat != domain:
+                continue
+            counts, owner, ranges = out[pid], graphs.owner, scan.stats[(pid, cat)].count
+            for row, category in enumerate(owner):
+                if category >= 0:
+                    counts[category] += ranges[row]
+            for (_, category), n in graphs.mixed.items():
+                counts[category] += n
     return out
 
 
