@@ -699,12 +699,17 @@ class GraphIndex:
     and its latest start; the ranges per number of those mixed rows. Compact
     (docs/reliability.md): 16 bytes per name, nothing per number unless names are shared."""
 
-    __slots__ = ("owner", "start", "mixed")
+    __slots__ = ("owner", "start", "mixed", "top", "again")
 
     def __init__(self):
         self.owner = array("q")     # per NameStats row: its ranges' number, or -1
         self.start = array("d")     # per NameStats row: its latest start, ns
         self.mixed = {}             # (row, number) -> ranges, for rows whose owner is -1
+        # The highest number a new name came with; `again` once a new name came with a number
+        # not above it: a graph seen before under another name may be (numbers are handed out
+        # in order, so graphs first launched in that order and never renamed never set it).
+        self.top = 0
+        self.again = False
 
 
 class Scan:
@@ -713,10 +718,13 @@ class Scan:
     ferrumReplay object. Memory grows with the distinct names, threads and nesting depth,
     never with the number of events."""
 
-    def __init__(self, path):
+    def __init__(self, path, numbered=False):
         self.path = path
         self.stats = {}           # (pid, cat) -> NameStats
-        self.graphs = {}          # (pid, cat) -> GraphIndex of its ranges
+        # (pid, cat) -> GraphIndex of its ranges: kept for the judges that need graphs, not
+        # names (`numbered`: check, compare), 16 bytes a name more.
+        self.numbered = numbered
+        self.graphs = {}
         self.gpu_stats = {}       # (pid, domain) -> NameStats of GPU replays (cat "DOMAIN,gpu")
         self.process_names = {}   # pid -> name (first process_name event)
         self.threads = {}         # (pid, tid) -> [last (start, -end), stack of ends]
@@ -780,7 +788,7 @@ class Scan:
                         if table is None:
                             table = stats[(pid, cat)] = NameStats()
                         graphs = self.graphs.get((pid, cat))
-                        if graphs is None:
+                        if graphs is None and self.numbered:
                             graphs = self.graphs[(pid, cat)] = GraphIndex()
                     last_pid, last_cat = pid, cat
                 row = table.index.get(name)
@@ -790,23 +798,28 @@ class Scan:
                     table.add_duration(row, dur)
                 if cat.endswith(",gpu"):
                     continue  # GPU tracks are stream-ordered, not nested: no nesting check
-                args = event.get("args")
-                category = args.get("category", 0) if type(args) is dict else 0
-                if type(category) is not int or not 0 <= category <= 0xFFFFFFFF:
-                    category = 0  # NVTX's are 32-bit: anything else is no graph's number
-                if row is None:  # the table's new row, its last
-                    graphs.owner.append(category)
-                    graphs.start.append(start)
-                else:
-                    owner = graphs.owner[row]
-                    if owner != category:
-                        mixed = graphs.mixed
-                        if owner >= 0:  # a second number: the ranges so far were all owner's
-                            mixed[(row, owner)] = table.count[row] - 1
-                            graphs.owner[row] = -1
-                        mixed[(row, category)] = mixed.get((row, category), 0) + 1
-                    if start > graphs.start[row]:
-                        graphs.start[row] = start
+                if graphs is not None:
+                    args = event.get("args")
+                    category = args.get("category", 0) if type(args) is dict else 0
+                    if type(category) is not int or not 0 <= category <= 0xFFFFFFFF:
+                        category = 0  # NVTX's are 32-bit: anything else is no graph's number
+                    if row is None:  # the table's new row, its last
+                        graphs.owner.append(category)
+                        graphs.start.append(start)
+                        if category > graphs.top:
+                            graphs.top = category
+                        elif category:
+                            graphs.again = True
+                    else:
+                        owner = graphs.owner[row]
+                        if owner != category:
+                            mixed = graphs.mixed
+                            if owner >= 0:  # a second number: the ranges so far were all owner's
+                                mixed[(row, owner)] = table.count[row] - 1
+                                graphs.owner[row] = -1
+                            mixed[(row, category)] = mixed.get((row, category), 0) + 1
+                        if start > graphs.start[row]:
+                            graphs.start[row] = start
                 # Nesting, per track (pid, tid), as the events come: each track's ranges are in
                 # start order, enclosing ranges first, and nest — a domain that interleaves with
                 # another on its thread has a track of its own (trace_writer.hpp; merge keeps
@@ -847,22 +860,23 @@ class Scan:
         the graph's first launches). A name several graphs had stays as it is."""
         graphs, table = self.graphs.get((pid, cat)), self.stats.get((pid, cat))
         out = {}
-        if graphs is None or table is None:
+        if graphs is None or table is None or not graphs.again:
             return out
         owner, start = graphs.owner, graphs.start
-        # The rows of each number side by side (a sort, not a dict per number: a trace of 200,000
-        # graphs holds as many numbers); a number with two rows or more is a renamed graph.
-        rows = sorted((row for row in range(len(owner)) if owner[row] > 0),
-                      key=owner.__getitem__)
+        # The rows of each number side by side: one sorted list of number << 32 | row (not a
+        # dict per number: a trace of 300,000 graphs holds as many numbers); a number with two
+        # rows or more is a renamed graph.
+        keys = [owner[row] << 32 | row for row in range(len(owner)) if owner[row] > 0]
+        keys.sort()
         names = None
         first = 0
-        for end in range(1, len(rows) + 1):
-            if end < len(rows) and owner[rows[end]] == owner[rows[first]]:
+        for end in range(1, len(keys) + 1):
+            if end < len(keys) and keys[end] >> 32 == keys[first] >> 32:
                 continue
             if end - first > 1:
                 if names is None:
                     names = list(table.index)  # by row: rows are numbered as names come
-                group = rows[first:end]
+                group = [key & 0xFFFFFFFF for key in keys[first:end]]
                 last = names[max(group, key=start.__getitem__)]
                 for row in group:
                     if names[row] != last:
@@ -1051,8 +1065,8 @@ def distinct_runs(paths, metas):
     return [(paths[i], metas[i]) for i in kept]
 
 
-def scan_all(paths):
-    scans = [Scan(path) for path in distinct_inputs(paths)]
+def scan_all(paths, numbered=False):
+    scans = [Scan(path, numbered) for path in distinct_inputs(paths)]
     kept = {path for path, _ in distinct_runs([s.path for s in scans], [s.meta for s in scans])}
     return [scan for scan in scans if scan.path in kept]
 
@@ -1408,14 +1422,14 @@ def compare_side(scans, domain):
 
 
 def cmd_compare(args):
-    base_scans = scan_all(trace_inputs(args.base, "BASE"))
+    base_scans = scan_all(trace_inputs(args.base, "BASE"), numbered=True)
     base_cpu, base_gpu = compare_side(base_scans, args.domain)
     if not base_cpu.index and not base_gpu.index:
         # Nothing to hold NEW against: a gate that passes here guards nothing (a BASE recorded
         # under another FERRUM_REPLAY_DOMAIN, or from a run that launched no graph).
         raise InputError(f"BASE {quoted(args.base)} holds no range of the domain "
                          f"{quoted(args.domain)}: nothing to compare with")
-    new_scans = scan_all(trace_inputs(args.new, "NEW", newest=True))
+    new_scans = scan_all(trace_inputs(args.new, "NEW", newest=True), numbered=True)
     why = same_run(base_scans, new_scans)
     if why:
         raise InputError(f"NEW is not a run of its own: {why}; comparing a run with itself "
@@ -3459,15 +3473,26 @@ SUMMARY_PID = re.compile(r".*\(pid (\d+)\) *\Z")
 
 class LaunchTable:
     """One summary's table: the process it counts (None when its title does not say), its
-    graphs' rows as [ordinal, name, launches, failed, rejected], and the destroyed graphs'
-    totals row, a Counter."""
+    graphs' rows (`rows()`: (ordinal, name, launches, failed, rejected)), and the destroyed
+    graphs' totals row, a Counter. Compact: a summary may have a row for each of 10^6 graphs."""
 
-    __slots__ = ("pid", "rows", "recycled")
+    __slots__ = ("pid", "ordinals", "names", "launches", "failed", "rejected", "recycled")
 
     def __init__(self, pid):
         self.pid = pid
-        self.rows = []
+        self.ordinals, self.names = array("q"), []
+        self.launches, self.failed, self.rejected = array("q"), array("q"), array("q")
         self.recycled = collections.Counter()
+
+    def add(self, ordinal, name, launches, failed, rejected):
+        self.ordinals.append(min(ordinal, 1 << 62))  # (a summary's numbers fit; a file's may not)
+        self.names.append(name)
+        self.launches.append(min(launches, 1 << 62))
+        self.failed.append(min(failed, 1 << 62))
+        self.rejected.append(min(rejected, 1 << 62))
+
+    def rows(self):
+        return zip(self.ordinals, self.names, self.launches, self.failed, self.rejected)
 
 
 def read_launch_tables(paths):
@@ -3493,7 +3518,7 @@ def launches_by_name(tables):
     graphs = collections.defaultdict(collections.Counter)
     recycled = collections.Counter()
     for table in tables:
-        for _, name, launches, failed, rejected in table.rows:
+        for _, name, launches, failed, rejected in table.rows():
             counts = graphs[name]
             counts["launches"] += launches
             counts["failed"] += failed
@@ -3524,7 +3549,7 @@ def read_launch_summary(handle, tables):
             continue
         row = row_layout.match(line)
         if row:
-            table.rows.append([int(row[1]), row[5], int(row[2]), int(row[3]), int(row[4])])
+            table.add(int(row[1]), row[5], int(row[2]), int(row[3]), int(row[4]))
             continue
         row = SUMMARY_RECYCLED.match(line)
         if row:
@@ -3694,7 +3719,7 @@ def cmd_check(args):
                             f"{f' ({silent}, which wrote none)' if silent else ''}: "
                             f"{quoted(earlier[0])}{f' (and {len(earlier) - 1} more)' if len(earlier) > 1 else ''}"
                             ": pass only the last run's traces")
-    scans = scan_all(traces)
+    scans = scan_all(traces, numbered=True)
     counts = NameStats()  # our domain's ranges, by name
     untimed_cpu = set()  # names of ranges whose table gave no CPU time (--nsys-stats)
     if args.nsys_stats:
@@ -3754,8 +3779,10 @@ def cmd_check(args):
 
     # Every intercepted launch has its range: the shim's own count, when it wrote one.
     tables = read_launch_tables(distinct_inputs(args.launch_summary))
-    summaries, recycled = launches_by_name(tables)
-    if summaries or recycled:
+    recycled = collections.Counter()
+    for table in tables:
+        recycled.update(table.recycled)
+    if any(table.names for table in tables) or recycled:
         rejected_by_tool = sum(int(scan.meta.get("rejectedPushes", 0)) for scan in scans)
         # Fewer ranges than launches: launches the profile lost. More: ranges no launch of the
         # shim's accounts for (another run's trace, or this run's launch summary missing).
@@ -3770,21 +3797,26 @@ def cmd_check(args):
         unexplained = False  # ranges of numbers no row accounts for, in a joined process
         several = len({table.pid for table in tables}) > 1
         for pid in sorted(joined):
-            rows, gone = {}, collections.Counter()
-            for table in tables:
-                if table.pid == pid:
-                    gone.update(table.recycled)
-                    for ordinal, name, launches, _, _ in table.rows:
-                        row = rows.setdefault(ordinal, [name, 0])
-                        row[1] += launches
-            ranges = numbered[pid]
+            ranges, gone, rowed = numbered[pid], collections.Counter(), 0
+            own = [table for table in tables if table.pid == pid]
+            if len(own) == 1:  # the usual: one summary per process, each number once
+                rows = own[0].rows()
+            else:  # the same pid in several summaries (hosts): their rows summed per number
+                summed = {}
+                for table in own:
+                    for ordinal, name, launches, _, _ in table.rows():
+                        summed[ordinal] = (name, summed.get(ordinal, (name, 0))[1] + launches)
+                rows = ((o, name, n, 0, 0) for o, (name, n) in sorted(summed.items()))
             where = f" (pid {pid})" if several else ""
-            for ordinal, (name, expected) in sorted(rows.items()):
+            for ordinal, name, expected, _, _ in rows:
                 got = ranges.get(ordinal, 0)
+                rowed += got
                 if got != expected:
                     (fewer if got < expected else more).append(
                         f"{quoted(name)}{where}: {expected} launches, {got} ranges")
-            if sum(n for c, n in ranges.items() if c not in rows) != gone["launches"]:
+            for table in own:
+                gone.update(table.recycled)
+            if sum(ranges.values()) - rowed != gone["launches"]:
                 unexplained = True
         # By name for the rest: a summary whose title names no process (an older shim's, one a
         # wrapper wrote), or a process no trace holds under its pid (merge renumbers a pid two
@@ -3809,8 +3841,8 @@ def cmd_check(args):
             if name and (got < expected or (got > expected and not rest_recycled)):
                 (fewer if got < expected else more).append(
                     f"{quoted(name)}: {c['launches']} launches, {got} ranges")
-        launches = sum(c["launches"] for c in summaries.values()) + recycled["launches"]
-        rejected = sum(c["rejected"] for c in summaries.values()) + recycled["rejected"]
+        launches = sum(sum(t.launches) for t in tables) + recycled["launches"]
+        rejected = sum(sum(t.rejected) for t in tables) + recycled["rejected"]
         # The totals: where graphs destroyed long ago (or unnamed) are counted in one row, and
         # for ranges of names no row of the summaries has (another run's graphs, say).
         if total_ranges != launches and (
