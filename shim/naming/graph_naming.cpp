@@ -20,14 +20,17 @@ const NamingEnvironment &naming_environment() {
   return g_environment;
 }
 
-void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_context, char *name,
+bool choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_context, char *name,
                  size_t name_size, char *message, size_t message_size) {
   const NamingEnvironment &environment = g_environment;
   bool person = true;  // a person chose the name, and it is shown as they wrote it
   if (inputs.user_name) {
     person = inputs.user_name_whole;
     common::printable_copy(inputs.user_name, name, name_size);
-    if (!name[0]) common::printable_copy("?", name, name_size);
+    if (!name[0]) {  // nothing to show: "?", which is not what the person wrote
+      common::printable_copy("?", name, name_size);
+      person = false;
+    }
   } else if (const char *rule =
                  find_rule_name(environment.rules, inputs.ordinal, inputs.site, inputs.content)) {
     common::printable_copy(rule, name, name_size);
@@ -50,9 +53,12 @@ void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_con
   // the template has {name}, and the name came through whole (not cut, no byte replaced).
   // Otherwise different names would collide unseen: "{site} [{content}]" shows no name, and two
   // long names that share their first kMaxNameLength bytes are cut alike.
-  const bool shows_person = person && (!environment.message_template.piece_count ||
-                                       environment.message_template.shows_name);
-  if (shows_person || !taken(message, taken_context)) return;
+  // Whole: the template has {name}, and the message, cut at its own bound, still holds it.
+  const bool shows_person =
+      person &&
+      (!environment.message_template.piece_count || environment.message_template.shows_name) &&
+      strstr(message, name) != nullptr;
+  if (!taken(message, shows_person ? name : nullptr, taken_context)) return shows_person;
   // Another live graph shows this message: keep the two apart.
   char suffix[32];
   snprintf(suffix, sizeof suffix, " (graph %u)", inputs.ordinal);
@@ -60,6 +66,7 @@ void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_con
   char shortened[256];
   common::printable_copy(message, shortened, room < sizeof shortened ? room : sizeof shortened);
   snprintf(message, message_size, "%s%s", shortened, suffix);
+  return false;
 }
 
 }  // namespace ferrum_replay::shim

@@ -7,9 +7,10 @@
 //             ferrum_replay_name_graph_exec for that graph (NamingInputs::user_name);
 //   message = FERRUM_REPLAY_FORMAT rendered with that name (default "{name}");
 //   a message that another live graph already shows gets " (graph N)" appended, unless the
-//   user or the names file chose the name and the message shows it whole (the template has
-//   {name}; the name was neither cut nor had bytes replaced): two graphs share a message only
-//   if a person named them alike.
+//   user or the names file chose the name, the message shows it whole (the template has
+//   {name}; neither the name nor the message was cut, no byte replaced) and every graph that
+//   shows the message shows it for that same name: two graphs share a message only if a person
+//   named them alike, whichever was named first.
 // And where names go: the NVTX domain in which messages are registered.
 #pragma once
 
@@ -43,11 +44,15 @@ struct NamingInputs {
   bool user_name_whole;
 };
 
-// Is this message shown by another live graph? (The registry's count of live messages.)
-using MessageTaken = bool (*)(const char *message, void *context);
+// Is this message shown by another live graph it may not share with? (The registry's counts of
+// live messages.) `shared_name`: the person's name this message shows whole — graphs that show
+// that same name in that same message may share it, no other — or null: no graph may.
+using MessageTaken = bool (*)(const char *message, const char *shared_name, void *context);
 
 // Chooses the {name} field (into `name`) and the message (into `message`) by the rule above.
-void choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_context, char *name,
+// True when the message shows a person's whole name and may be shared with the graphs that show
+// the same (the registry counts it so: MessageTaken's `shared_name`).
+bool choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_context, char *name,
                  size_t name_size, char *message, size_t message_size);
 
 }  // namespace ferrum_replay::shim

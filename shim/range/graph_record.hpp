@@ -21,6 +21,9 @@ struct GraphLabel {
   nvtxStringHandle_t message = nullptr;  // registered; null when no NVTX tool answers
   GraphLabel *next_free = nullptr;       // the pool's free list (registry mutex)
   uint32_t color = 0;                    // ARGB, stable per name
+  // Non-zero: the text shows a person's whole name and may be shared with graphs showing the
+  // same (the registry's shared message count, keyed by text and name).
+  uint64_t shared_key = 0;
   // Timed replays in flight that name this label (GPU timing reads `text` when the GPU has
   // finished one): the registry reuses the label only once it is 0 (release_label).
   mutable std::atomic<uint32_t> replays_in_flight{0};

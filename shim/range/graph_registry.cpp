@@ -25,6 +25,11 @@ uint64_t hash_text(const char *text) {
   return hash;
 }
 
+// The key of graphs that show `name` whole in `message` (MessageTaken's shared name).
+uint64_t shared_message_key(const char *message, const char *name) {
+  return hash_text(message) ^ (hash_text(name) * 0x9E3779B97F4A7C15ull);
+}
+
 // One mutex for every slow path: registration is rare (instantiation, first sight, naming,
 // destruction) and must be consistent (ordinals in order, unique messages).
 pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -163,6 +168,11 @@ bool MessageCounts::resize(unsigned new_bits) {
 
 bool MessageCounts::in_use(uint64_t hash) const {
   return find(hash | 1) != nullptr;  // present entries count at least 1
+}
+
+uint64_t MessageCounts::count(uint64_t hash) const {
+  const Entry *entry = find(hash | 1);
+  return entry ? entry->count : 0;
 }
 
 void MessageCounts::add(uint64_t hash) {
@@ -316,6 +326,16 @@ void GraphRegistry::vacate(Slot &slot) {
 // bound, or no memory for its next chunk), and then nothing of the record's shown name has
 // changed — the callers put back what they wrote for it (F170: a rename that could not be shown
 // was reported as taken, and the record's {name} said otherwise than its label).
+void GraphRegistry::count_message(const GraphLabel &label) {
+  messages_.add(hash_text(label.text));
+  if (label.shared_key) shared_messages_.add(label.shared_key);
+}
+
+void GraphRegistry::forget_message(const GraphLabel &label) {
+  messages_.remove(hash_text(label.text));
+  if (label.shared_key) shared_messages_.remove(label.shared_key);
+}
+
 bool GraphRegistry::relabel(GraphRecord &record) {
   GraphLabel *label = labels_.allocate();
   if (!label) {
@@ -324,7 +344,7 @@ bool GraphRegistry::relabel(GraphRecord &record) {
     return false;
   }
   const GraphLabel *old = record.label.load(std::memory_order_relaxed);
-  if (old && record.live) messages_.remove(hash_text(old->text));
+  if (old && record.live) forget_message(*old);
   retire_label(old);
   char name[kMaxNameLength + 1], text[kMaxMessageLength + 1];
   const NamingInputs inputs{record.user_named ? record.name : nullptr,
@@ -333,19 +353,26 @@ bool GraphRegistry::relabel(GraphRecord &record) {
                             record.content,
                             record.api,
                             record.user_name_whole};
-  choose_name(
+  const bool shared = choose_name(
       inputs,
-      [](const char *message, void *registry) {
-        return static_cast<GraphRegistry *>(registry)->messages_.in_use(hash_text(message));
+      [](const char *message, const char *shared_name, void *context) {
+        const auto *registry = static_cast<GraphRegistry *>(context);
+        const uint64_t showing = registry->messages_.count(hash_text(message));
+        // Taken unless every graph that shows it shows it for this very name.
+        return shared_name
+                   ? showing >
+                         registry->shared_messages_.count(shared_message_key(message, shared_name))
+                   : showing > 0;
       },
       this, name, sizeof name, text, sizeof text);
+  label->shared_key = shared ? shared_message_key(text, name) : 0;
   memcpy(record.name, name, sizeof record.name);
   memcpy(label->text, text, sizeof label->text);
   label->color = color_for_name(label->text);
   const nvtxDomainHandle_t domain = naming_environment().domain;
   label->message = nvtxDomainRegisterStringA(domain, label->text);
   if (record.ordinal) nvtxDomainNameCategoryA(domain, record.ordinal, label->text);
-  if (record.live) messages_.add(hash_text(label->text));
+  if (record.live) count_message(*label);
   // A launch racing with a rename may pair the old colour with the new message, or read
   // the old label's text: either is a label this graph really had.
   // Release: a launcher that sees the new message also sees the tool's string behind it.
@@ -395,7 +422,7 @@ void GraphRegistry::release_label(GraphLabel *label) {
 void GraphRegistry::retire(GraphRecord &record) {
   if (!record.live || &record == overflow_.load(std::memory_order_relaxed)) return;
   if (const GraphLabel *label = record.label.load(std::memory_order_relaxed))
-    messages_.remove(hash_text(label->text));
+    forget_message(*label);
   if (!record.confirmed) unlink_unconfirmed(record);
   record.live = false;
   GraphRecord *leaving = records_.retire(&record);

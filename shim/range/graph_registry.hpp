@@ -99,6 +99,7 @@ struct MessageCounts {
   size_t capacity = 0, used = 0;
   unsigned bits = 0;
   bool in_use(uint64_t hash) const;
+  uint64_t count(uint64_t hash) const;  // live graphs that show it (0: none)
   void add(uint64_t hash);
   void remove(uint64_t hash);
 
@@ -288,6 +289,8 @@ class GraphRegistry {
   void retire(GraphRecord &record);
   void retire_label(const GraphLabel *label);
   void release_label(GraphLabel *label);
+  void count_message(const GraphLabel &label);   // a live graph shows it from now
+  void forget_message(const GraphLabel &label);  // ... no longer
   void hold_unconfirmed(GraphRecord &record);
   void unlink_unconfirmed(GraphRecord &record);
   GraphRecord &overflow();
@@ -304,6 +307,8 @@ class GraphRegistry {
   // most one label per pair in flight.
   GraphLabel *held_oldest_ = nullptr, *held_newest_ = nullptr;
   detail::MessageCounts messages_;
+  // Of those, the graphs that show a person's whole name, by (message, name): graph_naming.hpp.
+  detail::MessageCounts shared_messages_;
   GraphRecord *unconfirmed_oldest_ = nullptr, *unconfirmed_newest_ = nullptr;
   size_t unconfirmed_ = 0;
   std::atomic<GraphRecord *> overflow_{nullptr};  // published complete (shared_overflow)

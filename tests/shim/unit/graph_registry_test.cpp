@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../../support/address_space.hpp"
+#include "naming/graph_naming.hpp"
 #include "range/graph_registry.hpp"
 #include "range/replay_numbers.hpp"
 
@@ -108,6 +109,66 @@ TEST_CASE("user names: kept across launches, shared when the user names two grap
   CHECK(registry->name_graph(handle(1), "prefill") == 0);
   CHECK(std::string(before->text) == "decode");
   CHECK(message_of(registry->record_for_launch(handle(1))) == "prefill");
+}
+
+TEST_CASE("a person's name shares a message only with graphs named alike, in either order") {
+  // F172 (review W): a name shown whole may share its message, but only with graphs that show
+  // that same name; a cut or '?'-replaced name, or an automatic one, never merges with it.
+  const std::string x127(ferrum_replay::shim::kMaxNameLength, 'x');
+  const std::pair<std::string, std::string> pairs[] = {
+      {"a\x01", "a?"},         // '?' replaced vs written
+      {"", "?"},               // nothing to show vs written
+      {x127 + "A", x127},      // cut vs exactly the bound
+      {"graph 1", "graph 1"},  // the first stays automatic below (not named): its "graph 1"
+  };
+  for (const auto &[first, second] : pairs) {
+    for (const bool reversed : {false, true}) {
+      CAPTURE(first);
+      CAPTURE(reversed);
+      auto registry = std::make_unique<Registry>();
+      registry->on_instantiate(handle(1), nullptr, "x");
+      registry->on_instantiate(handle(2), nullptr, "x");
+      const bool automatic = first == "graph 1";  // graph 1 shows its number, by no one's choice
+      if (reversed) {
+        CHECK(registry->name_graph(handle(2), second.c_str()) == 0);
+        if (!automatic) CHECK(registry->name_graph(handle(1), first.c_str()) == 0);
+      } else {
+        if (!automatic) CHECK(registry->name_graph(handle(1), first.c_str()) == 0);
+        CHECK(registry->name_graph(handle(2), second.c_str()) == 0);
+      }
+      CHECK(message_of(registry->record_for_launch(handle(1))) !=
+            message_of(registry->record_for_launch(handle(2))));
+    }
+  }
+  // Named alike, in whatever order and however often renamed: one message.
+  auto registry = std::make_unique<Registry>();
+  for (uintptr_t g = 1; g <= 3; ++g) registry->on_instantiate(handle(g), nullptr, "x");
+  CHECK(registry->name_graph(handle(3), "other") == 0);
+  CHECK(registry->name_graph(handle(2), "decode") == 0);
+  CHECK(registry->name_graph(handle(1), "decode") == 0);
+  CHECK(registry->name_graph(handle(3), "decode") == 0);
+  for (uintptr_t g = 1; g <= 3; ++g)
+    CHECK(message_of(registry->record_for_launch(handle(g))) == "decode");
+}
+
+TEST_CASE("a person's name whose message is cut does not share it") {
+  // F172 (review W3): the name fits, the message with it does not (other fields before it).
+  ferrum_replay::shim::NamingEnvironment environment;
+  char error[128];
+  REQUIRE(ferrum_replay::shim::parse_message_template(
+      "graph: {api} {name}", environment.message_template, error, sizeof error));
+  ferrum_replay::shim::set_naming_environment(environment);
+  auto registry = std::make_unique<Registry>();
+  const std::string stem(ferrum_replay::shim::kMaxNameLength - 2, 'm');
+  for (uintptr_t g = 1; g <= 3; ++g) {
+    registry->on_instantiate(handle(g), nullptr, "cuGraphInstantiateWithFlags");
+    CHECK(registry->name_graph(handle(g), (stem + " " + std::to_string(g)).c_str()) == 0);
+  }
+  std::set<std::string> messages;
+  for (uintptr_t g = 1; g <= 3; ++g)
+    messages.insert(message_of(registry->record_for_launch(handle(g))));
+  ferrum_replay::shim::set_naming_environment(ferrum_replay::shim::NamingEnvironment{});
+  CHECK(messages.size() == 3);
 }
 
 TEST_CASE("names with unusual bytes: control bytes and bad UTF-8 become '?', long ones are cut") {
