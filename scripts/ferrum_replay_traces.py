@@ -1277,6 +1277,22 @@ def numbered_ranges(scans, domain):
     return out
 
 
+def trace_processes(scans):
+    """{pid a process ran with: {its pid in the traces' events}}: a merged trace renumbers pids
+    two inputs share, and its merged[] entries say which was which."""
+    out = collections.defaultdict(set)
+    for scan in scans:
+        m = scan.meta
+        if scan.merged:
+            for entry in m["merged"]:
+                if (isinstance(entry, dict) and _is_int(entry.get("pid")) and
+                        _is_int(entry.get("mergedPid"))):
+                    out[entry["pid"]].add(entry["mergedPid"])
+        elif m and _is_int(m.get("pid")):
+            out[m["pid"]].add(m["pid"])
+    return out
+
+
 def cmd_summary(args):
     scans = scan_all(args.traces)
     # Not a judge, but its table must not pass an earlier run's trace off as the last one's
@@ -3792,12 +3808,26 @@ def cmd_check(args):
         # graph renamed after its first launches has one row under its last name and ranges under
         # each name it had: by name, its earlier ranges counted for no row and it "lacked" them
         # (F169). Its destroyed graphs' totals row accounts for the numbers no row has.
+        # A summary's process is found under the pid it ran with, through a merge's renumbering;
+        # one no trace holds fails: its launches have no range here (another run's summary beside
+        # this run's traces, or a process that wrote none) — never matched by name instead.
         numbered = {} if args.nsys_stats else numbered_ranges(scans, domain)
-        joined = {table.pid for table in tables if table.pid in numbered}
+        processes = {} if args.nsys_stats else trace_processes(scans)
+        joined = set()  # the trace pids of the processes joined by number
         unexplained = False  # ranges of numbers no row accounts for, in a joined process
         several = len({table.pid for table in tables}) > 1
-        for pid in sorted(joined):
-            ranges, gone, rowed = numbered[pid], collections.Counter(), 0
+        for pid in sorted({table.pid for table in tables if table.pid is not None}):
+            if args.nsys_stats:
+                break
+            held = processes.get(pid)
+            if not held:
+                failures.append(f"the launch summary of process {pid} matches no process of the "
+                                "traces (another run's summary, or that process wrote no trace)")
+                continue
+            joined |= held
+            ranges, gone, rowed = collections.Counter(), collections.Counter(), 0
+            for traced in held:  # two processes that ran with one pid (hosts, reuse): summed
+                ranges.update(numbered.get(traced, {}))
             own = [table for table in tables if table.pid == pid]
             if len(own) == 1:  # the usual: one summary per process, each number once
                 rows = own[0].rows()
@@ -3819,9 +3849,9 @@ def cmd_check(args):
             if sum(ranges.values()) - rowed != gone["launches"]:
                 unexplained = True
         # By name for the rest: a summary whose title names no process (an older shim's, one a
-        # wrapper wrote), or a process no trace holds under its pid (merge renumbers a pid two
-        # traces share); and with Nsight Systems' tables, which have no numbers.
-        rest, rest_recycled = launches_by_name([t for t in tables if t.pid not in joined])
+        # wrapper wrote); and with Nsight Systems' tables, which have no numbers.
+        rest, rest_recycled = launches_by_name(
+            [t for t in tables if t.pid is None or args.nsys_stats])
         if joined:
             named = NameStats()
             for scan in scans:

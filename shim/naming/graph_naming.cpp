@@ -59,13 +59,23 @@ bool choose_name(const NamingInputs &inputs, MessageTaken taken, void *taken_con
       (!environment.message_template.piece_count || environment.message_template.shows_name) &&
       strstr(message, name) != nullptr;
   if (!taken(message, shows_person ? name : nullptr, taken_context)) return shows_person;
-  // Another live graph shows this message: keep the two apart.
-  char suffix[32];
-  snprintf(suffix, sizeof suffix, " (graph %u)", inputs.ordinal);
-  const size_t room = message_size - strlen(suffix);
-  char shortened[256];
-  common::printable_copy(message, shortened, room < sizeof shortened ? room : sizeof shortened);
-  snprintf(message, message_size, "%s%s", shortened, suffix);
+  // Another live graph shows this message: keep the two apart by the graph's number — and where
+  // a person named another graph with that very text, by the number and a count (a few tries;
+  // the last stays).
+  char original[256];
+  common::printable_copy(message, original, sizeof original);
+  for (unsigned attempt = 1; attempt <= 4; ++attempt) {
+    char suffix[48];
+    if (attempt == 1)
+      snprintf(suffix, sizeof suffix, " (graph %u)", inputs.ordinal);
+    else
+      snprintf(suffix, sizeof suffix, " (graph %u.%u)", inputs.ordinal, attempt);
+    const size_t room = message_size - strlen(suffix);
+    char shortened[256];
+    common::printable_copy(original, shortened, room < sizeof shortened ? room : sizeof shortened);
+    snprintf(message, message_size, "%s%s", shortened, suffix);
+    if (!taken(message, nullptr, taken_context)) break;
+  }
   return false;
 }
 

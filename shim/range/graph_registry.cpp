@@ -388,6 +388,7 @@ void GraphRegistry::note_room() {
 }
 
 void GraphRegistry::note_refused(std::atomic<uint64_t> &refused_at) {
+  refused_until_ns_.store(common::monotonic_ns() + kRefusalHoldNs, std::memory_order_relaxed);
   refused_at.store(room_changes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 

@@ -52,6 +52,7 @@
 
 #include <atomic>
 
+#include "monotonic_clock.hpp"
 #include "range/graph_record.hpp"
 
 namespace ferrum_replay::shim {
@@ -189,15 +190,22 @@ class GraphRegistry {
   // Whether a graph not registered yet would be refused now: the registry found no room for the
   // last one it tried (at its bound, or without memory) and none may have come back since.
   // Lock-free: the launch path asks before it walks the stack or takes the mutex.
+  // A refusal holds at most kRefusalHoldNs too: memory can come back from outside the registry
+  // (the program freeing its own after a start-up peak), and a graph refused then must not
+  // stay unregistered for the rest of the run. One retry a hold costs what a refused launch cost
+  // before (a stack walk, the mutex).
+  static constexpr uint64_t kRefusalHoldNs = 1000u * 1000u * 1000u;
   bool refusing_graphs() const {
     const uint64_t now = room_changes_.load(std::memory_order_relaxed) + 1;
-    return graphs_refused_at_.load(std::memory_order_relaxed) == now ||
-           labels_refused_at_.load(std::memory_order_relaxed) == now;
+    return (graphs_refused_at_.load(std::memory_order_relaxed) == now ||
+            labels_refused_at_.load(std::memory_order_relaxed) == now) &&
+           common::monotonic_ns() < refused_until_ns_.load(std::memory_order_relaxed);
   }
   // Likewise for a new label (a name at first launch, FERRUM_REPLAY_SITE=launch).
   bool refusing_labels() const {
     return labels_refused_at_.load(std::memory_order_relaxed) ==
-           room_changes_.load(std::memory_order_relaxed) + 1;
+               room_changes_.load(std::memory_order_relaxed) + 1 &&
+           common::monotonic_ns() < refused_until_ns_.load(std::memory_order_relaxed);
   }
 
   // Graphs whose records were recycled (destroyed long ago): their totals, for the summary.
@@ -317,6 +325,7 @@ class GraphRegistry {
   // one (0: none): it holds while the two agree (refusing_graphs, refusing_labels).
   std::atomic<uint64_t> room_changes_{0};
   std::atomic<uint64_t> graphs_refused_at_{0}, labels_refused_at_{0};
+  std::atomic<uint64_t> refused_until_ns_{0};  // CLOCK_MONOTONIC: the last refusal's hold ends
   Recycled recycled_;
 };
 

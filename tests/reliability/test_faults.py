@@ -1318,8 +1318,9 @@ def launch_refused_graph():
     the registry's mutex and a failed mmap, about 5 us instead of 30 ns (F171). Now the refusal
     is remembered lock-free: its launches map nothing and cost about what a registered graph's
     do (a margin of 10x plus 1 us: a loaded machine's noise, far below the 5 us before); after a
-    destroy it is tried once more; once memory came back (the limit lifted, a graph registered)
-    its next launch registers it."""
+    destroy it is tried once more; once memory came back from outside the registry (the limit
+    lifted, nothing registered: a refusal holds for 1 s at most, review X) its next launch
+    registers it."""
     if os.environ.get("FERRUM_TEST_PRELOAD_FIRST") or harness.EMULATOR:
         return "skip: a sanitizer's shadow memory or an emulator does not fit an address-space limit"
     n = 20000

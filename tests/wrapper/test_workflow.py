@@ -5081,6 +5081,36 @@ def test_graph_renamed_after_launches(tmp):
         edited = write(os.path.join(tmp, "edited.txt"), edit(text))
         done = wrapper("check", "--launch-summary", edited, trace, cwd=tmp)
         expect(done.returncode == 1 and why in done.stdout, label, done)
+    # Another run's summary beside this run's trace: its process is in no trace. It passed as
+    # OK wherever names and counts agreed, matched by name (review X): now a FAIL.
+    other, other_summary = recorded("other", renamed)
+    done = wrapper("check", "--launch-summary", other_summary, trace, cwd=tmp)
+    expect(done.returncode == 1 and "matches no process of the traces" in done.stdout,
+           "another run's summary", done)
+    # Two processes that ran with one pid (two hosts, containers, pid reuse), merged: merge
+    # renumbers one and its merged[] entries say which was which; each process's summary meets
+    # its own ranges (summed per number, both having ran with that pid), OK as unmerged.
+    with open(trace, encoding="utf-8") as handle:
+        pid = json.load(handle)["ferrumReplay"]["pid"]
+    with open(other, encoding="utf-8") as handle:
+        document = json.load(handle)
+    was = document["ferrumReplay"]["pid"]
+    for event in document["traceEvents"]:
+        event["pid"] = pid if event.get("pid") == was else event.get("pid")
+        if event.get("tid") == was:
+            event["tid"] = pid
+    document["ferrumReplay"]["pid"] = pid
+    same = write(os.path.join(tmp, "same.json"), json.dumps(document))
+    with open(other_summary, encoding="utf-8") as handle:
+        same_summary = write(os.path.join(tmp, "same.txt"),
+                             re.sub(r"\(pid \d+\)", f"(pid {pid})", handle.read()))
+    both = os.path.join(tmp, "both.json")
+    done = wrapper("merge", "-o", both, trace, same, cwd=tmp)
+    expect(done.returncode == 0, "merge of two processes of one pid", done)
+    done = wrapper("check", "--launch-summary", summary, "--launch-summary", same_summary, both,
+                   cwd=tmp)
+    expect(done.returncode == 0 and "OK: 44 ranges of 2 graphs in 2 processes" in done.stdout,
+           "two processes of one pid, merged", done)
     rejected, rejected_summary = recorded("rejected", renamed, {"FERRUM_RECORD_REJECT": "5"})
     done = wrapper("check", "--launch-summary", rejected_summary, rejected, cwd=tmp)
     expect(done.returncode == 1 and "launches without their range" in done.stdout,

@@ -151,6 +151,20 @@ TEST_CASE("a person's name shares a message only with graphs named alike, in eit
     CHECK(message_of(registry->record_for_launch(handle(g))) == "decode");
 }
 
+TEST_CASE("a graph's number added to keep messages apart is checked against the messages shown") {
+  // Review X: a person named graph 3 "graph 1 (graph 2)"; graph 2, named "graph 1" (graph 1's
+  // own automatic message), got the same text as its kept-apart message.
+  auto registry = std::make_unique<Registry>();
+  for (uintptr_t g = 1; g <= 3; ++g) registry->on_instantiate(handle(g), nullptr, "x");
+  CHECK(registry->name_graph(handle(3), "graph 1 (graph 2)") == 0);
+  CHECK(registry->name_graph(handle(2), "graph 1") == 0);
+  std::set<std::string> messages;
+  for (uintptr_t g = 1; g <= 3; ++g)
+    messages.insert(message_of(registry->record_for_launch(handle(g))));
+  CHECK(messages.size() == 3);
+  CHECK(messages.count("graph 1 (graph 2.2)") == 1);
+}
+
 TEST_CASE("a person's name whose message is cut does not share it") {
   // F172 (review W3): the name fits, the message with it does not (other fields before it).
   ferrum_replay::shim::NamingEnvironment environment;
