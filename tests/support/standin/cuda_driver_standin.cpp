@@ -119,7 +119,14 @@
 //   and events die, popped if current to the caller) without calling cuCtxDestroy, which
 //   refuses a green context's CUcontext (CUDA_ERROR_INVALID_CONTEXT). The resource descriptor
 //   is not looked at (no cuDevResource* functions here); CU_GREEN_CTX_DEFAULT_STREAM is
-//   required, as documented.
+//   required, as documented. cuda.h: "a green context can be current to only one thread at a
+//   time": the stand-in remembers which thread has each green context current (the top of its
+//   stack), and counts a cuCtxPushCurrent/cuCtxSetCurrent of one while another thread has it
+//   current (green_cross_thread in the report); with FERRUM_STANDIN_GREEN_EXCLUSIVE=1 it
+//   refuses that call with CUDA_ERROR_INVALID_CONTEXT, as a strict driver may. cuStreamGetCtx_v2
+//   (CUDA 12.5) names the current green context for the NULL stream, as documented, with the
+//   device's primary context. cuCtxGetApiVersion answers for a live context only
+//   (CUDA_ERROR_CONTEXT_IS_DESTROYED for an ended one, CUDA_ERROR_INVALID_CONTEXT otherwise).
 // - A C API: nothing is thrown into the caller (but with FERRUM_STANDIN_LAUNCH_THROW, below).
 //   Where an allocation of the stand-in's own fails (a program under an address-space limit),
 //   the call answers CUDA_ERROR_OUT_OF_MEMORY (STANDIN_OUT_OF_MEMORY below), as the real driver
@@ -221,7 +228,8 @@
 //                                    procaddress_queries=<Q> captured_launches=<C>
 //                                    captured_event_records=<E> events_created=<V>
 //                                    event_queries=<Q> dead_context_calls=<D>
-//                                    dead_event_calls=<X>` (read at exit;
+//                                    dead_event_calls=<X> green_cross_thread=<G>
+//                                    events_destroyed=<Y>` (read at exit;
 //                                    dead_context_calls counts cuCtxPushCurrent/cuCtxSetCurrent
 //                                    given a destroyed context — created, green, or an ended
 //                                    primary one; dead_event_calls counts event calls
@@ -231,7 +239,9 @@
 //                                    call, captured ones too; events_created counts every
 //                                    cuEventCreate call, failed ones too, so that 0 proves
 //                                    nobody asked for an event; event_queries every
-//                                    cuEventQuery outside bench mode).
+//                                    cuEventQuery outside bench mode; events_destroyed every
+//                                    cuEventDestroy that destroyed one; green_cross_thread: see
+//                                    "Green contexts" above).
 //   (the empty name prints as `symbol=`)
 
 #include <cuda.h>
@@ -239,6 +249,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -277,6 +288,8 @@ struct CUstream_st;
 struct CUctx_st {
   CUdevice device;
   std::atomic<bool> destroyed{false};  // the primary context: while ended (made anew at retain)
+  bool green = false;                  // a green context's (set before it is handed out)
+  std::atomic<pid_t> holder{0};        // green: the thread that has it current, 0 when none
   CUstream_st *legacy = nullptr;  // its legacy default stream, made at first use (timeline lock)
 };
 // A green context: its context (what cuCtxFromGreenCtx gives). Never freed, as contexts.
@@ -389,6 +402,7 @@ struct Config {
   bool bench = false;
   long long destroy_wait_ns = 0;
   bool no_handle_reuse = false;
+  bool green_exclusive = false;
   int dirty_errno = 0;  // 0 off; 1 every function; 2 all but the graph launches
   const char *instantiate_log = nullptr;
 };
@@ -448,6 +462,7 @@ __attribute__((noinline)) Config read_config() {
   c.trace = env_flag("FERRUM_STANDIN_TRACE");
   c.bench = env_flag("FERRUM_STANDIN_BENCH");
   c.no_handle_reuse = env_flag("FERRUM_STANDIN_NO_HANDLE_REUSE");
+  c.green_exclusive = env_flag("FERRUM_STANDIN_GREEN_EXCLUSIVE");
   if (env_flag("FERRUM_STANDIN_DIRTY_ERRNO"))
     c.dirty_errno = std::strcmp(std::getenv("FERRUM_STANDIN_DIRTY_ERRNO"), "2") == 0 ? 2 : 1;
   if (const char *v = std::getenv("FERRUM_STANDIN_INSTANTIATE_LOG"); v != nullptr && v[0] != '\0') {
@@ -479,6 +494,8 @@ std::atomic<unsigned long long> g_events_created{0};
 std::atomic<unsigned long long> g_event_queries{0};
 std::atomic<unsigned long long> g_dead_context_calls{0};
 std::atomic<unsigned long long> g_dead_event_calls{0};
+std::atomic<unsigned long long> g_green_cross_thread{0};
+std::atomic<unsigned long long> g_events_destroyed{0};
 
 // The report's path, read when the driver is loaded and never later: at exit another thread of
 // the program may be changing the environment (fault environment_changed_at_run_time), and a
@@ -494,16 +511,18 @@ __attribute__((constructor)) void note_report_path() {
 __attribute__((destructor)) void write_report() {
   const char *path = g_report_path;
   if (path[0] == '\0') return;
-  char line[384];
+  char line[512];
   const int n = std::snprintf(
       line, sizeof line,
       "driver launches=%llu launches_ptsz=%llu instantiates=%llu "
       "procaddress_queries=%llu captured_launches=%llu "
       "captured_event_records=%llu events_created=%llu "
-      "event_queries=%llu dead_context_calls=%llu dead_event_calls=%llu\n",
+      "event_queries=%llu dead_context_calls=%llu dead_event_calls=%llu "
+      "green_cross_thread=%llu events_destroyed=%llu\n",
       g_launches.load(), g_launches_ptsz.load(), g_instantiates.load(), g_queries.load(),
       g_captured_launches.load(), g_captured_event_records.load(), g_events_created.load(),
-      g_event_queries.load(), g_dead_context_calls.load(), g_dead_event_calls.load());
+      g_event_queries.load(), g_dead_context_calls.load(), g_dead_event_calls.load(),
+      g_green_cross_thread.load(), g_events_destroyed.load());
   // The tests' report, not the driver's: never a cancellation point (see sleep_until_ns).
   int cancel_state = 0;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
@@ -918,6 +937,28 @@ constexpr int kMaxContextStack = 32;
 thread_local CUcontext t_context_stack[kMaxContextStack];
 thread_local int t_context_depth = 0;
 
+// Every change of the calling thread's current context: a green context's holder follows it.
+void make_current(CUcontext now) {
+  const pid_t me = static_cast<pid_t>(syscall(SYS_gettid));
+  const CUcontext before = t_current;
+  if (before != nullptr && before != now && before->green) {
+    pid_t mine = me;
+    before->holder.compare_exchange_strong(mine, 0);
+  }
+  t_current = now;
+  if (now != nullptr && now->green) now->holder.store(me);
+}
+
+// cuCtxPushCurrent/cuCtxSetCurrent of `ctx`: false when it is a green context another thread
+// has current and the stand-in is strict (counted either way).
+bool green_current_elsewhere_allowed(CUcontext ctx) {
+  if (!ctx->green) return true;
+  const pid_t holder = ctx->holder.load();
+  if (holder == 0 || holder == static_cast<pid_t>(syscall(SYS_gettid))) return true;
+  g_green_cross_thread.fetch_add(1);
+  return !config().green_exclusive;
+}
+
 // Under tl().mutex: a new stream object, from the free list when there is one.
 CUstream_st *stream_new_locked(CUcontext ctx, unsigned int flags, int priority, StreamKind kind) {
   CUstream_st *s = tl().free_streams;
@@ -1027,7 +1068,7 @@ CUresult create_context(CUcontext *pctx, CUdevice dev) {
   if (t_current != nullptr && t_context_depth < kMaxContextStack) {
     t_context_stack[t_context_depth++] = t_current;
   }
-  t_current = ctx;
+  make_current(ctx);
   *pctx = ctx;
   return CUDA_SUCCESS;
 }
@@ -1126,7 +1167,7 @@ INTERNAL CUresult i_cuCtxDestroy(CUcontext ctx) try {
     end_context_objects_locked(ctx);
   }
   if (t_current == ctx)
-    t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
+    make_current(t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr);
   return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
@@ -1142,6 +1183,7 @@ INTERNAL CUresult i_cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, 
     return CUDA_ERROR_INVALID_VALUE;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
   auto made = std::make_unique<CUctx_st>(dev);
+  made->green = true;
   auto green = std::make_unique<CUgreenCtx_st>(CUgreenCtx_st{made.get()});
   (void)primary_retain();
   std::lock_guard<std::mutex> lock(st().mutex);
@@ -1188,7 +1230,7 @@ INTERNAL CUresult i_cuGreenCtxDestroy(CUgreenCtx hCtx) try {
     (void)primary_release_locked();
   }
   if (t_current == ctx)
-    t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
+    make_current(t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr);
   return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
@@ -1202,11 +1244,12 @@ INTERNAL CUresult i_cuCtxSetCurrent(CUcontext ctx) try {
       note_if_destroyed_locked(ctx);
       return CUDA_ERROR_INVALID_CONTEXT;
     }
+    if (!green_current_elsewhere_allowed(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
   }
   if (ctx == nullptr) {  // NULL pops the stack (a no-op on an empty one), as documented
-    t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
+    make_current(t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr);
   } else {
-    t_current = ctx;  // replaces the top of the stack
+    make_current(ctx);  // replaces the top of the stack
   }
   return CUDA_SUCCESS;
 }
@@ -1231,12 +1274,13 @@ INTERNAL CUresult i_cuCtxPushCurrent_v2(CUcontext ctx) try {
       note_if_destroyed_locked(ctx);
       return CUDA_ERROR_INVALID_CONTEXT;
     }
+    if (!green_current_elsewhere_allowed(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
   }
   if (t_current != nullptr) {
     if (t_context_depth == kMaxContextStack) return CUDA_ERROR_OUT_OF_MEMORY;
     t_context_stack[t_context_depth++] = t_current;
   }
-  t_current = ctx;
+  make_current(ctx);
   return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
@@ -1246,7 +1290,7 @@ INTERNAL CUresult i_cuCtxPopCurrent_v2(CUcontext *pctx) try {
   STANDIN_REQUIRE_INIT();
   if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (pctx != nullptr) *pctx = t_current;
-  t_current = t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr;
+  make_current(t_context_depth > 0 ? t_context_stack[--t_context_depth] : nullptr);
   return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
@@ -1432,6 +1476,59 @@ STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) try {
   STANDIN_DIRTY_ERRNO();
   return stream_get_ctx(hStream, pctx, true);
+}
+STANDIN_OUT_OF_MEMORY
+
+// CUDA 12.5. A stream of a green context names it, with the device's primary context (cuda.h);
+// here only the special handles of a thread that has one current do (no cuGreenCtxStreamCreate).
+// CU_STREAM_PER_THREAD with a green context current: CUDA_ERROR_INVALID_HANDLE, as documented.
+CUresult stream_get_ctx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx, bool ptsz) {
+  STANDIN_REQUIRE_INIT();
+  if (pCtx == nullptr || pGreenCtx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUcontext ctx = nullptr;
+  if (const CUresult r = stream_get_ctx(hStream, &ctx, ptsz); r != CUDA_SUCCESS) return r;
+  *pGreenCtx = nullptr;
+  *pCtx = ctx;
+  if (!ctx->green) return CUDA_SUCCESS;
+  if (hStream == CU_STREAM_PER_THREAD || (ptsz && hStream == nullptr))
+    return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  for (CUgreenCtx green : st().greens)
+    if (green->ctx == ctx) *pGreenCtx = green;
+  *pCtx = &st().primary;
+  return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult i_cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx,
+                                      CUgreenCtx *pGreenCtx) try {
+  STANDIN_DIRTY_ERRNO();
+  return stream_get_ctx_v2(hStream, pCtx, pGreenCtx, false);
+}
+STANDIN_OUT_OF_MEMORY
+
+INTERNAL CUresult i_cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx,
+                                           CUgreenCtx *pGreenCtx) try {
+  STANDIN_DIRTY_ERRNO();
+  return stream_get_ctx_v2(hStream, pCtx, pGreenCtx, true);
+}
+STANDIN_OUT_OF_MEMORY
+
+// A question about the handle alone: a live context answers, an ended one says so.
+INTERNAL CUresult i_cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) try {
+  STANDIN_DIRTY_ERRNO();
+  STANDIN_REQUIRE_INIT();
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ctx == nullptr) ctx = t_current;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (!context_valid_locked(ctx)) {
+    const std::vector<CUcontext> &dead = st().destroyed_contexts;
+    return std::find(dead.begin(), dead.end(), ctx) != dead.end() || ctx == &st().primary
+               ? CUDA_ERROR_CONTEXT_IS_DESTROYED
+               : CUDA_ERROR_INVALID_CONTEXT;
+  }
+  *version = 3020;
+  return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
 
@@ -2591,6 +2688,7 @@ INTERNAL CUresult i_cuEventDestroy(CUevent hEvent) try {
   hEvent->alive = false;
   hEvent->next_free = tl().free_events;
   tl().free_events = hEvent;
+  g_events_destroyed.fetch_add(1);
   return CUDA_SUCCESS;
 }
 STANDIN_OUT_OF_MEMORY
@@ -3061,6 +3159,15 @@ CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
 CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) {
   return i_cuStreamGetCtx_ptsz(hStream, pctx);
 }
+CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
+  return i_cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
+}
+CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
+  return i_cuStreamGetCtx_v2_ptsz(hStream, pCtx, pGreenCtx);
+}
+CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) {
+  return i_cuCtxGetApiVersion(ctx, version);
+}
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   return i_cuEventCreate(phEvent, Flags);
 }
@@ -3187,6 +3294,8 @@ static_assert(std::is_same_v<decltype(&cuStreamQuery), PFN_cuStreamQuery_v2000>)
 static_assert(std::is_same_v<decltype(&cuStreamQuery_ptsz), PFN_cuStreamQuery_v7000_ptsz>);
 static_assert(std::is_same_v<decltype(&cuStreamGetCtx), PFN_cuStreamGetCtx_v9020>);
 static_assert(std::is_same_v<decltype(&cuStreamGetCtx_ptsz), PFN_cuStreamGetCtx_v9020_ptsz>);
+static_assert(std::is_same_v<decltype(&cuStreamGetCtx_v2), PFN_cuStreamGetCtx_v12050>);
+static_assert(std::is_same_v<decltype(&cuCtxGetApiVersion), PFN_cuCtxGetApiVersion_v3020>);
 static_assert(std::is_same_v<decltype(&cuEventCreate), PFN_cuEventCreate_v2000>);
 static_assert(std::is_same_v<decltype(&cuEventRecord), PFN_cuEventRecord_v2000>);
 static_assert(std::is_same_v<decltype(&cuEventRecord_ptsz), PFN_cuEventRecord_v7000_ptsz>);
@@ -3307,6 +3416,8 @@ const std::vector<ProcEntry> &proc_table() {
       ENTRY("cuStreamQuery", 2000, i_cuStreamQuery, cuStreamQuery),
       ENTRY_PTSZ("cuStreamQuery", 7000, i_cuStreamQuery, cuStreamQuery),
       ENTRY_PTSZ("cuStreamGetCtx", 9020, i_cuStreamGetCtx, cuStreamGetCtx),
+      ENTRY_PTSZ("cuStreamGetCtx", 12050, i_cuStreamGetCtx_v2, cuStreamGetCtx_v2),
+      ENTRY("cuCtxGetApiVersion", 3020, i_cuCtxGetApiVersion, cuCtxGetApiVersion),
       ENTRY_PTSZ("cuStreamBeginCapture", 10000, i_cuStreamBeginCapture, cuStreamBeginCapture),
       ENTRY_PTSZ("cuStreamBeginCapture", 10010, i_cuStreamBeginCapture_v2, cuStreamBeginCapture_v2),
       ENTRY_PTSZ("cuStreamEndCapture", 10000, i_cuStreamEndCapture, cuStreamEndCapture),
