@@ -176,11 +176,6 @@ class RelaxedCapture {
   CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
 };
 
-// What the driver answers for a context that has ended (pushed, or an event of it queried).
-bool ended_context_answer(CUresult result) {
-  return result == CUDA_ERROR_CONTEXT_IS_DESTROYED || result == CUDA_ERROR_INVALID_CONTEXT;
-}
-
 // Claims `candidate` for this thread if it is free: a plain load first, so that a busy pair
 // costs no locked instruction.
 inline Pair *try_claim(Pair &candidate) {
@@ -258,6 +253,8 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   if (!pool) {
     if (known)
       count(Untimed::pool_not_ready);
+    else if (any_green() && known_green(context))  // never given a pool
+      count(Untimed::green_context);
     else {
       ticket.unpooled = context;  // asked for, and counted, in end()
       t_unpooled = true;
@@ -365,6 +362,10 @@ bool Engine::end(Ticket &ticket, bool launched, bool left) {
     }
     if (stopped_.load(std::memory_order_relaxed)) {  // the exit's last pass is over: no reaper
       count(Untimed::after_exit);
+      return false;
+    }
+    if (green_current(unpooled)) {  // no pool: never pushed on the reaper's thread
+      count(Untimed::green_context);
       return false;
     }
     bool requested = false, full = false;
@@ -478,8 +479,60 @@ bool Engine::reanchor_if_due(uint32_t slot, Pool &pool) {
 bool Engine::push_pool_context(uint32_t slot, CUcontext context) {
   const CUresult pushed = api_.ctx_push(context);
   if (pushed == CUDA_SUCCESS) return true;
-  if (ended_context_answer(pushed)) forget_ended(slot, context);
+  if (context_ended(pushed, context)) forget_ended(slot, context);
   return false;
+}
+
+bool Engine::context_ended(CUresult answer, CUcontext context) {
+  if (answer == CUDA_ERROR_CONTEXT_IS_DESTROYED) return true;
+  if (answer != CUDA_ERROR_INVALID_CONTEXT || !context || !api_.ctx_api_version) return false;
+  unsigned version = 0;
+  const CUresult asked = api_.ctx_api_version(context, &version);
+  return asked == CUDA_ERROR_CONTEXT_IS_DESTROYED || asked == CUDA_ERROR_INVALID_CONTEXT;
+}
+
+void Engine::note_green(CUcontext context) {
+  if (!context || known_green(context)) return;
+  for (auto &green : greens_) {
+    CUcontext expected = nullptr;
+    if (green.load(std::memory_order_relaxed) == nullptr &&
+        green.compare_exchange_strong(expected, context, std::memory_order_acq_rel)) {
+      greens_used_.store(true, std::memory_order_release);
+      return;
+    }
+    if (expected == context) return;  // another thread noted it just now
+  }
+  if (!greens_full_said_.exchange(true, std::memory_order_relaxed))
+    log_line(LogLevel::info,
+             "GPU timing: more than %u green contexts at once; the others are known as green only "
+             "where the driver says so (cuStreamGetCtx_v2, CUDA 12.5+)",
+             kMaxGreenContexts);
+}
+
+void Engine::forget_green(CUcontext context) {
+  if (!context) return;
+  for (auto &green : greens_) {
+    CUcontext expected = context;
+    green.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+  }
+}
+
+bool Engine::known_green(CUcontext context) const {
+  for (const auto &green : greens_)
+    if (green.load(std::memory_order_acquire) == context) return true;
+  return false;
+}
+
+bool Engine::green_current(CUcontext context) {
+  if (any_green() && known_green(context)) return true;
+  CUcontext regular = nullptr;
+  CUgreenCtx green = nullptr;
+  // The NULL stream: the calling thread's current context, which is `context` (cuda.h).
+  if (stopped() || !api_.stream_get_ctx_v2 ||
+      api_.stream_get_ctx_v2(nullptr, &regular, &green) != CUDA_SUCCESS || !green)
+    return false;
+  note_green(context);  // later launches in it find it without a driver call
+  return true;
 }
 
 void Engine::forget_ended(uint32_t slot, CUcontext context) {
@@ -799,7 +852,7 @@ const GraphStats *Engine::stats_for(uint32_t ordinal) const {
 
 bool Engine::prepare_current_context(long lock_ms) {
   const CUcontext context = current_context();
-  if (!context) return false;
+  if (!context || green_current(context)) return false;
   bool requested = false, full = false;
   request_pool(context, &requested, &full);
   // Bounded: the reaper holds the mutex across its driver calls, and one let go inside a call
@@ -830,7 +883,9 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
   Pool *pool = &pool_ref;
   const CUresult done = api_.event_query(pair.end);
   if (done == CUDA_ERROR_NOT_READY) return ReadResult::not_ready;
-  if (ended_context_answer(done)) return ReadResult::context_gone;  // the caller forgets the pool
+  if (done != CUDA_SUCCESS && done != CUDA_ERROR_NOT_READY &&
+      context_ended(done, pool->context.load(std::memory_order_relaxed)))
+    return ReadResult::context_gone;  // the caller forgets the pool
   float since_reference = 0, duration = 0;
   if (done != CUDA_SUCCESS ||
       api_.elapsed(&since_reference, pool->reference, pair.start) != CUDA_SUCCESS ||
@@ -1058,6 +1113,8 @@ void Engine::reset_in_child() {
   mid_pass_ = false;  // the parent's reaper's
   reset_stream_slots_in_child();
   for (auto &primary : primary_) primary.store(nullptr, std::memory_order_relaxed);
+  for (auto &green : greens_) green.store(nullptr, std::memory_order_relaxed);
+  greens_used_.store(false, std::memory_order_relaxed);
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     keys_[i].store(nullptr, std::memory_order_relaxed);
     if (Pool *pool = pools_[i].load(std::memory_order_relaxed)) {

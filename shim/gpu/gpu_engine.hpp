@@ -77,7 +77,12 @@ struct EventApi {
   CUresult (*stream_destroy)(CUstream) = nullptr;
   CUresult (*primary_state)(CUdevice, unsigned *, int *) = nullptr;    // optional
   CUresult (*exchange_capture_mode)(CUstreamCaptureMode *) = nullptr;  // optional
-  uint64_t (*now_ns)() = nullptr;                                      // CLOCK_MONOTONIC
+  // Optional: whether a driver's answer that a context is invalid means it ended
+  // (Engine::context_ended), and whether the current context is a green one (CUDA 12.5+;
+  // Engine::green_current).
+  CUresult (*ctx_api_version)(CUcontext, unsigned *) = nullptr;
+  CUresult (*stream_get_ctx_v2)(CUstream, CUcontext *, CUgreenCtx *) = nullptr;
+  uint64_t (*now_ns)() = nullptr;  // CLOCK_MONOTONIC
 };
 
 // ---- per-graph statistics: fixed memory, log buckets ----
@@ -110,6 +115,10 @@ inline constexpr uint32_t kPairsPerContext = 1024;  // replays in flight per con
 inline constexpr uint32_t kMaxContexts = 16;        // kUntimedNames says "over 16 contexts"
 inline constexpr uint32_t kMaxTimedGraphs = 1024;   // graphs with a row of GPU statistics
 inline constexpr int kMaxDevices = 64;  // primary contexts known; a bit each in a device mask
+// Green contexts remembered at once (Engine::note_green): a device is split into a few SM
+// partitions each, so a program holds far fewer; past it, a green context is known only where the
+// driver says so (cuStreamGetCtx_v2, CUDA 12.5+).
+inline constexpr uint32_t kMaxGreenContexts = 64;
 inline constexpr int kAlignTries = 5;
 inline constexpr uint64_t kEventResolutionNs = 500;
 // How long an alignment's try polls its event before it is given up (a busy device): a pool's
@@ -238,6 +247,7 @@ enum class Untimed : unsigned {
   stream_shared,    // another thread's launch used its stream meanwhile (stream_watch.hpp)
   contexts_full,    // its context came after kMaxContexts others that still have a pool
   after_exit,       // launched after the exit's last pass (stop()): no CUDA call of ours then
+  green_context,    // its context is a green one (Engine::green_current): never timed (F173)
   count_
 };
 inline constexpr const char *kUntimedNames[] = {"sampled out",
@@ -252,7 +262,8 @@ inline constexpr const char *kUntimedNames[] = {"sampled out",
                                                 "left by a jump or unwind",
                                                 "stream shared",
                                                 "over 16 contexts",
-                                                "after exit"};
+                                                "after exit",
+                                                "green context"};
 static_assert(sizeof kUntimedNames / sizeof *kUntimedNames ==
               static_cast<unsigned>(Untimed::count_));
 
@@ -337,6 +348,25 @@ class Engine {
   // A device's primary context may have been destroyed already (its last release): its pool
   // goes without any CUDA call.
   void forget_device(int device);
+  // ---- green contexts (CUDA 12.4): never timed (F173) ----
+  // cuda.h (cuGreenCtxCreate): "a green context can be current to only one thread at a time.
+  // There is no internal synchronization to make API calls accessing the same green context from
+  // multiple threads work." A pool needs its context pushed on the reaper's thread (to make it,
+  // align its clock, read its events) while the program has it current: outside that contract,
+  // and a driver that refuses such a push left the pool failing for good. So a launch in a green
+  // context is not timed ("green context"), and the context gets no pool: the shim never makes
+  // it current anywhere.
+  // A CUcontext cuCtxFromGreenCtx answered (hooked on every route; a program can make a green
+  // context current only through it): remembered, lock-free, until its cuGreenCtxDestroy.
+  void note_green(CUcontext context);
+  void forget_green(CUcontext context);
+  bool any_green() const { return greens_used_.load(std::memory_order_acquire); }
+  // Whether `context`, current on the calling thread, is a green context: remembered, or said so
+  // by cuStreamGetCtx_v2 on the NULL stream (CUDA 12.5+: it names the current green context).
+  // A driver call at most once per context that asks for a pool (the launch path calls it only
+  // for a context without one, before the request that gives it a slot).
+  bool green_current(CUcontext context);
+
   // `context` is `device`'s primary context (seen in a cuDevicePrimaryCtxRetain answer): the
   // device-wide drops above take only its pool, and leave the pools of contexts the program
   // created (cuCtxCreate) alone. Until one is seen for a device, they take every pool of the
@@ -437,11 +467,16 @@ class Engine {
   // Pushes the context of the pool in `slot` for the calls that follow; false when it could not
   // be. One the driver calls ended is forgotten at once (forget_ended).
   bool push_pool_context(uint32_t slot, CUcontext context);
+  // Whether the driver's `answer` for a call given `context` (a push, a query of its event)
+  // proves the context ended: CUDA_ERROR_CONTEXT_IS_DESTROYED does; CUDA_ERROR_INVALID_CONTEXT
+  // only when cuCtxGetApiVersion, a question about the handle alone, says so too — cuda.h gives
+  // that code for other refusals as well (a green context not converted, a context current
+  // elsewhere), and a live context's pool forgotten leaks its events and stream (F173).
+  bool context_ended(CUresult answer, CUcontext context);
   // A context ended without the shim seeing it (a context-ending call it does not hook, or a
-  // driver that ends one on its own): the driver answered CUDA_ERROR_CONTEXT_IS_DESTROYED or
-  // CUDA_ERROR_INVALID_CONTEXT for it. Its pool, if still keyed to it, goes without a further
-  // CUDA call (its events went with the context), its replays in flight counted "context
-  // destroyed", its slot free for another context.
+  // driver that ends one on its own): context_ended said so. Its pool, if still keyed to it,
+  // goes without a further CUDA call (its events went with the context), its replays in flight
+  // counted "context destroyed", its slot free for another context.
   void forget_ended(uint32_t slot, CUcontext context);
   void release_pool(uint32_t slot, bool destroy_events);
   void mark_failed(uint32_t slot, Pool *pool, CUcontext context);
@@ -453,7 +488,11 @@ class Engine {
   std::atomic<CUcontext> keys_[kMaxContexts] = {};
   std::atomic<Pool *> pools_[kMaxContexts] = {};
   std::atomic<bool> pools_used_{false};
-  std::atomic<CUcontext> primary_[kMaxDevices] = {};  // by device ordinal (note_primary)
+  std::atomic<CUcontext> primary_[kMaxDevices] = {};       // by device ordinal (note_primary)
+  std::atomic<CUcontext> greens_[kMaxGreenContexts] = {};  // note_green; null: free
+  std::atomic<bool> greens_used_{false};
+  std::atomic<bool> greens_full_said_{false};
+  bool known_green(CUcontext context) const;
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> timed_{0};
   std::atomic<uint64_t> untimed_[static_cast<unsigned>(Untimed::count_)] = {};

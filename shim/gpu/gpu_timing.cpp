@@ -45,6 +45,9 @@ constinit RealFunction<CUresult (*)(CUdevice, unsigned *, int *)> g_primary_stat
     "cuDevicePrimaryCtxGetState"};
 constinit RealFunction<CUresult (*)(CUstreamCaptureMode *)> g_exchange_capture_mode{
     "cuThreadExchangeStreamCaptureMode"};
+constinit RealFunction<CUresult (*)(CUcontext, unsigned *)> g_ctx_api_version{"cuCtxGetApiVersion"};
+constinit RealFunction<CUresult (*)(CUstream, CUcontext *, CUgreenCtx *)> g_stream_get_ctx_v2{
+    "cuStreamGetCtx_v2"};
 // Resolved with the rest (resolve_api), on a program thread: a failed lookup on the reaper
 // would leave the C library's dlerror buffer in the reaper's thread-local storage.
 std::atomic<CUresult (*)(CUstreamCaptureMode *)> g_exchange_capture_mode_fn{nullptr};
@@ -65,12 +68,12 @@ std::atomic<bool> g_stream_table_missing{false};
 bool keep_driver(const EventApi &api) {
   const auto at = [](auto function) { return reinterpret_cast<const void *>(function); };
   const void *const functions[] = {
-      at(api.event_create),         at(api.event_record),      at(api.event_record_ptsz),
-      at(api.event_query),          at(api.elapsed),           at(api.event_destroy),
-      at(api.is_capturing),         at(api.is_capturing_ptsz), at(api.ctx_get_current),
-      at(api.ctx_get_device),       at(api.ctx_push),          at(api.ctx_pop),
-      at(api.stream_create),        at(api.stream_destroy),    at(api.primary_state),
-      at(api.exchange_capture_mode)};
+      at(api.event_create),          at(api.event_record),      at(api.event_record_ptsz),
+      at(api.event_query),           at(api.elapsed),           at(api.event_destroy),
+      at(api.is_capturing),          at(api.is_capturing_ptsz), at(api.ctx_get_current),
+      at(api.ctx_get_device),        at(api.ctx_push),          at(api.ctx_pop),
+      at(api.stream_create),         at(api.stream_destroy),    at(api.primary_state),
+      at(api.exchange_capture_mode), at(api.ctx_api_version),   at(api.stream_get_ctx_v2)};
   // One reference per library: the driver's functions all lie in one, so one in practice.
   const void *held[sizeof functions / sizeof *functions] = {};
   size_t count = 0;
@@ -116,6 +119,8 @@ bool resolve_api() {
   api.stream_create = g_stream_create.get();
   api.stream_destroy = g_stream_destroy_v2.get();
   api.primary_state = g_primary_state.get();
+  api.ctx_api_version = g_ctx_api_version.get();
+  api.stream_get_ctx_v2 = g_stream_get_ctx_v2.get();
   api.now_ns = common::monotonic_ns;
   if (!keep_driver(api)) return false;
   engine().set_api(api);

@@ -87,7 +87,9 @@ bool install_handlers();
 // the process and every later replay stayed "in flight" (hostile review of 2026-12-05). Its
 // `after` runs under the engine's mutex and is told whether the call returned: on the way out
 // of an unwinding call it makes no CUDA call (the driver may be left mid-teardown on this
-// thread), and a primary context whose release did not return counts as gone.
+// thread), and a primary context whose release did not return counts as gone. A call that
+// returned an error ended nothing: the shim's state is left as the driver left the context's
+// (F173: a refused cuGreenCtxDestroy had a live context's pool forgotten, its events leaked).
 // A context-ending call from a signal handler that interrupted this thread inside a lock of
 // ours (held_here.hpp) — the engine's, making a pool, say — must not wait for that lock: the
 // handler's exit() ran the program's (or the runtime's) teardown, whose context destruction
@@ -123,9 +125,15 @@ auto around_context_destroy(CUcontext context, Call &&call) {
     timing.context_ending_locked(true);
     timing.unlock();
   }
-  // A request made meanwhile goes too (no CUDA call: the events are not destroyed).
-  ContextEndingClosed closed{timing, [&](bool) { timing.drop_context_locked(context, false); }};
+  // A request made meanwhile goes too (no CUDA call: the events are not destroyed) — unless the
+  // driver refused the call: the context lives on, and the request is served as any other. (Its
+  // pool, dropped above with its events while it lived, is made anew at its next launch.)
+  bool ended = true;
+  ContextEndingClosed closed{timing, [&](bool returned) {
+                               if (!returned || ended) timing.drop_context_locked(context, false);
+                             }};
   auto result = call();
+  ended = result == CUDA_SUCCESS;
   closed.returned = true;
   return result;
 }
@@ -176,22 +184,29 @@ auto around_primary_release(CUdevice device, Call &&call) {
   return result;
 }
 
-// cuGreenCtxDestroy (CUDA 12.4). The green context's own context ends: its pool goes first, as
-// for cuCtxDestroy — keyed to the CUcontext cuCtxFromGreenCtx gives for it (context_of_green;
-// where the driver cannot say, the green handle itself, the same object on current drivers,
-// whose pool is then forgotten without a CUDA call). And the call releases the device's primary
-// context (cuda.h), possibly for the last time: that context's pool then goes after it, as after
-// cuDevicePrimaryCtxRelease. Before, the call passed unseen: the pool stayed keyed to the dead
-// context (the reaper pushed it and queried its freed events for the rest of the run, its events
-// and stream leaked), and 16 such contexts held every slot: no later context was timed (F167).
+// cuGreenCtxDestroy (CUDA 12.4). The green context's own context ends: it is forgotten as a
+// green context (Engine::note_green), and its pool, if one was made where the shim did not know
+// it green, goes first, as for cuCtxDestroy — keyed to the CUcontext cuCtxFromGreenCtx gives
+// for it (context_of_green). And the call releases the device's primary context (cuda.h),
+// possibly for the last time: that context's pool then goes after it, as after
+// cuDevicePrimaryCtxRelease (F167). Where cuCtxFromGreenCtx cannot map the handle, the driver
+// says it is no live green context: the call fails, and nothing is done before or after it — a
+// fallback to the handle as the context's key had a stale handle's refused call forget the live
+// context that now lies at that address, its events and stream leaked (F173). After a refused
+// call, likewise nothing.
 CUcontext context_of_green(CUgreenCtx green);
 template <typename Call>
 auto around_green_context_destroy(CUgreenCtx green, Call &&call) {
   Engine &timing = engine();
-  if (!timing.any_pool() || timing.stopped()) return call();
+  if ((!timing.any_pool() && !timing.any_green()) || timing.stopped()) return call();
   if (inside_our_lock_stop(timing)) return call();
   const CUcontext mapped = context_of_green(green);
-  const CUcontext key = mapped ? mapped : reinterpret_cast<CUcontext>(green);
+  if (!mapped) return call();
+  if (!timing.any_pool()) {  // only remembered as green: forgotten once it ended
+    auto result = call();
+    if (result == CUDA_SUCCESS) timing.forget_green(mapped);
+    return result;
+  }
   uint64_t devices = 0;
   {
     const common::ErrnoKept errno_kept;
@@ -200,7 +215,7 @@ auto around_green_context_destroy(CUgreenCtx green, Call &&call) {
     const int device = timing.device_of_locked(mapped);
     devices =
         device >= 0 && device < kMaxDevices ? uint64_t{1} << device : timing.pool_devices_locked();
-    if (mapped) timing.drop_context_locked(mapped, true);  // its events go while it lives
+    timing.drop_context_locked(mapped, true);  // its events go while it lives
     // The primary context's replays are not read first, as before a release: that would push
     // other contexts of the device here (other green contexts among them, which may be current
     // on another thread: cuda.h gives them no synchronisation), for replays the reaper reads
@@ -208,15 +223,25 @@ auto around_green_context_destroy(CUgreenCtx green, Call &&call) {
     timing.context_ending_locked(true);
     timing.unlock();
   }
+  bool ended = true;
   ContextEndingClosed closed{timing, [&](bool returned) {
-                               timing.drop_context_locked(key, false);
+                               if (returned && !ended) return;  // refused: nothing ended
+                               timing.drop_context_locked(mapped, false);
+                               timing.forget_green(mapped);
                                for (int d = 0; d < kMaxDevices; ++d)
                                  if (devices & (uint64_t{1} << d))
                                    forget_ended_primary_locked(timing, d, returned);
                              }};
   auto result = call();
+  ended = result == CUDA_SUCCESS;
   closed.returned = true;
   return result;
+}
+
+// A successful cuCtxFromGreenCtx (only when timing_on()): `context` is a green context's, never
+// timed (Engine::note_green).
+inline void note_green_context(CUcontext context) {
+  engine().note_green(context);
 }
 
 // A successful cuDevicePrimaryCtxRetain (only when timing_on()): `context` is `device`'s primary

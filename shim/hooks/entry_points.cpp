@@ -13,6 +13,7 @@
 //   cuDevicePrimaryCtxRelease,               (shim/gpu/gpu_timing.hpp)
 //   cuDevicePrimaryCtxReset (and _v2 forms)
 //   cuDevicePrimaryCtxRetain                 which context is the device's primary one
+//   cuCtxFromGreenCtx                        which contexts are green (never timed)
 //   ferrum_replay_set_gpu_sink(_sized), _gpu_flush   GPU times per replay, handed to a tool
 //   cuGetProcAddress / cuGetProcAddress_v2   the driver's lookup: its answers for
 //                                            cuGraphLaunch and for itself are wrapped
@@ -69,6 +70,7 @@ namespace {
 #define FERRUM_REAL_primary_release FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_primary_reset FERRUM_HOOK_REAL_FUNCTION
 #define FERRUM_REAL_primary_retain FERRUM_HOOK_REAL_FUNCTION
+#define FERRUM_REAL_green_context_convert FERRUM_HOOK_REAL_FUNCTION
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_REAL_##KIND(API, NAME, PARAMS)
 #include "hooks/hooked_functions.def"
 #undef HOOK
@@ -151,6 +153,17 @@ Result intercept_primary_retain(RealFunction<Function> &function, Result success
   return result;
 }
 
+template <typename Result, typename Function>
+Result intercept_green_context_convert(RealFunction<Function> &function, Result success,
+                                       Result not_found, const void *caller, CUcontext *context,
+                                       CUgreenCtx green) {
+  Function real = function.get(caller);
+  if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
+  const Result result = real(context, green);
+  if (gpu::timing_on() && result == success && context) gpu::note_green_context(*context);
+  return result;
+}
+
 // GPU timing as the settings ask (read here: a tool may register its sink before the shim's
 // first launch).
 bool gpu_timing_asked() {
@@ -206,6 +219,8 @@ Result intercept_destroy(RealFunction<Function> &function, Result success, Resul
   FERRUM_DEFINE_HOOK(intercept_primary_release, __VA_ARGS__)
 #define FERRUM_DEFINE_primary_reset(...) FERRUM_DEFINE_HOOK(intercept_primary_reset, __VA_ARGS__)
 #define FERRUM_DEFINE_primary_retain(...) FERRUM_DEFINE_HOOK(intercept_primary_retain, __VA_ARGS__)
+#define FERRUM_DEFINE_green_context_convert(...) \
+  FERRUM_DEFINE_HOOK(intercept_green_context_convert, __VA_ARGS__)
 #define FERRUM_DEFINE_lookup(...)
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_DEFINE_##KIND(API, NAME, PARAMS, __VA_ARGS__)
 #include "hooks/hooked_functions.def"

@@ -43,6 +43,7 @@ enum class HookKind {
   primary_release,
   primary_reset,
   primary_retain,
+  green_context_convert,
   lookup,
 };
 

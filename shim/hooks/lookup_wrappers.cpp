@@ -50,6 +50,7 @@ namespace {
 #define FERRUM_REAL_primary_release(API, NAME, PARAMS)
 #define FERRUM_REAL_primary_reset(API, NAME, PARAMS)
 #define FERRUM_REAL_primary_retain(API, NAME, PARAMS)
+#define FERRUM_REAL_green_context_convert(API, NAME, PARAMS)
 #define HOOK(KIND, API, NAME, PARAMS, ...) FERRUM_REAL_##KIND(API, NAME, PARAMS)
 #include "hooks/hooked_functions.def"
 #undef HOOK
@@ -128,6 +129,16 @@ struct PrimaryRetainHook {
     const CUresult result = genuine(context, device);
     if (result == CUDA_SUCCESS && context && gpu::timing_on())
       gpu::note_primary_context(device, *context);
+    return result;
+  }
+};
+
+struct GreenContextConvertHook {
+  using Function = PFN_cuCtxFromGreenCtx_v12040;
+  static constexpr const char *kWhat = "cuCtxFromGreenCtx";
+  static CUresult call(Function genuine, CUcontext *context, CUgreenCtx green) {
+    const CUresult result = genuine(context, green);
+    if (result == CUDA_SUCCESS && context && gpu::timing_on()) gpu::note_green_context(*context);
     return result;
   }
 };
@@ -294,6 +305,8 @@ void *wrap_kind(HookKind kind, const char *how, void *found, bool per_thread) {
       return timing ? WrapperSet<PrimaryResetHook>::wrap(how, found) : found;
     case HookKind::primary_retain:
       return timing ? WrapperSet<PrimaryRetainHook>::wrap(how, found) : found;
+    case HookKind::green_context_convert:
+      return timing ? WrapperSet<GreenContextConvertHook>::wrap(how, found) : found;
     case HookKind::instantiate_legacy:
       return WrapperSet<InstantiateLegacyHook>::wrap(how, found);
     case HookKind::instantiate_flags:

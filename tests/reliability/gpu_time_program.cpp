@@ -132,9 +132,19 @@
 //   primary-reset N M  the primary context retained and current: N launches on a stream, left in
 //                     flight; cuDevicePrimaryCtxReset; retained again (the same handle), a new
 //                     stream and graph, M launches, synchronised; both references released.
-// GPU_TIME_PROGRAM_ROUTE=dlsym|procaddress: the green and reset modes reach cuGreenCtxDestroy and
-// cuDevicePrimaryCtxReset_v2 through dlsym on a handle of libcuda.so.1, or cuGetProcAddress_v2 (by
-// name otherwise).
+//   green-stale N M   a context of cuCtxCreate, current: N launches left in flight; then
+//                     cuGreenCtxDestroy given that context's handle (no live green context: a
+//                     stale green handle whose memory the driver gave to this context), which the
+//                     driver refuses — prints stale_destroy=<its result>; M launches more,
+//                     synchronised; the context destroyed.
+//   green-thread N M  a thread makes a green context current (cuCtxSetCurrent of its
+//                     cuCtxFromGreenCtx context), launches N times, pausing 2 ms every 10, keeps
+//                     it current meanwhile, synchronises, unsets it and destroys it; at the same
+//                     time the main thread times M launches in a context of cuCtxCreate (the
+//                     primary context retained first, released last).
+// GPU_TIME_PROGRAM_ROUTE=dlsym|procaddress: the green and reset modes reach cuGreenCtxDestroy,
+// cuCtxFromGreenCtx and cuDevicePrimaryCtxReset_v2 through dlsym on a handle of libcuda.so.1, or
+// cuGetProcAddress_v2 (by name otherwise).
 // Every mode prints `launches=<L> failed=<F>` (F: launches that did not return CUDA_SUCCESS).
 // Exit status 0, or 1 on a set-up error (message on stderr).
 
@@ -159,6 +169,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -1098,13 +1109,16 @@ int main(int argc, char **argv) {
     using GreenDestroy = CUresult (*)(CUgreenCtx);
     const auto green_destroy =
         driver_function<GreenDestroy>("cuGreenCtxDestroy", "cuGreenCtxDestroy", cuGreenCtxDestroy);
+    using FromGreen = CUresult (*)(CUcontext *, CUgreenCtx);
+    const auto from_green =
+        driver_function<FromGreen>("cuCtxFromGreenCtx", "cuCtxFromGreenCtx", cuCtxFromGreenCtx);
     const long in_flight = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 1;
     for (long job = 0; job < n; ++job) {
       CUgreenCtx green = nullptr;
       CUcontext ctx = nullptr;
       check(cuGreenCtxCreate(&green, CUdevResourceDesc{}, 0, CU_GREEN_CTX_DEFAULT_STREAM),
             "cuGreenCtxCreate");
-      check(cuCtxFromGreenCtx(&ctx, green), "cuCtxFromGreenCtx");
+      check(from_green(&ctx, green), "cuCtxFromGreenCtx");
       check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
       launches(make_exec(), nullptr, m);
       if (job >= in_flight) check(cuCtxSynchronize(), "cuCtxSynchronize");
@@ -1117,6 +1131,56 @@ int main(int argc, char **argv) {
     launches(make_exec(), nullptr, m);
     check(cuCtxSynchronize(), "cuCtxSynchronize");
     check(cuCtxDestroy(ctx), "cuCtxDestroy");
+  } else if (mode == "green-stale") {
+    using GreenDestroy = CUresult (*)(CUgreenCtx);
+    const auto green_destroy =
+        driver_function<GreenDestroy>("cuGreenCtxDestroy", "cuGreenCtxDestroy", cuGreenCtxDestroy);
+    CUcontext ctx = new_context();
+    CUgraphExec exec = make_exec();
+    launches(exec, nullptr, n);
+    std::printf("stale_destroy=%d\n",
+                static_cast<int>(green_destroy(reinterpret_cast<CUgreenCtx>(ctx))));
+    launches(exec, nullptr, m);
+    check(cuCtxSynchronize(), "cuCtxSynchronize");
+    check(cuCtxDestroy(ctx), "cuCtxDestroy");
+  } else if (mode == "green-thread") {
+    // The primary context held, as a runtime's program holds it: the green context's end is then
+    // not its last release (with the primary context unknown to the shim, that release would
+    // take every pool of the device, the created context's too).
+    CUcontext primary = nullptr;
+    check(cuDevicePrimaryCtxRetain(&primary, 0), "cuDevicePrimaryCtxRetain");
+    std::atomic<bool> green_ready{false};
+    unsigned long long green_failed = 0;  // the worker's (g_failed is the main thread's)
+    std::thread worker([&] {
+      CUgreenCtx green = nullptr;
+      CUcontext ctx = nullptr;
+      check(cuGreenCtxCreate(&green, CUdevResourceDesc{}, 0, CU_GREEN_CTX_DEFAULT_STREAM),
+            "cuGreenCtxCreate");
+      check(cuCtxFromGreenCtx(&ctx, green), "cuCtxFromGreenCtx");
+      check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+      CUgraphExec exec = make_exec();
+      green_ready.store(true);
+      for (long i = 0; i < n; ++i) {
+        if (cuGraphLaunch(exec, nullptr) != CUDA_SUCCESS) ++green_failed;
+        if (i % 10 == 9) {
+          const timespec pause{0, 2 * 1000 * 1000};  // the reaper's passes meanwhile
+          nanosleep(&pause, nullptr);
+        }
+      }
+      check(cuCtxSynchronize(), "cuCtxSynchronize");
+      check(cuCtxSetCurrent(nullptr), "cuCtxSetCurrent");
+      check(cuGreenCtxDestroy(green), "cuGreenCtxDestroy");
+    });
+    while (!green_ready.load()) sched_yield();
+    CUcontext ctx = new_context();
+    CUstream stream = new_stream();
+    launches(make_exec(), stream, m);
+    check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    worker.join();
+    g_launches += static_cast<unsigned long long>(n);
+    g_failed += green_failed;
+    check(cuCtxDestroy(ctx), "cuCtxDestroy");
+    check(cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");
   } else if (mode == "primary-reset") {
     using Reset = CUresult (*)(CUdevice);
     const auto reset = driver_function<Reset>("cuDevicePrimaryCtxReset_v2",

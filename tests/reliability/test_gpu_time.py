@@ -103,13 +103,13 @@ ROUTES = ("name", "dlsym", "procaddress")  # gpu_time_program's GPU_TIME_PROGRAM
 
 
 def green_context_ends_seen():
-    """F167: cuGreenCtxDestroy (CUDA 12.4) with 20 replays of 50 ms in flight in the green
-    context, called by name, through dlsym on the driver's handle and through cuGetProcAddress:
-    the shim sees the end as a cuCtxDestroy's — the 20 counted as not timed (context destroyed),
-    the pool and its events gone before the context — and a later context's 20 replays are
-    timed; no call ever names the dead context or its events. Before, the call passed unseen:
-    the 20 stayed "in flight at exit", the reaper pushed the dead context and queried its events
-    (1,431 times in 1.5 s), its 2,050 events and stream leaked."""
+    """F167, F173: cuGreenCtxDestroy (CUDA 12.4) with 20 replays of 50 ms in flight in the green
+    context, cuGreenCtxDestroy and cuCtxFromGreenCtx called by name, through dlsym on the
+    driver's handle and through cuGetProcAddress: the green context's 20 replays are not timed
+    ("green context": the shim never makes a green context current on its own threads, F173) and
+    it never gets a pool; a later context's 20 replays are timed; no call ever names the dead
+    context or its events. Before F167, the call passed unseen: the reaper pushed the dead
+    context and queried its events (1,431 times in 1.5 s), its 2,050 events and stream leaked."""
     for route in ROUTES:
         run_ = program("green", 1, 20, timeout=60,
                        env={"FERRUM_STANDIN_GRAPH_NS": "50000000",
@@ -118,8 +118,9 @@ def green_context_ends_seen():
                f"{route}: program failed", run_)
         gpu = one_summary(run_).gpu
         expect(gpu["timed"] == 20 and gpu["not_timed"] == 20 and gpu["in_flight"] == 0 and
-               gpu["why"] == {"context destroyed": 20}, f"{route}: GPU line {gpu}", run_)
+               gpu["why"] == {"green context": 20}, f"{route}: GPU line {gpu}", run_)
         no_dead_calls(run_, route)
+        no_green_cross_thread(run_, route)
         only_summary_on_stderr(run_)
 
 
@@ -136,10 +137,70 @@ def many_green_contexts_leave_slots():
     expect(run_.returncode == 0 and f"launches={total} failed=0" in run_.stdout,
            "program failed", run_)
     gpu = one_summary(run_).gpu
-    expect(gpu["timed"] == total - n and gpu["not_timed"] == n and gpu["in_flight"] == 0 and
-           gpu["why"] == {"context destroyed": n}, f"GPU line {gpu}", run_)
+    # F173: green contexts are never timed (and so take no slot at all).
+    expect(gpu["timed"] == n and gpu["not_timed"] == total - n and gpu["in_flight"] == 0 and
+           gpu["why"] == {"green context": total - n}, f"GPU line {gpu}", run_)
     no_dead_calls(run_, "20 green contexts")
+    no_green_cross_thread(run_, "20 green contexts")
     only_summary_on_stderr(run_)
+
+
+def no_green_cross_thread(run_, what):
+    """The stand-in counted no cuCtxPushCurrent/cuCtxSetCurrent of a green context that another
+    thread had current (cuda.h: current to one thread at a time; F173)."""
+    crossed = run_.report.get("green_cross_thread")
+    expect(crossed == 0, f"{what}: green contexts made current across threads: {crossed} "
+           f"({run_.report})", run_)
+
+
+def refused_green_destroy_changes_nothing():
+    """F173 (W1): cuGreenCtxDestroy given a handle that is no live green context — here an
+    ordinary context's own handle, as a stale green handle whose memory the driver gave to a new
+    context would be — is refused by the driver (201, passed through), on every route. The shim
+    changes nothing for a refused call: the context's 20 replays of 20 ms in flight across it
+    and its 20 later ones are all timed, and every event the shim made is destroyed by the
+    context's cuCtxDestroy. Before: the shim forgot the live context's pool without destroying
+    it (2,050 events and a stream leaked), 20 replays "context destroyed", 20 "pool not
+    ready"."""
+    for route in ROUTES:
+        run_ = program("green-stale", 20, 20, timeout=60,
+                       env={"FERRUM_STANDIN_GRAPH_NS": "20000000",
+                            "GPU_TIME_PROGRAM_ROUTE": route})
+        expect(run_.returncode == 0 and "launches=40 failed=0" in run_.stdout and
+               "stale_destroy=201" in run_.stdout, f"{route}: program failed", run_)
+        gpu = one_summary(run_).gpu
+        expect(gpu["timed"] == 40 and gpu["not_timed"] == 0 and gpu["in_flight"] == 0,
+               f"{route}: GPU line {gpu}", run_)
+        made, gone = run_.report.get("events_created"), run_.report.get("events_destroyed")
+        expect(made and made == gone, f"{route}: events created {made}, destroyed {gone}", run_)
+        no_dead_calls(run_, route)
+        only_summary_on_stderr(run_)
+
+
+def green_context_never_current_on_two_threads():
+    """F173 (W2): a thread keeps a green context current for 300 launches (cuda.h: "a green
+    context can be current to only one thread at a time"), while the main thread times 100 in a
+    context of its own. The shim never makes the green context current on another thread (the
+    stand-in counts every push or set of a green context another thread has current: 0), the
+    green context's replays are counted not timed ("green context"), the ordinary context's 100
+    all timed — also with a stand-in that refuses such a push, as a strict driver may. Before:
+    the reaper pushed the green context to make its pool, align its clock and renew it; refused,
+    the pool was forgotten with its 2,050 events leaked, again and again (0 of 7,450 timed)."""
+    for strict in ("0", "1"):
+        run_ = program("green-thread", 300, 100, timeout=60,
+                       env={"FERRUM_STANDIN_GRAPH_NS": "200000",
+                            "FERRUM_STANDIN_GREEN_EXCLUSIVE": strict})
+        expect(run_.returncode == 0 and "launches=400 failed=0" in run_.stdout,
+               f"strict={strict}: program failed", run_)
+        gpu = one_summary(run_).gpu
+        expect(gpu["timed"] == 100 and gpu["not_timed"] == 300 and gpu["in_flight"] == 0 and
+               gpu["why"] == {"green context": 300}, f"strict={strict}: GPU line {gpu}", run_)
+        no_green_cross_thread(run_, f"strict={strict}")
+        no_dead_calls(run_, f"strict={strict}")
+        made, gone = run_.report.get("events_created"), run_.report.get("events_destroyed")
+        expect(made and made == gone, f"strict={strict}: events created {made}, destroyed {gone}",
+               run_)
+        only_summary_on_stderr(run_)
 
 
 def primary_reset_in_flight():
@@ -988,7 +1049,8 @@ def reaper_returns_after_let_go():
 
 SCENARIOS = {f.__name__: f for f in (
     context_destroyed_in_flight, primary_end_spares_created_contexts, green_context_ends_seen,
-    many_green_contexts_leave_slots, primary_reset_in_flight, burst_exhausts_pool,
+    many_green_contexts_leave_slots, refused_green_destroy_changes_nothing,
+    green_context_never_current_on_two_threads, primary_reset_in_flight, burst_exhausts_pool,
     burst_mostly_timed, deep_queue_few_queries, long_run_keeps_lengths, release_asks_few,
     many_replays, many_replays_long, exit_in_flight,
     replay_named_as_launched, default_streams_apart, sink_layouts, sink_exits, sink_reenters,

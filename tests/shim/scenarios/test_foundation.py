@@ -351,7 +351,7 @@ def non_cuda_processes():
 PROBED_NAMES = ["cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphInstantiate",
                 "cuGraphInstantiate_v2", "cuGraphInstantiateWithFlags",
                 "cuGraphInstantiateWithParams", "cuGraphExecDestroy", "cuCtxDestroy_v2",
-                "cuGreenCtxDestroy",
+                "cuGreenCtxDestroy", "cuCtxFromGreenCtx",
                 "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxReset",
                 "cuDevicePrimaryCtxRetain", "cuGetProcAddress", "cuGetProcAddress_v2",
                 "cudaGraphLaunch"]

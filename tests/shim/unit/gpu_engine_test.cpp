@@ -40,6 +40,9 @@ struct FakeDriver {
   bool end_record = false;  // the next record on a user stream is an end event
   bool fail_end_records = false, fail_queries = false;  // a launch's failure, reported late
   bool queries_say_destroyed = false;  // cuEventQuery: CUDA_ERROR_CONTEXT_IS_DESTROYED
+  std::set<CUcontext> refuse_push;  // cuCtxPushCurrent: CUDA_ERROR_INVALID_CONTEXT (alive or not)
+  std::set<CUcontext> gone;         // cuCtxGetApiVersion: CUDA_ERROR_INVALID_CONTEXT
+  std::set<CUcontext> green;        // cuStreamGetCtx_v2 names a green context for these
   std::vector<CUstream> record_streams;
   // With `queued`, a user stream runs its replays one after another, as a GPU does: a start
   // event completes when the stream's earlier work has, the end event launch_ns after it.
@@ -143,6 +146,7 @@ CUresult ctx_get_device(CUdevice *device) {
 }
 CUcontext saved_current = nullptr;
 CUresult ctx_push(CUcontext context) {
+  if (fake->refuse_push.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
   if (fake->dead.count(context)) {
     ++fake->calls_on_dead;
     return CUDA_ERROR_CONTEXT_IS_DESTROYED;
@@ -155,6 +159,17 @@ CUresult ctx_push(CUcontext context) {
 CUresult ctx_pop(CUcontext *context) {
   *context = fake->current;
   fake->current = saved_current;
+  return CUDA_SUCCESS;
+}
+CUresult ctx_api_version(CUcontext context, unsigned *version) {
+  if (fake->gone.count(context) || fake->dead.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  *version = 3020;
+  return CUDA_SUCCESS;
+}
+CUresult stream_get_ctx_v2(CUstream, CUcontext *context, CUgreenCtx *green) {
+  const bool is_green = fake->green.count(fake->current) != 0;
+  *context = is_green ? reinterpret_cast<CUcontext>(0x42) : fake->current;
+  *green = is_green ? reinterpret_cast<CUgreenCtx>(fake->current) : nullptr;
   return CUDA_SUCCESS;
 }
 CUresult stream_create(CUstream *stream, unsigned) {
@@ -188,6 +203,8 @@ gpu::EventApi fake_api() {
   api.stream_destroy = stream_destroy;
   api.now_ns = now_ns;
   api.exchange_capture_mode = exchange_capture_mode;
+  api.ctx_api_version = ctx_api_version;
+  api.stream_get_ctx_v2 = stream_get_ctx_v2;
   return api;
 }
 
@@ -1325,4 +1342,65 @@ TEST_CASE(
   holder.join();
   CHECK(f.engine->prepare_current_context(0));  // free again: made at once
   CHECK(f.driver.creates > 2 * static_cast<int>(gpu::kPairsPerContext));
+}
+
+TEST_CASE(
+    "gpu engine: a push refused as an invalid context forgets the pool only where the context "
+    "is confirmed ended") {
+  // F173: CUDA_ERROR_INVALID_CONTEXT is also a refusal of a live context (cuda.h: a green context
+  // current elsewhere, one not converted); forgotten, a live pool's events and stream leaked.
+  Fixture f;
+  const auto context_at = [](uintptr_t i) { return reinterpret_cast<CUcontext>(0x200000 + i); };
+  const auto untimed = [&](gpu::Untimed why) {
+    return f.engine->totals().untimed[static_cast<unsigned>(why)];
+  };
+  f.driver.current = context_at(1);
+  f.launch();
+  f.reap();
+  REQUIRE(f.launch());
+  f.driver.refuse_push.insert(context_at(1));  // alive: cuCtxGetApiVersion answers
+  f.driver.now += 2 * gpu::kReanchorNs;
+  CHECK(f.reap() == 1);  // kept: its replay read against the reference it had
+  f.driver.refuse_push.clear();
+  CHECK(f.launch());
+  CHECK(untimed(gpu::Untimed::context_dropped) == 0);
+  // Confirmed ended: forgotten, its replay in flight counted, no call into it after.
+  f.driver.refuse_push.insert(context_at(1));
+  f.driver.gone.insert(context_at(1));
+  f.driver.now += 2 * gpu::kReanchorNs;
+  CHECK(f.reap() == 0);
+  CHECK(untimed(gpu::Untimed::context_dropped) == 1);
+}
+
+TEST_CASE("gpu engine: a green context gets no pool, is never pushed, and its replays say why") {
+  // F173: cuda.h gives a green context to one thread at a time; the reaper pushed it to make its
+  // pool, align and renew its clock while the program had it current.
+  Fixture f;
+  const auto untimed = [&](gpu::Untimed why) {
+    return f.engine->totals().untimed[static_cast<unsigned>(why)];
+  };
+  // Said by the driver (cuStreamGetCtx_v2 on the NULL stream), once: then remembered.
+  const CUcontext said = reinterpret_cast<CUcontext>(0x300000);
+  f.driver.current = said;
+  f.driver.green.insert(said);
+  for (int i = 0; i < 3; ++i) CHECK_FALSE(f.launch());
+  f.reap();
+  CHECK_FALSE(f.launch());
+  f.driver.green.clear();  // remembered without asking again
+  CHECK_FALSE(f.launch());
+  // Remembered from cuCtxFromGreenCtx's answer (a driver without cuStreamGetCtx_v2).
+  const CUcontext converted = reinterpret_cast<CUcontext>(0x310000);
+  f.engine->note_green(converted);
+  f.driver.current = converted;
+  CHECK_FALSE(f.launch());
+  CHECK_FALSE(f.engine->prepare_current_context(0));
+  f.reap();
+  CHECK(f.driver.pushes == 0);
+  CHECK(untimed(gpu::Untimed::green_context) == 6);
+  CHECK(untimed(gpu::Untimed::pool_not_ready) == 0);
+  // Its end forgets it: a context given its address later is timed.
+  f.engine->forget_green(converted);
+  CHECK_FALSE(f.launch());
+  f.reap();
+  CHECK(f.launch());
 }
