@@ -21,6 +21,11 @@ void configure(bool on, uint32_t every) {
 
 constinit std::atomic<Engine *> g_engine{nullptr};
 
+uint64_t next_engine_generation() {
+  static constinit std::atomic<uint64_t> made{0};
+  return made.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 Engine &make_engine() {
   // Constructed in static storage on first use (no load-time constructor, no allocation).
   alignas(Engine) static constinit unsigned char storage[sizeof(Engine)] = {};
@@ -114,6 +119,12 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local Pair *t_held_p
 // This thread's launch whose context had no pool, between begin() and end() (Ticket::unpooled):
 // counted by give_back_abandoned when a jump skips end().
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_unpooled = false;
+// The context this thread's driver last said is not green (green_current): a context that never
+// gets a pool (past kMaxContexts) asked on every launch — a driver call each (review Y). A green
+// context at its address later is known without asking: only cuCtxFromGreenCtx makes one
+// current, and every answer of it is noted (note_green).
+constinit __attribute__((tls_model("initial-exec"))) thread_local CUcontext t_not_green = nullptr;
+constinit __attribute__((tls_model("initial-exec"))) thread_local uint64_t t_not_green_of = 0;
 
 // This thread's id (gettid), once it launched on its per-thread default stream; 0 before. The
 // fork child's thread asks again (Engine::reset_in_child): its id is not its parent's.
@@ -525,12 +536,17 @@ bool Engine::known_green(CUcontext context) const {
 
 bool Engine::green_current(CUcontext context) {
   if (any_green() && known_green(context)) return true;
+  if (context == t_not_green && t_not_green_of == generation_) return false;
   CUcontext regular = nullptr;
   CUgreenCtx green = nullptr;
   // The NULL stream: the calling thread's current context, which is `context` (cuda.h).
-  if (stopped() || !api_.stream_get_ctx_v2 ||
-      api_.stream_get_ctx_v2(nullptr, &regular, &green) != CUDA_SUCCESS || !green)
-    return false;
+  if (stopped() || !api_.stream_get_ctx_v2) return false;
+  const CUresult asked = api_.stream_get_ctx_v2(nullptr, &regular, &green);
+  if (asked == CUDA_SUCCESS && !green) {
+    t_not_green = context;
+    t_not_green_of = generation_;
+  }
+  if (asked != CUDA_SUCCESS || !green) return false;
   note_green(context);  // later launches in it find it without a driver call
   return true;
 }

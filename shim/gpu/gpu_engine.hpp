@@ -276,6 +276,8 @@ struct Totals {
   uint64_t untimed[static_cast<unsigned>(Untimed::count_)] = {};
 };
 
+uint64_t next_engine_generation();
+
 class Engine {
  public:
   Engine() = default;
@@ -492,6 +494,9 @@ class Engine {
   std::atomic<CUcontext> greens_[kMaxGreenContexts] = {};  // note_green; null: free
   std::atomic<bool> greens_used_{false};
   std::atomic<bool> greens_full_said_{false};
+  // Which engine this is (a test makes many): a thread's memo of a context found not green
+  // (green_current) holds for the engine that asked only.
+  const uint64_t generation_ = next_engine_generation();
   bool known_green(CUcontext context) const;
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> timed_{0};

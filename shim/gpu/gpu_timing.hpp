@@ -238,14 +238,15 @@ auto around_green_context_destroy(CUgreenCtx green, Call &&call) {
   return result;
 }
 
-// A successful cuCtxFromGreenCtx (only when timing_on()): `context` is a green context's, never
+// A successful cuCtxFromGreenCtx (when timing may be on: launch_range.hpp gpu_timing_possible,
+// before the first graph call too): `context` is a green context's, never
 // timed (Engine::note_green).
 inline void note_green_context(CUcontext context) {
   engine().note_green(context);
 }
 
-// A successful cuDevicePrimaryCtxRetain (only when timing_on()): `context` is `device`'s primary
-// context, the one its last release or a reset ends.
+// A successful cuDevicePrimaryCtxRetain (when timing may be on, as above): `context` is `device`'s
+// primary context, the one its last release or a reset ends.
 inline void note_primary_context(CUdevice device, CUcontext context) {
   engine().note_primary(device, context);
 }

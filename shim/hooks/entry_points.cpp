@@ -121,7 +121,7 @@ Result intercept_green_context_destroy(RealFunction<Function> &function, Result,
                                        const void *caller, CUgreenCtx green) {
   Function real = function.get(caller);
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
-  if (!gpu::timing_on()) return real(green);
+  if (!gpu_timing_possible()) return real(green);  // a green context noted: forgotten
   return gpu::around_green_context_destroy(green, [&] { return real(green); });
 }
 
@@ -149,7 +149,8 @@ Result intercept_primary_retain(RealFunction<Function> &function, Result success
   Function real = function.get(caller);
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
   const Result result = real(context, device);
-  if (gpu::timing_on() && result == success && context) gpu::note_primary_context(device, *context);
+  if (gpu_timing_possible() && result == success && context)
+    gpu::note_primary_context(device, *context);
   return result;
 }
 
@@ -160,7 +161,7 @@ Result intercept_green_context_convert(RealFunction<Function> &function, Result 
   Function real = function.get(caller);
   if (__builtin_expect(real == nullptr, 0)) return missing_real_function(function, not_found);
   const Result result = real(context, green);
-  if (gpu::timing_on() && result == success && context) gpu::note_green_context(*context);
+  if (gpu_timing_possible() && result == success && context) gpu::note_green_context(*context);
   return result;
 }
 

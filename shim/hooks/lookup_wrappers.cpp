@@ -99,7 +99,7 @@ struct GreenContextDestroyHook {
   using Function = PFN_cuGreenCtxDestroy_v12040;
   static constexpr const char *kWhat = "cuGreenCtxDestroy";
   static CUresult call(Function genuine, CUgreenCtx green) {
-    if (!gpu::timing_on()) return genuine(green);
+    if (!gpu_timing_possible()) return genuine(green);  // a green context noted: forgotten
     return gpu::around_green_context_destroy(green, [&] { return genuine(green); });
   }
 };
@@ -127,7 +127,7 @@ struct PrimaryRetainHook {
   static constexpr const char *kWhat = "cuDevicePrimaryCtxRetain";
   static CUresult call(Function genuine, CUcontext *context, CUdevice device) {
     const CUresult result = genuine(context, device);
-    if (result == CUDA_SUCCESS && context && gpu::timing_on())
+    if (result == CUDA_SUCCESS && context && gpu_timing_possible())
       gpu::note_primary_context(device, *context);
     return result;
   }
@@ -138,7 +138,8 @@ struct GreenContextConvertHook {
   static constexpr const char *kWhat = "cuCtxFromGreenCtx";
   static CUresult call(Function genuine, CUcontext *context, CUgreenCtx green) {
     const CUresult result = genuine(context, green);
-    if (result == CUDA_SUCCESS && context && gpu::timing_on()) gpu::note_green_context(*context);
+    if (result == CUDA_SUCCESS && context && gpu_timing_possible())
+      gpu::note_green_context(*context);
     return result;
   }
 };
@@ -288,9 +289,8 @@ void *wrap_kind(HookKind kind, const char *how, void *found, bool per_thread) {
   // is still starting the shim: the wrapper, without waiting (activation.hpp wrap_lookups).
   if (!wrap_lookups()) return found;
   // GPU timing's setting is not known before the start has ended: wrapped then too (the
-  // wrappers pass straight through with timing off). The state first: its acquire orders the
-  // setting's read (read first, "off" could be seen just before the start ended with "on").
-  const bool timing = shim_state() == ShimState::undecided || gpu::timing_on();
+  // wrappers pass straight through with timing off).
+  const bool timing = gpu_timing_possible();
   switch (kind) {
     case HookKind::launch:
       if (per_thread) return WrapperSet<LaunchPerThreadHook>::wrap(how, found);

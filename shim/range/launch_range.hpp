@@ -29,6 +29,16 @@
 
 namespace ferrum_replay::shim {
 
+// Whether GPU timing may be on: on, or not known before the start has ended (it reads the
+// setting). What the timing needs from calls that come before any graph call — a lookup's
+// wrapper, a green context made current, a primary context retained — is kept then too: a
+// program that converts its green context before its first graph had it timed and pushed on
+// the reaper's thread (review Y). The state first: its acquire orders the setting's read
+// ("off" could be seen just before the start ended with "on").
+inline bool gpu_timing_possible() {
+  return shim_state() == ShimState::undecided || gpu::timing_on();
+}
+
 // This thread's open outermost intercepted call (launch, instantiate or destroy). The
 // runtime's cudaGraphLaunch reaches the driver's cuGraphLaunch underneath (and
 // cudaGraphInstantiate the driver's instantiate); both layers are intercepted, and the inner

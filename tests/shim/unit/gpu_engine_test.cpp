@@ -26,6 +26,7 @@ namespace {
 // A driver with one GPU clock per stream: an event recorded on a stream completes at the
 // stream's clock (advanced by `step_ns` per record) once `now` has passed it.
 struct FakeDriver {
+  int get_ctx_v2_calls = 0;             // cuStreamGetCtx_v2: is the current context green?
   uint64_t now = 1000000000;            // CLOCK_MONOTONIC, ns
   uint64_t gpu_offset = 12345;          // GPU time = CPU time - offset
   uint64_t launch_ns = 50000;           // what a graph takes between its two records
@@ -167,6 +168,7 @@ CUresult ctx_api_version(CUcontext context, unsigned *version) {
   return CUDA_SUCCESS;
 }
 CUresult stream_get_ctx_v2(CUstream, CUcontext *context, CUgreenCtx *green) {
+  ++fake->get_ctx_v2_calls;
   const bool is_green = fake->green.count(fake->current) != 0;
   *context = is_green ? reinterpret_cast<CUcontext>(0x42) : fake->current;
   *green = is_green ? reinterpret_cast<CUgreenCtx>(fake->current) : nullptr;
@@ -1145,10 +1147,15 @@ TEST_CASE(
   }
   f.reap();
   f.driver.current = context(gpu::kMaxContexts);
+  const int asked = f.driver.get_ctx_v2_calls;
   CHECK_FALSE(f.launch());
   CHECK_FALSE(f.launch());
+  for (int i = 0; i < 100; ++i) f.launch();
+  // Whether the 17th context is green: asked once, not at each of its launches (review Y: a
+  // driver call on every launch of a context that never gets a slot).
+  CHECK(f.driver.get_ctx_v2_calls - asked == 1);
   gpu::Totals totals = f.engine->totals();
-  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::contexts_full)] == 2);
+  CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::contexts_full)] == 102);
   CHECK(totals.untimed[static_cast<unsigned>(gpu::Untimed::pool_not_ready)] == gpu::kMaxContexts);
   CHECK(std::string(gpu::kUntimedNames[static_cast<unsigned>(gpu::Untimed::contexts_full)]) ==
         "over 16 contexts");

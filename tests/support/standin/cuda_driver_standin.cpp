@@ -180,6 +180,9 @@
 //   FERRUM_STANDIN_NO_EVENTS=1       a driver without the event API: cuGetProcAddress does not
 //                                    know the cuEvent* names; the exported functions return
 //                                    CUDA_ERROR_NOT_SUPPORTED.
+//   FERRUM_STANDIN_NO_STREAM_GET_CTX_V2=1  a CUDA 12.4 driver: green contexts, but no
+//                                    cuStreamGetCtx_v2 (12.5): cuGetProcAddress does not know
+//                                    it; the exported function returns CUDA_ERROR_NOT_SUPPORTED.
 //   FERRUM_STANDIN_EVENT_CREATE_FAIL=1  cuEventCreate returns CUDA_ERROR_OUT_OF_MEMORY.
 //   FERRUM_STANDIN_EVENT_QUERY_HANG_MS=N[,K]  every cuEventQuery (outside bench mode), or the
 //                                    first K of the process, first waits N ms, not a
@@ -395,6 +398,7 @@ struct Config {
   size_t launch_queue = 1024;
   long long launch_call_ns = 0;
   bool no_events = false;
+  bool no_stream_get_ctx_v2 = false;
   bool event_create_fail = false;
   long long event_query_hang_ns = 0;
   unsigned long long event_query_hangs = ~0ull;  // how many queries wait (the first K)
@@ -453,6 +457,7 @@ __attribute__((noinline)) Config read_config() {
     c.destroy_wait_ns = std::max(0LL, std::strtoll(v, nullptr, 0)) * 1000000LL;
   }
   c.no_events = env_flag("FERRUM_STANDIN_NO_EVENTS");
+  c.no_stream_get_ctx_v2 = env_flag("FERRUM_STANDIN_NO_STREAM_GET_CTX_V2");
   c.event_create_fail = env_flag("FERRUM_STANDIN_EVENT_CREATE_FAIL");
   if (const char *v = std::getenv("FERRUM_STANDIN_EVENT_QUERY_HANG_MS"); v && v[0] != '\0') {
     char *end = nullptr;
@@ -1502,6 +1507,7 @@ CUresult stream_get_ctx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreen
 INTERNAL CUresult i_cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx,
                                       CUgreenCtx *pGreenCtx) try {
   STANDIN_DIRTY_ERRNO();
+  if (config().no_stream_get_ctx_v2) return CUDA_ERROR_NOT_SUPPORTED;
   return stream_get_ctx_v2(hStream, pCtx, pGreenCtx, false);
 }
 STANDIN_OUT_OF_MEMORY
@@ -1509,6 +1515,7 @@ STANDIN_OUT_OF_MEMORY
 INTERNAL CUresult i_cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx,
                                            CUgreenCtx *pGreenCtx) try {
   STANDIN_DIRTY_ERRNO();
+  if (config().no_stream_get_ctx_v2) return CUDA_ERROR_NOT_SUPPORTED;
   return stream_get_ctx_v2(hStream, pCtx, pGreenCtx, true);
 }
 STANDIN_OUT_OF_MEMORY
@@ -3507,6 +3514,8 @@ INTERNAL CUresult i_cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda
   for (const ProcEntry &e : proc_table()) {
     if (std::strcmp(e.name, symbol) != 0) continue;
     if (c.no_events && std::strncmp(symbol, "cuEvent", 7) == 0) break;  // a driver without them
+    if (c.no_stream_get_ctx_v2 && e.version >= 12050 && std::strcmp(symbol, "cuStreamGetCtx") == 0)
+      continue;  // a 12.4 driver: only the first version
     name_known = true;
     if (e.version <= cudaVersion && (best == nullptr || e.version > best->version)) best = &e;
   }
