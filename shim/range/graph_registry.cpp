@@ -322,10 +322,8 @@ void GraphRegistry::vacate(Slot &slot) {
   note_room();
 }
 
-// The one place a name becomes visible: false when no label could be had (the pool at its
-// bound, or no memory for its next chunk), and then nothing of the record's shown name has
-// changed — the callers put back what they wrote for it (F170: a rename that could not be shown
-// was reported as taken, and the record's {name} said otherwise than its label).
+// The message counts (MessageCounts): every live graph's message, and apart those shown as a
+// person's whole name, by (message, name) — graph_naming.hpp's rule on sharing.
 void GraphRegistry::count_message(const GraphLabel &label) {
   messages_.add(hash_text(label.text));
   if (label.shared_key) shared_messages_.add(label.shared_key);
@@ -336,6 +334,10 @@ void GraphRegistry::forget_message(const GraphLabel &label) {
   if (label.shared_key) shared_messages_.remove(label.shared_key);
 }
 
+// The one place a name becomes visible: false when no label could be had (the pool at its
+// bound, or no memory for its next chunk), and then nothing of the record's shown name has
+// changed — the callers put back what they wrote for it (F170: a rename that could not be shown
+// was reported as taken, and the record's {name} said otherwise than its label).
 bool GraphRegistry::relabel(GraphRecord &record) {
   GraphLabel *label = labels_.allocate();
   if (!label) {
