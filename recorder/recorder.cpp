@@ -96,10 +96,12 @@ std::string command_display_name(std::string_view cmdline) {
   // An interpreter's name says little ("python3"): name the script or module it runs too. Only
   // those, never the other arguments (they may hold tokens or paths nobody meant to share).
   if (name.rfind("python", 0) == 0 && argv.size() > 1) {
+    // Appended piece by piece: `" " + std::string(...)` trips GCC 12's -Wrestrict at -O3 (a
+    // false positive in its inlined insert), and a release build is -Werror too.
     if (argv[1] == "-m" && argv.size() > 2)
-      name += " -m " + std::string(argv[2]);
+      name.append(" -m ").append(argv[2]);
     else if (!argv[1].empty() && argv[1][0] != '-')
-      name += " " + std::string(base(argv[1]));
+      name.append(" ").append(base(argv[1]));
   }
   return name;
 }
