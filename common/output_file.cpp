@@ -819,24 +819,34 @@ bool is_own_file_starting_with(const char *path, const char *const *headers) {
   return ours;
 }
 
-uint64_t process_start_realtime_ns() {
+namespace {
+// /proc/self/stat's starttime: clock ticks after boot. False where it cannot be read.
+bool process_start_ticks(unsigned long long *ticks) {
   OwnDescriptor stat_file(open("/proc/self/stat", O_RDONLY | O_CLOEXEC), "/proc/self/stat",
                           /*follow=*/true);
   char buf[1024] = {};
   const ssize_t n = stat_file.ours() ? pread(stat_file.get(), buf, sizeof buf - 1, 0) : -1;
   stat_file.close();
-  if (n <= 0) return 0;
+  if (n <= 0) return false;
   buf[n] = '\0';
   // Fields after the command name, which may itself hold spaces and parentheses.
   const char *p = strrchr(buf, ')');
-  if (!p) return 0;
+  if (!p || p[1] != ' ') return false;
   p += 2;  // field 3 (state); starttime is field 22
   for (int field = 3; field < 22 && *p; ++field) {
     p = strchr(p, ' ');
-    if (!p) return 0;
+    if (!p) return false;
     ++p;
   }
-  const unsigned long long ticks = strtoull(p, nullptr, 10);
+  if (*p < '0' || *p > '9') return false;
+  *ticks = strtoull(p, nullptr, 10);
+  return true;
+}
+}  // namespace
+
+uint64_t process_start_realtime_ns() {
+  unsigned long long ticks = 0;
+  if (!process_start_ticks(&ticks)) return 0;
   const long hz = sysconf(_SC_CLK_TCK);
   timespec boot{}, real{};
   if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0 ||
@@ -848,6 +858,28 @@ uint64_t process_start_realtime_ns() {
   const uint64_t since_boot = static_cast<uint64_t>(ticks) * (1000000000u / hz);
   const uint64_t uptime = ns(boot);
   return uptime >= since_boot ? ns(real) - (uptime - since_boot) : 0;
+}
+
+bool process_start_key(char *out, size_t size) {
+  unsigned long long ticks = 0;
+  if (size == 0 || !process_start_ticks(&ticks)) return false;
+  // The boot's id: starttime counts from boot, so two boots' processes may share it.
+  char boot[64] = {};
+  OwnDescriptor boot_file(open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC),
+                          "/proc/sys/kernel/random/boot_id", /*follow=*/true);
+  const ssize_t n = boot_file.ours() ? pread(boot_file.get(), boot, sizeof boot - 1, 0) : -1;
+  boot_file.close();
+  size_t length = n > 0 ? static_cast<size_t>(n) : 0;
+  while (length > 0 && (boot[length - 1] == '\n' || boot[length - 1] == ' ')) --length;
+  for (size_t i = 0; i < length; ++i) {  // a hex id with dashes; anything else is not used
+    const char c = boot[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '-'))
+      length = 0;
+  }
+  boot[length] = '\0';
+  const int written =
+      length > 0 ? snprintf(out, size, "%s+%llu", boot, ticks) : snprintf(out, size, "%llu", ticks);
+  return written > 0 && static_cast<size_t>(written) < size;
 }
 
 bool directory_of(const char *path, char *out, size_t out_size) {

@@ -193,6 +193,15 @@ bool is_own_file_starting_with(const char *path, const char *const *headers);
 // moved onto the wall clock (a forked child's is the fork).
 uint64_t process_start_realtime_ns();
 
+// Which process this is, over the whole life of the machine: "BOOT+TICKS", the boot's id
+// (/proc/sys/kernel/random/boot_id) and /proc/self/stat's starttime (TICKS alone where the boot
+// id cannot be read). A pid alone is not: in containers (PID namespaces) every run's program may
+// be pid 1. The shim's launch summary and the recorder's trace both carry it, read by each from
+// here, so that `check` never joins one run's summary with another run's trace. False, `out`
+// unset, where /proc/self/stat cannot be read or `size` is too small.
+bool process_start_key(char *out, size_t size);
+inline constexpr size_t kProcessStartKeySize = 96;
+
 // The directory part of `path` ("." for a bare name). False if it does not fit.
 bool directory_of(const char *path, char *out, size_t out_size);
 

@@ -104,6 +104,8 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
   char host[256];
   common::host_name(host, sizeof host);
   snap.host = host;
+  char started[common::kProcessStartKeySize];
+  if (common::process_start_key(started, sizeof started)) snap.process_start = started;
   const ExpandedPath expanded =
       expand_output_pattern(settings.out_pattern, snap.pid, host, common::process_env, nullptr);
   const bool nothing = !expanded.too_long && expanded.path.empty();

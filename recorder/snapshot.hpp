@@ -85,7 +85,10 @@ struct Snapshot {
   TickScale scale;                         // events' ticks to CLOCK_MONOTONIC ns (clock.hpp)
   const char *clock_source = "monotonic";  // what the ticks were read from (TickClock)
   std::string host;                        // host name, filled in by the exit report
-  std::string rank_variable, rank_value;   // the job rank (settings.hpp), if any
+  // This process's start key (common/output_file.hpp: boot id and start time), filled in by the
+  // exit report: the shim's launch summary names the same, and `check` joins the two by it.
+  std::string process_start;
+  std::string rank_variable, rank_value;  // the job rank (settings.hpp), if any
   // What the trace was written for, filled in by the exit report: the name the process was
   // asked to write (a sibling of a fixed name writes NAME.<pid>.json for NAME), and the
   // wrapper's session stamp (FERRUM_RECORD_SESSION). `record` reads them to tell its own

@@ -454,6 +454,10 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   // (monotonic origins on one host, wall-clock origins across hosts) and name them by rank.
   out.text(",\"host\":");
   out.string(snap.host);
+  if (!snap.process_start.empty()) {
+    out.text(",\"processStart\":");
+    out.string(snap.process_start);
+  }
   field(",\"clock\":{\"originMonotonicNs\":", snap.origin_ns);
   field(",\"originRealtimeNs\":", snap.origin_realtime_ns);
   out.text("},\"clockSource\":\"");

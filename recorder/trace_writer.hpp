@@ -14,13 +14,16 @@
 //                     "protocolErrors":{"popWithoutPush":N,"popWrongDomain":N,"openAtExit":N,
 //                                       "endUnknownId":N,"startOpenAtExit":N},
 //                     "domains":["ferrum-replay","global"],"host":"name",
+//                     "processStart":"BOOT+TICKS",
 //                     "clock":{"originMonotonicNs":N,"originRealtimeNs":N},
 //                     "gpu":{"timed":N,"inFlightAtExit":N,"notTimed":N,"alignErrorNs":N},
 //                     "rank":{"variable":"RANK","value":"3"},       (rank only in a job rank)
 //                     "output":"/abs/name.json","session":"/tmp/ferrum-replay-stamp.X",
 //                     "writer":"ferrum-replay recorder"}}
 // ("output": the name the process was asked to write, before any fresh name; "session": the
-// wrapper's stamp, only under `ferrum-replay record`; both last, in the 64 KiB tail.)
+// wrapper's stamp, only under `ferrum-replay record`; both last, in the 64 KiB tail.
+// "processStart": common::process_start_key, which the shim's launch summary names too, so that
+// `check` joins the two files of one run only; left out where /proc/self/stat cannot be read.)
 // The file ends with kTraceTrailer, whatever the block holds before it (is_ferrum_trace_file).
 //
 // GPU time per replay (only when the shim took the recorder's GPU sink; "gpu" then appears in

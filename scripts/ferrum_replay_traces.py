@@ -1262,13 +1262,14 @@ def by_graph(scans, domain, gpu=False):
 
 
 def numbered_ranges(scans, domain):
-    """{pid: Counter({graph number: ranges})} of `domain`'s ranges (0: ranges without one)."""
+    """{(scan index, pid): Counter({graph number: ranges})} of `domain`'s ranges (0: ranges
+    without one)."""
     out = collections.defaultdict(collections.Counter)
-    for scan in scans:
+    for index, scan in enumerate(scans):
         for (pid, cat), graphs in scan.graphs.items():
             if cat != domain:
                 continue
-            counts, owner, ranges = out[pid], graphs.owner, scan.stats[(pid, cat)].count
+            counts, owner, ranges = out[(index, pid)], graphs.owner, scan.stats[(pid, cat)].count
             for row, category in enumerate(owner):
                 if category >= 0:
                     counts[category] += ranges[row]
@@ -1278,18 +1279,24 @@ def numbered_ranges(scans, domain):
 
 
 def trace_processes(scans):
-    """{pid a process ran with: {its pid in the traces' events}}: a merged trace renumbers pids
-    two inputs share, and its merged[] entries say which was which."""
+    """{pid a process ran with: {(scan index, its pid in that trace's events, its start key or
+    None)}}: a merged trace renumbers pids two inputs share, and its merged[] entries say which
+    was which. The start key (processStart, common/output_file.hpp) tells two runs of one pid
+    apart (containers: every run's program may be pid 1)."""
+    def start_of(meta):
+        start = meta.get("processStart")
+        return start if isinstance(start, str) else None
+
     out = collections.defaultdict(set)
-    for scan in scans:
+    for index, scan in enumerate(scans):
         m = scan.meta
         if scan.merged:
             for entry in m["merged"]:
                 if (isinstance(entry, dict) and _is_int(entry.get("pid")) and
                         _is_int(entry.get("mergedPid"))):
-                    out[entry["pid"]].add(entry["mergedPid"])
+                    out[entry["pid"]].add((index, entry["mergedPid"], start_of(entry)))
         elif m and _is_int(m.get("pid")):
-            out[m["pid"]].add(m["pid"])
+            out[m["pid"]].add((index, m["pid"], start_of(m)))
     return out
 
 
@@ -1830,6 +1837,8 @@ def cmd_merge(args):
             else:
                 merged.append({"file": os.path.abspath(path), "pid": m.get("pid"),
                                "mergedPid": pid_map.get(m.get("pid")), "host": m.get("host"),
+                               **({"processStart": m["processStart"]}
+                                  if isinstance(m.get("processStart"), str) else {}),
                                "rank": m.get("rank"), "clock": clock_of(m) or None,
                                "shiftUs": round(shift, 3),
                                **({"earlierRun": True} if path in earlier_inputs else {})})
@@ -3481,10 +3490,12 @@ SUMMARY_HEADER = re.compile(r" *graph +launches +failed +rejected +(gpu n +gpu t
 SUMMARY_LINE_LIMIT = 1 << 20  # bytes of a summary's line: a longer one is no row (1 MiB names)
 
 
-# The process a summary counts: "(pid N)" at the end of the line before its header (the one
-# part of the title relied on). A table without it (an older shim's, or a file a wrapper made)
-# is joined with the traces by name alone.
-SUMMARY_PID = re.compile(r".*\(pid (\d+)\) *\Z")
+# The process a summary counts: "(pid N, started KEY)" at the end of the line before its header
+# (the one part of the title relied on): its pid and its start key (common/output_file.hpp), which
+# the recorder's trace also carries (processStart). A title without the key (an older shim's, or
+# /proc unreadable) is joined by pid alone; a table without either (a file a wrapper made) is
+# joined with the traces by name alone.
+SUMMARY_PID = re.compile(r".*\(pid (\d+)(?:, started ([0-9A-Fa-f+-]+))?\) *\Z")
 
 
 class LaunchTable:
@@ -3492,10 +3503,11 @@ class LaunchTable:
     graphs' rows (`rows()`: (ordinal, name, launches, failed, rejected)), and the destroyed
     graphs' totals row, a Counter. Compact: a summary may have a row for each of 10^6 graphs."""
 
-    __slots__ = ("pid", "ordinals", "names", "launches", "failed", "rejected", "recycled")
+    __slots__ = ("pid", "start", "ordinals", "names", "launches", "failed", "rejected",
+                 "recycled")
 
-    def __init__(self, pid):
-        self.pid = pid
+    def __init__(self, pid, start=None):
+        self.pid, self.start = pid, start
         self.ordinals, self.names = array("q"), []
         self.launches, self.failed, self.rejected = array("q"), array("q"), array("q")
         self.recycled = collections.Counter()
@@ -3557,7 +3569,7 @@ def read_launch_summary(handle, tables):
         header = SUMMARY_HEADER.match(line)
         if header:
             pid = SUMMARY_PID.match(previous) if previous is not None else None
-            table = LaunchTable(int(pid[1]) if pid else None)
+            table = LaunchTable(int(pid[1]) if pid else None, pid[2] if pid else None)
             tables.append(table)
             row_layout = SUMMARY_GPU_ROW if header[1] else SUMMARY_ROW
             continue
@@ -3813,22 +3825,40 @@ def cmd_check(args):
         # this run's traces, or a process that wrote none) — never matched by name instead.
         numbered = {} if args.nsys_stats else numbered_ranges(scans, domain)
         processes = {} if args.nsys_stats else trace_processes(scans)
-        joined = set()  # the trace pids of the processes joined by number
+        joined = set()  # the (trace index, event pid) of the processes joined by number
         unexplained = False  # ranges of numbers no row accounts for, in a joined process
         several = len({table.pid for table in tables}) > 1
         for pid in sorted({table.pid for table in tables if table.pid is not None}):
             if args.nsys_stats:
                 break
-            held = processes.get(pid)
-            if not held:
+            candidates = processes.get(pid, set())
+            if not candidates:
                 failures.append(f"the launch summary of process {pid} matches no process of the "
                                 "traces (another run's summary, or that process wrote no trace)")
                 continue
+            # Where both sides say when the process started, they must agree: an earlier run's
+            # summary of the same pid (a container's pid 1) beside this run's trace passed on
+            # its counts (review Y3). A side that does not say (an older shim or recorder)
+            # matches by pid.
+            known = {start for _, _, start in candidates}
+            own = []
+            for table in (t for t in tables if t.pid == pid):
+                if table.start is None or None in known or table.start in known:
+                    own.append(table)
+                else:
+                    failures.append(
+                        f"the launch summary of process {pid} (started {table.start}) matches no "
+                        "process of the traces: the traces' process of that pid started at "
+                        f"another time (another run's summary, or that run wrote no trace)")
+            if not own:
+                continue
+            starts = {table.start for table in own}
+            held = {(index, traced) for index, traced, start in candidates
+                    if start is None or None in starts or start in starts}
             joined |= held
             ranges, gone, rowed = collections.Counter(), collections.Counter(), 0
             for traced in held:  # two processes that ran with one pid (hosts, reuse): summed
                 ranges.update(numbered.get(traced, {}))
-            own = [table for table in tables if table.pid == pid]
             if len(own) == 1:  # the usual: one summary per process, each number once
                 rows = own[0].rows()
             else:  # the same pid in several summaries (hosts): their rows summed per number
@@ -3854,9 +3884,9 @@ def cmd_check(args):
             [t for t in tables if t.pid is None or args.nsys_stats])
         if joined:
             named = NameStats()
-            for scan in scans:
+            for index, scan in enumerate(scans):
                 for (pid, cat), stats in scan.stats.items():
-                    if cat == domain and pid not in joined:
+                    if cat == domain and (index, pid) not in joined:
                         named.merge(stats)
         else:
             named = counts

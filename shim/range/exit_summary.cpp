@@ -185,11 +185,16 @@ bool write_exit_summary() {
   });
   qsort(rows, filled, sizeof *rows, by_ordinal);
   const bool gpu = gpu::timing_on();
+  // The process, as `check` matches it with a trace: its pid, and when it started (a pid alone
+  // is every container's program's, pid 1), the key the recorder writes too (output_file.hpp).
+  char started[common::kProcessStartKeySize];
+  const bool start_known = common::process_start_key(started, sizeof started);
   text.append(
       "ferrum-replay launch summary: %zu graphs, %llu launches, %llu failed, %llu rejected pushes "
-      "(pid %d)\n",
+      "(pid %d%s%s)\n",
       graphs, static_cast<unsigned long long>(launches), static_cast<unsigned long long>(failed),
-      static_cast<unsigned long long>(rejected), static_cast<int>(getpid()));
+      static_cast<unsigned long long>(rejected), static_cast<int>(getpid()),
+      start_known ? ", started " : "", start_known ? started : "");
   text.append("  %5s  %10s  %8s  %8s  ", "graph", "launches", "failed", "rejected");
   if (gpu)
     text.append("%8s  %10s  %9s  %9s  %9s  %9s  %9s  ", "gpu n", "gpu tot ms", "mean us", "min us",

@@ -10,9 +10,12 @@
 // file written during this run by another process is left alone and the summary goes beside it
 // (PATH.1.EXT, PATH.<pid>.EXT), with one line. The summary's path: process_files.hpp.
 //
-//   ferrum-replay launch summary: 5 graphs, 340 launches, 0 failed, 0 rejected pushes (pid 4242)
+//   ferrum-replay launch summary: 5 graphs, 340 launches, 0 failed, 0 rejected pushes (pid 4242,
+//   started 0f5e7d2a-5e43-4b8e-9d0c-4a1f6f7b2c10+1234567)
 //     graph  launches  failed  rejected  name
 //         1        20       0         0  capture_prefill
+// (the title is one line; "started" is the process's start key, common/output_file.hpp, also in
+// the recorder's trace: `check` joins a summary with the trace of the same run only).
 #pragma once
 
 #include <stddef.h>

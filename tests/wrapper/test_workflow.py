@@ -5103,7 +5103,7 @@ def test_graph_renamed_after_launches(tmp):
     same = write(os.path.join(tmp, "same.json"), json.dumps(document))
     with open(other_summary, encoding="utf-8") as handle:
         same_summary = write(os.path.join(tmp, "same.txt"),
-                             re.sub(r"\(pid \d+\)", f"(pid {pid})", handle.read()))
+                             re.sub(r"\(pid \d+", f"(pid {pid}", handle.read()))
     both = os.path.join(tmp, "both.json")
     done = wrapper("merge", "-o", both, trace, same, cwd=tmp)
     expect(done.returncode == 0, "merge of two processes of one pid", done)
@@ -5124,6 +5124,69 @@ def test_graph_renamed_after_launches(tmp):
            [row[:2] + [row[3], row[5]] for row in rows] ==
            [["decode", "0", "11", "11"], ["decode", "1", "11", "11"]],
            "compare: one row per graph", done)
+
+
+def test_summary_of_another_run_same_pid(tmp):
+    """A pid does not name a run: in containers every run's program may be pid 1, and an
+    earlier run's launch summary (or trace) left at its name beside this run's other file was
+    joined with it by pid and passed `check` wherever the counts agreed (review Y3). The shim's
+    summary and the recorder's trace now both say when their process started (the title's
+    "started KEY", the trace's processStart); `check` joins only a summary and a trace that
+    agree, and names the mismatch either way round."""
+    program = [launch_driver(), "--graphs", "2", "--iters", "11", "--name-graphs", "decode"]
+    env = {"FERRUM_REPLAY_SITE": "off"}
+
+    def recorded(name):
+        summary = os.path.join(tmp, f"{name}.txt")
+        done = wrapper("record", "-o", f"{name}.json", "--", *program, cwd=tmp,
+                       env={**env, "FERRUM_REPLAY_SUMMARY": summary})
+        expect(done.returncode == 0, f"{name}: the run", done)
+        return os.path.join(tmp, f"{name}.json"), summary
+
+    first, first_summary = recorded("first")
+    later, later_summary = recorded("later")
+    with open(later, encoding="utf-8") as handle:
+        meta = json.load(handle)["ferrumReplay"]
+    pid, start = meta["pid"], meta.get("processStart")
+    with open(later_summary, encoding="utf-8") as handle:
+        title = handle.readline()
+    expect(isinstance(start, str) and f"(pid {pid}, started {start})" in title,
+           f"the trace's processStart {start!r} and the summary's title {title!r} name one start")
+    done = wrapper("check", "--launch-summary", later_summary, later, cwd=tmp)
+    expect(done.returncode == 0 and "the shim's 22 launches all have their range" in done.stdout,
+           "the run's own summary and trace", done)
+
+    def as_pid(path, name):
+        """The file of the first run as if its process had had the later run's pid."""
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        if path.endswith(".txt"):
+            return write(os.path.join(tmp, name), re.sub(r"\(pid \d+", f"(pid {pid}", text))
+        document = json.loads(text)
+        was = document["ferrumReplay"]["pid"]
+        for event in document["traceEvents"]:
+            if event.get("pid") == was:
+                event["pid"] = pid
+            if event.get("tid") == was:
+                event["tid"] = pid
+        document["ferrumReplay"]["pid"] = pid
+        return write(os.path.join(tmp, name), json.dumps(document))
+
+    # The earlier run's summary beside the later run's trace, and the other way round: same pid,
+    # same counts, another run. Both FAIL, naming the summary's start.
+    for label, summary, trace in (
+            ("an earlier run's summary", as_pid(first_summary, "first-as-later.txt"), later),
+            ("an earlier run's trace", later_summary, as_pid(first, "first-as-later.json"))):
+        done = wrapper("check", "--launch-summary", summary, trace, cwd=tmp)
+        expect(done.returncode == 1 and f"the launch summary of process {pid} (started " in
+               done.stdout and "started at another time" in done.stdout, label, done)
+    # A summary whose title names no start (an older shim's) is still joined by its pid.
+    with open(later_summary, encoding="utf-8") as handle:
+        older = write(os.path.join(tmp, "older.txt"),
+                      re.sub(r", started [^)]*\)", ")", handle.read(), count=1))
+    done = wrapper("check", "--launch-summary", older, later, cwd=tmp)
+    expect(done.returncode == 0 and "the shim's 22 launches all have their range" in done.stdout,
+           "a summary without a start, joined by pid", done)
 
 
 def test_launch_summary_names_exact(tmp):
