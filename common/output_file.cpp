@@ -860,6 +860,20 @@ uint64_t process_start_realtime_ns() {
   return uptime >= since_boot ? ns(real) - (uptime - since_boot) : 0;
 }
 
+uint64_t run_start_realtime_ns(const char *session_file, uint64_t also_ns) {
+  uint64_t start = 0;
+  const auto earliest = [&start](uint64_t t) {
+    if (t != 0 && (start == 0 || t < start)) start = t;
+  };
+  earliest(process_start_realtime_ns());
+  earliest(also_ns);
+  struct stat session {};
+  if (session_file && *session_file && stat(session_file, &session) == 0)
+    earliest(static_cast<uint64_t>(session.st_mtim.tv_sec) * 1000000000u +
+             static_cast<uint64_t>(session.st_mtim.tv_nsec));
+  return start;
+}
+
 bool process_start_key(char *out, size_t size) {
   unsigned long long ticks = 0;
   if (size == 0 || !process_start_ticks(&ticks)) return false;
@@ -876,9 +890,19 @@ bool process_start_key(char *out, size_t size) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '-'))
       length = 0;
   }
+  if (length == 0) boot[length++] = '0';
   boot[length] = '\0';
-  const int written =
-      length > 0 ? snprintf(out, size, "%s+%llu", boot, ticks) : snprintf(out, size, "%llu", ticks);
+  // The PID namespace's inode: sandboxed workers (bwrap, nsjail, `unshare --pid`) are each pid 1
+  // of a namespace of their own, and those started in one clock tick share the start time.
+  char ns[64] = {};
+  const ssize_t ns_length = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  unsigned long long ns_inode = 0;
+  if (ns_length > 0) {
+    ns[ns_length] = '\0';
+    const char *digits = strchr(ns, '[');
+    if (digits) ns_inode = strtoull(digits + 1, nullptr, 10);
+  }
+  const int written = snprintf(out, size, "%s+%llu+%llu", boot, ns_inode, ticks);
   return written > 0 && static_cast<size_t>(written) < size;
 }
 

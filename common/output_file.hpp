@@ -193,12 +193,23 @@ bool is_own_file_starting_with(const char *path, const char *const *headers);
 // moved onto the wall clock (a forked child's is the fork).
 uint64_t process_start_realtime_ns();
 
-// Which process this is, over the whole life of the machine: "BOOT+TICKS", the boot's id
-// (/proc/sys/kernel/random/boot_id) and /proc/self/stat's starttime (TICKS alone where the boot
-// id cannot be read). A pid alone is not: in containers (PID namespaces) every run's program may
-// be pid 1. The shim's launch summary and the recorder's trace both carry it, read by each from
-// here, so that `check` never joins one run's summary with another run's trace. False, `out`
-// unset, where /proc/self/stat cannot be read or `size` is too small.
+// When the run this process belongs to began, in CLOCK_REALTIME ns (0 if unknown): the earliest
+// of this process's start, `also_ns` (0: none; the recorder's start, which a fork child inherits)
+// and the modification time of `session_file` (the wrapper's session stamp,
+// FERRUM_RECORD_SESSION, made before the program started; null or "" for none). What place_output
+// then finds written since is a sibling process's of this run: kept, never replaced. One rule for
+// the recorder's traces and the shim's summaries (a later process of a run replaced an earlier
+// one's summary, which the trace beside it kept: review AA2).
+uint64_t run_start_realtime_ns(const char *session_file, uint64_t also_ns);
+
+// Which process this is, over the whole life of the machine: "BOOT+PIDNS+TICKS", the boot's id
+// (/proc/sys/kernel/random/boot_id), the inode of its PID namespace (/proc/self/ns/pid) and
+// /proc/self/stat's starttime in clock ticks after boot ("0" for a part that cannot be read). A
+// pid alone is not: in containers (PID namespaces) every run's program may be pid 1, and
+// sandboxed workers started in one clock tick are pid 1 of sibling namespaces. The shim's launch
+// summary and the recorder's trace both carry it, read by each from here, so that the judges
+// never join one run's summary with another run's trace, nor take two workers for one. False,
+// `out` unset, where /proc/self/stat cannot be read or `size` is too small.
 bool process_start_key(char *out, size_t size);
 inline constexpr size_t kProcessStartKeySize = 96;
 

@@ -53,26 +53,6 @@ bool name_of_other_process(long pid, char *out, size_t out_size, void *context) 
   return true;
 }
 
-uint64_t mtime_ns(const struct stat &st) {
-  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
-         static_cast<uint64_t>(st.st_mtim.tv_nsec);
-}
-
-// The earliest of: this process's start, the recorder's start (a forked child inherits its
-// parent's), the session's start (FERRUM_RECORD_SESSION). 0 if none is known.
-uint64_t run_start_ns(uint64_t origin_realtime_ns, const std::string &session_file) {
-  uint64_t start = 0;
-  const auto earliest = [&start](uint64_t t) {
-    if (t != 0 && (start == 0 || t < start)) start = t;
-  };
-  earliest(common::process_start_realtime_ns());
-  earliest(origin_realtime_ns);
-  struct stat session {};
-  if (!session_file.empty() && ::stat(session_file.c_str(), &session) == 0)
-    earliest(mtime_ns(session));
-  return start;
-}
-
 // What was recorded deserves a file: a range, a mark, a start/end range, a rejected push or a
 // protocol error. A process
 // that never launched a graph nor used NVTX itself (a CPU-only worker forked by a launcher)
@@ -128,7 +108,8 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
     snap.session = settings.session_file;
     TraceFileOptions options;
     options.force = settings.force;
-    options.run_start_ns = run_start_ns(snap.origin_realtime_ns, settings.session_file);
+    options.run_start_ns =
+        common::run_start_realtime_ns(settings.session_file.c_str(), snap.origin_realtime_ns);
     // A %p pattern: each process's name is its own, and a process killed while it wrote left a
     // temporary under a name no later run takes. Those of dead processes of this pattern, in the
     // same directory, go too (their checks: remove_dead_temps).

@@ -926,8 +926,8 @@ def pid_labels(scan):
 
 def pid_runs(scan):
     """{pid: the process's run} for each pid of a trace's events (a merged trace's pids are its
-    own): (host, pid, recorder start) as run_identities tells runs apart, or, for a process
-    without a recorder start, (path, pid): its file's own."""
+    own): (host, pid, recorder start, process start) as run_identities tells runs apart, or, for
+    a process without a recorder start, (path, pid): its file's own."""
     m = scan.meta
     entries = {}  # pid in the events -> the object that names its run
     if scan.merged:
@@ -939,7 +939,7 @@ def pid_runs(scan):
     runs = {}
     for pid in {pid for pid, _ in scan.stats} | {pid for pid, _ in scan.gpu_stats}:
         found = run_identities(entries[pid])[0] if pid in entries else ()
-        runs[pid] = min(found) if found else (scan.path, str(pid), None)
+        runs[pid] = min(found) if found else (scan.path, str(pid), None, None)
     return runs
 
 
@@ -982,20 +982,23 @@ def process_row_labels(scans):
 
 
 def process_keys(scan):
-    """The processes a trace holds, as (host, pid, recorder start): the recorder's own, or
-    those a merged trace lists (older merged traces: the pids of its ranges)."""
+    """The processes a trace holds, as (host, pid, recorder start, process start): the
+    recorder's own, or those a merged trace lists (older merged traces: the pids of its
+    ranges)."""
     m = scan.meta
     if scan.merged:
         entries = [e for e in m["merged"] if isinstance(e, dict)]
         if entries and all("pid" in e for e in entries):
             return {(str(e.get("host")), str(e.get("pid")),
                      str((e.get("clock") or {}).get("originRealtimeNs")
-                         if isinstance(e.get("clock"), dict) else None)) for e in entries}
-        return {(scan.path, str(pid), None) for pid, _ in scan.stats}
+                         if isinstance(e.get("clock"), dict) else None),
+                     process_start_of(e)) for e in entries}
+        return {(scan.path, str(pid), None, None) for pid, _ in scan.stats}
     clock = m.get("clock") if isinstance(m.get("clock"), dict) else {}
     if not m:
-        return {(scan.path, None, None)}
-    return {(str(m.get("host")), str(m.get("pid")), str(clock.get("originRealtimeNs")))}
+        return {(scan.path, None, None, None)}
+    return {(str(m.get("host")), str(m.get("pid")), str(clock.get("originRealtimeNs")),
+             process_start_of(m))}
 
 
 def count_processes(scans):
@@ -1005,11 +1008,21 @@ def count_processes(scans):
     return len(keys)
 
 
+def process_start_of(meta):
+    """A trace's (or merged[] entry's) processStart: the process's start key
+    (common/output_file.hpp: boot, PID namespace, start tick), or "" when it has none."""
+    start = meta.get("processStart") if isinstance(meta, dict) else None
+    return start if isinstance(start, str) else ""
+
+
 def run_identities(meta):
-    """(the processes a trace holds, as (host, pid, recorder start); whether that is all it
-    holds). A process without a recorder start has no identity: that start (originRealtimeNs,
-    to the nanosecond) is what tells one run of a process from another, and two traces that
-    share an identity hold the same run's data."""
+    """(the processes a trace holds, as (host, pid, recorder start, process start); whether that
+    is all it holds). A process without a recorder start has no identity: that start
+    (originRealtimeNs, to the nanosecond) is what tells one run of a process from another, and two
+    traces that share an identity hold the same run's data. The process start (processStart, ""
+    in older traces) tells apart what the recorder start cannot: fork children inherit their
+    parent's recorder start, and sandboxed workers forked into PID namespaces of their own are
+    each pid 1 (review AA3)."""
     merged = meta.get("merged")
     entries = merged if isinstance(merged, list) else [meta]
     found, complete = set(), True
@@ -1018,7 +1031,8 @@ def run_identities(meta):
         clock = entry.get("clock") if isinstance(entry.get("clock"), dict) else {}
         start = clock.get("originRealtimeNs")
         if start is not None and "pid" in entry:
-            found.add((str(entry.get("host")), str(entry.get("pid")), str(start)))
+            found.add((str(entry.get("host")), str(entry.get("pid")), str(start),
+                       process_start_of(entry)))
         else:
             complete = False
     return found, complete
@@ -1047,7 +1061,7 @@ def distinct_runs(paths, metas):
                               holder > i):
             kept.append(i)
             continue
-        host, pid, start = min(ids[i])
+        host, pid, start, _ = min(ids[i])
         what = (f"process {pid} on {quoted(host)} (recorder start {start})" if len(ids[i]) == 1
                 else f"{len(ids[i])} processes")
         print(f"ferrum-replay: note: {quoted(path)} holds {what} that {quoted(paths[holder])} "
@@ -1057,7 +1071,7 @@ def distinct_runs(paths, metas):
     for i in kept:
         for run in sorted(ids[i]):
             if run in owner:
-                host, pid, start = run
+                host, pid, start, _ = run
                 raise InputError(f"{quoted(paths[owner[run]])} and {quoted(paths[i])} both hold "
                                  f"process {pid} on {quoted(host)} (recorder start {start}), and "
                                  "each holds runs the other does not: give each run's trace once")
@@ -1280,13 +1294,9 @@ def numbered_ranges(scans, domain):
 
 def trace_processes(scans):
     """{pid a process ran with: {(scan index, its pid in that trace's events, its start key or
-    None)}}: a merged trace renumbers pids two inputs share, and its merged[] entries say which
+    "")}}: a merged trace renumbers pids two inputs share, and its merged[] entries say which
     was which. The start key (processStart, common/output_file.hpp) tells two runs of one pid
     apart (containers: every run's program may be pid 1)."""
-    def start_of(meta):
-        start = meta.get("processStart")
-        return start if isinstance(start, str) else None
-
     out = collections.defaultdict(set)
     for index, scan in enumerate(scans):
         m = scan.meta
@@ -1294,9 +1304,9 @@ def trace_processes(scans):
             for entry in m["merged"]:
                 if (isinstance(entry, dict) and _is_int(entry.get("pid")) and
                         _is_int(entry.get("mergedPid"))):
-                    out[entry["pid"]].add((index, entry["mergedPid"], start_of(entry)))
+                    out[entry["pid"]].add((index, entry["mergedPid"], process_start_of(entry)))
         elif m and _is_int(m.get("pid")):
-            out[m["pid"]].add((index, m["pid"], start_of(m)))
+            out[m["pid"]].add((index, m["pid"], process_start_of(m)))
     return out
 
 
@@ -3843,7 +3853,7 @@ def cmd_check(args):
             known = {start for _, _, start in candidates}
             own = []
             for table in (t for t in tables if t.pid == pid):
-                if table.start is None or None in known or table.start in known:
+                if table.start is None or "" in known or table.start in known:
                     own.append(table)
                 else:
                     failures.append(
@@ -3854,7 +3864,7 @@ def cmd_check(args):
                 continue
             starts = {table.start for table in own}
             held = {(index, traced) for index, traced, start in candidates
-                    if start is None or None in starts or start in starts}
+                    if not start or None in starts or start in starts}
             joined |= held
             ranges, gone, rowed = collections.Counter(), collections.Counter(), 0
             for traced in held:  # two processes that ran with one pid (hosts, reuse): summed

@@ -358,7 +358,7 @@ bool write_text(const char *given, const char *data, size_t length) {
                : -ENAMETOOLONG;
     common::PlaceRequest request;
     request.locked = lock >= 0;
-    request.run_start_ns = common::process_start_realtime_ns();
+    request.run_start_ns = common::run_start_realtime_ns(settings().session, 0);
     request.ours = is_our_summary;
     error = common::place_output(tmp, path, request, placed, sizeof placed, &result);
     common::unlock_output_dir(lock);

@@ -164,6 +164,8 @@ void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_co
             "stderr or a path shorter than 1024 bytes");
   read_text(reader, "FERRUM_REPLAY_RUNNING_DIR", settings.running_dir, sizeof settings.running_dir,
             "a directory shorter than 1024 bytes");
+  read_text(reader, "FERRUM_RECORD_SESSION", settings.session, sizeof settings.session,
+            "a path shorter than 1024 bytes");
   settings.gpu_time = read_switch(reader, "FERRUM_REPLAY_GPU_TIME", false);
   read_gpu_time_every(reader, settings);
 }

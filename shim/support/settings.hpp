@@ -27,8 +27,12 @@ struct Settings {
   MessageTemplate message_template;       // FERRUM_REPLAY_FORMAT, parsed
   char summary[kMaxPathLength] = "";      // FERRUM_REPLAY_SUMMARY: "", "stderr" or a path
   char running_dir[kMaxPathLength] = "";  // FERRUM_REPLAY_RUNNING_DIR: running markers' directory
-  bool gpu_time = false;                  // FERRUM_REPLAY_GPU_TIME: GPU time per replay
-  unsigned gpu_time_every = 1;            // FERRUM_REPLAY_GPU_TIME_EVERY: time every Nth replay
+  // FERRUM_RECORD_SESSION: the session stamp `ferrum-replay record` makes before the program
+  // starts (the recorder reads it too): a summary written since by another process is this
+  // run's, kept beside, never replaced (common::run_start_realtime_ns).
+  char session[kMaxPathLength] = "";
+  bool gpu_time = false;        // FERRUM_REPLAY_GPU_TIME: GPU time per replay
+  unsigned gpu_time_every = 1;  // FERRUM_REPLAY_GPU_TIME_EVERY: time every Nth replay
 };
 
 // FERRUM_REPLAY_GPU_TIME_EVERY's largest value.
@@ -37,7 +41,8 @@ inline constexpr unsigned kMaxGpuTimeEvery = 1000000;
 // Receives one complete sentence per invalid setting; the default applies after it.
 using ComplaintSink = void (*)(const char *sentence, void *context);
 
-// Parses every FERRUM_REPLAY* variable. `settings` is filled in place (it is large).
+// Parses every FERRUM_REPLAY* variable, and FERRUM_RECORD_SESSION. `settings` is filled in place
+// (it is large).
 void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context);
 

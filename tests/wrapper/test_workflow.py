@@ -55,6 +55,7 @@ GPU_SMOKE = os.path.join(SOURCE, "scripts", "gpu-smoke")
 ARGV_ECHO = os.path.join(HERE, "argv_echo.py")
 RANK_LAUNCHER = os.path.join(HERE, "rank_launcher.py")
 FORK_LAUNCH = os.path.join(HERE, "fork_launch.py")
+SANDBOXED_WORKERS = os.path.join(HERE, "sandboxed_workers.py")
 FAKE_NSYS = os.path.join(HERE, "fake-nsys")
 
 
@@ -5187,6 +5188,76 @@ def test_summary_of_another_run_same_pid(tmp):
     done = wrapper("check", "--launch-summary", older, later, cwd=tmp)
     expect(done.returncode == 0 and "the shim's 22 launches all have their range" in done.stdout,
            "a summary without a start, joined by pid", done)
+
+
+def test_sandboxed_workers_each_counted(tmp):
+    """Workers a launcher forks into PID namespaces of their own (bwrap, nsjail) are each pid 1,
+    on one host, with the recorder start they inherited from their parent: every judge read them
+    as one process and dropped all but one trace as "a copy" (`summary` showed 6 of 9 ranges,
+    `merge` merged 2 of 3 traces, `ci-smoke-profile` FAILED the correct run: review AA3). Forked
+    together, they also start within one clock tick. A process is now also its start key, whose
+    PID namespace tells them apart; all three processes count, each once."""
+    probe = run([sys.executable, SANDBOXED_WORKERS, "--workers", "1", "--launches", "0"], tmp)
+    if probe.returncode == 77:
+        return "skip: no PID namespace can be made here (needs root and unshare(CLONE_NEWPID))"
+    expect(probe.returncode == 0, "the program runs bare", probe)
+    out = os.path.join(tmp, "out")
+    done = ci_smoke("--out", out, "--", sys.executable, SANDBOXED_WORKERS, cwd=tmp)
+    # The parent launches 2, the workers 3 and 4.
+    expect_verdict(done, True, "9 ranges of 1 graph in 3 processes, balanced; the shim's 9 "
+                               "launches all have their range")
+    traces = sorted(glob.glob(os.path.join(out, "run-*", "traces", "*.json")))
+    expect(len(traces) == 3, f"three traces: {traces}", done)
+    done = wrapper("summary", *traces, cwd=tmp)
+    expect(done.returncode == 0 and "9 ranges in 3 traces (3 processes)" in done.stdout and
+           "read once" not in done.stderr, "summary counts each worker", done)
+    merged = os.path.join(tmp, "merged.json")
+    done = wrapper("merge", "-o", merged, *traces, cwd=tmp)
+    expect(done.returncode == 0 and "read once" not in done.stderr, "merge keeps each worker", done)
+    with open(merged, encoding="utf-8") as handle:
+        meta = json.load(handle)["ferrumReplay"]
+    expect(meta["ranges"] == 9 and len(meta["merged"]) == 3, f"merged: {meta['ranges']} ranges, "
+           f"{len(meta['merged'])} processes", done)
+    # A byte copy is still read once.
+    copy = os.path.join(tmp, "copy.json")
+    shutil.copyfile(traces[0], copy)
+    done = wrapper("summary", *traces, copy, cwd=tmp)
+    expect(done.returncode == 0 and "9 ranges in 3 traces (3 processes)" in done.stdout and
+           "read once" in done.stderr, "a copy still read once", done)
+
+
+def test_summaries_of_one_run_all_kept(tmp):
+    """Two processes of one run that write their launch summaries to one name, one after the
+    other (a fixed FERRUM_REPLAY_SUMMARY under `record`; or ci-smoke-profile's launches.%p.txt
+    with sandboxed steps, each pid 1 of its own PID namespace): the shim took the run to have
+    begun when its own process began, so the later process replaced the earlier one's summary
+    without a word, while the recorder kept both traces — and `check` FAILED the correct run
+    ("ranges without a launch the shim counted": review AA2). The shim now takes the session's
+    start too (FERRUM_RECORD_SESSION), as the recorder does: the later summary goes beside."""
+    driver = launch_driver()
+    steps = f"{shlex.quote(driver)} --iters 3 --graphs 1; sleep 0.5; " \
+            f"{shlex.quote(driver)} --iters 5 --graphs 1"
+    summary = os.path.join(tmp, "s.txt")
+    done = wrapper("record", "-o", "t.json", "--", "sh", "-c", steps, cwd=tmp,
+                   env={"FERRUM_REPLAY_SUMMARY": summary})
+    expect(done.returncode == 0, "the run", done)
+    traces = sorted(glob.glob(os.path.join(tmp, "t*.json")))
+    summaries = sorted(glob.glob(os.path.join(tmp, "s*.txt")))
+    expect(len(traces) == 2 and len(summaries) == 2,
+           f"both processes' traces and summaries kept: {traces}, {summaries}", done)
+    args = [item for path in summaries for item in ("--launch-summary", path)]
+    done = wrapper("check", *args, *traces, cwd=tmp)
+    expect(done.returncode == 0 and "the shim's 8 launches all have their range" in done.stdout,
+           "check of the run", done)
+    # The same with ci-smoke-profile's launches.%p.txt, where each step is pid 1.
+    probe = run(["unshare", "--pid", "--fork", "--mount-proc", "true"], tmp)
+    if probe.returncode != 0:
+        return "skip: the pid-1 steps need unshare --pid (root)"
+    sandboxed = f"unshare --pid --fork --mount-proc {shlex.quote(driver)} --iters 3 --graphs 1; " \
+                f"sleep 0.5; unshare --pid --fork --mount-proc {shlex.quote(driver)} --iters 5 " \
+                "--graphs 1"
+    done = ci_smoke("--out", os.path.join(tmp, "out"), "--", "sh", "-c", sandboxed, cwd=tmp)
+    expect_verdict(done, True, "the shim's 8 launches all have their range")
 
 
 def test_launch_summary_names_exact(tmp):
