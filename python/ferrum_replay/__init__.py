@@ -373,13 +373,23 @@ _CO_ITERABLE_COROUTINE = 0x100  # inspect.CO_ITERABLE_COROUTINE: a @types.corout
 
 
 def _unstarted(steps):
-    """Whether a generator, coroutine or async generator has not run a step yet (its frame's
-    last instruction is before the first: -1 up to Python 3.10, 0 from 3.11)."""
-    frame = (getattr(steps, "cr_frame", None) or getattr(steps, "gi_frame", None)
-             or getattr(steps, "ag_frame", None))
-    running = (getattr(steps, "cr_running", False) or getattr(steps, "gi_running", False)
-               or getattr(steps, "ag_running", False))
-    return frame is not None and not running and frame.f_lasti <= 0
+    """Whether a generator, coroutine or async generator has not run a step yet: it has a frame
+    (not closed), is not running, and is not suspended at a yield or await. Where the object
+    says whether it is suspended (gi_suspended and cr_suspended from Python 3.11, ag_suspended
+    from 3.12) that is the answer; before, its frame's last instruction is before the first (-1
+    up to 3.10, 0 in 3.11). Never f_lasti alone: Python 3.13 reports 2 for an object not started
+    (the frame has run its prologue), and every scope over such a body lost its name (review Z3)."""
+    for prefix in ("cr", "gi", "ag"):
+        frame = getattr(steps, prefix + "_frame", None)
+        if frame is None:
+            continue
+        if getattr(steps, prefix + "_running", False):
+            return False
+        suspended = getattr(steps, prefix + "_suspended", None)
+        if isinstance(suspended, bool):
+            return not suspended
+        return frame.f_lasti <= 0
+    return False
 
 
 def _unhooked_first_step(inner):

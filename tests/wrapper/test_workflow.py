@@ -4547,6 +4547,17 @@ def test_ci_smoke_refuses_before_the_workload(tmp):
         expect("the workload was not started" in done.stdout and not os.path.exists(ran) and
                done.returncode == 1, f"{env}: the workload not run", done)
     expect("cannot find libferrum-replay.so" in done.stderr, "the wrapper says why", done)
+    # No python3 in PATH but FERRUM_REPLAY_PYTHON set, which the wrapper takes first: the gate
+    # runs (it refused, its own check ignoring the setting: review Z1); so does the package's
+    # `python -m ferrum_replay ci-smoke-profile`, which hands its interpreter on.
+    driver = [launch_driver(), "--iters", "3"]
+    done = ci_smoke("--", *driver, cwd=tmp,
+                    env={"PATH": tools, "FERRUM_REPLAY_PYTHON": os.path.realpath(sys.executable)})
+    expect_verdict(done, True, "the shim's 6 launches all have their range")
+    done = run([os.path.realpath(sys.executable), "-m", "ferrum_replay", "ci-smoke-profile", "--",
+                *driver], tmp, env={"PATH": tools,
+                                       "PYTHONPATH": os.path.join(HERE, "..", "..", "python")})
+    expect_verdict(done, True, "the shim's 6 launches all have their range")
     done = ci_smoke("--nsys", "--", *program, cwd=tmp,
                     env={"FERRUM_NSYS": os.path.join(tmp, "no-nsys")})
     expect_verdict(done, False, "ferrum-replay cannot profile here (see above)")

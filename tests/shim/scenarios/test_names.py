@@ -661,19 +661,32 @@ def python_package_scope_decorates_steps():
     generator-based coroutine is still awaitable, and a coroutine never awaited gets one
     warning, its own."""
     expected = "[1, 2, 3, 4, 5, 0, 1, 2, 7, None, 1, 2, 8, 5, None]\nleft=0\n"
-    run_ = run([sys.executable, "-c", SCOPED_STEPS_PROGRAM, EXAMPLES], env=PACKAGE_ENV)
-    expect(run_.returncode == 0 and run_.stdout == expected, "program", run_)
-    expect(run_.stderr.count("was never awaited") == 1
-           and "coroutine 'wrapped_coroutine' was never awaited" in run_.stderr,
-           "one warning for the coroutine never awaited, under its own name", run_)
-    counts = counts_by_name(run_)
-    scoped = {name: counts.pop(name, 0)
-              for name in ("generator", "coroutine", "async generator", "exit stack",
-                           "wrapped generator", "wrapped coroutine", "wrapped async generator")}
-    expect(scoped == {"generator": 4, "coroutine": 2, "async generator": 2, "exit stack": 1,
-                      "wrapped generator": 1, "wrapped coroutine": 1,
-                      "wrapped async generator": 1} and
-           sum(counts.values()) == 4, f"names {scoped}, the others {counts}", run_)
+    # Whether a body's object has started is told differently by each Python (review Z3: 3.13
+    # reports f_lasti 2 for one not started, and the wrapped bodies lost their names there): the
+    # same on the oldest Python the package supports, the first with ag_suspended, the newest.
+    pythons = {sys.version_info[:2]: sys.executable}
+    for minors in ((8,), (12,), (14, 13)):
+        found = python3_among(minors)
+        if found:
+            pythons.setdefault(tuple(int(part) for part in subprocess.run(
+                [found, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
+                text=True, timeout=30).stdout.split()), found)
+    for version, python in sorted(pythons.items()):
+        what = "Python %d.%d" % version
+        run_ = run([python, "-c", SCOPED_STEPS_PROGRAM, EXAMPLES], env=PACKAGE_ENV)
+        expect(run_.returncode == 0 and run_.stdout == expected, f"{what}: program", run_)
+        expect(run_.stderr.count("was never awaited") == 1
+               and "coroutine 'wrapped_coroutine' was never awaited" in run_.stderr,
+               f"{what}: one warning for the coroutine never awaited, under its own name", run_)
+        counts = counts_by_name(run_)
+        scoped = {name: counts.pop(name, 0)
+                  for name in ("generator", "coroutine", "async generator", "exit stack",
+                               "wrapped generator", "wrapped coroutine",
+                               "wrapped async generator")}
+        expect(scoped == {"generator": 4, "coroutine": 2, "async generator": 2, "exit stack": 1,
+                          "wrapped generator": 1, "wrapped coroutine": 1,
+                          "wrapped async generator": 1} and
+               sum(counts.values()) == 4, f"{what}: names {scoped}, the others {counts}", run_)
     bare = run([sys.executable, "-c", SCOPED_STEPS_PROGRAM, EXAMPLES], env=PACKAGE_ENV,
                preload=False, record=False)
     expect(bare.returncode == 0 and bare.stdout == expected, "without the shim", bare)
