@@ -3331,10 +3331,40 @@ def report_digest(report):
     return {"size": size, "head": head}
 
 
-def note_tables_of_report(stats_base, report):
-    """Notes which report the tables at STATS_BASE were made of (after nsys stats wrote them)."""
+def start_key_parts(key):
+    """(boot id, start tick) of a process start key (common/output_file.hpp: BOOT+PIDNS+TICKS;
+    an older shim's BOOT+TICKS), or None for anything else."""
+    parts = key.split("+") if isinstance(key, str) else []
+    if len(parts) < 2 or not parts[-1].isdigit():
+        return None
+    return parts[0], int(parts[-1])
+
+
+def this_process_start():
+    """(boot id, start tick) of this process, read as common::process_start_key reads them, or
+    None where /proc cannot tell."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            fields = handle.read().rsplit(b") ", 1)[1].split()
+        with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
+            boot = handle.read().strip().decode("ascii")
+        return (boot if re.fullmatch(r"[0-9A-Fa-f-]+", boot) else "0"), int(fields[19])
+    except (OSError, IndexError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def note_tables_of_report(stats_base, report, since_tick=None):
+    """Notes which report the tables at STATS_BASE were made of (after nsys stats wrote them),
+    and, given when the `nsys` session began (SINCE_TICK: clock ticks after boot, taken by the
+    wrapper before nsys started), the span in which its processes started: from then to this
+    helper's own start, after nsys ended. `check --nsys-stats` takes no launch summary of a
+    process that started outside it (another run's: review AA1)."""
     try:
         identity = {"ferrumReplayTablesOf": os.path.basename(report), **report_digest(report)}
+        until = this_process_start()
+        if since_tick is not None and until is not None:
+            identity["session"] = {"boot": until[0], "fromTick": since_tick,
+                                   "untilTick": until[1]}
         write_atomically(stats_base + TABLES_OF_SUFFIX,
                          lambda handle: handle.write(json.dumps(identity) + "\n"))
     except (OSError, InputError) as error:
@@ -3345,27 +3375,35 @@ def note_tables_of_report(stats_base, report):
 def check_tables_of_report(stats_base):
     """InputError when the tables at STATS_BASE were noted as made of another report than the
     one beside them (STATS_BASE.nsys-rep). Tables made without the wrapper (no note), or with no
-    report beside them, are taken as given."""
+    report beside them, are taken as given. Returns the session noted with them ({"boot",
+    "fromTick", "untilTick"}: note_tables_of_report), or None."""
     report = stats_base + ".nsys-rep"
     try:
         with open_regular(stats_base + TABLES_OF_SUFFIX, binary=True) as handle:
             noted = json.loads(handle.read(1 << 16).decode("utf-8", "replace"))
     except (OSError, InputError, ValueError, RecursionError):  # none noted (or unreadable)
-        return
-    if not isinstance(noted, dict) or not os.path.exists(report):
-        return
-    try:
-        identity = report_digest(report)  # (open_regular's InputError names it already)
-    except OSError as error:
-        raise InputError(f"{quoted(report)}: cannot read: {error.strerror or error}") from error
-    if any(noted.get(key) != value for key, value in identity.items()):
-        raise InputError(f"the tables at {quoted(stats_base)} were made of another report than "
-                         f"{quoted(report)} (replaced since): an earlier report's, not this "
-                         "one's (run nsys stats on it again)")
+        return None
+    if not isinstance(noted, dict):
+        return None
+    if os.path.exists(report):
+        try:
+            identity = report_digest(report)  # (open_regular's InputError names it already)
+        except OSError as error:
+            raise InputError(f"{quoted(report)}: cannot read: "
+                             f"{error.strerror or error}") from error
+        if any(noted.get(key) != value for key, value in identity.items()):
+            raise InputError(f"the tables at {quoted(stats_base)} were made of another report "
+                             f"than {quoted(report)} (replaced since): an earlier report's, not "
+                             "this one's (run nsys stats on it again)")
+    session = noted.get("session")
+    if (isinstance(session, dict) and isinstance(session.get("boot"), str) and
+            _is_int(session.get("fromTick")) and _is_int(session.get("untilTick"))):
+        return session
+    return None
 
 
 def cmd_nsys_table(args):
-    note_tables_of_report(args.stats_base, args.report)
+    note_tables_of_report(args.stats_base, args.report, args.since_tick)
     rows, problems = nsys_rows(args.stats_base, args.domain)
     print(f"ferrum-replay: Nsight Systems report {quoted(args.report)}", file=sys.stderr)
     for problem in problems:
@@ -3513,11 +3551,11 @@ class LaunchTable:
     graphs' rows (`rows()`: (ordinal, name, launches, failed, rejected)), and the destroyed
     graphs' totals row, a Counter. Compact: a summary may have a row for each of 10^6 graphs."""
 
-    __slots__ = ("pid", "start", "ordinals", "names", "launches", "failed", "rejected",
+    __slots__ = ("pid", "start", "path", "ordinals", "names", "launches", "failed", "rejected",
                  "recycled")
 
-    def __init__(self, pid, start=None):
-        self.pid, self.start = pid, start
+    def __init__(self, pid, start=None, path=None):
+        self.pid, self.start, self.path = pid, start, path
         self.ordinals, self.names = array("q"), []
         self.launches, self.failed, self.rejected = array("q"), array("q"), array("q")
         self.recycled = collections.Counter()
@@ -3532,17 +3570,41 @@ class LaunchTable:
     def rows(self):
         return zip(self.ordinals, self.names, self.launches, self.failed, self.rejected)
 
+    def same_counts(self, other):
+        return (self.ordinals == other.ordinals and self.names == other.names and
+                self.launches == other.launches and self.failed == other.failed and
+                self.rejected == other.rejected and self.recycled == other.recycled)
+
 
 def read_launch_tables(paths):
-    """The tables of the shim's exit summaries (FERRUM_REPLAY_SUMMARY), a list of LaunchTable."""
+    """The tables of the shim's exit summaries (FERRUM_REPLAY_SUMMARY), a list of LaunchTable.
+    A process's table given twice (a byte copy of its summary beside it, in an artifact
+    directory) is read once, with a note, as a trace's copy is (distinct_runs): summed twice it
+    failed the correct run (review AA4). A process is its pid and start key, which no two
+    processes share; two tables of one process that differ are an input error naming both."""
     tables = []
     for path in paths:
         try:
             with open_regular(path, binary=True, what="a launch summary") as handle:
-                read_launch_summary(handle, tables)
+                read_launch_summary(handle, tables, path)
         except OSError as error:
             raise InputError(f"{quoted(path)}: cannot read: {error.strerror or error}") from error
-    return tables
+    kept, seen = [], {}
+    for table in tables:
+        key = (table.pid, table.start)
+        first = seen.get(key) if table.start is not None else None
+        if first is None:
+            seen[key] = table
+            kept.append(table)
+        elif first.same_counts(table):
+            print(f"ferrum-replay: note: {quoted(table.path)} holds the launch summary of process "
+                  f"{table.pid} (started {table.start}) that {quoted(first.path)} holds too (a "
+                  "copy): read once", file=sys.stderr)
+        else:
+            raise InputError(f"{quoted(first.path)} and {quoted(table.path)} both hold a launch "
+                             f"summary of process {table.pid} (started {table.start}), with "
+                             "different counts: give each process's summary once")
+    return kept
 
 
 def read_launch_summaries(paths):
@@ -3565,7 +3627,7 @@ def launches_by_name(tables):
     return graphs, recycled
 
 
-def read_launch_summary(handle, tables):
+def read_launch_summary(handle, tables, path=None):
     """Adds one file's tables to `tables`, a line at a time, each at most SUMMARY_LINE_LIMIT
     bytes: memory is bounded by the graphs, not by the file (a sparse file of zeros has no line
     end)."""
@@ -3579,7 +3641,7 @@ def read_launch_summary(handle, tables):
         header = SUMMARY_HEADER.match(line)
         if header:
             pid = SUMMARY_PID.match(previous) if previous is not None else None
-            table = LaunchTable(int(pid[1]) if pid else None, pid[2] if pid else None)
+            table = LaunchTable(int(pid[1]) if pid else None, pid[2] if pid else None, path)
             tables.append(table)
             row_layout = SUMMARY_GPU_ROW if header[1] else SUMMARY_ROW
             continue
@@ -3760,8 +3822,10 @@ def cmd_check(args):
     scans = scan_all(traces, numbered=True)
     counts = NameStats()  # our domain's ranges, by name
     untimed_cpu = set()  # names of ranges whose table gave no CPU time (--nsys-stats)
+    nsys_session = None  # when the report's `nsys` session ran (check_tables_of_report)
     if args.nsys_stats:
         rows, problems = nsys_rows(args.nsys_stats, domain)
+        nsys_session = check_tables_of_report(args.nsys_stats)
         notes += problems
         for name, count, total, *_ in rows:
             counts.add(name, count, float(total or 0), 0.0, 0.0)
@@ -3889,9 +3953,25 @@ def cmd_check(args):
             if sum(ranges.values()) - rowed != gone["launches"]:
                 unexplained = True
         # By name for the rest: a summary whose title names no process (an older shim's, one a
-        # wrapper wrote); and with Nsight Systems' tables, which have no numbers.
-        rest, rest_recycled = launches_by_name(
-            [t for t in tables if t.pid is None or args.nsys_stats])
+        # wrapper wrote); and with Nsight Systems' tables, which have no numbers. Those have no
+        # process either: where the wrapper noted when the report's session ran, a summary
+        # whose process started outside it is another run's (review AA1: any run's summary
+        # with the same names and counts passed), never joined by name.
+        by_name = []
+        for table in (t for t in tables if t.pid is None or args.nsys_stats):
+            started = start_key_parts(table.start)
+            if nsys_session and started:
+                same_boot = "0" in (started[0], nsys_session["boot"]) or \
+                    started[0] == nsys_session["boot"]
+                if not (same_boot and nsys_session["fromTick"] <= started[1] <=
+                        nsys_session["untilTick"]):
+                    failures.append(
+                        f"the launch summary of process {table.pid} (started {table.start}) is "
+                        "not of this report's run: its process started outside the `nsys` "
+                        "session the tables were made from (another run's summary)")
+                    continue
+            by_name.append(table)
+        rest, rest_recycled = launches_by_name(by_name)
         if joined:
             named = NameStats()
             for index, scan in enumerate(scans):
@@ -4165,6 +4245,7 @@ def build_parser():
     p = sub.add_parser("nsys-table", help="our rows of nsys stats CSV output")
     p.add_argument("--domain", type=_given, default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
     p.add_argument("--stats-base", required=True)
+    p.add_argument("--since-tick", type=int, help=argparse.SUPPRESS)
     p.add_argument("report")
     p.set_defaults(run=cmd_nsys_table)
 

@@ -5199,6 +5199,20 @@ def test_summary_of_another_run_same_pid(tmp):
     done = wrapper("check", "--launch-summary", older, later, cwd=tmp)
     expect(done.returncode == 0 and "the shim's 22 launches all have their range" in done.stdout,
            "a summary without a start, joined by pid", done)
+    # A byte copy of the summary given beside it is one process's, read once (summed twice, it
+    # failed the correct run: review AA4); a copy whose counts differ cannot be read once.
+    copy = write(os.path.join(tmp, "later-copy.txt"), open(later_summary, encoding="utf-8").read())
+    done = wrapper("check", "--launch-summary", later_summary, "--launch-summary", copy, later,
+                   cwd=tmp)
+    expect(done.returncode == 0 and "the shim's 22 launches all have their range" in done.stdout
+           and "(a copy): read once" in done.stderr, "a summary and its copy", done)
+    with open(later_summary, encoding="utf-8") as handle:
+        edited = write(os.path.join(tmp, "later-edited.txt"),
+                       re.sub(r"(?m)^( +1 +)11 ", r"\g<1>12 ", handle.read()))
+    done = wrapper("check", "--launch-summary", later_summary, "--launch-summary", edited, later,
+                   cwd=tmp)
+    expect(done.returncode == 1 and "with different counts" in done.stdout,
+           "two summaries of one process that differ", done)
 
 
 def test_sandboxed_workers_each_counted(tmp):
@@ -5269,6 +5283,34 @@ def test_summaries_of_one_run_all_kept(tmp):
                 "--graphs 1"
     done = ci_smoke("--out", os.path.join(tmp, "out"), "--", "sh", "-c", sandboxed, cwd=tmp)
     expect_verdict(done, True, "the shim's 8 launches all have their range")
+
+
+def test_nsys_check_takes_only_this_runs_summary(tmp):
+    """`check --nsys-stats BASE --launch-summary S` joins the summary with Nsight Systems' tables
+    by name (they have no graph numbers, no processes): any run's summary with the same names
+    and counts passed — run 2's tables, 4 of whose 12 launches had no range, were "OK: the
+    shim's 8 launches all have their range" on run 1's summary (review AA1). `ferrum-replay
+    nsys` now notes beside the tables when its session ran (in the clock ticks of the summary's
+    start key); a summary whose process started outside it FAILs."""
+    env = nsys_env(tmp)
+    program = [launch_driver(), "--iters", "4"]
+    first = os.path.join(tmp, "first.txt")
+    done = wrapper("nsys", "-o", "prof", "--", *program, cwd=tmp,
+                   env={**env, "FERRUM_REPLAY_SUMMARY": first})
+    expect(done.returncode == 0, "run 1", done)
+    done = wrapper("check", "--nsys-stats", "prof", "--launch-summary", first, cwd=tmp)
+    expect(done.returncode == 0 and "the shim's 8 launches all have their range" in done.stdout,
+           "run 1's tables with its own summary", done)
+    own = os.path.join(tmp, "own.txt")
+    done = wrapper("nsys", "-f", "true", "-o", "prof", "--", launch_driver(), "--iters", "6",
+                   cwd=tmp, env={**env, "FERRUM_REPLAY_SUMMARY": own, "FERRUM_RECORD_REJECT": "3"})
+    expect(done.returncode == 0, "run 2", done)
+    done = wrapper("check", "--nsys-stats", "prof", "--launch-summary", own, cwd=tmp)
+    expect(done.returncode == 1 and "launches without their range" in done.stdout,
+           "run 2's tables with its own summary: its rejected pushes", done)
+    done = wrapper("check", "--nsys-stats", "prof", "--launch-summary", first, cwd=tmp)
+    expect(done.returncode == 1 and "is not of this report's run" in done.stdout,
+           "run 2's tables with run 1's summary", done)
 
 
 def test_launch_summary_names_exact(tmp):
