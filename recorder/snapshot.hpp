@@ -85,8 +85,8 @@ struct Snapshot {
   TickScale scale;                         // events' ticks to CLOCK_MONOTONIC ns (clock.hpp)
   const char *clock_source = "monotonic";  // what the ticks were read from (TickClock)
   std::string host;                        // host name, filled in by the exit report
-  // This process's start key (common/output_file.hpp: boot id and start time), filled in by the
-  // exit report: the shim's launch summary names the same, and `check` joins the two by it.
+  // This process's start key (common/output_file.hpp: boot, PID namespace, start), filled in
+  // by the exit report: the shim's launch summary names the same; `check` joins the two by it.
   std::string process_start;
   std::string rank_variable, rank_value;  // the job rank (settings.hpp), if any
   // What the trace was written for, filled in by the exit report: the name the process was

@@ -14,7 +14,7 @@
 //                     "protocolErrors":{"popWithoutPush":N,"popWrongDomain":N,"openAtExit":N,
 //                                       "endUnknownId":N,"startOpenAtExit":N},
 //                     "domains":["ferrum-replay","global"],"host":"name",
-//                     "processStart":"BOOT+TICKS",
+//                     "processStart":"BOOT+PIDNS+TICKS",
 //                     "clock":{"originMonotonicNs":N,"originRealtimeNs":N},
 //                     "gpu":{"timed":N,"inFlightAtExit":N,"notTimed":N,"alignErrorNs":N},
 //                     "rank":{"variable":"RANK","value":"3"},       (rank only in a job rank)

@@ -11,7 +11,7 @@
 // (PATH.1.EXT, PATH.<pid>.EXT), with one line. The summary's path: process_files.hpp.
 //
 //   ferrum-replay launch summary: 5 graphs, 340 launches, 0 failed, 0 rejected pushes (pid 4242,
-//   started 0f5e7d2a-5e43-4b8e-9d0c-4a1f6f7b2c10+1234567)
+//   started 0f5e7d2a-5e43-4b8e-9d0c-4a1f6f7b2c10+4026531836+1234567)
 //     graph  launches  failed  rejected  name
 //         1        20       0         0  capture_prefill
 // (the title is one line; "started" is the process's start key, common/output_file.hpp, also in
