@@ -874,6 +874,24 @@ uint64_t run_start_realtime_ns(const char *session_file, uint64_t also_ns) {
   return start;
 }
 
+bool session_token(const char *session_file, char *out, size_t size) {
+  if (!session_file || !*session_file || size == 0) return false;
+  const char *slash = strrchr(session_file, '/');
+  const char *name = slash ? slash + 1 : session_file;
+  if (!*name || strlen(name) > 64) return false;
+  for (const char *c = name; *c; ++c)
+    if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+          *c == '.' || *c == '_' || *c == '-'))
+      return false;
+  struct stat stamp {};
+  if (stat(session_file, &stamp) != 0) return false;
+  const int written =
+      snprintf(out, size, "%s@%llu", name,
+               static_cast<unsigned long long>(stamp.st_mtim.tv_sec) * 1000000000ull +
+                   static_cast<unsigned long long>(stamp.st_mtim.tv_nsec));
+  return written > 0 && static_cast<size_t>(written) < size;
+}
+
 bool process_start_key(char *out, size_t size) {
   unsigned long long ticks = 0;
   if (size == 0 || !process_start_ticks(&ticks)) return false;

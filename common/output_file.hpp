@@ -202,6 +202,16 @@ uint64_t process_start_realtime_ns();
 // one's summary, which the trace beside it kept: review AA2).
 uint64_t run_start_realtime_ns(const char *session_file, uint64_t also_ns);
 
+// The session a process ran in, as its launch summary names it: "NAME@MTIME_NS", the name of the
+// wrapper's session stamp (FERRUM_RECORD_SESSION: `record` and `nsys` make one per run with
+// mktemp, ferrum-replay-stamp.XXXXXX) and its modification time in ns. `ferrum-replay nsys`
+// notes the same beside its tables (scripts/ferrum_replay_traces.py, session_token: one rule in
+// two languages), and `check --nsys-stats` joins only summaries of that session: a time span
+// could not tell two sessions that overlap apart (review BB3). False, `out` unset, without a
+// stamp, for a stamp gone, or a name of other characters than [A-Za-z0-9._-].
+bool session_token(const char *session_file, char *out, size_t size);
+inline constexpr size_t kSessionTokenSize = 128;
+
 // Which process this is, over the whole life of the machine: "BOOT+PIDNS+TICKS", the boot's id
 // (/proc/sys/kernel/random/boot_id), the inode of its PID namespace (/proc/self/ns/pid) and
 // /proc/self/stat's starttime in clock ticks after boot ("0" for a part that cannot be read). A

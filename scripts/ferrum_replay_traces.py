@@ -3353,18 +3353,35 @@ def this_process_start():
         return None
 
 
-def note_tables_of_report(stats_base, report, since_tick=None):
+def session_token(stamp):
+    """The session a process ran in, as its launch summary names it: "NAME@MTIME_NS" of the
+    wrapper's session stamp (common::session_token's rule, common/output_file.hpp), or None."""
+    name = os.path.basename(stamp or "")
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
+        return None
+    try:
+        return f"{name}@{os.stat(stamp).st_mtime_ns}"
+    except OSError:
+        return None
+
+
+def note_tables_of_report(stats_base, report, since_tick=None, session=None):
     """Notes which report the tables at STATS_BASE were made of (after nsys stats wrote them),
     and, given when the `nsys` session began (SINCE_TICK: clock ticks after boot, taken by the
     wrapper before nsys started), the span in which its processes started: from then to this
     helper's own start, after nsys ended. `check --nsys-stats` takes no launch summary of a
-    process that started outside it (another run's: review AA1)."""
+    process that started outside it (another run's: review AA1). Given the session's stamp
+    (SESSION), its token too: a summary that names another session is never this run's, also
+    where two sessions overlap in time (review BB3)."""
     try:
         identity = {"ferrumReplayTablesOf": os.path.basename(report), **report_digest(report)}
         until = this_process_start()
         if since_tick is not None and until is not None:
             identity["session"] = {"boot": until[0], "fromTick": since_tick,
                                    "untilTick": until[1]}
+            token = session_token(session)
+            if token:
+                identity["session"]["token"] = token
         write_atomically(stats_base + TABLES_OF_SUFFIX,
                          lambda handle: handle.write(json.dumps(identity) + "\n"))
     except (OSError, InputError) as error:
@@ -3403,7 +3420,7 @@ def check_tables_of_report(stats_base):
 
 
 def cmd_nsys_table(args):
-    note_tables_of_report(args.stats_base, args.report, args.since_tick)
+    note_tables_of_report(args.stats_base, args.report, args.since_tick, args.session)
     rows, problems = nsys_rows(args.stats_base, args.domain)
     print(f"ferrum-replay: Nsight Systems report {quoted(args.report)}", file=sys.stderr)
     for problem in problems:
@@ -3543,7 +3560,10 @@ SUMMARY_LINE_LIMIT = 1 << 20  # bytes of a summary's line: a longer one is no ro
 # the recorder's trace also carries (processStart). A title without the key (an older shim's, or
 # /proc unreadable) is joined by pid alone; a table without either (a file a wrapper made) is
 # joined with the traces by name alone.
-SUMMARY_PID = re.compile(r".*\(pid (\d+)(?:, started ([0-9A-Fa-f+-]+))?\) *\Z")
+# Then the wrapper's session it ran in, where it ran in one: ", session NAME@MTIME_NS"
+# (session_token).
+SUMMARY_PID = re.compile(r".*\(pid (\d+)(?:, started ([0-9A-Fa-f+-]+))?"
+                         r"(?:, session ([A-Za-z0-9._-]+@\d+))?\) *\Z")
 
 
 class LaunchTable:
@@ -3551,11 +3571,11 @@ class LaunchTable:
     graphs' rows (`rows()`: (ordinal, name, launches, failed, rejected)), and the destroyed
     graphs' totals row, a Counter. Compact: a summary may have a row for each of 10^6 graphs."""
 
-    __slots__ = ("pid", "start", "path", "ordinals", "names", "launches", "failed", "rejected",
-                 "recycled")
+    __slots__ = ("pid", "start", "session", "path", "ordinals", "names", "launches", "failed",
+                 "rejected", "recycled")
 
-    def __init__(self, pid, start=None, path=None):
-        self.pid, self.start, self.path = pid, start, path
+    def __init__(self, pid, start=None, path=None, session=None):
+        self.pid, self.start, self.path, self.session = pid, start, path, session
         self.ordinals, self.names = array("q"), []
         self.launches, self.failed, self.rejected = array("q"), array("q"), array("q")
         self.recycled = collections.Counter()
@@ -3641,7 +3661,8 @@ def read_launch_summary(handle, tables, path=None):
         header = SUMMARY_HEADER.match(line)
         if header:
             pid = SUMMARY_PID.match(previous) if previous is not None else None
-            table = LaunchTable(int(pid[1]) if pid else None, pid[2] if pid else None, path)
+            table = LaunchTable(int(pid[1]) if pid else None, pid[2] if pid else None, path,
+                                pid[3] if pid else None)
             tables.append(table)
             row_layout = SUMMARY_GPU_ROW if header[1] else SUMMARY_ROW
             continue
@@ -3960,6 +3981,15 @@ def cmd_check(args):
         by_name = []
         for table in (t for t in tables if t.pid is None or args.nsys_stats):
             started = start_key_parts(table.start)
+            token = nsys_session.get("token") if nsys_session else None
+            if isinstance(token, str) and table.session != token and \
+                    (table.session is not None or started):
+                failures.append(
+                    f"the launch summary of process {table.pid} (started {table.start}) is not "
+                    "of this report's run: it names " +
+                    (f"another `nsys` session ({table.session})" if table.session else
+                     "no `nsys` session, the tables this run's") + " (another run's summary)")
+                continue
             if nsys_session and started:
                 same_boot = "0" in (started[0], nsys_session["boot"]) or \
                     started[0] == nsys_session["boot"]
@@ -4246,6 +4276,7 @@ def build_parser():
     p.add_argument("--domain", type=_given, default=DEFAULT_DOMAIN, help=DOMAIN_HELP)
     p.add_argument("--stats-base", required=True)
     p.add_argument("--since-tick", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--session", help=argparse.SUPPRESS)
     p.add_argument("report")
     p.set_defaults(run=cmd_nsys_table)
 

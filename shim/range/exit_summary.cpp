@@ -187,14 +187,19 @@ bool write_exit_summary() {
   const bool gpu = gpu::timing_on();
   // The process, as `check` matches it with a trace: its pid, and when it started (a pid alone
   // is every container's program's, pid 1), the key the recorder writes too (output_file.hpp).
+  // And the wrapper's session it ran in, if any (output_file.hpp: session_token), which
+  // `ferrum-replay nsys` notes beside its tables: `check --nsys-stats` joins that session's only.
   char started[common::kProcessStartKeySize];
   const bool start_known = common::process_start_key(started, sizeof started);
+  char session[common::kSessionTokenSize];
+  const bool in_session = common::session_token(settings().session, session, sizeof session);
   text.append(
       "ferrum-replay launch summary: %zu graphs, %llu launches, %llu failed, %llu rejected pushes "
-      "(pid %d%s%s)\n",
+      "(pid %d%s%s%s%s)\n",
       graphs, static_cast<unsigned long long>(launches), static_cast<unsigned long long>(failed),
       static_cast<unsigned long long>(rejected), static_cast<int>(getpid()),
-      start_known ? ", started " : "", start_known ? started : "");
+      start_known ? ", started " : "", start_known ? started : "", in_session ? ", session " : "",
+      in_session ? session : "");
   text.append("  %5s  %10s  %8s  %8s  ", "graph", "launches", "failed", "rejected");
   if (gpu)
     text.append("%8s  %10s  %9s  %9s  %9s  %9s  %9s  ", "gpu n", "gpu tot ms", "mean us", "min us",

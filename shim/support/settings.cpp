@@ -164,8 +164,11 @@ void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_co
             "stderr or a path shorter than 1024 bytes");
   read_text(reader, "FERRUM_REPLAY_RUNNING_DIR", settings.running_dir, sizeof settings.running_dir,
             "a directory shorter than 1024 bytes");
-  read_text(reader, "FERRUM_RECORD_SESSION", settings.session, sizeof settings.session,
-            "a path shorter than 1024 bytes");
+  // The wrapper's, never the user's: taken silently (a long TMPDIR made every process complain
+  // of a setting nobody set: review BB4); one no path can be is left out.
+  if (const char *session = reader.get("FERRUM_RECORD_SESSION");
+      session && strlen(session) < sizeof settings.session)
+    memcpy(settings.session, session, strlen(session) + 1);
   settings.gpu_time = read_switch(reader, "FERRUM_REPLAY_GPU_TIME", false);
   read_gpu_time_every(reader, settings);
 }

@@ -30,7 +30,7 @@ struct Settings {
   // FERRUM_RECORD_SESSION: the session stamp `ferrum-replay record` makes before the program
   // starts (the recorder reads it too): a summary written since by another process is this
   // run's, kept beside, never replaced (common::run_start_realtime_ns).
-  char session[kMaxPathLength] = "";
+  char session[4096] = "";
   bool gpu_time = false;        // FERRUM_REPLAY_GPU_TIME: GPU time per replay
   unsigned gpu_time_every = 1;  // FERRUM_REPLAY_GPU_TIME_EVERY: time every Nth replay
 };

@@ -5274,6 +5274,14 @@ def test_summaries_of_one_run_all_kept(tmp):
     done = wrapper("check", *args, *traces, cwd=tmp)
     expect(done.returncode == 0 and "the shim's 8 launches all have their range" in done.stdout,
            "check of the run", done)
+    # Under `nsys` too, which made no session stamp: the later summary replaced the earlier one
+    # (review BB1).
+    nsys_summary = os.path.join(tmp, "n.txt")
+    done = wrapper("nsys", "-o", "prof", "--", "sh", "-c", steps, cwd=tmp,
+                   env=nsys_env(tmp, {"FERRUM_REPLAY_SUMMARY": nsys_summary}))
+    expect(done.returncode == 0, "the nsys run", done)
+    kept = sorted(glob.glob(os.path.join(tmp, "n*.txt")))
+    expect(len(kept) == 2, f"both processes' summaries kept under nsys: {kept}", done)
     # The same with ci-smoke-profile's launches.%p.txt, where each step is pid 1.
     probe = run(["unshare", "--pid", "--fork", "--mount-proc", "true"], tmp)
     if probe.returncode != 0:
@@ -5311,6 +5319,52 @@ def test_nsys_check_takes_only_this_runs_summary(tmp):
     done = wrapper("check", "--nsys-stats", "prof", "--launch-summary", first, cwd=tmp)
     expect(done.returncode == 1 and "is not of this report's run" in done.stdout,
            "run 2's tables with run 1's summary", done)
+    # Two sessions that overlap in time: run B's process starts while run A's session runs, so
+    # a time span alone took B's summary for A's (review BB3). Each summary names its session.
+    slow = ["/bin/sh", "-c", '"$@"; sleep 2', "sh", launch_driver(), "--iters", "6"]
+    summary_a, summary_b = os.path.join(tmp, "a.txt"), os.path.join(tmp, "b.txt")
+    run_a = subprocess.Popen([WRAPPER, "nsys", "-o", "profA", "--", *slow], cwd=tmp,
+                             env=base_env({**env, "FERRUM_REPLAY_SUMMARY": summary_a}),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        done = wrapper("nsys", "-o", "profB", "--", *program, cwd=tmp,
+                       env={**env, "FERRUM_REPLAY_SUMMARY": summary_b})
+        expect(done.returncode == 0, "run B, during run A", done)
+    finally:
+        expect(run_a.wait(timeout=60) == 0, "run A")
+    with open(summary_b, encoding="utf-8") as handle:
+        title = handle.readline()
+    expect(", session ferrum-replay-stamp." in title, f"the summary names its session: {title!r}")
+    done = wrapper("check", "--nsys-stats", "profA", "--launch-summary", summary_a, cwd=tmp)
+    expect(done.returncode == 0, "run A's tables with its own summary", done)
+    done = wrapper("check", "--nsys-stats", "profA", "--launch-summary", summary_b, cwd=tmp)
+    expect(done.returncode == 1 and "names another `nsys` session" in done.stdout,
+           "run A's tables with run B's summary, written during run A", done)
+
+
+def test_ci_smoke_subcommand_keeps_the_environment(tmp):
+    """`ferrum-replay ci-smoke-profile` (and `python -m ferrum_replay ci-smoke-profile`) hand the
+    workload what the gate run directly hands it: the caller's LD_PRELOAD (an ASan runtime
+    first), CDPATH and signal dispositions. The subcommand ran the gate after the wrapper's own
+    start-up had unset the first two and ignored SIGXFSZ: docs/usage.md's ASan setup aborted,
+    and a write beyond `ulimit -f` got EFBIG instead of ending the program (review BB2)."""
+    seen = os.path.join(tmp, "seen")
+    workload = ["/bin/sh", "-c", 'printf "%s|%s|" "$LD_PRELOAD" "${CDPATH-unset}" > "$0"; '
+                'grep SigIgn /proc/$$/status >> "$0"', seen]
+    env = {"LD_PRELOAD": "libm.so.6", "CDPATH": "/tmp:."}
+    views = {}
+    for how, argv in (("the gate", [CI_SMOKE]), ("the subcommand", [WRAPPER, "ci-smoke-profile"]),
+                      ("python -m", [os.path.realpath(sys.executable), "-m", "ferrum_replay",
+                                     "ci-smoke-profile"])):
+        done = run([*argv, "--allow-no-ranges", "--", *workload], tmp,
+                   env={**env, "PYTHONPATH": os.path.join(HERE, "..", "..", "python")})
+        expect_verdict(done, True)
+        with open(seen, encoding="utf-8") as handle:
+            views[how] = handle.read()
+    preload, cdpath, _ = views["the gate"].split("|")
+    expect("libm.so.6" in preload and cdpath == "/tmp:.", f"the gate: {views}")
+    expect(len(set(views.values())) == 1, f"the same environment each way: {views}")
 
 
 def test_launch_summary_names_exact(tmp):

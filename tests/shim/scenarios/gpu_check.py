@@ -9,7 +9,8 @@ import trace_check  # noqa: E402
 GPU_LINE = re.compile(r"^  GPU time: (\d+) replays timed, (\d+) not timed, (\d+) in flight at exit"
                       r"(?: \(([^)]*)\))?; clock aligned within (\d+) ns; p50/p99 within 6\.25 %$")
 HEADER = re.compile(r"^ferrum-replay launch summary: (\d+) graphs, (\d+) launches, (\d+) failed, "
-                    r"(\d+) rejected pushes \(pid (\d+)(?:, started [0-9a-f+-]+)?\)$")
+                    r"(\d+) rejected pushes \(pid (\d+)(?:, started [0-9a-f+-]+)?"
+                    r"(?:, session [A-Za-z0-9._-]+@\d+)?\)$")
 GPU_COLUMNS = ("graph", "launches", "failed", "rejected", "gpu n", "gpu tot ms", "mean us",
                "min us", "p50 us", "p99 us", "max us")
 
