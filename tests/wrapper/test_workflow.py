@@ -5367,6 +5367,27 @@ def test_ci_smoke_subcommand_keeps_the_environment(tmp):
     expect(len(set(views.values())) == 1, f"the same environment each way: {views}")
 
 
+def test_long_tmpdir_session_taken_silently(tmp):
+    """The wrapper's session stamp lives in TMPDIR; the shim read its FERRUM_RECORD_SESSION as a
+    user setting of at most 1023 bytes: under a TMPDIR near 1000 bytes every process said
+    "FERRUM_RECORD_SESSION=... is invalid" of a variable nobody set, and kept no sibling's
+    summary (review BB4). Taken silently now, and used."""
+    deep = tmp
+    while len(deep) < 1010:
+        deep = os.path.join(deep, "d" * 60)
+    os.makedirs(deep)
+    summary = os.path.join(tmp, "s.txt")
+    driver = launch_driver()
+    steps = f"{shlex.quote(driver)} --iters 3 --graphs 1; sleep 0.5; " \
+            f"{shlex.quote(driver)} --iters 5 --graphs 1"
+    done = wrapper("record", "-o", "t.json", "--", "sh", "-c", steps, cwd=tmp,
+                   env={"TMPDIR": deep, "FERRUM_REPLAY_SUMMARY": summary})
+    expect(done.returncode == 0 and "FERRUM_RECORD_SESSION" not in done.stderr,
+           "no complaint of the wrapper's own variable", done)
+    kept = sorted(glob.glob(os.path.join(tmp, "s*.txt")))
+    expect(len(kept) == 2, f"both processes' summaries kept: {kept}", done)
+
+
 def test_launch_summary_names_exact(tmp):
     """The shim's launch summary and nsys stats are read with names exactly as written: a
     name may begin or end with spaces, hold '#', a tab or digits; the destroyed graphs' totals
