@@ -54,6 +54,7 @@ ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *sp
 
 ThreadBuffer::~ThreadBuffer() {
   free_chunks();
+  if (scratch_) common::unmap_zeroed(scratch_, sizeof(Event) * Chunk::kSlots);
   for (const NameBlock &b : blocks_) release_name_block(b);
 }
 
@@ -221,14 +222,19 @@ bool ThreadBuffer::spill_tail() {
   try {
     // Sort a copy and write it without the lock: readers may go on reading the chunk, which
     // only this thread ever changes. Sorted runs let the exit writer merge, not sort.
-    if (!scratch_) scratch_.reset(new Event[Chunk::kSlots]);  // at least one slot per event
+    if (!scratch_) {  // at least one slot per event (see scratch_: no malloc here)
+      void *memory = common::map_zeroed(sizeof(Event) * Chunk::kSlots);
+      if (!memory) return false;
+      scratch_ = static_cast<Event *>(memory);
+      std::uninitialized_default_construct_n(scratch_, Chunk::kSlots);
+    }
     Chunk &chunk = *tail_;
-    Event *out = scratch_.get();
+    Event *out = scratch_;
     const uint32_t n = unpack(chunk, chunk.count.load(std::memory_order_relaxed),
                               [&out](const Event &e) { *out++ = e; });
-    sort_events(scratch_.get(), scratch_.get() + n);
+    sort_events(scratch_, scratch_ + n);
     SpillRun run;
-    if (!spill_->append(scratch_.get(), n, &run)) return false;
+    if (!spill_->append(scratch_, n, &run)) return false;
     // The run and the emptied chunk become visible together.
     mu_.lock();
     holder_.store(tid_, std::memory_order_relaxed);

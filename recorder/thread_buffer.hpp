@@ -342,8 +342,12 @@ class ThreadBuffer {
   mutable std::mutex mu_;
   std::atomic<uint32_t> holder_{0};  // the owner's tid while it holds mu_ (see collect)
   std::vector<SpillRun> runs_;
-  std::unique_ptr<Event[]> scratch_;  // a chunk's sorted copy, on its way to the spill file
-  ChunkWriter writer_;                // owner only: packs into tail_ (event_chunk.hpp)
+  // A chunk's sorted copy, on its way to the spill file: mapped (common::map_zeroed), not new'd.
+  // Made inside record(), which a host's signal handler that forks may interrupt: fork() in
+  // glibc takes malloc's locks, and one held by the interrupted malloc was waited for, for ever
+  // (review HANG, F185).
+  Event *scratch_ = nullptr;
+  ChunkWriter writer_;  // owner only: packs into tail_ (event_chunk.hpp)
 };
 
 }  // namespace ferrum_replay::recorder

@@ -4,8 +4,11 @@
 // has mapped, and the heap's last blocks taken.
 #pragma once
 
+#include <errno.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -48,13 +51,41 @@ inline bool unlimit_address_space() {
 
 // Runs `body` in a child process (its address-space limit stays there) and returns its exit
 // status: 0 when every check of `body` held, else the number of the first that failed.
+// A child that has not ended after 60 s is killed and counts as 2000: a stuck child fails its
+// own case, with doctest's report, instead of hanging the whole program until meson's timeout
+// kills it without a word (review HANG: a child deadlocked in fork(), its parent in waitpid).
+inline constexpr int kChildStuck = 2000;
+
+// waitpid(child, status, 0) for at most `ms` milliseconds (CLOCK_MONOTONIC), then SIGKILL and
+// reap: false when the child had to be killed (or could not be waited for). Async-signal-safe
+// (a handler's fork waits with it too).
+inline bool wait_for_child(pid_t child, int *status, long ms = 60000) {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const long long deadline = now.tv_sec * 1000LL + now.tv_nsec / 1000000 + ms;
+  for (;;) {
+    const pid_t got = waitpid(child, status, WNOHANG);
+    if (got == child) return true;
+    if (got < 0 && errno != EINTR) return false;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec * 1000LL + now.tv_nsec / 1000000 >= deadline) break;
+    const timespec pause{0, 2000000};
+    nanosleep(&pause, nullptr);
+  }
+  kill(child, SIGKILL);
+  while (waitpid(child, status, 0) < 0 && errno == EINTR) {
+  }
+  return false;
+}
+
 template <typename Body>
 int in_child(Body &&body) {
   std::fflush(nullptr);
   const pid_t child = fork();
   if (child == 0) _exit(body());
   int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child) return -1;
+  if (child < 0) return -1;
+  if (!wait_for_child(child, &status)) return kChildStuck;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
 }
 

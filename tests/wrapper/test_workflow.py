@@ -5162,7 +5162,7 @@ def test_summary_of_another_run_same_pid(tmp):
     pid, start = meta["pid"], meta.get("processStart")
     with open(later_summary, encoding="utf-8") as handle:
         title = handle.readline()
-    expect(isinstance(start, str) and f"(pid {pid}, started {start})" in title,
+    expect(isinstance(start, str) and f"(pid {pid}, started {start}" in title,
            f"the trace's processStart {start!r} and the summary's title {title!r} name one start")
     done = wrapper("check", "--launch-summary", later_summary, later, cwd=tmp)
     expect(done.returncode == 0 and "the shim's 22 launches all have their range" in done.stdout,

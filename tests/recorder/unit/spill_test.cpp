@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../support/address_space.hpp"
 #include "recorder.hpp"
 #include "snapshot.hpp"
 #include "spill_file.hpp"
@@ -462,7 +463,7 @@ TEST_CASE("a fork child never writes the parent's segments") {
   r.after_fork_in_parent();
   REQUIRE(pid > 0);
   int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(wait_for_child(pid, &status));  // bounded: a stuck child fails here
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   Snapshot after = r.snapshot();
