@@ -3333,9 +3333,9 @@ def report_digest(report):
 
 def start_key_parts(key):
     """(boot id, start tick) of a process start key (common/output_file.hpp: BOOT+PIDNS+TICKS;
-    an older shim's BOOT+TICKS), or None for anything else."""
+    an older shim's BOOT+TICKS), or None for anything else (a tick of more than 20 digits)."""
     parts = key.split("+") if isinstance(key, str) else []
-    if len(parts) < 2 or not parts[-1].isdigit():
+    if len(parts) < 2 or not parts[-1].isdigit() or len(parts[-1]) > 20:
         return None
     return parts[0], int(parts[-1])
 
@@ -3661,6 +3661,9 @@ def read_launch_summary(handle, tables, path=None):
         header = SUMMARY_HEADER.match(line)
         if header:
             pid = SUMMARY_PID.match(previous) if previous is not None else None
+            if pid and len(pid[1]) > 19:  # (int() of thousands of digits raises: review CC3)
+                raise InputError(f"{quoted(path or '')}: a launch summary's title names a pid of "
+                                 f"{len(pid[1])} digits: not a pid")
             table = LaunchTable(int(pid[1]) if pid else None, pid[2] if pid else None, path,
                                 pid[3] if pid else None)
             tables.append(table)
@@ -3981,14 +3984,15 @@ def cmd_check(args):
         by_name = []
         for table in (t for t in tables if t.pid is None or args.nsys_stats):
             started = start_key_parts(table.start)
+            # A summary that names another session is another run's. One that names none may
+            # be this run's (a sandboxed program that cannot see the stamp, a launcher that
+            # passes on only some variables: review CC1): judged by when it started, below.
             token = nsys_session.get("token") if nsys_session else None
-            if isinstance(token, str) and table.session != token and \
-                    (table.session is not None or started):
+            if isinstance(token, str) and table.session is not None and table.session != token:
                 failures.append(
                     f"the launch summary of process {table.pid} (started {table.start}) is not "
-                    "of this report's run: it names " +
-                    (f"another `nsys` session ({table.session})" if table.session else
-                     "no `nsys` session, the tables this run's") + " (another run's summary)")
+                    f"of this report's run: it names another `nsys` session ({table.session}) "
+                    "(another run's summary)")
                 continue
             if nsys_session and started:
                 same_boot = "0" in (started[0], nsys_session["boot"]) or \

@@ -5341,6 +5341,27 @@ def test_nsys_check_takes_only_this_runs_summary(tmp):
     done = wrapper("check", "--nsys-stats", "profA", "--launch-summary", summary_b, cwd=tmp)
     expect(done.returncode == 1 and "names another `nsys` session" in done.stdout,
            "run A's tables with run B's summary, written during run A", done)
+    # A program that cannot see the session's stamp (a sandbox's private TMPDIR, a launcher
+    # that passes on only some variables) names no session: this run's all the same, judged by
+    # when it started (F183's first version FAILED it: review CC1).
+    unseen = os.path.join(tmp, "unseen.txt")
+    done = wrapper("nsys", "-f", "true", "-o", "prof", "--", "env", "-u", "FERRUM_RECORD_SESSION",
+                   *program, cwd=tmp, env={**env, "FERRUM_REPLAY_SUMMARY": unseen})
+    expect(done.returncode == 0, "a run whose program sees no stamp", done)
+    with open(unseen, encoding="utf-8") as handle:
+        title = handle.readline()
+    expect(", session " not in title, f"no session named: {title!r}")
+    done = wrapper("check", "--nsys-stats", "prof", "--launch-summary", unseen, cwd=tmp)
+    expect(done.returncode == 0 and "the shim's 8 launches all have their range" in done.stdout,
+           "its tables with its summary", done)
+    # A title whose numbers are thousands of digits long: a FAIL naming the summary, no
+    # traceback, no word of a trace (review CC3).
+    with open(unseen, encoding="utf-8") as handle:
+        text = handle.read()
+    huge = write(os.path.join(tmp, "huge.txt"), re.sub(r"\(pid \d+", "(pid " + "9" * 5000, text))
+    done = wrapper("check", "--nsys-stats", "prof", "--launch-summary", huge, cwd=tmp)
+    expect(done.returncode == 1 and "huge.txt" in done.stdout and "not a pid" in done.stdout
+           and "Traceback" not in done.stderr, "a pid of 5000 digits", done)
 
 
 def test_ci_smoke_subcommand_keeps_the_environment(tmp):
