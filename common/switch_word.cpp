@@ -1,17 +1,19 @@
 #include "switch_word.hpp"
 
 namespace ferrum_replay::common {
-namespace {
 
 // ASCII case folding only: the process's locale (a Turkish dotless i) must not change a word.
-bool same_word(const char *value, const char *word) {
-  for (;; ++value, ++word) {
+bool same_word(const char *value, const char *lower_case_word) {
+  if (!value) return false;
+  for (;; ++value, ++lower_case_word) {
     char c = *value;
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    if (c != *word) return false;
+    if (c != *lower_case_word) return false;
     if (c == '\0') return true;
   }
 }
+
+namespace {
 
 bool any_of(const char *value, const char *const (&words)[4]) {
   for (const char *word : words)

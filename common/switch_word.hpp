@@ -10,4 +10,9 @@ enum class Switch { on, off, invalid };
 // What `value` says; null or any other word is Switch::invalid.
 Switch switch_word(const char *value);
 
+// Whether `value` is `lower_case_word` in any case. The one rule for every word-valued setting
+// (switches, FERRUM_REPLAY_LOG, FERRUM_REPLAY_SITE, FERRUM_RECORD_CLOCK, ...): ASCII case only, so
+// that the program's locale (a Turkish dotless i after setlocale) cannot change a word.
+bool same_word(const char *value, const char *lower_case_word);
+
 }  // namespace ferrum_replay::common

@@ -60,17 +60,6 @@ std::string quoted(std::string_view value) {
   return out;
 }
 
-bool equals_ignore_case(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
 // A rank is a short decimal number; anything else (empty, a path, a word) is not used in a file
 // name.
 bool is_rank(const char *value) {
@@ -134,7 +123,7 @@ Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::s
   if (reject && *reject) {
     const std::string_view r(reject);
     uint64_t n = 0;
-    if (equals_ignore_case(r, "all")) {
+    if (common::same_word(reject, "all")) {
       s.reject = RejectMode::all;
     } else if (parse_positive_u64(r, &n)) {
       // Every 1st push is every push: one code path is enough.
@@ -151,9 +140,9 @@ Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::s
 
   if (const char *clock = env("FERRUM_RECORD_CLOCK", context); clock && *clock) {
     const std::string_view c(clock);
-    if (equals_ignore_case(c, "monotonic")) {
+    if (common::same_word(clock, "monotonic")) {
       s.cpu_counter = false;
-    } else if (!equals_ignore_case(c, "auto") && warnings) {
+    } else if (!common::same_word(clock, "auto") && warnings) {
       warnings->push_back("ferrum-replay recorder: FERRUM_RECORD_CLOCK='" + quoted(c) +
                           "' is invalid (expected auto or monotonic); using auto\n");
     }

@@ -2,7 +2,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #include "switch_word.hpp"
 #include "text_rules.hpp"
@@ -10,9 +9,10 @@
 namespace ferrum_replay::shim {
 namespace {
 
+// Words in any case by the one rule of common/switch_word.hpp (ASCII only, whatever the locale).
 bool equals_any(const char *value, const char *const *choices) {
   for (; *choices; ++choices)
-    if (strcasecmp(value, *choices) == 0) return true;
+    if (common::same_word(value, *choices)) return true;
   return false;
 }
 
@@ -83,12 +83,11 @@ bool read_switch(const Reader &reader, const char *name, bool fallback) {
 void read_site_mode(const Reader &reader, Settings &settings) {
   const char *value = reader.get("FERRUM_REPLAY_SITE");
   if (!value) return;
-  static const char *const kOff[] = {"off", "0", "no", "false", nullptr};
-  if (strcasecmp(value, "instantiate") == 0) {
+  if (common::same_word(value, "instantiate")) {
     settings.site_mode = SiteMode::instantiate;
-  } else if (strcasecmp(value, "launch") == 0) {
+  } else if (common::same_word(value, "launch")) {
     settings.site_mode = SiteMode::launch;
-  } else if (equals_any(value, kOff)) {
+  } else if (common::switch_word(value) == common::Switch::off) {  // the switches' off words
     settings.site_mode = SiteMode::off;
   } else {
     reader.reject("FERRUM_REPLAY_SITE", value, "instantiate, launch or off", "instantiate");

@@ -118,6 +118,12 @@ host_locale              takes its locale from the            the launch summary
                          2,000 ranges with a double payload       figures with a dot (the summary
                                                                   read "0,051": `check` found no
                                                                   row)
+host_locale_words        takes its locale from the            every word-valued setting written
+                         environment (setlocale(LC_ALL, "")),     in capitals taken (INFO, LAUNCH,
+                         tr_TR.UTF-8, where the C library folds   MONOTONIC, ON, ALL): the log line
+                         I to a dotless i: FERRUM_REPLAY_LOG=INFO, and the range names, no complaint
+                         _SITE=LAUNCH, FERRUM_RECORD_CLOCK=       (the shim's words were compared
+                         MONOTONIC, _TABLE=ON, _REJECT=ALL        by the locale: INFO was refused)
 table_capped             60 graphs with distinct names            the table lists the 50 busiest and
                                                                   one line for the other 10; the
                                                                   trace has all 60
@@ -753,20 +759,29 @@ def cancel_requests_pending():
             expect(os.listdir(running) == [], f"markers left: {os.listdir(running)}", run_)
 
 
+def make_locale(work, language):
+    """Builds LANGUAGE.UTF-8 in WORK (for LOCPATH=WORK); a "skip: ..." reason where it cannot
+    be (no localedef, no locale sources: scripts/bootstrap installs them for the tests)."""
+    if not shutil.which("localedef"):
+        return f"skip: no localedef to make a {language}.UTF-8 locale"
+    made = subprocess.run(["localedef", "-i", language, "-f", "UTF-8",
+                           os.path.join(work, f"{language}.UTF-8")],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if not os.path.isdir(os.path.join(work, f"{language}.UTF-8")):
+        return f"skip: localedef could not make {language}.UTF-8: {made.stdout.strip()[:200]}"
+    return None
+
+
 def host_locale():
     """A program that takes its locale from the environment (setlocale(LC_ALL, ""), as many C and
     C++ programs do) under a locale whose decimal separator is a comma had the shim's launch
     summary written with it: GPU columns "0,051", and the judges' reader (`check`,
     `ci-smoke-profile`) found no row at all. Everything we write at exit is in the C locale."""
-    if not shutil.which("localedef"):
-        return "skip: no localedef to make a de_DE.UTF-8 locale"
     n = 2000
     with tempfile.TemporaryDirectory(prefix="ferrum-locale-") as work:
-        made = subprocess.run(["localedef", "-i", "de_DE", "-f", "UTF-8",
-                               os.path.join(work, "de_DE.UTF-8")],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if not os.path.isdir(os.path.join(work, "de_DE.UTF-8")):
-            return f"skip: localedef could not make de_DE.UTF-8: {made.stdout.strip()[:200]}"
+        why_not = make_locale(work, "de_DE")
+        if why_not:
+            return why_not
         summary = os.path.join(work, "summary.txt")
         run_ = harness.run([PROGRAM, "locale", str(n)],
                            env={"LOCPATH": work, "LC_ALL": "de_DE.UTF-8",
@@ -791,6 +806,32 @@ def host_locale():
     rows = [l for l in run_.stderr.splitlines() if l.startswith(("global", "ferrum-replay "))]
     expect(rows and all(re.search(r"\d,\d", l) is None for l in rows),
            f"the table's figures: {rows[:2]}", run_)
+
+
+def host_locale_words():
+    """Every word-valued setting (switches, FERRUM_REPLAY_LOG, FERRUM_REPLAY_SITE,
+    FERRUM_RECORD_CLOCK, FERRUM_RECORD_REJECT) takes any case by one rule, ASCII only. The shim
+    compared its log and site words with strcasecmp, which follows the program's locale: in a
+    program that had called setlocale(LC_ALL, "") under tr_TR.UTF-8 (where I folds to a dotless
+    i), FERRUM_REPLAY_LOG=INFO and FERRUM_REPLAY_SITE=INSTANTIATE were refused with a complaint."""
+    n = 20
+    with tempfile.TemporaryDirectory(prefix="ferrum-locale-") as work:
+        why_not = make_locale(work, "tr_TR")
+        if why_not:
+            return why_not
+        run_ = harness.run([PROGRAM, "locale", str(n)],
+                           env={"LOCPATH": work, "LC_ALL": "tr_TR.UTF-8",
+                                "FERRUM_REPLAY_LOG": "INFO", "FERRUM_REPLAY_SITE": "LAUNCH",
+                                "FERRUM_REPLAY_CONTENT": "OFF", "FERRUM_RECORD_CLOCK": "MONOTONIC",
+                                "FERRUM_RECORD_TABLE": "ON", "FERRUM_RECORD_REJECT": "ALL"})
+    expect(run_.returncode == 0 and f"launches={n} failed=0" in run_.stdout,
+           "the program failed", run_)
+    expect("decimal=2,5" in run_.stdout, "the program's locale did not take effect", run_)
+    expect("invalid" not in run_.stderr, "a setting in capitals was refused", run_)
+    expect("ferrum-replay: active:" in run_.stderr,
+           "FERRUM_REPLAY_LOG=INFO gave no log line", run_)
+    expect(re.search(r"rejected pushes: [1-9]", run_.stderr) is not None,
+           "FERRUM_RECORD_REJECT=ALL: no push refused", run_)
 
 
 def run_installed(program, args, preload, env, privileged):
@@ -903,6 +944,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      memory_bound_without_spill, start_end_memory_bound, spill_leaves_room,
                                      names_across_fork, unbalanced_pushes,
                                      privileged_process, cancel_requests_pending, host_locale,
+                                     host_locale_words,
                                      tool_without_handlers, table_capped, table_bogus_value)}
 
 if __name__ == "__main__":

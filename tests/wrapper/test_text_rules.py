@@ -2,14 +2,18 @@
 """The Python implementation of docs/text-rules.md (scripts/ferrum_replay_traces.py:
 expand_output, fresh_name, printable) against every case of tests/cases/text_rules.json, and
 the wrapper's use of it (its hidden `expand`, `fresh` and `quote` subcommands, which
-scripts/ferrum-replay calls instead of a shell copy of the rules).
+scripts/ferrum-replay calls instead of a shell copy of the rules), and the wrapper's one sh
+stand-in for printable text where no python3 runs (`_quote`).
 
     test_text_rules.py            (meson: suite workflow, test 'workflow text_rules')
 """
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -116,6 +120,46 @@ def test_printable():
                   f"wrapper quote {short(case['in_hex'])}: {done.stdout[:80]!r}")
 
 
+def ascii_stand_in(raw, limit):
+    """What the wrapper's sh stand-in for section 3 shows where no python3 runs: sh cannot tell
+    well-formed UTF-8 from a lone C1 byte, so every byte outside printable ASCII is '?' (never
+    more kept than the rule keeps); the same limit and '...'."""
+    text = "".join(chr(b) if 0x20 <= b <= 0x7E else "?" for b in raw)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def test_printable_without_python(tmp):
+    """The wrapper's `_quote` (which ci-smoke-profile and gpu-smoke call) on a PATH of the
+    wrapper's own tools and no python3: one line, in single quotes, only printable ASCII, cut
+    at the limit -- a lone 0x9B (an 8-bit terminal's escape) and a 100 KB value reached the
+    terminal raw and whole from three sh copies of a control-characters-only rule."""
+    limit = CASES["printable_limit"]
+    wrapper = os.path.join(ROOT, "scripts", "ferrum-replay")
+    with open(wrapper, encoding="utf-8") as handle:
+        tools = re.search(r"^need_tools (.*)$", handle.read(), re.M).group(1).split()
+    bin_dir = os.path.join(tmp, "bin")
+    os.mkdir(bin_dir)
+    for tool in tools:
+        os.symlink(shutil.which(tool), os.path.join(bin_dir, tool))
+    env = {"PATH": bin_dir}
+    cases = [bytes.fromhex(case["in_hex"]) for case in CASES["printable"]]
+    cases += [b"\x9b5\x9b[31mX", b"9" * 100000 + b"x", b"a'b\nc"]
+    for raw in cases:
+        if b"\x00" in raw:  # argv cannot hold NUL
+            continue
+        done = subprocess.run(["/bin/sh", wrapper, "_quote", raw], capture_output=True,
+                              env=env, check=False)
+        want = f"'{ascii_stand_in(raw, limit)}'\n".encode()
+        check(done.returncode == 0 and done.stdout == want,
+              f"wrapper _quote without python3 {short(raw.hex())}: {done.stdout[:80]!r}, "
+              f"expected {want[:80]!r} ({done.stderr[:200]!r})")
+    for case in CASES["printable"]:  # where the table's answer is ASCII, the same answer
+        raw = bytes.fromhex(case["in_hex"])
+        if raw.isascii() and case["out"].isascii() and b"\x00" not in raw:
+            check(f"'{ascii_stand_in(raw, limit)}'" == f"'{case['out']}'",
+                  f"the sh stand-in and the table differ on ASCII {short(case['in_hex'])}")
+
+
 def test_literal_pattern():
     """Section 1: a literal path handed on as a pattern has every '%' doubled and expands to
     itself -- in Python and in the sh wrapper (its hidden `_literal`, which ci-smoke-profile
@@ -139,6 +183,8 @@ def main():
     for test in (test_expand, test_domain, test_expand_through_the_wrapper_entry, test_fresh,
                  test_printable, test_literal_pattern):
         test()
+    with tempfile.TemporaryDirectory(prefix="ferrum-text-rules-") as tmp:
+        test_printable_without_python(tmp)
     for failure in failures:
         print(f"FAIL {failure}")
     total = (len(CASES["expand"]) + len(CASES["fresh"]) + len(CASES["printable"]) +

@@ -4561,7 +4561,8 @@ def test_ci_smoke_refuses_before_the_workload(tmp):
     done = ci_smoke("--nsys", "--", *program, cwd=tmp,
                     env={"FERRUM_NSYS": os.path.join(tmp, "no-nsys")})
     expect_verdict(done, False, "ferrum-replay cannot profile here (see above)")
-    expect("nsys is not in PATH" in done.stderr and not os.path.exists(ran), "nsys missing", done)
+    expect(f"FERRUM_NSYS='{os.path.join(tmp, 'no-nsys')}' is not a command" in done.stderr and
+           not os.path.exists(ran), "the nsys FERRUM_NSYS names is missing: named", done)
     # A good file still passes, its renamed bound noted once (after the run, with the verdict).
     good = write(os.path.join(tmp, "old-name.expect"), "* 0 max-mean-ms=1000\n")
     done = ci_smoke("--expect", good, "--", *program, cwd=tmp)
@@ -5534,14 +5535,20 @@ def test_gpu_smoke_without_gpu(tmp):
                f"traces and logs in {os.path.join(tmp, given)}\n" in done.stdout,
                f"the demo's trace and summary in {given}/demo: {kept}", done)
     # A per-case limit that is no whole number of seconds: one line before any case (a word
-    # failed every case as its own fault; 0 was no limit at all).
-    for value in ("forty", "0", "-5", ""):
+    # failed every case as its own fault; 0 was no limit at all), no case counted, the value
+    # shown by the one rule for values in messages (a lone 0x9B, an 8-bit terminal's escape,
+    # and a 100 KB value reached the terminal raw and whole).
+    for value in ("forty", "0", "-5", "", "\x9b5\x9b[31mX", "9" * 100000 + "x"):
         done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, FERRUM_GPU_SMOKE_TIMEOUT=value))
         if value == "":  # unset: the default
             continue
         expect(done.returncode == 2 and "FERRUM_GPU_SMOKE_TIMEOUT must be a whole number" in
                done.stdout and "PASS" not in done.stdout and "FAIL " not in done.stdout,
-               f"FERRUM_GPU_SMOKE_TIMEOUT={value!r}", done)
+               f"FERRUM_GPU_SMOKE_TIMEOUT={value[:20]!r}", done)
+        expect(len(done.stdout.splitlines()) == 1 and "failed" not in done.stdout and
+               "\x9b" not in done.stdout and "\ufffd" not in done.stdout and
+               len(done.stdout) < 400,
+               f"FERRUM_GPU_SMOKE_TIMEOUT={value[:20]!r}: one short printable line", done)
 
 
 def test_torch_graphs_script(tmp):
@@ -5917,6 +5924,20 @@ def test_unusable_python3_takes_the_fallback(tmp):
         done = wrapper("check", *traces_in(work), cwd=work)
         expect(done.returncode == 1, f"{why}: no -o: the earlier run's trace is not judged the "
                "last run's", done)
+        # A file of the user's at the note's name that is no note (larger than a note gets, or
+        # other content) is left as it is, as the helper leaves it, with the helper's warning
+        # (the fallback emptied a 2 MB file: only regular, owned and non-empty were asked).
+        note_file = os.path.join(work, f".ferrum-replay-records.{os.geteuid()}")
+        for content in (b"x" * 2000000, b"hello\n", b'{"ferrumReplayRecords": [' + b" " * 1048576):
+            with open(note_file, "wb") as handle:
+                handle.write(content)
+            done = wrapper("record", "--", "/bin/true", cwd=work, env={"PATH": path})
+            with open(note_file, "rb") as handle:
+                kept = handle.read() == content
+            expect(done.returncode == 0 and kept and
+                   "is not a note of this user's ferrum-replay: left as it is" in done.stderr,
+                   f"{why}: a {len(content)}-byte file at the note's name left as it is", done)
+        os.unlink(note_file)
         missing = os.path.join(tmp, f"missing{n}", "t.json")
         done = wrapper("record", "-o", missing, "--", "sh", "-c", "echo program ran", cwd=tmp,
                        env={"PATH": path})
