@@ -1275,6 +1275,39 @@ def by_graph(scans, domain, gpu=False):
     return table
 
 
+def untimed_in_processes(scans, domain, renamed=False):
+    """{graph name: [process label, ...]}: the graphs of `domain` that a process replayed (it
+    has ranges of them) without a single GPU time, per process (F89's "a graph without GPU time
+    never passes a GPU gate", process by process: one process timed and fast, another untimed
+    and slow, and a mean over the timed one passed the whole run). With `renamed`, names as
+    by_graph shows them (a graph renamed after its first launches is one graph)."""
+    labels = process_row_labels(scans)
+    out = collections.defaultdict(list)
+    for index, scan in enumerate(scans):
+        for (pid, cat), stats in scan.stats.items():
+            if cat != domain:
+                continue
+            gpu = scan.gpu_stats.get((pid, cat))
+            shown = scan.renamed(pid, cat) if renamed else {}
+            timed = collections.Counter()  # shown name -> GPU replays in this process
+            for name, row in stats.index.items():
+                if stats.count[row]:
+                    found = gpu.get(name) if gpu is not None else None
+                    timed[shown.get(name, name)] += found[0] if found else 0
+            for name, count in timed.items():
+                if not count:
+                    out[name].append(labels[(index, pid)])
+    return out
+
+
+def untimed_text(name, processes, all_processes):
+    """A graph of untimed_in_processes() as a message names it: with its processes, unless it
+    was timed in none of the run's."""
+    if len(processes) >= all_processes:
+        return quoted(name)
+    return f"{quoted(name)} (in {listed(quoted(p) for p in processes)})"
+
+
 def numbered_ranges(scans, domain):
     """{(scan index, pid): Counter({graph number: ranges})} of `domain`'s ranges (0: ranges
     without one)."""
@@ -1468,6 +1501,9 @@ def cmd_compare(args):
         raise InputError(f"NEW is not a run of its own: {why}; comparing a run with itself "
                          "guards nothing")
     new_cpu, new_gpu = compare_side(new_scans, args.domain)
+    # A graph some of NEW's processes replayed without GPU time: its NEW mean is of the others.
+    new_untimed = untimed_in_processes(new_scans, args.domain, renamed=True)
+    new_processes = len(process_row_labels(new_scans)) if new_untimed else 0
     rows, regressions, missing, untimed = [], [], [], []
     for name in sorted(set(base_cpu.index) | set(base_gpu.index) |
                        set(new_cpu.index) | set(new_gpu.index)):
@@ -1483,6 +1519,9 @@ def cmd_compare(args):
             continue
         if new_mean is None and kind == "gpu" and new_cpu.get(name) and new_cpu.get(name)[0]:
             change = "no GPU time"
+            untimed.append(name)
+        elif kind == "gpu" and name in new_untimed:
+            change = f"no GPU time in {len(new_untimed[name])} of NEW's processes"
             untimed.append(name)
         elif new_mean is None:
             change = "missing"
@@ -1523,8 +1562,10 @@ def cmd_compare(args):
                         "missing from NEW: " + listed(quoted(n) for n in missing))
     if untimed:
         problems.append(f"{len(untimed)} graph{'s' if len(untimed) != 1 else ''} with GPU time "
-                        "in BASE without any in NEW (GPU timing off, or no replay of it "
-                        "finished before exit): " + listed(quoted(n) for n in untimed))
+                        "in BASE without any in NEW, or in some of NEW's processes (GPU timing "
+                        "off, a driver without events, or no replay of it finished before "
+                        "exit): " + listed(untimed_text(n, new_untimed.get(n, ()), new_processes)
+                                           for n in untimed))
     # A side whose recorder dropped ranges holds only the replays it kept (the first ones, until
     # its memory ran out): its means are of a part of the run, and no gate (check's rule too).
     for side, scans in (("BASE", base_scans), ("NEW", new_scans)):
@@ -3218,12 +3259,20 @@ def _read_csv(path):
     if len(data) > CSV_LIMIT:
         raise InputError(f"{quoted(path)}: more than {CSV_LIMIT >> 20} MiB: not an nsys stats "
                          "table")
-    text = data.decode("utf-8", "replace")
+    # A NUL (no NVTX name holds one: a file of zeros after a crash) is refused by csv before
+    # Python 3.11 and read after: replaced, every Python reads the same.
+    text = data.decode("utf-8", "replace").replace("\0", "\ufffd")
     # Some versions print a title line before the header: start at the header row.
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if "Range" in line and "," in line:
-            return list(csv.DictReader(lines[i:]))
+            # A cell may be as long as the table (Nsight keeps an NVTX message whole): csv's
+            # default limit of 128 KiB made a long range name a traceback (review EE3).
+            csv.field_size_limit(CSV_LIMIT)
+            try:
+                return list(csv.DictReader(lines[i:]))
+            except csv.Error as error:
+                raise InputError(f"{quoted(path)}: not an nsys stats table ({error})") from error
     return []
 
 
@@ -3604,11 +3653,22 @@ def read_launch_tables(paths):
     processes share; two tables of one process that differ are an input error naming both."""
     tables = []
     for path in paths:
+        before = len(tables)
         try:
             with open_regular(path, binary=True, what="a launch summary") as handle:
                 read_launch_summary(handle, tables, path)
         except OSError as error:
             raise InputError(f"{quoted(path)}: cannot read: {error.strerror or error}") from error
+        # A file named as a summary that holds none (empty, cut short, the trace given in its
+        # place) is no "the shim wrote no summary": the cross-check asked for would be skipped,
+        # and the verdict passed (review EE2). The shim writes no table without a row.
+        if len(tables) == before:
+            raise InputError(f"{quoted(path)}: holds no launch summary of the shim (no "
+                             "'ferrum-replay launch summary' table): empty, cut short, or "
+                             "another file")
+        if any(not table.names and not any(table.recycled.values())
+               for table in tables[before:]):
+            raise InputError(f"{quoted(path)}: a launch summary in it has no row: cut short")
     kept, seen = [], {}
     for table in tables:
         key = (table.pid, table.start)
@@ -3774,6 +3834,12 @@ def cmd_check(args):
             args.launch_summary):
         print(f"{args.prog}: no traces given: name the traces to check (TRACE..., or "
               "--nsys-stats BASE) (see `ferrum-replay --help`)", file=sys.stderr)
+        return 2
+    # Traces beside --nsys-stats would be read and then not judged (every count comes from the
+    # tables): an OK that reads as if they had been (review EE4). One or the other.
+    if args.traces and args.nsys_stats:
+        print(f"{args.prog}: give traces or --nsys-stats BASE, not both: with --nsys-stats the "
+              "Nsight Systems tables are judged instead of traces", file=sys.stderr)
         return 2
     # A running directory given that cannot be read fails, as a missing --launch-summary does:
     # read as empty, it passed whatever the run left.
@@ -4056,6 +4122,8 @@ def cmd_check(args):
 
     expectations = parse_expectations(args.expect) if args.expect else []
     gpu_counts = None if args.nsys_stats else aggregate(scans, domain, gpu=True).get(("", domain))
+    untimed_where = {} if args.nsys_stats else untimed_in_processes(scans, domain)
+    process_count = len(process_row_labels(scans)) if untimed_where else 0
     unapplied = []  # expectation lines whose bounds matched no range (min-count 0)
     for pattern, minimum, max_cpu, max_gpu, number in expectations:
         # Which names the pattern stands for is decided on the CPU ranges (every range has one),
@@ -4087,9 +4155,9 @@ def cmd_check(args):
         gpu = [s for name, s in (gpu_counts.items() if gpu_counts else ()) if name in chosen]
         gn = sum(s[0] for s in gpu)
         # Assigned here, not in the elif below: the helper runs on Python 3.7 (docs/usage.md).
+        # Per process: a graph timed in one process and not in another is untimed there.
         untimed = sorted(name for name, s in counts.items()
-                         if s[0] and name in chosen
-                         and not (gpu_counts and (gpu_counts.get(name) or (0,))[0]))
+                         if s[0] and name in chosen and name in untimed_where)
         if args.nsys_stats:
             failures.append(f"expectation line {number}: max-gpu-mean-ms needs the recorder's "
                             "GPU times (run without --nsys)")
@@ -4103,10 +4171,13 @@ def cmd_check(args):
             failures.append(f"expectation line {number}: max-gpu-mean-ms {max_gpu:g} for "
                             f"{quoted(pattern)}, but {len(untimed)} graph"
                             f"{'s' if len(untimed) != 1 else ''} matching it "
-                            f"{'have' if len(untimed) != 1 else 'has'} no GPU time (no replay "
-                            "of it was timed: launched into a stream capture, the pool "
-                            "exhausted, a shared stream; or none finished before exit): "
-                            + listed(quoted(n) for n in untimed))
+                            f"{'have' if len(untimed) != 1 else 'has'} no GPU time, in the "
+                            "whole run or in some of its processes (no replay of it was timed "
+                            "there: GPU timing off, a driver without events, launched into a "
+                            "stream capture, the pool exhausted, a shared stream; or none "
+                            "finished before exit): "
+                            + listed(untimed_text(n, untimed_where[n], process_count)
+                                     for n in untimed))
         elif sum(s[1] for s in gpu) / gn / 1e6 > max_gpu:
             failures.append(f"expectation line {number}: replays matching {quoted(pattern)} "
                             f"take {sum(s[1] for s in gpu) / gn / 1e6:.3f} ms of GPU time on "

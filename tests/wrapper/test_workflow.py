@@ -2084,6 +2084,45 @@ def test_check_inputs_must_exist(tmp):
                "cannot read" in done.stdout, f"check {option} {missing}", done)
 
 
+def test_gpu_gates_per_process(tmp):
+    """A graph without GPU time never passes a GPU gate (F89) -- process by process: one
+    process of a run timed its fast replays, another replayed the same graphs slowly without
+    GPU time (GPU timing off there, or a driver without the event API), and `check`'s
+    max-gpu-mean-ms and `compare` passed on the timed process's mean alone, NEW's count
+    showing only the timed replays."""
+    program = [launch_driver(), "--iters", "6", "--name-graphs", "P"]
+    base = os.path.join(tmp, "base")
+    os.mkdir(base)
+    done = wrapper("record", "-o", base + "/", "--", *program, cwd=tmp)
+    expect(done.returncode == 0 and len(traces_in(base)) == 1, "BASE recorded", done)
+    bound = write(os.path.join(tmp, "e.txt"), "'P *' 12 - 0.5\n")
+    line = " ".join(shlex.quote(a) for a in program)
+    for n, how in enumerate(("FERRUM_STANDIN_NO_EVENTS=1", "FERRUM_REPLAY_GPU_TIME=off")):
+        new = os.path.join(tmp, f"new{n}")
+        os.mkdir(new)
+        slow = f"{how} FERRUM_STANDIN_GRAPH_NS=20000000,20000000 {line}"
+        done = wrapper("record", "-o", new + "/", "--", "sh", "-c", f"{line}; {slow}", cwd=tmp)
+        expect(done.returncode == 0 and len(traces_in(new)) == 2, f"{how}: NEW recorded", done)
+        done = wrapper("check", "--expect", bound, *traces_in(new), cwd=tmp)
+        expect(done.returncode == 1 and "2 graphs matching it have no GPU time" in done.stdout
+               and "'P 0' (in 'launch_driver (pid " in done.stdout,
+               f"{how}: the GPU bound passed on one process's replays", done)
+        done = wrapper("compare", base, new, cwd=tmp)
+        expect(done.returncode == 1 and
+               re.search(r"^P 0\s+gpu\s+6\s+\S+\s+6\s+\S+\s+no GPU time in 1 of NEW's processes$",
+                         done.stdout, re.M) and
+               "2 graphs with GPU time in BASE without any in NEW, or in some of NEW's processes"
+               in done.stdout, f"{how}: compare passed on one process's replays", done)
+    # Both processes timed: the gate judges their replays together, and passes.
+    both = os.path.join(tmp, "both")
+    os.mkdir(both)
+    done = wrapper("record", "-o", both + "/", "--", "sh", "-c", f"{line}; {line}", cwd=tmp)
+    done = wrapper("check", "--expect", bound, *traces_in(both), cwd=tmp)
+    expect(done.returncode == 0 and "1 expectation met" in done.stdout, "both timed", done)
+    done = wrapper("compare", base, both, cwd=tmp)
+    expect(done.returncode == 0, "both timed: compare", done)
+
+
 def test_check_gpu_expectations(tmp):
     gpu = make_trace(os.path.join(tmp, "gpu.json"), "--ranges", 40, "--graphs", 2, "--gpu-us", 5,
                      "--graph-us", "graph 2=300", cwd=tmp)
@@ -4285,6 +4324,19 @@ def test_nsys_tables_read_in_their_unit(tmp):
     done = wrapper("check", "--nsys-stats", base, "--expect", expectations, cwd=tmp)
     expect(done.returncode == 1 and "gives no CPU time" in done.stdout,
            "a bound on a table without its time", done)
+    # The program's own range beside ours, with a 200,000-byte message (Nsight keeps it whole)
+    # or a NUL (a table cut by a crash): csv's 128 KiB cell limit was a traceback; a NUL one
+    # before Python 3.11 (review EE3). Read, and our range judged.
+    for label, other in (("a 200 KB name", "x" * 200000), ("a NUL", "a\0b")):
+        base = table("other_" + label[2:5], heads.format(u="ns"), "100,100,10,10,10,10")
+        with open(base + "_nvtx_sum.csv", "a", encoding="utf-8") as handle:
+            handle.write(f'0.1,10,1,10,10,10,PushPop,"myapp:{other}"\n')
+        # Python before 3.11 where one is found (its csv refused a NUL), and this one.
+        for python in filter(None, (python3_among((10, 9, 8, 7)), sys.executable)):
+            done = run([python, os.path.join(SOURCE, "scripts", "ferrum_replay_traces.py"),
+                        "check", "--nsys-stats", base], tmp)
+            expect(done.returncode == 0 and "OK: 10 ranges of 1 graph" in done.stdout and
+                   "Traceback" not in done.stderr, f"{label}, Python {python}", done)
 
 
 def test_judge_inputs_never_waited_on(tmp):
@@ -5094,6 +5146,20 @@ def test_graph_renamed_after_launches(tmp):
         edited = write(os.path.join(tmp, "edited.txt"), edit(text))
         done = wrapper("check", "--launch-summary", edited, trace, cwd=tmp)
         expect(done.returncode == 1 and why in done.stdout, label, done)
+    # A FILE given as the summary that holds none -- empty, cut in its title or in its first
+    # row, the trace given in its place (two arguments swapped): the cross-check asked for was
+    # skipped and the verdict OK, "the shim wrote no FERRUM_REPLAY_SUMMARY" (review EE2).
+    title_end = text.index("\n")
+    first_row = text.index("\n", title_end + 1) + 10
+    for label, content, why in (
+            ("empty", "", "holds no launch summary of the shim"),
+            ("cut in its title", text[:title_end // 2], "holds no launch summary of the shim"),
+            ("cut in its first row", text[:first_row], "a launch summary in it has no row"),
+            ("the trace", None, "holds no launch summary of the shim")):
+        given = trace if content is None else write(os.path.join(tmp, "given.txt"), content)
+        done = wrapper("check", "--launch-summary", given, trace, cwd=tmp)
+        expect(done.returncode == 1 and why in done.stdout and "not cross-checked" not in
+               done.stdout, f"a summary {label}", done)
     # Another run's summary beside this run's trace: its process is in no trace. It passed as
     # OK wherever names and counts agreed, matched by name (review X): now a FAIL.
     other, other_summary = recorded("other", renamed)
@@ -5310,6 +5376,13 @@ def test_nsys_check_takes_only_this_runs_summary(tmp):
     done = wrapper("check", "--nsys-stats", "prof", "--launch-summary", first, cwd=tmp)
     expect(done.returncode == 0 and "the shim's 8 launches all have their range" in done.stdout,
            "run 1's tables with its own summary", done)
+    # Traces beside the tables were read, then not judged: an OK as if they had been (review
+    # EE4). One or the other, in one line.
+    stray = write(os.path.join(tmp, "stray.json"), "{}")
+    done = wrapper("check", "--nsys-stats", "prof", "--launch-summary", first, stray, cwd=tmp)
+    expect(done.returncode == 2 and "give traces or --nsys-stats BASE, not both" in done.stderr
+           and len(done.stderr.splitlines()) == 1 and "OK" not in done.stdout,
+           "traces beside --nsys-stats", done)
     own = os.path.join(tmp, "own.txt")
     done = wrapper("nsys", "-f", "true", "-o", "prof", "--", launch_driver(), "--iters", "6",
                    cwd=tmp, env={**env, "FERRUM_REPLAY_SUMMARY": own, "FERRUM_RECORD_REJECT": "3"})
