@@ -32,9 +32,19 @@ namespace {
 
 constexpr size_t kPathSize = 4096 + 64;  // an expanded path plus a temporary's suffix
 
+// To an absolute deadline: a relative sleep restarted with what remains after each signal never
+// ends while the program's interval timer fires faster than the kernel's rounding and slack (a
+// 20 kHz SIGALRM: the exit hung for ever waiting 10 ms for an output lock; review DD-4).
 void sleep_ms(long ms) {
-  timespec pause{ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+  timespec until{};
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += (ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec += 1;
+    until.tv_nsec -= 1000000000L;
+  }
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
   }
 }
 

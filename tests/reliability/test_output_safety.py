@@ -406,6 +406,41 @@ def output_lock_held_elsewhere():
         expect(len(lines) == 1 and beside[0] in lines[0], "no single line about the lock", run_)
 
 
+INTERVAL_TIMER = None  # --interval-timer: tests/reliability/interval_timer.c, built
+
+
+def output_lock_held_under_fast_timer():
+    """The program's own 20 us SIGALRM timer (no SA_RESTART) running through exit, and our
+    output lock held for 0.3 s by another ferrum-replay process, as processes of one run ending
+    into one directory hold it: the exit waited for the lock 10 ms at a time with a sleep
+    restarted on what remained after each signal, which never ran out under such a timer -- the
+    program never ended (review DD-4). Now it ends, and the trace is at its name."""
+    import socket
+    import threading
+    expect(INTERVAL_TIMER and os.path.isfile(INTERVAL_TIMER),
+           f"the interval timer library {INTERVAL_TIMER!r} is not built")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "t.json")
+        st = os.stat(tmp)
+        holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        holder.bind(f"\0ferrum-replay-output-{st.st_dev:x}-{st.st_ino:x}")
+        release = threading.Timer(0.3, holder.close)
+        release.start()
+        try:
+            run_, took = timed_launch(
+                [harness.path_of("LAUNCH_DRIVER"), *ARGS], out,
+                LD_PRELOAD=f"{harness.path_of('FERRUM_SHIM')} {INTERVAL_TIMER}",
+                FERRUM_TEST_TIMER_US="20")
+        finally:
+            release.cancel()
+            holder.close()
+        expect("cannot be preloaded" not in run_.stderr, "the timer was not preloaded", run_)
+        expect_program_unharmed(run_)
+        expect(took < 10, f"exit took {took:.1f} s under a 20 us timer (the lock was free after "
+               "0.3 s)", run_)
+        expect_our_trace(out, run_)
+
+
 def host_tag():
     """The 8 hex digits our temporaries carry: 32-bit FNV-1a of the host name."""
     value = 2166136261
@@ -845,10 +880,14 @@ SCENARIOS = {f.__name__: f for f in (
     symlink_planted, foreign_file_kept, earlier_trace_replaced, mode_respects_umask,
     bad_paths_one_line, summary_file_never_followed, merge_output_never_followed,
     merge_output_streams, another_users_trace_kept,
-    locked_directory_never_blocks, output_lock_held_elsewhere, dead_leftovers_removed,
+    locked_directory_never_blocks, output_lock_held_elsewhere, output_lock_held_under_fast_timer,
+    dead_leftovers_removed,
     stream_outputs, unset_variable_named, nothing_recorded_nothing_written, streams_never_block,
     links_to_streams_never_followed, long_names_written, slow_reader_bounded,
     stalled_stderr_waited_for_once)}
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--interval-timer"]:
+        INTERVAL_TIMER = sys.argv[2]
+        sys.argv[1:3] = []
     harness.main(SCENARIOS)
