@@ -133,6 +133,14 @@ inline constexpr unsigned kMaxMarkerSibling = 9999;
 // `stem_length` (when given): where the suffix begins, for running_marker_sibling.
 bool running_marker_name(const char *path, int pid, unsigned sibling, char *out, size_t out_size,
                          size_t *stem_length = nullptr);
+// The canary of a markers' directory the wrapper made (docs/reliability.md): STEM + this suffix
+// (DIR/ferrum-replay.all-marked) is made before the run; a process that cannot make its marker
+// there renames it to STEM + kUnmarkedSuffix (a rename needs no new inode, where no space or
+// inode is left), and the judges fail the run: a process went unmarked, and a loss of it
+// would go unreported. The judges' copy: scripts/ferrum_replay_traces.py MARKER_CANARY; the
+// wrapper's: scripts/ferrum_replay_run_program.sh arm_marker_canary.
+inline constexpr char kMarkerCanarySuffix[] = ".all-marked";
+inline constexpr char kUnmarkedSuffix[] = ".unmarked";
 // A name made by running_marker_name (its `stem_length`) given sibling `sibling`'s suffix in
 // place: the stem is kept, not computed again. False if it does not fit.
 bool running_marker_sibling(char *marker, size_t marker_size, size_t stem_length, int pid,

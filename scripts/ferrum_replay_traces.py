@@ -2846,6 +2846,24 @@ def process_state(pid, image=None, pid_namespace=None):
     return True
 
 
+# The canary of a markers' directory the wrapper made, and its name once a process could not
+# make its marker there (no space, no inode, a quota): common/output_file.hpp
+# kMarkerCanarySuffix, kUnmarkedSuffix (the shim's marker stem, "ferrum-replay", + suffix).
+MARKER_CANARY = "ferrum-replay.all-marked"
+MARKER_UNMARKED = "ferrum-replay.unmarked"
+
+
+def unmarked_processes(directory):
+    """Whether a process of the run could not make its running marker in `directory`: one
+    that then ended without its exit hook would be missing from every count, unseen."""
+    return bool(directory) and os.path.lexists(os.path.join(directory, MARKER_UNMARKED))
+
+
+UNMARKED_TEXT = ("a process of the run could not make its running marker (no space or no inode "
+                 "left where the markers go, or a quota): had it ended without its launch "
+                 "summary (killed, _exit, exec), nothing would show it")
+
+
 def unfinished_processes(directory):
     """(pid, program, state) of each process whose running marker is left in `directory`, in
     pid order: it launched and did not reach its exit hook — lost (killed, _exit, exec: False),
@@ -2908,6 +2926,8 @@ def cmd_record_report(args):
         print(f"ferrum-replay: {text}", file=sys.stderr)
 
     unfinished = unfinished_processes(args.running_dir)
+    if unmarked_processes(args.running_dir):
+        note(f"warning: {UNMARKED_TEXT}: which processes' traces are missing cannot be told")
     for pid, program, state in unfinished:
         if state == "elsewhere":
             note(f"process {pid} ({quoted(program)}) of another PID namespace launched CUDA "
@@ -3849,7 +3869,10 @@ def cmd_check(args):
         except OSError as error:
             raise InputError(f"--running-dir {quoted(args.running_dir)}: cannot read: "
                              f"{error.strerror or error}") from error
-    # First: a process whose counts are missing makes every count below incomplete.
+    # First: a process whose counts are missing makes every count below incomplete; so does
+    # one that could not say it ran (review DD-1).
+    if unmarked_processes(args.running_dir):
+        failures.append(f"{UNMARKED_TEXT}: the run's processes cannot all be vouched for")
     unfinished = unfinished_processes(args.running_dir)
     for pid, program, state in unfinished[:1]:
         more = (f" (and {len(unfinished) - 1} more such process"

@@ -55,11 +55,36 @@ struct MarkerScratch {
   char directory[common::kMaxExpandedPath + 1];
   char path[2 * common::kMaxExpandedPath + 128];
   char marker[sizeof g_marker_path];
+  char unmarked[sizeof g_marker_path];
 } g_scratch;
 
+// No marker could be made in the directory whose stem is m.path (no space or no inode left on
+// its file system, a quota, every sibling name taken): a process that then ended without its
+// summary would go unreported, and the gate passed on the other processes' counts (review
+// DD-1). The wrapper's canary there (common::kMarkerCanarySuffix) is renamed to say so — a
+// rename within a directory needs no new inode. Nothing happens where there is none (the user's
+// own directory, a remote node's missing one, no permission).
+void report_unmarked(MarkerScratch &m) {
+  const int from = snprintf(m.marker, sizeof m.marker, "%s%s", m.path, common::kMarkerCanarySuffix);
+  const int to = snprintf(m.unmarked, sizeof m.unmarked, "%s%s", m.path, common::kUnmarkedSuffix);
+  if (from < 0 || to < 0 || static_cast<size_t>(from) >= sizeof m.marker ||
+      static_cast<size_t>(to) >= sizeof m.unmarked)
+    return;
+  (void)rename(m.marker, m.unmarked);
+}
+
+enum class MarkerMade { made, no_directory, failed };
+
+MarkerMade try_running_marker(const char *pattern, int pid);
+
 void make_running_marker(const char *pattern, int pid) {
+  if (try_running_marker(pattern, pid) == MarkerMade::failed) report_unmarked(g_scratch);
+}
+
+MarkerMade try_running_marker(const char *pattern, int pid) {
   MarkerScratch &m = g_scratch;
-  if (!expand_process_pattern(pattern, m.directory, sizeof m.directory)) return;
+  if (!expand_process_pattern(pattern, m.directory, sizeof m.directory))
+    return MarkerMade::no_directory;
   // DIR/ferrum-replay.PID.running; absolute, so that the exit finds it wherever the program's
   // working directory went.
   size_t end = strlen(m.directory);
@@ -69,7 +94,7 @@ void make_running_marker(const char *pattern, int pid) {
     fits = snprintf(m.path, sizeof m.path, "%s/ferrum-replay", m.directory);
   else if (g_working_directory[0])
     fits = snprintf(m.path, sizeof m.path, "%s/%s/ferrum-replay", g_working_directory, m.directory);
-  if (fits < 0 || static_cast<size_t>(fits) >= sizeof m.path) return;
+  if (fits < 0 || static_cast<size_t>(fits) >= sizeof m.path) return MarkerMade::no_directory;
   // O_EXCL: a marker already there is never replaced, and this one is made beside it. It is
   // another process's of the same pid number: an earlier image of this process, which launched
   // and then replaced itself with exec, or a process in another PID namespace (containers that
@@ -82,7 +107,7 @@ void make_running_marker(const char *pattern, int pid) {
     if (sibling == 0
             ? !common::running_marker_name(m.path, pid, 0, m.marker, sizeof m.marker, &stem_length)
             : !common::running_marker_sibling(m.marker, sizeof m.marker, stem_length, pid, sibling))
-      return;
+      return MarkerMade::failed;
     fd = open(m.marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     // No descriptor free (the program is at its open-file limit: a server that holds
     // thousands of sockets): the marker is made without one, empty — it names the process by
@@ -93,24 +118,24 @@ void make_running_marker(const char *pattern, int pid) {
       if (mknod(m.marker, S_IFREG | 0644, 0) == 0)
         made_without_descriptor = true;
       else if (errno != EEXIST)
-        return;
+        return MarkerMade::failed;
       continue;
     }
     // Nothing said when it cannot be made (no such directory: a remote node of a job whose
-    // wrapper made it here; no permission): the marker is the wrapper's business, not the
-    // program's, and a missing one only means a loss goes unreported, as without the setting.
-    if (fd < 0 && errno != EEXIST) return;
+    // wrapper made it here; no permission; no space): the marker is the wrapper's business,
+    // not the program's; report_unmarked tells the wrapper's judges.
+    if (fd < 0 && errno != EEXIST) return MarkerMade::failed;
   }
   if (made_without_descriptor) {
     struct stat st {};
-    if (lstat(m.marker, &st) != 0 || !S_ISREG(st.st_mode)) return;
+    if (lstat(m.marker, &st) != 0 || !S_ISREG(st.st_mode)) return MarkerMade::failed;
     memcpy(g_marker_path, m.marker, strlen(m.marker) + 1);
     g_marker_device = st.st_dev;
     g_marker_inode = st.st_ino;
     g_marker_ready.store(pid, std::memory_order_release);
-    return;
+    return MarkerMade::made;
   }
-  if (fd < 0) return;
+  if (fd < 0) return MarkerMade::failed;
   // The program's name (the file it runs, without its directory; from the auxiliary vector:
   // glibc's program_invocation_short_name would cost every process a symbol lookup at load),
   // printable ASCII only: a judge quotes the line it finds here.
@@ -151,12 +176,13 @@ void make_running_marker(const char *pattern, int pid) {
   marker.close();
   if (!made) {
     unlink(m.marker);
-    return;
+    return MarkerMade::failed;
   }
   memcpy(g_marker_path, m.marker, strlen(m.marker) + 1);
   g_marker_device = st.st_dev;
   g_marker_inode = st.st_ino;
   g_marker_ready.store(pid, std::memory_order_release);
+  return MarkerMade::made;
 }
 
 }  // namespace

@@ -730,6 +730,47 @@ def test_fork_without_exec(tmp):
         expect_verdict(done, True)
 
 
+def test_unmarked_process_fails_the_gate(tmp):
+    """A process that could not make its running marker (no inode or space left where the
+    markers go: the workload's own scratch filled the file system for a while) and then ended
+    with _exit left nothing at all; once the scratch was gone, the other processes' files were
+    complete and ci-smoke-profile said OK without its launches (review DD-1). The shim renames
+    the wrapper's canary in the markers' directory then (a rename needs no inode): the gate
+    FAILs, and `record` says so. A file system of 400 inodes, mounted in a mount namespace of
+    the test's own."""
+    mnt = os.path.join(tmp, "mnt")
+    os.mkdir(mnt)
+    mount = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+             'mount -t tmpfs -o size=16m,nr_inodes=400 tmpfs "$1" && shift && exec "$@"', "sh",
+             mnt]
+    probe = subprocess.run([*mount, "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        return "skip: needs unshare --mount and a tmpfs mount (root)"
+    # The workload: fills the file system's inodes, runs a worker that launches and ends with
+    # _exit, frees them, then launches in a process that exits normally.
+    workload = ['sh', '-c', 'fill="$0/fill"; mkdir "$fill"; i=0\n'
+                'while { true >"$fill/f$i"; } 2>/dev/null; do i=$((i+1)); done\n'
+                '"$1" "$2" --early 0 --before 0 --after 0 --child-end _exit\n'
+                'rm -rf "$fill"; exec "$3" --iters 2',
+                mnt, sys.executable, FORK_LAUNCH, launch_driver()]
+    done = run([*mount, CI_SMOKE, "--out", os.path.join(mnt, "out"), "--", *workload], tmp)
+    expect("process=child pid=" in done.stdout, "the worker did not run", done)
+    expect_verdict(done, False, "a process of the run could not make its running marker")
+    # The same workload, room for the marker: the worker's own marker names it, as ever.
+    workload[2] = workload[2].replace("while", "false &&  while")
+    done = run([*mount, CI_SMOKE, "--out", os.path.join(mnt, "out"), "--", *workload], tmp)
+    expect_verdict(done, False, "launched CUDA graphs and ended without its launch summary")
+    expect("could not make its running marker" not in done.stdout, "room: unmarked?", done)
+    # record, its markers' directory in a TMPDIR on that file system: said.
+    workload[2] = workload[2].replace("false &&  while", "while")
+    out = os.path.join(tmp, "record")
+    os.mkdir(out)
+    done = run([*mount, "env", f"TMPDIR={mnt}", WRAPPER, "record", "-o", out + "/", "--",
+                *workload], tmp)
+    expect(done.returncode == 0 and "a process of the run could not make its running marker"
+           in done.stderr, "record: the unmarked process said", done)
+
+
 def test_process_lost_after_launch(tmp):
     """A worker that launched and then ended without its exit hook — killed by a signal, ended
     with _exit, replaced by exec — leaves no trace and no launch summary, while the workload
@@ -6022,6 +6063,33 @@ def test_unusable_python3_takes_the_fallback(tmp):
         done = wrapper("summary", trace, cwd=tmp, env={"PATH": path})
         expect(done.returncode == 2 and len(done.stderr.splitlines()) == 1 and
                why in done.stderr, f"{why}: summary in one line", done)
+
+
+def test_read_only_note_without_python3(tmp):
+    """Without a usable python3, `record` empties the note of earlier runs in its output
+    directory; a note the user cannot write (read-only) made the special builtin `:`'s failed
+    redirection end the wrapper (dash exits there, `if` or not): exit 2, nothing said, the
+    program never run. Now the program runs, and one warning says the note stays. Read-only
+    for an unprivileged user (setpriv to nobody when run as root)."""
+    as_user, uid = [], os.geteuid()
+    if uid == 0:
+        if not shutil.which("setpriv"):
+            return "skip: as root, a read-only file needs setpriv to run as another user"
+        as_user, uid = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], 65534
+    os.chmod(tmp, 0o755)
+    path, _ = fallback_pythons(tmp)[0]  # a python3 that does not run
+    out = os.path.join(tmp, "out")
+    os.mkdir(out)
+    os.chmod(out, 0o777)
+    note_file = os.path.join(out, f".ferrum-replay-records.{uid}")
+    write(note_file, '{"ferrumReplayRecords": []}')
+    if as_user:
+        os.chown(note_file, uid, uid)
+    os.chmod(note_file, 0o444)
+    done = run(as_user + [WRAPPER, "record", "-o", os.path.join(out, "t.json"), "--",
+                          "/bin/echo", "the program ran"], tmp, {"PATH": path})
+    expect(done.returncode == 0 and "the program ran" in done.stdout and
+           "cannot be emptied" in done.stderr, "a read-only note ended the wrapper", done)
 
 
 def test_python_command_without_python3_in_path(tmp):
