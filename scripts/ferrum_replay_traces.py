@@ -1487,6 +1487,55 @@ def compare_side(scans, domain):
     return by_graph(scans, domain), by_graph(scans, domain, gpu=True)
 
 
+def trace_problems(scans):
+    """What makes a set of traces no fair ground for a verdict, one line each -- the same for
+    every judge (`check`, and `compare` on either side: it applied none of these, review EE1):
+    traces without the recorder's summary, unbalanced ranges, ranges dropped, a merge of an
+    earlier run's traces, ranges that do not nest, and a trace changed since its recorder
+    wrote it -- fewer range events, or fewer GPU replays, than its summary counts (F105: a
+    trace filtered or edited since passed on what was left; the GPU replays of a slow graph
+    taken out passed a GPU bound)."""
+    problems = []
+    t = totals(scans)
+    if t["without_summary"]:
+        problems.append(f"{t['without_summary']} trace(s) without the recorder's summary")
+    errs = {k: t[k] for k, _ in PROTOCOL_ERRORS if t[k]}
+    if errs:
+        problems.append("unbalanced ranges: " + errors_line(t)[len("protocol errors: "):])
+    if drops_line(t):
+        problems.append(drops_line(t) + ": the profile is missing them")
+    for scan in scans:
+        n = merged_earlier(scan.meta)
+        if n:
+            problems.append(f"{quoted(scan.path)} merges {n} trace{'s' if n != 1 else ''} of "
+                            "an earlier run than the last `ferrum-replay record` into "
+                            f"{'their' if n != 1 else 'its'} directory (merge said so): "
+                            "merge only the last run's traces")
+            break
+    for scan in scans:
+        line = scan.nesting_line()
+        if line:
+            problems.append(f"ranges do not nest in {quoted(os.path.basename(scan.path))}: "
+                            f"{printable(line)}")
+            break
+    # The recorder's (and merge's) "ranges" counts the range events it wrote, and "gpu.timed"
+    # the GPU replays (trace_writer.cpp): fewer held is a trace changed since.
+    for scan in scans:
+        meta = scan.meta or {}
+        gpu = meta.get("gpu") if isinstance(meta.get("gpu"), dict) else {}
+        said, held = meta.get("ranges"), scan.range_count()
+        timed, replays = gpu.get("timed"), sum(t.ranges() for t in scan.gpu_stats.values())
+        if _is_int(said) and said != held:
+            problems.append(f"{quoted(os.path.basename(scan.path))} holds {held} ranges, "
+                            f"its recorder wrote {said}: changed since")
+            break
+        if _is_int(timed) and timed != replays:
+            problems.append(f"{quoted(os.path.basename(scan.path))} holds {replays} GPU "
+                            f"replays, its recorder timed {timed}: changed since")
+            break
+    return problems
+
+
 def cmd_compare(args):
     base_scans = scan_all(trace_inputs(args.base, "BASE"), numbered=True)
     base_cpu, base_gpu = compare_side(base_scans, args.domain)
@@ -1566,11 +1615,10 @@ def cmd_compare(args):
                         "off, a driver without events, or no replay of it finished before "
                         "exit): " + listed(untimed_text(n, new_untimed.get(n, ()), new_processes)
                                            for n in untimed))
-    # A side whose recorder dropped ranges holds only the replays it kept (the first ones, until
-    # its memory ran out): its means are of a part of the run, and no gate (check's rule too).
+    # Either side no fair ground (check's rules, trace_problems): ranges dropped (its means are
+    # of a part of the run), unbalanced, changed since written...
     for side, scans in (("BASE", base_scans), ("NEW", new_scans)):
-        if drops_line(totals(scans)):
-            problems.append(f"{side}: {drops_line(totals(scans))}: its means leave them out")
+        problems += [f"{side}: {problem}" for problem in trace_problems(scans)]
     if problems:
         print("ferrum-replay compare: FAIL: " + "; ".join(problems))
         return 1
@@ -3952,36 +4000,7 @@ def cmd_check(args):
                             "LD_PRELOAD / NVTX_INJECTION64_PATH)")
         counts = aggregate(scans, domain).get(("", domain)) or counts
         n_processes = count_processes(scans)
-        t = totals(scans)
-        if t["without_summary"]:
-            failures.append(f"{t['without_summary']} trace(s) without the recorder's summary")
-        errs = {k: t[k] for k, _ in PROTOCOL_ERRORS if t[k]}
-        if errs:
-            failures.append("unbalanced ranges: " + errors_line(t)[len("protocol errors: "):])
-        if drops_line(t):
-            failures.append(drops_line(t) + ": the profile is missing them")
-        for scan in scans:
-            n = merged_earlier(scan.meta)
-            if n:
-                failures.append(f"{quoted(scan.path)} merges {n} trace{'s' if n != 1 else ''} of "
-                                "an earlier run than the last `ferrum-replay record` into "
-                                f"{'their' if n != 1 else 'its'} directory (merge said so): "
-                                "merge only the last run's traces")
-                break
-        for scan in scans:
-            line = scan.nesting_line()
-            if line:
-                failures.append(f"ranges do not nest in {quoted(os.path.basename(scan.path))}: "
-                                f"{printable(line)}")
-                break
-        # The recorder's (and merge's) "ranges" counts the range events it wrote: fewer held
-        # is a trace filtered or edited since, which passed on the ranges left (F105).
-        for scan in scans:
-            said, held = (scan.meta or {}).get("ranges"), scan.range_count()
-            if _is_int(said) and said != held:
-                failures.append(f"{quoted(os.path.basename(scan.path))} holds {held} ranges, "
-                                f"its recorder wrote {said}: changed since")
-                break
+        failures += trace_problems(scans)
     total_ranges = counts.ranges()
 
     def ranges_named(name):

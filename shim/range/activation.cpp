@@ -150,6 +150,19 @@ void say_unset_running_dir_variables() {
     warn_line("FERRUM_REPLAY_RUNNING_DIR: not set: %s (each %%q{NAME} expanded to nothing)", unset);
 }
 
+std::atomic<FILE *const *> g_stdout_variable{nullptr};
+std::atomic<FILE *> g_stdout_object{nullptr};
+
+// libc_stdout's answer (activation.hpp), looked up once; the caller holds a LoaderErrorCleared.
+void note_libc_stdout() {
+  DlsymFunction lookup = libc_dlsym();
+  void *variable = lookup ? lookup(RTLD_DEFAULT, "stdout") : nullptr;
+  void *object = lookup ? lookup(RTLD_DEFAULT, "_IO_2_1_stdout_") : nullptr;
+  if (!variable || !object) return;
+  g_stdout_object.store(static_cast<FILE *>(object), std::memory_order_release);
+  g_stdout_variable.store(static_cast<FILE *const *>(variable), std::memory_order_release);
+}
+
 detail::Phase activate() {
   (void)settings();
   // First: a privileged process's environment is not its own (secure_execution.hpp). Its
@@ -185,6 +198,7 @@ detail::Phase activate() {
     return detail::Phase::pass_through;
   }
   note_working_directory();  // process_files.hpp: where relative paths of ours point
+  if (g_settings.summary[0]) note_libc_stdout();  // for a summary on a stream (libc_stdout)
   set_running_dir(g_settings.running_dir);
   say_unset_running_dir_variables();
   // After the program's libraries and the NVTX tool are loaded: the exit hook then runs after
@@ -332,6 +346,11 @@ void read_into_settings() {
 std::atomic<pid_t> g_settings_reader{0};
 
 }  // namespace
+
+LibcStdout libc_stdout() {
+  FILE *const *variable = g_stdout_variable.load(std::memory_order_acquire);
+  return {variable, variable ? g_stdout_object.load(std::memory_order_acquire) : nullptr};
+}
 
 const Settings &settings() {
   if (__builtin_expect(g_settings_state.load(std::memory_order_acquire) == 2, 1)) return g_settings;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nvtx3/nvToolsExt.h>
+#include <stdio.h>
 
 #include <atomic>
 
@@ -55,6 +56,18 @@ inline bool wrap_lookups() {
 // The user's settings, read from the environment once, on first need (which is never in a
 // process that does not use CUDA). Valid for the life of the process.
 const Settings &settings();
+
+// The C library's stdout, for a launch summary written to a stream at exit after the program's
+// buffered output (common/host_stdout.hpp): where the `stdout` variable is (the program's own
+// copy of it where it has one: dlsym's RTLD_DEFAULT answer, which the C library uses too) and
+// the C library's own object. Looked up with the C library's dlsym at activation, where a
+// summary is asked for: a data symbol bound at load would cost every process a lookup
+// (tests/load_cost_check.py). Both null where not looked up or not found.
+struct LibcStdout {
+  FILE *const *variable;
+  FILE *object;
+};
+LibcStdout libc_stdout();
 
 // Our NVTX domain; null when no NVTX tool answered its creation (none is attached, or the one
 // attached handles no domains): the shim then pushes no range (LaunchRange).

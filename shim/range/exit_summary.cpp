@@ -12,6 +12,7 @@
 #include "error_text.hpp"
 #include "gpu/gpu_engine.hpp"
 #include "held_here.hpp"
+#include "host_stdout.hpp"
 #include "no_cancel.hpp"
 #include "output_file.hpp"
 #include "own_descriptor.hpp"
@@ -314,7 +315,11 @@ bool is_our_summary(const char *path, void *) {
 }
 
 bool write_summary_stream(const char *path, const char *data, size_t length) {
-  // A device, FIFO or descriptor: written as the stream it is, nothing created or renamed.
+  // A device, FIFO or descriptor: written as the stream it is, nothing created or renamed —
+  // after what the program wrote to its stdout (host_stdout.hpp: its own last write met a
+  // reader gone, taken away by our lines).
+  const LibcStdout out = libc_stdout();  // activation.hpp: looked up at activation
+  common::let_host_stdout_go_first(out.variable, out.object);
   common::Stream stream;
   int error = common::open_stream(path, &stream);
   if (error == 0) {

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -404,6 +405,29 @@ def output_lock_held_elsewhere():
         expect_our_trace(os.path.join(tmp, beside[0]), run_)
         lines = [l for l in recorder_lines(run_) if "output lock" in l]
         expect(len(lines) == 1 and beside[0] in lines[0], "no single line about the lock", run_)
+
+
+def program_output_goes_first():
+    """Our exit lines on the stderr a program shares with its stdout (`prog 2>&1 | ...`): the
+    recorder's table, a launch summary on stderr. Our exit hooks ran before the C library
+    flushed the program's buffered stdout, so ours came first; `prog 2>&1 | head -1` took a
+    line of ours, left, and the program's own last write met a pipe without a reader: SIGPIPE,
+    status 141, in a third of runs, never without us (review DD-5). Now the program's buffered
+    output (its last line, left for the exit to write) goes first."""
+    program = [harness.path_of("LAUNCH_DRIVER"), *ARGS, "--tail-unflushed"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for what, env, record, ours in (
+                ("the recorder's table", {"FERRUM_RECORD_OUT": os.path.join(tmp, "t.json"),
+                                          "FERRUM_RECORD_TABLE": "1"}, True,
+                 "ferrum-replay recorder:"),
+                ("a launch summary on stderr", {"FERRUM_REPLAY_SUMMARY": "stderr"}, False,
+                 "ferrum-replay launch summary:")):
+            run_ = harness.run(program, env=env, record=record, stderr=subprocess.STDOUT)
+            lines = run_.stdout.splitlines()
+            mine = [i for i, l in enumerate(lines) if l.startswith("tail=unflushed")]
+            theirs = [i for i, l in enumerate(lines) if l.startswith(ours)]
+            expect(run_.returncode == 0 and mine and theirs and mine[-1] < theirs[0],
+                   f"{what}: the program's own output is not first:\n{run_.stdout[:600]}", run_)
 
 
 INTERVAL_TIMER = None  # --interval-timer: tests/reliability/interval_timer.c, built
@@ -881,6 +905,7 @@ SCENARIOS = {f.__name__: f for f in (
     bad_paths_one_line, summary_file_never_followed, merge_output_never_followed,
     merge_output_streams, another_users_trace_kept,
     locked_directory_never_blocks, output_lock_held_elsewhere, output_lock_held_under_fast_timer,
+    program_output_goes_first,
     dead_leftovers_removed,
     stream_outputs, unset_variable_named, nothing_recorded_nothing_written, streams_never_block,
     links_to_streams_never_followed, long_names_written, slow_reader_bounded,

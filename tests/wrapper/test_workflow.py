@@ -2154,6 +2154,32 @@ def test_gpu_gates_per_process(tmp):
                          done.stdout, re.M) and
                "2 graphs with GPU time in BASE without any in NEW, or in some of NEW's processes"
                in done.stdout, f"{how}: compare passed on one process's replays", done)
+    # A trace whose slow GPU replays were taken out after it was written (a filter, an edit):
+    # the recorder's count of what it timed says so, for check and for compare (review EE1;
+    # compare applied none of check's rules on a trace, F105's included).
+    slow_run = os.path.join(tmp, "slow")
+    os.mkdir(slow_run)
+    done = wrapper("record", "-o", slow_run + "/", "--", *program, cwd=tmp,
+                   env={"FERRUM_STANDIN_GRAPH_NS": "20000000,20000000"})
+    slow_trace = traces_in(slow_run)[0]
+    with open(slow_trace, encoding="utf-8") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    kept = [line for line in lines if ',gpu"' not in line or '"name":"P 1"' not in line]
+    expect(len(lines) - len(kept) == 6, f"{len(lines) - len(kept)} GPU replays of 'P 1' out")
+    last = next(i for i, line in enumerate(kept) if line.startswith("]")) - 1
+    kept[last] = kept[last].rstrip().rstrip(",") + "\n"
+    edited = write(os.path.join(tmp, "edited.json"), "".join(kept))
+    done = wrapper("check", edited, cwd=tmp)
+    expect(done.returncode == 1 and "holds 6 GPU replays, its recorder timed 12: changed since"
+           in done.stdout, "GPU replays taken out: check", done)
+    done = wrapper("compare", base, edited, cwd=tmp)
+    expect(done.returncode == 1 and "NEW: 'edited.json' holds 6 GPU replays, its recorder "
+           "timed 12: changed since" in done.stdout, "GPU replays taken out: compare", done)
+    ranges_out = write(os.path.join(tmp, "ranges-out.json"), "".join(
+        line for n, line in enumerate(lines) if not (n % 7 == 3 and '"cat":"ferrum-replay"' in line)))
+    done = wrapper("compare", ranges_out, base, cwd=tmp)
+    expect(done.returncode == 1 and "BASE: 'ranges-out.json' holds" in done.stdout and
+           "changed since" in done.stdout, "ranges taken out: compare", done)
     # Both processes timed: the gate judges their replays together, and passes.
     both = os.path.join(tmp, "both")
     os.mkdir(both)
@@ -2189,7 +2215,10 @@ def test_check_gpu_expectations(tmp):
     expect(len(lines) - len(kept) == 20, "the trace's 20 GPU replays of graph 2 not taken out")
     last = next(i for i, line in enumerate(kept) if line.startswith("]")) - 1
     kept[last] = kept[last].rstrip().rstrip(",") + "\n"  # the events' last one
-    partial = write(os.path.join(tmp, "partial.json"), "".join(kept))
+    # As its recorder would have written it had graph 2's replays not been timed: its count of
+    # GPU replays says 20 (else the trace is one changed since: a FAIL of its own, EE1).
+    partial = write(os.path.join(tmp, "partial.json"),
+                    re.sub(r'("timed": ?)40\b', r"\g<1>20", "".join(kept)))
     done = check("'graph *' 20 - 1\n", partial)
     expect(done.returncode == 1 and "1 graph matching it has no GPU time" in done.stdout and
            "'graph 2'" in done.stdout, "a matched graph without GPU time passed", done)
@@ -3800,7 +3829,7 @@ def test_check_counts_dropped_ranges(tmp):
         done = wrapper("compare", base, new, cwd=tmp)
         expect(done.returncode == 1 and "ferrum-replay compare: FAIL" in done.stdout and
                f"{side}: ranges dropped by the recorder: 7 beyond FERRUM_RECORD_MEMORY with "
-               "nowhere to spill, 2 nested beyond the depth limit: its means leave them out"
+               "nowhere to spill, 2 nested beyond the depth limit: the profile is missing them"
                in done.stdout, f"compare with {side} a trace that lost ranges", done)
 
 

@@ -54,6 +54,8 @@
 //   --keep-graphs     leave the graph execs alive at the end (no destroy: the process exits
 //                     with them, as many do), so that the thread's last launch is its last
 //                     graph call
+//   --tail-unflushed  a last stdout line `tail=unflushed` left in the C library's buffer, for
+//                     its exit to write (after the exit handlers: ours)
 //   --fork-after      once every thread is done, fork a child that ends at once with exit(0)
 //                     (a crash reporter, a helper), and wait for it: a pop owed by the forking
 //                     thread must not be inherited (the child would close a range of a launch
@@ -134,7 +136,8 @@ struct Options {
   int name_after = 0;  // --name-after K
   int jump_out = 0;    // --jump-out K
   bool keep_graphs = false;
-  bool fork_after = false;  // --fork-after
+  bool fork_after = false;      // --fork-after
+  bool tail_unflushed = false;  // --tail-unflushed
   bool loader_state = false;
 
   // The kernel nodes of graph g, in the order they are added: --kernels, then its --graph-kernels.
@@ -317,6 +320,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.keep_graphs = true;
     } else if (a == "--fork-after") {
       o.fork_after = true;
+    } else if (a == "--tail-unflushed") {
+      o.tail_unflushed = true;
     } else if (a == "--help" || a == "-h") {
       std::fputs(usage_text, stdout);
       std::exit(0);
@@ -587,6 +592,7 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
   }
   std::printf("launches=%llu failed=%llu result=%d\n", total.launches, total.failed, result);
   std::fflush(stdout);
+  if (o.tail_unflushed) std::printf("tail=unflushed\n");  // the C library writes it at exit
   return total.failed == 0 ? 0 : 3;
 }
 
