@@ -83,7 +83,12 @@ size_t sequence_length(const unsigned char *in, size_t available) {
 bool unprintable(const unsigned char *in, size_t length) {
   if (length == 1) return in[0] < 0x20 || in[0] == 0x7F;
   if (length == 2) return in[0] == 0xC2 && in[1] <= 0x9F;  // C1: U+0080..U+009F
-  if (length == 3) return in[0] == 0xE2 && in[1] == 0x80 && (in[2] == 0xA8 || in[2] == 0xA9);
+  // U+2028/U+2029 (line and paragraph separators); the bidirectional embeddings and overrides
+  // U+202A..U+202E and isolates U+2066..U+2069, which reorder the rest of a line on screen
+  // ("Trojan Source": a graph name turned the count and verdict after it around; review EE5).
+  if (length == 3)
+    return in[0] == 0xE2 && ((in[1] == 0x80 && in[2] >= 0xA8 && in[2] <= 0xAE) ||
+                             (in[1] == 0x81 && in[2] >= 0xA6 && in[2] <= 0xA9));
   return false;
 }
 

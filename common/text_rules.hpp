@@ -46,7 +46,8 @@ bool fresh_name(const char *path, const char *token, char *out, size_t out_size)
 bool fresh_name(const char *path, unsigned long token, char *out, size_t out_size);
 
 // `in` (in_length bytes, NULs included) as printable UTF-8 in `out`, terminated: well-formed
-// UTF-8 kept; C0, DEL, C1, U+2028/U+2029 and each byte of a malformed sequence become '?'.
+// UTF-8 kept; C0, DEL, C1, U+2028..U+202E, U+2066..U+2069 and each byte of a malformed
+// sequence become '?'.
 // Stops before a character that would not fit into out_size - 1 bytes (never splits one);
 // *cut (if not null) says whether anything was left out. Returns the length written.
 size_t printable_copy(const char *in, size_t in_length, char *out, size_t out_size,

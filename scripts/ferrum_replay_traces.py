@@ -61,7 +61,9 @@ MESSAGE_LIMIT = 200  # bytes of a value echoed in a message
 EXPAND_LIMIT = 4095  # bytes of an expanded output pattern
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 codecs.register_error("ferrum-replay-qmark", lambda e: ("?" * (e.end - e.start), e.end))
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# C0, DEL, C1; U+2028/U+2029; the bidi embeddings, overrides (U+202A..U+202E) and isolates
+# (U+2066..U+2069), which reorder the rest of a line on screen (review EE5).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069]")
 
 
 def _as_bytes(value):
@@ -78,7 +80,8 @@ def _as_bytes(value):
 
 
 def printable(value, limit=None):
-    """Section 3: well-formed UTF-8 is kept except C0, DEL, C1, U+2028/U+2029 (each '?');
+    """Section 3: well-formed UTF-8 is kept except C0, DEL, C1, U+2028..U+202E, U+2066..U+2069
+    (each '?');
     every byte of a malformed sequence is '?'. With a limit (bytes), cut at a character
     boundary and append '...'."""
     text = _UNPRINTABLE.sub("?", _as_bytes(value).decode("utf-8", "ferrum-replay-qmark"))
@@ -1275,13 +1278,15 @@ def by_graph(scans, domain, gpu=False):
     return table
 
 
-def untimed_in_processes(scans, domain, renamed=False):
-    """{graph name: [process label, ...]}: the graphs of `domain` that a process replayed (it
-    has ranges of them) without a single GPU time, per process (F89's "a graph without GPU time
-    never passes a GPU gate", process by process: one process timed and fast, another untimed
-    and slow, and a mean over the timed one passed the whole run). With `renamed`, names as
-    by_graph shows them (a graph renamed after its first launches is one graph)."""
-    labels = process_row_labels(scans)
+def untimed_in_processes(scans, domain, wanted, renamed=False):
+    """{graph name: [process label, ...]}: the graphs of `domain` among `wanted` (a set of
+    names, or a mapping) that a process replayed (it has ranges of them) without a single GPU
+    time, per process (F89's "a graph without GPU time never passes a GPU gate", process by
+    process: one process timed and fast, another untimed and slow, and a mean over the timed
+    one passed the whole run). With `renamed`, names as by_graph shows them (a graph renamed
+    after its first launches is one graph). Only the wanted names are held: a trace of 200,000
+    names costs no table of them here."""
+    labels = None
     out = collections.defaultdict(list)
     for index, scan in enumerate(scans):
         for (pid, cat), stats in scan.stats.items():
@@ -1289,13 +1294,20 @@ def untimed_in_processes(scans, domain, renamed=False):
                 continue
             gpu = scan.gpu_stats.get((pid, cat))
             shown = scan.renamed(pid, cat) if renamed else {}
-            timed = collections.Counter()  # shown name -> GPU replays in this process
+            untimed, renamed_timed = [], collections.Counter()
             for name, row in stats.index.items():
-                if stats.count[row]:
-                    found = gpu.get(name) if gpu is not None else None
-                    timed[shown.get(name, name)] += found[0] if found else 0
-            for name, count in timed.items():
-                if not count:
+                target = shown.get(name, name)
+                if not stats.count[row] or target not in wanted:
+                    continue
+                found = gpu.get(name) if gpu is not None else None
+                if name in shown:  # its graph's rows are summed first
+                    renamed_timed[target] += found[0] if found else 0
+                elif not found or not found[0]:
+                    untimed.append(target)
+            untimed += [name for name, count in renamed_timed.items() if not count]
+            if untimed:
+                labels = labels or process_row_labels(scans)
+                for name in untimed:
                     out[name].append(labels[(index, pid)])
     return out
 
@@ -1551,7 +1563,7 @@ def cmd_compare(args):
                          "guards nothing")
     new_cpu, new_gpu = compare_side(new_scans, args.domain)
     # A graph some of NEW's processes replayed without GPU time: its NEW mean is of the others.
-    new_untimed = untimed_in_processes(new_scans, args.domain, renamed=True)
+    new_untimed = untimed_in_processes(new_scans, args.domain, base_gpu.index, renamed=True)
     new_processes = len(process_row_labels(new_scans)) if new_untimed else 0
     rows, regressions, missing, untimed = [], [], [], []
     for name in sorted(set(base_cpu.index) | set(base_gpu.index) |
@@ -4164,8 +4176,6 @@ def cmd_check(args):
 
     expectations = parse_expectations(args.expect) if args.expect else []
     gpu_counts = None if args.nsys_stats else aggregate(scans, domain, gpu=True).get(("", domain))
-    untimed_where = {} if args.nsys_stats else untimed_in_processes(scans, domain)
-    process_count = len(process_row_labels(scans)) if untimed_where else 0
     unapplied = []  # expectation lines whose bounds matched no range (min-count 0)
     for pattern, minimum, max_cpu, max_gpu, number in expectations:
         # Which names the pattern stands for is decided on the CPU ranges (every range has one),
@@ -4198,8 +4208,10 @@ def cmd_check(args):
         gn = sum(s[0] for s in gpu)
         # Assigned here, not in the elif below: the helper runs on Python 3.7 (docs/usage.md).
         # Per process: a graph timed in one process and not in another is untimed there.
+        untimed_where = {} if args.nsys_stats else untimed_in_processes(scans, domain, chosen)
         untimed = sorted(name for name, s in counts.items()
                          if s[0] and name in chosen and name in untimed_where)
+        process_count = len(process_row_labels(scans)) if untimed else 0
         if args.nsys_stats:
             failures.append(f"expectation line {number}: max-gpu-mean-ms needs the recorder's "
                             "GPU times (run without --nsys)")

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "own_descriptor.hpp"
+#include "record_locks.hpp"
 
 namespace ferrum_replay::shim {
 namespace {
@@ -196,6 +197,12 @@ bool symtab_function_name(const char *module_path, const BuildId &loaded, uintpt
   // Read with pread only, and closed only while still ours (own_descriptor.hpp).
   // (Not proved against the path: a library upgraded in place since it was loaded is read from
   // the file opened, then found not to be the one loaded by its build id.)
+  // A file the program holds a POSIX record lock on is not opened: closing our descriptor of it
+  // would release the program's locks (record_locks.hpp). The frame is then named by its module
+  // and offset, as one without a symbol is.
+  struct stat named {};
+  if (stat(module_path, &named) != 0 || common::may_hold_record_lock(named.st_dev, named.st_ino))
+    return false;
   common::OwnDescriptor module(open(module_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!module) return false;
   const int fd = module.get();

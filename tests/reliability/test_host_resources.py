@@ -124,6 +124,11 @@ host_locale_words        takes its locale from the            every word-valued 
                          I to a dotless i: FERRUM_REPLAY_LOG=INFO, and the range names, no complaint
                          _SITE=LAUNCH, FERRUM_RECORD_CLOCK=       (the shim's words were compared
                          MONOTONIC, _TABLE=ON, _REJECT=ALL        by the locale: INFO was refused)
+own_image_lock_kept      a POSIX read lock on its own             the lock held at the end (a child
+                         executable from its start, graphs        asks F_GETLK); sites named by
+                         named by call site (instantiate, launch) module+offset; without a lock by
+                                                                  the symbol table (the shim's read
+                                                                  released the lock)
 table_capped             60 graphs with distinct names            the table lists the 50 busiest and
                                                                   one line for the other 10; the
                                                                   trace has all 60
@@ -834,6 +839,28 @@ def host_locale_words():
            "FERRUM_RECORD_REJECT=ALL: no push refused", run_)
 
 
+def own_image_lock_kept():
+    """A program that holds a POSIX read lock on its own executable (a single-instance guard, an
+    updater's protocol) from its start: the shim read the executable's symbol table to name the
+    call sites of its instantiations, and closing that descriptor released the program's lock
+    (POSIX: any close of the file in the process does; review DD-2). The file is not opened
+    while the process may hold such a lock: the sites are named by module and offset, and the
+    lock is held at the end."""
+    for site in ("instantiate", "launch"):
+        run_ = harness.run([harness.path_of("LAUNCH_DRIVER"), "--iters", "3", "--lock-own-image"],
+                           env={"FERRUM_REPLAY_SITE": site})
+        expect(run_.returncode == 0 and "own_image_lock=held" in run_.stdout,
+               f"site {site}: the program's lock on its executable was released", run_)
+        names = {r["name"] for r in run_.ranges()}
+        expect(len(names) == 2 and all(re.search(r"launch_driver\+0x[0-9a-f]+", n) for n in names),
+               f"site {site}: the ranges' names: {sorted(names)}", run_)
+    # Without the lock, the symbol table is read as ever.
+    run_ = harness.run([harness.path_of("LAUNCH_DRIVER"), "--iters", "3"])
+    expect({r["name"] for r in run_.ranges()} ==
+           {"instantiate_graphs", "instantiate_graphs (graph 2)"},
+           "without a lock the sites are named from the symbol table", run_)
+
+
 def run_installed(program, args, preload, env, privileged):
     """Runs a copy of `program` as a container that installs the shim runs everything: the
     libraries `preload` in /etc/ld.so.preload (the loader honours it in privileged processes,
@@ -944,7 +971,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      memory_bound_without_spill, start_end_memory_bound, spill_leaves_room,
                                      names_across_fork, unbalanced_pushes,
                                      privileged_process, cancel_requests_pending, host_locale,
-                                     host_locale_words,
+                                     host_locale_words, own_image_lock_kept,
                                      tool_without_handlers, table_capped, table_bogus_value)}
 
 if __name__ == "__main__":

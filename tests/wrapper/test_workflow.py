@@ -4703,14 +4703,25 @@ def test_ci_smoke_messages_are_printable(tmp):
     expect(done.returncode == 2 and done.stdout == "" and done.stderr ==
            "ci-smoke-profile: unknown option '--x?[2J?ci-smoke-profile: OK: forged' "
            "(try --help)\n", "an unknown option, quoted", done)
-    lonely = os.path.join(tmp, "odd\033[2J\nci-smoke-profile: OK: dir")
+    # (A C1 CSI, U+009B: two bytes outside printable ASCII, each '?' by the wrapper's sh
+    # stand-in, which ci-smoke-profile copies for where the wrapper is missing: F189.)
+    lonely = os.path.join(tmp, "odd\033[2J\nci-smoke-profile: OK: dir\u009b")
     os.mkdir(lonely)
     shutil.copy(CI_SMOKE, lonely)  # without the wrapper beside it
     done = run([os.path.join(lonely, "ci-smoke-profile"), "--", "true"], tmp)
+    shown = f"'{tmp}/odd?[2J?ci-smoke-profile: OK: dir??/ferrum-replay'"
     expect(done.returncode == 1 and done.stdout ==
-           "ci-smoke-profile: FAIL: cannot find the ferrum-replay wrapper "
-           f"'{tmp}/odd?[2J?ci-smoke-profile: OK: dir/ferrum-replay'\n",
+           f"ci-smoke-profile: FAIL: cannot find the ferrum-replay wrapper {shown}\n",
            "the wrapper's path, quoted without the wrapper", done)
+    # The same answer as the wrapper's own stand-in (no python3 there: its `shown`).
+    bare = os.path.join(tmp, "bare-bin")
+    os.mkdir(bare)
+    with open(WRAPPER, encoding="utf-8") as handle:
+        for tool in re.search(r"^need_tools (.*)$", handle.read(), re.M).group(1).split():
+            os.symlink(shutil.which(tool), os.path.join(bare, tool))
+    done = run(["/bin/sh", WRAPPER, "_quote", os.path.join(lonely, "ferrum-replay")], tmp,
+               {"PATH": bare})
+    expect(done.stdout == shown + "\n", "the two sh stand-ins differ", done)
 
 
 def test_libdir_that_holds_no_library_is_said(tmp):

@@ -54,6 +54,10 @@
 //   --keep-graphs     leave the graph execs alive at the end (no destroy: the process exits
 //                     with them, as many do), so that the thread's last launch is its last
 //                     graph call
+//   --lock-own-image  before anything else, a POSIX read lock (fcntl F_SETLK) on the program's
+//                     own executable, as a single-instance guard takes one; at the end a child
+//                     asks for it (F_GETLK) and `own_image_lock=held` or `=released` is printed:
+//                     any close() of a descriptor of that file in the process releases it
 //   --tail-unflushed  a last stdout line `tail=unflushed` left in the C library's buffer, for
 //                     its exit to write (after the exit handlers: ours)
 //   --fork-after      once every thread is done, fork a child that ends at once with exit(0)
@@ -88,6 +92,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -138,6 +143,7 @@ struct Options {
   bool keep_graphs = false;
   bool fork_after = false;      // --fork-after
   bool tail_unflushed = false;  // --tail-unflushed
+  bool lock_own_image = false;  // --lock-own-image
   bool loader_state = false;
 
   // The kernel nodes of graph g, in the order they are added: --kernels, then its --graph-kernels.
@@ -322,6 +328,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.fork_after = true;
     } else if (a == "--tail-unflushed") {
       o.tail_unflushed = true;
+    } else if (a == "--lock-own-image") {
+      o.lock_own_image = true;
     } else if (a == "--help" || a == "-h") {
       std::fputs(usage_text, stdout);
       std::exit(0);
@@ -497,8 +505,38 @@ inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResul
   if (int e = b.thread_end(stream, &what); e != 0) die(b, what, e);
 }
 
+// --lock-own-image: the lock's descriptor (kept open), or -1.
+inline int lock_own_image() {
+  const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  struct flock lock {};
+  lock.l_type = F_RDLCK;
+  lock.l_whence = SEEK_SET;
+  if (fd < 0 || fcntl(fd, F_SETLK, &lock) != 0) {
+    std::fprintf(stderr, "--lock-own-image: cannot lock the program's image\n");
+    std::exit(9);
+  }
+  return fd;
+}
+
+// Whether another process still finds the lock: a child asks (a process's own F_GETLK never
+// reports its own locks).
+inline bool own_image_still_locked(int fd) {
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    struct flock probe {};
+    probe.l_type = F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    _exit(fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != F_UNLCK ? 0 : 1);
+  }
+  int status = 0;
+  return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 0;
+}
+
 inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
   const Options o = parse(argc, argv, usage_text);
+  const int image_lock = o.lock_own_image ? lock_own_image() : -1;
   if (o.any_kernels() && !b.adds_kernel_nodes()) {
     usage(usage_text, "--kernels/--graph-kernels: this program adds no kernel nodes");
   }
@@ -590,6 +628,8 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
     std::printf("loader_errors=%llu\n", g_loader_state.errors.load());
     if (g_loader_state.errors) std::printf("loader_first=%s\n", g_loader_state.first.c_str());
   }
+  if (image_lock >= 0)
+    std::printf("own_image_lock=%s\n", own_image_still_locked(image_lock) ? "held" : "released");
   std::printf("launches=%llu failed=%llu result=%d\n", total.launches, total.failed, result);
   std::fflush(stdout);
   if (o.tail_unflushed) std::printf("tail=unflushed\n");  // the C library writes it at exit
