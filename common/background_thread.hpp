@@ -26,4 +26,13 @@ struct BackgroundThread {
 int start_background_thread(const BackgroundThread &thread, size_t stack_bytes,
                             pthread_t *id = nullptr);
 
+// Whether the program's task budget leaves room for a long-lived thread of ours and `spare`
+// more: each thread is a task of the user's RLIMIT_NPROC and of the cgroup's pids.max, and one
+// of ours took the slot a program running at its exact limit counted on — its own
+// pthread_create failed with EAGAIN (review DD-3). Tight where the process's own threads, or the
+// cgroup's tasks (v2: pids.current against pids.max), come within `spare` of the limit; not
+// tight where nothing says so (no limit, a privileged user, files unreadable). `why`: the line
+// saying which limit. A few small /proc and /sys reads: for a thread's start, never a launch.
+bool tasks_to_spare(unsigned spare, char *why, size_t why_size);
+
 }  // namespace ferrum_replay::common

@@ -163,6 +163,10 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_registe
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_launch_ready = false;
 namespace {
 std::atomic<bool> g_reaper_running{false};  // written under g_life_mutex
+// The program's task budget left no room for a reaper (start_reaper): none is started again.
+std::atomic<bool> g_reaper_refused{false};
+// Tasks left to the program beyond the reaper's before one is started.
+constexpr unsigned kSpareTasks = 4;
 // Reapers are numbered as they start; each returns at its next look once g_end_through reaches
 // its number. A reaper let go (its join timed out) stays asked to end, whoever starts next.
 // The number of the latest reaper (written under g_life_mutex, before it starts).
@@ -570,14 +574,29 @@ bool handlers_installed() {
 }  // namespace
 
 void start_reaper() {
-  if (g_reaper_running.load(std::memory_order_acquire)) return;
+  if (g_reaper_running.load(std::memory_order_acquire) ||
+      g_reaper_refused.load(std::memory_order_acquire))
+    return;
   // A signal handler's launch on a thread inside a lock of ours (a flush's or the exit's last
   // pass holds g_life_mutex): the request stays keyed; the next launch, pass or flush starts one.
   if (common::inside_our_lock()) return;
   // Before the lock: the wait for another thread's install_handlers holds nobody up.
   if (!handlers_installed()) return;
   common::lock_ours(&g_life_mutex);
-  if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0 && !reaper_let_go()) {
+  if (!g_reaper_running.load(std::memory_order_relaxed) && g_registered > 0 && !reaper_let_go() &&
+      !g_reaper_refused.load(std::memory_order_relaxed)) {
+    // A program at its task limit keeps its slots (background_thread.hpp): no reaper then, for
+    // the rest of the run — replays are timed only where a flush or the exit reads them.
+    char why[192];
+    if (!common::tasks_to_spare(kSpareTasks, why, sizeof why)) {
+      g_reaper_refused.store(true, std::memory_order_relaxed);
+      common::unlock_ours(&g_life_mutex);
+      log_line(LogLevel::info,
+               "GPU timing: %s: no reaper thread is started, so as to take no task the program "
+               "may need; replays are timed only where read at a flush or the exit",
+               why);
+      return;
+    }
     g_reapers_started.fetch_add(1, std::memory_order_release);
     static constexpr common::BackgroundThread kReaper{reaper_main, "ferrum-gpu"};
     const int failed = common::start_background_thread(kReaper, 256 * 1024, &g_reaper);

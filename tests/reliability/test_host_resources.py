@@ -129,6 +129,10 @@ own_image_lock_kept      a POSIX read lock on its own             the lock held 
                          named by call site (instantiate, launch) module+offset; without a lock by
                                                                   the symbol table (the shim's read
                                                                   released the lock)
+tasks_kept_for_the_program a user's RLIMIT_NPROC exactly the     every thread of the program starts;
+                         program's 5 tasks; GPU timing on, 3     one info line says why no reaper
+                         rounds of launches, then 4 threads of    thread runs (the reaper took a
+                         its own (Python, as user 61917)          slot: EAGAIN for the program)
 table_capped             60 graphs with distinct names            the table lists the 50 busiest and
                                                                   one line for the other 10; the
                                                                   trace has all 60
@@ -140,6 +144,7 @@ import itertools
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -861,6 +866,62 @@ def own_image_lock_kept():
            "without a lock the sites are named from the symbol table", run_)
 
 
+TASKS_SCRIPT = """
+import runpy, sys, threading
+sys.argv = ["launch_ctypes.py", "--iters", "3"]
+try:
+    runpy.run_path(LAUNCH_CTYPES, run_name="__main__")
+except SystemExit as end:
+    if end.code:
+        raise
+failed, started, go = 0, [], threading.Event()
+for _ in range(WANTED):  # each lives until all are started: WANTED tasks at once
+    thread = threading.Thread(target=go.wait)
+    try:
+        thread.start()
+        started.append(thread)
+    except RuntimeError:
+        failed += 1
+go.set()
+for thread in started:
+    thread.join()
+print(f"threads_failed={failed}", flush=True)
+"""
+
+
+def tasks_kept_for_the_program():
+    """A program that runs at its exact task limit (RLIMIT_NPROC here; a container's pids.max is
+    the same budget) launched with GPU timing on, then started its own threads: the shim's
+    reaper thread had taken one of its slots, and the program's own thread start failed with
+    EAGAIN (review DD-3). Now no reaper is started where the budget is that tight (said with
+    FERRUM_REPLAY_LOG=info), and every thread of the program starts. As a user of its own (root
+    is not held to the limit; a uid no other test runs as: the limit counts all its tasks)."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return "skip: needs root and setpriv to run as a user held to RLIMIT_NPROC"
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+        return "skip: a sanitizer runtime's own threads (TSan's) take the program's task slots"
+    wanted = 4
+    script = TASKS_SCRIPT.replace("LAUNCH_CTYPES", repr(harness.path_of("LAUNCH_CTYPES"))).replace(
+        "WANTED", str(wanted))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRUM_", "NVTX_", "LD_"))}
+    env.update({"LD_LIBRARY_PATH": harness.path_of("STANDIN_DIR"),
+                "LD_PRELOAD": harness.path_of("FERRUM_SHIM"), "FERRUM_REPLAY_GPU_TIME": "on",
+                "FERRUM_REPLAY_LOG": "info", "PYTHONDONTWRITEBYTECODE": "1"})
+    for preload in ("", env["LD_PRELOAD"]):
+        env["LD_PRELOAD"] = preload
+        done = subprocess.run(
+            ["setpriv", "--reuid=61917", "--regid=61917", "--clear-groups", sys.executable, "-c",
+             script], env=env, capture_output=True, text=True, timeout=120, cwd="/",
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NPROC, (1 + wanted, 1 + wanted)))
+        what = "with the shim" if preload else "bare"
+        expect(done.returncode == 0 and "threads_failed=0" in done.stdout,
+               f"{what}: the program's own threads did not all start:\n{done.stdout}\n"
+               f"{done.stderr[-2000:]}")
+        if preload:
+            expect("no reaper thread is started" in done.stderr,
+                   f"with the shim: no line saying why:\n{done.stderr[-2000:]}")
+
+
 def run_installed(program, args, preload, env, privileged):
     """Runs a copy of `program` as a container that installs the shim runs everything: the
     libraries `preload` in /etc/ld.so.preload (the loader honours it in privileged processes,
@@ -972,6 +1033,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      names_across_fork, unbalanced_pushes,
                                      privileged_process, cancel_requests_pending, host_locale,
                                      host_locale_words, own_image_lock_kept,
+                                     tasks_kept_for_the_program,
                                      tool_without_handlers, table_capped, table_bogus_value)}
 
 if __name__ == "__main__":
