@@ -11,11 +11,17 @@
 #include <ctime>
 
 #include "error_text.hpp"
+#include "host_stdout.hpp"
 #include "output_file.hpp"
 #include "output_path.hpp"
 #include "summary_table.hpp"
 #include "text_rules.hpp"
 #include "trace_writer.hpp"
+
+// The C library's own stdout object (glibc), which `stdout` is compared with (host_stdout.hpp).
+// Weak: a C library without it leaves the flush undone. (The recorder is loaded only by programs
+// that use NVTX: binding data symbols at its load costs the others nothing.)
+extern "C" FILE _IO_2_1_stdout_ __attribute__((weak));
 
 namespace ferrum_replay::recorder {
 
@@ -178,6 +184,10 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
     }
     OtherNames other;
     const std::vector<RangeStats> rows = aggregate(snap, &other);
+    // After the trace is written: the program's buffered stdout before the table where both
+    // go to one file (`2>&1 | head -1`), and only where that cannot change the program's fate
+    // (host_stdout.hpp).
+    common::let_host_stdout_go_first(&stdout, &_IO_2_1_stdout_, STDERR_FILENO);
     write_stderr(format_summary(snap, rows, shown, kSummaryRows, other));
   }
 }

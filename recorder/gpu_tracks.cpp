@@ -19,7 +19,7 @@ GpuTracks::~GpuTracks() {
 
 ThreadBuffer *GpuTracks::track_for(const ferrum_replay_gpu_replay &r) {
   const int32_t device = r.device;
-  const uint64_t stream = r.stream;
+  uint64_t stream = r.stream;
   // The legacy (0) and per-thread (2) default streams are one per context, and 2 one per thread
   // too: replays of two such streams run at once, and on one track they would overlap (viewers
   // drop overlapping blocks). A shim that does not say which (an older struct) gets one track.
@@ -57,7 +57,15 @@ ThreadBuffer *GpuTracks::track_for(const ferrum_replay_gpu_replay &r) {
     thread = kLaterThreads;
     if (ThreadBuffer *found = find()) return found;
   }
-  if (tracks_.size() >= kMaxGpuTracks) return nullptr;
+  if (tracks_.size() >= kMaxGpuTracks) {
+    // Past the budget: the device's one track of later streams (beyond kMaxGpuTracks by at most
+    // one per device). Its blocks may overlap (viewers draw them as they can); each is counted.
+    stream = kLaterStreams;
+    context = 0;
+    thread = 0;
+    number = 1;
+    if (ThreadBuffer *found = find()) return found;
+  }
   const uint32_t tid = kGpuTrackTidBase + static_cast<uint32_t>(tracks_.size());
   auto *buffer =
       new ThreadBuffer(tid, gpu_track_name(device, stream, number, thread), spill_, budget_);
@@ -170,7 +178,10 @@ std::string gpu_track_name(int32_t device, uint64_t stream, size_t context_numbe
   const size_t used = std::strlen(owner);
   if (context_number > 1 && context_number != SIZE_MAX)
     std::snprintf(owner + used, sizeof owner - used, ", context %zu", context_number);
-  if (stream == 0)
+  if (stream == kLaterStreams)
+    std::snprintf(buf, sizeof buf, "%s \xC2\xB7 streams beyond the first %zu", gpu.c_str(),
+                  kMaxGpuTracks);
+  else if (stream == 0)
     std::snprintf(buf, sizeof buf, "%s \xC2\xB7 stream 0 (legacy default%s)", gpu.c_str(), owner);
   else if (stream == 2)
     std::snprintf(buf, sizeof buf, "%s \xC2\xB7 stream 0x2 (per-thread default%s)", gpu.c_str(),

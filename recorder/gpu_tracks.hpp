@@ -28,8 +28,11 @@ struct Snapshot;
 // Track ids (the trace's tid of a GPU track) start here: Linux thread ids never exceed 2^22
 // (PID_MAX_LIMIT), so a GPU track can never share a tid with a thread of the process.
 inline constexpr uint32_t kGpuTrackTidBase = 0x40000000u;
-// The most (device, stream) tracks kept; replays on further streams are counted, not stored.
+// The most (device, stream) tracks of their own; the replays of further streams share one more
+// track per device (kLaterStreams): never dropped — a replay the recorder received and threw
+// away, counted as "not timed", let a judge pass on the replays it kept (review HH-3).
 inline constexpr size_t kMaxGpuTracks = 4096;
+inline constexpr uint64_t kLaterStreams = UINT64_MAX;
 // The most per-thread default streams with a track of their own (one per thread and context);
 // the replays of later threads share one more per device and context (kLaterThreads): a program
 // that starts a thread per request must not use up kMaxGpuTracks and lose its replays.
@@ -47,7 +50,7 @@ struct GpuStatus {
   uint64_t in_flight = 0;
   uint64_t not_timed = 0;
   uint64_t align_error_ns = 0;
-  uint64_t dropped = 0;  // delivered, but on a stream beyond kMaxGpuTracks
+  uint64_t dropped = 0;  // delivered and not stored (none since HH-3: later streams share a track)
 };
 
 class GpuTracks {

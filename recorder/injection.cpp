@@ -22,7 +22,6 @@
 #include "exit_report.hpp"
 #include "fork_window.hpp"
 #include "held_here.hpp"
-#include "host_stdout.hpp"
 #include "loader_error.hpp"
 #include "name_registry.hpp"
 #include "no_cancel.hpp"
@@ -37,11 +36,6 @@
 #include "utf8.hpp"
 
 extern "C" int __cxa_atexit(void (*function)(void *), void *argument, void *dso_handle);
-
-// The C library's own stdout object (glibc), which `stdout` is compared with (host_stdout.hpp).
-// Weak: a C library without it leaves the flush undone. (The recorder is loaded only by programs
-// that use NVTX: binding data symbols at its load costs the others nothing.)
-extern "C" FILE _IO_2_1_stdout_ __attribute__((weak));
 
 namespace ferrum_replay::recorder {
 namespace {
@@ -451,8 +445,6 @@ Recorder *ensure_recorder() {
 // _exit() and fatal signals skip it: that data is lost by design.
 void write_report_on_this_thread(void *recorder) {
   const common::CLocaleScope c_locale;  // c_locale.hpp: the trace's and the table's numbers
-  // The program's buffered stdout before our table and lines on stderr (host_stdout.hpp).
-  common::let_host_stdout_go_first(&stdout, &_IO_2_1_stdout_);
   try {
     write_exit_report(*static_cast<Recorder *>(recorder), *g_settings, *g_cwd, g_gpu_flush);
   } catch (const std::bad_alloc &) {

@@ -318,11 +318,11 @@ bool write_summary_stream(const char *path, const char *data, size_t length) {
   // A device, FIFO or descriptor: written as the stream it is, nothing created or renamed —
   // after what the program wrote to its stdout (host_stdout.hpp: its own last write met a
   // reader gone, taken away by our lines).
-  const LibcStdout out = libc_stdout();  // activation.hpp: looked up at activation
-  common::let_host_stdout_go_first(out.variable, out.object);
   common::Stream stream;
   int error = common::open_stream(path, &stream);
   if (error == 0) {
+    const LibcStdout out = libc_stdout();  // activation.hpp: looked up at activation
+    common::let_host_stdout_go_first(out.variable, out.object, stream.fd);
     error = common::stream_write(&stream, data, length);
     common::close_stream(&stream);
   }

@@ -430,6 +430,52 @@ def program_output_goes_first():
                    f"{what}: the program's own output is not first:\n{run_.stdout[:600]}", run_)
 
 
+def reader_gone_at_exit():
+    """`prog | head -1`: the reader has taken its line and left before the program exits, with
+    output of the program's still in its stdout buffer, which the C library's last flush meets
+    with SIGPIPE (status 141) after every exit handler and destructor. F197's first version
+    flushed it earlier, from our exit hooks: the SIGPIPE struck there, before the recorder's
+    trace (lost every time, table off and trace to a file) and before a launch summary on
+    stderr — and before the destructors of the program's libraries (review HH-4). Our files and
+    lines are written, and the program ends as it would without us."""
+    import signal
+    program = [harness.path_of("LAUNCH_DRIVER"), *ARGS, "--tail-unflushed", "--exit-after-ms",
+               "300"]
+    with tempfile.TemporaryDirectory() as tmp:
+        trace, errors = os.path.join(tmp, "t.json"), os.path.join(tmp, "stderr.txt")
+        for what, extra, merged in (
+                ("the trace, table off", {"NVTX_INJECTION64_PATH": harness.path_of(
+                    "FERRUM_RECORDER_LIB"), "FERRUM_RECORD_OUT": trace,
+                    "FERRUM_RECORD_TABLE": "0"}, False),
+                ("the trace and the table, 2>&1", {"NVTX_INJECTION64_PATH": harness.path_of(
+                    "FERRUM_RECORDER_LIB"), "FERRUM_RECORD_OUT": trace,
+                    "FERRUM_RECORD_TABLE": "1"}, True),
+                ("a launch summary on stderr", {"FERRUM_REPLAY_SUMMARY": "stderr"}, False)):
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("FERRUM_", "NVTX_", "LD_"))}
+            env.update({"LD_LIBRARY_PATH": harness.path_of("STANDIN_DIR"),
+                        "LD_PRELOAD": harness.path_of("FERRUM_SHIM"), **extra})
+            harness.preload_first(env)
+            for stale in (trace, errors):
+                if os.path.exists(stale):
+                    os.unlink(stale)
+            with open(errors, "w") as stderr:
+                child = subprocess.Popen(program, env=env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT if merged else stderr)
+                child.stdout.readline()  # one line, as head -1, then gone
+                child.stdout.close()
+                status = child.wait(timeout=60)
+            with open(errors) as handle:
+                said = handle.read()
+            expect(status == -signal.SIGPIPE, f"{what}: status {status}, not SIGPIPE's (the "
+                   f"C library's last flush into a pipe without a reader):\n{said[-800:]}")
+            if "FERRUM_RECORD_OUT" in extra:
+                expect(os.path.exists(trace), f"{what}: the trace was not written:\n{said[-800:]}")
+            if "FERRUM_REPLAY_SUMMARY" in extra:
+                expect("ferrum-replay launch summary:" in said,
+                       f"{what}: the summary was not written:\n{said[-800:]}")
+
+
 INTERVAL_TIMER = None  # --interval-timer: tests/reliability/interval_timer.c, built
 
 
@@ -905,7 +951,7 @@ SCENARIOS = {f.__name__: f for f in (
     bad_paths_one_line, summary_file_never_followed, merge_output_never_followed,
     merge_output_streams, another_users_trace_kept,
     locked_directory_never_blocks, output_lock_held_elsewhere, output_lock_held_under_fast_timer,
-    program_output_goes_first,
+    program_output_goes_first, reader_gone_at_exit,
     dead_leftovers_removed,
     stream_outputs, unset_variable_named, nothing_recorded_nothing_written, streams_never_block,
     links_to_streams_never_followed, long_names_written, slow_reader_bounded,

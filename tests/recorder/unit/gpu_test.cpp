@@ -269,7 +269,9 @@ TEST_CASE("GPU replays with nowhere to spill: beyond FERRUM_RECORD_MEMORY droppe
   CHECK(snap.memory_drops == kReplays - EventChunk::kRepeatedEvents);
 }
 
-TEST_CASE("streams beyond the track limit are counted as not timed, not stored") {
+// Past kMaxGpuTracks streams, later ones share one track per device: their replays were
+// dropped and counted as "not timed", and a judge passed on the replays kept (review HH-3).
+TEST_CASE("streams beyond the track limit share one track per device, nothing dropped") {
   Recorder r(Settings{}, 0);
   GpuStatus status;
   status.registered = true;
@@ -278,9 +280,16 @@ TEST_CASE("streams beyond the track limit are counted as not timed, not stored")
     auto one = replay(0, 0x1000 + s, "g", 1, 10, 20);
     GpuTracks::sink(&one, 1, &r.gpu());
   }
+  auto other_device = replay(1, 0x9000, "g", 1, 10, 20);
+  GpuTracks::sink(&other_device, 1, &r.gpu());
   const Snapshot snap = r.snapshot();
-  CHECK(snap.gpu_tracks.size() == kMaxGpuTracks);
-  CHECK(render_trace(snap).find("\"notTimed\":3,") != std::string::npos);
+  CHECK(snap.gpu_tracks.size() == kMaxGpuTracks + 2);
+  CHECK(snap.gpu_replay_count() == kMaxGpuTracks + 4);
+  CHECK(r.gpu().dropped() == 0);
+  const std::string trace = render_trace(snap);
+  CHECK(trace.find("\"notTimed\":0,") != std::string::npos);
+  CHECK(trace.find("GPU 0 \xC2\xB7 streams beyond the first 4096") != std::string::npos);
+  CHECK(trace.find("GPU 1 \xC2\xB7 streams beyond the first 4096") != std::string::npos);
 }
 
 TEST_CASE("default streams: a track per context and thread, later threads sharing one") {

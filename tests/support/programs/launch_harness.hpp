@@ -58,6 +58,8 @@
 //                     own executable, as a single-instance guard takes one; at the end a child
 //                     asks for it (F_GETLK) and `own_image_lock=held` or `=released` is printed:
 //                     any close() of a descriptor of that file in the process releases it
+//   --exit-after-ms N after the last line, sleep N ms before returning from main (a reader of
+//                     the output may leave meanwhile)
 //   --tail-unflushed  a last stdout line `tail=unflushed` left in the C library's buffer, for
 //                     its exit to write (after the exit handlers: ours)
 //   --fork-after      once every thread is done, fork a child that ends at once with exit(0)
@@ -144,6 +146,7 @@ struct Options {
   bool fork_after = false;      // --fork-after
   bool tail_unflushed = false;  // --tail-unflushed
   bool lock_own_image = false;  // --lock-own-image
+  long long exit_after_ms = 0;  // --exit-after-ms
   bool loader_state = false;
 
   // The kernel nodes of graph g, in the order they are added: --kernels, then its --graph-kernels.
@@ -330,6 +333,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.tail_unflushed = true;
     } else if (a == "--lock-own-image") {
       o.lock_own_image = true;
+    } else if (a == "--exit-after-ms") {
+      o.exit_after_ms = number();
     } else if (a == "--help" || a == "-h") {
       std::fputs(usage_text, stdout);
       std::exit(0);
@@ -633,6 +638,11 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
   std::printf("launches=%llu failed=%llu result=%d\n", total.launches, total.failed, result);
   std::fflush(stdout);
   if (o.tail_unflushed) std::printf("tail=unflushed\n");  // the C library writes it at exit
+  if (o.exit_after_ms > 0) {
+    const timespec pause{static_cast<time_t>(o.exit_after_ms / 1000),
+                         static_cast<long>(o.exit_after_ms % 1000) * 1000000L};
+    nanosleep(&pause, nullptr);
+  }
   return total.failed == 0 ? 0 : 3;
 }
 
