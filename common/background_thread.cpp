@@ -40,6 +40,30 @@ long number_after(const char *text, const char *key) {
   return end == at + strlen(key) ? -1 : value;
 }
 
+// Whether the pids controller at BASE + PATH (PATH: `length` bytes from the cgroup file) leaves
+// room for one more task and `spare` (false: `why` says which limit).
+bool pids_to_spare(const char *base, const char *path, size_t length, unsigned spare, char *why,
+                   size_t why_size) {
+  char file[1024], value[64], current[64];
+  if (snprintf(file, sizeof file, "%s%.*s/pids.max", base, static_cast<int>(length), path) >=
+          static_cast<int>(sizeof file) ||
+      !read_small(OwnDescriptor(open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK), file), value,
+                  sizeof value) ||
+      strncmp(value, "max", 3) == 0)
+    return true;
+  snprintf(file, sizeof file, "%s%.*s/pids.current", base, static_cast<int>(length), path);
+  if (!read_small(OwnDescriptor(open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK), file), current,
+                  sizeof current))
+    return true;
+  const long long most = strtoll(value, nullptr, 10), used = strtoll(current, nullptr, 10);
+  if (most > 0 && used >= 0 && used + 1 + static_cast<long long>(spare) > most) {
+    snprintf(why, why_size, "its cgroup runs %lld tasks of the %lld it may have (pids.max)", used,
+             most);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool tasks_to_spare(unsigned spare, char *why, size_t why_size) {
@@ -58,28 +82,33 @@ bool tasks_to_spare(unsigned spare, char *why, size_t why_size) {
       return false;
     }
   }
-  // The cgroup (v2: one line "0::/PATH") and its pids controller's limit and count.
+  // The cgroup's pids controller: v2 (one line "0::/PATH": /sys/fs/cgroup/PATH) or v1
+  // ("N:pids:/PATH", or pids among others: /sys/fs/cgroup/pids/PATH; review II-6).
   if (!read_small(open_process_file("cgroup", O_RDONLY), text, sizeof text)) return true;
-  const char *line = strstr(text, "0::/");
-  if (!line || (line != text && line[-1] != '\n')) return true;
-  const char *path = line + 3;
-  const size_t length = strcspn(path, "\n");
-  char file[1024], value[64], current[64];
-  if (snprintf(file, sizeof file, "/sys/fs/cgroup%.*s/pids.max", static_cast<int>(length), path) >=
-          static_cast<int>(sizeof file) ||
-      !read_small(OwnDescriptor(open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK), file), value,
-                  sizeof value) ||
-      strncmp(value, "max", 3) == 0)
-    return true;
-  snprintf(file, sizeof file, "/sys/fs/cgroup%.*s/pids.current", static_cast<int>(length), path);
-  if (!read_small(OwnDescriptor(open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK), file), current,
-                  sizeof current))
-    return true;
-  const long long most = strtoll(value, nullptr, 10), used = strtoll(current, nullptr, 10);
-  if (most > 0 && used >= 0 && used + 1 + static_cast<long long>(spare) > most) {
-    snprintf(why, why_size, "its cgroup runs %lld tasks of the %lld it may have (pids.max)", used,
-             most);
-    return false;
+  for (const char *line = text; *line;) {
+    const size_t length = strcspn(line, "\n");
+    const char *first = static_cast<const char *>(memchr(line, ':', length));
+    const char *second =
+        first ? static_cast<const char *>(memchr(first + 1, ':', length - (first + 1 - line)))
+              : nullptr;
+    if (second) {
+      const char *controllers = first + 1;
+      const size_t controllers_length = static_cast<size_t>(second - controllers);
+      const char *base = nullptr;
+      if (controllers_length == 0 && line[0] == '0')
+        base = "/sys/fs/cgroup";  // v2
+      else
+        for (const char *c = controllers; c < second;) {  // v1: "pids" among its controllers
+          const char *comma = static_cast<const char *>(memchr(c, ',', second - c));
+          const char *stop = comma ? comma : second;
+          if (stop - c == 4 && memcmp(c, "pids", 4) == 0) base = "/sys/fs/cgroup/pids";
+          c = stop + 1;
+        }
+      if (base &&
+          !pids_to_spare(base, second + 1, length - (second + 1 - line), spare, why, why_size))
+        return false;
+    }
+    line += length + (line[length] == '\n' ? 1 : 0);
   }
   return true;
 }

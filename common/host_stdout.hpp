@@ -18,13 +18,16 @@ namespace ferrum_replay::common {
 // At exit, right before a line of ours goes to descriptor `target_fd`: flushes the C library's
 // stdout when `target_fd` is the same open file (device and inode: the same pipe in `2>&1`) as
 // stdout's descriptor, that descriptor is writable without waiting (poll: POLLOUT, no POLLERR
-// or POLLHUP), no other thread holds stdout's lock (ftrylockfile) and the program has not put
-// another FILE in its place. Otherwise nothing: the C library flushes it at the end, as
-// without us. `stdout_variable`: where `stdout` is (the program's copy of the variable where
-// it has one); `libc_object`: the C library's own stdout object (glibc's _IO_2_1_stdout_).
-// Either null: nothing done. Found by the caller: a library preloaded into every process must
-// not bind data symbols at load (tests/load_cost_check.py), so the shim looks them up at
-// activation. A reader that leaves between the poll and the flush is the one window left.
+// or POLLHUP), at most 64 KiB are pending, no other thread holds stdout's lock (ftrylockfile)
+// and the program has not put another FILE in its place. SIGPIPE is held for the flush: a
+// reader that leaves during it (a pipe with some room and a large buffer, a socket shut for
+// reading) no longer ends the program there (review II-1); the pending bytes go back into the
+// buffer, and the C library's last flush meets the reader gone, as without us. Otherwise
+// nothing: the C library flushes it at the end, as without us. `stdout_variable`: where `stdout` is
+// (the program's copy of the variable where it has one); `libc_object`: the C library's own stdout
+// object (glibc's _IO_2_1_stdout_). Either null: nothing done. Found by the caller: a library
+// preloaded into every process must not bind data symbols at load (tests/load_cost_check.py), so
+// the shim looks them up at activation.
 void let_host_stdout_go_first(FILE *const *stdout_variable, FILE *libc_object, int target_fd);
 
 }  // namespace ferrum_replay::common

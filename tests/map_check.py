@@ -75,9 +75,12 @@ def missing_from(root, doc):
         if not os.path.isdir(path):
             continue
         row = re.search(r"^\| \[`shim/" + re.escape(folder) + r"/`\].*$", doc, re.M)
-        if row is None:
-            if not names_word(entries.get("shim/", ""), folder + "/"):
+        if row is None:  # a folder without a row: named, and its files, in Layout's shim/ entry
+            entry = entries.get("shim/", "")
+            if not names_word(entry, folder + "/"):
                 missing.append(f"shim/{folder}/ (no row in the folder table, not in Layout)")
+            missing += [f"shim/{folder}/{u}" for u in units(path)
+                        if not names_file(entry, u) and not names_file(entry, f"{folder}/{u}")]
             continue
         files = row[0].rstrip(" |").rsplit("|", 1)[-1]  # the row's last column: its files
         missing += [f"shim/{folder}/{u}" for u in units(path) if not names_file(files, u)]

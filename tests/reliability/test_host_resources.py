@@ -907,19 +907,47 @@ def tasks_kept_for_the_program():
     env.update({"LD_LIBRARY_PATH": harness.path_of("STANDIN_DIR"),
                 "LD_PRELOAD": harness.path_of("FERRUM_SHIM"), "FERRUM_REPLAY_GPU_TIME": "on",
                 "FERRUM_REPLAY_LOG": "info", "PYTHONDONTWRITEBYTECODE": "1"})
-    for preload in ("", env["LD_PRELOAD"]):
-        env["LD_PRELOAD"] = preload
-        done = subprocess.run(
-            ["setpriv", "--reuid=61917", "--regid=61917", "--clear-groups", sys.executable, "-c",
-             script], env=env, capture_output=True, text=True, timeout=120, cwd="/",
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NPROC, (1 + wanted, 1 + wanted)))
-        what = "with the shim" if preload else "bare"
-        expect(done.returncode == 0 and "threads_failed=0" in done.stdout,
-               f"{what}: the program's own threads did not all start:\n{done.stdout}\n"
-               f"{done.stderr[-2000:]}")
-        if preload:
-            expect("no reaper thread is started" in done.stderr,
-                   f"with the shim: no line saying why:\n{done.stderr[-2000:]}")
+    shim = env["LD_PRELOAD"]
+
+    def threads_all_start(budget, argv, said, preexec_fn):
+        """Bare and with the shim, under one task budget: every thread of the program starts;
+        with the shim, one info line names the limit (`said`)."""
+        for preload in ("", shim):
+            env["LD_PRELOAD"] = preload
+            done = subprocess.run([*argv, sys.executable, "-c", script], env=env,
+                                  capture_output=True, text=True, timeout=120, cwd="/",
+                                  preexec_fn=preexec_fn)
+            what = f"{budget}, {'with the shim' if preload else 'bare'}"
+            expect(done.returncode == 0 and "threads_failed=0" in done.stdout,
+                   f"{what}: the program's own threads did not all start:\n{done.stdout}\n"
+                   f"{done.stderr[-2000:]}")
+            expect(not preload or ("no reaper thread is started" in done.stderr and
+                                   said in done.stderr),
+                   f"{what}: no line saying why:\n{done.stderr[-2000:]}")
+
+    threads_all_start(
+        "RLIMIT_NPROC", ["setpriv", "--reuid=61917", "--regid=61917", "--clear-groups"],
+        "(RLIMIT_NPROC)",
+        lambda: resource.setrlimit(resource.RLIMIT_NPROC, (1 + wanted, 1 + wanted)))
+    # The same budget as a cgroup's pids.max, cgroup v1 (v2 needs a delegated tree): only the
+    # v2 file was read (review II-6). Where the pids hierarchy can be written (root).
+    pids = "/sys/fs/cgroup/pids"
+    if not os.path.isfile(os.path.join(pids, "cgroup.procs")) or not os.access(pids, os.W_OK):
+        print("note: no writable cgroup v1 pids hierarchy here: its case is not run")
+        return None
+    group = os.path.join(pids, f"ferrum-test-{os.getpid()}")
+    os.mkdir(group)
+    try:
+        with open(os.path.join(group, "pids.max"), "w") as handle:
+            handle.write(str(1 + wanted))
+
+        def join_group():
+            with open(os.path.join(group, "cgroup.procs"), "w") as handle:
+                handle.write(str(os.getpid()))
+
+        threads_all_start("cgroup v1 pids.max", [], "(pids.max)", join_group)
+    finally:
+        os.rmdir(group)
 
 
 def run_installed(program, args, preload, env, privileged):

@@ -474,6 +474,37 @@ def reader_gone_at_exit():
             if "FERRUM_REPLAY_SUMMARY" in extra:
                 expect("ferrum-replay launch summary:" in said,
                        f"{what}: the summary was not written:\n{said[-800:]}")
+        # A socket whose reader shut it for reading: writable to poll, every write EPIPE. The
+        # flush of the program's buffer before our table raised its SIGPIPE there, inside our
+        # hook, before the summary file (review II-1); now held, and the buffer kept for the C
+        # library's own last flush.
+        import socket
+        summary = os.path.join(tmp, "s.txt")
+        for stale in (trace, summary):
+            if os.path.exists(stale):
+                os.unlink(stale)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("FERRUM_", "NVTX_", "LD_"))}
+        env.update({"LD_LIBRARY_PATH": harness.path_of("STANDIN_DIR"),
+                    "LD_PRELOAD": harness.path_of("FERRUM_SHIM"),
+                    "NVTX_INJECTION64_PATH": harness.path_of("FERRUM_RECORDER_LIB"),
+                    "FERRUM_RECORD_OUT": trace, "FERRUM_RECORD_TABLE": "1",
+                    "FERRUM_REPLAY_SUMMARY": summary})
+        harness.preload_first(env)
+        ours, theirs = socket.socketpair()
+        child = subprocess.Popen(program, env=env, stdout=theirs, stderr=subprocess.STDOUT)
+        theirs.close()
+        ours.settimeout(60)
+        first = ours.recv(1)
+        ours.shutdown(socket.SHUT_RD)
+        status = child.wait(timeout=60)
+        ours.close()
+        expect(first and status == -signal.SIGPIPE,
+               f"a socket shut for reading: status {status}, not SIGPIPE's at the C library's "
+               "last flush")
+        expect(os.path.exists(trace) and os.path.exists(summary),
+               f"a socket shut for reading: trace {os.path.exists(trace)}, summary "
+               f"{os.path.exists(summary)}: the program died inside our exit hook")
 
 
 INTERVAL_TIMER = None  # --interval-timer: tests/reliability/interval_timer.c, built
