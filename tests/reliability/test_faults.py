@@ -34,7 +34,8 @@ underscore_exit              exit code kept                    no trace (_exit r
                                                                no file left behind
 sigterm_handler_exits        exit code 42 from the handler     every completed launch; the one the
                                                                signal interrupted, if any, is open
-                                                               at exit (openAtExit <= 1)
+                                                               at exit (openAtExit <= 1) or closed
+                                                               by it (a range the driver never saw)
 exit_in_signal_handler_      exit code 0 from a signal         the process ends: no trace, one line
 inside_recorder              handler's exit() that lands while  saying why (the exit report waited
                              the recorder holds a lock on that  for its own thread's lock: a hang)
@@ -1853,7 +1854,11 @@ def sigterm_handler_exits():
         ranges = len(trace_check.ranges(trace, domain=harness.DOMAIN))
         with open(report_path) as handle:
             driver = values(handle.read()).get("launches", 0)
-        expect(ranges >= 1 and driver - 1 <= ranges <= driver,
+        # The launch the signal interrupted, if any: its range is pushed before the driver counts
+        # the launch, and the exit on that thread closes it (F140) — one range more than the
+        # driver saw when the signal landed between the two (ASan widens that window: a CI run
+        # found 1893 for 1892); left open (openAtExit), one fewer.
+        expect(ranges >= 1 and driver - 1 <= ranges <= driver + 1,
                f"{ranges} ranges for {driver} launches the driver saw")
 
 
