@@ -14,9 +14,10 @@ namespace ferrum_replay::common {
 namespace {
 
 // The program's pending output, kept while we flush it: where the flush fails (the reader left
-// meanwhile: EPIPE), it goes back into the buffer, so that the C library's last flush meets the
-// reader gone, at the end, as without us (review II-1). More pending than this: not flushed.
-// Static: our exit runs on one thread, and 64 KiB do not belong on an exiting thread's stack.
+// meanwhile: EPIPE; a file size limit: EFBIG), it goes back into the buffer, so that the C
+// library's last flush meets the reader gone, at the end, as without us (review II-1). More pending
+// than this: not flushed. Static: our exit runs on one thread, and 64 KiB do not belong on an
+// exiting thread's stack.
 constexpr size_t kMaxPending = 64 * 1024;
 char g_pending[kMaxPending];
 
@@ -42,7 +43,9 @@ void let_host_stdout_go_first(FILE *const *stdout_variable, FILE *libc_object, i
     // SIGPIPE held and taken back (write_signals.hpp): a reader gone ends the program at the C
     // library's last flush, after every exit handler and destructor — never here, before them.
     const WriteSignalsHeld held;
-    if (fflush_unlocked(out) != 0 && errno == EPIPE) {
+    // Any failure (EPIPE; EFBIG past the program's file size limit, whose SIGXFSZ is held too;
+    // ENOSPC): the bytes go back, and the C library's last flush meets the same, as without us.
+    if (fflush_unlocked(out) != 0) {
       clearerr_unlocked(out);
       fwrite_unlocked(g_pending, 1, pending, out);  // fits: the buffer is empty again
     }

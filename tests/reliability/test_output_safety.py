@@ -505,6 +505,30 @@ def reader_gone_at_exit():
         expect(os.path.exists(trace) and os.path.exists(summary),
                f"a socket shut for reading: trace {os.path.exists(trace)}, summary "
                f"{os.path.exists(summary)}: the program died inside our exit hook")
+        # `prog > file 2>&1` past the program's file size limit: its last flush fails with
+        # EFBIG and SIGXFSZ ends it, at the end, as without us — the bytes our early flush
+        # could not write go back (they were dropped: the program exited 0).
+        import resource
+        out_file = os.path.join(tmp, "out.txt")
+        statuses = []
+        for preload in ("", harness.path_of("FERRUM_SHIM")):
+            env["LD_PRELOAD"] = preload
+            env.pop("FERRUM_REPLAY_SUMMARY", None)
+            env["FERRUM_RECORD_OUT"] = os.path.join(tmp, "big.json")
+            harness.preload_first(env)
+            if not statuses:  # how much the program writes without a limit
+                with open(out_file, "w") as handle:
+                    subprocess.run(program, env=env, stdout=handle, stderr=subprocess.DEVNULL,
+                                   timeout=60)
+                limit = os.path.getsize(out_file) - 4  # its last line does not fit
+            with open(out_file, "w") as handle:
+                done = subprocess.run(
+                    program, env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=60,
+                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+            statuses.append(done.returncode)
+        expect(statuses == [-signal.SIGXFSZ] * 2,
+               f"past the file size limit, bare and with the shim: statuses {statuses}, "
+               "expected SIGXFSZ's at the C library's last flush")
 
 
 INTERVAL_TIMER = None  # --interval-timer: tests/reliability/interval_timer.c, built
