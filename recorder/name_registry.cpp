@@ -48,12 +48,43 @@ nvtxDomainRegistration_st *NameRegistry::create_domain(std::string_view name) {
   const common::HeldHere lock(mu_);
   std::string key(name);
   auto it = domains_.find(key);
-  if (it != domains_.end()) return it->second.get();
-  // Never refused: a domain is the program's handle, and each must stay itself (its own
-  // stacks, its own depth, its own rejection), so domains count against the budget but are
-  // kept beyond it too (docs/reliability.md: known limit).
+  if (it != domains_.end()) {
+    if (key == kept_domain_) kept_domain_asked_ = true;
+    return it->second.get();
+  }
+  // Not refused for the budget: a domain is the program's handle, and each must stay itself
+  // (its own stacks, its own depth, its own rejection), so domains count against the budget
+  // but are kept beyond it too. Bounded by their number (kMaxDomains, the header says why).
+  if (domains_.size() >= kMaxDomains && key != kept_domain_ && key != reject_domain_) {
+    if (!more_domains_) {
+      more_domains_ = std::make_unique<nvtxDomainRegistration_st>();
+      more_domains_->id = static_cast<uint32_t>(domain_names_.size());
+      more_domains_->reject_target = reject_all_;
+      domain_names_.emplace_back(kMoreDomainsName);
+    }
+    return more_domains_.get();
+  }
   names_bytes_ += std::min(kNamesBudget - names_bytes_, 2 * name.size() + kEntryOverhead);
   return add_domain_locked(std::move(key));
+}
+
+void NameRegistry::keep_domain(std::string_view name) {
+  const common::HeldHere lock(mu_);
+  std::string key(bounded_name(name));
+  kept_domain_ = key;
+  kept_domain_asked_ = false;
+  auto it = domains_.find(key);
+  if (it != domains_.end()) {
+    kept_domain_id_ = it->second->id;
+    return;
+  }
+  names_bytes_ += std::min(kNamesBudget - names_bytes_, 2 * key.size() + kEntryOverhead);
+  kept_domain_id_ = add_domain_locked(std::move(key))->id;
+}
+
+uint32_t NameRegistry::unasked_domain() const {
+  const common::HeldHere lock(mu_);
+  return kept_domain_ && !kept_domain_asked_ ? kept_domain_id_ : 0;
 }
 
 nvtxStringRegistration_st *NameRegistry::register_string(std::string_view text) {

@@ -54,8 +54,14 @@ class NameRegistry {
   // refused(); a new string is not found here: register_string returns nullptr and the caller
   // keeps it with the calling thread's names (Recorder::register_string: FERRUM_RECORD_MEMORY,
   // then spill blocks), since a handle may be used at any time and a renamed graph must keep
-  // its last name. Domains count against the budget but are never refused: each handle must
-  // stay itself (its own stacks and depths). Names already kept are still found.
+  // its last name. Domains count against the budget but are not refused for it: each handle
+  // must stay itself (its own stacks and depths). Names already kept are still found.
+  // Domains are bounded by their number instead: kMaxDomains distinct names get a handle each;
+  // beyond, every new name gets one shared handle, listed as kMoreDomainsName (its ranges are
+  // still recorded, their pushes and pops paired as one domain's). A program that created a
+  // domain per request (and destroyed it: nvtxDomainDestroy cannot free a handle another
+  // module may hold by the same name) grew the recorder by 300 bytes a domain: 1,000,000 of
+  // them took 300 MB (review LL-3). keep_domain's name and the rejection target are exempt.
   // A call from a signal handler that interrupted this thread inside a lock of ours
   // (held_here.hpp) takes no lock: a null domain or string (what NVTX gives without a tool),
   // a name not kept.
@@ -64,6 +70,15 @@ class NameRegistry {
   // The same name always yields the same handle, as several modules (each with its own NVTX
   // state) may create "the same" domain and their ranges must land in one place.
   nvtxDomainRegistration_st *create_domain(std::string_view name);
+  static constexpr size_t kMaxDomains = 4096;
+  static constexpr std::string_view kMoreDomainsName = "(more domains)";
+  // Creates `name`'s domain now, exempt from kMaxDomains: the shim's, created before any of the
+  // program's, has a low id (a thread's table of stacks is direct below ThreadBuffer's
+  // kDirectStacks) and never shares a handle.
+  void keep_domain(std::string_view name);
+  // keep_domain's domain while no create_domain has asked for it (so none of its handles was
+  // handed out: no range in it), else 0. A trace lists it only once asked for.
+  uint32_t unasked_domain() const;
   // nullptr beyond the budget (above).
   nvtxStringRegistration_st *register_string(std::string_view text);
   void name_thread(uint32_t tid, std::string_view name);
@@ -104,6 +119,10 @@ class NameRegistry {
   mutable std::mutex mu_;
   std::vector<std::string> domain_names_;  // by id
   std::unordered_map<std::string, std::unique_ptr<nvtxDomainRegistration_st>> domains_;
+  std::optional<std::string> kept_domain_;  // keep_domain's
+  uint32_t kept_domain_id_ = 0;
+  bool kept_domain_asked_ = false;                           // create_domain was called for it
+  std::unique_ptr<nvtxDomainRegistration_st> more_domains_;  // the shared handle, once needed
   std::unordered_map<std::string, std::unique_ptr<StringEntry>> strings_;
   std::unordered_map<uint32_t, std::string> thread_names_;
   // (domain id << 32 | category) -> name; keys in the order first named.

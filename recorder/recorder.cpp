@@ -229,7 +229,8 @@ int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {
   else
     thread.push_stackless();
   thread.opened();
-  if (stack && stack->frames.size() >= kMaxOpenFrames)
+  // At the limit of its own stack or of all stacks' frames (ThreadBuffer::kMaxFramesHeld).
+  if (stack && (stack->frames.size() >= kMaxOpenFrames || thread.grow_refused()))
     depth_drops_.fetch_add(1, std::memory_order_relaxed);
   else
     count_memory_drop();
@@ -383,6 +384,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   snap.rank_variable = settings_.rank_variable;
   snap.rank_value = settings_.rank_value;
   snap.domain_names = names_.domain_names();
+  snap.unasked_domain = names_.unasked_domain();
   snap.category_names = names_.category_names();
 
   std::vector<ThreadBuffer *> threads;

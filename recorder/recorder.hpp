@@ -152,7 +152,12 @@ class Recorder {
   // The GPU status the exit report records (set by the report after ferrum_replay_gpu_flush,
   // or by tests); the trace's "gpu" block appears only when `registered`.
   void set_gpu_status(const GpuStatus &status) { gpu_status_ = status; }
-  void set_gpu_domain(std::string domain) { gpu_domain_ = std::move(domain); }
+  // Also the domain the shim's ranges are in: created now, before the program's, so that it
+  // has a low id and a handle of its own (NameRegistry::keep_domain).
+  void set_gpu_domain(std::string domain) {
+    names_.keep_domain(domain);
+    gpu_domain_ = std::move(domain);
+  }
 
   // Thread buffers that exist: those of live threads, those not yet folded, the idle ones
   // (tests: that buffers of ended threads are reused).

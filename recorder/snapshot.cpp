@@ -90,8 +90,9 @@ uint64_t Snapshot::gpu_replay_count() const {
 
 std::vector<std::string> Snapshot::used_domains() const {
   std::vector<bool> used(domain_names.size(), false);
-  // Every created domain is listed (ids >= 1); the implicit global domain only when used.
-  for (size_t id = 1; id < used.size(); ++id) used[id] = true;
+  // Every domain the program created is listed (ids >= 1; not the shim's, made in advance,
+  // while the program has not asked for it); the implicit global domain only when used.
+  for (size_t id = 1; id < used.size(); ++id) used[id] = id != unasked_domain;
   for (const ThreadSnapshot &t : threads) {
     for (const Event &e : t.events)
       if (e.domain_id < used.size()) used[e.domain_id] = true;

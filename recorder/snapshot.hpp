@@ -95,6 +95,7 @@ struct Snapshot {
   // run's traces, and an earlier run's at its names, from anything else there.
   std::string output_path, session;
   std::vector<std::string> domain_names;  // display names by domain id ([0] = "global")
+  uint32_t unasked_domain = 0;            // NameRegistry::unasked_domain(): not listed
   // nvtxNameCategory / nvtxDomainNameCategory: (domain id, category) -> name.
   std::map<std::pair<uint32_t, uint32_t>, std::string> category_names;
   // Start/end ranges by id (match_async_ranges); empty when the process started none.

@@ -41,6 +41,17 @@ void release_name_block(const NameBlock &block) {
     delete[] block.data;
 }
 
+namespace {
+// The capacity of every FrameStack's frames in the process (ThreadBuffer::kMaxFramesHeld):
+// added to as a stack grows, taken from as one is freed (a buffer deleted, a far stack let go).
+std::atomic<size_t> g_frames_held{0};
+
+void let_go_of(std::vector<Frame> &frames) {
+  g_frames_held.fetch_sub(frames.capacity(), std::memory_order_relaxed);
+  std::vector<Frame>().swap(frames);
+}
+}  // namespace
+
 ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill,
                            MemoryBudget *budget)
     : tid_(tid),
@@ -53,6 +64,8 @@ ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *sp
 }
 
 ThreadBuffer::~ThreadBuffer() {
+  for (FrameStack &stack : stacks_) let_go_of(stack.frames);
+  for (auto &far : far_stacks_) let_go_of(far.second->frames);
   free_chunks();
   if (scratch_) common::unmap_zeroed(scratch_, sizeof(Event) * Chunk::kSlots);
   for (const NameBlock &b : blocks_) release_name_block(b);
@@ -85,19 +98,60 @@ FrameStack *ThreadBuffer::add_stack(uint32_t domain_id) {
   const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
   const Moving moving(*this);          // the table's FrameStacks move
   try {
-    stacks_.resize(domain_id + 1);
+    if (domain_id < kDirectStacks) {
+      stacks_.resize(domain_id + 1);
+      return &stacks_[domain_id];
+    }
+    auto stack = std::make_unique<FrameStack>();
+    FrameStack *const added = stack.get();
+    const auto at =
+        std::lower_bound(far_stacks_.begin(), far_stacks_.end(), domain_id,
+                         [](const auto &entry, uint32_t id) { return entry.first < id; });
+    far_stacks_.emplace(at, domain_id, std::move(stack));
+    return added;
   } catch (const std::bad_alloc &) {
     return nullptr;
   }
-  return &stacks_[domain_id];
+}
+
+FrameStack *ThreadBuffer::find_far(uint32_t domain_id) const {
+  const auto at = std::lower_bound(far_stacks_.begin(), far_stacks_.end(), domain_id,
+                                   [](const auto &entry, uint32_t id) { return entry.first < id; });
+  return at != far_stacks_.end() && at->first == domain_id ? at->second.get() : nullptr;
 }
 
 bool ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
   const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
+  const size_t before = frames.capacity();
+  if (capacity <= before) return true;
+  // Taken before the allocation, given back if it fails: two threads growing at once cannot
+  // both pass the bound.
+  const size_t more = capacity - before;
+  const auto take = [more] {
+    if (g_frames_held.fetch_add(more, std::memory_order_relaxed) + more <= kMaxFramesHeld)
+      return true;
+    g_frames_held.fetch_sub(more, std::memory_order_relaxed);
+    return false;
+  };
+  grow_refused_ = !take();
+  if (grow_refused_) {
+    // This thread's empty stacks first give their room back (a thread that used 2,000 domains
+    // in turn kept each one's room: 290,000 frames). The caller holds Moving: a signal
+    // handler's push touches no stack meanwhile.
+    const auto let_go_if_empty = [&frames](FrameStack &stack) {
+      if (&stack.frames != &frames && stack.frames.empty() && stack.frames.capacity() != 0)
+        let_go_of(stack.frames);
+    };
+    for (FrameStack &stack : stacks_) let_go_if_empty(stack);
+    for (auto &far : far_stacks_) let_go_if_empty(*far.second);
+    grow_refused_ = !take();
+    if (grow_refused_) return false;
+  }
   try {
     frames.reserve(capacity);
     return true;
   } catch (const std::bad_alloc &) {
+    g_frames_held.fetch_sub(more, std::memory_order_relaxed);
     return false;
   }
 }
@@ -318,6 +372,8 @@ bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *ru
     stack.unframed = 0;
     stack.dropped = 0;
   }
+  for (auto &far : far_stacks_) let_go_of(far.second->frames);
+  far_stacks_.clear();  // the next thread's domains are its own
   *reentrant_drops += reentrant_drops_.exchange(0, std::memory_order_relaxed);
   *memory_drops += memory_drops_.exchange(0, std::memory_order_relaxed);
   open_ = 0;

@@ -36,6 +36,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "event.hpp"
@@ -162,19 +163,37 @@ class ThreadBuffer {
   };
   // A signal handler's range that met moving(): counted with the ranges dropped in handlers.
   void drop_reentrant() { reentrant_drops_.fetch_add(1, std::memory_order_relaxed); }
-  bool has_stack(uint32_t domain_id) const { return domain_id < stacks_.size(); }
+  // Stacks of domain ids below kDirectStacks sit in a table indexed by id; later ids, each in
+  // a stack of its own found by id (far_stacks_). A dense table as long as the highest id a
+  // thread used cost every thread that pushed once in domain 1,000,000 (a program that made a
+  // domain per request, then launched from 32 threads) 40 MB: 1.5 GB in all (review LL-3).
+  // Threads use a handful of domains, and the shim's has a low id (Recorder::set_gpu_domain).
+  static constexpr uint32_t kDirectStacks = 64;
+  bool has_stack(uint32_t domain_id) const {
+    return domain_id < stacks_.size() || find_far(domain_id) != nullptr;
+  }
   // nullptr only when the table of stacks had to grow and memory ran out (see stackless()).
   FrameStack *stack(uint32_t domain_id) {
     if (domain_id < stacks_.size()) [[likely]]
       return &stacks_[domain_id];
+    if (FrameStack *far = find_far(domain_id)) return far;
     return add_stack(domain_id);
   }
   // nullptr if this thread never pushed in that domain.
   FrameStack *find_stack(uint32_t domain_id) {
-    return domain_id < stacks_.size() ? &stacks_[domain_id] : nullptr;
+    return domain_id < stacks_.size() ? &stacks_[domain_id] : find_far(domain_id);
   }
-  // Gives `frames` room for kSignalReserve (recorder.hpp) more; false when memory ran out.
+  // Gives `frames` room for kSignalReserve (recorder.hpp) more; false when memory ran out or
+  // the process's stacks together would hold more than kMaxFramesHeld frames.
   bool grow(std::vector<Frame> &frames, size_t capacity);
+  // Frames all threads' stacks may hold together (their capacity, at most 40 MB).
+  // Each (thread, domain) stack stops at kMaxOpenFrames (recorder.hpp); a program that leaked
+  // pushes on 32 threads in 32 domains still took 960 MB (review LL-4). Beyond, once the
+  // growing thread's empty stacks have given their room back, a push that needs a larger stack
+  // goes unframed (Recorder::push_unframed: counted in depth_drops).
+  static constexpr size_t kMaxFramesHeld = size_t{1} << 19;
+  // Whether the last grow() was refused for kMaxFramesHeld (owner only).
+  bool grow_refused() const { return grow_refused_; }
   // Pushes still open that found no stack (stack() gave nullptr), in any domain: each is the
   // first open push of its domain, so the pop that finds its domain without a frame is one of
   // theirs, not a protocol error of the program.
@@ -297,6 +316,9 @@ class ThreadBuffer {
   // it cannot be mapped.
   static Chunk *new_chunk(bool populate);
   FrameStack *add_stack(uint32_t domain_id);
+  // The stack of a domain id at or beyond kDirectStacks, or nullptr (a binary search: no
+  // allocation, callable from a signal handler while nothing moves).
+  FrameStack *find_far(uint32_t domain_id) const;
   const char *intern_unguarded(std::string_view text);
   // A block with room for `need` bytes at the back of blocks_ (heap within the budget, else a
   // spill block, else heap). Throws std::bad_alloc.
@@ -318,7 +340,9 @@ class ThreadBuffer {
   std::string initial_name_;
   Chunk *head_;
   Chunk *tail_;
-  std::vector<FrameStack> stacks_;  // by domain id
+  std::vector<FrameStack> stacks_;  // by domain id, below kDirectStacks
+  // Ids from kDirectStacks on, sorted by id; each stack stays where it is as others are added.
+  std::vector<std::pair<uint32_t, std::unique_ptr<FrameStack>>> far_stacks_;
   uint32_t open_ = 0;
   bool writing_ = false;    // inside record() (owner only; a signal handler may look)
   uint32_t active_ = 0;     // pushes and pops in progress on this thread (Activity)
@@ -327,6 +351,7 @@ class ThreadBuffer {
   std::atomic<uint64_t> reentrant_drops_{0};
   std::atomic<uint64_t> memory_drops_{0};
   uint32_t stackless_ = 0;           // owner only: see push_stackless()
+  bool grow_refused_ = false;        // owner only: see grow_refused()
   uint32_t drops_before_retry_ = 0;  // owner only: see record()
   std::atomic<uint32_t> open_published_{0};
   std::vector<NameBlock> blocks_;

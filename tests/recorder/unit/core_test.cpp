@@ -95,6 +95,56 @@ TEST_CASE("domains and registered strings are interned") {
   CHECK(r.names().domain_names() == std::vector<std::string>{"global", "x", "y"});
 }
 
+TEST_CASE("domains beyond kMaxDomains share one handle; the shim's keeps its own, made first") {
+  Recorder r(Settings{}, 0);
+  r.set_gpu_domain("shim");  // as injection.cpp does before the program's first domain
+  CHECK(r.names().create_domain("shim")->id == 1);
+  std::vector<nvtxDomainRegistration_st *> made;
+  for (size_t i = 0; i < NameRegistry::kMaxDomains + 10; ++i)
+    made.push_back(r.names().create_domain("request " + std::to_string(i)));
+  // kMaxDomains named ones have their own (the shim's, kMaxDomains - 1 requests); the rest share.
+  nvtxDomainRegistration_st *more = made.back();
+  CHECK(made[NameRegistry::kMaxDomains - 2] != more);
+  CHECK(made[NameRegistry::kMaxDomains - 1] == more);
+  CHECK(r.names().create_domain("request 5") == made[5]);  // earlier names still themselves
+  CHECK(r.names().domain_names()[more->id] == NameRegistry::kMoreDomainsName);
+  CHECK(r.names().domain_names().size() == NameRegistry::kMaxDomains + 2);  // global, shared
+  // Ranges in domains with ids past a thread's direct table (ThreadBuffer::kDirectStacks),
+  // interleaved: each domain's own levels, every range recorded, nothing unbalanced.
+  auto *a = made[100];
+  auto *b = made[3000];
+  CHECK(push(r, *b, "b0") == 0);
+  CHECK(push(r, *a, "a0") == 0);
+  CHECK(push(r, *b, "b1") == 1);
+  CHECK(push(r, *more, "shared") == 0);
+  CHECK(r.pop(*b) == 1);
+  CHECK(r.pop(*a) == 0);
+  CHECK(r.pop(*more) == 0);
+  CHECK(r.pop(*b) == 0);
+  CHECK(r.pop(*a) == kRejected);
+  const Snapshot s = r.snapshot();
+  CHECK(s.range_count() == 4);
+  CHECK(s.errors.pop_without_push == 1);
+  CHECK(s.errors.open_at_exit == 0);
+}
+
+TEST_CASE("a thread that uses many domains in turn keeps recording: empty stacks give room back") {
+  // 4,000 domains, 128 ranges nested in each, then popped: each stack's room, kept, would be
+  // more than ThreadBuffer::kMaxFramesHeld together; only the stack in use needs it.
+  Recorder r(Settings{}, 0);
+  constexpr int kDomains = 4000, kDepth = 128;
+  for (int d = 0; d < kDomains; ++d) {
+    auto *domain = r.names().create_domain("turn " + std::to_string(d));
+    for (int i = 0; i < kDepth; ++i) CHECK_EQ(push(r, *domain, "nested"), i);
+    for (int i = kDepth - 1; i >= 0; --i) CHECK_EQ(r.pop(*domain), i);
+  }
+  const Snapshot s = r.snapshot();
+  CHECK(s.range_count() == uint64_t{kDomains} * kDepth);
+  CHECK(s.depth_drops == 0);
+  CHECK(s.memory_drops == 0);
+  CHECK(s.errors.none());
+}
+
 TEST_CASE("messages are copied unless stable") {
   Recorder r(Settings{}, 0);
   const auto &g = r.names().global_domain();
