@@ -176,10 +176,13 @@ def _handle_value(graph_exec):
             if hasattr(value, "value"):
                 value = value.value
                 continue
-        except (TypeError, OverflowError, ValueError):
+        except TypeError:
             raise
         except Exception as error:
-            # The object's own code failed: one of the errors name() documents, never another.
+            # The object's own code failed: TypeError, never another of the errors name()
+            # documents (a ValueError is a name with a NUL, an OverflowError a handle out of
+            # range: a program that catches those must not take the object's error for them,
+            # review JJ2).
             raise TypeError(f"not a graph-exec handle: a {type(graph_exec).__name__} whose "
                             f"handle could not be read ({type(error).__name__})") from None
         break
@@ -301,14 +304,26 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
         made by `body`. Anything else — an object the program shares or has started (a
         priming decorator's generator), a generator-based coroutine (@types.coroutine) — is
         handed back as it came."""
-        code = (getattr(result, "cr_code", None) or getattr(result, "gi_code", None)
-                or getattr(result, "ag_code", None))
+        # The kind first: any other result's attributes are the program's code to run (an
+        # AttrDict's __getattr__ raises KeyError: every call failed, review JJ6).
+        if isinstance(result, types.CoroutineType):
+            code = result.cr_code
+        elif isinstance(result, types.GeneratorType):
+            code = result.gi_code
+        elif isinstance(result, types.AsyncGeneratorType):
+            code = result.ag_code
+        else:
+            return result
         if code is not body_code or not _unstarted(result):
             return result
         if isinstance(result, types.CoroutineType):
             wrapper = self._scoped_coroutine_function(lambda: result, body)()
             # Never awaited: one warning, for the wrapper (named after the body), not two.
-            weakref.finalize(wrapper, result.close)
+            # Only when the wrapper is collected: at exit, a finalizer closed every decorated
+            # coroutine still suspended, from the main thread, while its event loop's thread
+            # still ran it (the program's `finally` there, review JJ1); undecorated, such a
+            # coroutine is never closed at exit.
+            weakref.finalize(wrapper, result.close).atexit = False
             return wrapper
         if isinstance(result, types.GeneratorType):
             if code.co_flags & _CO_ITERABLE_COROUTINE:

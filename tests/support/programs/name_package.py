@@ -17,10 +17,11 @@ tells which graph carried it:
   8  no name                      (its call site)
 
 Output: `available=<True|False>`, `named=<name()'s answers, comma-separated>`,
-`typeerrors=<count of the 8 bad calls that raised TypeError: a float, a str, an object,
+`typeerrors=<count of the 10 bad calls that raised TypeError: a float, a str, an object,
 numbers that are not integers but have __int__ (Decimal 1.5, Decimal NaN, Fraction 3/2: truncated
-they named graph 1), an object whose repr raises (the message must not need it), an object whose
-__index__ raises RuntimeError (its own error is not passed on)>`,
+they named graph 1), an object whose repr raises (the message must not need it), objects whose
+__index__ raises RuntimeError or ValueError, or whose .value raises OverflowError (its own error is
+not passed on)>`,
 `unready=<name()'s answers for graph objects with no executable graph yet: one whose
 raw_cuda_graph_exec() raises RuntimeError, as PyTorch's does before instantiate(), and one whose
 raw_cuda_graph_exec attribute itself raises (a property, a lazy proxy)>`, `rejected=<count of the 4 bad
@@ -122,8 +123,18 @@ def main():
         def __index__(self):
             raise RuntimeError("no index")
 
+    class IndexValueError:  # the types name() keeps for its own refusals (review JJ2)
+        def __index__(self):
+            raise ValueError("not ready")
+
+    class ValueOverflows:
+        @property
+        def value(self):
+            raise OverflowError("released")
+
     for bad in (1.5, "0x1234", object(), decimal.Decimal("1.5"), decimal.Decimal("NaN"),
-                fractions.Fraction(3, 2), ReprRaises(), IndexRaises()):
+                fractions.Fraction(3, 2), ReprRaises(), IndexRaises(), IndexValueError(),
+                ValueOverflows()):
         try:
             ferrum_replay.name(bad, "bad")
         except TypeError:
