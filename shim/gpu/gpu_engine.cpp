@@ -841,54 +841,17 @@ GraphStats *Engine::stats_slot(uint32_t ordinal) {
   if (!stats_)
     stats_ = static_cast<GraphStats *>(common::map_zeroed(sizeof(GraphStats) * kMaxTimedGraphs));
   if (ordinal == 0 || !stats_) return &other_;
-  // At most kMaxStatsRows rows taken (7/8 of the table: short probes): a new graph takes the
-  // row of the one least recently replayed, whose times go to "(other timed graphs)". Rows
-  // were taken for good: a program that re-captured its graphs (shape buckets, autotuning)
-  // had every graph after its 1,024th without GPU time in its own row, its live ones too
-  // (review KK1).
-  constexpr uint32_t kMaxStatsRows = kMaxTimedGraphs / 8 * 7;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    uint32_t index = (ordinal * 2654435761u) % kMaxTimedGraphs;
-    for (uint32_t probe = 0; probe < kMaxTimedGraphs; ++probe) {
-      GraphStats &entry = stats_[index];
-      if (entry.ordinal == ordinal) {
-        entry.last_use = ++stats_uses_;
-        return &entry;
-      }
-      if (entry.ordinal == 0) {
-        if (stats_rows_ >= kMaxStatsRows) break;
-        entry.ordinal = ordinal;
-        entry.last_use = ++stats_uses_;
-        ++stats_rows_;
-        return &entry;
-      }
-      index = (index + 1) % kMaxTimedGraphs;
+  uint32_t index = (ordinal * 2654435761u) % kMaxTimedGraphs;
+  for (uint32_t probe = 0; probe < kMaxTimedGraphs; ++probe) {
+    GraphStats &entry = stats_[index];
+    if (entry.ordinal == ordinal) return &entry;
+    if (entry.ordinal == 0) {
+      entry.ordinal = ordinal;
+      return &entry;
     }
-    if (attempt == 0 && stats_rows_ != 0) retire_stats_row();
+    index = (index + 1) % kMaxTimedGraphs;
   }
-  return &other_;
-}
-
-void Engine::retire_stats_row() {
-  uint32_t oldest = 0;
-  for (uint32_t i = 1; i < kMaxTimedGraphs; ++i)
-    if (stats_[i].ordinal &&
-        (stats_[oldest].ordinal == 0 || stats_[i].last_use < stats_[oldest].last_use))
-      oldest = i;
-  other_.merge(stats_[oldest]);
-  // Linear probing's deletion: each later entry of the run whose home is not cyclically in
-  // (gap, its place] moves back into the gap, so that every lookup still finds its row.
-  uint32_t gap = oldest;
-  for (uint32_t next = (gap + 1) % kMaxTimedGraphs; stats_[next].ordinal;
-       next = (next + 1) % kMaxTimedGraphs) {
-    const uint32_t home = (stats_[next].ordinal * 2654435761u) % kMaxTimedGraphs;
-    const bool stays = gap <= next ? gap < home && home <= next : gap < home || home <= next;
-    if (stays) continue;
-    stats_[gap] = stats_[next];
-    gap = next;
-  }
-  stats_[gap] = GraphStats();
-  --stats_rows_;
+  return &other_;  // more timed graphs than rows: they share one
 }
 
 const GraphStats *Engine::stats_for(uint32_t ordinal) const {
@@ -1187,8 +1150,6 @@ void Engine::reset_in_child() {
   mutex_abandoned_.store(false, std::memory_order_relaxed);
   if (stats_) memset(static_cast<void *>(stats_), 0, sizeof(GraphStats) * kMaxTimedGraphs);
   other_ = GraphStats();
-  stats_rows_ = 0;
-  stats_uses_ = 0;
 }
 
 uint64_t Engine::claims() const {

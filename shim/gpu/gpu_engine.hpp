@@ -104,7 +104,6 @@ struct Histogram {
 struct GraphStats {
   uint32_t ordinal = 0;  // 0: free entry (the overflow record's times go to `other`)
   uint64_t count = 0, total_ns = 0, min_ns = 0, max_ns = 0;
-  uint64_t last_use = 0;  // Engine::stats_uses_ at this row's latest replay (least recent goes)
   Histogram histogram;
   void add(uint64_t ns);
   void merge(const GraphStats &other);
@@ -114,7 +113,7 @@ struct GraphStats {
 // ---- the pools ----
 inline constexpr uint32_t kPairsPerContext = 1024;  // replays in flight per context, at most
 inline constexpr uint32_t kMaxContexts = 16;        // kUntimedNames says "over 16 contexts"
-inline constexpr uint32_t kMaxTimedGraphs = 1024;   // rows of GPU statistics (Engine::stats_slot)
+inline constexpr uint32_t kMaxTimedGraphs = 1024;   // graphs with a row of GPU statistics
 inline constexpr int kMaxDevices = 64;  // primary contexts known; a bit each in a device mask
 // Green contexts remembered at once (Engine::note_green): a device is split into a few SM
 // partitions each, so a program holds far fewer; past it, a green context is known only where the
@@ -485,8 +484,6 @@ class Engine {
   void mark_failed(uint32_t slot, Pool *pool, CUcontext context);
   bool ends_with_primary(uint32_t slot, int device) const;
   GraphStats *stats_slot(uint32_t ordinal);
-  // Gives up the row least recently replayed into, its times merged into other_ (stats_slot).
-  void retire_stats_row();
 
   EventApi api_;
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
@@ -515,8 +512,6 @@ class Engine {
   bool warned_api_ = false;
   GraphStats *stats_ = nullptr;  // kMaxTimedGraphs entries, mapped on first reap
   GraphStats other_;             // graphs without a row of their own (the engine is static)
-  uint32_t stats_rows_ = 0;      // rows taken in stats_
-  uint64_t stats_uses_ = 0;      // replays added to rows, for GraphStats::last_use
   // Replays read while their context was being destroyed, for the next pass to deliver: the
   // reaper's, or where none runs a flush's or the exit's (gpu_timing.cpp). Written under the
   // mutex; the count is read without it (totals(): not delivered yet, so in flight).

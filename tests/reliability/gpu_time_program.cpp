@@ -17,9 +17,6 @@
 //   burst N [sync]    one stream, one graph, N launches as fast as possible, each launch's
 //                     duration measured; with `sync`, cuStreamSynchronize after the loop. Prints
 //                     max_launch_ns=<slowest launch> loop_ns=<the whole loop>.
-//   recaptured N M    N rounds of a graph instantiated, launched once, synchronised and
-//                     destroyed (a program that re-captures its graphs: shape buckets,
-//                     autotuning); then one graph kept and launched M times, synchronised.
 //   many N [S]        one graph, N launches on one stream, synchronised every S (default 100,
 //                     a burst of an ordinary run); prints
 //                     quarter_rss_kib=<VmRSS after each quarter> seconds=<the loop>.
@@ -814,17 +811,6 @@ int main(int argc, char **argv) {
     if (argc > 3 && std::strcmp(argv[3], "sync") == 0)
       check(cuStreamSynchronize(s), "cuStreamSynchronize");
     std::printf("max_launch_ns=%llu loop_ns=%llu\n", slowest, loop);
-  } else if (mode == "recaptured") {
-    new_context();
-    CUstream s = new_stream();
-    for (long i = 0; i < n; ++i) {
-      CUgraphExec exec = make_exec();
-      launch(exec, s);
-      check(cuStreamSynchronize(s), "cuStreamSynchronize");
-      check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
-    }
-    launches(make_exec(), s, m);
-    check(cuStreamSynchronize(s), "cuStreamSynchronize");
   } else if (mode == "many") {
     new_context();
     CUstream s = new_stream();

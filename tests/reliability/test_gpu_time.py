@@ -340,29 +340,6 @@ def release_asks_few():
     only_summary_on_stderr(run_)
 
 
-def recaptured_graphs_keep_rows():
-    """A program that re-captures its graphs (1,100 instantiated, launched once and destroyed),
-    then launches the one it keeps 10 times: the kept graph's summary row has its 10 replays'
-    GPU time. The 1,024 rows of GPU statistics were taken for good by the first graphs ever
-    timed: every later graph's row said `0 -`, its time in "(other timed graphs)" (review KK1).
-    The rows of graphs least recently replayed go there now."""
-    churn, kept = 1100, 10
-    run_ = program("recaptured", churn, kept, env={"FERRUM_REPLAY_SITE": "off"}, timeout=300)
-    expect(run_.returncode == 0 and f"launches={churn + kept} failed=0" in run_.stdout,
-           "program failed", run_)
-    summary = one_summary(run_)
-    expect(summary.gpu["timed"] == churn + kept, f"GPU line {summary.gpu}", run_)
-    last = max(int(r["graph"]) for r in summary.rows if r["graph"].isdigit())
-    [row] = replays_of(summary, last)
-    expect(row["launches"] == str(kept) and row["gpu n"] == str(kept),
-           f"the kept graph's row {row}", run_)
-    # Every replay is in a row: the graphs' own, or the one of the graphs that gave theirs up.
-    timed = sum(int(r["gpu n"]) for r in summary.rows if r["gpu n"].isdigit())
-    other = re.search(r"^ +- +- +- +- +(\d+) .*\(other timed graphs\)$", run_.stderr, re.M)
-    timed += int(other[1]) if other else 0
-    expect(timed == churn + kept, f"{timed} replays in the rows, {churn + kept} timed", run_)
-
-
 def many(replays):
     """`replays` timed replays of a 20 us graph in bursts of 100, each synchronised (a steady
     50,000 replays a second): resident memory flat over the second half, every replay accounted
@@ -1080,7 +1057,7 @@ SCENARIOS = {f.__name__: f for f in (
     many_green_contexts_leave_slots, refused_green_destroy_changes_nothing,
     green_context_never_current_on_two_threads, primary_reset_in_flight, burst_exhausts_pool,
     burst_mostly_timed, deep_queue_few_queries, long_run_keeps_lengths, release_asks_few,
-    recaptured_graphs_keep_rows, many_replays, many_replays_long, exit_in_flight,
+    many_replays, many_replays_long, exit_in_flight,
     replay_named_as_launched, default_streams_apart, sink_layouts, sink_exits, sink_reenters,
     context_end_delivers,
     shared_stream_times_own_replay, capture_untouched,
