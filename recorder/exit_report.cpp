@@ -170,9 +170,8 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
                  "handler that interrupted the recorder\n");
   if (snap.depth_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.depth_drops) +
-                 " ranges not recorded: open beyond " + std::to_string(kMaxOpenFrames) +
-                 " at once on one thread in one domain (the oldest given up), or beyond " +
-                 std::to_string(ThreadBuffer::kMaxFramesHeld) + " in all (droppedBeyondDepth)\n");
+                 " ranges not recorded: the oldest of more than " + std::to_string(kMaxOpenFrames) +
+                 " open at once on one thread in one domain (droppedBeyondDepth)\n");
 
   if (settings.table) {
     std::string shown;

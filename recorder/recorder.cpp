@@ -229,8 +229,7 @@ int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {
   else
     thread.push_stackless();
   thread.opened();
-  // At the limit of its own stack or of all stacks' frames (ThreadBuffer::kMaxFramesHeld).
-  if (stack && (stack->frames.size() >= kMaxOpenFrames || thread.grow_refused()))
+  if (stack && stack->frames.size() >= kMaxOpenFrames)
     depth_drops_.fetch_add(1, std::memory_order_relaxed);
   else
     count_memory_drop();

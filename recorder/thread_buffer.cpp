@@ -41,17 +41,6 @@ void release_name_block(const NameBlock &block) {
     delete[] block.data;
 }
 
-namespace {
-// The capacity of every FrameStack's frames in the process (ThreadBuffer::kMaxFramesHeld):
-// added to as a stack grows, taken from as one is freed (a buffer deleted, a far stack let go).
-std::atomic<size_t> g_frames_held{0};
-
-void let_go_of(std::vector<Frame> &frames) {
-  g_frames_held.fetch_sub(frames.capacity(), std::memory_order_relaxed);
-  std::vector<Frame>().swap(frames);
-}
-}  // namespace
-
 ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill,
                            MemoryBudget *budget)
     : tid_(tid),
@@ -64,8 +53,6 @@ ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *sp
 }
 
 ThreadBuffer::~ThreadBuffer() {
-  for (FrameStack &stack : stacks_) let_go_of(stack.frames);
-  for (auto &far : far_stacks_) let_go_of(far.second->frames);
   free_chunks();
   if (scratch_) common::unmap_zeroed(scratch_, sizeof(Event) * Chunk::kSlots);
   for (const NameBlock &b : blocks_) release_name_block(b);
@@ -122,36 +109,10 @@ FrameStack *ThreadBuffer::find_far(uint32_t domain_id) const {
 
 bool ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
   const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
-  const size_t before = frames.capacity();
-  if (capacity <= before) return true;
-  // Taken before the allocation, given back if it fails: two threads growing at once cannot
-  // both pass the bound.
-  const size_t more = capacity - before;
-  const auto take = [more] {
-    if (g_frames_held.fetch_add(more, std::memory_order_relaxed) + more <= kMaxFramesHeld)
-      return true;
-    g_frames_held.fetch_sub(more, std::memory_order_relaxed);
-    return false;
-  };
-  grow_refused_ = !take();
-  if (grow_refused_) {
-    // This thread's empty stacks first give their room back (a thread that used 2,000 domains
-    // in turn kept each one's room: 290,000 frames). The caller holds Moving: a signal
-    // handler's push touches no stack meanwhile.
-    const auto let_go_if_empty = [&frames](FrameStack &stack) {
-      if (&stack.frames != &frames && stack.frames.empty() && stack.frames.capacity() != 0)
-        let_go_of(stack.frames);
-    };
-    for (FrameStack &stack : stacks_) let_go_if_empty(stack);
-    for (auto &far : far_stacks_) let_go_if_empty(*far.second);
-    grow_refused_ = !take();
-    if (grow_refused_) return false;
-  }
   try {
     frames.reserve(capacity);
     return true;
   } catch (const std::bad_alloc &) {
-    g_frames_held.fetch_sub(more, std::memory_order_relaxed);
     return false;
   }
 }
@@ -372,7 +333,6 @@ bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *ru
     stack.unframed = 0;
     stack.dropped = 0;
   }
-  for (auto &far : far_stacks_) let_go_of(far.second->frames);
   far_stacks_.clear();  // the next thread's domains are its own
   *reentrant_drops += reentrant_drops_.exchange(0, std::memory_order_relaxed);
   *memory_drops += memory_drops_.exchange(0, std::memory_order_relaxed);

@@ -183,17 +183,8 @@ class ThreadBuffer {
   FrameStack *find_stack(uint32_t domain_id) {
     return domain_id < stacks_.size() ? &stacks_[domain_id] : find_far(domain_id);
   }
-  // Gives `frames` room for kSignalReserve (recorder.hpp) more; false when memory ran out or
-  // the process's stacks together would hold more than kMaxFramesHeld frames.
+  // Gives `frames` room for kSignalReserve (recorder.hpp) more; false when memory ran out.
   bool grow(std::vector<Frame> &frames, size_t capacity);
-  // Frames all threads' stacks may hold together (their capacity, at most 40 MB).
-  // Each (thread, domain) stack stops at kMaxOpenFrames (recorder.hpp); a program that leaked
-  // pushes on 32 threads in 32 domains still took 960 MB (review LL-4). Beyond, once the
-  // growing thread's empty stacks have given their room back, a push that needs a larger stack
-  // goes unframed (Recorder::push_unframed: counted in depth_drops).
-  static constexpr size_t kMaxFramesHeld = size_t{1} << 19;
-  // Whether the last grow() was refused for kMaxFramesHeld (owner only).
-  bool grow_refused() const { return grow_refused_; }
   // Pushes still open that found no stack (stack() gave nullptr), in any domain: each is the
   // first open push of its domain, so the pop that finds its domain without a frame is one of
   // theirs, not a protocol error of the program.
@@ -351,7 +342,6 @@ class ThreadBuffer {
   std::atomic<uint64_t> reentrant_drops_{0};
   std::atomic<uint64_t> memory_drops_{0};
   uint32_t stackless_ = 0;           // owner only: see push_stackless()
-  bool grow_refused_ = false;        // owner only: see grow_refused()
   uint32_t drops_before_retry_ = 0;  // owner only: see record()
   std::atomic<uint32_t> open_published_{0};
   std::vector<NameBlock> blocks_;

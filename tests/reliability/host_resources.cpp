@@ -79,10 +79,6 @@
 //                  then THREADS threads each record a range "launch" in domain "ferrum-replay"
 //                  (the shim's) and one "late" in domain "late" created after the churn.
 //                  Prints `anon_kb_grown=<RssAnon after the threads - before the churn>`.
-//   leaked-domains THREADS DOMAINS N
-//                  THREADS threads each push N ranges "leaked" in each of DOMAINS domains and
-//                  never pop them; once all have, the main thread records a range "after".
-//                  Prints `anon_kb_grown=<RssAnon then - before>`.
 //   cancel-pending THREADS N
 //                  THREADS threads, each of which asks for its own cancellation first (deferred:
 //                  pending until it reaches a cancellation point, and it calls none of its
@@ -635,30 +631,6 @@ int domain_churn(long n, long threads) {
   return 0;
 }
 
-int leaked_domains(long threads, long domains, long n) {
-  nvtxRangePushA("warm-up");
-  nvtxRangePop();
-  std::vector<nvtxDomainHandle_t> handles;
-  for (long d = 0; d < domains; ++d)
-    handles.push_back(nvtxDomainCreateA(("leaky " + std::to_string(d)).c_str()));
-  const long before = status_kb("RssAnon");
-  std::vector<std::thread> pool;
-  std::atomic<long> done{0};
-  for (long t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      const nvtxEventAttributes_t leaked = ascii_attributes("leaked");
-      for (nvtxDomainHandle_t h : handles)
-        for (long i = 0; i < n; ++i) nvtxDomainRangePushEx(h, &leaked);
-      done.fetch_add(1);
-      while (done.load() < threads) sched_yield();  // none ends before all have leaked
-    });
-  for (std::thread &t : pool) t.join();
-  std::printf("anon_kb_grown=%ld\n", status_kb("RssAnon") - before);
-  nvtxRangePushA("after");
-  nvtxRangePop();
-  return 0;
-}
-
 int own_tmpdir_write(long n, long mib) {
   for (long i = 0; i < n; ++i) {
     nvtxRangePushA("step");
@@ -807,8 +779,6 @@ int main(int argc, char **argv) {
   if (mode == "locale" && argc >= 3) return host_locale(std::atol(argv[2]));
   if (mode == "domain-churn" && argc >= 4)
     return domain_churn(std::atol(argv[2]), std::atol(argv[3]));
-  if (mode == "leaked-domains" && argc >= 5)
-    return leaked_domains(std::atol(argv[2]), std::atol(argv[3]), std::atol(argv[4]));
   if (mode == "cancel-pending" && argc >= 4)
     return cancel_pending(std::atol(argv[2]), std::atol(argv[3]));
   if (mode == "signal-names" && argc >= 3) return signal_names(std::atol(argv[2]));
@@ -825,7 +795,7 @@ int main(int argc, char **argv) {
       "unload | unload-timed N in-flight|completed | "
       "reload-timed ROUNDS N | thread-churn N | "
       "distinct-names N [fork] | hostile-names N PEAKFILE | start-end N PEAKFILE | signal-names N "
-      "| unbalanced-pushes N | domain-churn N THREADS | leaked-domains THREADS DOMAINS N | "
+      "| unbalanced-pushes N | domain-churn N THREADS | "
       "cancel-pending THREADS N | locale N | own-tmpdir-write N MIB\n");
   return 1;
 }

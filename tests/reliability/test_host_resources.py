@@ -96,11 +96,6 @@ domains_per_request      200,000 NVTX domains created and        anonymous memor
                          shim's domain and in one made later      as long as the highest domain id);
                                                                   every range in the trace, the
                                                                   shim's under its own domain
-leaked_in_many_domains   16 threads each push 20,000 NVTX ranges  anonymous memory grows by under
-                         in each of 16 domains and never pop      48 MiB (246 MB: 16,384 open ranges
-                         them                                     kept per thread and domain); the
-                                                                  range recorded after them is in
-                                                                  the trace; every push counted
 privileged_process       set-group-ID (secure execution), the     no trace, summary, GPU event or
                          shim in /etc/ld.so.preload (as a         recorder line for the shim's
                          container installs it) and every         launches: NVTX is never
@@ -749,29 +744,6 @@ def domains_per_request():
     expect(grown < 16 * 1024, f"anonymous memory grew by {grown} KiB", run_)
 
 
-def leaked_in_many_domains():
-    """Each (thread, domain) keeps at most 16,384 open ranges (unbalanced_pushes): a program
-    that leaked pushes on 16 threads in 16 domains still grew the recorder by 246 MB (review
-    LL-4). All stacks together now hold at most ThreadBuffer::kMaxFramesHeld frames; a push
-    beyond is counted with the ranges given up."""
-    threads, domains, n = 16, 16, 20000
-    run_ = harness.run([PROGRAM, "leaked-domains", str(threads), str(domains), str(n)],
-                       preload=False, env={"FERRUM_RECORD_MEMORY": "8M"}, timeout=300)
-    expect(run_.returncode == 0, "leaked-domains failed", run_)
-    meta = run_.trace["ferrumReplay"]
-    names = [r["name"] for r in trace_ranges(run_.trace)]
-    expect(names.count("after") == 1 and "leaked" not in names, f"ranges {set(names)}", run_)
-    # Every leaked push is open at exit or given up: counted, none lost without a word.
-    open_at_exit = meta["protocolErrors"]["openAtExit"]
-    expect(open_at_exit == threads * domains * n and 0 < meta.get("droppedBeyondDepth", 0) and
-           "droppedForMemory" not in meta,
-           f"footer {meta.get('droppedBeyondDepth')} given up, {open_at_exit} open", run_)
-    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
-        return
-    grown = values(run_.stdout)["anon_kb_grown"]
-    expect(grown < 48 * 1024, f"anonymous memory grew by {grown} KiB", run_)
-
-
 def cancel_requests_pending():
     """A program thread with a cancellation request pending (pthread_cancel, deferred) is
     cancelled at its next cancellation point, and the program decides where those are: a launch,
@@ -1117,7 +1089,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      distinct_names, hostile_names, names_from_signal_handlers,
                                      memory_bound_without_spill, start_end_memory_bound, spill_leaves_room,
                                      names_across_fork, unbalanced_pushes,
-                                     domains_per_request, leaked_in_many_domains,
+                                     domains_per_request,
                                      privileged_process, cancel_requests_pending, host_locale,
                                      host_locale_words, own_image_lock_kept,
                                      tasks_kept_for_the_program,
