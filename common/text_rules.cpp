@@ -238,6 +238,10 @@ const char *domain_name(const char *value, const char **problem) {
     if (problem) *problem = "a name other than global, the name of NVTX's default domain";
     return kDefaultDomainName;
   }
+  if (strcmp(value, kMoreDomainsName) == 0) {
+    if (problem) *problem = "a name other than (more domains), the recorder's for a program's many";
+    return kDefaultDomainName;
+  }
   return value;
 }
 

@@ -58,13 +58,15 @@ size_t printable_copy(const char *in, char *out, size_t out_size);
 // Section 4: the NVTX domain the user names (FERRUM_REPLAY_DOMAIN), shared by the shim (which
 // pushes its ranges there), the recorder (which files GPU time there) and the judges. A name
 // is 1 to kMaxDomainLength bytes, all kept by printable_copy, not "MPI" (Nsight Systems
-// hides that domain) and not kGlobalDomainName (a trace's and a table's name for NVTX's
+// hides that domain), not kGlobalDomainName (a trace's and a table's name for NVTX's
 // default domain, where the program's own ranges go: the judges would count those as
-// replays). Returns the name to use: `value`, or kDefaultDomainName when it is null or empty
-// (unset) or no such name; then *problem (if not null) says what it must be, or null.
+// replays) and not kMoreDomainsName (the recorder's for the program's domains beyond its
+// 4,096th, for the same reason). Returns the name to use: `value`, or kDefaultDomainName when it is
+// null or empty (unset) or no such name; then *problem (if not null) says what it must be, or null.
 inline constexpr size_t kMaxDomainLength = 63;
 inline constexpr char kDefaultDomainName[] = "ferrum-replay";
 inline constexpr char kGlobalDomainName[] = "global";
+inline constexpr char kMoreDomainsName[] = "(more domains)";
 const char *domain_name(const char *value, const char **problem = nullptr);
 
 // The printable form limited to `limit` bytes, "..." appended when anything was cut: the form a

@@ -71,7 +71,7 @@ class NameRegistry {
   // state) may create "the same" domain and their ranges must land in one place.
   nvtxDomainRegistration_st *create_domain(std::string_view name);
   static constexpr size_t kMaxDomains = 4096;
-  static constexpr std::string_view kMoreDomainsName = "(more domains)";
+  static constexpr std::string_view kMoreDomainsName = common::kMoreDomainsName;
   // Creates `name`'s domain now, exempt from kMaxDomains: the shim's, created before any of the
   // program's, has a low id (a thread's table of stacks is direct below ThreadBuffer's
   // kDirectStacks) and never shares a handle.

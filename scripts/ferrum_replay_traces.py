@@ -100,7 +100,8 @@ def printable(value, limit=None):
 def domain_name(value):
     """Section 4: (the NVTX domain to use, None or what a name must be). `value` (the user's
     FERRUM_REPLAY_DOMAIN) when it is 1 to 63 bytes that printable() keeps, not MPI (which
-    Nsight hides) and not GLOBAL_DOMAIN_NAME (where the program's own ranges are); otherwise,
+    Nsight hides), not GLOBAL_DOMAIN_NAME (where the program's own ranges are) nor
+    MORE_DOMAINS_NAME (the program's too); otherwise,
     and when unset or empty, the default -- what the shim and the
     recorder use (they say why), so that a judge looks where the ranges are."""
     if not value:
@@ -112,12 +113,16 @@ def domain_name(value):
         return DEFAULT_DOMAIN_NAME, "a name other than MPI, which Nsight hides"
     if raw == GLOBAL_DOMAIN_NAME.encode():
         return DEFAULT_DOMAIN_NAME, "a name other than global, the name of NVTX's default domain"
+    if raw == MORE_DOMAINS_NAME.encode():
+        return DEFAULT_DOMAIN_NAME, ("a name other than (more domains), the recorder's for a "
+                                     "program's many")
     return raw.decode("utf-8"), None
 
 
 MAX_DOMAIN_LENGTH = 63
 DEFAULT_DOMAIN_NAME = "ferrum-replay"
 GLOBAL_DOMAIN_NAME = "global"  # a trace's name for NVTX's default domain (the recorder's)
+MORE_DOMAINS_NAME = "(more domains)"  # the recorder's for a program's domains beyond 4,096
 # (The bytes, as the shim reads them: os.environ decodes with the locale's encoding.)
 DEFAULT_DOMAIN = domain_name(os.environb.get(b"FERRUM_REPLAY_DOMAIN"))[0]
 DOMAIN_HELP = ("the NVTX domain of the shim's ranges (default: FERRUM_REPLAY_DOMAIN's, as the "
