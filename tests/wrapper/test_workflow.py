@@ -778,35 +778,6 @@ def test_unmarked_process_fails_the_gate(tmp):
            in done.stderr, "record: the unmarked process said", done)
 
 
-def test_unloadable_shim_refused(tmp):
-    """A shim the loader cannot map (its directory on a file system mounted noexec, as hardened
-    /tmp and some container volumes are): every process of the program printed the loader's
-    "cannot be preloaded" line and ran without the shim, and `record` and ci-smoke-profile
-    blamed the program ("no CUDA graph launched", review JJ5). Refused in one line before the
-    program runs, as a path with a space is."""
-    mnt = os.path.join(tmp, "mnt")
-    os.mkdir(mnt)
-    copy = f'cp "$0/shim/libferrum-replay.so" "$0/recorder/libferrum-replay-recorder.so" "$1"'
-    mount = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-             f'mount -t tmpfs -o noexec,size=64m tmpfs "$1" && {copy} && shift && exec "$@"',
-             BUILD, mnt]
-    probe = subprocess.run([*mount, "true"], capture_output=True, check=False)
-    if probe.returncode != 0:
-        return "skip: needs unshare --mount and a tmpfs mount (root)"
-    marker = os.path.join(tmp, "ran")
-    program = ["sh", "-c", 'touch "$0"', marker]
-    for command in ([WRAPPER, "record", "-o", os.path.join(tmp, "out") + "/", "--", *program],
-                    [WRAPPER, "run", "--", *program],
-                    [CI_SMOKE, "--out", os.path.join(tmp, "smoke"), "--", *program]):
-        done = run([*mount, "env", f"FERRUM_REPLAY_LIBDIR={mnt}", *command], tmp)
-        said = [line for line in (done.stdout + done.stderr).splitlines() if line]
-        expect(done.returncode != 0 and not os.path.exists(marker) and
-               any("the loader cannot load" in line and "failed to map segment" in line and
-                   "noexec" in line for line in said) and
-               not any("cannot be preloaded" in line for line in said),
-               f"{command[1]}: refused in one line before the program ran", done)
-
-
 def test_ci_smoke_skips_summary_temporaries(tmp):
     """A worker killed while the shim wrote its launch summary leaves the summary's temporary
     (launches.PID.txt.TAG.PID.N.tmp) beside the others: ci-smoke-profile's glob handed it to
