@@ -168,6 +168,12 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
                  std::to_string(NameRegistry::kNamesBudget >> 20) +
                  " MiB kept for names with no room elsewhere, or given by a signal or fork "
                  "handler that interrupted the recorder\n");
+  if (recorder.names().domains_shared())
+    write_stderr("ferrum-replay recorder: the program made more than " +
+                 std::to_string(NameRegistry::kMaxDomains) +
+                 " NVTX domains: the later ones share one, '" +
+                 std::string(NameRegistry::kMoreDomainsName) +
+                 "', whose ranges are paired as one domain's\n");
   if (snap.depth_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.depth_drops) +
                  " ranges not recorded: the oldest of more than " + std::to_string(kMaxOpenFrames) +

@@ -82,6 +82,11 @@ void NameRegistry::keep_domain(std::string_view name) {
   kept_domain_id_ = add_domain_locked(std::move(key))->id;
 }
 
+bool NameRegistry::domains_shared() const {
+  const common::HeldHere lock(mu_);
+  return more_domains_ != nullptr;
+}
+
 uint32_t NameRegistry::unasked_domain() const {
   const common::HeldHere lock(mu_);
   return kept_domain_ && !kept_domain_asked_ ? kept_domain_id_ : 0;

@@ -79,6 +79,8 @@ class NameRegistry {
   // keep_domain's domain while no create_domain has asked for it (so none of its handles was
   // handed out: no range in it), else 0. A trace lists it only once asked for.
   uint32_t unasked_domain() const;
+  // Whether a domain beyond kMaxDomains was made (the shared handle handed out): said at exit.
+  bool domains_shared() const;
   // nullptr beyond the budget (above).
   nvtxStringRegistration_st *register_string(std::string_view text);
   void name_thread(uint32_t tid, std::string_view name);

@@ -738,6 +738,10 @@ def domains_per_request():
            f"the ranges in the shim's domain and in the last one: {dict(counts)}", run_)
     domains = run_.trace["ferrumReplay"]["domains"]
     expect(len(domains) <= 4096 + 2, f"{len(domains)} domains listed in the trace", run_)
+    said = [line for line in run_.stderr.splitlines() if "(more domains)" in line and
+            "NVTX domains" in line]
+    expect(len(said) == 1 and "paired as one domain's" in said[0],
+           "one line says that later domains share one (review NN-5)", run_)
     if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
         return  # a sanitizer's allocator and shadow memory: resident size says nothing here
     grown = values(run_.stdout)["anon_kb_grown"]
