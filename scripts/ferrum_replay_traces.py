@@ -3907,6 +3907,27 @@ def asked_for(candidate, path):
     return output is None or os.path.basename(output) == os.path.basename(path)
 
 
+def no_trace_failure(launch_summaries):
+    """Why a run wrote no trace, as far as its launch summaries tell: where the shim counted
+    launches, the recorder did not start in those processes -- not a workload that "made no
+    CUDA call" (review NN-2: a recorder the loader could not map, blamed on the program)."""
+    launched = 0
+    try:
+        for table in read_launch_tables(distinct_inputs(launch_summaries or [])):
+            launched += sum(launches for _, _, launches, _, _ in table.rows())
+    except InputError:
+        pass  # said again, and failed on, where the summaries are judged
+    if launched:
+        return (f"no trace was written, though the shim counted {launched} launch"
+                f"{'es' if launched != 1 else ''}: the recorder did not start in the workload's "
+                "processes (NVTX ignores a tool it cannot load: a copy of another "
+                "architecture, one on a file system mounted noexec, one needing a newer "
+                "libstdc++ than the process has), or their environment dropped "
+                "NVTX_INJECTION64_PATH")
+    return ("no trace was written (the recorder never started: the workload made no CUDA call "
+            "under the shim, or its environment dropped LD_PRELOAD / NVTX_INJECTION64_PATH)")
+
+
 def cmd_check(args):
     if args.preflight:
         # ci-smoke-profile, before the workload runs (it may run for an hour): the expectations
@@ -4017,9 +4038,7 @@ def cmd_check(args):
         n_processes = None
     else:
         if not scans and not args.allow_no_ranges and not earlier:
-            failures.append("no trace was written (the recorder never started: the workload "
-                            "made no CUDA call under the shim, or its environment dropped "
-                            "LD_PRELOAD / NVTX_INJECTION64_PATH)")
+            failures.append(no_trace_failure(args.launch_summary))
         counts = aggregate(scans, domain).get(("", domain)) or counts
         n_processes = count_processes(scans)
         failures += trace_problems(scans)

@@ -778,6 +778,22 @@ def test_unmarked_process_fails_the_gate(tmp):
            in done.stderr, "record: the unmarked process said", done)
 
 
+def test_unloadable_recorder_not_blamed_on_the_program(tmp):
+    """A recorder NVTX cannot load in the program (here not a library at all; a copy of another
+    architecture, or one needing a newer libstdc++ than the process has, does the same): NVTX
+    ignores such a tool without a word, and ci-smoke-profile said the workload "made no CUDA
+    call under the shim" while the shim's launch summary counted its launches (review NN-2)."""
+    libs = os.path.join(tmp, "libs")
+    os.mkdir(libs)
+    shutil.copy(os.path.join(BUILD, "shim", "libferrum-replay.so"), libs)
+    write(os.path.join(libs, "libferrum-replay-recorder.so"), "not a library\n")
+    done = ci_smoke("--", launch_driver(), "--graphs", "1", "--iters", "3", cwd=tmp,
+                    env={"FERRUM_REPLAY_LIBDIR": libs})
+    expect_verdict(done, False, "no trace was written, though the shim counted 3 launches: "
+                   "the recorder did not start")
+    expect("made no CUDA call" not in done.stdout, "the program blamed", done)
+
+
 def test_ci_smoke_skips_summary_temporaries(tmp):
     """A worker killed while the shim wrote its launch summary leaves the summary's temporary
     (launches.PID.txt.TAG.PID.N.tmp) beside the others: ci-smoke-profile's glob handed it to
