@@ -59,7 +59,9 @@ nvtxDomainRegistration_st *NameRegistry::create_domain(std::string_view name) {
     if (!more_domains_) {
       more_domains_ = std::make_unique<nvtxDomainRegistration_st>();
       more_domains_->id = static_cast<uint32_t>(domain_names_.size());
-      more_domains_->reject_target = reject_all_;
+      // Rejected as a domain of that name would be: the name the trace and table show
+      // (review NN-3).
+      more_domains_->reject_target = reject_all_ || reject_domain_ == kMoreDomainsName;
       domain_names_.emplace_back(kMoreDomainsName);
     }
     return more_domains_.get();
