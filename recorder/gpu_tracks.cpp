@@ -161,6 +161,8 @@ void GpuTracks::after_fork_in_child() {
   per_thread_tracks_ = 0;
   dropped_ = 0;
   memory_drops_ = 0;
+  // The parent's too: a child's trace counted them as its own drops and failed `check` (QQ-3).
+  refused_.store(0, std::memory_order_relaxed);
   mu_.unlock();
 }
 

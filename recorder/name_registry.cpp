@@ -70,7 +70,7 @@ nvtxDomainRegistration_st *NameRegistry::create_domain(std::string_view name) {
   return add_domain_locked(std::move(key));
 }
 
-void NameRegistry::keep_domain(std::string_view name) {
+uint32_t NameRegistry::keep_domain(std::string_view name) {
   const common::HeldHere lock(mu_);
   std::string key(bounded_name(name));
   kept_domain_ = key;
@@ -78,10 +78,11 @@ void NameRegistry::keep_domain(std::string_view name) {
   auto it = domains_.find(key);
   if (it != domains_.end()) {
     kept_domain_id_ = it->second->id;
-    return;
+    return kept_domain_id_;
   }
   names_bytes_ += std::min(kNamesBudget - names_bytes_, 2 * key.size() + kEntryOverhead);
   kept_domain_id_ = add_domain_locked(std::move(key))->id;
+  return kept_domain_id_;
 }
 
 bool NameRegistry::domains_shared() const {

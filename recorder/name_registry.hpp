@@ -74,8 +74,8 @@ class NameRegistry {
   static constexpr std::string_view kMoreDomainsName = common::kMoreDomainsName;
   // Creates `name`'s domain now, exempt from kMaxDomains: the shim's, created before any of the
   // program's, has a low id (a thread's table of stacks is direct below ThreadBuffer's
-  // kDirectStacks) and never shares a handle.
-  void keep_domain(std::string_view name);
+  // kDirectStacks) and never shares a handle. Returns its id.
+  uint32_t keep_domain(std::string_view name);
   // keep_domain's domain while no create_domain has asked for it (so none of its handles was
   // handed out: no range in it), else 0. A trace lists it only once asked for.
   uint32_t unasked_domain() const;

@@ -150,7 +150,8 @@ ThreadBuffer *Recorder::register_thread() noexcept {
       buffer = idle_.back();
       idle_.pop_back();
     } else {
-      buffer = new ThreadBuffer(tid, name, settings_.spill ? &spill_ : nullptr, &memory_budget_);
+      buffer = new ThreadBuffer(tid, name, settings_.spill ? &spill_ : nullptr, &memory_budget_,
+                                &shim_domain_id_);
     }
     threads_.push_back(buffer);
   } catch (const std::bad_alloc &) {
@@ -195,8 +196,10 @@ void Recorder::fold_ended_threads() {
         // Room first (growing geometrically), so that nothing throws once the buffer is emptied.
         if (ended_.size() == ended_.capacity()) ended_.reserve(2 * ended_.size() + 16);
         if (idle_.size() == idle_.capacity()) idle_.reserve(2 * idle_.size() + 16);
-        EndedThread gone{t->tid(), t->initial_name(), {}, {}, t->published_open_frames()};
-        ended = t->give_up(&gone.events, &gone.runs, &ended_reentrant_drops_, &ended_memory_drops_);
+        EndedThread gone{t->tid(), t->initial_name(),          {},
+                         {},       t->published_open_frames(), t->published_shim_open_frames()};
+        ended = t->give_up(&gone.events, &gone.runs, &ended_reentrant_drops_,
+                           &ended_shim_reentrant_drops_, &ended_memory_drops_);
         if (ended) {
           spill_if_over_budget(gone);
           ended_.push_back(std::move(gone));
@@ -223,20 +226,25 @@ void Recorder::fold_ended_threads() {
   }
 }
 
-int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept {
+int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack, bool shim,
+                            bool handler_room) noexcept {
   if (stack)
     ++stack->unframed;
   else
     thread.push_stackless();
-  thread.opened();
-  if (stack && stack->frames.size() >= kMaxOpenFrames)
+  thread.opened(shim);
+  if (stack && stack->frames.size() >= kMaxOpenFrames) {
     depth_drops_.fetch_add(1, std::memory_order_relaxed);
-  else
+    if (shim) shim_depth_drops_.fetch_add(1, std::memory_order_relaxed);
+  } else if (handler_room) {
+    thread.drop_reentrant(shim);
+  } else {
     count_memory_drop();
+  }
   return kRejected;
 }
 
-bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack) noexcept {
+bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack, bool shim) noexcept {
   // A signal handler's push or pop while the frames move touches nothing (ThreadBuffer::moving):
   // a reallocation frees the old frames, which a handler's push would otherwise write into.
   const ThreadBuffer::Moving moving(thread);
@@ -247,6 +255,7 @@ bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack) noexcept {
   stack.frames.erase(stack.frames.begin(), stack.frames.begin() + kDropped);
   stack.dropped += kDropped;
   depth_drops_.fetch_add(kDropped, std::memory_order_relaxed);
+  if (shim) shim_depth_drops_.fetch_add(kDropped, std::memory_order_relaxed);
   return true;
 }
 
@@ -270,23 +279,27 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   if (activity.nested() && thread.moving()) [[unlikely]]
     return kRejected;
   FrameStack *const frame_stack = thread.find_stack(domain.id);
+  const bool shim = is_shim_domain(domain.id);
   if (frame_stack && frame_stack->unframed != 0) [[unlikely]] {
     --frame_stack->unframed;  // the pop of a push that got no frame (push_unframed)
-    thread.closed();
+    thread.closed(shim);
     return kRejected;
   }
   if (!frame_stack || frame_stack->frames.empty()) [[unlikely]] {
     if (frame_stack && frame_stack->dropped != 0) {  // a range given up (make_room)
       --frame_stack->dropped;
-      thread.closed();
+      thread.closed(shim);
       return kRejected;
     }
     if (thread.pop_stackless()) {  // the pop of a push that found no stack (push_unframed)
-      thread.closed();
+      thread.closed(shim);
       return kRejected;
     }
-    (thread.open_frames() > 0 ? pop_wrong_domain_ : pop_without_push_)
-        .fetch_add(1, std::memory_order_relaxed);
+    const bool wrong_domain = thread.open_frames() > 0;
+    (wrong_domain ? pop_wrong_domain_ : pop_without_push_).fetch_add(1, std::memory_order_relaxed);
+    if (shim) [[unlikely]]
+      (wrong_domain ? shim_pop_wrong_domain_ : shim_pop_without_push_)
+          .fetch_add(1, std::memory_order_relaxed);
     return kRejected;
   }
   std::vector<Frame> *const stack = &frame_stack->frames;
@@ -299,7 +312,7 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
     thread.record(frame.start, end, frame.attrs, domain.id, depth);
   }
   stack->pop_back();
-  thread.closed();
+  thread.closed(shim);
   return static_cast<int>(depth);
 }
 
@@ -397,6 +410,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
     else
       ended = ended_;
     snap.reentrant_drops += ended_reentrant_drops_;
+    snap.shim_reentrant_drops += ended_shim_reentrant_drops_;
     snap.memory_drops += ended_memory_drops_;
     ++snapshots_reading_;
   }
@@ -414,6 +428,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
     if (!ts.runs.empty()) snap.spill = &spill_;
     if (materialize) materialize_runs(snap, ts);
     snap.errors.open_at_exit += ts.open_frames;
+    snap.shim_errors.open_at_exit += ts.shim_open_frames;
     snap.threads.push_back(std::move(ts));
   };
   for (EndedThread &gone : ended) {
@@ -421,6 +436,7 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
     ts.tid = gone.tid;
     if (!names_.thread_name(ts.tid, &ts.name)) ts.name = gone.name;
     ts.open_frames = gone.open_frames;
+    ts.shim_open_frames = gone.shim_open_frames;
     ts.events = std::move(gone.events);
     ts.runs = std::move(gone.runs);
     add(std::move(ts));
@@ -437,7 +453,9 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
       if (ts.name.empty()) ts.name = t->initial_name();
     }
     ts.open_frames = t->published_open_frames();
+    ts.shim_open_frames = std::min(t->published_shim_open_frames(), ts.open_frames);
     snap.reentrant_drops += t->reentrant_drops();
+    snap.shim_reentrant_drops += t->shim_reentrant_drops();
     snap.memory_drops += t->memory_drops();
     t->collect(&ts.events, &ts.runs, release_memory);
     add(std::move(ts));
@@ -458,9 +476,22 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory) const {
   snap.rejected_pushes = rejected_.load(std::memory_order_relaxed);
   snap.memory_drops += memory_drops_.load(std::memory_order_relaxed);
   snap.depth_drops = depth_drops_.load(std::memory_order_relaxed);
+  snap.shim_depth_drops = shim_depth_drops_.load(std::memory_order_relaxed);
   snap.errors.pop_without_push = pop_without_push_.load(std::memory_order_relaxed);
   snap.errors.pop_wrong_domain = pop_wrong_domain_.load(std::memory_order_relaxed);
+  snap.shim_domain_known = shim_domain_id_.load(std::memory_order_relaxed) != UINT32_MAX;
+  snap.shim_errors.pop_without_push = shim_pop_without_push_.load(std::memory_order_relaxed);
+  snap.shim_errors.pop_wrong_domain = shim_pop_wrong_domain_.load(std::memory_order_relaxed);
   snap.errors.end_unknown_id += end_unknown_.load(std::memory_order_relaxed);
+  // Each shim count is read apart from the total it is a share of, while other threads may be
+  // changing both (a launch's pop as the exit report is taken): a share is never more than its
+  // total in the trace (the judges refuse one that is, review OO-4).
+  ProtocolErrors &shim = snap.shim_errors;
+  shim.pop_without_push = std::min(shim.pop_without_push, snap.errors.pop_without_push);
+  shim.pop_wrong_domain = std::min(shim.pop_wrong_domain, snap.errors.pop_wrong_domain);
+  shim.open_at_exit = std::min(shim.open_at_exit, snap.errors.open_at_exit);
+  snap.shim_depth_drops = std::min(snap.shim_depth_drops, snap.depth_drops);
+  snap.shim_reentrant_drops = std::min(snap.shim_reentrant_drops, snap.reentrant_drops);
   return snap;
 }
 
@@ -555,8 +586,13 @@ void Recorder::after_fork_in_child() {
   rejected_.store(0, std::memory_order_relaxed);
   pop_without_push_.store(0, std::memory_order_relaxed);
   pop_wrong_domain_.store(0, std::memory_order_relaxed);
+  shim_pop_without_push_.store(0, std::memory_order_relaxed);
+  shim_pop_wrong_domain_.store(0, std::memory_order_relaxed);
   memory_drops_.store(0, std::memory_order_relaxed);  // the parent's, in the parent's trace
+  // So are its ended threads' (a child carried 640,000 of them and failed `check`, review PP-2).
+  ended_memory_drops_ = ended_reentrant_drops_ = ended_shim_reentrant_drops_ = 0;
   depth_drops_.store(0, std::memory_order_relaxed);
+  shim_depth_drops_.store(0, std::memory_order_relaxed);
   // Ids go on counting: an end of the parent's range in the child is unknown to the child's trace.
   end_unknown_.store(0, std::memory_order_relaxed);
   threads_mu_.unlock();

@@ -154,8 +154,11 @@ class Recorder {
   void set_gpu_status(const GpuStatus &status) { gpu_status_ = status; }
   // Also the domain the shim's ranges are in: created now, before the program's, so that it
   // has a low id and a handle of its own (NameRegistry::keep_domain).
+  // Its protocol errors are also counted on their own (Snapshot::shim_errors): the shim's
+  // balance is the judges' to check, the program's own NVTX habits are not (review LL-1).
+  // Called before the first push (injection.cpp), or by tests.
   void set_gpu_domain(std::string domain) {
-    names_.keep_domain(domain);
+    shim_domain_id_.store(names_.keep_domain(domain), std::memory_order_relaxed);
     gpu_domain_ = std::move(domain);
   }
 
@@ -192,16 +195,23 @@ class Recorder {
   // closes nothing, or, where there is no stack, in the thread's stackless count (the same).
   // A signal handler's push on a stack that holds kMaxOpenFrames and has no room left is
   // unframed for that reason: counted in depth_drops_, not as a memory drop.
-  int push_unframed(ThreadBuffer &thread, FrameStack *stack) noexcept;
+  // `shim`: the push is in the shim's domain (ThreadBuffer::opened). `handler_room`: a signal
+  // handler's push (push_in_place: the room kept for handlers used up, or a push before it on
+  // that stack went unframed): counted with the ranges dropped in handlers, not as memory —
+  // a sampler's nested ranges were "beyond FERRUM_RECORD_MEMORY" (reviews OO-1, PP-1).
+  int push_unframed(ThreadBuffer &thread, FrameStack *stack, bool shim, bool handler_room) noexcept;
   // Room on `stack` for a push and kSignalReserve more (push_in_place): the vector grown, or at
   // kMaxOpenFrames its oldest half given up (FrameStack::dropped, depth_drops_). False when
   // memory ran out.
-  bool make_room(ThreadBuffer &thread, FrameStack &stack) noexcept;
+  bool make_room(ThreadBuffer &thread, FrameStack &stack, bool shim) noexcept;
   bool should_reject(const nvtxDomainRegistration_st &domain) noexcept {
     // reject_target is only ever true when some rejection mode is active.
     return domain.reject_target && should_reject_slow();
   }
   bool should_reject_slow() noexcept;
+  bool is_shim_domain(uint32_t domain_id) const {
+    return domain_id == shim_domain_id_.load(std::memory_order_relaxed);
+  }
   Snapshot take_snapshot(bool materialize, bool release_memory = false) const;
 
   const Settings settings_;
@@ -232,6 +242,7 @@ class Recorder {
     std::vector<Event> events;
     std::vector<SpillRun> runs;
     uint32_t open_frames;
+    uint32_t shim_open_frames;
   };
   mutable std::vector<EndedThread> ended_;  // the last report moves them out
   std::vector<ThreadBuffer *> idle_;        // emptied buffers, for the next threads to adopt
@@ -239,16 +250,22 @@ class Recorder {
   size_t fold_at_ = 64;                     // threads_.size() at which to look again
   mutable unsigned snapshots_reading_ = 0;  // buffers are not folded while a snapshot reads them
   uint64_t ended_reentrant_drops_ = 0;
+  uint64_t ended_shim_reentrant_drops_ = 0;
   uint64_t ended_memory_drops_ = 0;
 
   std::atomic<uint64_t> push_counter_{0};  // pushes eligible for every-Nth rejection
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> pop_without_push_{0};
   std::atomic<uint64_t> pop_wrong_domain_{0};
+  // The id of the shim's domain (set_gpu_domain); none until then.
+  std::atomic<uint32_t> shim_domain_id_{UINT32_MAX};
+  std::atomic<uint64_t> shim_pop_without_push_{0};  // of pop_without_push_, in that domain
+  std::atomic<uint64_t> shim_pop_wrong_domain_{0};
   std::atomic<uint64_t> next_async_id_{1};  // start/end ranges' ids, process-wide
   std::atomic<uint64_t> end_unknown_{0};
   std::atomic<uint64_t> memory_drops_{0};  // beyond the threads' own (ThreadBuffer::memory_drops)
   std::atomic<uint64_t> depth_drops_{0};   // ranges given up at kMaxOpenFrames
+  std::atomic<uint64_t> shim_depth_drops_{0};  // of depth_drops_, in the shim's domain
 };
 
 template <typename Describe>
@@ -262,17 +279,21 @@ int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&
   const ThreadBuffer::Activity activity(thread);
   // A signal handler's push inside this thread's push or pop never grows the stacks' table
   // (the interrupted call holds a reference into it): in a domain this thread never used, it
-  // is rejected (its pop then counts as a pop without a push).
+  // is rejected, and kept as a push without a stack so that its pop closes it (that pop was
+  // counted a protocol error: the shim's, for a handler's launch, review QQ-2).
   if (activity.nested() && (thread.moving() || !thread.has_stack(domain.id))) [[unlikely]] {
-    if (thread.moving())
-      thread.drop_reentrant();  // its pop is swallowed as well (pop)
-    else
+    if (thread.moving()) {
+      thread.drop_reentrant(is_shim_domain(domain.id));  // its pop is swallowed as well (pop)
+    } else {
       rejected_.fetch_add(1, std::memory_order_relaxed);
+      thread.push_stackless();
+      thread.opened(is_shim_domain(domain.id));
+    }
     return kRejected;
   }
   FrameStack *const frame_stack = thread.stack(domain.id);
   if (!frame_stack || frame_stack->unframed != 0) [[unlikely]]
-    return push_unframed(thread, frame_stack);
+    return push_unframed(thread, frame_stack, is_shim_domain(domain.id), activity.nested());
   std::vector<Frame> &stack = frame_stack->frames;
   // Room for ranges a signal handler may push on this thread while this frame (or a pop's) is
   // being read or written: the vector does not move under it for kSignalReserve nested ranges
@@ -280,13 +301,14 @@ int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&
   // unframed: the room is the signal handlers'. At kMaxOpenFrames the oldest frames make room.
   if (activity.nested() ? stack.size() == stack.capacity()
                         : stack.capacity() - stack.size() <= kSignalReserve &&
-                              !make_room(thread, *frame_stack)) [[unlikely]]
-    return push_unframed(thread, frame_stack);
+                              !make_room(thread, *frame_stack, is_shim_domain(domain.id)))
+      [[unlikely]]
+    return push_unframed(thread, frame_stack, is_shim_domain(domain.id), activity.nested());
   const uint32_t depth = static_cast<uint32_t>(stack.size() + frame_stack->dropped);
   Frame &frame = stack.emplace_back();
   frame.depth = depth;
   frame.rejected = should_reject(domain);
-  thread.opened();
+  thread.opened(is_shim_domain(domain.id));
   if (frame.rejected) [[unlikely]] {
     rejected_.fetch_add(1, std::memory_order_relaxed);
     return kRejected;

@@ -61,6 +61,7 @@ struct ThreadSnapshot {
   // order is the merge of `events` and every run (for_each_event_in_order).
   std::vector<SpillRun> runs;
   uint32_t open_frames = 0;
+  uint32_t shim_open_frames = 0;  // of open_frames, those in the shim's domain
   // A GPU track (Snapshot::gpu_tracks): its events' times are CLOCK_MONOTONIC ns, not ticks.
   bool ns_times = false;
   int32_t device = -1;  // GPU tracks: the device and stream the replays ran on
@@ -122,6 +123,13 @@ struct Snapshot {
   // Open ranges given up on a (thread, domain) stack that reached kMaxOpenFrames (recorder.hpp).
   uint64_t depth_drops = 0;
   ProtocolErrors errors;
+  // Of `errors`, the push/pop ones in the shim's domain (gpu_domain), when the recorder was told
+  // which it is (Recorder::set_gpu_domain): what the judges check the shim's balance on. The
+  // shim pushes and pops only, so its start/end counts stay 0 (review LL-1).
+  bool shim_domain_known = false;
+  ProtocolErrors shim_errors;
+  uint64_t shim_depth_drops = 0;      // of depth_drops, in the shim's domain
+  uint64_t shim_reentrant_drops = 0;  // of reentrant_drops, in the shim's domain
 
   uint64_t range_count() const;  // CPU push/pop ranges (threads), not GPU replays nor marks
   uint64_t event_count() const;  // every event of every thread: ranges, marks, start/end halves

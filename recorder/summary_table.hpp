@@ -81,6 +81,7 @@ std::vector<RangeStats> aggregate(const Snapshot &snap, OtherNames *other = null
 //   also in the trace: M marks, S start/end ranges           (only when there are some)
 //   protocol errors: none | 2 pop without push, 1 popped in wrong domain, 3 open at exit,
 //                    1 end of an unknown start/end range, 1 start/end range open at exit
+//                    (none in the shim's domain ferrum-replay | 2 of them in ...)
 //   rejected pushes: N                                           (only if N > 0)
 // N on the first line is the sum of the rows' counts. With more than `max_rows` rows (0: no
 // limit) only the `max_rows` busiest by total time are listed, busiest first, and the "... and"

@@ -108,10 +108,12 @@ class ThreadBuffer {
 
  public:
   // `spill` may be null: then every event stays in memory. `budget` may be null: then every full
-  // chunk is spilled (where `spill` is given). Throws std::bad_alloc when even its first chunk
-  // cannot be mapped (Recorder::register_thread: the thread then records nothing).
+  // chunk is spilled (where `spill` is given). `shim_domain`: the id of the shim's domain
+  // (Recorder::is_shim_domain), whose ranges dropped here are also counted on their own; may be
+  // null. Throws std::bad_alloc when even its first chunk cannot be mapped
+  // (Recorder::register_thread: the thread then records nothing).
   ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill = nullptr,
-               MemoryBudget *budget = nullptr);
+               MemoryBudget *budget = nullptr, const std::atomic<uint32_t> *shim_domain = nullptr);
   ~ThreadBuffer();
   ThreadBuffer(const ThreadBuffer &) = delete;
   ThreadBuffer &operator=(const ThreadBuffer &) = delete;
@@ -161,8 +163,12 @@ class ThreadBuffer {
    private:
     ThreadBuffer &thread_;
   };
-  // A signal handler's range that met moving(): counted with the ranges dropped in handlers.
-  void drop_reentrant() { reentrant_drops_.fetch_add(1, std::memory_order_relaxed); }
+  // A signal handler's range that met moving(), or found no room kept for it: counted with the
+  // ranges dropped in handlers (`shim`: also on their own, as in opened()).
+  void drop_reentrant(bool shim) {
+    reentrant_drops_.fetch_add(1, std::memory_order_relaxed);
+    if (shim) shim_reentrant_drops_.fetch_add(1, std::memory_order_relaxed);
+  }
   // Stacks of domain ids below kDirectStacks sit in a table indexed by id; later ids, each in
   // a stack of its own found by id (far_stacks_). A dense table as long as the highest id a
   // thread used cost every thread that pushed once in domain 1,000,000 (a program that made a
@@ -194,10 +200,18 @@ class ThreadBuffer {
     --stackless_;
     return true;
   }
-  // Open frames over all domains of this thread (rejected ones included).
+  // Open frames over all domains of this thread (rejected ones included). `shim`: the frame is
+  // in the shim's domain (Recorder::is_shim_domain), also counted on its own, so that the judges
+  // can tell the shim's balance from the program's own NVTX habits (review LL-1).
   uint32_t open_frames() const { return open_; }
-  void opened() { open_published_.store(++open_, std::memory_order_relaxed); }
-  void closed() { open_published_.store(--open_, std::memory_order_relaxed); }
+  void opened(bool shim) {
+    open_published_.store(++open_, std::memory_order_relaxed);
+    if (shim) shim_open_published_.store(++shim_open_, std::memory_order_relaxed);
+  }
+  void closed(bool shim) {
+    open_published_.store(--open_, std::memory_order_relaxed);
+    if (shim) shim_open_published_.store(--shim_open_, std::memory_order_relaxed);
+  }
   // A stable, NUL-terminated copy of `text`; equal texts share one copy (kNameLostToMemory when
   // there is no memory for one).
   const char *intern(std::string_view text);
@@ -221,7 +235,7 @@ class ThreadBuffer {
   [[gnu::always_inline]] void record(uint64_t start, uint64_t end, const RangeAttrs &attrs,
                                      uint32_t domain_id, uint32_t depth) {
     if (writing_) [[unlikely]] {
-      reentrant_drops_.fetch_add(1, std::memory_order_relaxed);
+      drop_reentrant(shim_domain_ && domain_id == shim_domain_->load(std::memory_order_relaxed));
       return;
     }
     writing_ = true;
@@ -256,8 +270,14 @@ class ThreadBuffer {
 
   // ---- any thread ----
   uint32_t published_open_frames() const { return open_published_.load(std::memory_order_relaxed); }
+  uint32_t published_shim_open_frames() const {
+    return shim_open_published_.load(std::memory_order_relaxed);
+  }
   // Events dropped because a signal handler recorded while this thread was storing one.
   uint64_t reentrant_drops() const { return reentrant_drops_.load(std::memory_order_relaxed); }
+  uint64_t shim_reentrant_drops() const {
+    return shim_reentrant_drops_.load(std::memory_order_relaxed);
+  }
   // Events dropped because no chunk could be mapped for them.
   uint64_t memory_drops() const { return memory_drops_.load(std::memory_order_relaxed); }
   // Copies the events still in memory (in the order they ended) and the runs already spilled.
@@ -269,12 +289,13 @@ class ThreadBuffer {
 
   // ---- once the owner has ended, for the next thread (Recorder::fold_ended_threads) ----
   // The events still here go to `events` and `runs` (as collect gives them), the ended owner's
-  // drops are added to `*reentrant_drops` and `*memory_drops`; then the buffer is emptied:
+  // drops are added to `*reentrant_drops` (of them, the shim's domain's to
+  // `*shim_reentrant_drops`) and `*memory_drops`; then the buffer is emptied:
   // every chunk but the first unmapped, stacks and counters cleared. Names interned here stay
   // (the events handed out point into them). Throws std::bad_alloc only before anything changed;
   // false (nothing changed) when the buffer's lock is held.
   bool give_up(std::vector<Event> *events, std::vector<SpillRun> *runs, uint64_t *reentrant_drops,
-               uint64_t *memory_drops);
+               uint64_t *shim_reentrant_drops, uint64_t *memory_drops);
   // An emptied buffer's next owner. Throws std::bad_alloc (the name) with nothing changed.
   void adopt(uint32_t tid, std::string_view name);
   // An emptied buffer that will be deleted: the blocks its names were copied to (events point
@@ -335,15 +356,18 @@ class ThreadBuffer {
   // Ids from kDirectStacks on, sorted by id; each stack stays where it is as others are added.
   std::vector<std::pair<uint32_t, std::unique_ptr<FrameStack>>> far_stacks_;
   uint32_t open_ = 0;
+  uint32_t shim_open_ = 0;  // of open_, those in the shim's domain
   bool writing_ = false;    // inside record() (owner only; a signal handler may look)
   uint32_t active_ = 0;     // pushes and pops in progress on this thread (Activity)
   bool interning_ = false;  // inside intern() (a signal handler's range may look)
   bool moving_ = false;     // see moving()
   std::atomic<uint64_t> reentrant_drops_{0};
+  std::atomic<uint64_t> shim_reentrant_drops_{0};  // of reentrant_drops_, in the shim's domain
   std::atomic<uint64_t> memory_drops_{0};
   uint32_t stackless_ = 0;           // owner only: see push_stackless()
   uint32_t drops_before_retry_ = 0;  // owner only: see record()
   std::atomic<uint32_t> open_published_{0};
+  std::atomic<uint32_t> shim_open_published_{0};
   std::vector<NameBlock> blocks_;
   // Equal names share one copy. Bounded (kMaxInterned, thread_buffer.cpp): past that it starts
   // afresh, so a name seen again may be copied again — memory for copies, never for the table.
@@ -352,6 +376,7 @@ class ThreadBuffer {
 
   SpillFile *spill_;
   MemoryBudget *budget_;
+  const std::atomic<uint32_t> *const shim_domain_;  // see the constructor
   // Guards recycling the tail chunk and runs_: taken by the owner only when a chunk is full, and
   // by readers (collect).
   mutable std::mutex mu_;

@@ -442,6 +442,20 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   field(",\"endUnknownId\":", snap.errors.end_unknown_id);
   field(",\"startOpenAtExit\":", snap.errors.start_open_at_exit);
   out.text("}");
+  // Of those, the shim's own (its domain's push/pop errors): what `check` judges the shim's
+  // balance on, the program's own NVTX habits (an outer range left open at exit) being its own.
+  if (snap.shim_domain_known) {
+    out.text(",\"shimDomain\":{\"name\":");
+    out.string(snap.gpu_domain);
+    field(",\"protocolErrors\":{\"popWithoutPush\":", snap.shim_errors.pop_without_push);
+    field(",\"popWrongDomain\":", snap.shim_errors.pop_wrong_domain);
+    field(",\"openAtExit\":", snap.shim_errors.open_at_exit);
+    out.text("}");
+    if (snap.shim_reentrant_drops)
+      field(",\"droppedInSignalHandlers\":", snap.shim_reentrant_drops);
+    if (snap.shim_depth_drops) field(",\"droppedBeyondDepth\":", snap.shim_depth_drops);
+    out.text("}");
+  }
   out.text(",\"domains\":[");
   bool first = true;
   for (const std::string &d : snap.used_domains()) {

@@ -13,6 +13,10 @@
 //                     "rejectedPushes":N,
 //                     "protocolErrors":{"popWithoutPush":N,"popWrongDomain":N,"openAtExit":N,
 //                                       "endUnknownId":N,"startOpenAtExit":N},
+//                     "shimDomain":{"name":"ferrum-replay","protocolErrors":
+//                                   {"popWithoutPush":N,"popWrongDomain":N,"openAtExit":N},
+//                                   "droppedInSignalHandlers":N,"droppedBeyondDepth":N},
+//                                                                     (each only when N > 0)
 //                     "domains":["ferrum-replay","global"],"host":"name",
 //                     "processStart":"BOOT+PIDNS+TICKS",
 //                     "clock":{"originMonotonicNs":N,"originRealtimeNs":N},
@@ -22,6 +26,11 @@
 //                     "writer":"ferrum-replay recorder"}}
 // ("output": the name the process was asked to write, before any fresh name; "session": the
 // wrapper's stamp, only under `ferrum-replay record`; both last, in the 64 KiB tail.
+// "shimDomain": of protocolErrors and of the ranges dropped in signal handlers or beyond the
+// depth limit, those in the shim's domain
+// (FERRUM_REPLAY_DOMAIN), which the judges check the shim's balance and completeness on; the rest
+// are the program's own NVTX use (review LL-1, LL-5). Left out where the
+// recorder was not told the shim's domain (unit tests).
 // "processStart": common::process_start_key, which the shim's launch summary names too, so that
 // `check` joins the two files of one run only; left out where /proc/self/stat cannot be read.)
 // The file ends with kTraceTrailer, whatever the block holds before it (is_ferrum_trace_file).

@@ -126,7 +126,9 @@ MORE_DOMAINS_NAME = "(more domains)"  # the recorder's for a program's domains b
 # (The bytes, as the shim reads them: os.environ decodes with the locale's encoding.)
 DEFAULT_DOMAIN = domain_name(os.environb.get(b"FERRUM_REPLAY_DOMAIN"))[0]
 DOMAIN_HELP = ("the NVTX domain of the shim's ranges (default: FERRUM_REPLAY_DOMAIN's, as the "
-               "shim takes it, else ferrum-replay)")
+               "shim takes it, else ferrum-replay); balance and drops are judged on the trace's "
+               "counts for it where the trace counts it apart (shimDomain), else on the whole "
+               "process's")
 
 
 def quoted(value):
@@ -467,6 +469,10 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 63
 
 
+def _is_count(value):
+    return _is_int(value) and value >= 0
+
+
 def validate_meta(path, meta_value):
     """Refuses, with one line naming the file, a ferrumReplay object whose fields have types
     the readers do not expect (a hand-edited or foreign file), instead of a traceback."""
@@ -491,6 +497,22 @@ def validate_meta(path, meta_value):
     errors = meta_value.get("protocolErrors", {})
     if not isinstance(errors, dict) or not all(_is_int(v) for v in errors.values()):
         raise InputError(f"{quoted(path)}: ferrumReplay.protocolErrors is not a table of counts")
+    # The shim's own counts, which the judges trust instead of the whole process's: each a
+    # count the recorder writes, none above the whole process's (review OO-4: an empty or
+    # negative one passed the shim's range left open, or cancelled another trace's errors).
+    shim = meta_value.get("shimDomain")
+    if shim is not None:
+        shim_errors = shim.get("protocolErrors") if isinstance(shim, dict) else None
+        if not (isinstance(shim, dict) and isinstance(shim.get("name"), str) and
+                isinstance(shim_errors, dict) and set(shim_errors) == set(SHIM_ERRORS) and
+                all(_is_count(shim_errors[k]) and shim_errors[k] <= errors.get(k, 0)
+                    for k in SHIM_ERRORS) and
+                all(_is_count(shim.get(k, 0)) and shim.get(k, 0) <= meta_value.get(k, 0)
+                    for k in SHIM_DROPS)):
+            raise InputError(f"{quoted(path)}: ferrumReplay.shimDomain is not the shim's share "
+                             "of the process's counts (a name, protocolErrors "
+                             f"{{{', '.join(SHIM_ERRORS)}}}, each a count no larger than the "
+                             "process's)")
     clock = meta_value.get("clock")
     if clock is not None and not (isinstance(clock, dict) and
                                   all(_is_int(v) for v in clock.values())):
@@ -735,7 +757,10 @@ class Scan:
         self.graphs = {}
         self.gpu_stats = {}       # (pid, domain) -> NameStats of GPU replays (cat "DOMAIN,gpu")
         self.process_names = {}   # pid -> name (first process_name event)
-        self.threads = {}         # (pid, tid) -> [last (start, -end), stack of ends]
+        # (pid, tid) -> [last start, its end, stack of ends, their domains, None], or once two
+        # domains overlapped on the track [last start, its end, None, None, {cat: stack of ends}]
+        self.threads = {}
+        self.cat_names = {}       # each domain's name, once
         self.problems = []        # the first few nesting problems
         self.problem_count = 0
         self.events = 0
@@ -759,6 +784,7 @@ class Scan:
 
     def batch(self, batch):
         path, stats, threads, validate = self.path, self.stats, self.threads, validate_event
+        cat_names = self.cat_names
         last_pid = last_cat = table = graphs = None
         index = self.events - 1
         self.events += len(batch)
@@ -787,6 +813,9 @@ class Scan:
                 start = round(ts * 1000.0)
                 dur = round(dur * 1000.0)
                 if table is None or pid != last_pid or cat != last_cat:
+                    # One copy of each domain's name, held by the nesting stacks below (a
+                    # copy per open range of a 4 KiB name took 561 MB, review QQ-1).
+                    cat = cat_names.setdefault(cat, cat)
                     if cat.endswith(",gpu"):  # a GPU replay: GPU time, not a range
                         table = self.gpu_stats.get((pid, cat[:-4]))
                         if table is None:
@@ -799,6 +828,8 @@ class Scan:
                         if graphs is None and self.numbered:
                             graphs = self.graphs[(pid, cat)] = GraphIndex()
                     last_pid, last_cat = pid, cat
+                else:
+                    cat = last_cat
                 row = table.index.get(name)
                 if row is None:
                     table.add(name, 1, dur, dur, dur)
@@ -831,11 +862,16 @@ class Scan:
                 # Nesting, per track (pid, tid), as the events come: each track's ranges are in
                 # start order, enclosing ranges first, and nest — a domain that interleaves with
                 # another on its thread has a track of its own (trace_writer.hpp; merge keeps
-                # that order).
+                # that order) — but only 64 per thread (range_tracks.hpp): beyond, two domains'
+                # ranges share a track and may overlap there, no error of either (NVTX keeps a
+                # stack per thread and domain). `check` failed the program's 65 interleaving
+                # domains as "ranges do not nest" (review LL-2): a track where two domains'
+                # ranges overlap is checked per domain from then on (a stack for each: memory
+                # for those tracks only).
                 end = start + dur
                 thread = threads.get((pid, tid))
                 if thread is None:
-                    threads[(pid, tid)] = [start, end, [end]]
+                    threads[(pid, tid)] = [start, end, [end], [cat], None]
                     continue
                 if start < thread[0] or (start == thread[0] and end > thread[1]):
                     self.problem(f"pid {pid} tid {tid}: {cat}/{name} at {ts} us is out of "
@@ -843,7 +879,25 @@ class Scan:
                     continue
                 thread[0] = start
                 thread[1] = end
-                stack = thread[2]
+                stacks = thread[4]
+                if stacks is None:
+                    stack, cats = thread[2], thread[3]
+                    while stack and stack[-1] <= start:
+                        stack.pop()
+                        cats.pop()
+                    if not stack or end <= stack[-1]:
+                        stack.append(end)
+                        cats.append(cat)
+                        continue
+                    if cats[-1] == cat:
+                        self.problem(f"pid {pid} tid {tid}: {cat}/{name} at {ts} us overlaps "
+                                     "its enclosing range")
+                        continue
+                    stacks = thread[4] = {}
+                    for outer_end, outer_cat in zip(stack, cats):
+                        stacks.setdefault(outer_cat, []).append(outer_end)
+                    thread[2] = thread[3] = None
+                stack = stacks.setdefault(cat, [])
                 while stack and stack[-1] <= start:
                     stack.pop()
                 if stack and end > stack[-1]:
@@ -1249,6 +1303,41 @@ def errors_line(t):
     return "protocol errors: " + (", ".join(parts) if parts else "none")
 
 
+# The ranges dropped that a trace counts for its shim's domain apart (ferrumReplay.shimDomain).
+# Those dropped for memory are judged for the whole process: when FERRUM_RECORD_MEMORY was full
+# with nowhere to spill, the shim's ranges (and GPU replays) were as exposed as the program's.
+SHIM_DROPS = ("droppedBeyondDepth", "droppedInSignalHandlers")
+SHIM_ERRORS = ("popWithoutPush", "popWrongDomain", "openAtExit")
+
+
+def judged_counts(scans, domain):
+    """({protocol error: n}, {drop: n}, own): the counts that judge the shim's ranges in
+    `domain`, and whether they are that domain's own. Where a trace counts its shim's domain
+    apart (ferrumReplay.shimDomain) and it is `domain`, those; else (an older trace, another
+    domain asked) the whole process's, the program's own NVTX use included. The program's own
+    habits -- an outer range left open at exit, `while (nvtxRangePop() >= 0)`, a daemon thread
+    inside its range when main returns, pushes it leaks by the ten thousand, a sampling signal
+    handler's ranges -- are not the shim's to answer for, and failed every such run (reviews
+    LL-1, LL-5, OO-1)."""
+    errors = {key: 0 for key, _ in PROTOCOL_ERRORS}
+    drops = {key: 0 for key, _ in DROPS}
+    own = True
+    for scan in scans:
+        meta = scan.meta or {}
+        shim = meta.get("shimDomain")
+        if domain is not None and isinstance(shim, dict) and shim.get("name") == domain:
+            counts = shim.get("protocolErrors") or {}
+            dropped = {key: shim.get(key, 0) if key in SHIM_DROPS else meta.get(key, 0)
+                       for key in drops}
+        else:
+            counts, dropped, own = meta.get("protocolErrors") or {}, meta, False
+        for key in errors:
+            errors[key] += int(counts.get(key, 0))
+        for key in drops:
+            drops[key] += int(dropped.get(key, 0))
+    return errors, drops, own
+
+
 def others_line(t):
     """Marks and start/end ranges: in the traces, never in the range tables (they have no
     push/pop duration); None when there are none."""
@@ -1505,27 +1594,29 @@ def compare_side(scans, domain):
     return by_graph(scans, domain), by_graph(scans, domain, gpu=True)
 
 
-def trace_problems(scans, balance=True):
+def trace_problems(scans, balance=True, domain=None):
     """What makes a set of traces no fair ground for a verdict, one line each -- the same for
     every judge (`check`, and `compare` on either side: it applied none of these, review EE1):
     traces without the recorder's summary, unbalanced ranges, ranges dropped, a merge of an
     earlier run's traces, ranges that do not nest, and a trace changed since its recorder
     wrote it -- fewer range events, or fewer GPU replays, than its summary counts (F105: a
     trace filtered or edited since passed on what was left; the GPU replays of a slow graph
-    taken out passed a GPU bound). `balance`: also unbalanced ranges and ranges that do not
-    nest, which the recorder counts for the whole process, the program's own NVTX domains
-    included (an outer range of the program's left open at exit): `check` judges them (the
-    shim's balance promise), `compare` judges times, and failed every such program since F199
-    (review HH-6)."""
+    taken out passed a GPU bound). Protocol errors and drops are those of `domain`, the shim's,
+    where the traces count them apart (judged_counts), else the whole process's. `balance`:
+    also unbalanced ranges and ranges that do not nest: `check` judges them (the shim's balance
+    promise), `compare` judges times, and failed every program with its own outer range left
+    open at exit since F199 (review HH-6)."""
     problems = []
     t = totals(scans)
     if t["without_summary"]:
         problems.append(f"{t['without_summary']} trace(s) without the recorder's summary")
-    errs = {k: t[k] for k, _ in PROTOCOL_ERRORS if t[k]}
-    if errs and balance:
-        problems.append("unbalanced ranges: " + errors_line(t)[len("protocol errors: "):])
-    if drops_line(t):
-        problems.append(drops_line(t) + ": the profile is missing them")
+    errors, drops, own = judged_counts(scans, domain)
+    whose = f" in domain {quoted(domain)}" if own else ""
+    if any(errors.values()) and balance:
+        problems.append(f"unbalanced ranges{whose}: " +
+                        errors_line(errors)[len("protocol errors: "):])
+    if drops_line(drops):
+        problems.append(drops_line(drops) + ": the profile is missing them")
     for scan in scans:
         n = merged_earlier(scan.meta)
         if n:
@@ -1640,7 +1731,8 @@ def cmd_compare(args):
     # Either side no fair ground (check's rules, trace_problems): ranges dropped (its means are
     # of a part of the run), unbalanced, changed since written...
     for side, scans in (("BASE", base_scans), ("NEW", new_scans)):
-        problems += [f"{side}: {problem}" for problem in trace_problems(scans, balance=False)]
+        problems += [f"{side}: {problem}"
+                     for problem in trace_problems(scans, balance=False, domain=args.domain)]
     if problems:
         print("ferrum-replay compare: FAIL: " + "; ".join(problems))
         return 1
@@ -1986,6 +2078,20 @@ def cmd_merge(args):
         }
         if gpu:
             document["gpu"] = gpu
+        # The shim's own counts (judged_counts), kept where every input counts them in
+        # one domain; otherwise left out, and the judges read the whole processes' counts.
+        shims = [m.get("shimDomain") for m in metas]
+        if shims and all(isinstance(s, dict) for s in shims) and \
+                len({s.get("name") for s in shims}) == 1:
+            document["shimDomain"] = {
+                "name": shims[0]["name"],
+                "protocolErrors": {key: sum(int((s.get("protocolErrors") or {}).get(key, 0))
+                                            for s in shims)
+                                   for key in SHIM_ERRORS}}
+            for key in SHIM_DROPS:
+                dropped = sum(int(s.get(key, 0)) for s in shims)
+                if dropped:
+                    document["shimDomain"][key] = dropped
         if len(hosts) == 1 and None not in hosts:
             document["host"] = next(iter(hosts))
         if clock:
@@ -4041,7 +4147,20 @@ def cmd_check(args):
             failures.append(no_trace_failure(args.launch_summary))
         counts = aggregate(scans, domain).get(("", domain)) or counts
         n_processes = count_processes(scans)
-        failures += trace_problems(scans)
+        failures += trace_problems(scans, domain=domain)
+        # The program's own protocol errors and ranges dropped, not judged (judged_counts):
+        # said, not hidden.
+        errors, drops, own = judged_counts(scans, domain)
+        all_ = totals(scans)
+        program = {key: all_[key] - errors[key] for key, _ in PROTOCOL_ERRORS}
+        if own and any(program.values()):
+            notes.append(f"protocol errors of the program's own NVTX use outside domain "
+                         f"{quoted(domain)}, not the shim's (not judged): "
+                         f"{errors_line(program)[len('protocol errors: '):]}")
+        program = {key: all_[key] - drops[key] for key, _ in DROPS}
+        if own and drops_line(program):
+            notes.append(f"{drops_line(program)}, of the program's own NVTX use outside domain "
+                         f"{quoted(domain)}, not the shim's (not judged)")
     total_ranges = counts.ranges()
 
     def ranges_named(name):

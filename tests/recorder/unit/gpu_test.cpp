@@ -2,6 +2,8 @@
 // synthetic replays directly (no shim needed), and what the trace, the snapshot and the table
 // show of them.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -133,6 +135,30 @@ TEST_CASE("a shim of the first layout: its replays are FIRST_SIZE bytes apart, e
   CHECK(snap.gpu_tracks[1].name == "GPU 0 \xC2\xB7 stream 0 (legacy default)");
   const std::string trace = render_trace(snap);
   for (const char *name : names) CHECK(count_of(trace, std::string("\"name\":\"") + name) == 1);
+}
+
+TEST_CASE("replays refused inside the fork window are the parent's drops, not the child's") {
+  // A flush from a fork handler, inside the window where this thread holds the recorder's locks
+  // for the fork: the replays are refused and counted as drops — the parent's. A child's trace
+  // counted them too, and `check` failed the child (review QQ-3).
+  Recorder r(Settings{}, 1000);
+  r.set_gpu_domain("ferrum-replay");
+  char name[] = "decode";
+  std::vector<ferrum_replay_gpu_replay> batch = {replay(0, 0x7f00, name, 1, 3000, 5000)};
+  r.before_fork();
+  GpuTracks::sink(batch.data(), batch.size(), &r.gpu());
+  const pid_t child = fork();
+  if (child == 0) {
+    r.after_fork_in_child();
+    _exit(r.snapshot().memory_drops == 0 ? 0 : 1);
+  }
+  r.after_fork_in_parent();
+  int status = -1;
+  REQUIRE(child > 0);
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(r.snapshot().memory_drops == 1);
 }
 
 TEST_CASE("a replay that ends before it starts has duration 0; a too-short struct is skipped") {

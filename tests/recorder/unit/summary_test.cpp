@@ -93,6 +93,17 @@ TEST_CASE("protocol errors, rejected pushes and unwritten trace") {
   s.rejected_pushes = 0;
   CHECK(lines(format_summary(s, aggregate(s), "x")).back() ==
         "protocol errors: 1 popped in wrong domain");
+
+  // Whose they are, when the recorder knows the shim's domain (review LL-1).
+  s.shim_domain_known = true;
+  s.gpu_domain = "ferrum-replay";
+  CHECK(lines(format_summary(s, aggregate(s), "x")).back() ==
+        "protocol errors: 1 popped in wrong domain (none in the shim's domain ferrum-replay)");
+  s.errors.open_at_exit = 2;
+  s.shim_errors.open_at_exit = 1;
+  CHECK(lines(format_summary(s, aggregate(s), "x")).back() ==
+        "protocol errors: 1 popped in wrong domain, 2 open at exit (1 of them in the shim's "
+        "domain ferrum-replay)");
 }
 
 TEST_CASE("empty run prints no column header") {

@@ -13,6 +13,16 @@
 //   --ptsz            call the _ptsz launch entry point explicitly
 //   --app-ranges      push an NVTX range "app step" (global domain, nvtxRangePushA) around each
 //                     launch and pop it after, also when the launch threw
+//   --app-loose       the program's own NVTX habits that break no promise of the shim's (review
+//                     LL-1): before the set-up, a range "serve" pushed in a domain "app" and
+//                     never popped, a start/end range "request" never ended, and a detached
+//                     thread that pushes "worker" and waits inside it until the process ends;
+//                     after the launches, a thread that pops "app" with nothing open, and
+//                     `while (nvtxRangePop() >= 0) {}` on the main thread (a child of
+//                     --fork-after inherits "serve" open)
+//   --app-leaks N     before the set-up, N ranges "leak" pushed in a domain "app" and never popped
+//                     (a loop whose error path skips its pop), beyond the recorder's depth limit
+//                     when N > 16,384
 //   --app-domains D   create D NVTX domains of the program's own first (nvtxDomainCreateA,
 //                     "app component NNNNN of a large program"), as a program of many modules
 //                     does: a trace lists each
@@ -126,6 +136,8 @@ struct Options {
   StreamKind stream = StreamKind::kCreated;
   bool ptsz = false;
   bool app_ranges = false;
+  bool app_loose = false;
+  int app_leaks = 0;
   int app_domains = 0;
   bool instantiate_with_params = false;
   bool upload = false;
@@ -274,6 +286,10 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.ptsz = true;
     } else if (a == "--app-ranges") {
       o.app_ranges = true;
+    } else if (a == "--app-loose") {
+      o.app_loose = true;
+    } else if (a == "--app-leaks") {
+      o.app_leaks = std::atoi(value().c_str());
     } else if (a == "--app-domains") {
       o.app_domains = std::atoi(value().c_str());
     } else if (a == "--loader-state") {
@@ -510,6 +526,45 @@ inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResul
   if (int e = b.thread_end(stream, &what); e != 0) die(b, what, e);
 }
 
+// A range `message` pushed in `domain` (NVTX has no ASCII shorthand for a domain's push).
+inline void push_in_domain(nvtxDomainHandle_t domain, const char *message) {
+  nvtxEventAttributes_t attributes{};
+  attributes.version = NVTX_VERSION;
+  attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  attributes.message.ascii = message;
+  nvtxDomainRangePushEx(domain, &attributes);
+}
+
+// --app-loose, before the set-up: the ranges left open (see the options above).
+inline nvtxDomainHandle_t open_loose_ranges() {
+  nvtxDomainHandle_t app = nvtxDomainCreateA("app");
+  push_in_domain(app, "serve");
+  (void)nvtxRangeStartA("request");
+  static std::atomic<bool> inside{false};
+  std::thread([] {
+    nvtxRangePushA("worker");
+    inside = true;
+    for (;;) pause();  // inside its range until the process ends
+  }).detach();
+  for (int i = 0; i < 10000 && !inside; ++i) usleep(1000);
+  return app;
+}
+
+// --app-leaks N.
+inline void leak_ranges(int n) {
+  if (n <= 0) return;
+  nvtxDomainHandle_t app = nvtxDomainCreateA("app");
+  for (int i = 0; i < n; ++i) push_in_domain(app, "leak");
+}
+
+// --app-loose, after the launches: pops with nothing to pop.
+inline void pop_loose_ranges(nvtxDomainHandle_t app) {
+  std::thread([app] { nvtxDomainRangePop(app); }).join();
+  for (int i = 0; i < 1000 && nvtxRangePop() >= 0; ++i) {
+  }
+}
+
 // --lock-own-image: the lock's descriptor (kept open), or -1.
 inline int lock_own_image() {
   const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
@@ -553,6 +608,8 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
     std::snprintf(domain, sizeof domain, "app component %05d of a large program", d);
     nvtxDomainCreateA(domain);
   }
+  nvtxDomainHandle_t loose_domain = o.app_loose ? open_loose_ranges() : nullptr;
+  leak_ranges(o.app_leaks);
   if (o.loader_state) (void)dlerror();
   if (int e = b.setup(o, &what); e != 0) die(b, what, e);
   g_loader_state.check(o, "the set-up");
@@ -578,6 +635,7 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
     }
     for (std::thread &t : threads) t.join();
   }
+  if (o.app_loose) pop_loose_ranges(loose_domain);
   if (o.fork_after) {
     std::fflush(nullptr);
     const pid_t child = fork();

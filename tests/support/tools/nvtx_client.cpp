@@ -4,7 +4,8 @@
 //
 //   nvtx_client [--threads N] [--iters N] [--domain NAME] [--registered] [--unicode]
 //               [--nested K] [--cxx] [--name-threads] [--unbalanced-pop] [--wrong-domain-pop]
-//               [--leave-open K] [--leave-open-in-thread K] [--spinner] [--exit-in-thread]
+//               [--leave-open K] [--leave-open-in-thread K] [--leave-open-in-domain K]
+//               [--spinner] [--exit-in-thread]
 //               [--exit-code N] [--module PATH] [--fork] [--timed K] [--marks]
 //               [--start-end] [--start-open K] [--end-unknown] [--categories]
 //               [--loader-state] [--errno-check N] [--interleave N]
@@ -37,6 +38,8 @@
 // --interleave N: after the workers, the main thread N times pushes global "il-outer", DOMAIN
 //   "il-inner", pops global (il-outer ends inside il-inner: two domains' ranges interleave, which
 //   NVTX allows, one stack per domain), pushes and pops global "il-after", pops DOMAIN.
+// --leave-open-in-domain K: K DOMAIN "left-open-domain" ranges pushed on the main thread at the
+//   end and never popped (--leave-open's are global).
 // --start-open K: K global "se-open" ranges started and never ended.
 // --end-unknown: nvtxRangeEnd of an id never handed out, and a second end of "se-a" (with
 //   --start-end): two ends of unknown ranges.
@@ -132,6 +135,7 @@ struct Options {
   bool wrong_domain_pop = false;
   int leave_open = 0;
   int leave_open_in_thread = 0;
+  int leave_open_in_domain = 0;
   bool spinner = false;
   bool exit_in_thread = false;
   int exit_code = 0;
@@ -249,6 +253,7 @@ Options parse(int argc, char **argv) {
       {"--iters", &Options::iters},
       {"--nested", &Options::nested},
       {"--leave-open", &Options::leave_open},
+      {"--leave-open-in-domain", &Options::leave_open_in_domain},
       {"--leave-open-in-thread", &Options::leave_open_in_thread},
       {"--exit-code", &Options::exit_code},
       {"--timed", &Options::timed},
@@ -555,6 +560,17 @@ int main(int argc, char **argv) {
   for (int k = 0; k < o.leave_open; ++k) {
     Tally mine;
     mine.count_open(nvtxRangePushA("left-open"));
+    total.merge(mine);
+  }
+  if (o.leave_open_in_domain > 0) {
+    nvtxEventAttributes_t a{};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = "left-open-domain";
+    Tally mine;
+    for (int k = 0; k < o.leave_open_in_domain; ++k)
+      mine.count_open(nvtxDomainRangePushEx(domain, &a));
     total.merge(mine);
   }
 
