@@ -1338,6 +1338,26 @@ def judged_counts(scans, domain):
     return errors, drops, own
 
 
+def shim_domains(metas):
+    """The traces' shimDomain blocks where every one has one, all of one domain; else None."""
+    shims = [(m or {}).get("shimDomain") for m in metas]
+    if shims and all(isinstance(s, dict) for s in shims) and \
+            len({s.get("name") for s in shims}) == 1:
+        return shims
+    return None
+
+
+def whose_errors(metas):
+    """' (none in the shim's domain D)' or ' (N of them in ...)', as the recorder's table says
+    whose its protocol errors are (summary_table.cpp); '' where the traces do not tell."""
+    shims = shim_domains(metas)
+    if not shims:
+        return ""
+    n = sum(int(v) for s in shims for v in (s.get("protocolErrors") or {}).values())
+    return (f" ({'none' if n == 0 else f'{n} of them'} in the shim's domain "
+            f"{printable(shims[0]['name'])})")
+
+
 def others_line(t):
     """Marks and start/end ranges: in the traces, never in the range tables (they have no
     push/pop duration); None when there are none."""
@@ -1475,7 +1495,10 @@ def cmd_summary(args):
         print(gpu_line(t["gpu"]))
     if others_line(t):
         print(others_line(t))
-    print(errors_line(t))
+    line = errors_line(t)
+    if any(t[key] for key, _ in PROTOCOL_ERRORS):
+        line += whose_errors([scan.meta for scan in scans])
+    print(line)
     if drops_line(t):
         print(drops_line(t))
     if t["rejectedPushes"]:
@@ -2080,9 +2103,8 @@ def cmd_merge(args):
             document["gpu"] = gpu
         # The shim's own counts (judged_counts), kept where every input counts them in
         # one domain; otherwise left out, and the judges read the whole processes' counts.
-        shims = [m.get("shimDomain") for m in metas]
-        if shims and all(isinstance(s, dict) for s in shims) and \
-                len({s.get("name") for s in shims}) == 1:
+        shims = shim_domains(metas)
+        if shims:
             document["shimDomain"] = {
                 "name": shims[0]["name"],
                 "protocolErrors": {key: sum(int((s.get("protocolErrors") or {}).get(key, 0))

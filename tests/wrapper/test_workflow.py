@@ -819,6 +819,10 @@ def test_own_nvtx_habits(tmp):
            "the recorder's table says whose errors they are", done)
     done = wrapper("check", *traces, cwd=tmp)
     expect(done.returncode == 0 and note in done.stderr, "check passes, with the note", done)
+    done = wrapper("summary", *traces, cwd=tmp)
+    expect(done.returncode == 0 and "protocol errors: 1 pop without push, 1 popped in wrong "
+           "domain, 3 open at exit, 1 start/end range open at exit (none in the shim's domain "
+           "ferrum-replay)" in done.stdout, "summary says whose the errors are", done)
     merged = os.path.join(tmp, "merged.json")
     done = wrapper("merge", "-o", merged, *traces, cwd=tmp)
     expect(done.returncode == 0, "merge", done)
