@@ -222,6 +222,10 @@ class Recorder {
   // Distinguishes this instance in the thread-local cache, so that a test creating a second
   // recorder at the address of a destroyed one never reuses a stale buffer.
   const uint64_t generation_;
+  // The id of the shim's domain (set_gpu_domain); none until then. Read by every push and pop:
+  // here, among what is written once, not beside the counters other threads write on each
+  // start/end range or error (one cache line).
+  std::atomic<uint32_t> shim_domain_id_{UINT32_MAX};
   std::atomic<nvtxStringRegistration_st *> kept_strings_[kKeptStringsCache] = {};
   NameRegistry names_;
   // Before threads_: buffers may spill until the very end, so it outlives them (it is declared
@@ -257,8 +261,6 @@ class Recorder {
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> pop_without_push_{0};
   std::atomic<uint64_t> pop_wrong_domain_{0};
-  // The id of the shim's domain (set_gpu_domain); none until then.
-  std::atomic<uint32_t> shim_domain_id_{UINT32_MAX};
   std::atomic<uint64_t> shim_pop_without_push_{0};  // of pop_without_push_, in that domain
   std::atomic<uint64_t> shim_pop_wrong_domain_{0};
   std::atomic<uint64_t> next_async_id_{1};  // start/end ranges' ids, process-wide
