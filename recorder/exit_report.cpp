@@ -59,19 +59,20 @@ bool name_of_other_process(long pid, char *out, size_t out_size, void *context) 
   return true;
 }
 
-// What was recorded deserves a file: a range, a mark, a start/end range, a rejected push or a
-// protocol error. A process
+// What was recorded deserves a file: a range, a mark, a start/end range, a rejected push, a
+// protocol error or a launch in flight. A process
 // that never launched a graph nor used NVTX itself (a CPU-only worker forked by a launcher)
 // leaves no file and prints no table, and the job's chosen name goes to a process that has data.
 bool recorded_anything(const Snapshot &snap) {
   return snap.event_count() != 0 || snap.gpu_replay_count() != 0 || snap.rejected_pushes != 0 ||
-         snap.memory_drops != 0 || snap.depth_drops != 0 || !snap.errors.none();
+         snap.memory_drops != 0 || snap.depth_drops != 0 || !snap.errors.none() ||
+         snap.shim_in_flight != 0;
 }
 
 }  // namespace
 
 void write_exit_report(Recorder &recorder, const Settings &settings, const std::string &cwd,
-                       ferrum_replay_gpu_flush_fn gpu_flush) {
+                       ferrum_replay_gpu_flush_fn gpu_flush, uint32_t exiting_tid) {
   if (gpu_flush) {
     ferrum_replay_gpu_status status{};
     status.size = sizeof status;
@@ -84,7 +85,7 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
     }
     recorder.set_gpu_status(gpu);
   }
-  Snapshot snap = recorder.snapshot_for_report(/*last=*/true);
+  Snapshot snap = recorder.snapshot_for_report(/*last=*/true, exiting_tid);
   if (!recorded_anything(snap)) return;
 
   char host[256];

@@ -19,9 +19,10 @@ namespace ferrum_replay::recorder {
 // throws, never aborts the exit, never waits more than a few seconds (trace_writer.hpp).
 // `gpu_flush`: the shim's ferrum_replay_gpu_flush when the recorder registered its GPU sink
 // (null otherwise): called first, so that the replays completed by now reach the trace, and its
-// status goes into the trace's "gpu" block.
+// status goes into the trace's "gpu" block. `exiting_tid`: the thread that called exit(), when
+// another thread writes the report for it (stack_room.hpp); 0: this one.
 void write_exit_report(Recorder &recorder, const Settings &settings, const std::string &cwd,
-                       ferrum_replay_gpu_flush_fn gpu_flush = nullptr);
+                       ferrum_replay_gpu_flush_fn gpu_flush = nullptr, uint32_t exiting_tid = 0);
 
 // Writes to stderr as a stream (common/output_file.hpp): at most 2 s of waiting on a full pipe,
 // no SIGPIPE; one write(2) for up to 4 KiB, so a report from a dying process stays in one

@@ -47,6 +47,8 @@ Settings *g_settings = nullptr;  // written once under g_init_mu before g_record
 std::string *g_cwd = nullptr;
 std::mutex g_init_mu;
 std::atomic<bool> g_reported{false};
+// The thread that called exit(), for the report another thread may write (stack_room.hpp).
+uint32_t g_exiting_tid = 0;
 // The shim's GPU-time hand-off (ferrum_replay.h), when the recorder's sink was taken.
 ferrum_replay_gpu_flush_fn g_gpu_flush = nullptr;
 ferrum_replay_set_gpu_sink_fn g_set_gpu_sink = nullptr;
@@ -446,7 +448,8 @@ Recorder *ensure_recorder() {
 void write_report_on_this_thread(void *recorder) {
   const common::CLocaleScope c_locale;  // c_locale.hpp: the trace's and the table's numbers
   try {
-    write_exit_report(*static_cast<Recorder *>(recorder), *g_settings, *g_cwd, g_gpu_flush);
+    write_exit_report(*static_cast<Recorder *>(recorder), *g_settings, *g_cwd, g_gpu_flush,
+                      g_exiting_tid);
   } catch (const std::bad_alloc &) {
     // The snapshot, the trace or the table needed memory the host no longer had. A temporary
     // being written was removed (write_trace_file; or here, where its bookkeeping ran out of
@@ -530,6 +533,7 @@ __attribute__((destructor)) void report_at_exit() {
   atexit(remove_trace_temp_at_second_exit);
   // On a stack with room for it (stack_room.hpp): exit() may come from a thread or a signal
   // handler whose stack is far smaller than the report's buffers.
+  g_exiting_tid = static_cast<uint32_t>(syscall(SYS_gettid));
   if (!common::run_with_stack_room(write_report_on_this_thread, r, common::kExitReportStack)) {
     static const char kLine[] =
         "ferrum-replay recorder: too little stack left where exit() was called, and no thread "

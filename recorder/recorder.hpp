@@ -144,7 +144,12 @@ class Recorder {
   // trace does not need the whole run in memory. `last` (the exit report): the events held in
   // memory are let go as they are copied (ThreadBuffer::collect), so that the report does not
   // hold them twice; later snapshots then miss them.
-  Snapshot snapshot_for_report(bool last = false);
+  // From the last one on, the shim's pushes are answered FERRUM_REPLAY_PUSH_AFTER_REPORT and
+  // recorded nowhere (their pops swallowed): the shim counts those launches as after the report,
+  // so a judge knows exactly which launches the trace cannot hold. `exiting_tid`: the thread
+  // that called exit(), when another one takes the report for it (0: the caller); its open
+  // ranges are not launches in flight (Snapshot::shim_in_flight).
+  Snapshot snapshot_for_report(bool last = false, uint32_t exiting_tid = 0);
 
   // GPU time per replay delivered by the shim (gpu_tracks.hpp); GpuTracks::sink with this as
   // its context is what injection.cpp registers.
@@ -212,7 +217,8 @@ class Recorder {
   bool is_shim_domain(uint32_t domain_id) const {
     return domain_id == shim_domain_id_.load(std::memory_order_relaxed);
   }
-  Snapshot take_snapshot(bool materialize, bool release_memory = false) const;
+  Snapshot take_snapshot(bool materialize, bool release_memory = false,
+                         uint32_t reporting_tid = 0) const;
 
   const Settings settings_;
   const uint64_t origin_ns_;
@@ -226,6 +232,8 @@ class Recorder {
   // here, among what is written once, not beside the counters other threads write on each
   // start/end range or error (one cache line).
   std::atomic<uint32_t> shim_domain_id_{UINT32_MAX};
+  // Set as the last report begins (snapshot_for_report): read by the shim's pushes, beside.
+  std::atomic<bool> reported_{false};
   std::atomic<nvtxStringRegistration_st *> kept_strings_[kKeptStringsCache] = {};
   NameRegistry names_;
   // Before threads_: buffers may spill until the very end, so it outlives them (it is declared
@@ -309,8 +317,18 @@ int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&
   const uint32_t depth = static_cast<uint32_t>(stack.size() + frame_stack->dropped);
   Frame &frame = stack.emplace_back();
   frame.depth = depth;
+  const bool shim = is_shim_domain(domain.id);
+  // A launch after the last report (a thread still launching at exit): not in the trace, and
+  // the shim told so; a frame that swallows its pop, as a rejected one does. Not counted open
+  // (nor closed by its pop: Recorder::pop): the report, maybe reading this thread now, counts
+  // the shim's open ranges as launches in flight, which the shim's count of these would count
+  // again.
+  if (shim && reported_.load(std::memory_order_relaxed)) [[unlikely]] {
+    frame.rejected = true;
+    return FERRUM_REPLAY_PUSH_AFTER_REPORT;
+  }
+  thread.opened(shim);
   frame.rejected = should_reject(domain);
-  thread.opened(is_shim_domain(domain.id));
   if (frame.rejected) [[unlikely]] {
     rejected_.fetch_add(1, std::memory_order_relaxed);
     return kRejected;

@@ -407,6 +407,9 @@ std::string format_summary(const Snapshot &snap, const std::vector<RangeStats> &
     }
     out += "protocol errors: " + parts + "\n";
   }
+  if (snap.shim_in_flight > 0)
+    out += "graph launches in flight at exit: " + std::to_string(snap.shim_in_flight) +
+           " (another thread was still inside the launch: not in the trace)\n";
   if (snap.rejected_pushes > 0)
     out += "rejected pushes: " + std::to_string(snap.rejected_pushes) + "\n";
   if (snap.reentrant_drops > 0)

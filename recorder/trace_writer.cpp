@@ -454,6 +454,9 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
     if (snap.shim_reentrant_drops)
       field(",\"droppedInSignalHandlers\":", snap.shim_reentrant_drops);
     if (snap.shim_depth_drops) field(",\"droppedBeyondDepth\":", snap.shim_depth_drops);
+    // Launches a running thread was still inside when the report was taken: no range of theirs
+    // here, and no protocol error either (Snapshot::shim_in_flight).
+    if (snap.shim_in_flight) field(",\"launchesInFlightAtExit\":", snap.shim_in_flight);
     out.text("}");
   }
   out.text(",\"domains\":[");

@@ -508,11 +508,11 @@ def validate_meta(path, meta_value):
                 all(_is_count(shim_errors[k]) and shim_errors[k] <= errors.get(k, 0)
                     for k in SHIM_ERRORS) and
                 all(_is_count(shim.get(k, 0)) and shim.get(k, 0) <= meta_value.get(k, 0)
-                    for k in SHIM_DROPS)):
+                    for k in SHIM_DROPS) and _is_count(shim.get(SHIM_IN_FLIGHT, 0))):
             raise InputError(f"{quoted(path)}: ferrumReplay.shimDomain is not the shim's share "
                              "of the process's counts (a name, protocolErrors "
                              f"{{{', '.join(SHIM_ERRORS)}}}, each a count no larger than the "
-                             "process's)")
+                             f"process's; {SHIM_IN_FLIGHT} a count)")
     clock = meta_value.get("clock")
     if clock is not None and not (isinstance(clock, dict) and
                                   all(_is_int(v) for v in clock.values())):
@@ -1308,6 +1308,58 @@ def errors_line(t):
 # with nowhere to spill, the shim's ranges (and GPU replays) were as exposed as the program's.
 SHIM_DROPS = ("droppedBeyondDepth", "droppedInSignalHandlers")
 SHIM_ERRORS = ("popWithoutPush", "popWrongDomain", "openAtExit")
+# The shim's ranges open on a thread still running when the recorder's report was taken: graph
+# launches in flight as the process exited (a thread inside cudaGraphLaunch as main returned).
+# Neither an imbalance nor a range dropped: those launches had not returned (review OO-2).
+SHIM_IN_FLIGHT = "launchesInFlightAtExit"
+
+
+def launches_in_flight(scans, domain=None):
+    """The shim's launches in `domain` (None: whatever its domain) that were still in flight at
+    exit, over the traces that count them (ferrumReplay.shimDomain.launchesInFlightAtExit)."""
+    n = 0
+    for scan in scans:
+        shim = (scan.meta or {}).get("shimDomain")
+        if isinstance(shim, dict) and (domain is None or shim.get("name") == domain):
+            n += int(shim.get(SHIM_IN_FLIGHT, 0))
+    return n
+
+
+def in_flight_by_process(scans, domain):
+    """{(scan index, the process's pid in that trace's events): the shim's launches in `domain`
+    in flight at exit} (trace_processes' keys). A trace's own count is its process's; a merged
+    trace's are in its merged[] entries, trusted only when they add up to its shimDomain's."""
+    out = {}
+    for index, scan in enumerate(scans):
+        m = scan.meta or {}
+        shim = m.get("shimDomain")
+        if not (isinstance(shim, dict) and shim.get("name") == domain):
+            continue
+        total = int(shim.get(SHIM_IN_FLIGHT, 0))
+        if not total:
+            continue
+        if not scan.merged:
+            if _is_int(m.get("pid")):
+                out[(index, m["pid"])] = total
+            continue
+        parts = {}
+        for entry in m["merged"]:
+            n = entry.get(SHIM_IN_FLIGHT) if isinstance(entry, dict) else None
+            if _is_count(n) and n and _is_int(entry.get("mergedPid")) and \
+                    entry.get("shimDomain") == domain:
+                key = (index, entry["mergedPid"])
+                parts[key] = parts.get(key, 0) + n
+        if sum(parts.values()) == total:
+            out.update(parts)
+    return out
+
+
+def in_flight_line(n, domain=None):
+    """The words for `n` launches in flight at exit, as the recorder's table has them
+    (summary_table.cpp)."""
+    where = f" in domain {quoted(domain)}" if domain is not None else ""
+    return (f"graph launches in flight at exit{where}: {n} (another thread was still inside "
+            "the launch: not in the trace)")
 
 
 def judged_counts(scans, domain):
@@ -1501,6 +1553,9 @@ def cmd_summary(args):
     print(line)
     if drops_line(t):
         print(drops_line(t))
+    in_flight = launches_in_flight(scans)
+    if in_flight:
+        print(in_flight_line(in_flight))
     if t["rejectedPushes"]:
         print(f"rejected pushes: {t['rejectedPushes']}")
     for scan in scans:
@@ -2071,10 +2126,15 @@ def cmd_merge(args):
                         entry["earlierRun"] = True
                     merged.append(entry)
             else:
+                shim = m.get("shimDomain")
+                flying = shim.get(SHIM_IN_FLIGHT, 0) if isinstance(shim, dict) else 0
                 merged.append({"file": os.path.abspath(path), "pid": m.get("pid"),
                                "mergedPid": pid_map.get(m.get("pid")), "host": m.get("host"),
                                **({"processStart": m["processStart"]}
                                   if isinstance(m.get("processStart"), str) else {}),
+                               # Its launches in flight at exit, judged per process (check).
+                               **({"shimDomain": shim["name"], SHIM_IN_FLIGHT: flying}
+                                  if flying else {}),
                                "rank": m.get("rank"), "clock": clock_of(m) or None,
                                "shiftUs": round(shift, 3),
                                **({"earlierRun": True} if path in earlier_inputs else {})})
@@ -2110,7 +2170,7 @@ def cmd_merge(args):
                 "protocolErrors": {key: sum(int((s.get("protocolErrors") or {}).get(key, 0))
                                             for s in shims)
                                    for key in SHIM_ERRORS}}
-            for key in SHIM_DROPS:
+            for key in (*SHIM_DROPS, SHIM_IN_FLIGHT):
                 dropped = sum(int(s.get(key, 0)) for s in shims)
                 if dropped:
                     document["shimDomain"][key] = dropped
@@ -3815,6 +3875,13 @@ SUMMARY_ROW = re.compile(r" +(\d+) {2,}(\d+) {2,}(\d+) {2,}(\d+)  (.*)\Z", re.S)
 SUMMARY_GPU_ROW = re.compile(
     r" +(\d+) {2,}(\d+) {2,}(\d+) {2,}(\d+) {2,}\d+(?: {2,}[-\d.]+){6}  (.*)\Z", re.S)
 SUMMARY_RECYCLED = re.compile(r" +- {2,}(\d+) {2,}(\d+) {2,}(\d+)  \(\d+ earlier graphs?, destroyed\)\Z")
+# The launches whose push the NVTX tool answered "after my report" (FERRUM_REPLAY_PUSH_AFTER_REPORT:
+# a thread still launching while the process exited), none of them in its trace, by graph
+# (shim/range/exit_summary.cpp): "launches after the NVTX tool's report: N (graph 1: 5, graph 2:
+# 2, earlier graphs: 1)".
+SUMMARY_AFTER_REPORT = re.compile(
+    r" +launches after the NVTX tool's report: (\d{1,19}) \(((?:graph \d{1,10}: \d{1,19}(?:, )?)*)"
+    r"(?:earlier graphs: (\d{1,19}))?\)\Z")
 SUMMARY_HEADER = re.compile(r" *graph +launches +failed +rejected +(gpu n +gpu tot ms +mean us +min us"
                             r" +p50 us +p99 us +max us +)?name *\Z")
 
@@ -3836,16 +3903,19 @@ SUMMARY_PID = re.compile(r".*\(pid (\d+)(?:, started ([0-9A-Fa-f+-]+))?"
 class LaunchTable:
     """One summary's table: the process it counts (None when its title does not say), its
     graphs' rows (`rows()`: (ordinal, name, launches, failed, rejected)), and the destroyed
-    graphs' totals row, a Counter. Compact: a summary may have a row for each of 10^6 graphs."""
+    graphs' totals row, a Counter; and the launches after the NVTX tool's report
+    (SUMMARY_AFTER_REPORT): `after_report` {ordinal: n}, the destroyed graphs' under None.
+    Compact: a summary may have a row for each of 10^6 graphs."""
 
     __slots__ = ("pid", "start", "session", "path", "ordinals", "names", "launches", "failed",
-                 "rejected", "recycled")
+                 "rejected", "recycled", "after_report")
 
     def __init__(self, pid, start=None, path=None, session=None):
         self.pid, self.start, self.path, self.session = pid, start, path, session
         self.ordinals, self.names = array("q"), []
         self.launches, self.failed, self.rejected = array("q"), array("q"), array("q")
         self.recycled = collections.Counter()
+        self.after_report = {}
 
     def add(self, ordinal, name, launches, failed, rejected):
         self.ordinals.append(min(ordinal, 1 << 62))  # (a summary's numbers fit; a file's may not)
@@ -3860,7 +3930,8 @@ class LaunchTable:
     def same_counts(self, other):
         return (self.ordinals == other.ordinals and self.names == other.names and
                 self.launches == other.launches and self.failed == other.failed and
-                self.rejected == other.rejected and self.recycled == other.recycled)
+                self.rejected == other.rejected and self.recycled == other.recycled and
+                self.after_report == other.after_report)
 
 
 def read_launch_tables(paths):
@@ -3958,6 +4029,14 @@ def read_launch_summary(handle, tables, path=None):
             table.recycled["launches"] += int(row[1])
             table.recycled["failed"] += int(row[2])
             table.recycled["rejected"] += int(row[3])
+            continue
+        row = SUMMARY_AFTER_REPORT.match(line)
+        if row:
+            for ordinal, n in re.findall(r"graph (\d+): (\d+)", row[2]):
+                key = min(int(ordinal), 1 << 62)
+                table.after_report[key] = table.after_report.get(key, 0) + int(n)
+            if row[3]:
+                table.after_report[None] = table.after_report.get(None, 0) + int(row[3])
             continue
         table = None  # the table ended (another summary's title line, say)
 
@@ -4067,6 +4146,7 @@ def cmd_check(args):
         return 0
     domain = args.domain
     failures, notes = [], []
+    in_flight = 0  # the shim's launches in flight at exit (launches_in_flight)
     # Nothing to judge at all is a command line missing its traces, not a run that wrote none
     # (ci-smoke-profile always gives --running-dir: there, no trace is the run's verdict).
     if not (args.traces or args.nsys_stats or args.running_dir is not None or
@@ -4183,6 +4263,9 @@ def cmd_check(args):
         if own and drops_line(program):
             notes.append(f"{drops_line(program)}, of the program's own NVTX use outside domain "
                          f"{quoted(domain)}, not the shim's (not judged)")
+        in_flight = launches_in_flight(scans, domain)
+        if in_flight:
+            notes.append(in_flight_line(in_flight, domain))
     total_ranges = counts.ranges()
 
     def ranges_named(name):
@@ -4216,6 +4299,20 @@ def cmd_check(args):
         joined = set()  # the (trace index, event pid) of the processes joined by number
         unexplained = False  # ranges of numbers no row accounts for, in a joined process
         several = len({table.pid for table in tables}) > 1
+        # Launches a process made as it exited, which its shim counted and its trace cannot hold,
+        # exactly: those after the recorder's report (the recorder answered their pushes so, and
+        # the shim's summary counts them by graph) and those in flight at exit (a thread inside
+        # one as the recorder took its report: the trace counts them by process). A graph is
+        # short by its launches after the report, the process by those plus its launches in
+        # flight -- any other range lost, a push rejected, or a range too many fails. Nothing
+        # more is allowed for: a launch the shim had counted and not yet had answered as its
+        # summary read the row (a worker launching in a tight loop) fails the run, rarely, where
+        # an allowance for it let any one lost range of the process pass (review TT-1). Per
+        # process, as the traces and summaries tell it by pid and start: one process's launches
+        # never account for another's loss, and a pid that ran several times gets none (TT-2).
+        flying_in = {} if args.nsys_stats else in_flight_by_process(scans, domain)
+        excused = []  # (launches short, of them in flight, launches after the report) per process
+        exiting = 0   # what the processes not excused had of those: named in their failure
         for pid in sorted({table.pid for table in tables if table.pid is not None}):
             if args.nsys_stats:
                 break
@@ -4252,20 +4349,46 @@ def cmd_check(args):
             else:  # the same pid in several summaries (hosts): their rows summed per number
                 summed = {}
                 for table in own:
-                    for ordinal, name, launches, _, _ in table.rows():
-                        summed[ordinal] = (name, summed.get(ordinal, (name, 0))[1] + launches)
-                rows = ((o, name, n, 0, 0) for o, (name, n) in sorted(summed.items()))
+                    for ordinal, name, launches, _, refused_here in table.rows():
+                        _, n, r = summed.get(ordinal, (name, 0, 0))
+                        summed[ordinal] = (name, n + launches, r + refused_here)
+                rows = ((o, name, n, 0, r) for o, (name, n, r) in sorted(summed.items()))
             where = f" (pid {pid})" if several else ""
-            for ordinal, name, expected, _, _ in rows:
+            after_of = collections.Counter()
+            for table in own:
+                after_of.update(table.after_report)
+            lacking, extra, short, residual, refusals = [], [], 0, 0, 0
+            for ordinal, name, expected, _, refused_here in rows:
                 got = ranges.get(ordinal, 0)
                 rowed += got
+                refusals += refused_here
+                after = after_of.get(ordinal, 0)
                 if got != expected:
-                    (fewer if got < expected else more).append(
+                    (lacking if got < expected else extra).append(
                         f"{quoted(name)}{where}: {expected} launches, {got} ranges")
+                    short += max(expected - got, 0)
+                if after and expected - got < after:  # ranges the recorder said it left out
+                    extra.append(f"{quoted(name)}{where}: {expected} launches, {got} ranges, "
+                                 f"though {after} came after the recorder's report")
+                residual += max(expected - got - after, 0)
             for table in own:
                 gone.update(table.recycled)
-            if sum(ranges.values()) - rowed != gone["launches"]:
-                unexplained = True
+            stray = sum(ranges.values()) - rowed != gone["launches"] - after_of.get(None, 0)
+            unexplained |= stray
+            flying = sum(flying_in.get(traced, 0) for traced in held)
+            after = sum(after_of.values())
+            one_run = len(held) == 1 and len(own) == 1
+            if (flying or after) and one_run and not extra and not stray and not refusals and \
+                    residual == flying:
+                if lacking or after_of.get(None):
+                    excused.append((short + after_of.get(None, 0), flying, after))
+            else:
+                fewer += lacking
+                more += extra
+                exiting += (flying + after) if lacking else 0
+                if flying > residual and not extra:  # each was counted, and lacks its range
+                    more.append(f"{flying} launches in flight at exit{where} (the trace's count), "
+                                f"but only {residual} of the shim's lack their range")
         # By name for the rest: a summary whose title names no process (an older shim's, one a
         # wrapper wrote); and with Nsight Systems' tables, which have no numbers. Those have no
         # process either: where the wrapper noted when the report's session ran, a summary
@@ -4319,13 +4442,20 @@ def cmd_check(args):
         rejected = sum(sum(t.rejected) for t in tables) + recycled["rejected"]
         # The totals: where graphs destroyed long ago (or unnamed) are counted in one row, and
         # for ranges of names no row of the summaries has (another run's graphs, say).
-        if total_ranges != launches and (
+        excused_short = sum(short for short, _, _ in excused)
+        if total_ranges + excused_short != launches and (
                 unexplained or rest_recycled or any(not name for name in rest) or
                 not (fewer or more)):
             (fewer if total_ranges < launches else more).append(
                 f"{launches} launches, {total_ranges} ranges")
         refused = (f" ({rejected} of their pushes the NVTX tool rejected: FERRUM_RECORD_REJECT, "
                    "or a tool that refused them)" if rejected else "")
+        flying = sum(f for _, f, _ in excused)
+        after = sum(a for _, _, a in excused)
+        if exiting and fewer:
+            refused += (f" (the shim and the trace count {exiting} launches made as the process "
+                        "exited -- in flight at exit, or after the recorder's report -- which do "
+                        "not account for these)")
         for found, what, why in ((fewer, "launches without their range", refused),
                                  (more, "ranges without a launch the shim counted", "")):
             if found:
@@ -4333,7 +4463,11 @@ def cmd_check(args):
         if not fewer and not more and rejected != rejected_by_tool and not args.nsys_stats:
             notes.append(f"the shim counted {rejected} rejected pushes, the recorder "
                          f"{rejected_by_tool}")
-        launch_note = f"the shim's {launches} launches all have their range"
+        launch_note = (f"the shim's {launches} launches all have their range" if not excused else
+                       f"the shim's {launches} launches: {launches - excused_short} with their "
+                       f"range, {excused_short} made as the process exited without one ({flying} "
+                       f"in flight at exit, {after} after the recorder's report: end the threads "
+                       "that launch before the process exits to have them)")
     elif args.require_launch_summary and total_ranges > 0:
         # Asked for, not written: the shim refused the setting (a path too long, say; its
         # message is above) or could not write. Passing would skip the one cross-check.

@@ -184,6 +184,15 @@ typedef struct ferrum_replay_gpu_status {
 int ferrum_replay_gpu_flush(ferrum_replay_gpu_status *status);
 typedef int (*ferrum_replay_gpu_flush_fn)(ferrum_replay_gpu_status *status);
 
+/* What an NVTX tool may answer the shim's range push with once it has taken its report (at
+ * exit, while another thread still launches): the range is not in the report, and it is no
+ * refusal either. The shim counts that launch as made after the tool's report, not as a
+ * rejected push (its launch summary lists them per graph, so that a judge comparing launches
+ * with ranges allows for exactly those), and issues its pop as for any push: the tool swallows
+ * it. Our recorder answers so; it is no value of NVTX's, so a tool that does not know of it has
+ * no reason to. */
+#define FERRUM_REPLAY_PUSH_AFTER_REPORT (-18002)
+
 #ifdef __cplusplus
 }
 

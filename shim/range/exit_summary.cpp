@@ -161,16 +161,9 @@ bool write_exit_summary() {
   GraphRegistry &registry = graph_registry();
   const GraphRegistry::Recycled &recycled = registry.recycled();
   Text text;
-  uint64_t launches = recycled.launches, failed = recycled.failed_launches,
-           rejected = recycled.rejected_pushes;
-  size_t graphs = recycled.graphs, held = 0;
-  registry.for_each([&](const GraphRecord &record) {
-    ++held;
-    launches += replay_count(record);
-    failed += record.failed_launches.load(std::memory_order_relaxed);
-    rejected += record.rejected_pushes.load(std::memory_order_relaxed);
-  });
-  graphs += held;
+  const GraphRegistry::Totals counted = registry.totals();
+  const uint64_t launches = counted.launches, failed = counted.failed, rejected = counted.rejected;
+  const size_t graphs = counted.graphs, held = counted.held;
   // A process that launched nothing says nothing: a CPU-only child forked by a launcher (its
   // counters restarted at the fork) would otherwise add an empty summary to the job's.
   if (launches == 0) return true;
@@ -226,12 +219,27 @@ bool write_exit_summary() {
                 static_cast<double>(stats->percentile(0.99)) / 1e3,
                 static_cast<double>(stats->max_ns) / 1e3);
   };
+  // Launches whose push the NVTX tool answered "after my report" (ferrum_replay.h), by graph:
+  // `check` allows for exactly these (a thread still launching as the process exited). One
+  // line, after the rows: "launches after the NVTX tool's report: N (graph 1: 5, graph 2: 2,
+  // earlier graphs: 1)"; none when there are none.
+  Text after;
+  uint64_t after_total = 0;
   for (size_t i = 0; i < filled; ++i) {
     const GraphRecord &record = *rows[i];
     const GraphLabel *label = record.label.load(std::memory_order_acquire);
+    // Back to back, the answered ones first: a launch is counted before its push is answered,
+    // so the row holds every launch counted here (review SS-2: text formatted between the two
+    // reads let launches in that were in neither).
+    const uint64_t after_report = record.after_tool_report.load(std::memory_order_relaxed);
+    const uint64_t launched = replay_count(record);
+    if (after_report) {
+      after.append("%sgraph %u: %llu", after_total ? ", " : "", record.ordinal,
+                   static_cast<unsigned long long>(after_report));
+      after_total += after_report;
+    }
     text.append(
-        "  %5u  %10llu  %8llu  %8llu  ", record.ordinal,
-        static_cast<unsigned long long>(replay_count(record)),
+        "  %5u  %10llu  %8llu  %8llu  ", record.ordinal, static_cast<unsigned long long>(launched),
         static_cast<unsigned long long>(record.failed_launches.load(std::memory_order_relaxed)),
         static_cast<unsigned long long>(record.rejected_pushes.load(std::memory_order_relaxed)));
     if (gpu) gpu_columns(timing && record.ordinal ? timing->stats_for(record.ordinal) : nullptr);
@@ -252,6 +260,16 @@ bool write_exit_summary() {
                 static_cast<unsigned long long>(recycled.failed_launches),
                 static_cast<unsigned long long>(recycled.rejected_pushes),
                 static_cast<unsigned long long>(recycled.graphs));
+  if (recycled.after_tool_report) {
+    after.append("%searlier graphs: %llu", after_total ? ", " : "",
+                 static_cast<unsigned long long>(recycled.after_tool_report));
+    after_total += recycled.after_tool_report;
+  }
+  if (after_total) {
+    text.append("  launches after the NVTX tool's report: %llu (%s)\n",
+                static_cast<unsigned long long>(after_total), after.data ? after.data : "");
+    if (after.failed) text.failed = true;  // incomplete: not written (below)
+  }
   if (timing) {
     if (unlisted.count) {
       text.append("  %5s  %10s  %8s  %8s  ", "-", "-", "-", "-");

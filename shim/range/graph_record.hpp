@@ -51,6 +51,9 @@ struct alignas(64) GraphRecord {
   // Handed out, then given back unused by a thread (replay_numbers.hpp); the ordinal the
   // record has now, readable by a thread that is not sure the record is still that graph's.
   std::atomic<uint64_t> numbers_returned{0};
+  // Launches whose push the NVTX tool answered FERRUM_REPLAY_PUSH_AFTER_REPORT: made after it
+  // took its report (a thread still launching at exit). Off the launch's cache line: rare.
+  std::atomic<uint64_t> after_tool_report{0};
   std::atomic<uint32_t> generation{0};
   // Below: written under the registry mutex only; never read on the launch path.
   const char *api = "";              // the function that instantiated it, or "launch"
@@ -71,7 +74,7 @@ struct alignas(64) GraphRecord {
   // of a physically indexed cache's sets: with 10,000 graphs launched in turn those lines no
   // longer stayed in the core's L2. At 576 bytes they spread over all its sets (measured,
   // docs/performance.md: 10,000 graphs against one, 1.35x -> 1.13x on an Intel VM).
-  char spread_sets[64] = {};
+  char spread_sets[56] = {};  // what the fields above leave of the ninth line
 };
 static_assert(offsetof(GraphRecord, rejected_pushes) + sizeof(uint64_t) <= 64,
               "what a launch touches fits in the record's first cache line");

@@ -435,6 +435,7 @@ void GraphRegistry::retire(GraphRecord &record) {
   recycled_.launches += replay_count(*leaving);
   recycled_.failed_launches += leaving->failed_launches.load(std::memory_order_relaxed);
   recycled_.rejected_pushes += leaving->rejected_pushes.load(std::memory_order_relaxed);
+  recycled_.after_tool_report += leaving->after_tool_report.load(std::memory_order_relaxed);
   retire_label(leaving->label.load(std::memory_order_relaxed));
   leaving->in_use = false;
   records_.release(leaving);
@@ -558,6 +559,21 @@ GraphRecord *GraphRegistry::refuse(Slot *slot) {
   return &shared;
 }
 
+GraphRegistry::Totals GraphRegistry::totals() const {
+  Totals t;
+  t.launches = recycled_.launches;
+  t.failed = recycled_.failed_launches;
+  t.rejected = recycled_.rejected_pushes;
+  for_each([&](const GraphRecord &record) {
+    ++t.held;
+    t.launches += replay_count(record);
+    t.failed += record.failed_launches.load(std::memory_order_relaxed);
+    t.rejected += record.rejected_pushes.load(std::memory_order_relaxed);
+  });
+  t.graphs = recycled_.graphs + t.held;
+  return t;
+}
+
 void GraphRegistry::start_counting_afresh() {
   for (size_t i = 0; i < records_.used; ++i) {
     if (GraphRecord *record = records_.at(i)) {
@@ -565,6 +581,7 @@ void GraphRegistry::start_counting_afresh() {
       record->numbers_returned.store(0, std::memory_order_relaxed);
       record->failed_launches.store(0, std::memory_order_relaxed);
       record->rejected_pushes.store(0, std::memory_order_relaxed);
+      record->after_tool_report.store(0, std::memory_order_relaxed);
       // The child's first launch of it takes the slow path, where the child's own first launch
       // is noted (process_files.hpp: the running marker).
       record->launcher.store(0, std::memory_order_relaxed);
@@ -575,6 +592,7 @@ void GraphRegistry::start_counting_afresh() {
     shared->numbers_returned.store(0, std::memory_order_relaxed);
     shared->failed_launches.store(0, std::memory_order_relaxed);
     shared->rejected_pushes.store(0, std::memory_order_relaxed);
+    shared->after_tool_report.store(0, std::memory_order_relaxed);
     shared->launcher.store(0, std::memory_order_relaxed);
   }
   recycled_ = Recycled{};

@@ -249,9 +249,14 @@ class LaunchRange {
       const common::ErrnoKept errno_kept(errno_at);  // the tool's handler: errno_kept.hpp
       depth = nvtxDomainRangePushEx(domain_, &attributes);
     }
-    // -2 (NVTX_NO_PUSH_POP_TRACKING) means no tool; other negatives are a tool's refusal.
-    if (depth < 0 && depth != NVTX_NO_PUSH_POP_TRACKING)
-      record.rejected_pushes.fetch_add(1, std::memory_order_relaxed);
+    // -2 (NVTX_NO_PUSH_POP_TRACKING) means no tool; FERRUM_REPLAY_PUSH_AFTER_REPORT, a tool
+    // that has taken its report (ferrum_replay.h); other negatives are a tool's refusal.
+    if (depth < 0 && depth != NVTX_NO_PUSH_POP_TRACKING) [[unlikely]] {
+      if (depth == FERRUM_REPLAY_PUSH_AFTER_REPORT)
+        record.after_tool_report.fetch_add(1, std::memory_order_relaxed);
+      else
+        record.rejected_pushes.fetch_add(1, std::memory_order_relaxed);
+    }
   }
 
   ~LaunchRange() {

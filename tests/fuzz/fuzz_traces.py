@@ -41,7 +41,7 @@ KEYS = ["traceEvents", "ferrumReplay", "ph", "name", "cat", "ts", "dur", "pid", 
         "popWithoutPush", "popWrongDomain", "openAtExit", "domains", "host", "clock",
         "originMonotonicNs", "originRealtimeNs", "rank", "variable", "value", "version",
         "displayTimeUnit", "merged", "alignment", "id", "s", "marks", "startEndRanges",
-        "endUnknownId", "startOpenAtExit", "categoryName", "shimDomain"]
+        "endUnknownId", "startOpenAtExit", "categoryName", "shimDomain", "launchesInFlightAtExit"]
 
 
 def random_value(rng, depth=0):

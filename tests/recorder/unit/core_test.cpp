@@ -27,6 +27,7 @@
 #include "json_text.hpp"
 #include "own_process.hpp"
 #include "recorder.hpp"
+#include "summary_table.hpp"
 #include "trace_writer.hpp"
 
 using namespace ferrum_replay::recorder;
@@ -233,6 +234,92 @@ TEST_CASE("the shim's domain's protocol errors are counted on their own (review 
   push(plain, plain.names().global_domain(), "x");
   CHECK_FALSE(plain.snapshot().shim_domain_known);
   CHECK(render_trace(plain.snapshot()).find("shimDomain") == std::string::npos);
+}
+
+TEST_CASE("the shim's range open on a thread still running is a launch in flight (review OO-2)") {
+  Recorder r(Settings{}, 0);
+  r.set_gpu_domain("shim");
+  auto *shim = r.names().create_domain("shim");
+  auto *app = r.names().create_domain("app");
+  std::atomic<int> stage{0};
+  std::thread launching([&] {
+    push(r, *app, "request");  // the program's own range, open too
+    push(r, *shim, "graph");   // inside a launch as the report is taken
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    CHECK(r.pop(*shim) == 0);  // the launch returns after the report
+    CHECK(r.pop(*app) == 0);
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  Snapshot s = r.snapshot();
+  CHECK(s.shim_in_flight == 1);
+  CHECK(s.shim_errors.none());
+  CHECK(s.errors.open_at_exit == 1);  // the program's own, on that thread
+  CHECK(render_trace(s).find("\"openAtExit\":0},\"launchesInFlightAtExit\":1}") !=
+        std::string::npos);
+  CHECK(format_summary(s, aggregate(s), "/t.json")
+            .find("\ngraph launches in flight at exit: 1 (another thread was still inside the "
+                  "launch: not in the trace)\n") != std::string::npos);
+  // The reporting thread's own range of the shim's is no launch in flight: the shim settles the
+  // exiting thread's open call before the report, so one left open there broke its promise.
+  push(r, *shim, "left open here");
+  s = r.snapshot();
+  CHECK(s.shim_in_flight == 1);
+  CHECK(s.shim_errors.open_at_exit == 1);
+  stage = 2;
+  launching.join();
+  s = r.snapshot();  // that launch returned: nothing in flight any more
+  CHECK(s.shim_in_flight == 0);
+  CHECK(s.errors.open_at_exit == 1);
+  CHECK(render_trace(s).find("launchesInFlightAtExit") == std::string::npos);
+  CHECK(format_summary(s, aggregate(s), "/t.json").find("in flight") == std::string::npos);
+  // Nor is one left open by a thread that has ended (the shim pops an ending thread's call).
+  std::thread([&] { push(r, *shim, "never popped"); }).join();
+  s = r.snapshot();
+  CHECK(s.shim_in_flight == 0);
+  CHECK(s.shim_errors.open_at_exit == 2);
+}
+
+TEST_CASE("the shim's pushes after the last report are answered so, and swallowed (review KK2)") {
+  Recorder r(Settings{}, 0);
+  r.set_gpu_domain("shim");
+  auto *shim = r.names().create_domain("shim");
+  auto *app = r.names().create_domain("app");
+  push(r, *shim, "before");
+  CHECK(r.pop(*shim) == 0);
+  std::atomic<int> stage{0};
+  std::thread launching([&] {
+    push(r, *shim, "in flight");  // inside a launch as the report is taken
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    // Its launch returns after the report: it stays a launch in flight, not a range too
+    // (review SS-1), and no protocol error.
+    CHECK(r.pop(*shim) == 0);
+    // A launch after the report: the shim counts it as after it (ferrum_replay.h); its pop is
+    // swallowed; the program's own ranges are taken as before.
+    CHECK(push(r, *shim, "after") == FERRUM_REPLAY_PUSH_AFTER_REPORT);
+    CHECK(push(r, *app, "own") == 0);
+    CHECK(r.pop(*app) == 0);
+    CHECK(r.pop(*shim) == 0);
+    stage = 3;
+    while (stage.load() != 4) std::this_thread::yield();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  Snapshot last = r.snapshot_for_report(/*last=*/true);
+  CHECK(last.range_count() == 1);
+  CHECK(last.shim_in_flight == 1);
+  stage = 2;
+  while (stage.load() != 3) std::this_thread::yield();
+  Snapshot s = r.snapshot();
+  CHECK(s.shim_in_flight == 1);  // as the report counted it
+  const std::string trace = render_trace(s);
+  CHECK(trace.find("\"own\"") != std::string::npos);
+  CHECK(trace.find("\"in flight\"") == std::string::npos);
+  CHECK(trace.find("\"after\"") == std::string::npos);
+  CHECK(s.errors.none());
+  CHECK(s.rejected_pushes == 0);
+  stage = 4;
+  launching.join();
 }
 
 TEST_CASE("reject all keeps frames so pops are swallowed") {

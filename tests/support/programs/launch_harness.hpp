@@ -68,6 +68,11 @@
 //                     own executable, as a single-instance guard takes one; at the end a child
 //                     asks for it (F_GETLK) and `own_image_lock=held` or `=released` is printed:
 //                     any close() of a descriptor of that file in the process releases it
+//   --launching-at-exit  once every thread is done, a thread of its own launches graph 0 over
+//                     and over (not counted in the lines below) while main returns, as soon as
+//                     that thread's first launch has returned: with launches that take a while
+//                     (FERRUM_STANDIN_LAUNCH_CALL_NS) it is inside one as the process exits. The
+//                     graphs and the set-up are left as they are (that thread still uses them)
 //   --exit-after-ms N after the last line, sleep N ms before returning from main (a reader of
 //                     the output may leave meanwhile)
 //   --tail-unflushed  a last stdout line `tail=unflushed` left in the C library's buffer, for
@@ -155,10 +160,11 @@ struct Options {
   int name_after = 0;  // --name-after K
   int jump_out = 0;    // --jump-out K
   bool keep_graphs = false;
-  bool fork_after = false;      // --fork-after
-  bool tail_unflushed = false;  // --tail-unflushed
-  bool lock_own_image = false;  // --lock-own-image
-  long long exit_after_ms = 0;  // --exit-after-ms
+  bool fork_after = false;         // --fork-after
+  bool tail_unflushed = false;     // --tail-unflushed
+  bool lock_own_image = false;     // --lock-own-image
+  long long exit_after_ms = 0;     // --exit-after-ms
+  bool launching_at_exit = false;  // --launching-at-exit
   bool loader_state = false;
 
   // The kernel nodes of graph g, in the order they are added: --kernels, then its --graph-kernels.
@@ -349,6 +355,8 @@ inline Options parse(int argc, char **argv, const char *usage_text) {
       o.tail_unflushed = true;
     } else if (a == "--lock-own-image") {
       o.lock_own_image = true;
+    } else if (a == "--launching-at-exit") {
+      o.launching_at_exit = true;
     } else if (a == "--exit-after-ms") {
       o.exit_after_ms = number();
     } else if (a == "--help" || a == "-h") {
@@ -526,6 +534,23 @@ inline void run_thread(Backend &b, const Options &o, Naming &naming, ThreadResul
   if (int e = b.thread_end(stream, &what); e != 0) die(b, what, e);
 }
 
+// --launching-at-exit: a thread that launches graph 0 until the process ends; returns once its
+// first launch has returned. The backend must outlive it: run() ends the process with exit().
+inline void launch_until_exit(Backend &b, const Options &o) {
+  static std::atomic<bool> returned{false};
+  std::thread([&b, &o] {
+    const char *what = "";
+    CUstream_st *stream = special_stream(o.stream);
+    if (int e = b.thread_begin(&stream, &what); e != 0) die(b, what, e);
+    for (;;) {
+      (void)b.launch(0, stream);
+      returned.store(true);
+    }
+  }).detach();
+  const timespec pause{0, 1000000L};
+  while (!returned.load()) nanosleep(&pause, nullptr);
+}
+
 // A range `message` pushed in `domain` (NVTX has no ASCII shorthand for a domain's push).
 inline void push_in_domain(nvtxDomainHandle_t domain, const char *message) {
   nvtxEventAttributes_t attributes{};
@@ -647,11 +672,14 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
     }
   }
 
-  for (int g = 0; g < o.graphs && !o.keep_graphs; ++g) {
+  if (o.launching_at_exit) launch_until_exit(b, o);
+  for (int g = 0; g < o.graphs && !o.keep_graphs && !o.launching_at_exit; ++g) {
     if (int e = b.destroy_exec(g, &what); e != 0) die(b, what, e);
   }
   g_loader_state.check(o, "the destructions");
-  if (int e = b.teardown(&what); e != 0) die(b, what, e);
+  if (!o.launching_at_exit) {
+    if (int e = b.teardown(&what); e != 0) die(b, what, e);
+  }
 
   ThreadResult total;
   total.per_graph.assign(static_cast<size_t>(o.graphs), 0);
@@ -701,6 +729,9 @@ inline int run(Backend &b, int argc, char **argv, const char *usage_text) {
                          static_cast<long>(o.exit_after_ms % 1000) * 1000000L};
     nanosleep(&pause, nullptr);
   }
+  // exit() here, not a return: main's backend stays alive for the launching thread (exit does
+  // not end main's scope), as the exit handlers run while that thread launches.
+  if (o.launching_at_exit) std::exit(total.failed == 0 ? 0 : 3);
   return total.failed == 0 ? 0 : 3;
 }
 
