@@ -131,11 +131,12 @@ struct Snapshot {
   uint64_t shim_depth_drops = 0;      // of depth_drops, in the shim's domain
   uint64_t shim_reentrant_drops = 0;  // of reentrant_drops, in the shim's domain
   // The shim's ranges still open on a thread that was running when the snapshot was taken, not
-  // the one taking it: graph launches in flight (a thread inside cudaGraphLaunch as another
-  // calls exit()). Not in `errors` nor `shim_errors`: the shim pops every push as its launch
-  // returns (and settles the exiting thread's, and an ending thread's, before the report), so
-  // such a range is a launch that had not returned, not a broken promise (review OO-2). An
-  // open range of the shim's on an ended thread, or on the reporting one, stays open_at_exit.
+  // the one that called exit() (Recorder::snapshot_for_report): graph launches in flight (a thread
+  // inside cudaGraphLaunch as another calls exit()). Not in `errors` nor `shim_errors`: the shim
+  // pops every push as its launch returns (and settles the exiting thread's, and an ending
+  // thread's, before the report), so such a range is a launch that had not returned, not a broken
+  // promise (review OO-2). An open range of the shim's on an ended thread, or on the exiting one,
+  // stays open_at_exit.
   uint64_t shim_in_flight = 0;
 
   uint64_t range_count() const;  // CPU push/pop ranges (threads), not GPU replays nor marks

@@ -69,7 +69,7 @@
 //                     asks for it (F_GETLK) and `own_image_lock=held` or `=released` is printed:
 //                     any close() of a descriptor of that file in the process releases it
 //   --launching-at-exit  once every thread is done, a thread of its own launches graph 0 over
-//                     and over (not counted in the lines below) while main returns, as soon as
+//                     and over (not counted in the lines below) while main calls exit(), once
 //                     that thread's first launch has returned: with launches that take a while
 //                     (FERRUM_STANDIN_LAUNCH_CALL_NS) it is inside one as the process exits. The
 //                     graphs and the set-up are left as they are (that thread still uses them)
