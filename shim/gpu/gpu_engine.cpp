@@ -841,17 +841,61 @@ GraphStats *Engine::stats_slot(uint32_t ordinal) {
   if (!stats_)
     stats_ = static_cast<GraphStats *>(common::map_zeroed(sizeof(GraphStats) * kMaxTimedGraphs));
   if (ordinal == 0 || !stats_) return &other_;
+  mark_destroyed_rows_locked();
   uint32_t index = (ordinal * 2654435761u) % kMaxTimedGraphs;
+  GraphStats *taken = nullptr, *gone = nullptr;
   for (uint32_t probe = 0; probe < kMaxTimedGraphs; ++probe) {
     GraphStats &entry = stats_[index];
     if (entry.ordinal == ordinal) return &entry;
     if (entry.ordinal == 0) {
-      entry.ordinal = ordinal;
-      return &entry;
+      taken = &entry;
+      break;
     }
+    if (!gone && entry.gone) gone = &entry;
     index = (index + 1) % kMaxTimedGraphs;
   }
-  return &other_;  // more timed graphs than rows: they share one
+  if (taken) {
+    *taken = GraphStats();
+    taken->ordinal = ordinal;
+    taken->gone = destroyed_lately(ordinal);
+    return taken;
+  }
+  // Every row taken: a destroyed graph's goes to this one, the first on its probe path (so that
+  // lookups still find every row: no slot on the way was ever empty), unless this graph is
+  // destroyed too. More live timed graphs than rows share `other_`.
+  if (!gone || destroyed_lately(ordinal)) return &other_;
+  other_.merge(*gone);
+  *gone = GraphStats();
+  gone->ordinal = ordinal;
+  return gone;
+}
+
+void Engine::note_graph_destroyed(uint32_t ordinal) {
+  if (ordinal == 0) return;
+  const uint64_t i = destroyed_count_.fetch_add(1, std::memory_order_relaxed);
+  destroyed_[i % kDestroyedNoted].store((i + 1) << 32 | ordinal, std::memory_order_release);
+}
+
+void Engine::mark_destroyed_rows_locked() {
+  const uint64_t count = destroyed_count_.load(std::memory_order_acquire);
+  uint64_t i =
+      count - destroyed_read_ > kDestroyedNoted ? count - kDestroyedNoted : destroyed_read_;
+  for (; i < count; ++i) {
+    const uint64_t entry = destroyed_[i % kDestroyedNoted].load(std::memory_order_acquire);
+    if (entry >> 32 != ((i + 1) & 0xffffffffu)) continue;
+    // stats_for's row, which this engine owns: only its lookup is const.
+    if (const GraphStats *row = stats_for(static_cast<uint32_t>(entry)))
+      const_cast<GraphStats *>(row)->gone = true;
+  }
+  destroyed_read_ = count;
+}
+
+bool Engine::destroyed_lately(uint32_t ordinal) const {
+  for (const std::atomic<uint64_t> &entry : destroyed_) {
+    const uint64_t value = entry.load(std::memory_order_acquire);
+    if (value >> 32 && static_cast<uint32_t>(value) == ordinal) return true;
+  }
+  return false;
 }
 
 const GraphStats *Engine::stats_for(uint32_t ordinal) const {
@@ -1150,6 +1194,9 @@ void Engine::reset_in_child() {
   mutex_abandoned_.store(false, std::memory_order_relaxed);
   if (stats_) memset(static_cast<void *>(stats_), 0, sizeof(GraphStats) * kMaxTimedGraphs);
   other_ = GraphStats();
+  for (auto &entry : destroyed_) entry.store(0, std::memory_order_relaxed);
+  destroyed_count_.store(0, std::memory_order_relaxed);
+  destroyed_read_ = 0;
 }
 
 uint64_t Engine::claims() const {

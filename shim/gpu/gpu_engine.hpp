@@ -103,6 +103,9 @@ struct Histogram {
 
 struct GraphStats {
   uint32_t ordinal = 0;  // 0: free entry (the overflow record's times go to `other`)
+  // The graph was destroyed (Engine::note_graph_destroyed): its row may go to a new graph once
+  // no row is free (Engine::stats_slot).
+  bool gone = false;
   uint64_t count = 0, total_ns = 0, min_ns = 0, max_ns = 0;
   Histogram histogram;
   void add(uint64_t ns);
@@ -434,6 +437,13 @@ class Engine {
   }
   // The statistics row of `ordinal`; null when it has none. Under lock() only.
   const GraphStats *stats_for(uint32_t ordinal) const;
+  // Graph `ordinal` was destroyed (lock-free: the program's destroy calls it, and must not wait
+  // for a reaper that may be inside a driver call). Its row stays, for the summary's row of the
+  // destroyed graph, until a new graph finds no row free: then it goes to that graph, and what
+  // it held to the shared "(other timed graphs)" row (review KK1: the first 1,024 graphs ever
+  // timed kept every row, and a program that re-captures its graphs had each later graph's
+  // row, live ones included, at `0 -`).
+  void note_graph_destroyed(uint32_t ordinal);
 
   // A replay the caller decided not to time (lock-free: the launch path may call it).
   void not_timed(Untimed why) { count(why); }
@@ -484,6 +494,12 @@ class Engine {
   void mark_failed(uint32_t slot, Pool *pool, CUcontext context);
   bool ends_with_primary(uint32_t slot, int device) const;
   GraphStats *stats_slot(uint32_t ordinal);
+  // The destroys noted since the last call mark their graphs' rows gone. Under the mutex.
+  void mark_destroyed_rows_locked();
+  // Whether `ordinal` is among the last kDestroyedNoted graphs destroyed: a graph's first
+  // replays are often read after its destroy (a loop that launches, synchronises and destroys
+  // runs ahead of the reaper), when marking found no row. Under the mutex.
+  bool destroyed_lately(uint32_t ordinal) const;
 
   EventApi api_;
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
@@ -512,6 +528,14 @@ class Engine {
   bool warned_api_ = false;
   GraphStats *stats_ = nullptr;  // kMaxTimedGraphs entries, mapped on first reap
   GraphStats other_;             // graphs without a row of their own (the engine is static)
+  // The last kDestroyedNoted destroys (note_graph_destroyed), a ring written without a lock:
+  // entry i holds (i + 1) << 32 | ordinal, so that a reader tells an entry written for i from
+  // one not written yet or already overwritten a lap later (both skipped: that graph's row is
+  // then only not given away). destroyed_read_: how far mark_destroyed_rows_locked has read.
+  static constexpr uint32_t kDestroyedNoted = 4096;
+  std::atomic<uint64_t> destroyed_[kDestroyedNoted] = {};
+  std::atomic<uint64_t> destroyed_count_{0};
+  uint64_t destroyed_read_ = 0;
   // Replays read while their context was being destroyed, for the next pass to deliver: the
   // reaper's, or where none runs a flush's or the exit's (gpu_timing.cpp). Written under the
   // mutex; the count is read without it (totals(): not delivered yet, so in flight).

@@ -245,6 +245,12 @@ inline void note_green_context(CUcontext context) {
   engine().note_green(context);
 }
 
+// Graph `ordinal` is about to be destroyed (lock-free): its row of statistics may go to a new
+// graph once none is free (Engine::note_graph_destroyed).
+inline void graph_destroyed(uint32_t ordinal) {
+  engine().note_graph_destroyed(ordinal);
+}
+
 // A successful cuDevicePrimaryCtxRetain (when timing may be on, as above): `context` is `device`'s
 // primary context, the one its last release or a reset ends.
 inline void note_primary_context(CUdevice device, CUcontext context) {

@@ -620,17 +620,19 @@ void GraphRegistry::on_instantiate(const void *exec, const char *api, const char
   create_record(exec, api, site, content, site_pending, true, scope_name);
 }
 
-void GraphRegistry::on_destroy(const void *exec) {
-  if (!exec) return;
+uint32_t GraphRegistry::on_destroy(const void *exec) {
+  if (!exec) return 0;
   Lock lock;
-  if (!lock.held()) return;
+  if (!lock.held()) return 0;
   Slot *slot = slot_of(reinterpret_cast<uintptr_t>(exec));
-  if (!slot) return;
+  if (!slot) return 0;
   GraphRecord *record = slot_record(*slot);
+  // Read before retire(), which may recycle the record for another graph.
+  const uint32_t ordinal = record ? record->ordinal : 0;
   if (record) retire(*record);
   vacate(*slot);
-  if (record)
-    log_line(LogLevel::debug, "graph exec %p (graph %u) destroyed", exec, record->ordinal);
+  if (record) log_line(LogLevel::debug, "graph exec %p (graph %u) destroyed", exec, ordinal);
+  return ordinal;
 }
 
 GraphRecord *GraphRegistry::register_at_launch(const void *exec, const char *site) {

@@ -451,7 +451,8 @@ FERRUM_REAL_STACK_FRAME inline auto destroy_and_forget(Exec exec, Call &&call) {
   if (!outermost.claimed()) return call();
   {
     const common::ErrnoKept errno_kept;  // errno_kept.hpp
-    graph_registry().on_destroy(exec);
+    const uint32_t ordinal = graph_registry().on_destroy(exec);
+    if (ordinal && gpu::timing_on()) gpu::graph_destroyed(ordinal);
   }
   return call();
 }

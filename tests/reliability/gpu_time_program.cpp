@@ -24,6 +24,9 @@
 //                     graphs instantiated and destroyed one after another while it runs; prints
 //                     in_flight_after_churn=<1 if graph 1's replay had not finished then>; then
 //                     one more graph launched once, everything synchronised.
+//   recapture N M     graph 1 (kept) launched once; then N graphs each made, launched once,
+//                     synchronised and destroyed (a program that re-captures its graphs); then
+//                     graph 1 and a new graph (kept too) launched M times each, synchronised.
 //   default-streams N  two threads launch a graph each N times on their per-thread default
 //                     streams (CU_STREAM_PER_THREAD) at once, synchronised; then two contexts
 //                     launch a graph each N times on their legacy default streams (NULL),
@@ -840,6 +843,21 @@ int main(int argc, char **argv) {
     launch(last, s);
     check(cuStreamSynchronize(s), "cuStreamSynchronize");
     check(cuGraphExecDestroy(last), "cuGraphExecDestroy");
+  } else if (mode == "recapture") {
+    new_context();
+    CUstream s = new_stream();
+    CUgraphExec kept = make_exec();
+    launch(kept, s);
+    for (long i = 0; i < n; ++i) {
+      CUgraphExec exec = make_exec();
+      launch(exec, s);
+      check(cuStreamSynchronize(s), "cuStreamSynchronize");
+      check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+    }
+    CUgraphExec last = make_exec();
+    launches(kept, s, m);
+    launches(last, s, m);
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
   } else if (mode == "default-streams") {
     // Two threads, each N launches of its own graph on its per-thread default stream, at once.
     g_context = new_context();

@@ -415,6 +415,38 @@ def replay_named_as_launched():
     expect_balanced(run_)
 
 
+def recaptured_graphs_keep_rows():
+    """F217 (review KK1): a program that re-captures its graphs — graph 1 kept, then 1,100 graphs
+    each made, launched once, synchronised and destroyed, then graph 1 and a new graph launched
+    200 times each. The summary's rows of GPU statistics (1,024) are not kept by graphs long
+    destroyed: both live graphs have their GPU time on their own row, the destroyed ones whose
+    row went to another graph are in "(other timed graphs)", and the rows add up to the GPU
+    line's count of timed replays. (Before: the first 1,024 graphs ever timed kept every row,
+    and the new graph's row read `0 -`.)"""
+    churn, repeats = 1100, 200
+    run_ = program("recapture", churn, repeats)
+    expect(run_.returncode == 0 and f"launches={churn + 1 + 2 * repeats} failed=0" in run_.stdout,
+           "program failed", run_)
+    summary = one_summary(run_)
+    rows = {int(r["graph"]): r for r in summary.rows}
+    kept, last = rows.get(1), rows.get(churn + 2)
+    expect(kept is not None and last is not None and int(kept["launches"]) == repeats + 1
+           and int(last["launches"]) == repeats, f"rows of graphs 1 and {churn + 2}: {kept}, {last}",
+           run_)
+    # Nearly all timed (the first launch finds no pool yet; a sanitizer's slow reaper may find
+    # a pool in use): what matters is that each live graph's time is on its row.
+    for row in (kept, last):
+        expect(int(row["gpu n"]) >= repeats // 2,
+               f"graph {row['graph']}'s GPU time is not on its row: {row}", run_)
+    other = [line for line in run_.stderr.splitlines() if line.endswith("(other timed graphs)")]
+    expect(len(other) == 1, f"no '(other timed graphs)' row for the destroyed graphs: {other}",
+           run_)
+    on_rows = sum(int(r["gpu n"]) for r in summary.rows) + int(other[0].split()[4])
+    expect(on_rows == summary.gpu["timed"],
+           f"rows hold {on_rows} timed replays, the GPU line {summary.gpu}", run_)
+    expect(summary.gpu["in_flight"] == 0, f"GPU line {summary.gpu}", run_)
+
+
 def default_streams_apart():
     """F78: the default streams are one per context (legacy, NULL) and one per thread and context
     (per-thread, CU_STREAM_PER_THREAD), and their replays run at once: two threads' per-thread
@@ -1058,7 +1090,7 @@ SCENARIOS = {f.__name__: f for f in (
     green_context_never_current_on_two_threads, primary_reset_in_flight, burst_exhausts_pool,
     burst_mostly_timed, deep_queue_few_queries, long_run_keeps_lengths, release_asks_few,
     many_replays, many_replays_long, exit_in_flight,
-    replay_named_as_launched, default_streams_apart, sink_layouts, sink_exits, sink_reenters,
+    replay_named_as_launched, recaptured_graphs_keep_rows, default_streams_apart, sink_layouts, sink_exits, sink_reenters,
     context_end_delivers,
     shared_stream_times_own_replay, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,

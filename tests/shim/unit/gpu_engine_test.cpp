@@ -229,9 +229,9 @@ struct Fixture {
   }
   // One launch on `stream`: begin, (the launch), end. True when it was timed.
   bool launch(CUstream stream = reinterpret_cast<CUstream>(0x77), bool ok = true,
-              bool per_thread = false) {
+              bool per_thread = false, uint32_t graph = 1) {
     gpu::Ticket ticket;
-    engine->begin(ticket, stream, per_thread, "graph a", &holds, 1, ++replay);
+    engine->begin(ticket, stream, per_thread, "graph a", &holds, graph, ++replay);
     const bool timed = ticket.pool != nullptr;
     engine->end(ticket, ok);
     driver.end_record = false;  // a failed launch records no end event: the next is a start
@@ -317,6 +317,92 @@ TEST_CASE(
   const gpu::GraphStats *stats = f.engine->stats_for(1);
   REQUIRE(stats != nullptr);
   CHECK(stats->count == 1);
+  f.engine->unlock();
+}
+
+TEST_CASE(
+    "gpu engine: a destroyed graph's row of statistics goes to a new graph once none is free; "
+    "live graphs keep theirs (review KK1)") {
+  Fixture f;
+  const auto stream = reinterpret_cast<CUstream>(0x77);
+  // One timed replay of `graph`, read at once.
+  auto time_one = [&](uint32_t graph) {
+    REQUIRE(f.launch(stream, true, false, graph));
+    f.driver.now += 1000000;
+    REQUIRE(f.reap() == 1);
+  };
+  auto count_of = [&](uint32_t graph) -> uint64_t {
+    f.engine->lock();
+    const gpu::GraphStats *stats = f.engine->stats_for(graph);
+    const uint64_t count = stats ? stats->count : 0;
+    f.engine->unlock();
+    return count;
+  };
+  auto shared_count = [&] {
+    uint64_t count = 0;
+    f.engine->lock();
+    f.engine->for_each_stats_locked([&](const gpu::GraphStats &stats) {
+      if (stats.ordinal == 0) count = stats.count;
+    });
+    f.engine->unlock();
+    return count;
+  };
+  CHECK_FALSE(f.launch());  // the pool is requested
+  f.reap();                 // and made
+  // Every row taken: graphs 1 ... 1024, one replay each; 2 ... 11 then destroyed.
+  for (uint32_t graph = 1; graph <= gpu::kMaxTimedGraphs; ++graph) time_one(graph);
+  for (uint32_t graph = 2; graph <= 11; ++graph) f.engine->note_graph_destroyed(graph);
+  CHECK(count_of(5) == 1);  // a destroyed graph keeps its row while none is needed
+  // Ten new graphs get rows: the destroyed graphs', whose time goes to the shared row.
+  for (uint32_t graph = 2000; graph < 2010; ++graph) {
+    time_one(graph);
+    time_one(graph);
+    CHECK(count_of(graph) == 2);
+  }
+  for (uint32_t graph = 2; graph <= 11; ++graph) CHECK(count_of(graph) == 0);
+  CHECK(shared_count() == 10);
+  CHECK(count_of(1) == 1);  // live graphs keep theirs
+  CHECK(count_of(12) == 1);
+  time_one(1);
+  CHECK(count_of(1) == 2);
+  // No destroyed graph's row left: an eleventh new graph shares the shared row ...
+  time_one(2010);
+  CHECK(count_of(2010) == 0);
+  CHECK(shared_count() == 11);
+  // ... and so does a late replay of a destroyed graph whose row went (it takes no row back).
+  time_one(3);
+  CHECK(count_of(3) == 0);
+  CHECK(shared_count() == 12);
+  // A graph destroyed before its replay is read (a loop that launches, synchronises and
+  // destroys runs ahead of the reaper) takes no destroyed graph's row: graph 13's is there.
+  f.engine->note_graph_destroyed(13);
+  REQUIRE(f.launch(stream, true, false, 2011));
+  f.engine->note_graph_destroyed(2011);
+  f.driver.now += 1000000;
+  REQUIRE(f.reap() == 1);
+  CHECK(count_of(2011) == 0);
+  CHECK(count_of(13) == 1);
+  CHECK(shared_count() == 13);
+  time_one(2012);  // a live one does
+  CHECK(count_of(2012) == 1);
+  CHECK(count_of(13) == 0);
+  CHECK(shared_count() == 14);
+}
+
+TEST_CASE("gpu engine: a graph destroyed before its first replay is read gets its row marked") {
+  Fixture f;
+  CHECK_FALSE(f.launch());
+  f.reap();
+  const auto stream = reinterpret_cast<CUstream>(0x77);
+  REQUIRE(f.launch(stream, true, false, 7));
+  f.engine->note_graph_destroyed(7);
+  f.driver.now += 1000000;
+  REQUIRE(f.reap() == 1);
+  f.engine->lock();
+  const gpu::GraphStats *stats = f.engine->stats_for(7);
+  REQUIRE(stats != nullptr);
+  CHECK(stats->count == 1);
+  CHECK(stats->gone);
   f.engine->unlock();
 }
 
