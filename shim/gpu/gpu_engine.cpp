@@ -7,6 +7,7 @@
 #include <new>
 
 #include "gpu/stream_watch.hpp"
+#include "range/graph_record.hpp"
 #include "support/log.hpp"
 #include "zeroed_memory.hpp"
 
@@ -244,7 +245,8 @@ void Engine::request_pool(CUcontext context, bool *requested, bool *full) {
 }
 
 void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-                   std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay) {
+                   std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay,
+                   const std::atomic<uint32_t> *graph_live) {
   if (g_config.every > 1 && (replay - 1) % g_config.every != 0) {
     count(Untimed::sampled_out);
     watch_sampled_out(stream, per_thread);
@@ -346,6 +348,7 @@ void Engine::begin(Ticket &ticket, CUstream stream, bool per_thread, const char 
   if (name_holds) name_holds->fetch_add(1, std::memory_order_relaxed);
   pair->name_holds = name_holds;
   pair->category = category;
+  pair->graph_live = graph_live;
   pair->replay = replay;
   pair->launcher = t_launcher;
   pair->order = ++t_claims;
@@ -557,6 +560,7 @@ void Engine::forget_ended(uint32_t slot, CUcontext context) {
            "GPU timing: the driver says a context ended that the shim did not see end; its "
            "event pool is forgotten");
   release_pool(slot, false);
+  rows_of_ended_context_locked(context);
 }
 
 void Engine::create_pool(uint32_t slot, bool align_now) {
@@ -743,6 +747,7 @@ void Engine::drop_context_locked(CUcontext context, bool destroy_events) {
       if (keys_[i].load(std::memory_order_acquire) != context) continue;  // forgotten meanwhile
       release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
     }
+  if (!destroy_events) rows_of_ended_context_locked(context);
 }
 
 void Engine::note_primary(int device, CUcontext context) {
@@ -773,6 +778,8 @@ void Engine::drop_device_locked(int device, bool destroy_events) {
     if (!keys_[i].load(std::memory_order_acquire)) continue;  // forgotten meanwhile
     release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
   }
+  if (!destroy_events && device >= 0 && device < kMaxDevices)
+    rows_of_ended_context_locked(primary_[device].load(std::memory_order_acquire));
 }
 
 void Engine::harvest_device_locked(int device) {
@@ -834,16 +841,16 @@ void Engine::forget_device(int device) {
   unlock();
 }
 
-GraphStats *Engine::stats_slot(uint32_t ordinal) {
+GraphStats *Engine::stats_slot(const Pair &pair) {
   // Without the memory for the rows (an address-space limit), every graph shares `other_`,
   // which needs none: mapping it here, once per replay that found no rows, lost the replay's
   // time and the mapping.
   if (!stats_)
     stats_ = static_cast<GraphStats *>(common::map_zeroed(sizeof(GraphStats) * kMaxTimedGraphs));
+  const uint32_t ordinal = pair.category;
   if (ordinal == 0 || !stats_) return &other_;
-  mark_destroyed_rows_locked();
   uint32_t index = (ordinal * 2654435761u) % kMaxTimedGraphs;
-  GraphStats *taken = nullptr, *gone = nullptr;
+  GraphStats *taken = nullptr;
   for (uint32_t probe = 0; probe < kMaxTimedGraphs; ++probe) {
     GraphStats &entry = stats_[index];
     if (entry.ordinal == ordinal) return &entry;
@@ -851,51 +858,50 @@ GraphStats *Engine::stats_slot(uint32_t ordinal) {
       taken = &entry;
       break;
     }
-    if (!gone && entry.gone) gone = &entry;
     index = (index + 1) % kMaxTimedGraphs;
   }
-  if (taken) {
-    *taken = GraphStats();
-    taken->ordinal = ordinal;
-    taken->gone = destroyed_lately(ordinal);
-    return taken;
+  if (!taken) {
+    // Every row taken: a graph no longer live gives its row to this one — unless this graph is
+    // no longer live either (a replay read after its destroy). More live timed graphs than
+    // rows share `other_`.
+    const bool lives =
+        !pair.graph_live || pair.graph_live->load(std::memory_order_relaxed) == ordinal;
+    taken = lives ? find_dead_row(ordinal) : nullptr;
+    if (!taken) return &other_;
+    other_.merge(*taken);
   }
-  // Every row taken: a destroyed graph's goes to this one, the first on its probe path (so that
-  // lookups still find every row: no slot on the way was ever empty), unless this graph is
-  // destroyed too. More live timed graphs than rows share `other_`.
-  if (!gone || destroyed_lately(ordinal)) return &other_;
-  other_.merge(*gone);
-  *gone = GraphStats();
-  gone->ordinal = ordinal;
-  return gone;
+  *taken = GraphStats();
+  taken->ordinal = ordinal;
+  taken->live = pair.graph_live;
+  taken->context = pair.context;
+  return taken;
 }
 
-void Engine::note_graph_destroyed(uint32_t ordinal) {
-  if (ordinal == 0) return;
-  const uint64_t i = destroyed_count_.fetch_add(1, std::memory_order_relaxed);
-  destroyed_[i % kDestroyedNoted].store((i + 1) << 32 | ordinal, std::memory_order_release);
+GraphStats *Engine::find_dead_row(uint32_t ordinal) {
+  // Each row's graph is asked (a load through its record: a cache miss each) only when a graph
+  // stopped living since the last time, not at every replay of a graph beyond the rows.
+  const uint64_t retired = g_graphs_retired.load(std::memory_order_acquire);
+  if (retired != retired_seen_) {
+    retired_seen_ = retired;
+    for (uint32_t i = 0; i < kMaxTimedGraphs; ++i) {
+      GraphStats &row = stats_[i];
+      if (row.live && row.live->load(std::memory_order_relaxed) != row.ordinal) row.dead = true;
+    }
+  }
+  // The first on the probe path, so that lookups still find every row (no slot on the way was
+  // ever empty).
+  uint32_t index = (ordinal * 2654435761u) % kMaxTimedGraphs;
+  for (uint32_t probe = 0; probe < kMaxTimedGraphs; ++probe) {
+    if (stats_[index].dead) return &stats_[index];
+    index = (index + 1) % kMaxTimedGraphs;
+  }
+  return nullptr;
 }
 
-void Engine::mark_destroyed_rows_locked() {
-  const uint64_t count = destroyed_count_.load(std::memory_order_acquire);
-  uint64_t i =
-      count - destroyed_read_ > kDestroyedNoted ? count - kDestroyedNoted : destroyed_read_;
-  for (; i < count; ++i) {
-    const uint64_t entry = destroyed_[i % kDestroyedNoted].load(std::memory_order_acquire);
-    if (entry >> 32 != ((i + 1) & 0xffffffffu)) continue;
-    // stats_for's row, which this engine owns: only its lookup is const.
-    if (const GraphStats *row = stats_for(static_cast<uint32_t>(entry)))
-      const_cast<GraphStats *>(row)->gone = true;
-  }
-  destroyed_read_ = count;
-}
-
-bool Engine::destroyed_lately(uint32_t ordinal) const {
-  for (const std::atomic<uint64_t> &entry : destroyed_) {
-    const uint64_t value = entry.load(std::memory_order_acquire);
-    if (value >> 32 && static_cast<uint32_t>(value) == ordinal) return true;
-  }
-  return false;
+void Engine::rows_of_ended_context_locked(CUcontext context) {
+  if (!stats_ || !context) return;
+  for (uint32_t i = 0; i < kMaxTimedGraphs; ++i)
+    if (stats_[i].ordinal && stats_[i].context == context) stats_[i].dead = true;
 }
 
 const GraphStats *Engine::stats_for(uint32_t ordinal) const {
@@ -991,7 +997,7 @@ Engine::ReadResult Engine::read_pair_locked(Pool &pool_ref, Pair &pair,
   out.align_error_ns = error;
   if (error > align_error_max_.load(std::memory_order_relaxed))
     align_error_max_.store(error, std::memory_order_relaxed);
-  if (GraphStats *stats = stats_slot(pair.category)) stats->add(length);
+  stats_slot(pair)->add(length);
   let_name_go(pair);  // after the copy above
   pair.state.store(kFree, std::memory_order_release);
   timed_.fetch_add(1, std::memory_order_relaxed);
@@ -1194,9 +1200,6 @@ void Engine::reset_in_child() {
   mutex_abandoned_.store(false, std::memory_order_relaxed);
   if (stats_) memset(static_cast<void *>(stats_), 0, sizeof(GraphStats) * kMaxTimedGraphs);
   other_ = GraphStats();
-  for (auto &entry : destroyed_) entry.store(0, std::memory_order_relaxed);
-  destroyed_count_.store(0, std::memory_order_relaxed);
-  destroyed_read_ = 0;
 }
 
 uint64_t Engine::claims() const {

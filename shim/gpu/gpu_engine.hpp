@@ -103,9 +103,13 @@ struct Histogram {
 
 struct GraphStats {
   uint32_t ordinal = 0;  // 0: free entry (the overflow record's times go to `other`)
-  // The graph was destroyed (Engine::note_graph_destroyed): its row may go to a new graph once
-  // no row is free (Engine::stats_slot).
-  bool gone = false;
+  // Whether the graph still lives, for Engine::stats_slot to give the row of one that does not
+  // to a new graph once no row is free: `live` (the registry's GraphRecord::live_ordinal, never
+  // unmapped) holds `ordinal` while the graph lives; `dead` once seen not to (a graph does not
+  // come back: ordinals are not reused), or once its context ended.
+  const std::atomic<uint32_t> *live = nullptr;  // null: taken for live (no registry: unit tests)
+  CUcontext context = nullptr;                  // of its first replay read
+  bool dead = false;
   uint64_t count = 0, total_ns = 0, min_ns = 0, max_ns = 0;
   Histogram histogram;
   void add(uint64_t ns);
@@ -162,6 +166,7 @@ struct Pair {
   const char *name = "";
   std::atomic<uint32_t> *name_holds = nullptr;
   uint32_t category = 0;
+  const std::atomic<uint32_t> *graph_live = nullptr;  // GraphStats::live
   uint64_t replay = 0;
   // Who enqueued it, and when: the launching thread's ordinal (0 for none yet) and its count of
   // claimed pairs. One thread's replays on one stream finish in this order (UnfinishedRuns).
@@ -300,8 +305,11 @@ class Engine {
   // paired runs).
   // `name_holds` (may be null): the count that name's owner keeps of the pairs naming it; one
   // more while this replay's pair holds the name (Pair::name_holds).
+  // `graph_live` (may be null): the graph's word that holds `category` while it lives
+  // (GraphStats::live).
   void begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-             std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay);
+             std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay,
+             const std::atomic<uint32_t> *graph_live = nullptr);
   // After the real launch: records the end event and hands the pair to the reaper. For every
   // launch that opened a window on its stream (stream_watch.hpp), timed or not, it closes it;
   // a timed replay that met another thread's launch there is not timed ("stream shared").
@@ -381,7 +389,10 @@ class Engine {
   // The caller holds the engine mutex across a real context call (lock()/unlock()).
   void lock() { common::lock_ours(&mutex_); }  // held_here.hpp: the exit hooks take it too
   void unlock() { common::unlock_ours(&mutex_); }
-  // drop_* under a held lock.
+  // drop_* under a held lock. `destroy_events` true: before the context-ending call, while the
+  // context lives; false: after it (the context ended, or the call did not return), no CUDA
+  // call — then the rows of statistics of the context's graphs are no longer live ones
+  // (stats_slot): the primary context's, for a device, once it is known.
   void drop_context_locked(CUcontext context, bool destroy_events);
   void drop_device_locked(int device, bool destroy_events);
   // The device of `context`, a live context (under lock()): its pool's, else asked of the driver
@@ -437,13 +448,6 @@ class Engine {
   }
   // The statistics row of `ordinal`; null when it has none. Under lock() only.
   const GraphStats *stats_for(uint32_t ordinal) const;
-  // Graph `ordinal` was destroyed (lock-free: the program's destroy calls it, and must not wait
-  // for a reaper that may be inside a driver call). Its row stays, for the summary's row of the
-  // destroyed graph, until a new graph finds no row free: then it goes to that graph, and what
-  // it held to the shared "(other timed graphs)" row (review KK1: the first 1,024 graphs ever
-  // timed kept every row, and a program that re-captures its graphs had each later graph's
-  // row, live ones included, at `0 -`).
-  void note_graph_destroyed(uint32_t ordinal);
 
   // A replay the caller decided not to time (lock-free: the launch path may call it).
   void not_timed(Untimed why) { count(why); }
@@ -493,13 +497,18 @@ class Engine {
   void release_pool(uint32_t slot, bool destroy_events);
   void mark_failed(uint32_t slot, Pool *pool, CUcontext context);
   bool ends_with_primary(uint32_t slot, int device) const;
-  GraphStats *stats_slot(uint32_t ordinal);
-  // The destroys noted since the last call mark their graphs' rows gone. Under the mutex.
-  void mark_destroyed_rows_locked();
-  // Whether `ordinal` is among the last kDestroyedNoted graphs destroyed: a graph's first
-  // replays are often read after its destroy (a loop that launches, synchronises and destroys
-  // runs ahead of the reaper), when marking found no row. Under the mutex.
-  bool destroyed_lately(uint32_t ordinal) const;
+  // The row of the pair's graph. A graph that is no longer live (destroyed, its handle reused,
+  // its context ended) keeps its row, for the summary's row of it, until a live graph finds
+  // none free: then that graph takes it, and what it held goes to the shared "(other timed
+  // graphs)" row (review KK1: the first 1,024 graphs ever timed kept every row for good, and a
+  // program that re-captures its graphs had each later graph's row, live ones included, at
+  // `0 -`). A live graph's row is never taken (least-recently-replayed eviction lost them,
+  // review MM-2). Null never; `other_` when nothing else.
+  GraphStats *stats_slot(const Pair &pair);
+  // `context` has ended: its graphs' rows are no longer live ones.
+  void rows_of_ended_context_locked(CUcontext context);
+  // Marks the rows of graphs that no longer live; the first such on `ordinal`'s probe path.
+  GraphStats *find_dead_row(uint32_t ordinal);
 
   EventApi api_;
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
@@ -528,14 +537,7 @@ class Engine {
   bool warned_api_ = false;
   GraphStats *stats_ = nullptr;  // kMaxTimedGraphs entries, mapped on first reap
   GraphStats other_;             // graphs without a row of their own (the engine is static)
-  // The last kDestroyedNoted destroys (note_graph_destroyed), a ring written without a lock:
-  // entry i holds (i + 1) << 32 | ordinal, so that a reader tells an entry written for i from
-  // one not written yet or already overwritten a lap later (both skipped: that graph's row is
-  // then only not given away). destroyed_read_: how far mark_destroyed_rows_locked has read.
-  static constexpr uint32_t kDestroyedNoted = 4096;
-  std::atomic<uint64_t> destroyed_[kDestroyedNoted] = {};
-  std::atomic<uint64_t> destroyed_count_{0};
-  uint64_t destroyed_read_ = 0;
+  uint64_t retired_seen_ = 0;    // g_graphs_retired when find_dead_row last looked at every row
   // Replays read while their context was being destroyed, for the next pass to deliver: the
   // reaper's, or where none runs a flush's or the exit's (gpu_timing.cpp). Written under the
   // mutex; the count is read without it (totals(): not delivered yet, so in flight).

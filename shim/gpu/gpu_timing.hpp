@@ -38,9 +38,10 @@ bool make_launch_ready();
 // reaper makes it). Cheap once one runs: one load.
 void start_reaper();
 inline void launch_begin(Ticket &ticket, CUstream stream, bool per_thread, const char *name,
-                         std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay) {
+                         std::atomic<uint32_t> *name_holds, uint32_t category, uint64_t replay,
+                         const std::atomic<uint32_t> *graph_live) {
   if (__builtin_expect(!t_launch_ready, 0) && !make_launch_ready()) return;
-  engine().begin(ticket, stream, per_thread, name, name_holds, category, replay);
+  engine().begin(ticket, stream, per_thread, name, name_holds, category, replay, graph_live);
 }
 inline void launch_end(Ticket &ticket, bool launched, bool left = false) {
   // Untimed, no pool to ask for, and no window open on a watched stream (stream_watch.hpp):
@@ -243,12 +244,6 @@ auto around_green_context_destroy(CUgreenCtx green, Call &&call) {
 // timed (Engine::note_green).
 inline void note_green_context(CUcontext context) {
   engine().note_green(context);
-}
-
-// Graph `ordinal` is about to be destroyed (lock-free): its row of statistics may go to a new
-// graph once none is free (Engine::note_graph_destroyed).
-inline void graph_destroyed(uint32_t ordinal) {
-  engine().note_graph_destroyed(ordinal);
 }
 
 // A successful cuDevicePrimaryCtxRetain (when timing may be on, as above): `context` is `device`'s

@@ -30,6 +30,11 @@ struct GraphLabel {
   char text[kMaxMessageLength + 1] = {};
 };
 
+// Raised (under the registry's mutex) each time a graph stops living, as its live_ordinal goes
+// to 0: GPU timing looks for rows of graphs no longer live only once it has changed, not at
+// every replay of a graph without a row (gpu_engine.cpp: Engine::stats_slot).
+inline constinit std::atomic<uint64_t> g_graphs_retired{0};
+
 // The first cache line holds all a launch touches — the label's message and colour are
 // copied here, so a launch reads the slot and this line and not the label (with 10,000 live
 // graphs each line is a cache miss). The label is read only when no message was registered.
@@ -55,6 +60,11 @@ struct alignas(64) GraphRecord {
   // took its report (a thread still launching at exit). Off the launch's cache line: rare.
   std::atomic<uint64_t> after_tool_report{0};
   std::atomic<uint32_t> generation{0};
+  // The ordinal while the graph lives (registered, neither destroyed nor replaced by its
+  // handle's next graph), 0 otherwise (g_graphs_retired above): GPU timing reads it, lock-free,
+  // to give a row of statistics that is no longer a live graph's to a new graph
+  // (gpu::GraphStats::live).
+  std::atomic<uint32_t> live_ordinal{0};
   // Below: written under the registry mutex only; never read on the launch path.
   const char *api = "";              // the function that instantiated it, or "launch"
   GraphRecord *next_free = nullptr;  // the pool's free list

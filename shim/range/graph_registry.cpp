@@ -428,6 +428,8 @@ void GraphRegistry::retire(GraphRecord &record) {
     forget_message(*label);
   if (!record.confirmed) unlink_unconfirmed(record);
   record.live = false;
+  record.live_ordinal.store(0, std::memory_order_relaxed);
+  g_graphs_retired.fetch_add(1, std::memory_order_release);
   GraphRecord *leaving = records_.retire(&record);
   if (!leaving) return;
   // Long destroyed: keep its totals for the summary, recycle it and its label.
@@ -534,6 +536,7 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
     return refuse(slot);
   }
   records_issued_.store(record->ordinal, std::memory_order_release);
+  record->live_ordinal.store(record->ordinal, std::memory_order_relaxed);
   note_room();  // registered: memory may have come back for a graph refused earlier
   // Last, released: a launch stalled in a replaced table may still hold this record's slot
   // word from its previous life, and find() takes a record whose handle matches as complete.
@@ -620,19 +623,17 @@ void GraphRegistry::on_instantiate(const void *exec, const char *api, const char
   create_record(exec, api, site, content, site_pending, true, scope_name);
 }
 
-uint32_t GraphRegistry::on_destroy(const void *exec) {
-  if (!exec) return 0;
+void GraphRegistry::on_destroy(const void *exec) {
+  if (!exec) return;
   Lock lock;
-  if (!lock.held()) return 0;
+  if (!lock.held()) return;
   Slot *slot = slot_of(reinterpret_cast<uintptr_t>(exec));
-  if (!slot) return 0;
+  if (!slot) return;
   GraphRecord *record = slot_record(*slot);
-  // Read before retire(), which may recycle the record for another graph.
-  const uint32_t ordinal = record ? record->ordinal : 0;
   if (record) retire(*record);
   vacate(*slot);
-  if (record) log_line(LogLevel::debug, "graph exec %p (graph %u) destroyed", exec, ordinal);
-  return ordinal;
+  if (record)
+    log_line(LogLevel::debug, "graph exec %p (graph %u) destroyed", exec, record->ordinal);
 }
 
 GraphRecord *GraphRegistry::register_at_launch(const void *exec, const char *site) {

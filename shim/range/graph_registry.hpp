@@ -169,8 +169,7 @@ class GraphRegistry {
                       bool site_pending, const char *scope_name = nullptr);
   // `exec` is about to be destroyed: its handle may be reused for another graph. (Refused:
   // not forgotten; an instantiation the shim sees that reuses the handle replaces its record.)
-  // Returns the ordinal of the graph it was (for GPU timing's rows), 0 when none was known.
-  uint32_t on_destroy(const void *exec);
+  void on_destroy(const void *exec);
   // A graph first seen at launch (instantiated before the shim could see it): past the
   // table's bound, the overflow record. Null only when refused (the launch goes without a
   // range).

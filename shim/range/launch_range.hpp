@@ -277,6 +277,8 @@ class LaunchRange {
   const char *message() const { return record_text(record_); }
   // The graph's current label; null when it has none (message() is then the record's name).
   const GraphLabel *label() const { return record_.label.load(std::memory_order_acquire); }
+  // The graph's word that says whether it still lives (GraphRecord::live_ordinal).
+  const std::atomic<uint32_t> *live_ordinal() const { return &record_.live_ordinal; }
 
   LaunchRange(const LaunchRange &) = delete;
   LaunchRange &operator=(const LaunchRange &) = delete;
@@ -301,8 +303,8 @@ class TimedReplay {
     // replay holds the label (the registry does not reuse it) until its time is read.
     const GraphLabel *label = range.label();
     gpu::launch_begin(ticket_, stream, per_thread, label ? label->text : range.message(),
-                      label ? &label->replays_in_flight : nullptr, range.category(),
-                      range.replay());
+                      label ? &label->replays_in_flight : nullptr, range.category(), range.replay(),
+                      range.live_ordinal());
   }
   void finish(bool launched) {
     const common::ErrnoKept errno_kept(thread_errno());  // after the real launch: its errno counts
@@ -451,8 +453,7 @@ FERRUM_REAL_STACK_FRAME inline auto destroy_and_forget(Exec exec, Call &&call) {
   if (!outermost.claimed()) return call();
   {
     const common::ErrnoKept errno_kept;  // errno_kept.hpp
-    const uint32_t ordinal = graph_registry().on_destroy(exec);
-    if (ordinal && gpu::timing_on()) gpu::graph_destroyed(ordinal);
+    graph_registry().on_destroy(exec);
   }
   return call();
 }

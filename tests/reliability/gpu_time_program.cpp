@@ -24,9 +24,13 @@
 //                     graphs instantiated and destroyed one after another while it runs; prints
 //                     in_flight_after_churn=<1 if graph 1's replay had not finished then>; then
 //                     one more graph launched once, everything synchronised.
-//   recapture N M     graph 1 (kept) launched once; then N graphs each made, launched once,
-//                     synchronised and destroyed (a program that re-captures its graphs); then
-//                     graph 1 and a new graph (kept too) launched M times each, synchronised.
+//   recapture N M K   K graphs (kept) launched once each; then N graphs each made, launched
+//                     once, synchronised and destroyed (a program that re-captures its graphs);
+//                     then each kept graph and a new one (kept too) launched M times,
+//                     synchronised.
+//   recontext N M     N rounds of: a new context, a graph made and launched once, synchronised,
+//                     the context destroyed (its graph with it, never destroyed itself); then a
+//                     new context and graph, launched M times, synchronised.
 //   default-streams N  two threads launch a graph each N times on their per-thread default
 //                     streams (CU_STREAM_PER_THREAD) at once, synchronised; then two contexts
 //                     launch a graph each N times on their legacy default streams (NULL),
@@ -173,6 +177,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -846,17 +851,35 @@ int main(int argc, char **argv) {
   } else if (mode == "recapture") {
     new_context();
     CUstream s = new_stream();
-    CUgraphExec kept = make_exec();
-    launch(kept, s);
+    const long kept_count = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 1;
+    std::vector<CUgraphExec> kept;
+    for (long i = 0; i < kept_count; ++i) {
+      kept.push_back(make_exec());
+      launch(kept.back(), s);
+    }
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
     for (long i = 0; i < n; ++i) {
       CUgraphExec exec = make_exec();
       launch(exec, s);
       check(cuStreamSynchronize(s), "cuStreamSynchronize");
       check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
     }
-    CUgraphExec last = make_exec();
-    launches(kept, s, m);
-    launches(last, s, m);
+    kept.push_back(make_exec());
+    for (CUgraphExec exec : kept) {
+      launches(exec, s, m);
+      check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    }
+  } else if (mode == "recontext") {
+    for (long i = 0; i < n; ++i) {
+      CUcontext context = new_context();
+      CUstream s = new_stream();
+      launch(make_exec(), s);
+      check(cuStreamSynchronize(s), "cuStreamSynchronize");
+      check(cuCtxDestroy(context), "cuCtxDestroy");
+    }
+    new_context();
+    CUstream s = new_stream();
+    launches(make_exec(), s, m);
     check(cuStreamSynchronize(s), "cuStreamSynchronize");
   } else if (mode == "default-streams") {
     // Two threads, each N launches of its own graph on its per-thread default stream, at once.

@@ -415,36 +415,65 @@ def replay_named_as_launched():
     expect_balanced(run_)
 
 
-def recaptured_graphs_keep_rows():
-    """F217 (review KK1): a program that re-captures its graphs — graph 1 kept, then 1,100 graphs
-    each made, launched once, synchronised and destroyed, then graph 1 and a new graph launched
-    200 times each. The summary's rows of GPU statistics (1,024) are not kept by graphs long
-    destroyed: both live graphs have their GPU time on their own row, the destroyed ones whose
-    row went to another graph are in "(other timed graphs)", and the rows add up to the GPU
-    line's count of timed replays. (Before: the first 1,024 graphs ever timed kept every row,
-    and the new graph's row read `0 -`.)"""
-    churn, repeats = 1100, 200
-    run_ = program("recapture", churn, repeats)
-    expect(run_.returncode == 0 and f"launches={churn + 1 + 2 * repeats} failed=0" in run_.stdout,
-           "program failed", run_)
+def timed_rows(run_):
+    """The summary, its rows by graph number, and the GPU count of "(other timed graphs)"; the
+    rows and that one add up to the GPU line's count of timed replays."""
     summary = one_summary(run_)
     rows = {int(r["graph"]): r for r in summary.rows}
-    kept, last = rows.get(1), rows.get(churn + 2)
-    expect(kept is not None and last is not None and int(kept["launches"]) == repeats + 1
-           and int(last["launches"]) == repeats, f"rows of graphs 1 and {churn + 2}: {kept}, {last}",
-           run_)
-    # Nearly all timed (the first launch finds no pool yet; a sanitizer's slow reaper may find
-    # a pool in use): what matters is that each live graph's time is on its row.
-    for row in (kept, last):
-        expect(int(row["gpu n"]) >= repeats // 2,
-               f"graph {row['graph']}'s GPU time is not on its row: {row}", run_)
     other = [line for line in run_.stderr.splitlines() if line.endswith("(other timed graphs)")]
-    expect(len(other) == 1, f"no '(other timed graphs)' row for the destroyed graphs: {other}",
-           run_)
-    on_rows = sum(int(r["gpu n"]) for r in summary.rows) + int(other[0].split()[4])
+    expect(len(other) <= 1, f"more than one '(other timed graphs)' row: {other}", run_)
+    shared = int(other[0].split()[4]) if other else 0
+    on_rows = sum(int(r["gpu n"]) for r in summary.rows) + shared
     expect(on_rows == summary.gpu["timed"],
            f"rows hold {on_rows} timed replays, the GPU line {summary.gpu}", run_)
     expect(summary.gpu["in_flight"] == 0, f"GPU line {summary.gpu}", run_)
+    return summary, rows, shared
+
+
+def live_rows_exact(run_, summary, rows, live):
+    """Each live graph's GPU time is on its own row: all of it when no replay went untimed."""
+    for graph in live:
+        row = rows.get(graph)
+        expect(row is not None, f"no row for live graph {graph}", run_)
+        exact = summary.gpu["not_timed"] == 0
+        expect(int(row["gpu n"]) == int(row["launches"]) if exact else int(row["gpu n"]) > 0,
+               f"graph {graph}'s GPU time is not on its row ({summary.gpu}): {row}", run_)
+
+
+def recaptured_graphs_keep_rows():
+    """F217 (review KK1, UU-5): a program that re-captures its graphs — 500 graphs kept, then
+    1,100 graphs each made, launched once, synchronised and destroyed, then every kept graph and
+    a new one launched 3 times. The summary's 1,024 rows of GPU statistics are not kept by
+    graphs long destroyed: every live graph has all its GPU time on its own row (its first
+    replay's too: an eviction of the least recently replayed would have moved that away), the
+    destroyed ones whose row went to another graph are in "(other timed graphs)", and the rows
+    add up to the GPU line's count of timed replays. (Before: the first 1,024 graphs ever timed
+    kept every row, and the new graph's row read `0 -`.)"""
+    kept, churn, repeats = 500, 1100, 3
+    run_ = program("recapture", churn, repeats, kept)
+    launched = kept + churn + (kept + 1) * repeats
+    expect(run_.returncode == 0 and f"launches={launched} failed=0" in run_.stdout,
+           "program failed", run_)
+    summary, rows, shared = timed_rows(run_)
+    last = kept + churn + 1
+    expect(rows.get(last) and int(rows[last]["launches"]) == repeats,
+           f"row of the new graph {last}: {rows.get(last)}", run_)
+    live_rows_exact(run_, summary, rows, [*range(1, kept + 1), last])
+    expect(shared > 0, "no destroyed graph's row went to another graph: nothing tested", run_)
+
+
+def ended_contexts_give_rows():
+    """F217 (review UU-2): 1,100 rounds of a context made, a graph launched once in it and the
+    context destroyed (the graph with it, never destroyed itself); then a new context's graph
+    launched 20 times. The graphs of contexts that ended give their rows of GPU statistics to
+    new graphs: the last graph's time is on its row. (Before: its row read `0 -`.)"""
+    rounds, repeats = 1100, 20
+    run_ = program("recontext", rounds, repeats)
+    expect(run_.returncode == 0 and f"launches={rounds + repeats} failed=0" in run_.stdout,
+           "program failed", run_)
+    summary, rows, shared = timed_rows(run_)
+    live_rows_exact(run_, summary, rows, [rounds + 1])
+    expect(shared > 0, "no ended context's graph gave its row: nothing tested", run_)
 
 
 def default_streams_apart():
@@ -1090,7 +1119,8 @@ SCENARIOS = {f.__name__: f for f in (
     green_context_never_current_on_two_threads, primary_reset_in_flight, burst_exhausts_pool,
     burst_mostly_timed, deep_queue_few_queries, long_run_keeps_lengths, release_asks_few,
     many_replays, many_replays_long, exit_in_flight,
-    replay_named_as_launched, recaptured_graphs_keep_rows, default_streams_apart, sink_layouts, sink_exits, sink_reenters,
+    replay_named_as_launched, recaptured_graphs_keep_rows, ended_contexts_give_rows,
+    default_streams_apart, sink_layouts, sink_exits, sink_reenters,
     context_end_delivers,
     shared_stream_times_own_replay, capture_untouched,
     fork_storm_never_hangs, fork_child_counts, main_thread_exits, fork_from_thread,

@@ -17,6 +17,7 @@
 #include "../../support/address_space.hpp"
 #include "gpu/gpu_engine.hpp"
 #include "gpu/gpu_timing.hpp"
+#include "range/graph_record.hpp"
 #include "support/settings.hpp"
 
 namespace gpu = ferrum_replay::shim::gpu;
@@ -216,6 +217,21 @@ struct Fixture {
   ferrum_replay_gpu_replay batch[2048];
   uint64_t replay = 0;
   std::atomic<uint32_t> holds{0};  // the label's count of replays in flight (launch's name)
+  // Graphs' liveness words (GraphRecord::live_ordinal): graph g lives while live[g] == g.
+  static constexpr uint32_t kGraphs = 4096;
+  std::atomic<uint32_t> live[kGraphs] = {};
+  // As the registry retires a graph: its word no longer holds its ordinal (0, or a later
+  // graph's that reused the record), and the count of retirements goes up.
+  void retire(uint32_t graph, uint32_t word = 0) {
+    live[graph] = word;
+    ferrum_replay::shim::g_graphs_retired.fetch_add(1);
+  }
+  // One timed replay of `graph` on stream 0x77, read at once.
+  void time_one(uint32_t graph) {
+    REQUIRE(launch(reinterpret_cast<CUstream>(0x77), true, false, graph));
+    driver.now += 1000000;
+    REQUIRE(reap() == 1);
+  }
 
   Fixture(uint32_t every = 1) {
     fake = &driver;
@@ -231,7 +247,8 @@ struct Fixture {
   bool launch(CUstream stream = reinterpret_cast<CUstream>(0x77), bool ok = true,
               bool per_thread = false, uint32_t graph = 1) {
     gpu::Ticket ticket;
-    engine->begin(ticket, stream, per_thread, "graph a", &holds, graph, ++replay);
+    engine->begin(ticket, stream, per_thread, "graph a", &holds, graph, ++replay,
+                  graph < kGraphs ? &live[graph] : nullptr);
     const bool timed = ticket.pool != nullptr;
     engine->end(ticket, ok);
     driver.end_record = false;  // a failed launch records no end event: the next is a start
@@ -320,90 +337,127 @@ TEST_CASE(
   f.engine->unlock();
 }
 
+// Reads a graph's row of statistics (count 0: no row) and the shared row's count.
+uint64_t row_count(gpu::Engine &engine, uint32_t graph) {
+  engine.lock();
+  const gpu::GraphStats *stats = engine.stats_for(graph);
+  const uint64_t count = stats ? stats->count : 0;
+  engine.unlock();
+  return count;
+}
+uint64_t shared_row_count(gpu::Engine &engine) {
+  uint64_t count = 0;
+  engine.lock();
+  engine.for_each_stats_locked([&](const gpu::GraphStats &stats) {
+    if (stats.ordinal == 0) count = stats.count;
+  });
+  engine.unlock();
+  return count;
+}
+
 TEST_CASE(
-    "gpu engine: a destroyed graph's row of statistics goes to a new graph once none is free; "
-    "live graphs keep theirs (review KK1)") {
+    "gpu engine: a graph no longer live gives its row of statistics to a new graph once none is "
+    "free; live graphs keep theirs (review KK1, UU-1)") {
   Fixture f;
   const auto stream = reinterpret_cast<CUstream>(0x77);
-  // One timed replay of `graph`, read at once.
-  auto time_one = [&](uint32_t graph) {
-    REQUIRE(f.launch(stream, true, false, graph));
-    f.driver.now += 1000000;
-    REQUIRE(f.reap() == 1);
-  };
-  auto count_of = [&](uint32_t graph) -> uint64_t {
-    f.engine->lock();
-    const gpu::GraphStats *stats = f.engine->stats_for(graph);
-    const uint64_t count = stats ? stats->count : 0;
-    f.engine->unlock();
-    return count;
-  };
-  auto shared_count = [&] {
-    uint64_t count = 0;
-    f.engine->lock();
-    f.engine->for_each_stats_locked([&](const gpu::GraphStats &stats) {
-      if (stats.ordinal == 0) count = stats.count;
-    });
-    f.engine->unlock();
-    return count;
-  };
+  auto count_of = [&](uint32_t graph) { return row_count(*f.engine, graph); };
+  for (uint32_t graph = 1; graph < Fixture::kGraphs; ++graph) f.live[graph] = graph;
   CHECK_FALSE(f.launch());  // the pool is requested
   f.reap();                 // and made
   // Every row taken: graphs 1 ... 1024, one replay each; 2 ... 11 then destroyed.
-  for (uint32_t graph = 1; graph <= gpu::kMaxTimedGraphs; ++graph) time_one(graph);
-  for (uint32_t graph = 2; graph <= 11; ++graph) f.engine->note_graph_destroyed(graph);
+  for (uint32_t graph = 1; graph <= gpu::kMaxTimedGraphs; ++graph) f.time_one(graph);
+  for (uint32_t graph = 2; graph <= 11; ++graph) f.retire(graph);
   CHECK(count_of(5) == 1);  // a destroyed graph keeps its row while none is needed
   // Ten new graphs get rows: the destroyed graphs', whose time goes to the shared row.
   for (uint32_t graph = 2000; graph < 2010; ++graph) {
-    time_one(graph);
-    time_one(graph);
+    f.time_one(graph);
+    f.time_one(graph);
     CHECK(count_of(graph) == 2);
   }
   for (uint32_t graph = 2; graph <= 11; ++graph) CHECK(count_of(graph) == 0);
-  CHECK(shared_count() == 10);
+  CHECK(shared_row_count(*f.engine) == 10);
   CHECK(count_of(1) == 1);  // live graphs keep theirs
   CHECK(count_of(12) == 1);
-  time_one(1);
+  f.time_one(1);
   CHECK(count_of(1) == 2);
-  // No destroyed graph's row left: an eleventh new graph shares the shared row ...
-  time_one(2010);
+  // No dead graph's row left: an eleventh new graph shares the shared row ...
+  f.time_one(2010);
   CHECK(count_of(2010) == 0);
-  CHECK(shared_count() == 11);
+  CHECK(shared_row_count(*f.engine) == 11);
   // ... and so does a late replay of a destroyed graph whose row went (it takes no row back).
-  time_one(3);
+  f.time_one(3);
   CHECK(count_of(3) == 0);
-  CHECK(shared_count() == 12);
+  CHECK(shared_row_count(*f.engine) == 12);
   // A graph destroyed before its replay is read (a loop that launches, synchronises and
-  // destroys runs ahead of the reaper) takes no destroyed graph's row: graph 13's is there.
-  f.engine->note_graph_destroyed(13);
+  // destroys runs ahead of the reaper) takes no dead graph's row, though graph 13's is there.
+  f.retire(13);
   REQUIRE(f.launch(stream, true, false, 2011));
-  f.engine->note_graph_destroyed(2011);
+  f.retire(2011);
   f.driver.now += 1000000;
   REQUIRE(f.reap() == 1);
   CHECK(count_of(2011) == 0);
   CHECK(count_of(13) == 1);
-  CHECK(shared_count() == 13);
-  time_one(2012);  // a live one does
+  CHECK(shared_row_count(*f.engine) == 13);
+  f.time_one(2012);  // a live one does
   CHECK(count_of(2012) == 1);
   CHECK(count_of(13) == 0);
-  CHECK(shared_count() == 14);
+  CHECK(shared_row_count(*f.engine) == 14);
+  // A record reused for another graph (its destroy long past, or its handle instantiated anew)
+  // holds another ordinal: graph 14 no longer lives.
+  f.retire(14, 3999);
+  f.time_one(2013);
+  CHECK(count_of(2013) == 1);
+  CHECK(count_of(14) == 0);
+  CHECK(shared_row_count(*f.engine) == 15);
 }
 
-TEST_CASE("gpu engine: a graph destroyed before its first replay is read gets its row marked") {
+TEST_CASE(
+    "gpu engine: the graphs of a context that ended give their rows of statistics to new graphs "
+    "(review UU-2)") {
   Fixture f;
-  CHECK_FALSE(f.launch());
-  f.reap();
   const auto stream = reinterpret_cast<CUstream>(0x77);
-  REQUIRE(f.launch(stream, true, false, 7));
-  f.engine->note_graph_destroyed(7);
-  f.driver.now += 1000000;
-  REQUIRE(f.reap() == 1);
+  const auto first = reinterpret_cast<CUcontext>(0x100),
+             second = reinterpret_cast<CUcontext>(0x200),
+             primary = reinterpret_cast<CUcontext>(0x300);
+  auto in_context = [&](CUcontext context) {
+    f.driver.current = context;
+    f.launch(stream, true, false, 0);  // asks for the context's pool (graph 0: no row)
+    f.reap();
+  };
+  auto count_of = [&](uint32_t graph) { return row_count(*f.engine, graph); };
+  for (uint32_t graph = 1; graph < Fixture::kGraphs; ++graph) f.live[graph] = graph;
+  // Rows: graphs 1 ... 1022 in `first`, 1023 in the device's primary context, 1024 in `second`.
+  in_context(first);
+  for (uint32_t graph = 1; graph <= 1022; ++graph) f.time_one(graph);
+  f.engine->note_primary(0, primary);
+  in_context(primary);
+  f.time_one(1023);
+  in_context(second);
+  f.time_one(1024);
+  const uint64_t shared_before = shared_row_count(*f.engine);
+  // `first` destroyed (its graphs never were): after the call, their rows are dead ones.
   f.engine->lock();
-  const gpu::GraphStats *stats = f.engine->stats_for(7);
-  REQUIRE(stats != nullptr);
-  CHECK(stats->count == 1);
-  CHECK(stats->gone);
+  f.engine->drop_context_locked(first, true);
+  f.engine->drop_context_locked(first, false);
   f.engine->unlock();
+  for (uint32_t graph = 1025; graph <= 2046; ++graph) {
+    f.time_one(graph);
+    CHECK(count_of(graph) == 1);
+  }
+  CHECK(count_of(1023) == 1);  // other contexts' graphs keep theirs
+  CHECK(count_of(1024) == 1);
+  f.time_one(2047);  // none dead left
+  CHECK(count_of(2047) == 0);
+  CHECK(shared_row_count(*f.engine) == shared_before + 1022 + 1);
+  // The primary context's last release (after the call): graph 1023's row is a dead one.
+  f.engine->lock();
+  f.engine->drop_device_locked(0, false);
+  f.engine->unlock();
+  f.time_one(2048);
+  CHECK(count_of(2048) == 1);
+  CHECK(count_of(1023) == 0);
+  CHECK(count_of(1024) == 1);
+  CHECK(shared_row_count(*f.engine) == shared_before + 1022 + 1 + 1);
 }
 
 TEST_CASE("gpu engine: a failed launch asks for no pool: dead contexts never take the slots") {
