@@ -747,7 +747,6 @@ void Engine::drop_context_locked(CUcontext context, bool destroy_events) {
       if (keys_[i].load(std::memory_order_acquire) != context) continue;  // forgotten meanwhile
       release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
     }
-  if (!destroy_events) rows_of_ended_context_locked(context);
 }
 
 void Engine::note_primary(int device, CUcontext context) {
@@ -778,8 +777,6 @@ void Engine::drop_device_locked(int device, bool destroy_events) {
     if (!keys_[i].load(std::memory_order_acquire)) continue;  // forgotten meanwhile
     release_pool(i, destroy_events && !stopped_.load(std::memory_order_relaxed));
   }
-  if (!destroy_events && device >= 0 && device < kMaxDevices)
-    rows_of_ended_context_locked(primary_[device].load(std::memory_order_acquire));
 }
 
 void Engine::harvest_device_locked(int device) {
@@ -853,7 +850,12 @@ GraphStats *Engine::stats_slot(const Pair &pair) {
   GraphStats *taken = nullptr;
   for (uint32_t probe = 0; probe < kMaxTimedGraphs; ++probe) {
     GraphStats &entry = stats_[index];
-    if (entry.ordinal == ordinal) return &entry;
+    if (entry.ordinal == ordinal) {
+      // A replay in another context than the row's first (a driver that allows it): the row
+      // no longer goes with either context's end.
+      if (entry.context != pair.context) entry.context = nullptr;
+      return &entry;
+    }
     if (entry.ordinal == 0) {
       taken = &entry;
       break;
@@ -885,7 +887,9 @@ GraphStats *Engine::find_dead_row(uint32_t ordinal) {
     retired_seen_ = retired;
     for (uint32_t i = 0; i < kMaxTimedGraphs; ++i) {
       GraphStats &row = stats_[i];
-      if (row.live && row.live->load(std::memory_order_relaxed) != row.ordinal) row.dead = true;
+      // A dead row's word is never read again: its record may be reused meanwhile.
+      if (!row.dead && row.live && row.live->load(std::memory_order_relaxed) != row.ordinal)
+        row.dead = true;
     }
   }
   // The first on the probe path, so that lookups still find every row (no slot on the way was
@@ -902,6 +906,11 @@ void Engine::rows_of_ended_context_locked(CUcontext context) {
   if (!stats_ || !context) return;
   for (uint32_t i = 0; i < kMaxTimedGraphs; ++i)
     if (stats_[i].ordinal && stats_[i].context == context) stats_[i].dead = true;
+}
+
+void Engine::rows_of_ended_primary_locked(int device) {
+  if (device >= 0 && device < kMaxDevices)
+    rows_of_ended_context_locked(primary_[device].load(std::memory_order_acquire));
 }
 
 const GraphStats *Engine::stats_for(uint32_t ordinal) const {

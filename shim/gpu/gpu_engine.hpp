@@ -160,12 +160,12 @@ struct Pair {
   // default stream per thread and context (ferrum_replay_gpu_replay's `context`, `thread`).
   CUcontext context = nullptr;
   uint32_t thread = 0;
+  uint32_t category = 0;  // beside `thread`: a pair stays 96 bytes (VV-5)
   // The graph's label text at launch (shim/range), read when the GPU has finished the replay,
   // and its owner's count of pairs that name it (or null): raised while the pair holds the
   // name, so the registry never reuses a label a replay in flight still names (F77).
   const char *name = "";
   std::atomic<uint32_t> *name_holds = nullptr;
-  uint32_t category = 0;
   const std::atomic<uint32_t> *graph_live = nullptr;  // GraphStats::live
   uint64_t replay = 0;
   // Who enqueued it, and when: the launching thread's ordinal (0 for none yet) and its count of
@@ -173,6 +173,7 @@ struct Pair {
   uint32_t launcher = 0;
   uint64_t order = 0;
 };
+static_assert(sizeof(Pair) == 96, "a launch claims and writes a pair: no more lines than needed");
 
 // A stream runs its work in the order it was enqueued, so once a replay a thread enqueued on a
 // stream has not finished, neither have the replays that thread enqueued there after it. A pass
@@ -389,12 +390,14 @@ class Engine {
   // The caller holds the engine mutex across a real context call (lock()/unlock()).
   void lock() { common::lock_ours(&mutex_); }  // held_here.hpp: the exit hooks take it too
   void unlock() { common::unlock_ours(&mutex_); }
-  // drop_* under a held lock. `destroy_events` true: before the context-ending call, while the
-  // context lives; false: after it (the context ended, or the call did not return), no CUDA
-  // call — then the rows of statistics of the context's graphs are no longer live ones
-  // (stats_slot): the primary context's, for a device, once it is known.
+  // drop_* under a held lock.
   void drop_context_locked(CUcontext context, bool destroy_events);
   void drop_device_locked(int device, bool destroy_events);
+  // `context` has ended for sure (the call that ends it succeeded; the driver says so): its
+  // graphs' rows of statistics are no longer live ones (stats_slot). Under lock(). For a device,
+  // its primary context's, once known (note_primary).
+  void rows_of_ended_context_locked(CUcontext context);
+  void rows_of_ended_primary_locked(int device);
   // The device of `context`, a live context (under lock()): its pool's, else asked of the driver
   // with the context pushed (cuCtxGetDevice); -1 when neither says.
   int device_of_locked(CUcontext context);
@@ -505,8 +508,6 @@ class Engine {
   // `0 -`). A live graph's row is never taken (least-recently-replayed eviction lost them,
   // review MM-2). Null never; `other_` when nothing else.
   GraphStats *stats_slot(const Pair &pair);
-  // `context` has ended: its graphs' rows are no longer live ones.
-  void rows_of_ended_context_locked(CUcontext context);
   // Marks the rows of graphs that no longer live; the first such on `ordinal`'s probe path.
   GraphStats *find_dead_row(uint32_t ordinal);
 

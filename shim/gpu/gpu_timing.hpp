@@ -132,6 +132,9 @@ auto around_context_destroy(CUcontext context, Call &&call) {
   bool ended = true;
   ContextEndingClosed closed{timing, [&](bool returned) {
                                if (!returned || ended) timing.drop_context_locked(context, false);
+                               // Its graphs went with it: only when that is sure (a call that did
+                               // not return, cancelled in its wait, may have ended nothing).
+                               if (returned && ended) timing.rows_of_ended_context_locked(context);
                              }};
   auto result = call();
   ended = result == CUDA_SUCCESS;
@@ -150,19 +153,27 @@ auto around_primary_reset(CUdevice device, Call &&call) {
     timing.context_ending_locked(true);
     timing.unlock();
   }
-  ContextEndingClosed closed{timing, [&](bool) { timing.drop_device_locked(device, false); }};
+  bool ended = true;
+  ContextEndingClosed closed{timing, [&](bool returned) {
+                               timing.drop_device_locked(device, false);
+                               if (returned && ended) timing.rows_of_ended_primary_locked(device);
+                             }};
   auto result = call();
+  ended = result == CUDA_SUCCESS;
   closed.returned = true;
   return result;
 }
 // A release destroys the primary context only when it drops the last reference: asked after
-// the call (cuDevicePrimaryCtxGetState).
+// the call (cuDevicePrimaryCtxGetState). Active: the driver says so (unknown counts as gone, for
+// the pool); ended: the driver says it is not (unknown is not, for the rows of statistics).
 bool primary_context_active(CUdevice device);
+bool primary_context_ended(CUdevice device);
 // After a call that released `device`'s primary context, under the engine's mutex: if that was
 // its last reference (or the call did not return: it may have been), the context's pool goes,
 // without a CUDA call (the context may be gone).
 inline void forget_ended_primary_locked(Engine &timing, CUdevice device, bool returned) {
   if (!returned || !primary_context_active(device)) timing.drop_device_locked(device, false);
+  if (returned && primary_context_ended(device)) timing.rows_of_ended_primary_locked(device);
 }
 template <typename Call>
 auto around_primary_release(CUdevice device, Call &&call) {

@@ -428,7 +428,7 @@ void GraphRegistry::retire(GraphRecord &record) {
     forget_message(*label);
   if (!record.confirmed) unlink_unconfirmed(record);
   record.live = false;
-  record.live_ordinal.store(0, std::memory_order_relaxed);
+  record.live_ordinal.word.store(0, std::memory_order_relaxed);
   g_graphs_retired.fetch_add(1, std::memory_order_release);
   GraphRecord *leaving = records_.retire(&record);
   if (!leaving) return;
@@ -536,7 +536,7 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
     return refuse(slot);
   }
   records_issued_.store(record->ordinal, std::memory_order_release);
-  record->live_ordinal.store(record->ordinal, std::memory_order_relaxed);
+  record->live_ordinal.word.store(record->ordinal, std::memory_order_relaxed);
   note_room();  // registered: memory may have come back for a graph refused earlier
   // Last, released: a launch stalled in a replaced table may still hold this record's slot
   // word from its previous life, and find() takes a record whose handle matches as complete.

@@ -25,9 +25,14 @@
 //                     in_flight_after_churn=<1 if graph 1's replay had not finished then>; then
 //                     one more graph launched once, everything synchronised.
 //   recapture N M K   K graphs (kept) launched once each; then N graphs each made, launched
-//                     once, synchronised and destroyed (a program that re-captures its graphs);
-//                     then each kept graph and a new one (kept too) launched M times,
-//                     synchronised.
+//                     once, synchronised, its time read (ferrum_replay_gpu_flush, so that it
+//                     is read while the graph lives) and destroyed (a program that re-captures
+//                     its graphs); then each kept graph and a new one (kept too) launched M
+//                     times, synchronised and read.
+//   recapture-threads N T   T threads in one context, each with a kept graph and a stream of
+//                     its own: N times a graph made, launched, the kept graph launched, every
+//                     8th time synchronised, the graph destroyed (records reused while the
+//                     reaper reads).
 //   recontext N M     N rounds of: a new context, a graph made and launched once, synchronised,
 //                     the context destroyed (its graph with it, never destroyed itself); then a
 //                     new context and graph, launched M times, synchronised.
@@ -858,17 +863,40 @@ int main(int argc, char **argv) {
       launch(kept.back(), s);
     }
     check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    const ferrum_replay_gpu_flush_fn flush = flush_fn();
     for (long i = 0; i < n; ++i) {
       CUgraphExec exec = make_exec();
       launch(exec, s);
       check(cuStreamSynchronize(s), "cuStreamSynchronize");
+      if (flush) flush(nullptr);
       check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
     }
     kept.push_back(make_exec());
-    for (CUgraphExec exec : kept) {
+    for (CUgraphExec exec : kept) {  // read at once: a slow reader leaves the pool free
       launches(exec, s, m);
       check(cuStreamSynchronize(s), "cuStreamSynchronize");
+      if (flush) flush(nullptr);
     }
+  } else if (mode == "recapture-threads") {
+    const CUcontext context = new_context();
+    std::vector<std::thread> threads;
+    for (long t = 0; t < m; ++t)
+      threads.emplace_back([context, n] {
+        check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+        CUstream s = new_stream();
+        CUgraphExec kept = make_exec();
+        for (long i = 0; i < n; ++i) {  // g_launches is the main thread's plain count
+          CUgraphExec exec = make_exec();
+          if (cuGraphLaunch(exec, s) != CUDA_SUCCESS) g_failed_per_thread.fetch_add(1);
+          if (cuGraphLaunch(kept, s) != CUDA_SUCCESS) g_failed_per_thread.fetch_add(1);
+          if (i % 8 == 0) check(cuStreamSynchronize(s), "cuStreamSynchronize");
+          check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+        }
+        check(cuStreamSynchronize(s), "cuStreamSynchronize");
+      });
+    for (std::thread &thread : threads) thread.join();
+    g_launches += 2 * static_cast<unsigned long long>(n) * static_cast<unsigned long long>(m);
+    g_failed += g_failed_per_thread.load();
   } else if (mode == "recontext") {
     for (long i = 0; i < n; ++i) {
       CUcontext context = new_context();

@@ -462,6 +462,22 @@ def recaptured_graphs_keep_rows():
     expect(shared > 0, "no destroyed graph's row went to another graph: nothing tested", run_)
 
 
+def recaptured_on_threads():
+    """F217 (review VV-3): 4 threads in one context re-capture 1,500 graphs each (made, launched,
+    destroyed) beside a kept graph of their own: records are reused while the reaper reads the
+    rows' graphs (a sanitizer stage sees any race there). The run ends well, the rows add up to
+    the GPU line, and each thread's kept graph has its GPU time on its own row."""
+    per_thread, threads = 1500, 4
+    run_ = program("recapture-threads", per_thread, threads, timeout=300)
+    launched = 2 * per_thread * threads
+    expect(run_.returncode == 0 and f"launches={launched} failed=0" in run_.stdout,
+           "program failed", run_)
+    summary, rows, shared = timed_rows(run_)
+    kept = [r for r in summary.rows if int(r["launches"]) == per_thread]
+    expect(len(kept) == threads and all(int(r["gpu n"]) > 0 for r in kept),
+           f"the kept graphs' rows: {kept}", run_)
+
+
 def ended_contexts_give_rows():
     """F217 (review UU-2): 1,100 rounds of a context made, a graph launched once in it and the
     context destroyed (the graph with it, never destroyed itself); then a new context's graph
@@ -1119,7 +1135,8 @@ SCENARIOS = {f.__name__: f for f in (
     green_context_never_current_on_two_threads, primary_reset_in_flight, burst_exhausts_pool,
     burst_mostly_timed, deep_queue_few_queries, long_run_keeps_lengths, release_asks_few,
     many_replays, many_replays_long, exit_in_flight,
-    replay_named_as_launched, recaptured_graphs_keep_rows, ended_contexts_give_rows,
+    replay_named_as_launched, recaptured_graphs_keep_rows, recaptured_on_threads,
+    ended_contexts_give_rows,
     default_streams_apart, sink_layouts, sink_exits, sink_reenters,
     context_end_delivers,
     shared_stream_times_own_replay, capture_untouched,

@@ -435,10 +435,12 @@ TEST_CASE(
   in_context(second);
   f.time_one(1024);
   const uint64_t shared_before = shared_row_count(*f.engine);
-  // `first` destroyed (its graphs never were): after the call, their rows are dead ones.
+  // `first` destroyed (its graphs never were): after the call, their rows are dead ones (the
+  // hooks' decision of when that is sure: the next test case).
   f.engine->lock();
   f.engine->drop_context_locked(first, true);
   f.engine->drop_context_locked(first, false);
+  f.engine->rows_of_ended_context_locked(first);
   f.engine->unlock();
   for (uint32_t graph = 1025; graph <= 2046; ++graph) {
     f.time_one(graph);
@@ -452,6 +454,7 @@ TEST_CASE(
   // The primary context's last release (after the call): graph 1023's row is a dead one.
   f.engine->lock();
   f.engine->drop_device_locked(0, false);
+  f.engine->rows_of_ended_primary_locked(0);
   f.engine->unlock();
   f.time_one(2048);
   CHECK(count_of(2048) == 1);
@@ -1001,6 +1004,65 @@ TEST_CASE(
   f.launch();
   f.reap();
   CHECK(f.launch());
+}
+
+TEST_CASE(
+    "gpu timing: only a context-ending call that succeeded ends its graphs' rows of statistics "
+    "(review VV-1)") {
+  // The process's own engine, as the hooks use it; graph numbers no other case times.
+  FakeDriver driver;
+  fake = &driver;
+  gpu::configure(true, 1);
+  gpu::Engine &timing = gpu::engine();
+  timing.set_api(fake_api());
+  const auto context = reinterpret_cast<CUcontext>(0x100);
+  const auto stream = reinterpret_cast<CUstream>(0x77);
+  std::atomic<uint32_t> live{7001};
+  ferrum_replay_gpu_replay batch[64];
+  bool more = false;
+  uint64_t replay = 0;
+  auto time_one = [&] {
+    gpu::Ticket ticket;
+    timing.begin(ticket, stream, false, "g", nullptr, 7001, ++replay, &live);
+    timing.end(ticket, true);
+    driver.now += 1000000;
+    timing.reap_pass(batch, 64, &more);
+  };
+  auto dead = [&] {
+    timing.lock();
+    const gpu::GraphStats *stats = timing.stats_for(7001);
+    const bool answer = stats && stats->dead;
+    const bool has_row = stats != nullptr;
+    timing.unlock();
+    CHECK(has_row);
+    return answer;
+  };
+  driver.current = context;
+  time_one();  // asks for the pool
+  time_one();
+  REQUIRE_FALSE(dead());
+  // Refused (the context lives on): its graphs keep their rows.
+  CHECK(gpu::around_context_destroy(context, [] { return CUDA_ERROR_INVALID_VALUE; }) ==
+        CUDA_ERROR_INVALID_VALUE);
+  CHECK_FALSE(dead());
+  // Left without returning (a cancellation in its wait, here an exception): it may have ended
+  // nothing, so the rows stay.
+  time_one();
+  time_one();
+  CHECK_THROWS(gpu::around_context_destroy(context, []() -> CUresult { throw 1; }));
+  CHECK_FALSE(dead());
+  // A reset of the device refused, its primary context known: the same.
+  timing.note_primary(0, context);
+  time_one();  // the pool again (the refused destroy took it)
+  time_one();
+  CHECK(gpu::around_primary_reset(0, [] { return CUDA_ERROR_INVALID_VALUE; }) ==
+        CUDA_ERROR_INVALID_VALUE);
+  CHECK_FALSE(dead());
+  // Done: its graphs went with it.
+  CHECK(gpu::around_context_destroy(context, [] { return CUDA_SUCCESS; }) == CUDA_SUCCESS);
+  CHECK(dead());
+  gpu::configure(false, 1);
+  fake = nullptr;
 }
 
 TEST_CASE(
