@@ -852,8 +852,12 @@ GraphStats *Engine::stats_slot(const Pair &pair) {
     GraphStats &entry = stats_[index];
     if (entry.ordinal == ordinal) {
       // A replay in another context than the row's first (a driver that allows it): the row
-      // no longer goes with either context's end.
-      if (entry.context != pair.context) entry.context = nullptr;
+      // no longer goes with either context's end — nor went with the first's, if the graph
+      // still lives (review WW-1).
+      if (entry.context != pair.context) {
+        entry.context = nullptr;
+        if (entry.dead && graph_lives(pair)) entry.dead = false;
+      }
       return &entry;
     }
     if (entry.ordinal == 0) {
@@ -865,10 +869,10 @@ GraphStats *Engine::stats_slot(const Pair &pair) {
   if (!taken) {
     // Every row taken: a graph no longer live gives its row to this one — unless this graph is
     // no longer live either (a replay read after its destroy). More live timed graphs than
-    // rows share `other_`.
-    const bool lives =
-        !pair.graph_live || pair.graph_live->load(std::memory_order_relaxed) == ordinal;
-    taken = lives ? find_dead_row(ordinal) : nullptr;
+    // rows share `other_`. The count of retirements first: this graph retired after its
+    // liveness was read moves it, and the next look sees this row (review WW-2).
+    const uint64_t retired = g_graphs_retired.load(std::memory_order_acquire);
+    taken = graph_lives(pair) ? find_dead_row(ordinal, retired) : nullptr;
     if (!taken) return &other_;
     other_.merge(*taken);
   }
@@ -879,10 +883,13 @@ GraphStats *Engine::stats_slot(const Pair &pair) {
   return taken;
 }
 
-GraphStats *Engine::find_dead_row(uint32_t ordinal) {
+bool Engine::graph_lives(const Pair &pair) {
+  return !pair.graph_live || pair.graph_live->load(std::memory_order_relaxed) == pair.category;
+}
+
+GraphStats *Engine::find_dead_row(uint32_t ordinal, uint64_t retired) {
   // Each row's graph is asked (a load through its record: a cache miss each) only when a graph
   // stopped living since the last time, not at every replay of a graph beyond the rows.
-  const uint64_t retired = g_graphs_retired.load(std::memory_order_acquire);
   if (retired != retired_seen_) {
     retired_seen_ = retired;
     for (uint32_t i = 0; i < kMaxTimedGraphs; ++i) {

@@ -508,8 +508,12 @@ class Engine {
   // `0 -`). A live graph's row is never taken (least-recently-replayed eviction lost them,
   // review MM-2). Null never; `other_` when nothing else.
   GraphStats *stats_slot(const Pair &pair);
-  // Marks the rows of graphs that no longer live; the first such on `ordinal`'s probe path.
-  GraphStats *find_dead_row(uint32_t ordinal);
+  // Marks the rows of graphs that no longer live (if `retired`, g_graphs_retired as read before
+  // the caller's look at its own graph, moved since the last time); the first such row on
+  // `ordinal`'s probe path, or null.
+  GraphStats *find_dead_row(uint32_t ordinal, uint64_t retired);
+  // Whether the pair's graph still lives (its word holds its ordinal; no word: taken for live).
+  static bool graph_lives(const Pair &pair);
 
   EventApi api_;
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;

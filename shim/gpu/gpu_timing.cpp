@@ -610,26 +610,12 @@ void start_reaper() {
   common::unlock_ours(&g_life_mutex);
 }
 
-namespace {
-// 1: the driver says `device`'s primary context is active, 0: that it is not, -1: unknown.
 int primary_context_state(CUdevice device) {
   auto state = g_primary_state.get();
   unsigned flags = 0;
   int active = 0;
   if (!state || state(device, &flags, &active) != CUDA_SUCCESS) return -1;
   return active ? 1 : 0;
-}
-}  // namespace
-
-bool primary_context_active(CUdevice device) {
-  // Unknown counts as gone: forgetting a pool costs a few untimed replays, a call into a dead
-  // context could cost the program.
-  return primary_context_state(device) == 1;
-}
-
-bool primary_context_ended(CUdevice device) {
-  // Unknown does not: a live graph's row given away costs its statistics.
-  return primary_context_state(device) == 0;
 }
 
 namespace {

@@ -164,16 +164,18 @@ auto around_primary_reset(CUdevice device, Call &&call) {
   return result;
 }
 // A release destroys the primary context only when it drops the last reference: asked after
-// the call (cuDevicePrimaryCtxGetState). Active: the driver says so (unknown counts as gone, for
-// the pool); ended: the driver says it is not (unknown is not, for the rows of statistics).
-bool primary_context_active(CUdevice device);
-bool primary_context_ended(CUdevice device);
+// the call (cuDevicePrimaryCtxGetState). 1: active, 0: not, -1: the driver did not say.
+int primary_context_state(CUdevice device);
 // After a call that released `device`'s primary context, under the engine's mutex: if that was
 // its last reference (or the call did not return: it may have been), the context's pool goes,
 // without a CUDA call (the context may be gone).
 inline void forget_ended_primary_locked(Engine &timing, CUdevice device, bool returned) {
-  if (!returned || !primary_context_active(device)) timing.drop_device_locked(device, false);
-  if (returned && primary_context_ended(device)) timing.rows_of_ended_primary_locked(device);
+  const int state = returned ? primary_context_state(device) : -1;
+  // Unknown counts as gone for the pool (forgetting one costs a few untimed replays, a call into
+  // a dead context could cost the program), not for the graphs' rows (a live graph's row given
+  // away costs its statistics).
+  if (state != 1) timing.drop_device_locked(device, false);
+  if (state == 0) timing.rows_of_ended_primary_locked(device);
 }
 template <typename Call>
 auto around_primary_release(CUdevice device, Call &&call) {

@@ -35,27 +35,10 @@ struct GraphLabel {
 // every replay of a graph without a row (gpu_engine.cpp: Engine::stats_slot).
 inline constinit std::atomic<uint64_t> g_graphs_retired{0};
 
-// GraphRecord::live_ordinal's storage: an atomic word that no constructor writes. The registry's
-// pool constructs a record anew in place when it reuses it, while GPU timing may still read the
-// word of the graph the record was (a row of statistics keeps a pointer to it): a constructor's
-// plain store there raced with those atomic loads (review VV-3). Chunks are mapped zeroed (the
-// overflow record's storage is static); from then on the word is written by atomic stores only.
-struct LiveOrdinal {
-  LiveOrdinal() {}  // leaves the word as it is
-  ~LiveOrdinal() {}
-  union {
-    std::atomic<uint32_t> word;
-  };
-};
-
 // The first cache line holds all a launch touches — the label's message and colour are
 // copied here, so a launch reads the slot and this line and not the label (with 10,000 live
 // graphs each line is a cache miss). The label is read only when no message was registered.
 struct alignas(64) GraphRecord {
-  // User-provided, so that `new (p) GraphRecord()` (the pool's reuse) does not zero the whole
-  // record first: every member has its initializer, and live_ordinal keeps its word.
-  GraphRecord() {}
-
   uint32_t ordinal = 0;            // 1, 2, 3... in registration order; 0 for the overflow record
   std::atomic<uint32_t> color{0};  // of the current label
   std::atomic<nvtxStringHandle_t> message{nullptr};  // of the current label
@@ -77,11 +60,15 @@ struct alignas(64) GraphRecord {
   // took its report (a thread still launching at exit). Off the launch's cache line: rare.
   std::atomic<uint64_t> after_tool_report{0};
   std::atomic<uint32_t> generation{0};
-  // The ordinal while the graph lives (registered, neither destroyed nor replaced by its
-  // handle's next graph), 0 otherwise (g_graphs_retired above): GPU timing reads it, lock-free,
-  // to give a row of statistics that is no longer a live graph's to a new graph
-  // (gpu::GraphStats::live).
-  LiveOrdinal live_ordinal;
+  // Holds the ordinal while the graph lives (registered, neither destroyed nor replaced by its
+  // handle's next graph nor forgotten), 0 otherwise (g_graphs_retired above): GPU timing reads
+  // it, lock-free, to give a row of statistics that is no longer a live graph's to a new graph
+  // (gpu::GraphStats::live). A word of the registry's, outside the record and made once for
+  // good (GraphRegistry::live_word_of): the pool constructs a record anew when it reuses it,
+  // while a row may still read the word of the graph it was — a word inside the record was
+  // rewritten by that constructor, racing with the reads (review VV-3, WW-3). Null: none could
+  // be had (no memory), and the graph counts as live for ever.
+  std::atomic<std::atomic<uint32_t> *> live_ordinal{nullptr};
   // Below: written under the registry mutex only; never read on the launch path.
   const char *api = "";              // the function that instantiated it, or "launch"
   GraphRecord *next_free = nullptr;  // the pool's free list
@@ -101,7 +88,7 @@ struct alignas(64) GraphRecord {
   // of a physically indexed cache's sets: with 10,000 graphs launched in turn those lines no
   // longer stayed in the core's L2. At 576 bytes they spread over all its sets (measured,
   // docs/performance.md: 10,000 graphs against one, 1.35x -> 1.13x on an Intel VM).
-  char spread_sets[56] = {};  // what the fields above leave of the ninth line
+  char spread_sets[48] = {};  // what the fields above leave of the ninth line
 };
 static_assert(offsetof(GraphRecord, rejected_pushes) + sizeof(uint64_t) <= 64,
               "what a launch touches fits in the record's first cache line");

@@ -134,6 +134,14 @@ T *ChunkPool<T>::retire(T *object) {
 }
 
 template <typename T>
+size_t ChunkPool<T>::index_of(const T *object) const {
+  for (size_t chunk = 0; chunk < kMaxChunks && chunks[chunk]; ++chunk)
+    if (object >= chunks[chunk] && object < chunks[chunk] + kChunkSize)
+      return chunk * kChunkSize + static_cast<size_t>(object - chunks[chunk]);
+  return SIZE_MAX;
+}
+
+template <typename T>
 void ChunkPool<T>::release(T *object) {
   object->next_free = free_head;
   free_head = object;
@@ -428,7 +436,8 @@ void GraphRegistry::retire(GraphRecord &record) {
     forget_message(*label);
   if (!record.confirmed) unlink_unconfirmed(record);
   record.live = false;
-  record.live_ordinal.word.store(0, std::memory_order_relaxed);
+  if (std::atomic<uint32_t> *word = record.live_ordinal.load(std::memory_order_relaxed))
+    word->store(0, std::memory_order_relaxed);
   g_graphs_retired.fetch_add(1, std::memory_order_release);
   GraphRecord *leaving = records_.retire(&record);
   if (!leaving) return;
@@ -442,6 +451,19 @@ void GraphRegistry::retire(GraphRecord &record) {
   leaving->in_use = false;
   records_.release(leaving);
   note_room();
+}
+
+std::atomic<uint32_t> *GraphRegistry::live_word_of(const GraphRecord *record) {
+  constexpr size_t kChunkSize = detail::ChunkPool<GraphRecord>::kChunkSize;
+  const size_t index = records_.index_of(record);
+  if (index == SIZE_MAX) return nullptr;
+  std::atomic<uint32_t> *&words = live_words_[index / kChunkSize];
+  if (!words) {
+    void *mapped = common::map_zeroed(kChunkSize * sizeof(std::atomic<uint32_t>));
+    if (!mapped) return nullptr;
+    words = new (mapped) std::atomic<uint32_t>[kChunkSize]();  // once: never made anew
+  }
+  return &words[index % kChunkSize];
 }
 
 GraphRecord &GraphRegistry::overflow() {
@@ -536,7 +558,10 @@ GraphRecord *GraphRegistry::create_record(const void *exec, const char *api, con
     return refuse(slot);
   }
   records_issued_.store(record->ordinal, std::memory_order_release);
-  record->live_ordinal.word.store(record->ordinal, std::memory_order_relaxed);
+  if (std::atomic<uint32_t> *word = live_word_of(record)) {
+    word->store(record->ordinal, std::memory_order_relaxed);
+    record->live_ordinal.store(word, std::memory_order_relaxed);  // published with the record
+  }
   note_room();  // registered: memory may have come back for a graph refused earlier
   // Last, released: a launch stalled in a replaced table may still hold this record's slot
   // word from its previous life, and find() takes a record whose handle matches as complete.

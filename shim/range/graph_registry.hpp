@@ -80,6 +80,8 @@ struct ChunkPool {
   // (now free for reuse, after the caller read what it needs), or null.
   T *retire(T *object);
   void release(T *object);  // back on the free list
+  // The index `object` has in the pool (at(index) == object), or SIZE_MAX if none.
+  size_t index_of(const T *object) const;
   T *at(size_t index) const {
     const size_t chunk = index / kChunkSize;
     return chunk < kMaxChunks && chunks[chunk] ? &chunks[chunk][index % kChunkSize] : nullptr;
@@ -318,6 +320,10 @@ class GraphRegistry {
   size_t live_slots_ = 0, dead_slots_ = 0;
   std::atomic<size_t> records_issued_{0};
   detail::ChunkPool<GraphRecord> records_;
+  // GraphRecord::live_ordinal's words, one per record index, a chunk at a time beside the
+  // records' chunks; made once (constructed when mapped) and never unmapped nor made anew.
+  std::atomic<uint32_t> *live_words_[detail::ChunkPool<GraphRecord>::kMaxChunks] = {};
+  std::atomic<uint32_t> *live_word_of(const GraphRecord *record);
   detail::ChunkPool<GraphLabel> labels_;
   // Labels out of their quarantine that a timed replay still in flight names (GPU timing reads
   // the name when the GPU has finished): released once none does. A list through next_free; at

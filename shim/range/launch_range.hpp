@@ -278,7 +278,9 @@ class LaunchRange {
   // The graph's current label; null when it has none (message() is then the record's name).
   const GraphLabel *label() const { return record_.label.load(std::memory_order_acquire); }
   // The graph's word that says whether it still lives (GraphRecord::live_ordinal).
-  const std::atomic<uint32_t> *live_ordinal() const { return &record_.live_ordinal.word; }
+  const std::atomic<uint32_t> *live_ordinal() const {
+    return record_.live_ordinal.load(std::memory_order_relaxed);
+  }
 
   LaunchRange(const LaunchRange &) = delete;
   LaunchRange &operator=(const LaunchRange &) = delete;

@@ -1007,6 +1007,42 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "gpu engine: a graph replayed in another context than the one that ended keeps its row "
+    "(review WW-1)") {
+  Fixture f;
+  const auto a = reinterpret_cast<CUcontext>(0x100), b = reinterpret_cast<CUcontext>(0x200);
+  auto dead = [&](uint32_t graph) {
+    f.engine->lock();
+    const gpu::GraphStats *stats = f.engine->stats_for(graph);
+    const bool answer = stats && stats->dead;
+    f.engine->unlock();
+    return answer;
+  };
+  f.live[5] = 5;
+  f.live[6] = 6;
+  for (CUcontext context : {a, b}) {  // both pools made
+    f.driver.current = context;
+    f.launch();
+    f.reap();
+  }
+  f.driver.current = a;
+  f.time_one(5);
+  f.time_one(6);
+  f.engine->lock();
+  f.engine->rows_of_ended_context_locked(a);
+  f.engine->unlock();
+  REQUIRE(dead(5));
+  REQUIRE(dead(6));
+  f.retire(6);  // destroyed too
+  f.driver.current = b;
+  f.time_one(5);  // alive in `b` (a driver that allows it)
+  f.time_one(6);  // a late replay of a destroyed graph
+  CHECK_FALSE(dead(5));
+  CHECK(row_count(*f.engine, 5) == 2);
+  CHECK(dead(6));
+}
+
+TEST_CASE(
     "gpu timing: only a context-ending call that succeeded ends its graphs' rows of statistics "
     "(review VV-1)") {
   // The process's own engine, as the hooks use it; graph numbers no other case times.
