@@ -51,7 +51,15 @@ struct alignas(64) GraphRecord {
   // Replay numbers handed out to threads, a block at a time (replay_numbers.hpp): not the
   // number of launches — replay_count() is.
   std::atomic<uint64_t> numbers_taken{0};
-  std::atomic<uint64_t> failed_launches{0};
+  // Holds the ordinal while the graph lives (registered, neither destroyed nor replaced by its
+  // handle's next graph nor forgotten), 0 otherwise (g_graphs_retired above): GPU timing reads
+  // it, lock-free, to give a row of statistics that is no longer a live graph's to a new graph
+  // (gpu::GraphStats::live); in this line, as a timed launch hands it over. A word of the
+  // registry's, outside the record and made once for good (GraphRegistry::live_word_of): the
+  // pool constructs a record anew when it reuses it, while a row may still read the word of the
+  // graph it was — a word inside the record was rewritten by that constructor, racing with the
+  // reads (review VV-3, WW-3). Null: none could be had (no memory); the graph counts as live.
+  std::atomic<std::atomic<uint32_t> *> live_ordinal{nullptr};
   std::atomic<uint64_t> rejected_pushes{0};
   // Handed out, then given back unused by a thread (replay_numbers.hpp); the ordinal the
   // record has now, readable by a thread that is not sure the record is still that graph's.
@@ -59,16 +67,8 @@ struct alignas(64) GraphRecord {
   // Launches whose push the NVTX tool answered FERRUM_REPLAY_PUSH_AFTER_REPORT: made after it
   // took its report (a thread still launching at exit). Off the launch's cache line: rare.
   std::atomic<uint64_t> after_tool_report{0};
+  std::atomic<uint64_t> failed_launches{0};  // off the first line: only a failed launch adds
   std::atomic<uint32_t> generation{0};
-  // Holds the ordinal while the graph lives (registered, neither destroyed nor replaced by its
-  // handle's next graph nor forgotten), 0 otherwise (g_graphs_retired above): GPU timing reads
-  // it, lock-free, to give a row of statistics that is no longer a live graph's to a new graph
-  // (gpu::GraphStats::live). A word of the registry's, outside the record and made once for
-  // good (GraphRegistry::live_word_of): the pool constructs a record anew when it reuses it,
-  // while a row may still read the word of the graph it was — a word inside the record was
-  // rewritten by that constructor, racing with the reads (review VV-3, WW-3). Null: none could
-  // be had (no memory), and the graph counts as live for ever.
-  std::atomic<std::atomic<uint32_t> *> live_ordinal{nullptr};
   // Below: written under the registry mutex only; never read on the launch path.
   const char *api = "";              // the function that instantiated it, or "launch"
   GraphRecord *next_free = nullptr;  // the pool's free list
