@@ -888,8 +888,8 @@ bool Engine::graph_lives(const Pair &pair) {
 }
 
 GraphStats *Engine::find_dead_row(uint32_t ordinal, uint64_t retired) {
-  // Each row's graph is asked (a load through its record: a cache miss each) only when a graph
-  // stopped living since the last time, not at every replay of a graph beyond the rows.
+  // Each row's graph is asked (a load of its word in the registry: a cache miss each) only when
+  // a graph stopped living since the last time, not at every replay of a graph beyond the rows.
   if (retired != retired_seen_) {
     retired_seen_ = retired;
     for (uint32_t i = 0; i < kMaxTimedGraphs; ++i) {

@@ -104,9 +104,9 @@ struct Histogram {
 struct GraphStats {
   uint32_t ordinal = 0;  // 0: free entry (the overflow record's times go to `other`)
   // Whether the graph still lives, for Engine::stats_slot to give the row of one that does not
-  // to a new graph once no row is free: `live` (the registry's GraphRecord::live_ordinal, never
-  // unmapped) holds `ordinal` while the graph lives; `dead` once seen not to (a graph does not
-  // come back: ordinals are not reused), or once its context ended.
+  // to a new graph once no row is free: `live` (the registry's word that GraphRecord::live_ordinal
+  // points to, never unmapped) holds `ordinal` while the graph lives; `dead` once seen not to (a
+  // graph does not come back: ordinals are not reused), or once its context ended.
   const std::atomic<uint32_t> *live = nullptr;  // null: taken for live (no registry: unit tests)
   CUcontext context = nullptr;                  // of its first replay read
   bool dead = false;
@@ -505,8 +505,9 @@ class Engine {
   // none free: then that graph takes it, and what it held goes to the shared "(other timed
   // graphs)" row (review KK1: the first 1,024 graphs ever timed kept every row for good, and a
   // program that re-captures its graphs had each later graph's row, live ones included, at
-  // `0 -`). A live graph's row is never taken (least-recently-replayed eviction lost them,
-  // review MM-2). Null never; `other_` when nothing else.
+  // `0 -`). A row is taken only from a graph seen no longer live, never for being replayed
+  // least lately (that eviction lost live graphs' rows, review MM-2); the limits of "seen" are
+  // in docs/gpu-time.md. Null never; `other_` when nothing else.
   GraphStats *stats_slot(const Pair &pair);
   // Marks the rows of graphs that no longer live (if `retired`, g_graphs_retired as read before
   // the caller's look at its own graph, moved since the last time); the first such row on
