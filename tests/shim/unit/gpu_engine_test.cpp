@@ -268,6 +268,29 @@ struct Fixture {
   }
 };
 
+// The process's own engine (gpu::engine()), as the hooks use it, on a fake driver; the fake and
+// the configuration go back however the case ends.
+struct ProcessEngine {
+  FakeDriver driver;
+  gpu::Engine &timing = start(driver);
+  ProcessEngine() = default;
+  ~ProcessEngine() {
+    gpu::configure(false, 1);
+    fake = nullptr;
+  }
+  ProcessEngine(const ProcessEngine &) = delete;
+  ProcessEngine &operator=(const ProcessEngine &) = delete;
+
+ private:
+  static gpu::Engine &start(FakeDriver &driver) {
+    fake = &driver;
+    gpu::configure(true, 1);
+    gpu::Engine &engine = gpu::engine();
+    engine.set_api(fake_api());
+    return engine;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("gpu histogram: buckets within 6.25 %, percentiles clamped to min and max") {
@@ -1045,12 +1068,9 @@ TEST_CASE(
 TEST_CASE(
     "gpu timing: only a context-ending call that succeeded ends its graphs' rows of statistics "
     "(review VV-1)") {
-  // The process's own engine, as the hooks use it; graph numbers no other case times.
-  FakeDriver driver;
-  fake = &driver;
-  gpu::configure(true, 1);
-  gpu::Engine &timing = gpu::engine();
-  timing.set_api(fake_api());
+  ProcessEngine process;  // graph numbers no other case times
+  FakeDriver &driver = process.driver;
+  gpu::Engine &timing = process.timing;
   const auto context = reinterpret_cast<CUcontext>(0x100);
   const auto stream = reinterpret_cast<CUstream>(0x77);
   std::atomic<uint32_t> live{7001};
@@ -1097,19 +1117,14 @@ TEST_CASE(
   // Done: its graphs went with it.
   CHECK(gpu::around_context_destroy(context, [] { return CUDA_SUCCESS; }) == CUDA_SUCCESS);
   CHECK(dead());
-  gpu::configure(false, 1);
-  fake = nullptr;
 }
 
 TEST_CASE(
     "gpu timing: the engine's mutex is free during the real context-ending call, which no "
     "reap pass disturbs") {
-  // The process's own engine, as the hooks use it.
-  FakeDriver driver;
-  fake = &driver;
-  gpu::configure(true, 1);
-  gpu::Engine &timing = gpu::engine();
-  timing.set_api(fake_api());
+  ProcessEngine process;
+  FakeDriver &driver = process.driver;
+  gpu::Engine &timing = process.timing;
   ferrum_replay_gpu_replay batch[64];
   bool more = false;
   gpu::Ticket first;
@@ -1156,8 +1171,6 @@ TEST_CASE(
   CHECK(driver.calls_on_dead == 0);
   timing.drop_context(reinterpret_cast<CUcontext>(0x100));
   timing.drop_context(reinterpret_cast<CUcontext>(0x300));
-  gpu::configure(false, 1);
-  fake = nullptr;
 }
 
 TEST_CASE(
