@@ -178,7 +178,10 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
   if (snap.depth_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.depth_drops) +
                  " ranges not recorded: the oldest of more than " + std::to_string(kMaxOpenFrames) +
-                 " open at once on one thread in one domain (droppedBeyondDepth)\n");
+                 " open at once on one thread in one domain, or of more than " +
+                 std::to_string(kOwnStackRoom) +
+                 " when the open ranges of all threads and domains filled their shared room of " +
+                 std::to_string(kSharedStackRoom) + " (droppedBeyondDepth)\n");
 
   if (settings.table) {
     std::string shown;

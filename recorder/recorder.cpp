@@ -159,7 +159,7 @@ ThreadBuffer *Recorder::register_thread() noexcept {
       idle_.pop_back();
     } else {
       buffer = new ThreadBuffer(tid, name, settings_.spill ? &spill_ : nullptr, &memory_budget_,
-                                &shim_domain_id_);
+                                &shim_domain_id_, &stack_room_);
     }
     threads_.push_back(buffer);
   } catch (const std::bad_alloc &) {
@@ -254,14 +254,26 @@ bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack, bool shim) noe
   // A signal handler's push or pop while the frames move touches nothing (ThreadBuffer::moving):
   // a reallocation frees the old frames, which a handler's push would otherwise write into.
   const ThreadBuffer::Moving moving(thread);
-  if (stack.frames.size() < kMaxOpenFrames)
-    return thread.grow(stack.frames,
-                       std::min(2 * stack.frames.size(), kMaxOpenFrames) + kSignalReserve + 1);
-  constexpr size_t kDropped = kMaxOpenFrames / 2;
-  stack.frames.erase(stack.frames.begin(), stack.frames.begin() + kDropped);
-  stack.dropped += kDropped;
-  depth_drops_.fetch_add(kDropped, std::memory_order_relaxed);
-  if (shim) shim_depth_drops_.fetch_add(kDropped, std::memory_order_relaxed);
+  if (stack.frames.size() < kMaxOpenFrames) {
+    switch (thread.grow(stack.frames,
+                        std::min(2 * stack.frames.size(), kMaxOpenFrames) + kSignalReserve + 1)) {
+      case ThreadBuffer::Growth::grown:
+        return true;
+      case ThreadBuffer::Growth::no_memory:
+        return false;
+      case ThreadBuffer::Growth::beyond_shared_room:
+        break;  // the room all stacks share is full: this one stops growing here
+    }
+  }
+  // The oldest half goes, at kMaxOpenFrames or where the shared room stopped this stack: at its
+  // own kOwnStackRoom (ThreadBuffer::grow), so dozens of frames go, room for more than
+  // kSignalReserve.
+  static_assert((kOwnStackRoom - kSignalReserve) / 2 > kSignalReserve + 1);
+  const size_t dropped = stack.frames.size() / 2;
+  stack.frames.erase(stack.frames.begin(), stack.frames.begin() + dropped);
+  stack.dropped += dropped;
+  depth_drops_.fetch_add(dropped, std::memory_order_relaxed);
+  if (shim) shim_depth_drops_.fetch_add(dropped, std::memory_order_relaxed);
   return true;
 }
 
@@ -329,6 +341,13 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
     thread.record(frame.start, end, frame.attrs, domain.id, depth);
   }
   stack->pop_back();
+  // A stack down to a quarter of its room gives back the shared room it no longer needs, so that
+  // the room all stacks share holds what is open, not what once was (a thread nesting 300 deep
+  // in 4,000 domains in turn would fill it: review MM-1). Not in a signal handler's pop: the
+  // interrupted push or pop holds a reference into this vector.
+  if (stack->capacity() > kOwnStackRoom && stack->size() < stack->capacity() / 4 &&
+      !activity.nested()) [[unlikely]]
+    thread.shrink(*stack);
   return static_cast<int>(depth);
 }
 
@@ -615,6 +634,9 @@ void Recorder::after_fork_in_child() {
     threads_.push_back(self);
   }
   memory_budget_.restart_after_fork();
+  // The other threads' stacks are the parent's (orphans_, never emptied here): their room is not
+  // the child's to count, this thread's is.
+  stack_room_.restart_after_fork(self ? self->shared_room_held() : 0);
   push_counter_.store(0, std::memory_order_relaxed);
   rejected_.store(0, std::memory_order_relaxed);
   pop_without_push_.store(0, std::memory_order_relaxed);

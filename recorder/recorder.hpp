@@ -24,20 +24,6 @@ namespace ferrum_replay::recorder {
 // (NVTX_NO_PUSH_POP_TRACKING) for "no tool attached"; -1 keeps the two distinguishable.
 inline constexpr int kRejected = -1;
 
-// Frames kept free on every stack beyond the open ones (Recorder::push_in_place): how deeply a
-// signal handler may nest ranges of its own within one push or pop of the thread it interrupts.
-inline constexpr size_t kSignalReserve = 16;
-// Open ranges one (thread, domain) stack keeps. A program that pushes without ever popping (a
-// loop whose error path skips the pop) would otherwise grow the recorder by a frame (40 bytes)
-// per push for ever — 5,000,000 such pushes took 275 MB — where without a tool NVTX costs it
-// nothing. A push that finds this many open gives up the oldest half of them
-// (make_room, counted in depth_drops): those are the ones never popped — real nesting is
-// tens deep — and the ranges the program goes on pushing and popping above them are recorded as
-// before. (Refusing the new pushes instead lost every later range of that thread and domain: a
-// leak never balances again.) The stack stops growing at this many frames and the room for
-// signal handlers' ranges (kSignalReserve).
-inline constexpr size_t kMaxOpenFrames = 16384;
-
 // The process's name as traces and the exit table show it, from /proc/self/cmdline's bytes
 // (arguments separated by NULs): argv[0]'s base name, not cut to 15 bytes like
 // /proc/self/comm; for a Python interpreter also its script's base name or "-m MODULE"
@@ -206,8 +192,8 @@ class Recorder {
   // a sampler's nested ranges were "beyond FERRUM_RECORD_MEMORY" (reviews OO-1, PP-1).
   int push_unframed(ThreadBuffer &thread, FrameStack *stack, bool shim, bool handler_room) noexcept;
   // Room on `stack` for a push and kSignalReserve more (push_in_place): the vector grown, or at
-  // kMaxOpenFrames its oldest half given up (FrameStack::dropped, depth_drops_). False when
-  // memory ran out.
+  // kMaxOpenFrames, or when the room all stacks share is full (kSharedStackRoom), its oldest half
+  // given up (FrameStack::dropped, depth_drops_). False when memory ran out.
   bool make_room(ThreadBuffer &thread, FrameStack &stack, bool shim) noexcept;
   bool should_reject(const nvtxDomainRegistration_st &domain) noexcept {
     // reject_target is only ever true when some rejection mode is active.
@@ -241,6 +227,7 @@ class Recorder {
   SpillFile spill_;
   GpuTracks gpu_;
   MemoryBudget memory_budget_;  // FERRUM_RECORD_MEMORY: events kept in memory before spilling
+  MemoryBudget stack_room_{kSharedStackRoom};  // frames beyond each stack's own (thread_buffer.hpp)
   GpuStatus gpu_status_;
   std::string gpu_domain_ = "ferrum-replay";
 
@@ -274,7 +261,7 @@ class Recorder {
   std::atomic<uint64_t> next_async_id_{1};  // start/end ranges' ids, process-wide
   std::atomic<uint64_t> end_unknown_{0};
   std::atomic<uint64_t> memory_drops_{0};  // beyond the threads' own (ThreadBuffer::memory_drops)
-  std::atomic<uint64_t> depth_drops_{0};   // ranges given up at kMaxOpenFrames
+  std::atomic<uint64_t> depth_drops_{0};   // ranges given up by make_room
   std::atomic<uint64_t> shim_depth_drops_{0};  // of depth_drops_, in the shim's domain
 };
 
@@ -308,7 +295,8 @@ int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&
   // Room for ranges a signal handler may push on this thread while this frame (or a pop's) is
   // being read or written: the vector does not move under it for kSignalReserve nested ranges
   // (and a nested push never moves it). Without the memory to keep that room, the push goes
-  // unframed: the room is the signal handlers'. At kMaxOpenFrames the oldest frames make room.
+  // unframed: the room is the signal handlers'. At kMaxOpenFrames (or with the room all stacks
+  // share full) the oldest frames make room.
   if (activity.nested() ? stack.size() == stack.capacity()
                         : stack.capacity() - stack.size() <= kSignalReserve &&
                               !make_room(thread, *frame_stack, is_shim_domain(domain.id)))

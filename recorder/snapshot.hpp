@@ -120,7 +120,8 @@ struct Snapshot {
   // Pushes, ranges, marks, start/end halves and GPU replays not recorded because memory ran out
   // (ThreadBuffer's memory rules, Recorder::count_memory_drop).
   uint64_t memory_drops = 0;
-  // Open ranges given up on a (thread, domain) stack that reached kMaxOpenFrames (recorder.hpp).
+  // Open ranges given up on a (thread, domain) stack that reached kMaxOpenFrames, or that found
+  // the room all stacks share full (kSharedStackRoom, thread_buffer.hpp).
   uint64_t depth_drops = 0;
   ProtocolErrors errors;
   // Of `errors`, the push/pop ones in the shim's domain (gpu_domain), when the recorder was told

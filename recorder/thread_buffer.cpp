@@ -42,14 +42,16 @@ void release_name_block(const NameBlock &block) {
 }
 
 ThreadBuffer::ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill,
-                           MemoryBudget *budget, const std::atomic<uint32_t> *shim_domain)
+                           MemoryBudget *budget, const std::atomic<uint32_t> *shim_domain,
+                           MemoryBudget *stack_room)
     : tid_(tid),
       initial_name_(std::move(initial_name)),
       head_(new_chunk(false)),
       tail_(head_),
       spill_(spill),
       budget_(budget),
-      shim_domain_(shim_domain) {
+      shim_domain_(shim_domain),
+      stack_room_(stack_room) {
   if (!head_) throw std::bad_alloc();
 }
 
@@ -108,14 +110,55 @@ FrameStack *ThreadBuffer::find_far(uint32_t domain_id) const {
   return at != far_stacks_.end() && at->first == domain_id ? at->second.get() : nullptr;
 }
 
-bool ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
+namespace {
+// The part of a stack's room that is taken from the room all stacks share.
+size_t beyond_own_room(size_t capacity) {
+  return capacity > kOwnStackRoom ? capacity - kOwnStackRoom : 0;
+}
+}  // namespace
+
+ThreadBuffer::Growth ThreadBuffer::grow(std::vector<Frame> &frames, size_t capacity) {
+  const size_t before = frames.capacity();
+  if (capacity <= before) return Growth::grown;
+  // Taken before the allocation, given back if it fails: two threads growing at once cannot
+  // both pass the bound.
+  uint64_t shared = stack_room_ ? beyond_own_room(capacity) - beyond_own_room(before) : 0;
+  if (shared != 0 && !stack_room_->take(shared)) {
+    // The shared room is full: a stack short of its own room still gets all of that.
+    if (before >= kOwnStackRoom) return Growth::beyond_shared_room;
+    capacity = kOwnStackRoom;
+    shared = 0;
+  }
   const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
   try {
-    frames.reserve(capacity);
-    return true;
+    frames.reserve(capacity);  // exactly `capacity` (a larger one would be room not counted)
   } catch (const std::bad_alloc &) {
-    return false;
+    if (shared != 0) stack_room_->give_back(shared);
+    return Growth::no_memory;
   }
+  shared_room_held_ += shared;
+  return Growth::grown;
+}
+
+void ThreadBuffer::shrink(std::vector<Frame> &frames) noexcept {
+  const size_t before = frames.capacity();
+  // Room for kSignalReserve more, as make_room keeps; grown again only once twice as deep.
+  const size_t target = std::max(kOwnStackRoom, 2 * frames.size() + kSignalReserve + 1);
+  if (target >= before) return;
+  const Moving moving(*this);          // the frames move: see moving()
+  const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
+  try {
+    std::vector<Frame> smaller;
+    smaller.reserve(target);
+    smaller.assign(frames.begin(), frames.end());
+    frames.swap(smaller);
+  } catch (const std::bad_alloc &) {
+    return;
+  }
+  if (!stack_room_) return;
+  const uint64_t freed = beyond_own_room(before) - beyond_own_room(target);
+  stack_room_->give_back(freed);
+  shared_room_held_ -= freed;
 }
 
 const char *ThreadBuffer::intern(std::string_view text) {
@@ -330,12 +373,17 @@ bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *ru
   events->shrink_to_fit();
   keep_first_chunk_only();
   runs_.clear();
+  // The ended thread's stacks are freed, not kept for the next thread: the room they took from
+  // the room all stacks share goes back to it (an idle buffer that kept a leak's room kept it
+  // from the threads that came later: review MM-1).
   for (FrameStack &stack : stacks_) {
-    stack.frames.clear();
+    std::vector<Frame>().swap(stack.frames);
     stack.unframed = 0;
     stack.dropped = 0;
   }
   far_stacks_.clear();  // the next thread's domains are its own
+  if (stack_room_) stack_room_->give_back(shared_room_held_);
+  shared_room_held_ = 0;
   *reentrant_drops += reentrant_drops_.exchange(0, std::memory_order_relaxed);
   *shim_reentrant_drops += shim_reentrant_drops_.exchange(0, std::memory_order_relaxed);
   *memory_drops += memory_drops_.exchange(0, std::memory_order_relaxed);

@@ -45,25 +45,62 @@
 
 namespace ferrum_replay::recorder {
 
-// The bytes of events the process keeps in memory beyond each thread's first chunk before its
-// threads spill (FERRUM_RECORD_MEMORY). Shared by every thread; taken once per chunk.
+// A bound shared by every thread, taken in parts: the bytes of events the process keeps in
+// memory beyond each thread's first chunk before its threads spill (FERRUM_RECORD_MEMORY, taken
+// once per chunk), and the frames of open-range stacks beyond each stack's own first ones
+// (kSharedStackRoom, recorder.hpp: taken as a stack grows, given back when its thread's buffer
+// is emptied).
 class MemoryBudget {
  public:
   explicit MemoryBudget(uint64_t limit) : limit_(limit) {}
-  // Takes `bytes` if they fit under the limit.
-  bool take(uint64_t bytes) {
+  // Takes `amount` if it fits under the limit.
+  bool take(uint64_t amount) {
     uint64_t used = used_.load(std::memory_order_relaxed);
-    while (bytes <= limit_ && used <= limit_ - bytes)
-      if (used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed)) return true;
+    while (amount <= limit_ && used <= limit_ - amount)
+      if (used_.compare_exchange_weak(used, used + amount, std::memory_order_relaxed)) return true;
     return false;
   }
-  // In a fork() child: the parent's chunks are no longer the child's to count.
-  void restart_after_fork() { used_.store(0, std::memory_order_relaxed); }
+  // What take() gave, no longer used.
+  void give_back(uint64_t amount) { used_.fetch_sub(amount, std::memory_order_relaxed); }
+  // In a fork() child: what the parent's other threads held is no longer the child's to count;
+  // `kept` is what the forking thread holds and takes into the child.
+  void restart_after_fork(uint64_t kept = 0) { used_.store(kept, std::memory_order_relaxed); }
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
 
  private:
   const uint64_t limit_;
   std::atomic<uint64_t> used_{0};
 };
+
+// Frames kept free on every stack beyond the open ones (Recorder::push_in_place): how deeply a
+// signal handler may nest ranges of its own within one push or pop of the thread it interrupts.
+inline constexpr size_t kSignalReserve = 16;
+// Open ranges one (thread, domain) stack keeps. A program that pushes without ever popping (a
+// loop whose error path skips the pop) would otherwise grow the recorder by a frame (56 bytes)
+// per push for ever — 5,000,000 such pushes took 275 MB — where without a tool NVTX costs it
+// nothing. A push that finds this many open gives up the oldest half of them
+// (make_room, counted in depth_drops): those are the ones never popped — real nesting is
+// tens deep — and the ranges the program goes on pushing and popping above them are recorded as
+// before. (Refusing the new pushes instead lost every later range of that thread and domain: a
+// leak never balances again.) The stack stops growing at this many frames and the room for
+// signal handlers' ranges (kSignalReserve).
+inline constexpr size_t kMaxOpenFrames = 16384;
+// The room of every (thread, domain) stack is its own up to this many frames; beyond, it is
+// taken from kSharedStackRoom, which all threads' stacks share. kMaxOpenFrames alone let leaks
+// multiply: leaked pushes on 16 threads in 16 domains took 246 MB, on 32 x 32 960 MB (review
+// LL-4). A first shared budget (88a77d5) counted every stack's room, kept after its ranges were
+// popped, and lost the ranges of correct programs — a thread using 4,000 domains in turn filled
+// it with room nobody used (review MM-1). So the first frames of each stack are its own (real
+// nesting is tens deep), and room beyond them goes back once the stack is down to a quarter of
+// it (Recorder::pop, ThreadBuffer::shrink) or its thread's buffer is emptied
+// (ThreadBuffer::give_up): the shared room holds what is open, not what once was.
+inline constexpr size_t kOwnStackRoom = 128;
+// The frames beyond their own room that all stacks of the process hold together: 28 MiB of
+// 56-byte frames, room for 32 stacks at kMaxOpenFrames. A stack that finds no more room to grow
+// into gives up its oldest half, as at kMaxOpenFrames (Recorder::make_room). What a leak on T
+// threads in D domains then holds is at most this plus T x D stacks of their own room (7 KB
+// each).
+inline constexpr size_t kSharedStackRoom = size_t{1} << 19;
 
 // An open range on a (thread, domain) stack. A rejected frame records nothing but keeps its
 // place so that the caller's matching pop is swallowed instead of closing someone else's range.
@@ -73,14 +110,15 @@ struct Frame {
   uint32_t depth;
   bool rejected;
 };
+static_assert(sizeof(Frame) == 56, "kSharedStackRoom's size in bytes (and docs/reliability.md)");
 
 // The open ranges of one (thread, domain). `unframed`: pushes that got no frame because the stack
 // could not grow (memory ran out). They are always the innermost — once one is unframed, every
 // push above it is too, until their pops have come — so each of them is matched by the next pop,
 // which closes nothing, and every frame below still meets its own pop.
-// `dropped`: the oldest open ranges given up at kMaxOpenFrames (recorder.hpp,
-// Recorder::make_room): below every frame, so their pops, should they come, are the last
-// and close nothing.
+// `dropped`: the oldest open ranges given up at kMaxOpenFrames or when kSharedStackRoom was full
+// (Recorder::make_room): below every frame, so their pops, should they come, are the last and
+// close nothing.
 struct FrameStack {
   std::vector<Frame> frames;
   uint32_t unframed = 0;
@@ -110,10 +148,13 @@ class ThreadBuffer {
   // `spill` may be null: then every event stays in memory. `budget` may be null: then every full
   // chunk is spilled (where `spill` is given). `shim_domain`: the id of the shim's domain
   // (Recorder::is_shim_domain), whose ranges dropped here are also counted on their own; may be
-  // null. Throws std::bad_alloc when even its first chunk cannot be mapped
-  // (Recorder::register_thread: the thread then records nothing).
+  // null. `stack_room`: the room all threads' open-range stacks share beyond each stack's first
+  // kOwnStackRoom frames (grow); null: none, each stack grows to kMaxOpenFrames. Throws
+  // std::bad_alloc when even its first chunk cannot be mapped (Recorder::register_thread: the
+  // thread then records nothing).
   ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill = nullptr,
-               MemoryBudget *budget = nullptr, const std::atomic<uint32_t> *shim_domain = nullptr);
+               MemoryBudget *budget = nullptr, const std::atomic<uint32_t> *shim_domain = nullptr,
+               MemoryBudget *stack_room = nullptr);
   ~ThreadBuffer();
   ThreadBuffer(const ThreadBuffer &) = delete;
   ThreadBuffer &operator=(const ThreadBuffer &) = delete;
@@ -189,8 +230,17 @@ class ThreadBuffer {
   FrameStack *find_stack(uint32_t domain_id) {
     return domain_id < stacks_.size() ? &stacks_[domain_id] : find_far(domain_id);
   }
-  // Gives `frames` room for kSignalReserve (recorder.hpp) more; false when memory ran out.
-  bool grow(std::vector<Frame> &frames, size_t capacity);
+  // Gives `frames` (one of this thread's stacks) room for `capacity` frames. The room beyond a
+  // stack's first kOwnStackRoom is taken from the stacks' shared room first; where that is full,
+  // a stack short of kOwnStackRoom gets that much (grown), one at it none (beyond_shared_room).
+  enum class Growth { grown, no_memory, beyond_shared_room };
+  Growth grow(std::vector<Frame> &frames, size_t capacity);
+  // Gives `frames` (one of this thread's stacks) room for about twice its frames, at least its
+  // own kOwnStackRoom, and gives the shared room beyond that back (kept as it is without memory
+  // for the smaller copy).
+  void shrink(std::vector<Frame> &frames) noexcept;
+  // Frames this thread's stacks hold beyond their own first ones (taken from the shared room).
+  uint64_t shared_room_held() const { return shared_room_held_; }
   // Pushes still open that found no stack (stack() gave nullptr), in any domain: each is the
   // first open push of its domain, so the pop that finds its domain without a frame is one of
   // theirs, not a protocol error of the program.
@@ -291,7 +341,8 @@ class ThreadBuffer {
   // The events still here go to `events` and `runs` (as collect gives them), the ended owner's
   // drops are added to `*reentrant_drops` (of them, the shim's domain's to
   // `*shim_reentrant_drops`) and `*memory_drops`; then the buffer is emptied:
-  // every chunk but the first unmapped, stacks and counters cleared. Names interned here stay
+  // every chunk but the first unmapped, stacks freed (their shared room given back) and counters
+  // cleared. Names interned here stay
   // (the events handed out point into them). Throws std::bad_alloc only before anything changed;
   // false (nothing changed) when the buffer's lock is held.
   bool give_up(std::vector<Event> *events, std::vector<SpillRun> *runs, uint64_t *reentrant_drops,
@@ -377,6 +428,8 @@ class ThreadBuffer {
   SpillFile *spill_;
   MemoryBudget *budget_;
   const std::atomic<uint32_t> *const shim_domain_;  // see the constructor
+  MemoryBudget *const stack_room_;                  // see the constructor
+  uint64_t shared_room_held_ = 0;                   // owner only: see shared_room_held()
   // Guards recycling the tail chunk and runs_: taken by the owner only when a chunk is full, and
   // by readers (collect).
   mutable std::mutex mu_;

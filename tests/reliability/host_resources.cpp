@@ -74,6 +74,12 @@
 //                  skips its pop), with a balanced range "inner" inside each; then one balanced
 //                  range "after" on another thread. Prints `anon_kb_grown=<RssAnon after -
 //                  before>`.
+//   leaked-domains THREADS DOMAINS N
+//                  THREADS threads each push N ranges "leaked" in each of DOMAINS domains and
+//                  never pop them, then one balanced range "inner" in each domain (its level:
+//                  N); once all have, the main thread records a range "after". Prints
+//                  `anon_kb_grown=<RssAnon then - before>` and `wrong_levels=<inner ranges whose
+//                  push or pop returned another level>`.
 //   domain-churn N THREADS
 //                  Creates and destroys N NVTX domains "request <i>" (a domain per request),
 //                  then THREADS threads each record a range "launch" in domain "ferrum-replay"
@@ -631,6 +637,35 @@ int domain_churn(long n, long threads) {
   return 0;
 }
 
+int leaked_domains(long threads, long domains, long n) {
+  nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
+  nvtxRangePop();
+  std::vector<nvtxDomainHandle_t> handles;
+  for (long d = 0; d < domains; ++d)
+    handles.push_back(nvtxDomainCreateA(("leaky " + std::to_string(d)).c_str()));
+  const long before = status_kb("RssAnon");
+  std::vector<std::thread> pool;
+  std::atomic<long> leaked{0}, wrong_levels{0};
+  for (long t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      const nvtxEventAttributes_t leaked_range = ascii_attributes("leaked");
+      const nvtxEventAttributes_t inner = ascii_attributes("inner");
+      for (nvtxDomainHandle_t h : handles)
+        for (long i = 0; i < n; ++i) nvtxDomainRangePushEx(h, &leaked_range);
+      for (nvtxDomainHandle_t h : handles)
+        if (nvtxDomainRangePushEx(h, &inner) != n || nvtxDomainRangePop(h) != n)
+          wrong_levels.fetch_add(1);
+      leaked.fetch_add(1);
+      while (leaked.load() < threads) sched_yield();  // every stack lives until all have leaked
+    });
+  for (std::thread &t : pool) t.join();
+  std::printf("anon_kb_grown=%ld\nwrong_levels=%ld\n", status_kb("RssAnon") - before,
+              wrong_levels.load());
+  nvtxRangePushA("after");
+  nvtxRangePop();
+  return 0;
+}
+
 int own_tmpdir_write(long n, long mib) {
   for (long i = 0; i < n; ++i) {
     nvtxRangePushA("step");
@@ -777,6 +812,8 @@ int main(int argc, char **argv) {
     return output_descriptor(argv[2], std::atol(argv[3]), std::atoi(argv[4]), argv[5]);
   if (mode == "unbalanced-pushes" && argc >= 3) return unbalanced_pushes(std::atol(argv[2]));
   if (mode == "locale" && argc >= 3) return host_locale(std::atol(argv[2]));
+  if (mode == "leaked-domains" && argc >= 5)
+    return leaked_domains(std::atol(argv[2]), std::atol(argv[3]), std::atol(argv[4]));
   if (mode == "domain-churn" && argc >= 4)
     return domain_churn(std::atol(argv[2]), std::atol(argv[3]));
   if (mode == "cancel-pending" && argc >= 4)
@@ -795,7 +832,7 @@ int main(int argc, char **argv) {
       "unload | unload-timed N in-flight|completed | "
       "reload-timed ROUNDS N | thread-churn N | "
       "distinct-names N [fork] | hostile-names N PEAKFILE | start-end N PEAKFILE | signal-names N "
-      "| unbalanced-pushes N | domain-churn N THREADS | "
+      "| unbalanced-pushes N | leaked-domains THREADS DOMAINS N | domain-churn N THREADS | "
       "cancel-pending THREADS N | locale N | own-tmpdir-write N MIB\n");
   return 1;
 }

@@ -90,6 +90,12 @@ unbalanced_pushes        2,000,000 NVTX pushes never popped (an    anonymous mem
                                                                   another thread; one line and the
                                                                   trace's footer count the oldest
                                                                   open ranges given up
+leaked_in_many_domains   32 threads each push 17,000 NVTX ranges  anonymous memory grows by under
+                         in each of 32 domains and never pop      48 MiB (960 MB: 16,384 open ranges
+                         them, then a balanced range in each      kept per thread and domain); every
+                                                                  balanced range at its level, every
+                                                                  leaked push counted open, one line
+                                                                  for those given up
 domains_per_request      200,000 NVTX domains created and        anonymous memory grows by under
                          destroyed (a domain per request), then   16 MiB (427 MB: every domain kept,
                          32 threads each record a range in the    and each thread's table of stacks
@@ -180,6 +186,13 @@ def known_bytes(index):
 
 def values(text):
     return {k: int(v) for k, v in re.findall(r"(\w+)=(-?\d+)", text)}
+
+
+def expect_depth_drops_said(run_, dropped):
+    """One line at exit counts the open ranges given up (the trace's droppedBeyondDepth)."""
+    lines = [l for l in run_.stderr.splitlines() if "droppedBeyondDepth" in l]
+    expect(len(lines) == 1 and lines[0].startswith(f"ferrum-replay recorder: {dropped} ranges "
+                                                    "not recorded"), "one line says so", run_)
 
 
 def table_ranges(stderr):
@@ -711,14 +724,44 @@ def unbalanced_pushes():
            meta["protocolErrors"]["popWithoutPush"] == 0,
            f"footer {dict((k, v) for k, v in meta.items() if k.startswith('dropped'))}, "
            f"{meta['protocolErrors']}", run_)
-    lines = [l for l in run_.stderr.splitlines() if "droppedBeyondDepth" in l]
-    expect(len(lines) == 1 and lines[0].startswith(f"ferrum-replay recorder: {dropped} ranges "
-                                                    "not recorded"), "one line says so", run_)
+    expect_depth_drops_said(run_, dropped)
     if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
         return  # a sanitizer's allocator and shadow memory: resident size says nothing here
     grown = values(run_.stdout)["anon_kb_grown"]
     expect(grown < 8 * 1024, f"anonymous memory grew by {grown} KiB for {n} pushes never popped",
            run_)
+
+
+def leaked_in_many_domains():
+    """Each (thread, domain) keeps at most 16,384 open ranges (unbalanced_pushes), and leaks on
+    many of them multiplied that: 16 threads x 16 domains took 246 MB, 32 x 32 960 MB (review
+    LL-4). Beyond each stack's first 256 frames, all stacks now share room for 524,288; a stack
+    that finds it full gives up its oldest half. The ranges pushed and popped above the leaked
+    ones keep their levels (a budget that refused pushes instead lost them: review MM-1)."""
+    threads, domains, n = 32, 32, 17000
+    run_ = harness.run([PROGRAM, "leaked-domains", str(threads), str(domains), str(n)],
+                       preload=False, env={"FERRUM_RECORD_MEMORY": "8M"}, timeout=300)
+    expect(run_.returncode == 0, "leaked-domains failed", run_)
+    got = values(run_.stdout)
+    expect(got["wrong_levels"] == 0, f"{got['wrong_levels']} balanced ranges at another level",
+           run_)
+    meta = run_.trace["ferrumReplay"]
+    names = collections.Counter(r["name"] for r in trace_ranges(run_.trace))
+    expect(names["inner"] == threads * domains and names["after"] == 1 and "leaked" not in names,
+           f"ranges {dict(names)}", run_)
+    # Every leaked push is open at exit, given up or not; more were given up than the 16,384 per
+    # stack alone would have (the shared room was full); none for want of memory.
+    open_at_exit = meta["protocolErrors"]["openAtExit"]
+    dropped = meta.get("droppedBeyondDepth", 0)
+    expect(open_at_exit == threads * domains * n and
+           dropped > threads * domains * (n - 16384) and "droppedForMemory" not in meta and
+           meta["protocolErrors"]["popWithoutPush"] == 0,
+           f"footer: {dropped} given up, {meta['protocolErrors']}", run_)
+    expect_depth_drops_said(run_, dropped)
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+        return  # a sanitizer's allocator and shadow memory: resident size says nothing here
+    grown = got["anon_kb_grown"]
+    expect(grown < 48 * 1024, f"anonymous memory grew by {grown} KiB", run_)
 
 
 def domains_per_request():
@@ -1093,7 +1136,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      distinct_names, hostile_names, names_from_signal_handlers,
                                      memory_bound_without_spill, start_end_memory_bound, spill_leaves_room,
                                      names_across_fork, unbalanced_pushes,
-                                     domains_per_request,
+                                     leaked_in_many_domains, domains_per_request,
                                      privileged_process, cancel_requests_pending, host_locale,
                                      host_locale_words, own_image_lock_kept,
                                      tasks_kept_for_the_program,

@@ -135,11 +135,13 @@ TEST_CASE("domains beyond kMaxDomains share one handle; the shim's keeps its own
 }
 
 TEST_CASE("a thread that uses many domains in turn records every range") {
-  // 4,000 domains, 128 ranges nested in each, then popped: every range recorded. (A budget of
-  // frames for all stacks together, counted by their room, lost such a program's ranges:
-  // review MM-1.)
+  // 4,000 domains, 300 ranges nested in each, then popped: every range recorded. A budget of
+  // frames for all stacks together, counted by the room each stack kept, lost such a program's
+  // ranges (review MM-1); the room all stacks share (kSharedStackRoom) holds what is open: a
+  // stack that empties gives its room beyond its own kOwnStackRoom back (4,000 stacks of 527
+  // frames would hold three times the shared room).
   Recorder r(Settings{}, 0);
-  constexpr int kDomains = 4000, kDepth = 128;
+  constexpr int kDomains = 4000, kDepth = 300;
   for (int d = 0; d < kDomains; ++d) {
     auto *domain = r.names().create_domain("turn " + std::to_string(d));
     for (int i = 0; i < kDepth; ++i) CHECK_EQ(push(r, *domain, "nested"), i);
@@ -578,6 +580,170 @@ TEST_CASE("a thread that pushes and never pops keeps kMaxOpenFrames frames, not 
   CHECK(s.errors.pop_without_push == 1);
   CHECK(s.errors.open_at_exit == 0);
   CHECK(s.range_count() == static_cast<uint64_t>(kLeaked + kept + 1));
+}
+
+namespace shared_room {
+// The frames all of a recorder's stacks hold beyond their own first kOwnStackRoom each
+// (thread_buffer.hpp): taken from kSharedStackRoom.
+constexpr size_t beyond_own(size_t capacity) {
+  return capacity > kOwnStackRoom ? capacity - kOwnStackRoom : 0;
+}
+
+// On its own thread: pushes `per_domain` ranges "leaked" in each of `domains` and never pops
+// them; then one balanced range "inner" in each, which must get the level above the leaked ones.
+// Adds the room its stacks took beyond their own to `*shared`. False when a level was wrong.
+bool leak(Recorder &r, const std::vector<Domain *> &domains, int per_domain,
+          std::atomic<size_t> *shared) {
+  bool levels_right = true;
+  for (Domain *d : domains)
+    for (int i = 0; i < per_domain; ++i) levels_right &= push(r, *d, "leaked") == i;
+  for (Domain *d : domains) {
+    const FrameStack *stack = r.current_thread()->find_stack(d->id);
+    if (!stack) return false;
+    shared->fetch_add(beyond_own(stack->frames.capacity()));
+    levels_right &= push(r, *d, "inner") == per_domain;
+    levels_right &= r.pop(*d) == per_domain;
+  }
+  return levels_right;
+}
+
+// Nests `depth` ranges "deep" in `d` on this thread, then pops them.
+struct Nesting {
+  bool pushes_right = true;  // every push got its level
+  uint64_t given_up = 0;     // depth drops meanwhile (of the recorder's, all threads')
+  bool pops_right = true;    // each pop closed its level, or nothing for a range given up
+};
+Nesting nest(Recorder &r, Domain &d, int depth) {
+  Nesting n;
+  const uint64_t drops_before = r.snapshot().depth_drops;
+  for (int i = 0; i < depth; ++i) n.pushes_right &= push(r, d, "deep") == i;
+  n.given_up = r.snapshot().depth_drops - drops_before;
+  // The oldest were given up: the pops of the kept ones come first.
+  for (int i = depth - 1; i >= 0; --i)
+    n.pops_right &= r.pop(d) == (static_cast<uint64_t>(i) >= n.given_up ? i : kRejected);
+  return n;
+}
+bool nests_whole(Recorder &r, Domain &d, int depth) {
+  const Nesting n = nest(r, d, depth);
+  return n.pushes_right && n.given_up == 0 && n.pops_right;
+}
+
+std::vector<Domain *> make_domains(Recorder &r, const char *prefix, int n) {
+  std::vector<Domain *> made;
+  for (int i = 0; i < n; ++i) made.push_back(r.names().create_domain(prefix + std::to_string(i)));
+  return made;
+}
+
+// More stacks at kMaxOpenFrames than the shared room holds.
+constexpr int kFillingDomains =
+    static_cast<int>(kSharedStackRoom / (kMaxOpenFrames - kOwnStackRoom)) + 8;
+}  // namespace shared_room
+
+TEST_CASE("leaks on many threads and domains hold at most the room all stacks share") {
+  // kMaxOpenFrames bounds one (thread, domain) stack; leaks on many of them multiplied it: 16
+  // threads x 16 domains took 246 MB, 32 x 32 960 MB (review LL-4). Beyond each stack's own
+  // kOwnStackRoom, all stacks together hold kSharedStackRoom; a stack that finds it full gives up
+  // its oldest half, counted as at kMaxOpenFrames. The ranges pushed and popped above the leaked
+  // ones are recorded at their true levels, and every leaked push is still counted open.
+  using namespace shared_room;
+  Recorder r(Settings{}, 0);
+  constexpr int kThreads = 8, kDomains = 8;
+  constexpr int kLeaked = static_cast<int>(kMaxOpenFrames) + 1000;
+  const std::vector<Domain *> domains = make_domains(r, "leaky ", kDomains);
+  std::atomic<size_t> shared{0};
+  std::atomic<int> wrong{0}, leaked{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      if (!leak(r, domains, kLeaked, &shared)) wrong.fetch_add(1);
+      leaked.fetch_add(1);
+      while (leaked.load() < kThreads) std::this_thread::yield();  // all stacks live at once
+    });
+  for (std::thread &t : threads) t.join();
+  CHECK(wrong == 0);
+  CHECK(shared.load() <= kSharedStackRoom);  // was 64 x 16,145 frames: 1,033,280
+  const Snapshot s = r.snapshot();
+  CHECK(s.errors.open_at_exit == uint64_t{kThreads} * kDomains * kLeaked);
+  CHECK(s.errors.pop_without_push == 0);
+  CHECK(s.depth_drops > uint64_t{kThreads} * kDomains * (kLeaked - kMaxOpenFrames));
+  CHECK(s.memory_drops == 0);
+  CHECK(count_named(s, "inner") == size_t{kThreads} * kDomains);
+}
+
+TEST_CASE("a thread that ends gives its stacks' shared room to the threads after it") {
+  // A leak fills the room all stacks share; once its thread has ended and its buffer is emptied
+  // for the next threads, a correct program's deep nesting keeps every range again (an idle
+  // buffer that kept its stacks' room kept it from every later thread: review MM-1).
+  using namespace shared_room;
+  Recorder r(Settings{}, 0);
+  const std::vector<Domain *> domains = make_domains(r, "leaky ", kFillingDomains);
+  std::atomic<size_t> shared{0};
+  bool leaked_right = false;
+  std::thread([&] { leaked_right = leak(r, domains, kMaxOpenFrames + 1, &shared); }).join();
+  CHECK(leaked_right);
+  const uint64_t drops_of_leak = r.snapshot().depth_drops;
+  CHECK(drops_of_leak > 0);  // the room was full: the leak's later stacks gave up their oldest
+  // Enough threads after it for the recorder to look for ended ones (fold_at_: 64).
+  for (int i = 0; i < 80; ++i)
+    std::thread([&] {
+      push(r, r.names().global_domain(), "short");
+      r.pop(r.names().global_domain());
+    }).join();
+  bool whole = false;
+  Domain &mine = *r.names().create_domain("recursion");
+  std::thread([&] { whole = nests_whole(r, mine, 10000); }).join();
+  CHECK(whole);
+  const Snapshot s = r.snapshot();
+  CHECK(count_named(s, "deep") == 10000);
+  // The ended thread's leaked ranges are still counted open (its events and counts are kept).
+  CHECK(s.errors.open_at_exit == uint64_t{kFillingDomains} * (kMaxOpenFrames + 1));
+}
+
+TEST_CASE("a fork child counts the shared room of its own thread's stacks only") {
+  // In the child only the forking thread lives: the room the parent's other threads' stacks
+  // held is not the child's, whose deep nesting keeps every range; in the parent, beside the
+  // live leak that filled the room, the same nesting gives up its oldest ranges (the known
+  // limit: counted, the levels still right, the pops of those given up closing nothing).
+  using namespace shared_room;
+  Recorder r(Settings{}, 0);
+  const std::vector<Domain *> domains = make_domains(r, "leaky ", kFillingDomains);
+  Domain &mine = *r.names().create_domain("recursion");
+  std::atomic<size_t> shared{0};
+  std::atomic<int> stage{0};
+  bool leaked_right = false;
+  std::thread leaker([&] {
+    leaked_right = leak(r, domains, kMaxOpenFrames + 1, &shared);
+    stage.store(1);
+    while (stage.load() != 2) std::this_thread::yield();  // alive through the fork
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  push(r, r.names().global_domain(), "parent");  // this thread's buffer, before the fork
+  r.pop(r.names().global_domain());
+  r.before_fork();
+  const pid_t child = fork();
+  if (child == 0) {
+    r.after_fork_in_child();
+    _exit(nests_whole(r, mine, 10000) ? 0 : 1);
+  }
+  r.after_fork_in_parent();
+  int status = 0;
+  const bool waited = child > 0 && wait_for_child(child, &status);
+  CHECK(waited);
+  CHECK((waited && WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  // Beside the full shared room, nesting within a stack's own room keeps every range, even in a
+  // stack that had not grown to it yet.
+  CHECK(nests_whole(r, *r.names().create_domain("own room"), 100));
+  const Nesting in_parent = nest(r, mine, 10000);  // beyond it, the parent's room is full
+  CHECK(in_parent.pushes_right);
+  CHECK(in_parent.given_up > 0);
+  CHECK(in_parent.pops_right);
+  const Snapshot s = r.snapshot();
+  CHECK(count_named(s, "deep") == 100 + 10000 - in_parent.given_up);
+  CHECK(s.errors.pop_without_push == 0);
+  CHECK(s.errors.open_at_exit == uint64_t{kFillingDomains} * (kMaxOpenFrames + 1));
+  stage.store(2);
+  leaker.join();
+  CHECK(leaked_right);
 }
 
 TEST_CASE("threads that end leave their events and names, not their buffers") {
