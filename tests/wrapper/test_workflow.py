@@ -778,6 +778,56 @@ def test_unmarked_process_fails_the_gate(tmp):
            in done.stderr, "record: the unmarked process said", done)
 
 
+def test_noexec_library_refused(tmp):
+    """Libraries on a file system mounted noexec (a hardened /tmp, a container volume): the
+    loader cannot map them there, said "cannot be preloaded" in every process of the program,
+    which ran without the shim, and record and ci-smoke-profile blamed the program (review JJ5,
+    F221). The wrapper refuses them in one line before the program runs, also through a symlink
+    on another file system; `env --docker` (for an image, where they are copied anew) is not
+    refused; the same files on a mount that allows exec run. A tmpfs in a mount namespace of the
+    test's own."""
+    mnt = os.path.join(tmp, "mnt")
+    os.mkdir(mnt)
+    libs = [os.path.join(BUILD, "shim", "libferrum-replay.so"),
+            os.path.join(BUILD, "recorder", "libferrum-replay-recorder.so")]
+
+    def mounted(options, *argv):  # argv run with the libraries copied to mnt, mounted so
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount -t tmpfs -o "$1" tmpfs "$2" && cp "$3" "$4" "$2"/ && shift 4 && '
+                'exec "$@"', "sh", options, mnt, *libs, *argv]
+    if subprocess.run(mounted("noexec", "true"), capture_output=True).returncode != 0:
+        return "skip: needs unshare --mount and a tmpfs mount (root)"
+    marker = os.path.join(tmp, "ran")
+    program = ["sh", "-c", 'echo ran > "$0"', marker]
+    links = os.path.join(tmp, "links")
+    os.mkdir(links)
+    for lib in libs:
+        os.symlink(os.path.join(mnt, os.path.basename(lib)),
+                   os.path.join(links, os.path.basename(lib)))
+    for libdir, shown in ((mnt, mnt), (links, links)):
+        for command in (["run", "--"], ["record", "-o", os.path.join(tmp, "t.json"), "--"]):
+            done = run(mounted("noexec", WRAPPER, *command, *program), tmp,
+                       env={"FERRUM_REPLAY_LIBDIR": libdir})
+            lines = done.stderr.splitlines()
+            expect(done.returncode == 2 and len(lines) == 1 and
+                   lines[0].startswith(f"ferrum-replay: '{shown}/libferrum-replay.so' lies on a "
+                                       f"file system mounted noexec (at '{mnt}')") and
+                   not os.path.exists(marker), f"{command[0]} ({libdir}): refused first", done)
+    done = run(mounted("noexec", CI_SMOKE, "--", *program), tmp,
+               env={"FERRUM_REPLAY_LIBDIR": mnt})
+    expect_verdict(done, False, "the workload was not started")
+    expect("mounted noexec" in done.stderr and not os.path.exists(marker),
+           "ci-smoke-profile: the line says why, the workload did not run", done)
+    done = run(mounted("noexec", WRAPPER, "env", "--docker"), tmp,
+               env={"FERRUM_REPLAY_LIBDIR": mnt})
+    expect(done.returncode == 0 and f"ENV LD_PRELOAD=\"{mnt}/libferrum-replay.so\"" in done.stdout,
+           "env --docker: the image's paths, not refused", done)
+    done = run(mounted("exec", WRAPPER, "run", "--", *program), tmp,
+               env={"FERRUM_REPLAY_LIBDIR": mnt})
+    expect(done.returncode == 0 and done.stderr == "" and os.path.exists(marker),
+           "on a mount that allows exec: run", done)
+
+
 def test_unloadable_recorder_not_blamed_on_the_program(tmp):
     """A recorder NVTX cannot load in the program (here not a library at all; a copy of another
     architecture, or one needing a newer libstdc++ than the process has, does the same): NVTX
