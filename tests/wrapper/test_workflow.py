@@ -779,53 +779,98 @@ def test_unmarked_process_fails_the_gate(tmp):
 
 
 def test_noexec_library_refused(tmp):
-    """Libraries on a file system mounted noexec (a hardened /tmp, a container volume): the
-    loader cannot map them there, said "cannot be preloaded" in every process of the program,
-    which ran without the shim, and record and ci-smoke-profile blamed the program (review JJ5,
-    F221). The wrapper refuses them in one line before the program runs, also through a symlink
-    on another file system; `env --docker` (for an image, where they are copied anew) is not
-    refused; the same files on a mount that allows exec run. A tmpfs in a mount namespace of the
-    test's own."""
-    mnt = os.path.join(tmp, "mnt")
-    os.mkdir(mnt)
+    """Libraries the loader cannot map where they lie (a file system mounted noexec: a hardened
+    /tmp, a container volume): each process of the program said "cannot be preloaded" and ran
+    without the shim, and record and ci-smoke-profile blamed the program (review JJ5, F221).
+    run, record and ci-smoke-profile refuse them in one line before the program runs (also
+    through a symlink, and a noexec bind of an exec directory); env warns (its settings may be
+    for elsewhere) and env --docker says nothing (an image gets its own copy). Never a run that
+    works (review ZZ): an exec mount stacked or moved over a noexec one, a library of another
+    machine (a user-mode emulator, qemu-user, maps it from anywhere), a library whose mode does
+    not let everyone execute it (nothing to ask the kernel: as before). Each layout is made in a
+    mount namespace of the test's own."""
     libs = [os.path.join(BUILD, "shim", "libferrum-replay.so"),
             os.path.join(BUILD, "recorder", "libferrum-replay-recorder.so")]
+    # Copies of the libraries with another machine's ELF header (aarch64, 0xb7), and read-only.
+    foreign = os.path.join(tmp, "foreign")
+    readable = os.path.join(tmp, "readable")
+    for made in (foreign, readable):
+        os.mkdir(made)
+        for lib in libs:
+            shutil.copy(lib, made)
+    for lib in os.listdir(foreign):
+        with open(os.path.join(foreign, lib), "r+b") as f:
+            f.seek(18)
+            f.write(b"\xb7\x00")
+    for lib in os.listdir(readable):
+        os.chmod(os.path.join(readable, lib), 0o644)
+    d = os.path.join(tmp, "d")
+    # LAYOUT: a shell script run in the namespace that leaves the libraries to use in $d/libs;
+    # then argv runs there.
+    layouts = {
+        "noexec": 'mount -t tmpfs -o noexec tmpfs "$d" && mkdir "$d/libs" && cp -p "$@" "$d/libs"',
+        "symlink": 'mkdir "$d/n" "$d/libs" && mount -t tmpfs -o noexec tmpfs "$d/n" && '
+                   'cp -p "$@" "$d/n" && for l in "$d"/n/*; do ln -s "$l" "$d/libs/"; done',
+        "noexec bind": 'mkdir "$d/e" "$d/libs" && cp -p "$@" "$d/e" && '
+                       'mount --bind "$d/e" "$d/libs" && mount -o remount,bind,noexec "$d/libs"',
+        "exec": 'mount -t tmpfs -o exec tmpfs "$d" && mkdir "$d/libs" && cp -p "$@" "$d/libs"',
+        "stacked": 'mkdir -p "$d/a/libs" && mount -t tmpfs -o noexec tmpfs "$d/a/libs" && '
+                   'mount -t tmpfs -o exec tmpfs "$d/a" && mkdir "$d/a/libs" && '
+                   'cp -p "$@" "$d/a/libs" && ln -s a/libs "$d/libs"',
+        "moved": 'mkdir "$d/x" "$d/libs" && mount -t tmpfs -o exec tmpfs "$d/x" && '
+                 'cp -p "$@" "$d/x" && mount -t tmpfs -o noexec tmpfs "$d/libs" && '
+                 'mount --move "$d/x" "$d/libs"',
+    }
 
-    def mounted(options, *argv):  # argv run with the libraries copied to mnt, mounted so
-        return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                'mount -t tmpfs -o "$1" tmpfs "$2" && cp "$3" "$4" "$2"/ && shift 4 && '
-                'exec "$@"', "sh", options, mnt, *libs, *argv]
-    if subprocess.run(mounted("noexec", "true"), capture_output=True).returncode != 0:
+    def run_in(layout, files, *argv):
+        """argv, in a mount namespace where LAYOUT left FILES in $d/libs (FERRUM_REPLAY_LIBDIR)."""
+        shutil.rmtree(d, ignore_errors=True)
+        os.mkdir(d)
+        setup = layouts[layout].replace('"$@"', '$files')  # no spaces in the test's paths
+        return run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                    'd=$0; files=; while [ "$1" != -- ]; do files="$files $1"; shift; done; '
+                    f'shift; {setup} && exec "$@"', d, *files, "--", *argv], tmp,
+                   env={"FERRUM_REPLAY_LIBDIR": os.path.join(d, "libs")})
+
+    os.mkdir(d)
+    if subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                       'mount -t tmpfs -o noexec tmpfs "$0"', d],
+                      capture_output=True).returncode != 0:
         return "skip: needs unshare --mount and a tmpfs mount (root)"
     marker = os.path.join(tmp, "ran")
     program = ["sh", "-c", 'echo ran > "$0"', marker]
-    links = os.path.join(tmp, "links")
-    os.mkdir(links)
-    for lib in libs:
-        os.symlink(os.path.join(mnt, os.path.basename(lib)),
-                   os.path.join(links, os.path.basename(lib)))
-    for libdir, shown in ((mnt, mnt), (links, links)):
+    for layout in ("noexec", "symlink", "noexec bind"):
         for command in (["run", "--"], ["record", "-o", os.path.join(tmp, "t.json"), "--"]):
-            done = run(mounted("noexec", WRAPPER, *command, *program), tmp,
-                       env={"FERRUM_REPLAY_LIBDIR": libdir})
+            done = run_in(layout, libs, WRAPPER, *command, *program)
             lines = done.stderr.splitlines()
             expect(done.returncode == 2 and len(lines) == 1 and
-                   lines[0].startswith(f"ferrum-replay: '{shown}/libferrum-replay.so' lies on a "
-                                       f"file system mounted noexec (at '{mnt}')") and
-                   not os.path.exists(marker), f"{command[0]} ({libdir}): refused first", done)
-    done = run(mounted("noexec", CI_SMOKE, "--", *program), tmp,
-               env={"FERRUM_REPLAY_LIBDIR": mnt})
+                   lines[0].startswith(f"ferrum-replay: '{d}/libs/libferrum-replay.so' cannot "
+                                       "be mapped executable where it lies (a file system "
+                                       "mounted noexec") and not os.path.exists(marker),
+                   f"{command[0]} ({layout}): refused first", done)
+    done = run_in("noexec", libs, CI_SMOKE, "--", *program)
     expect_verdict(done, False, "the workload was not started")
     expect("mounted noexec" in done.stderr and not os.path.exists(marker),
            "ci-smoke-profile: the line says why, the workload did not run", done)
-    done = run(mounted("noexec", WRAPPER, "env", "--docker"), tmp,
-               env={"FERRUM_REPLAY_LIBDIR": mnt})
-    expect(done.returncode == 0 and f"ENV LD_PRELOAD=\"{mnt}/libferrum-replay.so\"" in done.stdout,
-           "env --docker: the image's paths, not refused", done)
-    done = run(mounted("exec", WRAPPER, "run", "--", *program), tmp,
-               env={"FERRUM_REPLAY_LIBDIR": mnt})
-    expect(done.returncode == 0 and done.stderr == "" and os.path.exists(marker),
-           "on a mount that allows exec: run", done)
+    done = run_in("noexec", libs, WRAPPER, "env")
+    expect(done.returncode == 0 and done.stderr.count("warning: ") == 2 and
+           f"export LD_PRELOAD='{d}/libs/libferrum-replay.so'" in done.stdout,
+           "env: a warning per library, the settings printed", done)
+    done = run_in("noexec", libs, WRAPPER, "env", "--docker")
+    expect(done.returncode == 0 and done.stderr == "", "env --docker: nothing said", done)
+    # What the loader maps: runs as before.
+    for layout, files in (("exec", libs), ("stacked", libs), ("moved", libs)):
+        done = run_in(layout, files, WRAPPER, "run", "--", *program)
+        expect(done.returncode == 0 and done.stderr == "" and os.path.exists(marker),
+               f"{layout}: run", done)
+        os.unlink(marker)
+    # What the wrapper cannot tell: not refused (the loader says its line, as before).
+    for what, files in (("another machine's", foreign), ("mode 0644", readable)):
+        done = run_in("noexec", [os.path.join(files, os.path.basename(l)) for l in libs],
+                      WRAPPER, "run", "--", *program)
+        expect(done.returncode == 0 and "cannot be mapped" not in done.stderr and
+               os.path.exists(marker), f"{what} library on a noexec mount: not refused", done)
+        os.unlink(marker)
 
 
 def test_unloadable_recorder_not_blamed_on_the_program(tmp):
