@@ -787,7 +787,8 @@ def test_noexec_library_refused(tmp):
     for elsewhere) and env --docker says nothing (an image gets its own copy). Never a run that
     works (review ZZ): an exec mount stacked or moved over a noexec one, a library of another
     machine (a user-mode emulator, qemu-user, maps it from anywhere), a library whose mode does
-    not let everyone execute it (nothing to ask the kernel: as before). Each layout is made in a
+    not let everyone execute it or that another user owns (nothing to ask the kernel: as
+    before). Each layout is made in a
     mount namespace of the test's own."""
     libs = [os.path.join(BUILD, "shim", "libferrum-replay.so"),
             os.path.join(BUILD, "recorder", "libferrum-replay-recorder.so")]
@@ -814,6 +815,10 @@ def test_noexec_library_refused(tmp):
         "noexec bind": 'mkdir "$d/e" "$d/libs" && cp -p "$@" "$d/e" && '
                        'mount --bind "$d/e" "$d/libs" && mount -o remount,bind,noexec "$d/libs"',
         "exec": 'mount -t tmpfs -o exec tmpfs "$d" && mkdir "$d/libs" && cp -p "$@" "$d/libs"',
+        # Another user's: access(2) answers for this user, whom an ACL may deny what the loader
+        # is allowed (review ZZ2-1).
+        "another owner": 'mount -t tmpfs -o noexec tmpfs "$d" && mkdir "$d/libs" && '
+                         'cp -p "$@" "$d/libs" && chown 65534 "$d"/libs/*',
         "stacked": 'mkdir -p "$d/a/libs" && mount -t tmpfs -o noexec tmpfs "$d/a/libs" && '
                    'mount -t tmpfs -o exec tmpfs "$d/a" && mkdir "$d/a/libs" && '
                    'cp -p "$@" "$d/a/libs" && ln -s a/libs "$d/libs"',
@@ -844,9 +849,9 @@ def test_noexec_library_refused(tmp):
             done = run_in(layout, libs, WRAPPER, *command, *program)
             lines = done.stderr.splitlines()
             expect(done.returncode == 2 and len(lines) == 1 and
-                   lines[0].startswith(f"ferrum-replay: '{d}/libs/libferrum-replay.so' cannot "
-                                       "be mapped executable where it lies (a file system "
-                                       "mounted noexec") and not os.path.exists(marker),
+                   lines[0].startswith(f"ferrum-replay: '{d}/libs/libferrum-replay.so' may not "
+                                       "be executed where it lies (a file system mounted "
+                                       "noexec") and not os.path.exists(marker),
                    f"{command[0]} ({layout}): refused first", done)
     done = run_in("noexec", libs, CI_SMOKE, "--", *program)
     expect_verdict(done, False, "the workload was not started")
@@ -865,10 +870,13 @@ def test_noexec_library_refused(tmp):
                f"{layout}: run", done)
         os.unlink(marker)
     # What the wrapper cannot tell: not refused (the loader says its line, as before).
-    for what, files in (("another machine's", foreign), ("mode 0644", readable)):
-        done = run_in("noexec", [os.path.join(files, os.path.basename(l)) for l in libs],
-                      WRAPPER, "run", "--", *program)
-        expect(done.returncode == 0 and "cannot be mapped" not in done.stderr and
+    def copies(where):
+        return [os.path.join(where, os.path.basename(lib)) for lib in libs]
+    for what, layout, files in (("another machine's", "noexec", copies(foreign)),
+                                ("mode 0644", "noexec", copies(readable)),
+                                ("another user's", "another owner", libs)):
+        done = run_in(layout, files, WRAPPER, "run", "--", *program)
+        expect(done.returncode == 0 and "may not be executed" not in done.stderr and
                os.path.exists(marker), f"{what} library on a noexec mount: not refused", done)
         os.unlink(marker)
 
