@@ -177,11 +177,11 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
                  "', whose ranges are paired as one domain's\n");
   if (snap.depth_drops)
     write_stderr("ferrum-replay recorder: " + std::to_string(snap.depth_drops) +
-                 " ranges not recorded: the oldest of more than " + std::to_string(kMaxOpenFrames) +
-                 " open at once on one thread in one domain, or of more than " +
-                 std::to_string(kOwnStackRoom) +
-                 " when the open ranges of all threads and domains filled their shared room of " +
-                 std::to_string(kSharedStackRoom) + " (droppedBeyondDepth)\n");
+                 " ranges not recorded: the oldest open on one thread in one domain, given up at " +
+                 std::to_string(kMaxOpenFrames) +
+                 " open there, or when the room all threads' open ranges share (" +
+                 std::to_string(kSharedStackRoom) + " frames beyond " +
+                 std::to_string(kOwnStackRoom) + " each) was full (droppedBeyondDepth)\n");
 
   if (settings.table) {
     std::string shown;

@@ -254,9 +254,14 @@ bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack, bool shim) noe
   // A signal handler's push or pop while the frames move touches nothing (ThreadBuffer::moving):
   // a reallocation frees the old frames, which a handler's push would otherwise write into.
   const ThreadBuffer::Moving moving(thread);
-  if (stack.frames.size() < kMaxOpenFrames) {
-    switch (thread.grow(stack.frames,
-                        std::min(2 * stack.frames.size(), kMaxOpenFrames) + kSignalReserve + 1)) {
+  const size_t open = stack.frames.size();
+  if (open < kMaxOpenFrames) {
+    // Twice as many within a stack's own room (few reallocations for the usual tens deep); beyond
+    // it a quarter more each time, so that the room all stacks share holds little more than what
+    // is open: doubling filled it with half as many open, and correct programs nesting deep on
+    // many threads at once lost ranges (review YY-1).
+    const size_t wanted = open < kOwnStackRoom ? 2 * open : open + open / 4;
+    switch (thread.grow(stack.frames, std::min(wanted, kMaxOpenFrames) + kSignalReserve + 1)) {
       case ThreadBuffer::Growth::grown:
         return true;
       case ThreadBuffer::Growth::no_memory:
@@ -341,11 +346,12 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
     thread.record(frame.start, end, frame.attrs, domain.id, depth);
   }
   stack->pop_back();
-  // A stack down to a quarter of its room gives back the shared room it no longer needs, so that
-  // the room all stacks share holds what is open, not what once was (a thread nesting 300 deep
-  // in 4,000 domains in turn would fill it: review MM-1). Not in a signal handler's pop: the
+  // A stack down to half its room gives back the shared room it no longer needs, so that the
+  // room all stacks share holds about what is open (a thread nesting 300 deep in 4,000 domains
+  // in turn would fill it: review MM-1). Not for a few frames beyond its own room (a stack
+  // swinging across it would reallocate twice a swing), nor in a signal handler's pop: the
   // interrupted push or pop holds a reference into this vector.
-  if (stack->capacity() > kOwnStackRoom && stack->size() < stack->capacity() / 4 &&
+  if (stack->size() < stack->capacity() / 2 && stack->capacity() > kShrinkAbove &&
       !activity.nested()) [[unlikely]]
     thread.shrink(*stack);
   return static_cast<int>(depth);

@@ -64,6 +64,8 @@ class Recorder {
   Recorder &operator=(const Recorder &) = delete;
 
   NameRegistry &names() { return names_; }
+  // The frames all stacks hold beyond their own room (kSharedStackRoom, thread_buffer.hpp).
+  uint64_t shared_stack_room_used() const { return stack_room_.used(); }
   const NameRegistry &names() const { return names_; }
   // nvtxDomainRegisterString: the registry's handle within its budget, else a handle kept with
   // the calling thread's names (ThreadBuffer::keep), so that every string keeps its text however

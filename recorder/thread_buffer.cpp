@@ -136,14 +136,14 @@ ThreadBuffer::Growth ThreadBuffer::grow(std::vector<Frame> &frames, size_t capac
     if (shared != 0) stack_room_->give_back(shared);
     return Growth::no_memory;
   }
-  shared_room_held_ += shared;
   return Growth::grown;
 }
 
 void ThreadBuffer::shrink(std::vector<Frame> &frames) noexcept {
   const size_t before = frames.capacity();
-  // Room for kSignalReserve more, as make_room keeps; grown again only once twice as deep.
-  const size_t target = std::max(kOwnStackRoom, 2 * frames.size() + kSignalReserve + 1);
+  // Room for kSignalReserve more, as make_room keeps, and a quarter more frames, as it grows.
+  const size_t target =
+      std::max(kOwnStackRoom, frames.size() + frames.size() / 4 + kSignalReserve + 1);
   if (target >= before) return;
   const Moving moving(*this);          // the frames move: see moving()
   const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
@@ -155,10 +155,14 @@ void ThreadBuffer::shrink(std::vector<Frame> &frames) noexcept {
   } catch (const std::bad_alloc &) {
     return;
   }
-  if (!stack_room_) return;
-  const uint64_t freed = beyond_own_room(before) - beyond_own_room(target);
-  stack_room_->give_back(freed);
-  shared_room_held_ -= freed;
+  if (stack_room_) stack_room_->give_back(beyond_own_room(before) - beyond_own_room(target));
+}
+
+uint64_t ThreadBuffer::shared_room_held() const {
+  uint64_t held = 0;
+  for (const FrameStack &stack : stacks_) held += beyond_own_room(stack.frames.capacity());
+  for (const auto &far : far_stacks_) held += beyond_own_room(far.second->frames.capacity());
+  return held;
 }
 
 const char *ThreadBuffer::intern(std::string_view text) {
@@ -373,17 +377,20 @@ bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *ru
   events->shrink_to_fit();
   keep_first_chunk_only();
   runs_.clear();
-  // The ended thread's stacks are freed, not kept for the next thread: the room they took from
-  // the room all stacks share goes back to it (an idle buffer that kept a leak's room kept it
-  // from the threads that came later: review MM-1).
+  // The ended thread's stacks beyond their own room are freed, not kept for the next thread:
+  // that room goes back to the room all stacks share (an idle buffer that kept a leak's room kept
+  // it from the threads that came later: review MM-1). Their own room stays, for the next thread.
+  const uint64_t held = shared_room_held();
   for (FrameStack &stack : stacks_) {
-    std::vector<Frame>().swap(stack.frames);
+    if (stack.frames.capacity() > kOwnStackRoom)
+      std::vector<Frame>().swap(stack.frames);
+    else
+      stack.frames.clear();
     stack.unframed = 0;
     stack.dropped = 0;
   }
   far_stacks_.clear();  // the next thread's domains are its own
-  if (stack_room_) stack_room_->give_back(shared_room_held_);
-  shared_room_held_ = 0;
+  if (stack_room_) stack_room_->give_back(held);
   *reentrant_drops += reentrant_drops_.exchange(0, std::memory_order_relaxed);
   *shim_reentrant_drops += shim_reentrant_drops_.exchange(0, std::memory_order_relaxed);
   *memory_drops += memory_drops_.exchange(0, std::memory_order_relaxed);

@@ -48,8 +48,8 @@ namespace ferrum_replay::recorder {
 // A bound shared by every thread, taken in parts: the bytes of events the process keeps in
 // memory beyond each thread's first chunk before its threads spill (FERRUM_RECORD_MEMORY, taken
 // once per chunk), and the frames of open-range stacks beyond each stack's own first ones
-// (kSharedStackRoom, recorder.hpp: taken as a stack grows, given back when its thread's buffer
-// is emptied).
+// (kSharedStackRoom: taken as a stack grows, given back as it shrinks or when its thread's
+// buffer is emptied).
 class MemoryBudget {
  public:
   explicit MemoryBudget(uint64_t limit) : limit_(limit) {}
@@ -60,8 +60,15 @@ class MemoryBudget {
       if (used_.compare_exchange_weak(used, used + amount, std::memory_order_relaxed)) return true;
     return false;
   }
-  // What take() gave, no longer used.
-  void give_back(uint64_t amount) { used_.fetch_sub(amount, std::memory_order_relaxed); }
+  // What take() gave, no longer used. Never below zero: a give-back counted twice (a thread
+  // ended by a signal handler between a stack's give-back and its own count, review YY-5) may
+  // leave room counted that is not held — never wrap and refuse all room for ever.
+  void give_back(uint64_t amount) {
+    uint64_t used = used_.load(std::memory_order_relaxed);
+    while (!used_.compare_exchange_weak(used, used - std::min(used, amount),
+                                        std::memory_order_relaxed)) {
+    }
+  }
   // In a fork() child: what the parent's other threads held is no longer the child's to count;
   // `kept` is what the forking thread holds and takes into the child.
   void restart_after_fork(uint64_t kept = 0) { used_.store(kept, std::memory_order_relaxed); }
@@ -91,15 +98,22 @@ inline constexpr size_t kMaxOpenFrames = 16384;
 // LL-4). A first shared budget (88a77d5) counted every stack's room, kept after its ranges were
 // popped, and lost the ranges of correct programs — a thread using 4,000 domains in turn filled
 // it with room nobody used (review MM-1). So the first frames of each stack are its own (real
-// nesting is tens deep), and room beyond them goes back once the stack is down to a quarter of
-// it (Recorder::pop, ThreadBuffer::shrink) or its thread's buffer is emptied
-// (ThreadBuffer::give_up): the shared room holds what is open, not what once was.
+// nesting is tens deep); beyond them a stack grows by a quarter at a time (Recorder::make_room),
+// and gives room back once it is down to half of it (Recorder::pop, ThreadBuffer::shrink) or its
+// thread's buffer is emptied for the next thread (ThreadBuffer::give_up): the shared room holds
+// about what is open.
 inline constexpr size_t kOwnStackRoom = 128;
+// A stack gives room back (Recorder::pop) only with more than this: one swinging a little beyond
+// its own room would otherwise reallocate twice a swing (review YY-4).
+inline constexpr size_t kShrinkAbove = kOwnStackRoom + kOwnStackRoom / 2;
 // The frames beyond their own room that all stacks of the process hold together: 28 MiB of
 // 56-byte frames, room for 32 stacks at kMaxOpenFrames. A stack that finds no more room to grow
 // into gives up its oldest half, as at kMaxOpenFrames (Recorder::make_room). What a leak on T
 // threads in D domains then holds is at most this plus T x D stacks of their own room (7 KB
-// each).
+// each). The price (known limits): a correct program whose threads hold more than about 400,000
+// ranges open at once beyond 128 each loses its oldest, as one thread holding more than
+// kMaxOpenFrames did; and beside leaks that filled the room, a thread nesting deeper than its
+// own room does.
 inline constexpr size_t kSharedStackRoom = size_t{1} << 19;
 
 // An open range on a (thread, domain) stack. A rejected frame records nothing but keeps its
@@ -235,12 +249,14 @@ class ThreadBuffer {
   // a stack short of kOwnStackRoom gets that much (grown), one at it none (beyond_shared_room).
   enum class Growth { grown, no_memory, beyond_shared_room };
   Growth grow(std::vector<Frame> &frames, size_t capacity);
-  // Gives `frames` (one of this thread's stacks) room for about twice its frames, at least its
-  // own kOwnStackRoom, and gives the shared room beyond that back (kept as it is without memory
-  // for the smaller copy).
+  // Gives `frames` (one of this thread's stacks) room for a quarter more than its frames (and
+  // kSignalReserve), at least its own kOwnStackRoom, and gives the shared room beyond that back
+  // (kept as it is without memory for the smaller copy). Recorder::pop decides when.
   void shrink(std::vector<Frame> &frames) noexcept;
-  // Frames this thread's stacks hold beyond their own first ones (taken from the shared room).
-  uint64_t shared_room_held() const { return shared_room_held_; }
+  // Frames this thread's stacks hold beyond their own first ones (taken from the shared room),
+  // counted from the stacks themselves: exact whatever interrupted a grow or a shrink. Owner
+  // only (or once the owner has ended, or in a fork() child).
+  uint64_t shared_room_held() const;
   // Pushes still open that found no stack (stack() gave nullptr), in any domain: each is the
   // first open push of its domain, so the pop that finds its domain without a frame is one of
   // theirs, not a protocol error of the program.
@@ -429,7 +445,6 @@ class ThreadBuffer {
   MemoryBudget *budget_;
   const std::atomic<uint32_t> *const shim_domain_;  // see the constructor
   MemoryBudget *const stack_room_;                  // see the constructor
-  uint64_t shared_room_held_ = 0;                   // owner only: see shared_room_held()
   // Guards recycling the tail chunk and runs_: taken by the owner only when a chunk is full, and
   // by readers (collect).
   mutable std::mutex mu_;

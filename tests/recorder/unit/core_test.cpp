@@ -598,11 +598,11 @@ bool leak(Recorder &r, const std::vector<Domain *> &domains, int per_domain,
   for (Domain *d : domains)
     for (int i = 0; i < per_domain; ++i) levels_right &= push(r, *d, "leaked") == i;
   for (Domain *d : domains) {
+    levels_right &= push(r, *d, "inner") == per_domain;
+    levels_right &= r.pop(*d) == per_domain;
     const FrameStack *stack = r.current_thread()->find_stack(d->id);
     if (!stack) return false;
     shared->fetch_add(beyond_own(stack->frames.capacity()));
-    levels_right &= push(r, *d, "inner") == per_domain;
-    levels_right &= r.pop(*d) == per_domain;
   }
   return levels_right;
 }
@@ -634,7 +634,9 @@ std::vector<Domain *> make_domains(Recorder &r, const char *prefix, int n) {
   return made;
 }
 
-// More stacks at kMaxOpenFrames than the shared room holds.
+// Stacks enough to fill the shared room with kFilling leaked pushes each (kMaxOpenFrames: none
+// given up, and the balanced range above them shrinks no stack).
+constexpr int kFilling = static_cast<int>(kMaxOpenFrames);
 constexpr int kFillingDomains =
     static_cast<int>(kSharedStackRoom / (kMaxOpenFrames - kOwnStackRoom)) + 8;
 }  // namespace shared_room
@@ -661,13 +663,41 @@ TEST_CASE("leaks on many threads and domains hold at most the room all stacks sh
     });
   for (std::thread &t : threads) t.join();
   CHECK(wrong == 0);
-  CHECK(shared.load() <= kSharedStackRoom);  // was 64 x 16,145 frames: 1,033,280
+  CHECK(shared.load() <= kSharedStackRoom);            // was 64 x 16,273 frames: 1,041,472
+  CHECK(r.shared_stack_room_used() == shared.load());  // what the stacks hold, counted
   const Snapshot s = r.snapshot();
   CHECK(s.errors.open_at_exit == uint64_t{kThreads} * kDomains * kLeaked);
   CHECK(s.errors.pop_without_push == 0);
   CHECK(s.depth_drops > uint64_t{kThreads} * kDomains * (kLeaked - kMaxOpenFrames));
   CHECK(s.memory_drops == 0);
   CHECK(count_named(s, "inner") == size_t{kThreads} * kDomains);
+}
+
+TEST_CASE("correct programs nesting deep on many threads at once keep every range") {
+  // No leak: 33 threads each nest 8,200 ranges, all open at once (270,600 beyond their own room),
+  // then pop them. Stacks that doubled as they grew held twice what was open and filled the
+  // shared room: 7,161 ranges were given up and their pops returned no level (review YY-1).
+  using namespace shared_room;
+  Recorder r(Settings{}, 0);
+  Domain &d = *r.names().create_domain("recursion");
+  constexpr int kThreads = 33, kDepth = 8200;
+  std::atomic<int> nested{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      bool right = true;
+      for (int i = 0; i < kDepth; ++i) right &= push(r, d, "deep") == i;
+      nested.fetch_add(1);
+      while (nested.load() < kThreads) std::this_thread::yield();  // all open at once
+      for (int i = kDepth - 1; i >= 0; --i) right &= r.pop(d) == i;
+      if (!right) wrong.fetch_add(1);
+    });
+  for (std::thread &t : threads) t.join();
+  CHECK(wrong == 0);
+  const Snapshot s = r.snapshot();
+  CHECK(s.depth_drops == 0);
+  CHECK(count_named(s, "deep") == size_t{kThreads} * kDepth);
+  CHECK(s.errors.none());
 }
 
 TEST_CASE("a thread that ends gives its stacks' shared room to the threads after it") {
@@ -679,7 +709,7 @@ TEST_CASE("a thread that ends gives its stacks' shared room to the threads after
   const std::vector<Domain *> domains = make_domains(r, "leaky ", kFillingDomains);
   std::atomic<size_t> shared{0};
   bool leaked_right = false;
-  std::thread([&] { leaked_right = leak(r, domains, kMaxOpenFrames + 1, &shared); }).join();
+  std::thread([&] { leaked_right = leak(r, domains, kFilling, &shared); }).join();
   CHECK(leaked_right);
   const uint64_t drops_of_leak = r.snapshot().depth_drops;
   CHECK(drops_of_leak > 0);  // the room was full: the leak's later stacks gave up their oldest
@@ -689,14 +719,15 @@ TEST_CASE("a thread that ends gives its stacks' shared room to the threads after
       push(r, r.names().global_domain(), "short");
       r.pop(r.names().global_domain());
     }).join();
-  bool whole = false;
+  // The leak's room went back with its buffer: all the shared room is this thread's nesting's.
   Domain &mine = *r.names().create_domain("recursion");
-  std::thread([&] { whole = nests_whole(r, mine, 10000); }).join();
-  CHECK(whole);
+  CHECK(nests_whole(r, mine, 10000));
+  CHECK(r.shared_stack_room_used() == r.current_thread()->shared_room_held());
+  CHECK(r.shared_stack_room_used() <= kShrinkAbove - kOwnStackRoom);  // given back as it popped
   const Snapshot s = r.snapshot();
   CHECK(count_named(s, "deep") == 10000);
   // The ended thread's leaked ranges are still counted open (its events and counts are kept).
-  CHECK(s.errors.open_at_exit == uint64_t{kFillingDomains} * (kMaxOpenFrames + 1));
+  CHECK(s.errors.open_at_exit == uint64_t{kFillingDomains} * kFilling);
 }
 
 TEST_CASE("a fork child counts the shared room of its own thread's stacks only") {
@@ -712,7 +743,7 @@ TEST_CASE("a fork child counts the shared room of its own thread's stacks only")
   std::atomic<int> stage{0};
   bool leaked_right = false;
   std::thread leaker([&] {
-    leaked_right = leak(r, domains, kMaxOpenFrames + 1, &shared);
+    leaked_right = leak(r, domains, kFilling, &shared);
     stage.store(1);
     while (stage.load() != 2) std::this_thread::yield();  // alive through the fork
   });
@@ -740,7 +771,7 @@ TEST_CASE("a fork child counts the shared room of its own thread's stacks only")
   const Snapshot s = r.snapshot();
   CHECK(count_named(s, "deep") == 100 + 10000 - in_parent.given_up);
   CHECK(s.errors.pop_without_push == 0);
-  CHECK(s.errors.open_at_exit == uint64_t{kFillingDomains} * (kMaxOpenFrames + 1));
+  CHECK(s.errors.open_at_exit == uint64_t{kFillingDomains} * kFilling);
   stage.store(2);
   leaker.join();
   CHECK(leaked_right);
