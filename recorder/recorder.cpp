@@ -256,12 +256,14 @@ bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack, bool shim) noe
   const ThreadBuffer::Moving moving(thread);
   const size_t open = stack.frames.size();
   if (open < kMaxOpenFrames) {
-    // Twice as many within a stack's own room (few reallocations for the usual tens deep); beyond
-    // it a quarter more each time, so that the room all stacks share holds little more than what
-    // is open: doubling filled it with half as many open, and correct programs nesting deep on
-    // many threads at once lost ranges (review YY-1).
-    const size_t wanted = open < kOwnStackRoom ? 2 * open : open + open / 4;
-    switch (thread.grow(stack.frames, std::min(wanted, kMaxOpenFrames) + kSignalReserve + 1)) {
+    // Twice as many within a stack's own room, up to all of it (few reallocations for the usual
+    // tens deep); beyond it a quarter more each time, so that the room all stacks share holds
+    // little more than what is open: doubling filled it with half as many open, and correct
+    // programs nesting deep on many threads at once lost ranges (reviews YY-1, YY2-1).
+    const size_t room = stack.frames.capacity() < kOwnStackRoom
+                            ? std::min(2 * open + kSignalReserve + 1, kOwnStackRoom)
+                            : std::min(open + open / 4, kMaxOpenFrames) + kSignalReserve + 1;
+    switch (thread.grow(stack.frames, room)) {
       case ThreadBuffer::Growth::grown:
         return true;
       case ThreadBuffer::Growth::no_memory:
@@ -346,13 +348,14 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
     thread.record(frame.start, end, frame.attrs, domain.id, depth);
   }
   stack->pop_back();
-  // A stack down to half its room gives back the shared room it no longer needs, so that the
-  // room all stacks share holds about what is open (a thread nesting 300 deep in 4,000 domains
-  // in turn would fill it: review MM-1). Not for a few frames beyond its own room (a stack
-  // swinging across it would reallocate twice a swing), nor in a signal handler's pop: the
-  // interrupted push or pop holds a reference into this vector.
-  if (stack->size() < stack->capacity() / 2 && stack->capacity() > kShrinkAbove &&
-      !activity.nested()) [[unlikely]]
+  // Once more than half the room all stacks share is taken, a stack down to half its room gives
+  // back what it no longer needs, so that room held by stacks since popped (threads nesting 150
+  // deep in 4,000 domains in turn: reviews MM-1, YY2-6) goes to the stacks that need it. Not
+  // before: a stack swinging deep and back would reallocate twice a swing, in pop (YY-4, YY2-2).
+  // Nor in a signal handler's pop: the interrupted push or pop holds a reference into this
+  // vector.
+  if (stack->size() < stack->capacity() / 2 && stack->capacity() > kOwnStackRoom &&
+      stack_room_.used() > kSharedStackRoom / 2 && !activity.nested()) [[unlikely]]
     thread.shrink(*stack);
   return static_cast<int>(depth);
 }
@@ -613,13 +616,13 @@ void Recorder::after_fork_in_child() {
     return;
   }
   ThreadBuffer *self = t_slot.generation == generation_ ? t_slot.buffer : nullptr;
-  if (common::inside_our_lock() || (self && self->storing())) {
+  if (common::inside_our_lock() || (self && (self->storing() || self->moving()))) {
     // fork() from a signal handler inside a locked section of ours, or inside the forking
-    // thread's ThreadBuffer::record (which takes no lock): that section resumes in this child
-    // when the handler returns; nothing reset under it (emptied, the chunk it writes to was
-    // unmapped under it, or its events were published again as the child's), and the copy
-    // stays its parent's (own_process.hpp: no trace from here), as in a child made without
-    // fork handlers.
+    // thread's ThreadBuffer::record or a move of its stacks (which take no lock): that section
+    // resumes in this child when the handler returns; nothing reset under it (emptied, the chunk
+    // it writes to was unmapped under it, or its events were published again as the child's;
+    // the shared room counted from stacks half moved, review YY2-5), and the copy stays its
+    // parent's (own_process.hpp: no trace from here), as in a child made without fork handlers.
     if (!common::inside_our_lock()) common::keep_parents_copy_in_child();
     after_fork_in_parent();
     return;

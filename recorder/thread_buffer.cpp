@@ -141,7 +141,8 @@ ThreadBuffer::Growth ThreadBuffer::grow(std::vector<Frame> &frames, size_t capac
 
 void ThreadBuffer::shrink(std::vector<Frame> &frames) noexcept {
   const size_t before = frames.capacity();
-  // Room for kSignalReserve more, as make_room keeps, and a quarter more frames, as it grows.
+  // Room for kSignalReserve more, as make_room keeps, and a quarter more frames, as it grows; its
+  // own room at least.
   const size_t target =
       std::max(kOwnStackRoom, frames.size() + frames.size() / 4 + kSignalReserve + 1);
   if (target >= before) return;

@@ -98,22 +98,21 @@ inline constexpr size_t kMaxOpenFrames = 16384;
 // LL-4). A first shared budget (88a77d5) counted every stack's room, kept after its ranges were
 // popped, and lost the ranges of correct programs — a thread using 4,000 domains in turn filled
 // it with room nobody used (review MM-1). So the first frames of each stack are its own (real
-// nesting is tens deep); beyond them a stack grows by a quarter at a time (Recorder::make_room),
-// and gives room back once it is down to half of it (Recorder::pop, ThreadBuffer::shrink) or its
-// thread's buffer is emptied for the next thread (ThreadBuffer::give_up): the shared room holds
-// about what is open.
+// nesting is tens deep; a stack grows to exactly this much before it takes any shared room);
+// beyond them a stack grows by a quarter at a time (Recorder::make_room). Room goes back when its
+// thread's buffer is emptied for the next thread (ThreadBuffer::give_up), and, once more than
+// half the shared room is taken, when a stack is down to half its room (Recorder::pop,
+// ThreadBuffer::shrink): the shared room then holds about what is open, or was at its recent
+// peaks.
 inline constexpr size_t kOwnStackRoom = 128;
-// A stack gives room back (Recorder::pop) only with more than this: one swinging a little beyond
-// its own room would otherwise reallocate twice a swing (review YY-4).
-inline constexpr size_t kShrinkAbove = kOwnStackRoom + kOwnStackRoom / 2;
 // The frames beyond their own room that all stacks of the process hold together: 28 MiB of
 // 56-byte frames, room for 32 stacks at kMaxOpenFrames. A stack that finds no more room to grow
 // into gives up its oldest half, as at kMaxOpenFrames (Recorder::make_room). What a leak on T
 // threads in D domains then holds is at most this plus T x D stacks of their own room (7 KB
 // each). The price (known limits): a correct program whose threads hold more than about 400,000
-// ranges open at once beyond 128 each loses its oldest, as one thread holding more than
-// kMaxOpenFrames did; and beside leaks that filled the room, a thread nesting deeper than its
-// own room does.
+// ranges open at once beyond 128 each (or had, within half their room, at their recent peaks)
+// loses its oldest, as one thread holding more than kMaxOpenFrames did; and beside leaks that
+// filled the room, a thread nesting deeper than its own room does.
 inline constexpr size_t kSharedStackRoom = size_t{1} << 19;
 
 // An open range on a (thread, domain) stack. A rejected frame records nothing but keeps its

@@ -91,7 +91,7 @@ unbalanced_pushes        2,000,000 NVTX pushes never popped (an    anonymous mem
                                                                   trace's footer count the oldest
                                                                   open ranges given up
 leaked_in_many_domains   32 threads each push 17,000 NVTX ranges  anonymous memory grows by under
-                         in each of 32 domains and never pop      56 MiB (960 MB: 16,384 open ranges
+                         in each of 32 domains and never pop      64 MiB (960 MB: 16,384 open ranges
                          them, then a balanced range in each      kept per thread and domain); every
                                                                   balanced range at its level, every
                                                                   leaked push counted open, one line
@@ -762,7 +762,7 @@ def leaked_in_many_domains():
     if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
         return  # a sanitizer's allocator and shadow memory: resident size says nothing here
     grown = got["anon_kb_grown"]
-    expect(grown < 56 * 1024, f"anonymous memory grew by {grown} KiB", run_)
+    expect(grown < 64 * 1024, f"anonymous memory grew by {grown} KiB", run_)
 
 
 def domains_per_request():
