@@ -260,8 +260,8 @@ bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack, bool shim) noe
     // tens deep); beyond it a quarter more each time, so that the room all stacks share holds
     // little more than what is open: doubling filled it with half as many open, and correct
     // programs nesting deep on many threads at once lost ranges (reviews YY-1, YY2-1).
-    const size_t room = stack.frames.capacity() < kOwnStackRoom
-                            ? std::min(2 * open + kSignalReserve + 1, kOwnStackRoom)
+    const size_t room = stack.frames.capacity() < kOwnStackCapacity
+                            ? std::min(2 * open + kSignalReserve + 1, kOwnStackCapacity)
                             : std::min(open + open / 4, kMaxOpenFrames) + kSignalReserve + 1;
     switch (thread.grow(stack.frames, room)) {
       case ThreadBuffer::Growth::grown:
@@ -273,7 +273,7 @@ bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack, bool shim) noe
     }
   }
   // The oldest half goes, at kMaxOpenFrames or where the shared room stopped this stack: at its
-  // own kOwnStackRoom (ThreadBuffer::grow), so dozens of frames go, room for more than
+  // own kOwnStackCapacity (ThreadBuffer::grow), so dozens of frames go, room for more than
   // kSignalReserve.
   static_assert((kOwnStackRoom - kSignalReserve) / 2 > kSignalReserve + 1);
   const size_t dropped = stack.frames.size() / 2;
@@ -348,15 +348,23 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
     thread.record(frame.start, end, frame.attrs, domain.id, depth);
   }
   stack->pop_back();
-  // Once more than half the room all stacks share is taken, a stack down to half its room gives
-  // back what it no longer needs, so that room held by stacks since popped (threads nesting 150
-  // deep in 4,000 domains in turn: reviews MM-1, YY2-6) goes to the stacks that need it. Not
-  // before: a stack swinging deep and back would reallocate twice a swing, in pop (YY-4, YY2-2).
-  // Nor in a signal handler's pop: the interrupted push or pop holds a reference into this
-  // vector.
-  if (stack->size() < stack->capacity() / 2 && stack->capacity() > kOwnStackRoom &&
-      stack_room_.used() > kSharedStackRoom / 2 && !activity.nested()) [[unlikely]]
-    thread.shrink(*stack);
+  // A stack gives back room it no longer needs once the room all stacks share is under pressure,
+  // so that room held by stacks since popped goes to the stacks that need it (threads nesting
+  // 150 deep in 4,000 domains in turn lost 148,000 ranges, reviews MM-1, YY2-6; stacks emptied
+  // while it was under half full kept their peaks for good, and 33 threads nesting 8,200 deep
+  // afterwards lost 51,114, YY3-1): a stack down to an eighth of its room once an eighth of the
+  // shared room is taken, one down to half of it once half is. Not without pressure: a stack
+  // swinging deep and back would reallocate twice a swing, in pop (YY-4, YY2-2). Nor in a signal
+  // handler's pop: the interrupted push or pop holds a reference into this vector. The room is
+  // looked at first: most stacks never have more than their own.
+  if (stack->capacity() > kOwnStackCapacity) [[unlikely]] {
+    const size_t open = stack->size(), room = stack->capacity();
+    const uint64_t taken = stack_room_.used();
+    if (((open < room / 8 && taken > kSharedStackRoom / 8) ||
+         (open < room / 2 && taken > kSharedStackRoom / 2)) &&
+        !activity.nested())
+      thread.shrink(*stack);
+  }
   return static_cast<int>(depth);
 }
 

@@ -113,7 +113,7 @@ FrameStack *ThreadBuffer::find_far(uint32_t domain_id) const {
 namespace {
 // The part of a stack's room that is taken from the room all stacks share.
 size_t beyond_own_room(size_t capacity) {
-  return capacity > kOwnStackRoom ? capacity - kOwnStackRoom : 0;
+  return capacity > kOwnStackCapacity ? capacity - kOwnStackCapacity : 0;
 }
 }  // namespace
 
@@ -125,8 +125,8 @@ ThreadBuffer::Growth ThreadBuffer::grow(std::vector<Frame> &frames, size_t capac
   uint64_t shared = stack_room_ ? beyond_own_room(capacity) - beyond_own_room(before) : 0;
   if (shared != 0 && !stack_room_->take(shared)) {
     // The shared room is full: a stack short of its own room still gets all of that.
-    if (before >= kOwnStackRoom) return Growth::beyond_shared_room;
-    capacity = kOwnStackRoom;
+    if (before >= kOwnStackCapacity) return Growth::beyond_shared_room;
+    capacity = kOwnStackCapacity;
     shared = 0;
   }
   const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
@@ -144,7 +144,7 @@ void ThreadBuffer::shrink(std::vector<Frame> &frames) noexcept {
   // Room for kSignalReserve more, as make_room keeps, and a quarter more frames, as it grows; its
   // own room at least.
   const size_t target =
-      std::max(kOwnStackRoom, frames.size() + frames.size() / 4 + kSignalReserve + 1);
+      std::max(kOwnStackCapacity, frames.size() + frames.size() / 4 + kSignalReserve + 1);
   if (target >= before) return;
   const Moving moving(*this);          // the frames move: see moving()
   const common::ErrnoKept errno_kept;  // a failed allocation sets ENOMEM
@@ -383,7 +383,7 @@ bool ThreadBuffer::give_up(std::vector<Event> *events, std::vector<SpillRun> *ru
   // it from the threads that came later: review MM-1). Their own room stays, for the next thread.
   const uint64_t held = shared_room_held();
   for (FrameStack &stack : stacks_) {
-    if (stack.frames.capacity() > kOwnStackRoom)
+    if (stack.frames.capacity() > kOwnStackCapacity)
       std::vector<Frame>().swap(stack.frames);
     else
       stack.frames.clear();

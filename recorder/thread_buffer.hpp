@@ -97,22 +97,27 @@ inline constexpr size_t kMaxOpenFrames = 16384;
 // multiply: leaked pushes on 16 threads in 16 domains took 246 MB, on 32 x 32 960 MB (review
 // LL-4). A first shared budget (88a77d5) counted every stack's room, kept after its ranges were
 // popped, and lost the ranges of correct programs — a thread using 4,000 domains in turn filled
-// it with room nobody used (review MM-1). So the first frames of each stack are its own (real
-// nesting is tens deep; a stack grows to exactly this much before it takes any shared room);
-// beyond them a stack grows by a quarter at a time (Recorder::make_room). Room goes back when its
-// thread's buffer is emptied for the next thread (ThreadBuffer::give_up), and, once more than
-// half the shared room is taken, when a stack is down to half its room (Recorder::pop,
-// ThreadBuffer::shrink): the shared room then holds about what is open, or was at its recent
-// peaks.
+// it with room nobody used (review MM-1). So the first open ranges of each stack are its own
+// (real nesting is tens deep; a stack grows to exactly that room, kOwnStackCapacity, before it
+// takes any shared room); beyond them a stack grows by a quarter at a time (Recorder::make_room).
+// Room goes back when its thread's buffer is emptied for the next thread (ThreadBuffer::give_up),
+// and under pressure in pop (Recorder::pop, ThreadBuffer::shrink): once an eighth of the shared
+// room is taken, by a stack down to an eighth of its room; once half is, by one down to half.
+// Without pressure a stack keeps the room of its peak (a swing deep and back costs nothing).
 inline constexpr size_t kOwnStackRoom = 128;
+// The capacity that holds kOwnStackRoom open ranges and the room kept for signal handlers'
+// (kSignalReserve, Recorder::push_in_place): what a stack's own room is in frames of capacity,
+// so that 128 open ranges take none of the shared room (counted from 128 of capacity, stacks
+// 113 deep took 29 shared frames each: review YY3-3).
+inline constexpr size_t kOwnStackCapacity = kOwnStackRoom + kSignalReserve + 1;
 // The frames beyond their own room that all stacks of the process hold together: 28 MiB of
 // 56-byte frames, room for 32 stacks at kMaxOpenFrames. A stack that finds no more room to grow
 // into gives up its oldest half, as at kMaxOpenFrames (Recorder::make_room). What a leak on T
-// threads in D domains then holds is at most this plus T x D stacks of their own room (7 KB
-// each). The price (known limits): a correct program whose threads hold more than about 400,000
-// ranges open at once beyond 128 each (or had, within half their room, at their recent peaks)
-// loses its oldest, as one thread holding more than kMaxOpenFrames did; and beside leaks that
-// filled the room, a thread nesting deeper than its own room does.
+// threads in D domains then holds is at most this plus T x D stacks of their own room (8 KB
+// each). The price (known limits, docs/reliability.md): a correct program whose stacks together
+// need more than this (about a quarter more than they hold beyond their own room, plus a step
+// each) loses its oldest, as one thread holding more than kMaxOpenFrames did; and beside leaks
+// that filled the room, a thread nesting deeper than its own room does.
 inline constexpr size_t kSharedStackRoom = size_t{1} << 19;
 
 // An open range on a (thread, domain) stack. A rejected frame records nothing but keeps its
@@ -244,12 +249,12 @@ class ThreadBuffer {
     return domain_id < stacks_.size() ? &stacks_[domain_id] : find_far(domain_id);
   }
   // Gives `frames` (one of this thread's stacks) room for `capacity` frames. The room beyond a
-  // stack's first kOwnStackRoom is taken from the stacks' shared room first; where that is full,
-  // a stack short of kOwnStackRoom gets that much (grown), one at it none (beyond_shared_room).
+  // stack's own kOwnStackCapacity is taken from the stacks' shared room first; where that is
+  // full, a stack short of it gets that much (grown), one at it none (beyond_shared_room).
   enum class Growth { grown, no_memory, beyond_shared_room };
   Growth grow(std::vector<Frame> &frames, size_t capacity);
   // Gives `frames` (one of this thread's stacks) room for a quarter more than its frames (and
-  // kSignalReserve), at least its own kOwnStackRoom, and gives the shared room beyond that back
+  // kSignalReserve), at least its own kOwnStackCapacity, and gives the shared room beyond that back
   // (kept as it is without memory for the smaller copy). Recorder::pop decides when.
   void shrink(std::vector<Frame> &frames) noexcept;
   // Frames this thread's stacks hold beyond their own first ones (taken from the shared room),

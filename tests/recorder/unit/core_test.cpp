@@ -139,8 +139,8 @@ TEST_CASE("threads that use many domains in turn record every range") {
   // of frames for all stacks together, counted by the room each stack kept, lost such a
   // program's ranges (review MM-1), and so did stacks that kept a little room beyond their own
   // (148,000 lost, review YY2-6): 12,000 stacks of 193 frames hold more than the room all stacks
-  // share (kSharedStackRoom). Once it is half taken, a stack that empties gives its room beyond
-  // its own kOwnStackRoom back.
+  // share (kSharedStackRoom). Once an eighth of it is taken, a stack that empties gives its room
+  // beyond its own room back.
   Recorder r(Settings{}, 0);
   constexpr int kThreads = 3, kDomains = 4000, kDepth = 150;
   std::vector<const nvtxDomainRegistration_st *> domains;
@@ -167,13 +167,13 @@ TEST_CASE("threads that use many domains in turn record every range") {
 }
 
 TEST_CASE("a thread nesting about its own room in 4,000 domains at once keeps every range") {
-  // 4,000 stacks each 111 deep at once take none of the shared room (a stack grows to its own 128
-  // frames first: one that doubled from 79 to 143 took 15 shared frames at 64 deep, review
-  // YY2-1); each 130 deep at once, 120,000 ranges beyond their own room, lose none (doubling on
-  // to 271 lost 18,725).
+  // 4,000 stacks each 128 deep at once take none of the shared room (a stack grows to its own
+  // room first: one that doubled from 79 frames to 143 took 15 shared frames at 64 deep, review
+  // YY2-1, and one whose own room counted the signal handlers' took 29 at 113 deep, YY3-3); each
+  // 130 deep at once, 8,000 ranges beyond their own room, lose none (doubling on to 271 lost
+  // 18,725).
   Recorder r(Settings{}, 0);
-  constexpr int kDomains = 4000, kWithin = static_cast<int>(kOwnStackRoom - kSignalReserve - 1),
-                kDepth = 130;
+  constexpr int kDomains = 4000, kWithin = static_cast<int>(kOwnStackRoom), kDepth = 130;
   std::vector<const nvtxDomainRegistration_st *> domains;
   for (int d = 0; d < kDomains; ++d)
     domains.push_back(r.names().create_domain("at once " + std::to_string(d)));
@@ -624,7 +624,7 @@ namespace shared_room {
 // The frames all of a recorder's stacks hold beyond their own first kOwnStackRoom each
 // (thread_buffer.hpp): taken from kSharedStackRoom.
 constexpr size_t beyond_own(size_t capacity) {
-  return capacity > kOwnStackRoom ? capacity - kOwnStackRoom : 0;
+  return capacity > kOwnStackCapacity ? capacity - kOwnStackCapacity : 0;
 }
 
 // On its own thread: pushes `per_domain` ranges "leaked" in each of `domains` and never pops
@@ -661,6 +661,24 @@ Nesting nest(Recorder &r, Domain &d, int depth) {
     n.pops_right &= r.pop(d) == (static_cast<uint64_t>(i) >= n.given_up ? i : kRejected);
   return n;
 }
+// `threads` threads each nest `depth` ranges "deep" in `d`, all open at once, then pop them: true
+// when every push and pop got its level.
+bool threads_nest_at_once(Recorder &r, Domain &d, int threads, int depth) {
+  std::atomic<int> nested{0}, wrong{0};
+  std::vector<std::thread> running;
+  for (int t = 0; t < threads; ++t)
+    running.emplace_back([&] {
+      bool right = true;
+      for (int i = 0; i < depth; ++i) right &= push(r, d, "deep") == i;
+      nested.fetch_add(1);
+      while (nested.load() < threads) std::this_thread::yield();  // all open at once
+      for (int i = depth - 1; i >= 0; --i) right &= r.pop(d) == i;
+      if (!right) wrong.fetch_add(1);
+    });
+  for (std::thread &t : running) t.join();
+  return wrong == 0;
+}
+
 bool nests_whole(Recorder &r, Domain &d, int depth) {
   const Nesting n = nest(r, d, depth);
   return n.pushes_right && n.given_up == 0 && n.pops_right;
@@ -676,7 +694,7 @@ std::vector<Domain *> make_domains(Recorder &r, const char *prefix, int n) {
 // given up, and the balanced range above them shrinks no stack).
 constexpr int kFilling = static_cast<int>(kMaxOpenFrames);
 constexpr int kFillingDomains =
-    static_cast<int>(kSharedStackRoom / (kMaxOpenFrames - kOwnStackRoom)) + 8;
+    static_cast<int>(kSharedStackRoom / (kMaxOpenFrames - kOwnStackCapacity)) + 8;
 }  // namespace shared_room
 
 TEST_CASE("leaks on many threads and domains hold at most the room all stacks share") {
@@ -719,23 +737,31 @@ TEST_CASE("correct programs nesting deep on many threads at once keep every rang
   Recorder r(Settings{}, 0);
   Domain &d = *r.names().create_domain("recursion");
   constexpr int kThreads = 33, kDepth = 8200;
-  std::atomic<int> nested{0}, wrong{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t)
-    threads.emplace_back([&] {
-      bool right = true;
-      for (int i = 0; i < kDepth; ++i) right &= push(r, d, "deep") == i;
-      nested.fetch_add(1);
-      while (nested.load() < kThreads) std::this_thread::yield();  // all open at once
-      for (int i = kDepth - 1; i >= 0; --i) right &= r.pop(d) == i;
-      if (!right) wrong.fetch_add(1);
-    });
-  for (std::thread &t : threads) t.join();
-  CHECK(wrong == 0);
+  CHECK(threads_nest_at_once(r, d, kThreads, kDepth));
   const Snapshot s = r.snapshot();
   CHECK(s.depth_drops == 0);
   CHECK(count_named(s, "deep") == size_t{kThreads} * kDepth);
   CHECK(s.errors.none());
+}
+
+TEST_CASE("stacks emptied earlier give their room to later nesting") {
+  // A correct program: one thread nests 16,000 deep in each of 16 domains in turn and pops them
+  // (one outer range left open in each, as a "main" range around everything); then 33 threads
+  // nest 8,200 deep at once. The emptied stacks kept their peaks' room while the shared room was
+  // less than half taken, and the threads lost 51,114 ranges (review YY3-1).
+  using namespace shared_room;
+  Recorder r(Settings{}, 0);
+  const std::vector<Domain *> phases = make_domains(r, "phase ", 16);
+  bool phases_right = true;
+  for (Domain *phase : phases) {
+    phases_right &= push(r, *phase, "outer") == 0;
+    for (int i = 1; i < 16000; ++i) phases_right &= push(r, *phase, "phase") == i;
+    for (int i = 15999; i >= 1; --i) phases_right &= r.pop(*phase) == i;
+  }
+  CHECK(phases_right);
+  Domain &d = *r.names().create_domain("recursion");
+  CHECK(threads_nest_at_once(r, d, 33, 8200));
+  CHECK(r.snapshot().depth_drops == 0);
 }
 
 TEST_CASE("a thread that ends gives its stacks' shared room to the threads after it") {
