@@ -260,9 +260,12 @@ bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack, bool shim) noe
     // tens deep); beyond it a quarter more each time, so that the room all stacks share holds
     // little more than what is open: doubling filled it with half as many open, and correct
     // programs nesting deep on many threads at once lost ranges (reviews YY-1, YY2-1).
-    const size_t room = stack.frames.capacity() < kOwnStackCapacity
-                            ? std::min(2 * open + kSignalReserve + 1, kOwnStackCapacity)
-                            : std::min(open + open / 4, kMaxOpenFrames) + kSignalReserve + 1;
+    size_t room = stack.frames.capacity() < kOwnStackCapacity
+                      ? std::min(2 * open + kSignalReserve + 1, kOwnStackCapacity)
+                      : std::min(open + open / 4, kMaxOpenFrames) + kSignalReserve + 1;
+    // Not a step of a few frames short of its own room (79 to 143, then to 145: YY4-5).
+    if (room < kOwnStackCapacity && kOwnStackCapacity - room < kOwnStackCapacity / 8)
+      room = kOwnStackCapacity;
     switch (thread.grow(stack.frames, room)) {
       case ThreadBuffer::Growth::grown:
         return true;
@@ -273,9 +276,9 @@ bool Recorder::make_room(ThreadBuffer &thread, FrameStack &stack, bool shim) noe
     }
   }
   // The oldest half goes, at kMaxOpenFrames or where the shared room stopped this stack: at its
-  // own kOwnStackCapacity (ThreadBuffer::grow), so dozens of frames go, room for more than
-  // kSignalReserve.
-  static_assert((kOwnStackRoom - kSignalReserve) / 2 > kSignalReserve + 1);
+  // own kOwnStackCapacity or beyond (ThreadBuffer::grow), so at least 64 frames go, room for
+  // more than kSignalReserve.
+  static_assert((kOwnStackCapacity - kSignalReserve) / 2 > kSignalReserve + 1);
   const size_t dropped = stack.frames.size() / 2;
   stack.frames.erase(stack.frames.begin(), stack.frames.begin() + dropped);
   stack.dropped += dropped;
@@ -350,18 +353,18 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   stack->pop_back();
   // A stack gives back room it no longer needs once the room all stacks share is under pressure,
   // so that room held by stacks since popped goes to the stacks that need it (threads nesting
-  // 150 deep in 4,000 domains in turn lost 148,000 ranges, reviews MM-1, YY2-6; stacks emptied
-  // while it was under half full kept their peaks for good, and 33 threads nesting 8,200 deep
-  // afterwards lost 51,114, YY3-1): a stack down to an eighth of its room once an eighth of the
-  // shared room is taken, one down to half of it once half is. Not without pressure: a stack
-  // swinging deep and back would reallocate twice a swing, in pop (YY-4, YY2-2). Nor in a signal
-  // handler's pop: the interrupted push or pop holds a reference into this vector. The room is
-  // looked at first: most stacks never have more than their own.
+  // 150 deep in 4,000 domains in turn lost 148,000 ranges, reviews MM-1, YY2-6; stacks popped
+  // back while it was under half taken kept their peaks, and 33 threads nesting 8,200 deep
+  // afterwards lost 51,114, YY3-1, or 29,591, YY4-1): once an eighth of the shared room is
+  // taken, a stack less full than the shared room (open ranges over its room, against frames
+  // taken over the shared room). Not without pressure: a stack swinging deep and back would
+  // reallocate twice a swing, in pop (YY-4, YY2-2). Nor in a signal handler's pop: the
+  // interrupted push or pop holds a reference into this vector. The room is looked at first:
+  // most stacks never have more than their own.
   if (stack->capacity() > kOwnStackCapacity) [[unlikely]] {
-    const size_t open = stack->size(), room = stack->capacity();
+    const uint64_t open = stack->size(), room = stack->capacity();
     const uint64_t taken = stack_room_.used();
-    if (((open < room / 8 && taken > kSharedStackRoom / 8) ||
-         (open < room / 2 && taken > kSharedStackRoom / 2)) &&
+    if (taken > kSharedStackRoom / 8 && open * kSharedStackRoom < room * taken &&
         !activity.nested())
       thread.shrink(*stack);
   }

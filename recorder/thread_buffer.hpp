@@ -92,7 +92,7 @@ inline constexpr size_t kSignalReserve = 16;
 // leak never balances again.) The stack stops growing at this many frames and the room for
 // signal handlers' ranges (kSignalReserve).
 inline constexpr size_t kMaxOpenFrames = 16384;
-// The room of every (thread, domain) stack is its own up to this many frames; beyond, it is
+// The room of every (thread, domain) stack is its own up to this many open ranges; beyond, it is
 // taken from kSharedStackRoom, which all threads' stacks share. kMaxOpenFrames alone let leaks
 // multiply: leaked pushes on 16 threads in 16 domains took 246 MB, on 32 x 32 960 MB (review
 // LL-4). A first shared budget (88a77d5) counted every stack's room, kept after its ranges were
@@ -102,8 +102,8 @@ inline constexpr size_t kMaxOpenFrames = 16384;
 // takes any shared room); beyond them a stack grows by a quarter at a time (Recorder::make_room).
 // Room goes back when its thread's buffer is emptied for the next thread (ThreadBuffer::give_up),
 // and under pressure in pop (Recorder::pop, ThreadBuffer::shrink): once an eighth of the shared
-// room is taken, by a stack down to an eighth of its room; once half is, by one down to half.
-// Without pressure a stack keeps the room of its peak (a swing deep and back costs nothing).
+// room is taken, by a stack less full than the shared room. Without pressure a stack keeps the
+// room of its peak (a swing deep and back costs nothing).
 inline constexpr size_t kOwnStackRoom = 128;
 // The capacity that holds kOwnStackRoom open ranges and the room kept for signal handlers'
 // (kSignalReserve, Recorder::push_in_place): what a stack's own room is in frames of capacity,
@@ -166,8 +166,8 @@ class ThreadBuffer {
   // `spill` may be null: then every event stays in memory. `budget` may be null: then every full
   // chunk is spilled (where `spill` is given). `shim_domain`: the id of the shim's domain
   // (Recorder::is_shim_domain), whose ranges dropped here are also counted on their own; may be
-  // null. `stack_room`: the room all threads' open-range stacks share beyond each stack's first
-  // kOwnStackRoom frames (grow); null: none, each stack grows to kMaxOpenFrames. Throws
+  // null. `stack_room`: the room all threads' open-range stacks share beyond each stack's own
+  // kOwnStackCapacity frames (grow); null: none, each stack grows to kMaxOpenFrames. Throws
   // std::bad_alloc when even its first chunk cannot be mapped (Recorder::register_thread: the
   // thread then records nothing).
   ThreadBuffer(uint32_t tid, std::string initial_name, SpillFile *spill = nullptr,

@@ -735,7 +735,7 @@ def unbalanced_pushes():
 def leaked_in_many_domains():
     """Each (thread, domain) keeps at most 16,384 open ranges (unbalanced_pushes), and leaks on
     many of them multiplied that: 16 threads x 16 domains took 246 MB, 32 x 32 960 MB (review
-    LL-4). Beyond each stack's first 128 frames, all stacks now share room for 524,288; a stack
+    LL-4). Beyond each stack's own 128 open ranges, all stacks now share room for 524,288; a stack
     that finds it full gives up its oldest half. The ranges pushed and popped above the leaked
     ones keep their levels (a budget that refused pushes instead lost them: review MM-1)."""
     threads, domains, n = 32, 32, 17000

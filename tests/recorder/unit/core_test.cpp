@@ -139,8 +139,8 @@ TEST_CASE("threads that use many domains in turn record every range") {
   // of frames for all stacks together, counted by the room each stack kept, lost such a
   // program's ranges (review MM-1), and so did stacks that kept a little room beyond their own
   // (148,000 lost, review YY2-6): 12,000 stacks of 193 frames hold more than the room all stacks
-  // share (kSharedStackRoom). Once an eighth of it is taken, a stack that empties gives its room
-  // beyond its own room back.
+  // share (kSharedStackRoom). Once an eighth of it is taken, a stack less full than it gives its
+  // room beyond its own room back.
   Recorder r(Settings{}, 0);
   constexpr int kThreads = 3, kDomains = 4000, kDepth = 150;
   std::vector<const nvtxDomainRegistration_st *> domains;
@@ -690,8 +690,9 @@ std::vector<Domain *> make_domains(Recorder &r, const char *prefix, int n) {
   return made;
 }
 
-// Stacks enough to fill the shared room with kFilling leaked pushes each (kMaxOpenFrames: none
-// given up, and the balanced range above them shrinks no stack).
+// Stacks enough to fill the shared room with kFilling leaked pushes each (kMaxOpenFrames: the
+// stacks that got the room give none up; those the full room stopped at their own give up their
+// oldest, which the tests expect).
 constexpr int kFilling = static_cast<int>(kMaxOpenFrames);
 constexpr int kFillingDomains =
     static_cast<int>(kSharedStackRoom / (kMaxOpenFrames - kOwnStackCapacity)) + 8;
@@ -761,6 +762,37 @@ TEST_CASE("stacks emptied earlier give their room to later nesting") {
   CHECK(phases_right);
   Domain &d = *r.names().create_domain("recursion");
   CHECK(threads_nest_at_once(r, d, 33, 8200));
+  CHECK(r.snapshot().depth_drops == 0);
+}
+
+TEST_CASE("stacks popped back part of the way give their room to later nesting") {
+  // 16 threads nest 16,000 deep, pop back to 2,100 and hold them open; then 33 threads nest
+  // 8,200 deep at once. A stack holding between an eighth and half of its room kept its peak
+  // until half the shared room was taken, and the 33 threads lost 29,591 ranges (review YY4-1):
+  // a stack less full than the shared room gives back once an eighth of it is taken.
+  using namespace shared_room;
+  Recorder r(Settings{}, 0);
+  Domain &held = *r.names().create_domain("held");
+  constexpr int kHolders = 16, kPeak = 16000, kHeld = 2100;
+  std::atomic<int> holding{0}, wrong{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> holders;
+  for (int t = 0; t < kHolders; ++t)
+    holders.emplace_back([&] {
+      bool right = true;
+      for (int i = 0; i < kPeak; ++i) right &= push(r, held, "peak") == i;
+      for (int i = kPeak - 1; i >= kHeld; --i) right &= r.pop(held) == i;
+      holding.fetch_add(1);
+      while (!done.load()) std::this_thread::yield();  // holding kHeld open meanwhile
+      for (int i = kHeld - 1; i >= 0; --i) right &= r.pop(held) == i;
+      if (!right) wrong.fetch_add(1);
+    });
+  while (holding.load() < kHolders) std::this_thread::yield();
+  Domain &d = *r.names().create_domain("recursion");
+  CHECK(threads_nest_at_once(r, d, 33, 8200));
+  done.store(true);
+  for (std::thread &t : holders) t.join();
+  CHECK(wrong == 0);
   CHECK(r.snapshot().depth_drops == 0);
 }
 
