@@ -356,18 +356,17 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   // 150 deep in 4,000 domains in turn lost 148,000 ranges, reviews MM-1, YY2-6; stacks popped
   // back while it was under half taken kept their peaks, and 33 threads nesting 8,200 deep
   // afterwards lost 51,114, YY3-1, or 29,591, YY4-1): once an eighth of the shared room is
-  // taken, a stack less full than the shared room (open ranges over its room, against frames
-  // taken over the shared room). Not without pressure: a stack swinging deep and back would
-  // reallocate twice a swing, in pop (YY-4, YY2-2). Nor in a signal handler's pop: the
-  // interrupted push or pop holds a reference into this vector. The room is looked at first:
-  // most stacks never have more than their own.
-  if (stack->capacity() > kOwnStackCapacity) [[unlikely]] {
-    const uint64_t open = stack->size(), room = stack->capacity();
-    const uint64_t taken = stack_room_.used();
-    if (taken > kSharedStackRoom / 8 && open * kSharedStackRoom < room * taken &&
+  // taken, a stack less than half full. Half, not a bar that moves with the pressure: a shrink
+  // leaves a stack four-fifths full, and a bar above that shrank it again at every pop, copying
+  // it whole each time (a descent from 8,000 deep cost 7,166 reallocations, YY5-1); at half, a
+  // descent costs a few. Not without pressure: a stack swinging deep and back would reallocate
+  // in every swing, in pop (YY-4, YY2-2). Nor in a signal handler's pop: the interrupted push or
+  // pop holds a reference into this vector. The room is looked at first: most stacks never have
+  // more than their own.
+  if (stack->capacity() > kOwnStackCapacity) [[unlikely]]
+    if (2 * stack->size() < stack->capacity() && stack_room_.used() > kSharedStackRoom / 8 &&
         !activity.nested())
       thread.shrink(*stack);
-  }
   return static_cast<int>(depth);
 }
 

@@ -102,8 +102,8 @@ inline constexpr size_t kMaxOpenFrames = 16384;
 // takes any shared room); beyond them a stack grows by a quarter at a time (Recorder::make_room).
 // Room goes back when its thread's buffer is emptied for the next thread (ThreadBuffer::give_up),
 // and under pressure in pop (Recorder::pop, ThreadBuffer::shrink): once an eighth of the shared
-// room is taken, by a stack less full than the shared room. Without pressure a stack keeps the
-// room of its peak (a swing deep and back costs nothing).
+// room is taken, by a stack less than half full. Without pressure a stack keeps the room of its
+// peak (a swing deep and back costs nothing).
 inline constexpr size_t kOwnStackRoom = 128;
 // The capacity that holds kOwnStackRoom open ranges and the room kept for signal handlers'
 // (kSignalReserve, Recorder::push_in_place): what a stack's own room is in frames of capacity,
