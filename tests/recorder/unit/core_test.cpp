@@ -679,6 +679,40 @@ bool threads_nest_at_once(Recorder &r, Domain &d, int threads, int depth) {
   return wrong == 0;
 }
 
+// `threads` threads that each nest `peak` ranges in `d`, pop back to `held` and hold those open
+// until release(), which pops them and joins the threads; levels_right() then says whether every
+// push and pop got its level.
+class Holders {
+ public:
+  Holders(Recorder &r, Domain &d, int threads, int peak, int held) {
+    for (int t = 0; t < threads; ++t)
+      running_.emplace_back([this, &r, &d, peak, held] {
+        bool right = true;
+        for (int i = 0; i < peak; ++i) right &= push(r, d, "held") == i;
+        for (int i = peak - 1; i >= held; --i) right &= r.pop(d) == i;
+        holding_.fetch_add(1);
+        while (!released_.load()) std::this_thread::yield();
+        for (int i = held - 1; i >= 0; --i) right &= r.pop(d) == i;
+        if (!right) wrong_.fetch_add(1);
+      });
+    while (holding_.load() < threads) std::this_thread::yield();
+  }
+  ~Holders() { release(); }
+  Holders(const Holders &) = delete;
+  Holders &operator=(const Holders &) = delete;
+  void release() {
+    released_.store(true);
+    for (std::thread &t : running_)
+      if (t.joinable()) t.join();
+  }
+  bool levels_right() const { return wrong_.load() == 0; }
+
+ private:
+  std::atomic<int> holding_{0}, wrong_{0};
+  std::atomic<bool> released_{false};
+  std::vector<std::thread> running_;
+};
+
 bool nests_whole(Recorder &r, Domain &d, int depth) {
   const Nesting n = nest(r, d, depth);
   return n.pushes_right && n.given_up == 0 && n.pops_right;
@@ -772,27 +806,11 @@ TEST_CASE("stacks popped back part of the way give their room to later nesting")
   // a stack less than half full gives back once an eighth of it is taken.
   using namespace shared_room;
   Recorder r(Settings{}, 0);
-  Domain &held = *r.names().create_domain("held");
-  constexpr int kHolders = 16, kPeak = 16000, kHeld = 2100;
-  std::atomic<int> holding{0}, wrong{0};
-  std::atomic<bool> done{false};
-  std::vector<std::thread> holders;
-  for (int t = 0; t < kHolders; ++t)
-    holders.emplace_back([&] {
-      bool right = true;
-      for (int i = 0; i < kPeak; ++i) right &= push(r, held, "peak") == i;
-      for (int i = kPeak - 1; i >= kHeld; --i) right &= r.pop(held) == i;
-      holding.fetch_add(1);
-      while (!done.load()) std::this_thread::yield();  // holding kHeld open meanwhile
-      for (int i = kHeld - 1; i >= 0; --i) right &= r.pop(held) == i;
-      if (!right) wrong.fetch_add(1);
-    });
-  while (holding.load() < kHolders) std::this_thread::yield();
+  Holders holders(r, *r.names().create_domain("held"), 16, 16000, 2100);
   Domain &d = *r.names().create_domain("recursion");
   CHECK(threads_nest_at_once(r, d, 33, 8200));
-  done.store(true);
-  for (std::thread &t : holders) t.join();
-  CHECK(wrong == 0);
+  holders.release();
+  CHECK(holders.levels_right());
   CHECK(r.snapshot().depth_drops == 0);
 }
 
@@ -803,19 +821,8 @@ TEST_CASE("under pressure a stack going back down reallocates a few times, not a
   // a swing, each a copy of the whole stack (review YY5-1).
   using namespace shared_room;
   Recorder r(Settings{}, 0);
-  Domain &held = *r.names().create_domain("held");
-  constexpr int kHolders = 26, kHeld = 16000, kSwing = 8000;
-  std::atomic<int> holding{0};
-  std::atomic<bool> done{false};
-  std::vector<std::thread> holders;
-  for (int t = 0; t < kHolders; ++t)
-    holders.emplace_back([&] {
-      for (int i = 0; i < kHeld; ++i) push(r, held, "held");
-      holding.fetch_add(1);
-      while (!done.load()) std::this_thread::yield();
-      for (int i = 0; i < kHeld; ++i) r.pop(held);
-    });
-  while (holding.load() < kHolders) std::this_thread::yield();
+  constexpr int kSwing = 8000;
+  Holders holders(r, *r.names().create_domain("held"), 26, 16000, 16000);
   CHECK(r.shared_stack_room_used() > kSharedStackRoom * 3 / 4);
   Domain &d = *r.names().create_domain("swing");
   bool right = true;
@@ -828,8 +835,8 @@ TEST_CASE("under pressure a stack going back down reallocates a few times, not a
       reallocations += r.current_thread()->find_stack(d.id)->frames.capacity() != room;
     }
   }
-  done.store(true);
-  for (std::thread &t : holders) t.join();
+  holders.release();
+  CHECK(holders.levels_right());
   CHECK(right);
   CHECK(reallocations <= 3 * 16);  // a handful a descent: 8,000 to 145 frames by halves
   CHECK(r.snapshot().depth_drops == 0);
