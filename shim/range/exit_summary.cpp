@@ -145,10 +145,17 @@ void exit_hook() {
 
 namespace {
 
+// A graph's row, its counters read once: the title's totals are the rows' sums, so that a
+// thread still launching as the process exits cannot make the title disagree with the rows.
+struct Row {
+  const GraphRecord *record;
+  uint64_t after_report, launched, failed, rejected;
+};
+
 // Rows in ordinal order: records are visited in allocation order, which recycling breaks.
 int by_ordinal(const void *a, const void *b) {
-  const uint32_t left = (*static_cast<const GraphRecord *const *>(a))->ordinal;
-  const uint32_t right = (*static_cast<const GraphRecord *const *>(b))->ordinal;
+  const uint32_t left = static_cast<const Row *>(a)->record->ordinal;
+  const uint32_t right = static_cast<const Row *>(b)->record->ordinal;
   // The overflow record (ordinal 0) goes last.
   if ((left == 0) != (right == 0)) return left == 0 ? 1 : -1;
   return left < right ? -1 : left > right;
@@ -159,24 +166,42 @@ int by_ordinal(const void *a, const void *b) {
 bool write_exit_summary() {
   const char *target = settings().summary;
   GraphRegistry &registry = graph_registry();
-  const GraphRegistry::Recycled &recycled = registry.recycled();
+  const GraphRegistry::Recycled recycled = registry.recycled();
   Text text;
-  const GraphRegistry::Totals counted = registry.totals();
-  const uint64_t launches = counted.launches, failed = counted.failed, rejected = counted.rejected;
-  const size_t graphs = counted.graphs, held = counted.held;
+  size_t held = 0;
+  bool launched_any = recycled.launches != 0;
+  registry.for_each([&](const GraphRecord &record) {
+    ++held;
+    launched_any = launched_any || replay_count(record) != 0;
+  });
   // A process that launched nothing says nothing: a CPU-only child forked by a launcher (its
   // counters restarted at the fork) would otherwise add an empty summary to the job's.
-  if (launches == 0) return true;
-  auto **rows = static_cast<const GraphRecord **>(calloc(held ? held : 1, sizeof(GraphRecord *)));
+  if (!launched_any) return true;
+  auto *rows = static_cast<Row *>(calloc(held ? held : 1, sizeof(Row)));
   if (!rows) {
     warn_line("cannot write the summary to '%s': %s", message_value(target).text,
               common::error_text(ENOMEM));
     return false;
   }
+  // Each row's counters read once, back to back, the answered ones first: a launch is counted
+  // before its push is answered, so the row holds every launch counted here (review SS-2: text
+  // formatted between the two reads let launches in that were in neither).
   size_t filled = 0;
+  uint64_t launches = recycled.launches, failed = recycled.failed_launches,
+           rejected = recycled.rejected_pushes;
   registry.for_each([&](const GraphRecord &record) {
-    if (filled < held) rows[filled++] = &record;
+    if (filled == held) return;  // a graph made since the count: not in the rows, nor the title
+    Row &row = rows[filled++];
+    row.record = &record;
+    row.after_report = record.after_tool_report.load(std::memory_order_relaxed);
+    row.launched = replay_count(record);
+    row.failed = record.failed_launches.load(std::memory_order_relaxed);
+    row.rejected = record.rejected_pushes.load(std::memory_order_relaxed);
+    launches += row.launched;
+    failed += row.failed;
+    rejected += row.rejected;
   });
+  const size_t graphs = recycled.graphs + filled;
   qsort(rows, filled, sizeof *rows, by_ordinal);
   const bool gpu = gpu::timing_on();
   // The process, as `check` matches it with a trace: its pid, and when it started (a pid alone
@@ -226,22 +251,18 @@ bool write_exit_summary() {
   Text after;
   uint64_t after_total = 0;
   for (size_t i = 0; i < filled; ++i) {
-    const GraphRecord &record = *rows[i];
+    const Row &row = rows[i];
+    const GraphRecord &record = *row.record;
     const GraphLabel *label = record.label.load(std::memory_order_acquire);
-    // Back to back, the answered ones first: a launch is counted before its push is answered,
-    // so the row holds every launch counted here (review SS-2: text formatted between the two
-    // reads let launches in that were in neither).
-    const uint64_t after_report = record.after_tool_report.load(std::memory_order_relaxed);
-    const uint64_t launched = replay_count(record);
-    if (after_report) {
+    if (row.after_report) {
       after.append("%sgraph %u: %llu", after_total ? ", " : "", record.ordinal,
-                   static_cast<unsigned long long>(after_report));
-      after_total += after_report;
+                   static_cast<unsigned long long>(row.after_report));
+      after_total += row.after_report;
     }
-    text.append(
-        "  %5u  %10llu  %8llu  %8llu  ", record.ordinal, static_cast<unsigned long long>(launched),
-        static_cast<unsigned long long>(record.failed_launches.load(std::memory_order_relaxed)),
-        static_cast<unsigned long long>(record.rejected_pushes.load(std::memory_order_relaxed)));
+    text.append("  %5u  %10llu  %8llu  %8llu  ", record.ordinal,
+                static_cast<unsigned long long>(row.launched),
+                static_cast<unsigned long long>(row.failed),
+                static_cast<unsigned long long>(row.rejected));
     if (gpu) gpu_columns(timing && record.ordinal ? timing->stats_for(record.ordinal) : nullptr);
     text.append("%s\n", label ? label->text : record.name);
   }
@@ -249,7 +270,7 @@ bool write_exit_summary() {
     timing->for_each_stats_locked([&](const gpu::GraphStats &stats) {
       GraphRecord key;
       key.ordinal = stats.ordinal;
-      const GraphRecord *wanted = &key;
+      const Row wanted{&key, 0, 0, 0, 0};
       if (stats.ordinal == 0 || !bsearch(&wanted, rows, filled, sizeof *rows, by_ordinal))
         unlisted.merge(stats);
     });

@@ -587,21 +587,6 @@ GraphRecord *GraphRegistry::refuse(Slot *slot) {
   return &shared;
 }
 
-GraphRegistry::Totals GraphRegistry::totals() const {
-  Totals t;
-  t.launches = recycled_.launches;
-  t.failed = recycled_.failed_launches;
-  t.rejected = recycled_.rejected_pushes;
-  for_each([&](const GraphRecord &record) {
-    ++t.held;
-    t.launches += replay_count(record);
-    t.failed += record.failed_launches.load(std::memory_order_relaxed);
-    t.rejected += record.rejected_pushes.load(std::memory_order_relaxed);
-  });
-  t.graphs = recycled_.graphs + t.held;
-  return t;
-}
-
 void GraphRegistry::start_counting_afresh() {
   for (size_t i = 0; i < records_.used; ++i) {
     if (GraphRecord *record = records_.at(i)) {

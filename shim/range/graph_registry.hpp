@@ -217,14 +217,6 @@ class GraphRegistry {
   };
   const Recycled &recycled() const { return recycled_; }
 
-  // Over every graph: those whose record is held (for_each) and those recycled. Read while
-  // threads launch, as fuzzy as replay_count().
-  struct Totals {
-    uint64_t launches = 0, failed = 0, rejected = 0;
-    size_t graphs = 0, held = 0;  // graphs in all; of them, those with a record still held
-  };
-  Totals totals() const;
-
   // In a forked child (the registry's fork handler): the counters restart at zero, so that the
   // child's summary counts its own launches, never its parent's, and no graph has a launching
   // thread yet (replay_numbers.hpp). Identities and names stay.

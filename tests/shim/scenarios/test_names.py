@@ -1012,6 +1012,43 @@ def summary_file():
                f"files in dir/: {files}", run_)
 
 
+SUMMARY_TITLE = re.compile(r"^ferrum-replay launch summary: (\d+) graphs, (\d+) launches, "
+                           r"(\d+) failed, (\d+) rejected pushes \(pid \d+")
+# A graph's row (its number first), or the destroyed graphs' totals row ("-", then "(N earlier
+# graphs, destroyed)"): launches, failed, rejected.
+SUMMARY_ROW = re.compile(r"^  +(\d+|-)  +(\d+)  +(\d+)  +(\d+)  (.*)$")
+
+
+def summary_title_sums_rows():
+    """The summary's title counts what its rows show. A worker main did not stop, still
+    launching as the process exits, made the title's launches fewer than its rows' (its totals
+    were read before the rows, each counter twice)."""
+    for attempt in range(3):
+        # A thread launches graph 0 over and over, each launch returning at once, while main
+        # calls exit(): it launches on while the summary is written. Not recorded: the recorder's
+        # report would slow the exit and the window down.
+        run_ = launch("--launching-at-exit", record=False,
+                      env={"FERRUM_REPLAY_SUMMARY": "stderr"})
+        expect(run_.returncode == 0, "the program", run_)
+        lines = run_.stderr.splitlines()
+        titles = [SUMMARY_TITLE.match(line) for line in lines]
+        titles = [t for t in titles if t]
+        expect(len(titles) == 1, "one summary", run_)
+        graphs, launches, failed, rejected = (int(v) for v in titles[0].groups())
+        rows = [SUMMARY_ROW.match(line) for line in lines]
+        rows = [r for r in rows if r and (r[1] != "-" or "earlier graphs, destroyed" in r[5])]
+        destroyed = sum(int(re.search(r"\((\d+) earlier graphs", r[5])[1])
+                        for r in rows if r[1] == "-")
+        counted = [r for r in rows if r[1] != "-"]
+        expect(launches > GRAPHS * ITERS, "the worker launched as the process exited", run_)
+        expect(graphs == len(counted) + destroyed, f"{graphs} graphs in the title, {len(counted)} "
+               f"rows and {destroyed} destroyed", run_)
+        for column, total in ((2, launches), (3, failed), (4, rejected)):
+            shown = sum(int(r[column]) for r in rows)
+            expect(shown == total, f"title: {total}, rows: {shown} (column {column}), attempt "
+                   f"{attempt + 1}", run_)
+
+
 SCENARIOS = {f.__name__: f for f in (
     call_site_names, stripped_binary_sites, site_past_symbol_end, sites_after_unload,
     sites_of_moved_modules, sites_of_reloaded_modules, ctypes_call_sites,
@@ -1025,7 +1062,7 @@ SCENARIOS = {f.__name__: f for f in (
     scope_beats_names_file, names_file,
     names_file_not_a_regular_file, names_file_many_bad_lines, echoed_paths_cannot_forge_lines,
     message_template, template_collisions_stay_apart, person_names_stay_apart_unless_shown_alike,
-    content_names, summary_file)}
+    content_names, summary_file, summary_title_sums_rows)}
 
 if __name__ == "__main__":
     main(SCENARIOS)
