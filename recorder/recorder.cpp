@@ -238,6 +238,8 @@ int Recorder::push_unframed(ThreadBuffer &thread, FrameStack *stack, bool shim,
     ++stack->unframed;
   else
     thread.push_stackless();
+  if (shim && reported_.load(std::memory_order_relaxed))  // late_for_report: not counted
+    return FERRUM_REPLAY_PUSH_AFTER_REPORT;
   thread.opened(shim);
   if (stack && stack->frames.size() >= kMaxOpenFrames) {
     depth_drops_.fetch_add(1, std::memory_order_relaxed);
@@ -308,19 +310,28 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
     return kRejected;
   FrameStack *const frame_stack = thread.find_stack(domain.id);
   const bool shim = is_shim_domain(domain.id);
+  // A launch of the shim's that returns after the last report began: it stays what the report
+  // counts it as, a launch in flight (open, not recorded), whenever the report reads this thread
+  // (its open count and its events are read apart: recorded and closed now, it was counted both
+  // in flight and as a range, review SS-1), whether its push got a frame or not. After-report
+  // pushes were never counted open (push_in_place, push_unframed).
+  // A pop that read the flag just before it was set may still race with the report's reads:
+  // closed before it is recorded, it is then at worst in neither (a launch missing: the judge
+  // fails the run), never in both (which could stand in for a range lost elsewhere, TT-3).
+  const bool late = late_for_report(domain);
   if (frame_stack && frame_stack->unframed != 0) [[unlikely]] {
     --frame_stack->unframed;  // the pop of a push that got no frame (push_unframed)
-    thread.closed(shim);
+    if (!late) thread.closed(shim);
     return kRejected;
   }
   if (!frame_stack || frame_stack->frames.empty()) [[unlikely]] {
     if (frame_stack && frame_stack->dropped != 0) {  // a range given up (make_room)
       --frame_stack->dropped;
-      thread.closed(shim);
+      if (!late) thread.closed(shim);
       return kRejected;
     }
     if (thread.pop_stackless()) {  // the pop of a push that found no stack (push_unframed)
-      thread.closed(shim);
+      if (!late) thread.closed(shim);
       return kRejected;
     }
     const bool wrong_domain = thread.open_frames() > 0;
@@ -333,15 +344,6 @@ int Recorder::pop(const nvtxDomainRegistration_st &domain) noexcept {
   std::vector<Frame> *const stack = &frame_stack->frames;
   const Frame &frame = stack->back();
   const uint32_t depth = frame.depth;
-  // A launch of the shim's that returns after the last report began: it stays what the report
-  // counts it as, a launch in flight (open, not recorded), whenever the report reads this thread
-  // (its open count and its events are read apart: recorded and closed now, it was counted both
-  // in flight and as a range, review SS-1). After-report frames were never counted open
-  // (push_in_place).
-  // A pop that read the flag just before it was set may still race with the report's reads:
-  // closed before it is recorded, it is then at worst in neither (a launch missing: the judge
-  // fails the run), never in both (which could stand in for a range lost elsewhere, TT-3).
-  const bool late = shim && reported_.load(std::memory_order_relaxed);
   if (!late) [[likely]]
     thread.closed(shim);
   // The pop of a rejected push is swallowed: the caller did the right thing.

@@ -193,6 +193,13 @@ class Recorder {
   // that stack went unframed): counted with the ranges dropped in handlers, not as memory —
   // a sampler's nested ranges were "beyond FERRUM_RECORD_MEMORY" (reviews OO-1, PP-1).
   int push_unframed(ThreadBuffer &thread, FrameStack *stack, bool shim, bool handler_room) noexcept;
+  // A push or pop of the shim's from the last report on (snapshot_for_report): the push is
+  // answered FERRUM_REPLAY_PUSH_AFTER_REPORT on every path, framed or not — a path that
+  // answered it rejected or dropped made `check` fail a correct run — and is neither counted
+  // nor open; the pop closes nothing (pop).
+  bool late_for_report(const nvtxDomainRegistration_st &domain) const noexcept {
+    return is_shim_domain(domain.id) && reported_.load(std::memory_order_relaxed);
+  }
   // Room on `stack` for a push and kSignalReserve more (push_in_place): the vector grown, or at
   // kMaxOpenFrames, or when the room all stacks share is full (kSharedStackRoom), its oldest half
   // given up (FrameStack::dropped, depth_drops_). False when memory ran out.
@@ -271,6 +278,7 @@ template <typename Describe>
 int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&describe) noexcept {
   ThreadBuffer *const buffer = current_thread();
   if (!buffer) [[unlikely]] {
+    if (late_for_report(domain)) return FERRUM_REPLAY_PUSH_AFTER_REPORT;
     count_memory_drop();
     return kRejected;
   }
@@ -281,6 +289,10 @@ int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&
   // is rejected, and kept as a push without a stack so that its pop closes it (that pop was
   // counted a protocol error: the shim's, for a handler's launch, review QQ-2).
   if (activity.nested() && (thread.moving() || !thread.has_stack(domain.id))) [[unlikely]] {
+    if (late_for_report(domain)) {  // as below, and neither counted nor open (push_unframed)
+      if (!thread.moving()) thread.push_stackless();
+      return FERRUM_REPLAY_PUSH_AFTER_REPORT;
+    }
     if (thread.moving()) {
       thread.drop_reentrant(is_shim_domain(domain.id));  // its pop is swallowed as well (pop)
     } else {
@@ -313,7 +325,7 @@ int Recorder::push_in_place(const nvtxDomainRegistration_st &domain, Describe &&
   // (nor closed by its pop: Recorder::pop): the report, maybe reading this thread now, counts
   // the shim's open ranges as launches in flight, which the shim's count of these would count
   // again.
-  if (shim && reported_.load(std::memory_order_relaxed)) [[unlikely]] {
+  if (late_for_report(domain)) [[unlikely]] {
     frame.rejected = true;
     return FERRUM_REPLAY_PUSH_AFTER_REPORT;
   }

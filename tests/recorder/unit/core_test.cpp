@@ -1228,6 +1228,79 @@ TEST_CASE("ranges a signal handler drops are counted apart in the shim's domain 
   CHECK(failed == 0);
 }
 
+namespace late_handler {
+// A signal handler that launches a graph after the recorder's last report (a worker's handler as
+// the process exits): the shim's pushes `g_depth` deep, then its pops, inside
+// ThreadBuffer::record, where no stack is made and none grows.
+Recorder *g_recorder = nullptr;
+const nvtxDomainRegistration_st *g_shim = nullptr;
+int g_depth = 1;
+volatile sig_atomic_t g_landed = 0, g_after = 0, g_other = 0;
+
+void on_tick(int) {
+  if (g_landed) return;
+  ThreadBuffer *thread = g_recorder->current_thread();
+  if (!thread || !thread->storing()) return;
+  for (int i = 0; i < g_depth; ++i) {
+    if (g_recorder->push(*g_shim, "launch", true, {}) == FERRUM_REPLAY_PUSH_AFTER_REPORT)
+      g_after = g_after + 1;
+    else
+      g_other = g_other + 1;
+  }
+  for (int i = 0; i < g_depth; ++i) g_recorder->pop(*g_shim);
+  g_landed = 1;
+}
+}  // namespace late_handler
+
+TEST_CASE("a handler's launches after the last report are answered so on every path" *
+          doctest::skip(fork_in_record::kSignalsDeferred)) {
+  using namespace late_handler;
+  const int failed = in_child([&]() -> int {
+    Recorder r(Settings{}, 0);
+    r.set_gpu_domain("shim");
+    const auto &g = r.names().global_domain();
+    g_shim = r.names().create_domain("shim");
+    g_recorder = &r;
+    struct sigaction action {};
+    action.sa_handler = on_tick;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGPROF, &action, nullptr) != 0) return 2;
+    (void)r.snapshot_for_report(/*last=*/true);
+    // First in the shim's domain, which this thread never used (no stack: a rejected push
+    // before); then, once the thread has a stack there, 200 deep (beyond the room kept for
+    // handlers: dropped). Either made `check` fail a correct run.
+    for (const int depth : {1, 200}) {
+      if (depth > 1) {
+        push(r, *g_shim, "own launch");
+        r.pop(*g_shim);
+      }
+      g_depth = depth;
+      g_landed = 0;
+      g_after = 0;
+      g_other = 0;
+      itimerval every{{0, 50}, {0, 50}};
+      if (setitimer(ITIMER_PROF, &every, nullptr) != 0) return 3;
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!g_landed && std::chrono::steady_clock::now() < give_up)
+        for (int i = 0; i < 1000; ++i) {
+          push(r, g, "step");
+          r.pop(g);
+        }
+      itimerval off{};
+      setitimer(ITIMER_PROF, &off, nullptr);
+      if (!g_landed) return 4;  // no tick landed inside record(): nothing was tested
+      if (g_after != depth || g_other != 0) return 10 + (depth > 1);
+      const Snapshot snap = r.snapshot();
+      if (snap.rejected_pushes != 0 || snap.reentrant_drops != 0 || snap.memory_drops != 0)
+        return 20 + (depth > 1);
+      if (!snap.errors.none() || !snap.shim_errors.none() || snap.shim_in_flight != 0)
+        return 30 + (depth > 1);
+    }
+    return 0;
+  });
+  CHECK(failed == 0);
+}
+
 TEST_CASE(
     "fork() from a signal handler that interrupted the storing of a range: the child goes on "
     "unharmed and keeps its copy as its parent's" *
