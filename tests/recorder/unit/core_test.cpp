@@ -1149,14 +1149,46 @@ Recorder *g_recorder = nullptr;
 const nvtxDomainRegistration_st *g_domain = nullptr;
 int g_depth = 1;  // nested ranges the handler pushes, then pops
 volatile sig_atomic_t g_landed = 0;
+volatile sig_atomic_t g_after_report = 0;  // of its pushes, those answered so
 
 void on_tick(int) {
   if (g_landed) return;
   ThreadBuffer *thread = g_recorder->current_thread();
   if (!thread || !thread->storing()) return;
-  for (int i = 0; i < g_depth; ++i) g_recorder->push(*g_domain, "sample", true, {});
+  for (int i = 0; i < g_depth; ++i)
+    if (g_recorder->push(*g_domain, "sample", true, {}) == FERRUM_REPLAY_PUSH_AFTER_REPORT)
+      g_after_report = g_after_report + 1;
   for (int i = 0; i < g_depth; ++i) g_recorder->pop(*g_domain);
   g_landed = 1;
+}
+
+bool handle_ticks(Recorder &r) {
+  g_recorder = &r;
+  struct sigaction action {};
+  action.sa_handler = on_tick;
+  sigemptyset(&action.sa_mask);
+  return sigaction(SIGPROF, &action, nullptr) == 0;
+}
+
+// Ticks while this thread pushes and pops in `domain` until one lands inside record(), where
+// the handler pushes `depth` deep in `handler_domain`: false when none did (nothing tested).
+bool tick_until_landed(Recorder &r, const nvtxDomainRegistration_st &domain,
+                       const nvtxDomainRegistration_st &handler_domain, int depth) {
+  g_domain = &handler_domain;
+  g_depth = depth;
+  g_landed = 0;
+  g_after_report = 0;
+  itimerval every{{0, 50}, {0, 50}};
+  if (setitimer(ITIMER_PROF, &every, nullptr) != 0) return false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!g_landed && std::chrono::steady_clock::now() < give_up)
+    for (int i = 0; i < 1000; ++i) {
+      push(r, domain, "step");
+      r.pop(domain);
+    }
+  itimerval off{};
+  setitimer(ITIMER_PROF, &off, nullptr);
+  return g_landed;
 }
 }  // namespace handler_drops
 
@@ -1168,11 +1200,7 @@ TEST_CASE("ranges a signal handler drops are counted apart in the shim's domain 
     r.set_gpu_domain("shim");
     const auto &g = r.names().global_domain();
     const nvtxDomainRegistration_st *shim = r.names().create_domain("shim");
-    g_recorder = &r;
-    struct sigaction action {};
-    action.sa_handler = on_tick;
-    sigemptyset(&action.sa_mask);
-    if (sigaction(SIGPROF, &action, nullptr) != 0) return 2;
+    if (!handle_ticks(r)) return 2;
     // First a handler's range in the shim's domain, which this thread never used: rejected (no
     // stack is made inside a push or pop), its pop no protocol error (review QQ-2). Then the
     // program's sampler (global domain), one in the shim's domain, and the program's 200 deep:
@@ -1187,20 +1215,7 @@ TEST_CASE("ranges a signal handler drops are counted apart in the shim's domain 
     for (const Phase phase :
          {Phase{&g, shim, 1}, Phase{&g, &g, 1}, Phase{shim, shim, 1}, Phase{&g, &g, 200}}) {
       const nvtxDomainRegistration_st *domain = phase.domain;
-      g_domain = phase.handler;
-      g_depth = phase.depth;
-      g_landed = 0;
-      itimerval every{{0, 50}, {0, 50}};
-      if (setitimer(ITIMER_PROF, &every, nullptr) != 0) return 3;
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (!g_landed && std::chrono::steady_clock::now() < give_up)
-        for (int i = 0; i < 1000; ++i) {
-          push(r, *domain, "step");
-          r.pop(*domain);
-        }
-      itimerval off{};
-      setitimer(ITIMER_PROF, &off, nullptr);
-      if (!g_landed) return 4;  // no tick landed inside record(): nothing was tested
+      if (!tick_until_landed(r, *domain, *phase.handler, phase.depth)) return 4;
       const Snapshot snap = r.snapshot();
       if (!snap.errors.none() || snap.rejected_pushes != 1) return 10;
       if (phase.handler != domain) continue;  // the rejected one
@@ -1228,68 +1243,27 @@ TEST_CASE("ranges a signal handler drops are counted apart in the shim's domain 
   CHECK(failed == 0);
 }
 
-namespace late_handler {
-// A signal handler that launches a graph after the recorder's last report (a worker's handler as
-// the process exits): the shim's pushes `g_depth` deep, then its pops, inside
-// ThreadBuffer::record, where no stack is made and none grows.
-Recorder *g_recorder = nullptr;
-const nvtxDomainRegistration_st *g_shim = nullptr;
-int g_depth = 1;
-volatile sig_atomic_t g_landed = 0, g_after = 0, g_other = 0;
-
-void on_tick(int) {
-  if (g_landed) return;
-  ThreadBuffer *thread = g_recorder->current_thread();
-  if (!thread || !thread->storing()) return;
-  for (int i = 0; i < g_depth; ++i) {
-    if (g_recorder->push(*g_shim, "launch", true, {}) == FERRUM_REPLAY_PUSH_AFTER_REPORT)
-      g_after = g_after + 1;
-    else
-      g_other = g_other + 1;
-  }
-  for (int i = 0; i < g_depth; ++i) g_recorder->pop(*g_shim);
-  g_landed = 1;
-}
-}  // namespace late_handler
-
 TEST_CASE("a handler's launches after the last report are answered so on every path" *
           doctest::skip(fork_in_record::kSignalsDeferred)) {
-  using namespace late_handler;
+  using namespace handler_drops;
   const int failed = in_child([&]() -> int {
     Recorder r(Settings{}, 0);
     r.set_gpu_domain("shim");
     const auto &g = r.names().global_domain();
-    g_shim = r.names().create_domain("shim");
-    g_recorder = &r;
-    struct sigaction action {};
-    action.sa_handler = on_tick;
-    sigemptyset(&action.sa_mask);
-    if (sigaction(SIGPROF, &action, nullptr) != 0) return 2;
+    const nvtxDomainRegistration_st *shim = r.names().create_domain("shim");
+    if (!handle_ticks(r)) return 2;
     (void)r.snapshot_for_report(/*last=*/true);
     // First in the shim's domain, which this thread never used (no stack: a rejected push
     // before); then, once the thread has a stack there, 200 deep (beyond the room kept for
     // handlers: dropped). Either made `check` fail a correct run.
     for (const int depth : {1, 200}) {
       if (depth > 1) {
-        push(r, *g_shim, "own launch");
-        r.pop(*g_shim);
+        push(r, *shim, "own launch");
+        r.pop(*shim);
       }
-      g_depth = depth;
-      g_landed = 0;
-      g_after = 0;
-      g_other = 0;
-      itimerval every{{0, 50}, {0, 50}};
-      if (setitimer(ITIMER_PROF, &every, nullptr) != 0) return 3;
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (!g_landed && std::chrono::steady_clock::now() < give_up)
-        for (int i = 0; i < 1000; ++i) {
-          push(r, g, "step");
-          r.pop(g);
-        }
-      itimerval off{};
-      setitimer(ITIMER_PROF, &off, nullptr);
-      if (!g_landed) return 4;  // no tick landed inside record(): nothing was tested
-      if (g_after != depth || g_other != 0) return 10 + (depth > 1);
+      // The handler launches `depth` deep: each push answered after the report.
+      if (!tick_until_landed(r, g, *shim, depth)) return 4;
+      if (g_after_report != depth) return 10 + (depth > 1);
       const Snapshot snap = r.snapshot();
       if (snap.rejected_pushes != 0 || snap.reentrant_drops != 0 || snap.memory_drops != 0)
         return 20 + (depth > 1);
