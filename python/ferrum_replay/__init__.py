@@ -343,21 +343,34 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
         @functools.wraps(named_after or function)
         async def scoped_async_generator(*args, **kwargs):
             inner = function(*args, **kwargs)
-            step = _unhooked_first_step(inner)
-            while True:
-                try:
-                    item = await _ScopedSteps(self, step)
-                except StopAsyncIteration:
-                    return
-                try:
-                    sent = yield item
-                except GeneratorExit:
-                    await _ScopedSteps(self, inner.aclose())
-                    raise
-                except BaseException as error:  # athrow(): into the body, in the scope
-                    step = inner.athrow(error)
-                else:
-                    step = inner.asend(sent)
+            owner = _InnerOwner()
+            step = None
+            try:
+                step = _unhooked_first_step(inner, owner)
+                while True:
+                    try:
+                        item = await _ScopedSteps(self, step)
+                    except StopAsyncIteration:
+                        return
+                    try:
+                        sent = yield item
+                    except GeneratorExit:
+                        await _ScopedSteps(self, inner.aclose())
+                        raise
+                    except BaseException as error:  # athrow(): into the body, in the scope
+                        step = inner.athrow(error)
+                    else:
+                        step = inner.asend(sent)
+            finally:
+                # However this generator ends — also by an exception raised in its own frames
+                # (a signal's handler between two of its instructions, a RecursionError), which
+                # leaves `inner` suspended — `inner`, if not finished, is the loop's to close
+                # once collected (_InnerOwner): it was closed by no one, and its `finally`
+                # never ran (review PY-2). A step made and not awaited is closed, or Python
+                # 3.13 says "coroutine method 'asend' ... was never awaited" on stderr.
+                owner.left = True
+                if step is not None:
+                    step.close()
         return scoped_async_generator
 
     def _steps(self, inner):
@@ -407,27 +420,58 @@ def _unstarted(steps):
     return False
 
 
-def _unhooked_first_step(inner):
+def _unhooked_first_step(inner, owner):
     """inner.asend(None) with no firstiter hook: the event loop knows the decorator's generator
     only, and closes `inner` through it, in the scope. Seen by the loop too (its firstiter hook,
     run by the first asend), `inner` was closed twice at once when asyncio.run() ended with the
     generator left open: "aclose(): asynchronous generator is already running" on stderr, and
     its `finally` run outside the scope. Where a loop set a finalizer, `inner` gets one that
-    does nothing: with none, the garbage collector would close it synchronously (an `await` in
-    its `finally` then fails, "async generator ignored GeneratorExit") while the loop's
-    finalizer of the decorator's generator is about to close it properly."""
+    hands it to the loop's only once the decorator's generator has ended without closing it
+    (_InnerOwner): with none, the garbage collector would close it synchronously (an `await`
+    in its `finally` then fails, "async generator ignored GeneratorExit") while the loop's
+    finalizer of the decorator's generator is about to close it properly.
+
+    The thread's hooks are set, the step taken and the hooks put back by three C calls in a
+    row, with no instruction of Python's between them, where a signal's handler could raise
+    (a timeout's exception the program catches): raised between the first and the third, it
+    left the loop's hooks replaced, and every async generator the program made afterwards
+    went unregistered and unclosed, its `finally` never run (review PY-1)."""
     hooks = sys.get_asyncgen_hooks()
-    finalizer = _closed_by_the_decorator if hooks.finalizer is not None else None
-    sys.set_asyncgen_hooks(firstiter=None, finalizer=finalizer)
+    finalizer = None
+    if hooks.finalizer is not None:
+        owner.finalizer = hooks.finalizer
+        finalizer = functools.partial(_InnerOwner.finalize, owner)
+    calls = (functools.partial(sys.set_asyncgen_hooks, firstiter=None, finalizer=finalizer),
+             functools.partial(inner.asend, None),
+             functools.partial(sys.set_asyncgen_hooks, *hooks))
     try:
-        return inner.asend(None)
-    finally:
+        _, step, _ = map(_call, calls)
+    except BaseException:  # a call failed (no memory for the step): the hooks go back all the same
         sys.set_asyncgen_hooks(*hooks)
+        raise
+    return step
 
 
-def _closed_by_the_decorator(inner):
-    """The finalizer of a decorated async generator's inner generator: nothing to do, the
-    decorator's generator, finalized by the loop, closes it."""
+_call = functools.partial.__call__  # partial(f, ...) -> f(...), called from C by map()
+
+
+class _InnerOwner:
+    """Who closes a decorated async generator's inner generator. The decorator's generator
+    does, through the loop's finalizer of its own, as long as it has not ended (`left`): the
+    inner one's finalizer then does nothing, since both are collected together, and closed
+    twice at once they failed. Once it has ended without closing `inner` (an exception raised
+    in its own frames), the inner one's finalizer hands it to the loop's, as the loop would
+    have done for an async generator of the program's."""
+
+    __slots__ = ("finalizer", "left")
+
+    def __init__(self):
+        self.finalizer = None
+        self.left = False
+
+    def finalize(self, inner):
+        if self.left and self.finalizer is not None:
+            self.finalizer(inner)
 
 
 class _ScopedSteps:

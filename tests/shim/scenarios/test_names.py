@@ -695,6 +695,120 @@ def python_package_scope_decorates_steps():
 # An async generator left suspended when asyncio.run() ends: the loop closes it
 # (shutdown_asyncgens), and its `finally` instantiates a graph. Another dropped in a reference
 # cycle and collected while the loop runs: the loop's finalizer closes it.
+INTERRUPTED_ASYNC_GENERATOR_PROGRAM = r"""
+import asyncio, gc, os, sys
+import ferrum_replay
+
+PACKAGE = os.path.dirname(ferrum_replay.__file__)
+
+
+class Tick(Exception):
+    '''A timeout signal's exception the program catches and goes on.'''
+
+
+made = {"decorated": 0, "own": 0}
+cleaned = {"decorated": 0, "own": 0}
+
+
+@ferrum_replay.graph_name("rows")
+async def rows():
+    made["decorated"] += 1
+    try:
+        for i in range(2):
+            yield i
+    finally:
+        cleaned["decorated"] += 1
+
+
+async def own_rows():  # the program's own, undecorated
+    made["own"] += 1
+    try:
+        yield 0
+        yield 1
+    finally:
+        cleaned["own"] += 1
+
+
+def raising_at(n):
+    '''A profile function raising Tick at the n-th point where a signal's handler could run in
+    the package's code: as one of its functions starts, and after each C function it calls.'''
+    seen = [0]
+
+    def profile(frame, event, arg):
+        # Python 3.8 to 3.10 raise a profile function's "call" exception on a generator's
+        # resumption before its handlers are in place, where no signal lands: fresh frames only.
+        call = event == "call" and (sys.version_info >= (3, 11) or frame.f_lasti < 0)
+        if (call or event == "c_return") and frame.f_code.co_filename.startswith(PACKAGE):
+            seen[0] += 1
+            if seen[0] == n:
+                raise Tick
+    return profile
+
+
+async def main():
+    loop_hooks = sys.get_asyncgen_hooks()
+    n = 0
+    while True:
+        n += 1
+        ticked = False
+        sys.setprofile(raising_at(n))
+        try:
+            async for _ in rows():
+                pass
+        except Tick:
+            ticked = True
+        finally:
+            sys.setprofile(None)
+        if sys.get_asyncgen_hooks() != loop_hooks:
+            print("at point %d: the loop's async generator hooks were replaced" % n)
+            sys.set_asyncgen_hooks(*loop_hooks)
+        # The program's own generator, left open: the loop closes it as it ends.
+        await own_rows().__anext__()
+        gc.collect()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        if made["decorated"] != cleaned["decorated"]:
+            print("at point %d: a decorated generator was never closed" % n)
+            cleaned["decorated"] = made["decorated"]
+        if not ticked:
+            return n
+
+
+points = asyncio.run(main())
+print("points=%d own generators not closed=%d" % (points, made["own"] - cleaned["own"]))
+"""
+
+
+def python_package_async_generator_interrupted():
+    """A signal's exception the program catches (a timeout's) raised anywhere in the decorator
+    of an async generator -- as each of the package's functions starts, after each C function
+    it calls -- never leaves the event loop's async generator hooks replaced, and the program's
+    generator is always closed, its `finally` run. At one point the hooks stayed replaced: no
+    async generator of the program was closed from then on (review PY-1); at 15 others of 28 on Python 3.11 the
+    decorated generator was never closed (PY-2). A profile function raises at each point in
+    turn, on this Python and on 3.8 and 3.13 where the machine has them, shim or not. (Python
+    3.13 warns of an awaitable made and never awaited, as for any program's code a signal
+    interrupts so: that warning is not judged here.)"""
+    pythons = {sys.version_info[:2]: sys.executable}
+    for minor in (8, 13):
+        found = python3_among([minor])
+        if found:
+            pythons[(3, minor)] = found
+    for version, python in sorted(pythons.items()):
+        argv = [python, "-W", "ignore:coroutine method:RuntimeWarning", "-c",
+                INTERRUPTED_ASYNC_GENERATOR_PROGRAM]
+        for preload in (True, False):
+            run_ = run(argv, env=PACKAGE_ENV, preload=preload, record=False, timeout=120)
+            what = "Python %d.%d, %s" % (version + ("shim" if preload else "no shim",))
+            counts = re.search(r"^points=(\d+) own generators not closed=(\d+)$", run_.stdout,
+                               re.M)
+            expect(run_.returncode == 0 and counts and int(counts[1]) > 20,
+                   f"{what}: the program", run_)
+            expect("at point" not in run_.stdout and counts[2] == "0" and not run_.stderr,
+                   f"{what}: an interruption left a generator unclosed", run_)
+            print(f"{what}: {counts[1]} points")
+
+
 LEFT_OPEN_PROGRAM = r"""
 import asyncio, gc, sys
 sys.path.insert(0, sys.argv[1])
@@ -1057,6 +1171,7 @@ SCENARIOS = {f.__name__: f for f in (
     user_names_from_two_threads, unusual_names, python_ctypes_names, python_package_names,
     python_package_unencodable_names, python_package_scope_interrupted,
     python_package_scope_decorates_steps, python_package_async_generator_left_open,
+    python_package_async_generator_interrupted,
     python_package_leaves_program_objects_alone,
     scope_names, names_not_taken,
     scope_beats_names_file, names_file,
