@@ -84,9 +84,12 @@ _name_graph_exec, _push_graph_name, _pop_graph_name = _shim_functions()
 
 
 def available():
-    """True when the shim is preloaded in this process. Whether it takes names depends on its
-    state: name() says so per call (False while it names nothing: FERRUM_REPLAY=off, or no
-    NVTX tool, no FERRUM_REPLAY_SUMMARY and FERRUM_REPLAY_GPU_TIME off)."""
+    """True when the shim is loaded in this process with its functions global: preloaded, or
+    loaded by the program itself (ctypes.CDLL(path, ctypes.RTLD_GLOBAL)), in which case only
+    the CUDA calls that reach it are seen: none of a driver or runtime loaded before it and
+    called through its own handle. Whether it takes names depends on its state: name() says
+    so per call (False while it names nothing: FERRUM_REPLAY=off, or no NVTX tool, no
+    FERRUM_REPLAY_SUMMARY and FERRUM_REPLAY_GPU_TIME off)."""
     return _name_graph_exec is not None
 
 

@@ -207,41 +207,59 @@ bool dynamic_symbol_covers(const FrameModule &frame, uintptr_t address) {
 
 // ---- stack walking ----
 
+// The Python interpreter: libpython, or the executable it is linked into ("python",
+// "python3", "python3.11", "python3.13t"). Reached from below (through ctypes or cffi, whose
+// layers are skipped), the call site is the program's Python code, which the C stack cannot
+// name: every graph a Python program made through ctypes was named after CPython's call
+// dispatcher, `_PyObject_MakeTpCall` (review PY-4).
+bool is_python_interpreter(const char *module) {
+  const char *name = file_base_name(module);
+  if (strncmp(name, "libpython", 9) == 0) return true;
+  if (strncmp(name, "python", 6) != 0) return false;
+  for (const char *c = name + 6; *c; ++c)
+    if (!((*c >= '0' && *c <= '9') || *c == '.' || *c == 't' || *c == 'd')) return false;
+  return true;
+}
+
+enum class Frame { skipped, named, python_code };
+
 // Decides a frame: `symbol_of` names it (expensive, only called when the module is not
-// skipped and the address is not cached). Returns true when `out` holds the site.
+// skipped and the address is not cached). `named`: `out` holds the site.
 template <typename SymbolOf>
-bool try_frame(uintptr_t address, const char *skip_prefixes, bool use_cache, char *out,
-               size_t out_size, SymbolOf &&symbol_of) {
+Frame try_frame(uintptr_t address, const char *skip_prefixes, bool use_cache, char *out,
+                size_t out_size, SymbolOf &&symbol_of) {
   FrameModule frame;
   Dl_info &info = frame.info;
   void *symbol_entry = nullptr;
   if (!address ||
       !dladdr1(reinterpret_cast<void *>(address), &info, &symbol_entry, RTLD_DL_SYMENT) ||
       !info.dli_fname)
-    return false;
+    return Frame::skipped;
   frame.symbol = static_cast<const ElfW(Sym) *>(symbol_entry);
-  if (is_own_address(reinterpret_cast<void *>(address))) return false;
-  if (is_skipped_frame(info.dli_fname, "", skip_prefixes)) return false;
+  if (is_own_address(reinterpret_cast<void *>(address))) return Frame::skipped;
+  if (is_python_interpreter(info.dli_fname)) return Frame::python_code;
+  if (is_skipped_frame(info.dli_fname, "", skip_prefixes)) return Frame::skipped;
   Dl_info same{};
   if (!dladdr1(reinterpret_cast<void *>(address), &same, reinterpret_cast<void **>(&frame.map),
                RTLD_DL_LINKMAP) ||
       !frame.map)
-    return false;
+    return Frame::skipped;
   frame.id = loaded_build_id(info.dli_fbase, frame.map->l_addr);
   const ModuleIdentity module = identity_of(info, frame.map, frame.id);
-  if (use_cache && cached_site(address, module, out, out_size)) return out[0] != '\0';
+  if (use_cache && cached_site(address, module, out, out_size))
+    return out[0] ? Frame::named : Frame::skipped;
   char symbol[256];
   symbol_of(frame, symbol, sizeof symbol);
   if (is_skipped_frame(info.dli_fname, symbol, skip_prefixes)) {
     if (use_cache) remember_site(address, module, "");  // skipped: remember that too
-    return false;
+    return Frame::skipped;
   }
   if (symbol[0])
     common::printable_copy(symbol, out, out_size);
   else
     module_and_offset(info, address, out, out_size);
   if (use_cache) remember_site(address, module, out);
-  return true;
+  return Frame::named;
 }
 
 // Set once a walk has run in this process or an ancestor: the unwinder is loaded.
@@ -281,7 +299,8 @@ void walk_stack(const char *skip_prefixes, char *out, size_t out_size) {
   for (int i = 1; i < count; ++i) {
     // A return address points after the call; one byte back lies inside the caller's call.
     const uintptr_t address = reinterpret_cast<uintptr_t>(frames[i]) - 1;
-    if (try_frame(address, skip_prefixes, use_cache, out, out_size,
+    const Frame frame =
+        try_frame(address, skip_prefixes, use_cache, out, out_size,
                   [address](const FrameModule &module, char *symbol, size_t size) {
                     const char *name = nullptr;
                     char local[256];
@@ -291,8 +310,9 @@ void walk_stack(const char *skip_prefixes, char *out, size_t out_size) {
                                                   module.map->l_addr, address, local, sizeof local))
                       name = local;
                     readable_symbol_name(name, symbol, size);
-                  }))
-      return;
+                  });
+    if (frame == Frame::named) return;
+    if (frame == Frame::python_code) break;  // the graph's own number names it
   }
   out[0] = '\0';
 }
