@@ -89,26 +89,40 @@ void or_nothing(Work &&work) noexcept {
   }
 }
 
-// Scratch for wide-character messages, which must become UTF-8 before they are interned: the
-// calling thread's (ThreadBuffer::scratch), emptied; nullptr for a thread without a buffer.
-std::string *wide_scratch() {
-  ThreadBuffer *thread = rec().current_thread();
-  if (!thread) return nullptr;
-  thread->scratch().clear();
-  return &thread->scratch();
-}
-
-// `text` as UTF-8 in the thread's scratch; kNameLostToMemory (stable) without memory for it.
-MessageText wide_as_utf8(const wchar_t *text) noexcept {
-  if (std::string *utf8 = wide_scratch()) {
-    try {
-      append_wide_as_utf8(*utf8, text, kMaxNameBytes);
-      return {*utf8, false};
-    } catch (const std::bad_alloc &) {
-    }
+// A wide-character message as UTF-8 for the length of one NVTX call (until the recorder has
+// interned it): in the calling thread's scratch (ThreadBuffer::claim_scratch), up to
+// kMaxNameBytes; in a call nested in one that holds the scratch (a signal handler's: review
+// NT-2), in this object's own bytes, cut at kNestedWideBytes. Lives in the NVTX entry's frame.
+class WideText {
+ public:
+  static constexpr size_t kNestedWideBytes = 128;
+  WideText() = default;
+  ~WideText() {
+    if (claimed_) claimed_->release_scratch();
   }
-  return {kNameLostToMemory, true};
-}
+  WideText(const WideText &) = delete;
+  WideText &operator=(const WideText &) = delete;
+
+  // kNameLostToMemory (stable) for a thread without a buffer, or without memory for the text.
+  MessageText convert(const wchar_t *text) noexcept {
+    ThreadBuffer *thread = rec().current_thread();
+    if (!thread || claimed_) return {kNameLostToMemory, true};
+    if (std::string *utf8 = thread->claim_scratch()) {
+      claimed_ = thread;
+      try {
+        append_wide_as_utf8(*utf8, text, kMaxNameBytes);
+        return {*utf8, false};
+      } catch (const std::bad_alloc &) {
+        return {kNameLostToMemory, true};
+      }
+    }
+    return {std::string_view(own_, wide_as_utf8_into(own_, sizeof own_, text)), false};
+  }
+
+ private:
+  ThreadBuffer *claimed_ = nullptr;
+  char own_[kNestedWideBytes];  // not initialised: written before it is read
+};
 
 // nvtxEventAttributes_t carries its own size so that older callers pass shorter structs: read a
 // field only if the caller's struct reaches past its end.
@@ -140,7 +154,8 @@ MessageText wide_as_utf8(const wchar_t *text) noexcept {
 // written into `out` in place (a push decodes straight into its frame), the message returned.
 // Inlined into each handler, so that a push makes no call of its own before the clock.
 [[gnu::always_inline]] inline MessageText decode_into(RangeAttrs &out,
-                                                      const nvtxEventAttributes_t *attr) noexcept {
+                                                      const nvtxEventAttributes_t *attr,
+                                                      WideText &wide) noexcept {
   MessageText message{std::string_view(), true};  // stable: a literal or a registered string
   if (attr) {
     if (FERRUM_ATTR_HAS(attr, category)) out.category = attr->category;
@@ -155,7 +170,7 @@ MessageText wide_as_utf8(const wchar_t *text) noexcept {
           if (attr->message.ascii) message = {attr->message.ascii, false};
           break;
         case NVTX_MESSAGE_TYPE_UNICODE:
-          message = wide_as_utf8(attr->message.unicode);
+          message = wide.convert(attr->message.unicode);
           break;
         case NVTX_MESSAGE_TYPE_REGISTERED:
           // Registered strings live as long as the recorder: no copy per range.
@@ -176,26 +191,31 @@ MessageText wide_as_utf8(const wchar_t *text) noexcept {
 template <auto Fn>
 auto NVTX_API global_attributes(const nvtxEventAttributes_t *attr) {
   RangeAttrs attrs;
-  const MessageText message = decode_into(attrs, attr);
+  WideText wide;
+  const MessageText message = decode_into(attrs, attr, wide);
   return (rec().*Fn)(rec().names().global_domain(), message.text, message.stable, attrs);
 }
 
 template <auto Fn>
 auto NVTX_API domain_attributes(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
   RangeAttrs attrs;
-  const MessageText message = decode_into(attrs, attr);
+  WideText wide;
+  const MessageText message = decode_into(attrs, attr, wide);
   return (rec().*Fn)(domain_of(domain), message.text, message.stable, attrs);
 }
 
 // Push, the hot path, decodes in place (Recorder::push_in_place).
 int NVTX_API global_push(const nvtxEventAttributes_t *attr) {
-  return rec().push_in_place(rec().names().global_domain(),
-                             [attr](RangeAttrs &out) { return decode_into(out, attr); });
+  WideText wide;
+  return rec().push_in_place(rec().names().global_domain(), [attr, &wide](RangeAttrs &out) {
+    return decode_into(out, attr, wide);
+  });
 }
 
 int NVTX_API domain_push(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr) {
-  return rec().push_in_place(domain_of(domain),
-                             [attr](RangeAttrs &out) { return decode_into(out, attr); });
+  WideText wide;
+  return rec().push_in_place(
+      domain_of(domain), [attr, &wide](RangeAttrs &out) { return decode_into(out, attr, wide); });
 }
 
 // The A and W forms: a plain message in the global domain.
@@ -206,7 +226,8 @@ auto NVTX_API global_message(const char *message) {
 
 template <auto Fn>
 auto NVTX_API global_message(const wchar_t *message) {
-  const MessageText text = wide_as_utf8(message);
+  WideText wide;
+  const MessageText text = wide.convert(message);
   return (rec().*Fn)(rec().names().global_domain(), text.text, text.stable, {});
 }
 

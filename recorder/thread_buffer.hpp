@@ -292,8 +292,21 @@ class ThreadBuffer {
   char *keep(size_t bytes);
   // Scratch text of the thread's own (a wide-character message on its way to UTF-8): kept here,
   // not in a thread_local std::string, whose destructor glibc registers on each thread's first
-  // use and aborts the process when that finds no memory.
-  std::string &scratch() { return scratch_text_; }
+  // use and aborts the process when that finds no memory. Held by one NVTX call at a time,
+  // from its conversion until the text is interned: nullptr while the interrupted call holds it
+  // (a signal handler's wide call, which cleared and reallocated it under that call: heap use
+  // after free, a crash, ranges under the handler's text, review NT-2). Owner only.
+  std::string *claim_scratch() {
+    if (scratch_claimed_) return nullptr;
+    scratch_claimed_ = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    scratch_text_.clear();
+    return &scratch_text_;
+  }
+  void release_scratch() {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    scratch_claimed_ = false;
+  }
   // Stores a completed event: packed into the tail chunk (event_chunk.hpp), whose count is then
   // published. Dropped and counted where there is no room for it (no memory: memory_drops), or
   // when a signal handler records on this thread while the thread itself is in here
@@ -443,7 +456,8 @@ class ThreadBuffer {
   // Equal names share one copy. Bounded (kMaxInterned, thread_buffer.cpp): past that it starts
   // afresh, so a name seen again may be copied again — memory for copies, never for the table.
   std::unordered_set<std::string_view> interned_;
-  std::string scratch_text_;  // owner only: scratch()
+  std::string scratch_text_;      // owner only: claim_scratch()
+  bool scratch_claimed_ = false;  // owner only: claim_scratch()
 
   SpillFile *spill_;
   MemoryBudget *budget_;

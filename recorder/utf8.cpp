@@ -4,23 +4,33 @@
 
 namespace ferrum_replay::recorder {
 
-void append_utf8(std::string &out, char32_t cp) {
+size_t encode_utf8(char32_t cp, char out[4]) {
   if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = kReplacementChar;
   if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
+    out[0] = static_cast<char>(cp);
+    return 1;
   }
+  if (cp < 0x800) {
+    out[0] = static_cast<char>(0xC0 | (cp >> 6));
+    out[1] = static_cast<char>(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    out[0] = static_cast<char>(0xE0 | (cp >> 12));
+    out[1] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out[2] = static_cast<char>(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  out[0] = static_cast<char>(0xF0 | (cp >> 18));
+  out[1] = static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+  out[2] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+  out[3] = static_cast<char>(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+void append_utf8(std::string &out, char32_t cp) {
+  char bytes[4];
+  out.append(bytes, encode_utf8(cp, bytes));
 }
 
 void append_wide_as_utf8(std::string &out, const wchar_t *text, size_t max_bytes) {
@@ -34,6 +44,17 @@ void append_wide_as_utf8(std::string &out, const wchar_t *text, size_t max_bytes
       return;
     }
   }
+}
+
+size_t wide_as_utf8_into(char *out, size_t capacity, const wchar_t *text) {
+  size_t used = 0;
+  for (; text && *text; ++text) {
+    char bytes[4];
+    const size_t length = encode_utf8(static_cast<char32_t>(static_cast<uint32_t>(*text)), bytes);
+    if (length > capacity - used) break;
+    for (size_t i = 0; i < length; ++i) out[used++] = bytes[i];
+  }
+  return used;
 }
 
 std::string_view bounded_name(std::string_view text) {

@@ -10,11 +10,16 @@ namespace ferrum_replay::recorder {
 
 inline constexpr char32_t kReplacementChar = 0xFFFD;
 
+// `cp` as UTF-8 into out[0..3]; surrogates and values above U+10FFFF become U+FFFD. Its length.
+size_t encode_utf8(char32_t cp, char out[4]);
 void append_utf8(std::string &out, char32_t cp);
 
 // wchar_t is UTF-32 on Linux; surrogates and values above U+10FFFF become U+FFFD. Stops before
 // a character that would take `out` past `max_bytes` (names: kMaxNameBytes).
 void append_wide_as_utf8(std::string &out, const wchar_t *text, size_t max_bytes);
+// The same into out[0..capacity), allocating nothing (a signal handler's call): the bytes
+// written, whole characters only.
+size_t wide_as_utf8_into(char *out, size_t capacity, const wchar_t *text);
 
 // The one bound on every name the recorder keeps (range messages, registered strings, domain,
 // category and thread names): a program's NVTX text is copied, kept until exit, written into

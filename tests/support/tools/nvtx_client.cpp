@@ -54,7 +54,9 @@
 //   16th, their pops, a mark; prints "errno_calls <n>", "errno_wrong <n>" and, when one was
 //   wrong, "errno_first <call>:<errno>".
 // --signal-ranges N: N global "main" ranges while a SIGPROF handler (every 20 us of CPU) pushes
-//   and pops global "in handler" ranges on the same thread; prints "handler_ranges <n>".
+//   and pops global "in handler" ranges on the same thread; prints "handler_ranges <n>". With
+//   --wide, both in wide characters (nvtxRangePushW; the thread also marks "main mark" with
+//   nvtxMarkW), the handler's message in turn "in handler" and "in handler " + 3,000 'x'.
 // --signal-growth N: N new domains, one after another; in each, 64 nested ranges "growth" and
 //   their pops (each domain's stack starts empty and grows several times, and each new domain
 //   grows the table of stacks), while another thread sends SIGUSR1 to this one, once per push or
@@ -150,6 +152,7 @@ struct Options {
   bool categories = false;
   bool loader_state = false;
   int signal_ranges = 0;
+  bool wide = false;
   int signal_growth = 0;
   int errno_check = 0;
   int interleave = 0;
@@ -202,6 +205,14 @@ void record_in_handler(int) {
   g_handler_ranges = g_handler_ranges + 1;
 }
 
+// --signal-ranges --wide: the handler's two messages, made before the signals start.
+std::wstring g_wide_handler_text[2];
+void record_wide_in_handler(int) {
+  nvtxRangePushW(g_wide_handler_text[g_handler_ranges % 2].c_str());
+  nvtxRangePop();
+  g_handler_ranges = g_handler_ranges + 1;
+}
+
 // --signal-growth: the domain whose stack the interrupted thread is growing.
 std::atomic<nvtxDomainHandle_t> g_growth_domain{nullptr};
 std::atomic<unsigned> g_growth_steps{0};  // pushes and pops so far (the sender's pace)
@@ -247,7 +258,8 @@ Options parse(int argc, char **argv) {
       {"--start-end", &Options::start_end},
       {"--end-unknown", &Options::end_unknown},
       {"--categories", &Options::categories},
-      {"--loader-state", &Options::loader_state}};
+      {"--loader-state", &Options::loader_state},
+      {"--wide", &Options::wide}};
   static const std::map<std::string, int Options::*> numbers = {
       {"--threads", &Options::threads},
       {"--iters", &Options::iters},
@@ -577,15 +589,18 @@ int main(int argc, char **argv) {
   other_events(o, domain);
 
   if (o.signal_ranges > 0) {
+    g_wide_handler_text[0] = L"in handler";
+    g_wide_handler_text[1] = L"in handler " + std::wstring(3000, L'x');
     struct sigaction action {};
-    action.sa_handler = record_in_handler;
+    action.sa_handler = o.wide ? record_wide_in_handler : record_in_handler;
     action.sa_flags = SA_RESTART;
     sigaction(SIGPROF, &action, nullptr);
     const itimerval every{{0, 20}, {0, 20}};
     setitimer(ITIMER_PROF, &every, nullptr);
     Tally mine;
     for (int k = 0; k < o.signal_ranges; ++k) {
-      mine.count("global", "main", nvtxRangePushA("main"));
+      mine.count("global", "main", o.wide ? nvtxRangePushW(L"main") : nvtxRangePushA("main"));
+      if (o.wide) nvtxMarkW(L"main mark");
       nvtxRangePop();
     }
     const itimerval off{};
