@@ -106,18 +106,9 @@ char *map_unnamed_file(const std::string &dir, uint64_t size, int *error) {
     // And only where the file system keeps room for the program after it (SpillFile::
     // leaves_room): refused, it is a file that could not be made, for want of space.
     bool allocated = false;
-    struct statvfs fs {};
-    const auto bytes_of = [](uint64_t blocks, uint64_t unit) {
-      uint64_t product = 0;
-      return __builtin_mul_overflow(blocks, unit, &product) ? UINT64_MAX : product;
-    };
-    bool room = false;
-    if (::fstatvfs(fd, &fs) != 0)
-      *error = errno;
-    else if (!(room = SpillFile::leaves_room(size, bytes_of(fs.f_bavail, fs.f_frsize),
-                                             bytes_of(fs.f_blocks, fs.f_frsize))))
-      *error = ENOSPC;
-    if (room && file.ours()) {
+    const int no_room = SpillFile::room_on(fd, size, SpillFile::Room::spill);
+    if (no_room) *error = no_room;
+    if (!no_room && file.ours()) {
       const common::WriteSignalsHeld held;
       const int failed = ::posix_fallocate(fd, 0, static_cast<off_t>(size));  // not in errno
       allocated = failed == 0;
@@ -157,10 +148,25 @@ void SpillFile::segment_of(uint64_t offset, unsigned *index, uint64_t *base, uin
   *size = kLargeSegment;
 }
 
-bool SpillFile::leaves_room(uint64_t bytes, uint64_t available, uint64_t total) {
+bool SpillFile::leaves_room(uint64_t bytes, uint64_t available, uint64_t total, Room kind) {
   const uint64_t fraction = total / 100 * kMinFreeFraction;
-  const uint64_t margin = fraction > kMinFreeBytes ? fraction : kMinFreeBytes;
+  const uint64_t larger = fraction > kMinFreeBytes ? fraction : kMinFreeBytes;
+  const uint64_t smaller = fraction > kMinFreeBytes ? kMinFreeBytes : fraction;
+  const uint64_t margin = kind == Room::spill ? larger : smaller;
   return available >= bytes && available - bytes >= margin;
+}
+
+int SpillFile::room_on(int fd, uint64_t bytes, Room kind) {
+  const auto bytes_of = [](uint64_t blocks, uint64_t unit) {
+    uint64_t product = 0;
+    return __builtin_mul_overflow(blocks, unit, &product) ? UINT64_MAX : product;
+  };
+  struct statvfs fs {};
+  if (::fstatvfs(fd, &fs) != 0) return errno;
+  return leaves_room(bytes, bytes_of(fs.f_bavail, fs.f_frsize), bytes_of(fs.f_blocks, fs.f_frsize),
+                     kind)
+             ? 0
+             : ENOSPC;
 }
 
 SpillFile::~SpillFile() {

@@ -125,9 +125,16 @@ class SpillFile {
   // (f_blocks * f_frsize). Checked before each segment and name block; the program may of course
   // use the margin itself, and two name blocks made at once may each count the same free space
   // (1 MiB at most each).
+  // The trace written at exit (Room::trace), the output the user asked for, keeps the smaller of
+  // the two: it filled a 64 MiB tmpfs to its last byte, and other processes writing there failed
+  // meanwhile (review NT-6); 6.4 MiB are kept there, 256 MiB on a large disk.
   static constexpr uint64_t kMinFreeBytes = uint64_t{256} << 20;
   static constexpr uint64_t kMinFreeFraction = 10;  // percent
-  static bool leaves_room(uint64_t bytes, uint64_t available, uint64_t total);
+  enum class Room { spill, trace };
+  static bool leaves_room(uint64_t bytes, uint64_t available, uint64_t total,
+                          Room kind = Room::spill);
+  // leaves_room on the file system that holds `fd`: 0, ENOSPC, or fstatvfs's error.
+  static int room_on(int fd, uint64_t bytes, Room kind);
 
  private:
   void fail(int error);  // switches spilling off; the first error is kept

@@ -17,6 +17,7 @@
 #include "output_file.hpp"
 #include "own_descriptor.hpp"
 #include "range_tracks.hpp"
+#include "spill_file.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum_replay::recorder {
@@ -321,11 +322,17 @@ bool string_sink(const char *data, size_t size, void *context) {
 struct FileSink {
   common::OwnDescriptor file;
   int error = 0;
+  bool kept_room = false;  // stopped by SpillFile::Room::trace, not by the file system
 };
 
 bool file_sink(const char *data, size_t size, void *context) {
   auto *s = static_cast<FileSink *>(context);
-  s->error = s->file.write_all(data, size);
+  // Never the file system's last room (SpillFile::Room::trace): a long run's trace (108 bytes a
+  // mark, gigabytes in all) filled it while the program and its neighbours wrote there too.
+  s->error =
+      s->file.ours() ? SpillFile::room_on(s->file.get(), size, SpillFile::Room::trace) : EBADF;
+  s->kept_room = s->error == ENOSPC;
+  if (s->error == 0) s->error = s->file.write_all(data, size);
   return s->error == 0;
 }
 
@@ -664,6 +671,10 @@ bool write_trace_file(const std::string &path, const Snapshot &snap,
       outcome->error +=
           " (a thread of the program closed the temporary's descriptor while the "
           "trace was written; nothing was written into whatever it opened since)";
+    else if (sink.kept_room)
+      outcome->error +=
+          " (the trace stops short of the file system's last 10 % or 256 MiB, whichever is "
+          "less: room its other writers need; FERRUM_RECORD_OUT elsewhere)";
   }
   common::temp_finished();
   return done(ok);

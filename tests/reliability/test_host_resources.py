@@ -83,6 +83,10 @@ spill_leaves_room        1,000,000 NVTX ranges with               its own write 
                          own there                                directory and why (the spill took
                                                                   15 MiB of the 16 and the
                                                                   program's write failed, ENOSPC)
+trace_leaves_room        1,000,000 and 100,000 NVTX ranges, the   the larger trace is not written
+                         trace into a 64 MiB tmpfs of its own     (it would leave under 6.4 MiB
+                                                                  free), nothing left, one line;
+                                                                  the smaller one written whole
 unbalanced_pushes        2,000,000 NVTX pushes never popped (an    anonymous memory grows by under
                          error path that skips the pop), each     8 MiB (it grew 55 bytes a push);
                          with a balanced range inside             every balanced range is kept, at
@@ -630,6 +634,21 @@ def in_small_tmpfs(argv, mount_point, size="16m"):
             mount_point, *argv]
 
 
+def small_tmpfs_skip(mount_point):
+    """Why no tmpfs can be mounted at mount_point in a mount namespace here: a skip's reason, or
+    None."""
+    if os.geteuid() != 0:
+        return "skip: needs root (a tmpfs mounted in a mount namespace)"
+    if harness.EMULATOR:
+        return "skip: under qemu-user the emulator, not the program, would be unshare's argument"
+    if shutil.which("unshare") is None:
+        return "skip: no unshare(1)"
+    probe = subprocess.run(in_small_tmpfs(["true"], mount_point), capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"skip: no tmpfs in a mount namespace here: {probe.stderr.strip()[:200]}"
+    return None
+
+
 def spill_leaves_room():
     """The spill never takes the room the program's own writes need. It reserved doubling
     segments (1, 2, 4 ... 64 MiB) until the file system was full: on a 16 MiB tmpfs TMPDIR it
@@ -637,18 +656,12 @@ def spill_leaves_room():
     segment is now made only where max(10 %, 256 MiB) of the file system stays free after it;
     one refused is one that could not be made: what does not fit FERRUM_RECORD_MEMORY is
     dropped and counted, and one line says where and why."""
-    if os.geteuid() != 0:
-        return "skip: needs root (a tmpfs mounted in a mount namespace)"
-    if harness.EMULATOR:
-        return "skip: under qemu-user the emulator, not the program, would be unshare's argument"
-    if shutil.which("unshare") is None:
-        return "skip: no unshare(1)"
     n, own_mib = 1000000, 10
     work = tempfile.mkdtemp(prefix="ferrum-small-tmpdir-")
     try:
-        probe = subprocess.run(in_small_tmpfs(["true"], work), capture_output=True, text=True)
-        if probe.returncode != 0:
-            return f"skip: no tmpfs in a mount namespace here: {probe.stderr.strip()[:200]}"
+        skip = small_tmpfs_skip(work)
+        if skip:
+            return skip
         argv = in_small_tmpfs([PROGRAM, "own-tmpdir-write", str(n), str(own_mib)], work)
         env = {"FERRUM_RECORD_MEMORY": "1M", "TMPDIR": work}
         bare = harness.run(argv, preload=False, record=False, env=env, timeout=120)
@@ -667,6 +680,45 @@ def spill_leaves_room():
                "one line says where and why", run_)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def trace_leaves_room():
+    """The trace written at exit never takes its file system's last room: the smaller of 10 %
+    and 256 MiB stays free (6.4 MiB of a 64 MiB tmpfs). A long run's trace (about 100 bytes a
+    range) filled such a file system to its last byte while it was written, and other
+    processes writing there failed meanwhile (review NT-6). One that does not fit is not
+    written, no temporary is left, and one line says why; one that fits is written whole."""
+    work = tempfile.mkdtemp(prefix="ferrum-small-out-")
+    tmpdir = tempfile.mkdtemp(prefix="ferrum-spill-")
+    try:
+        skip = small_tmpfs_skip(work)
+        if skip:
+            return skip
+        trace = os.path.join(work, "t.json")
+        # What the tmpfs holds once the program has ended, before the namespace goes.
+        after = (f'mount -t tmpfs -o size=64m ferrum-test "$0" && "$@"; status=$?; '
+                 f'ls -A "$0" | sed "s/^/left=/"; '
+                 f'{sys.executable} -c "import json, sys; json.load(open(sys.argv[1])); '
+                 f'print(\'trace=valid\')" "$0/t.json" 2>/dev/null; exit $status')
+        env = {"TMPDIR": tmpdir, "FERRUM_RECORD_OUT": trace}
+        for n, fits in ((1000000, False), (100000, True)):
+            argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", after, work,
+                    PROGRAM, "own-tmpdir-write", str(n), "0"]
+            run_ = harness.run(argv, preload=False, env=env, timeout=300)
+            expect(run_.returncode == 0 and "own_write=ok mib=0" in run_.stdout,
+                   f"{n} ranges: the program", run_)
+            left = [l for l in run_.stdout.splitlines() if l.startswith("left=")]
+            lines = [l for l in run_.stderr.splitlines() if "cannot write trace" in l]
+            if fits:
+                expect(left == ["left=t.json"] and "trace=valid" in run_.stdout and not lines,
+                       f"{n} ranges: a trace that fits is written", run_)
+            else:
+                expect(not left and len(lines) == 1 and "No space left on device (the trace "
+                       "stops short of the file system's last 10 % or 256 MiB" in lines[0],
+                       f"{n} ranges: not written, nothing left, one line", run_)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def names_across_fork():
@@ -1136,6 +1188,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      driver_unloadable_gpu_timed, threads_come_and_go,
                                      distinct_names, hostile_names, names_from_signal_handlers,
                                      memory_bound_without_spill, start_end_memory_bound, spill_leaves_room,
+                                     trace_leaves_room,
                                      names_across_fork, unbalanced_pushes,
                                      leaked_in_many_domains, domains_per_request,
                                      privileged_process, cancel_requests_pending, host_locale,

@@ -119,6 +119,19 @@ TEST_CASE("a spill file leaves the file system max(10 %, 256 MiB) free, or is no
   CHECK_FALSE(SpillFile::leaves_room(UINT64_MAX, UINT64_MAX, UINT64_MAX));
 }
 
+TEST_CASE("the trace leaves the file system min(10 %, 256 MiB) free, or is not written") {
+  constexpr uint64_t MiB = uint64_t{1} << 20, GiB = uint64_t{1} << 30;
+  constexpr auto trace = SpillFile::Room::trace;
+  // A 64 MiB tmpfs: 6.4 MiB stay free (a run's trace filled it to the last byte, NT-6).
+  CHECK(SpillFile::leaves_room(57 * MiB, 64 * MiB, 64 * MiB, trace));
+  CHECK_FALSE(SpillFile::leaves_room(58 * MiB, 64 * MiB, 64 * MiB, trace));
+  // A 1 TiB disk: 256 MiB stay free, not a tenth of it.
+  CHECK(SpillFile::leaves_room(64 * MiB, 320 * MiB, 1024 * GiB, trace));
+  CHECK_FALSE(SpillFile::leaves_room(64 * MiB, 320 * MiB - 1, 1024 * GiB, trace));
+  CHECK_FALSE(SpillFile::leaves_room(MiB, 0, 0, trace));
+  CHECK_FALSE(SpillFile::leaves_room(UINT64_MAX, UINT64_MAX, UINT64_MAX, trace));
+}
+
 TEST_CASE("spilling holds no descriptor, before or after") {
   const std::set<int> before = open_descriptors();
   SpillFile spill;
