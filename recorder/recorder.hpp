@@ -230,6 +230,8 @@ class Recorder {
   // Set as the last report begins (snapshot_for_report): read by the shim's pushes, beside.
   std::atomic<bool> reported_{false};
   std::atomic<nvtxStringRegistration_st *> kept_strings_[kKeptStringsCache] = {};
+  // Each slot's text hash, looked at before its handle (register_string).
+  std::atomic<size_t> kept_hashes_[kKeptStringsCache] = {};
   NameRegistry names_;
   // Before threads_: buffers may spill until the very end, so it outlives them (it is declared
   // first, destroyed last). Null in ThreadBuffers when spilling is switched off.

@@ -49,6 +49,10 @@
 //                  N threads, one after another (each joined before the next starts), each
 //                  making the context current and launching once: a pool that recycles its
 //                  threads. Prints `rss_kb=<VmRSS at the end>` and `launches=N failed=F`.
+//   registered-strings N
+//                  Registers N distinct strings in a domain (nvtxDomainRegisterStringA, as a
+//                  program that registers a string per request name does) and uses none. Prints
+//                  `file_kb_grown=<RssFile after - before>` and `anon_kb_grown=` likewise.
 //   distinct-names N [fork]
 //                  Records N NVTX ranges (no CUDA), each with a message of its own (200 bytes, a
 //                  sequence number in it, as a profiler that names every operator call does):
@@ -484,6 +488,20 @@ int distinct_names(long n, bool fork_midway) {
   return 0;
 }
 
+int registered_strings(long n) {
+  nvtxDomainHandle_t domain = nvtxDomainCreateA("strings");
+  nvtxDomainRegisterStringA(domain, "warm-up");  // the recorder attaches at the first NVTX call
+  const long file_before = status_kb("RssFile"), anon_before = status_kb("RssAnon");
+  char text[64];
+  for (long i = 0; i < n; ++i) {
+    std::snprintf(text, sizeof text, "string-%ld", i);
+    nvtxDomainRegisterStringA(domain, text);
+  }
+  std::printf("file_kb_grown=%ld anon_kb_grown=%ld\n", status_kb("RssFile") - file_before,
+              status_kb("RssAnon") - anon_before);
+  return 0;
+}
+
 // Samples RssAnon every millisecond for the rest of the process's life, the exit handlers and
 // library destructors included (the recorder reports in one), and keeps the highest value
 // growth over `before` in `path`: a fixed-width number at offset 0, rewritten whenever it grows.
@@ -821,6 +839,7 @@ int main(int argc, char **argv) {
   if (mode == "signal-names" && argc >= 3) return signal_names(std::atol(argv[2]));
   if (mode == "hostile-names" && argc >= 4) return hostile_names(std::atol(argv[2]), argv[3]);
   if (mode == "start-end" && argc >= 4) return start_end(std::atol(argv[2]), argv[3]);
+  if (mode == "registered-strings" && argc >= 3) return registered_strings(std::atol(argv[2]));
   if (mode == "distinct-names" && argc >= 3)
     return distinct_names(std::atol(argv[2]), argc > 3 && std::strcmp(argv[3], "fork") == 0);
   if (mode == "own-tmpdir-write" && argc >= 4)
@@ -833,6 +852,6 @@ int main(int argc, char **argv) {
       "reload-timed ROUNDS N | thread-churn N | "
       "distinct-names N [fork] | hostile-names N PEAKFILE | start-end N PEAKFILE | signal-names N "
       "| unbalanced-pushes N | leaked-domains THREADS DOMAINS N | domain-churn N THREADS | "
-      "cancel-pending THREADS N | locale N | own-tmpdir-write N MIB\n");
+      "cancel-pending THREADS N | locale N | own-tmpdir-write N MIB | registered-strings N\n");
   return 1;
 }

@@ -83,6 +83,9 @@ spill_leaves_room        1,000,000 NVTX ranges with               its own write 
                          own there                                directory and why (the spill took
                                                                   15 MiB of the 16 and the
                                                                   program's write failed, ENOSPC)
+registered_strings_      3,000,000 distinct registered strings     file-backed resident memory grows
+stay_on_disk             (beyond the names budget: name blocks    by under 16 MiB (67 MB before:
+                         on disk)                                 28 bytes a string)
 trace_leaves_room        1,000,000 and 100,000 NVTX ranges, the   the larger trace is not written
                          trace into a 64 MiB tmpfs of its own     (it would leave under 6.4 MiB
                                                                   free), nothing left, one line;
@@ -721,6 +724,21 @@ def trace_leaves_room():
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
+def registered_strings_stay_on_disk():
+    """Registered strings beyond the recorder's names budget go to name blocks on disk, handed
+    back to the kernel as each fills; the lookup of a string already registered read every
+    cached slot's text, in blocks handed back, and brought them into the process for good:
+    resident memory grew by 28 bytes a string (3,000,000: 67 MB, review NT-1). Now the slot's
+    hash is compared first."""
+    n = 3000000
+    run_ = harness.run([PROGRAM, "registered-strings", str(n)], preload=False, timeout=300)
+    grown = dict(part.split("=") for part in run_.stdout.split())
+    expect(run_.returncode == 0 and "file_kb_grown" in grown, "registered-strings failed", run_)
+    expect(int(grown["file_kb_grown"]) < 16 * 1024,
+           f"{n} registered strings: file-backed resident memory grew by "
+           f"{grown['file_kb_grown']} KiB", run_)
+
+
 def names_across_fork():
     """Names in spill blocks (FERRUM_RECORD_MEMORY=0) across fork(): a block the parent was
     filling is shared with the child (a shared mapping); were the child to append to it, the two
@@ -1188,7 +1206,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      driver_unloadable_gpu_timed, threads_come_and_go,
                                      distinct_names, hostile_names, names_from_signal_handlers,
                                      memory_bound_without_spill, start_end_memory_bound, spill_leaves_room,
-                                     trace_leaves_room,
+                                     trace_leaves_room, registered_strings_stay_on_disk,
                                      names_across_fork, unbalanced_pushes,
                                      leaked_in_many_domains, domains_per_request,
                                      privileged_process, cancel_requests_pending, host_locale,
