@@ -65,8 +65,8 @@ bool name_of_other_process(long pid, char *out, size_t out_size, void *context) 
 // leaves no file and prints no table, and the job's chosen name goes to a process that has data.
 bool recorded_anything(const Snapshot &snap) {
   return snap.event_count() != 0 || snap.gpu_replay_count() != 0 || snap.rejected_pushes != 0 ||
-         snap.memory_drops != 0 || snap.depth_drops != 0 || !snap.errors.none() ||
-         snap.shim_in_flight != 0;
+         snap.memory_drops != 0 || snap.depth_drops != 0 || snap.async_beyond_room != 0 ||
+         !snap.errors.none() || snap.shim_in_flight != 0;
 }
 
 }  // namespace
@@ -154,6 +154,12 @@ void write_exit_report(Recorder &recorder, const Settings &settings, const std::
                  " pushes, ranges, marks or GPU replays not recorded: out of memory, or beyond "
                  "FERRUM_RECORD_MEMORY with nowhere to spill, or made where the recorder could "
                  "not take its lock (a signal or fork handler inside it) (droppedForMemory)\n");
+  if (snap.async_beyond_room)
+    write_stderr("ferrum-replay recorder: " + std::to_string(snap.async_beyond_room) +
+                 " start/end range halves (nvtxRangeStart/End) not in the trace: more start/end "
+                 "ranges than the exit pairs within FERRUM_RECORD_MEMORY (" +
+                 std::to_string(async_ranges_room(settings.memory)) +
+                 "); raise it to keep them (droppedStartEndBeyondPairing)\n");
   // Spilling is tried only beyond the budget: if it failed, what came after was dropped (or its
   // name lost) rather than let memory grow past FERRUM_RECORD_MEMORY.
   if (const SpillFile &spill = recorder.spill_file(); spill.failed())

@@ -38,7 +38,7 @@ const std::string *Snapshot::category_name(uint32_t domain_id, uint32_t category
 
 void match_async_ranges(Snapshot &snap, uint64_t ids_issued, size_t room) {
   snap.async_ranges.clear();
-  snap.async_events = snap.async_started = 0;
+  snap.async_events = snap.async_started = snap.async_beyond_room = 0;
   if (ids_issued <= 1) return;
   std::unordered_map<uint64_t, AsyncRange> &table = snap.async_ranges;
   uint64_t unknown = 0, beyond_room = 0;
@@ -79,7 +79,7 @@ void match_async_ranges(Snapshot &snap, uint64_t ids_issued, size_t room) {
     if (r.ends > 0) unknown += r.begun ? r.ends - 1u : r.ends;
   }
   snap.errors.end_unknown_id += unknown;
-  snap.memory_drops += beyond_room;
+  snap.async_beyond_room += beyond_room;
 }
 
 uint64_t Snapshot::gpu_replay_count() const {

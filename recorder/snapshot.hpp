@@ -120,6 +120,11 @@ struct Snapshot {
   // Pushes, ranges, marks, start/end halves and GPU replays not recorded because memory ran out
   // (ThreadBuffer's memory rules, Recorder::count_memory_drop).
   uint64_t memory_drops = 0;
+  // Start/end range halves the exit did not pair: their ids beyond the room match_async_ranges
+  // keeps (async_ranges_room). The program's own NVTX start/end ranges (the shim makes none),
+  // counted apart from memory_drops: they were recorded, memory did not run out, and `check`
+  // failed correct runs as if the shim's ranges were missing (review NT-3).
+  uint64_t async_beyond_room = 0;
   // Open ranges given up on a (thread, domain) stack that reached kMaxOpenFrames, or that found
   // the room all stacks share full (kSharedStackRoom, thread_buffer.hpp).
   uint64_t depth_drops = 0;

@@ -443,6 +443,7 @@ bool render_trace(const Snapshot &snap, TraceSink sink, void *context, size_t ch
   if (snap.reentrant_drops) field(",\"droppedInSignalHandlers\":", snap.reentrant_drops);
   if (snap.memory_drops) field(",\"droppedForMemory\":", snap.memory_drops);
   if (snap.depth_drops) field(",\"droppedBeyondDepth\":", snap.depth_drops);
+  if (snap.async_beyond_room) field(",\"droppedStartEndBeyondPairing\":", snap.async_beyond_room);
   field(",\"protocolErrors\":{\"popWithoutPush\":", snap.errors.pop_without_push);
   field(",\"popWrongDomain\":", snap.errors.pop_wrong_domain);
   field(",\"openAtExit\":", snap.errors.open_at_exit);
