@@ -347,7 +347,6 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
         async def scoped_async_generator(*args, **kwargs):
             inner = function(*args, **kwargs)
             owner = _InnerOwner()
-            step = None
             try:
                 step = _unhooked_first_step(inner, owner)
                 while True:
@@ -366,14 +365,20 @@ class graph_name:  # noqa: N801 (used like a function: `with ferrum_replay.graph
                         step = inner.asend(sent)
             finally:
                 # However this generator ends — also by an exception raised in its own frames
-                # (a signal's handler between two of its instructions, a RecursionError), which
-                # leaves `inner` suspended — `inner`, if not finished, is the loop's to close
-                # once collected (_InnerOwner): it was closed by no one, and its `finally`
-                # never ran (review PY-2). A step made and not awaited is closed, or Python
-                # 3.13 says "coroutine method 'asend' ... was never awaited" on stderr.
+                # (a signal's handler between two of its instructions, a RecursionError) — an
+                # `inner` it leaves suspended at a `yield` is the loop's, as an async generator
+                # of the program's is: registered with it now (closed by its shutdown), and
+                # closed by its finalizer once collected (_InnerOwner); it was closed by no one,
+                # and its `finally` never ran (review PY-2, TD-5). One left inside a step, at an
+                # `await` of the body's, is left alone: its step is under way and only its
+                # driver, gone, could end it — closed, it failed the loop's close ("already
+                # running", on stderr: review TD-2). Its next step, made and not awaited, is
+                # dropped as a program's would be (Python 3.13 warns "coroutine method 'asend'
+                # ... was never awaited"): closed, on 3.13 it closed the body there and then,
+                # whose `await` in its `finally` raised into the program (TD-2).
                 owner.left = True
-                if step is not None:
-                    step.close()
+                if _suspended_at_yield(inner):
+                    owner.adopt(inner)
         return scoped_async_generator
 
     def _steps(self, inner):
@@ -441,6 +446,7 @@ def _unhooked_first_step(inner, owner):
     went unregistered and unclosed, its `finally` never run (review PY-1)."""
     hooks = sys.get_asyncgen_hooks()
     finalizer = None
+    owner.firstiter = hooks.firstiter
     if hooks.finalizer is not None:
         owner.finalizer = hooks.finalizer
         finalizer = functools.partial(_InnerOwner.finalize, owner)
@@ -463,18 +469,31 @@ class _InnerOwner:
     does, through the loop's finalizer of its own, as long as it has not ended (`left`): the
     inner one's finalizer then does nothing, since both are collected together, and closed
     twice at once they failed. Once it has ended without closing `inner` (an exception raised
-    in its own frames), the inner one's finalizer hands it to the loop's, as the loop would
-    have done for an async generator of the program's."""
+    in its own frames), the loop does, as for an async generator of the program's: `adopt`
+    registers it with the loop (its firstiter hook, which the first step went without), and
+    the inner one's finalizer hands it to the loop's — never one left inside a step, which
+    the loop's close would find running."""
 
-    __slots__ = ("finalizer", "left")
+    __slots__ = ("finalizer", "firstiter", "left")
 
     def __init__(self):
         self.finalizer = None
+        self.firstiter = None
         self.left = False
 
+    def adopt(self, inner):
+        if self.firstiter is not None:
+            self.firstiter(inner)
+
     def finalize(self, inner):
-        if self.left and self.finalizer is not None:
+        if self.left and self.finalizer is not None and _suspended_at_yield(inner):
             self.finalizer(inner)
+
+
+def _suspended_at_yield(inner):
+    """Whether an async generator is between steps: not finished, not running, not inside a
+    step at an `await` (ag_await: what it awaits there)."""
+    return inner.ag_frame is not None and not inner.ag_running and inner.ag_await is None
 
 
 class _ScopedSteps:
