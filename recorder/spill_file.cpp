@@ -149,6 +149,9 @@ void SpillFile::segment_of(uint64_t offset, unsigned *index, uint64_t *base, uin
 }
 
 bool SpillFile::leaves_room(uint64_t bytes, uint64_t available, uint64_t total, Room kind) {
+  // A file system that reports no size (ramfs, some FUSE daemons) keeps no spill, and takes the
+  // trace as it did before there was a margin: nothing can be told of its room (review TD-1).
+  if (total == 0) return kind == Room::trace;
   const uint64_t fraction = total / 100 * kMinFreeFraction;
   const uint64_t larger = fraction > kMinFreeBytes ? fraction : kMinFreeBytes;
   const uint64_t smaller = fraction > kMinFreeBytes ? kMinFreeBytes : fraction;
@@ -162,7 +165,7 @@ int SpillFile::room_on(int fd, uint64_t bytes, Room kind) {
     return __builtin_mul_overflow(blocks, unit, &product) ? UINT64_MAX : product;
   };
   struct statvfs fs {};
-  if (::fstatvfs(fd, &fs) != 0) return errno;
+  if (::fstatvfs(fd, &fs) != 0) return kind == Room::trace ? 0 : errno;  // the trace: as above
   return leaves_room(bytes, bytes_of(fs.f_bavail, fs.f_frsize), bytes_of(fs.f_blocks, fs.f_frsize),
                      kind)
              ? 0

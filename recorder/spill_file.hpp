@@ -127,7 +127,8 @@ class SpillFile {
   // (1 MiB at most each).
   // The trace written at exit (Room::trace), the output the user asked for, keeps the smaller of
   // the two: it filled a 64 MiB tmpfs to its last byte, and other processes writing there failed
-  // meanwhile (review NT-6); 6.4 MiB are kept there, 256 MiB on a large disk.
+  // meanwhile (review NT-6); 6.4 MiB are kept there, 256 MiB on a large disk. On a file system
+  // that reports no size (ramfs) or whose size cannot be read, the trace is written as before.
   static constexpr uint64_t kMinFreeBytes = uint64_t{256} << 20;
   static constexpr uint64_t kMinFreeFraction = 10;  // percent
   enum class Room { spill, trace };
