@@ -221,6 +221,17 @@ bool is_python_interpreter(const char *module) {
   return true;
 }
 
+// The main executable, by its own file: dladdr names it after argv[0], which a program sets as
+// it likes (a statically linked python3.11 run as "worker" kept CPython's names, a C++ program
+// run as "python3" lost its own, review TD-4). `argv0` where /proc cannot tell.
+bool main_executable_is_python(const char *argv0) {
+  char path[4096];
+  const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (length <= 0) return is_python_interpreter(argv0);
+  path[length] = '\0';
+  return is_python_interpreter(path);
+}
+
 enum class Frame { skipped, named, python_code };
 
 // Decides a frame: `symbol_of` names it (expensive, only called when the module is not
@@ -237,13 +248,15 @@ Frame try_frame(uintptr_t address, const char *skip_prefixes, bool use_cache, ch
     return Frame::skipped;
   frame.symbol = static_cast<const ElfW(Sym) *>(symbol_entry);
   if (is_own_address(reinterpret_cast<void *>(address))) return Frame::skipped;
-  if (is_python_interpreter(info.dli_fname)) return Frame::python_code;
   if (is_skipped_frame(info.dli_fname, "", skip_prefixes)) return Frame::skipped;
   Dl_info same{};
   if (!dladdr1(reinterpret_cast<void *>(address), &same, reinterpret_cast<void **>(&frame.map),
                RTLD_DL_LINKMAP) ||
       !frame.map)
     return Frame::skipped;
+  if (frame.map->l_name && frame.map->l_name[0] ? is_python_interpreter(info.dli_fname)
+                                                : main_executable_is_python(info.dli_fname))
+    return Frame::python_code;
   frame.id = loaded_build_id(info.dli_fbase, frame.map->l_addr);
   const ModuleIdentity module = identity_of(info, frame.map, frame.id);
   if (use_cache && cached_site(address, module, out, out_size))
