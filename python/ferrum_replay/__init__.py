@@ -482,8 +482,14 @@ class _InnerOwner:
         self.left = False
 
     def adopt(self, inner):
+        # Whatever the hook raises stays here: the program's own exception is on its way out
+        # (asyncio's hook warns once the loop's shutdown has begun, and -W error made that
+        # warning replace the program's exception, review TE-5).
         if self.firstiter is not None:
-            self.firstiter(inner)
+            try:
+                self.firstiter(inner)
+            except Exception:
+                pass
 
     def finalize(self, inner):
         if self.left and self.finalizer is not None and _suspended_at_yield(inner):

@@ -223,13 +223,29 @@ bool is_python_interpreter(const char *module) {
 
 // The main executable, by its own file: dladdr names it after argv[0], which a program sets as
 // it likes (a statically linked python3.11 run as "worker" kept CPython's names, a C++ program
-// run as "python3" lost its own, review TD-4). `argv0` where /proc cannot tell.
+// run as "python3" lost its own, review TD-4). Its file as the kernel knows it, without the
+// " (deleted)" an upgrade under a running job leaves (TE-1); `argv0` where that is the dynamic
+// loader (a program run as `ld-linux-x86-64.so.2 PROGRAM`, whose argv[0] the loader makes the
+// program's path: TE-2) or /proc cannot tell. Asked once per process (a readlink a frame cost a
+// fifth of an instantiation's time, TE-3); a fork child runs the same file.
 bool main_executable_is_python(const char *argv0) {
+  static std::atomic<int> known{0};  // 0: not asked yet; 1: Python; 2: not
+  if (const int answer = known.load(std::memory_order_relaxed)) return answer == 1;
   char path[4096];
   const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
-  if (length <= 0) return is_python_interpreter(argv0);
-  path[length] = '\0';
-  return is_python_interpreter(path);
+  const char *file = argv0;
+  if (length > 0) {
+    path[length] = '\0';
+    constexpr char kDeleted[] = " (deleted)";
+    constexpr size_t kDeletedLength = sizeof kDeleted - 1;
+    if (static_cast<size_t>(length) > kDeletedLength &&
+        strcmp(path + length - kDeletedLength, kDeleted) == 0)
+      path[length - kDeletedLength] = '\0';
+    if (strncmp(file_base_name(path), "ld-", 3) != 0) file = path;
+  }
+  const bool python = is_python_interpreter(file);
+  known.store(python ? 1 : 2, std::memory_order_relaxed);
+  return python;
 }
 
 enum class Frame { skipped, named, python_code };

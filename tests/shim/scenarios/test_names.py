@@ -1,6 +1,7 @@
 """Issue 4 scenarios: names that tell graphs apart in unmodified programs — call sites,
 content, the program's own names, a names file, the message template, handle reuse, and
 the exit summary — each in a real process under the shim with the recorder attached."""
+import glob
 import os
 import re
 import shutil
@@ -176,6 +177,31 @@ def ctypes_call_sites():
     counts = counts_by_name(run_)
     expect(run_.returncode == 0 and "instantiate_graphs" in counts,
            f"a C++ program run as python3: names {counts}", run_)
+    # A Python whose executable holds the interpreter (Debian's /usr/bin/python3.N links no
+    # libpython), run through the dynamic loader, and deleted while it runs (an upgrade under a
+    # long job): its file as /proc names it is the loader, or ends " (deleted)" (review TE-1,
+    # TE-2).
+    static = [p for p in sorted(glob.glob("/usr/bin/python3.[0-9]*")) if re.search(r"\d$", p)
+              and b"libpython" not in subprocess.run(["ldd", p], capture_output=True).stdout]
+    loader = next(iter(glob.glob("/lib64/ld-linux-*.so.*") + glob.glob("/lib/ld-linux-*.so.*")),
+                  None)
+    if not static or not loader:
+        print("note: no Python with the interpreter in its executable, or no loader: TE-1 and "
+              "TE-2 not checked")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, os.path.basename(static[0]))
+        shutil.copy(static[0], copy)
+        unlink_then_run = ("import os, runpy, sys; os.unlink(sys.executable); "
+                           "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], "
+                           "run_name='__main__')")
+        for what, argv in (("through the loader", [loader, static[0], path_of("LAUNCH_CTYPES")]),
+                           ("deleted", [copy, "-c", unlink_then_run, path_of("LAUNCH_CTYPES")])):
+            run_ = run([*argv, "--graphs", str(GRAPHS), "--iters", str(ITERS)])
+            counts = counts_by_name(run_)
+            expect(run_.returncode == 0 and
+                   counts == {f"graph {n}": ITERS for n in range(1, GRAPHS + 1)},
+                   f"{static[0]} {what}: names {counts}", run_)
 
 
 def runtime_instantiation_registers_once():
