@@ -533,6 +533,8 @@ Snapshot Recorder::take_snapshot(bool materialize, bool release_memory,
     t->collect(&ts.events, &ts.runs, release_memory);
     add(std::move(ts));
   }
+  // After every thread's events: a block their names are in was mapped before they were recorded.
+  snap.name_blocks = spill_.name_blocks();
   // Before the threads' spilled runs are let go: pairing reads every thread's events.
   match_async_ranges(snap, next_async_id_.load(std::memory_order_relaxed),
                      async_ranges_room(settings_.memory));

@@ -114,6 +114,9 @@ struct Snapshot {
   std::string gpu_domain = "ferrum-replay";
   GpuStatus gpu;
   const SpillFile *spill = nullptr;  // holds the threads' runs; null when none has any
+  // The spill's name blocks (SpillFile::name_blocks): a pass that reads the events' names hands
+  // back the pages it read of them (NamePages).
+  std::vector<NameSpan> name_blocks;
   uint64_t rejected_pushes = 0;
   // Ranges a signal handler recorded while its thread was storing one (ThreadBuffer::slot).
   uint64_t reentrant_drops = 0;

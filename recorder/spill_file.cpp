@@ -8,7 +8,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "errno_kept.hpp"
@@ -38,6 +40,13 @@ constexpr uint64_t kReleaseWindow = kFirstSegment;
 // (SpillFile::release). It is aligned in the process's address space, so segments are mapped at
 // such an address, and blocks of the file are blocks of memory.
 constexpr uint64_t kRunBlock = 64 * 1024;
+// How far from the faulting page a fault may map pages: a page-cache folio (ext4's, tmpfs's) can
+// be up to PMD size, 2 MiB on x86-64 (and on arm64 with 4 KiB pages), and a fault may map the
+// whole folio it falls in, pages its reader had released already included. Released no further
+// than the 64 KiB blocks around a run, a 20,000,000-mark run on Linux 6.18 and ext4 had a third
+// of each 64 MiB segment's middle resident again as the exit report read it (RssFile 130 MB
+// against 4: review NT-7).
+constexpr uint64_t kFaultReach = uint64_t{2} << 20;
 
 // `fd` mapped shared at an address aligned to kRunBlock: room for it reserved first (one block
 // more, no access), the file mapped over the aligned part, the rest given back. Only our own
@@ -173,6 +182,11 @@ int SpillFile::room_on(int fd, uint64_t bytes, Room kind) {
 }
 
 SpillFile::~SpillFile() {
+  for (NameBlockNode *n = name_blocks_.load(std::memory_order_relaxed); n;) {
+    NameBlockNode *next = n->next;
+    delete n;
+    n = next;
+  }
   for (unsigned i = 0; i < kMaxSegments; ++i) {
     char *p = segments_[i].load(std::memory_order_relaxed);
     if (!p) continue;
@@ -203,8 +217,29 @@ char *SpillFile::map_name_block(uint64_t bytes) {
   int error = 0;
   char *p = map_unnamed_file(directory(), bytes, &error);
   // As for a segment: what failed once (no space, no directory) is not tried at every block.
-  if (!p) fail(error);
+  if (!p) {
+    fail(error);
+    return nullptr;
+  }
+  // Listed for the exit report (name_blocks). Without a node the block still works: only the
+  // report's reading of it is not handed back.
+  const common::ErrnoKept errno_kept;
+  if (auto *node = new (std::nothrow) NameBlockNode{{p, bytes}, nullptr}) {
+    node->next = name_blocks_.load(std::memory_order_relaxed);
+    while (!name_blocks_.compare_exchange_weak(node->next, node, std::memory_order_release,
+                                               std::memory_order_relaxed)) {
+    }
+  }
   return p;
+}
+
+std::vector<NameSpan> SpillFile::name_blocks() const {
+  std::vector<NameSpan> out;
+  for (const NameBlockNode *n = name_blocks_.load(std::memory_order_acquire); n; n = n->next)
+    out.push_back(n->span);
+  std::sort(out.begin(), out.end(),
+            [](const NameSpan &a, const NameSpan &b) { return a.data < b.data; });
+  return out;
 }
 
 char *SpillFile::create_segment(unsigned index, uint64_t size) {
@@ -327,23 +362,19 @@ bool SpillFile::read(const SpillRun &run, uint32_t first, uint32_t count, Event 
 
 void SpillFile::release(const SpillRun &run, uint32_t first, uint32_t count) const {
   if (first > run.count || count > run.count - first) return;
-  // A run's size is what its chunk held (event_chunk.hpp: seldom a multiple of a page), and the
-  // kernel maps the whole aligned 64 KiB block around a page its reader faults in (fault-around;
-  // the page cache's large folios likewise): its neighbours' pages, and pages this reader had
-  // released already. Released by pages alone, a quarter of what the exit report read stayed
-  // resident (the 16-thread stress run: 66 MB against 48). So while a run is read, the pages
-  // read through go back (not the one being read: a fault there maps the block again); and its
-  // last release gives back every block the run touches, neighbours' pages included — data-safe
-  // in a shared mapping (they go back to the file, and fault in again with their contents if
-  // read), and the blocks its neighbours' readers mapped go back with theirs.
+  // The pages read through go back (not the one being read: a fault there maps it again), and
+  // with them those a fault of this reader may have mapped again behind it: up to kFaultReach
+  // back (a folio), neighbours' pages and pages released before included — data-safe in a
+  // shared mapping (they go back to the file, and fault in again with their contents if read).
+  // The run's last release reaches as far ahead too: its last faults may have mapped the start
+  // of the next run, whose reader may have finished already. Blocks its neighbours' readers
+  // mapped go back with theirs.
   const uint64_t page = page_size();
-  const uint64_t end = run.offset + uint64_t{first + count} * sizeof(Event);
-  uint64_t from = (run.offset + uint64_t{first} * sizeof(Event)) / page * page;
-  uint64_t to = end / page * page;
-  if (first + count == run.count) {
-    from = run.offset / kRunBlock * kRunBlock;
-    to = (end + kRunBlock - 1) / kRunBlock * kRunBlock;
-  }
+  const uint64_t begin = run.offset + uint64_t{first} * sizeof(Event);
+  const uint64_t end = begin + uint64_t{count} * sizeof(Event);
+  const uint64_t from = (begin > kFaultReach ? begin - kFaultReach : 0) / page * page;
+  const uint64_t to =
+      first + count == run.count ? (end + kFaultReach + page - 1) / page * page : end / page * page;
   if (to > from) release_range(from, to - from);
 }
 

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "event.hpp"
 
@@ -57,6 +58,12 @@ struct SpillRun {
   // `keyed` — a run without keys is merged on its own, never chained.
   OrderKey first, last;
   bool keyed = false;
+};
+
+// Where a name block (SpillFile::map_name_block) is mapped.
+struct NameSpan {
+  const char *data;
+  size_t size;
 };
 
 class SpillFile {
@@ -86,6 +93,10 @@ class SpillFile {
   // at names its parent copied there — and its owner unmaps it (release_name_block). nullptr
   // when it cannot be made, which switches spilling off as a failed segment does.
   char *map_name_block(uint64_t bytes);
+  // Every name block mapped so far, sorted by address: the exit report hands back the pages of
+  // them it reads (name_pages.hpp). Their owners unmap them only as the recorder ends, so the
+  // list holds while a report runs. Blocks mapped while it is read may be missing from it.
+  std::vector<NameSpan> name_blocks() const;
   // Bumped in a fork() child (forget_after_fork): a name block mapped in an earlier generation
   // is shared with the parent, which may still append to it, so the child appends to none.
   uint32_t generation() const { return generation_.load(std::memory_order_relaxed); }
@@ -152,6 +163,13 @@ class SpillFile {
   void count_filled(uint64_t offset, uint64_t bytes);
 
   std::atomic<char *> segments_[kMaxSegments] = {};
+  // The name blocks mapped, newest first: pushed without a lock (map_name_block runs inside the
+  // program's NVTX call, also in a signal handler or around fork), freed with the file.
+  struct NameBlockNode {
+    NameSpan span;
+    NameBlockNode *next;
+  };
+  std::atomic<NameBlockNode *> name_blocks_{nullptr};
   std::atomic<bool> failed_{false};
   std::atomic<int> failure_{0};
   std::atomic<uint64_t> end_{0};      // bytes reserved

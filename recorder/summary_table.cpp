@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "name_pages.hpp"
 #include "text_rules.hpp"
 #include "utf8.hpp"
 
@@ -203,10 +204,12 @@ std::vector<RangeStats> aggregate(const Snapshot &snap, OtherNames *other) {
   RowTable table;
   uint64_t all_ranges = 0, all_ns = 0;
   const auto cpu_pass = [&](bool recount) {
+    NamePages name_pages(snap.name_blocks);  // the pages of names read go back as it goes
     for (const ThreadSnapshot &t : snap.threads) {
       RowCache<std::pair<uint32_t, const char *>> rows;
       for_each_event(snap, t, [&](const Event &e) {
         if (!e.is_range()) return;
+        name_pages.read(e.attrs.name);
         const uint64_t ns = t.span_ns(snap.scale, e);
         if (!recount) ++all_ranges, all_ns += ns;
         const std::string_view domain = e.domain_id < snap.domain_names.size()

@@ -14,6 +14,7 @@
 
 #include "error_text.hpp"
 #include "json_text.hpp"
+#include "name_pages.hpp"
 #include "output_file.hpp"
 #include "own_descriptor.hpp"
 #include "range_tracks.hpp"
@@ -80,7 +81,7 @@ constexpr size_t kEventRoom = 384;
 // Pieces every event of a kind repeats, escaped once per trace instead of once per event.
 class Prepared {
  public:
-  explicit Prepared(const Snapshot &snap) : snap_(snap) {
+  explicit Prepared(const Snapshot &snap) : snap_(snap), name_pages_(snap.name_blocks) {
     for (const std::string &d : snap.domain_names) cats_.push_back(cat(d));
     unknown_cat_ = cat("?");
     for (const auto &[key, name] : snap.category_names) {
@@ -129,6 +130,7 @@ class Prepared {
   Name name(const char *name) {
     const Named &n = slot(name);
     if (n.valid && n.key == name) return Name{name, {}, n.json.size(), true};
+    name_pages_.read(name);
     const std::string_view raw = name ? std::string_view(name) : std::string_view();
     return Name{name, raw, json_string_bound(raw.size()), false};
   }
@@ -155,6 +157,7 @@ class Prepared {
 
  private:
   const Snapshot &snap_;
+  NamePages name_pages_;  // the pages of names read on a miss go back to their files
   std::vector<std::string> cats_;
   std::string unknown_cat_;
   std::map<std::pair<uint32_t, uint32_t>, std::string> category_names_;

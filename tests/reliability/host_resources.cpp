@@ -53,6 +53,11 @@
 //                  Registers N distinct strings in a domain (nvtxDomainRegisterStringA, as a
 //                  program that registers a string per request name does) and uses none. Prints
 //                  `file_kb_grown=<RssFile after - before>` and `anon_kb_grown=` likewise.
+//   spilled-report NAMED REPEATED PEAKFILE
+//                  Records NAMED NVTX ranges with a message of their own (as distinct-names),
+//                  then REPEATED ranges "repeated". Keeps in PEAKFILE the highest growth of
+//                  RssFile + RssShmem (the spill's mapped pages, on a disk or a tmpfs), exit
+//                  included, as hostile-names does for RssAnon. Prints `done`.
 //   distinct-names N [fork]
 //                  Records N NVTX ranges (no CUDA), each with a message of its own (200 bytes, a
 //                  sequence number in it, as a profiler that names every operator call does):
@@ -502,16 +507,23 @@ int registered_strings(long n) {
   return 0;
 }
 
-// Samples RssAnon every millisecond for the rest of the process's life, the exit handlers and
-// library destructors included (the recorder reports in one), and keeps the highest value
-// growth over `before` in `path`: a fixed-width number at offset 0, rewritten whenever it grows.
-void sample_anon_peak(const char *path, long before) {
+// Samples the sum of `fields` of /proc/self/status (RssAnon; RssFile and RssShmem) every
+// millisecond for the rest of the process's life, the exit handlers and library destructors
+// included (the recorder reports in one), and keeps its highest growth in `path`: a fixed-width
+// number at offset 0, rewritten whenever it grows.
+void sample_peak(const char *path, std::vector<const char *> fields) {
+  const auto sum = [fields] {
+    long kb = 0;
+    for (const char *field : fields) kb += status_kb(field);
+    return kb;
+  };
+  const long before = sum();
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) die("peak file");
-  std::thread([fd, before] {
+  std::thread([fd, before, sum] {
     long peak = -1;
     for (;;) {
-      if (const long now = status_kb("RssAnon") - before; now > peak) {
+      if (const long now = sum() - before; now > peak) {
         peak = now;
         char line[32];
         const int n = std::snprintf(line, sizeof line, "%20ld\n", peak);
@@ -523,10 +535,23 @@ void sample_anon_peak(const char *path, long before) {
   usleep(5000);  // the first sample is in before anything grows
 }
 
+int spilled_report(long named, long repeated, const char *peak_path) {
+  nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
+  nvtxRangePop();
+  sample_peak(peak_path, {"RssFile", "RssShmem"});
+  record_named("range", 0, named);
+  for (long i = 0; i < repeated; ++i) {
+    nvtxRangePushA("repeated");
+    nvtxRangePop();
+  }
+  std::puts("done");
+  return 0;
+}
+
 int start_end(long n, const char *peak_path) {
   nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
   nvtxRangePop();
-  sample_anon_peak(peak_path, status_kb("RssAnon"));
+  sample_peak(peak_path, {"RssAnon"});
   for (long i = 0; i < n; ++i) nvtxRangeEnd(nvtxRangeStartA("se"));
   std::puts("done");
   return 0;
@@ -548,7 +573,7 @@ nvtxEventAttributes_t ascii_attributes(const char *message) {
 int hostile_names(long n, const char *peak_path) {
   nvtxRangePushA("warm-up");  // the recorder attaches at the first NVTX call
   nvtxRangePop();
-  sample_anon_peak(peak_path, status_kb("RssAnon"));
+  sample_peak(peak_path, {"RssAnon"});
   record_named("range", 0, n);
   std::string huge(10u << 20, 'h');
   huge.replace(0, 5, "huge ");
@@ -840,6 +865,8 @@ int main(int argc, char **argv) {
   if (mode == "hostile-names" && argc >= 4) return hostile_names(std::atol(argv[2]), argv[3]);
   if (mode == "start-end" && argc >= 4) return start_end(std::atol(argv[2]), argv[3]);
   if (mode == "registered-strings" && argc >= 3) return registered_strings(std::atol(argv[2]));
+  if (mode == "spilled-report" && argc >= 5)
+    return spilled_report(std::atol(argv[2]), std::atol(argv[3]), argv[4]);
   if (mode == "distinct-names" && argc >= 3)
     return distinct_names(std::atol(argv[2]), argc > 3 && std::strcmp(argv[3], "fork") == 0);
   if (mode == "own-tmpdir-write" && argc >= 4)
@@ -852,6 +879,7 @@ int main(int argc, char **argv) {
       "reload-timed ROUNDS N | thread-churn N | "
       "distinct-names N [fork] | hostile-names N PEAKFILE | start-end N PEAKFILE | signal-names N "
       "| unbalanced-pushes N | leaked-domains THREADS DOMAINS N | domain-churn N THREADS | "
-      "cancel-pending THREADS N | locale N | own-tmpdir-write N MIB | registered-strings N\n");
+      "cancel-pending THREADS N | locale N | own-tmpdir-write N MIB | registered-strings N | "
+      "spilled-report NAMED REPEATED PEAKFILE\n");
   return 1;
 }

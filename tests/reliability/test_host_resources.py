@@ -86,6 +86,11 @@ spill_leaves_room        1,000,000 NVTX ranges with               its own write 
 registered_strings_      3,000,000 distinct registered strings     file-backed resident memory grows
 stay_on_disk             (beyond the names budget: name blocks    by under 16 MiB (67 MB before:
                          on disk)                                 28 bytes a string)
+spilled_report_stays_    400,000 ranges with distinct 200-byte     file-backed and shared resident
+on_disk                  names, then 4,000,000 ranges of one      memory grows by under 12 and
+                         name (FERRUM_RECORD_MEMORY=1M: names     6 MiB, exit included (+78 and
+                         and runs spilled)                        +16 MB before: the report's
+                                                                  reading stayed mapped)
 trace_leaves_room        1,000,000 and 100,000 NVTX ranges, the   the larger trace is not written
                          trace into a 64 MiB tmpfs of its own     (it would leave under 6.4 MiB
                                                                   free), nothing left, one line;
@@ -761,6 +766,37 @@ def registered_strings_stay_on_disk():
            f"{grown['file_kb_grown']} KiB", run_)
 
 
+def spilled_report_stays_on_disk():
+    """What the exit report reads back from the spill goes back to the disk as it moves on. The
+    report read every spilled range and name again, and the kernel mapped more than it read: a
+    fault maps a whole page-cache folio (up to 2 MiB), pages the reader had released included,
+    and the names' pages were never released at all. File-backed resident memory grew at exit
+    with the run: 8,000,000 distinct names +96 MB, 20,000,000 marks +127 MB (review NT-7).
+    Each part on its own: distinct 200-byte names (80 MB of them in name blocks), and 4,000,000
+    ranges of one name (256 MB of spilled runs, into 64 MiB segments)."""
+    work = tempfile.mkdtemp(prefix="ferrum-spilled-report-")
+    try:
+        for named, repeated, bound_kib in ((400000, 0, 12 * 1024), (0, 4000000, 6 * 1024)):
+            peak_file = os.path.join(work, "peak")
+            run_ = harness.run([PROGRAM, "spilled-report", str(named), str(repeated), peak_file],
+                               preload=False,
+                               env={"FERRUM_RECORD_MEMORY": "1M", "TMPDIR": work,
+                                    "FERRUM_RECORD_TABLE": "1", "FERRUM_RECORD_OUT": "/dev/null"},
+                               timeout=300)
+            expect(run_.returncode == 0 and run_.stdout == "done\n", "spilled-report failed",
+                   run_)
+            expect(f"{named + repeated + 1} ranges on 1 threads" in run_.stderr,
+                   "the table counts every range", run_)
+            with open(peak_file) as handle:
+                peak_kb = int(handle.read())
+            expect(0 <= peak_kb < bound_kib,
+                   f"{named} named and {repeated} repeated ranges: file-backed and shared "
+                   f"resident memory grew by up to {peak_kb} KiB, exit included "
+                   f"(bound {bound_kib} KiB)", run_)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def names_across_fork():
     """Names in spill blocks (FERRUM_RECORD_MEMORY=0) across fork(): a block the parent was
     filling is shared with the child (a shared mapping); were the child to append to it, the two
@@ -1229,6 +1265,7 @@ SCENARIOS = {f.__name__: f for f in (descriptors_closed, descriptors_replaced,
                                      distinct_names, hostile_names, names_from_signal_handlers,
                                      memory_bound_without_spill, start_end_memory_bound, spill_leaves_room,
                                      trace_leaves_room, registered_strings_stay_on_disk,
+                                     spilled_report_stays_on_disk,
                                      names_across_fork, unbalanced_pushes,
                                      leaked_in_many_domains, domains_per_request,
                                      privileged_process, cancel_requests_pending, host_locale,
