@@ -176,14 +176,16 @@ class RowTable {
 template <class Key>
 class RowCache {
  public:
+  // `pages`: where a name read here (found by its text, not its pointer) is noted (NamePages).
   RangeStats *row(const Key &key, RowTable &table, std::string_view domain, const char *name,
-                  bool may_evict) {
+                  bool may_evict, NamePages *pages = nullptr) {
     if (table.changes() != seen_changes_) {
       cache_.clear();
       seen_changes_ = table.changes();
     }
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
     if (cache_.size() >= 2 * kMaxAggregatedRows) cache_.clear();
+    if (pages) pages->read(name);
     RangeStats *r = table.row(domain, name, may_evict);
     if (table.changes() != seen_changes_) {  // this very lookup took a row from another name
       cache_.clear();
@@ -204,19 +206,18 @@ std::vector<RangeStats> aggregate(const Snapshot &snap, OtherNames *other) {
   RowTable table;
   uint64_t all_ranges = 0, all_ns = 0;
   const auto cpu_pass = [&](bool recount) {
-    NamePages name_pages(snap.name_blocks);  // the pages of names read go back as it goes
+    NamePages name_pages(snap.name_blocks);  // the pages of names read go back (RowCache)
     for (const ThreadSnapshot &t : snap.threads) {
       RowCache<std::pair<uint32_t, const char *>> rows;
       for_each_event(snap, t, [&](const Event &e) {
         if (!e.is_range()) return;
-        name_pages.read(e.attrs.name);
         const uint64_t ns = t.span_ns(snap.scale, e);
         if (!recount) ++all_ranges, all_ns += ns;
         const std::string_view domain = e.domain_id < snap.domain_names.size()
                                             ? std::string_view(snap.domain_names[e.domain_id])
                                             : std::string_view("?");
-        RangeStats *r =
-            rows.row({e.domain_id, e.attrs.name}, table, domain, e.attrs.name, /*may_evict=*/true);
+        RangeStats *r = rows.row({e.domain_id, e.attrs.name}, table, domain, e.attrs.name,
+                                 /*may_evict=*/true, &name_pages);
         if (r == nullptr) return;
         table.add(r, ns);
       });
