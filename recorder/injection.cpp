@@ -32,6 +32,7 @@
 #include "secure_execution.hpp"
 #include "settings.hpp"
 #include "shared_memory_child.hpp"
+#include "shim_identity.hpp"
 #include "stack_room.hpp"
 #include "utf8.hpp"
 
@@ -400,6 +401,47 @@ void after_fork_in_child() {
   rec().after_fork_in_child();
 }
 
+// The shim's GPU-time hand-off: its three functions, all from the one object that names the
+// replays. Looked up one by one in the global scope, they could come from different objects:
+// with an older copy of the shim first (no sized way) and today's after it, the sink went to
+// the copy that steps aside and every GPU time was lost, the trace saying "0 timed" for ten
+// timed replays (review CP-3); and a program that exports a function of one of these names was
+// called as if it were the shim. So the object that answers for the flush (the first in the
+// global scope: the copy that names the replays, later ones step aside) must be a copy of the
+// shim (common/shim_identity.hpp), and the sinks are taken from it alone.
+struct ShimHandOff {
+  ferrum_replay_set_gpu_sink_fn set_sink = nullptr;
+  ferrum_replay_set_gpu_sink_sized_fn set_sink_sized = nullptr;
+  ferrum_replay_gpu_flush_fn flush = nullptr;
+};
+
+ShimHandOff find_shim_hand_off() {
+  ShimHandOff found;
+  void *flush = dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH);
+  Dl_info object{};
+  if (!flush || !dladdr(flush, &object) || !object.dli_fname || !object.dli_fname[0])
+    return found;  // none, or the program itself (a copy of the shim is a library)
+  // Our own reference to that object, given back below: dlsym through it sees the object and
+  // its dependencies, and an answer from another object (a dependency) is not the object's own.
+  void *handle = dlopen(object.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
+  if (!handle) return found;
+  const auto own = [&](const char *name) -> void * {
+    void *address = dlsym(handle, name);
+    Dl_info where{};
+    return address && dladdr(address, &where) && where.dli_fbase == object.dli_fbase ? address
+                                                                                     : nullptr;
+  };
+  if (common::is_shim_copy([&](const char *name) { return own(name) != nullptr; })) {
+    found.flush = reinterpret_cast<ferrum_replay_gpu_flush_fn>(flush);
+    found.set_sink =
+        reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(own(FERRUM_REPLAY_SET_GPU_SINK));
+    found.set_sink_sized = reinterpret_cast<ferrum_replay_set_gpu_sink_sized_fn>(
+        own(FERRUM_REPLAY_SET_GPU_SINK_SIZED));
+  }
+  dlclose(handle);
+  return found;
+}
+
 // Creates the process-wide recorder on the first call from any module; later calls only return
 // it. Must not call NVTX: we are inside NVTX's initialisation of some module.
 Recorder *ensure_recorder() {
@@ -438,14 +480,12 @@ Recorder *ensure_recorder() {
   // Without the shim these lookups fail: no message of ours for the program's dlerror()
   // (its NVTX call started us). loader_error.hpp.
   const common::LoaderErrorCleared loader_error;
-  auto set_sink = reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(
-      dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK));
+  const ShimHandOff shim = find_shim_hand_off();
+  const auto set_sink = shim.set_sink;
   // With our own layout where the shim takes it (a shim before the struct grew has only the
   // first way, and delivers its own, shorter layout: GpuTracks::add steps by `size`).
-  auto set_sink_sized = reinterpret_cast<ferrum_replay_set_gpu_sink_sized_fn>(
-      dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK_SIZED));
-  auto flush =
-      reinterpret_cast<ferrum_replay_gpu_flush_fn>(dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH));
+  const auto set_sink_sized = shim.set_sink_sized;
+  const auto flush = shim.flush;
   g_recorder.store(r, std::memory_order_release);
   const int registration =
       set_sink_sized ? set_sink_sized(&GpuTracks::sink, &r->gpu(), sizeof(ferrum_replay_gpu_replay))

@@ -144,8 +144,10 @@ typedef void (*ferrum_replay_gpu_sink_fn)(const ferrum_replay_gpu_replay *replay
  * -ENOTSUP when GPU timing is off in this process (the tool then has no GPU times to expect), or
  * -EDEADLK, the sink unchanged, from a signal handler that interrupted the shim's delivery of a
  * batch on its thread (the sink's lock held there). The sink gets the
- * first layout, elements FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE bytes apart, as a sink built
- * before the struct grew expects; a new tool uses ferrum_replay_set_gpu_sink_sized. */
+ * first layout (FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE bytes, `size` says so), one replay per call
+ * (count 1): a sink built before the struct grew steps by 64 bytes, one built against a grown
+ * header without the sized way by its own sizeof, and one element reads right either way; a new
+ * tool uses ferrum_replay_set_gpu_sink_sized. */
 int ferrum_replay_set_gpu_sink(ferrum_replay_gpu_sink_fn sink, void *context);
 typedef int (*ferrum_replay_set_gpu_sink_fn)(ferrum_replay_gpu_sink_fn sink, void *context);
 
@@ -192,6 +194,16 @@ typedef int (*ferrum_replay_gpu_flush_fn)(ferrum_replay_gpu_status *status);
  * it. Our recorder answers so; it is no value of NVTX's, so a tool that does not know of it has
  * no reason to. */
 #define FERRUM_REPLAY_PUSH_AFTER_REPORT (-18002)
+
+/* ---- What tells the shim from anything else exporting these names ----
+ *
+ * Every copy of the shim exports this, and nothing else should: a program that carries its own
+ * fallback definitions of the functions above (to link and run without the shim) is told from the
+ * shim by it, by another copy of the shim and by a tool looking for the GPU-time hand-off. A copy
+ * built before it is known by exporting ferrum_replay_name_graph_exec, cuGraphLaunch and dlsym
+ * together. Returns a fixed text. */
+#define FERRUM_REPLAY_SHIM_IDENTITY "ferrum_replay_shim_identity"
+const char *ferrum_replay_shim_identity(void);
 
 #ifdef __cplusplus
 }

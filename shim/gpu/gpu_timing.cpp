@@ -195,6 +195,7 @@ pthread_mutex_t g_sink_mutex = PTHREAD_MUTEX_INITIALIZER;
 ferrum_replay_gpu_sink_fn g_sink = nullptr;  // (g_sink_mutex)
 void *g_sink_context = nullptr;
 size_t g_sink_stride = sizeof(ferrum_replay_gpu_replay);  // (g_sink_mutex) set_sink
+bool g_sink_stride_known = true;                          // (g_sink_mutex) set_sink
 
 // 256: a reaper's batch and its names (Engine::reap_pass) stay within the 64 KiB of its stack
 // that 512 replays took before names were copied; the rest is the sink's.
@@ -233,7 +234,14 @@ void deliver(ferrum_replay_gpu_replay *batch, size_t count) {
   // Read once, before the call: the sink may replace them (set_sink, on this thread).
   const ferrum_replay_gpu_sink_fn sink = g_sink;
   void *const context = g_sink_context;
-  if (sink) {
+  if (sink && !g_sink_stride_known) {  // one at a time: read right whatever its stride
+    t_in_sink = true;
+    for (size_t i = 0; i < count; ++i) {
+      batch[i].size = static_cast<uint32_t>(g_sink_stride);
+      sink(&batch[i], 1, context);
+    }
+    t_in_sink = false;
+  } else if (sink) {
     const size_t stride = g_sink_stride;
     if (stride < sizeof *batch) {
       char *bytes = reinterpret_cast<char *>(batch);
@@ -692,7 +700,7 @@ void prepare_current_context() {
     start_reaper();
 }
 
-int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size) {
+int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size, bool stride_known) {
   const common::ErrnoKept errno_kept;  // errno_kept.hpp: the answer is the return value
   install_handlers();
   // Whoever delivers holds the sink mutex across the sink's call: once this returns, the old
@@ -711,6 +719,7 @@ int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size) 
   g_sink_context = sink ? context : nullptr;
   g_sink_stride = replay_size < sizeof(ferrum_replay_gpu_replay) ? replay_size
                                                                  : sizeof(ferrum_replay_gpu_replay);
+  g_sink_stride_known = stride_known;
   if (!inside) common::unlock_ours(&g_sink_mutex);
   return 0;
 }

@@ -267,10 +267,15 @@ inline void note_primary_context(CUdevice device, CUcontext context) {
 
 // ferrum_replay_set_gpu_sink / ferrum_replay_gpu_flush, once the caller knows timing is on.
 // `replay_size`: the sink's own sizeof(ferrum_replay_gpu_replay), or the first layout's for a
-// sink registered the first way; replays reach it that many bytes apart (at most ours). A sink
-// may call set_sink from inside its call, on any thread that delivers (from the next batch on);
-// -EDEADLK from a signal handler that interrupted the shim's own delivery on its thread.
-int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size);
+// sink registered the first way; replays reach it that many bytes apart (at most ours).
+// `stride_known` false (the first way): the sink did not say its sizeof, which tools built
+// while the struct had grown and the sized way did not exist yet read as 80 bytes — such a
+// sink is handed one replay per call, which it reads right whatever its stride (given 64-byte
+// steps it read garbage names and crashed the host: review CP-4). A sink may call set_sink from
+// inside its call, on any thread that delivers (from the next batch on); -EDEADLK from a signal
+// handler that interrupted the shim's own delivery on its thread.
+int set_sink(ferrum_replay_gpu_sink_fn sink, void *context, size_t replay_size,
+             bool stride_known = true);
 int flush(ferrum_replay_gpu_status *status);
 
 }  // namespace ferrum_replay::shim::gpu

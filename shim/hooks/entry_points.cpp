@@ -15,6 +15,8 @@
 //   cuDevicePrimaryCtxRetain                 which context is the device's primary one
 //   cuCtxFromGreenCtx                        which contexts are green (never timed)
 //   ferrum_replay_set_gpu_sink(_sized), _gpu_flush   GPU times per replay, handed to a tool
+//   ferrum_replay_shim_identity              tells a copy of the shim from an imitator
+//                                            (common/shim_identity.hpp)
 //   cuGetProcAddress / cuGetProcAddress_v2   the driver's lookup: its answers for
 //                                            cuGraphLaunch and for itself are wrapped
 //                                            (lookup_wrappers.cpp)
@@ -169,7 +171,8 @@ Result intercept_green_context_convert(RealFunction<Function> &function, Result 
 // first launch).
 bool gpu_timing_asked() {
   const Settings &config = settings();
-  return config.enabled && config.gpu_time;
+  // A copy that steps aside for an earlier one times nothing (range/activation.cpp, later_copy).
+  return config.enabled && config.gpu_time && !later_copy();
 }
 
 template <typename Result, typename Function, typename Exec, typename Graph, typename... Rest>
@@ -260,12 +263,22 @@ __attribute__((visibility("default"))) int ferrum_replay_pop_graph_name(void) {
   return ferrum_replay::shim::pop_scope_name();
 }
 
+// ---- what tells a copy of the shim from anything else exporting its names ----
+
+// common/shim_identity.hpp: another copy steps aside for the first, never takes this one's
+// interposers for the real functions, and a tool hands its GPU-time sink to this one only if it
+// is one. What it returns is for a person reading a core file; nothing depends on it.
+__attribute__((visibility("default"))) const char *ferrum_replay_shim_identity(void) {
+  return "ferrum-replay shim";
+}
+
 // ---- GPU time per replay, for a tool ----
 
 __attribute__((visibility("default"))) int ferrum_replay_set_gpu_sink(
     ferrum_replay_gpu_sink_fn sink, void *context) {
   if (!ferrum_replay::shim::gpu_timing_asked()) return -ENOTSUP;
-  return ferrum_replay::shim::gpu::set_sink(sink, context, FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE);
+  return ferrum_replay::shim::gpu::set_sink(sink, context, FERRUM_REPLAY_GPU_REPLAY_FIRST_SIZE,
+                                            /*stride_known=*/false);
 }
 
 __attribute__((visibility("default"))) int ferrum_replay_set_gpu_sink_sized(

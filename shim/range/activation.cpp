@@ -114,29 +114,6 @@ void describe_missing_tool(char *out, size_t size) {
              shown.text);
 }
 
-// Whether another copy of the shim — the same library from another path: one a container preloads
-// for every process and the one `ferrum-replay record` adds from a checkout or a wheel — comes
-// before this one in the global scope. The program's launches reach that copy first, and through
-// its real functions this one: were both to open a range, every replay would be two nested
-// ranges and counted twice. The first copy names the replays; a later one passes through.
-bool later_copy() {
-  DlsymFunction lookup = libc_dlsym();
-  void *exported = lookup ? lookup(RTLD_DEFAULT, "ferrum_replay_name_graph_exec") : nullptr;
-  Dl_info theirs{}, ours{};
-  if (!exported || !dladdr(exported, &theirs) ||
-      !dladdr(reinterpret_cast<void *>(&later_copy), &ours) || theirs.dli_fbase == ours.dli_fbase)
-    return false;
-  if (log_enabled(LogLevel::info)) {
-    const MessageValue first = message_value(theirs.dli_fname ? theirs.dli_fname : "");
-    const MessageValue self = message_value(ours.dli_fname ? ours.dli_fname : "");
-    log_line(LogLevel::info,
-             "another copy of ferrum-replay ('%s') is loaded before this one ('%s') and names "
-             "the replays: this one passes every launch through",
-             first.text, self.text);
-  }
-  return true;
-}
-
 // A %q{NAME} of FERRUM_REPLAY_RUNNING_DIR that is not set is said once, here, as the summary's
 // is at exit (docs/text-rules.md section 1): the marker itself is made later, silently, at the
 // first launch. Static storage: activation runs once, on one thread.
@@ -242,6 +219,41 @@ constexpr int kActivationWaitMs = 2000;
 std::atomic<bool> g_activation_overdue{false};
 
 }  // namespace
+
+// Whether another copy of the shim — the same library from another path: one a container preloads
+// for every process and the one `ferrum-replay record` adds from a checkout or a wheel — comes
+// before this one (in load order: the global scope's, for preloaded copies). The program's
+// launches reach that copy first, and through its real functions this one: were both to open a
+// range, every replay would be two nested ranges and counted twice. The first copy names the
+// replays; a later one passes through. Copies are told by common/shim_identity.hpp's rule: a
+// program's own exported fallback of the naming API is none (taken for one, it switched the shim
+// off: review CP-5). Found once, and asked again by GPU timing's hand-off: a tool must not
+// register with a copy that steps aside (review CP-3).
+bool later_copy() {
+  static std::atomic<int> known{0};  // 0: not asked yet; 1: the first copy; 2: a later one
+  if (const int answer = known.load(std::memory_order_acquire)) return answer == 2;
+  bool before = false;
+  const char *other = another_shim_copy(in_loading_process(), &before);
+  known.store(other && before ? 2 : 1, std::memory_order_release);
+  if (other && log_enabled(LogLevel::info)) {
+    Dl_info ours{};
+    const MessageValue them = message_value(other);
+    const MessageValue self = message_value(
+        dladdr(reinterpret_cast<void *>(&later_copy), &ours) && ours.dli_fname ? ours.dli_fname
+                                                                               : "");
+    if (before)
+      log_line(LogLevel::info,
+               "another copy of ferrum-replay ('%s') is loaded before this one ('%s') and names "
+               "the replays: this one passes every launch through",
+               them.text, self.text);
+    else
+      log_line(LogLevel::info,
+               "another copy of ferrum-replay ('%s') is loaded after this one ('%s'): this one "
+               "names the replays, and the launches go to the driver past that one",
+               them.text, self.text);
+  }
+  return other && before;
+}
 
 namespace detail {
 

@@ -53,6 +53,11 @@ inline bool wrap_lookups() {
   return detail::activate_slow(/*wait_for_others=*/false);
 }
 
+// Whether another copy of the shim comes before this one and names the replays: this one then
+// passes every launch through and times nothing (activation.cpp says how copies are told).
+// Decided once, at the first call.
+bool later_copy();
+
 // The user's settings, read from the environment once, on first need (which is never in a
 // process that does not use CUDA). Valid for the life of the process.
 const Settings &settings();

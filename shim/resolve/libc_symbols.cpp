@@ -7,6 +7,8 @@
 
 #include <atomic>
 
+#include "shim_identity.hpp"
+
 namespace ferrum_replay::shim {
 namespace {
 
@@ -209,12 +211,43 @@ struct NameSearch {
   void *found;
 };
 
+// common/shim_identity.hpp's rule, on an object's own export table.
+bool is_shim_copy(const link_map *object, const DynamicTables &tables) {
+  return common::is_shim_copy(
+      [&](const char *name) { return lookup_gnu_hash(object->l_addr, tables, name) != nullptr; });
+}
+
 bool search_after_shim(const link_map *object, void *data) {
   NameSearch &search = *static_cast<NameSearch *>(data);
   DynamicTables tables;
   if (!read_dynamic_tables(object->l_addr, object->l_ld, tables)) return false;
-  search.found = lookup_gnu_hash(object->l_addr, tables, search.name);
-  return search.found != nullptr;
+  // Another copy of the shim after this one: its exports (dlsym, the launches) are interposers
+  // like ours, never the C library's or the driver's own (review CP-1).
+  void *found = lookup_gnu_hash(object->l_addr, tables, search.name);
+  if (!found || is_shim_copy(object, tables)) return false;
+  search.found = found;
+  return true;
+}
+
+struct OtherCopySearch {
+  const link_map *own;
+  bool own_seen = false;
+  const link_map *other = nullptr;
+  bool other_before = false;
+};
+
+bool find_other_shim_copy(const link_map *object, void *data) {
+  OtherCopySearch &search = *static_cast<OtherCopySearch *>(data);
+  if (object == search.own) {
+    search.own_seen = true;
+    return false;
+  }
+  DynamicTables tables;
+  if (!read_dynamic_tables(object->l_addr, object->l_ld, tables) || !is_shim_copy(object, tables))
+    return false;
+  search.other = object;
+  search.other_before = !search.own_seen;
+  return true;
 }
 
 }  // namespace
@@ -243,9 +276,9 @@ bool search_object(const link_map *object, void *data) {
   if (!read_dynamic_tables(object->l_addr, object->l_ld, tables)) return false;
   void *found = lookup_gnu_hash(object->l_addr, tables, search.name);
   if (!found) return false;
-  // Another copy of ferrum-replay (loaded by a program for its naming API from another path):
-  // its exports are interposers like ours, never the real function.
-  if (lookup_gnu_hash(object->l_addr, tables, "ferrum_replay_name_graph_exec")) return false;
+  // Another copy of ferrum-replay (preloaded too, or loaded by a program for its naming API from
+  // another path): its exports are interposers like ours, never the real function.
+  if (is_shim_copy(object, tables)) return false;
   if (!search.first)
     search.first = found;
   else if (found != search.first)
@@ -254,6 +287,20 @@ bool search_object(const link_map *object, void *data) {
 }
 
 }  // namespace
+
+const char *another_shim_copy(bool under_loader_lock, bool *before_this_one) {
+  OtherCopySearch search{own_object()};
+  walk_loaded_objects(LoadedObjects::all, find_other_shim_copy, &search, under_loader_lock);
+  *before_this_one = search.other_before;
+  if (!search.other) return nullptr;
+  return search.other->l_name ? search.other->l_name : "";
+}
+
+bool is_other_shim_copy(const link_map *object) {
+  if (!object || object == own_object()) return false;
+  DynamicTables tables;
+  return read_dynamic_tables(object->l_addr, object->l_ld, tables) && is_shim_copy(object, tables);
+}
 
 void *find_definition_in_any_object(const char *name, int *others, bool under_loader_lock) {
   ExportSearch search{name, own_object(), nullptr, 0};

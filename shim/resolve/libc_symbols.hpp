@@ -59,9 +59,16 @@ enum class LoadedObjects { after_shim, all };
 void walk_loaded_objects(LoadedObjects which, bool (*visit)(const link_map *, void *),
                          void *context, bool under_loader_lock = false);
 
-// The definition of `name` in the first object after the shim (load order) that exports it;
-// null if none. Exposed for tests.
+// The definition of `name` in the first object after the shim (load order) that exports it,
+// another copy of the shim skipped (common/shim_identity.hpp); null if none. Exposed for tests.
 void *find_definition_after_shim(const char *name);
+
+// Where the first other copy of the shim in load order lies (its link_map's name;
+// common/shim_identity.hpp), and whether it comes before this one; null when there is none.
+// Pass `under_loader_lock` as walk_loaded_objects says.
+const char *another_shim_copy(bool under_loader_lock, bool *before_this_one);
+// Whether `object` (a link_map) is a copy of the shim other than this one.
+bool is_other_shim_copy(const link_map *object);
 
 // The definition of `name` (a function) exported by the first loaded object in load order
 // (the shim's namespace), that is not the shim (nor another copy of it); null if none. `others`:

@@ -395,6 +395,11 @@ void *find_next_definition(const char *name) {
   // Called from here, libc's dlsym resolves RTLD_NEXT relative to the shim.
   void *address = libc_lookup(RTLD_NEXT, name);
   if (address && is_own_address(address)) address = nullptr;
+  // Another copy of the shim after this one — one built before copies stepped aside keeps
+  // naming the replays it is handed: every replay was two nested ranges (review CP-1). Its
+  // export is an interposer like ours: the first definition after the shim that is not one.
+  if (address && is_other_shim_copy(static_cast<const link_map *>(library_of(address))))
+    address = find_definition_after_shim(name);
   log_line(LogLevel::debug, "real %s resolved to %p", name, address);
   return address;
 }

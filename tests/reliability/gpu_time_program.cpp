@@ -80,7 +80,9 @@
 //   sink N LAYOUT     a tool's GPU-time sink registered by the program itself (no recorder), as
 //                     a tool built against LAYOUT of ferrum_replay.h reads the batches: `first`
 //                     (ferrum_replay_set_gpu_sink, the struct before it grew, indexed by its
-//                     sizeof), `sized` (ferrum_replay_set_gpu_sink_sized with today's sizeof,
+//                     sizeof), `first-grown` (the same way, indexed by today's sizeof: a tool
+//                     built against a grown header before the sized way existed), `sized`
+//                     (ferrum_replay_set_gpu_sink_sized with today's sizeof,
 //                     stepping by `size`), `sized-first` (the same with the first layout's
 //                     size), `sized-newer` (a size 32 bytes larger: a tool newer than the shim),
 //                     `sized-short` (8 bytes: refused), `exiting` (a sink that calls exit(3)
@@ -600,6 +602,16 @@ void first_layout_sink(const ferrum_replay_gpu_replay *replays, size_t count, vo
                  nullptr);
 }
 
+// A tool built against a header whose struct had grown, before the sized way existed: registered
+// the first way, yet steps by its own, larger sizeof, reading the first layout's fields. The shim
+// cannot tell it from a first-layout tool: given 64-byte steps it read garbage names and crashed
+// the host (review CP-4); one replay per call reads right either way.
+void grown_unsized_sink(const ferrum_replay_gpu_replay *replays, size_t count, void *) {
+  for (size_t i = 0; i < count; ++i)
+    print_replay(replays[i].size, replays[i].category, replays[i].replay, replays[i].name,
+                 replays[i].start_ns, replays[i].end_ns, nullptr);
+}
+
 // A tool that registered its size: steps by `size`, reads only what `size` covers.
 void sized_sink(const ferrum_replay_gpu_replay *replays, size_t count, void *) {
   const size_t stride = count ? replays[0].size : 0;
@@ -633,6 +645,8 @@ int sink_mode(long n, const std::string &layout) {
   int registered = -1;
   if (layout == "first")
     registered = set_sink(first_layout_sink, nullptr);
+  else if (layout == "first-grown")
+    registered = set_sink(grown_unsized_sink, nullptr);
   else if (layout == "sized")
     registered = set_sized(sized_sink, nullptr, ours);
   else if (layout == "sized-first")

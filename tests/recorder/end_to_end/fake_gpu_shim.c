@@ -57,6 +57,12 @@ static void *early_delivery(void *unused) {
   return NULL;
 }
 
+/* As the shim does: a tool hands its sink only to an object that says it is the shim
+ * (common/shim_identity.hpp). */
+__attribute__((visibility("default"))) const char *ferrum_replay_shim_identity(void) {
+  return "fake GPU-time hand-off";
+}
+
 __attribute__((visibility("default"))) int ferrum_replay_set_gpu_sink(
     ferrum_replay_gpu_sink_fn sink, void *context) {
   if (!enabled()) return -ENOTSUP;

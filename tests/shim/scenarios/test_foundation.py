@@ -261,7 +261,8 @@ def two_copies_of_the_shim():
     """The same library preloaded twice from two paths (a container's installed copy and the one
     `ferrum-replay record` adds): the program's launches reach the first copy, which reaches
     the driver through the second. Every replay must still be one range and counted once, on
-    every route, whichever copy comes first; the later copy says why it stays out of the way."""
+    every route, whichever copy comes first; the first copy says that the launches go past the
+    later one."""
     with tempfile.TemporaryDirectory() as tmp:
         copy = os.path.join(tmp, "libferrum-replay.so")
         shutil.copyfile(path_of("FERRUM_SHIM"), copy)
@@ -277,9 +278,61 @@ def two_copies_of_the_shim():
                 expect_balanced(run_)
                 summaries = run_.stderr.count("ferrum-replay launch summary:")
                 expect(summaries == 1, f"{what}: {summaries} launch summaries", run_)
-                expect(f"another copy of ferrum-replay ('{order[0]}') is loaded before this one "
-                       f"('{order[1]}')" in run_.stderr,
-                       f"{what}: the later copy did not say why it passes through", run_)
+                # The later copy is never reached now (the first calls the driver past it): the
+                # first says so.
+                expect(f"another copy of ferrum-replay ('{order[1]}') is loaded after this one "
+                       f"('{order[0]}')" in run_.stderr,
+                       f"{what}: the first copy did not say that the launches skip the later "
+                       "one", run_)
+
+
+def older_copy_after_the_shim():
+    """A copy of the shim built before copies stepped aside (tests/shim/coverage/older_shim_copy.c:
+    it opens a range of its own, "older copy", around every launch it is handed), preloaded after
+    today's shim — a container's image preloads one, `ferrum-replay record` puts its own first.
+    The launches must reach the driver past it: every replay was two nested ranges, and the
+    judges passed the doubled count (review CP-1). Preloaded first, it names the replays and
+    today's copy steps aside, as for any copy."""
+    older = path_of("OLDER_SHIM_COPY")
+    for program in ("LAUNCH_DRIVER", "LAUNCH_DLOPEN_DRIVER"):
+        run_ = launch(program, env={"LD_PRELOAD": f"{path_of('FERRUM_SHIM')} {older}",
+                                    "FERRUM_REPLAY_SUMMARY": "stderr"})
+        expect(run_.returncode == 0, f"{program}: the program failed", run_)
+        expect(run_.report.get("launches") == LAUNCHES, "launches did not reach the driver", run_)
+        expect_one_range_per_launch(run_, LAUNCHES)
+        doubled = run_.ranges(domain="global", name="older copy")
+        expect(not doubled, f"{program}: {len(doubled)} launches went through the older copy "
+               "(a second range each)", run_)
+        expect_balanced(run_)
+        expect(run_.stderr.count("ferrum-replay launch summary:") == 1,
+               f"{program}: not one launch summary", run_)
+    run_ = launch("LAUNCH_DRIVER", env={"LD_PRELOAD": f"{older} {path_of('FERRUM_SHIM')}",
+                                        "FERRUM_REPLAY_LOG": "info"})
+    expect(run_.returncode == 0 and run_.report.get("launches") == LAUNCHES,
+           "older copy first: the launches did not reach the driver", run_)
+    expect(len(run_.ranges(domain="global", name="older copy")) == LAUNCHES and not run_.ranges(),
+           "older copy first: it must name every replay, today's copy none", run_)
+    expect(f"another copy of ferrum-replay ('{older}') is loaded before this one" in run_.stderr,
+           "older copy first: today's copy did not say why it passes through", run_)
+
+
+def program_exporting_the_api():
+    """A program that carries its own fallbacks of ferrum-replay's API, exported
+    (tests/support/programs/api_stubs.c: a naming function that names nothing, GPU-time hand-off
+    functions that abort if called). It is no copy of the shim: taken for one, the shim switched
+    itself off and nothing was recorded, silently (review CP-5); and the recorder must never
+    call the program's functions as if they were the shim's (CP-3)."""
+    for gpu_time in ("off", "on"):
+        run_ = launch("LAUNCH_DRIVER_API_STUBS", env={"FERRUM_REPLAY_GPU_TIME": gpu_time,
+                                                      "FERRUM_REPLAY_SUMMARY": "stderr"})
+        what = f"FERRUM_REPLAY_GPU_TIME={gpu_time}"
+        expect(run_.returncode == 0 and "api_stubs:" not in run_.stderr,
+               f"{what}: the program failed, or its own hand-off was called", run_)
+        expect(run_.report.get("launches") == LAUNCHES, "launches did not reach the driver", run_)
+        expect_one_range_per_launch(run_, LAUNCHES)
+        expect_balanced(run_)
+        expect(run_.stderr.count("ferrum-replay launch summary:") == 1,
+               f"{what}: not one launch summary", run_)
 
 
 def eight_threads():
@@ -433,7 +486,7 @@ SCENARIOS = {f.__name__: f for f in (
     runtime_stream_handles, failing_launch, exception_through_launch, longjmp_out_of_launch,
     calls_below_an_abandoned_launch,
     rejecting_tool, rejecting_every_third_push, no_tool_attached, switched_off,
-    two_copies_of_the_shim, eight_threads,
+    two_copies_of_the_shim, older_copy_after_the_shim, program_exporting_the_api, eight_threads,
     invalid_setting_one_line, custom_domain, log_levels, non_cuda_processes,
     cuda_names_probed_without_cuda)}
 

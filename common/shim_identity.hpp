@@ -1,0 +1,34 @@
+// What tells a copy of the shim (libferrum-replay.so: any build, from any path) from anything else
+// that exports one of its names. One container may hold two copies — the one its image preloads
+// for every process, the one `ferrum-replay record` adds from a checkout or a wheel — and each
+// must know the other: the first names the replays and a later one steps aside, the first never
+// takes the other's interposers for the real functions (an older later copy, which does not step
+// aside, made every replay two nested ranges: review CP-1), and a tool hands its GPU-time sink to
+// the copy that names the replays (CP-3). A program's own fallback definition of the naming API
+// (a weak no-op, exported) is not a copy: taken for one, it switched the shim off (CP-5).
+//
+// The rule (the public header says it too): an object that itself exports kShimMarker (every build
+// from this one on), or — a copy built before the marker — all of kOlderShimExports. Asked of an
+// object's own export table
+// (`exports(name)`: whether the object itself, not a library it depends on, defines `name`); the
+// shim reads the table directly (shim/resolve/libc_symbols.cpp), the recorder through the loader
+// (recorder/injection.cpp).
+#pragma once
+
+#include "ferrum_replay/ferrum_replay.h"
+
+namespace ferrum_replay::common {
+
+inline constexpr char kShimMarker[] = FERRUM_REPLAY_SHIM_IDENTITY;
+inline constexpr const char *kOlderShimExports[] = {FERRUM_REPLAY_NAME_GRAPH_EXEC, "cuGraphLaunch",
+                                                    "dlsym"};
+
+template <typename Exports>
+bool is_shim_copy(Exports &&exports) {
+  if (exports(kShimMarker)) return true;
+  for (const char *name : kOlderShimExports)
+    if (!exports(name)) return false;
+  return true;
+}
+
+}  // namespace ferrum_replay::common
