@@ -10,11 +10,11 @@
 // The rule (the public header says it too): an object that itself exports kShimMarker (every build
 // from this one on), or — a copy built before the marker — all of kOlderShimExports. Asked of an
 // object's own export table
-// (`exports(name)`: whether the object itself, not a library it depends on, defines `name`); the
-// shim reads the table directly (shim/resolve/libc_symbols.cpp), the recorder through the loader
-// (recorder/injection.cpp).
+// (`exports(name)`: whether the object itself, not a library it depends on, defines `name`), read
+// from the table itself (elf_exports.hpp), never through dlsym.
 #pragma once
 
+#include "elf_exports.hpp"
 #include "ferrum_replay/ferrum_replay.h"
 
 namespace ferrum_replay::common {
@@ -29,6 +29,12 @@ bool is_shim_copy(Exports &&exports) {
   for (const char *name : kOlderShimExports)
     if (!exports(name)) return false;
   return true;
+}
+
+// The rule on an object the loader has loaded, read from its own export table (elf_exports.hpp:
+// never through dlsym, which an older shim interposes).
+inline bool is_loaded_shim_copy(const link_map *object) {
+  return is_shim_copy([&](const char *name) { return exported_function(object, name) != nullptr; });
 }
 
 }  // namespace ferrum_replay::common

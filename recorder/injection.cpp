@@ -5,6 +5,7 @@
 // NVTX_INJECTION64_PATH=/path/libferrum-replay-recorder.so makes every NVTX3 module of a process
 // report to this library; no Nsight Systems needed. See settings.hpp for FERRUM_RECORD_*.
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -408,7 +409,7 @@ void after_fork_in_child() {
 // timed replays (review CP-3); and a program that exports a function of one of these names was
 // called as if it were the shim. So the object that answers for the flush (the first in the
 // global scope: the copy that names the replays, later ones step aside) must be a copy of the
-// shim (common/shim_identity.hpp), and the sinks are taken from it alone.
+// shim (common/shim_identity.hpp), and the sinks are taken from its own export table alone.
 struct ShimHandOff {
   ferrum_replay_set_gpu_sink_fn set_sink = nullptr;
   ferrum_replay_set_gpu_sink_sized_fn set_sink_sized = nullptr;
@@ -418,27 +419,20 @@ struct ShimHandOff {
 ShimHandOff find_shim_hand_off() {
   ShimHandOff found;
   void *flush = dlsym(RTLD_DEFAULT, FERRUM_REPLAY_GPU_FLUSH);
-  Dl_info object{};
-  if (!flush || !dladdr(flush, &object) || !object.dli_fname || !object.dli_fname[0])
-    return found;  // none, or the program itself (a copy of the shim is a library)
-  // Our own reference to that object, given back below: dlsym through it sees the object and
-  // its dependencies, and an answer from another object (a dependency) is not the object's own.
-  void *handle = dlopen(object.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
-  if (!handle) return found;
-  const auto own = [&](const char *name) -> void * {
-    void *address = dlsym(handle, name);
-    Dl_info where{};
-    return address && dladdr(address, &where) && where.dli_fbase == object.dli_fbase ? address
-                                                                                     : nullptr;
-  };
-  if (common::is_shim_copy([&](const char *name) { return own(name) != nullptr; })) {
-    found.flush = reinterpret_cast<ferrum_replay_gpu_flush_fn>(flush);
-    found.set_sink =
-        reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(own(FERRUM_REPLAY_SET_GPU_SINK));
-    found.set_sink_sized = reinterpret_cast<ferrum_replay_set_gpu_sink_sized_fn>(
-        own(FERRUM_REPLAY_SET_GPU_SINK_SIZED));
-  }
-  dlclose(handle);
+  Dl_info where{};
+  link_map *object = nullptr;
+  if (!flush || !dladdr1(flush, &where, reinterpret_cast<void **>(&object), RTLD_DL_LINKMAP) ||
+      !object)
+    return found;
+  // Its own export table, read directly: asked through dlsym, an older shim's dlsym hook
+  // answered a CUDA name by starting that shim, whose first NVTX call came back here and waited
+  // for this very start (review CQ-1: a hang).
+  if (!common::is_loaded_shim_copy(object)) return found;
+  found.flush = reinterpret_cast<ferrum_replay_gpu_flush_fn>(flush);
+  found.set_sink = reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(
+      common::exported_function(object, FERRUM_REPLAY_SET_GPU_SINK));
+  found.set_sink_sized = reinterpret_cast<ferrum_replay_set_gpu_sink_sized_fn>(
+      common::exported_function(object, FERRUM_REPLAY_SET_GPU_SINK_SIZED));
   return found;
 }
 

@@ -228,32 +228,45 @@ bool on_reaper() {
 // ones already moved.
 // The one place a sink is called, whichever thread delivers: the sink may call set_sink
 // (t_in_sink), which takes effect from the next batch.
-void deliver(ferrum_replay_gpu_replay *batch, size_t count) {
-  if (count == 0) return;
-  common::lock_ours(&g_sink_mutex);
+// deliver's part, holding g_sink_mutex: the replays to the sink registered now, in its layout.
+void hand_over(ferrum_replay_gpu_replay *batch, size_t count) {
   // Read once, before the call: the sink may replace them (set_sink, on this thread).
   const ferrum_replay_gpu_sink_fn sink = g_sink;
   void *const context = g_sink_context;
-  if (sink && !g_sink_stride_known) {  // one at a time: read right whatever its stride
-    t_in_sink = true;
+  const size_t stride = g_sink_stride;
+  if (!sink || count == 0) return;
+  if (!g_sink_stride_known) {  // one at a time: read right whatever its stride
     for (size_t i = 0; i < count; ++i) {
-      batch[i].size = static_cast<uint32_t>(g_sink_stride);
+      batch[i].size = static_cast<uint32_t>(stride);
+      t_in_sink = true;
       sink(&batch[i], 1, context);
-    }
-    t_in_sink = false;
-  } else if (sink) {
-    const size_t stride = g_sink_stride;
-    if (stride < sizeof *batch) {
-      char *bytes = reinterpret_cast<char *>(batch);
-      for (size_t i = 0; i < count; ++i) {
-        batch[i].size = static_cast<uint32_t>(stride);
-        memmove(bytes + i * stride, &batch[i], stride);
+      t_in_sink = false;
+      // Each call is its batch: a sink that unregistered or replaced itself inside one is
+      // called no more — it may have freed its context; it was called on for the rest of the
+      // array (review CQ-6) — and the rest goes to the sink registered now, if any.
+      if (g_sink != sink || g_sink_context != context) {
+        hand_over(batch + i + 1, count - i - 1);
+        return;
       }
     }
-    t_in_sink = true;
-    sink(batch, count, context);
-    t_in_sink = false;
+    return;
   }
+  if (stride < sizeof *batch) {
+    char *bytes = reinterpret_cast<char *>(batch);
+    for (size_t i = 0; i < count; ++i) {
+      batch[i].size = static_cast<uint32_t>(stride);
+      memmove(bytes + i * stride, &batch[i], stride);
+    }
+  }
+  t_in_sink = true;
+  sink(batch, count, context);
+  t_in_sink = false;
+}
+
+void deliver(ferrum_replay_gpu_replay *batch, size_t count) {
+  if (count == 0) return;
+  common::lock_ours(&g_sink_mutex);
+  hand_over(batch, count);
   common::unlock_ours(&g_sink_mutex);
 }
 

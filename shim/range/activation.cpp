@@ -232,27 +232,27 @@ std::atomic<bool> g_activation_overdue{false};
 bool later_copy() {
   static std::atomic<int> known{0};  // 0: not asked yet; 1: the first copy; 2: a later one
   if (const int answer = known.load(std::memory_order_acquire)) return answer == 2;
-  bool before = false;
-  const char *other = another_shim_copy(in_loading_process(), &before);
-  known.store(other && before ? 2 : 1, std::memory_order_release);
-  if (other && log_enabled(LogLevel::info)) {
-    Dl_info ours{};
-    const MessageValue them = message_value(other);
-    const MessageValue self = message_value(
-        dladdr(reinterpret_cast<void *>(&later_copy), &ours) && ours.dli_fname ? ours.dli_fname
-                                                                               : "");
-    if (before)
-      log_line(LogLevel::info,
-               "another copy of ferrum-replay ('%s') is loaded before this one ('%s') and names "
-               "the replays: this one passes every launch through",
-               them.text, self.text);
-    else
-      log_line(LogLevel::info,
-               "another copy of ferrum-replay ('%s') is loaded after this one ('%s'): this one "
-               "names the replays, and the launches go to the driver past that one",
-               them.text, self.text);
-  }
-  return other && before;
+  const common::LoaderErrorCleared loader_error;  // the lookups may miss (loader_error.hpp)
+  const char *before = shim_copy_before_this_one();
+  known.store(before ? 2 : 1, std::memory_order_release);
+  if (!log_enabled(LogLevel::info)) return before != nullptr;
+  const char *after = before ? nullptr : another_shim_copy(in_loading_process());
+  if (!before && !after) return false;
+  Dl_info ours{};
+  const MessageValue them = message_value(before ? before : after);
+  const MessageValue self = message_value(
+      dladdr(reinterpret_cast<void *>(&later_copy), &ours) && ours.dli_fname ? ours.dli_fname : "");
+  if (before)
+    log_line(LogLevel::info,
+             "another copy of ferrum-replay ('%s') is loaded before this one ('%s') and names "
+             "the replays: this one passes every launch through",
+             them.text, self.text);
+  else
+    log_line(LogLevel::info,
+             "another copy of ferrum-replay ('%s') is loaded beside this one ('%s'): this one "
+             "names the replays, and its launches go to the driver past that one",
+             them.text, self.text);
+  return before != nullptr;
 }
 
 namespace detail {

@@ -7,90 +7,16 @@
 
 #include <atomic>
 
+#include "elf_exports.hpp"
 #include "shim_identity.hpp"
 
 namespace ferrum_replay::shim {
+
+using common::DynamicTables;
+using common::lookup_gnu_hash;
+using common::read_dynamic_tables;
+
 namespace {
-
-// Runs inside sanitizer runtimes' own initialisation (ASan/TSan resolve their interceptors
-// with dlsym(RTLD_NEXT), i.e. through us, before their interceptors work): nothing on this
-// path may call an interceptable libc function — no strcmp, no dl_iterate_phdr.
-bool same_name(const char *a, const char *b) {
-  for (; *a && *a == *b; ++a, ++b) {
-  }
-  return *a == *b;
-}
-
-uint32_t gnu_hash(const char *name) {
-  uint32_t hash = 5381;
-  for (const unsigned char *p = reinterpret_cast<const unsigned char *>(name); *p; ++p)
-    hash = hash * 33 + *p;
-  return hash;
-}
-
-struct DynamicTables {
-  const ElfW(Sym) *symbols = nullptr;
-  const char *strings = nullptr;
-  const uint32_t *gnu_hash = nullptr;
-  const ElfW(Half) *versions = nullptr;
-};
-
-// The loader relocates d_ptr entries in place on most architectures but not all; an
-// address below the load base is still file-relative.
-const void *dynamic_pointer(ElfW(Addr) base, ElfW(Addr) value) {
-  if (value < base) value += base;
-  return reinterpret_cast<const void *>(value);
-}
-
-bool read_dynamic_tables(ElfW(Addr) base, const ElfW(Dyn) * entry, DynamicTables &tables) {
-  if (!entry) return false;
-  for (; entry->d_tag != DT_NULL; ++entry) {
-    switch (entry->d_tag) {
-      case DT_SYMTAB:
-        tables.symbols = static_cast<const ElfW(Sym) *>(dynamic_pointer(base, entry->d_un.d_ptr));
-        break;
-      case DT_STRTAB:
-        tables.strings = static_cast<const char *>(dynamic_pointer(base, entry->d_un.d_ptr));
-        break;
-      case DT_GNU_HASH:
-        tables.gnu_hash = static_cast<const uint32_t *>(dynamic_pointer(base, entry->d_un.d_ptr));
-        break;
-      case DT_VERSYM:
-        tables.versions = static_cast<const ElfW(Half) *>(dynamic_pointer(base, entry->d_un.d_ptr));
-        break;
-    }
-  }
-  return tables.symbols && tables.strings && tables.gnu_hash;
-}
-
-// A defined function named `name` in this object, preferring its default version.
-void *lookup_gnu_hash(ElfW(Addr) base, const DynamicTables &tables, const char *name) {
-  const uint32_t bucket_count = tables.gnu_hash[0];
-  const uint32_t first_symbol = tables.gnu_hash[1];
-  const uint32_t bloom_words = tables.gnu_hash[2];
-  if (bucket_count == 0) return nullptr;
-  auto *bloom = reinterpret_cast<const ElfW(Addr) *>(tables.gnu_hash + 4);
-  auto *buckets = reinterpret_cast<const uint32_t *>(bloom + bloom_words);
-  const uint32_t *chain = buckets + bucket_count;
-  const uint32_t hash = gnu_hash(name);
-  uint32_t index = buckets[hash % bucket_count];
-  if (index < first_symbol) return nullptr;
-  void *fallback = nullptr;
-  for (;; ++index) {
-    const uint32_t chained = chain[index - first_symbol];
-    const ElfW(Sym) &symbol = tables.symbols[index];
-    if ((chained | 1) == (hash | 1) && symbol.st_shndx != SHN_UNDEF &&
-        ELF64_ST_TYPE(symbol.st_info) == STT_FUNC &&
-        same_name(tables.strings + symbol.st_name, name)) {
-      void *address = reinterpret_cast<void *>(base + symbol.st_value);
-      const bool hidden_version = tables.versions && (tables.versions[index] & 0x8000);
-      if (!hidden_version) return address;
-      if (!fallback) fallback = address;
-    }
-    if (chained & 1) break;
-  }
-  return fallback;
-}
 
 // The loader's record of the object holding the shim's code (the shim, or the program in
 // unit tests). dladdr1 is not one of our exports and no sanitizer intercepts it.
@@ -231,22 +157,16 @@ bool search_after_shim(const link_map *object, void *data) {
 
 struct OtherCopySearch {
   const link_map *own;
-  bool own_seen = false;
   const link_map *other = nullptr;
-  bool other_before = false;
 };
 
 bool find_other_shim_copy(const link_map *object, void *data) {
   OtherCopySearch &search = *static_cast<OtherCopySearch *>(data);
-  if (object == search.own) {
-    search.own_seen = true;
-    return false;
-  }
+  if (object == search.own) return false;
   DynamicTables tables;
   if (!read_dynamic_tables(object->l_addr, object->l_ld, tables) || !is_shim_copy(object, tables))
     return false;
   search.other = object;
-  search.other_before = !search.own_seen;
   return true;
 }
 
@@ -288,10 +208,26 @@ bool search_object(const link_map *object, void *data) {
 
 }  // namespace
 
-const char *another_shim_copy(bool under_loader_lock, bool *before_this_one) {
+const char *shim_copy_before_this_one() {
+  DlsymFunction lookup = libc_dlsym();
+  if (!lookup) return nullptr;
+  // The global scope's first definitions (what the program's launches reach first): of the
+  // marker (copies from the marker on), and of the naming API (every copy exports it; a
+  // program's own fallback of it is none: the rule says so).
+  for (const char *name : {common::kShimMarker, common::kOlderShimExports[0]}) {
+    Dl_info where{};
+    link_map *object = nullptr;
+    void *found = lookup(RTLD_DEFAULT, name);
+    if (found && dladdr1(found, &where, reinterpret_cast<void **>(&object), RTLD_DL_LINKMAP) &&
+        object && object != own_object() && common::is_loaded_shim_copy(object))
+      return object->l_name ? object->l_name : "";
+  }
+  return nullptr;
+}
+
+const char *another_shim_copy(bool under_loader_lock) {
   OtherCopySearch search{own_object()};
   walk_loaded_objects(LoadedObjects::all, find_other_shim_copy, &search, under_loader_lock);
-  *before_this_one = search.other_before;
   if (!search.other) return nullptr;
   return search.other->l_name ? search.other->l_name : "";
 }

@@ -63,10 +63,14 @@ void walk_loaded_objects(LoadedObjects which, bool (*visit)(const link_map *, vo
 // another copy of the shim skipped (common/shim_identity.hpp); null if none. Exposed for tests.
 void *find_definition_after_shim(const char *name);
 
-// Where the first other copy of the shim in load order lies (its link_map's name;
-// common/shim_identity.hpp), and whether it comes before this one; null when there is none.
-// Pass `under_loader_lock` as walk_loaded_objects says.
-const char *another_shim_copy(bool under_loader_lock, bool *before_this_one);
+// Where another copy of the shim lies (its link_map's name; common/shim_identity.hpp) that comes
+// before this one in the global scope — the program's launches reach it first — or null. Copies
+// loaded RTLD_LOCAL are not in it: one such, never reached by a launch, made the shim step aside
+// and nothing was named (review CQ-2). Asks the loader (RTLD_DEFAULT lookups).
+const char *shim_copy_before_this_one();
+// Where the first other copy of the shim in load order lies, in any scope; null if none. For a
+// diagnostic: pass `under_loader_lock` as walk_loaded_objects says.
+const char *another_shim_copy(bool under_loader_lock);
 // Whether `object` (a link_map) is a copy of the shim other than this one.
 bool is_other_shim_copy(const link_map *object);
 

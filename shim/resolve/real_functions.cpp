@@ -397,9 +397,16 @@ void *find_next_definition(const char *name) {
   if (address && is_own_address(address)) address = nullptr;
   // Another copy of the shim after this one — one built before copies stepped aside keeps
   // naming the replays it is handed: every replay was two nested ranges (review CP-1). Its
-  // export is an interposer like ours: the first definition after the shim that is not one.
-  if (address && is_other_shim_copy(static_cast<const link_map *>(library_of(address))))
-    address = find_definition_after_shim(name);
+  // export is an interposer like ours, and what comes after it in the global scope cannot be
+  // asked for: no definition here, so each caller gets its own scope's (RealFunctionSlot::
+  // resolve), as where the driver is only in libraries loaded RTLD_LOCAL. The first definition
+  // in load order instead was a plugin's private runtime, kept for every caller: another
+  // plugin's calls ran in it (review CQ-3).
+  if (address && is_other_shim_copy(static_cast<const link_map *>(library_of(address)))) {
+    log_line(LogLevel::debug, "real %s: another copy of the shim's (%p): per caller", name,
+             address);
+    return nullptr;
+  }
   log_line(LogLevel::debug, "real %s resolved to %p", name, address);
   return address;
 }

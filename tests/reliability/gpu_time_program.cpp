@@ -99,10 +99,12 @@
 //                     delivers); `destroyed-flush`, `destroyed-exit`: the same after cuCtxDestroy.
 //                     ACTION: the program's own sink, which on its first batch `unregister`s
 //                     itself, `replace`s itself with a second sink, or `keep`s; `none`: no sink
-//                     of the program's (a recorder's). Prints set_sink=<rc>, per batch `sink_batch
-//                     sink=<0|1> count= on=<thread name> set=<the sink's set_sink rc>`, flush=<rc>
-//                     timed= in_flight= not_timed= (flush paths), and at exit (after the shim's
-//                     exit pass) sinks_at_exit first=<replays> second=<replays>.
+//                     of the program's (a recorder's); with `-first-way` (`unregister-first-way`,
+//                     `replace-first-way`) both sinks are registered without their size. Prints
+//                     set_sink=<rc>, per batch `sink_batch sink=<0|1> count= on=<thread name>
+//                     set=<the sink's set_sink rc>`, flush=<rc> timed= in_flight= not_timed= (flush
+//                     paths), and at exit (after the shim's exit pass) sinks_at_exit
+//                     first=<replays> second=<replays>.
 //   dead-contexts R N R rounds: a new context, a thread that makes it current, launches 5 times
 //                     (synchronised) and waits while the main thread destroys the context, then
 //                     launches once more (it fails: the context is gone, as on a real driver);
@@ -689,6 +691,14 @@ std::atomic<int> g_sink_batches[2] = {};
 std::atomic<bool> g_sink_reentered{false};
 std::string g_sink_action;
 ferrum_replay_set_gpu_sink_sized_fn g_set_sized = nullptr;
+// ACTION-first-way: the sinks are registered the first way (no size): each gets one replay a call.
+ferrum_replay_set_gpu_sink_fn g_set_first_way = nullptr;
+bool g_first_way = false;
+
+int set_reentering_sink(ferrum_replay_gpu_sink_fn sink, void *context) {
+  return g_first_way ? g_set_first_way(sink, context)
+                     : g_set_sized(sink, context, sizeof(ferrum_replay_gpu_replay));
+}
 
 void reentering_sink(const ferrum_replay_gpu_replay *, size_t count, void *which) {
   const int sink = which ? 1 : 0;
@@ -699,9 +709,9 @@ void reentering_sink(const ferrum_replay_gpu_replay *, size_t count, void *which
   int set = 0;
   const bool first = sink == 0 && !g_sink_reentered.exchange(true);
   if (first && g_sink_action == "unregister")
-    set = g_set_sized(nullptr, nullptr, sizeof(ferrum_replay_gpu_replay));
+    set = set_reentering_sink(nullptr, nullptr);
   else if (first && g_sink_action == "replace")
-    set = g_set_sized(reentering_sink, &g_sink_replays[1], sizeof(ferrum_replay_gpu_replay));
+    set = set_reentering_sink(reentering_sink, &g_sink_replays[1]);
   std::printf("sink_batch sink=%d count=%zu on=%s set=%d\n", sink, count, on, set);
   std::fflush(stdout);
 }
@@ -733,11 +743,15 @@ int sink_reenter_mode(long n, const std::string &path, const std::string &action
     std::fprintf(stderr, "gpu_time_program: the shim's GPU sink functions are not there\n");
     return 1;
   }
-  g_sink_action = action;
+  g_set_first_way = reinterpret_cast<ferrum_replay_set_gpu_sink_fn>(
+      dlsym(RTLD_DEFAULT, FERRUM_REPLAY_SET_GPU_SINK));
+  const std::string first_way = "-first-way";
+  g_first_way = action.size() > first_way.size() &&
+                action.compare(action.size() - first_way.size(), first_way.size(), first_way) == 0;
+  g_sink_action = g_first_way ? action.substr(0, action.size() - first_way.size()) : action;
+  if (g_first_way && !g_set_first_way) return 1;
   std::atexit(report_sinks);
-  if (action != "none")
-    std::printf("set_sink=%d\n",
-                g_set_sized(reentering_sink, nullptr, sizeof(ferrum_replay_gpu_replay)));
+  if (action != "none") std::printf("set_sink=%d\n", set_reentering_sink(reentering_sink, nullptr));
   g_context = new_context();
   g_reenter_count = n;
   if (path == "reaper") {  // this thread launches: registered, its reaper delivers

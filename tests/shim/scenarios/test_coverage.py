@@ -168,6 +168,16 @@ def plugins_beside_a_loaded_shim():
                         env={"PLUGIN_LOADER_FIRST": "global:" + path_of("FERRUM_SHIM")})
             expect(alone.returncode == 0 and alone.program_counts()["failed"] == 0,
                    f"{plugin}: the shim loaded RTLD_GLOBAL failed the plugin's calls", alone)
+            # A copy loaded RTLD_LOCAL before the shim loaded RTLD_GLOBAL: the launches reach the
+            # global one, which must name them. The local copy, in no scope the launches search,
+            # was taken for an earlier copy: the shim stepped aside and nothing was named, no
+            # summary written (review CQ-2).
+            beside = run(argv, preload=False,
+                         env={"PLUGIN_LOADER_FIRST": f"{copy};global:{path_of('FERRUM_SHIM')}",
+                              "FERRUM_REPLAY_SUMMARY": "stderr"})
+            expect_covered(beside)
+            expect(beside.stderr.count("ferrum-replay launch summary:") == 1,
+                   f"{plugin}: a local copy first, the global shim wrote no summary", beside)
 
 
 def runtime_copies_in_two_plugins():
@@ -186,6 +196,16 @@ def runtime_copies_in_two_plugins():
     expect(run_.stdout == bare.stdout, "results differ from the run without the shim", run_)
     off = run(argv, record=False, env=dict(slow, FERRUM_REPLAY="off"))
     expect(off.stdout == bare.stdout, "FERRUM_REPLAY=off: results differ", off)
+    # Two copies of the shim preloaded: the first finds the second's exports after it, and what
+    # comes after that cannot be asked for. It took the first definition in load order, plugin
+    # A's private runtime, for every caller: B's error landed in A's runtime (exit 3; review
+    # CQ-3). Each caller's own, as with one copy.
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "libferrum-replay-copy.so")
+        shutil.copy(path_of("FERRUM_SHIM"), copy)
+        two = run(argv, env=dict(slow, LD_PRELOAD=f"{path_of('FERRUM_SHIM')} {copy}"))
+        expect(two.returncode == bare.returncode and two.stdout == bare.stdout,
+               "two copies of the shim preloaded: results differ from the run without it", two)
 
 
 def driver_unloaded_and_reloaded():

@@ -280,7 +280,7 @@ def two_copies_of_the_shim():
                 expect(summaries == 1, f"{what}: {summaries} launch summaries", run_)
                 # The later copy is never reached now (the first calls the driver past it): the
                 # first says so.
-                expect(f"another copy of ferrum-replay ('{order[1]}') is loaded after this one "
+                expect(f"another copy of ferrum-replay ('{order[1]}') is loaded beside this one "
                        f"('{order[0]}')" in run_.stderr,
                        f"{what}: the first copy did not say that the launches skip the later "
                        "one", run_)
@@ -319,6 +319,23 @@ def older_copy_after_the_shim():
            "older copy first: it must name every replay, today's copy none", run_)
     expect(f"another copy of ferrum-replay ('{older}') is loaded before this one" in run_.stderr,
            "older copy first: today's copy did not say why it passes through", run_)
+
+
+def older_copy_alone_with_an_early_nvtx_call():
+    """An older copy of the GPU-timing era preloaded alone (the stand-in: its dlsym, asked through
+    a handle for cuGraphLaunch, starts it — its first NVTX call), today's recorder as the tool,
+    and a program whose first NVTX call comes before its first launch. The recorder, starting
+    inside that call, asked the copy's dlsym whether it was a copy of the shim; the copy's NVTX
+    call came back into the recorder's start and waited for it for ever (review CQ-1). It reads
+    the copy's export table instead: the program runs to its end."""
+    if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
+        return  # the stand-in's dlsym cannot stand behind a sanitizer runtime (its file says why)
+    run_ = launch("LAUNCH_DRIVER", "--app-domains", "1", timeout=60,
+                  env={"LD_PRELOAD": path_of("OLDER_SHIM_COPY")})
+    expect(run_.returncode == 0 and run_.report.get("launches") == LAUNCHES,
+           "the program did not run to its end", run_)
+    expect(len(run_.ranges(domain="global", name="older copy")) == LAUNCHES,
+           "the older copy did not name every launch", run_)
 
 
 def program_exporting_the_api():
@@ -491,7 +508,8 @@ SCENARIOS = {f.__name__: f for f in (
     runtime_stream_handles, failing_launch, exception_through_launch, longjmp_out_of_launch,
     calls_below_an_abandoned_launch,
     rejecting_tool, rejecting_every_third_push, no_tool_attached, switched_off,
-    two_copies_of_the_shim, older_copy_after_the_shim, program_exporting_the_api, eight_threads,
+    two_copies_of_the_shim, older_copy_after_the_shim, older_copy_alone_with_an_early_nvtx_call,
+    program_exporting_the_api, eight_threads,
     invalid_setting_one_line, custom_domain, log_levels, non_cuda_processes,
     cuda_names_probed_without_cuda)}
 

@@ -7,7 +7,7 @@
 //
 // PLUGIN_LOADER_FIRST=PATH (or global:PATH): dlopen PATH first, RTLD_LOCAL (RTLD_GLOBAL): a
 // program that loads ferrum-replay itself for its naming API, from another path than the
-// preloaded one, or instead of preloading it.
+// preloaded one, or instead of preloading it. Several, separated by ';', are loaded in turn.
 //
 // Exit status: the plugin's (its output is the launch harness's), 1 when it cannot be loaded.
 #include <dlfcn.h>
@@ -20,11 +20,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: plugin_loader local|global PLUGIN [ARGS...]\n");
     return 2;
   }
-  if (const char *first = getenv("PLUGIN_LOADER_FIRST")) {
-    const bool global = strncmp(first, "global:", 7) == 0;
-    if (!dlopen(global ? first + 7 : first, RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL))) {
-      fprintf(stderr, "plugin_loader: %s\n", dlerror());
-      return 1;
+  if (const char *list = getenv("PLUGIN_LOADER_FIRST")) {
+    char paths[4096];
+    snprintf(paths, sizeof paths, "%s", list);
+    char *rest = paths;
+    for (char *first = strtok_r(paths, ";", &rest); first; first = strtok_r(nullptr, ";", &rest)) {
+      const bool global = strncmp(first, "global:", 7) == 0;
+      if (!dlopen(global ? first + 7 : first, RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL))) {
+        fprintf(stderr, "plugin_loader: %s\n", dlerror());
+        return 1;
+      }
     }
   }
   const int scope = strcmp(argv[1], "local") == 0 ? RTLD_LOCAL : RTLD_GLOBAL;
