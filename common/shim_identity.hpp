@@ -8,10 +8,9 @@
 // (a weak no-op, exported) is not a copy: taken for one, it switched the shim off (CP-5).
 //
 // The rule (the public header says it too): an object that itself exports kShimMarker (every build
-// from this one on), or — a copy built before the marker — all of kOlderShimExports. Asked of an
-// object's own export table
-// (`exports(name)`: whether the object itself, not a library it depends on, defines `name`), read
-// from the table itself (elf_exports.hpp), never through dlsym.
+// from this one on), or — a copy built before the marker — all of kOlderShimExports. Asked of the
+// object's own export table (`exports(name)`: whether the object itself, not a library it depends
+// on, defines `name`), read from the table itself (elf_exports.hpp), never through dlsym.
 #pragma once
 
 #include "elf_exports.hpp"

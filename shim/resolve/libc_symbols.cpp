@@ -212,11 +212,9 @@ const char *shim_copy_before_this_one() {
   DlsymFunction lookup = libc_dlsym();
   if (!lookup) return nullptr;
   // The global scope's first definitions (what the program's launches reach first): of the
-  // marker (copies from the marker on), of the naming API (every copy exports it; a program's
-  // own fallback of it is none: the rule says so), and of the driver's launch (an older copy
-  // behind a program that exports that fallback: review CR-1).
-  for (const char *name :
-       {common::kShimMarker, common::kOlderShimExports[0], common::kOlderShimExports[1]}) {
+  // marker (copies from the marker on), and of the naming API (every copy exports it; a
+  // program's own fallback of it is none: the rule says so).
+  for (const char *name : {common::kShimMarker, common::kOlderShimExports[0]}) {
     Dl_info where{};
     link_map *object = nullptr;
     void *found = lookup(RTLD_DEFAULT, name);

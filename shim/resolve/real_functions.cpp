@@ -76,13 +76,9 @@ uint32_t caller_home(const RealFunctionSlot *slot, const void *caller) {
 }
 
 // The definition of `name` in the scope of the loaded library at `path` (the library and its
-// dependencies, in its order); null when none there is not ours nor another copy's (a library
-// that links a copy of the shim ahead of the driver: an older copy names what it is handed,
-// a second range per replay — review CR-2). RTLD_NOLOAD: only while the library is loaded,
-// never a new load; the reference is dropped at once (the program may unload it whenever it
-// likes).
-const void *library_of(const void *address);  // below: the link_map `address` lies in
-
+// dependencies, in its order); null when none there is not ours. RTLD_NOLOAD: only while the
+// library is loaded, never a new load; the reference is dropped at once (the program may
+// unload it whenever it likes).
 void *definition_in_scope_of(const char *path, const char *name) {
   DlopenFunction open = libc_dlopen();
   DlsymFunction lookup = libc_dlsym();
@@ -91,11 +87,8 @@ void *definition_in_scope_of(const char *path, const char *name) {
   void *handle = open(path, RTLD_LAZY | RTLD_NOLOAD);
   if (!handle) return nullptr;
   void *found = lookup(handle, name);
-  if (found && (is_own_address(found) ||
-                is_other_shim_copy(static_cast<const link_map *>(library_of(found)))))
-    found = nullptr;
   close(handle);
-  return found;
+  return found && !is_own_address(found) ? found : nullptr;
 }
 
 #ifdef DLFO_STRUCT_HAS_EH_DBASE  // <dlfcn.h> of glibc 2.35 on: _dl_find_object

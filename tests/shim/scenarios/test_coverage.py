@@ -180,20 +180,6 @@ def plugins_beside_a_loaded_shim():
                    f"{plugin}: a local copy first, the global shim wrote no summary", beside)
 
 
-def plugin_carrying_a_copy_of_the_shim():
-    """A plugin (loaded RTLD_LOCAL) that links a copy of the shim ahead of the driver — an older
-    copy (tests/shim/coverage/older_shim_copy.c), which names what it is handed — with today's
-    shim preloaded. The plugin's launches reach the shim first, whose real function, looked up
-    in the plugin's own scope, was that copy's: a second, nested range per replay (review
-    CR-2). Another copy's definition is no real function there either."""
-    argv = [path_of("PLUGIN_LOADER"), "local", path_of("LAUNCH_DRIVER_PLUGIN_WITH_COPY"),
-            "--graphs", str(GRAPHS), "--iters", str(ITERS)]
-    run_ = run(argv)
-    expect_covered(run_)
-    doubled = run_.ranges(domain="global", name="older copy")
-    expect(not doubled, f"{len(doubled)} launches went through the plugin's copy too", run_)
-
-
 def runtime_copies_in_two_plugins():
     """Two libraries, each with its own copy of the runtime (under names of their own, as
     wheels vendor it), loaded RTLD_LOCAL: each one's calls by name reach its own copy — an error
@@ -415,7 +401,7 @@ SCENARIOS = {f.__name__: f for f in (
     shared_runtime_table, static_runtime, runtime_driver_entry_point, python_ctypes,
     stacked_interposers_both_orders, interposable_driver, eight_threads_resolving,
     deepbind_reported_once, plugins_loaded_local, plugins_beside_a_loaded_shim,
-    plugin_carrying_a_copy_of_the_shim, runtime_copies_in_two_plugins, driver_unloaded_and_reloaded,
+    runtime_copies_in_two_plugins, driver_unloaded_and_reloaded,
     two_driver_instances, cuda11_runtime_instantiate, handler_launch_while_reading_settings,
     handler_calls_while_instantiating, calls_from_fork_handlers, exit_inside_thread_setup)}
 

@@ -311,9 +311,7 @@ def older_copy_after_the_shim():
         # copy's does: shim/hooks/loader_stubs_*.S): a sanitizer runtime preloaded before it
         # resolves its interceptors through it and gets the wrong ones (TSan: a crash at start).
         return
-    # Also behind a program that exports its own fallback of the naming API, which answers the
-    # loader's lookup of that name first: the older copy was not seen (review CR-1).
-    for program in ("LAUNCH_DRIVER", "LAUNCH_DRIVER_API_STUBS"):
+    for program in ("LAUNCH_DRIVER",):
         run_ = launch(program, env={"LD_PRELOAD": f"{older} {path_of('FERRUM_SHIM')}",
                                     "FERRUM_REPLAY_LOG": "info"})
         expect(run_.returncode == 0 and run_.report.get("launches") == LAUNCHES,
