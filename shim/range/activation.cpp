@@ -222,13 +222,13 @@ std::atomic<bool> g_activation_overdue{false};
 
 // Whether another copy of the shim — the same library from another path: one a container preloads
 // for every process and the one `ferrum-replay record` adds from a checkout or a wheel — comes
-// before this one (in load order: the global scope's, for preloaded copies). The program's
-// launches reach that copy first, and through its real functions this one: were both to open a
-// range, every replay would be two nested ranges and counted twice. The first copy names the
-// replays; a later one passes through. Copies are told by common/shim_identity.hpp's rule: a
-// program's own exported fallback of the naming API is none (taken for one, it switched the shim
-// off: review CP-5). Found once, and asked again by GPU timing's hand-off: a tool must not
-// register with a copy that steps aside (review CP-3).
+// before this one in the global scope (the loader's answers: a copy loaded RTLD_LOCAL is reached
+// by no launch, review CQ-2). The program's launches reach that copy first, and through its real
+// functions this one: were both to open a range, every replay would be two nested ranges and
+// counted twice. The first copy names the replays; a later one passes through. Copies are told by
+// common/shim_identity.hpp's rule: a program's own exported fallback of the naming API is none
+// (taken for one, it switched the shim off: review CP-5). Found once, and asked again by GPU
+// timing's hand-off: a tool must not register with a copy that steps aside (review CP-3).
 bool later_copy() {
   static std::atomic<int> known{0};  // 0: not asked yet; 1: the first copy; 2: a later one
   if (const int answer = known.load(std::memory_order_acquire)) return answer == 2;
