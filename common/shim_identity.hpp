@@ -13,6 +13,8 @@
 // on, defines `name`), read from the table itself (elf_exports.hpp), never through dlsym.
 #pragma once
 
+#include <dlfcn.h>
+
 #include "elf_exports.hpp"
 #include "ferrum_replay/ferrum_replay.h"
 
@@ -34,6 +36,21 @@ bool is_shim_copy(Exports &&exports) {
 // never through dlsym, which an older shim interposes).
 inline bool is_loaded_shim_copy(const link_map *object) {
   return is_shim_copy([&](const char *name) { return exported_function(object, name) != nullptr; });
+}
+
+// The object that answers `lookup(RTLD_DEFAULT, name)` — the global scope's first definition:
+// what the program's calls reach first — when it is a copy of the shim; null otherwise. `lookup`
+// is a dlsym: the shim passes the C library's own (its exported dlsym is an interposer), the
+// recorder plain dlsym (for names no shim's dlsym hook acts on). The copy is judged by its table.
+template <typename Lookup>
+const link_map *shim_copy_answering(Lookup lookup, const char *name) {
+  void *address = lookup(RTLD_DEFAULT, name);
+  Dl_info where{};
+  link_map *object = nullptr;
+  if (!address || !dladdr1(address, &where, reinterpret_cast<void **>(&object), RTLD_DL_LINKMAP) ||
+      !object || !is_loaded_shim_copy(object))
+    return nullptr;
+  return object;
 }
 
 }  // namespace ferrum_replay::common

@@ -416,26 +416,15 @@ struct ShimHandOff {
   ferrum_replay_gpu_flush_fn flush = nullptr;
 };
 
-// The object that answers for `name` in the global scope, when it is a copy of the shim. Its own
-// export table, read directly: asked through dlsym, an older shim's dlsym hook answered a CUDA
-// name by starting that shim, whose first NVTX call came back here and waited for this very
-// start (review CQ-1: a hang).
-const link_map *shim_copy_answering(const char *name) {
-  void *address = dlsym(RTLD_DEFAULT, name);
-  Dl_info where{};
-  link_map *object = nullptr;
-  if (!address || !dladdr1(address, &where, reinterpret_cast<void **>(&object), RTLD_DL_LINKMAP) ||
-      !object || !common::is_loaded_shim_copy(object))
-    return nullptr;
-  return object;
-}
-
 ShimHandOff find_shim_hand_off() {
   ShimHandOff found;
   // A program that exports a flush of its own answers first: then the first copy with the
   // marker (its GPU times were lost: review CR-3).
-  const link_map *object = shim_copy_answering(FERRUM_REPLAY_GPU_FLUSH);
-  if (!object) object = shim_copy_answering(FERRUM_REPLAY_SHIM_IDENTITY);
+  // Copies are judged by their own export tables (common::shim_copy_answering): asked through
+  // dlsym, an older shim's dlsym hook answered a CUDA name by starting that shim, whose first
+  // NVTX call came back here and waited for this very start (review CQ-1: a hang).
+  const link_map *object = common::shim_copy_answering(dlsym, FERRUM_REPLAY_GPU_FLUSH);
+  if (!object) object = common::shim_copy_answering(dlsym, FERRUM_REPLAY_SHIM_IDENTITY);
   if (!object) return found;
   found.flush = reinterpret_cast<ferrum_replay_gpu_flush_fn>(
       common::exported_function(object, FERRUM_REPLAY_GPU_FLUSH));

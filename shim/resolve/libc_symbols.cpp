@@ -215,12 +215,8 @@ const char *shim_copy_before_this_one() {
   // marker (copies from the marker on), and of the naming API (every copy exports it; a
   // program's own fallback of it is none: the rule says so).
   for (const char *name : {common::kShimMarker, common::kOlderShimExports[0]}) {
-    Dl_info where{};
-    link_map *object = nullptr;
-    void *found = lookup(RTLD_DEFAULT, name);
-    if (found && dladdr1(found, &where, reinterpret_cast<void **>(&object), RTLD_DL_LINKMAP) &&
-        object && object != own_object() && common::is_loaded_shim_copy(object))
-      return object->l_name ? object->l_name : "";
+    const link_map *object = common::shim_copy_answering(lookup, name);
+    if (object && object != own_object()) return object->l_name ? object->l_name : "";
   }
   return nullptr;
 }
