@@ -552,6 +552,39 @@ int fork_in_launch(long n) {
   return 0;
 }
 
+// For a child about to be killed as hung, one stderr line: the system call it sleeps in (its
+// number and arguments, from /proc) and the mapping that holds its first argument, a futex's
+// address for a lock: a failing run says whose lock the child waited for (F256: the C library's,
+// the shim's, or a sanitizer's own allocator).
+void say_where_it_waits(pid_t child) {
+  char path[64], call[256] = "", mapping[512] = "";
+  std::snprintf(path, sizeof path, "/proc/%d/syscall", static_cast<int>(child));
+  if (FILE *f = std::fopen(path, "r")) {
+    if (!std::fgets(call, sizeof call, f)) call[0] = '\0';
+    std::fclose(f);
+  }
+  call[std::strcspn(call, "\n")] = '\0';
+  unsigned long long number = 0, first = 0;
+  if (std::sscanf(call, "%llu %llx", &number, &first) == 2) {
+    std::snprintf(path, sizeof path, "/proc/%d/maps", static_cast<int>(child));
+    if (FILE *f = std::fopen(path, "r")) {
+      char line[512];
+      while (std::fgets(line, sizeof line, f)) {
+        unsigned long long begin = 0, end = 0;
+        if (std::sscanf(line, "%llx-%llx", &begin, &end) == 2 && begin <= first && first < end) {
+          line[std::strcspn(line, "\n")] = '\0';
+          std::snprintf(mapping, sizeof mapping, "%s", line);
+          break;
+        }
+      }
+      std::fclose(f);
+    }
+  }
+  std::fprintf(stderr, "hung child %d: syscall %s; its first argument in: %s\n",
+               static_cast<int>(child), call[0] ? call : "(unreadable)",
+               mapping[0] ? mapping : "(no mapping)");
+}
+
 // Waits for `child` at most `bound_ms` (then kills it): its exit status, 128+N for a signal,
 // -1 when it had to be killed.
 int wait_at_most(pid_t child, int bound_ms) {
@@ -561,6 +594,7 @@ int wait_at_most(pid_t child, int bound_ms) {
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  say_where_it_waits(child);
   kill(child, SIGKILL);
   waitpid(child, &status, 0);
   return -1;
