@@ -21,6 +21,10 @@ namespace ferrum_replay::common {
 // lives as long as the process (an exec replaces both).
 const char *startup_env(const char *name);
 
+// Calls `visit` with each `NAME=value` entry of the start-up environment, in order (the live
+// environment where that cannot be read, as startup_env() does).
+void each_startup_env_entry(void (*visit)(const char *entry, void *context), void *context);
+
 // Tests only: look `name` up in `environment` (NUL-separated `NAME=value` entries, `size`
 // bytes, as /proc/self/environ reads) — the parsing rule of startup_env().
 const char *startup_env_lookup(const char *environment, unsigned long size, const char *name);

@@ -1,5 +1,6 @@
 #include "settings.hpp"
 
+#include "setting_names.hpp"
 #include "switch_word.hpp"
 
 namespace ferrum_replay::recorder {
@@ -167,6 +168,18 @@ Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::s
                           "' limits FERRUM_RECORD_REJECT, which is not set; rejecting nothing\n");
   }
   return s;
+}
+
+const char *const kRecordSettingNames[] = {
+    "FERRUM_RECORD_OUT",    "FERRUM_RECORD_SESSION",       "FERRUM_RECORD_TABLE",
+    "FERRUM_RECORD_REJECT", "FERRUM_RECORD_FORCE",         "FERRUM_RECORD_CLOCK",
+    "FERRUM_RECORD_MEMORY", "FERRUM_RECORD_REJECT_DOMAIN", nullptr};
+
+void check_setting_name(const char *entry, std::vector<std::string> *warnings) {
+  char sentence[640];
+  if (warnings && common::unknown_setting_sentence(entry, "FERRUM_RECORD_", kRecordSettingNames,
+                                                   sentence, sizeof sentence))
+    warnings->push_back(std::string("ferrum-replay recorder: ") + sentence + "\n");
 }
 
 }  // namespace ferrum_replay::recorder

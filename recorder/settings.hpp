@@ -94,6 +94,15 @@ struct Settings {
 // `env` is common::process_env, or a fake environment in tests.
 Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::string> *warnings);
 
+// Every FERRUM_RECORD_* variable the recorder reads, null-terminated (docs/settings.md; the unit
+// tests check parse_settings asks for no other).
+extern const char *const kRecordSettingNames[];
+
+// Adds one warning line when `entry`, a `NAME=value` of the environment, names a
+// FERRUM_RECORD_* variable the recorder does not read: a misspelt setting
+// (common/setting_names.hpp).
+void check_setting_name(const char *entry, std::vector<std::string> *warnings);
+
 // The default output name: ferrum-replay.%p.json, or with the rank of a multi-process job (see
 // above); sets settings->rank_variable/rank_value when a rank variable is used.
 std::string default_out_name(common::EnvLookup env, void *context, Settings *settings);

@@ -347,6 +347,12 @@ void read_into_settings() {
     g_settings.log_level = level;
     g_settings.enabled = false;
   }
+  // A FERRUM_REPLAY* variable nothing reads: one line each, as for a bad value (a misspelt
+  // FERRUM_REPLAY_SUMARY silently gave no summary). Off reads nothing but the log level.
+  if (g_settings.enabled)
+    common::each_startup_env_entry(
+        [](const char *entry, void *) { check_setting_name(entry, complain_on_stderr, nullptr); },
+        nullptr);
   // A summary to /dev/fd/N: descriptor N as it is now, the only file it may be written to.
   common::note_output_stream(g_settings.summary);
   set_log_level(g_settings.log_level);

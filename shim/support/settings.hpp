@@ -46,4 +46,14 @@ using ComplaintSink = void (*)(const char *sentence, void *context);
 void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context);
 
+// Complains (one sentence) when `entry`, a `NAME=value` of the environment, names a
+// FERRUM_REPLAY* variable that nothing of ferrum-replay reads — a misspelt setting, or one of a
+// newer version than this shim — naming the closest known one where one is close. Pure, like
+// read_settings; the caller walks the environment (F257).
+void check_setting_name(const char *entry, ComplaintSink complain, void *complain_context);
+
+// Every FERRUM_REPLAY* variable of ferrum-replay, null-terminated: those read_settings reads and
+// those of the wrapper (docs/settings.md). Tests check read_settings asks for no other.
+extern const char *const kSettingNames[];
+
 }  // namespace ferrum_replay::shim

@@ -423,6 +423,25 @@ def test_invalid_reject_value(tmp):
     expect(c.values["rejected"] == 0, "nothing may be rejected", c)
 
 
+def test_unknown_setting_name(tmp):
+    """A FERRUM_RECORD_* variable the recorder does not read (FERRUM_RECORD_OUTPUT for
+    FERRUM_RECORD_OUT) was ignored in silence: the trace went to the default name and nothing
+    said why (F257). One line names it and the setting it is closest to; the trace is as
+    without it. The recorder's other variables, the harness's FERRUM_RECORDER_LIB among them,
+    draw no line."""
+    c = run_client(tmp, "--iters", 5, env={"FERRUM_RECORD_OUTPUT": os.path.join(tmp, "x.json")})
+    expect_clean(c)
+    expect_counts_match(c)
+    line = ("ferrum-replay recorder: FERRUM_RECORD_OUTPUT is not a setting of this ferrum-replay "
+            "(did you mean FERRUM_RECORD_OUT?); ignored")
+    expect(c.stderr.count(line) == 1, "the line must appear exactly once", c)
+    expect(not os.path.exists(os.path.join(tmp, "x.json")), "the unknown variable was used", c)
+    c = run_client(tmp, "--iters", 5, env={"FERRUM_RECORD_CLOCK": "auto",
+                                           "FERRUM_RECORD_MEMORY": "24M",
+                                           "FERRUM_RECORDER_LIB": "x"})
+    expect("is not a setting" not in c.stderr, "a variable of ours was called unknown", c)
+
+
 def test_pop_without_push(tmp):
     c = run_client(tmp, "--iters", 3, "--unbalanced-pop")
     expect_counts_match(c)

@@ -1,6 +1,7 @@
 // FERRUM_RECORD_* parsing, including the one-line warning for a bad FERRUM_RECORD_REJECT.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -151,4 +152,40 @@ TEST_CASE("FERRUM_RECORD_MEMORY: a byte count with K, M or G; anything else one 
     CHECK(warnings[0].find("FERRUM_RECORD_MEMORY='") != std::string::npos);
     CHECK(warnings[0].back() == '\n');
   }
+}
+
+TEST_CASE("a FERRUM_RECORD_* variable the recorder does not read is one warning line") {
+  std::vector<std::string> w;
+  check_setting_name("FERRUM_RECORD_OUTPUT=/tmp/t.json", &w);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] ==
+        "ferrum-replay recorder: FERRUM_RECORD_OUTPUT is not a setting of this ferrum-replay "
+        "(did you mean FERRUM_RECORD_OUT?); ignored\n");
+  w.clear();
+  for (const char *const *known = kRecordSettingNames; *known; ++known)
+    check_setting_name((std::string(*known) + "=1").c_str(), &w);
+  for (const char *other : {"FERRUM_RECORDER_LIB=x", "FERRUM_REPLAY_X=1", "HOME=/root"})
+    check_setting_name(other, &w);
+  CHECK(w.empty());
+}
+
+TEST_CASE("parse_settings asks for no FERRUM_RECORD_* name the known list lacks, and each it has") {
+  struct Asked {
+    std::vector<std::string> names;
+  } asked;
+  std::vector<std::string> w;
+  (void)parse_settings(
+      [](const char *name, void *self) -> const char * {
+        static_cast<Asked *>(self)->names.emplace_back(name);
+        return "1";  // every setting set: FERRUM_RECORD_REJECT_DOMAIN is read only then
+      },
+      &asked, &w);
+  std::vector<std::string> known;
+  for (const char *const *name = kRecordSettingNames; *name; ++name) known.emplace_back(*name);
+  for (const std::string &name : asked.names)
+    if (name.rfind("FERRUM_RECORD_", 0) == 0)
+      CHECK_MESSAGE(std::find(known.begin(), known.end(), name) != known.end(), name);
+  for (const std::string &name : known)
+    CHECK_MESSAGE(std::find(asked.names.begin(), asked.names.end(), name) != asked.names.end(),
+                  name);
 }

@@ -2,6 +2,7 @@
 with the recorder as the NVTX tool. Each asserts what a user would see: one balanced range
 per launch, the launch's result unchanged, and silence where nothing was asked for."""
 import os
+import re
 import shutil
 import signal
 import sys
@@ -387,6 +388,52 @@ def invalid_setting_one_line():
     expect_one_range_per_launch(run_, LAUNCHES)  # in the default domain
 
 
+def documented_setting_names():
+    """Every FERRUM_REPLAY* variable docs/settings.md names: the settings' table and the
+    wrapper's."""
+    docs = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "settings.md")
+    with open(docs, encoding="utf-8") as handle:
+        return sorted(set(re.findall(r"^\| `(FERRUM_REPLAY[A-Z0-9_]*)`", handle.read(), re.M)))
+
+
+def unknown_setting_one_line():
+    """A FERRUM_REPLAY* variable that nothing of ours reads — a misspelt setting — was ignored
+    in silence: FERRUM_REPLAY_SUMARY gave no summary and no word why (F257). It is one line
+    naming it and the setting it is closest to, as for a bad value; the run is unchanged. Every
+    variable docs/settings.md lists, set, draws no such line; switched off, nothing is read."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run_ = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY_SUMARY": os.path.join(tmp, "s.txt"),
+                                            "FERRUM_REPLAY_VERBOSE": "1"})
+        lines = run_.stderr.splitlines()
+        expect(len(lines) == 2, "expected two lines, one per unknown variable", run_)
+        expect(any("FERRUM_REPLAY_SUMARY is not a setting" in line
+                   and "did you mean FERRUM_REPLAY_SUMMARY?" in line for line in lines),
+               "no line naming FERRUM_REPLAY_SUMARY and the setting it is closest to", run_)
+        expect(any("FERRUM_REPLAY_VERBOSE is not a setting" in line and "did you mean" not in line
+                   for line in lines), "no line naming FERRUM_REPLAY_VERBOSE alone", run_)
+        expect_one_range_per_launch(run_, LAUNCHES)
+        expect(not os.listdir(tmp), "a misspelt summary setting wrote a file", run_)
+        names = documented_setting_names()
+        expect(len(names) >= 15, f"docs/settings.md lists {len(names)} FERRUM_REPLAY* variables",
+               run_)
+        names.append("FERRUM_REPLAY_PID")  # the wrapper's, for its helper (docs/settings.md)
+        valid = {"FERRUM_REPLAY": "on", "FERRUM_REPLAY_LOG": "error",
+                 "FERRUM_REPLAY_DOMAIN": "ferrum-replay", "FERRUM_REPLAY_SITE": "instantiate",
+                 "FERRUM_REPLAY_CONTENT": "off", "FERRUM_REPLAY_FORMAT": "{name}",
+                 "FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "summary.txt"),
+                 "FERRUM_REPLAY_RUNNING_DIR": tmp, "FERRUM_REPLAY_GPU_TIME": "off",
+                 "FERRUM_REPLAY_GPU_TIME_EVERY": "1", "FERRUM_REPLAY_BUILD": "0",
+                 "FERRUM_REPLAY_PID": "1"}
+        every = {name: valid.get(name, tmp) for name in names}
+        every["FERRUM_REPLAY_NAMES"] = os.path.join(tmp, "missing.names")
+        every["FERRUM_REPLAY_SITE_SKIP"] = "none"
+        run_ = launch("LAUNCH_DRIVER", env=every)
+        said = [line for line in run_.stderr.splitlines() if "is not a setting" in line]
+        expect(not said, f"a documented variable is called unknown: {said}", run_)
+        run_ = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY": "off", "FERRUM_REPLAY_SUMARY": "x"})
+        expect(run_.stderr == "", "switched off, a variable was still read", run_)
+
+
 def custom_domain():
     run_ = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY_DOMAIN": "my graphs"})
     expect(run_.stderr == "", "a valid setting printed something", run_)
@@ -422,7 +469,8 @@ def non_cuda_processes():
     ]
     for argv in commands:
         bare = run(argv, preload=False, record=False)
-        for env in ({}, {"FERRUM_REPLAY": "bogus", "FERRUM_REPLAY_LOG": "debug"}):
+        for env in ({}, {"FERRUM_REPLAY": "bogus", "FERRUM_REPLAY_LOG": "debug",
+                         "FERRUM_REPLAY_SUMARY": "misspelt"}):
             shimmed = run(argv, record=False, env=env)
             for field in ("returncode", "stdout", "stderr"):
                 expect(getattr(bare, field) == getattr(shimmed, field),
@@ -519,7 +567,7 @@ SCENARIOS = {f.__name__: f for f in (
     rejecting_tool, rejecting_every_third_push, no_tool_attached, switched_off,
     two_copies_of_the_shim, older_copy_after_the_shim, older_copy_alone_with_an_early_nvtx_call,
     program_exporting_the_api, eight_threads,
-    invalid_setting_one_line, custom_domain, log_levels, non_cuda_processes,
+    invalid_setting_one_line, unknown_setting_one_line, custom_domain, log_levels, non_cuda_processes,
     cuda_names_probed_without_cuda)}
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -196,4 +197,82 @@ TEST_CASE("the start-up environment's parsing: names whole, an area rewritten is
   static const char kZeros[8] = {};
   CHECK_FALSE(startup_env_plausible(kZeros, sizeof kZeros));
   CHECK_FALSE(startup_env_plausible("A=1", 3));  // no final NUL
+}
+
+namespace {
+
+std::vector<std::string> name_complaints(const char *entry) {
+  std::vector<std::string> said;
+  ferrum_replay::shim::check_setting_name(
+      entry,
+      [](const char *sentence, void *self) {
+        static_cast<std::vector<std::string> *>(self)->emplace_back(sentence);
+      },
+      &said);
+  return said;
+}
+
+}  // namespace
+
+TEST_CASE("a FERRUM_REPLAY* variable nothing reads is one sentence, naming the closest one") {
+  auto said = name_complaints("FERRUM_REPLAY_SUMARY=/tmp/s.txt");
+  REQUIRE(said.size() == 1);
+  CHECK(said[0] ==
+        "FERRUM_REPLAY_SUMARY is not a setting of this ferrum-replay (did you mean "
+        "FERRUM_REPLAY_SUMMARY?); ignored");
+  said = name_complaints("FERRUM_REPLAY_GPU_TIMES=on");
+  REQUIRE(said.size() == 1);
+  CHECK(said[0].find("did you mean FERRUM_REPLAY_GPU_TIME?") != std::string::npos);
+  said = name_complaints("FERRUM_REPLAY_VERBOSE=1");
+  REQUIRE(said.size() == 1);
+  CHECK(said[0] ==
+        "FERRUM_REPLAY_VERBOSE is not a setting of this ferrum-replay (docs/settings.md lists "
+        "them); ignored");
+  // A name no terminal should print as it is: quoted by the one rule for values.
+  said = name_complaints("FERRUM_REPLAY_\x1b[2J=1");
+  REQUIRE(said.size() == 1);
+  CHECK(said[0].find('\x1b') == std::string::npos);
+  // A name far longer than any setting: no suggestion, no overrun.
+  const std::string huge = "FERRUM_REPLAY_" + std::string(5000, 'X') + "=1";
+  said = name_complaints(huge.c_str());
+  REQUIRE(said.size() == 1);
+  CHECK(said[0].find("did you mean") == std::string::npos);
+}
+
+TEST_CASE("known names, empty values, other prefixes and non-entries are not complained of") {
+  for (const char *const *known = ferrum_replay::shim::kSettingNames; *known; ++known) {
+    CHECK_MESSAGE(name_complaints((std::string(*known) + "=x").c_str()).empty(), *known);
+    CHECK_MESSAGE(name_complaints((std::string(*known) + "=").c_str()).empty(), *known);
+  }
+  for (const char *other : {"FERRUM_RECORD_OUT=x", "FERRUM_SHIM=x", "PATH=/bin", "FERRUM_REPL=1",
+                            "=FERRUM_REPLAY_X", ""})
+    CHECK_MESSAGE(name_complaints(other).empty(), other);
+}
+
+TEST_CASE("read_settings asks for no FERRUM_REPLAY* name the known list lacks, and each it has") {
+  struct Asked {
+    std::vector<std::string> names;
+  } asked;
+  ferrum_replay::shim::Settings settings;
+  ferrum_replay::shim::read_settings(
+      settings,
+      [](const char *name, void *self) -> const char * {
+        static_cast<Asked *>(self)->names.emplace_back(name);
+        return nullptr;
+      },
+      &asked, [](const char *, void *) {}, nullptr);
+  std::vector<std::string> known;
+  for (const char *const *name = ferrum_replay::shim::kSettingNames; *name; ++name)
+    known.emplace_back(*name);
+  for (const std::string &name : asked.names) {
+    if (name.rfind("FERRUM_REPLAY", 0) != 0) continue;  // FERRUM_RECORD_SESSION: the recorder's
+    CHECK_MESSAGE(std::find(known.begin(), known.end(), name) != known.end(), name);
+  }
+  for (const std::string &name : known) {
+    const bool wrapper = name == "FERRUM_REPLAY_LIBDIR" || name == "FERRUM_REPLAY_BUILD" ||
+                         name == "FERRUM_REPLAY_PYTHON" || name == "FERRUM_REPLAY_PID";
+    CHECK_MESSAGE(
+        wrapper == (std::find(asked.names.begin(), asked.names.end(), name) == asked.names.end()),
+        name);
+  }
 }
