@@ -32,8 +32,8 @@ size_t name_distance(const char *a, size_t a_length, const char *b, size_t b_len
 
 }  // namespace
 
-bool unknown_setting_sentence(const char *entry, const char *prefix, const char *const *known,
-                              char *out, size_t out_size) {
+bool unknown_setting_sentence(const char *entry, const char *prefix, const char *known, char *out,
+                              size_t out_size) {
   if (out_size > 0) out[0] = '\0';
   const size_t prefix_length = strlen(prefix);
   if (!entry || strncmp(entry, prefix, prefix_length) != 0) return false;
@@ -41,26 +41,36 @@ bool unknown_setting_sentence(const char *entry, const char *prefix, const char 
   const size_t length = equals ? static_cast<size_t>(equals - entry) : strlen(entry);
   const char *closest = nullptr, *longest = nullptr;
   size_t closest_distance = 3;  // within two edits
-  for (; *known; ++known) {
-    const size_t known_length = strlen(*known);
-    if (known_length == length && memcmp(*known, entry, length) == 0) return false;
-    const size_t distance = name_distance(entry, length, *known, known_length);
+  size_t closest_length = 0, longest_length = 0;
+  for (const char *name = known; *name;) {
+    const size_t known_length = strcspn(name, " ");
+    if (known_length == length && memcmp(name, entry, length) == 0) return false;
+    const size_t distance = name_distance(entry, length, name, known_length);
     if (distance < closest_distance) {
-      closest = *known;
+      closest = name;
+      closest_length = known_length;
       closest_distance = distance;
     }
     // FERRUM_RECORD_OUTPUT: a known name with more after it (the longest such, unless a
     // name within two edits was found).
-    if (closest_distance == 3 && known_length > prefix_length && known_length < length &&
-        memcmp(*known, entry, known_length) == 0 && (!longest || known_length > strlen(longest)))
-      longest = *known;
+    if (known_length > prefix_length && known_length < length &&
+        memcmp(name, entry, known_length) == 0 && known_length > longest_length) {
+      longest = name;
+      longest_length = known_length;
+    }
+    name += known_length;
+    while (*name == ' ') ++name;
   }
-  if (!closest) closest = longest;
+  if (!closest) {
+    closest = longest;
+    closest_length = longest_length;
+  }
   char name[kQuotedSize];
   printable_quote(entry, length, kMessageLimit, name, sizeof name);
   if (closest)
-    snprintf(out, out_size, "%s is not a setting of this ferrum-replay (did you mean %s?); ignored",
-             name, closest);
+    snprintf(out, out_size,
+             "%s is not a setting of this ferrum-replay (did you mean %.*s?); ignored", name,
+             static_cast<int>(closest_length), closest);
   else
     snprintf(out, out_size,
              "%s is not a setting of this ferrum-replay (docs/settings.md lists them); ignored",

@@ -123,10 +123,7 @@ const char *startup_env_lookup(const char *environment, unsigned long size, cons
 
 void each_startup_env_entry(void (*visit)(const char *entry, void *context), void *context) {
   Copy *copy = the_copy();
-  if (copy == kUnreadable) {
-    for (char **entry = environ; entry && *entry; ++entry) visit(*entry, context);
-    return;
-  }
+  if (copy == kUnreadable) return;
   const char *environment = copy->bytes();
   for (size_t at = 0; at < copy->size;) {  // every entry ends in a NUL (startup_env_plausible)
     visit(environment + at, context);

@@ -21,8 +21,9 @@ namespace ferrum_replay::common {
 // lives as long as the process (an exec replaces both).
 const char *startup_env(const char *name);
 
-// Calls `visit` with each `NAME=value` entry of the start-up environment, in order (the live
-// environment where that cannot be read, as startup_env() does).
+// Calls `visit` with each `NAME=value` entry of the start-up environment, in order. Where that
+// cannot be read, with none: the live environment is not walked (reading `environ` would bind
+// that symbol at every start of the shim, and another thread's setenv() may free the array).
 void each_startup_env_entry(void (*visit)(const char *entry, void *context), void *context);
 
 // Tests only: look `name` up in `environment` (NUL-separated `NAME=value` entries, `size`

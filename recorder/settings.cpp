@@ -170,10 +170,9 @@ Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::s
   return s;
 }
 
-const char *const kRecordSettingNames[] = {
-    "FERRUM_RECORD_OUT",    "FERRUM_RECORD_SESSION",       "FERRUM_RECORD_TABLE",
-    "FERRUM_RECORD_REJECT", "FERRUM_RECORD_FORCE",         "FERRUM_RECORD_CLOCK",
-    "FERRUM_RECORD_MEMORY", "FERRUM_RECORD_REJECT_DOMAIN", nullptr};
+const char kRecordSettingNames[] =
+    "FERRUM_RECORD_OUT FERRUM_RECORD_SESSION FERRUM_RECORD_TABLE FERRUM_RECORD_REJECT "
+    "FERRUM_RECORD_FORCE FERRUM_RECORD_CLOCK FERRUM_RECORD_MEMORY FERRUM_RECORD_REJECT_DOMAIN";
 
 void check_setting_name(const char *entry, std::vector<std::string> *warnings) {
   char sentence[640];

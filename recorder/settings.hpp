@@ -94,9 +94,9 @@ struct Settings {
 // `env` is common::process_env, or a fake environment in tests.
 Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::string> *warnings);
 
-// Every FERRUM_RECORD_* variable the recorder reads, null-terminated (docs/settings.md; the unit
-// tests check parse_settings asks for no other).
-extern const char *const kRecordSettingNames[];
+// Every FERRUM_RECORD_* variable the recorder reads, separated by spaces (docs/settings.md; the
+// unit tests check parse_settings asks for no other).
+extern const char kRecordSettingNames[];
 
 // Adds one warning line when `entry`, a `NAME=value` of the environment, names a
 // FERRUM_RECORD_* variable the recorder does not read: a misspelt setting

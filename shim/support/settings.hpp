@@ -52,8 +52,8 @@ void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_co
 // read_settings; the caller walks the environment (F257).
 void check_setting_name(const char *entry, ComplaintSink complain, void *complain_context);
 
-// Every FERRUM_REPLAY* variable of ferrum-replay, null-terminated: those read_settings reads and
-// those of the wrapper (docs/settings.md). Tests check read_settings asks for no other.
-extern const char *const kSettingNames[];
+// Every FERRUM_REPLAY* variable of ferrum-replay, separated by spaces: those read_settings reads
+// and those of the wrapper (docs/settings.md). Tests check read_settings asks for no other.
+extern const char kSettingNames[];
 
 }  // namespace ferrum_replay::shim

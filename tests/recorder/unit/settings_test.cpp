@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../../support/name_list.hpp"
 #include "settings.hpp"
 
 using namespace ferrum_replay::recorder;
@@ -162,8 +163,9 @@ TEST_CASE("a FERRUM_RECORD_* variable the recorder does not read is one warning 
         "ferrum-replay recorder: FERRUM_RECORD_OUTPUT is not a setting of this ferrum-replay "
         "(did you mean FERRUM_RECORD_OUT?); ignored\n");
   w.clear();
-  for (const char *const *known = kRecordSettingNames; *known; ++known)
-    check_setting_name((std::string(*known) + "=1").c_str(), &w);
+  const std::vector<std::string> known = ferrum_replay::test::split_names(kRecordSettingNames);
+  CHECK(known.size() == 8);
+  for (const std::string &name : known) check_setting_name((name + "=1").c_str(), &w);
   for (const char *other : {"FERRUM_RECORDER_LIB=x", "FERRUM_REPLAY_X=1", "HOME=/root"})
     check_setting_name(other, &w);
   CHECK(w.empty());
@@ -180,8 +182,7 @@ TEST_CASE("parse_settings asks for no FERRUM_RECORD_* name the known list lacks,
         return "1";  // every setting set: FERRUM_RECORD_REJECT_DOMAIN is read only then
       },
       &asked, &w);
-  std::vector<std::string> known;
-  for (const char *const *name = kRecordSettingNames; *name; ++name) known.emplace_back(*name);
+  const std::vector<std::string> known = ferrum_replay::test::split_names(kRecordSettingNames);
   for (const std::string &name : asked.names)
     if (name.rfind("FERRUM_RECORD_", 0) == 0)
       CHECK_MESSAGE(std::find(known.begin(), known.end(), name) != known.end(), name);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../../support/name_list.hpp"
 #include "startup_env.hpp"
 #include "support/settings.hpp"
 
@@ -240,9 +241,11 @@ TEST_CASE("a FERRUM_REPLAY* variable nothing reads is one sentence, naming the c
 }
 
 TEST_CASE("known names, empty values, other prefixes and non-entries are not complained of") {
-  for (const char *const *known = ferrum_replay::shim::kSettingNames; *known; ++known) {
-    CHECK_MESSAGE(name_complaints((std::string(*known) + "=x").c_str()).empty(), *known);
-    CHECK_MESSAGE(name_complaints((std::string(*known) + "=").c_str()).empty(), *known);
+  for (const std::string &known :
+       ferrum_replay::test::split_names(ferrum_replay::shim::kSettingNames)) {
+    CHECK_MESSAGE(name_complaints((known + "=x").c_str()).empty(), known);
+    CHECK_MESSAGE(name_complaints((known + "=").c_str()).empty(), known);
+    CHECK_MESSAGE(name_complaints(known.c_str()).empty(), known);  // no '=' at all
   }
   for (const char *other : {"FERRUM_RECORD_OUT=x", "FERRUM_SHIM=x", "PATH=/bin", "FERRUM_REPL=1",
                             "=FERRUM_REPLAY_X", ""})
@@ -261,9 +264,9 @@ TEST_CASE("read_settings asks for no FERRUM_REPLAY* name the known list lacks, a
         return nullptr;
       },
       &asked, [](const char *, void *) {}, nullptr);
-  std::vector<std::string> known;
-  for (const char *const *name = ferrum_replay::shim::kSettingNames; *name; ++name)
-    known.emplace_back(*name);
+  const std::vector<std::string> known =
+      ferrum_replay::test::split_names(ferrum_replay::shim::kSettingNames);
+  CHECK(known.size() == 16);
   for (const std::string &name : asked.names) {
     if (name.rfind("FERRUM_REPLAY", 0) != 0) continue;  // FERRUM_RECORD_SESSION: the recorder's
     CHECK_MESSAGE(std::find(known.begin(), known.end(), name) != known.end(), name);
