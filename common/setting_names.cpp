@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "startup_env.hpp"
 #include "text_rules.hpp"
 
 namespace ferrum_replay::common {
@@ -30,52 +31,105 @@ size_t name_distance(const char *a, size_t a_length, const char *b, size_t b_len
   return previous[b_length];
 }
 
+// Whether `name` (`length` bytes) is one of `list`.
+bool listed(const char *name, size_t length, const char *list) {
+  for (const char *item = list; *item;) {
+    const size_t item_length = strcspn(item, " ");
+    if (item_length == length && memcmp(item, name, length) == 0) return true;
+    item += item_length;
+    while (*item == ' ') ++item;
+  }
+  return false;
+}
+
+// A known name to suggest for `name`, or null; its length in *suggested_length.
+const char *suggestion(const char *name, size_t length, size_t prefix_length, const char *known,
+                       size_t *suggested_length) {
+  size_t own = length - prefix_length;  // what the user wrote after the prefix
+  for (const char *p = name + prefix_length; own > 0 && *p == '_'; ++p) --own;
+  const size_t most_edits = own / 3 < 2 ? own / 3 : 2;
+  const char *closest = nullptr, *within = nullptr, *beyond = nullptr;
+  size_t closest_distance = most_edits + 1, within_length = 0, beyond_length = 0,
+         closest_length = 0;
+  for (const char *item = known; *item;) {
+    const size_t item_length = strcspn(item, " ");
+    const size_t distance = name_distance(name, length, item, item_length);
+    if (distance < closest_distance) {
+      closest = item;
+      closest_length = item_length;
+      closest_distance = distance;
+    }
+    // Names that share a beginning, counted only past the prefix and 3 bytes into it.
+    const size_t shared = item_length < length ? item_length : length;
+    if (shared >= prefix_length + 3 && memcmp(item, name, shared) == 0) {
+      if (item_length < length && item_length > within_length) {
+        within = item;  // FERRUM_RECORD_OUTPUT begins with FERRUM_RECORD_OUT
+        within_length = item_length;
+      } else if (item_length > length && (!beyond || item_length < beyond_length)) {
+        beyond = item;  // FERRUM_REPLAY_GPU_TIME begins with FERRUM_REPLAY_GPU
+        beyond_length = item_length;
+      }
+    }
+    item += item_length;
+    while (*item == ' ') ++item;
+  }
+  if (closest) {
+    *suggested_length = closest_length;
+    return closest;
+  }
+  *suggested_length = within ? within_length : beyond_length;
+  return within ? within : beyond;
+}
+
 }  // namespace
 
-bool unknown_setting_sentence(const char *entry, const char *prefix, const char *known, char *out,
-                              size_t out_size) {
+bool unknown_setting_sentence(const char *entry, const char *prefix, const char *known,
+                              const char *internal, char *out, size_t out_size) {
   if (out_size > 0) out[0] = '\0';
   const size_t prefix_length = strlen(prefix);
   if (!entry || strncmp(entry, prefix, prefix_length) != 0) return false;
   const char *equals = strchr(entry, '=');
   const size_t length = equals ? static_cast<size_t>(equals - entry) : strlen(entry);
-  const char *closest = nullptr, *longest = nullptr;
-  size_t closest_distance = 3;  // within two edits
-  size_t closest_length = 0, longest_length = 0;
-  for (const char *name = known; *name;) {
-    const size_t known_length = strcspn(name, " ");
-    if (known_length == length && memcmp(name, entry, length) == 0) return false;
-    const size_t distance = name_distance(entry, length, name, known_length);
-    if (distance < closest_distance) {
-      closest = name;
-      closest_length = known_length;
-      closest_distance = distance;
-    }
-    // FERRUM_RECORD_OUTPUT: a known name with more after it (the longest such, unless a
-    // name within two edits was found).
-    if (known_length > prefix_length && known_length < length &&
-        memcmp(name, entry, known_length) == 0 && known_length > longest_length) {
-      longest = name;
-      longest_length = known_length;
-    }
-    name += known_length;
-    while (*name == ' ') ++name;
-  }
-  if (!closest) {
-    closest = longest;
-    closest_length = longest_length;
-  }
+  if (listed(entry, length, known) || listed(entry, length, internal)) return false;
   char name[kQuotedSize];
   printable_quote(entry, length, kMessageLimit, name, sizeof name);
-  if (closest)
+  size_t suggested_length = 0;
+  if (const char *suggested = suggestion(entry, length, prefix_length, known, &suggested_length))
     snprintf(out, out_size,
              "%s is not a setting of this ferrum-replay (did you mean %.*s?); ignored", name,
-             static_cast<int>(closest_length), closest);
+             static_cast<int>(suggested_length), suggested);
   else
     snprintf(out, out_size,
              "%s is not a setting of this ferrum-replay (docs/settings.md lists them); ignored",
              name);
   return true;
+}
+
+void say_unknown_settings(const char *prefix, const char *known, const char *internal,
+                          void (*say)(const char *sentence, void *context), void *context) {
+  struct Walk {
+    const char *prefix, *known, *internal;
+    void (*say)(const char *, void *);
+    void *context;
+    unsigned found;
+  } walk{prefix, known, internal, say, context, 0};
+  each_startup_env_entry(
+      [](const char *entry, void *state) {
+        auto &w = *static_cast<Walk *>(state);
+        char sentence[640];
+        if (!unknown_setting_sentence(entry, w.prefix, w.known, w.internal, sentence,
+                                      sizeof sentence))
+          return;
+        if (++w.found <= kMostUnknownSettingLines) w.say(sentence, w.context);
+      },
+      &walk);
+  if (walk.found > kMostUnknownSettingLines) {
+    char sentence[200];
+    snprintf(sentence, sizeof sentence,
+             "%u more %s* variables are not settings of this ferrum-replay; ignored",
+             walk.found - kMostUnknownSettingLines, prefix);
+    say(sentence, context);
+  }
 }
 
 }  // namespace ferrum_replay::common

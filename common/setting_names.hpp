@@ -1,21 +1,32 @@
 // One rule for a variable of ours that nothing reads (F257): FERRUM_REPLAY_SUMARY, a misspelt
-// FERRUM_REPLAY_SUMMARY, silently gave no summary. The shim (FERRUM_REPLAY_*) and the recorder
-// (FERRUM_RECORD_*) each say so in one sentence, as for a value they cannot take, naming the
-// known name closest to it. Pure: the caller walks the environment and prints.
+// FERRUM_REPLAY_SUMMARY, silently gave no summary. The shim (FERRUM_REPLAY*) and the recorder
+// (FERRUM_RECORD_*) each say so in one line per variable, as for a value they cannot take,
+// naming the known name it is closest to where one is close.
 #pragma once
 
 #include <stddef.h>
 
 namespace ferrum_replay::common {
 
-// When `entry` (`NAME=value`, or a bare name) has a name that begins with `prefix` and is not
-// one of `known` (names separated by single spaces: one string, no table of pointers for the
-// loader to relocate at every start of the shim), writes the sentence saying so into `out`
-// (terminated; cut where it does not fit) and returns true; else returns false. The name is shown
-// by the rule for a value in a message (printable_quote). The suggestion: the known name within two
-// edits, else the longest known name the name begins with (FERRUM_RECORD_OUTPUT:
-// FERRUM_RECORD_OUT).
-bool unknown_setting_sentence(const char *entry, const char *prefix, const char *known, char *out,
-                              size_t out_size);
+// A list of names: one string, the names separated by single spaces (no table of pointers for
+// the loader to relocate at every start of the shim).
+//
+// When `entry` (`NAME=value`, or a bare name) has a name that begins with `prefix` and is none of
+// `known` or `internal` (names set by our wrapper that a user should not set: never suggested),
+// writes the sentence saying so into `out` (terminated; cut where it does not fit) and returns
+// true; else returns false. The name is shown by the rule for a value in a message
+// (printable_quote). The suggestion, where there is one: the known name fewest edits away — at
+// most two, and at most a third of the name's length after `prefix` (no PID for DIR) — else the
+// longest known name the name begins with (FERRUM_RECORD_OUTPUT: FERRUM_RECORD_OUT), else the
+// shortest one beginning with the name (FERRUM_REPLAY_GPU: FERRUM_REPLAY_GPU_TIME).
+bool unknown_setting_sentence(const char *entry, const char *prefix, const char *known,
+                              const char *internal, char *out, size_t out_size);
+
+// The lines a process says about its start-up environment (startup_env.hpp; none where it
+// cannot be read): one `say` per unknown variable as above, at most kMostUnknownSettingLines,
+// then one counting the rest.
+inline constexpr unsigned kMostUnknownSettingLines = 8;
+void say_unknown_settings(const char *prefix, const char *known, const char *internal,
+                          void (*say)(const char *sentence, void *context), void *context);
 
 }  // namespace ferrum_replay::common

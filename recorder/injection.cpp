@@ -35,7 +35,6 @@
 #include "shared_memory_child.hpp"
 #include "shim_identity.hpp"
 #include "stack_room.hpp"
-#include "startup_env.hpp"
 #include "utf8.hpp"
 
 extern "C" int __cxa_atexit(void (*function)(void *), void *argument, void *dso_handle);
@@ -446,11 +445,7 @@ Recorder *ensure_recorder() {
   common::note_standard_streams();  // before any line of ours: stdout and stderr as they are
   std::vector<std::string> warnings;
   g_settings = new Settings(parse_settings(common::process_env, nullptr, &warnings));
-  common::each_startup_env_entry(  // a FERRUM_RECORD_* variable nothing reads: one line each
-      [](const char *entry, void *lines) {
-        check_setting_name(entry, static_cast<std::vector<std::string> *>(lines));
-      },
-      &warnings);
+  say_unknown_settings(&warnings);  // a FERRUM_RECORD_* variable nothing reads: one line each
   for (const std::string &w : warnings) write_stderr(w);
   // A trace to /dev/fd/N: descriptor N as it is now, the only file it may be written to.
   common::note_output_stream(g_settings->out_pattern.c_str());

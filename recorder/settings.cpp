@@ -171,14 +171,18 @@ Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::s
 }
 
 const char kRecordSettingNames[] =
-    "FERRUM_RECORD_OUT FERRUM_RECORD_SESSION FERRUM_RECORD_TABLE FERRUM_RECORD_REJECT "
-    "FERRUM_RECORD_FORCE FERRUM_RECORD_CLOCK FERRUM_RECORD_MEMORY FERRUM_RECORD_REJECT_DOMAIN";
+    "FERRUM_RECORD_OUT FERRUM_RECORD_TABLE FERRUM_RECORD_REJECT FERRUM_RECORD_FORCE "
+    "FERRUM_RECORD_CLOCK FERRUM_RECORD_MEMORY FERRUM_RECORD_REJECT_DOMAIN";
+const char kInternalRecordSettingNames[] = "FERRUM_RECORD_SESSION";  // the wrapper's
 
-void check_setting_name(const char *entry, std::vector<std::string> *warnings) {
-  char sentence[640];
-  if (warnings && common::unknown_setting_sentence(entry, "FERRUM_RECORD_", kRecordSettingNames,
-                                                   sentence, sizeof sentence))
-    warnings->push_back(std::string("ferrum-replay recorder: ") + sentence + "\n");
+void say_unknown_settings(std::vector<std::string> *warnings) {
+  common::say_unknown_settings(
+      "FERRUM_RECORD_", kRecordSettingNames, kInternalRecordSettingNames,
+      [](const char *sentence, void *lines) {
+        static_cast<std::vector<std::string> *>(lines)->push_back(
+            std::string("ferrum-replay recorder: ") + sentence + "\n");
+      },
+      warnings);
 }
 
 }  // namespace ferrum_replay::recorder

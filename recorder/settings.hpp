@@ -94,14 +94,15 @@ struct Settings {
 // `env` is common::process_env, or a fake environment in tests.
 Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::string> *warnings);
 
-// Every FERRUM_RECORD_* variable the recorder reads, separated by spaces (docs/settings.md; the
-// unit tests check parse_settings asks for no other).
+// Every FERRUM_RECORD_* variable the recorder reads, as common/setting_names.hpp lists names:
+// kRecordSettingNames, and kInternalRecordSettingNames (set by the wrapper, never suggested).
+// The unit tests check parse_settings asks for no other.
 extern const char kRecordSettingNames[];
+extern const char kInternalRecordSettingNames[];
 
-// Adds one warning line when `entry`, a `NAME=value` of the environment, names a
-// FERRUM_RECORD_* variable the recorder does not read: a misspelt setting
-// (common/setting_names.hpp).
-void check_setting_name(const char *entry, std::vector<std::string> *warnings);
+// Adds a warning line for each FERRUM_RECORD_* variable of the start-up environment the
+// recorder does not read: a misspelt setting (common::say_unknown_settings).
+void say_unknown_settings(std::vector<std::string> *warnings);
 
 // The default output name: ferrum-replay.%p.json, or with the rank of a multi-process job (see
 // above); sets settings->rank_variable/rank_value when a rank variable is used.

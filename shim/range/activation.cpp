@@ -26,6 +26,7 @@
 #include "range/process_files.hpp"
 #include "resolve/libc_symbols.hpp"
 #include "secure_execution.hpp"
+#include "setting_names.hpp"
 #include "shared_memory_child.hpp"
 #include "startup_env.hpp"
 #include "support/loading_process.hpp"
@@ -350,9 +351,8 @@ void read_into_settings() {
   // A FERRUM_REPLAY* variable nothing reads: one line each, as for a bad value (a misspelt
   // FERRUM_REPLAY_SUMARY silently gave no summary). Off reads nothing but the log level.
   if (g_settings.enabled)
-    common::each_startup_env_entry(
-        [](const char *entry, void *) { check_setting_name(entry, complain_on_stderr, nullptr); },
-        nullptr);
+    common::say_unknown_settings(kSettingPrefix, kSettingNames, kInternalSettingNames,
+                                 complain_on_stderr, nullptr);
   // A summary to /dev/fd/N: descriptor N as it is now, the only file it may be written to.
   common::note_output_stream(g_settings.summary);
   set_log_level(g_settings.log_level);

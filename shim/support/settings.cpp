@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "setting_names.hpp"
 #include "switch_word.hpp"
 #include "text_rules.hpp"
 
@@ -136,24 +135,16 @@ void read_gpu_time_every(const Reader &reader, Settings &settings) {
 
 }  // namespace
 
-// One home for the names: read_settings' own (settings_test checks it asks for no other) and
-// the wrapper's (scripts/ferrum-replay, docs/settings.md), which a user's environment may hold
-// when the shim runs. FERRUM_RECORD_* are the recorder's.
+// One home for the names (settings.hpp).
 const char kSettingNames[] =
     "FERRUM_REPLAY FERRUM_REPLAY_LOG FERRUM_REPLAY_DOMAIN FERRUM_REPLAY_SITE "
     "FERRUM_REPLAY_SITE_SKIP FERRUM_REPLAY_CONTENT FERRUM_REPLAY_NAMES FERRUM_REPLAY_FORMAT "
     "FERRUM_REPLAY_SUMMARY FERRUM_REPLAY_RUNNING_DIR FERRUM_REPLAY_GPU_TIME "
     "FERRUM_REPLAY_GPU_TIME_EVERY "
-    // The wrapper's: where the libraries are, whether to build them, its helper's Python, and
-    // the pid it hands its helper.
-    "FERRUM_REPLAY_LIBDIR FERRUM_REPLAY_BUILD FERRUM_REPLAY_PYTHON FERRUM_REPLAY_PID";
-
-void check_setting_name(const char *entry, ComplaintSink complain, void *complain_context) {
-  char sentence[640];
-  if (common::unknown_setting_sentence(entry, "FERRUM_REPLAY_", kSettingNames, sentence,
-                                       sizeof sentence))
-    complain(sentence, complain_context);
-}
+    // The wrapper's: where the libraries are, whether to build them, its helper's Python.
+    "FERRUM_REPLAY_LIBDIR FERRUM_REPLAY_BUILD FERRUM_REPLAY_PYTHON";
+// The pid the wrapper hands its helper.
+const char kInternalSettingNames[] = "FERRUM_REPLAY_PID";
 
 void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context) {

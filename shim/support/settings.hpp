@@ -46,14 +46,12 @@ using ComplaintSink = void (*)(const char *sentence, void *context);
 void read_settings(Settings &settings, common::EnvLookup lookup, void *lookup_context,
                    ComplaintSink complain, void *complain_context);
 
-// Complains (one sentence) when `entry`, a `NAME=value` of the environment, names a
-// FERRUM_REPLAY* variable that nothing of ferrum-replay reads — a misspelt setting, or one of a
-// newer version than this shim — naming the closest known one where one is close. Pure, like
-// read_settings; the caller walks the environment (F257).
-void check_setting_name(const char *entry, ComplaintSink complain, void *complain_context);
-
-// Every FERRUM_REPLAY* variable of ferrum-replay, separated by spaces: those read_settings reads
-// and those of the wrapper (docs/settings.md). Tests check read_settings asks for no other.
+// The shim's names for common::say_unknown_settings (common/setting_names.hpp, F257): every
+// FERRUM_REPLAY* variable is one of kSettingNames — read_settings' own (unit tests hold the list
+// to what it asks for) and the wrapper's (docs/settings.md) — or kInternalSettingNames, set by
+// the wrapper and never suggested.
+inline constexpr char kSettingPrefix[] = "FERRUM_REPLAY";
 extern const char kSettingNames[];
+extern const char kInternalSettingNames[];
 
 }  // namespace ferrum_replay::shim

@@ -552,37 +552,50 @@ int fork_in_launch(long n) {
   return 0;
 }
 
-// For a child about to be killed as hung, one stderr line: the system call it sleeps in (its
-// number and arguments, from /proc) and the mapping that holds its first argument, a futex's
-// address for a lock: a failing run says whose lock the child waited for (F256: the C library's,
-// the shim's, or a sanitizer's own allocator).
-void say_where_it_waits(pid_t child) {
-  char path[64], call[256] = "", mapping[512] = "";
+// For a child about to be killed as hung: the system call its (main) thread sleeps in, from
+// /proc (its number and arguments; "-1 ..." for a thread stopped outside one, "running"), and
+// the mapping that holds the first argument, a futex's address for a lock. Read before the
+// kill, printed after it (print_where_it_waited) on stdout: this program's stderr may be a full
+// pipe (fork-during-activation's stderr-full). A hint to whose lock it was (the C library's,
+// the shim's; an anonymous one may be a sanitizer's allocator, or anybody's heap), not proof.
+struct WhereItWaits {
+  char call[256] = "";
+  char mapping[512] = "";
+};
+
+WhereItWaits where_it_waits(pid_t child) {
+  WhereItWaits where;
+  char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/syscall", static_cast<int>(child));
   if (FILE *f = std::fopen(path, "r")) {
-    if (!std::fgets(call, sizeof call, f)) call[0] = '\0';
+    if (!std::fgets(where.call, sizeof where.call, f)) where.call[0] = '\0';
     std::fclose(f);
   }
-  call[std::strcspn(call, "\n")] = '\0';
-  unsigned long long number = 0, first = 0;
-  if (std::sscanf(call, "%llu %llx", &number, &first) == 2) {
-    std::snprintf(path, sizeof path, "/proc/%d/maps", static_cast<int>(child));
-    if (FILE *f = std::fopen(path, "r")) {
-      char line[512];
-      while (std::fgets(line, sizeof line, f)) {
-        unsigned long long begin = 0, end = 0;
-        if (std::sscanf(line, "%llx-%llx", &begin, &end) == 2 && begin <= first && first < end) {
-          line[std::strcspn(line, "\n")] = '\0';
-          std::snprintf(mapping, sizeof mapping, "%s", line);
-          break;
-        }
+  where.call[std::strcspn(where.call, "\n")] = '\0';
+  long long number = -1;
+  unsigned long long first = 0;
+  if (std::sscanf(where.call, "%lld %llx", &number, &first) != 2 || number < 0) return where;
+  std::snprintf(path, sizeof path, "/proc/%d/maps", static_cast<int>(child));
+  if (FILE *f = std::fopen(path, "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f)) {
+      unsigned long long begin = 0, end = 0;
+      if (std::sscanf(line, "%llx-%llx", &begin, &end) == 2 && begin <= first && first < end) {
+        line[std::strcspn(line, "\n")] = '\0';
+        std::snprintf(where.mapping, sizeof where.mapping, "%s", line);
+        break;
       }
-      std::fclose(f);
     }
+    std::fclose(f);
   }
-  std::fprintf(stderr, "hung child %d: syscall %s; its first argument in: %s\n",
-               static_cast<int>(child), call[0] ? call : "(unreadable)",
-               mapping[0] ? mapping : "(no mapping)");
+  return where;
+}
+
+void print_where_it_waited(pid_t child, const WhereItWaits &where) {
+  std::printf("hung child %d: syscall %s; its first argument in: %s\n", static_cast<int>(child),
+              where.call[0] ? where.call : "(unreadable)",
+              where.mapping[0] ? where.mapping : "(no mapping)");
+  std::fflush(stdout);
 }
 
 // Waits for `child` at most `bound_ms` (then kills it): its exit status, 128+N for a signal,
@@ -594,9 +607,10 @@ int wait_at_most(pid_t child, int bound_ms) {
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  say_where_it_waits(child);
+  const WhereItWaits where = where_it_waits(child);
   kill(child, SIGKILL);
   waitpid(child, &status, 0);
+  print_where_it_waited(child, where);
   return -1;
 }
 

@@ -346,14 +346,13 @@ def fork_while_naming():
     its own): the child's first graph instantiation waited for ever on the lock that a thread
     the child does not have held at the fork (about one fork in eight here). 60 forks, each child
     instantiates and launches once: none may hang. (The worker loads and unloads a library as it goes: each unload empties
-    the cache under its lock, which widens the window.) Not under TSan (F256): GCC 12's
-    ThreadSanitizer does not hold its allocator's locks across fork() (LLVM added that in 2024,
-    llvm-project#96600), so a child's malloc can wait for ever on a lock the worker held at the
-    fork — the stand-in driver's own allocation in the child, or the demangler's (a CI run's
-    hung child: TSan's SizeClassAllocator64 region mutex, under __cxa_demangle's realloc). The
-    plain and ASan stages judge it."""
-    if under_tsan():
-        return "skip: ThreadSanitizer's allocator is not fork-safe (a child's malloc can hang)"
+    the cache under its lock, which widens the window.) Not under a sanitizer whose allocator
+    is not fork-safe (harness.allocator_not_fork_safe, F256): a child's malloc — the stand-in
+    driver's own, or the demangler's — can wait for ever on a lock the worker held at the fork
+    (a CI run's hung child under TSan: its SizeClassAllocator64 region mutex, under
+    __cxa_demangle's realloc). The default stage judges it."""
+    if runtime := harness.allocator_not_fork_safe():
+        return f"skip: {runtime}'s allocator is not fork-safe (a child's malloc can hang)"
     run_ = fault("fork-while-naming", "--launches", "60", "--how", FAILING_TOOL, timeout=240)
     got = values(run_.stdout)
     expect(run_.returncode == 0 and got.get("forks") == 60, "the program failed", run_)

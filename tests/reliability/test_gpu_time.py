@@ -949,13 +949,12 @@ def fork_child_counts():
     """A forked child that creates its own context and times 7 replays reports its own counts;
     the parent's (2 x 12) are unchanged by it."""
     env = {"FERRUM_STANDIN_GRAPH_NS": "100000,200000"}
-    if "libasan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
-        # GCC 12's libasan holds no lock of its allocator across fork: a child forked while
-        # another thread of the parent (the shim's GPU-timing thread, reaping) allocates finds
-        # that size class locked for ever, and hangs in malloc or in LeakSanitizer's exit check
-        # (2 of 300 runs under load; backtraces: the child's threads wait on the allocator's
-        # mutex). glibc's malloc is fork-safe: default and TSan stages run it.
-        return "skip: libasan's allocator is not fork-safe (a child can hang in malloc)"
+    if runtime := harness.allocator_not_fork_safe():
+        # A child forked while another thread of the parent (the shim's GPU-timing thread,
+        # reaping) allocates finds that size class locked for ever, and hangs in malloc or in
+        # LeakSanitizer's exit check (libasan: 2 of 300 runs under load; backtraces: the child's
+        # threads wait on the allocator's mutex; libtsan: the same lock, F256).
+        return f"skip: {runtime}'s allocator is not fork-safe (a child can hang in malloc)"
     if "libtsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
         # TSan refuses any thread started after a fork of a multi-threaded process (the child's
         # own reaper is what this tests) unless told to let it: a limit of the tool.

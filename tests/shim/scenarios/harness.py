@@ -63,6 +63,18 @@ def preload_first(child_env):
         child_env["LD_PRELOAD"] = " ".join(filter(None, [first, child_env.get("LD_PRELOAD")]))
 
 
+def allocator_not_fork_safe():
+    """The sanitizer runtime preloaded first (FERRUM_TEST_PRELOAD_FIRST) when its allocator holds
+    no lock across fork(), else None. GCC 12's libasan and libtsan hold none (LLVM added them
+    later: llvm-project#96600 for TSan, 2024): a child forked while another thread of the parent
+    allocates can wait for ever in its first malloc — the program's own as much as ours (F256).
+    glibc's malloc, the default stage's, is reset by fork(). A test whose children must not hang
+    while a parent thread allocates skips under such a runtime, saying so; the default stage
+    judges it."""
+    first = os.environ.get("FERRUM_TEST_PRELOAD_FIRST", "")
+    return next((runtime for runtime in ("libasan", "libtsan") if runtime in first), None)
+
+
 # Cross-architecture runs (scripts/test-aarch64): FERRUM_TEST_EMULATOR names qemu-user. The
 # loader variables must reach the emulated program, not the (host) emulator: they travel in
 # QEMU_SET_ENV.

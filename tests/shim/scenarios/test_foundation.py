@@ -388,12 +388,22 @@ def invalid_setting_one_line():
     expect_one_range_per_launch(run_, LAUNCHES)  # in the default domain
 
 
+SOURCE_ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+
+
 def documented_setting_names():
-    """Every FERRUM_REPLAY* variable docs/settings.md names: the settings' table and the
-    wrapper's."""
-    docs = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "settings.md")
-    with open(docs, encoding="utf-8") as handle:
-        return sorted(set(re.findall(r"^\| `(FERRUM_REPLAY[A-Z0-9_]*)`", handle.read(), re.M)))
+    """Every FERRUM_REPLAY* variable docs/settings.md names in its tables (the settings' and the
+    wrapper's), and every one the wrapper, CI job, GPU smoke script and Python package use."""
+    with open(os.path.join(SOURCE_ROOT, "docs", "settings.md"), encoding="utf-8") as handle:
+        names = set(re.findall(r"^\| `(FERRUM_REPLAY[A-Z0-9_]*)`", handle.read(), re.M))
+    tools = [os.path.join(SOURCE_ROOT, "scripts", name)
+             for name in ("ferrum-replay", "ci-smoke-profile", "gpu-smoke")]
+    package = os.path.join(SOURCE_ROOT, "python", "ferrum_replay")
+    tools += [os.path.join(package, name) for name in os.listdir(package) if name.endswith(".py")]
+    for tool in tools:
+        with open(tool, encoding="utf-8") as handle:
+            names |= set(re.findall(r"\b(FERRUM_REPLAY(?:_[A-Z0-9]+)*)\b", handle.read()))
+    return sorted(names)
 
 
 def unknown_setting_one_line():
@@ -414,9 +424,8 @@ def unknown_setting_one_line():
         expect_one_range_per_launch(run_, LAUNCHES)
         expect(not os.listdir(tmp), "a misspelt summary setting wrote a file", run_)
         names = documented_setting_names()
-        expect(len(names) >= 15, f"docs/settings.md lists {len(names)} FERRUM_REPLAY* variables",
-               run_)
-        names.append("FERRUM_REPLAY_PID")  # the wrapper's, for its helper (docs/settings.md)
+        expect(len(names) >= 16 and "FERRUM_REPLAY_PID" in names,
+               f"docs/settings.md and the tools name {len(names)} FERRUM_REPLAY* variables", run_)
         valid = {"FERRUM_REPLAY": "on", "FERRUM_REPLAY_LOG": "error",
                  "FERRUM_REPLAY_DOMAIN": "ferrum-replay", "FERRUM_REPLAY_SITE": "instantiate",
                  "FERRUM_REPLAY_CONTENT": "off", "FERRUM_REPLAY_FORMAT": "{name}",
@@ -432,6 +441,13 @@ def unknown_setting_one_line():
         expect(not said, f"a documented variable is called unknown: {said}", run_)
         run_ = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY": "off", "FERRUM_REPLAY_SUMARY": "x"})
         expect(run_.stderr == "", "switched off, a variable was still read", run_)
+        # Many: eight lines, then one counting the rest.
+        many = {f"FERRUM_REPLAY_UNKNOWN_{i}": "1" for i in range(11)}
+        run_ = launch("LAUNCH_DRIVER", env=many)
+        lines = run_.stderr.splitlines()
+        expect(len(lines) == 9 and sum("is not a setting" in line for line in lines) == 8
+               and "3 more FERRUM_REPLAY* variables are not settings" in lines[-1],
+               "expected 8 lines and one counting the other 3", run_)
 
 
 def custom_domain():
