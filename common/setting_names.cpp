@@ -83,14 +83,21 @@ const char *suggestion(const char *name, size_t length, size_t prefix_length, co
 
 }  // namespace
 
+bool unknown_setting(const char *entry, const char *prefix, const char *known,
+                     const char *internal) {
+  if (!entry || strncmp(entry, prefix, strlen(prefix)) != 0) return false;
+  const char *equals = strchr(entry, '=');
+  const size_t length = equals ? static_cast<size_t>(equals - entry) : strlen(entry);
+  return !listed(entry, length, known) && !listed(entry, length, internal);
+}
+
 bool unknown_setting_sentence(const char *entry, const char *prefix, const char *known,
                               const char *internal, char *out, size_t out_size) {
   if (out_size > 0) out[0] = '\0';
+  if (!unknown_setting(entry, prefix, known, internal)) return false;
   const size_t prefix_length = strlen(prefix);
-  if (!entry || strncmp(entry, prefix, prefix_length) != 0) return false;
   const char *equals = strchr(entry, '=');
   const size_t length = equals ? static_cast<size_t>(equals - entry) : strlen(entry);
-  if (listed(entry, length, known) || listed(entry, length, internal)) return false;
   char name[kQuotedSize];
   printable_quote(entry, length, kMessageLimit, name, sizeof name);
   size_t suggested_length = 0;
@@ -116,11 +123,16 @@ void say_unknown_settings(const char *prefix, const char *known, const char *int
   each_startup_env_entry(
       [](const char *entry, void *state) {
         auto &w = *static_cast<Walk *>(state);
-        char sentence[640];
-        if (!unknown_setting_sentence(entry, w.prefix, w.known, w.internal, sentence,
-                                      sizeof sentence))
+        if (w.found >= kMostUnknownSettingLines) {  // past the cap: only counted
+          if (unknown_setting(entry, w.prefix, w.known, w.internal)) ++w.found;
           return;
-        if (++w.found <= kMostUnknownSettingLines) w.say(sentence, w.context);
+        }
+        char sentence[640];
+        if (unknown_setting_sentence(entry, w.prefix, w.known, w.internal, sentence,
+                                     sizeof sentence)) {
+          ++w.found;
+          w.say(sentence, w.context);
+        }
       },
       &walk);
   if (walk.found > kMostUnknownSettingLines) {

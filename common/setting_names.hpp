@@ -22,6 +22,11 @@ namespace ferrum_replay::common {
 bool unknown_setting_sentence(const char *entry, const char *prefix, const char *known,
                               const char *internal, char *out, size_t out_size);
 
+// Whether unknown_setting_sentence would say something of `entry` (no sentence, no suggestion:
+// the variables past the lines' cap are only counted).
+bool unknown_setting(const char *entry, const char *prefix, const char *known,
+                     const char *internal);
+
 // The lines a process says about its start-up environment (startup_env.hpp; none where it
 // cannot be read): one `say` per unknown variable as above, at most kMostUnknownSettingLines,
 // then one counting the rest.

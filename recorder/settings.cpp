@@ -177,7 +177,7 @@ const char kInternalRecordSettingNames[] = "FERRUM_RECORD_SESSION";  // the wrap
 
 void say_unknown_settings(std::vector<std::string> *warnings) {
   common::say_unknown_settings(
-      "FERRUM_RECORD_", kRecordSettingNames, kInternalRecordSettingNames,
+      kRecordSettingPrefix, kRecordSettingNames, kInternalRecordSettingNames,
       [](const char *sentence, void *lines) {
         static_cast<std::vector<std::string> *>(lines)->push_back(
             std::string("ferrum-replay recorder: ") + sentence + "\n");

@@ -97,6 +97,7 @@ Settings parse_settings(common::EnvLookup env, void *context, std::vector<std::s
 // Every FERRUM_RECORD_* variable the recorder reads, as common/setting_names.hpp lists names:
 // kRecordSettingNames, and kInternalRecordSettingNames (set by the wrapper, never suggested).
 // The unit tests check parse_settings asks for no other.
+inline constexpr char kRecordSettingPrefix[] = "FERRUM_RECORD_";
 extern const char kRecordSettingNames[];
 extern const char kInternalRecordSettingNames[];
 

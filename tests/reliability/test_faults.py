@@ -931,12 +931,17 @@ def first_launch_on_smallest_stack():
     """The process's first launch on a thread with the smallest stack POSIX allows
     (PTHREAD_STACK_MIN; some thread pools make them): a running directory, which makes that
     launch create the running marker, must not overflow a stack the launch fits without it
-    (`record` and ci-smoke-profile always set one), nor must a summary file."""
+    (`record` and ci-smoke-profile always set one), nor must a summary file, nor a misspelt
+    setting (its line and suggestion are made at that first launch: F257)."""
     if os.environ.get("FERRUM_TEST_PRELOAD_FIRST"):
         return "skip: a sanitizer's frames are larger than the smallest stack"
     with tempfile.TemporaryDirectory() as tmp:
-        for env in (None, {"FERRUM_REPLAY_RUNNING_DIR": ".", "FERRUM_REPLAY_SUMMARY": "s.%p.txt"}):
+        for env in (None, {"FERRUM_REPLAY_RUNNING_DIR": ".", "FERRUM_REPLAY_SUMMARY": "s.%p.txt",
+                           "FERRUM_REPLAY_SUMARY": "misspelt"}):
             run_ = fault("small-stack", "--launches", "3", cwd=tmp, env=env)
+            if env:
+                expect("did you mean FERRUM_REPLAY_SUMMARY?" in run_.stderr,
+                       "no line for the misspelt setting", run_)
             expect(run_.returncode == 0 and values(run_.stdout).get("launches") == 3,
                    f"with {env}: exit {run_.returncode}", run_)
         files = os.listdir(tmp)

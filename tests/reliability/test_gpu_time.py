@@ -955,10 +955,6 @@ def fork_child_counts():
         # LeakSanitizer's exit check (libasan: 2 of 300 runs under load; backtraces: the child's
         # threads wait on the allocator's mutex; libtsan: the same lock, F256).
         return f"skip: {runtime}'s allocator is not fork-safe (a child can hang in malloc)"
-    if "libtsan" in os.environ.get("FERRUM_TEST_PRELOAD_FIRST", ""):
-        # TSan refuses any thread started after a fork of a multi-threaded process (the child's
-        # own reaper is what this tests) unless told to let it: a limit of the tool.
-        env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + ":die_after_fork=0"
     run_ = program("fork", 12, 7, env=env, timeout=60)
     expect(run_.returncode == 0 and "child_status=0" in run_.stdout, "program failed", run_)
     found = {s.pid: s for s in gpu_check.summaries(run_.stderr)}

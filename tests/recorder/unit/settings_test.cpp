@@ -160,8 +160,8 @@ TEST_CASE("a FERRUM_RECORD_* variable the recorder does not read is one sentence
   char sentence[640];
   const auto say = [&](const char *entry) {
     return ferrum_replay::common::unknown_setting_sentence(
-               entry, "FERRUM_RECORD_", kRecordSettingNames, kInternalRecordSettingNames, sentence,
-               sizeof sentence)
+               entry, kRecordSettingPrefix, kRecordSettingNames, kInternalRecordSettingNames,
+               sentence, sizeof sentence)
                ? std::string(sentence)
                : std::string();
   };
