@@ -31,15 +31,30 @@ size_t name_distance(const char *a, size_t a_length, const char *b, size_t b_len
   return previous[b_length];
 }
 
-// Whether `name` (`length` bytes) is one of `list`.
-bool listed(const char *name, size_t length, const char *list) {
+// The length of an environment entry's name: the bytes before its '=' (all of a bare name).
+size_t name_length(const char *entry) {
+  const char *equals = strchr(entry, '=');
+  return equals ? static_cast<size_t>(equals - entry) : strlen(entry);
+}
+
+// Calls `visit(item, item_length)` for each name of a list (setting_names.hpp).
+template <typename Visit>
+void each_name(const char *list, Visit &&visit) {
   for (const char *item = list; *item;) {
     const size_t item_length = strcspn(item, " ");
-    if (item_length == length && memcmp(item, name, length) == 0) return true;
+    visit(item, item_length);
     item += item_length;
     while (*item == ' ') ++item;
   }
-  return false;
+}
+
+// Whether `name` (`length` bytes) is one of `list`.
+bool listed(const char *name, size_t length, const char *list) {
+  bool found = false;
+  each_name(list, [&](const char *item, size_t item_length) {
+    found = found || (item_length == length && memcmp(item, name, length) == 0);
+  });
+  return found;
 }
 
 // A known name to suggest for `name`, or null; its length in *suggested_length.
@@ -51,8 +66,7 @@ const char *suggestion(const char *name, size_t length, size_t prefix_length, co
   const char *closest = nullptr, *within = nullptr, *beyond = nullptr;
   size_t closest_distance = most_edits + 1, within_length = 0, beyond_length = 0,
          closest_length = 0;
-  for (const char *item = known; *item;) {
-    const size_t item_length = strcspn(item, " ");
+  each_name(known, [&](const char *item, size_t item_length) {
     const size_t distance = name_distance(name, length, item, item_length);
     if (distance < closest_distance) {
       closest = item;
@@ -70,9 +84,7 @@ const char *suggestion(const char *name, size_t length, size_t prefix_length, co
         beyond_length = item_length;
       }
     }
-    item += item_length;
-    while (*item == ' ') ++item;
-  }
+  });
   if (closest) {
     *suggested_length = closest_length;
     return closest;
@@ -86,8 +98,7 @@ const char *suggestion(const char *name, size_t length, size_t prefix_length, co
 bool unknown_setting(const char *entry, const char *prefix, const char *known,
                      const char *internal) {
   if (!entry || strncmp(entry, prefix, strlen(prefix)) != 0) return false;
-  const char *equals = strchr(entry, '=');
-  const size_t length = equals ? static_cast<size_t>(equals - entry) : strlen(entry);
+  const size_t length = name_length(entry);
   return !listed(entry, length, known) && !listed(entry, length, internal);
 }
 
@@ -96,8 +107,7 @@ bool unknown_setting_sentence(const char *entry, const char *prefix, const char 
   if (out_size > 0) out[0] = '\0';
   if (!unknown_setting(entry, prefix, known, internal)) return false;
   const size_t prefix_length = strlen(prefix);
-  const char *equals = strchr(entry, '=');
-  const size_t length = equals ? static_cast<size_t>(equals - entry) : strlen(entry);
+  const size_t length = name_length(entry);
   char name[kQuotedSize];
   printable_quote(entry, length, kMessageLimit, name, sizeof name);
   size_t suggested_length = 0;
