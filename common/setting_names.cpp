@@ -9,6 +9,10 @@
 namespace ferrum_replay::common {
 namespace {
 
+// What the names of both tools' settings begin with (FERRUM_REPLAY*, FERRUM_RECORD_*): a
+// pattern in one's value may name the user's own variable of either's prefix.
+constexpr char kOurPrefix[] = "FERRUM_";
+
 // Longer names are never near a known one (every setting's name is shorter).
 constexpr size_t kNameRoom = 64;
 
@@ -124,17 +128,40 @@ bool unknown_setting_sentence(const char *entry, const char *prefix, const char 
 
 void say_unknown_settings(const char *prefix, const char *known, const char *internal,
                           void (*say)(const char *sentence, void *context), void *context) {
+  // The values whose %q{NAME} may name a variable of the user's own (setting_names.hpp). The
+  // entries live as long as the process (startup_env.hpp).
+  struct Patterns {
+    const char *values[kMostPatternValues];
+    unsigned count;
+  } patterns{{}, 0};
+  each_startup_env_entry(
+      [](const char *entry, void *state) {
+        auto &p = *static_cast<Patterns *>(state);
+        const char *value = entry + name_length(entry);
+        if (p.count < kMostPatternValues && strncmp(entry, kOurPrefix, strlen(kOurPrefix)) == 0 &&
+            *value == '=' && strstr(value, "%q{") && strlen(value + 1) <= kMaxExpandedPath)
+          p.values[p.count++] = value + 1;
+      },
+      &patterns);
   struct Walk {
     const char *prefix, *known, *internal;
+    const Patterns *patterns;
     void (*say)(const char *, void *);
     void *context;
     unsigned found;
-  } walk{prefix, known, internal, say, context, 0};
+    bool unknown(const char *entry) const {
+      if (!unknown_setting(entry, prefix, known, internal)) return false;
+      for (unsigned i = 0; i < patterns->count; ++i)
+        if (pattern_reads(patterns->values[i], entry, name_length(entry))) return false;
+      return true;
+    }
+  } walk{prefix, known, internal, &patterns, say, context, 0};
   each_startup_env_entry(
       [](const char *entry, void *state) {
         auto &w = *static_cast<Walk *>(state);
+        if (!w.unknown(entry)) return;
         if (w.found >= kMostUnknownSettingLines) {  // past the cap: only counted
-          if (unknown_setting(entry, w.prefix, w.known, w.internal)) ++w.found;
+          ++w.found;
           return;
         }
         char sentence[640];

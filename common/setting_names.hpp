@@ -29,8 +29,13 @@ bool unknown_setting(const char *entry, const char *prefix, const char *known,
 
 // The lines a process says about its start-up environment (startup_env.hpp; none where it
 // cannot be read): one `say` per unknown variable as above, at most kMostUnknownSettingLines,
-// then one counting the rest.
+// then one counting the rest. A variable that a `%q{NAME}` in the value of a FERRUM_* variable
+// reads (`FERRUM_REPLAY_SUMMARY=out/%q{FERRUM_REPLAY_RUN}.txt`) is the user's own, named for a
+// pattern of ours, not a misspelt setting: not said, not counted (review RG-4). The values looked
+// at: the first kMostPatternValues FERRUM_* values holding `%q{` (we read three such settings),
+// each at most kMaxExpandedPath bytes (text_rules.hpp; the shim refuses a longer one).
 inline constexpr unsigned kMostUnknownSettingLines = 8;
+inline constexpr unsigned kMostPatternValues = 16;
 void say_unknown_settings(const char *prefix, const char *known, const char *internal,
                           void (*say)(const char *sentence, void *context), void *context);
 

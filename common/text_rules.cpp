@@ -92,6 +92,40 @@ bool unprintable(const unsigned char *in, size_t length) {
   return false;
 }
 
+// The grammar of an output pattern (expand_pattern, text_rules.hpp), one walk for each use of
+// it: `sink.text(p, length, first)` for bytes kept as they are (`first`: the pattern's first
+// byte), `sink.put_pid()` for %p, `sink.put_host()` for %h, `sink.put_variable(name, length)`
+// for %q{NAME} (not terminated); stops when `sink.done()`.
+template <typename Sink>
+void walk_pattern(const char *pattern, Sink &sink) {
+  const char *const start = pattern ? pattern : "";
+  for (const char *p = start; *p && !sink.done(); ++p) {
+    if (*p != '%' || !p[1]) {
+      sink.text(p, 1, p == start);
+    } else if (p[1] == 'p') {
+      sink.put_pid();
+      ++p;
+    } else if (p[1] == 'h') {
+      sink.put_host();
+      ++p;
+    } else if (p[1] == '%') {
+      sink.text("%", 1, false);
+      ++p;
+    } else if (p[1] == 'q' && p[2] == '{' && name_start(p[3])) {
+      const char *name = p + 3, *end = name;
+      while (name_char(*end)) ++end;
+      if (*end != '}') {  // an invalid name or no '}': literal
+        sink.text(p, 1, p == start);
+        continue;
+      }
+      sink.put_variable(name, static_cast<size_t>(end - name));
+      p = end;
+    } else {
+      sink.text(p, 1, p == start);  // %x, %q without {, %q{}: kept
+    }
+  }
+}
+
 }  // namespace
 
 const char *process_env(const char *name, void *) {
@@ -102,57 +136,72 @@ bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup e
                     char *out, size_t out_size, char *unset, size_t unset_size) {
   if (unset && unset_size) unset[0] = '\0';
   if (!out || out_size == 0) return false;
-  const size_t capacity = out_size - 1 < kMaxExpandedPath ? out_size - 1 : kMaxExpandedPath;
-  Writer w{out, capacity};
-  const char *const start = pattern ? pattern : "";
-  for (const char *p = start; *p && !w.full; ++p) {
-    if (*p != '%' || !p[1]) {
+  struct Expansion {
+    Writer w;
+    long pid;
+    const char *host;
+    EnvLookup env;
+    void *context;
+    char *unset;
+    size_t unset_size;
+
+    bool done() const { return w.full; }
+    void text(const char *p, size_t length, bool first) {
       // A relative pattern whose leading placeholders expanded to nothing (an unset %q{DIR}/)
       // stays relative: it never names the root directory.
-      if (*p == '/' && w.used == 0 && p != start) w.put(".", 1);
-      w.put(p, 1);
-    } else if (p[1] == 'p') {
+      if (*p == '/' && w.used == 0 && !first) w.put(".", 1);
+      w.put(p, length);
+    }
+    void put_pid() {
       char digits[24];
       const int n = snprintf(digits, sizeof digits, "%ld", pid);
       w.put(digits, n > 0 ? static_cast<size_t>(n) : 0);
-      ++p;
-    } else if (p[1] == 'h') {
+    }
+    void put_host() {
       if (host) w.put(host, strlen(host));
-      ++p;
-    } else if (p[1] == '%') {
-      w.put("%", 1);
-      ++p;
-    } else if (p[1] == 'q' && p[2] == '{' && name_start(p[3])) {
-      const char *name = p + 3, *end = name;
-      while (name_char(*end)) ++end;
-      if (*end != '}') {  // an invalid name or no '}': literal
-        w.put(p, 1);
-        continue;
-      }
+    }
+    void put_variable(const char *name, size_t length) {
       char variable[kMaxExpandedPath + 1];
-      const size_t length = static_cast<size_t>(end - name);
       if (length >= sizeof variable) {  // longer than any output: unset as far as we can tell
         note_unset(name, 64, unset, unset_size);
-      } else {
-        memcpy(variable, name, length);
-        variable[length] = '\0';
-        const char *value = env ? env(variable, context) : nullptr;
-        if (value)
-          w.put(value, strlen(value));
-        else
-          note_unset(name, length, unset, unset_size);
+        return;
       }
-      p = end;
-    } else {
-      w.put(p, 1);  // %x, %q without {, %q{}: kept
+      memcpy(variable, name, length);
+      variable[length] = '\0';
+      const char *value = env ? env(variable, context) : nullptr;
+      if (value)
+        w.put(value, strlen(value));
+      else
+        note_unset(name, length, unset, unset_size);
     }
-  }
-  if (w.full) {
+  };
+  const size_t capacity = out_size - 1 < kMaxExpandedPath ? out_size - 1 : kMaxExpandedPath;
+  Expansion expansion{Writer{out, capacity}, pid, host, env, context, unset, unset_size};
+  walk_pattern(pattern, expansion);
+  if (expansion.w.full) {
     out[0] = '\0';
     return false;
   }
-  out[w.used] = '\0';
+  out[expansion.w.used] = '\0';
   return true;
+}
+
+bool pattern_reads(const char *pattern, const char *name, size_t length) {
+  struct Reads {
+    const char *name;
+    size_t length;
+    bool read;
+
+    bool done() const { return read; }
+    void text(const char *, size_t, bool) {}
+    void put_pid() {}
+    void put_host() {}
+    void put_variable(const char *variable, size_t variable_length) {
+      read = variable_length == length && memcmp(variable, name, length) == 0;
+    }
+  } reads{name, length, false};
+  walk_pattern(pattern, reads);
+  return reads.read;
 }
 
 void host_name(char *out, size_t out_size) {

@@ -440,6 +440,13 @@ def test_unknown_setting_name(tmp):
                                            "FERRUM_RECORD_MEMORY": "24M",
                                            "FERRUM_RECORDER_LIB": "x"})
     expect("is not a setting" not in c.stderr, "a variable of ours was called unknown", c)
+    # A variable of the user's own that the trace's pattern reads (%q{NAME}) is theirs, not a
+    # misspelt setting: no line, and the trace is where it says (review RG-4).
+    c = run_client(tmp, "--iters", 5, out=os.path.join(tmp, "%q{FERRUM_RECORD_TAG}.json"),
+                   env={"FERRUM_RECORD_TAG": "tagged"})
+    expect(c.returncode == 0, "client failed", c)
+    expect("is not a setting" not in c.stderr, "the pattern's own variable was called unknown", c)
+    expect(os.path.isfile(os.path.join(tmp, "tagged.json")), "no trace at the pattern's name", c)
 
 
 def test_pop_without_push(tmp):

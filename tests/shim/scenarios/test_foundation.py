@@ -441,6 +441,21 @@ def unknown_setting_one_line():
         expect(not said, f"a documented variable is called unknown: {said}", run_)
         run_ = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY": "off", "FERRUM_REPLAY_SUMARY": "x"})
         expect(run_.stderr == "", "switched off, a variable was still read", run_)
+        # A variable of the user's own that a pattern of ours reads (%q{NAME}, in the shim's or
+        # the recorder's pattern) is theirs, not a misspelt setting: no line, and it is used
+        # (review RG-4). One that %% makes literal is read by nothing: still one line.
+        env = {"FERRUM_REPLAY_SUMMARY": os.path.join(tmp, "%q{FERRUM_REPLAY_RUN}.txt"),
+               "FERRUM_REPLAY_RUN": "run7",
+               "FERRUM_RECORD_OUT": os.path.join(tmp, "%q{FERRUM_REPLAY_JOB}.json"),
+               "FERRUM_REPLAY_JOB": "j",
+               "FERRUM_REPLAY_RUNNING_DIR": os.path.join(tmp, "%%q{FERRUM_REPLAY_TAG}"),
+               "FERRUM_REPLAY_TAG": "t"}
+        run_ = launch("LAUNCH_DRIVER", env=env)
+        said = [line for line in run_.stderr.splitlines() if "is not a setting" in line]
+        expect(len(said) == 1 and "FERRUM_REPLAY_TAG is not a setting" in said[0],
+               f"expected one line, of FERRUM_REPLAY_TAG alone: {said}", run_)
+        expect(os.path.isfile(os.path.join(tmp, "run7.txt")),
+               "the summary is not at the name the user's variable gave", run_)
         # Many: eight lines, then one counting the rest.
         many = {f"FERRUM_REPLAY_UNKNOWN_{i}": "1" for i in range(11)}
         run_ = launch("LAUNCH_DRIVER", env=many)

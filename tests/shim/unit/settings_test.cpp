@@ -2,6 +2,7 @@
 // value is wrong (one sentence, then the default).
 #include <doctest/doctest.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
 #include <map>
@@ -12,6 +13,7 @@
 #include "setting_names.hpp"
 #include "startup_env.hpp"
 #include "support/settings.hpp"
+#include "text_rules.hpp"
 
 namespace {
 
@@ -259,6 +261,28 @@ TEST_CASE("a FERRUM_REPLAY* variable nothing reads is one sentence, naming the c
   REQUIRE(said.size() == 1);
   CHECK(said[0].find("did you mean") == std::string::npos);
   CHECK(said[0].size() < 300);
+}
+
+TEST_CASE("a variable a pattern names (%q{NAME}) is told apart by the pattern rule itself") {
+  using ferrum_replay::common::pattern_reads;
+  const auto reads = [](const char *pattern, const char *name) {
+    return pattern_reads(pattern, name, strlen(name));
+  };
+  CHECK(reads("out/%q{FERRUM_REPLAY_RUN}.txt", "FERRUM_REPLAY_RUN"));
+  CHECK(reads("%q{A}%q{FERRUM_REPLAY_RUN}", "FERRUM_REPLAY_RUN"));
+  CHECK(reads("%%%q{FERRUM_REPLAY_RUN}", "FERRUM_REPLAY_RUN"));  // %% then %q{...}
+  CHECK(reads("%p/%h/%q{X}/", "X"));
+  // Not a longer or shorter name, not one %% makes literal, not a %q{ the rule keeps as text.
+  CHECK_FALSE(reads("out/%q{FERRUM_REPLAY_RUN}.txt", "FERRUM_REPLAY_RU"));
+  CHECK_FALSE(reads("out/%q{FERRUM_REPLAY_RUN}.txt", "FERRUM_REPLAY_RUNS"));
+  CHECK_FALSE(reads("%%q{FERRUM_REPLAY_RUN}", "FERRUM_REPLAY_RUN"));
+  CHECK_FALSE(reads("%q{FERRUM_REPLAY_RUN", "FERRUM_REPLAY_RUN"));
+  CHECK_FALSE(reads("%q{FERRUM-REPLAY}", "FERRUM"));
+  CHECK_FALSE(reads("FERRUM_REPLAY_RUN", "FERRUM_REPLAY_RUN"));
+  CHECK_FALSE(reads(nullptr, "X"));
+  // A name longer than any expansion is still the name it is.
+  const std::string long_name(5000, 'N');
+  CHECK(reads(("%q{" + long_name + "}").c_str(), long_name.c_str()));
 }
 
 TEST_CASE("known names, empty values, other prefixes and non-entries are not complained of") {
