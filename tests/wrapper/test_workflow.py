@@ -14,6 +14,7 @@ total, and FERRUM_REPLAY_SITE=off gives "graph N" where a test needs known names
 """
 import contextlib
 import glob
+import itertools
 import json
 import os
 import re
@@ -6134,8 +6135,16 @@ def test_gpu_smoke_without_gpu(tmp):
     verdicts = re.findall(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.+)$", done.stdout, re.M)
     names = [v[1] for v in verdicts]
     expect(names == ["real-static-runtime", "real-shared-runtime", "real-per-thread-stream",
-                     "demo", "gpu-time", "torch", "torch-names"], f"one verdict per case: {names}",
-           done)
+                     "demo", "demo-gpu-time", "gpu-time-off", "gpu-time", "torch", "torch-names"],
+           f"one verdict per case: {names}", done)
+    # Before the cases, what the test programs' CUDA runtime sees, in one line (no driver here);
+    # under each FAIL the last lines of its case's logs (the run's only record on a machine
+    # lent for minutes: review GS-8).
+    expect("the driver supports CUDA none, the test programs' runtime is CUDA 13." in done.stdout
+           and "it sees no usable device (cudaErrorInsufficientDriver" in done.stdout,
+           "no line saying what the CUDA runtime sees", done)
+    expect(re.search(r"^FAIL\s+demo\s.*\n      (err|out)\.txt:\n        \S", done.stdout, re.M),
+           "no log lines under the demo's FAIL", done)
     # Every case fails: the programs (built here with nvcc) find no GPU (nsys runs only after
     # a gpu-time case that passed).
     expect(all(v[0] == "FAIL" for v in verdicts), "nothing passes or skips without a GPU", done)
@@ -6178,17 +6187,19 @@ def test_gpu_smoke_without_gpu(tmp):
     # failed every case as its own fault; 0 was no limit at all), no case counted, the value
     # shown by the one rule for values in messages (a lone 0x9B, an 8-bit terminal's escape,
     # and a 100 KB value reached the terminal raw and whole).
-    for value in ("forty", "0", "-5", "", "\x9b5\x9b[31mX", "9" * 100000 + "x"):
-        done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, FERRUM_GPU_SMOKE_TIMEOUT=value))
-        if value == "":  # unset: the default
+    for value, variable in itertools.product(
+            ("forty", "0", "-5", "", "\x9b5\x9b[31mX", "9" * 100000 + "x"),
+            ("FERRUM_GPU_SMOKE_TIMEOUT", "FERRUM_GPU_SMOKE_NSYS_TIMEOUT")):
+        if value == "":  # unset: the default (a run of every case, as above)
             continue
-        expect(done.returncode == 2 and "FERRUM_GPU_SMOKE_TIMEOUT must be a whole number" in
+        done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, **{variable: value}))
+        expect(done.returncode == 2 and f"{variable} must be a whole number" in
                done.stdout and "PASS" not in done.stdout and "FAIL " not in done.stdout,
-               f"FERRUM_GPU_SMOKE_TIMEOUT={value[:20]!r}", done)
+               f"{variable}={value[:20]!r}", done)
         expect(len(done.stdout.splitlines()) == 1 and "failed" not in done.stdout and
                "\x9b" not in done.stdout and "\ufffd" not in done.stdout and
                len(done.stdout) < 400,
-               f"FERRUM_GPU_SMOKE_TIMEOUT={value[:20]!r}: one short printable line", done)
+               f"{variable}={value[:20]!r}: one short printable line", done)
 
 
 def test_torch_graphs_script(tmp):
@@ -6211,6 +6222,27 @@ def test_torch_graphs_script(tmp):
     none = run([sys.executable, script], tmp, env={"PYTHONPATH": fake, "FAKE_TORCH_CUDA": "0"})
     expect(none.returncode == 77 and none.stdout == "torch sees no CUDA device\n", "no device",
            none)
+
+
+def test_configure_refuses_old_cuda_headers(tmp):
+    """Headers older than CUDA 12.4 (no green contexts) failed deep inside a compile of the shim
+    with no word why — an H100 image may carry CUDA 12.0 to 12.3 (review GS-1). The configure
+    stops at once, naming the headers, their version and what to do. The headers: the real
+    ones, cuda.h saying it is 12.3."""
+    include = os.path.join(tmp, "cuda", "include")
+    os.makedirs(include)
+    real = os.path.join(env_path("FERRUM_CUDA_HOME"), "include")
+    for name in os.listdir(real):
+        if name != "cuda.h":
+            os.symlink(os.path.join(real, name), os.path.join(include, name))
+    write(os.path.join(include, "cuda.h"), f'#include "{os.path.join(real, "cuda.h")}"\n'
+          "#undef CUDA_VERSION\n#define CUDA_VERSION 12030\n")
+    done = run([env_path("MESON"), "setup", os.path.join(tmp, "build"), SOURCE,
+                "-Dcuda-home=" + os.path.join(tmp, "cuda"), "-Dwerror=false",
+                "-Dunit-tests=auto"], tmp, timeout=300)
+    expect(done.returncode != 0 and f"The CUDA headers under {include} are CUDA 12.3; "
+           "ferrum-replay is built with CUDA 12.4 or later headers" in done.stdout + done.stderr,
+           "the configure did not stop on CUDA 12.3 headers, saying why", done)
 
 
 def test_build_without_doctest(tmp):

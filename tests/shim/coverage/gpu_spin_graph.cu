@@ -1,24 +1,34 @@
 // A real CUDA program for scripts/gpu-smoke's GPU-time case: one graph whose single kernel spins
-// for a known number of SM cycles (clock64), replayed N times on one stream, so that the GPU
-// time the shim measures per replay can be checked against a known figure.
+// for a known time, replayed N times on one stream, so that the GPU time the shim measures per
+// replay can be checked against a known figure.
 //
-// The expected time per replay is the cycles spun divided by the SM clock the kernel actually
-// ran at. The nominal clock (cudaDevAttrClockRate) is the maximum boost clock and the GPU may run
-// below it, so the kernel also reads the GPU's nanosecond timer (%globaltimer) at both ends of
-// its spin: the clock it ran at is cycles / timer span. The program prints, after the replays:
+// The kernel spins on the GPU's nanosecond timer (%globaltimer), not on SM cycles: a spin of
+// cycles lasts as long as the clock the SM happens to run at, which differs between two
+// processes (boost, power and thermal states), and gpu-smoke compares this process's GPU times
+// with those Nsight Systems projects for another run of the program (review GS-4). The expected
+// time per replay is the timer span the kernel measured itself, from its first read to its
+// last. The program prints, after the replays:
 //   per_graph=<N>
-//   spin_cycles=<cycles per replay>
+//   spin_ns=<the spin asked for, per replay>
 //   nominal_clock_khz=<cudaDevAttrClockRate>
-//   measured_clock_khz=<cycles / timer span, the mean over replays>
+//   measured_clock_khz=<SM cycles / timer span, the mean over replays: the clock it ran at>
 //   expected_gpu_us=<mean timer span of the spin per replay>
 //   launch_ns=<mean CPU time of one cudaGraphLaunch call>
 //   gpu_smoke_graph=<the graph's name as given to the shim, when the shim is preloaded>
-// Usage: gpu_spin_graph [replays [spin cycles]]
+// Usage: gpu_spin_graph [replays [spin ns]]
+//        gpu_spin_graph --probe
+// --probe asks the CUDA runtime these programs were built with what the test programs will
+// meet, and prints one line, status 0 whatever the answer (scripts/gpu-smoke shows it before its
+// cases: a driver too old for the runtime, or no device visible — MIG without an instance, an
+// empty CUDA_VISIBLE_DEVICES — is then one clear line, not a FAIL per case to decode; GS-3, GS-10):
+//   driver=<cudaDriverGetVersion, 0 without a driver> runtime=<cudaRuntimeGetVersion>
+//   devices=<cudaGetDeviceCount> error=<its error's name> name=<device 0's name, if any>
 #include <dlfcn.h>
 #include <time.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <cuda_runtime.h>
 
@@ -30,16 +40,18 @@ __device__ unsigned long long global_timer_ns() {
   return t;
 }
 
-// One thread spins; it records the cycles and the timer span of its spin into slot `replay`.
-__global__ void spin(long long cycles, unsigned long long *spans, long long *spun, int *replay) {
+// One thread spins for `ns` of the GPU's timer; it records the timer span and the SM cycles of
+// its spin into slot `replay`.
+__global__ void spin(unsigned long long ns, unsigned long long *spans, long long *spun,
+                     int *replay) {
   const long long start_cycles = clock64();
   const unsigned long long start_ns = global_timer_ns();
-  long long now = start_cycles;
-  while (now - start_cycles < cycles) now = clock64();
-  const unsigned long long end_ns = global_timer_ns();
+  unsigned long long now = start_ns;
+  while (now - start_ns < ns) now = global_timer_ns();
+  const long long end_cycles = clock64();
   const int slot = (*replay)++;
-  spans[slot] = end_ns - start_ns;
-  spun[slot] = now - start_cycles;
+  spans[slot] = now - start_ns;
+  spun[slot] = end_cycles - start_cycles;
 }
 
 #define CHECK(call)                                                                   \
@@ -58,10 +70,25 @@ static double now_ns() {
   return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+static int probe() {
+  int driver = 0, runtime = 0, devices = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  const cudaError_t error = cudaGetDeviceCount(&devices);
+  cudaDeviceProp properties{};
+  const bool named = error == cudaSuccess && devices > 0 &&
+                     cudaGetDeviceProperties(&properties, 0) == cudaSuccess;
+  std::printf("driver=%d runtime=%d devices=%d error=%s name=%s\n", driver, runtime,
+              error == cudaSuccess ? devices : 0, cudaGetErrorName(error),
+              named ? properties.name : "");
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--probe") == 0) return probe();
   const int replays = argc > 1 ? std::atoi(argv[1]) : 50;
-  const long long cycles = argc > 2 ? std::atoll(argv[2]) : 2000000;  // ~1 ms at 2 GHz
-  if (replays <= 0 || cycles <= 0) return 2;
+  const long long ns = argc > 2 ? std::atoll(argv[2]) : 1000000;  // 1 ms
+  if (replays <= 0 || ns <= 0) return 2;
   int clock_khz = 0;
   CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
   cudaStream_t stream;
@@ -76,7 +103,7 @@ int main(int argc, char **argv) {
 
   cudaGraph_t graph;
   CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  spin<<<1, 1, 0, stream>>>(cycles, spans, spun, replay);
+  spin<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(ns), spans, spun, replay);
   CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -102,7 +129,7 @@ int main(int argc, char **argv) {
   CHECK(cudaMemcpy(host_spun, spun, replays * sizeof *spun, cudaMemcpyDeviceToHost));
   double span_total = 0, cycles_total = 0;
   for (int i = 0; i < replays; ++i) span_total += host_spans[i], cycles_total += host_spun[i];
-  std::printf("per_graph=%d\nspin_cycles=%lld\nnominal_clock_khz=%d\n", replays, cycles, clock_khz);
+  std::printf("per_graph=%d\nspin_ns=%lld\nnominal_clock_khz=%d\n", replays, ns, clock_khz);
   std::printf("measured_clock_khz=%.0f\nexpected_gpu_us=%.3f\nlaunch_ns=%.0f\n",
               span_total > 0 ? cycles_total / span_total * 1e6 : 0.0, span_total / replays / 1e3,
               launch_total / replays);
