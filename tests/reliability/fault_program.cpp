@@ -236,6 +236,7 @@
 // set-up errors.
 
 #include <cuda.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -552,49 +553,67 @@ int fork_in_launch(long n) {
   return 0;
 }
 
-// For a child about to be killed as hung: the system call its (main) thread sleeps in, from
-// /proc (its number and arguments; "-1 ..." for a thread stopped outside one, "running"), and
-// the mapping that holds the first argument, a futex's address for a lock. Read before the
-// kill, printed after it (print_where_it_waited) on stdout: this program's stderr may be a full
-// pipe (fork-during-activation's stderr-full). A hint to whose lock it was (the C library's,
-// the shim's; an anonymous one may be a sanitizer's allocator, or anybody's heap), not proof.
+// For a child about to be killed as hung: for each of its threads (a fork child has one unless
+// it started more: review RF-7), the system call it sleeps in, from /proc (its number and
+// arguments; "-1 ..." for a thread stopped outside one, "running"), and the mapping that holds
+// the first argument, a futex's address for a lock. Read before the kill, printed after it
+// (print_where_it_waited) on stdout: this program's stderr may be a full pipe
+// (fork-during-activation's stderr-full). A hint to whose lock it was (the C library's, the
+// shim's; an anonymous one may be a sanitizer's allocator, or anybody's heap), not proof.
 struct WhereItWaits {
-  char call[256] = "";
-  char mapping[512] = "";
+  std::string threads;  // "thread TID: syscall ...; its first argument in: ..." per line
 };
+
+// One thread's line (`task` is /proc/PID/task/TID).
+std::string where_thread_waits(const std::string &task, const char *tid) {
+  char call[256] = "", mapping[512] = "";
+  if (FILE *f = std::fopen((task + "/syscall").c_str(), "r")) {
+    if (!std::fgets(call, sizeof call, f)) call[0] = '\0';
+    std::fclose(f);
+  }
+  call[std::strcspn(call, "\n")] = '\0';
+  long long number = -1;
+  unsigned long long first = 0;
+  if (std::sscanf(call, "%lld %llx", &number, &first) == 2 && number >= 0) {
+    if (FILE *f = std::fopen((task + "/maps").c_str(), "r")) {
+      char line[512];
+      while (std::fgets(line, sizeof line, f)) {
+        unsigned long long begin = 0, end = 0;
+        if (std::sscanf(line, "%llx-%llx", &begin, &end) == 2 && begin <= first && first < end) {
+          line[std::strcspn(line, "\n")] = '\0';
+          std::snprintf(mapping, sizeof mapping, "%s", line);
+          break;
+        }
+      }
+      std::fclose(f);
+    }
+  }
+  return std::string("thread ") + tid + ": syscall " + (call[0] ? call : "(unreadable)") +
+         "; its first argument in: " + (mapping[0] ? mapping : "(no mapping)");
+}
 
 WhereItWaits where_it_waits(pid_t child) {
   WhereItWaits where;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/syscall", static_cast<int>(child));
-  if (FILE *f = std::fopen(path, "r")) {
-    if (!std::fgets(where.call, sizeof where.call, f)) where.call[0] = '\0';
-    std::fclose(f);
-  }
-  where.call[std::strcspn(where.call, "\n")] = '\0';
-  long long number = -1;
-  unsigned long long first = 0;
-  if (std::sscanf(where.call, "%lld %llx", &number, &first) != 2 || number < 0) return where;
-  std::snprintf(path, sizeof path, "/proc/%d/maps", static_cast<int>(child));
-  if (FILE *f = std::fopen(path, "r")) {
-    char line[512];
-    while (std::fgets(line, sizeof line, f)) {
-      unsigned long long begin = 0, end = 0;
-      if (std::sscanf(line, "%llx-%llx", &begin, &end) == 2 && begin <= first && first < end) {
-        line[std::strcspn(line, "\n")] = '\0';
-        std::snprintf(where.mapping, sizeof where.mapping, "%s", line);
+  const std::string tasks = "/proc/" + std::to_string(child) + "/task";
+  if (DIR *dir = opendir(tasks.c_str())) {
+    unsigned shown = 0;
+    while (dirent *entry = readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      if (++shown > 16) {  // a bound: the lines are a hint, not a dump
+        where.threads += "  (more threads)\n";
         break;
       }
+      where.threads += "  " + where_thread_waits(tasks + "/" + entry->d_name, entry->d_name) + "\n";
     }
-    std::fclose(f);
+    closedir(dir);
   }
   return where;
 }
 
 void print_where_it_waited(pid_t child, const WhereItWaits &where) {
-  std::printf("hung child %d: syscall %s; its first argument in: %s\n", static_cast<int>(child),
-              where.call[0] ? where.call : "(unreadable)",
-              where.mapping[0] ? where.mapping : "(no mapping)");
+  std::printf(
+      "hung child %d:\n%s", static_cast<int>(child),
+      where.threads.empty() ? "  (its threads could not be read)\n" : where.threads.c_str());
   std::fflush(stdout);
 }
 
@@ -608,6 +627,10 @@ int wait_at_most(pid_t child, int bound_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   const WhereItWaits where = where_it_waits(child);
+  // One more look after the reading of /proc, which takes a while under load: a child that
+  // ended meanwhile is not hung (review RG-8).
+  if (waitpid(child, &status, WNOHANG) == child)
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   kill(child, SIGKILL);
   waitpid(child, &status, 0);
   print_where_it_waited(child, where);
