@@ -9,10 +9,6 @@
 namespace ferrum_replay::common {
 namespace {
 
-// What the names of both tools' settings begin with (FERRUM_REPLAY*, FERRUM_RECORD_*): a
-// pattern in one's value may name the user's own variable of either's prefix.
-constexpr char kOurPrefix[] = "FERRUM_";
-
 // Longer names are never near a known one (every setting's name is shorter).
 constexpr size_t kNameRoom = 64;
 
@@ -128,19 +124,23 @@ bool unknown_setting_sentence(const char *entry, const char *prefix, const char 
 
 void say_unknown_settings(const char *prefix, const char *known, const char *internal,
                           void (*say)(const char *sentence, void *context), void *context) {
-  // The values whose %q{NAME} may name a variable of the user's own (setting_names.hpp). The
-  // entries live as long as the process (startup_env.hpp).
+  // The variables the pattern settings' values read (setting_names.hpp); their names point
+  // into the start-up environment, which lives as long as the process (startup_env.hpp).
   struct Patterns {
-    const char *values[kMostPatternValues];
-    unsigned count;
+    PatternVariable variables[kMostPatternVariables];
+    size_t count;
   } patterns{{}, 0};
   each_startup_env_entry(
       [](const char *entry, void *state) {
         auto &p = *static_cast<Patterns *>(state);
-        const char *value = entry + name_length(entry);
-        if (p.count < kMostPatternValues && strncmp(entry, kOurPrefix, strlen(kOurPrefix)) == 0 &&
-            *value == '=' && strstr(value, "%q{") && strlen(value + 1) <= kMaxExpandedPath)
-          p.values[p.count++] = value + 1;
+        const size_t length = name_length(entry);
+        const char *value = entry + length;
+        if (*value != '=' || !listed(entry, length, kPatternSettingNames) ||
+            strlen(value + 1) > kMostPatternLength || p.count >= kMostPatternVariables)
+          return;
+        const size_t room = kMostPatternVariables - p.count;
+        const size_t found = pattern_variables(value + 1, p.variables + p.count, room);
+        p.count += found < room ? found : room;
       },
       &patterns);
   struct Walk {
@@ -151,8 +151,11 @@ void say_unknown_settings(const char *prefix, const char *known, const char *int
     unsigned found;
     bool unknown(const char *entry) const {
       if (!unknown_setting(entry, prefix, known, internal)) return false;
-      for (unsigned i = 0; i < patterns->count; ++i)
-        if (pattern_reads(patterns->values[i], entry, name_length(entry))) return false;
+      const size_t length = name_length(entry);
+      for (size_t i = 0; i < patterns->count; ++i)
+        if (patterns->variables[i].length == length &&
+            memcmp(patterns->variables[i].name, entry, length) == 0)
+          return false;
       return true;
     }
   } walk{prefix, known, internal, &patterns, say, context, 0};

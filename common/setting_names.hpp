@@ -27,15 +27,24 @@ bool unknown_setting_sentence(const char *entry, const char *prefix, const char 
 bool unknown_setting(const char *entry, const char *prefix, const char *known,
                      const char *internal);
 
+// The settings, of either tool, whose values are output patterns (docs/text-rules.md section 1):
+// a `%q{NAME}` in one may read a variable of the user's own that begins with our prefix.
+inline constexpr char kPatternSettingNames[] =
+    "FERRUM_REPLAY_SUMMARY FERRUM_REPLAY_RUNNING_DIR FERRUM_RECORD_OUT";
+// The longest pattern value looked at: the shim takes none longer (its paths are shorter than
+// 1024 bytes; a longer FERRUM_RECORD_OUT, which the recorder takes, is not looked at).
+inline constexpr size_t kMostPatternLength = 1023;
+// The variables of those patterns remembered, all patterns together (a table on the stack of
+// the thread that makes the program's first graph call: a bound, not a need).
+inline constexpr unsigned kMostPatternVariables = 32;
+
 // The lines a process says about its start-up environment (startup_env.hpp; none where it
 // cannot be read): one `say` per unknown variable as above, at most kMostUnknownSettingLines,
-// then one counting the rest. A variable that a `%q{NAME}` in the value of a FERRUM_* variable
-// reads (`FERRUM_REPLAY_SUMMARY=out/%q{FERRUM_REPLAY_RUN}.txt`) is the user's own, named for a
-// pattern of ours, not a misspelt setting: not said, not counted (review RG-4). The values looked
-// at: the first kMostPatternValues FERRUM_* values holding `%q{` (we read three such settings),
-// each at most kMaxExpandedPath bytes (text_rules.hpp; the shim refuses a longer one).
+// then one counting the rest. A variable that a `%q{NAME}` of a pattern setting's value reads
+// (`FERRUM_REPLAY_SUMMARY=out/%q{FERRUM_REPLAY_RUN}.txt`) is the user's own, not a misspelt
+// setting: not said, not counted (review RG-4) — within the bounds above. Each pattern is
+// walked once; an unknown variable is then compared with at most kMostPatternVariables names.
 inline constexpr unsigned kMostUnknownSettingLines = 8;
-inline constexpr unsigned kMostPatternValues = 16;
 void say_unknown_settings(const char *prefix, const char *known, const char *internal,
                           void (*say)(const char *sentence, void *context), void *context);
 

@@ -186,22 +186,22 @@ bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup e
   return true;
 }
 
-bool pattern_reads(const char *pattern, const char *name, size_t length) {
-  struct Reads {
-    const char *name;
-    size_t length;
-    bool read;
+size_t pattern_variables(const char *pattern, PatternVariable *out, size_t capacity) {
+  struct Variables {
+    PatternVariable *out;
+    size_t capacity, found;
 
-    bool done() const { return read; }
+    bool done() const { return false; }
     void text(const char *, size_t, bool) {}
     void put_pid() {}
     void put_host() {}
-    void put_variable(const char *variable, size_t variable_length) {
-      read = variable_length == length && memcmp(variable, name, length) == 0;
+    void put_variable(const char *name, size_t length) {
+      if (found < capacity) out[found] = PatternVariable{name, length};
+      ++found;
     }
-  } reads{name, length, false};
-  walk_pattern(pattern, reads);
-  return reads.read;
+  } variables{out, capacity, 0};
+  walk_pattern(pattern, variables);
+  return variables.found;
 }
 
 void host_name(char *out, size_t out_size) {

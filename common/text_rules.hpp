@@ -34,14 +34,15 @@ const char *process_env(const char *name, void *context);
 bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup env, void *context,
                     char *out, size_t out_size, char *unset, size_t unset_size);
 
-// Whether expanding `pattern` by the rule above reads the variable `name` (`length` bytes): a
-// %q{NAME} it expands, not one that %% makes literal nor one past the point where an expansion
-// longer than kMaxExpandedPath stops.
-bool pattern_reads(const char *pattern, const char *name, size_t length);
-
-// Whether expanding `pattern` by the rule above reads the variable `name` (`length` bytes): a
-// %q{NAME} it expands, not one that %% makes literal (%%q{NAME}).
-bool pattern_reads(const char *pattern, const char *name, size_t length);
+// A variable an output pattern reads: where its NAME begins in the pattern, and its length.
+struct PatternVariable {
+  const char *name;
+  size_t length;
+};
+// The variables expanding `pattern` by the rule above reads — each %q{NAME} it expands, not one
+// that %% makes literal (%%q{NAME}) — in order, the first `capacity` of them into `out`. Returns
+// how many there are (more than `capacity` when some did not fit).
+size_t pattern_variables(const char *pattern, PatternVariable *out, size_t capacity);
 
 // This host's name for %h ("" if it cannot be read); `out_size` >= 1.
 void host_name(char *out, size_t out_size);

@@ -199,4 +199,10 @@ TEST_CASE("parse_settings asks for no FERRUM_RECORD_* name the lists lack, and e
   for (const std::string &name : known)
     CHECK_MESSAGE(std::find(asked.names.begin(), asked.names.end(), name) != asked.names.end(),
                   name);
+  // The recorder's pattern setting (common/setting_names.hpp: its %q{NAME} variables are the
+  // user's own, never called unknown) is one of its settings.
+  for (const std::string &name :
+       ferrum_replay::test::split_names(ferrum_replay::common::kPatternSettingNames))
+    if (name.rfind("FERRUM_RECORD_", 0) == 0)
+      CHECK_MESSAGE(std::find(known.begin(), known.end(), name) != known.end(), name);
 }

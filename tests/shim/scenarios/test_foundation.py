@@ -456,6 +456,15 @@ def unknown_setting_one_line():
                f"expected one line, of FERRUM_REPLAY_TAG alone: {said}", run_)
         expect(os.path.isfile(os.path.join(tmp, "run7.txt")),
                "the summary is not at the name the user's variable gave", run_)
+        # Only the pattern settings' values count: a %q{} in another setting's value, or in the
+        # misspelt variable's own, exempts nothing (review RV2-2).
+        run_ = launch("LAUNCH_DRIVER", env={
+            "FERRUM_REPLAY_DOMAIN": "x%q{FERRUM_REPLAY_SUMARY}",
+            "FERRUM_REPLAY_SUMARY": os.path.join(tmp, "%q{FERRUM_REPLAY_SUMARY}")})
+        said = [line for line in run_.stderr.splitlines() if "is not a setting" in line]
+        expect(len(said) == 1 and "FERRUM_REPLAY_SUMARY is not a setting" in said[0],
+               f"a misspelt setting exempted by a %q{{}} outside the pattern settings: {said}",
+               run_)
         # Many: eight lines, then one counting the rest.
         many = {f"FERRUM_REPLAY_UNKNOWN_{i}": "1" for i in range(11)}
         run_ = launch("LAUNCH_DRIVER", env=many)

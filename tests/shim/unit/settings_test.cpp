@@ -264,9 +264,14 @@ TEST_CASE("a FERRUM_REPLAY* variable nothing reads is one sentence, naming the c
 }
 
 TEST_CASE("a variable a pattern names (%q{NAME}) is told apart by the pattern rule itself") {
-  using ferrum_replay::common::pattern_reads;
-  const auto reads = [](const char *pattern, const char *name) {
-    return pattern_reads(pattern, name, strlen(name));
+  using ferrum_replay::common::PatternVariable;
+  // Whether the variables the pattern reads, as the rule finds them, include `name`.
+  const auto reads = [](const char *pattern, const std::string &name) {
+    PatternVariable found[8];
+    const size_t count = ferrum_replay::common::pattern_variables(pattern, found, 8);
+    for (size_t i = 0; i < count && i < 8; ++i)
+      if (std::string(found[i].name, found[i].length) == name) return true;
+    return false;
   };
   CHECK(reads("out/%q{FERRUM_REPLAY_RUN}.txt", "FERRUM_REPLAY_RUN"));
   CHECK(reads("%q{A}%q{FERRUM_REPLAY_RUN}", "FERRUM_REPLAY_RUN"));
@@ -280,9 +285,18 @@ TEST_CASE("a variable a pattern names (%q{NAME}) is told apart by the pattern ru
   CHECK_FALSE(reads("%q{FERRUM-REPLAY}", "FERRUM"));
   CHECK_FALSE(reads("FERRUM_REPLAY_RUN", "FERRUM_REPLAY_RUN"));
   CHECK_FALSE(reads(nullptr, "X"));
-  // A name longer than any expansion is still the name it is.
-  const std::string long_name(5000, 'N');
-  CHECK(reads(("%q{" + long_name + "}").c_str(), long_name.c_str()));
+  // All of them, in order, counted past the room given.
+  PatternVariable two[2];
+  REQUIRE(ferrum_replay::common::pattern_variables("%q{A}/%%q{B}/%q{C}%q{D}", two, 2) == 3);
+  CHECK(std::string(two[0].name, two[0].length) == "A");
+  CHECK(std::string(two[1].name, two[1].length) == "C");
+  // The pattern settings are settings: the shim's are among the names it reads.
+  for (const std::string &name :
+       ferrum_replay::test::split_names(ferrum_replay::common::kPatternSettingNames)) {
+    if (name.rfind("FERRUM_REPLAY", 0) != 0) continue;  // FERRUM_RECORD_OUT: recorder unit
+    const auto known = ferrum_replay::test::split_names(ferrum_replay::shim::kSettingNames);
+    CHECK_MESSAGE(std::find(known.begin(), known.end(), name) != known.end(), name);
+  }
 }
 
 TEST_CASE("known names, empty values, other prefixes and non-entries are not complained of") {
