@@ -6134,15 +6134,21 @@ def test_gpu_smoke_without_gpu(tmp):
     done = run([GPU_SMOKE, "--no-build"], tmp, env=env, timeout=300)
     verdicts = re.findall(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.+)$", done.stdout, re.M)
     names = [v[1] for v in verdicts]
-    expect(names == ["real-static-runtime", "real-shared-runtime", "real-per-thread-stream",
-                     "demo", "demo-gpu-time", "gpu-time-off", "gpu-time", "torch", "torch-names"],
-           f"one verdict per case: {names}", done)
+    # (A build without nvcc has no programs of its own: each says "not built", and there is
+    # no timing-off run of the spin graph, no timed rerun and no probe line.)
+    nvcc_built = os.path.isfile(os.path.join(BUILD, "tests", "shim", "coverage",
+                                             "gpu_spin_graph"))
+    wanted = (["real-static-runtime", "real-shared-runtime", "real-per-thread-stream"] +
+              ["real-per-thread-stream-gpu-time"] * nvcc_built + ["demo", "demo-gpu-time"] +
+              ["gpu-time-off"] * nvcc_built + ["gpu-time", "torch", "torch-names"])
+    expect(names == wanted, f"one verdict per case: {names}", done)
     # Before the cases, what the test programs' CUDA runtime sees, in one line (no driver here);
     # under each FAIL the last lines of its case's logs (the run's only record on a machine
     # lent for minutes: review GS-8).
-    expect("the driver supports CUDA none, the test programs' runtime is CUDA 13." in done.stdout
-           and "it sees no usable device (cudaErrorInsufficientDriver" in done.stdout,
-           "no line saying what the CUDA runtime sees", done)
+    expect(not nvcc_built or re.search(
+        r"the driver supports CUDA none, the test programs' runtime is CUDA \d+\.\d+; it sees no "
+        r"usable device \(cudaErrorInsufficientDriver", done.stdout),
+        "no line saying what the CUDA runtime sees", done)
     expect(re.search(r"^FAIL\s+demo\s.*\n      (err|out)\.txt:\n        \S", done.stdout, re.M),
            "no log lines under the demo's FAIL", done)
     # Every case fails: the programs (built here with nvcc) find no GPU (nsys runs only after
@@ -6200,6 +6206,110 @@ def test_gpu_smoke_without_gpu(tmp):
                "\x9b" not in done.stdout and "\ufffd" not in done.stdout and
                len(done.stdout) < 400,
                f"{variable}={value[:20]!r}: one short printable line", done)
+
+
+def test_gpu_smoke_checks(tmp):
+    """gpu-smoke's verdicts on what a case left (scripts/gpu_smoke_checks.py), each shown to
+    pass and to fail here, without a GPU: on the GPU machine they meet data for the first time
+    (review RV2-7). coverage: the demo's GPU-timed trace on the stand-in driver passes, the
+    same with a replay's block doubled or half the blocks gone fails; spin: 200 distinct blocks
+    within 5 % pass, a block twice, 201 blocks, 9 % off or none fail; nsys: 200 ranges within
+    5 % pass, 199 or 9 % off or no CSV fail; a trace that is no JSON is a FAIL saying so; the
+    probe's line; logs: the last lines, never a byte a terminal takes for a command."""
+    checks = os.path.join(SOURCE, "scripts", "gpu_smoke_checks.py")
+
+    def check(*args):
+        done = run([sys.executable, "-I", checks, *map(str, args)], tmp)
+        expect(done.returncode == 0 and done.stderr == "", f"gpu_smoke_checks {args[0]}", done)
+        return done.stdout.rstrip("\n")
+
+    demo = os.path.join(tmp, "demo")
+    os.mkdir(demo)
+    done = run([os.path.join(BUILD, "demo", "inference_server")], demo, env={
+        "LD_PRELOAD": env_path("FERRUM_SHIM"), "FERRUM_REPLAY_GPU_TIME": "on",
+        "NVTX_INJECTION64_PATH": env_path("FERRUM_RECORDER_LIB"), "FERRUM_RECORD_TABLE": "0",
+        "FERRUM_RECORD_OUT": os.path.join(demo, "trace.%p.json")})
+    expect(done.returncode == 0, "the demo on the stand-in driver", done)
+    line = check("coverage", demo)
+    expect(line == "PASS 340 of 340 replays timed, 0 not timed, 0 in flight at exit, 5 of 5 "
+           "names", f"coverage of the demo: {line}", done)
+    [trace_path] = glob.glob(os.path.join(demo, "trace.*.json"))
+    with open(trace_path, encoding="utf-8") as handle:
+        trace = json.load(handle)
+    blocks = [e for e in trace["traceEvents"] if e.get("cat") == "ferrum-replay,gpu"]
+    for label, events in (("doubled", trace["traceEvents"] + [dict(blocks[0])]),
+                          ("halved", [e for e in trace["traceEvents"]
+                                      if e.get("cat") != "ferrum-replay,gpu"] + blocks[::2])):
+        folder = os.path.join(tmp, label)
+        os.mkdir(folder)
+        with open(os.path.join(folder, "trace.1.json"), "w", encoding="utf-8") as handle:
+            json.dump(dict(trace, traceEvents=events), handle)
+        line = check("coverage", folder)
+        expect(line.startswith("FAIL ") and ("timed twice" in line if label == "doubled"
+                                             else "only 170 of 340 replays timed" in line),
+               f"coverage of the {label} trace: {line}", done)
+
+    def spin_trace(name, durations, replays=None):
+        folder = os.path.join(tmp, name)
+        os.mkdir(folder)
+        events = [{"ph": "X", "cat": "ferrum-replay,gpu", "name": "gpu-smoke spin", "pid": 1,
+                   "dur": d, "args": {"replay": r}}
+                  for d, r in zip(durations, replays or range(len(durations)))]
+        with open(os.path.join(folder, "trace.1.json"), "w", encoding="utf-8") as handle:
+            json.dump({"traceEvents": events}, handle)
+        return folder
+
+    good = spin_trace("spin", [1000.0] * 200)
+    expect(check("spin", good, 1010).startswith("PASS 200 replays timed (200 distinct"),
+           "200 blocks within 1 %", done)
+    for folder, expected in ((spin_trace("twice", [1000.0] * 200, [*range(199), 5]), 1010),
+                             (spin_trace("more", [1000.0] * 201), 1010), (good, 1100),
+                             (spin_trace("none", []), 1010), (good, "x")):
+        line = check("spin", folder, expected)
+        expect(line.startswith("FAIL "), f"spin {os.path.basename(folder)} {expected}: {line}",
+               done)
+    base = os.path.join(tmp, "stats")
+    sum_header = ("Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),"
+                  "StdDev (ns),Style,Range\n")
+    proj_header = ("Range,Style,Total Proj Time (ns),Total Range Time (ns),Range Instances,"
+                   "Proj Avg (ns),Proj Med (ns),Proj Min (ns),Proj Max (ns),Proj StdDev (ns),"
+                   "Total GPU Ops,Avg GPU Ops,Avg Range Lvl,Avg Num Child\n")
+    for count, projected, verdict in ((200, 1005000, "PASS"), (199, 1005000, "FAIL"),
+                                      (200, 1090000, "FAIL")):
+        write(base + "_nvtx_sum.csv", sum_header + f'100.0,1000000,{count},5000.0,5000.0,4000,'
+              f'6000,10.0,PushPop,"ferrum-replay:gpu-smoke spin"\n')
+        write(base + "_nvtx_gpu_proj_sum.csv", proj_header + f'"ferrum-replay:gpu-smoke spin",'
+              f'PushPop,200000000,1000000,{count},{projected}.0,{projected}.0,1000000,1010000,'
+              '10.0,200,1.0,0.0,0.0\n')
+        line = check("nsys", base, good)
+        expect(line.startswith(verdict + " "), f"nsys {count} ranges, {projected} ns: {line}",
+               done)
+    line = check("nsys", os.path.join(tmp, "nothing"), good)
+    expect(line.startswith("FAIL no comparison"), f"nsys without its CSVs: {line}", done)
+    broken = os.path.join(tmp, "broken")
+    os.mkdir(broken)
+    write(os.path.join(broken, "trace.1.json"), '{"traceEvents": [')
+    for kind in ("coverage", "spin"):
+        line = check(kind, broken, *([1000] if kind == "spin" else []))
+        expect(line.startswith("FAIL the check could not read the case's files"),
+               f"{kind} of a trace that is no JSON: {line}", done)
+    line = check("probe", "driver=13000 runtime=13000 devices=1 error=cudaSuccess "
+                 "name=NVIDIA H100 80GB HBM3")
+    expect(line == "the driver supports CUDA 13.0, the test programs' runtime is CUDA 13.0; it "
+           "sees 1 device(s), the first 'NVIDIA H100 80GB HBM3'", f"probe: {line}", done)
+    line = check("probe", "driver=12080 runtime=13000 devices=0 error=cudaErrorInsufficientDriver"
+                 " name=")
+    expect("the driver is too old for it" in line, f"probe, an old driver: {line}", done)
+    line = check("probe", "\x1b[31mnothing")
+    expect(line.startswith("the CUDA runtime's probe answered '?[31mnothing'"), line, done)
+    logs = os.path.join(tmp, "logs")
+    os.mkdir(logs)
+    with open(os.path.join(logs, "err.txt"), "wb") as handle:
+        handle.write(b"".join(b"line %d\n" % i for i in range(20)) + b"\x9b5m\x1b[2Jlast\n")
+    line = check("logs", logs)
+    expect(line.splitlines()[0] == "      err.txt:" and len(line.splitlines()) == 7 and
+           line.splitlines()[-1] == "        ?5m?[2Jlast" and "line 15" in line and
+           "line 14" not in line, f"logs: {line!r}", done)
 
 
 def test_torch_graphs_script(tmp):
