@@ -9,6 +9,11 @@
 namespace ferrum_replay::common {
 namespace {
 
+// What both tools' settings begin with (FERRUM_REPLAY*, FERRUM_RECORD_*): no other variable is
+// ever called unknown, so a pattern's other variables need no room in its table.
+constexpr char kOurPrefix[] = "FERRUM_";
+constexpr size_t kOurPrefixLength = sizeof kOurPrefix - 1;
+
 // Longer names are never near a known one (every setting's name is shorter).
 constexpr size_t kNameRoom = 64;
 
@@ -127,20 +132,41 @@ void say_unknown_settings(const char *prefix, const char *known, const char *int
   // The variables the pattern settings' values read (setting_names.hpp); their names point
   // into the start-up environment, which lives as long as the process (startup_env.hpp).
   struct Patterns {
-    PatternVariable variables[kMostPatternVariables];
-    size_t count;
-  } patterns{{}, 0};
+    struct Variable {
+      const char *name;
+      size_t length;
+    } variables[kMostPatternVariables];
+    unsigned count;
+    const char *walked[8];  // the settings met (at least as many as the list has names)
+    unsigned walked_count;
+
+    bool holds(const char *name, size_t length) const {
+      for (unsigned i = 0; i < count; ++i)
+        if (variables[i].length == length && memcmp(variables[i].name, name, length) == 0)
+          return true;
+      return false;
+    }
+  } patterns{};
   each_startup_env_entry(
       [](const char *entry, void *state) {
         auto &p = *static_cast<Patterns *>(state);
         const size_t length = name_length(entry);
         const char *value = entry + length;
-        if (*value != '=' || !listed(entry, length, kPatternSettingNames) ||
-            strlen(value + 1) > kMostPatternLength || p.count >= kMostPatternVariables)
-          return;
-        const size_t room = kMostPatternVariables - p.count;
-        const size_t found = pattern_variables(value + 1, p.variables + p.count, room);
-        p.count += found < room ? found : room;
+        if (*value != '=' || !listed(entry, length, kPatternSettingNames)) return;
+        for (unsigned i = 0; i < p.walked_count; ++i)
+          if (strncmp(p.walked[i], entry, length + 1) == 0) return;  // a second value of it
+        if (p.walked_count < sizeof p.walked / sizeof p.walked[0])
+          p.walked[p.walked_count++] = entry;
+        if (strlen(value + 1) > kMostPatternLength) return;  // no reader takes it
+        each_pattern_variable(
+            value + 1,
+            [](const char *name, size_t name_length, void *state) {
+              auto &q = *static_cast<Patterns *>(state);
+              if (q.count < kMostPatternVariables && name_length > kOurPrefixLength &&
+                  memcmp(name, kOurPrefix, kOurPrefixLength) == 0 && !q.holds(name, name_length))
+                q.variables[q.count++] = {name, name_length};
+            },
+            &p);
       },
       &patterns);
   struct Walk {
@@ -152,11 +178,7 @@ void say_unknown_settings(const char *prefix, const char *known, const char *int
     bool unknown(const char *entry) const {
       if (!unknown_setting(entry, prefix, known, internal)) return false;
       const size_t length = name_length(entry);
-      for (size_t i = 0; i < patterns->count; ++i)
-        if (patterns->variables[i].length == length &&
-            memcmp(patterns->variables[i].name, entry, length) == 0)
-          return false;
-      return true;
+      return !patterns->holds(entry, length);
     }
   } walk{prefix, known, internal, &patterns, say, context, 0};
   each_startup_env_entry(

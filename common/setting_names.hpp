@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#include "text_rules.hpp"
+
 namespace ferrum_replay::common {
 
 // A list of names: one string, the names separated by single spaces (no table of pointers for
@@ -31,11 +33,14 @@ bool unknown_setting(const char *entry, const char *prefix, const char *known,
 // a `%q{NAME}` in one may read a variable of the user's own that begins with our prefix.
 inline constexpr char kPatternSettingNames[] =
     "FERRUM_REPLAY_SUMMARY FERRUM_REPLAY_RUNNING_DIR FERRUM_RECORD_OUT";
-// The longest pattern value looked at: the shim takes none longer (its paths are shorter than
-// 1024 bytes; a longer FERRUM_RECORD_OUT, which the recorder takes, is not looked at).
-inline constexpr size_t kMostPatternLength = 1023;
-// The variables of those patterns remembered, all patterns together (a table on the stack of
-// the thread that makes the program's first graph call: a bound, not a need).
+// The longest pattern value looked at: the longest any reader takes (the recorder's
+// FERRUM_RECORD_OUT, up to an expansion's length; the shim refuses its paths from 1024 bytes,
+// saying so, and the names such a refused value reads are then not called unknown either).
+inline constexpr size_t kMostPatternLength = kMaxExpandedPath;
+// The variables remembered: distinct names beginning with FERRUM_ (no other name can be called
+// unknown), all patterns together, in a table on the stack of the thread that makes the
+// program's first graph call — a bound, not a need. Only the first value of a setting the
+// environment holds twice is walked: the one every reader takes (startup_env.hpp).
 inline constexpr unsigned kMostPatternVariables = 32;
 
 // The lines a process says about its start-up environment (startup_env.hpp; none where it

@@ -186,22 +186,20 @@ bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup e
   return true;
 }
 
-size_t pattern_variables(const char *pattern, PatternVariable *out, size_t capacity) {
+void each_pattern_variable(const char *pattern,
+                           void (*visit)(const char *name, size_t length, void *context),
+                           void *context) {
   struct Variables {
-    PatternVariable *out;
-    size_t capacity, found;
+    void (*visit)(const char *, size_t, void *);
+    void *context;
 
     bool done() const { return false; }
     void text(const char *, size_t, bool) {}
     void put_pid() {}
     void put_host() {}
-    void put_variable(const char *name, size_t length) {
-      if (found < capacity) out[found] = PatternVariable{name, length};
-      ++found;
-    }
-  } variables{out, capacity, 0};
+    void put_variable(const char *name, size_t length) { visit(name, length, context); }
+  } variables{visit, context};
   walk_pattern(pattern, variables);
-  return variables.found;
 }
 
 void host_name(char *out, size_t out_size) {

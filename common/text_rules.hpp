@@ -34,15 +34,12 @@ const char *process_env(const char *name, void *context);
 bool expand_pattern(const char *pattern, long pid, const char *host, EnvLookup env, void *context,
                     char *out, size_t out_size, char *unset, size_t unset_size);
 
-// A variable an output pattern reads: where its NAME begins in the pattern, and its length.
-struct PatternVariable {
-  const char *name;
-  size_t length;
-};
-// The variables expanding `pattern` by the rule above reads — each %q{NAME} it expands, not one
-// that %% makes literal (%%q{NAME}) — in order, the first `capacity` of them into `out`. Returns
-// how many there are (more than `capacity` when some did not fit).
-size_t pattern_variables(const char *pattern, PatternVariable *out, size_t capacity);
+// Calls `visit(name, length, context)` for each variable expanding `pattern` by the rule above
+// reads — each %q{NAME} it expands, not one that %% makes literal (%%q{NAME}) — in order; `name`
+// points into the pattern (not terminated).
+void each_pattern_variable(const char *pattern,
+                           void (*visit)(const char *name, size_t length, void *context),
+                           void *context);
 
 // This host's name for %h ("" if it cannot be read); `out_size` >= 1.
 void host_name(char *out, size_t out_size);

@@ -7,6 +7,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (DOMAIN, expect, expect_balanced, expect_one_range_per_launch, main,  # noqa: E402
@@ -465,6 +466,44 @@ def unknown_setting_one_line():
         expect(len(said) == 1 and "FERRUM_REPLAY_SUMARY is not a setting" in said[0],
                f"a misspelt setting exempted by a %q{{}} outside the pattern settings: {said}",
                run_)
+        # The bounds (review RV3-2, RV3-3): a pattern as long as its reader takes it — the
+        # shim's summary of 1023 bytes, the recorder's trace of 4095 — exempts the variable at
+        # its end; one longer than any reader takes (4096 bytes) exempts nothing. 32 distinct
+        # FERRUM_* variables are remembered, all patterns together; another name (HOME) takes
+        # no room; the 33rd draws its line.
+        summary = os.path.join(tmp, "s")
+        summary += "x" * (1023 - len(summary) - len("%q{FERRUM_REPLAY_RUN}")) + "%q{FERRUM_REPLAY_RUN}"
+        trace = "t" * (4095 - len("%q{FERRUM_REPLAY_JOB}")) + "%q{FERRUM_REPLAY_JOB}"
+        env = {"FERRUM_REPLAY_SUMMARY": summary, "FERRUM_REPLAY_RUN": "1",
+               "FERRUM_RECORD_OUT": trace, "FERRUM_REPLAY_JOB": "j"}
+        run_ = launch("LAUNCH_DRIVER", env=env)
+        said = [line for line in run_.stderr.splitlines() if "is not a setting" in line]
+        expect(not said and len(summary) == 1023 and len(trace) == 4095,
+               f"a pattern of the length its reader takes exempted nothing: {said}", run_)
+        run_ = launch("LAUNCH_DRIVER", env=dict(env, FERRUM_RECORD_OUT="t" + trace))
+        said = [line for line in run_.stderr.splitlines() if "is not a setting" in line]
+        expect(len(said) == 1 and "FERRUM_REPLAY_JOB is not a setting" in said[0],
+               f"a pattern no reader takes (4096 bytes) exempted its variable: {said}", run_)
+        names = [f"FERRUM_REPLAY_V{i}" for i in range(33)]
+        pattern = "%q{HOME}" * 40 + "".join(f"%q{{{name}}}" for name in names)
+        run_ = launch("LAUNCH_DRIVER", env={"FERRUM_REPLAY_RUNNING_DIR": os.path.join(tmp, pattern),
+                                            **{name: "v" for name in names}})
+        said = [line for line in run_.stderr.splitlines() if "is not a setting" in line]
+        expect(len(said) == 1 and "FERRUM_REPLAY_V32 is not a setting" in said[0],
+               f"expected a line for the 33rd variable alone: {said}", run_)
+        # A hostile environment: 20,000 unknown variables and three patterns of 4,000 bytes
+        # cost the first launch no more than it takes to say so (a first version matched each
+        # variable against each FERRUM_* value: 3.3 s, review RV2-1; about 0.06 s now).
+        hostile = {f"FERRUM_REPLAY_X{i}": "1" for i in range(20000)}
+        full = "%q{FERRUM_REPLAY_Y}" * 210
+        hostile.update({"FERRUM_REPLAY_SUMMARY": full, "FERRUM_REPLAY_RUNNING_DIR": full,
+                        "FERRUM_RECORD_OUT": full})
+        started = time.monotonic()
+        run_ = launch("LAUNCH_DRIVER", env=hostile)
+        took = time.monotonic() - started
+        expect(run_.returncode == 0 and took < 2.5 and
+               "19992 more FERRUM_REPLAY* variables are not settings" in run_.stderr,
+               f"20,000 unknown variables and three long patterns took {took:.2f} s", run_)
         # Many: eight lines, then one counting the rest.
         many = {f"FERRUM_REPLAY_UNKNOWN_{i}": "1" for i in range(11)}
         run_ = launch("LAUNCH_DRIVER", env=many)

@@ -264,14 +264,20 @@ TEST_CASE("a FERRUM_REPLAY* variable nothing reads is one sentence, naming the c
 }
 
 TEST_CASE("a variable a pattern names (%q{NAME}) is told apart by the pattern rule itself") {
-  using ferrum_replay::common::PatternVariable;
-  // Whether the variables the pattern reads, as the rule finds them, include `name`.
-  const auto reads = [](const char *pattern, const std::string &name) {
-    PatternVariable found[8];
-    const size_t count = ferrum_replay::common::pattern_variables(pattern, found, 8);
-    for (size_t i = 0; i < count && i < 8; ++i)
-      if (std::string(found[i].name, found[i].length) == name) return true;
-    return false;
+  // The variables the pattern reads, as the rule finds them, in order.
+  const auto variables = [](const char *pattern) {
+    std::vector<std::string> found;
+    ferrum_replay::common::each_pattern_variable(
+        pattern,
+        [](const char *name, size_t length, void *context) {
+          static_cast<std::vector<std::string> *>(context)->emplace_back(name, length);
+        },
+        &found);
+    return found;
+  };
+  const auto reads = [&](const char *pattern, const std::string &name) {
+    const auto found = variables(pattern);
+    return std::find(found.begin(), found.end(), name) != found.end();
   };
   CHECK(reads("out/%q{FERRUM_REPLAY_RUN}.txt", "FERRUM_REPLAY_RUN"));
   CHECK(reads("%q{A}%q{FERRUM_REPLAY_RUN}", "FERRUM_REPLAY_RUN"));
@@ -285,11 +291,8 @@ TEST_CASE("a variable a pattern names (%q{NAME}) is told apart by the pattern ru
   CHECK_FALSE(reads("%q{FERRUM-REPLAY}", "FERRUM"));
   CHECK_FALSE(reads("FERRUM_REPLAY_RUN", "FERRUM_REPLAY_RUN"));
   CHECK_FALSE(reads(nullptr, "X"));
-  // All of them, in order, counted past the room given.
-  PatternVariable two[2];
-  REQUIRE(ferrum_replay::common::pattern_variables("%q{A}/%%q{B}/%q{C}%q{D}", two, 2) == 3);
-  CHECK(std::string(two[0].name, two[0].length) == "A");
-  CHECK(std::string(two[1].name, two[1].length) == "C");
+  // All of them, in order.
+  CHECK(variables("%q{A}/%%q{B}/%q{C}%q{D}%q{A}") == std::vector<std::string>{"A", "C", "D", "A"});
   // The pattern settings are settings: the shim's are among the names it reads.
   for (const std::string &name :
        ferrum_replay::test::split_names(ferrum_replay::common::kPatternSettingNames)) {
