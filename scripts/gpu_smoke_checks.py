@@ -4,6 +4,7 @@ so that each can be tested without a GPU (tests/wrapper/test_workflow.py gpu_smo
 check that cannot fail here would first fail on the one run lent a GPU; review RV2-7).
 
     python3 -I gpu_smoke_checks.py coverage DIR          GPU time of every named replay
+    python3 -I gpu_smoke_checks.py untimed DIR           no GPU time with timing off
     python3 -I gpu_smoke_checks.py spin DIR EXPECTED_US  the spin graph's GPU time
     python3 -I gpu_smoke_checks.py nsys STATS_BASE DIR   against Nsight's projection
     python3 -I gpu_smoke_checks.py probe LINE            what `gpu_spin_graph --probe` said
@@ -76,6 +77,21 @@ def coverage(folder):
     return ("FAIL " + "; ".join(problems) + f" ({said})") if problems else f"PASS {said}"
 
 
+def untimed(folder):
+    """With FERRUM_REPLAY_GPU_TIME=off nothing is timed: no GPU block, none counted timed
+    (`check` judges the ranges; a shim that timed anyway passed it: review RV3-7)."""
+    blocks = timed = ranges = 0
+    for meta, events in _events(folder):
+        timed += (meta.get("gpu") or {}).get("timed", 0)
+        blocks += sum(1 for e in events if _gpu(e))
+        ranges += sum(1 for e in events if e.get("cat") == DOMAIN)
+    if not ranges:
+        return "FAIL no ranges"
+    if blocks or timed:
+        return f"FAIL {blocks} GPU blocks, {timed} counted timed, with timing off ({ranges} ranges)"
+    return f"PASS {ranges} ranges, none timed"
+
+
 def _spin_blocks(folder):
     spans, replays = [], set()
     for _, events in _events(folder):
@@ -125,7 +141,7 @@ def nsys(stats_base, folder):
 def probe(line):
     """One line on what the test programs' CUDA runtime sees (`gpu_spin_graph --probe`)."""
     fields = dict(f.split("=", 1) for f in line.split(" ", 4) if "=" in f)
-    if "runtime" not in fields:
+    if "runtime" not in fields or not fields["runtime"].isdigit():
         return f"the CUDA runtime's probe answered {traces.quoted(line)}"
 
     def version(v):
@@ -166,6 +182,8 @@ def main(argv):
     command, rest = (argv[0], argv[1:]) if argv else ("", [])
     if command == "coverage" and len(rest) == 1:
         print(coverage(rest[0]))
+    elif command == "untimed" and len(rest) == 1:
+        print(untimed(rest[0]))
     elif command == "spin" and len(rest) == 2:
         try:
             expected = float(rest[1])
@@ -189,9 +207,9 @@ def main(argv):
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, traces.InputError) as error:
-        # A trace that cannot be read or is not what it should be: a FAIL saying so, never a
-        # traceback that gpu-smoke would count as "no verdict".
+    except Exception as error:  # noqa: BLE001 -- whatever a case left, one line, never a traceback
+        # A trace that cannot be read or is not what it should be (not JSON, nested past
+        # Python's recursion limit, fields of other kinds): a FAIL saying so.
         print(f"FAIL the check could not read the case's files ({type(error).__name__}: "
               f"{traces.printable(str(error), 200)})")
         sys.exit(0)

@@ -6189,6 +6189,54 @@ def test_gpu_smoke_without_gpu(tmp):
                f"traces and logs in '{os.path.join(tmp, given)}'\n" in done.stdout and
                "\033" not in done.stdout,
                f"the demo's trace and summary in {given}/demo: {kept}", done)
+    # A shim without libferrum-replay-last.so beside it (a carried build that left it behind
+    # would check an older exit order than users run, F70): one line, no case (review RV3-7).
+    partial = os.path.join(tmp, "partial")
+    for part in ("shim/libferrum-replay.so", "recorder/libferrum-replay-recorder.so"):
+        os.makedirs(os.path.dirname(os.path.join(partial, part)), exist_ok=True)
+        os.symlink(os.path.join(BUILD, part), os.path.join(partial, part))
+    done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, FERRUM_BUILD_DIR=partial))
+    expect(done.returncode == 1 and "libferrum-replay-last.so' is missing" in done.stdout and
+           done.stdout.endswith("0 passed, 1 failed, 0 skipped\n") and
+           "PASS" not in done.stdout, "a shim without its exit library", done)
+    # Stopped from outside (an outer limit's TERM) while a case runs: the case's program ends
+    # with it — `timeout` had put it in a process group the signal did not reach, and it ran
+    # on for up to its own limit — and the counts so far are said (review RV3-5). The demo,
+    # on the stand-in driver with each launch taking 100 ms, is the case running.
+    stopped = os.path.join(tmp, "stopped")
+    proc = subprocess.Popen([GPU_SMOKE, "--no-build"], cwd=tmp, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace", env=base_env(dict(
+                                env, FERRUM_GPU_SMOKE_DIR=stopped, LD_LIBRARY_PATH=drivers,
+                                FERRUM_STANDIN_LAUNCH_CALL_NS="100000000")))
+    demo_exe = os.path.realpath(os.path.join(BUILD, "demo", "inference_server"))
+
+    def demo_processes():
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.path.realpath(f"/proc/{pid}/exe") == demo_exe:
+                    found.append(pid)
+            except OSError:
+                pass
+        return found
+    deadline = time.monotonic() + 120
+    while not demo_processes() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    running = demo_processes()
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - signalled
+    time.sleep(0.5)
+    left = demo_processes()
+    for pid in left:
+        os.kill(int(pid), signal.SIGKILL)
+    expect(running and not left and took < 10 and proc.returncode == 1 and
+           "gpu-smoke: stopped by a signal during demo\n" in out and
+           re.search(r"\n\d+ passed, \d+ failed, 0 skipped\n\Z", out),
+           f"stopped during the demo (running {running}, left {left}, {took:.1f} s after the "
+           f"signal): {out[-300:]!r} {err!r}",
+           None)
     # A per-case limit that is no whole number of seconds: one line before any case (a word
     # failed every case as its own fault; 0 was no limit at all), no case counted, the value
     # shown by the one rule for values in messages (a lone 0x9B, an 8-bit terminal's escape,
@@ -6237,17 +6285,42 @@ def test_gpu_smoke_checks(tmp):
     with open(trace_path, encoding="utf-8") as handle:
         trace = json.load(handle)
     blocks = [e for e in trace["traceEvents"] if e.get("cat") == "ferrum-replay,gpu"]
-    for label, events in (("doubled", trace["traceEvents"] + [dict(blocks[0])]),
-                          ("halved", [e for e in trace["traceEvents"]
-                                      if e.get("cat") != "ferrum-replay,gpu"] + blocks[::2])):
+    cpu = [e for e in trace["traceEvents"] if e.get("cat") != "ferrum-replay,gpu"]
+    first_range = next(i for i, e in enumerate(cpu) if e.get("cat") == "ferrum-replay")
+    meta = trace["ferrumReplay"]
+
+    def variant(label, events, **gpu):
         folder = os.path.join(tmp, label)
         os.mkdir(folder)
         with open(os.path.join(folder, "trace.1.json"), "w", encoding="utf-8") as handle:
-            json.dump(dict(trace, traceEvents=events), handle)
+            json.dump(dict(trace, traceEvents=events,
+                           ferrumReplay=dict(meta, gpu=dict(meta["gpu"], **gpu))), handle)
+        return folder
+    # Each problem alone, said by its own words and no other's (review RV3-1).
+    problems = {"twice": "replays timed twice", "over": "more GPU blocks than ranges",
+                "count": "GPU blocks, the traces count", "few": "replays timed; ",
+                "none": "no ranges"}
+    for label, folder, said in (
+            ("doubled", variant("doubled", trace["traceEvents"] + [dict(blocks[0])],
+                                timed=341), ("twice", "over")),
+            ("a range gone", variant("range-gone", cpu[:first_range] + cpu[first_range + 1:] +
+                                     blocks), ("over",)),
+            ("timed miscounted", variant("miscounted", trace["traceEvents"], timed=339),
+             ("count",)),
+            ("halved", variant("halved", cpu + blocks[::2], timed=170), ("few",)),
+            ("empty", os.path.join(tmp, "demo-empty"), ("none",))):
+        os.makedirs(folder, exist_ok=True)
         line = check("coverage", folder)
-        expect(line.startswith("FAIL ") and ("timed twice" in line if label == "doubled"
-                                             else "only 170 of 340 replays timed" in line),
+        head = line.rsplit(" (", 1)[0] + "; "  # the problems, without what was seen
+        expect(line.startswith("FAIL ") and
+               all((problems[p] in head) == (p in said) for p in problems),
                f"coverage of the {label} trace: {line}", done)
+    # With timing off nothing is timed: the demo's timed trace fails, the same without its
+    # GPU blocks passes.
+    expect(check("untimed", demo).startswith("FAIL 340 GPU blocks, 340 counted timed"),
+           "untimed of a timed trace", done)
+    line = check("untimed", variant("untimed", cpu, timed=0))
+    expect(line == "PASS 340 ranges, none timed", f"untimed: {line}", done)
 
     def spin_trace(name, durations, replays=None):
         folder = os.path.join(tmp, name)
@@ -6263,6 +6336,7 @@ def test_gpu_smoke_checks(tmp):
     expect(check("spin", good, 1010).startswith("PASS 200 replays timed (200 distinct"),
            "200 blocks within 1 %", done)
     for folder, expected in ((spin_trace("twice", [1000.0] * 200, [*range(199), 5]), 1010),
+                             (spin_trace("fewer", [1000.0] * 189), 1010),
                              (spin_trace("more", [1000.0] * 201), 1010), (good, 1100),
                              (spin_trace("none", []), 1010), (good, "x")):
         line = check("spin", folder, expected)
@@ -6300,6 +6374,9 @@ def test_gpu_smoke_checks(tmp):
     line = check("probe", "driver=12080 runtime=13000 devices=0 error=cudaErrorInsufficientDriver"
                  " name=")
     expect("the driver is too old for it" in line, f"probe, an old driver: {line}", done)
+    line = check("probe", "driver=13000 runtime=x devices=1 error=cudaSuccess")
+    expect(line.startswith("the CUDA runtime's probe answered "), f"probe, no version: {line}",
+           done)
     line = check("probe", "\x1b[31mnothing")
     expect(line.startswith("the CUDA runtime's probe answered '?[31mnothing'"), line, done)
     logs = os.path.join(tmp, "logs")
