@@ -632,10 +632,11 @@ int wait_at_most(pid_t child, int bound_ms) {
   if (waitpid(child, &status, WNOHANG) == child)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   kill(child, SIGKILL);
-  waitpid(child, &status, 0);
   // A child that ended on its own between that look and the kill was not hung (review RV3-9):
-  // only our SIGKILL's end counts.
-  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+  // only our SIGKILL's end counts — and a status that could not be read is no end at all
+  // (RV4-7).
+  const bool reaped = waitpid(child, &status, 0) == child;
+  if (reaped && (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL))
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   print_where_it_waited(child, where);
   return -1;
