@@ -9,6 +9,14 @@
 namespace ferrum_replay::common {
 namespace {
 
+// The number of names of a list (setting_names.hpp), at compile time.
+constexpr size_t count_names(const char *list) {
+  size_t count = 0;
+  for (const char *p = list; *p; ++p)
+    if (*p != ' ' && (p == list || p[-1] == ' ')) ++count;
+  return count;
+}
+
 // What both tools' settings begin with (FERRUM_REPLAY*, FERRUM_RECORD_*): no other variable is
 // ever called unknown, so a pattern's other variables need no room in its table.
 constexpr char kOurPrefix[] = "FERRUM_";
@@ -137,7 +145,7 @@ void say_unknown_settings(const char *prefix, const char *known, const char *int
       size_t length;
     } variables[kMostPatternVariables];
     unsigned count;
-    const char *walked[8];  // the settings met (at least as many as the list has names)
+    const char *walked[8];  // the settings met: room for each name of the list (below)
     unsigned walked_count;
 
     bool holds(const char *name, size_t length) const {
@@ -147,6 +155,8 @@ void say_unknown_settings(const char *prefix, const char *known, const char *int
       return false;
     }
   } patterns{};
+  static_assert(count_names(kPatternSettingNames) <= sizeof patterns.walked / sizeof(const char *),
+                "Patterns::walked must have room for every pattern setting");
   each_startup_env_entry(
       [](const char *entry, void *state) {
         auto &p = *static_cast<Patterns *>(state);

@@ -24,6 +24,32 @@ def launch(program_variable, *extra, **kwargs):
     return run(argv, **kwargs)
 
 
+# Runs a program (argv[1:]) with the environment this process has plus the NAME=value entries
+# of argv[0] (newline-separated) appended as they are: a name may appear twice, which no
+# mapping of Python's can hold.
+EXECVE_WITH_ENTRIES = r"""
+import ctypes, os, sys
+entries = [f"{k}={v}".encode() for k, v in os.environ.items()]
+entries += [e.encode() for e in sys.argv[1].split("\n") if e]
+env = (ctypes.c_char_p * (len(entries) + 1))(*entries, None)
+args = (ctypes.c_char_p * (len(sys.argv[2:]) + 1))(*[a.encode() for a in sys.argv[2:]], None)
+ctypes.CDLL(None, use_errno=True).execve(sys.argv[2].encode(), args, env)
+sys.exit(f"execve: {os.strerror(ctypes.get_errno())}")
+"""
+
+
+def launch_with_entries(entries):
+    """LAUNCH_DRIVER under the shim, its environment holding `entries` as given (duplicates
+    too). The Python that builds it runs without the shim (a sanitizer stage's runtime cannot be
+    preloaded into every interpreter); the launcher gets it, its sanitizer's runtime first."""
+    preload = " ".join(filter(None, (os.environ.get("FERRUM_TEST_PRELOAD_FIRST"),
+                                      path_of("FERRUM_SHIM"))))
+    argv = [sys.executable, "-c", EXECVE_WITH_ENTRIES,
+            "\n".join([f"LD_PRELOAD={preload}", *entries]), path_of("LAUNCH_DRIVER"),
+            "--graphs", str(GRAPHS), "--iters", str(ITERS)]
+    return run(argv, preload=False)
+
+
 def check_named_graphs(run_):
     """Distinct graphs get distinct, stable names: one name per graph, each with every
     replay of that graph (the names themselves are issue 4's: call sites here)."""
@@ -491,6 +517,28 @@ def unknown_setting_one_line():
         said = [line for line in run_.stderr.splitlines() if "is not a setting" in line]
         expect(len(said) == 1 and "FERRUM_REPLAY_V32 is not a setting" in said[0],
                f"expected a line for the 33rd variable alone: {said}", run_)
+        # A name read many times takes one place (review RV4-3): 40 reads of A, then B.
+        run_ = launch("LAUNCH_DRIVER", env={
+            "FERRUM_REPLAY_RUNNING_DIR": os.path.join(tmp, "%q{FERRUM_REPLAY_A}" * 40 +
+                                                      "%q{FERRUM_REPLAY_B}"),
+            "FERRUM_REPLAY_A": "a", "FERRUM_REPLAY_B": "b"})
+        said = [line for line in run_.stderr.splitlines() if "is not a setting" in line]
+        expect(not said, f"a variable read after a repeated one was called unknown: {said}",
+               run_)
+        # A setting the environment holds twice: every reader takes the first value, so only
+        # its variables are the user's (review RV4-3). The environment is built by execve.
+        for first, second, line_for_run in (
+                (os.path.join(tmp, "plain.txt"), os.path.join(tmp, "%q{FERRUM_REPLAY_RUN}.txt"),
+                 True),
+                (os.path.join(tmp, "%q{FERRUM_REPLAY_RUN}.txt"), os.path.join(tmp, "plain.txt"),
+                 False)):
+            run_ = launch_with_entries([f"FERRUM_REPLAY_SUMMARY={first}",
+                                        f"FERRUM_REPLAY_SUMMARY={second}", "FERRUM_REPLAY_RUN=r"])
+            said = [line for line in run_.stderr.splitlines() if "is not a setting" in line]
+            expect(run_.returncode == 0 and
+                   (said == [] if not line_for_run else
+                    len(said) == 1 and "FERRUM_REPLAY_RUN is not a setting" in said[0]),
+                   f"FERRUM_REPLAY_SUMMARY twice, first {os.path.basename(first)}: {said}", run_)
         # A hostile environment: 20,000 unknown variables and three patterns of 4,000 bytes
         # cost the first launch no more than it takes to say so (a first version matched each
         # variable against each FERRUM_* value: 3.3 s, review RV2-1; about 0.06 s now).
