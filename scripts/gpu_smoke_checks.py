@@ -140,7 +140,7 @@ def nsys(stats_base, folder):
 
 def probe(line):
     """One line on what the test programs' CUDA runtime sees (`gpu_spin_graph --probe`)."""
-    fields = dict(f.split("=", 1) for f in line.split(" ", 4) if "=" in f)
+    fields = dict(f.split("=", 1) for f in line.split(" ", 5) if "=" in f)
     if "runtime" not in fields or not fields["runtime"].isdigit():
         return f"the CUDA runtime's probe answered {traces.quoted(line)}"
 
@@ -150,9 +150,13 @@ def probe(line):
     driver, runtime = version(fields.get("driver", "")), version(fields["runtime"])
     devices, error = fields.get("devices", "0"), traces.printable(fields.get("error", "?"), 60)
     said = f"the driver supports CUDA {driver}, the test programs' runtime is CUDA {runtime}"
+    kernel = traces.printable(fields.get("kernel", "?"), 60)
     if error == "cudaSuccess" and devices not in ("", "0"):
-        return (f"{said}; it sees {traces.printable(devices, 10)} device(s), the first "
+        seen = (f"{said}; it sees {traces.printable(devices, 10)} device(s), the first "
                 f"{traces.quoted(fields.get('name', ''))}")
+        if kernel != "cudaSuccess":
+            return f"{seen}, where a tiny kernel failed ({kernel}): the cases will fail"
+        return f"{seen}, and ran a tiny kernel there"
     if error == "cudaErrorInsufficientDriver" and driver != "none":
         return (f"{said}: the driver is too old for it (cudaErrorInsufficientDriver): the "
                 "nvcc-built cases will fail")

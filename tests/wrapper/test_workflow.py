@@ -6209,12 +6209,15 @@ def test_gpu_smoke_without_gpu(tmp):
                                 env, FERRUM_GPU_SMOKE_DIR=stopped, LD_LIBRARY_PATH=drivers,
                                 FERRUM_STANDIN_LAUNCH_CALL_NS="100000000")))
     demo_exe = os.path.realpath(os.path.join(BUILD, "demo", "inference_server"))
+    demo_dir = os.path.realpath(os.path.join(stopped, "demo"))
 
     def demo_processes():
+        """This run's demo only (other tests run the demo meanwhile: review RV4-2)."""
         found = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                if os.path.realpath(f"/proc/{pid}/exe") == demo_exe:
+                if (os.path.realpath(f"/proc/{pid}/exe") == demo_exe and
+                        os.path.realpath(f"/proc/{pid}/cwd") == demo_dir):
                     found.append(pid)
             except OSError:
                 pass
@@ -6237,6 +6240,33 @@ def test_gpu_smoke_without_gpu(tmp):
            f"stopped during the demo (running {running}, left {left}, {took:.1f} s after the "
            f"signal): {out[-300:]!r} {err!r}",
            None)
+    # Without timeout(1) nothing could be limited: one line, nothing run (review RV4-4) — a
+    # PATH holding only what the script needs before it asks.
+    bare = os.path.join(tmp, "bare")
+    os.mkdir(bare)
+    os.symlink(shutil.which("dirname"), os.path.join(bare, "dirname"))
+    done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(env, PATH=bare))
+    expect(done.returncode == 2 and done.stdout == "gpu-smoke: needs timeout (GNU coreutils) to "
+           "limit each command it runs; none on PATH\n", "no timeout(1)", done)
+    # A probe that does not answer (a wedged driver: here a stand-in program that sleeps) stops
+    # the run within its limit, before any case (review RV3-6, RV4-4).
+    wedged = os.path.join(tmp, "wedged")
+    for part in ("shim/libferrum-replay.so", "shim/libferrum-replay-last.so",
+                 "recorder/libferrum-replay-recorder.so"):
+        os.makedirs(os.path.dirname(os.path.join(wedged, part)), exist_ok=True)
+        os.symlink(os.path.join(BUILD, part), os.path.join(wedged, part))
+    os.makedirs(os.path.join(wedged, "tests", "shim", "coverage"))
+    sleeper = write(os.path.join(wedged, "tests", "shim", "coverage", "gpu_spin_graph"),
+                    "#!/bin/sh\nexec sleep 60\n")
+    os.chmod(sleeper, 0o755)
+    started = time.monotonic()
+    done = run([GPU_SMOKE, "--no-build"], tmp, env=dict(
+        env, FERRUM_BUILD_DIR=wedged, FERRUM_GPU_SMOKE_TIMEOUT="1",
+        FERRUM_GPU_SMOKE_DIR=os.path.join(tmp, "wedged-run")))
+    took = time.monotonic() - started
+    expect(done.returncode == 1 and "the CUDA runtime did not answer within 1 s" in done.stdout
+           and done.stdout.endswith("0 passed, 1 failed, 0 skipped\n") and
+           "FAIL " not in done.stdout and took < 20, f"a probe that hangs ({took:.1f} s)", done)
     # A per-case limit that is no whole number of seconds: one line before any case (a word
     # failed every case as its own fault; 0 was no limit at all), no case counted, the value
     # shown by the one rule for values in messages (a lone 0x9B, an 8-bit terminal's escape,
@@ -6368,9 +6398,14 @@ def test_gpu_smoke_checks(tmp):
         expect(line.startswith("FAIL the check could not read the case's files"),
                f"{kind} of a trace that is no JSON: {line}", done)
     line = check("probe", "driver=13000 runtime=13000 devices=1 error=cudaSuccess "
-                 "name=NVIDIA H100 80GB HBM3")
+                 "kernel=cudaSuccess name=NVIDIA H100 80GB HBM3")
     expect(line == "the driver supports CUDA 13.0, the test programs' runtime is CUDA 13.0; it "
-           "sees 1 device(s), the first 'NVIDIA H100 80GB HBM3'", f"probe: {line}", done)
+           "sees 1 device(s), the first 'NVIDIA H100 80GB HBM3', and ran a tiny kernel there",
+           f"probe: {line}", done)
+    line = check("probe", "driver=13000 runtime=13000 devices=1 error=cudaSuccess "
+                 "kernel=cudaErrorLaunchFailure name=NVIDIA H100 80GB HBM3")
+    expect(line.endswith("where a tiny kernel failed (cudaErrorLaunchFailure): the cases will "
+                         "fail"), f"probe, a kernel that fails: {line}", done)
     line = check("probe", "driver=12080 runtime=13000 devices=0 error=cudaErrorInsufficientDriver"
                  " name=")
     expect("the driver is too old for it" in line, f"probe, an old driver: {line}", done)

@@ -22,7 +22,10 @@
 // cases: a driver too old for the runtime, or no device visible — MIG without an instance, an
 // empty CUDA_VISIBLE_DEVICES — is then one clear line, not a FAIL per case to decode; GS-3, GS-10):
 //   driver=<cudaDriverGetVersion, 0 without a driver> runtime=<cudaRuntimeGetVersion>
-//   devices=<cudaGetDeviceCount> error=<its error's name> name=<device 0's name, if any>
+//   devices=<cudaGetDeviceCount> error=<its error's name> kernel=<the error name of a tiny
+//   kernel run on device 0 and waited for, "-" without a device> name=<device 0's name, if any>
+// The kernel makes the probe meet what every case meets — a context, a module, a launch — so
+// that a GPU that hangs there stops gpu-smoke at its probe, not in each case (review RV4-4).
 #include <dlfcn.h>
 #include <time.h>
 
@@ -72,16 +75,25 @@ static double now_ns() {
   return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+__global__ void nothing() {}
+
 static int probe() {
   int driver = 0, runtime = 0, devices = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
   const cudaError_t error = cudaGetDeviceCount(&devices);
   cudaDeviceProp properties{};
-  const bool named = error == cudaSuccess && devices > 0 &&
-                     cudaGetDeviceProperties(&properties, 0) == cudaSuccess;
-  std::printf("driver=%d runtime=%d devices=%d error=%s name=%s\n", driver, runtime,
-              error == cudaSuccess ? devices : 0, cudaGetErrorName(error),
+  const bool usable = error == cudaSuccess && devices > 0;
+  const bool named = usable && cudaGetDeviceProperties(&properties, 0) == cudaSuccess;
+  const char *kernel = "-";
+  if (usable) {
+    nothing<<<1, 1>>>();
+    cudaError_t ran = cudaGetLastError();
+    if (ran == cudaSuccess) ran = cudaDeviceSynchronize();
+    kernel = cudaGetErrorName(ran);
+  }
+  std::printf("driver=%d runtime=%d devices=%d error=%s kernel=%s name=%s\n", driver, runtime,
+              error == cudaSuccess ? devices : 0, cudaGetErrorName(error), kernel,
               named ? properties.name : "");
   return 0;
 }
